@@ -1,0 +1,38 @@
+// tide: train GPT models too large for one device. `tide --help` lists the subcommands.
+
+#include <fmt/core.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+
+#include "commands.h"
+#include "tide/core/error.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"tide: train transformer language models too large for one device"};
+  app.require_subcommand(0, 1);
+  tide::app::add_train_command(app);
+  tide::app::add_prepare_command(app);
+  tide::app::add_sample_command(app);
+  tide::app::add_estimate_command(app);
+  tide::app::add_schedule_command(app);
+  try {
+    // `tide` alone runs the embedded default: the same as `tide train`.
+    if (argc == 1) {
+      app.parse(std::vector<std::string>{"train"});
+    } else {
+      app.parse(argc, argv);
+    }
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const tide::Error& e) {
+    std::fflush(stdout);
+    fmt::print(stderr, "\ntide: error: {}\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fflush(stdout);
+    fmt::print(stderr, "\ntide: error: {}\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,31 @@
+#pragma once
+// Where memory lives and where work runs. The CPU is device "cpu"; GPUs are "cuda:N".
+// Streams and events are opaque handles here so that core/ does not include CUDA headers;
+// kernels/cuda gives them meaning.
+
+#include <string>
+
+namespace tide {
+
+enum class DeviceType : unsigned char { CPU, CUDA };
+
+struct Device {
+  DeviceType type = DeviceType::CPU;
+  int index = 0;
+
+  static Device cpu() { return {DeviceType::CPU, 0}; }
+  static Device cuda(int i = 0) { return {DeviceType::CUDA, i}; }
+  bool is_cpu() const { return type == DeviceType::CPU; }
+  bool is_cuda() const { return type == DeviceType::CUDA; }
+  bool operator==(const Device& o) const { return type == o.type && index == o.index; }
+  bool operator!=(const Device& o) const { return !(*this == o); }
+  std::string str() const { return is_cpu() ? "cpu" : "cuda:" + std::to_string(index); }
+};
+
+// Parses "cpu", "cuda", "cuda:N"; throws a tide::Error naming the accepted forms otherwise.
+Device parse_device(const std::string& s);
+
+// True when this binary was built with CUDA and a GPU is visible at run time.
+bool cuda_available();
+
+}  // namespace tide

@@ -1,0 +1,101 @@
+#pragma once
+// The op API: every computation of a GPT forward and backward pass, as free functions over
+// Tensor views. Each op dispatches on the tensors' device to cpu:: (OpenMP + OpenBLAS, the
+// readable reference) or cuda:: (fused kernels, cuBLASLt).
+//
+// Conventions (the same as llm.c):
+//  * Shapes: B batch, T time (sequence), C channels (n_embd), NH heads, HS = C/NH head size,
+//    V vocabulary, OC output channels, N = B*T rows.
+//  * Forward ops overwrite their outputs.
+//  * Backward ops ACCUMULATE (+=) into every gradient they write, input gradients included.
+//    Gradient accumulation over micro-batches and the residual stream both rely on this;
+//    zero a gradient buffer before the first micro-batch of a step.
+//  * Linear layers split their backward into backward_input ("B", needed right away by the
+//    layer below) and backward_weight ("W", can be deferred) — the split that zero-bubble
+//    pipeline schedules exploit. layernorm is split the same way.
+//  * All CPU kernels compute in f32.
+
+#include <cstdint>
+
+#include "tide/core/arena.h"
+#include "tide/core/rng.h"
+#include "tide/core/tensor.h"
+
+namespace tide {
+
+// Execution context of an op: the device it runs on and scratch memory it may use
+// (rewound when the op returns). CUDA streams and library handles join here later.
+struct OpContext {
+  Device device = Device::cpu();
+  Arena* scratch = nullptr;
+};
+
+// Identifies one dropout site so that a recomputation regenerates the same mask:
+// the mask of element i is PhiloxStream{seed, stream}.uniform(i) < p.
+struct DropoutSpec {
+  float p = 0.0f;          // probability of zeroing; 0 disables dropout
+  uint64_t seed = 0;       // run seed
+  uint64_t stream = 0;     // rng_stream_id(step, micro-batch, layer, site)
+  bool enabled() const { return p > 0.0f; }
+};
+
+// ---- embedding -------------------------------------------------------------------------
+// out(B,T,C) = wte[tokens(B,T)] + wpe[t]
+void embedding_forward(const OpContext& ctx, Tensor out, Tensor tokens, Tensor wte, Tensor wpe);
+// dwte(V,C) += scatter of dout rows by token; dwpe(maxT,C) += sum over batch of dout
+void embedding_backward(const OpContext& ctx, Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens);
+
+// ---- layernorm (eps 1e-5) --------------------------------------------------------------
+// out(N,C), mean(N), rstd(N) from inp(N,C), weight(C), bias(C)
+void layernorm_forward(const OpContext& ctx, Tensor out, Tensor mean, Tensor rstd, Tensor inp,
+                       Tensor weight, Tensor bias);
+// dinp(N,C) += d/dinp
+void layernorm_backward_input(const OpContext& ctx, Tensor dinp, Tensor dout, Tensor inp,
+                              Tensor weight, Tensor mean, Tensor rstd);
+// dweight(C) += sum(dout * xhat), dbias(C) += sum(dout)
+void layernorm_backward_weight(const OpContext& ctx, Tensor dweight, Tensor dbias, Tensor dout,
+                               Tensor inp, Tensor mean, Tensor rstd);
+
+// ---- linear: out = inp @ weight^T + bias (weight stored (OC,C) as in PyTorch) ------------
+// out(N,OC) from inp(N,C), weight(OC,C), bias(OC) (bias may be undefined)
+void matmul_forward(const OpContext& ctx, Tensor out, Tensor inp, Tensor weight, Tensor bias);
+// dinp(N,C) += dout(N,OC) @ weight(OC,C)
+void matmul_backward_input(const OpContext& ctx, Tensor dinp, Tensor dout, Tensor weight);
+// dweight(OC,C) += dout^T @ inp, dbias(OC) += column sums of dout (dbias may be undefined)
+void matmul_backward_weight(const OpContext& ctx, Tensor dweight, Tensor dbias, Tensor dout,
+                            Tensor inp);
+
+// ---- causal multi-head self-attention core -----------------------------------------------
+// qkv(B,T,3C) holds q, k, v side by side (as GPT-2's c_attn produces them).
+// att(B,NH,T,T): softmax(q k^T / sqrt(HS)) with the causal mask, after dropout (saved for
+// backward); preatt(B,NH,T,T): the probabilities before dropout. out(B,T,C) = att @ v.
+void attention_forward(const OpContext& ctx, Tensor out, Tensor preatt, Tensor att, Tensor qkv,
+                       int n_head, const DropoutSpec& dropout);
+// dqkv(B,T,3C) += gradient; uses preatt/att from the forward (same dropout spec).
+void attention_backward(const OpContext& ctx, Tensor dqkv, Tensor dout, Tensor qkv, Tensor preatt,
+                        Tensor att, int n_head, const DropoutSpec& dropout);
+
+// ---- pointwise -------------------------------------------------------------------------
+// GELU, tanh approximation (GPT-2's): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+void gelu_forward(const OpContext& ctx, Tensor out, Tensor inp);
+void gelu_backward(const OpContext& ctx, Tensor dinp, Tensor dout, Tensor inp);
+// out = a + b (all the same shape)
+void residual_forward(const OpContext& ctx, Tensor out, Tensor a, Tensor b);
+// da += dout, db += dout
+void residual_backward(const OpContext& ctx, Tensor da, Tensor db, Tensor dout);
+// out = inp * mask / (1-p), mask_i = uniform_i >= p (inverted dropout). out may alias inp.
+void dropout_forward(const OpContext& ctx, Tensor out, Tensor inp, const DropoutSpec& dropout);
+// dinp += dout * mask / (1-p), the mask regenerated from the spec.
+void dropout_backward(const OpContext& ctx, Tensor dinp, Tensor dout, const DropoutSpec& dropout);
+
+// ---- fused softmax + cross-entropy -----------------------------------------------------
+// logits(B,T,V), targets(B,T) int32 -> losses(B,T) = -log softmax(logits)[target].
+// Targets < 0 are ignored (loss 0, no gradient).
+void crossentropy_forward(const OpContext& ctx, Tensor losses, Tensor logits, Tensor targets);
+// dlogits(B,T,V) = (softmax(logits) - onehot(target)) * dloss, with one scalar dloss
+// (typically 1/(B*T*grad_accum)). The one op that OVERWRITES its gradient, so that dlogits
+// may alias logits (the (B,T,V) buffer is the largest activation; it is reused in place).
+void crossentropy_backward(const OpContext& ctx, Tensor dlogits, Tensor logits, Tensor targets,
+                           float dloss);
+
+}  // namespace tide
