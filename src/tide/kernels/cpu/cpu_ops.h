@@ -1,0 +1,66 @@
+#pragma once
+// The CPU reference kernels: plain f32 loops parallelised with OpenMP, GEMMs through OpenBLAS.
+// ops.cpp checks shapes, dtypes and devices and then calls these with raw pointers, so the
+// functions here trust their arguments (llm.c style). Conventions are those of ops.h:
+// forward ops overwrite, backward ops accumulate (+=), except crossentropy_backward.
+//
+// Reproducibility: every result is independent of the number of OpenMP threads. Work is split
+// so that each output element is written by one thread, and every sum runs in a fixed order
+// (no `reduction` clauses, no per-thread partial sums combined in thread order).
+
+#include <cstdint>
+
+#include "tide/kernels/ops.h"
+
+namespace tide::cpu {
+
+// out(B,T,C) = wte[tokens(B,T)] + wpe[t]; tokens must lie in [0, V) (throws otherwise).
+void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
+                       int B, int T, int C, int V);
+// dwte(V,C) += scatter of dout rows by token, dwpe(T,C) += sum over b of dout.
+void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B,
+                        int T, int C, int V);
+
+// out(N,C), mean(N), rstd(N) from inp(N,C), weight(C), bias(C).
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
+                       const float* weight, const float* bias, int64_t N, int C);
+void layernorm_backward_input(float* dinp, const float* dout, const float* inp,
+                              const float* weight, const float* mean, const float* rstd,
+                              int64_t N, int C);
+void layernorm_backward_weight(float* dweight, float* dbias, const float* dout, const float* inp,
+                               const float* mean, const float* rstd, int64_t N, int C);
+
+// out(N,OC) = inp(N,C) @ weight(OC,C)^T + bias(OC); bias may be null.
+void matmul_forward(float* out, const float* inp, const float* weight, const float* bias,
+                    int64_t N, int C, int OC);
+// dinp(N,C) += dout(N,OC) @ weight(OC,C)
+void matmul_backward_input(float* dinp, const float* dout, const float* weight, int64_t N, int C,
+                           int OC);
+// dweight(OC,C) += dout^T @ inp, dbias(OC) += column sums of dout (dbias may be null).
+void matmul_backward_weight(float* dweight, float* dbias, const float* dout, const float* inp,
+                            int64_t N, int C, int OC);
+
+// qkv(B,T,3C) -> out(B,T,C); preatt(B,NH,T,T) softmax probabilities, att(B,NH,T,T) after dropout.
+void attention_forward(float* out, float* preatt, float* att, const float* qkv, int B, int T,
+                       int C, int NH, const DropoutSpec& dropout);
+// dqkv(B,T,3C) += gradient of out w.r.t. qkv.
+void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* preatt,
+                        const float* att, int B, int T, int C, int NH, const DropoutSpec& dropout);
+
+void gelu_forward(float* out, const float* inp, int64_t n);
+void gelu_backward(float* dinp, const float* dout, const float* inp, int64_t n);
+void residual_forward(float* out, const float* a, const float* b, int64_t n);
+void residual_backward(float* da, float* db, const float* dout, int64_t n);
+// out may alias inp.
+void dropout_forward(float* out, const float* inp, int64_t n, const DropoutSpec& dropout);
+void dropout_backward(float* dinp, const float* dout, int64_t n, const DropoutSpec& dropout);
+
+// losses(N) = logsumexp(logits row) - logits[target]; targets < 0 give loss 0.
+// Targets >= V throw.
+void crossentropy_forward(float* losses, const float* logits, const int32_t* targets, int64_t N,
+                          int V);
+// dlogits(N,V) = (softmax - onehot) * dloss, overwritten; dlogits may alias logits.
+void crossentropy_backward(float* dlogits, const float* logits, const int32_t* targets, int64_t N,
+                           int V, float dloss);
+
+}  // namespace tide::cpu

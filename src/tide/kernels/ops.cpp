@@ -1,0 +1,348 @@
+// The op API's front door: every op checks its tensors (defined, dtype, device, shape) once,
+// here, with a message that names the op and the tensor, then dispatches on the device.
+// The kernels behind it (cpu::, later cuda::) trust their arguments.
+#include "tide/kernels/ops.h"
+
+#include <string>
+
+#include "tide/core/error.h"
+#include "tide/kernels/cpu/cpu_ops.h"
+
+namespace tide {
+
+namespace {
+
+// Checks of one op call; every message starts with the op name.
+struct OpCheck {
+  const char* op;
+  const OpContext& ctx;
+
+  // t must be allocated, of dtype dt, and on the op's device.
+  void tensor(const Tensor& t, const char* name, DType dt) const {
+    TIDE_CHECK(t.defined(), "{}: tensor '{}' is undefined (null data); pass an allocated buffer",
+               op, name);
+    TIDE_CHECK(t.dtype == dt, "{}: tensor '{}' has dtype {} but {} is required; convert it first",
+               op, name, dtype_name(t.dtype), dtype_name(dt));
+    TIDE_CHECK(t.device == ctx.device,
+               "{}: tensor '{}' is on {} but the op runs on {}; move the tensor or run the op "
+               "with a context for {}",
+               op, name, t.device.str(), ctx.device.str(), t.device.str());
+  }
+  // ... and have exactly the shape `expected` (derived from other tensors: `why` says how).
+  void tensor(const Tensor& t, const char* name, DType dt, const Shape& expected,
+              const char* why) const {
+    tensor(t, name, dt);
+    TIDE_CHECK(t.shape == expected, "{}: tensor '{}' has shape {} but {} is expected ({})", op,
+               name, t.shape.str(), expected.str(), why);
+  }
+  // ... or, for per-row vectors such as mean(N), exactly `n` elements in any shape.
+  void tensor_numel(const Tensor& t, const char* name, DType dt, int64_t n,
+                    const char* why) const {
+    tensor(t, name, dt);
+    TIDE_CHECK(t.numel() == n, "{}: tensor '{}' has shape {} ({} elements) but {} elements are "
+               "expected ({})", op, name, t.shape.str(), t.numel(), n, why);
+  }
+  void rank(const Tensor& t, const char* name, int min_ndim, const char* layout) const {
+    TIDE_CHECK(t.ndim() >= min_ndim, "{}: tensor '{}' has shape {} but must be {}", op, name,
+               t.shape.str(), layout);
+  }
+  void rank_exact(const Tensor& t, const char* name, int ndim, const char* layout) const {
+    TIDE_CHECK(t.ndim() == ndim, "{}: tensor '{}' has shape {} but must be {}", op, name,
+               t.shape.str(), layout);
+  }
+  [[noreturn]] void no_cuda() const {
+    TIDE_FAIL("{}: CUDA kernels are not built yet; run with --device cpu", op);
+  }
+};
+
+// The shape of t without its last dimension: (B,T,C) -> (B,T).
+Shape leading(const Tensor& t) {
+  Shape s = t.shape;
+  s.ndim -= 1;
+  return s;
+}
+// The shape of t with its last dimension replaced by `last`.
+Shape with_last(const Tensor& t, int64_t last) {
+  Shape s = t.shape;
+  s.dims[s.ndim - 1] = last;
+  return s;
+}
+int64_t rows(const Tensor& t) { return t.numel() / t.dim(-1); }
+int as_int(int64_t x) { return static_cast<int>(x); }
+
+}  // namespace
+
+// ---- embedding -------------------------------------------------------------------------
+
+void embedding_forward(const OpContext& ctx, Tensor out, Tensor tokens, Tensor wte, Tensor wpe) {
+  const OpCheck ck{"embedding_forward", ctx};
+  ck.rank_exact(tokens, "tokens", 2, "(B,T)");
+  ck.tensor(tokens, "tokens", DType::I32);
+  ck.rank_exact(wte, "wte", 2, "(V,C)");
+  ck.tensor(wte, "wte", DType::F32);
+  const int64_t B = tokens.dim(0), T = tokens.dim(1), V = wte.dim(0), C = wte.dim(1);
+  ck.rank_exact(wpe, "wpe", 2, "(max_seq_len,C)");
+  ck.tensor(wpe, "wpe", DType::F32, Shape{wpe.dim(0), C}, "(max_seq_len,C), C from wte");
+  TIDE_CHECK(T <= wpe.dim(0),
+             "embedding_forward: sequence length T={} exceeds the {} positions of wpe; use "
+             "sequences of at most max_seq_len={} tokens",
+             T, wpe.dim(0), wpe.dim(0));
+  ck.tensor(out, "out", DType::F32, Shape{B, T, C}, "(B,T,C): B,T from tokens, C from wte");
+  if (ctx.device.is_cuda()) ck.no_cuda();
+  cpu::embedding_forward(out.f32(), tokens.i32(), wte.f32(), wpe.f32(), as_int(B), as_int(T),
+                         as_int(C), as_int(V));
+}
+
+void embedding_backward(const OpContext& ctx, Tensor dwte, Tensor dwpe, Tensor dout,
+                        Tensor tokens) {
+  const OpCheck ck{"embedding_backward", ctx};
+  ck.rank_exact(tokens, "tokens", 2, "(B,T)");
+  ck.tensor(tokens, "tokens", DType::I32);
+  ck.rank_exact(dwte, "dwte", 2, "(V,C)");
+  ck.tensor(dwte, "dwte", DType::F32);
+  const int64_t B = tokens.dim(0), T = tokens.dim(1), V = dwte.dim(0), C = dwte.dim(1);
+  ck.rank_exact(dwpe, "dwpe", 2, "(max_seq_len,C)");
+  ck.tensor(dwpe, "dwpe", DType::F32, Shape{dwpe.dim(0), C}, "(max_seq_len,C), C from dwte");
+  TIDE_CHECK(T <= dwpe.dim(0),
+             "embedding_backward: sequence length T={} exceeds the {} positions of dwpe; use "
+             "sequences of at most max_seq_len={} tokens",
+             T, dwpe.dim(0), dwpe.dim(0));
+  ck.tensor(dout, "dout", DType::F32, Shape{B, T, C}, "(B,T,C): B,T from tokens, C from dwte");
+  if (ctx.device.is_cuda()) ck.no_cuda();
+  cpu::embedding_backward(dwte.f32(), dwpe.f32(), dout.f32(), tokens.i32(), as_int(B), as_int(T),
+                          as_int(C), as_int(V));
+}
+
+// ---- layernorm -------------------------------------------------------------------------
+
+void layernorm_forward(const OpContext& ctx, Tensor out, Tensor mean, Tensor rstd, Tensor inp,
+                       Tensor weight, Tensor bias) {
+  const OpCheck ck{"layernorm_forward", ctx};
+  ck.rank(inp, "inp", 2, "(N,C) or (B,T,C)");
+  ck.tensor(inp, "inp", DType::F32);
+  const int64_t C = inp.dim(-1), N = rows(inp);
+  ck.tensor(out, "out", DType::F32, inp.shape, "the shape of inp");
+  ck.tensor_numel(mean, "mean", DType::F32, N, "one per row of inp");
+  ck.tensor_numel(rstd, "rstd", DType::F32, N, "one per row of inp");
+  ck.tensor(weight, "weight", DType::F32, Shape{C}, "(C), C the last dim of inp");
+  ck.tensor(bias, "bias", DType::F32, Shape{C}, "(C), C the last dim of inp");
+  if (ctx.device.is_cuda()) ck.no_cuda();
+  cpu::layernorm_forward(out.f32(), mean.f32(), rstd.f32(), inp.f32(), weight.f32(), bias.f32(), N,
+                         as_int(C));
+}
+
+void layernorm_backward_input(const OpContext& ctx, Tensor dinp, Tensor dout, Tensor inp,
+                              Tensor weight, Tensor mean, Tensor rstd) {
+  const OpCheck ck{"layernorm_backward_input", ctx};
+  ck.rank(inp, "inp", 2, "(N,C) or (B,T,C)");
+  ck.tensor(inp, "inp", DType::F32);
+  const int64_t C = inp.dim(-1), N = rows(inp);
+  ck.tensor(dinp, "dinp", DType::F32, inp.shape, "the shape of inp");
+  ck.tensor(dout, "dout", DType::F32, inp.shape, "the shape of inp");
+  ck.tensor(weight, "weight", DType::F32, Shape{C}, "(C), C the last dim of inp");
+  ck.tensor_numel(mean, "mean", DType::F32, N, "one per row of inp");
+  ck.tensor_numel(rstd, "rstd", DType::F32, N, "one per row of inp");
+  if (ctx.device.is_cuda()) ck.no_cuda();
+  cpu::layernorm_backward_input(dinp.f32(), dout.f32(), inp.f32(), weight.f32(), mean.f32(),
+                                rstd.f32(), N, as_int(C));
+}
+
+void layernorm_backward_weight(const OpContext& ctx, Tensor dweight, Tensor dbias, Tensor dout,
+                               Tensor inp, Tensor mean, Tensor rstd) {
+  const OpCheck ck{"layernorm_backward_weight", ctx};
+  ck.rank(inp, "inp", 2, "(N,C) or (B,T,C)");
+  ck.tensor(inp, "inp", DType::F32);
+  const int64_t C = inp.dim(-1), N = rows(inp);
+  ck.tensor(dweight, "dweight", DType::F32, Shape{C}, "(C), C the last dim of inp");
+  ck.tensor(dbias, "dbias", DType::F32, Shape{C}, "(C), C the last dim of inp");
+  ck.tensor(dout, "dout", DType::F32, inp.shape, "the shape of inp");
+  ck.tensor_numel(mean, "mean", DType::F32, N, "one per row of inp");
+  ck.tensor_numel(rstd, "rstd", DType::F32, N, "one per row of inp");
+  if (ctx.device.is_cuda()) ck.no_cuda();
+  cpu::layernorm_backward_weight(dweight.f32(), dbias.f32(), dout.f32(), inp.f32(), mean.f32(),
+                                 rstd.f32(), N, as_int(C));
+}
+
+// ---- linear ----------------------------------------------------------------------------
+
+void matmul_forward(const OpContext& ctx, Tensor out, Tensor inp, Tensor weight, Tensor bias) {
+  const OpCheck ck{"matmul_forward", ctx};
+  ck.rank(inp, "inp", 2, "(N,C) or (B,T,C)");
+  ck.tensor(inp, "inp", DType::F32);
+  ck.rank_exact(weight, "weight", 2, "(OC,C)");
+  const int64_t C = inp.dim(-1), N = rows(inp), OC = weight.dim(0);
+  ck.tensor(weight, "weight", DType::F32, Shape{OC, C}, "(OC,C), C the last dim of inp");
+  if (bias.defined()) ck.tensor(bias, "bias", DType::F32, Shape{OC}, "(OC), OC from weight");
+  ck.tensor(out, "out", DType::F32, with_last(inp, OC), "inp's shape with C replaced by OC");
+  if (ctx.device.is_cuda()) ck.no_cuda();
+  cpu::matmul_forward(out.f32(), inp.f32(), weight.f32(), bias.defined() ? bias.f32() : nullptr,
+                      N, as_int(C), as_int(OC));
+}
+
+void matmul_backward_input(const OpContext& ctx, Tensor dinp, Tensor dout, Tensor weight) {
+  const OpCheck ck{"matmul_backward_input", ctx};
+  ck.rank_exact(weight, "weight", 2, "(OC,C)");
+  ck.tensor(weight, "weight", DType::F32);
+  const int64_t OC = weight.dim(0), C = weight.dim(1);
+  ck.rank(dout, "dout", 2, "(N,OC) or (B,T,OC)");
+  ck.tensor(dout, "dout", DType::F32, with_last(dout, OC), "last dim OC from weight (OC,C)");
+  ck.tensor(dinp, "dinp", DType::F32, with_last(dout, C), "dout's shape with OC replaced by C");
+  if (ctx.device.is_cuda()) ck.no_cuda();
+  cpu::matmul_backward_input(dinp.f32(), dout.f32(), weight.f32(), rows(dout), as_int(C),
+                             as_int(OC));
+}
+
+void matmul_backward_weight(const OpContext& ctx, Tensor dweight, Tensor dbias, Tensor dout,
+                            Tensor inp) {
+  const OpCheck ck{"matmul_backward_weight", ctx};
+  ck.rank(inp, "inp", 2, "(N,C) or (B,T,C)");
+  ck.tensor(inp, "inp", DType::F32);
+  ck.rank_exact(dweight, "dweight", 2, "(OC,C)");
+  const int64_t C = inp.dim(-1), N = rows(inp), OC = dweight.dim(0);
+  ck.tensor(dweight, "dweight", DType::F32, Shape{OC, C}, "(OC,C), C the last dim of inp");
+  if (dbias.defined()) ck.tensor(dbias, "dbias", DType::F32, Shape{OC}, "(OC), OC from dweight");
+  ck.tensor(dout, "dout", DType::F32, with_last(inp, OC), "inp's shape with C replaced by OC");
+  if (ctx.device.is_cuda()) ck.no_cuda();
+  cpu::matmul_backward_weight(dweight.f32(), dbias.defined() ? dbias.f32() : nullptr, dout.f32(),
+                              inp.f32(), N, as_int(C), as_int(OC));
+}
+
+// ---- attention -------------------------------------------------------------------------
+
+namespace {
+// Checks shared by attention forward and backward; returns B, T, C.
+struct AttentionDims {
+  int64_t B, T, C;
+};
+AttentionDims check_attention(const OpCheck& ck, const Tensor& qkv, const Tensor& preatt,
+                              const Tensor& att, int n_head, const DropoutSpec& dropout) {
+  ck.rank_exact(qkv, "qkv", 3, "(B,T,3C)");
+  ck.tensor(qkv, "qkv", DType::F32);
+  const int64_t B = qkv.dim(0), T = qkv.dim(1), C3 = qkv.dim(2);
+  TIDE_CHECK(C3 % 3 == 0, "{}: tensor 'qkv' has shape {} but its last dim must be 3*C (q, k, v)",
+             ck.op, qkv.shape.str());
+  const int64_t C = C3 / 3;
+  TIDE_CHECK(n_head > 0 && C % n_head == 0,
+             "{}: n_head={} must be positive and divide C={}; choose n_head so that n_embd is a "
+             "multiple of it",
+             ck.op, n_head, C);
+  TIDE_CHECK(dropout.p >= 0.0f && dropout.p < 1.0f,
+             "{}: dropout probability {} must be in [0, 1); set attn dropout in that range", ck.op,
+             dropout.p);
+  const Shape att_shape{B, n_head, T, T};
+  ck.tensor(preatt, "preatt", DType::F32, att_shape, "(B,NH,T,T)");
+  ck.tensor(att, "att", DType::F32, att_shape, "(B,NH,T,T)");
+  return {B, T, C};
+}
+}  // namespace
+
+void attention_forward(const OpContext& ctx, Tensor out, Tensor preatt, Tensor att, Tensor qkv,
+                       int n_head, const DropoutSpec& dropout) {
+  const OpCheck ck{"attention_forward", ctx};
+  const auto [B, T, C] = check_attention(ck, qkv, preatt, att, n_head, dropout);
+  ck.tensor(out, "out", DType::F32, Shape{B, T, C}, "(B,T,C), C = qkv's last dim / 3");
+  if (ctx.device.is_cuda()) ck.no_cuda();
+  cpu::attention_forward(out.f32(), preatt.f32(), att.f32(), qkv.f32(), as_int(B), as_int(T),
+                         as_int(C), n_head, dropout);
+}
+
+void attention_backward(const OpContext& ctx, Tensor dqkv, Tensor dout, Tensor qkv, Tensor preatt,
+                        Tensor att, int n_head, const DropoutSpec& dropout) {
+  const OpCheck ck{"attention_backward", ctx};
+  const auto [B, T, C] = check_attention(ck, qkv, preatt, att, n_head, dropout);
+  ck.tensor(dqkv, "dqkv", DType::F32, qkv.shape, "the shape of qkv");
+  ck.tensor(dout, "dout", DType::F32, Shape{B, T, C}, "(B,T,C), C = qkv's last dim / 3");
+  if (ctx.device.is_cuda()) ck.no_cuda();
+  cpu::attention_backward(dqkv.f32(), dout.f32(), qkv.f32(), preatt.f32(), att.f32(), as_int(B),
+                          as_int(T), as_int(C), n_head, dropout);
+}
+
+// ---- pointwise -------------------------------------------------------------------------
+
+void gelu_forward(const OpContext& ctx, Tensor out, Tensor inp) {
+  const OpCheck ck{"gelu_forward", ctx};
+  ck.tensor(inp, "inp", DType::F32);
+  ck.tensor(out, "out", DType::F32, inp.shape, "the shape of inp");
+  if (ctx.device.is_cuda()) ck.no_cuda();
+  cpu::gelu_forward(out.f32(), inp.f32(), inp.numel());
+}
+
+void gelu_backward(const OpContext& ctx, Tensor dinp, Tensor dout, Tensor inp) {
+  const OpCheck ck{"gelu_backward", ctx};
+  ck.tensor(inp, "inp", DType::F32);
+  ck.tensor(dinp, "dinp", DType::F32, inp.shape, "the shape of inp");
+  ck.tensor(dout, "dout", DType::F32, inp.shape, "the shape of inp");
+  if (ctx.device.is_cuda()) ck.no_cuda();
+  cpu::gelu_backward(dinp.f32(), dout.f32(), inp.f32(), inp.numel());
+}
+
+void residual_forward(const OpContext& ctx, Tensor out, Tensor a, Tensor b) {
+  const OpCheck ck{"residual_forward", ctx};
+  ck.tensor(a, "a", DType::F32);
+  ck.tensor(b, "b", DType::F32, a.shape, "the shape of a");
+  ck.tensor(out, "out", DType::F32, a.shape, "the shape of a");
+  if (ctx.device.is_cuda()) ck.no_cuda();
+  cpu::residual_forward(out.f32(), a.f32(), b.f32(), a.numel());
+}
+
+void residual_backward(const OpContext& ctx, Tensor da, Tensor db, Tensor dout) {
+  const OpCheck ck{"residual_backward", ctx};
+  ck.tensor(dout, "dout", DType::F32);
+  ck.tensor(da, "da", DType::F32, dout.shape, "the shape of dout");
+  ck.tensor(db, "db", DType::F32, dout.shape, "the shape of dout");
+  if (ctx.device.is_cuda()) ck.no_cuda();
+  cpu::residual_backward(da.f32(), db.f32(), dout.f32(), dout.numel());
+}
+
+namespace {
+void check_dropout_p(const OpCheck& ck, const DropoutSpec& dropout) {
+  TIDE_CHECK(dropout.p >= 0.0f && dropout.p < 1.0f,
+             "{}: dropout probability {} must be in [0, 1); set dropout in that range", ck.op,
+             dropout.p);
+}
+}  // namespace
+
+void dropout_forward(const OpContext& ctx, Tensor out, Tensor inp, const DropoutSpec& dropout) {
+  const OpCheck ck{"dropout_forward", ctx};
+  check_dropout_p(ck, dropout);
+  ck.tensor(inp, "inp", DType::F32);
+  ck.tensor(out, "out", DType::F32, inp.shape, "the shape of inp");
+  if (ctx.device.is_cuda()) ck.no_cuda();
+  cpu::dropout_forward(out.f32(), inp.f32(), inp.numel(), dropout);
+}
+
+void dropout_backward(const OpContext& ctx, Tensor dinp, Tensor dout, const DropoutSpec& dropout) {
+  const OpCheck ck{"dropout_backward", ctx};
+  check_dropout_p(ck, dropout);
+  ck.tensor(dout, "dout", DType::F32);
+  ck.tensor(dinp, "dinp", DType::F32, dout.shape, "the shape of dout");
+  if (ctx.device.is_cuda()) ck.no_cuda();
+  cpu::dropout_backward(dinp.f32(), dout.f32(), dout.numel(), dropout);
+}
+
+// ---- cross-entropy ---------------------------------------------------------------------
+
+void crossentropy_forward(const OpContext& ctx, Tensor losses, Tensor logits, Tensor targets) {
+  const OpCheck ck{"crossentropy_forward", ctx};
+  ck.rank(logits, "logits", 2, "(N,V) or (B,T,V)");
+  ck.tensor(logits, "logits", DType::F32);
+  ck.tensor(targets, "targets", DType::I32, leading(logits), "logits' shape without V");
+  ck.tensor(losses, "losses", DType::F32, leading(logits), "logits' shape without V");
+  if (ctx.device.is_cuda()) ck.no_cuda();
+  cpu::crossentropy_forward(losses.f32(), logits.f32(), targets.i32(), rows(logits),
+                            as_int(logits.dim(-1)));
+}
+
+void crossentropy_backward(const OpContext& ctx, Tensor dlogits, Tensor logits, Tensor targets,
+                           float dloss) {
+  const OpCheck ck{"crossentropy_backward", ctx};
+  ck.rank(logits, "logits", 2, "(N,V) or (B,T,V)");
+  ck.tensor(logits, "logits", DType::F32);
+  ck.tensor(targets, "targets", DType::I32, leading(logits), "logits' shape without V");
+  ck.tensor(dlogits, "dlogits", DType::F32, logits.shape, "the shape of logits");
+  if (ctx.device.is_cuda()) ck.no_cuda();
+  cpu::crossentropy_backward(dlogits.f32(), logits.f32(), targets.i32(), rows(logits),
+                             as_int(logits.dim(-1)), dloss);
+}
+
+}  // namespace tide

@@ -1,0 +1,77 @@
+#include "tide/model/blocks.h"
+
+namespace tide {
+
+// Saved tensors of the head, in block_saved order.
+enum HeadSaved { LNF, LNF_MEAN, LNF_RSTD, LOGITS, DLNF, kHeadSaved };
+
+HeadBlock::HeadBlock(const BlockEnv& env, int wte, int lnf_w, int lnf_b)
+    : env_(env), wte_(wte), lnf_w_(lnf_w), lnf_b_(lnf_b) {
+  param_ids_ = {lnf_w, lnf_b, wte};
+}
+
+void HeadBlock::forward(MicroBatch& mb) {
+  const GPTConfig& cfg = *env_.config;
+  const int64_t B = mb.B, T = mb.T, C = cfg.n_embd, V = cfg.vocab_size;
+  // In training the logits are kept (backward turns them into dlogits in place); in
+  // evaluation everything is temporary.
+  Arena& keep = mb.training ? mb.saved : mb.workspace;
+  Tensor x = mb.residual[cfg.n_layer];
+  Tensor lnf = keep.alloc_tensor({B, T, C});
+  Tensor mean = keep.alloc_tensor({B, T}), rstd = keep.alloc_tensor({B, T});
+  layernorm_forward(env_.op, lnf, mean, rstd, x, env_.param(lnf_w_), env_.param(lnf_b_));
+  Tensor logits = keep.alloc_tensor({B, T, V});
+  matmul_forward(env_.op, logits, lnf, env_.param(wte_), Tensor());  // tied LM head
+  Tensor losses = mb.workspace.alloc_tensor({B, T});
+  crossentropy_forward(env_.op, losses, logits, mb.targets);
+  // Mean over the positions with a target (ignored targets give loss 0 and do not count).
+  double sum = 0.0;
+  int64_t counted = 0;
+  const int32_t* tgt = mb.targets.i32();
+  for (int64_t i = 0; i < B * T; ++i) {
+    if (tgt[i] < 0) continue;
+    sum += losses.f32()[i];
+    ++counted;
+  }
+  mb.loss = counted ? static_cast<float>(sum / counted) : 0.0f;
+  if (mb.training) mb.block_saved[cfg.n_layer + 1] = {lnf, mean, rstd, logits, Tensor()};
+}
+
+void HeadBlock::backward_input(MicroBatch& mb) {
+  const GPTConfig& cfg = *env_.config;
+  std::vector<Tensor>& s = mb.block_saved[cfg.n_layer + 1];
+  const int32_t* tgt = mb.targets.i32();
+  int64_t counted = 0;
+  for (int64_t i = 0; i < int64_t{mb.B} * mb.T; ++i) counted += tgt[i] >= 0;
+  // d(mean loss)/d(loss_i) = 1/counted, times the micro-batch's weight in the objective.
+  const float dloss = counted ? mb.dloss / static_cast<float>(counted) : 0.0f;
+  Tensor dlogits = s[LOGITS];  // (B,T,V), overwritten in place
+  crossentropy_backward(env_.op, dlogits, s[LOGITS], mb.targets, dloss);
+  s[DLNF] = mb.workspace.zeros(s[LNF].shape);  // (B,T,C)
+  matmul_backward_input(env_.op, s[DLNF], dlogits, env_.param(wte_));
+  // The head starts the backward pass: dresidual = d(loss)/d(residual[L]).
+  layernorm_backward_input(env_.op, mb.dresidual, s[DLNF], mb.residual[cfg.n_layer],
+                           env_.param(lnf_w_), s[LNF_MEAN], s[LNF_RSTD]);
+}
+
+void HeadBlock::backward_weight(MicroBatch& mb) {
+  const GPTConfig& cfg = *env_.config;
+  const std::vector<Tensor>& s = mb.block_saved[cfg.n_layer + 1];
+  matmul_backward_weight(env_.op, env_.grad(wte_), Tensor(), s[LOGITS], s[LNF]);
+  layernorm_backward_weight(env_.op, env_.grad(lnf_w_), env_.grad(lnf_b_), s[DLNF],
+                            mb.residual[cfg.n_layer], s[LNF_MEAN], s[LNF_RSTD]);
+}
+
+size_t HeadBlock::saved_bytes(int B, int T) const {
+  const int64_t N = int64_t{B} * T;
+  return f32_bytes(N * env_.config->n_embd) + 2 * f32_bytes(N) +
+         f32_bytes(N * env_.config->vocab_size);
+}
+
+size_t HeadBlock::workspace_bytes(int B, int T) const {
+  // Evaluation keeps everything in the workspace: the saved set plus the losses.
+  const int64_t N = int64_t{B} * T;
+  return saved_bytes(B, T) + f32_bytes(N) + f32_bytes(N * env_.config->n_embd);
+}
+
+}  // namespace tide

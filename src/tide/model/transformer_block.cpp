@@ -1,0 +1,174 @@
+#include "tide/model/blocks.h"
+
+namespace tide {
+
+// Parameter slots (index into param_ids_).
+enum Param { LN1_W, LN1_B, ATTN_W, ATTN_B, PROJ_W, PROJ_B, LN2_W, LN2_B, FC_W, FC_B, FC2_W, FC2_B };
+
+// Forward intermediates (index into block_saved), then the B->W gradients appended by
+// backward_input.
+enum Saved {
+  LN1, LN1_MEAN, LN1_RSTD,  // ln_1(x): (B,T,C), (B,T), (B,T)
+  QKV,                      // (B,T,3C)
+  PREATT, ATT,              // softmax probabilities before / after dropout: (B,NH,T,T)
+  ATTY,                     // attention output before c_proj: (B,T,C)
+  RES2,                     // x + attention branch: (B,T,C)
+  LN2, LN2_MEAN, LN2_RSTD,  // ln_2(x2)
+  FCH, FCH_GELU,            // mlp hidden before / after GELU: (B,T,4C)
+  kNumForward,
+  DFC2 = kNumForward,  // gradient of the mlp c_proj output (after dropout backward): (B,T,C)
+  DFCH,                // gradient of the mlp hidden before GELU: (B,T,4C)
+  DLN2,                // gradient of ln_2's output: (B,T,C)
+  DPROJ,               // gradient of the attention c_proj output: (B,T,C)
+  DQKV,                // (B,T,3C)
+  DLN1,                // gradient of ln_1's output: (B,T,C)
+  kNumSaved
+};
+
+// Dropout sites within a layer.
+enum Site { ATTN_PROBS = 0, ATTN_RESID = 1, MLP_RESID = 2 };
+
+TransformerBlock::TransformerBlock(const BlockEnv& env, int layer, std::vector<int> params)
+    : env_(env), layer_(layer) {
+  TIDE_ASSERT(params.size() == 12);
+  param_ids_ = std::move(params);
+}
+
+std::vector<Tensor> TransformerBlock::compute_forward(MicroBatch& mb, bool recompute) {
+  const GPTConfig& cfg = *env_.config;
+  const int64_t B = mb.B, T = mb.T, C = cfg.n_embd, NH = cfg.n_head;
+  const OpContext& op = env_.op;
+  auto p = [&](Param i) { return env_.param(param_ids_[i]); };
+  // Where each intermediate goes: kept for backward in mb.saved, or temporary in the
+  // workspace (during evaluation, a recomputation, or when the policy drops it).
+  const bool keep_any = mb.training && !recompute && env_.policy != ActivationPolicy::FULL;
+  const bool keep_att = keep_any && env_.policy == ActivationPolicy::SAVE_ALL;
+  Arena& main = keep_any ? mb.saved : mb.workspace;
+  Arena& attn = keep_att ? mb.saved : mb.workspace;
+
+  std::vector<Tensor> s(kNumSaved);
+  Tensor x = mb.residual[layer_];  // (B,T,C)
+  s[LN1] = main.alloc_tensor({B, T, C});
+  s[LN1_MEAN] = main.alloc_tensor({B, T});
+  s[LN1_RSTD] = main.alloc_tensor({B, T});
+  layernorm_forward(op, s[LN1], s[LN1_MEAN], s[LN1_RSTD], x, p(LN1_W), p(LN1_B));
+  s[QKV] = main.alloc_tensor({B, T, 3 * C});
+  matmul_forward(op, s[QKV], s[LN1], p(ATTN_W), p(ATTN_B));
+  s[PREATT] = attn.alloc_tensor({B, NH, T, T});
+  s[ATT] = attn.alloc_tensor({B, NH, T, T});
+  s[ATTY] = main.alloc_tensor({B, T, C});
+  attention_forward(op, s[ATTY], s[PREATT], s[ATT], s[QKV], cfg.n_head,
+                    env_.dropout(mb, layer_, ATTN_PROBS));
+  Tensor proj = mb.workspace.alloc_tensor({B, T, C});
+  matmul_forward(op, proj, s[ATTY], p(PROJ_W), p(PROJ_B));
+  dropout_forward(op, proj, proj, env_.dropout(mb, layer_, ATTN_RESID));
+  s[RES2] = main.alloc_tensor({B, T, C});
+  residual_forward(op, s[RES2], x, proj);
+  s[LN2] = main.alloc_tensor({B, T, C});
+  s[LN2_MEAN] = main.alloc_tensor({B, T});
+  s[LN2_RSTD] = main.alloc_tensor({B, T});
+  layernorm_forward(op, s[LN2], s[LN2_MEAN], s[LN2_RSTD], s[RES2], p(LN2_W), p(LN2_B));
+  s[FCH] = main.alloc_tensor({B, T, 4 * C});
+  matmul_forward(op, s[FCH], s[LN2], p(FC_W), p(FC_B));
+  s[FCH_GELU] = main.alloc_tensor({B, T, 4 * C});
+  gelu_forward(op, s[FCH_GELU], s[FCH]);
+  if (!recompute) {  // a recomputation must not touch the block output (already consumed)
+    Tensor fc2 = mb.workspace.alloc_tensor({B, T, C});
+    matmul_forward(op, fc2, s[FCH_GELU], p(FC2_W), p(FC2_B));
+    dropout_forward(op, fc2, fc2, env_.dropout(mb, layer_, MLP_RESID));
+    residual_forward(op, mb.residual[layer_ + 1], s[RES2], fc2);
+  }
+  return s;
+}
+
+void TransformerBlock::forward(MicroBatch& mb) {
+  std::vector<Tensor> s = compute_forward(mb, /*recompute=*/false);
+  if (mb.training) mb.block_saved[layer_ + 1] = std::move(s);
+}
+
+void TransformerBlock::backward_input(MicroBatch& mb) {
+  const GPTConfig& cfg = *env_.config;
+  const int64_t B = mb.B, T = mb.T, C = cfg.n_embd, NH = cfg.n_head;
+  const OpContext& op = env_.op;
+  auto p = [&](Param i) { return env_.param(param_ids_[i]); };
+  std::vector<Tensor>& s = mb.block_saved[layer_ + 1];
+
+  // 1. Bring back what the activation policy did not keep (same dropout masks: same RNG keys).
+  if (env_.policy == ActivationPolicy::FULL) {
+    s = compute_forward(mb, /*recompute=*/true);
+  } else if (env_.policy == ActivationPolicy::SELECTIVE) {
+    s[PREATT] = mb.workspace.alloc_tensor({B, NH, T, T});
+    s[ATT] = mb.workspace.alloc_tensor({B, NH, T, T});
+    Tensor atty = mb.workspace.alloc_tensor({B, T, C});  // equals s[ATTY]; discarded
+    attention_forward(op, atty, s[PREATT], s[ATT], s[QKV], cfg.n_head,
+                      env_.dropout(mb, layer_, ATTN_PROBS));
+  }
+
+  // 2. Walk the block backwards. mb.dresidual holds dL/d(block output) on entry and
+  //    dL/d(block input) on exit (the residual connections pass it through unchanged).
+  Arena& w = mb.workspace;
+  Tensor dy = mb.dresidual;  // (B,T,C)
+  // MLP branch: y = x2 + dropout(fc2(gelu(fc(ln_2(x2)))))
+  s[DFC2] = w.zeros({B, T, C});
+  dropout_backward(op, s[DFC2], dy, env_.dropout(mb, layer_, MLP_RESID));
+  Tensor dgelu = w.zeros({B, T, 4 * C});
+  matmul_backward_input(op, dgelu, s[DFC2], p(FC2_W));
+  s[DFCH] = w.zeros({B, T, 4 * C});
+  gelu_backward(op, s[DFCH], dgelu, s[FCH]);
+  s[DLN2] = w.zeros({B, T, C});
+  matmul_backward_input(op, s[DLN2], s[DFCH], p(FC_W));
+  layernorm_backward_input(op, dy, s[DLN2], s[RES2], p(LN2_W), s[LN2_MEAN], s[LN2_RSTD]);
+  // dy now holds dL/dx2. Attention branch: x2 = x + dropout(proj(attention(ln_1(x))))
+  s[DPROJ] = w.zeros({B, T, C});
+  dropout_backward(op, s[DPROJ], dy, env_.dropout(mb, layer_, ATTN_RESID));
+  Tensor datty = w.zeros({B, T, C});
+  matmul_backward_input(op, datty, s[DPROJ], p(PROJ_W));
+  s[DQKV] = w.zeros({B, T, 3 * C});
+  attention_backward(op, s[DQKV], datty, s[QKV], s[PREATT], s[ATT], cfg.n_head,
+                     env_.dropout(mb, layer_, ATTN_PROBS));
+  s[DLN1] = w.zeros({B, T, C});
+  matmul_backward_input(op, s[DLN1], s[DQKV], p(ATTN_W));
+  layernorm_backward_input(op, dy, s[DLN1], mb.residual[layer_], p(LN1_W), s[LN1_MEAN],
+                           s[LN1_RSTD]);
+}
+
+void TransformerBlock::backward_weight(MicroBatch& mb) {
+  const OpContext& op = env_.op;
+  auto g = [&](Param i) { return env_.grad(param_ids_[i]); };
+  const std::vector<Tensor>& s = mb.block_saved[layer_ + 1];
+  matmul_backward_weight(op, g(FC2_W), g(FC2_B), s[DFC2], s[FCH_GELU]);
+  matmul_backward_weight(op, g(FC_W), g(FC_B), s[DFCH], s[LN2]);
+  layernorm_backward_weight(op, g(LN2_W), g(LN2_B), s[DLN2], s[RES2], s[LN2_MEAN], s[LN2_RSTD]);
+  matmul_backward_weight(op, g(PROJ_W), g(PROJ_B), s[DPROJ], s[ATTY]);
+  matmul_backward_weight(op, g(ATTN_W), g(ATTN_B), s[DQKV], s[LN1]);
+  layernorm_backward_weight(op, g(LN1_W), g(LN1_B), s[DLN1], mb.residual[layer_], s[LN1_MEAN],
+                            s[LN1_RSTD]);
+}
+
+// Sizes, per the allocations above: LN1, ATTY, RES2, LN2 (B,T,C); four (B,T) statistics;
+// QKV (B,T,3C); FCH, FCH_GELU (B,T,4C).
+static size_t main_bytes(int64_t N, int64_t C) {
+  return 4 * f32_bytes(N * C) + 4 * f32_bytes(N) + f32_bytes(N * 3 * C) + 2 * f32_bytes(N * 4 * C);
+}
+static size_t att_bytes(int64_t B, int64_t T, int64_t NH) { return 2 * f32_bytes(B * NH * T * T); }
+
+size_t TransformerBlock::saved_bytes(int B, int T) const {
+  const int64_t N = int64_t{B} * T, C = env_.config->n_embd, NH = env_.config->n_head;
+  switch (env_.policy) {
+    case ActivationPolicy::SAVE_ALL: return main_bytes(N, C) + att_bytes(B, T, NH);
+    case ActivationPolicy::SELECTIVE: return main_bytes(N, C);
+    case ActivationPolicy::FULL: return 0;
+  }
+  return 0;
+}
+
+size_t TransformerBlock::workspace_bytes(int B, int T) const {
+  const int64_t N = int64_t{B} * T, C = env_.config->n_embd, NH = env_.config->n_head;
+  // Worst case: a full recomputation (everything) plus the backward gradients
+  // (DFC2, DLN2, DPROJ, datty, DLN1: 5 x (B,T,C); dgelu, DFCH: 2 x (B,T,4C); DQKV) plus the
+  // forward temporaries (proj, fc2) or the selective attention recompute output.
+  const size_t grads = 5 * f32_bytes(N * C) + 2 * f32_bytes(N * 4 * C) + f32_bytes(N * 3 * C);
+  return main_bytes(N, C) + att_bytes(B, T, NH) + grads + 2 * f32_bytes(N * C);
+}
+
+}  // namespace tide
