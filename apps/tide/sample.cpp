@@ -1,10 +1,102 @@
-// `tide sample` (placeholder while the subcommand is being written)
+// `tide sample --checkpoint runs/default/model.ckpt`: generate text from a trained model.
+
+#include <fmt/core.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+
 #include "commands.h"
-#include "tide/core/error.h"
+#include "tide/data/tokenizer.h"
+#include "tide/train/checkpoint.h"
 
 namespace tide::app {
-void add_sample_command(CLI::App& app) {
-  auto* cmd = app.add_subcommand("sample", "(in progress)");
-  cmd->callback([] { TIDE_FAIL("tide sample is not available in this build yet"); });
+
+namespace {
+
+struct SampleArgs {
+  std::string checkpoint = "runs/default/model.ckpt";
+  std::string prompt;
+  int tokens = 200;
+  int samples = 1;
+  float temperature = 0.8f;
+  int top_k = 40;
+  uint64_t seed = 42;
+};
+
+// Draws a token from softmax(logits / temperature) restricted to the top_k largest.
+int sample_token(const float* logits, int V, float temperature, int top_k, float u) {
+  std::vector<std::pair<float, int>> order(V);
+  for (int i = 0; i < V; ++i) order[i] = {logits[i], i};
+  const int k = top_k > 0 ? std::min(top_k, V) : V;
+  std::partial_sort(order.begin(), order.begin() + k, order.end(),
+                    [](auto& a, auto& b) { return a.first > b.first; });
+  std::vector<double> p(k);
+  double sum = 0;
+  for (int i = 0; i < k; ++i) sum += p[i] = std::exp((order[i].first - order[0].first) / temperature);
+  double acc = 0;
+  for (int i = 0; i < k; ++i)
+    if ((acc += p[i] / sum) >= u) return order[i].second;
+  return order[k - 1].second;
 }
+
+void run_sample(const SampleArgs& a) {
+  TIDE_CHECK(a.temperature > 0, "--temperature must be positive (got {})", a.temperature);
+  TIDE_CHECK(a.tokens >= 1, "--tokens must be at least 1 (got {})", a.tokens);
+  const CheckpointInfo info = read_checkpoint_info(a.checkpoint);
+  TIDE_CHECK(!info.tokenizer.empty(),
+             "checkpoint '{}' names no tokenizer; it was trained on raw token shards", a.checkpoint);
+  const auto tok_path = std::filesystem::path(a.checkpoint).parent_path() / info.tokenizer;
+  const Tokenizer tok = Tokenizer::load(tok_path.string());
+  GPT model(info.config, ActivationPolicy::SAVE_ALL, 0, /*with_optimizer=*/false);
+  load_checkpoint(a.checkpoint, model);
+  const int T = info.config.max_seq_len, V = info.config.vocab_size;
+  auto mb = model.make_micro_batch(1, T);
+  mb->training = false;
+  mb->keep_logits = true;
+  const PhiloxStream rng{a.seed, 0x5a3d1e};
+  uint64_t draw = 0;
+  for (int s = 0; s < a.samples; ++s) {
+    std::vector<int32_t> ids = {tok.eot_id()};
+    const std::vector<int32_t> prompt = tok.encode(a.prompt);
+    ids.insert(ids.end(), prompt.begin(), prompt.end());
+    std::vector<int32_t> generated;
+    for (int n = 0; n < a.tokens; ++n) {
+      // The last T tokens are the context (recomputed each time: simple, and fast enough for
+      // the small models this is for).
+      const int len = std::min<int>(static_cast<int>(ids.size()), T);
+      int32_t* in = mb->tokens.i32();
+      for (int t = 0; t < T; ++t) {
+        in[t] = t < len ? ids[ids.size() - len + t] : 0;
+        mb->targets.i32()[t] = -1;
+      }
+      model.forward(*mb);
+      const float* logits = mb->logits.f32() + int64_t{len - 1} * V;
+      const int next = sample_token(logits, V, a.temperature, a.top_k, rng.uniform(draw++));
+      if (next == tok.eot_id()) break;
+      ids.push_back(next);
+      generated.push_back(next);
+    }
+    if (a.samples > 1) fmt::print("--- sample {} ---\n", s + 1);
+    fmt::print("{}{}\n", a.prompt, tok.decode(generated));
+  }
+}
+
+}  // namespace
+
+void add_sample_command(CLI::App& app) {
+  auto a = std::make_shared<SampleArgs>();
+  auto* cmd = app.add_subcommand("sample", "Generate text from a trained checkpoint");
+  cmd->add_option("--checkpoint", a->checkpoint, "checkpoint written by `tide train`")
+      ->capture_default_str();
+  cmd->add_option("--prompt", a->prompt, "text to continue (default: start of a document)");
+  cmd->add_option("--tokens", a->tokens, "maximum tokens to generate")->capture_default_str();
+  cmd->add_option("--samples", a->samples, "number of samples")->capture_default_str();
+  cmd->add_option("--temperature", a->temperature, "softmax temperature")->capture_default_str();
+  cmd->add_option("--top-k", a->top_k, "sample among the k most likely tokens (0: all)")
+      ->capture_default_str();
+  cmd->add_option("--seed", a->seed, "random seed")->capture_default_str();
+  cmd->callback([a] { run_sample(*a); });
+}
+
 }  // namespace tide::app

@@ -1,10 +1,53 @@
-// `tide train` (placeholder while the subcommand is being written)
+// `tide train [config.json] [key=value ...]`: train a GPT. With no arguments it trains the
+// embedded default (a small GPT on the Debian fortunes corpus, prepared on first use).
+// Under `mpirun -np N` each process is one data-parallel rank.
+
+#include <fmt/core.h>
+
 #include "commands.h"
-#include "tide/core/error.h"
+#include "tide/comm/distributed.h"
+#include "tide/train/trainer.h"
 
 namespace tide::app {
+
 void add_train_command(CLI::App& app) {
-  auto* cmd = app.add_subcommand("train", "(in progress)");
-  cmd->callback([] { TIDE_FAIL("tide train is not available in this build yet"); });
+  auto* cmd = app.add_subcommand(
+      "train",
+      "Train a GPT model. Arguments: an optional JSON config file, then key=value overrides "
+      "(e.g. optimizer.params.lr=3e-4 model.n_layer=6). No arguments: the embedded default "
+      "run on the fortunes corpus.");
+  struct Args {
+    std::vector<std::string> positional;
+    bool list_keys = false;
+  };
+  auto args = std::make_shared<Args>();
+  cmd->add_option("args", args->positional, "[config.json] [key=value ...]");
+  cmd->add_flag("--list-keys", args->list_keys, "list every config key with its default");
+  cmd->callback([args] {
+    if (args->list_keys) {
+      fmt::print("{}", config_reference_markdown());
+      return;
+    }
+    std::string config_path;
+    std::vector<std::string> overrides;
+    for (const std::string& a : args->positional) {
+      if (a.find('=') == std::string::npos && config_path.empty() && overrides.empty())
+        config_path = a;
+      else
+        overrides.push_back(a);
+    }
+    auto body = [&] {
+      TrainConfig cfg = load_train_config(config_path, overrides);
+      Trainer trainer(std::move(cfg), init_distributed());
+      trainer.run();
+    };
+    // Under mpirun an error on one rank must end every rank at once (no hang).
+    if (launched_by_mpirun()) {
+      if (run_ranks(body) != 0) throw Error("training failed");
+    } else {
+      body();
+    }
+  });
 }
+
 }  // namespace tide::app

@@ -38,6 +38,8 @@ struct MicroBatch {
   size_t saved_mark = 0;      // mb.saved position after the buffers above (per-forward state follows)
   size_t workspace_mark = 0;      // workspace position at the start of the current block
   float loss = 0.0f;              // mean loss over the micro-batch (after forward)
+  bool keep_logits = false;       // evaluation: keep the head's logits in `logits` (sampling)
+  Tensor logits;                  // (B,T,V), set by the head when training or keep_logits
 };
 
 // Everything a block needs besides the micro-batch: model shape, op context, chunk store.

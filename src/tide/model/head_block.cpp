@@ -15,7 +15,7 @@ void HeadBlock::forward(MicroBatch& mb) {
   const int64_t B = mb.B, T = mb.T, C = cfg.n_embd, V = cfg.vocab_size;
   // In training the logits are kept (backward turns them into dlogits in place); in
   // evaluation everything is temporary.
-  Arena& keep = mb.training ? mb.saved : mb.workspace;
+  Arena& keep = (mb.training || mb.keep_logits) ? mb.saved : mb.workspace;
   Tensor x = mb.residual[cfg.n_layer];
   Tensor lnf = keep.alloc_tensor({B, T, C});
   Tensor mean = keep.alloc_tensor({B, T}), rstd = keep.alloc_tensor({B, T});
@@ -24,6 +24,7 @@ void HeadBlock::forward(MicroBatch& mb) {
   matmul_forward(env_.op, logits, lnf, env_.param(wte_), Tensor());  // tied LM head
   Tensor losses = mb.workspace.alloc_tensor({B, T});
   crossentropy_forward(env_.op, losses, logits, mb.targets);
+  mb.logits = logits;
   // Mean over the positions with a target (ignored targets give loss 0 and do not count).
   double sum = 0.0;
   int64_t counted = 0;

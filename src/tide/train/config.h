@@ -1,0 +1,82 @@
+#pragma once
+// Training configuration: a JSON file with DeepSpeed's key names where DeepSpeed has one
+// (train_micro_batch_size_per_gpu, optimizer.params.lr, gradient_clipping, bf16.enabled, ...)
+// and tide's own keys otherwise (model.*, data.*, eval.*). Every key can be overridden from the
+// command line as key=value (nested keys with dots: optimizer.params.lr=3e-4).
+//
+// The schema (config_schema()) lists every key with its type, default and one line of
+// documentation; it drives parsing, validation, `tide train --list-keys` and docs/config.md.
+// An unknown key, a value of the wrong type or an out-of-range value is an error naming the
+// key and the fix (with a "did you mean" suggestion for misspelt keys).
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "tide/model/activations.h"
+#include "tide/model/config.h"
+
+namespace tide {
+
+enum class ConfigType { INT, FLOAT, BOOL, STRING, FLOAT_PAIR };
+
+struct ConfigKey {
+  const char* path;  // dotted: "optimizer.params.lr"
+  ConfigType type;
+  nlohmann::json default_value;
+  const char* doc;
+};
+
+const std::vector<ConfigKey>& config_schema();
+
+struct TrainConfig {
+  // batch and schedule
+  int micro_batch = 8;
+  int grad_accum = 1;
+  int train_batch_size = 0;  // 0: not checked; else must equal micro * accum * dp
+  int seq_len = 128;
+  int64_t train_steps = 600;
+  uint64_t seed = 1337;
+  std::string device = "cpu";
+  int threads = 0;
+  // optimizer
+  float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, weight_decay = 0.1f;
+  int64_t warmup_steps = 0;  // resolved: -1 in the file means 10% of decay_steps
+  int64_t decay_steps = 0;   // resolved: 0 in the file means train_steps
+  float min_lr_ratio = 0.1f;
+  float grad_clip = 1.0f;  // 0: off
+  bool bf16 = false, fp16 = false;
+  int zero_stage = 0;
+  ActivationPolicy activation_policy = ActivationPolicy::SAVE_ALL;
+  double chunk_size_mb = 0;  // 0: smallest legal chunk (the largest tensor)
+  // model
+  std::string model_preset;
+  GPTConfig model;  // vocab_size 0 here means "from the data's tokenizer"
+  // data
+  std::string data_dir;  // with train.bin, val.bin, tokenizer.json, meta.json
+  std::string train_data, val_data;
+  bool shuffle = true;
+  // evaluation, logging, output
+  int64_t eval_interval = 100;
+  int eval_steps = 20;
+  int64_t log_interval = 10;
+  std::string out_dir = "runs/default";
+  int64_t checkpoint_interval = 0;  // 0: only at the end
+  bool progress = true;
+  bool is_default_run = false;  // no config file and no data: the embedded default
+};
+
+// Merges `overrides` (key=value strings) into the JSON of `path` ("" = no file), validates
+// everything against the schema and returns the typed config.
+TrainConfig load_train_config(const std::string& path, const std::vector<std::string>& overrides);
+// Same, from JSON already parsed (tests).
+TrainConfig parse_train_config(const nlohmann::json& j);
+
+// The config as JSON (every key, defaults filled in): saved next to checkpoints.
+nlohmann::json config_to_json(const TrainConfig& c);
+
+// Markdown table of the schema (docs/config.md is generated from it).
+std::string config_reference_markdown();
+
+}  // namespace tide

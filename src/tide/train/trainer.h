@@ -1,0 +1,81 @@
+#pragma once
+// Trainer: the training loop. It composes the model (GPT over a chunk store), the data
+// loaders, data parallelism (ZeRO stage 0 over a ProcessGroup) and AdamW.
+//
+// One optimizer step:
+//   for each of grad_accum micro-batches: read this rank's slice of the global batch,
+//     forward, backward (gradients accumulate in the GRAD chunks). On the last micro-batch,
+//     each chunk's gradients are all-reduced (averaged over DP ranks) asynchronously as soon
+//     as the chunk is complete, while backward continues on earlier blocks.
+//   wait for the reductions; global gradient norm -> clip coefficient; AdamW per tensor.
+
+#include <functional>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tide/comm/process_group.h"
+#include "tide/data/loader.h"
+#include "tide/model/gpt.h"
+#include "tide/train/config.h"
+
+namespace tide {
+
+struct StepStats {
+  int64_t step = 0;         // 1-based index of the step just taken
+  float loss = 0;           // mean training loss over the global batch
+  float lr = 0;
+  double grad_norm = 0;     // before clipping
+  double seconds = 0;       // wall time of the step
+  double comm_seconds = 0;  // time spent waiting for gradient reductions after backward
+  int64_t tokens = 0;       // tokens in the global batch
+};
+
+class Trainer {
+ public:
+  // `world` = nullptr: single process. With a world of N ranks, each is one DP rank.
+  Trainer(TrainConfig config, std::shared_ptr<ProcessGroup> world = nullptr);
+  ~Trainer();
+
+  // The whole run: progress line, metrics.jsonl, periodic validation, final checkpoint.
+  void run();
+  // One optimizer step (no logging).
+  StepStats train_step();
+  // Mean validation loss over eval.steps batches (the same batches every time).
+  float evaluate();
+
+  GPT& model() { return *model_; }
+  const TrainConfig& config() const { return cfg_; }
+  int64_t step() const { return step_; }
+  const std::vector<std::pair<int64_t, float>>& val_history() const { return val_history_; }
+  // The unigram baseline of the validation data in nats, when meta.json provides it.
+  std::optional<double> unigram_baseline() const { return unigram_; }
+  // Bytes of gradient data this rank has sent in reductions (communication counters).
+  uint64_t grad_bytes_sent() const;
+
+  // Replaces the training data loader (tests feeding fixed batches): called with the step,
+  // the micro-batch index and the (B,T) inputs and targets to fill.
+  std::function<void(int64_t step, int micro, int32_t* inputs, int32_t* targets)> batch_source;
+
+  // Writes the final checkpoint (model.ckpt in out_dir, with tokenizer.json beside it).
+  std::string save(const std::string& name = "model.ckpt") const;
+
+ private:
+  void resolve_data();
+  void apply_optimizer(float lr, float clip_coef);
+
+  TrainConfig cfg_;
+  std::shared_ptr<ProcessGroup> world_;
+  std::unique_ptr<GPT> model_;
+  std::unique_ptr<MicroBatch> mb_;
+  std::unique_ptr<DataLoader> train_loader_, val_loader_;
+  std::vector<WorkPtr> pending_;  // in-flight gradient reductions of this step
+  std::string tokenizer_path_;
+  std::optional<double> unigram_;
+  int64_t step_ = 0;
+  std::vector<std::pair<int64_t, float>> val_history_;
+};
+
+}  // namespace tide
