@@ -1,10 +1,129 @@
-// `tide estimate` (placeholder while the subcommand is being written)
+// `tide estimate`: how much GPU and host memory one training configuration needs under every
+// memory option (DDP, ZeRO-1/2/3, offload, recompute), side by side, and with --max-model the
+// largest model of a shape family that fits a machine. See docs/estimate.md.
+#include <fmt/core.h>
+
+#include <memory>
+#include <string>
+
 #include "commands.h"
 #include "tide/core/error.h"
+#include "tide/estimate/byte_size.h"
+#include "tide/estimate/report.h"
+#include "tide/estimate/setup_json.h"
 
 namespace tide::app {
-void add_estimate_command(CLI::App& app) {
-  auto* cmd = app.add_subcommand("estimate", "(in progress)");
-  cmd->callback([] { TIDE_FAIL("tide estimate is not available in this build yet"); });
+namespace {
+
+struct EstimateArgs {
+  std::string config, model, offload, recompute, precision, schedule, gpu_mem, host_mem;
+  std::string grow = "hidden";
+  int layers = 0, heads = 0, hidden = 0, vocab = 0, seq = 0;
+  int world_size = 1, tp = 1, pp = 1, micro_batch = 1, grad_accum = 1, zero_stage = 0;
+  int virtual_stages = 1, gpus_per_host = 0;
+  int64_t chunk_mb = 0;
+  bool sp = false, json = false, max_model = false;
+};
+
+// Config file first (if any), then every flag given on the command line on top of it.
+TrainSetup build_setup(const EstimateArgs& a, const CLI::App& cmd) {
+  auto given = [&](const char* flag) { return cmd.get_option(flag)->count() > 0; };
+  TrainSetup s;
+  s.model = GPTConfig::preset("gpt2-124m");
+  if (!a.config.empty()) s = read_setup_file(a.config, s);
+  if (given("--model")) s.model = GPTConfig::preset(a.model);
+  if (given("--layers")) s.model.n_layer = a.layers;
+  if (given("--heads")) s.model.n_head = a.heads;
+  if (given("--hidden")) s.model.n_embd = a.hidden;
+  if (given("--vocab")) s.model.vocab_size = a.vocab;
+  if (given("--seq")) s.model.max_seq_len = a.seq;
+  if (given("--world-size")) s.world_size = a.world_size;
+  if (given("--tp")) s.tp = a.tp;
+  if (given("--pp")) s.pp = a.pp;
+  if (given("--sp")) s.sp = a.sp;
+  if (given("--micro-batch")) s.micro_batch = a.micro_batch;
+  if (given("--grad-accum")) s.grad_accum = a.grad_accum;
+  if (given("--zero-stage")) s.zero_stage = a.zero_stage;
+  if (given("--offload")) s.offload = parse_offload(a.offload);
+  if (given("--recompute")) s.recompute = parse_recompute(a.recompute);
+  if (given("--precision")) s.precision = parse_precision(a.precision);
+  if (given("--schedule")) s.schedule = parse_schedule(a.schedule);
+  if (given("--virtual-stages")) s.virtual_stages = a.virtual_stages;
+  if (given("--chunk-mb")) s.chunk_mib = a.chunk_mb;
+  if (given("--gpus-per-host")) s.gpus_per_host = a.gpus_per_host;
+  s.validate();
+  return s;
 }
+
+void run_estimate(const EstimateArgs& a, const CLI::App& cmd) {
+  const TrainSetup setup = build_setup(a, cmd);
+  MachineBudget budget;
+  if (!a.gpu_mem.empty()) budget.gpu_bytes = parse_byte_size(a.gpu_mem);
+  if (!a.host_mem.empty()) budget.host_bytes = parse_byte_size(a.host_mem);
+  if (a.max_model) {
+    const GrowthFamily family = parse_growth_family(a.grow);
+    const auto rows = find_max_models(setup, budget, family);
+    if (a.json) {
+      fmt::print("{}\n", max_model_json(setup, budget, family, rows).dump());
+    } else {
+      fmt::print("{}", max_model_text(setup, budget, family, rows));
+    }
+    return;
+  }
+  const auto rows = compare_options(setup, budget);
+  if (a.json) {
+    fmt::print("{}\n", options_table_json(setup, budget, rows).dump());
+  } else {
+    fmt::print("{}", options_table_text(setup, budget, rows));
+  }
+}
+
+}  // namespace
+
+void add_estimate_command(CLI::App& app) {
+  auto args = std::make_shared<EstimateArgs>();
+  auto* cmd = app.add_subcommand(
+      "estimate",
+      "memory per GPU and per host of a training setup under every memory option "
+      "(DDP, ZeRO-1/2/3, offload, recompute); --max-model finds the largest model that fits");
+  cmd->add_option("--config", args->config,
+                  "training config (JSON); flags given as well override its keys")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--model", args->model,
+                  "model preset: gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1.5b");
+  cmd->add_option("--layers", args->layers, "n_layer (overrides the preset)");
+  cmd->add_option("--heads", args->heads, "n_head");
+  cmd->add_option("--hidden", args->hidden, "n_embd");
+  cmd->add_option("--vocab", args->vocab, "vocab_size");
+  cmd->add_option("--seq", args->seq, "sequence length (max_seq_len)");
+  cmd->add_option("--world-size", args->world_size, "GPUs in the job (= dp * tp * pp)");
+  cmd->add_option("--tp", args->tp, "tensor-parallel degree");
+  cmd->add_option("--pp", args->pp, "pipeline stages");
+  cmd->add_flag("--sp", args->sp, "sequence parallelism (with --tp)");
+  cmd->add_option("--micro-batch", args->micro_batch, "sequences per micro-batch per GPU");
+  cmd->add_option("--grad-accum", args->grad_accum,
+                  "micro-batches per step (the pipeline's micro-batches)");
+  cmd->add_option("--zero-stage", args->zero_stage, "the configured ZeRO stage (0-3), marked *");
+  cmd->add_option("--offload", args->offload,
+                  "the configured placement: none, offload_optimizer, offload_all");
+  cmd->add_option("--recompute", args->recompute, "the configured policy: none, selective, full");
+  cmd->add_option("--precision", args->precision, "bf16 (default), fp16 or fp32");
+  cmd->add_option("--schedule", args->schedule,
+                  "pipeline schedule: 1f1b (default), gpipe, interleaved, zb-h1, zb-h2");
+  cmd->add_option("--virtual-stages", args->virtual_stages,
+                  "model chunks per stage for the interleaved schedule");
+  cmd->add_option("--chunk-mb", args->chunk_mb,
+                  "chunk size in MiB of compute-precision params (0 = the largest tensor)");
+  cmd->add_option("--gpus-per-host", args->gpus_per_host,
+                  "GPUs sharing one host's memory (default min(world size, 8))");
+  cmd->add_option("--gpu-mem", args->gpu_mem, "memory of one GPU, e.g. 80GiB");
+  cmd->add_option("--host-mem", args->host_mem, "memory of one host, e.g. 512GiB");
+  cmd->add_flag("--json", args->json, "print JSON instead of a table");
+  cmd->add_flag("--max-model", args->max_model,
+                "find the largest model of the family (--grow) that fits --gpu-mem/--host-mem");
+  cmd->add_option("--grow", args->grow,
+                  "--max-model family: hidden (n_embd = 128k, layers fixed) or layers");
+  cmd->callback([args, cmd] { run_estimate(*args, *cmd); });
+}
+
 }  // namespace tide::app

@@ -1,10 +1,53 @@
-// `tide prepare` (placeholder while the subcommand is being written)
+// `tide prepare`: text files -> tokenizer.json, train.bin, val.bin, meta.json (see docs/data.md).
+#include <fmt/format.h>
+
+#include <chrono>
+
 #include "commands.h"
-#include "tide/core/error.h"
+#include "tide/data/prepare.h"
 
 namespace tide::app {
+
 void add_prepare_command(CLI::App& app) {
-  auto* cmd = app.add_subcommand("prepare", "(in progress)");
-  cmd->callback([] { TIDE_FAIL("tide prepare is not available in this build yet"); });
+  auto opts = std::make_shared<PrepareOptions>();
+  auto* cmd = app.add_subcommand(
+      "prepare",
+      "Tokenize text into token shards: writes tokenizer.json, train.bin, val.bin, meta.json. "
+      "Without --input, prepares the default corpus (the Debian fortunes).");
+  cmd->add_option("--input", opts->inputs,
+                  "Text files, directories or globs (quote globs); default: the fortunes corpus");
+  cmd->add_option("--out-dir", opts->out_dir, "Output directory, e.g. data/mytext")->required();
+  cmd->add_option("--vocab-size", opts->vocab_size,
+                  "Vocabulary of the trained BPE tokenizer: 256 bytes + merges + <|endoftext|>")
+      ->capture_default_str();
+  cmd->add_option("--val-fraction", opts->val_fraction, "Share of documents that go to val.bin")
+      ->capture_default_str();
+  cmd->add_option("--gpt2-encoder", opts->gpt2_encoder,
+                  "GPT-2's encoder.json: use GPT-2's tokenizer instead of training one");
+  cmd->add_option("--gpt2-vocab", opts->gpt2_vocab, "GPT-2's vocab.bpe (with --gpt2-encoder)");
+  cmd->add_option("--max-mb", opts->max_mb, "Read at most this many MB of text (0: all)")
+      ->capture_default_str();
+  cmd->add_option("--doc-separator", opts->doc_separator,
+                  "A line that separates documents inside a file (e.g. % for fortune files); "
+                  "default: each file is one document");
+  cmd->callback([opts] {
+    PrepareOptions o = *opts;
+    if (o.inputs.empty()) {
+      const PrepareOptions fortunes = default_corpus_options(o.out_dir);
+      o.inputs = fortunes.inputs;
+      if (o.doc_separator.empty()) o.doc_separator = fortunes.doc_separator;
+      fmt::print("prepare: no --input, using the default corpus ({} fortune files)\n",
+                 o.inputs.size());
+    }
+    const auto start = std::chrono::steady_clock::now();
+    const PrepareResult r = prepare_corpus(o);
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    fmt::print(
+        "prepare: done in {:.1f} s: vocab {}, train {} tokens ({} documents), val {} tokens ({} "
+        "documents)\n",
+        seconds, r.vocab_size, r.train_tokens, r.train_documents, r.val_tokens, r.val_documents);
+  });
 }
+
 }  // namespace tide::app

@@ -36,11 +36,12 @@ struct OpCheck {
                name, t.shape.str(), expected.str(), why);
   }
   // ... or, for per-row vectors such as mean(N), exactly `n` elements in any shape.
-  void tensor_numel(const Tensor& t, const char* name, DType dt, int64_t n,
-                    const char* why) const {
+  void tensor_numel(const Tensor& t, const char* name, DType dt, int64_t n, const char* why) const {
     tensor(t, name, dt);
-    TIDE_CHECK(t.numel() == n, "{}: tensor '{}' has shape {} ({} elements) but {} elements are "
-               "expected ({})", op, name, t.shape.str(), t.numel(), n, why);
+    TIDE_CHECK(t.numel() == n,
+               "{}: tensor '{}' has shape {} ({} elements) but {} elements are "
+               "expected ({})",
+               op, name, t.shape.str(), t.numel(), n, why);
   }
   void rank(const Tensor& t, const char* name, int min_ndim, const char* layout) const {
     TIDE_CHECK(t.ndim() >= min_ndim, "{}: tensor '{}' has shape {} but must be {}", op, name,
@@ -67,8 +68,12 @@ Shape with_last(const Tensor& t, int64_t last) {
   s.dims[s.ndim - 1] = last;
   return s;
 }
-int64_t rows(const Tensor& t) { return t.numel() / t.dim(-1); }
-int as_int(int64_t x) { return static_cast<int>(x); }
+int64_t rows(const Tensor& t) {
+  return t.numel() / t.dim(-1);
+}
+int as_int(int64_t x) {
+  return static_cast<int>(x);
+}
 
 }  // namespace
 
@@ -175,8 +180,8 @@ void matmul_forward(const OpContext& ctx, Tensor out, Tensor inp, Tensor weight,
   if (bias.defined()) ck.tensor(bias, "bias", DType::F32, Shape{OC}, "(OC), OC from weight");
   ck.tensor(out, "out", DType::F32, with_last(inp, OC), "inp's shape with C replaced by OC");
   if (ctx.device.is_cuda()) ck.no_cuda();
-  cpu::matmul_forward(out.f32(), inp.f32(), weight.f32(), bias.defined() ? bias.f32() : nullptr,
-                      N, as_int(C), as_int(OC));
+  cpu::matmul_forward(out.f32(), inp.f32(), weight.f32(), bias.defined() ? bias.f32() : nullptr, N,
+                      as_int(C), as_int(OC));
 }
 
 void matmul_backward_input(const OpContext& ctx, Tensor dinp, Tensor dout, Tensor weight) {

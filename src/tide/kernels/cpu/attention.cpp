@@ -11,11 +11,12 @@
 
 #include "tide/kernels/cpu/cpu_ops.h"
 #include "tide/kernels/cpu/dropout_mask.h"
+#include "tide/kernels/cpu/vec.h"
 
 namespace tide::cpu {
 
-void attention_forward(float* out, float* preatt, float* att, const float* qkv, int B, int T,
-                       int C, int NH, const DropoutSpec& dropout) {
+void attention_forward(float* out, float* preatt, float* att, const float* qkv, int B, int T, int C,
+                       int NH, const DropoutSpec& dropout) {
   const int C3 = 3 * C;
   const int HS = C / NH;
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
@@ -35,9 +36,7 @@ void attention_forward(float* out, float* preatt, float* att, const float* qkv, 
           float maxval = -INFINITY;
           for (int t2 = 0; t2 <= t; ++t2) {
             const float* k = qkv + (static_cast<int64_t>(b) * T + t2) * C3 + C + h * HS;
-            float s = 0.0f;
-            for (int i = 0; i < HS; ++i) s += q[i] * k[i];
-            s *= scale;
+            const float s = dot(q, k, HS) * scale;
             probs[t2] = s;
             if (s > maxval) maxval = s;
           }
@@ -64,8 +63,7 @@ void attention_forward(float* out, float* preatt, float* att, const float* qkv, 
           for (int i = 0; i < HS; ++i) o[i] = 0.0f;
           for (int t2 = 0; t2 <= t; ++t2) {
             const float* v = qkv + (static_cast<int64_t>(b) * T + t2) * C3 + 2 * C + h * HS;
-            const float a = att_row[t2];
-            for (int i = 0; i < HS; ++i) o[i] += a * v[i];
+            axpy(att_row[t2], v, o, HS);
           }
         }
       }
@@ -77,8 +75,7 @@ void attention_forward(float* out, float* preatt, float* att, const float* qkv, 
 // dqkv that no other (b, h) touches, so threads never write the same element, and within a
 // (b, h) the rows t are processed in order: the result does not depend on the thread count.
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* preatt,
-                        const float* att, int B, int T, int C, int NH,
-                        const DropoutSpec& dropout) {
+                        const float* att, int B, int T, int C, int NH, const DropoutSpec& dropout) {
   const int C3 = 3 * C;
   const int HS = C / NH;
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
@@ -102,17 +99,13 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
             const int64_t bt2 = static_cast<int64_t>(b) * T + t2;
             const float* v = qkv + bt2 * C3 + 2 * C + h * HS;
             float* dv = dqkv + bt2 * C3 + 2 * C + h * HS;
-            float datt = 0.0f;
-            for (int i = 0; i < HS; ++i) {
-              datt += v[i] * dout_t[i];
-              dv[i] += att_row[t2] * dout_t[i];
-            }
-            dprobs[t2] = datt;
+            dprobs[t2] = dot(v, dout_t, HS);
+            axpy(att_row[t2], dout_t, dv, HS);
           }
           // att = probs * mult: dprobs = datt * mult (the mask regenerated from the spec).
           if (dropout.enabled()) {
             dropout_multipliers(dropout, static_cast<uint64_t>(row), t + 1, mult.data());
-            (void)0;
+            for (int t2 = 0; t2 <= t; ++t2) dprobs[t2] *= mult[t2];
           }
           // softmax: dscore[t2] = probs[t2] * (dprobs[t2] - sum_j probs[j] dprobs[j])
           float dot = 0.0f;
@@ -123,10 +116,8 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
             const int64_t bt2 = static_cast<int64_t>(b) * T + t2;
             const float* k = qkv + bt2 * C3 + C + h * HS;
             float* dk = dqkv + bt2 * C3 + C + h * HS;
-            for (int i = 0; i < HS; ++i) {
-              dq[i] += dscore * k[i];
-              dk[i] += dscore * q[i];
-            }
+            axpy(dscore, k, dq, HS);
+            axpy(dscore, q, dk, HS);
           }
         }
       }

@@ -15,24 +15,23 @@
 namespace tide::cpu {
 
 // out(B,T,C) = wte[tokens(B,T)] + wpe[t]; tokens must lie in [0, V) (throws otherwise).
-void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
-                       int B, int T, int C, int V);
+void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B,
+                       int T, int C, int V);
 // dwte(V,C) += scatter of dout rows by token, dwpe(T,C) += sum over b of dout.
 void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B,
                         int T, int C, int V);
 
 // out(N,C), mean(N), rstd(N) from inp(N,C), weight(C), bias(C).
-void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
-                       const float* weight, const float* bias, int64_t N, int C);
-void layernorm_backward_input(float* dinp, const float* dout, const float* inp,
-                              const float* weight, const float* mean, const float* rstd,
-                              int64_t N, int C);
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                       const float* bias, int64_t N, int C);
+void layernorm_backward_input(float* dinp, const float* dout, const float* inp, const float* weight,
+                              const float* mean, const float* rstd, int64_t N, int C);
 void layernorm_backward_weight(float* dweight, float* dbias, const float* dout, const float* inp,
                                const float* mean, const float* rstd, int64_t N, int C);
 
 // out(N,OC) = inp(N,C) @ weight(OC,C)^T + bias(OC); bias may be null.
-void matmul_forward(float* out, const float* inp, const float* weight, const float* bias,
-                    int64_t N, int C, int OC);
+void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int64_t N,
+                    int C, int OC);
 // dinp(N,C) += dout(N,OC) @ weight(OC,C)
 void matmul_backward_input(float* dinp, const float* dout, const float* weight, int64_t N, int C,
                            int OC);
@@ -41,8 +40,8 @@ void matmul_backward_weight(float* dweight, float* dbias, const float* dout, con
                             int64_t N, int C, int OC);
 
 // qkv(B,T,3C) -> out(B,T,C); preatt(B,NH,T,T) softmax probabilities, att(B,NH,T,T) after dropout.
-void attention_forward(float* out, float* preatt, float* att, const float* qkv, int B, int T,
-                       int C, int NH, const DropoutSpec& dropout);
+void attention_forward(float* out, float* preatt, float* att, const float* qkv, int B, int T, int C,
+                       int NH, const DropoutSpec& dropout);
 // dqkv(B,T,3C) += gradient of out w.r.t. qkv.
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* preatt,
                         const float* att, int B, int T, int C, int NH, const DropoutSpec& dropout);

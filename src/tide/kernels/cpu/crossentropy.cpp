@@ -65,14 +65,20 @@ void crossentropy_backward(float* dlogits, const float* logits, const int32_t* t
       for (int v = 0; v < V; ++v) dx[v] = 0.0f;
       continue;
     }
-    // The statistics read the whole row before any write, and the loop below reads x[v]
-    // before writing dx[v]: safe when dlogits aliases logits.
-    const RowStats st = row_stats(x, V);
-    const float inv_sum = static_cast<float>(1.0 / st.sum);
+    // Three passes over the row, each reading x[v] before writing dx[v] (safe in place):
+    // the maximum; e = exp(x - max), stored in dx and summed in double; the scaling to
+    // softmax * dloss. Then the one-hot term: dx[target] -= dloss.
+    float maxval = -INFINITY;
+    for (int v = 0; v < V; ++v) maxval = x[v] > maxval ? x[v] : maxval;
+    double sum = 0.0;
     for (int v = 0; v < V; ++v) {
-      const float p = std::exp(x[v] - st.maxval) * inv_sum;
-      dx[v] = (p - (v == target ? 1.0f : 0.0f)) * dloss;
+      const float e = std::exp(x[v] - maxval);
+      dx[v] = e;
+      sum += e;
     }
+    const float scale = static_cast<float>(1.0 / sum) * dloss;  // softmax = e / sum
+    for (int v = 0; v < V; ++v) dx[v] *= scale;
+    dx[target] -= dloss;
   }
 }
 

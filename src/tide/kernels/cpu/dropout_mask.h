@@ -13,7 +13,9 @@
 namespace tide::cpu {
 
 // Scale of a kept element. Computed once in f32 so every site multiplies by the same number.
-inline float dropout_keep_scale(float p) { return 1.0f / (1.0f - p); }
+inline float dropout_keep_scale(float p) {
+  return 1.0f / (1.0f - p);
+}
 
 // mult[j] = mask multiplier (1/(1-p) or 0) of stream element first + j, j in [0, n).
 // Philox produces four numbers per call; this uses all four instead of calling

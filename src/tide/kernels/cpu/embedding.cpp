@@ -25,8 +25,8 @@ constexpr int kChannelBlock = 64;
 
 }  // namespace
 
-void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
-                       int B, int T, int C, int V) {
+void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B,
+                       int T, int C, int V) {
   check_tokens(tokens, B, T, V, "embedding_forward");
 #pragma omp parallel for collapse(2) schedule(static)
   for (int b = 0; b < B; ++b) {

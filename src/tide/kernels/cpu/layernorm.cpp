@@ -14,8 +14,8 @@ constexpr float kEps = 1e-5f;
 constexpr int kChannelBlock = 64;
 }  // namespace
 
-void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
-                       const float* weight, const float* bias, int64_t N, int C) {
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                       const float* bias, int64_t N, int C) {
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
     const float* x = inp + n * C;  // (C)
@@ -39,9 +39,8 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
 
 // With xhat = (x - mean) * rstd and g = dout * weight, the input gradient is
 //   dx = rstd * (g - mean(g) - xhat * mean(g * xhat)).
-void layernorm_backward_input(float* dinp, const float* dout, const float* inp,
-                              const float* weight, const float* mean, const float* rstd,
-                              int64_t N, int C) {
+void layernorm_backward_input(float* dinp, const float* dout, const float* inp, const float* weight,
+                              const float* mean, const float* rstd, int64_t N, int C) {
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
     const float* x = inp + n * C;

@@ -1,11 +1,10 @@
-// Linear layer out = inp @ weight^T + bias through OpenBLAS sgemm. The weight is (OC,C)
-// row-major as in PyTorch, so every product is a plain row-major sgemm with one transpose.
-// Backward ops pass beta = 1 so that sgemm itself accumulates into the gradient.
-#include <cblas.h>
-
+// Linear layer out = inp @ weight^T + bias through OpenBLAS sgemm (tiled, see gemm.h). The
+// weight is (OC,C) row-major as in PyTorch, so every product is a plain row-major sgemm with
+// one transpose. Backward ops pass beta = 1 so that sgemm itself accumulates into the gradient.
 #include <algorithm>
 
 #include "tide/kernels/cpu/cpu_ops.h"
+#include "tide/kernels/cpu/gemm.h"
 
 namespace tide::cpu {
 
@@ -14,8 +13,8 @@ namespace {
 constexpr int kChannelBlock = 64;
 }  // namespace
 
-void matmul_forward(float* out, const float* inp, const float* weight, const float* bias,
-                    int64_t N, int C, int OC) {
+void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int64_t N,
+                    int C, int OC) {
   float beta = 0.0f;
   if (bias != nullptr) {
     // Start every row at the bias and let sgemm add the product (beta = 1).
@@ -24,22 +23,19 @@ void matmul_forward(float* out, const float* inp, const float* weight, const flo
     beta = 1.0f;
   }
   // out(N,OC) = inp(N,C) @ weight(OC,C)^T
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(N), OC, C, 1.0f, inp, C,
-              weight, C, beta, out, OC);
+  gemm(false, true, N, OC, C, 1.0f, inp, C, weight, C, beta, out, OC);
 }
 
 void matmul_backward_input(float* dinp, const float* dout, const float* weight, int64_t N, int C,
                            int OC) {
   // dinp(N,C) += dout(N,OC) @ weight(OC,C)
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(N), C, OC, 1.0f, dout,
-              OC, weight, C, 1.0f, dinp, C);
+  gemm(false, false, N, C, OC, 1.0f, dout, OC, weight, C, 1.0f, dinp, C);
 }
 
 void matmul_backward_weight(float* dweight, float* dbias, const float* dout, const float* inp,
                             int64_t N, int C, int OC) {
   // dweight(OC,C) += dout(N,OC)^T @ inp(N,C)
-  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, static_cast<int>(N), 1.0f, dout, OC,
-              inp, C, 1.0f, dweight, C);
+  gemm(true, false, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
   if (dbias == nullptr) return;
   // dbias(OC) += column sums of dout, each block of columns summed over rows in order.
   const int n_blocks = (OC + kChannelBlock - 1) / kChannelBlock;

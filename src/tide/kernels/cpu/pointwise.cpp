@@ -11,6 +11,14 @@ namespace {
 const float kGeluScale = std::sqrt(2.0f / static_cast<float>(M_PI));
 // Elements per work item of dropout (a multiple of 4: one Philox call yields 4 numbers).
 constexpr int64_t kDropoutBlock = 1024;
+
+// tanh(u) = 1 - 2 / (1 + exp(2u)). glibc's tanhf costs ~50 ns here against ~10 ns for expf
+// (measured on this machine), and GELU is applied to every element of the MLP's (N, 4C)
+// activation. The absolute difference from tanhf is below 2e-7; exp overflowing to inf for
+// large u gives exactly 1, and underflowing to 0 for very negative u exactly -1.
+inline float tanh_via_exp(float u) {
+  return 1.0f - 2.0f / (1.0f + std::exp(2.0f * u));
+}
 }  // namespace
 
 // gelu(x) = 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3)  (GPT-2's tanh form)
@@ -19,7 +27,7 @@ void gelu_forward(float* out, const float* inp, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     const float x = inp[i];
     const float u = kGeluScale * (x + 0.044715f * x * x * x);
-    out[i] = 0.5f * x * (1.0f + std::tanh(u));
+    out[i] = 0.5f * x * (1.0f + tanh_via_exp(u));
   }
 }
 
@@ -30,9 +38,9 @@ void gelu_backward(float* dinp, const float* dout, const float* inp, int64_t n) 
   for (int64_t i = 0; i < n; ++i) {
     const float x = inp[i];
     const float u = kGeluScale * (x + 0.044715f * x * x * x);
-    const float th = std::tanh(u);
-    const float local =
-        0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * kGeluScale * (1.0f + 3.0f * 0.044715f * x * x);
+    const float th = tanh_via_exp(u);
+    const float local = 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * kGeluScale *
+                                                 (1.0f + 3.0f * 0.044715f * x * x);
     dinp[i] += local * dout[i];
   }
 }

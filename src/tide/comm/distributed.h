@@ -1,0 +1,51 @@
+#pragma once
+// Starting a distributed run, and failing one cleanly.
+//
+//   int main(int argc, char** argv) {
+//     return tide::run_ranks([&] {
+//       auto world = tide::init_distributed();   // size 1 without mpirun, no MPI calls then
+//       ...
+//     });
+//   }
+//
+// init_distributed() looks for the variables mpirun sets (OMPI_COMM_WORLD_SIZE; PMI_SIZE and
+// PMIX_RANK for other launchers). Without them it returns a LocalProcessGroup of size 1 and never
+// touches MPI, so a single-process run needs no launcher. With them it initialises MPI (once per
+// process) and returns a duplicate of MPI_COMM_WORLD.
+//
+// run_ranks(fn) runs fn and turns an exception on any rank into a clean, fast failure of the
+// whole job: it prints `rank R: <message>` to stderr and calls MPI_Abort, which makes mpirun
+// kill every rank (otherwise the other ranks would wait forever in their next collective).
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "tide/comm/process_group.h"
+
+namespace tide {
+
+struct DistributedOptions {
+  CommAlgorithm algorithm = CommAlgorithm::Mpi;
+};
+
+// True when this process was started by an MPI launcher.
+bool launched_by_mpirun();
+
+// The world group: LocalProcessGroup without a launcher, MpiProcessGroup under mpirun. May be
+// called more than once (each call returns a new group over the same world).
+std::shared_ptr<ProcessGroup> init_distributed(const DistributedOptions& options = {});
+
+// This process's rank in the world, for messages: from MPI once initialised, else from the
+// launcher's environment, else 0.
+int world_rank_for_messages();
+
+// Prints `rank R: message` to stderr and ends the whole job with exit code 1: MPI_Abort when MPI
+// is running, exit(1) otherwise.
+[[noreturn]] void abort_world(const std::string& message);
+
+// Runs fn. Returns 0 if it returns; if it throws, prints `rank R: <what()>` and aborts the job
+// (under mpirun) or returns 1 (single process).
+int run_ranks(const std::function<void()>& fn);
+
+}  // namespace tide

@@ -1,0 +1,152 @@
+#include "tide/comm/mpi_engine.h"
+
+#include <chrono>
+#include <climits>
+
+namespace tide {
+
+void MpiWork::wait() {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return done_; });
+  if (error_) std::rethrow_exception(error_);
+}
+
+bool MpiWork::is_completed() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return done_;
+}
+
+void MpiWork::finish(std::exception_ptr error) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    done_ = true;
+    error_ = error;
+  }
+  cv_.notify_all();
+}
+
+MpiEngine::MpiEngine() {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  TIDE_CHECK(!initialized,
+             "MPI was initialised outside tide; let init_distributed() initialise it");
+  int provided = 0;
+  MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided);
+  TIDE_CHECK(provided >= MPI_THREAD_SERIALIZED,
+             "this MPI library provides thread level {} but tide's communication thread needs "
+             "MPI_THREAD_SERIALIZED ({}); use an MPI built with thread support (OpenMPI does)",
+             provided, MPI_THREAD_SERIALIZED);
+  thread_level_ = provided;
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank_);
+  MPI_Comm_size(MPI_COMM_WORLD, &world_size_);
+  thread_ = std::thread([this] { loop(); });
+}
+
+MpiEngine::~MpiEngine() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_Finalize();
+}
+
+std::shared_ptr<MpiWork> MpiEngine::submit(std::unique_ptr<MpiOp> op) {
+  auto work = std::make_shared<MpiWork>();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    TIDE_ASSERT(!stop_);
+    queue_.push_back({std::move(op), work});
+  }
+  cv_.notify_all();
+  return work;
+}
+
+namespace {
+// An op that runs one function to completion when started.
+class FunctionOp final : public MpiOp {
+ public:
+  explicit FunctionOp(std::function<void()> fn) : fn_(std::move(fn)) {}
+  void start() override { fn_(); }
+  bool progress() override { return true; }
+
+ private:
+  std::function<void()> fn_;
+};
+}  // namespace
+
+void MpiEngine::run(std::function<void()> fn) {
+  submit(std::make_unique<FunctionOp>(std::move(fn)))->wait();
+}
+
+void MpiEngine::loop() {
+  std::vector<Pending> active;
+  auto last_advance = std::chrono::steady_clock::now();
+  for (;;) {
+    std::deque<Pending> fresh;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      if (active.empty()) cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      if (stop_ && queue_.empty() && active.empty()) return;
+      fresh.swap(queue_);
+    }
+    // Start new ops in submission order, so every rank starts a group's collectives in the
+    // same order (MPI requires it for non-blocking collectives).
+    for (Pending& p : fresh) {
+      try {
+        p.op->start();
+        active.push_back(std::move(p));
+      } catch (...) {
+        p.work->finish(std::current_exception());
+      }
+    }
+    bool advanced = !fresh.empty();
+    for (size_t i = 0; i < active.size();) {
+      bool finished = false;
+      std::exception_ptr error;
+      try {
+        finished = active[i].op->progress();
+      } catch (...) {
+        finished = true;
+        error = std::current_exception();
+      }
+      if (finished) {
+        active[i].work->finish(error);
+        active.erase(active.begin() + static_cast<std::ptrdiff_t>(i));
+        advanced = true;
+      } else {
+        ++i;
+      }
+    }
+    // Back off while waiting on peers: yield for the first millisecond without a completion
+    // (a large message needs many polls in a row to move its fragments through shared memory),
+    // then sleep briefly so that a rank waiting long for a slow peer does not burn a core that
+    // compute threads (or oversubscribed ranks) need.
+    const auto now = std::chrono::steady_clock::now();
+    if (advanced) last_advance = now;
+    if (now - last_advance > std::chrono::milliseconds(1))
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+    else if (!advanced)
+      std::this_thread::yield();
+  }
+}
+
+std::shared_ptr<MpiEngine> mpi_engine() {
+  static std::mutex mu;
+  static std::shared_ptr<MpiEngine> engine;
+  std::lock_guard<std::mutex> lock(mu);
+  if (!engine) engine = std::make_shared<MpiEngine>();
+  return engine;
+}
+
+int mpi_count(int64_t n, const char* who) {
+  TIDE_CHECK(n <= INT_MAX,
+             "{}: {} elements exceed MPI's count limit of {}; split the buffer into buckets", who,
+             n, INT_MAX);
+  return static_cast<int>(n);
+}
+
+}  // namespace tide

@@ -1,0 +1,96 @@
+#pragma once
+// MpiEngine: one thread per process that makes every MPI call after MPI_Init (except MPI_Abort).
+//
+// Why a thread: the data-parallel trainer starts a gradient all-reduce and goes on computing the
+// next block's backward. MPI moves data only while some thread is inside an MPI call (OpenMPI
+// has no asynchronous progress for shared memory or TCP: `ompi_info` says "OMPI progress: no"),
+// so a non-blocking collective started by the trainer would sit idle until its wait(). The
+// engine thread keeps testing the pending requests and so overlaps communication with compute.
+//
+// Why one thread for all groups: requests and communicator creation are then serialised through
+// one thread, so collectives on a communicator are always started in the caller's order and MPI
+// needs only MPI_THREAD_SERIALIZED. We request MPI_THREAD_MULTIPLE anyway (OpenMPI provides it)
+// because MPI_Abort may be called from the failing thread while the engine is inside MPI_Test.
+//
+// An operation is a small state machine (MpiOp): start() posts non-blocking calls, progress()
+// tests them, advances (a ring algorithm posts its next step) and reports when it is finished.
+
+#include <mpi.h>
+
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "tide/comm/process_group.h"
+
+namespace tide {
+
+class MpiOp {
+ public:
+  virtual ~MpiOp() = default;
+  virtual void start() = 0;
+  // Returns true once the operation is complete (its results are in the output buffers).
+  virtual bool progress() = 0;
+};
+
+// The handle the caller waits on; the engine marks it finished.
+class MpiWork final : public Work {
+ public:
+  void wait() override;
+  bool is_completed() override;
+  void finish(std::exception_ptr error);
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::exception_ptr error_;
+};
+
+class MpiEngine {
+ public:
+  // Initialises MPI (MPI_Init_thread) and starts the engine thread. Call once per process.
+  MpiEngine();
+  // Stops the thread and calls MPI_Finalize.
+  ~MpiEngine();
+  MpiEngine(const MpiEngine&) = delete;
+  MpiEngine& operator=(const MpiEngine&) = delete;
+
+  // Queues `op`; it is started after every op submitted before it.
+  std::shared_ptr<MpiWork> submit(std::unique_ptr<MpiOp> op);
+  // Runs `fn` on the engine thread (in queue order) and waits for it; rethrows its exception.
+  // For blocking setup calls such as MPI_Comm_split.
+  void run(std::function<void()> fn);
+
+  int world_rank() const { return world_rank_; }
+  int world_size() const { return world_size_; }
+  int thread_level() const { return thread_level_; }
+
+ private:
+  void loop();
+
+  int world_rank_ = 0, world_size_ = 1, thread_level_ = 0;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  struct Pending {
+    std::unique_ptr<MpiOp> op;
+    std::shared_ptr<MpiWork> work;
+  };
+  std::deque<Pending> queue_;
+  std::thread thread_;
+};
+
+// The process's engine: created on first use (which initialises MPI), kept alive by every MPI
+// group that holds it, finalised when the last holder is gone at exit.
+std::shared_ptr<MpiEngine> mpi_engine();
+
+// Throws if `n` elements do not fit MPI's int count.
+int mpi_count(int64_t n, const char* who);
+
+}  // namespace tide

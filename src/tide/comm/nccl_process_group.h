@@ -1,0 +1,42 @@
+#pragma once
+// NcclProcessGroup: collectives over device (CUDA) buffers with NCCL.
+//
+// - One NCCL communicator per group, on its own non-blocking CUDA stream, so communication
+//   overlaps kernels running on the compute stream.
+// - Ordering: each call first makes the comm stream wait for an event recorded on the compute
+//   stream (the legacy default stream unless set_compute_stream() names another), so the buffer
+//   holds the values the compute stream wrote before the call.
+// - Async: the Work records an event on the comm stream after the NCCL call; wait() blocks the
+//   host on it (cudaEventSynchronize), is_completed() polls it (cudaEventQuery).
+// - Bootstrap: rank 0 of `bootstrap` (the MPI world, or a LocalProcessGroup for a single
+//   process) creates the ncclUniqueId and broadcasts it over `bootstrap`; the NCCL group has
+//   the same ranks in the same order. split() splits the bootstrap group and makes a new NCCL
+//   communicator over the piece.
+// - Dtypes: reductions in f32, bf16, f16 (ReduceOp::Avg is ncclAvg); moves in any dtype.
+// - Counters: NCCL picks its own algorithm (ring or tree), so like the MPI backend's `mpi`
+//   algorithm the counters record ring theory (ring_traffic.h).
+// - send/recv: NCCL has no tags; messages between two ranks match in issue order, so only
+//   tag 0 is accepted.
+//
+// Compiled only when NCCL was found (TIDE_HAVE_NCCL); otherwise make_nccl_process_group throws a
+// clear error.
+
+#include <memory>
+
+#include "tide/comm/process_group.h"
+
+namespace tide {
+
+// True when tide was built with NCCL.
+bool nccl_available();
+
+// Collective over `bootstrap`: an NCCL group on CUDA device `device` with the ranks of
+// `bootstrap`.
+std::shared_ptr<ProcessGroup> make_nccl_process_group(std::shared_ptr<ProcessGroup> bootstrap,
+                                                      int device);
+
+// For an NCCL group: the CUDA stream (a cudaStream_t) whose work must finish before each
+// collective reads its buffers; nullptr is the legacy default stream. Throws for other backends.
+void set_compute_stream(ProcessGroup& group, void* cuda_stream);
+
+}  // namespace tide

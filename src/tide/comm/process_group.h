@@ -1,0 +1,141 @@
+#pragma once
+// ProcessGroup: the collectives tide needs, over a set of ranks.
+//
+//   all_reduce      buf (n)            -> every rank holds the sum (or mean) of all ranks' buf
+//   reduce_scatter  in (N*k) -> out (k): rank r gets the reduced slice [r*k, (r+1)*k) of in
+//   all_gather      in (k) -> out (N*k): slice r of out is rank r's in
+//   broadcast       buf (n)            -> every rank holds root's buf
+//   send / recv     point to point (pipeline stages), matched by (peer, tag)
+//   barrier
+//
+// Each call has an asynchronous form returning a Work handle to wait on; the blocking form is
+// the asynchronous one followed by wait(). Calls on one group must be issued in the same order
+// on every rank of the group (as with MPI and NCCL); the buffers of an asynchronous call must stay
+// alive and untouched until its Work completes.
+//
+// Every call adds to the group's byte counters: bytes this rank sent and received, so tests and
+// benchmarks can compare traffic with theory (ZeRO: 2*Psi*(N-1)/N per rank for an all-reduce).
+// Backends: LocalProcessGroup (one rank, no MPI), MpiProcessGroup (host buffers),
+// NcclProcessGroup (device buffers). See docs/comm.md.
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tide/core/tensor.h"
+
+namespace tide {
+
+enum class ReduceOp : uint8_t { Sum, Avg };
+
+// How the MPI backend implements all_reduce / reduce_scatter / all_gather: MPI's own collectives
+// (`mpi`, counters record ring theory) or tide's explicit ring over send/recv (`ring`, counters
+// record the messages sent). See mpi_process_group.h.
+enum class CommAlgorithm : uint8_t { Mpi, Ring };
+// Parses "mpi" or "ring"; throws naming both otherwise.
+CommAlgorithm parse_comm_algorithm(const std::string& s);
+
+// A pending communication. wait() blocks until it is done (and rethrows its error if it
+// failed); is_completed() polls. Both may be called any number of times.
+class Work {
+ public:
+  virtual ~Work() = default;
+  virtual void wait() = 0;
+  virtual bool is_completed() = 0;
+};
+using WorkPtr = std::shared_ptr<Work>;
+
+// Work that is already finished (local group, empty buffers).
+class CompletedWork final : public Work {
+ public:
+  void wait() override {}
+  bool is_completed() override { return true; }
+};
+
+struct CommCounters {
+  uint64_t bytes_sent = 0;
+  uint64_t bytes_received = 0;
+  uint64_t calls = 0;  // collectives and point-to-point calls issued
+};
+
+class ProcessGroup {
+ public:
+  virtual ~ProcessGroup() = default;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual std::string backend() const = 0;  // "local", "mpi", "nccl"
+
+  virtual WorkPtr all_reduce_async(Tensor buf, ReduceOp op = ReduceOp::Sum) = 0;
+  virtual WorkPtr reduce_scatter_async(Tensor in, Tensor out, ReduceOp op = ReduceOp::Sum) = 0;
+  virtual WorkPtr all_gather_async(Tensor in, Tensor out) = 0;
+  virtual WorkPtr broadcast_async(Tensor buf, int root) = 0;
+  virtual WorkPtr send_async(Tensor buf, int dst, int tag = 0) = 0;
+  virtual WorkPtr recv_async(Tensor buf, int src, int tag = 0) = 0;
+  virtual WorkPtr barrier_async() = 0;
+
+  void all_reduce(Tensor buf, ReduceOp op = ReduceOp::Sum) { all_reduce_async(buf, op)->wait(); }
+  void reduce_scatter(Tensor in, Tensor out, ReduceOp op = ReduceOp::Sum) {
+    reduce_scatter_async(in, out, op)->wait();
+  }
+  void all_gather(Tensor in, Tensor out) { all_gather_async(in, out)->wait(); }
+  void broadcast(Tensor buf, int root) { broadcast_async(buf, root)->wait(); }
+  void send(Tensor buf, int dst, int tag = 0) { send_async(buf, dst, tag)->wait(); }
+  void recv(Tensor buf, int src, int tag = 0) { recv_async(buf, src, tag)->wait(); }
+  void barrier() { barrier_async()->wait(); }
+
+  // Collective over this group (every rank must call it): ranks with the same color form a new
+  // group, ordered by key (ties by rank). A negative color means "not in any new group": that
+  // rank gets nullptr. Same contract as MPI_Comm_split.
+  virtual std::shared_ptr<ProcessGroup> split(int color, int key) = 0;
+  // Collective over this group: a new group of the listed ranks (ranks of this group), in that
+  // order. Ranks not listed get nullptr.
+  std::shared_ptr<ProcessGroup> new_group(const std::vector<int>& ranks);
+
+  CommCounters counters() const {
+    return {bytes_sent_.load(), bytes_received_.load(), calls_.load()};
+  }
+  void reset_counters() {
+    bytes_sent_ = 0;
+    bytes_received_ = 0;
+    calls_ = 0;
+  }
+
+ protected:
+  void count_call(uint64_t sent, uint64_t received) {
+    bytes_sent_ += sent;
+    bytes_received_ += received;
+    calls_ += 1;
+  }
+  // For backends that measure sends one message at a time (the ring algorithm).
+  void count_bytes(uint64_t sent, uint64_t received) {
+    bytes_sent_ += sent;
+    bytes_received_ += received;
+  }
+  void count_only_call() { calls_ += 1; }
+
+ private:
+  std::atomic<uint64_t> bytes_sent_{0}, bytes_received_{0}, calls_{0};
+};
+
+// Smallest multiple of `world` that is >= n: the padded length of a buffer that is to be
+// reduce-scattered or all-gathered over `world` ranks (pad with zeros, ignore the tail).
+inline int64_t padded_numel(int64_t n, int world) {
+  return (n + world - 1) / world * world;
+}
+
+// Argument checks shared by all backends, so every backend rejects bad input with the same
+// message. `who` names the call in the message ("all_reduce").
+namespace comm_check {
+void same_dtype_device(const Tensor& a, const Tensor& b, const char* who);
+void reduce_scatter_sizes(const Tensor& in, const Tensor& out, int world);
+void all_gather_sizes(const Tensor& in, const Tensor& out, int world);
+void peer(int peer, int world, int self, const char* who);
+void root(int root, int world);
+void tag(int tag);
+void split_args(int color, int key);
+}  // namespace comm_check
+
+}  // namespace tide

@@ -1,0 +1,375 @@
+#include "tide/data/prepare.h"
+
+#include <fmt/format.h>
+#include <glob.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "tide/core/error.h"
+#include "tide/data/shard.h"
+#include "tide/data/tokenizer.h"
+
+namespace fs = std::filesystem;
+
+namespace tide {
+
+namespace {
+
+std::string read_text_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  TIDE_CHECK(in.good(), "{}: cannot open input file; check the path and its permissions", path);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// A file with a NUL byte in its first 8 KiB is binary (an index, an image), not text.
+bool looks_binary(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  char buf[8192];
+  in.read(buf, sizeof buf);
+  return std::find(buf, buf + in.gcount(), '\0') != buf + in.gcount();
+}
+
+std::vector<std::string> expand_inputs(const std::vector<std::string>& inputs,
+                                       const std::function<void(const std::string&)>& log) {
+  std::vector<std::string> files;
+  for (const std::string& input : inputs) {
+    if (input.find_first_of("*?[") != std::string::npos) {
+      glob_t g{};
+      const int rc = ::glob(input.c_str(), 0, nullptr, &g);
+      std::vector<std::string> matched(g.gl_pathv, g.gl_pathv + (rc == 0 ? g.gl_pathc : 0));
+      globfree(&g);
+      TIDE_CHECK(!matched.empty(), "--input {}: no files match this pattern; check the pattern",
+                 input);
+      std::sort(matched.begin(), matched.end());
+      for (const std::string& m : matched) {
+        if (fs::is_regular_file(m)) files.push_back(m);
+      }
+    } else if (fs::is_directory(input)) {
+      std::vector<std::string> found;
+      for (const auto& entry : fs::recursive_directory_iterator(input)) {
+        const std::string name = entry.path().filename().string();
+        if (!entry.is_regular_file() || name.starts_with(".")) continue;
+        if (looks_binary(entry.path().string())) {
+          log(fmt::format("prepare: skipping {} (binary, not text)", entry.path().string()));
+          continue;
+        }
+        found.push_back(entry.path().string());
+      }
+      TIDE_CHECK(!found.empty(),
+                 "--input {}: the directory holds no text files; point at text files", input);
+      std::sort(found.begin(), found.end());
+      files.insert(files.end(), found.begin(), found.end());
+    } else {
+      TIDE_CHECK(fs::is_regular_file(input),
+                 "--input {}: no such file or directory; pass text files, a directory or a glob",
+                 input);
+      files.push_back(input);
+    }
+  }
+  TIDE_CHECK(!files.empty(), "no input files; pass --input with text files, a directory or a glob");
+  return files;
+}
+
+// Moves the last `fraction` of a document (from the first line break after the cut point) to
+// val. Used when there are too few documents to deal whole ones into val.
+std::pair<std::string, std::string> split_tail(const std::string& doc, double fraction) {
+  size_t cut = static_cast<size_t>(std::floor(doc.size() * (1.0 - fraction)));
+  const size_t newline = doc.find('\n', cut);
+  if (newline != std::string::npos && newline + 1 < doc.size()) cut = newline + 1;
+  return {doc.substr(0, cut), doc.substr(cut)};
+}
+
+std::vector<int32_t> encode_documents(const Tokenizer& tok, const std::vector<std::string>& docs) {
+  // Documents are encoded in parallel, each into its own vector, and joined in order: the
+  // output does not depend on the thread count.
+  std::vector<std::vector<int32_t>> parts(docs.size());
+#pragma omp parallel for schedule(dynamic, 16)
+  for (size_t d = 0; d < docs.size(); ++d) {
+    parts[d].push_back(tok.eot_id());  // <|endoftext|> before every document, as llm.c does
+    tok.encode_append(docs[d], parts[d]);
+  }
+  size_t total = 0;
+  for (const auto& p : parts) total += p.size();
+  std::vector<int32_t> tokens;
+  tokens.reserve(total);
+  for (const auto& p : parts) tokens.insert(tokens.end(), p.begin(), p.end());
+  return tokens;
+}
+
+}  // namespace
+
+std::vector<std::string> split_documents(const std::string& text, const std::string& separator) {
+  std::vector<std::string> docs;
+  auto keep = [&](std::string doc) {
+    if (doc.find_first_not_of(" \t\r\n\v\f") != std::string::npos) docs.push_back(std::move(doc));
+  };
+  if (separator.empty()) {
+    keep(text);
+    return docs;
+  }
+  std::string doc;
+  std::istringstream lines(text);
+  std::string line;
+  while (std::getline(lines, line)) {
+    const std::string bare =
+        (!line.empty() && line.back() == '\r') ? line.substr(0, line.size() - 1) : line;
+    if (bare == separator) {
+      keep(std::move(doc));
+      doc.clear();
+    } else {
+      doc += line;
+      doc += '\n';
+    }
+  }
+  keep(std::move(doc));
+  return docs;
+}
+
+double unigram_entropy(const std::vector<int32_t>& tokens, int vocab_size) {
+  if (tokens.empty()) return 0.0;
+  std::vector<int64_t> counts(vocab_size, 0);
+  for (int32_t t : tokens) ++counts[t];
+  const double n = static_cast<double>(tokens.size());
+  double h = 0;
+  for (int64_t c : counts) {
+    if (c > 0) h -= (c / n) * std::log(c / n);
+  }
+  return h;
+}
+
+std::vector<std::string> default_corpus_files(const std::string& dir) {
+  TIDE_CHECK(fs::is_directory(dir),
+             "the default corpus needs the Debian fortunes package ({} not found); install it with "
+             "apt-get install fortunes, or pass your own text with --input",
+             dir);
+  std::vector<std::string> files;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    // Fortune text files have no extension; *.dat are strfile indexes, *.u8 links to the text.
+    if (entry.is_regular_file() && !entry.path().has_extension())
+      files.push_back(entry.path().string());
+  }
+  TIDE_CHECK(!files.empty(),
+             "{} holds no fortune files; install them with apt-get install fortunes, or pass your "
+             "own text with --input",
+             dir);
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+PrepareOptions default_corpus_options(const std::string& out_dir) {
+  PrepareOptions o;
+  o.inputs = default_corpus_files();
+  o.out_dir = out_dir;
+  o.vocab_size = 4096;
+  o.val_fraction = 0.05;
+  o.doc_separator = "%";
+  return o;
+}
+
+PrepareResult prepare_corpus(const PrepareOptions& options) {
+  const auto log = options.log ? options.log : [](const std::string& line) {
+    fmt::print("{}\n", line);
+    std::fflush(stdout);
+  };
+  const bool gpt2 = !options.gpt2_encoder.empty() || !options.gpt2_vocab.empty();
+  TIDE_CHECK(
+      !gpt2 || (!options.gpt2_encoder.empty() && !options.gpt2_vocab.empty()),
+      "GPT-2's tokenizer needs both files: pass --gpt2-encoder encoder.json and --gpt2-vocab "
+      "vocab.bpe");
+  TIDE_CHECK(options.val_fraction > 0 && options.val_fraction < 1,
+             "--val-fraction {} must be between 0 and 1 (exclusive), e.g. 0.05",
+             options.val_fraction);
+  TIDE_CHECK(gpt2 || (options.vocab_size >= 257 && options.vocab_size <= 65536),
+             "--vocab-size {} is out of range; it must be at least 257 (256 bytes + <|endoftext|>) "
+             "and at most 65536 (token shards store uint16 ids)",
+             options.vocab_size);
+  TIDE_CHECK(options.max_mb >= 0, "--max-mb {} must be >= 0 (0 reads everything)", options.max_mb);
+  TIDE_CHECK(!options.out_dir.empty(), "no output directory; pass --out-dir, e.g. data/mytext");
+
+  using Clock = std::chrono::steady_clock;
+  auto seconds_since = [](Clock::time_point t) {
+    return std::chrono::duration<double>(Clock::now() - t).count();
+  };
+  auto step_start = Clock::now();
+
+  // 1. Read the text and split it into documents.
+  const std::vector<std::string> files = expand_inputs(options.inputs, log);
+  const int64_t max_bytes =
+      options.max_mb > 0 ? static_cast<int64_t>(options.max_mb * 1024 * 1024) : INT64_MAX;
+  std::vector<std::string> docs;
+  std::vector<std::string> sources;
+  int64_t input_bytes = 0;
+  for (const std::string& file : files) {
+    if (input_bytes >= max_bytes) break;
+    std::string text = read_text_file(file);
+    if (static_cast<int64_t>(text.size()) > max_bytes - input_bytes) {
+      text.resize(max_bytes - input_bytes);  // --max-mb: cut at the limit, then at a line end
+      const size_t last_newline = text.rfind('\n');
+      if (last_newline != std::string::npos) text.resize(last_newline + 1);
+    }
+    input_bytes += static_cast<int64_t>(text.size());
+    sources.push_back(file);
+    for (std::string& doc : split_documents(text, options.doc_separator))
+      docs.push_back(std::move(doc));
+  }
+  TIDE_CHECK(!docs.empty(), "the input ({}{}) holds no text; pass non-empty text files",
+             files.front(), files.size() > 1 ? ", ..." : "");
+  log(fmt::format("prepare: read {} files, {:.2f} MB, {} documents in {:.2f} s", sources.size(),
+                  input_bytes / 1048576.0, docs.size(), seconds_since(step_start)));
+
+  // 2. Deal documents into train and val: document i goes to val when floor((i+1)f) > floor(i f),
+  // which spreads val evenly over the input (not just the last file's topic).
+  std::vector<std::string> train_docs, val_docs;
+  const double f = options.val_fraction;
+  for (size_t i = 0; i < docs.size(); ++i) {
+    const bool to_val = std::floor((i + 1) * f) > std::floor(i * f);
+    (to_val ? val_docs : train_docs).push_back(std::move(docs[i]));
+  }
+  if (val_docs.empty() || train_docs.empty()) {
+    // Too few documents to deal whole ones: split each at a line break instead.
+    for (std::string& d : val_docs) train_docs.push_back(std::move(d));
+    val_docs.clear();
+    for (std::string& d : train_docs) {
+      auto [head, tail] = split_tail(d, f);
+      d = std::move(head);
+      if (!tail.empty()) val_docs.push_back(std::move(tail));
+    }
+    std::erase_if(train_docs, [](const std::string& d) { return d.empty(); });
+    log(fmt::format("prepare: only {} documents, so the last {:.0f}% of each goes to val",
+                    train_docs.size(), 100 * f));
+  }
+  TIDE_CHECK(!train_docs.empty() && !val_docs.empty(),
+             "the input is too small to split into train and val; give more text or a larger "
+             "--val-fraction");
+
+  // 3. The tokenizer.
+  std::error_code ec;
+  fs::create_directories(options.out_dir, ec);
+  TIDE_CHECK(!ec, "--out-dir {}: cannot create it ({}); choose a writable directory",
+             options.out_dir, ec.message());
+  Tokenizer tok;
+  if (gpt2) {
+    tok = Tokenizer::load_gpt2(options.gpt2_encoder, options.gpt2_vocab);
+    log(fmt::format("prepare: loaded GPT-2 tokenizer, {} tokens", tok.vocab_size()));
+  } else {
+    step_start = Clock::now();
+    WordCounts words;
+    for (const std::string& d : train_docs) count_words(d, words);
+    log(fmt::format("prepare: training BPE to {} tokens on {} distinct words", options.vocab_size,
+                    words.size()));
+    // A progress line at most every 2 seconds (and at the end): big vocabularies take minutes.
+    auto last = Clock::now();
+    tok = Tokenizer::train(words, options.vocab_size, [&](int done, int total) {
+      const auto now = Clock::now();
+      if (done < total && now - last < std::chrono::seconds(2)) return;
+      last = now;
+      log(fmt::format("prepare:   {}/{} merges", done, total));
+    });
+    log(fmt::format("prepare: trained {} merges in {:.2f} s", tok.num_merges(),
+                    seconds_since(step_start)));
+    if (tok.vocab_size() < options.vocab_size) {
+      log(fmt::format("prepare: the text supports only {} tokens (asked for {}); using {}",
+                      tok.vocab_size(), options.vocab_size, tok.vocab_size()));
+    }
+  }
+  PrepareResult r;
+  r.tokenizer_path = (fs::path(options.out_dir) / "tokenizer.json").string();
+  tok.save(r.tokenizer_path);
+
+  // 4. Encode and write the shards.
+  step_start = Clock::now();
+  const std::vector<int32_t> train_tokens = encode_documents(tok, train_docs);
+  const std::vector<int32_t> val_tokens = encode_documents(tok, val_docs);
+  log(fmt::format(
+      "prepare: encoded {} train tokens, {} val tokens ({:.2f} bytes/token) in {:.2f} s",
+      train_tokens.size(), val_tokens.size(),
+      static_cast<double>(input_bytes) / (train_tokens.size() + val_tokens.size()),
+      seconds_since(step_start)));
+  r.train_path = (fs::path(options.out_dir) / "train.bin").string();
+  r.val_path = (fs::path(options.out_dir) / "val.bin").string();
+  write_token_shard(r.train_path, std::span<const int32_t>(train_tokens));
+  write_token_shard(r.val_path, std::span<const int32_t>(val_tokens));
+
+  r.vocab_size = tok.vocab_size();
+  r.eot_id = tok.eot_id();
+  r.input_bytes = input_bytes;
+  r.train_documents = static_cast<int64_t>(train_docs.size());
+  r.val_documents = static_cast<int64_t>(val_docs.size());
+  r.train_tokens = static_cast<int64_t>(train_tokens.size());
+  r.val_tokens = static_cast<int64_t>(val_tokens.size());
+  r.val_unigram_entropy = unigram_entropy(val_tokens, tok.vocab_size());
+
+  // 5. meta.json: what the trainer needs to size the model and judge its loss.
+  const nlohmann::json meta = {
+      {"vocab_size", r.vocab_size},
+      {"eot_id", r.eot_id},
+      {"tokenizer", gpt2 ? "gpt2" : "bpe"},
+      {"tokenizer_file", "tokenizer.json"},
+      {"train_file", "train.bin"},
+      {"val_file", "val.bin"},
+      {"train_tokens", r.train_tokens},
+      {"val_tokens", r.val_tokens},
+      {"train_documents", r.train_documents},
+      {"val_documents", r.val_documents},
+      {"input_bytes", r.input_bytes},
+      {"sources", sources},
+      {"doc_separator", options.doc_separator},
+      {"val_fraction", options.val_fraction},
+      // In nats: the loss of predicting each val token from val's own token frequencies (a model
+      // must beat it to have learned anything beyond frequencies), and ln(vocab_size), the loss
+      // of a uniform guess, about where training starts.
+      {"val_unigram_entropy", r.val_unigram_entropy},
+      {"uniform_loss", std::log(static_cast<double>(r.vocab_size))},
+  };
+  r.meta_path = (fs::path(options.out_dir) / "meta.json").string();
+  std::ofstream out(r.meta_path);
+  TIDE_CHECK(out.good(), "{}: cannot open for writing; check that the directory is writable",
+             r.meta_path);
+  out << meta.dump(2) << "\n";
+  log(fmt::format("prepare: wrote {}, {}, {}, {} (val unigram entropy {:.3f} nats)",
+                  r.tokenizer_path, r.train_path, r.val_path, r.meta_path, r.val_unigram_entropy));
+  return r;
+}
+
+bool prepared_corpus_exists(const std::string& out_dir) {
+  return fs::is_regular_file(fs::path(out_dir) / "meta.json");
+}
+
+PrepareResult read_prepared_corpus(const std::string& out_dir) {
+  const fs::path dir(out_dir);
+  const std::string meta_path = (dir / "meta.json").string();
+  std::ifstream in(meta_path);
+  TIDE_CHECK(in.good(), "{}: not found; prepare the data first with `tide prepare --out-dir {}`",
+             meta_path, out_dir);
+  nlohmann::json meta;
+  try {
+    meta = nlohmann::json::parse(in);
+    PrepareResult r;
+    r.meta_path = meta_path;
+    r.tokenizer_path = (dir / meta.at("tokenizer_file").get<std::string>()).string();
+    r.train_path = (dir / meta.at("train_file").get<std::string>()).string();
+    r.val_path = (dir / meta.at("val_file").get<std::string>()).string();
+    r.vocab_size = meta.at("vocab_size").get<int>();
+    r.eot_id = meta.at("eot_id").get<int>();
+    r.input_bytes = meta.at("input_bytes").get<int64_t>();
+    r.train_documents = meta.at("train_documents").get<int64_t>();
+    r.val_documents = meta.at("val_documents").get<int64_t>();
+    r.train_tokens = meta.at("train_tokens").get<int64_t>();
+    r.val_tokens = meta.at("val_tokens").get<int64_t>();
+    r.val_unigram_entropy = meta.at("val_unigram_entropy").get<double>();
+    return r;
+  } catch (const nlohmann::json::exception& e) {
+    TIDE_FAIL("{}: unreadable ({}); re-create it with `tide prepare --out-dir {}`", meta_path,
+              e.what(), out_dir);
+  }
+}
+
+}  // namespace tide

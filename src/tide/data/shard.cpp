@@ -1,0 +1,182 @@
+#include "tide/data/shard.h"
+
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <utility>
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "tide/core/error.h"
+
+namespace tide {
+
+// The format is little-endian; we read and write it with plain memcpy, which is only right on a
+// little-endian host (every machine tide targets).
+static_assert(std::endian::native == std::endian::little,
+              "token shards assume a little-endian host");
+
+namespace {
+
+struct FileCloser {
+  void operator()(std::FILE* f) const { std::fclose(f); }
+};
+using File = std::unique_ptr<std::FILE, FileCloser>;
+
+constexpr const char* kHowToMake = "create shards with `tide prepare`";
+
+}  // namespace
+
+void write_token_shard(const std::string& path, std::span<const uint16_t> tokens) {
+  TIDE_CHECK(tokens.size() <= static_cast<size_t>(INT32_MAX),
+             "{}: {} tokens do not fit one shard (the header counts them in an int32); split the "
+             "data into several shards",
+             path, tokens.size());
+  std::array<int32_t, kShardHeaderInts> header{};
+  header[0] = kShardMagic;
+  header[1] = kShardVersion;
+  header[2] = static_cast<int32_t>(tokens.size());
+  File f(std::fopen(path.c_str(), "wb"));
+  TIDE_CHECK(f != nullptr,
+             "{}: cannot open for writing ({}); check that the directory exists and is writable",
+             path, std::strerror(errno));
+  bool ok = std::fwrite(header.data(), sizeof(int32_t), header.size(), f.get()) == header.size();
+  ok = ok && std::fwrite(tokens.data(), sizeof(uint16_t), tokens.size(), f.get()) == tokens.size();
+  ok = (std::fclose(f.release()) == 0) && ok;
+  TIDE_CHECK(ok, "{}: write failed ({}); check free disk space", path, std::strerror(errno));
+}
+
+void write_token_shard(const std::string& path, std::span<const int32_t> tokens) {
+  std::vector<uint16_t> narrow(tokens.size());
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    TIDE_CHECK(
+        tokens[i] >= 0 && tokens[i] < 65536,
+        "{}: token id {} at position {} does not fit a uint16 shard; shards hold vocabularies "
+        "of at most 65536 tokens",
+        path, tokens[i], i);
+    narrow[i] = static_cast<uint16_t>(tokens[i]);
+  }
+  write_token_shard(path, std::span<const uint16_t>(narrow));
+}
+
+TokenShard::TokenShard(std::string path) : path_(std::move(path)) {
+  std::error_code ec;
+  TIDE_CHECK(std::filesystem::exists(path_, ec), "{}: no such token shard; {} (or fix the path)",
+             path_, kHowToMake);
+  TIDE_CHECK(!std::filesystem::is_directory(path_, ec),
+             "{}: is a directory, not a token shard; pass a .bin file or a glob like {}/*.bin",
+             path_, path_);
+  const int fd = ::open(path_.c_str(), O_RDONLY);
+  TIDE_CHECK(fd >= 0, "{}: cannot open ({}); check the file's permissions", path_,
+             std::strerror(errno));
+  struct stat st {};
+  const bool stat_ok = ::fstat(fd, &st) == 0;
+  const uintmax_t file_bytes = stat_ok ? static_cast<uintmax_t>(st.st_size) : 0;
+  if (stat_ok && file_bytes >= kShardHeaderBytes) {
+    map_ = ::mmap(nullptr, file_bytes, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (map_ == MAP_FAILED)
+      map_ = nullptr;
+    else
+      map_bytes_ = file_bytes;
+  }
+  const int map_errno = errno;
+  ::close(fd);  // the mapping stays valid without the descriptor
+  TIDE_CHECK(stat_ok, "{}: cannot read its size ({})", path_, std::strerror(map_errno));
+  TIDE_CHECK(file_bytes >= kShardHeaderBytes,
+             "{}: not a token shard (only {} bytes, shorter than the {}-byte header); {}", path_,
+             file_bytes, kShardHeaderBytes, kHowToMake);
+  TIDE_CHECK(map_ != nullptr, "{}: cannot map the file into memory ({})", path_,
+             std::strerror(map_errno));
+
+  std::array<int32_t, kShardHeaderInts> header{};
+  std::memcpy(header.data(), map_, kShardHeaderBytes);
+  // From here on a failed check must not leak the mapping: the destructor does not run for a
+  // constructor that throws, so check first and unmap on failure.
+  try {
+    TIDE_CHECK(header[0] == kShardMagic, "{}: not a token shard (magic {}, expected {}); {}", path_,
+               header[0], kShardMagic, kHowToMake);
+    TIDE_CHECK(header[1] == kShardVersion,
+               "{}: token shard version {} is not supported (expected {}); re-create it with "
+               "`tide prepare`",
+               path_, header[1], kShardVersion);
+    TIDE_CHECK(header[2] >= 0,
+               "{}: corrupt token shard header (token count {}); re-create it with `tide prepare`",
+               path_, header[2]);
+    const uintmax_t count = static_cast<uintmax_t>(header[2]);
+    const uintmax_t expected = kShardHeaderBytes + count * sizeof(uint16_t);
+    TIDE_CHECK(file_bytes >= expected,
+               "{}: truncated token shard (header says {} tokens = {} bytes, file has {} bytes); "
+               "the copy is incomplete: copy it again or re-create it with `tide prepare`",
+               path_, count, expected, file_bytes);
+    TIDE_CHECK(file_bytes == expected,
+               "{}: token shard is longer than its header says ({} bytes for {} tokens, expected "
+               "{} bytes); the file is corrupt: re-create it with `tide prepare`",
+               path_, file_bytes, count, expected);
+    size_ = count;
+  } catch (...) {
+    unmap();
+    throw;
+  }
+  // The body starts 1024 bytes into a page-aligned mapping, so uint16 reads are aligned.
+  tokens_ = reinterpret_cast<const uint16_t*>(static_cast<const char*>(map_) + kShardHeaderBytes);
+}
+
+TokenShard::~TokenShard() {
+  unmap();
+}
+
+void TokenShard::unmap() {
+  if (map_ != nullptr) ::munmap(map_, map_bytes_);
+  map_ = nullptr;
+  map_bytes_ = 0;
+  tokens_ = nullptr;
+  size_ = 0;
+}
+
+TokenShard::TokenShard(TokenShard&& other) noexcept
+    : path_(std::move(other.path_)),
+      map_(std::exchange(other.map_, nullptr)),
+      map_bytes_(std::exchange(other.map_bytes_, 0)),
+      tokens_(std::exchange(other.tokens_, nullptr)),
+      size_(std::exchange(other.size_, 0)),
+      max_token_(other.max_token_) {}
+
+TokenShard& TokenShard::operator=(TokenShard&& other) noexcept {
+  if (this != &other) {
+    unmap();
+    path_ = std::move(other.path_);
+    map_ = std::exchange(other.map_, nullptr);
+    map_bytes_ = std::exchange(other.map_bytes_, 0);
+    tokens_ = std::exchange(other.tokens_, nullptr);
+    size_ = std::exchange(other.size_, 0);
+    max_token_ = other.max_token_;
+  }
+  return *this;
+}
+
+uint16_t TokenShard::max_token() const {
+  if (max_token_ < 0) max_token_ = size_ == 0 ? 0 : *std::max_element(tokens_, tokens_ + size_);
+  return static_cast<uint16_t>(max_token_);
+}
+
+void TokenShard::check_vocab(int vocab_size) const {
+  if (static_cast<int>(max_token()) < vocab_size) return;  // the common case: one pass, no search
+  for (size_t i = 0; i < size_; ++i) {
+    TIDE_CHECK(
+        tokens_[i] < vocab_size,
+        "token id {} at position {} of {} is >= model.vocab_size {}; the shard was made with "
+        "a larger tokenizer: set model.vocab_size to at least {} or re-create the shard with "
+        "a matching tokenizer",
+        tokens_[i], i, path_, vocab_size, max_token() + 1);
+  }
+}
+
+}  // namespace tide

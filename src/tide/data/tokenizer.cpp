@@ -1,0 +1,474 @@
+#include "tide/data/tokenizer.h"
+
+#include <algorithm>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <queue>
+#include <sstream>
+
+#include "tide/core/error.h"
+#include "tide/data/pretokenize.h"
+
+namespace tide {
+
+// ---------------------------------------------------------------------------------------------
+// GPT-2's bytes <-> unicode table
+
+const std::array<uint32_t, 256>& bytes_to_unicode() {
+  static const std::array<uint32_t, 256> table = [] {
+    std::array<uint32_t, 256> t{};
+    uint32_t next = 256;
+    for (int b = 0; b < 256; ++b) {
+      const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE);
+      t[b] = printable ? static_cast<uint32_t>(b) : next++;
+    }
+    return t;
+  }();
+  return table;
+}
+
+namespace {
+
+constexpr uint32_t kMaxByteCodePoint = 256 + 68;  // the table uses code points below this
+
+const std::array<int, kMaxByteCodePoint>& unicode_to_byte() {
+  static const std::array<int, kMaxByteCodePoint> table = [] {
+    std::array<int, kMaxByteCodePoint> t;
+    t.fill(-1);
+    for (int b = 0; b < 256; ++b) t[bytes_to_unicode()[b]] = b;
+    return t;
+  }();
+  return table;
+}
+
+void append_utf8(uint32_t cp, std::string& out) {  // cp < 0x800 is all the table needs
+  if (cp < 0x80) {
+    out.push_back(static_cast<char>(cp));
+  } else {
+    out.push_back(static_cast<char>(0xC0 | (cp >> 6)));
+    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  }
+}
+
+std::string read_file(const std::string& path, const std::string& what) {
+  std::ifstream in(path, std::ios::binary);
+  TIDE_CHECK(in.good(), "{}: cannot open {}; check the path", path, what);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+std::string to_byte_unicode(std::string_view bytes) {
+  std::string out;
+  out.reserve(bytes.size() * 2);
+  for (unsigned char b : bytes) append_utf8(bytes_to_unicode()[b], out);
+  return out;
+}
+
+std::string from_byte_unicode(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size();) {
+    const unsigned char c = text[i];
+    uint32_t cp = 0;
+    size_t len = 1;
+    if (c < 0x80) {
+      cp = c;
+    } else if ((c & 0xE0) == 0xC0 && i + 1 < text.size()) {
+      cp = ((c & 0x1Fu) << 6) | (static_cast<unsigned char>(text[i + 1]) & 0x3Fu);
+      len = 2;
+    } else {
+      cp = kMaxByteCodePoint;  // 3- and 4-byte characters are never in the table
+    }
+    const int byte = cp < kMaxByteCodePoint ? unicode_to_byte()[cp] : -1;
+    TIDE_CHECK(byte >= 0,
+               "token string \"{}\" has a character (U+{:04X}) outside GPT-2's byte-to-unicode "
+               "table; the file is not a byte-level BPE vocabulary",
+               text, cp);
+    out.push_back(static_cast<char>(byte));
+    i += len;
+  }
+  return out;
+}
+
+void count_words(std::string_view text, WordCounts& counts) {
+  for_each_pretoken(text, [&](std::string_view piece) { ++counts[std::string(piece)]; });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Training
+
+namespace {
+
+// The pair heap orders by count, then by smaller (a, b) so ties break the same way everywhere.
+struct PairEntry {
+  int64_t count;
+  uint64_t key;
+  bool operator<(const PairEntry& o) const {  // "lower priority than"
+    return count != o.count ? count < o.count : key > o.key;
+  }
+};
+
+}  // namespace
+
+Tokenizer Tokenizer::train(std::string_view text, int vocab_size) {
+  WordCounts words;
+  count_words(text, words);
+  return train(words, vocab_size);
+}
+
+Tokenizer Tokenizer::train(const WordCounts& word_counts, int vocab_size,
+                           const std::function<void(int, int)>& progress) {
+  TIDE_CHECK(
+      vocab_size >= 257 && vocab_size <= 65536,
+      "vocab_size {} is out of range; it must be at least 257 (256 bytes + <|endoftext|>) and "
+      "at most 65536 (token shards store uint16 ids)",
+      vocab_size);
+  Tokenizer tok;
+  std::unordered_map<std::string, int> id_of;  // token bytes -> id
+  for (int b = 0; b < 256; ++b) {
+    tok.tokens_.emplace_back(1, static_cast<char>(b));
+    tok.byte_id_[b] = b;
+    id_of[tok.tokens_.back()] = b;
+  }
+
+  // The word table, sorted so that training does not depend on hash-map iteration order.
+  std::vector<std::pair<std::string, int64_t>> sorted(word_counts.begin(), word_counts.end());
+  std::sort(sorted.begin(), sorted.end());
+  std::vector<std::vector<int32_t>> words(sorted.size());
+  std::vector<int64_t> freq(sorted.size());
+  for (size_t w = 0; w < sorted.size(); ++w) {
+    words[w].assign(sorted[w].first.begin(), sorted[w].first.end());
+    for (int32_t& s : words[w]) s = static_cast<unsigned char>(s);
+    freq[w] = sorted[w].second;
+  }
+
+  // pair -> total count over the word table, and pair -> words that (may) contain it.
+  std::unordered_map<uint64_t, int64_t> pair_count;
+  std::unordered_map<uint64_t, std::vector<uint32_t>> pair_words;
+  auto note_word = [&](uint64_t key, uint32_t w) {
+    std::vector<uint32_t>& list = pair_words[key];
+    if (list.empty() || list.back() != w) list.push_back(w);
+  };
+  for (uint32_t w = 0; w < words.size(); ++w) {
+    for (size_t i = 0; i + 1 < words[w].size(); ++i) {
+      const uint64_t key = pair_key(words[w][i], words[w][i + 1]);
+      pair_count[key] += freq[w];
+      note_word(key, w);
+    }
+  }
+  std::priority_queue<PairEntry> heap;
+  for (const auto& [key, count] : pair_count) heap.push({count, key});
+
+  // Each merge rewrites only the words containing the pair, adjusting pair counts by the
+  // difference between the word's old and new pairs. Heap entries go stale when a count changes;
+  // a fresh entry is pushed and stale ones are skipped when popped.
+  const int target_merges = vocab_size - 257;
+  std::vector<int> touched_at(words.size(), -1);  // the merge that last rewrote word w
+  std::vector<uint64_t> touched_pairs;
+  std::vector<int32_t> merged;
+  while (static_cast<int>(tok.tokens_.size()) + 1 < vocab_size && !heap.empty()) {
+    const PairEntry top = heap.top();
+    heap.pop();
+    const auto it = pair_count.find(top.key);
+    if (it == pair_count.end() || it->second != top.count) continue;  // stale
+    const int a = static_cast<int>(top.key >> 32), b = static_cast<int>(top.key & 0xFFFFFFFFu);
+    const std::string bytes = tok.tokens_[a] + tok.tokens_[b];
+    // Should two different pairs ever spell the same bytes, they share one id: token strings
+    // must stay unique for the vocabulary file (string -> id).
+    auto [id_it, is_new] = id_of.try_emplace(bytes, static_cast<int>(tok.tokens_.size()));
+    if (is_new) tok.tokens_.push_back(bytes);
+    const int c = id_it->second;
+    const int merge_index = tok.num_merges();
+    tok.add_merge(a, b, c);
+
+    std::vector<uint32_t> candidates = std::move(pair_words[top.key]);
+    pair_words.erase(top.key);
+    pair_count.erase(it);
+    touched_pairs.clear();
+    for (uint32_t w : candidates) {
+      if (touched_at[w] == merge_index) continue;
+      touched_at[w] = merge_index;
+      std::vector<int32_t>& word = words[w];
+      merged.clear();
+      for (size_t i = 0; i < word.size(); ++i) {
+        if (i + 1 < word.size() && word[i] == a && word[i + 1] == b) {
+          merged.push_back(c);
+          ++i;
+        } else {
+          merged.push_back(word[i]);
+        }
+      }
+      if (merged.size() == word.size()) continue;  // a stale listing: the pair left this word
+      for (size_t i = 0; i + 1 < word.size(); ++i) {
+        const uint64_t key = pair_key(word[i], word[i + 1]);
+        if (key == top.key) continue;  // already removed as a whole
+        pair_count[key] -= freq[w];
+        touched_pairs.push_back(key);
+      }
+      for (size_t i = 0; i + 1 < merged.size(); ++i) {
+        const uint64_t key = pair_key(merged[i], merged[i + 1]);
+        pair_count[key] += freq[w];
+        touched_pairs.push_back(key);
+        if (merged[i] == c || merged[i + 1] == c) note_word(key, w);
+      }
+      word.swap(merged);
+    }
+    std::sort(touched_pairs.begin(), touched_pairs.end());
+    touched_pairs.erase(std::unique(touched_pairs.begin(), touched_pairs.end()),
+                        touched_pairs.end());
+    for (uint64_t key : touched_pairs) {
+      const auto pc = pair_count.find(key);
+      if (pc->second > 0) {
+        heap.push({pc->second, key});
+      } else {
+        pair_count.erase(pc);
+      }
+    }
+    if (progress && (tok.num_merges() % 256 == 0)) progress(tok.num_merges(), target_merges);
+  }
+  tok.eot_id_ = static_cast<int>(tok.tokens_.size());
+  tok.tokens_.emplace_back(kEndOfText);
+  if (progress) progress(tok.num_merges(), target_merges);
+  return tok;
+}
+
+void Tokenizer::add_merge(int a, int b, int result) {
+  merge_of_.emplace(pair_key(a, b), Merge{static_cast<int>(merges_.size()), result});
+  merges_.emplace_back(a, b);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Encoding and decoding
+
+void Tokenizer::encode_piece(std::string_view piece, std::vector<int32_t>& out) const {
+  std::vector<int32_t> symbols(piece.size());
+  for (size_t i = 0; i < piece.size(); ++i)
+    symbols[i] = byte_id_[static_cast<unsigned char>(piece[i])];
+  // GPT-2's bpe(): repeatedly take the adjacent pair with the lowest merge rank and merge all
+  // its occurrences, left to right, until no adjacent pair has a merge. Pieces are short
+  // (words), so the quadratic scan is cheaper than a heap.
+  while (symbols.size() > 1) {
+    int best_rank = std::numeric_limits<int>::max();
+    uint64_t best_key = 0;
+    int best_result = -1;
+    for (size_t i = 0; i + 1 < symbols.size(); ++i) {
+      const uint64_t key = pair_key(symbols[i], symbols[i + 1]);
+      const auto it = merge_of_.find(key);
+      if (it != merge_of_.end() && it->second.rank < best_rank) {
+        best_rank = it->second.rank;
+        best_key = key;
+        best_result = it->second.result;
+      }
+    }
+    if (best_result < 0) break;
+    const int32_t a = static_cast<int32_t>(best_key >> 32),
+                  b = static_cast<int32_t>(best_key & 0xFFFFFFFFu);
+    size_t j = 0;
+    for (size_t i = 0; i < symbols.size(); ++i) {
+      if (i + 1 < symbols.size() && symbols[i] == a && symbols[i + 1] == b) {
+        symbols[j++] = best_result;
+        ++i;
+      } else {
+        symbols[j++] = symbols[i];
+      }
+    }
+    symbols.resize(j);
+  }
+  out.insert(out.end(), symbols.begin(), symbols.end());
+}
+
+void Tokenizer::encode_append(std::string_view text, std::vector<int32_t>& out) const {
+  for_each_pretoken(text, [&](std::string_view piece) { encode_piece(piece, out); });
+}
+
+std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
+  std::vector<int32_t> out;
+  out.reserve(text.size() / 3);
+  encode_append(text, out);
+  return out;
+}
+
+const std::string& Tokenizer::token_bytes(int id) const {
+  TIDE_CHECK(id >= 0 && id < vocab_size(),
+             "token id {} is outside the vocabulary of {} tokens; the ids come from a different "
+             "tokenizer (check model.vocab_size and the tokenizer file)",
+             id, vocab_size());
+  return tokens_[id];
+}
+
+std::string Tokenizer::decode(std::span<const int32_t> ids) const {
+  std::string out;
+  for (int32_t id : ids) out += token_bytes(id);
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Files
+
+Tokenizer Tokenizer::from_tables(const std::vector<std::pair<std::string, int>>& vocab,
+                                 const std::vector<std::pair<std::string, std::string>>& merges,
+                                 const std::string& eot_string, const std::string& source) {
+  const int n = static_cast<int>(vocab.size());
+  TIDE_CHECK(n >= 257 && n <= 65536,
+             "{}: the vocabulary has {} tokens; a byte-level BPE vocabulary has between 257 and "
+             "65536 (256 bytes + <|endoftext|> at least)",
+             source, n);
+  Tokenizer tok;
+  tok.tokens_.resize(n);
+  std::vector<bool> seen(n, false);
+  std::unordered_map<std::string, int> id_of;  // byte-unicode string -> id
+  for (const auto& [text, id] : vocab) {
+    TIDE_CHECK(id >= 0 && id < n && !seen[id],
+               "{}: token \"{}\" has id {}, but ids must be 0..{} with each used once; the file is "
+               "corrupt",
+               source, text, id, n - 1);
+    seen[id] = true;
+    if (text == eot_string) {
+      tok.eot_id_ = id;
+      tok.tokens_[id] = std::string(kEndOfText);
+      continue;
+    }
+    tok.tokens_[id] = from_byte_unicode(text);
+    id_of.emplace(text, id);
+  }
+  TIDE_CHECK(tok.eot_id_ >= 0,
+             "{}: no {} token in the vocabulary; add it (GPT-2 has it as id 50256)", source,
+             eot_string);
+  for (int b = 0; b < 256; ++b) {
+    const std::string text = to_byte_unicode(std::string(1, static_cast<char>(b)));
+    const auto it = id_of.find(text);
+    TIDE_CHECK(it != id_of.end(),
+               "{}: no token for byte 0x{:02x} (\"{}\"); a byte-level BPE vocabulary needs all 256 "
+               "bytes",
+               source, b, text);
+    tok.byte_id_[b] = it->second;
+  }
+  for (size_t m = 0; m < merges.size(); ++m) {
+    const auto& [left, right] = merges[m];
+    const auto a = id_of.find(left), b = id_of.find(right), c = id_of.find(left + right);
+    for (const auto& [it, what] : {std::pair{a, &left}, std::pair{b, &right}}) {
+      TIDE_CHECK(it != id_of.end(),
+                 "{}: merge {} (\"{} {}\") uses \"{}\", which is not in the vocabulary; the merges "
+                 "and the vocabulary do not belong together",
+                 source, m + 1, left, right, *what);
+    }
+    TIDE_CHECK(c != id_of.end(),
+               "{}: merge {} (\"{} {}\") makes \"{}\", which is not in the vocabulary; the merges "
+               "and the vocabulary do not belong together",
+               source, m + 1, left, right, left + right);
+    tok.add_merge(a->second, b->second, c->second);
+  }
+  return tok;
+}
+
+namespace {
+
+std::vector<std::pair<std::string, int>> vocab_from_json(const nlohmann::json& j,
+                                                         const std::string& source) {
+  TIDE_CHECK(j.is_object(), "{}: the vocabulary must be a JSON object {{\"token\": id, ...}}",
+             source);
+  std::vector<std::pair<std::string, int>> vocab;
+  for (const auto& [text, id] : j.items()) {
+    TIDE_CHECK(id.is_number_integer(), "{}: token \"{}\" has id {}, not an integer", source, text,
+               id.dump());
+    vocab.emplace_back(text, id.get<int>());
+  }
+  return vocab;
+}
+
+// "a b" -> (a, b); token strings never contain a space (a space byte is "Ġ" in byte-unicode).
+std::pair<std::string, std::string> split_merge(std::string_view line, const std::string& where) {
+  const size_t space = line.find(' ');
+  TIDE_CHECK(space != std::string_view::npos && space > 0 && space + 1 < line.size() &&
+                 line.find(' ', space + 1) == std::string_view::npos,
+             "{}: \"{}\" is not a merge; each merge is two tokens separated by one space", where,
+             line);
+  return {std::string(line.substr(0, space)), std::string(line.substr(space + 1))};
+}
+
+nlohmann::json parse_json(const std::string& text, const std::string& path) {
+  try {
+    return nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    TIDE_FAIL("{}: not valid JSON ({}); check that the file is complete", path, e.what());
+  }
+}
+
+}  // namespace
+
+Tokenizer Tokenizer::load_gpt2(const std::string& encoder_json_path,
+                               const std::string& vocab_bpe_path) {
+  const nlohmann::json encoder =
+      parse_json(read_file(encoder_json_path, "GPT-2 encoder.json"), encoder_json_path);
+  const std::string bpe = read_file(vocab_bpe_path, "GPT-2 vocab.bpe");
+  std::vector<std::pair<std::string, std::string>> merges;
+  std::istringstream lines(bpe);
+  std::string line;
+  for (int line_no = 1; std::getline(lines, line); ++line_no) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.empty() || (line_no == 1 && line.starts_with("#version"))) continue;
+    merges.push_back(split_merge(line, fmt::format("{} line {}", vocab_bpe_path, line_no)));
+  }
+  return from_tables(vocab_from_json(encoder, encoder_json_path), merges, std::string(kEndOfText),
+                     encoder_json_path + " + " + vocab_bpe_path);
+}
+
+// tokenizer.json:
+//   {"format": "tide-bpe", "version": 1, "pretokenizer": "gpt2",
+//    "vocab": {"<byte-unicode token>": id, ...},        (GPT-2 encoder.json, without specials)
+//    "merges": ["a b", ...],                             (GPT-2 vocab.bpe, in rank order)
+//    "special_tokens": {"<|endoftext|>": id}}
+void Tokenizer::save(const std::string& path) const {
+  nlohmann::json vocab = nlohmann::json::object();
+  for (int id = 0; id < vocab_size(); ++id) {
+    if (id != eot_id_) vocab[to_byte_unicode(tokens_[id])] = id;
+  }
+  nlohmann::json merges = nlohmann::json::array();
+  for (const auto& [a, b] : merges_)
+    merges.push_back(to_byte_unicode(tokens_[a]) + " " + to_byte_unicode(tokens_[b]));
+  const nlohmann::json j = {{"format", "tide-bpe"},
+                            {"version", 1},
+                            {"pretokenizer", "gpt2"},
+                            {"vocab_size", vocab_size()},
+                            {"vocab", vocab},
+                            {"merges", merges},
+                            {"special_tokens", {{std::string(kEndOfText), eot_id_}}}};
+  std::ofstream out(path, std::ios::binary);
+  TIDE_CHECK(out.good(), "{}: cannot open for writing; check that the directory exists", path);
+  out << j.dump(1) << "\n";
+  TIDE_CHECK(out.good(), "{}: write failed; check free disk space", path);
+}
+
+Tokenizer Tokenizer::load(const std::string& path) {
+  const nlohmann::json j = parse_json(read_file(path, "tokenizer file"), path);
+  TIDE_CHECK(j.is_object() && j.value("format", "") == "tide-bpe",
+             "{}: not a tide tokenizer file (no \"format\": \"tide-bpe\"); create one with `tide "
+             "prepare`, or load GPT-2's encoder.json + vocab.bpe instead",
+             path);
+  TIDE_CHECK(j.value("version", 0) == 1,
+             "{}: tokenizer file version {} is not supported (expected 1)", path,
+             j.value("version", 0));
+  TIDE_CHECK(
+      j.contains("vocab") && j.contains("merges") && j["merges"].is_array() &&
+          j.contains("special_tokens") && j["special_tokens"].contains(kEndOfText),
+      "{}: tokenizer file lacks \"vocab\", \"merges\" or \"special_tokens\".\"{}\"; re-create "
+      "it with `tide prepare`",
+      path, kEndOfText);
+  std::vector<std::pair<std::string, int>> vocab = vocab_from_json(j["vocab"], path);
+  const nlohmann::json& eot = j["special_tokens"][std::string(kEndOfText)];
+  TIDE_CHECK(eot.is_number_integer(), "{}: special token id must be an integer", path);
+  vocab.emplace_back(std::string(kEndOfText), eot.get<int>());
+  std::vector<std::pair<std::string, std::string>> merges;
+  for (size_t m = 0; m < j["merges"].size(); ++m) {
+    const nlohmann::json& line = j["merges"][m];
+    TIDE_CHECK(line.is_string(), "{}: merge {} is not a string \"a b\"", path, m + 1);
+    merges.push_back(split_merge(line.get<std::string>(), fmt::format("{} merge {}", path, m + 1)));
+  }
+  return from_tables(vocab, merges, std::string(kEndOfText), path);
+}
+
+}  // namespace tide

@@ -1,0 +1,79 @@
+#include "tide/estimate/activation_memory.h"
+
+#include "tide/core/error.h"
+
+namespace tide {
+namespace {
+
+// Each function returns bytes on one TP rank for one layer and one micro-batch.
+
+// Parts that tensor parallelism leaves replicated (split only by sequence parallelism):
+// the layer norm inputs, QKV and MLP fc inputs (4 sbh elements) and two dropout masks.
+int64_t replicated_part(const ActivationShape& x) {
+  const int64_t sbh = x.s * x.b * x.h;
+  const int64_t bytes = 4 * sbh * x.elem_bytes + 2 * sbh;
+  return x.sp ? bytes / x.t : bytes;
+}
+
+// Parts tensor parallelism splits: Q, K, V, attention projection input (4 sbh elements) and
+// the GeLU input and output (8 sbh elements).
+int64_t split_part(const ActivationShape& x) {
+  const int64_t sbh = x.s * x.b * x.h;
+  return 12 * sbh * x.elem_bytes / x.t;
+}
+
+// The attention core: softmax output and dropout output (a s^2 b elements each) and the
+// dropout mask (a s^2 b bytes), heads split over t.
+int64_t attention_core(const ActivationShape& x) {
+  const int64_t as2b = x.a * x.s * x.s * x.b;
+  return as2b * (2 * x.elem_bytes + 1) / x.t;
+}
+
+// Full recompute keeps the layer input, which is sequence-split under SP.
+int64_t layer_input(const ActivationShape& x) {
+  const int64_t bytes = x.s * x.b * x.h * x.elem_bytes;
+  return x.sp ? bytes / x.t : bytes;
+}
+
+}  // namespace
+
+int64_t layer_activation_bytes(const ActivationShape& x, Recompute policy) {
+  TIDE_ASSERT(x.t >= 1 && x.h % x.t == 0 && x.a % x.t == 0);
+  TIDE_ASSERT(!x.sp || x.s % x.t == 0);
+  switch (policy) {
+    case Recompute::None:
+      return replicated_part(x) + split_part(x) + attention_core(x);
+    case Recompute::Selective:
+      return replicated_part(x) + split_part(x);
+    case Recompute::Full:
+      return layer_input(x);
+  }
+  TIDE_ASSERT(false);
+}
+
+int64_t recompute_workspace_bytes(const ActivationShape& x, Recompute policy) {
+  switch (policy) {
+    case Recompute::None:
+      return 0;
+    case Recompute::Selective:
+      return attention_core(x);
+    case Recompute::Full:
+      return layer_activation_bytes(x, Recompute::None);
+  }
+  TIDE_ASSERT(false);
+}
+
+int64_t input_layer_activation_bytes(const ActivationShape& x) {
+  const int64_t sbh = x.s * x.b * x.h;
+  return x.sp ? sbh / x.t : sbh;
+}
+
+int64_t output_layer_activation_bytes(const ActivationShape& x) {
+  const int64_t sbh = x.s * x.b * x.h;
+  const int64_t norm_and_head_inputs = 2 * sbh * x.elem_bytes;
+  const int64_t vocab_per_rank = (x.v + x.t - 1) / x.t;   // vocabulary-parallel head
+  const int64_t logits = 4 * x.s * x.b * vocab_per_rank;  // fp32 for the cross-entropy
+  return (x.sp ? norm_and_head_inputs / x.t : norm_and_head_inputs) + logits;
+}
+
+}  // namespace tide

@@ -1,0 +1,60 @@
+#pragma once
+// Activation memory of a transformer layer, after Korthikanti et al., "Reducing Activation
+// Recomputation in Large Transformer Models" (2022), Table 2. Bytes per layer, one micro-batch,
+// on one tensor-parallel rank, with 16-bit activations:
+//
+//   no parallelism               sbh (34 + 5as/h)
+//   tensor parallel (TP)         sbh (10 + 24/t + 5as/(ht))
+//   TP + sequence parallel (SP)  sbh (34/t + 5as/(ht))
+//   TP + selective recompute     sbh (10 + 24/t)
+//   TP + SP + selective          sbh (34/t)
+//   full recompute               2sbh                (the layer input only)
+//
+// Where the numbers come from (elements of (s,b,h) unless noted; e = bytes per activation
+// element, 2 in the paper; dropout masks are 1 byte per element):
+//   layer norms: 2 inputs                         2 sbh e   replicated under TP
+//   QKV matmul input, MLP fc input                2 sbh e   replicated under TP
+//   two dropout masks (attention out, MLP out)    2 sbh     replicated under TP
+//   Q and K, V, attention projection input        4 sbh e   split over t
+//   GeLU input and output (4h wide each)          8 sbh e   split over t
+//   attention core: softmax out, its dropout mask, dropout out:  as^2b (2e + 1), split over t
+// so with e = 2: 8+2 = 10 replicated, 24 split, and 5as^2b split, as in the table. Sequence
+// parallelism splits the replicated part over t as well. Selective recompute drops the
+// attention core; full recompute keeps only the layer input (sbh e), which under SP is
+// already split over t (the table's 2sbh row is without SP).
+
+#include <cstdint>
+
+#include "tide/estimate/train_setup.h"
+
+namespace tide {
+
+struct ActivationShape {
+  int64_t s = 0;  // sequence length
+  int64_t b = 0;  // micro-batch size
+  int64_t h = 0;  // hidden size
+  int64_t a = 0;  // attention heads
+  int64_t v = 0;  // vocabulary size
+  int t = 1;      // tensor-parallel degree
+  bool sp = false;
+  int elem_bytes = 2;  // bytes of one activation element (2 for bf16/fp16, 4 for fp32)
+};
+
+// Bytes one rank keeps between forward and backward for one layer and one micro-batch.
+int64_t layer_activation_bytes(const ActivationShape& x, Recompute policy);
+
+// Bytes that exist only while a layer's backward recomputes what was not kept: the whole
+// layer's activations (full) or its attention core (selective); 0 when nothing is recomputed.
+int64_t recompute_workspace_bytes(const ActivationShape& x, Recompute policy);
+
+// Input layer (first pipeline stage): the embedding dropout mask, sbh bytes (sbh/t under SP),
+// as in Korthikanti et al. section 4.3.
+int64_t input_layer_activation_bytes(const ActivationShape& x);
+
+// Output layer (last pipeline stage): the final layer norm's input and the LM head's input
+// (2 sbh e, split over t only under SP) and the fp32 logits for the cross-entropy
+// (4 s b v / t with a vocabulary-parallel head). With SP and e = 2 this is the paper's
+// 4sbh/t (1 + v/h). The logits' gradient is assumed to overwrite the logits in place.
+int64_t output_layer_activation_bytes(const ActivationShape& x);
+
+}  // namespace tide

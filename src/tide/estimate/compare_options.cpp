@@ -1,0 +1,145 @@
+#include "tide/estimate/compare_options.h"
+
+#include "tide/core/error.h"
+
+namespace tide {
+
+std::string option_name(int zero_stage, Offload offload) {
+  std::string name = zero_stage == 0 ? "DDP" : "ZeRO-" + std::to_string(zero_stage);
+  if (offload == Offload::Optimizer) name += "+offload_opt";
+  if (offload == Offload::All) name += "+offload_all";
+  return name;
+}
+
+std::vector<MemoryOption> standard_options() {
+  const std::pair<int, Offload> placements[] = {{0, Offload::None},      {1, Offload::None},
+                                                {2, Offload::None},      {3, Offload::None},
+                                                {2, Offload::Optimizer}, {3, Offload::All}};
+  std::vector<MemoryOption> out;
+  for (auto [stage, offload] : placements)
+    for (Recompute r : {Recompute::None, Recompute::Selective, Recompute::Full})
+      out.push_back({option_name(stage, offload), stage, offload, r});
+  return out;
+}
+
+TrainSetup with_option(TrainSetup setup, const MemoryOption& option) {
+  setup.zero_stage = option.zero_stage;
+  setup.offload = option.offload;
+  setup.recompute = option.recompute;
+  return setup;
+}
+
+namespace {
+
+OptionResult evaluate(const TrainSetup& setup, const MemoryOption& option,
+                      const MachineBudget& budget) {
+  OptionResult r;
+  r.option = option;
+  r.estimate = estimate_memory(with_option(setup, option));
+  r.fits_gpu = budget.gpu_bytes == 0 || r.estimate.device.total() <= budget.gpu_bytes;
+  r.fits_host = budget.host_bytes == 0 || r.estimate.host.total() <= budget.host_bytes;
+  r.configured = option.zero_stage == setup.zero_stage && option.offload == setup.offload &&
+                 option.recompute == setup.recompute;
+  return r;
+}
+
+}  // namespace
+
+std::vector<OptionResult> compare_options(const TrainSetup& setup, const MachineBudget& budget) {
+  setup.validate();  // report the user's own mistake before estimating 18 variants of it
+  std::vector<OptionResult> out;
+  bool have_configured = false;
+  for (const MemoryOption& o : standard_options()) {
+    out.push_back(evaluate(setup, o, budget));
+    have_configured |= out.back().configured;
+  }
+  if (!have_configured) {
+    MemoryOption own{option_name(setup.zero_stage, setup.offload), setup.zero_stage, setup.offload,
+                     setup.recompute};
+    out.push_back(evaluate(setup, own, budget));
+  }
+  return out;
+}
+
+GrowthFamily parse_growth_family(const std::string& s) {
+  if (s == "hidden") return GrowthFamily::Hidden;
+  if (s == "layers") return GrowthFamily::Layers;
+  TIDE_FAIL("unknown model family '{}' for --grow; use hidden or layers", s);
+}
+
+std::string to_string(GrowthFamily f) {
+  return f == GrowthFamily::Hidden ? "hidden" : "layers";
+}
+
+namespace {
+
+// The family's k-th shape, or false when it violates the parallel layout.
+bool family_member(const TrainSetup& base, GrowthFamily family, int k, GPTConfig& out) {
+  out = base.model;
+  if (family == GrowthFamily::Hidden) {
+    const int head_size = base.model.head_size();
+    out.n_embd = 128 * k;
+    if (out.n_embd % head_size != 0) return false;
+    out.n_head = out.n_embd / head_size;
+  } else {
+    const int v = base.schedule == Schedule::Interleaved && base.pp > 1 ? base.virtual_stages : 1;
+    out.n_layer = k * base.pp * v;
+  }
+  TrainSetup t = base;
+  t.model = out;
+  try {
+    t.validate();
+  } catch (const Error&) {
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+std::vector<MaxModelResult> find_max_models(const TrainSetup& setup, const MachineBudget& budget,
+                                            GrowthFamily family) {
+  TIDE_CHECK(budget.gpu_bytes > 0,
+             "--max-model needs the GPU memory to fit into; give it with --gpu-mem (e.g. 80GiB)");
+  setup.validate();
+  // k up to 1024: hidden 131072 or 1024 layers per stage, far beyond any machine.
+  const int k_max = 1024;
+  std::vector<std::pair<int, GPTConfig>> shapes;
+  for (int k = 1; k <= k_max; ++k) {
+    GPTConfig c;
+    if (family_member(setup, family, k, c)) shapes.emplace_back(k, c);
+  }
+  TIDE_CHECK(!shapes.empty(),
+             "no model of the '{}' family fits the parallel layout (tp {}, pp {}); change tp/pp",
+             to_string(family), setup.tp, setup.pp);
+  std::vector<MaxModelResult> out;
+  for (const MemoryOption& o : standard_options()) {
+    MaxModelResult r;
+    r.option = o;
+    auto fits = [&](const GPTConfig& c, MemoryEstimate& est) {
+      TrainSetup t = with_option(setup, o);
+      t.model = c;
+      est = estimate_memory(t);
+      return est.device.total() <= budget.gpu_bytes &&
+             (budget.host_bytes == 0 || est.host.total() <= budget.host_bytes);
+    };
+    // Bisection for the last fitting shape: shapes[lo] fits (once found), shapes[hi] does not.
+    int lo = -1, hi = static_cast<int>(shapes.size());
+    while (hi - lo > 1) {
+      const int mid = (lo + hi) / 2;
+      MemoryEstimate est;
+      if (fits(shapes[mid].second, est)) {
+        lo = mid;
+        r.found = true;
+        r.model = shapes[mid].second;
+        r.estimate = est;
+      } else {
+        hi = mid;
+      }
+    }
+    out.push_back(r);
+  }
+  return out;
+}
+
+}  // namespace tide

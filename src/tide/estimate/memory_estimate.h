@@ -1,0 +1,67 @@
+#pragma once
+// The memory model: MemoryEstimate estimate_memory(const TrainSetup&), a pure function from
+// one training configuration to bytes per category, on the device (one GPU) and on the host.
+//
+// The categories are the ones the runtime's own counters keep (chunk store per kind, activation
+// arenas, workspace), so a measured peak can be held against the estimate category by category:
+//   param16        compute-precision parameters (payload, i.e. without chunk padding)
+//   grads          compute-precision gradients kept across the step
+//   master         fp32 master parameters (mixed precision only)
+//   adam_m/adam_v  Adam's fp32 first and second moments
+//   activations    what forward keeps for backward (Korthikanti et al. Table 2) times the
+//                  layer-micro-batches in flight under the pipeline schedule, plus the input
+//                  (embedding dropout mask) and output (logits) layers
+//   temp_buffers   constant-size buffers: chunk groups being reduce-scattered or all-gathered
+//                  (two groups: one in flight, one prefetched), chunks streamed to/from the
+//                  host under offload, and the recomputation working set of one layer
+//   chunk_padding  the unused tail of chunks, and chunks added so the count divides Nd
+
+#include <cstdint>
+#include <vector>
+
+#include "tide/estimate/model_states.h"
+#include "tide/estimate/train_setup.h"
+
+namespace tide {
+
+struct MemoryBreakdown {
+  int64_t param16 = 0;
+  int64_t grads = 0;
+  int64_t master = 0;
+  int64_t adam_m = 0;
+  int64_t adam_v = 0;
+  int64_t activations = 0;
+  int64_t temp_buffers = 0;
+  int64_t chunk_padding = 0;
+
+  int64_t optimizer_states() const { return master + adam_m + adam_v; }
+  int64_t model_states() const { return param16 + grads + optimizer_states(); }
+  int64_t total() const { return model_states() + activations + temp_buffers + chunk_padding; }
+  MemoryBreakdown times(int64_t n) const;
+};
+
+// One pipeline stage: what one of its GPUs holds, and what one of its ranks puts on the host.
+struct StageEstimate {
+  int stage = 0;
+  int layers = 0;                 // transformer layers on the stage
+  int inflight_microbatches = 0;  // see pipeline_inflight.h
+  int64_t inflight_layer_microbatches = 0;
+  int64_t params = 0;  // parameters one TP rank of the stage holds (Psi)
+  ChunkPlan chunks;
+  MemoryBreakdown device;
+  MemoryBreakdown host;  // host memory used by one rank of this stage
+};
+
+struct MemoryEstimate {
+  std::vector<StageEstimate> stages;
+  int peak_stage = 0;  // the stage whose GPUs need the most memory
+  int ranks_per_host = 1;
+  MemoryBreakdown device;         // one GPU of the peak stage
+  MemoryBreakdown host_per_rank;  // the largest host share of one rank
+  MemoryBreakdown host;           // one host: ranks_per_host ranks, each at host_per_rank
+};
+
+// Validates the setup (throws a tide::Error naming the problem and the fix) and estimates.
+MemoryEstimate estimate_memory(const TrainSetup& setup);
+
+}  // namespace tide

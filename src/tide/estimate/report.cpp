@@ -1,0 +1,176 @@
+#include "tide/estimate/report.h"
+
+#include <fmt/format.h>
+
+#include "tide/estimate/byte_size.h"
+
+namespace tide {
+
+nlohmann::json breakdown_json(const MemoryBreakdown& b) {
+  return {{"param16", b.param16},
+          {"grads", b.grads},
+          {"master", b.master},
+          {"adam_m", b.adam_m},
+          {"adam_v", b.adam_v},
+          {"activations", b.activations},
+          {"temp_buffers", b.temp_buffers},
+          {"chunk_padding", b.chunk_padding},
+          {"total", b.total()}};
+}
+
+nlohmann::json setup_json(const TrainSetup& s) {
+  return {{"model",
+           {{"n_layer", s.model.n_layer},
+            {"n_head", s.model.n_head},
+            {"n_embd", s.model.n_embd},
+            {"vocab_size", s.model.vocab_size},
+            {"max_seq_len", s.model.max_seq_len},
+            {"parameters", s.model.num_parameters()}}},
+          {"world_size", s.world_size},
+          {"dp", s.dp()},
+          {"tp", s.tp},
+          {"pp", s.pp},
+          {"sp", s.sp},
+          {"micro_batch", s.micro_batch},
+          {"gradient_accumulation_steps", s.grad_accum},
+          {"zero_stage", s.zero_stage},
+          {"offload", to_string(s.offload)},
+          {"recompute", to_string(s.recompute)},
+          {"precision", to_string(s.precision)},
+          {"optimizer", to_string(s.optimizer)},
+          {"schedule", to_string(s.schedule)},
+          {"virtual_stages", s.virtual_stages},
+          {"chunk_size_mb", s.chunk_mib},
+          {"ranks_per_host", s.ranks_per_host()}};
+}
+
+namespace {
+
+nlohmann::json budget_json(const MachineBudget& b) {
+  return {{"gpu_bytes", b.gpu_bytes}, {"host_bytes", b.host_bytes}};
+}
+
+std::string budget_line(const MachineBudget& b, int ranks_per_host) {
+  return fmt::format("budget: {} per GPU, {} per host ({} GPUs per host)",
+                     b.gpu_bytes ? format_bytes(b.gpu_bytes) : "unlimited (no --gpu-mem)",
+                     b.host_bytes ? format_bytes(b.host_bytes) : "unlimited (no --host-mem)",
+                     ranks_per_host);
+}
+
+std::string fit_mark(bool gpu, bool host) {
+  if (gpu && host) return "yes";
+  if (!gpu && !host) return "no: gpu+host";
+  return gpu ? "no: host" : "no: gpu";
+}
+
+}  // namespace
+
+std::string options_table_text(const TrainSetup& setup, const MachineBudget& budget,
+                               const std::vector<OptionResult>& rows) {
+  std::string out = setup.str() + "\n" + budget_line(budget, setup.ranks_per_host()) + "\n";
+  out += "GiB; per-GPU columns are the busiest pipeline stage; * = the configured option\n\n";
+  const auto line = [](auto&&... cols) {
+    return fmt::format("{:<1}{:<20} {:<9} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9} {:>9}  {}\n",
+                       cols...);
+  };
+  out += line("", "option", "recompute", "params", "grads", "optim", "activ", "temp", "padding",
+              "per GPU", "per host", "fits");
+  for (const OptionResult& r : rows) {
+    const MemoryBreakdown& d = r.estimate.device;
+    out += line(r.configured ? "*" : " ", r.option.name, to_string(r.option.recompute),
+                format_gib(d.param16), format_gib(d.grads), format_gib(d.optimizer_states()),
+                format_gib(d.activations), format_gib(d.temp_buffers), format_gib(d.chunk_padding),
+                format_gib(d.total()), format_gib(r.estimate.host.total()),
+                fit_mark(r.fits_gpu, r.fits_host));
+  }
+  return out;
+}
+
+nlohmann::json options_table_json(const TrainSetup& setup, const MachineBudget& budget,
+                                  const std::vector<OptionResult>& rows) {
+  nlohmann::json options = nlohmann::json::array();
+  for (const OptionResult& r : rows) {
+    nlohmann::json stages = nlohmann::json::array();
+    for (const StageEstimate& st : r.estimate.stages)
+      stages.push_back({{"stage", st.stage},
+                        {"layers", st.layers},
+                        {"params", st.params},
+                        {"inflight_microbatches", st.inflight_microbatches},
+                        {"inflight_layer_microbatches", st.inflight_layer_microbatches},
+                        {"chunk_elems", st.chunks.chunk_elems},
+                        {"chunks", st.chunks.chunks},
+                        {"chunks_padded", st.chunks.chunks_padded},
+                        {"device", breakdown_json(st.device)},
+                        {"host", breakdown_json(st.host)}});
+    options.push_back({{"option", r.option.name},
+                       {"zero_stage", r.option.zero_stage},
+                       {"offload", to_string(r.option.offload)},
+                       {"recompute", to_string(r.option.recompute)},
+                       {"configured", r.configured},
+                       {"peak_stage", r.estimate.peak_stage},
+                       {"device", breakdown_json(r.estimate.device)},
+                       {"host_per_rank", breakdown_json(r.estimate.host_per_rank)},
+                       {"host", breakdown_json(r.estimate.host)},
+                       {"fits_gpu", r.fits_gpu},
+                       {"fits_host", r.fits_host},
+                       {"fits", r.fits()},
+                       {"stages", stages}});
+  }
+  return {{"setup", setup_json(setup)}, {"budget", budget_json(budget)}, {"options", options}};
+}
+
+std::string max_model_text(const TrainSetup& setup, const MachineBudget& budget,
+                           GrowthFamily family, const std::vector<MaxModelResult>& rows) {
+  std::string out = fmt::format(
+      "largest model that fits, growing {} (vocab {}, seq {}, {}), world {} = dp {} x tp {} x pp "
+      "{}, micro-batch {} x {}\n{}\n\n",
+      family == GrowthFamily::Hidden ? fmt::format("hidden = 128k with {} layers, head size {}",
+                                                   setup.model.n_layer, setup.model.head_size())
+                                     : fmt::format("layers with hidden {} and {} heads",
+                                                   setup.model.n_embd, setup.model.n_head),
+      setup.model.vocab_size, setup.model.max_seq_len, to_string(setup.precision), setup.world_size,
+      setup.dp(), setup.tp, setup.pp, setup.micro_batch, setup.grad_accum,
+      budget_line(budget, setup.ranks_per_host()));
+  const auto line = [](auto&&... cols) {
+    return fmt::format("{:<20} {:<9} {:>7} {:>6} {:>7} {:>11} {:>9} {:>9}\n", cols...);
+  };
+  out += line("option", "recompute", "layers", "heads", "hidden", "params", "GPU GiB", "host GiB");
+  for (const MaxModelResult& r : rows) {
+    if (!r.found) {
+      out +=
+          line(r.option.name, to_string(r.option.recompute), "-", "-", "-", "none fits", "-", "-");
+      continue;
+    }
+    out += line(r.option.name, to_string(r.option.recompute), r.model.n_layer, r.model.n_head,
+                r.model.n_embd, fmt::format("{:.2f}B", r.model.num_parameters() / 1e9),
+                format_gib(r.estimate.device.total()), format_gib(r.estimate.host.total()));
+  }
+  return out;
+}
+
+nlohmann::json max_model_json(const TrainSetup& setup, const MachineBudget& budget,
+                              GrowthFamily family, const std::vector<MaxModelResult>& rows) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const MaxModelResult& r : rows) {
+    nlohmann::json row = {{"option", r.option.name},
+                          {"zero_stage", r.option.zero_stage},
+                          {"offload", to_string(r.option.offload)},
+                          {"recompute", to_string(r.option.recompute)},
+                          {"found", r.found}};
+    if (r.found) {
+      row["model"] = {{"n_layer", r.model.n_layer},
+                      {"n_head", r.model.n_head},
+                      {"n_embd", r.model.n_embd},
+                      {"parameters", r.model.num_parameters()}};
+      row["device"] = breakdown_json(r.estimate.device);
+      row["host"] = breakdown_json(r.estimate.host);
+    }
+    out.push_back(row);
+  }
+  return {{"setup", setup_json(setup)},
+          {"budget", budget_json(budget)},
+          {"family", to_string(family)},
+          {"max_model", out}};
+}
+
+}  // namespace tide

@@ -1,0 +1,26 @@
+#pragma once
+// Rendering of `tide estimate` results: a plain-text table for people, JSON for tools.
+// The columns are documented in docs/estimate.md.
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "tide/estimate/compare_options.h"
+
+namespace tide {
+
+nlohmann::json breakdown_json(const MemoryBreakdown& b);  // bytes per category and "total"
+nlohmann::json setup_json(const TrainSetup& s);
+
+std::string options_table_text(const TrainSetup& setup, const MachineBudget& budget,
+                               const std::vector<OptionResult>& rows);
+nlohmann::json options_table_json(const TrainSetup& setup, const MachineBudget& budget,
+                                  const std::vector<OptionResult>& rows);
+
+std::string max_model_text(const TrainSetup& setup, const MachineBudget& budget,
+                           GrowthFamily family, const std::vector<MaxModelResult>& rows);
+nlohmann::json max_model_json(const TrainSetup& setup, const MachineBudget& budget,
+                              GrowthFamily family, const std::vector<MaxModelResult>& rows);
+
+}  // namespace tide

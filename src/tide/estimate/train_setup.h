@@ -1,0 +1,75 @@
+#pragma once
+// One training configuration as the memory model sees it: the model shape, how the world is
+// cut into data/tensor/pipeline parallel groups, what ZeRO partitions, where offload puts the
+// model states, what activations are kept, and which pipeline schedule runs.
+//
+// Symbols used throughout estimate/ (the papers' own letters):
+//   Psi  parameters held by one pipeline stage (before TP sharding, ZeRO's Psi)
+//   Nd   data-parallel degree = world_size / (tp * pp)
+//   t    tensor-parallel degree,  p  pipeline stages,  m  micro-batches per step
+//   s    sequence length,  b  micro-batch size,  h  hidden size,  a  attention heads,
+//   v    vocabulary size,  L  layers
+
+#include <cstdint>
+#include <string>
+
+#include "tide/model/config.h"
+
+namespace tide {
+
+// Precision of the forward/backward math. bf16 and fp16 are mixed precision: 16-bit params,
+// grads and activations, with fp32 master weights kept by the optimizer.
+enum class Precision { FP32, BF16, FP16 };
+enum class Optimizer { AdamW, SGD };  // SGD: plain, no state
+// Where the model states live (design: placement policies over chunks).
+//   None:      everything on the device.
+//   Optimizer: ZeRO-Offload. fp32 master, Adam m/v and this rank's gradient partition on the
+//              host, Adam runs on the CPU.
+//   All:       also the rank's param16 partition on the host, fetched per use (ZeRO-3 only).
+enum class Offload { None, Optimizer, All };
+// Activation policy (Korthikanti et al.): keep all, recompute the attention core, or keep
+// only each block's input and recompute the whole block in backward.
+enum class Recompute { None, Selective, Full };
+enum class Schedule { OneFOneB, GPipe, Interleaved, ZBH1, ZBH2 };
+
+struct TrainSetup {
+  GPTConfig model;      // s = model.max_seq_len is the training sequence length
+  int world_size = 1;   // ranks (GPUs) in the job
+  int tp = 1;           // tensor-parallel degree t
+  int pp = 1;           // pipeline stages p
+  bool sp = false;      // sequence parallelism (needs tp > 1 to matter)
+  int micro_batch = 1;  // b: sequences per micro-batch per data-parallel rank
+  int grad_accum = 1;   // m: micro-batches per optimizer step (the pipeline's micro-batches)
+  int zero_stage = 0;   // 0 = plain DDP, 1/2/3 = ZeRO-DP stages
+  Offload offload = Offload::None;
+  Recompute recompute = Recompute::None;
+  Precision precision = Precision::BF16;
+  Optimizer optimizer = Optimizer::AdamW;
+  Schedule schedule = Schedule::OneFOneB;
+  int virtual_stages = 1;  // model chunks per pipeline stage (interleaved schedule only)
+  int64_t chunk_mib = 0;   // chunk size in MiB of compute-precision params; 0 = smallest valid
+  int gpus_per_host = 0;   // ranks sharing one host's memory; 0 = min(world_size, 8)
+
+  int dp() const { return world_size / (tp * pp); }
+  int ranks_per_host() const;
+  // Throws a tide::Error naming the impossible setting and how to fix it.
+  void validate() const;
+  std::string str() const;  // one line for the report header
+};
+
+int bytes_per_param(Precision p);  // compute-precision element: 2 (bf16/fp16) or 4 (fp32)
+
+std::string to_string(Precision p);
+std::string to_string(Offload o);
+std::string to_string(Recompute r);
+std::string to_string(Schedule s);
+std::string to_string(Optimizer o);
+// Parsers accept the names to_string gives (plus DeepSpeed/Megatron spellings, see .cpp) and
+// throw a tide::Error listing the accepted names otherwise.
+Precision parse_precision(const std::string& s);
+Offload parse_offload(const std::string& s);
+Recompute parse_recompute(const std::string& s);
+Schedule parse_schedule(const std::string& s);
+Optimizer parse_optimizer(const std::string& s);
+
+}  // namespace tide

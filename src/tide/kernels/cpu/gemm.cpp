@@ -1,0 +1,43 @@
+#include "tide/kernels/cpu/gemm.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+
+namespace tide::cpu {
+
+namespace {
+// Tile of C per sgemm call: large enough that OpenBLAS runs at full speed (packing costs
+// (kTileM + kTileN) * K loads against 2 * kTileM * kTileN * K flops), small enough that a
+// transformer's matrices give several tiles per thread.
+constexpr int64_t kTileM = 256;
+constexpr int64_t kTileN = 512;
+
+// OpenBLAS must not start threads of its own (see gemm.h). Checked on every call (it is a
+// cheap read) because anything in the process may have changed the setting since.
+void pin_openblas_to_one_thread() {
+  if (openblas_get_num_threads() != 1) openblas_set_num_threads(1);
+}
+}  // namespace
+
+void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+          int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  pin_openblas_to_one_thread();
+  const int64_t tiles_m = (M + kTileM - 1) / kTileM, tiles_n = (N + kTileN - 1) / kTileN;
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int64_t tm = 0; tm < tiles_m; ++tm) {
+    for (int64_t tn = 0; tn < tiles_n; ++tn) {
+      const int64_t i0 = tm * kTileM, j0 = tn * kTileN;
+      const int64_t m = std::min(kTileM, M - i0), n = std::min(kTileN, N - j0);
+      // Rows i0.. of op(A): rows of A, or columns of A when transposed; likewise for B.
+      const float* a = trans_a ? A + i0 : A + i0 * lda;
+      const float* b = trans_b ? B + j0 * ldb : B + j0;
+      cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+                  trans_b ? CblasTrans : CblasNoTrans, static_cast<int>(m), static_cast<int>(n),
+                  static_cast<int>(K), alpha, a, static_cast<int>(lda), b, static_cast<int>(ldb),
+                  beta, C + i0 * ldc + j0, static_cast<int>(ldc));
+    }
+  }
+}
+
+}  // namespace tide::cpu

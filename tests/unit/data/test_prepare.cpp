@@ -1,0 +1,223 @@
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "test_util.h"
+#include "tide/data/prepare.h"
+#include "tide/data/shard.h"
+#include "tide/data/tokenizer.h"
+
+namespace tide {
+namespace {
+
+using test::error_of;
+using test::TempDir;
+using test::write_file;
+
+// Fortune-style files: documents separated by "%" lines.
+void write_corpus(const TempDir& dir) {
+  std::filesystem::create_directories(dir / "in");
+  std::string a, b;
+  for (int i = 0; i < 30; ++i) {
+    a += fmt::format("Fortune number {} says: the early bird gets the worm.\n%\n", i);
+    b += fmt::format("Quote {}: to be, or not to be, that is the question.\n  -- Hamlet\n%\n", i);
+  }
+  write_file(dir / "in/a", a);
+  write_file(dir / "in/b", b);
+}
+
+PrepareOptions quiet_options(const TempDir& dir) {
+  PrepareOptions o;
+  o.inputs = {dir / "in"};
+  o.out_dir = dir / "out";
+  o.vocab_size = 300;
+  o.val_fraction = 0.1;
+  o.doc_separator = "%";
+  o.log = [](const std::string&) {};
+  return o;
+}
+
+int count(std::span<const uint16_t> tokens, int id) {
+  return static_cast<int>(std::count(tokens.begin(), tokens.end(), id));
+}
+
+TEST(Prepare, WritesTokenizerShardsAndMeta) {
+  TempDir dir;
+  write_corpus(dir);
+  const PrepareResult r = prepare_corpus(quiet_options(dir));
+  EXPECT_EQ(r.vocab_size, 300);
+  EXPECT_EQ(r.eot_id, 299);
+  EXPECT_EQ(r.train_documents + r.val_documents, 60);
+  EXPECT_EQ(r.val_documents, 6);  // every 10th document
+
+  const Tokenizer tok = Tokenizer::load(r.tokenizer_path);
+  const TokenShard train(r.train_path), val(r.val_path);
+  EXPECT_EQ(static_cast<int64_t>(train.size()), r.train_tokens);
+  EXPECT_EQ(static_cast<int64_t>(val.size()), r.val_tokens);
+  // One <|endoftext|> in front of every document.
+  EXPECT_EQ(count(train.tokens(), tok.eot_id()), r.train_documents);
+  EXPECT_EQ(count(val.tokens(), tok.eot_id()), r.val_documents);
+  EXPECT_EQ(val[0], tok.eot_id());
+  const std::vector<int32_t> ids(val.tokens().begin(), val.tokens().end());
+  const std::string text = tok.decode(ids);
+  // Val holds documents 9, 19, 29, ... (every 10th): the first is a's fortune number 9.
+  const std::string first_val = "<|endoftext|>Fortune number 9 says: ";
+  EXPECT_EQ(text.substr(0, first_val.size()), first_val);
+
+  std::ifstream in(r.meta_path);
+  const nlohmann::json meta = nlohmann::json::parse(in);
+  EXPECT_EQ(meta["vocab_size"], 300);
+  EXPECT_EQ(meta["eot_id"], 299);
+  EXPECT_EQ(meta["train_tokens"], r.train_tokens);
+  EXPECT_EQ(meta["val_tokens"], r.val_tokens);
+  EXPECT_EQ(meta["tokenizer"], "bpe");
+  EXPECT_EQ(meta["sources"].size(), 2u);
+  EXPECT_NEAR(meta["val_unigram_entropy"].get<double>(), r.val_unigram_entropy, 1e-12);
+  EXPECT_GT(r.val_unigram_entropy, 0.5);
+  EXPECT_LT(r.val_unigram_entropy, std::log(300.0));
+}
+
+TEST(Prepare, ReadsItsMetaBack) {
+  TempDir dir;
+  write_corpus(dir);
+  EXPECT_FALSE(prepared_corpus_exists(dir / "out"));
+  const std::string missing = error_of([&] { read_prepared_corpus(dir / "out"); });
+  EXPECT_NE(missing.find("prepare the data first with `tide prepare --out-dir"), std::string::npos)
+      << missing;
+  const PrepareResult r = prepare_corpus(quiet_options(dir));
+  EXPECT_TRUE(prepared_corpus_exists(dir / "out"));
+  const PrepareResult back = read_prepared_corpus(dir / "out");
+  EXPECT_EQ(back.train_path, r.train_path);
+  EXPECT_EQ(back.val_path, r.val_path);
+  EXPECT_EQ(back.tokenizer_path, r.tokenizer_path);
+  EXPECT_EQ(back.vocab_size, r.vocab_size);
+  EXPECT_EQ(back.eot_id, r.eot_id);
+  EXPECT_EQ(back.train_tokens, r.train_tokens);
+  EXPECT_EQ(back.val_tokens, r.val_tokens);
+  EXPECT_DOUBLE_EQ(back.val_unigram_entropy, r.val_unigram_entropy);
+  write_file(dir / "out/meta.json", "{\"vocab_size\": 3}");
+  const std::string broken = error_of([&] { read_prepared_corpus(dir / "out"); });
+  EXPECT_NE(broken.find("unreadable"), std::string::npos) << broken;
+}
+
+TEST(Prepare, UsesGpt2TokenizerFiles) {
+  TempDir dir;
+  write_corpus(dir);
+  PrepareOptions o = quiet_options(dir);
+  const std::string fixture = std::string(TIDE_SOURCE_DIR) + "/tests/unit/data/fixtures/gpt2_tiny/";
+  o.gpt2_encoder = fixture + "encoder.json";
+  o.gpt2_vocab = fixture + "vocab.bpe";
+  const PrepareResult r = prepare_corpus(o);
+  EXPECT_EQ(r.vocab_size, 264);
+  EXPECT_EQ(r.eot_id, 263);
+  const TokenShard train(r.train_path);
+  EXPECT_EQ(train[0], 263);
+  EXPECT_LT(train.max_token(), 264);
+}
+
+TEST(Prepare, FewDocumentsSplitInsideEachDocument) {
+  TempDir dir;
+  std::filesystem::create_directories(dir / "in");
+  std::string text;
+  for (int i = 0; i < 100; ++i) text += fmt::format("line {} of the only document\n", i);
+  write_file(dir / "in/one.txt", text);
+  PrepareOptions o = quiet_options(dir);
+  o.inputs = {dir / "in/one.txt"};
+  o.doc_separator = "";
+  const PrepareResult r = prepare_corpus(o);
+  EXPECT_EQ(r.train_documents, 1);
+  EXPECT_EQ(r.val_documents, 1);
+  const Tokenizer tok = Tokenizer::load(r.tokenizer_path);
+  const TokenShard train(r.train_path), val(r.val_path);
+  auto text_of = [&](const TokenShard& shard) {  // without the leading <|endoftext|>
+    EXPECT_EQ(shard[0], tok.eot_id());
+    return tok.decode(std::vector<int32_t>(shard.tokens().begin() + 1, shard.tokens().end()));
+  };
+  const std::string head = text_of(train), tail = text_of(val);
+  EXPECT_EQ(head + tail, text);
+  // Val is the last 10% of the bytes, from the next line start: lines 0-9 are shorter, so 91-99.
+  EXPECT_EQ(tail.substr(0, 8), "line 91 ");
+}
+
+TEST(Prepare, MaxMbCutsTheInput) {
+  TempDir dir;
+  write_corpus(dir);
+  PrepareOptions o = quiet_options(dir);
+  o.max_mb = 1000.0 / (1024 * 1024);  // 1000 bytes, cut back to a line end
+  const PrepareResult r = prepare_corpus(o);
+  EXPECT_LE(r.input_bytes, 1000);
+  EXPECT_GT(r.input_bytes, 900);
+}
+
+TEST(Prepare, GlobInputs) {
+  TempDir dir;
+  write_corpus(dir);
+  PrepareOptions o = quiet_options(dir);
+  o.inputs = {dir / "in/*"};
+  EXPECT_EQ(prepare_corpus(o).train_documents + prepare_corpus(o).val_documents, 60);
+}
+
+TEST(Prepare, BadInputs) {
+  TempDir dir;
+  write_corpus(dir);
+  PrepareOptions o = quiet_options(dir);
+  o.inputs = {dir / "missing.txt"};
+  EXPECT_NE(error_of([&] { prepare_corpus(o); }).find("missing.txt: no such file or directory"),
+            std::string::npos);
+  o.inputs = {dir / "in/*.txt"};
+  EXPECT_NE(error_of([&] { prepare_corpus(o); }).find("no files match this pattern"),
+            std::string::npos);
+  o = quiet_options(dir);
+  o.val_fraction = 0;
+  EXPECT_NE(error_of([&] { prepare_corpus(o); }).find("--val-fraction 0 must be between 0 and 1"),
+            std::string::npos);
+  o = quiet_options(dir);
+  o.vocab_size = 100;
+  EXPECT_NE(error_of([&] { prepare_corpus(o); }).find("--vocab-size 100 is out of range"),
+            std::string::npos);
+  o = quiet_options(dir);
+  o.gpt2_encoder = "encoder.json";
+  EXPECT_NE(error_of([&] { prepare_corpus(o); }).find("needs both files"), std::string::npos);
+  o = quiet_options(dir);
+  write_file(dir / "empty.txt", "  \n\n");
+  o.inputs = {dir / "empty.txt"};
+  EXPECT_NE(error_of([&] { prepare_corpus(o); }).find("holds no text"), std::string::npos);
+}
+
+TEST(Prepare, SplitDocuments) {
+  EXPECT_EQ(split_documents("a\n%\nb\nc\n%\n", "%"), (std::vector<std::string>{"a\n", "b\nc\n"}));
+  EXPECT_EQ(split_documents("a\r\n%\r\n\n%\nb", "%"), (std::vector<std::string>{"a\r\n", "b\n"}));
+  EXPECT_EQ(split_documents("a\n%\nb", ""), (std::vector<std::string>{"a\n%\nb"}));
+  EXPECT_TRUE(split_documents(" \n", "").empty());
+}
+
+TEST(Prepare, UnigramEntropy) {
+  EXPECT_NEAR(unigram_entropy({0, 0, 1, 1}, 4), std::log(2.0), 1e-12);
+  EXPECT_NEAR(unigram_entropy({3, 3, 3}, 4), 0.0, 1e-12);
+  EXPECT_NEAR(unigram_entropy({0, 1, 2, 3}, 4), std::log(4.0), 1e-12);
+}
+
+TEST(Prepare, DefaultCorpusFilesSkipIndexesLinksAndOff) {
+  TempDir dir;
+  write_file(dir / "zippy", "a\n%\nb\n");
+  write_file(dir / "art", "c\n%\n");
+  write_file(dir / "art.dat", std::string(24, '\0'));
+  std::filesystem::create_symlink(dir / "art", dir / "art.u8");
+  std::filesystem::create_directories(dir / "off");
+  write_file(dir / "off/rude", "x\n");
+  EXPECT_EQ(default_corpus_files(dir.str()),
+            (std::vector<std::string>{dir / "art", dir / "zippy"}));
+}
+
+TEST(Prepare, DefaultCorpusMissing) {
+  TempDir dir;
+  const std::string msg = error_of([&] { default_corpus_files(dir / "fortunes"); });
+  EXPECT_NE(msg.find("install it with apt-get install fortunes"), std::string::npos) << msg;
+}
+
+}  // namespace
+}  // namespace tide

@@ -1,0 +1,173 @@
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <vector>
+
+#include "test_util.h"
+#include "tide/core/error.h"
+#include "tide/data/shard.h"
+
+namespace tide {
+namespace {
+
+using test::error_of;
+using test::TempDir;
+
+// A shard file written by hand, so the reader is tested against the format, not the writer.
+void write_raw_shard(const std::string& path, int32_t magic, int32_t version, int32_t count,
+                     const std::vector<uint16_t>& tokens) {
+  std::vector<int32_t> header(256, 0);
+  header[0] = magic;
+  header[1] = version;
+  header[2] = count;
+  std::ofstream out(path, std::ios::binary);
+  out.write(reinterpret_cast<const char*>(header.data()), 1024);
+  out.write(reinterpret_cast<const char*>(tokens.data()), tokens.size() * 2);
+}
+
+TEST(Shard, WriterProducesTheLlmcLayout) {
+  TempDir dir;
+  const std::vector<uint16_t> tokens = {1, 2, 65535, 0, 300};
+  write_token_shard(dir / "a.bin", std::span<const uint16_t>(tokens));
+  EXPECT_EQ(std::filesystem::file_size(dir / "a.bin"), 1024u + 2 * tokens.size());
+  std::ifstream in(dir / "a.bin", std::ios::binary);
+  std::vector<int32_t> header(256);
+  in.read(reinterpret_cast<char*>(header.data()), 1024);
+  EXPECT_EQ(header[0], 20240520);
+  EXPECT_EQ(header[1], 1);
+  EXPECT_EQ(header[2], 5);
+  unsigned char body[10];
+  in.read(reinterpret_cast<char*>(body), 10);
+  EXPECT_EQ(body[4], 0xFF);  // 65535, little-endian
+  EXPECT_EQ(body[8], 300 & 0xFF);
+  EXPECT_EQ(body[9], 300 >> 8);
+}
+
+TEST(Shard, ReadsBackWhatWasWritten) {
+  TempDir dir;
+  const std::vector<int32_t> tokens = {5, 0, 4095, 17, 65535};
+  write_token_shard(dir / "a.bin", std::span<const int32_t>(tokens));
+  const TokenShard shard(dir / "a.bin");
+  ASSERT_EQ(shard.size(), tokens.size());
+  for (size_t i = 0; i < tokens.size(); ++i) EXPECT_EQ(shard[i], tokens[i]);
+  EXPECT_EQ(shard.max_token(), 65535);
+}
+
+TEST(Shard, ReadsAHandWrittenShard) {
+  TempDir dir;
+  write_raw_shard(dir / "a.bin", 20240520, 1, 3, {7, 8, 9});
+  const TokenShard shard(dir / "a.bin");
+  EXPECT_EQ(shard.size(), 3u);
+  EXPECT_EQ(shard[2], 9);
+}
+
+TEST(Shard, MovingKeepsTheMapping) {
+  TempDir dir;
+  const std::vector<uint16_t> tokens = {10, 20, 30};
+  write_token_shard(dir / "a.bin", std::span<const uint16_t>(tokens));
+  std::vector<TokenShard> shards;  // no reserve: growing moves the shards
+  for (int i = 0; i < 5; ++i) shards.emplace_back(dir / "a.bin");
+  TokenShard moved = std::move(shards[0]);
+  shards[0] = std::move(shards[1]);
+  for (const TokenShard* s : {&moved, &shards[0], &shards[4]}) {
+    ASSERT_EQ(s->size(), 3u);
+    EXPECT_EQ((*s)[2], 30);
+  }
+}
+
+TEST(Shard, EmptyShardIsValid) {
+  TempDir dir;
+  write_token_shard(dir / "e.bin", std::span<const uint16_t>());
+  const TokenShard shard(dir / "e.bin");
+  EXPECT_EQ(shard.size(), 0u);
+  EXPECT_EQ(shard.max_token(), 0);
+}
+
+TEST(Shard, WrongMagicNamesFileMagicAndFix) {
+  TempDir dir;
+  write_raw_shard(dir / "train.bin", 12345, 1, 2, {1, 2});
+  const std::string msg = error_of([&] { TokenShard s(dir / "train.bin"); });
+  EXPECT_NE(msg.find(dir / "train.bin"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("not a token shard (magic 12345, expected 20240520)"), std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("tide prepare"), std::string::npos) << msg;
+}
+
+TEST(Shard, WrongVersion) {
+  TempDir dir;
+  write_raw_shard(dir / "v.bin", 20240520, 7, 2, {1, 2});
+  const std::string msg = error_of([&] { TokenShard s(dir / "v.bin"); });
+  EXPECT_NE(msg.find("version 7 is not supported"), std::string::npos) << msg;
+}
+
+TEST(Shard, TruncatedBody) {
+  TempDir dir;
+  write_raw_shard(dir / "t.bin", 20240520, 1, 100, {1, 2, 3});
+  const std::string msg = error_of([&] { TokenShard s(dir / "t.bin"); });
+  EXPECT_NE(msg.find(dir / "t.bin"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("truncated token shard (header says 100 tokens"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("1030 bytes"), std::string::npos) << msg;  // 1024 + 3*2 on disk
+}
+
+TEST(Shard, TruncatedHeader) {
+  TempDir dir;
+  test::write_file(dir / "h.bin", std::string(100, '\0'));
+  const std::string msg = error_of([&] { TokenShard s(dir / "h.bin"); });
+  EXPECT_NE(msg.find("only 100 bytes, shorter than the 1024-byte header"), std::string::npos)
+      << msg;
+}
+
+TEST(Shard, LongerThanHeaderSays) {
+  TempDir dir;
+  write_raw_shard(dir / "l.bin", 20240520, 1, 2, {1, 2, 3, 4});
+  const std::string msg = error_of([&] { TokenShard s(dir / "l.bin"); });
+  EXPECT_NE(msg.find("longer than its header says"), std::string::npos) << msg;
+}
+
+TEST(Shard, MissingFile) {
+  TempDir dir;
+  const std::string msg = error_of([&] { TokenShard s(dir / "nope.bin"); });
+  EXPECT_NE(msg.find(dir / "nope.bin"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("no such token shard"), std::string::npos) << msg;
+}
+
+TEST(Shard, DirectoryIsNotAShard) {
+  TempDir dir;
+  const std::string msg = error_of([&] { TokenShard s(dir.str()); });
+  EXPECT_NE(msg.find("is a directory"), std::string::npos) << msg;
+}
+
+TEST(Shard, CheckVocabNamesTokenPositionFileAndVocab) {
+  TempDir dir;
+  const std::vector<uint16_t> tokens = {1, 2, 3, 5000, 4, 6000};
+  write_token_shard(dir / "train.bin", std::span<const uint16_t>(tokens));
+  const TokenShard shard(dir / "train.bin");
+  EXPECT_NO_THROW(shard.check_vocab(6001));
+  const std::string msg = error_of([&] { shard.check_vocab(4096); });
+  EXPECT_NE(msg.find("token id 5000 at position 3 of " + (dir / "train.bin") +
+                     " is >= model.vocab_size 4096"),
+            std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("at least 6001"), std::string::npos) << msg;
+}
+
+TEST(Shard, WriterRejectsIdsThatDoNotFitUint16) {
+  TempDir dir;
+  const std::vector<int32_t> tokens = {1, 70000};
+  const std::string msg =
+      error_of([&] { write_token_shard(dir / "x.bin", std::span<const int32_t>(tokens)); });
+  EXPECT_NE(msg.find("token id 70000 at position 1"), std::string::npos) << msg;
+}
+
+TEST(Shard, WriterReportsAMissingDirectory) {
+  TempDir dir;
+  const std::vector<uint16_t> tokens = {1};
+  const std::string msg = error_of(
+      [&] { write_token_shard(dir / "no/such/dir/x.bin", std::span<const uint16_t>(tokens)); });
+  EXPECT_NE(msg.find("cannot open for writing"), std::string::npos) << msg;
+}
+
+}  // namespace
+}  // namespace tide

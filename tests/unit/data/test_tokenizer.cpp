@@ -1,0 +1,282 @@
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "test_util.h"
+#include "tide/data/pretokenize.h"
+#include "tide/data/tokenizer.h"
+
+namespace tide {
+namespace {
+
+using test::error_of;
+using test::TempDir;
+using Ids = std::vector<int32_t>;
+
+const std::string kFixture = std::string(TIDE_SOURCE_DIR) + "/tests/unit/data/fixtures/gpt2_tiny/";
+
+// A few KB of English for training tests.
+std::string english_text() {
+  const std::string para =
+      "The quick brown fox jumps over the lazy dog. It's the fox's third jump today, and the dog "
+      "doesn't care: dogs rarely do. In 1999 the fox jumped 123 times; in 2000, 456 times!\n"
+      "Then the rain came, and the fox and the dog went in. They'll try again tomorrow.\n\n";
+  std::string text;
+  for (int i = 0; i < 12; ++i) text += para;
+  return text;
+}
+
+std::vector<std::string> pieces(std::string_view text) {
+  std::vector<std::string> out;
+  for (std::string_view p : pretokenize(text)) out.emplace_back(p);
+  return out;
+}
+
+// Expected pieces come from GPT-2's regex run by Python's `regex` module on the same strings.
+TEST(Pretokenize, SplitsLikeGpt2Regex) {
+  EXPECT_EQ(
+      pieces("Hello world's  end\n\nfoo 123abc  ?!don't  \t x'LL"),
+      (std::vector<std::string>{"Hello", " world", "'s", " ", " end", "\n", "\n", "foo", " 123",
+                                "abc", " ", " ?!", "don", "'t", "  \t", " x", "'", "LL"}));
+  EXPECT_EQ(pieces("  lead and trail  "),
+            (std::vector<std::string>{" ", " lead", " and", " trail", "  "}));
+  EXPECT_EQ(pieces("it's they're we've I'm you'll he'd"),
+            (std::vector<std::string>{"it", "'s", " they", "'re", " we", "'ve", " I", "'m", " you",
+                                      "'ll", " he", "'d"}));
+}
+
+TEST(Pretokenize, NonAsciiBytesAreLetters) {
+  EXPECT_EQ(pieces("na\xc3\xafve caf\xc3\xa9"),
+            (std::vector<std::string>{"na\xc3\xafve", " caf\xc3\xa9"}));
+}
+
+TEST(Pretokenize, EmptyText) {
+  EXPECT_TRUE(pieces("").empty());
+}
+
+TEST(ByteUnicode, MatchesGpt2Table) {
+  EXPECT_EQ(bytes_to_unicode()[' '], 0x120u);   // 'Ġ'
+  EXPECT_EQ(bytes_to_unicode()['\n'], 0x10Au);  // 'Ċ'
+  EXPECT_EQ(bytes_to_unicode()['a'], static_cast<uint32_t>('a'));
+  EXPECT_EQ(bytes_to_unicode()[0xAD],
+            0x143u);  // the last non-printable byte gets the last code point
+  std::string all;
+  for (int b = 0; b < 256; ++b) all.push_back(static_cast<char>(b));
+  EXPECT_EQ(from_byte_unicode(to_byte_unicode(all)), all);
+  EXPECT_EQ(to_byte_unicode(" the"), "\xc4\xa0the");
+}
+
+// ---- GPT-2 files: the fixture has GPT-2's byte ids and its first seven merges (make_fixture.py).
+
+TEST(Gpt2Tokenizer, EncodesHandComputedIds) {
+  const Tokenizer tok = Tokenizer::load_gpt2(kFixture + "encoder.json", kFixture + "vocab.bpe");
+  EXPECT_EQ(tok.vocab_size(), 264);
+  EXPECT_EQ(tok.eot_id(), 263);
+  EXPECT_EQ(tok.num_merges(), 7);
+  // "the": t h e -> (h e) is merge 2 -> [t, he]
+  EXPECT_EQ(tok.encode("the cat"), (Ids{83, 258, 220, 66, 64, 83}));
+  // " the": (Ġ t) rank 0, then (h e) rank 2, then (Ġt he) rank 6 -> Ġthe = 262
+  EXPECT_EQ(tok.encode(" the"), (Ids{262}));
+  EXPECT_EQ(tok.encode("in the rain\n"), (Ids{259, 262, 220, 81, 64, 259, 198}));
+  EXPECT_EQ(tok.encode("there"), (Ids{83, 258, 260}));  // (h e) before (r e)
+  EXPECT_EQ(tok.encode(" at"), (Ids{257, 83}));
+  EXPECT_EQ(tok.encode("Hello"), (Ids{39, 68, 75, 75, 78}));
+  EXPECT_EQ(tok.encode("\xc3\xa9"), (Ids{127, 102}));  // é: bytes C3 A9 in GPT-2's byte order
+  // The literal text of the special token is ordinary text: "<|" "endoftext" "|>", no merges.
+  EXPECT_EQ(tok.encode("<|endoftext|>").size(), 13u);
+}
+
+TEST(Gpt2Tokenizer, Decodes) {
+  const Tokenizer tok = Tokenizer::load_gpt2(kFixture + "encoder.json", kFixture + "vocab.bpe");
+  EXPECT_EQ(tok.decode(Ids{259, 262, 220, 81, 64, 259, 198}), "in the rain\n");
+  EXPECT_EQ(tok.decode(Ids{262, 263, 83}), " the<|endoftext|>t");
+  const std::string msg = error_of([&] { tok.decode(Ids{264}); });
+  EXPECT_NE(msg.find("token id 264 is outside the vocabulary of 264 tokens"), std::string::npos)
+      << msg;
+}
+
+TEST(Gpt2Tokenizer, MergeWithUnknownTokenIsRejected) {
+  TempDir dir;
+  test::write_file(dir / "vocab.bpe", "#version: 0.2\nĠ t\nq zz\n");
+  const std::string msg =
+      error_of([&] { Tokenizer::load_gpt2(kFixture + "encoder.json", dir / "vocab.bpe"); });
+  EXPECT_NE(msg.find("merge 2 (\"q zz\") uses \"zz\", which is not in the vocabulary"),
+            std::string::npos)
+      << msg;
+}
+
+TEST(Gpt2Tokenizer, MalformedMergeLine) {
+  TempDir dir;
+  test::write_file(dir / "vocab.bpe", "#version: 0.2\nĠt\n");
+  const std::string msg =
+      error_of([&] { Tokenizer::load_gpt2(kFixture + "encoder.json", dir / "vocab.bpe"); });
+  EXPECT_NE(msg.find("line 2"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("is not a merge"), std::string::npos) << msg;
+}
+
+TEST(Gpt2Tokenizer, EncoderWithoutAllBytesIsRejected) {
+  TempDir dir;
+  std::ifstream in(kFixture + "encoder.json");
+  nlohmann::json enc = nlohmann::json::parse(in);
+  enc.erase("Ċ");  // newline's byte token
+  for (auto& [text, id] : enc.items()) {
+    if (id.get<int>() > 198) id = id.get<int>() - 1;  // keep ids dense
+  }
+  test::write_file(dir / "encoder.json", enc.dump());
+  test::write_file(dir / "vocab.bpe", "#version: 0.2\n");
+  const std::string msg =
+      error_of([&] { Tokenizer::load_gpt2(dir / "encoder.json", dir / "vocab.bpe"); });
+  EXPECT_NE(msg.find("no token for byte 0x0a"), std::string::npos) << msg;
+}
+
+TEST(Gpt2Tokenizer, MissingOrBrokenFiles) {
+  TempDir dir;
+  EXPECT_NE(error_of([&] {
+              Tokenizer::load_gpt2(dir / "encoder.json", kFixture + "vocab.bpe");
+            }).find("cannot open GPT-2 encoder.json"),
+            std::string::npos);
+  test::write_file(dir / "encoder.json", "{\"a\": 1,");
+  EXPECT_NE(error_of([&] {
+              Tokenizer::load_gpt2(dir / "encoder.json", kFixture + "vocab.bpe");
+            }).find("not valid JSON"),
+            std::string::npos);
+}
+
+// ---- Training
+
+TEST(BpeTraining, LearnsHandComputedMerges) {
+  // Pieces: "ab", " ab" x2, " abc". Pair counts: (a b) 4, (' ' a) 3, (b c) 1.
+  // Merge 1: a+b -> 256. Then (' ' 256) 3 -> 257 " ab". Then (257 c) 1 -> 258 " abc".
+  const Tokenizer tok = Tokenizer::train("ab ab ab abc", 260);
+  EXPECT_EQ(tok.vocab_size(), 260);
+  EXPECT_EQ(tok.eot_id(), 259);
+  EXPECT_EQ(tok.token_bytes(256), "ab");
+  EXPECT_EQ(tok.token_bytes(257), " ab");
+  EXPECT_EQ(tok.token_bytes(258), " abc");
+  EXPECT_EQ(tok.encode("ab abc"), (Ids{256, 258}));
+  EXPECT_EQ(tok.encode("abab"), (Ids{256, 256}));
+}
+
+TEST(BpeTraining, TiesGoToTheSmallerPair) {
+  // (a b), (' ' c), (c d) all occur once; (' ' c) = (32, 99) has the smallest ids.
+  const Tokenizer tok = Tokenizer::train("ab cd", 258);
+  EXPECT_EQ(tok.token_bytes(256), " c");
+}
+
+TEST(BpeTraining, StopsWhenNothingIsLeftToMerge) {
+  const Tokenizer tok = Tokenizer::train("ab", 1000);
+  EXPECT_EQ(tok.num_merges(), 1);
+  EXPECT_EQ(tok.vocab_size(), 258);  // 256 bytes + "ab" + <|endoftext|>
+}
+
+TEST(BpeTraining, TrainsOnEnglishAndCompresses) {
+  const std::string text = english_text();
+  const Tokenizer tok = Tokenizer::train(text, 350);
+  EXPECT_EQ(tok.vocab_size(), 350);
+  EXPECT_EQ(tok.eot_id(), 349);
+  const Ids ids = tok.encode(text);
+  EXPECT_EQ(tok.decode(ids), text);
+  // Most words of the repeated paragraph become single tokens.
+  EXPECT_LT(ids.size(), text.size() / 3);
+  EXPECT_EQ(tok.encode(" the").size(), 1u);
+}
+
+std::string read_fixture(const std::string& name) {
+  std::ifstream in(std::string(TIDE_SOURCE_DIR) + "/tests/unit/data/fixtures/bpe_reference/" + name,
+                   std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// fixtures/bpe_reference was made by a naive Python trainer/encoder (make_reference.py) that
+// recounts every pair after every merge: the incremental trainer must learn the same merges,
+// and encode() must give the ids of GPT-2's bpe() procedure.
+TEST(BpeTraining, MatchesNaiveReferenceImplementation) {
+  TempDir dir;
+  const Tokenizer tok = Tokenizer::train(read_fixture("corpus.txt"), 400);
+  tok.save(dir / "tokenizer.json");
+  std::ifstream in(dir / "tokenizer.json");
+  const nlohmann::json j = nlohmann::json::parse(in);
+  std::string merges;
+  for (const auto& m : j["merges"]) merges += m.get<std::string>() + "\n";
+  EXPECT_EQ(merges, read_fixture("merges.txt"));
+  Ids expected;
+  std::istringstream ids(read_fixture("heldout_ids.txt"));
+  for (int32_t id; ids >> id;) expected.push_back(id);
+  ASSERT_GT(expected.size(), 100u);
+  EXPECT_EQ(tok.encode(read_fixture("heldout.txt")), expected);
+}
+
+TEST(BpeTraining, VocabSizeOutOfRange) {
+  EXPECT_NE(error_of([] { Tokenizer::train("abc", 100); }).find("vocab_size 100 is out of range"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { Tokenizer::train("abc", 70000); }).find("at most 65536"),
+            std::string::npos);
+}
+
+// ---- Round trips
+
+TEST(Tokenizer, RoundTripsRandomBytesAndUtf8) {
+  const Tokenizer trained = Tokenizer::train(english_text(), 400);
+  const Tokenizer gpt2 = Tokenizer::load_gpt2(kFixture + "encoder.json", kFixture + "vocab.bpe");
+  std::mt19937 rng(1234);
+  for (int trial = 0; trial < 20; ++trial) {
+    std::string bytes(1 + rng() % 500, '\0');
+    for (char& c : bytes) c = static_cast<char>(rng() & 0xFF);  // NULs, invalid UTF-8, anything
+    EXPECT_EQ(trained.decode(trained.encode(bytes)), bytes);
+    EXPECT_EQ(gpt2.decode(gpt2.encode(bytes)), bytes);
+  }
+  const std::string utf8 =
+      "na\xc3\xafve caf\xc3\xa9 \xe2\x80\x94 \xe6\x97\xa5\xe6\x9c\xac\xe8\xaa\x9e \xf0\x9f\x99\x82 "
+      "\xce\xb1\xce\xb2\xce\xb3 1\xc2\xbd the end.\r\n\t";
+  EXPECT_EQ(trained.decode(trained.encode(utf8)), utf8);
+  EXPECT_EQ(gpt2.decode(gpt2.encode(utf8)), utf8);
+}
+
+TEST(Tokenizer, SaveLoadRoundTrip) {
+  TempDir dir;
+  // English, and random text over a tiny alphabet (long runs, many overlapping merges).
+  std::mt19937 rng(7);
+  std::string text;
+  for (int i = 0; i < 4000; ++i) text.push_back("ab  \n"[rng() % 5]);
+  for (const Tokenizer& tok :
+       {Tokenizer::train(english_text(), 500), Tokenizer::train(text, 600)}) {
+    tok.save(dir / "tokenizer.json");
+    const Tokenizer back = Tokenizer::load(dir / "tokenizer.json");
+    EXPECT_EQ(back.vocab_size(), tok.vocab_size());
+    EXPECT_EQ(back.eot_id(), tok.eot_id());
+    EXPECT_EQ(back.num_merges(), tok.num_merges());
+    for (int id = 0; id < tok.vocab_size(); ++id)
+      ASSERT_EQ(back.token_bytes(id), tok.token_bytes(id));
+    EXPECT_EQ(back.encode(english_text()), tok.encode(english_text()));
+    EXPECT_EQ(back.encode(text), tok.encode(text));
+  }
+}
+
+TEST(Tokenizer, Gpt2FilesSurviveConversionToTokenizerJson) {
+  TempDir dir;
+  const Tokenizer gpt2 = Tokenizer::load_gpt2(kFixture + "encoder.json", kFixture + "vocab.bpe");
+  gpt2.save(dir / "tokenizer.json");
+  const Tokenizer back = Tokenizer::load(dir / "tokenizer.json");
+  EXPECT_EQ(back.eot_id(), 263);
+  EXPECT_EQ(back.encode("in the rain\n"), (Ids{259, 262, 220, 81, 64, 259, 198}));
+}
+
+TEST(Tokenizer, LoadRejectsOtherFiles) {
+  TempDir dir;
+  test::write_file(dir / "t.json", "{\"model\": {}}");
+  const std::string msg = error_of([&] { Tokenizer::load(dir / "t.json"); });
+  EXPECT_NE(msg.find("not a tide tokenizer file"), std::string::npos) << msg;
+  EXPECT_NE(
+      error_of([&] { Tokenizer::load(dir / "missing.json"); }).find("cannot open tokenizer file"),
+      std::string::npos);
+}
+
+}  // namespace
+}  // namespace tide

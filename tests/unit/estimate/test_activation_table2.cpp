@@ -1,0 +1,99 @@
+// Korthikanti et al. (2022) Table 2: activation bytes per transformer layer, 16-bit activations.
+#include <gtest/gtest.h>
+
+#include "tide/estimate/activation_memory.h"
+
+using namespace tide;
+
+namespace {
+
+// GPT-3 175B's layer from the paper's Table 3 (a = 96, h = 12288, s = 2048), t = 8, b = 1.
+ActivationShape gpt3(int t, bool sp) {
+  ActivationShape x;
+  x.s = 2048;
+  x.b = 1;
+  x.h = 12288;
+  x.a = 96;
+  x.v = 51200;
+  x.t = t;
+  x.sp = sp;
+  x.elem_bytes = 2;
+  return x;
+}
+
+// The table's formulas, evaluated in floating point.
+double sbh(const ActivationShape& x) {
+  return double(x.s) * x.b * x.h;
+}
+double ratio(const ActivationShape& x) {
+  return 5.0 * x.a * x.s / x.h;
+}  // 5as/h
+
+}  // namespace
+
+TEST(KorthikantiTable2, NoParallelism) {
+  const ActivationShape x = gpt3(1, false);
+  EXPECT_EQ(layer_activation_bytes(x, Recompute::None), sbh(x) * (34 + ratio(x)));
+}
+
+TEST(KorthikantiTable2, TensorParallel) {
+  for (int t : {2, 4, 8}) {
+    const ActivationShape x = gpt3(t, false);
+    EXPECT_EQ(layer_activation_bytes(x, Recompute::None), sbh(x) * (10 + 24.0 / t + ratio(x) / t))
+        << "t=" << t;
+  }
+}
+
+TEST(KorthikantiTable2, TensorPlusSequenceParallel) {
+  for (int t : {2, 4, 8}) {
+    const ActivationShape x = gpt3(t, true);
+    EXPECT_EQ(layer_activation_bytes(x, Recompute::None), sbh(x) * (34.0 / t + ratio(x) / t))
+        << "t=" << t;
+  }
+}
+
+TEST(KorthikantiTable2, TensorParallelPlusSelectiveRecompute) {
+  for (int t : {1, 2, 8}) {
+    const ActivationShape x = gpt3(t, false);
+    EXPECT_EQ(layer_activation_bytes(x, Recompute::Selective), sbh(x) * (10 + 24.0 / t))
+        << "t=" << t;
+  }
+}
+
+TEST(KorthikantiTable2, TensorPlusSequenceParallelPlusSelectiveRecompute) {
+  for (int t : {2, 4, 8}) {
+    const ActivationShape x = gpt3(t, true);
+    EXPECT_EQ(layer_activation_bytes(x, Recompute::Selective), sbh(x) * 34.0 / t) << "t=" << t;
+  }
+}
+
+TEST(KorthikantiTable2, FullRecomputeKeepsTheLayerInput) {
+  for (int t : {1, 8})
+    EXPECT_EQ(layer_activation_bytes(gpt3(t, false), Recompute::Full), 2 * sbh(gpt3(t, false)));
+  // Under sequence parallelism the kept input is the rank's sequence shard.
+  EXPECT_EQ(layer_activation_bytes(gpt3(8, true), Recompute::Full), 2 * sbh(gpt3(8, true)) / 8);
+}
+
+TEST(KorthikantiTable2, SequenceParallelPlusSelectiveIsFiveTimesLessThanTensorParallel) {
+  // The paper's headline for GPT-3: TP alone vs TP+SP+selective at t = 8.
+  const double tp = layer_activation_bytes(gpt3(8, false), Recompute::None);
+  const double both = layer_activation_bytes(gpt3(8, true), Recompute::Selective);
+  EXPECT_GT(tp / both, 5.0);
+  EXPECT_LT(tp / both, 6.0);
+}
+
+TEST(KorthikantiTable2, OutputLayerIsFourSbhOverTTimesOnePlusVOverH) {
+  // Section 4.3: with SP, the output layer needs 4sbh/t (1 + v/h).
+  const ActivationShape x = gpt3(8, true);
+  EXPECT_EQ(output_layer_activation_bytes(x), 4 * sbh(x) / 8 * (1 + double(x.v) / x.h));
+  EXPECT_EQ(input_layer_activation_bytes(x), sbh(x) / 8);  // embedding dropout mask
+}
+
+TEST(KorthikantiTable2, Fp32ActivationsDoubleEverythingButTheMasks) {
+  ActivationShape x = gpt3(1, false);
+  x.elem_bytes = 4;
+  // 16 sbh elements at 4 bytes + 2 sbh mask bytes; 2as^2b elements at 4 bytes + as^2b masks.
+  const double as2b = double(x.a) * x.s * x.s * x.b;
+  EXPECT_EQ(layer_activation_bytes(x, Recompute::None), sbh(x) * 66 + as2b * 9);
+  EXPECT_EQ(recompute_workspace_bytes(x, Recompute::Selective), as2b * 9);
+}

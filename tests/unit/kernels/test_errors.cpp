@@ -1,0 +1,95 @@
+// Bad calls stop with one line that names the op, the tensor and what is expected.
+#include "kernel_test_util.h"
+
+using namespace tide;
+using namespace tide::test;
+
+TEST(OpErrors, ShapeMismatchNamesTensorAndExpectedShape) {
+  std::vector<float> inp(4 * 8), w(6 * 9), out(4 * 6);
+  expect_error(
+      [&] {
+        matmul_forward(cpu_ctx(), view(out, {4, 6}), view(inp, {4, 8}), view(w, {6, 9}), Tensor{});
+      },
+      {"matmul_forward", "'weight'", "(6, 9)", "(6, 8)"});
+
+  std::vector<float> x(2 * 3 * 8), y(2 * 3 * 8), mean(6), rstd(5), lw(8), lb(8);
+  expect_error(
+      [&] {
+        layernorm_forward(cpu_ctx(), view(y, {2, 3, 8}), view(mean, {6}), view(rstd, {5}),
+                          view(x, {2, 3, 8}), view(lw, {8}), view(lb, {8}));
+      },
+      {"layernorm_forward", "'rstd'", "6 elements"});
+
+  std::vector<float> a(10), b(12), r(10);
+  expect_error([&] { residual_forward(cpu_ctx(), view(r, {10}), view(a, {10}), view(b, {12})); },
+               {"residual_forward", "'b'", "(12)", "(10)"});
+}
+
+TEST(OpErrors, WrongDtypeAndUndefinedTensor) {
+  std::vector<float> tokens_f(6), wte(5 * 4), wpe(3 * 4), out(6 * 4);
+  expect_error(
+      [&] {
+        embedding_forward(cpu_ctx(), view(out, {2, 3, 4}), view(tokens_f, {2, 3}),
+                          view(wte, {5, 4}), view(wpe, {3, 4}));
+      },
+      {"embedding_forward", "'tokens'", "dtype f32", "i32"});
+  std::vector<float> in(4);
+  expect_error([&] { gelu_forward(cpu_ctx(), Tensor{}, view(in, {4})); },
+               {"gelu_forward", "'out'", "undefined"});
+}
+
+TEST(OpErrors, BadTokensTargetsAndSequenceLength) {
+  std::vector<int32_t> tokens = {0, 1, 5, 2, 3, 4};
+  std::vector<float> wte(5 * 4), wpe(3 * 4), out(6 * 4);
+  expect_error(
+      [&] {
+        embedding_forward(cpu_ctx(), view(out, {2, 3, 4}), view(tokens, {2, 3}), view(wte, {5, 4}),
+                          view(wpe, {3, 4}));
+      },
+      {"token id 5", "(b=0, t=2)", "vocabulary [0, 5)"});
+  std::vector<float> wpe_short(2 * 4);
+  expect_error(
+      [&] {
+        embedding_forward(cpu_ctx(), view(out, {2, 3, 4}), view(tokens, {2, 3}), view(wte, {5, 4}),
+                          view(wpe_short, {2, 4}));
+      },
+      {"sequence length T=3", "max_seq_len=2"});
+
+  std::vector<float> logits(2 * 5), losses(2);
+  std::vector<int32_t> targets = {1, 7};
+  expect_error(
+      [&] {
+        crossentropy_forward(cpu_ctx(), view(losses, {2}), view(logits, {2, 5}),
+                             view(targets, {2}));
+      },
+      {"crossentropy_forward", "target id 7", "row 1"});
+}
+
+TEST(OpErrors, BadHeadsAndDropoutProbability) {
+  const int B = 1, T = 2, C = 6;
+  std::vector<float> qkv(B * T * 3 * C), out(B * T * C), pre(B * 4 * T * T), att(B * 4 * T * T);
+  expect_error(
+      [&] {
+        attention_forward(cpu_ctx(), view(out, {B, T, C}), view(pre, {B, 4, T, T}),
+                          view(att, {B, 4, T, T}), view(qkv, {B, T, 3 * C}), 4, DropoutSpec{});
+      },
+      {"attention_forward", "n_head=4", "divide C=6"});
+  std::vector<float> x(8), y(8);
+  expect_error(
+      [&] {
+        dropout_forward(cpu_ctx(), view(y, {8}), view(x, {8}), DropoutSpec{1.0f, 0, 0});
+      },
+      {"dropout_forward", "probability 1", "[0, 1)"});
+}
+
+TEST(OpErrors, CudaIsNotBuiltYet) {
+  std::vector<float> x(8), y(8);
+  OpContext ctx;
+  ctx.device = Device::cuda(0);
+  Tensor tx(x.data(), {8}, DType::F32, Device::cuda(0)),
+      ty(y.data(), {8}, DType::F32, Device::cuda(0));
+  expect_error([&] { gelu_forward(ctx, ty, tx); },
+               {"gelu_forward", "CUDA kernels are not built yet", "--device cpu"});
+  // A CPU tensor given to a CUDA op is caught before anything runs.
+  expect_error([&] { gelu_forward(ctx, ty, view(x, {8})); }, {"'inp'", "is on cpu", "cuda:0"});
+}

@@ -1,0 +1,195 @@
+// The trainer end to end: against the JAX reference's AdamW run, bitwise reproducibility,
+// checkpoints, and a clear error for every kind of bad input.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "fixture.h"
+#include "tide/data/shard.h"
+#include "tide/train/checkpoint.h"
+#include "tide/train/trainer.h"
+
+using namespace tide;
+namespace fs = std::filesystem;
+
+namespace {
+
+// A fresh directory under the build tree for one test.
+std::string temp_dir(const std::string& name) {
+  const fs::path p = fs::path(TIDE_BINARY_DIR) / "test_tmp" / name;
+  fs::remove_all(p);
+  fs::create_directories(p);
+  return p.string();
+}
+
+// A shard of `n` tokens below `vocab`: a cycle of 13 with every fifth token random, so there
+// is something to learn.
+std::string write_shard(const std::string& dir, const std::string& name, int n, int vocab) {
+  std::vector<uint16_t> tokens(n);
+  PhiloxStream rng{17, 3};
+  for (int i = 0; i < n; ++i)
+    tokens[i] = static_cast<uint16_t>(i % 5 == 0 ? rng.uint(i) % vocab : (i % 13) * 3 % vocab);
+  const std::string path = dir + "/" + name;
+  write_token_shard(path, std::span<const uint16_t>(tokens));
+  return path;
+}
+
+// A small trainable config over synthetic shards in `dir`.
+std::vector<std::string> small_run(const std::string& dir) {
+  return {"data.train=" + write_shard(dir, "train.bin", 4000, 50),
+          "data.val=" + write_shard(dir, "val.bin", 1000, 50),
+          "model.vocab_size=50", "model.n_layer=2", "model.n_head=2", "model.n_embd=16",
+          "seq_len=8", "train_micro_batch_size_per_gpu=4", "train_steps=6", "out_dir=" + dir,
+          "optimizer.params.lr=1e-2",
+          "log.progress=false", "eval.steps=2"};
+}
+
+// The error message of `f`, or "" when it does not throw.
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST(Trainer, AdamWRunMatchesJaxReference) {
+  test::Fixture fx;
+  const std::string dir = temp_dir("jax");
+  auto overrides = small_run(dir);
+  const auto& a = fx.j["adamw"];
+  const std::vector<std::string> more = {
+      fmt::format("model.vocab_size={}", fx.config.vocab_size),
+      fmt::format("model.n_layer={}", fx.config.n_layer),
+      fmt::format("model.n_head={}", fx.config.n_head),
+      fmt::format("model.n_embd={}", fx.config.n_embd),
+      fmt::format("model.max_seq_len={}", fx.config.max_seq_len),
+      fmt::format("seq_len={}", fx.T),
+      fmt::format("train_micro_batch_size_per_gpu={}", fx.B),
+      "train_steps=10",
+      fmt::format("optimizer.params.lr={}", a["lr"].get<double>()),
+      fmt::format("optimizer.params.betas=[{},{}]", a["beta1"].get<double>(),
+                  a["beta2"].get<double>()),
+      fmt::format("optimizer.params.eps={}", a["eps"].get<double>()),
+      fmt::format("optimizer.params.weight_decay={}", a["weight_decay"].get<double>()),
+      fmt::format("gradient_clipping={}", a["grad_clip"].get<double>()),
+      "scheduler.params.warmup_num_steps=0", "scheduler.params.cos_min_ratio=1.0"};
+  overrides.insert(overrides.end(), more.begin(), more.end());
+  Trainer trainer(load_train_config("", overrides));
+  // Load the reference's initial weights and feed its batches.
+  const auto params = fx.tensors("params");
+  const ChunkLayout& lay = trainer.model().store().layout();
+  for (int id = 0; id < lay.num_tensors(); ++id) {
+    const auto& v = params.at(lay.slot(id).name);
+    std::memcpy(trainer.model().store().tensor(ChunkKind::PARAM, id).data, v.data(), v.size() * 4);
+  }
+  trainer.batch_source = [&](int64_t step, int, int32_t* in, int32_t* tgt) {
+    fx.batch(static_cast<int>(step), in, tgt);
+  };
+  for (int s = 0; s < 10; ++s) {
+    const StepStats st = trainer.train_step();
+    const double ref = fx.j["losses"][s].get<double>();
+    EXPECT_NEAR(st.loss, ref, 1e-4 * std::abs(ref)) << "step " << s;
+    const double ref_norm = fx.j["grad_norms"][s].get<double>();
+    EXPECT_NEAR(st.grad_norm, ref_norm, 1e-4 * ref_norm) << "step " << s;
+  }
+  // Final parameters: Adam's m/(sqrt(v)+eps) magnifies float rounding differences for entries
+  // whose gradients are near zero, so the whole-tensor tolerance is looser than for losses.
+  const auto final_params = fx.tensors("final_params");
+  for (int id = 0; id < lay.num_tensors(); ++id) {
+    const double err = test::rel_error(trainer.model().store().tensor(ChunkKind::PARAM, id).f32(),
+                                       final_params.at(lay.slot(id).name));
+    EXPECT_LE(err, 5e-4) << lay.slot(id).name;
+  }
+}
+
+TEST(Trainer, SameSeedGivesBitwiseIdenticalLossCurve) {
+  const std::string dir = temp_dir("repro");
+  auto overrides = small_run(dir);
+  overrides.push_back("model.dropout=0.1");
+  std::vector<std::vector<float>> curves(2);
+  for (auto& curve : curves) {
+    Trainer t(load_train_config("", overrides));
+    for (int s = 0; s < 6; ++s) curve.push_back(t.train_step().loss);
+    curve.push_back(t.evaluate());
+  }
+  EXPECT_EQ(std::memcmp(curves[0].data(), curves[1].data(), curves[0].size() * 4), 0);
+  EXPECT_LT(curves[0][5], curves[0][0]);  // it learns
+}
+
+TEST(Trainer, CheckpointRoundTripAndCorruption) {
+  const std::string dir = temp_dir("ckpt");
+  Trainer t(load_train_config("", small_run(dir)));
+  t.train_step();
+  const std::string path = t.save();
+  const CheckpointInfo info = read_checkpoint_info(path);
+  EXPECT_EQ(info.step, 1);
+  GPT copy(info.config, ActivationPolicy::SAVE_ALL, 0, false);
+  load_checkpoint(path, copy);
+  for (int id = 0; id < copy.store().layout().num_tensors(); ++id) {
+    const Tensor a = copy.store().tensor(ChunkKind::PARAM, id);
+    const Tensor b = t.model().store().tensor(ChunkKind::PARAM, id);
+    ASSERT_EQ(std::memcmp(a.data, b.data, a.nbytes()), 0);
+  }
+  // Flip one byte of the data: the checksum catches it.
+  {
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(-100, std::ios::end);
+    f.put('\x7f');
+  }
+  EXPECT_NE(error_of([&] { load_checkpoint(path, copy); }).find("checksum"), std::string::npos);
+  fs::resize_file(path, fs::file_size(path) / 2);
+  EXPECT_NE(error_of([&] { load_checkpoint(path, copy); }).find("truncated"), std::string::npos);
+  std::ofstream(dir + "/junk.ckpt") << "hello";
+  EXPECT_NE(error_of([&] { read_checkpoint_info(dir + "/junk.ckpt"); }).find("not a tide checkpoint"),
+            std::string::npos);
+}
+
+TEST(TrainConfig, BadInputGivesOneClearError) {
+  const std::string dir = temp_dir("bad");
+  auto base = small_run(dir);
+  auto with = [&](std::vector<std::string> extra) {
+    auto o = base;
+    o.insert(o.end(), extra.begin(), extra.end());
+    return error_of([&] { Trainer t(load_train_config("", o)); });
+  };
+  // Unknown or mistyped key: names it and suggests the right one.
+  EXPECT_NE(with({"optimizer.params.lrr=0.1"}).find("did you mean 'optimizer.params.lr'"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { parse_train_config(nlohmann::json::parse(R"({"trian_steps": 3})")); })
+                .find("did you mean 'train_steps'"),
+            std::string::npos);
+  // Wrong value type.
+  EXPECT_NE(with({"train_steps=\"ten\""}).find("'train_steps' must be an integer"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { parse_train_config(nlohmann::json::parse(R"({"bf16": true})")); })
+                .find("'bf16' must be an object"),
+            std::string::npos);
+  // Sequence length above max_seq_len.
+  EXPECT_NE(with({"model.max_seq_len=4"}).find("seq_len 8 exceeds model.max_seq_len 4"),
+            std::string::npos);
+  // Missing data path.
+  EXPECT_NE(with({"data.train=" + dir + "/nope.bin"}).find("nope.bin"), std::string::npos);
+  EXPECT_NE(with({"data.dir=" + dir + "/missing"}).find("does not exist"), std::string::npos);
+  // Token id >= vocab_size.
+  EXPECT_NE(with({"model.vocab_size=20"}).find("vocab_size"), std::string::npos);
+  // A token file with a wrong magic, and a truncated one.
+  std::ofstream(dir + "/bad_magic.bin", std::ios::binary) << std::string(2048, 'x');
+  EXPECT_NE(with({"data.train=" + dir + "/bad_magic.bin"}).find("magic"), std::string::npos);
+  const std::string good = write_shard(dir, "cut.bin", 500, 50);
+  fs::resize_file(good, fs::file_size(good) - 100);
+  EXPECT_NE(with({"data.train=" + good}).find("truncated"), std::string::npos);
+  // A config file that is not JSON, and one that does not exist.
+  std::ofstream(dir + "/bad.json") << "{ not json";
+  EXPECT_NE(error_of([&] { load_train_config(dir + "/bad.json", {}); }).find("not valid JSON"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { load_train_config(dir + "/none.json", {}); }).find("cannot open"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { load_train_config("", {"lr"}); }).find("key=value"), std::string::npos);
+}
