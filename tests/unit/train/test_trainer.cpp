@@ -6,7 +6,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "fixture.h"
+#include "../model/fixture.h"  // the JAX reference fixture, shared with the model tests
 #include "tide/data/shard.h"
 #include "tide/train/checkpoint.h"
 #include "tide/train/trainer.h"
@@ -192,4 +192,13 @@ TEST(TrainConfig, BadInputGivesOneClearError) {
   EXPECT_NE(error_of([&] { load_train_config(dir + "/none.json", {}); }).find("cannot open"),
             std::string::npos);
   EXPECT_NE(error_of([&] { load_train_config("", {"lr"}); }).find("key=value"), std::string::npos);
+}
+
+TEST(TrainConfig, ReferenceDocIsCurrent) {
+  // docs/config.md ends with the output of `tide train --list-keys`; regenerate it when a key
+  // changes (see the top of that file).
+  std::ifstream f(std::string(TIDE_SOURCE_DIR) + "/docs/config.md");
+  const std::string doc((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  EXPECT_NE(doc.find(config_reference_markdown()), std::string::npos)
+      << "docs/config.md is out of date: append the output of `tide train --list-keys`";
 }
