@@ -133,6 +133,7 @@ StepStats Trainer::train_step() {
   ChunkStore& store = model_->store();
   store.zero(ChunkKind::GRAD);
   store.begin_step();
+  const uint64_t sent_before = world_->counters().bytes_sent;
   double loss_sum = 0;
   for (int micro = 0; micro < cfg_.grad_accum; ++micro) {
     if (batch_source) {
@@ -154,9 +155,12 @@ StepStats Trainer::train_step() {
   }
   const auto t_comm = Clock::now();
   for (auto& w : pending_) w->wait();
-  pending_.clear();
   StepStats st;
   st.comm_seconds = seconds_since(t_comm);
+  // Only gradient reductions have run on world_ since sent_before (the loss comes later).
+  st.grad_reductions = static_cast<int>(pending_.size());
+  st.grad_bytes_sent = world_->counters().bytes_sent - sent_before;
+  pending_.clear();
 
   // Global gradient norm over all chunks (padding is zero). Every rank holds the same averaged
   // gradients, so every rank computes the same norm and takes the same step.

@@ -31,6 +31,10 @@ struct StepStats {
   double seconds = 0;       // wall time of the step
   double comm_seconds = 0;  // time spent waiting for gradient reductions after backward
   int64_t tokens = 0;       // tokens in the global batch
+  // Data parallelism: gradient all-reduces issued this step (one per non-empty chunk, on the
+  // last micro-batch only) and the bytes this rank sent for them (communication counters).
+  int grad_reductions = 0;
+  uint64_t grad_bytes_sent = 0;
 };
 
 class Trainer {
