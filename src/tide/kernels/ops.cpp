@@ -7,6 +7,9 @@
 
 #include "tide/core/error.h"
 #include "tide/kernels/cpu/cpu_ops.h"
+#ifdef TIDE_HAVE_CUDA
+#include "tide/kernels/cuda/cuda_ops.h"
+#endif
 
 namespace tide {
 
@@ -51,10 +54,44 @@ struct OpCheck {
     TIDE_CHECK(t.ndim() == ndim, "{}: tensor '{}' has shape {} but must be {}", op, name,
                t.shape.str(), layout);
   }
+  // The op's device is a CUDA device that this process can use. Checked before each CUDA
+  // launch so that a missing GPU is one clear line, not a CUDA error from deep inside.
+  void gpu_visible() const {
+#ifdef TIDE_HAVE_CUDA
+    const int n = cuda::device_count();
+    TIDE_CHECK(n > 0,
+               "{}: the tensors are on {} but no CUDA GPU is visible to this process; run with "
+               "--device cpu, or on a machine with a GPU (check nvidia-smi and "
+               "CUDA_VISIBLE_DEVICES)",
+               op, ctx.device.str());
+    TIDE_CHECK(ctx.device.index >= 0 && ctx.device.index < n,
+               "{}: the tensors are on {} but only {} CUDA GPU(s) are visible (cuda:0 .. "
+               "cuda:{}); pick one of those devices",
+               op, ctx.device.str(), n, n - 1);
+#endif
+  }
   [[noreturn]] void no_cuda() const {
-    TIDE_FAIL("{}: CUDA kernels are not built yet; run with --device cpu", op);
+    TIDE_FAIL(
+        "{}: this build of tide has no CUDA kernels (nvcc was not found when it was "
+        "configured); run with --device cpu, or rebuild with the CUDA toolkit installed",
+        op);
   }
 };
+
+// TIDE_RUN_ON_CUDA(ck, cuda::op(...)): on a CUDA context, runs the CUDA kernel and returns
+// from the op; builds without CUDA fail with ck.no_cuda() instead (the call is then not even
+// compiled, as cuda:: does not exist there).
+#ifdef TIDE_HAVE_CUDA
+#define TIDE_RUN_ON_CUDA(ck, call) \
+  if ((ck).ctx.device.is_cuda()) { \
+    (ck).gpu_visible();            \
+    call;                          \
+    return;                        \
+  }
+#else
+#define TIDE_RUN_ON_CUDA(ck, call) \
+  if ((ck).ctx.device.is_cuda()) (ck).no_cuda()
+#endif
 
 // The shape of t without its last dimension: (B,T,C) -> (B,T).
 Shape leading(const Tensor& t) {
@@ -93,7 +130,9 @@ void embedding_forward(const OpContext& ctx, Tensor out, Tensor tokens, Tensor w
              "sequences of at most max_seq_len={} tokens",
              T, wpe.dim(0), wpe.dim(0));
   ck.tensor(out, "out", DType::F32, Shape{B, T, C}, "(B,T,C): B,T from tokens, C from wte");
-  if (ctx.device.is_cuda()) ck.no_cuda();
+  TIDE_RUN_ON_CUDA(
+      ck, cuda::embedding_forward(ctx.device.index, out.f32(), tokens.i32(), wte.f32(), wpe.f32(),
+                                  as_int(B), as_int(T), as_int(C), as_int(V)));
   cpu::embedding_forward(out.f32(), tokens.i32(), wte.f32(), wpe.f32(), as_int(B), as_int(T),
                          as_int(C), as_int(V));
 }
@@ -113,7 +152,9 @@ void embedding_backward(const OpContext& ctx, Tensor dwte, Tensor dwpe, Tensor d
              "sequences of at most max_seq_len={} tokens",
              T, dwpe.dim(0), dwpe.dim(0));
   ck.tensor(dout, "dout", DType::F32, Shape{B, T, C}, "(B,T,C): B,T from tokens, C from dwte");
-  if (ctx.device.is_cuda()) ck.no_cuda();
+  TIDE_RUN_ON_CUDA(
+      ck, cuda::embedding_backward(ctx.device.index, dwte.f32(), dwpe.f32(), dout.f32(),
+                                   tokens.i32(), as_int(B), as_int(T), as_int(C), as_int(V)));
   cpu::embedding_backward(dwte.f32(), dwpe.f32(), dout.f32(), tokens.i32(), as_int(B), as_int(T),
                           as_int(C), as_int(V));
 }
@@ -131,7 +172,8 @@ void layernorm_forward(const OpContext& ctx, Tensor out, Tensor mean, Tensor rst
   ck.tensor_numel(rstd, "rstd", DType::F32, N, "one per row of inp");
   ck.tensor(weight, "weight", DType::F32, Shape{C}, "(C), C the last dim of inp");
   ck.tensor(bias, "bias", DType::F32, Shape{C}, "(C), C the last dim of inp");
-  if (ctx.device.is_cuda()) ck.no_cuda();
+  TIDE_RUN_ON_CUDA(ck, cuda::layernorm_forward(ctx.device.index, out.f32(), mean.f32(), rstd.f32(),
+                                               inp.f32(), weight.f32(), bias.f32(), N, as_int(C)));
   cpu::layernorm_forward(out.f32(), mean.f32(), rstd.f32(), inp.f32(), weight.f32(), bias.f32(), N,
                          as_int(C));
 }
@@ -147,7 +189,9 @@ void layernorm_backward_input(const OpContext& ctx, Tensor dinp, Tensor dout, Te
   ck.tensor(weight, "weight", DType::F32, Shape{C}, "(C), C the last dim of inp");
   ck.tensor_numel(mean, "mean", DType::F32, N, "one per row of inp");
   ck.tensor_numel(rstd, "rstd", DType::F32, N, "one per row of inp");
-  if (ctx.device.is_cuda()) ck.no_cuda();
+  TIDE_RUN_ON_CUDA(
+      ck, cuda::layernorm_backward_input(ctx.device.index, dinp.f32(), dout.f32(), inp.f32(),
+                                         weight.f32(), mean.f32(), rstd.f32(), N, as_int(C)));
   cpu::layernorm_backward_input(dinp.f32(), dout.f32(), inp.f32(), weight.f32(), mean.f32(),
                                 rstd.f32(), N, as_int(C));
 }
@@ -163,7 +207,9 @@ void layernorm_backward_weight(const OpContext& ctx, Tensor dweight, Tensor dbia
   ck.tensor(dout, "dout", DType::F32, inp.shape, "the shape of inp");
   ck.tensor_numel(mean, "mean", DType::F32, N, "one per row of inp");
   ck.tensor_numel(rstd, "rstd", DType::F32, N, "one per row of inp");
-  if (ctx.device.is_cuda()) ck.no_cuda();
+  TIDE_RUN_ON_CUDA(
+      ck, cuda::layernorm_backward_weight(ctx.device.index, dweight.f32(), dbias.f32(), dout.f32(),
+                                          inp.f32(), mean.f32(), rstd.f32(), N, as_int(C)));
   cpu::layernorm_backward_weight(dweight.f32(), dbias.f32(), dout.f32(), inp.f32(), mean.f32(),
                                  rstd.f32(), N, as_int(C));
 }
@@ -179,7 +225,9 @@ void matmul_forward(const OpContext& ctx, Tensor out, Tensor inp, Tensor weight,
   ck.tensor(weight, "weight", DType::F32, Shape{OC, C}, "(OC,C), C the last dim of inp");
   if (bias.defined()) ck.tensor(bias, "bias", DType::F32, Shape{OC}, "(OC), OC from weight");
   ck.tensor(out, "out", DType::F32, with_last(inp, OC), "inp's shape with C replaced by OC");
-  if (ctx.device.is_cuda()) ck.no_cuda();
+  TIDE_RUN_ON_CUDA(
+      ck, cuda::matmul_forward(ctx.device.index, out.f32(), inp.f32(), weight.f32(),
+                               bias.defined() ? bias.f32() : nullptr, N, as_int(C), as_int(OC)));
   cpu::matmul_forward(out.f32(), inp.f32(), weight.f32(), bias.defined() ? bias.f32() : nullptr, N,
                       as_int(C), as_int(OC));
 }
@@ -192,7 +240,9 @@ void matmul_backward_input(const OpContext& ctx, Tensor dinp, Tensor dout, Tenso
   ck.rank(dout, "dout", 2, "(N,OC) or (B,T,OC)");
   ck.tensor(dout, "dout", DType::F32, with_last(dout, OC), "last dim OC from weight (OC,C)");
   ck.tensor(dinp, "dinp", DType::F32, with_last(dout, C), "dout's shape with OC replaced by C");
-  if (ctx.device.is_cuda()) ck.no_cuda();
+  TIDE_RUN_ON_CUDA(
+      ck, cuda::matmul_backward_input(ctx.device.index, dinp.f32(), dout.f32(), weight.f32(),
+                                      rows(dout), as_int(C), as_int(OC)));
   cpu::matmul_backward_input(dinp.f32(), dout.f32(), weight.f32(), rows(dout), as_int(C),
                              as_int(OC));
 }
@@ -207,7 +257,9 @@ void matmul_backward_weight(const OpContext& ctx, Tensor dweight, Tensor dbias, 
   ck.tensor(dweight, "dweight", DType::F32, Shape{OC, C}, "(OC,C), C the last dim of inp");
   if (dbias.defined()) ck.tensor(dbias, "dbias", DType::F32, Shape{OC}, "(OC), OC from dweight");
   ck.tensor(dout, "dout", DType::F32, with_last(inp, OC), "inp's shape with C replaced by OC");
-  if (ctx.device.is_cuda()) ck.no_cuda();
+  TIDE_RUN_ON_CUDA(ck, cuda::matmul_backward_weight(
+                           ctx.device.index, dweight.f32(), dbias.defined() ? dbias.f32() : nullptr,
+                           dout.f32(), inp.f32(), N, as_int(C), as_int(OC)));
   cpu::matmul_backward_weight(dweight.f32(), dbias.defined() ? dbias.f32() : nullptr, dout.f32(),
                               inp.f32(), N, as_int(C), as_int(OC));
 }
@@ -246,7 +298,9 @@ void attention_forward(const OpContext& ctx, Tensor out, Tensor preatt, Tensor a
   const OpCheck ck{"attention_forward", ctx};
   const auto [B, T, C] = check_attention(ck, qkv, preatt, att, n_head, dropout);
   ck.tensor(out, "out", DType::F32, Shape{B, T, C}, "(B,T,C), C = qkv's last dim / 3");
-  if (ctx.device.is_cuda()) ck.no_cuda();
+  TIDE_RUN_ON_CUDA(
+      ck, cuda::attention_forward(ctx.device.index, out.f32(), preatt.f32(), att.f32(), qkv.f32(),
+                                  as_int(B), as_int(T), as_int(C), n_head, dropout));
   cpu::attention_forward(out.f32(), preatt.f32(), att.f32(), qkv.f32(), as_int(B), as_int(T),
                          as_int(C), n_head, dropout);
 }
@@ -257,7 +311,9 @@ void attention_backward(const OpContext& ctx, Tensor dqkv, Tensor dout, Tensor q
   const auto [B, T, C] = check_attention(ck, qkv, preatt, att, n_head, dropout);
   ck.tensor(dqkv, "dqkv", DType::F32, qkv.shape, "the shape of qkv");
   ck.tensor(dout, "dout", DType::F32, Shape{B, T, C}, "(B,T,C), C = qkv's last dim / 3");
-  if (ctx.device.is_cuda()) ck.no_cuda();
+  TIDE_RUN_ON_CUDA(ck, cuda::attention_backward(ctx.device.index, dqkv.f32(), dout.f32(), qkv.f32(),
+                                                preatt.f32(), att.f32(), as_int(B), as_int(T),
+                                                as_int(C), n_head, dropout));
   cpu::attention_backward(dqkv.f32(), dout.f32(), qkv.f32(), preatt.f32(), att.f32(), as_int(B),
                           as_int(T), as_int(C), n_head, dropout);
 }
@@ -268,7 +324,7 @@ void gelu_forward(const OpContext& ctx, Tensor out, Tensor inp) {
   const OpCheck ck{"gelu_forward", ctx};
   ck.tensor(inp, "inp", DType::F32);
   ck.tensor(out, "out", DType::F32, inp.shape, "the shape of inp");
-  if (ctx.device.is_cuda()) ck.no_cuda();
+  TIDE_RUN_ON_CUDA(ck, cuda::gelu_forward(ctx.device.index, out.f32(), inp.f32(), inp.numel()));
   cpu::gelu_forward(out.f32(), inp.f32(), inp.numel());
 }
 
@@ -277,7 +333,8 @@ void gelu_backward(const OpContext& ctx, Tensor dinp, Tensor dout, Tensor inp) {
   ck.tensor(inp, "inp", DType::F32);
   ck.tensor(dinp, "dinp", DType::F32, inp.shape, "the shape of inp");
   ck.tensor(dout, "dout", DType::F32, inp.shape, "the shape of inp");
-  if (ctx.device.is_cuda()) ck.no_cuda();
+  TIDE_RUN_ON_CUDA(
+      ck, cuda::gelu_backward(ctx.device.index, dinp.f32(), dout.f32(), inp.f32(), inp.numel()));
   cpu::gelu_backward(dinp.f32(), dout.f32(), inp.f32(), inp.numel());
 }
 
@@ -286,7 +343,8 @@ void residual_forward(const OpContext& ctx, Tensor out, Tensor a, Tensor b) {
   ck.tensor(a, "a", DType::F32);
   ck.tensor(b, "b", DType::F32, a.shape, "the shape of a");
   ck.tensor(out, "out", DType::F32, a.shape, "the shape of a");
-  if (ctx.device.is_cuda()) ck.no_cuda();
+  TIDE_RUN_ON_CUDA(
+      ck, cuda::residual_forward(ctx.device.index, out.f32(), a.f32(), b.f32(), a.numel()));
   cpu::residual_forward(out.f32(), a.f32(), b.f32(), a.numel());
 }
 
@@ -295,7 +353,8 @@ void residual_backward(const OpContext& ctx, Tensor da, Tensor db, Tensor dout) 
   ck.tensor(dout, "dout", DType::F32);
   ck.tensor(da, "da", DType::F32, dout.shape, "the shape of dout");
   ck.tensor(db, "db", DType::F32, dout.shape, "the shape of dout");
-  if (ctx.device.is_cuda()) ck.no_cuda();
+  TIDE_RUN_ON_CUDA(
+      ck, cuda::residual_backward(ctx.device.index, da.f32(), db.f32(), dout.f32(), dout.numel()));
   cpu::residual_backward(da.f32(), db.f32(), dout.f32(), dout.numel());
 }
 
@@ -312,7 +371,8 @@ void dropout_forward(const OpContext& ctx, Tensor out, Tensor inp, const Dropout
   check_dropout_p(ck, dropout);
   ck.tensor(inp, "inp", DType::F32);
   ck.tensor(out, "out", DType::F32, inp.shape, "the shape of inp");
-  if (ctx.device.is_cuda()) ck.no_cuda();
+  TIDE_RUN_ON_CUDA(
+      ck, cuda::dropout_forward(ctx.device.index, out.f32(), inp.f32(), inp.numel(), dropout));
   cpu::dropout_forward(out.f32(), inp.f32(), inp.numel(), dropout);
 }
 
@@ -321,7 +381,8 @@ void dropout_backward(const OpContext& ctx, Tensor dinp, Tensor dout, const Drop
   check_dropout_p(ck, dropout);
   ck.tensor(dout, "dout", DType::F32);
   ck.tensor(dinp, "dinp", DType::F32, dout.shape, "the shape of dout");
-  if (ctx.device.is_cuda()) ck.no_cuda();
+  TIDE_RUN_ON_CUDA(
+      ck, cuda::dropout_backward(ctx.device.index, dinp.f32(), dout.f32(), dout.numel(), dropout));
   cpu::dropout_backward(dinp.f32(), dout.f32(), dout.numel(), dropout);
 }
 
@@ -333,7 +394,9 @@ void crossentropy_forward(const OpContext& ctx, Tensor losses, Tensor logits, Te
   ck.tensor(logits, "logits", DType::F32);
   ck.tensor(targets, "targets", DType::I32, leading(logits), "logits' shape without V");
   ck.tensor(losses, "losses", DType::F32, leading(logits), "logits' shape without V");
-  if (ctx.device.is_cuda()) ck.no_cuda();
+  TIDE_RUN_ON_CUDA(
+      ck, cuda::crossentropy_forward(ctx.device.index, losses.f32(), logits.f32(), targets.i32(),
+                                     rows(logits), as_int(logits.dim(-1))));
   cpu::crossentropy_forward(losses.f32(), logits.f32(), targets.i32(), rows(logits),
                             as_int(logits.dim(-1)));
 }
@@ -345,7 +408,9 @@ void crossentropy_backward(const OpContext& ctx, Tensor dlogits, Tensor logits, 
   ck.tensor(logits, "logits", DType::F32);
   ck.tensor(targets, "targets", DType::I32, leading(logits), "logits' shape without V");
   ck.tensor(dlogits, "dlogits", DType::F32, logits.shape, "the shape of logits");
-  if (ctx.device.is_cuda()) ck.no_cuda();
+  TIDE_RUN_ON_CUDA(
+      ck, cuda::crossentropy_backward(ctx.device.index, dlogits.f32(), logits.f32(), targets.i32(),
+                                      rows(logits), as_int(logits.dim(-1)), dloss));
   cpu::crossentropy_backward(dlogits.f32(), logits.f32(), targets.i32(), rows(logits),
                              as_int(logits.dim(-1)), dloss);
 }

@@ -182,14 +182,14 @@ TrainConfig parse_train_config(const json& j) {
   c.threads = static_cast<int>(i("threads"));
   TIDE_CHECK(s("optimizer.type") == "AdamW" || s("optimizer.type") == "adamw",
              "optimizer.type '{}' is not supported; use AdamW", s("optimizer.type"));
-  c.lr = static_cast<float>(f("optimizer.params.lr"));
+  c.lr = f("optimizer.params.lr");
   TIDE_CHECK(c.lr > 0, "optimizer.params.lr must be positive (got {})", c.lr);
-  c.beta1 = v.at("optimizer.params.betas")[0].get<float>();
-  c.beta2 = v.at("optimizer.params.betas")[1].get<float>();
+  c.beta1 = v.at("optimizer.params.betas")[0].get<double>();
+  c.beta2 = v.at("optimizer.params.betas")[1].get<double>();
   TIDE_CHECK(c.beta1 >= 0 && c.beta1 < 1 && c.beta2 >= 0 && c.beta2 < 1,
              "optimizer.params.betas must both be in [0, 1) (got [{}, {}])", c.beta1, c.beta2);
-  c.eps = static_cast<float>(f("optimizer.params.eps"));
-  c.weight_decay = static_cast<float>(f("optimizer.params.weight_decay"));
+  c.eps = f("optimizer.params.eps");
+  c.weight_decay = f("optimizer.params.weight_decay");
   TIDE_CHECK(s("scheduler.type") == "WarmupCosineLR",
              "scheduler.type '{}' is not supported; use WarmupCosineLR", s("scheduler.type"));
   c.decay_steps = i("scheduler.params.total_num_steps");

@@ -41,7 +41,8 @@ struct TrainConfig {
   std::string device = "cpu";
   int threads = 0;
   // optimizer
-  float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, weight_decay = 0.1f;
+  // Doubles, like PyTorch's Python floats: 1 - beta2 must be 0.05, not 1 - 0.95f.
+  double lr = 1e-3, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.1;
   int64_t warmup_steps = 0;  // resolved: -1 in the file means 10% of decay_steps
   int64_t decay_steps = 0;   // resolved: 0 in the file means train_steps
   float min_lr_ratio = 0.1f;

@@ -176,8 +176,8 @@ StepStats Trainer::train_step() {
              step_ + 1);
   const float clip = cfg_.grad_clip > 0 ? clip_coefficient(st.grad_norm, cfg_.grad_clip) : 1.0f;
   LrSchedule sched;
-  sched.lr = cfg_.lr;
-  sched.min_lr = cfg_.lr * cfg_.min_lr_ratio;
+  sched.lr = static_cast<float>(cfg_.lr);
+  sched.min_lr = static_cast<float>(cfg_.lr * cfg_.min_lr_ratio);
   sched.warmup_steps = cfg_.warmup_steps;
   sched.max_steps = cfg_.decay_steps;
   st.lr = lr_at(step_, sched);
@@ -212,7 +212,7 @@ void Trainer::apply_optimizer(float lr, float clip_coef) {
     h.beta1 = cfg_.beta1;
     h.beta2 = cfg_.beta2;
     h.eps = cfg_.eps;
-    h.weight_decay = lay.slot(id).decay ? cfg_.weight_decay : 0.0f;
+    h.weight_decay = lay.slot(id).decay ? cfg_.weight_decay : 0.0;
     AdamWChunk c;
     c.master = store.tensor(ChunkKind::MASTER, id).f32();
     c.grad = store.tensor(ChunkKind::GRAD, id).data;
@@ -244,6 +244,10 @@ float Trainer::evaluate() {
   }
   val_history_.emplace_back(step_, loss);
   return loss;
+}
+
+size_t Trainer::memory_bytes() const {
+  return model_->store().total_bytes() + mb_->saved.peak() + mb_->workspace.peak();
 }
 
 uint64_t Trainer::grad_bytes_sent() const { return world_->counters().bytes_sent; }
@@ -306,8 +310,10 @@ void Trainer::run() {
       const double tok_s = tokens_done / elapsed;
       const double eta = elapsed / step_ * (cfg_.train_steps - step_);
       const std::string line = fmt::format(
-          "step {:>6}/{} | loss {:.4f} | lr {:.2e} | norm {:.3f} | {:.0f} tok/s | ETA {}", step_,
-          cfg_.train_steps, st.loss, st.lr, st.grad_norm, tok_s, human_duration(eta));
+          "step {:>6}/{} | loss {:.4f} | lr {:.2e} | norm {:.3f} | {:.0f} tok/s | mem {:.0f} MiB | "
+          "ETA {}",
+          step_, cfg_.train_steps, st.loss, st.lr, st.grad_norm, tok_s, memory_bytes() / 1048576.0,
+          human_duration(eta));
       if (step_ % cfg_.log_interval == 0 || step_ == cfg_.train_steps) {
         metrics << json{{"step", step_},
                         {"loss", st.loss},

@@ -56,6 +56,8 @@ class Trainer {
   const std::vector<std::pair<int64_t, float>>& val_history() const { return val_history_; }
   // The unigram baseline of the validation data in nats, when meta.json provides it.
   std::optional<double> unigram_baseline() const { return unigram_; }
+  // Bytes of model states (all chunks) plus the peaks of the activation arenas.
+  size_t memory_bytes() const;
   // Bytes of gradient data this rank has sent in reductions (communication counters).
   uint64_t grad_bytes_sent() const;
 

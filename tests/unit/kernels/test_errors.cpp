@@ -82,14 +82,16 @@ TEST(OpErrors, BadHeadsAndDropoutProbability) {
       {"dropout_forward", "probability 1", "[0, 1)"});
 }
 
-TEST(OpErrors, CudaIsNotBuiltYet) {
+TEST(OpErrors, CudaWithoutAGpuIsAClearError) {
   std::vector<float> x(8), y(8);
   OpContext ctx;
   ctx.device = Device::cuda(0);
   Tensor tx(x.data(), {8}, DType::F32, Device::cuda(0)),
       ty(y.data(), {8}, DType::F32, Device::cuda(0));
-  expect_error([&] { gelu_forward(ctx, ty, tx); },
-               {"gelu_forward", "CUDA kernels are not built yet", "--device cpu"});
+  // Without a GPU (or without CUDA in the build) a CUDA op fails with a hint; with a GPU the
+  // call would launch a kernel on these host pointers, so that half is skipped there.
+  if (!cuda_available())
+    expect_error([&] { gelu_forward(ctx, ty, tx); }, {"gelu_forward", "--device cpu"});
   // A CPU tensor given to a CUDA op is caught before anything runs.
   expect_error([&] { gelu_forward(ctx, ty, view(x, {8})); }, {"'inp'", "is on cpu", "cuda:0"});
 }

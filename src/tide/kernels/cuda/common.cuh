@@ -1,0 +1,103 @@
+#pragma once
+// Shared device helpers of the CUDA kernels: storage-type loads/stores, deterministic warp
+// and block reductions, launch helpers. Internal to tide_kernels' .cu files.
+//
+// Storage types: kernels are templates over the element type T of their tensors and compute
+// in f32 (or f64 where the CPU reference does). Only T = float is instantiated today; bf16
+// needs to_f32/from_f32 overloads for __nv_bfloat16 and an instantiation per kernel.
+//
+// Determinism: every reduction here combines values in an order fixed by the block size and
+// the data size only (shuffle trees, then shared memory in warp order), never by timing, so a
+// kernel gives the same bits on every run. No kernel uses floating-point atomics.
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "tide/kernels/cuda/cuda_check.h"
+#include "tide/kernels/cuda/philox.cuh"
+#include "tide/kernels/ops.h"
+
+namespace tide::cuda {
+
+constexpr int kWarpSize = 32;
+
+__device__ __forceinline__ float to_f32(float x) {
+  return x;
+}
+template <typename T>
+__device__ __forceinline__ T from_f32(float x);
+template <>
+__device__ __forceinline__ float from_f32<float>(float x) {
+  return x;
+}
+
+// Sum / max over the 32 lanes of a warp (butterfly: every lane gets the result).
+template <typename A>
+__device__ __forceinline__ A warp_sum(A x) {
+  for (int offset = kWarpSize / 2; offset > 0; offset /= 2)
+    x += __shfl_xor_sync(0xffffffffu, x, offset);
+  return x;
+}
+__device__ __forceinline__ float warp_max(float x) {
+  for (int offset = kWarpSize / 2; offset > 0; offset /= 2)
+    x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, offset));
+  return x;
+}
+
+// Sum over all threads of the block (blockDim.x a multiple of 32, at most 1024); every thread
+// gets the result. `shared` must hold 32 values. Ends with a barrier, so it can be called
+// again with the same shared buffer.
+template <typename A>
+__device__ A block_sum(A x, A* shared) {
+  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+  const int n_warps = blockDim.x / kWarpSize;
+  x = warp_sum(x);
+  if (lane == 0) shared[warp] = x;
+  __syncthreads();
+  A total = lane < n_warps ? shared[lane] : A(0);
+  total = warp_sum(total);
+  __syncthreads();
+  return total;
+}
+__device__ inline float block_max(float x, float* shared) {
+  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+  const int n_warps = blockDim.x / kWarpSize;
+  x = warp_max(x);
+  if (lane == 0) shared[warp] = x;
+  __syncthreads();
+  float m = lane < n_warps ? shared[lane] : -INFINITY;
+  m = warp_max(m);
+  __syncthreads();
+  return m;
+}
+
+inline unsigned int ceil_div(int64_t a, int64_t b) {
+  return static_cast<unsigned int>((a + b - 1) / b);
+}
+
+// Checks that the last kernel launch was accepted (bad configuration, no device ...).
+#define TIDE_CUDA_CHECK_LAUNCH() TIDE_CUDA_CHECK(cudaGetLastError())
+
+// The dropout spec of the op API as kernel parameters; the keep scale is computed exactly as
+// cpu::dropout_keep_scale computes it.
+inline DropoutParams dropout_params(const DropoutSpec& spec) {
+  DropoutParams d;
+  d.enabled = spec.enabled();
+  d.p = spec.p;
+  d.scale = 1.0f / (1.0f - spec.p);
+  d.seed = spec.seed;
+  d.stream = spec.stream;
+  return d;
+}
+
+// Index of the first id outside [lo, hi) among ids[0..n) on the device, or -1; used to turn
+// a bad token or target into the same error the CPU kernels raise. Synchronises the current
+// stream (it reads one number back), so it costs a round trip per call.
+struct BadId {
+  int64_t index = -1;
+  int32_t value = 0;
+};
+BadId find_bad_id(const int32_t* ids, int64_t n, int64_t lo, int64_t hi, cudaStream_t stream);
+
+}  // namespace tide::cuda

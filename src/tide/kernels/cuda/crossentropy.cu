@@ -1,0 +1,110 @@
+// Fused softmax + cross-entropy over the vocabulary on the GPU, one block per row n of
+// logits(N,V) (same math as cpu/crossentropy.cpp):
+//   loss_n    = logsumexp(logits_n) - logits_n[target_n]
+//   dlogits_n = (softmax(logits_n) - onehot(target_n)) * dloss
+// The row maximum is subtracted before exp, and the sum of exponentials is accumulated in
+// double as on the CPU (V is ~50k: an f32 sum would lose digits). Targets < 0 are ignored.
+#include <cmath>
+
+#include "tide/kernels/cuda/common.cuh"
+#include "tide/kernels/cuda/context.h"
+#include "tide/kernels/cuda/cuda_ops.h"
+
+namespace tide::cuda {
+
+namespace {
+
+constexpr int kBlock = 512;
+
+// Throws the CPU kernel's error for the first target >= V (negative targets mean "ignore").
+void check_targets(const int32_t* targets, int64_t N, int V, const char* op, cudaStream_t stream) {
+  const BadId bad = find_bad_id(targets, N, INT32_MIN, V, stream);
+  TIDE_CHECK(bad.index < 0,
+             "{}: target id {} at row {} is outside the vocabulary [0, {}) (negative targets "
+             "mean 'ignore'); the data was tokenized with a larger vocabulary than the model's "
+             "vocab_size, or it is corrupt",
+             op, bad.value, bad.index, V);
+}
+
+struct RowStats {
+  float maxval;
+  double sum;  // sum_v exp(x_v - maxval)
+};
+
+// Max and sum of exponentials of one row, reduced over the block (every thread gets them).
+template <typename T>
+__device__ RowStats row_stats(const T* x, int V) {
+  __shared__ float shared_max[kWarpSize];
+  __shared__ double shared_sum[kWarpSize];
+  float maxval = -INFINITY;
+  for (int v = threadIdx.x; v < V; v += blockDim.x) maxval = fmaxf(maxval, to_f32(x[v]));
+  maxval = block_max(maxval, shared_max);
+  double sum = 0.0;
+  for (int v = threadIdx.x; v < V; v += blockDim.x) sum += expf(to_f32(x[v]) - maxval);
+  sum = block_sum(sum, shared_sum);
+  return {maxval, sum};
+}
+
+template <typename T>
+__global__ void crossentropy_forward_kernel(float* losses, const T* logits, const int32_t* targets,
+                                            int V) {
+  const int64_t n = blockIdx.x;
+  const int32_t target = targets[n];
+  if (target < 0) {  // uniform across the block, so no thread is left waiting in a reduction
+    if (threadIdx.x == 0) losses[n] = 0.0f;
+    return;
+  }
+  const T* x = logits + n * V;  // (V)
+  const RowStats st = row_stats(x, V);
+  if (threadIdx.x == 0) {
+    const double lse = static_cast<double>(st.maxval) + log(st.sum);
+    losses[n] = static_cast<float>(lse - static_cast<double>(to_f32(x[target])));
+  }
+}
+
+// In place is safe (dlogits == logits): the reductions read the whole row, and the block
+// barriers inside them complete every read before any thread writes; after that each thread
+// reads and writes only its own entries v.
+template <typename T>
+__global__ void crossentropy_backward_kernel(T* dlogits, const T* logits, const int32_t* targets,
+                                             int V, float dloss) {
+  const int64_t n = blockIdx.x;
+  const int32_t target = targets[n];
+  const T* x = logits + n * V;
+  T* dx = dlogits + n * V;
+  if (target < 0) {
+    for (int v = threadIdx.x; v < V; v += blockDim.x) dx[v] = from_f32<T>(0.0f);
+    return;
+  }
+  const RowStats st = row_stats(x, V);
+  const float scale = static_cast<float>(1.0 / st.sum) * dloss;  // softmax = e / sum
+  for (int v = threadIdx.x; v < V; v += blockDim.x) {
+    float g = expf(to_f32(x[v]) - st.maxval) * scale;
+    if (v == target) g -= dloss;
+    dx[v] = from_f32<T>(g);
+  }
+}
+
+}  // namespace
+
+void crossentropy_forward(int device, float* losses, const float* logits, const int32_t* targets,
+                          int64_t N, int V) {
+  const DeviceContext& ctx = context(device);
+  check_targets(targets, N, V, "crossentropy_forward", ctx.stream());
+  if (N == 0) return;
+  crossentropy_forward_kernel<float>
+      <<<static_cast<unsigned int>(N), kBlock, 0, ctx.stream()>>>(losses, logits, targets, V);
+  TIDE_CUDA_CHECK_LAUNCH();
+}
+
+void crossentropy_backward(int device, float* dlogits, const float* logits, const int32_t* targets,
+                           int64_t N, int V, float dloss) {
+  const DeviceContext& ctx = context(device);
+  check_targets(targets, N, V, "crossentropy_backward", ctx.stream());
+  if (N == 0) return;
+  crossentropy_backward_kernel<float><<<static_cast<unsigned int>(N), kBlock, 0, ctx.stream()>>>(
+      dlogits, logits, targets, V, dloss);
+  TIDE_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace tide::cuda
