@@ -62,7 +62,7 @@
 #include "tide/core/rng.h"
 #include "tide/kernels/ops.h"
 #include "tide/model/gpt.h"
-#include "tide/optim/adamw_cpu.h"
+#include "tide/train/optimizer_step.h"
 
 using namespace tide;
 
@@ -203,25 +203,12 @@ class SgemmProbe {
 
 // ---- training --------------------------------------------------------------------------
 
-// One optimizer step over every tensor, as src/tide/train/trainer.cpp applies it (f32
-// training: MASTER is PARAM, so no compute-precision copy is written).
+// One optimizer step over every tensor, as the trainer applies it.
 void adamw_step(ChunkStore& store, int64_t t) {
-  const ChunkLayout& lay = store.layout();
-  AdamWCpuOptions opt;
-  opt.check = FiniteCheck::kCheckedByCaller;  // the loss is checked finite instead
-  for (int id = 0; id < lay.num_tensors(); ++id) {
-    AdamWHyper h;
-    h.lr = 1e-3;
-    h.weight_decay = lay.slot(id).decay ? 0.1 : 0.0;
-    AdamWChunk c;
-    c.master = store.tensor(ChunkKind::MASTER, id).f32();
-    c.grad = store.tensor(ChunkKind::GRAD, id).data;
-    c.grad_dtype = DType::F32;
-    c.m = store.tensor(ChunkKind::ADAM_M, id).f32();
-    c.v = store.tensor(ChunkKind::ADAM_V, id).f32();
-    c.n = lay.slot(id).numel;
-    (void)adamw_cpu(c, h, AdamWStep{t, 1.0f}, opt);
-  }
+  AdamWHyper h;
+  h.lr = 1e-3;
+  h.weight_decay = 0.1;
+  tide::adamw_step(store, h, AdamWStep{t, 1.0f});
 }
 
 // A model trained under one activation policy, with its timings.

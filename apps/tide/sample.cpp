@@ -33,7 +33,8 @@ int sample_token(const float* logits, int V, float temperature, int top_k, float
                     [](auto& a, auto& b) { return a.first > b.first; });
   std::vector<double> p(k);
   double sum = 0;
-  for (int i = 0; i < k; ++i) sum += p[i] = std::exp((order[i].first - order[0].first) / temperature);
+  for (int i = 0; i < k; ++i)
+    sum += p[i] = std::exp((order[i].first - order[0].first) / temperature);
   double acc = 0;
   for (int i = 0; i < k; ++i)
     if ((acc += p[i] / sum) >= u) return order[i].second;
@@ -45,7 +46,8 @@ void run_sample(const SampleArgs& a) {
   TIDE_CHECK(a.tokens >= 1, "--tokens must be at least 1 (got {})", a.tokens);
   const CheckpointInfo info = read_checkpoint_info(a.checkpoint);
   TIDE_CHECK(!info.tokenizer.empty(),
-             "checkpoint '{}' names no tokenizer; it was trained on raw token shards", a.checkpoint);
+             "checkpoint '{}' names no tokenizer; it was trained on raw token shards",
+             a.checkpoint);
   const auto tok_path = std::filesystem::path(a.checkpoint).parent_path() / info.tokenizer;
   const Tokenizer tok = Tokenizer::load(tok_path.string());
   GPT model(info.config, ActivationPolicy::SAVE_ALL, 0, /*with_optimizer=*/false);

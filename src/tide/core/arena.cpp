@@ -10,12 +10,14 @@ Arena::Arena(std::string name, size_t capacity) : name_(std::move(name)) {
   capacity_ = aligned(capacity);
   if (capacity_ > 0) {
     base_ = static_cast<char*>(std::aligned_alloc(kAlign, capacity_));
-    TIDE_CHECK(base_ != nullptr, "arena '{}': could not allocate {:.1f} MiB of host memory",
-               name_, capacity_ / 1048576.0);
+    TIDE_CHECK(base_ != nullptr, "arena '{}': could not allocate {:.1f} MiB of host memory", name_,
+               capacity_ / 1048576.0);
   }
 }
 
-Arena::~Arena() { std::free(base_); }
+Arena::~Arena() {
+  std::free(base_);
+}
 
 Arena::Arena(Arena&& o) noexcept
     : name_(std::move(o.name_)),

@@ -17,7 +17,9 @@ Device parse_device(const std::string& s) {
 }
 
 #ifndef TIDE_HAVE_CUDA
-bool cuda_available() { return false; }
+bool cuda_available() {
+  return false;
+}
 #endif
 
 }  // namespace tide

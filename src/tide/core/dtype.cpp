@@ -8,11 +8,16 @@ namespace tide {
 
 std::string_view dtype_name(DType t) {
   switch (t) {
-    case DType::F32: return "f32";
-    case DType::BF16: return "bf16";
-    case DType::F16: return "f16";
-    case DType::I32: return "i32";
-    case DType::U16: return "u16";
+    case DType::F32:
+      return "f32";
+    case DType::BF16:
+      return "bf16";
+    case DType::F16:
+      return "f16";
+    case DType::I32:
+      return "i32";
+    case DType::U16:
+      return "u16";
   }
   return "?";
 }
@@ -30,8 +35,8 @@ uint16_t f32_to_f16(float f) {
   x &= 0x7fffffffu;
   if (x >= 0x7f800000u) return static_cast<uint16_t>(sign | (x > 0x7f800000u ? 0x7e00u : 0x7c00u));
   if (x >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // >= 65520 rounds to inf
-  if (x < 0x38800000u) {                                                // below 2^-14: subnormal
-    if (x < 0x33000000u) return static_cast<uint16_t>(sign);          // below 2^-25: zero
+  if (x < 0x38800000u) {                                               // below 2^-14: subnormal
+    if (x < 0x33000000u) return static_cast<uint16_t>(sign);           // below 2^-25: zero
     const uint32_t e = x >> 23;
     const uint32_t m = (x & 0x7fffffu) | 0x800000u;
     const uint32_t shift = 126u - e;  // value in units of 2^-24 is m >> shift

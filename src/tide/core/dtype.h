@@ -48,7 +48,9 @@ inline uint16_t f32_to_bf16(float f) {
   u += 0x7fffu + ((u >> 16) & 1u);
   return static_cast<uint16_t>(u >> 16);
 }
-inline float bf16_to_f32(uint16_t h) { return bits_f32(static_cast<uint32_t>(h) << 16); }
+inline float bf16_to_f32(uint16_t h) {
+  return bits_f32(static_cast<uint32_t>(h) << 16);
+}
 
 // IEEE half: 1 sign, 5 exponent (bias 15), 10 mantissa bits. Largest finite 65504.
 uint16_t f32_to_f16(float f);
@@ -61,8 +63,14 @@ struct bf16 {
 struct f16 {
   uint16_t bits;
 };
-inline float to_f32(float x) { return x; }
-inline float to_f32(bf16 x) { return bf16_to_f32(x.bits); }
-inline float to_f32(f16 x) { return f16_to_f32(x.bits); }
+inline float to_f32(float x) {
+  return x;
+}
+inline float to_f32(bf16 x) {
+  return bf16_to_f32(x.bits);
+}
+inline float to_f32(f16 x) {
+  return f16_to_f32(x.bits);
+}
 
 }  // namespace tide

@@ -19,8 +19,8 @@ class Error : public std::runtime_error {
 
 // TIDE_CHECK(cond, "fmt {}", args...): user-facing check. The message should say what was wrong
 // and how to fix it, e.g. TIDE_CHECK(T <= max_T, "sequence length {} exceeds max_seq_len {}; ...").
-#define TIDE_CHECK(cond, ...)                            \
-  do {                                                   \
+#define TIDE_CHECK(cond, ...)                                   \
+  do {                                                          \
     if (!(cond)) throw ::tide::Error(fmt::format(__VA_ARGS__)); \
   } while (0)
 
@@ -28,9 +28,9 @@ class Error : public std::runtime_error {
 #define TIDE_FAIL(...) throw ::tide::Error(fmt::format(__VA_ARGS__))
 
 // TIDE_ASSERT(cond): internal invariant (a bug in tide if it fires); reports file and line.
-#define TIDE_ASSERT(cond)                                                                \
-  do {                                                                                   \
-    if (!(cond))                                                                         \
-      throw ::tide::Error(fmt::format("internal error at {}:{}: `{}` does not hold", \
-                                      __FILE__, __LINE__, #cond));                       \
+#define TIDE_ASSERT(cond)                                                                         \
+  do {                                                                                            \
+    if (!(cond))                                                                                  \
+      throw ::tide::Error(                                                                        \
+          fmt::format("internal error at {}:{}: `{}` does not hold", __FILE__, __LINE__, #cond)); \
   } while (0)

@@ -31,7 +31,9 @@ inline PhiloxCounter philox4x32_10(PhiloxCounter ctr, PhiloxKey key) {
 }
 
 // A uint32 to a float uniform in [0, 1) with 24 random bits.
-inline float uint_to_unit_float(uint32_t x) { return static_cast<float>(x >> 8) * (1.0f / 16777216.0f); }
+inline float uint_to_unit_float(uint32_t x) {
+  return static_cast<float>(x >> 8) * (1.0f / 16777216.0f);
+}
 
 // A stream of random numbers identified by (seed, stream): element i of the stream is
 // philox(counter = {i/4 as 64 bits, stream as 64 bits}, key = seed)[i%4].
@@ -41,9 +43,10 @@ struct PhiloxStream {
 
   // Four consecutive uint32s starting at element 4*block.
   PhiloxCounter block(uint64_t block_index) const {
-    return philox4x32_10({static_cast<uint32_t>(block_index), static_cast<uint32_t>(block_index >> 32),
-                          static_cast<uint32_t>(stream), static_cast<uint32_t>(stream >> 32)},
-                         {static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)});
+    return philox4x32_10(
+        {static_cast<uint32_t>(block_index), static_cast<uint32_t>(block_index >> 32),
+         static_cast<uint32_t>(stream), static_cast<uint32_t>(stream >> 32)},
+        {static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)});
   }
   uint32_t uint(uint64_t i) const { return block(i / 4)[i % 4]; }
   float uniform(uint64_t i) const { return uint_to_unit_float(uint(i)); }

@@ -33,9 +33,9 @@ struct OpContext {
 // Identifies one dropout site so that a recomputation regenerates the same mask:
 // the mask of element i is PhiloxStream{seed, stream}.uniform(i) < p.
 struct DropoutSpec {
-  float p = 0.0f;          // probability of zeroing; 0 disables dropout
-  uint64_t seed = 0;       // run seed
-  uint64_t stream = 0;     // rng_stream_id(step, micro-batch, layer, site)
+  float p = 0.0f;       // probability of zeroing; 0 disables dropout
+  uint64_t seed = 0;    // run seed
+  uint64_t stream = 0;  // rng_stream_id(step, micro-batch, layer, site)
   bool enabled() const { return p > 0.0f; }
 };
 

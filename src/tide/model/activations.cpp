@@ -13,9 +13,12 @@ ActivationPolicy parse_activation_policy(const std::string& s) {
 
 const char* activation_policy_name(ActivationPolicy p) {
   switch (p) {
-    case ActivationPolicy::SAVE_ALL: return "none";
-    case ActivationPolicy::SELECTIVE: return "selective";
-    case ActivationPolicy::FULL: return "full";
+    case ActivationPolicy::SAVE_ALL:
+      return "none";
+    case ActivationPolicy::SELECTIVE:
+      return "selective";
+    case ActivationPolicy::FULL:
+      return "full";
   }
   return "?";
 }

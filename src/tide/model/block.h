@@ -22,8 +22,8 @@ namespace tide {
 
 struct MicroBatch {
   int B = 0, T = 0;
-  Tensor tokens;   // (B,T) int32 inputs
-  Tensor targets;  // (B,T) int32 next tokens; entries < 0 are ignored by the loss
+  Tensor tokens;         // (B,T) int32 inputs
+  Tensor targets;        // (B,T) int32 next tokens; entries < 0 are ignored by the loss
   bool training = true;  // dropout on, activations saved for backward
   uint64_t seed = 0;     // run seed (dropout masks)
   uint64_t step = 0;     // optimizer step (dropout masks)
@@ -32,14 +32,14 @@ struct MicroBatch {
 
   Arena saved;      // activations kept from forward to backward
   Arena workspace;  // temporaries of one block (forward scratch, recomputation, B->W grads)
-  std::vector<Tensor> residual;   // L+1 block boundaries, each (B,T,C); residual[0] = embedding
-  Tensor dresidual;               // (B,T,C) gradient flowing down the residual stream
+  std::vector<Tensor> residual;  // L+1 block boundaries, each (B,T,C); residual[0] = embedding
+  Tensor dresidual;              // (B,T,C) gradient flowing down the residual stream
   std::vector<std::vector<Tensor>> block_saved;  // per block, the block's own saved tensors
-  size_t saved_mark = 0;      // mb.saved position after the buffers above (per-forward state follows)
-  size_t workspace_mark = 0;      // workspace position at the start of the current block
-  float loss = 0.0f;              // mean loss over the micro-batch (after forward)
-  bool keep_logits = false;       // evaluation: keep the head's logits in `logits` (sampling)
-  Tensor logits;                  // (B,T,V), set by the head when training or keep_logits
+  size_t saved_mark = 0;  // mb.saved position after the buffers above (per-forward state follows)
+  size_t workspace_mark = 0;  // workspace position at the start of the current block
+  float loss = 0.0f;          // mean loss over the micro-batch (after forward)
+  bool keep_logits = false;   // evaluation: keep the head's logits in `logits` (sampling)
+  Tensor logits;              // (B,T,V), set by the head when training or keep_logits
 };
 
 // Everything a block needs besides the micro-batch: model shape, op context, chunk store.
@@ -71,6 +71,8 @@ class Block {
 };
 
 // Bytes of `n` f32 values as the arena rounds them (used by the *_bytes functions).
-inline size_t f32_bytes(int64_t n) { return Arena::aligned(static_cast<size_t>(n) * 4); }
+inline size_t f32_bytes(int64_t n) {
+  return Arena::aligned(static_cast<size_t>(n) * 4);
+}
 
 }  // namespace tide

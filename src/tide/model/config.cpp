@@ -20,9 +20,10 @@ GPTConfig GPTConfig::preset(const std::string& name) {
   if (name == "gpt2-350m" || name == "gpt2-medium") return make(24, 16, 1024);
   if (name == "gpt2-774m" || name == "gpt2-large") return make(36, 20, 1280);
   if (name == "gpt2-1.5b" || name == "gpt2-xl") return make(48, 25, 1600);
-  TIDE_FAIL("unknown model preset '{}'; use one of gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1.5b "
-            "or give n_layer/n_head/n_embd explicitly",
-            name);
+  TIDE_FAIL(
+      "unknown model preset '{}'; use one of gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1.5b "
+      "or give n_layer/n_head/n_embd explicitly",
+      name);
 }
 
 std::vector<std::string> GPTConfig::preset_names() {

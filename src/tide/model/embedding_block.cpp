@@ -28,7 +28,9 @@ void EmbeddingBlock::backward_weight(MicroBatch& mb) {
   embedding_backward(env_.op, env_.grad(wte_), env_.grad(wpe_), demb, mb.tokens);
 }
 
-size_t EmbeddingBlock::saved_bytes(int, int) const { return 0; }  // output is residual[0]
+size_t EmbeddingBlock::saved_bytes(int, int) const {
+  return 0;
+}  // output is residual[0]
 
 size_t EmbeddingBlock::workspace_bytes(int B, int T) const {
   return f32_bytes(int64_t{B} * T * env_.config->n_embd);

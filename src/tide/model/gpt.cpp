@@ -9,14 +9,14 @@ namespace tide {
 namespace {
 // Names of a transformer layer's 12 parameters, in declaration order.
 const char* const kLayerParams[12] = {
-    "ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias",
-    "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight", "ln_2.bias",
-    "mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight", "mlp.c_proj.bias"};
+    "ln_1.weight",        "ln_1.bias",        "attn.c_attn.weight", "attn.c_attn.bias",
+    "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight",        "ln_2.bias",
+    "mlp.c_fc.weight",    "mlp.c_fc.bias",    "mlp.c_proj.weight",  "mlp.c_proj.bias"};
 }  // namespace
 
 ChunkLayout GPT::make_layout(const GPTConfig& c) {
   const int64_t C = c.n_embd;
-  const Shape layer_shapes[12] = {{C}, {C}, {3 * C, C}, {3 * C}, {C, C}, {C},
+  const Shape layer_shapes[12] = {{C}, {C}, {3 * C, C}, {3 * C}, {C, C},     {C},
                                   {C}, {C}, {4 * C, C}, {4 * C}, {C, 4 * C}, {C}};
   ChunkLayout layout;
   layout.add("wte", {c.vocab_size, C}, true);
@@ -30,8 +30,8 @@ ChunkLayout GPT::make_layout(const GPTConfig& c) {
   return layout;
 }
 
-GPT::GPT(const GPTConfig& config, ActivationPolicy policy, int64_t chunk_elems,
-         bool with_optimizer, int group_size)
+GPT::GPT(const GPTConfig& config, ActivationPolicy policy, int64_t chunk_elems, bool with_optimizer,
+         int group_size)
     : config_(config) {
   config_.validate();
   ChunkLayout layout = make_layout(config_);
@@ -87,8 +87,8 @@ std::unique_ptr<MicroBatch> GPT::make_micro_batch(int B, int T) const {
   mb->T = T;
   const int64_t N = int64_t{B} * T, C = config_.n_embd;
   // saved: tokens, targets, L+1 residuals, dresidual, then every block's saved tensors.
-  size_t saved = 2 * Arena::aligned(static_cast<size_t>(N) * 4) +
-                 (config_.n_layer + 2) * f32_bytes(N * C);
+  size_t saved =
+      2 * Arena::aligned(static_cast<size_t>(N) * 4) + (config_.n_layer + 2) * f32_bytes(N * C);
   size_t workspace = 0;
   for (const auto& b : blocks_) {
     saved += b->saved_bytes(B, T);
@@ -98,7 +98,8 @@ std::unique_ptr<MicroBatch> GPT::make_micro_batch(int B, int T) const {
   mb->workspace = Arena("workspace", workspace);
   mb->tokens = mb->saved.alloc_tensor({B, T}, DType::I32);
   mb->targets = mb->saved.alloc_tensor({B, T}, DType::I32);
-  for (int l = 0; l <= config_.n_layer; ++l) mb->residual.push_back(mb->saved.alloc_tensor({B, T, C}));
+  for (int l = 0; l <= config_.n_layer; ++l)
+    mb->residual.push_back(mb->saved.alloc_tensor({B, T, C}));
   mb->dresidual = mb->saved.alloc_tensor({B, T, C});
   mb->saved_mark = mb->saved.mark();
   mb->block_saved.resize(blocks_.size());

@@ -8,13 +8,19 @@ enum Param { LN1_W, LN1_B, ATTN_W, ATTN_B, PROJ_W, PROJ_B, LN2_W, LN2_B, FC_W, F
 // Forward intermediates (index into block_saved), then the B->W gradients appended by
 // backward_input.
 enum Saved {
-  LN1, LN1_MEAN, LN1_RSTD,  // ln_1(x): (B,T,C), (B,T), (B,T)
-  QKV,                      // (B,T,3C)
-  PREATT, ATT,              // softmax probabilities before / after dropout: (B,NH,T,T)
-  ATTY,                     // attention output before c_proj: (B,T,C)
-  RES2,                     // x + attention branch: (B,T,C)
-  LN2, LN2_MEAN, LN2_RSTD,  // ln_2(x2)
-  FCH, FCH_GELU,            // mlp hidden before / after GELU: (B,T,4C)
+  LN1,
+  LN1_MEAN,
+  LN1_RSTD,  // ln_1(x): (B,T,C), (B,T), (B,T)
+  QKV,       // (B,T,3C)
+  PREATT,
+  ATT,   // softmax probabilities before / after dropout: (B,NH,T,T)
+  ATTY,  // attention output before c_proj: (B,T,C)
+  RES2,  // x + attention branch: (B,T,C)
+  LN2,
+  LN2_MEAN,
+  LN2_RSTD,  // ln_2(x2)
+  FCH,
+  FCH_GELU,  // mlp hidden before / after GELU: (B,T,4C)
   kNumForward,
   DFC2 = kNumForward,  // gradient of the mlp c_proj output (after dropout backward): (B,T,C)
   DFCH,                // gradient of the mlp hidden before GELU: (B,T,4C)
@@ -150,14 +156,19 @@ void TransformerBlock::backward_weight(MicroBatch& mb) {
 static size_t main_bytes(int64_t N, int64_t C) {
   return 4 * f32_bytes(N * C) + 4 * f32_bytes(N) + f32_bytes(N * 3 * C) + 2 * f32_bytes(N * 4 * C);
 }
-static size_t att_bytes(int64_t B, int64_t T, int64_t NH) { return 2 * f32_bytes(B * NH * T * T); }
+static size_t att_bytes(int64_t B, int64_t T, int64_t NH) {
+  return 2 * f32_bytes(B * NH * T * T);
+}
 
 size_t TransformerBlock::saved_bytes(int B, int T) const {
   const int64_t N = int64_t{B} * T, C = env_.config->n_embd, NH = env_.config->n_head;
   switch (env_.policy) {
-    case ActivationPolicy::SAVE_ALL: return main_bytes(N, C) + att_bytes(B, T, NH);
-    case ActivationPolicy::SELECTIVE: return main_bytes(N, C);
-    case ActivationPolicy::FULL: return 0;
+    case ActivationPolicy::SAVE_ALL:
+      return main_bytes(N, C) + att_bytes(B, T, NH);
+    case ActivationPolicy::SELECTIVE:
+      return main_bytes(N, C);
+    case ActivationPolicy::FULL:
+      return 0;
   }
   return 0;
 }

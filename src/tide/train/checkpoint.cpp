@@ -20,9 +20,8 @@ uint64_t fnv1a(uint64_t h, const void* data, size_t n) {
 constexpr uint64_t kFnvBasis = 0xcbf29ce484222325ull;
 
 json model_json(const GPTConfig& c) {
-  return {{"n_layer", c.n_layer},         {"n_head", c.n_head},
-          {"n_embd", c.n_embd},           {"vocab_size", c.vocab_size},
-          {"max_seq_len", c.max_seq_len}, {"dropout", c.dropout}};
+  return {{"n_layer", c.n_layer},       {"n_head", c.n_head},           {"n_embd", c.n_embd},
+          {"vocab_size", c.vocab_size}, {"max_seq_len", c.max_seq_len}, {"dropout", c.dropout}};
 }
 
 // Reads magic, version and header; leaves `f` at the start of the tensor data.
@@ -114,8 +113,8 @@ void load_checkpoint(const std::string& path, GPT& model) {
   const ChunkLayout& lay = model.store().layout();
   const json& tensors = h["tensors"];
   TIDE_CHECK(static_cast<int>(tensors.size()) == lay.num_tensors(),
-             "checkpoint '{}' has {} tensors but the model has {}; the model shape differs",
-             path, tensors.size(), lay.num_tensors());
+             "checkpoint '{}' has {} tensors but the model has {}; the model shape differs", path,
+             tensors.size(), lay.num_tensors());
   uint64_t sum = kFnvBasis;
   for (int id = 0; id < lay.num_tensors(); ++id) {
     const TensorSlot& s = lay.slot(id);

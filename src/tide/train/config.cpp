@@ -108,21 +108,30 @@ bool is_section(const std::string& path) {
 
 const char* type_name(ConfigType t) {
   switch (t) {
-    case ConfigType::INT: return "an integer";
-    case ConfigType::FLOAT: return "a number";
-    case ConfigType::BOOL: return "true or false";
-    case ConfigType::STRING: return "a string";
-    case ConfigType::FLOAT_PAIR: return "a list of two numbers";
+    case ConfigType::INT:
+      return "an integer";
+    case ConfigType::FLOAT:
+      return "a number";
+    case ConfigType::BOOL:
+      return "true or false";
+    case ConfigType::STRING:
+      return "a string";
+    case ConfigType::FLOAT_PAIR:
+      return "a list of two numbers";
   }
   return "?";
 }
 
 bool has_type(const json& v, ConfigType t) {
   switch (t) {
-    case ConfigType::INT: return v.is_number_integer();
-    case ConfigType::FLOAT: return v.is_number();
-    case ConfigType::BOOL: return v.is_boolean();
-    case ConfigType::STRING: return v.is_string();
+    case ConfigType::INT:
+      return v.is_number_integer();
+    case ConfigType::FLOAT:
+      return v.is_number();
+    case ConfigType::BOOL:
+      return v.is_boolean();
+    case ConfigType::STRING:
+      return v.is_string();
     case ConfigType::FLOAT_PAIR:
       return v.is_array() && v.size() == 2 && v[0].is_number() && v[1].is_number();
   }
@@ -291,11 +300,11 @@ json config_to_json(const TrainConfig& c) {
                       {"cos_min_ratio", c.min_lr_ratio}}}};
   j["gradient_clipping"] = c.grad_clip;
   j["activation_checkpointing"] = {{"policy", activation_policy_name(c.activation_policy)}};
-  j["model"] = {{"n_layer", c.model.n_layer},     {"n_head", c.model.n_head},
-                {"n_embd", c.model.n_embd},       {"vocab_size", c.model.vocab_size},
+  j["model"] = {{"n_layer", c.model.n_layer},         {"n_head", c.model.n_head},
+                {"n_embd", c.model.n_embd},           {"vocab_size", c.model.vocab_size},
                 {"max_seq_len", c.model.max_seq_len}, {"dropout", c.model.dropout}};
-  j["data"] = {{"dir", c.data_dir}, {"train", c.train_data}, {"val", c.val_data},
-               {"shuffle", c.shuffle}};
+  j["data"] = {
+      {"dir", c.data_dir}, {"train", c.train_data}, {"val", c.val_data}, {"shuffle", c.shuffle}};
   j["out_dir"] = c.out_dir;
   return j;
 }

@@ -12,10 +12,10 @@
 #include "tide/comm/distributed.h"
 #include "tide/comm/local_process_group.h"
 #include "tide/data/prepare.h"
-#include "tide/optim/adamw_cpu.h"
 #include "tide/optim/grad_norm.h"
 #include "tide/optim/lr_schedule.h"
 #include "tide/train/checkpoint.h"
+#include "tide/train/optimizer_step.h"
 
 namespace tide {
 
@@ -31,7 +31,8 @@ double seconds_since(Clock::time_point t0) {
 
 std::string human_duration(double s) {
   if (s < 60) return fmt::format("{:.0f}s", s);
-  if (s < 3600) return fmt::format("{}m{:02d}s", static_cast<int>(s) / 60, static_cast<int>(s) % 60);
+  if (s < 3600)
+    return fmt::format("{}m{:02d}s", static_cast<int>(s) / 60, static_cast<int>(s) % 60);
   return fmt::format("{}h{:02d}m", static_cast<int>(s) / 3600, static_cast<int>(s) % 3600 / 60);
 }
 
@@ -69,8 +70,8 @@ Trainer::Trainer(TrainConfig config, std::shared_ptr<ProcessGroup> world)
   // as the chunk is complete, overlapping the reduction with the rest of backward.
   if (dp > 1) {
     model_->store().on_chunk_grads_ready = [this](int c) {
-      pending_.push_back(world_->all_reduce_async(model_->store().chunk(ChunkKind::GRAD, c),
-                                                  ReduceOp::Avg));
+      pending_.push_back(
+          world_->all_reduce_async(model_->store().chunk(ChunkKind::GRAD, c), ReduceOp::Avg));
     };
   }
 }
@@ -116,14 +117,14 @@ void Trainer::resolve_data() {
   TIDE_CHECK(cfg_.model.vocab_size > 0,
              "model.vocab_size is unknown: set it, or use a data.dir whose meta.json gives it");
   const int dp = world_->size(), rank = world_->rank();
-  train_loader_ = std::make_unique<DataLoader>(expand_shard_paths({cfg_.train_data}),
-                                               cfg_.micro_batch, cfg_.seq_len, rank, dp,
-                                               cfg_.seed, cfg_.shuffle);
+  train_loader_ =
+      std::make_unique<DataLoader>(expand_shard_paths({cfg_.train_data}), cfg_.micro_batch,
+                                   cfg_.seq_len, rank, dp, cfg_.seed, cfg_.shuffle);
   train_loader_->check_vocab(cfg_.model.vocab_size);
   if (!cfg_.val_data.empty() && fs::exists(cfg_.val_data)) {
-    val_loader_ = std::make_unique<DataLoader>(expand_shard_paths({cfg_.val_data}),
-                                               cfg_.micro_batch, cfg_.seq_len, rank, dp,
-                                               cfg_.seed, false);
+    val_loader_ =
+        std::make_unique<DataLoader>(expand_shard_paths({cfg_.val_data}), cfg_.micro_batch,
+                                     cfg_.seq_len, rank, dp, cfg_.seed, false);
     val_loader_->check_vocab(cfg_.model.vocab_size);
   }
 }
@@ -198,37 +199,20 @@ StepStats Trainer::train_step() {
 }
 
 void Trainer::apply_optimizer(float lr, float clip_coef) {
-  ChunkStore& store = model_->store();
-  const ChunkLayout& lay = store.layout();
-  AdamWStep s;
-  s.t = step_ + 1;
-  s.grad_scale = clip_coef;
-  AdamWCpuOptions opt;
-  opt.check = FiniteCheck::kCheckedByCaller;  // the gradient norm above was finite
-  // One call per tensor: weight decay applies to matrices and embeddings only.
-  for (int id = 0; id < lay.num_tensors(); ++id) {
-    AdamWHyper h;
-    h.lr = lr;
-    h.beta1 = cfg_.beta1;
-    h.beta2 = cfg_.beta2;
-    h.eps = cfg_.eps;
-    h.weight_decay = lay.slot(id).decay ? cfg_.weight_decay : 0.0;
-    AdamWChunk c;
-    c.master = store.tensor(ChunkKind::MASTER, id).f32();
-    c.grad = store.tensor(ChunkKind::GRAD, id).data;
-    c.grad_dtype = DType::F32;
-    c.m = store.tensor(ChunkKind::ADAM_M, id).f32();
-    c.v = store.tensor(ChunkKind::ADAM_V, id).f32();
-    c.n = lay.slot(id).numel;
-    (void)adamw_cpu(c, h, s, opt);  // f32 training: MASTER is PARAM, no separate copy
-  }
+  AdamWHyper h;
+  h.lr = lr;
+  h.beta1 = cfg_.beta1;
+  h.beta2 = cfg_.beta2;
+  h.eps = cfg_.eps;
+  h.weight_decay = cfg_.weight_decay;
+  adamw_step(model_->store(), h, AdamWStep{step_ + 1, clip_coef});
 }
 
 float Trainer::evaluate() {
   if (!val_loader_) return NAN;
   val_loader_->reset();
-  const int n = std::max<int64_t>(1, std::min<int64_t>(cfg_.eval_steps,
-                                                       val_loader_->batches_per_epoch()));
+  const int n =
+      std::max<int64_t>(1, std::min<int64_t>(cfg_.eval_steps, val_loader_->batches_per_epoch()));
   double sum = 0;
   for (int i = 0; i < n; ++i) {
     val_loader_->next_batch();
@@ -250,7 +234,9 @@ size_t Trainer::memory_bytes() const {
   return model_->store().total_bytes() + mb_->saved.peak() + mb_->workspace.peak();
 }
 
-uint64_t Trainer::grad_bytes_sent() const { return world_->counters().bytes_sent; }
+uint64_t Trainer::grad_bytes_sent() const {
+  return world_->counters().bytes_sent;
+}
 
 std::string Trainer::save(const std::string& name) const {
   const fs::path dir(cfg_.out_dir);
@@ -277,17 +263,19 @@ void Trainer::run() {
     std::ofstream(fs::path(cfg_.out_dir) / "config.json") << config_to_json(cfg_).dump(2) << "\n";
     metrics.open(fs::path(cfg_.out_dir) / "metrics.jsonl");
     const size_t act = mb_->saved.capacity() + mb_->workspace.capacity();
-    fmt::print("tide: model {} | {} DP rank(s) | micro-batch {} x {} tokens, accum {} | "
-               "activations: {}\n",
-               cfg_.model.str(), world_->size(), cfg_.micro_batch, cfg_.seq_len, cfg_.grad_accum,
-               activation_policy_name(cfg_.activation_policy));
-    fmt::print("tide: data {} ({} tokens){} | chunks: {} x {:.2f} MiB | memory: {:.1f} MiB model "
-               "states + {:.1f} MiB activations\n",
-               cfg_.train_data, train_loader_->num_tokens(),
-               unigram_ ? fmt::format(", unigram baseline {:.3f} nats", *unigram_) : "",
-               model_->store().layout().num_chunks(),
-               model_->store().layout().chunk_elems() * 4 / 1048576.0,
-               model_->store().total_bytes() / 1048576.0, act / 1048576.0);
+    fmt::print(
+        "tide: model {} | {} DP rank(s) | micro-batch {} x {} tokens, accum {} | "
+        "activations: {}\n",
+        cfg_.model.str(), world_->size(), cfg_.micro_batch, cfg_.seq_len, cfg_.grad_accum,
+        activation_policy_name(cfg_.activation_policy));
+    fmt::print(
+        "tide: data {} ({} tokens){} | chunks: {} x {:.2f} MiB | memory: {:.1f} MiB model "
+        "states + {:.1f} MiB activations\n",
+        cfg_.train_data, train_loader_->num_tokens(),
+        unigram_ ? fmt::format(", unigram baseline {:.3f} nats", *unigram_) : "",
+        model_->store().layout().num_chunks(),
+        model_->store().layout().chunk_elems() * 4 / 1048576.0,
+        model_->store().total_bytes() / 1048576.0, act / 1048576.0);
     std::fflush(stdout);
   }
   auto log_eval = [&](float val) {

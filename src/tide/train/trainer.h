@@ -24,8 +24,8 @@
 namespace tide {
 
 struct StepStats {
-  int64_t step = 0;         // 1-based index of the step just taken
-  float loss = 0;           // mean training loss over the global batch
+  int64_t step = 0;  // 1-based index of the step just taken
+  float loss = 0;    // mean training loss over the global batch
   float lr = 0;
   double grad_norm = 0;     // before clipping
   double seconds = 0;       // wall time of the step

@@ -14,7 +14,8 @@ TEST(Philox, KnownAnswer) {
   EXPECT_EQ(r[1], 0xe169c58du);
   EXPECT_EQ(r[2], 0xbc57ac4cu);
   EXPECT_EQ(r[3], 0x9b00dbd8u);
-  r = philox4x32_10({0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu}, {0xffffffffu, 0xffffffffu});
+  r = philox4x32_10({0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu},
+                    {0xffffffffu, 0xffffffffu});
   EXPECT_EQ(r[0], 0x408f276du);
   EXPECT_EQ(r[1], 0x41c83b0eu);
   EXPECT_EQ(r[2], 0xa20bc7c6u);

@@ -25,13 +25,13 @@ TEST(DType, F16RoundTripAndRounding) {
   for (float x : {0.0f, 1.0f, -1.0f, 0.5f, 65504.0f, -65504.0f, 6.103515625e-05f, 5.96e-08f})
     EXPECT_EQ(f16_to_f32(f32_to_f16(x)), x == 5.96e-08f ? std::ldexp(1.0f, -24) : x) << x;
   EXPECT_EQ(f32_to_f16(1.0f), 0x3c00);
-  EXPECT_EQ(f32_to_f16(65520.0f), 0x7c00);                    // rounds to infinity
-  EXPECT_EQ(f32_to_f16(65519.0f), 0x7bff);                    // largest finite
+  EXPECT_EQ(f32_to_f16(65520.0f), 0x7c00);                      // rounds to infinity
+  EXPECT_EQ(f32_to_f16(65519.0f), 0x7bff);                      // largest finite
   EXPECT_EQ(f32_to_f16(1.0f + std::ldexp(1.0f, -11)), 0x3c00);  // tie to even
   EXPECT_EQ(f32_to_f16(1.0f + 3 * std::ldexp(1.0f, -11)), 0x3c02);
-  EXPECT_EQ(f32_to_f16(std::ldexp(1.0f, -25)), 0x0000);        // tie between 0 and 2^-24: even
+  EXPECT_EQ(f32_to_f16(std::ldexp(1.0f, -25)), 0x0000);  // tie between 0 and 2^-24: even
   EXPECT_EQ(f32_to_f16(std::ldexp(1.5f, -25)), 0x0001);
-  EXPECT_EQ(f32_to_f16(std::ldexp(3.0f, -25)), 0x0002);        // 1.5 ulp subnormal: tie to even
+  EXPECT_EQ(f32_to_f16(std::ldexp(3.0f, -25)), 0x0002);  // 1.5 ulp subnormal: tie to even
   EXPECT_EQ(f32_to_f16(-0.0f), 0x8000);
   EXPECT_TRUE(std::isnan(f16_to_f32(f32_to_f16(std::numeric_limits<float>::quiet_NaN()))));
   // Every finite half value survives a round trip.

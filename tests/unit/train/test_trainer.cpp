@@ -40,10 +40,17 @@ std::string write_shard(const std::string& dir, const std::string& name, int n, 
 std::vector<std::string> small_run(const std::string& dir) {
   return {"data.train=" + write_shard(dir, "train.bin", 4000, 50),
           "data.val=" + write_shard(dir, "val.bin", 1000, 50),
-          "model.vocab_size=50", "model.n_layer=2", "model.n_head=2", "model.n_embd=16",
-          "seq_len=8", "train_micro_batch_size_per_gpu=4", "train_steps=6", "out_dir=" + dir,
+          "model.vocab_size=50",
+          "model.n_layer=2",
+          "model.n_head=2",
+          "model.n_embd=16",
+          "seq_len=8",
+          "train_micro_batch_size_per_gpu=4",
+          "train_steps=6",
+          "out_dir=" + dir,
           "optimizer.params.lr=1e-2",
-          "log.progress=false", "eval.steps=2"};
+          "log.progress=false",
+          "eval.steps=2"};
 }
 
 // The error message of `f`, or "" when it does not throw.
@@ -79,7 +86,8 @@ TEST(Trainer, AdamWRunMatchesJaxReference) {
       fmt::format("optimizer.params.eps={}", a["eps"].get<double>()),
       fmt::format("optimizer.params.weight_decay={}", a["weight_decay"].get<double>()),
       fmt::format("gradient_clipping={}", a["grad_clip"].get<double>()),
-      "scheduler.params.warmup_num_steps=0", "scheduler.params.cos_min_ratio=1.0"};
+      "scheduler.params.warmup_num_steps=0",
+      "scheduler.params.cos_min_ratio=1.0"};
   overrides.insert(overrides.end(), more.begin(), more.end());
   Trainer trainer(load_train_config("", overrides));
   // Load the reference's initial weights and feed its batches.
@@ -147,8 +155,9 @@ TEST(Trainer, CheckpointRoundTripAndCorruption) {
   fs::resize_file(path, fs::file_size(path) / 2);
   EXPECT_NE(error_of([&] { load_checkpoint(path, copy); }).find("truncated"), std::string::npos);
   std::ofstream(dir + "/junk.ckpt") << "hello";
-  EXPECT_NE(error_of([&] { read_checkpoint_info(dir + "/junk.ckpt"); }).find("not a tide checkpoint"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of([&] { read_checkpoint_info(dir + "/junk.ckpt"); }).find("not a tide checkpoint"),
+      std::string::npos);
 }
 
 TEST(TrainConfig, BadInputGivesOneClearError) {
@@ -162,14 +171,16 @@ TEST(TrainConfig, BadInputGivesOneClearError) {
   // Unknown or mistyped key: names it and suggests the right one.
   EXPECT_NE(with({"optimizer.params.lrr=0.1"}).find("did you mean 'optimizer.params.lr'"),
             std::string::npos);
-  EXPECT_NE(error_of([] { parse_train_config(nlohmann::json::parse(R"({"trian_steps": 3})")); })
-                .find("did you mean 'train_steps'"),
+  EXPECT_NE(error_of([] {
+              parse_train_config(nlohmann::json::parse(R"({"trian_steps": 3})"));
+            }).find("did you mean 'train_steps'"),
             std::string::npos);
   // Wrong value type.
   EXPECT_NE(with({"train_steps=\"ten\""}).find("'train_steps' must be an integer"),
             std::string::npos);
-  EXPECT_NE(error_of([] { parse_train_config(nlohmann::json::parse(R"({"bf16": true})")); })
-                .find("'bf16' must be an object"),
+  EXPECT_NE(error_of([] {
+              parse_train_config(nlohmann::json::parse(R"({"bf16": true})"));
+            }).find("'bf16' must be an object"),
             std::string::npos);
   // Sequence length above max_seq_len.
   EXPECT_NE(with({"model.max_seq_len=4"}).find("seq_len 8 exceeds model.max_seq_len 4"),

@@ -1,0 +1,15 @@
+#pragma once
+// One AdamW step over every parameter of a chunk store (f32 training: MASTER is PARAM, so no
+// compute-precision copy is written). Weight decay applies only to tensors whose slot says so
+// (matrices and embeddings, not biases or norms), hence one fused call per tensor.
+
+#include "tide/memory/chunk_store.h"
+#include "tide/optim/adamw.h"
+
+namespace tide {
+
+// `hyper.weight_decay` is the decay of decayed tensors. The gradients must be known finite
+// (the caller checks the gradient norm), so the update runs without its own NaN scan.
+void adamw_step(ChunkStore& store, const AdamWHyper& hyper, const AdamWStep& step);
+
+}  // namespace tide
