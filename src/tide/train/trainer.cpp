@@ -226,16 +226,11 @@ float Trainer::evaluate() {
     Tensor l(&loss, Shape{1});
     world_->all_reduce_async(l, ReduceOp::Avg)->wait();
   }
-  val_history_.emplace_back(step_, loss);
   return loss;
 }
 
 size_t Trainer::memory_bytes() const {
   return model_->store().total_bytes() + mb_->saved.peak() + mb_->workspace.peak();
-}
-
-uint64_t Trainer::grad_bytes_sent() const {
-  return world_->counters().bytes_sent;
 }
 
 std::string Trainer::save(const std::string& name) const {

@@ -53,13 +53,8 @@ class Trainer {
   GPT& model() { return *model_; }
   const TrainConfig& config() const { return cfg_; }
   int64_t step() const { return step_; }
-  const std::vector<std::pair<int64_t, float>>& val_history() const { return val_history_; }
-  // The unigram baseline of the validation data in nats, when meta.json provides it.
-  std::optional<double> unigram_baseline() const { return unigram_; }
   // Bytes of model states (all chunks) plus the peaks of the activation arenas.
   size_t memory_bytes() const;
-  // Bytes of gradient data this rank has sent in reductions (communication counters).
-  uint64_t grad_bytes_sent() const;
 
   // Replaces the training data loader (tests feeding fixed batches): called with the step,
   // the micro-batch index and the (B,T) inputs and targets to fill.
@@ -81,7 +76,6 @@ class Trainer {
   std::string tokenizer_path_;
   std::optional<double> unigram_;
   int64_t step_ = 0;
-  std::vector<std::pair<int64_t, float>> val_history_;
 };
 
 }  // namespace tide
