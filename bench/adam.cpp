@@ -32,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_cli.h"
 #include "tide/core/dtype.h"
 #include "tide/core/error.h"
 #include "tide/optim/adamw.h"
@@ -195,37 +196,24 @@ int main(int argc, char** argv) try {
   // so the update itself moves exactly bytes_per_param. --check prescan adds the read-only scan.
   cfg.opt.check = FiniteCheck::kCheckedByCaller;
   bool sweep = false;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    const auto next = [&]() -> std::string {
-      TIDE_CHECK(i + 1 < argc, "bench_adam: option {} needs a value", a);
-      return argv[++i];
-    };
-    if (a == "--max-params")
-      max_params = std::stod(next());
-    else if (a == "--threads")
-      cfg.threads = std::stoi(next());
-    else if (a == "--reps")
-      cfg.reps = std::stoi(next());
-    else if (a == "--path")
-      cfg.opt.path = parse_simd_path(next());
-    else if (a == "--grad")
-      cfg.grad = parse_dtype(next());
-    else if (a == "--tile")
-      cfg.opt.tile = std::stoll(next());
-    else if (a == "--nt")
-      cfg.opt.nontemporal = parse_streaming(next());
-    else if (a == "--sweep")
-      sweep = true;
-    else if (a == "--check") {
-      const std::string c = next();
-      TIDE_CHECK(c == "prescan" || c == "caller",
-                 "bench_adam: --check {} is unknown; use prescan or caller", c);
-      cfg.opt.check = c == "prescan" ? FiniteCheck::kPrescan : FiniteCheck::kCheckedByCaller;
-    } else {
-      TIDE_FAIL("bench_adam: unknown option '{}'; see the usage at the top of bench/adam.cpp", a);
-    }
-  }
+  std::string path = "auto", grad = "f32", nt, check = "caller";
+  CLI::App app{"AdamW parameters/s and GB/s next to the STREAM triad", "bench_adam"};
+  app.add_option("--max-params", max_params, "largest size (1e6..1e9)")->capture_default_str();
+  app.add_option("--threads", cfg.threads)->capture_default_str();
+  app.add_option("--reps", cfg.reps, "repetitions (best is kept)")->capture_default_str();
+  app.add_option("--path", path, "auto, scalar, avx2, avx512")->capture_default_str();
+  app.add_option("--grad", grad, "gradient dtype: f32, bf16, f16")->capture_default_str();
+  app.add_option("--tile", cfg.opt.tile, "elements per OpenMP work item")->capture_default_str();
+  app.add_option("--nt", nt, "streaming stores (see the top of this file)");
+  app.add_option("--check", check, "prescan or caller")
+      ->check(CLI::IsMember({"prescan", "caller"}))
+      ->capture_default_str();
+  app.add_flag("--sweep", sweep, "also sweep tile size, streaming, check and path");
+  bench::parse_args(app, argc, argv);
+  cfg.opt.path = parse_simd_path(path);
+  cfg.grad = parse_dtype(grad);
+  if (!nt.empty()) cfg.opt.nontemporal = parse_streaming(nt);
+  cfg.opt.check = check == "prescan" ? FiniteCheck::kPrescan : FiniteCheck::kCheckedByCaller;
   TIDE_CHECK(max_params >= 1e6 && max_params <= 1e9,
              "bench_adam: --max-params {} must be between 1e6 and 1e9 (1e9 needs ~18 GB)",
              max_params);

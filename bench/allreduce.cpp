@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_cli.h"
 #include "tide/comm/distributed.h"
 #include "tide/comm/ring_traffic.h"
 
@@ -32,24 +33,14 @@ struct Args {
 
 Args parse(int argc, char** argv) {
   Args a;
-  for (int i = 1; i < argc; ++i) {
-    const std::string k = argv[i];
-    TIDE_CHECK(i + 1 < argc, "option {} needs a value", k);
-    const char* v = argv[++i];
-    if (k == "--min-bytes")
-      a.min_bytes = std::atoll(v);
-    else if (k == "--max-bytes")
-      a.max_bytes = std::atoll(v);
-    else if (k == "--algorithm")
-      a.algorithm = v;
-    else if (k == "--seconds")
-      a.seconds_per_size = std::atof(v);
-    else
-      TIDE_FAIL(
-          "unknown option {}; use --min-bytes, --max-bytes, --algorithm mpi|ring|both, "
-          "--seconds",
-          k);
-  }
+  CLI::App app{"all-reduce bandwidth and bytes per rank", "bench_allreduce"};
+  app.add_option("--min-bytes", a.min_bytes, "smallest message")->capture_default_str();
+  app.add_option("--max-bytes", a.max_bytes, "largest message")->capture_default_str();
+  app.add_option("--algorithm", a.algorithm, "mpi, ring or both")
+      ->check(CLI::IsMember({"mpi", "ring", "both"}))
+      ->capture_default_str();
+  app.add_option("--seconds", a.seconds_per_size, "time budget per size")->capture_default_str();
+  bench::parse_args(app, argc, argv);
   TIDE_CHECK(a.min_bytes >= 4 && a.min_bytes <= a.max_bytes,
              "--min-bytes {} / --max-bytes {}: need 4 <= min <= max", a.min_bytes, a.max_bytes);
   return a;

@@ -32,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_cli.h"
 #include "tide/comm/distributed.h"
 #include "tide/core/rng.h"
 #include "tide/data/shard.h"
@@ -50,40 +51,22 @@ struct Args {
 
 Args parse(int argc, char** argv) {
   Args a;
-  for (int i = 1; i < argc; ++i) {
-    const std::string k = argv[i];
-    TIDE_CHECK(i + 1 < argc, "option {} needs a value", k);
-    const char* v = argv[++i];
-    if (k == "--layers")
-      a.layers = std::atoi(v);
-    else if (k == "--embd")
-      a.embd = std::atoi(v);
-    else if (k == "--heads")
-      a.heads = std::atoi(v);
-    else if (k == "--vocab")
-      a.vocab = std::atoi(v);
-    else if (k == "--seq-len")
-      a.seq_len = std::atoi(v);
-    else if (k == "--micro-batch")
-      a.micro_batch = std::atoi(v);
-    else if (k == "--steps")
-      a.steps = std::atoi(v);
-    else if (k == "--threads")
-      a.threads = std::atoi(v);
-    else if (k == "--chunk-mb")
-      a.chunk_mb = std::atof(v);
-    else if (k == "--algorithm")
-      a.algorithm = v;
-    else
-      TIDE_FAIL(
-          "unknown option {}; use --layers, --embd, --heads, --vocab, --seq-len, --micro-batch, "
-          "--steps, --chunk-mb, --algorithm mpi|ring|both, --threads",
-          k);
-  }
+  CLI::App app{"data-parallel gradient reduction: bytes vs ring theory, overlap", "bench_dp"};
+  app.add_option("--layers", a.layers)->capture_default_str();
+  app.add_option("--embd", a.embd)->capture_default_str();
+  app.add_option("--heads", a.heads)->capture_default_str();
+  app.add_option("--vocab", a.vocab)->capture_default_str();
+  app.add_option("--seq-len", a.seq_len)->capture_default_str();
+  app.add_option("--micro-batch", a.micro_batch)->capture_default_str();
+  app.add_option("--steps", a.steps)->capture_default_str();
+  app.add_option("--threads", a.threads, "OpenMP threads per rank")->capture_default_str();
+  app.add_option("--chunk-mb", a.chunk_mb, "chunk size in MiB")->capture_default_str();
+  app.add_option("--algorithm", a.algorithm, "mpi, ring or both")
+      ->check(CLI::IsMember({"mpi", "ring", "both"}))
+      ->capture_default_str();
+  bench::parse_args(app, argc, argv);
   TIDE_CHECK(a.steps >= 1 && a.vocab >= 2 && a.vocab <= 65536,
              "--steps must be >= 1 and --vocab in [2, 65536] (got {} and {})", a.steps, a.vocab);
-  TIDE_CHECK(a.algorithm == "both" || a.algorithm == "mpi" || a.algorithm == "ring",
-             "--algorithm {}: use mpi, ring or both", a.algorithm);
   return a;
 }
 

@@ -58,6 +58,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_cli.h"
 #include "tide/core/error.h"
 #include "tide/core/rng.h"
 #include "tide/kernels/ops.h"
@@ -107,44 +108,20 @@ Options parse_options(int argc, char** argv) {
   o.model.n_embd = 256;
   o.model.vocab_size = 4096;
   o.model.dropout = 0.0f;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    TIDE_CHECK(i + 1 < argc, "option {} needs a value, e.g. `{} 4`", a, a);
-    const std::string v = argv[++i];
-    if (a == "--policies") {
-      o.policies = parse_policies(v);
-      continue;
-    }
-    int x = 0;
-    try {
-      x = std::stoi(v);
-    } catch (const std::exception&) {
-      TIDE_FAIL("option {} needs an integer, got '{}'", a, v);
-    }
-    if (a == "--L")
-      o.model.n_layer = x;
-    else if (a == "--H")
-      o.model.n_head = x;
-    else if (a == "--C")
-      o.model.n_embd = x;
-    else if (a == "--V")
-      o.model.vocab_size = x;
-    else if (a == "--T")
-      o.T = x;
-    else if (a == "--B")
-      o.B = x;
-    else if (a == "--threads")
-      o.threads = x;
-    else if (a == "--steps")
-      o.steps = x;
-    else if (a == "--warmup")
-      o.warmup = x;
-    else
-      TIDE_FAIL(
-          "unknown option '{}'; the options are --L --H --C --V --T --B "
-          "--threads --steps --warmup --policies (see the top of bench/gpt_cpu.cpp)",
-          a);
-  }
+  std::string policies;
+  CLI::App app{"GPT training tokens/s and GFLOP/s next to the sgemm peak", "bench_gpt_cpu"};
+  app.add_option("--L", o.model.n_layer, "layers")->capture_default_str();
+  app.add_option("--H", o.model.n_head, "heads")->capture_default_str();
+  app.add_option("--C", o.model.n_embd, "hidden size")->capture_default_str();
+  app.add_option("--V", o.model.vocab_size, "vocabulary")->capture_default_str();
+  app.add_option("--T", o.T, "sequence length")->capture_default_str();
+  app.add_option("--B", o.B, "micro-batch")->capture_default_str();
+  app.add_option("--threads", o.threads, "OpenMP threads (0: default)")->capture_default_str();
+  app.add_option("--steps", o.steps, "timed steps")->capture_default_str();
+  app.add_option("--warmup", o.warmup, "untimed steps first")->capture_default_str();
+  app.add_option("--policies", policies, "comma-separated: none,selective,full");
+  bench::parse_args(app, argc, argv);
+  if (!policies.empty()) o.policies = parse_policies(policies);
   TIDE_CHECK(o.B > 0 && o.T > 0, "--B and --T must be positive (got {} and {})", o.B, o.T);
   TIDE_CHECK(o.threads >= 0, "--threads must be >= 1 (or 0 for OpenMP's default)");
   TIDE_CHECK(o.steps >= 1 && o.warmup >= 0,

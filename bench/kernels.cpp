@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_cli.h"
 #include "tide/core/error.h"
 #include "tide/core/rng.h"
 #include "tide/kernels/ops.h"
@@ -76,28 +77,16 @@ Tensor view(std::vector<int32_t>& v, Shape s) {
 int main(int argc, char** argv) try {
   int64_t B = 4, T = 128, C = 768, NH = 12, V = 50257;
   g_threads = omp_get_max_threads();
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    TIDE_CHECK(i + 1 < argc, "bench_kernels: option {} needs a value", a);
-    const int64_t x = std::stoll(argv[++i]);
-    if (a == "--B")
-      B = x;
-    else if (a == "--T")
-      T = x;
-    else if (a == "--C")
-      C = x;
-    else if (a == "--NH")
-      NH = x;
-    else if (a == "--V")
-      V = x;
-    else if (a == "--reps")
-      g_reps = static_cast<int>(x);
-    else if (a == "--threads")
-      g_threads = static_cast<int>(x);
-    else
-      TIDE_FAIL("bench_kernels: unknown option '{}'; see the usage at the top of bench/kernels.cpp",
-                a);
-  }
+  CLI::App app{"time of every CPU op at GPT-2 layer shapes", "bench_kernels"};
+  app.add_option("--B", B)->capture_default_str();
+  app.add_option("--T", T)->capture_default_str();
+  app.add_option("--C", C)->capture_default_str();
+  app.add_option("--NH", NH)->capture_default_str();
+  app.add_option("--V", V)->capture_default_str();
+  app.add_option("--reps", g_reps)->capture_default_str();
+  app.add_option("--threads", g_threads)->capture_default_str();
+  bench::parse_args(app, argc, argv);
+
   TIDE_CHECK(B > 0 && T > 0 && C > 0 && NH > 0 && V > 0 && g_reps > 0 && g_threads > 0,
              "bench_kernels: sizes, --reps and --threads must be positive");
   omp_set_num_threads(g_threads);
