@@ -8,24 +8,17 @@
 #include <thread>
 #include <vector>
 
+#include "error_of.h"
 #include "mpi_test.h"
 #include "tide/comm/ring_traffic.h"
 
 using namespace tide;
+using tide::test::error_of;
 
 namespace {
 
 Tensor f32(std::vector<float>& v) {
   return Tensor(v.data(), {static_cast<int64_t>(v.size())});
-}
-
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 class Collectives : public testing::TestWithParam<CommAlgorithm> {

@@ -3,24 +3,18 @@
 #include <cstdlib>
 #include <vector>
 
+#include "error_of.h"
 #include "tide/comm/distributed.h"
 #include "tide/comm/local_process_group.h"
 
 using namespace tide;
+using tide::test::error_of;
 
 namespace {
 Tensor f32(std::vector<float>& v) {
   return Tensor(v.data(), {static_cast<int64_t>(v.size())});
 }
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
 }  // namespace
 
 TEST(Distributed, WithoutMpirunTheWorldIsOneLocalRank) {

@@ -10,7 +10,7 @@
 namespace tide {
 namespace {
 
-using test::error_of;
+using test::expected_error;
 using test::TempDir;
 
 // A shard whose token at position i is (base + i) % 65536: every token says where it came from.
@@ -145,7 +145,7 @@ TEST(DataLoader, SeekReproducesAnyBatch) {
   a.next_batch();
   b.next_batch();
   EXPECT_EQ(as_vector(a.inputs()), as_vector(b.inputs()));
-  EXPECT_NE(error_of([&] { b.seek(0, 20); }).find("past the end of an epoch of 20 batches"),
+  EXPECT_NE(expected_error([&] { b.seek(0, 20); }).find("past the end of an epoch of 20 batches"),
             std::string::npos);
 }
 
@@ -169,7 +169,7 @@ TEST(DataLoader, ValidationBatchesAreFixedAfterReset) {
 TEST(DataLoader, ShardTooShortForOneSequence) {
   TempDir dir;
   write_counting_shard(dir / "tiny.bin", 8);
-  const std::string msg = error_of([&] { DataLoader l({dir / "tiny.bin"}, 1, 8); });
+  const std::string msg = expected_error([&] { DataLoader l({dir / "tiny.bin"}, 1, 8); });
   EXPECT_NE(msg.find(dir / "tiny.bin"), std::string::npos) << msg;
   EXPECT_NE(msg.find("has 8 tokens, too few for one sequence of T+1 = 9 tokens"), std::string::npos)
       << msg;
@@ -178,23 +178,24 @@ TEST(DataLoader, ShardTooShortForOneSequence) {
 TEST(DataLoader, TooFewSequencesForOneGlobalBatch) {
   TempDir dir;
   write_counting_shard(dir / "a.bin", 4 * 5 + 1);  // 5 sequences
-  const std::string msg = error_of([&] { DataLoader l({dir / "a.bin"}, 3, 4, 0, 2); });
+  const std::string msg = expected_error([&] { DataLoader l({dir / "a.bin"}, 3, 4, 0, 2); });
   EXPECT_NE(msg.find("5 sequences"), std::string::npos) << msg;
   EXPECT_NE(msg.find("world_size*B = 2*3 = 6"), std::string::npos) << msg;
 }
 
 TEST(DataLoader, GlobMatchingNothing) {
   TempDir dir;
-  const std::string msg = error_of([&] { DataLoader l({dir / "train_*.bin"}, 1, 4); });
+  const std::string msg = expected_error([&] { DataLoader l({dir / "train_*.bin"}, 1, 4); });
   EXPECT_NE(msg.find("no token shards match " + (dir / "train_*.bin")), std::string::npos) << msg;
 }
 
 TEST(DataLoader, MissingFileAndBadRank) {
   TempDir dir;
-  EXPECT_NE(error_of([&] { DataLoader l({dir / "x.bin"}, 1, 4); }).find("no such token shard"),
-            std::string::npos);
+  EXPECT_NE(
+      expected_error([&] { DataLoader l({dir / "x.bin"}, 1, 4); }).find("no such token shard"),
+      std::string::npos);
   write_counting_shard(dir / "a.bin", 100);
-  EXPECT_NE(error_of([&] {
+  EXPECT_NE(expected_error([&] {
               DataLoader l({dir / "a.bin"}, 1, 4, 2, 2);
             }).find("rank 2 is outside world size 2"),
             std::string::npos);
@@ -207,7 +208,7 @@ TEST(DataLoader, CheckVocabCoversEveryShard) {
   DataLoader loader({dir / "a.bin", dir / "b.bin"}, 1, 4);
   EXPECT_EQ(loader.max_token(), 5099);
   EXPECT_NO_THROW(loader.check_vocab(5100));
-  const std::string msg = error_of([&] { loader.check_vocab(5050); });
+  const std::string msg = expected_error([&] { loader.check_vocab(5050); });
   EXPECT_NE(msg.find("token id 5050 at position 50 of " + (dir / "b.bin")), std::string::npos)
       << msg;
 }

@@ -14,7 +14,7 @@
 namespace tide {
 namespace {
 
-using test::error_of;
+using test::expected_error;
 using test::TempDir;
 using test::write_file;
 
@@ -85,7 +85,7 @@ TEST(Prepare, ReadsItsMetaBack) {
   TempDir dir;
   write_corpus(dir);
   EXPECT_FALSE(prepared_corpus_exists(dir / "out"));
-  const std::string missing = error_of([&] { read_prepared_corpus(dir / "out"); });
+  const std::string missing = expected_error([&] { read_prepared_corpus(dir / "out"); });
   EXPECT_NE(missing.find("prepare the data first with `tide prepare --out-dir"), std::string::npos)
       << missing;
   const PrepareResult r = prepare_corpus(quiet_options(dir));
@@ -100,7 +100,7 @@ TEST(Prepare, ReadsItsMetaBack) {
   EXPECT_EQ(back.val_tokens, r.val_tokens);
   EXPECT_DOUBLE_EQ(back.val_unigram_entropy, r.val_unigram_entropy);
   write_file(dir / "out/meta.json", "{\"vocab_size\": 3}");
-  const std::string broken = error_of([&] { read_prepared_corpus(dir / "out"); });
+  const std::string broken = expected_error([&] { read_prepared_corpus(dir / "out"); });
   EXPECT_NE(broken.find("unreadable"), std::string::npos) << broken;
 }
 
@@ -166,26 +166,28 @@ TEST(Prepare, BadInputs) {
   write_corpus(dir);
   PrepareOptions o = quiet_options(dir);
   o.inputs = {dir / "missing.txt"};
-  EXPECT_NE(error_of([&] { prepare_corpus(o); }).find("missing.txt: no such file or directory"),
-            std::string::npos);
+  EXPECT_NE(
+      expected_error([&] { prepare_corpus(o); }).find("missing.txt: no such file or directory"),
+      std::string::npos);
   o.inputs = {dir / "in/*.txt"};
-  EXPECT_NE(error_of([&] { prepare_corpus(o); }).find("no files match this pattern"),
+  EXPECT_NE(expected_error([&] { prepare_corpus(o); }).find("no files match this pattern"),
             std::string::npos);
   o = quiet_options(dir);
   o.val_fraction = 0;
-  EXPECT_NE(error_of([&] { prepare_corpus(o); }).find("--val-fraction 0 must be between 0 and 1"),
-            std::string::npos);
+  EXPECT_NE(
+      expected_error([&] { prepare_corpus(o); }).find("--val-fraction 0 must be between 0 and 1"),
+      std::string::npos);
   o = quiet_options(dir);
   o.vocab_size = 100;
-  EXPECT_NE(error_of([&] { prepare_corpus(o); }).find("--vocab-size 100 is out of range"),
+  EXPECT_NE(expected_error([&] { prepare_corpus(o); }).find("--vocab-size 100 is out of range"),
             std::string::npos);
   o = quiet_options(dir);
   o.gpt2_encoder = "encoder.json";
-  EXPECT_NE(error_of([&] { prepare_corpus(o); }).find("needs both files"), std::string::npos);
+  EXPECT_NE(expected_error([&] { prepare_corpus(o); }).find("needs both files"), std::string::npos);
   o = quiet_options(dir);
   write_file(dir / "empty.txt", "  \n\n");
   o.inputs = {dir / "empty.txt"};
-  EXPECT_NE(error_of([&] { prepare_corpus(o); }).find("holds no text"), std::string::npos);
+  EXPECT_NE(expected_error([&] { prepare_corpus(o); }).find("holds no text"), std::string::npos);
 }
 
 TEST(Prepare, SplitDocuments) {
@@ -215,7 +217,7 @@ TEST(Prepare, DefaultCorpusFilesSkipIndexesLinksAndOff) {
 
 TEST(Prepare, DefaultCorpusMissing) {
   TempDir dir;
-  const std::string msg = error_of([&] { default_corpus_files(dir / "fortunes"); });
+  const std::string msg = expected_error([&] { default_corpus_files(dir / "fortunes"); });
   EXPECT_NE(msg.find("install it with apt-get install fortunes"), std::string::npos) << msg;
 }
 

@@ -12,7 +12,7 @@
 namespace tide {
 namespace {
 
-using test::error_of;
+using test::expected_error;
 using test::TempDir;
 
 // A shard file written by hand, so the reader is tested against the format, not the writer.
@@ -88,7 +88,7 @@ TEST(Shard, EmptyShardIsValid) {
 TEST(Shard, WrongMagicNamesFileMagicAndFix) {
   TempDir dir;
   write_raw_shard(dir / "train.bin", 12345, 1, 2, {1, 2});
-  const std::string msg = error_of([&] { TokenShard s(dir / "train.bin"); });
+  const std::string msg = expected_error([&] { TokenShard s(dir / "train.bin"); });
   EXPECT_NE(msg.find(dir / "train.bin"), std::string::npos) << msg;
   EXPECT_NE(msg.find("not a token shard (magic 12345, expected 20240520)"), std::string::npos)
       << msg;
@@ -98,14 +98,14 @@ TEST(Shard, WrongMagicNamesFileMagicAndFix) {
 TEST(Shard, WrongVersion) {
   TempDir dir;
   write_raw_shard(dir / "v.bin", 20240520, 7, 2, {1, 2});
-  const std::string msg = error_of([&] { TokenShard s(dir / "v.bin"); });
+  const std::string msg = expected_error([&] { TokenShard s(dir / "v.bin"); });
   EXPECT_NE(msg.find("version 7 is not supported"), std::string::npos) << msg;
 }
 
 TEST(Shard, TruncatedBody) {
   TempDir dir;
   write_raw_shard(dir / "t.bin", 20240520, 1, 100, {1, 2, 3});
-  const std::string msg = error_of([&] { TokenShard s(dir / "t.bin"); });
+  const std::string msg = expected_error([&] { TokenShard s(dir / "t.bin"); });
   EXPECT_NE(msg.find(dir / "t.bin"), std::string::npos) << msg;
   EXPECT_NE(msg.find("truncated token shard (header says 100 tokens"), std::string::npos) << msg;
   EXPECT_NE(msg.find("1030 bytes"), std::string::npos) << msg;  // 1024 + 3*2 on disk
@@ -114,7 +114,7 @@ TEST(Shard, TruncatedBody) {
 TEST(Shard, TruncatedHeader) {
   TempDir dir;
   test::write_file(dir / "h.bin", std::string(100, '\0'));
-  const std::string msg = error_of([&] { TokenShard s(dir / "h.bin"); });
+  const std::string msg = expected_error([&] { TokenShard s(dir / "h.bin"); });
   EXPECT_NE(msg.find("only 100 bytes, shorter than the 1024-byte header"), std::string::npos)
       << msg;
 }
@@ -122,20 +122,20 @@ TEST(Shard, TruncatedHeader) {
 TEST(Shard, LongerThanHeaderSays) {
   TempDir dir;
   write_raw_shard(dir / "l.bin", 20240520, 1, 2, {1, 2, 3, 4});
-  const std::string msg = error_of([&] { TokenShard s(dir / "l.bin"); });
+  const std::string msg = expected_error([&] { TokenShard s(dir / "l.bin"); });
   EXPECT_NE(msg.find("longer than its header says"), std::string::npos) << msg;
 }
 
 TEST(Shard, MissingFile) {
   TempDir dir;
-  const std::string msg = error_of([&] { TokenShard s(dir / "nope.bin"); });
+  const std::string msg = expected_error([&] { TokenShard s(dir / "nope.bin"); });
   EXPECT_NE(msg.find(dir / "nope.bin"), std::string::npos) << msg;
   EXPECT_NE(msg.find("no such token shard"), std::string::npos) << msg;
 }
 
 TEST(Shard, DirectoryIsNotAShard) {
   TempDir dir;
-  const std::string msg = error_of([&] { TokenShard s(dir.str()); });
+  const std::string msg = expected_error([&] { TokenShard s(dir.str()); });
   EXPECT_NE(msg.find("is a directory"), std::string::npos) << msg;
 }
 
@@ -145,7 +145,7 @@ TEST(Shard, CheckVocabNamesTokenPositionFileAndVocab) {
   write_token_shard(dir / "train.bin", std::span<const uint16_t>(tokens));
   const TokenShard shard(dir / "train.bin");
   EXPECT_NO_THROW(shard.check_vocab(6001));
-  const std::string msg = error_of([&] { shard.check_vocab(4096); });
+  const std::string msg = expected_error([&] { shard.check_vocab(4096); });
   EXPECT_NE(msg.find("token id 5000 at position 3 of " + (dir / "train.bin") +
                      " is >= model.vocab_size 4096"),
             std::string::npos)
@@ -157,14 +157,14 @@ TEST(Shard, WriterRejectsIdsThatDoNotFitUint16) {
   TempDir dir;
   const std::vector<int32_t> tokens = {1, 70000};
   const std::string msg =
-      error_of([&] { write_token_shard(dir / "x.bin", std::span<const int32_t>(tokens)); });
+      expected_error([&] { write_token_shard(dir / "x.bin", std::span<const int32_t>(tokens)); });
   EXPECT_NE(msg.find("token id 70000 at position 1"), std::string::npos) << msg;
 }
 
 TEST(Shard, WriterReportsAMissingDirectory) {
   TempDir dir;
   const std::vector<uint16_t> tokens = {1};
-  const std::string msg = error_of(
+  const std::string msg = expected_error(
       [&] { write_token_shard(dir / "no/such/dir/x.bin", std::span<const uint16_t>(tokens)); });
   EXPECT_NE(msg.find("cannot open for writing"), std::string::npos) << msg;
 }

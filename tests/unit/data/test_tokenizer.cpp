@@ -14,7 +14,7 @@
 namespace tide {
 namespace {
 
-using test::error_of;
+using test::expected_error;
 using test::TempDir;
 using Ids = std::vector<int32_t>;
 
@@ -95,7 +95,7 @@ TEST(Gpt2Tokenizer, Decodes) {
   const Tokenizer tok = Tokenizer::load_gpt2(kFixture + "encoder.json", kFixture + "vocab.bpe");
   EXPECT_EQ(tok.decode(Ids{259, 262, 220, 81, 64, 259, 198}), "in the rain\n");
   EXPECT_EQ(tok.decode(Ids{262, 263, 83}), " the<|endoftext|>t");
-  const std::string msg = error_of([&] { tok.decode(Ids{264}); });
+  const std::string msg = expected_error([&] { tok.decode(Ids{264}); });
   EXPECT_NE(msg.find("token id 264 is outside the vocabulary of 264 tokens"), std::string::npos)
       << msg;
 }
@@ -104,7 +104,7 @@ TEST(Gpt2Tokenizer, MergeWithUnknownTokenIsRejected) {
   TempDir dir;
   test::write_file(dir / "vocab.bpe", "#version: 0.2\nĠ t\nq zz\n");
   const std::string msg =
-      error_of([&] { Tokenizer::load_gpt2(kFixture + "encoder.json", dir / "vocab.bpe"); });
+      expected_error([&] { Tokenizer::load_gpt2(kFixture + "encoder.json", dir / "vocab.bpe"); });
   EXPECT_NE(msg.find("merge 2 (\"q zz\") uses \"zz\", which is not in the vocabulary"),
             std::string::npos)
       << msg;
@@ -114,7 +114,7 @@ TEST(Gpt2Tokenizer, MalformedMergeLine) {
   TempDir dir;
   test::write_file(dir / "vocab.bpe", "#version: 0.2\nĠt\n");
   const std::string msg =
-      error_of([&] { Tokenizer::load_gpt2(kFixture + "encoder.json", dir / "vocab.bpe"); });
+      expected_error([&] { Tokenizer::load_gpt2(kFixture + "encoder.json", dir / "vocab.bpe"); });
   EXPECT_NE(msg.find("line 2"), std::string::npos) << msg;
   EXPECT_NE(msg.find("is not a merge"), std::string::npos) << msg;
 }
@@ -130,18 +130,18 @@ TEST(Gpt2Tokenizer, EncoderWithoutAllBytesIsRejected) {
   test::write_file(dir / "encoder.json", enc.dump());
   test::write_file(dir / "vocab.bpe", "#version: 0.2\n");
   const std::string msg =
-      error_of([&] { Tokenizer::load_gpt2(dir / "encoder.json", dir / "vocab.bpe"); });
+      expected_error([&] { Tokenizer::load_gpt2(dir / "encoder.json", dir / "vocab.bpe"); });
   EXPECT_NE(msg.find("no token for byte 0x0a"), std::string::npos) << msg;
 }
 
 TEST(Gpt2Tokenizer, MissingOrBrokenFiles) {
   TempDir dir;
-  EXPECT_NE(error_of([&] {
+  EXPECT_NE(expected_error([&] {
               Tokenizer::load_gpt2(dir / "encoder.json", kFixture + "vocab.bpe");
             }).find("cannot open GPT-2 encoder.json"),
             std::string::npos);
   test::write_file(dir / "encoder.json", "{\"a\": 1,");
-  EXPECT_NE(error_of([&] {
+  EXPECT_NE(expected_error([&] {
               Tokenizer::load_gpt2(dir / "encoder.json", kFixture + "vocab.bpe");
             }).find("not valid JSON"),
             std::string::npos);
@@ -214,9 +214,10 @@ TEST(BpeTraining, MatchesNaiveReferenceImplementation) {
 }
 
 TEST(BpeTraining, VocabSizeOutOfRange) {
-  EXPECT_NE(error_of([] { Tokenizer::train("abc", 100); }).find("vocab_size 100 is out of range"),
-            std::string::npos);
-  EXPECT_NE(error_of([] { Tokenizer::train("abc", 70000); }).find("at most 65536"),
+  EXPECT_NE(
+      expected_error([] { Tokenizer::train("abc", 100); }).find("vocab_size 100 is out of range"),
+      std::string::npos);
+  EXPECT_NE(expected_error([] { Tokenizer::train("abc", 70000); }).find("at most 65536"),
             std::string::npos);
 }
 
@@ -271,11 +272,12 @@ TEST(Tokenizer, Gpt2FilesSurviveConversionToTokenizerJson) {
 TEST(Tokenizer, LoadRejectsOtherFiles) {
   TempDir dir;
   test::write_file(dir / "t.json", "{\"model\": {}}");
-  const std::string msg = error_of([&] { Tokenizer::load(dir / "t.json"); });
+  const std::string msg = expected_error([&] { Tokenizer::load(dir / "t.json"); });
   EXPECT_NE(msg.find("not a tide tokenizer file"), std::string::npos) << msg;
-  EXPECT_NE(
-      error_of([&] { Tokenizer::load(dir / "missing.json"); }).find("cannot open tokenizer file"),
-      std::string::npos);
+  EXPECT_NE(expected_error([&] {
+              Tokenizer::load(dir / "missing.json");
+            }).find("cannot open tokenizer file"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <string>
 
+#include "error_of.h"
 #include "tide/core/error.h"
 
 namespace tide::test {
@@ -39,14 +40,10 @@ inline void write_file(const std::string& path, const std::string& bytes) {
 
 // Runs fn, expects a tide::Error, and returns its message.
 template <typename Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected a tide::Error";
-  return "";
+std::string expected_error(Fn&& fn) {
+  std::string message = test::error_of(std::forward<Fn>(fn));
+  if (message.empty()) ADD_FAILURE() << "expected a tide::Error";
+  return message;
 }
 
 }  // namespace tide::test

@@ -3,6 +3,7 @@
 
 #include <string>
 
+#include "error_of.h"
 #include "tide/core/error.h"
 #include "tide/estimate/memory_estimate.h"
 
@@ -21,12 +22,7 @@ TrainSetup gpt2_xl(int world, int tp, int pp) {
 
 // The error message of estimate_memory(s), or "" if it did not throw.
 std::string error_of(const TrainSetup& s) {
-  try {
-    estimate_memory(s);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
+  return test::error_of([&] { estimate_memory(s); });
 }
 
 }  // namespace

@@ -7,11 +7,13 @@
 #include <fstream>
 
 #include "../model/fixture.h"  // the JAX reference fixture, shared with the model tests
+#include "error_of.h"
 #include "tide/data/shard.h"
 #include "tide/train/checkpoint.h"
 #include "tide/train/trainer.h"
 
 using namespace tide;
+using tide::test::error_of;
 namespace fs = std::filesystem;
 
 namespace {
@@ -51,17 +53,6 @@ std::vector<std::string> small_run(const std::string& dir) {
           "optimizer.params.lr=1e-2",
           "log.progress=false",
           "eval.steps=2"};
-}
-
-// The error message of `f`, or "" when it does not throw.
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 }  // namespace
