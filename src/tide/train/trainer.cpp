@@ -84,7 +84,7 @@ void Trainer::resolve_data() {
   const bool rank0 = world_->rank() == 0;
   if (cfg_.is_default_run) {
     cfg_.data_dir = kDefaultDataDir;
-    if (!fs::exists(fs::path(cfg_.data_dir) / "meta.json")) {
+    if (!prepared_corpus_exists(cfg_.data_dir)) {
       if (rank0) {
         fmt::print("tide: preparing the default corpus (Debian fortunes) into {} ...\n",
                    cfg_.data_dir);
@@ -98,19 +98,20 @@ void Trainer::resolve_data() {
                "data.dir '{}' does not exist; create it with `tide prepare --input <text files> "
                "--out-dir {}`",
                cfg_.data_dir, cfg_.data_dir);
-    if (cfg_.train_data.empty()) cfg_.train_data = (fs::path(cfg_.data_dir) / "train.bin").string();
-    if (cfg_.val_data.empty()) cfg_.val_data = (fs::path(cfg_.data_dir) / "val.bin").string();
-    tokenizer_path_ = (fs::path(cfg_.data_dir) / "tokenizer.json").string();
-    const fs::path meta = fs::path(cfg_.data_dir) / "meta.json";
-    if (fs::exists(meta)) {
-      std::ifstream f(meta);
-      const json m = json::parse(f, nullptr, false);
-      if (!m.is_discarded()) {
-        if (cfg_.model.vocab_size == 0 && m.contains("vocab_size"))
-          cfg_.model.vocab_size = m["vocab_size"];
-        if (m.contains("val_unigram_entropy")) unigram_ = m["val_unigram_entropy"].get<double>();
-      }
+    // A directory from `tide prepare` describes itself in meta.json; without one, the
+    // standard file names are assumed and model.vocab_size must be given.
+    PrepareResult r;
+    r.train_path = (fs::path(cfg_.data_dir) / "train.bin").string();
+    r.val_path = (fs::path(cfg_.data_dir) / "val.bin").string();
+    r.tokenizer_path = (fs::path(cfg_.data_dir) / "tokenizer.json").string();
+    if (prepared_corpus_exists(cfg_.data_dir)) {
+      r = read_prepared_corpus(cfg_.data_dir);
+      unigram_ = r.val_unigram_entropy;
+      if (cfg_.model.vocab_size == 0) cfg_.model.vocab_size = r.vocab_size;
     }
+    if (cfg_.train_data.empty()) cfg_.train_data = r.train_path;
+    if (cfg_.val_data.empty()) cfg_.val_data = r.val_path;
+    tokenizer_path_ = r.tokenizer_path;
   }
   TIDE_CHECK(!cfg_.train_data.empty(),
              "no training data: set data.dir (from `tide prepare`) or data.train");
