@@ -44,6 +44,8 @@ int sample_token(const float* logits, int V, float temperature, int top_k, float
 void run_sample(const SampleArgs& a) {
   TIDE_CHECK(a.temperature > 0, "--temperature must be positive (got {})", a.temperature);
   TIDE_CHECK(a.tokens >= 1, "--tokens must be at least 1 (got {})", a.tokens);
+  TIDE_CHECK(a.samples >= 1, "--samples must be at least 1 (got {})", a.samples);
+  TIDE_CHECK(a.top_k >= 0, "--top-k must be >= 0 (got {}); 0 samples from all tokens", a.top_k);
   const CheckpointInfo info = read_checkpoint_info(a.checkpoint);
   TIDE_CHECK(!info.tokenizer.empty(),
              "checkpoint '{}' names no tokenizer; it was trained on raw token shards",

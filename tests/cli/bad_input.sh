@@ -21,4 +21,8 @@ echo '{"seq_len": 64, "model": {"max_seq_len": 32}}' > long.json
 expect_error "seq_len 64 exceeds model.max_seq_len 32" train long.json
 expect_error "does not exist" train data.dir=nowhere
 expect_error "cannot open checkpoint" sample --checkpoint nowhere.ckpt
+expect_error "temperature must be positive" sample --temperature 0
+expect_error "tokens must be at least 1" sample --tokens 0
+expect_error "samples must be at least 1" sample --samples 0
+expect_error "top-k must be >= 0" sample --top-k -1
 exit $fail

@@ -186,11 +186,7 @@ StepStats Trainer::train_step() {
   apply_optimizer(st.lr, clip);
 
   // The logged loss is the mean over the global batch.
-  float loss = static_cast<float>(loss_sum / cfg_.grad_accum);
-  if (world_->size() > 1) {
-    Tensor l(&loss, Shape{1});
-    world_->all_reduce_async(l, ReduceOp::Avg)->wait();
-  }
+  const float loss = mean_over_ranks(static_cast<float>(loss_sum / cfg_.grad_accum));
   ++step_;
   st.step = step_;
   st.loss = loss;
@@ -209,6 +205,11 @@ void Trainer::apply_optimizer(float lr, float clip_coef) {
   adamw_step(model_->store(), h, AdamWStep{step_ + 1, clip_coef});
 }
 
+float Trainer::mean_over_ranks(float x) const {
+  if (world_->size() > 1) world_->all_reduce_async(Tensor(&x, Shape{1}), ReduceOp::Avg)->wait();
+  return x;
+}
+
 float Trainer::evaluate() {
   if (!val_loader_) return NAN;
   val_loader_->reset();
@@ -222,12 +223,7 @@ float Trainer::evaluate() {
     mb_->training = false;
     sum += model_->forward(*mb_);
   }
-  float loss = static_cast<float>(sum / n);
-  if (world_->size() > 1) {
-    Tensor l(&loss, Shape{1});
-    world_->all_reduce_async(l, ReduceOp::Avg)->wait();
-  }
-  return loss;
+  return mean_over_ranks(static_cast<float>(sum / n));
 }
 
 size_t Trainer::memory_bytes() const {

@@ -66,6 +66,8 @@ class Trainer {
  private:
   void resolve_data();
   void apply_optimizer(float lr, float clip_coef);
+  // The average of x over the data-parallel ranks (x itself with one rank).
+  float mean_over_ranks(float x) const;
 
   TrainConfig cfg_;
   std::shared_ptr<ProcessGroup> world_;
