@@ -110,10 +110,9 @@ void run(const Args& a, CommAlgorithm algo) {
   Trainer trainer(cfg, world);
   const ChunkStore& store = trainer.model().store();
   const ChunkLayout& lay = store.layout();
-  std::vector<int> reduced;  // chunks that hold tensors: the trainer reduces exactly these
-  for (int c = 0; c < lay.num_chunks(); ++c)
-    if (!lay.tensors_in_chunk(c).empty()) reduced.push_back(c);
-  const int64_t psi = static_cast<int64_t>(reduced.size()) * lay.chunk_elems();
+  std::vector<int> reduced;  // every chunk holds tensors: the trainer reduces each once a step
+  for (int c = 0; c < lay.num_chunks(); ++c) reduced.push_back(c);
+  const int64_t psi = lay.total_elems();
 
   trainer.train_step();  // warm-up: first touch of the activation arenas, MPI connections
   double step_s = 0, exposed_s = 0;
@@ -157,7 +156,7 @@ void run(const Args& a, CommAlgorithm algo) {
       "\"hidden\":%.3f}\n",
       N, algo == CommAlgorithm::Ring ? "ring" : "mpi", cfg.model.str().c_str(),
       static_cast<long long>(lay.num_params()), reduced.size(),
-      static_cast<long long>(lay.chunk_elems()), static_cast<long long>(psi), a.micro_batch,
+      static_cast<long long>(lay.max_chunk_elems()), static_cast<long long>(psi), a.micro_batch,
       a.seq_len, a.steps, static_cast<unsigned long long>(bytes_sent), theory,
       static_cast<double>(bytes_sent) / theory, theory_params, step_max, exposed_max, blocking_max,
       hidden);

@@ -4,7 +4,7 @@
 set -euo pipefail
 tide=$1 dir=$2
 rm -rf "$dir" && mkdir -p "$dir" && cd "$dir"
-"$tide" train train_steps=4 eval.steps=2 log.interval=2 log.progress=false > train.log 2>&1 \
+"$tide" train train_steps=4 eval.sequences=8 log.interval=2 log.progress=false > train.log 2>&1 \
   || { cat train.log; exit 1; }
 cat train.log
 grep -q "unigram baseline" train.log

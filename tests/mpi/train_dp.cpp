@@ -75,14 +75,15 @@ std::string write_shared_shard(ProcessGroup& world, const std::string& dir) {
 }
 
 TrainConfig dp_config(const std::string& shard, const std::string& out_dir, int micro, int accum,
-                      int64_t steps = kSteps) {
+                      int64_t steps = kSteps, float dropout = 0.0f) {
   return load_train_config(
       "",
       {"data.train=" + shard, "out_dir=" + out_dir, "model.vocab_size=" + std::to_string(kVocab),
        "model.n_layer=2", "model.n_head=2", "model.n_embd=32", "seq_len=" + std::to_string(kSeqLen),
        "train_micro_batch_size_per_gpu=" + std::to_string(micro),
        "gradient_accumulation_steps=" + std::to_string(accum),
-       "train_steps=" + std::to_string(steps), "model.dropout=0", "data.shuffle=true",
+       "train_steps=" + std::to_string(steps), fmt::format("model.dropout={}", dropout),
+       "data.val=" + shard, "eval.sequences=13", "data.shuffle=true",
        // chunk_size_mb 0: chunks of the largest tensor, so the model has several chunks and
        // several reductions per step.
        "chunk_size_mb=0", "optimizer.params.lr=3e-3", "threads=1", "log.progress=false"});
@@ -166,19 +167,24 @@ void expect_same_on_every_rank(ProcessGroup& world, const RunResult& r) {
       << "rank " << world.rank() << " ended with parameters or losses different from rank 0";
 }
 
-class DataParallel : public testing::TestWithParam<CommAlgorithm> {};
+// With dropout, too: masks are keyed by each element's global coordinates (sequence in the
+// global batch, position, feature), so every split draws the single-rank run's masks.
+class DataParallel : public testing::TestWithParam<std::tuple<CommAlgorithm, float>> {};
 
 TEST_P(DataParallel, MatchesOneRankWithNTimesTheMicroBatchAndWithAccumulation) {
-  std::shared_ptr<ProcessGroup> world = mpi_test::world_ptr(GetParam());
+  const auto [algorithm, dropout] = GetParam();
+  std::shared_ptr<ProcessGroup> world = mpi_test::world_ptr(algorithm);
   const int N = world->size();
   const std::string dir = shared_temp_dir(*world);
   const std::string shard = write_shared_shard(*world, dir);
 
-  const RunResult dp = train(dp_config(shard, dir, kMicro, 1), world, kSteps);
+  const RunResult dp = train(dp_config(shard, dir, kMicro, 1, kSteps, dropout), world, kSteps);
   expect_same_on_every_rank(*world, dp);
   if (world->rank() == 0) {
-    const RunResult big_batch = train(dp_config(shard, dir, N * kMicro, 1), nullptr, kSteps);
-    const RunResult accumulated = train(dp_config(shard, dir, kMicro, N), nullptr, kSteps);
+    const RunResult big_batch =
+        train(dp_config(shard, dir, N * kMicro, 1, kSteps, dropout), nullptr, kSteps);
+    const RunResult accumulated =
+        train(dp_config(shard, dir, kMicro, N, kSteps, dropout), nullptr, kSteps);
     expect_equivalent(dp, big_batch, "DP vs one rank with micro-batch N*b");
     expect_equivalent(dp, accumulated, "DP vs one rank with N accumulation steps");
     // The comparison means something only if training moved: the loss must have dropped.
@@ -192,7 +198,8 @@ TEST_P(DataParallel, MatchesOneRankWithNTimesTheMicroBatchAndWithAccumulation) {
 // all-reduce per non-empty chunk plus one for the logged loss, whatever the accumulation count.
 // The bytes each rank sends are exactly the ring all-reduce traffic of those chunks.
 TEST_P(DataParallel, AccumulationReducesOncePerStepNotPerMicroBatch) {
-  std::shared_ptr<ProcessGroup> world = mpi_test::world_ptr(GetParam());
+  if (std::get<1>(GetParam()) > 0) GTEST_SKIP() << "communication does not depend on dropout";
+  std::shared_ptr<ProcessGroup> world = mpi_test::world_ptr(std::get<0>(GetParam()));
   const int N = world->size(), rank = world->rank();
   const std::string dir = shared_temp_dir(*world);
   const std::string shard = write_shared_shard(*world, dir);
@@ -204,9 +211,8 @@ TEST_P(DataParallel, AccumulationReducesOncePerStepNotPerMicroBatch) {
     int chunks_with_tensors = 0;
     uint64_t ring_bytes = 0;
     for (int c = 0; c < lay.num_chunks(); ++c) {
-      if (lay.tensors_in_chunk(c).empty()) continue;  // padding chunks of the DP group: all zero
       ++chunks_with_tensors;
-      ring_bytes += ring_all_reduce_traffic(lay.chunk_elems(), N, rank).sent * sizeof(float);
+      ring_bytes += ring_all_reduce_traffic(lay.chunk_elems(c), N, rank).sent * sizeof(float);
     }
     ASSERT_GE(chunks_with_tensors, 4) << "the test model should span several chunks";
     for (int s = 0; s < kFewSteps; ++s) {
@@ -232,8 +238,30 @@ TEST_P(DataParallel, AccumulationReducesOncePerStepNotPerMicroBatch) {
 
 // A global batch size that does not match micro x accum x ranks is refused on every rank, before
 // any collective, with the fix in the message.
+// The validation set is a fixed list of sequences: on the same weights its loss is the same
+// to the bit whatever the ranks, micro-batch and accumulation (each rank scores a share, the
+// per-sequence sums are added in sequence order).
+TEST_P(DataParallel, ValidationLossIsBitwiseTheSameForEverySplit) {
+  if (std::get<1>(GetParam()) > 0) GTEST_SKIP() << "evaluation has no dropout";
+  std::shared_ptr<ProcessGroup> world = mpi_test::world_ptr(std::get<0>(GetParam()));
+  const int N = world->size();
+  const std::string dir = shared_temp_dir(*world);
+  const std::string shard = write_shared_shard(*world, dir);
+  const float dp = Trainer(dp_config(shard, dir, kMicro, 1), world).evaluate();
+  if (world->rank() == 0) {
+    for (auto [micro, accum] : {std::pair{N * kMicro, 1}, {kMicro, N}, {1, 2 * N}, {3, 1}}) {
+      const float one = Trainer(dp_config(shard, dir, micro, accum), nullptr).evaluate();
+      EXPECT_EQ(std::memcmp(&one, &dp, sizeof(float)), 0)
+          << "1 rank, micro-batch " << micro << " x " << accum << ": " << one << " vs DP " << dp;
+    }
+  }
+  world->barrier();
+  if (world->rank() == 0) std::filesystem::remove_all(dir);
+}
+
 TEST_P(DataParallel, RejectsTrainBatchSizeThatIgnoresTheRanks) {
-  std::shared_ptr<ProcessGroup> world = mpi_test::world_ptr(GetParam());
+  if (std::get<1>(GetParam()) > 0) GTEST_SKIP() << "the check does not depend on dropout";
+  std::shared_ptr<ProcessGroup> world = mpi_test::world_ptr(std::get<0>(GetParam()));
   TrainConfig cfg = dp_config("unused.bin", "/tmp", kMicro, 1);
   cfg.train_batch_size = kMicro;  // right for one rank, wrong for N
   try {
@@ -246,10 +274,13 @@ TEST_P(DataParallel, RejectsTrainBatchSizeThatIgnoresTheRanks) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Algorithms, DataParallel,
-                         testing::Values(CommAlgorithm::Mpi, CommAlgorithm::Ring),
-                         [](const testing::TestParamInfo<CommAlgorithm>& info) {
-                           return std::string(info.param == CommAlgorithm::Ring ? "ring" : "mpi");
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Algorithms, DataParallel,
+    testing::Combine(testing::Values(CommAlgorithm::Mpi, CommAlgorithm::Ring),
+                     testing::Values(0.0f, 0.1f)),
+    [](const testing::TestParamInfo<std::tuple<CommAlgorithm, float>>& info) {
+      return std::string(std::get<0>(info.param) == CommAlgorithm::Ring ? "ring" : "mpi") +
+             (std::get<1>(info.param) > 0 ? "_dropout" : "");
+    });
 
 }  // namespace

@@ -30,12 +30,22 @@ struct OpContext {
   Arena* scratch = nullptr;
 };
 
-// Identifies one dropout site so that a recomputation regenerates the same mask:
-// the mask of element i is PhiloxStream{seed, stream}.uniform(i) < p.
+// Identifies one dropout site so that a recomputation regenerates the same mask.
+// Global coordinates. An activation (B,T,W) holds sequences seq0..seq0+B-1 of the step's
+// global batch, positions pos0..pos0+T-1 of each, and features col0..col0+W-1 of the
+// unsharded width width_full. Element (b,t,j) is counter
+//   ((seq0 + b) * seq_stride + pos0 + t) * width_full + col0 + j
+// For attention probabilities (B,NH,T,T), width_full/col0 count heads and the element
+// (b,h,t,u) is counter (((seq0 + b) * width_full + col0 + h) * seq_stride + pos0 + t) * seq_stride + u.
 struct DropoutSpec {
-  float p = 0.0f;       // probability of zeroing; 0 disables dropout
-  uint64_t seed = 0;    // run seed
-  uint64_t stream = 0;  // rng_stream_id(step, micro-batch, layer, site)
+  float p = 0.0f;          // probability of zeroing; 0 disables dropout
+  uint64_t seed = 0;       // run seed
+  uint64_t stream = 0;     // rng_stream_id(step, layer, site): one stream per site and step
+  uint64_t seq0 = 0;
+  int64_t pos0 = 0;
+  int64_t seq_stride = 0;  // positions per sequence (the full sequence length); 0 = the tensor's T
+  int64_t width_full = 0;  // unsharded width (features, or heads for attention); 0 = the tensor's
+  int64_t col0 = 0;
   bool enabled() const { return p > 0.0f; }
 };
 

@@ -15,32 +15,37 @@ int ChunkLayout::add(std::string name, Shape shape, bool decay) {
   return static_cast<int>(slots_.size()) - 1;
 }
 
-void ChunkLayout::pack(int64_t chunk_elems, int group_size) {
+void ChunkLayout::pack(int64_t target_elems, int group_size) {
   TIDE_ASSERT(!packed() && !slots_.empty());
   TIDE_CHECK(group_size >= 1, "chunk group size must be at least 1 (got {})", group_size);
+  TIDE_CHECK(target_elems >= 0, "chunk size must be >= 0 elements (got {})", target_elems);
+  group_size_ = group_size;
   int64_t largest = 0;
   for (const TensorSlot& s : slots_) largest = std::max(largest, s.numel);
-  // Round up to a multiple of 16 elements so every chunk starts 64-byte aligned in f32.
-  chunk_elems_ = (std::max(chunk_elems, largest) + 15) / 16 * 16;
-  group_size_ = group_size;
-  int chunk = 0;
+  target_elems_ = target_elems > 0 ? target_elems : largest;
+  const int64_t granule = kAlignElems * group_size;
   int64_t used = 0;
-  chunk_tensors_.assign(1, {});
+  auto close_chunk = [&] {
+    chunk_elems_.push_back((used + granule - 1) / granule * granule);
+    used = 0;
+  };
   for (int id = 0; id < num_tensors(); ++id) {
     TensorSlot& s = slots_[id];
-    if (used + s.numel > chunk_elems_) {  // does not fit: start the next chunk
-      ++chunk;
-      used = 0;
-      chunk_tensors_.emplace_back();
-    }
-    s.chunk = chunk;
+    // Start the next chunk when this tensor would overflow a non-empty one.
+    if (used > 0 && used + s.numel > target_elems_) close_chunk();
+    if (used == 0) chunk_tensors_.emplace_back();
+    s.chunk = static_cast<int>(chunk_tensors_.size()) - 1;
     s.offset = used;
     used += s.numel;
-    chunk_tensors_[chunk].push_back(id);
+    chunk_tensors_.back().push_back(id);
   }
-  num_chunks_ = chunk + 1;
-  num_chunks_ = (num_chunks_ + group_size - 1) / group_size * group_size;
-  chunk_tensors_.resize(num_chunks_);
+  close_chunk();
+}
+
+int64_t ChunkLayout::max_chunk_elems() const {
+  int64_t m = 0;
+  for (int64_t e : chunk_elems_) m = std::max(m, e);
+  return m;
 }
 
 int ChunkLayout::find(const std::string& name) const {
@@ -58,6 +63,12 @@ int64_t ChunkLayout::payload_elems(int c) const {
 int64_t ChunkLayout::num_params() const {
   int64_t n = 0;
   for (const TensorSlot& s : slots_) n += s.numel;
+  return n;
+}
+
+int64_t ChunkLayout::total_elems() const {
+  int64_t n = 0;
+  for (int64_t e : chunk_elems_) n += e;
   return n;
 }
 

@@ -1,18 +1,22 @@
 #pragma once
-// ChunkLayout: where every model tensor lives inside fixed-size chunks (PatrickStar).
+// ChunkLayout: where every model tensor lives inside chunks (PatrickStar), and how each chunk is
+// sliced across the ranks of a data-parallel group (ColossalAI Gemini's scheme).
 //
-// Tensors are appended in forward-use order and packed greedily into chunks of `chunk_elems`
-// elements; a tensor never straddles two chunks, so the end of a chunk may be padding. The same
-// layout is used for every kind of model data (compute params, grads, fp32 master, Adam m, v),
-// so "chunk c of the grads" covers exactly the tensors of "chunk c of the params".
+// Tensors are appended in forward-use order and packed greedily: a chunk takes tensors until
+// the next one would push it past the target size; a tensor larger than the target gets a chunk
+// of its own. A tensor never straddles two chunks, so every tensor is one contiguous view.
+// Each chunk is sized to its payload, rounded up to a multiple of 16 x group_size elements, so
+// that it splits into group_size equal slices, each 64-byte aligned in f32:
 //
-// With data parallelism over N ranks the number of chunks is padded to a multiple of N: chunks
-// form communication groups of N consecutive chunks, and chunk c is owned by DP rank c % N
-// (ZeRO partitioning is a policy over this ownership).
-//
-//   chunk 0: [wte ............][wpe ....][pad]
-//   chunk 1: [h.0.ln_1.weight][h.0.ln_1.bias][h.0.attn.c_attn.weight ....][pad]
+//   chunk 0: [wte ...................................][pad]   rank r owns slice r of it
+//   chunk 1: [wpe][h.0.ln_1.weight][h.0.ln_1.bias][h.0.attn.c_attn.weight ...][pad]
 //   ...
+//
+// Slicing every chunk (instead of giving whole chunks to ranks) balances the bytes each rank
+// owns whatever the tensor sizes are, needs no padding chunks, and lets reduce-scatter and
+// all-gather of a chunk work in place on contiguous memory. The same layout serves every kind
+// of model data (compute params, grads, fp32 master, Adam m and v), so "chunk c" means the same
+// tensors in each of them.
 
 #include <cstdint>
 #include <string>
@@ -33,36 +37,43 @@ struct TensorSlot {
 
 class ChunkLayout {
  public:
+  // Element granularity of chunk sizes per group member (16 f32 = 64 bytes).
+  static constexpr int64_t kAlignElems = 16;
+
   // Appends a tensor; returns its id (its index in forward-use order).
   int add(std::string name, Shape shape, bool decay);
 
-  // Packs the tensors. `chunk_elems` is raised to the largest tensor when smaller (a warning is
-  // the caller's business); the chunk count is padded to a multiple of `group_size`.
-  void pack(int64_t chunk_elems, int group_size = 1);
+  // Packs the tensors into chunks of about `target_elems` elements (0: the largest tensor's
+  // size), each splittable into `group_size` equal slices.
+  void pack(int64_t target_elems, int group_size = 1);
 
-  bool packed() const { return chunk_elems_ > 0; }
+  bool packed() const { return !chunk_elems_.empty(); }
   int num_tensors() const { return static_cast<int>(slots_.size()); }
-  int num_chunks() const { return num_chunks_; }
+  int num_chunks() const { return static_cast<int>(chunk_elems_.size()); }
   int group_size() const { return group_size_; }
-  int64_t chunk_elems() const { return chunk_elems_; }
+  int64_t target_elems() const { return target_elems_; }
+  // Elements of chunk c (its payload plus the alignment padding at its end).
+  int64_t chunk_elems(int c) const { return chunk_elems_[c]; }
+  int64_t max_chunk_elems() const;
+  // Rank r's slice of chunk c is elements [r * slice_elems(c), (r + 1) * slice_elems(c)).
+  int64_t slice_elems(int c) const { return chunk_elems_[c] / group_size_; }
   const TensorSlot& slot(int id) const { return slots_[id]; }
   const std::vector<TensorSlot>& slots() const { return slots_; }
   // Id of the tensor called `name`; throws a tide::Error if there is none.
   int find(const std::string& name) const;
-  // Ids of the tensors packed into chunk c (empty for padding chunks).
+  // Ids of the tensors packed into chunk c.
   const std::vector<int>& tensors_in_chunk(int c) const { return chunk_tensors_[c]; }
   // Elements of chunk c holding tensor data (the rest is padding).
   int64_t payload_elems(int c) const;
   // All model parameters (sum of tensor sizes) vs. all chunk elements (with padding).
   int64_t num_params() const;
-  int64_t total_elems() const { return int64_t{num_chunks_} * chunk_elems_; }
-  int owner_of_chunk(int c) const { return c % group_size_; }
+  int64_t total_elems() const;
 
  private:
   std::vector<TensorSlot> slots_;
   std::vector<std::vector<int>> chunk_tensors_;
-  int64_t chunk_elems_ = 0;
-  int num_chunks_ = 0;
+  std::vector<int64_t> chunk_elems_;
+  int64_t target_elems_ = 0;
   int group_size_ = 1;
 };
 

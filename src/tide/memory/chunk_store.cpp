@@ -1,9 +1,8 @@
 #include "tide/memory/chunk_store.h"
 
-#include "tide/core/arena.h"
-
-#include <cstdlib>
 #include <cstring>
+
+#include "tide/core/arena.h"
 
 namespace tide {
 
@@ -12,63 +11,101 @@ const char* chunk_kind_name(ChunkKind k) {
   return names[static_cast<int>(k)];
 }
 
-static Chunk allocate_chunk(int64_t elems, DType dtype) {
-  Chunk c;
-  c.elems = elems;
-  c.dtype = dtype;
-  const size_t bytes = Arena::aligned(static_cast<size_t>(elems) * dtype_size(dtype));
-  c.data = std::aligned_alloc(Arena::kAlign, bytes);
-  TIDE_CHECK(c.data != nullptr, "could not allocate a chunk of {:.1f} MiB of host memory",
-             bytes / 1048576.0);
-  std::memset(c.data, 0, bytes);
-  return c;
+namespace {
+size_t chunk_bytes(int64_t elems, DType t) {
+  return Arena::aligned(static_cast<size_t>(elems) * dtype_size(t));
 }
+}  // namespace
 
-ChunkStore::ChunkStore(ChunkLayout layout, DType compute_dtype, bool with_optimizer)
-    : layout_(std::move(layout)), compute_dtype_(compute_dtype) {
+ChunkStore::ChunkStore(ChunkLayout layout, StoreOptions options)
+    : layout_(std::move(layout)), opt_(options), host_(std::make_unique<HostAllocator>()) {
   TIDE_ASSERT(layout_.packed());
-  const int n = layout_.num_chunks();
-  const int64_t elems = layout_.chunk_elems();
-  auto fill = [&](ChunkKind k, DType t) {
-    for (int c = 0; c < n; ++c) chunks_[static_cast<int>(k)].push_back(allocate_chunk(elems, t));
-  };
-  fill(ChunkKind::PARAM, compute_dtype);
-  fill(ChunkKind::GRAD, compute_dtype);
-  if (with_optimizer) {
-    if (compute_dtype == DType::F32) {
-      // f32 training: the master weights are the compute weights (no copy, no rounding).
-      for (Chunk c : chunks_[static_cast<int>(ChunkKind::PARAM)]) {
-        c.owned_memory = false;
-        chunks_[static_cast<int>(ChunkKind::MASTER)].push_back(c);
+  const int n = layout_.num_chunks(), N = layout_.group_size();
+  TIDE_CHECK(opt_.group_rank >= 0 && opt_.group_rank < N,
+             "chunk group rank {} is outside a group of {}", opt_.group_rank, N);
+  TIDE_CHECK(!sliced(ChunkKind::PARAM) || !opt_.params_resident || N == 1,
+             "sliced parameters are gathered by a placement policy: set params_resident = false");
+  if (!opt_.compute) opt_.compute = host_.get();
+  if (!opt_.optimizer) opt_.optimizer = host_.get();
+  const bool alias_master = opt_.compute_dtype == DType::F32;
+  for (int k = 0; k < kNumChunkKinds; ++k) {
+    const auto kind = static_cast<ChunkKind>(k);
+    const bool optimizer_kind = k >= static_cast<int>(ChunkKind::MASTER);
+    if (optimizer_kind && !opt_.with_optimizer) continue;
+    const DType t = optimizer_kind ? DType::F32 : opt_.compute_dtype;
+    chunks_[k].resize(n);
+    for (int c = 0; c < n; ++c) {
+      Chunk& ch = chunks_[k][c];
+      ch.dtype = t;
+      ch.elems = layout_.chunk_elems(c);
+      if (sliced(kind)) {
+        ch.elems = layout_.slice_elems(c);
+        ch.begin = opt_.group_rank * ch.elems;
       }
-    } else {
-      fill(ChunkKind::MASTER, DType::F32);
+      if (kind == ChunkKind::MASTER && alias_master) {
+        // f32 training: the master weights are the compute weights (no copy, no rounding).
+        continue;  // filled in below, once PARAM chunks exist
+      }
+      if (kind == ChunkKind::PARAM && !opt_.params_resident) continue;
+      Allocator& a = optimizer_kind ? *opt_.optimizer : *opt_.compute;
+      ch.alloc = &a;
+      ch.data = a.allocate(chunk_bytes(ch.elems, t),
+                           fmt::format("{} chunk {}", chunk_kind_name(kind), c));
     }
-    fill(ChunkKind::ADAM_M, DType::F32);
-    fill(ChunkKind::ADAM_V, DType::F32);
   }
-  states_.assign(layout_.num_tensors(), TensorState::HOLD);
-  ready_in_chunk_.assign(n, 0);
+  if (opt_.with_optimizer && alias_master) {
+    TIDE_CHECK(opt_.params_resident,
+               "f32 master weights alias the parameters, which must then stay resident");
+    for (int c = 0; c < n; ++c) {
+      Chunk& m = at(ChunkKind::MASTER, c);
+      const Chunk& p = at(ChunkKind::PARAM, c);
+      m.alloc = nullptr;
+      m.data = static_cast<char*>(p.data) + (m.begin - p.begin) * 4;
+    }
+  }
+  const int nt = layout_.num_tensors();
+  states_.assign(nt, TensorState::HOLD);
+  users_.assign(nt, 0);
+  tensor_done_.assign(nt, 0);
+  chunk_users_.assign(n, 0);
+  begin_step(1);
 }
 
 ChunkStore::~ChunkStore() {
   for (auto& list : chunks_)
     for (Chunk& c : list)
-      if (c.owned_memory) std::free(c.data);
+      if (c.alloc) c.alloc->free(c.data, chunk_bytes(c.elems, c.dtype));
+}
+
+Allocator& ChunkStore::allocator(ChunkKind k) {
+  return k == ChunkKind::PARAM || k == ChunkKind::GRAD ? *opt_.compute : *opt_.optimizer;
 }
 
 Tensor ChunkStore::tensor(ChunkKind k, int id) const {
   const TensorSlot& s = layout_.slot(id);
   const Chunk& c = chunks_[static_cast<int>(k)].at(s.chunk);
-  TIDE_CHECK(c.data != nullptr, "tensor '{}' ({}) is not resident: its chunk {} was released",
+  TIDE_CHECK(c.data != nullptr, "tensor '{}' ({}) is not resident: its chunk {} is not allocated",
              s.name, chunk_kind_name(k), s.chunk);
-  char* p = static_cast<char*>(c.data) + s.offset * static_cast<int64_t>(dtype_size(c.dtype));
-  return Tensor(p, s.shape, c.dtype, c.device);
+  TIDE_CHECK(s.offset >= c.begin && s.offset + s.numel <= c.begin + c.elems,
+             "tensor '{}' ({}) is not held by this rank: only a slice of chunk {} is", s.name,
+             chunk_kind_name(k), s.chunk);
+  char* p = static_cast<char*>(c.data) + (s.offset - c.begin) * int64_t(dtype_size(c.dtype));
+  return Tensor(p, s.shape, c.dtype, c.alloc ? c.alloc->device() : Device::cpu());
 }
 
 Tensor ChunkStore::chunk(ChunkKind k, int c) const {
   const Chunk& ch = chunks_[static_cast<int>(k)].at(c);
-  return Tensor(ch.data, Shape{ch.elems}, ch.dtype, ch.device);
+  TIDE_CHECK(ch.data != nullptr, "{} chunk {} is not resident", chunk_kind_name(k), c);
+  return Tensor(ch.data, Shape{ch.elems}, ch.dtype, ch.alloc ? ch.alloc->device() : Device::cpu());
+}
+
+Tensor ChunkStore::slice(ChunkKind k, int c) const {
+  Tensor whole = chunk(k, c);
+  const int64_t n = layout_.slice_elems(c);
+  if (whole.numel() == n) return whole;
+  const int64_t off = opt_.group_rank * n;
+  return Tensor(static_cast<char*>(whole.data) + off * int64_t(dtype_size(whole.dtype)), Shape{n},
+                whole.dtype, whole.device);
 }
 
 void ChunkStore::zero(ChunkKind k) {
@@ -76,10 +113,29 @@ void ChunkStore::zero(ChunkKind k) {
     if (c.data) std::memset(c.data, 0, static_cast<size_t>(c.elems) * dtype_size(c.dtype));
 }
 
+void ChunkStore::allocate_chunk(ChunkKind k, int c, Allocator& alloc) {
+  Chunk& ch = at(k, c);
+  TIDE_CHECK(ch.data == nullptr, "{} chunk {} is already resident", chunk_kind_name(k), c);
+  ch.begin = 0;
+  ch.elems = layout_.chunk_elems(c);
+  ch.alloc = &alloc;
+  ch.data = alloc.allocate(chunk_bytes(ch.elems, ch.dtype),
+                           fmt::format("{} chunk {}", chunk_kind_name(k), c));
+}
+
+void ChunkStore::free_chunk(ChunkKind k, int c) {
+  Chunk& ch = at(k, c);
+  TIDE_CHECK(chunk_users_[c] == 0, "{} chunk {} cannot be freed: ops are using its tensors",
+             chunk_kind_name(k), c);
+  if (ch.alloc) ch.alloc->free(ch.data, chunk_bytes(ch.elems, ch.dtype));
+  ch.data = nullptr;
+  ch.alloc = nullptr;
+}
+
 size_t ChunkStore::bytes(ChunkKind k) const {
   size_t b = 0;
   for (const Chunk& c : chunks_[static_cast<int>(k)])
-    if (c.owned_memory && c.data) b += static_cast<size_t>(c.elems) * dtype_size(c.dtype);
+    if (c.alloc && c.data) b += chunk_bytes(c.elems, c.dtype);
   return b;
 }
 
@@ -96,23 +152,58 @@ void ChunkStore::set_state(int id, TensorState s) {
   states_[id] = s;
 }
 
-bool ChunkStore::chunk_movable(int c) const {
-  for (int id : layout_.tensors_in_chunk(c))
-    if (states_[id] == TensorState::COMPUTE) return false;
-  return true;
+void ChunkStore::acquire(std::span<const int> ids, Use use) {
+  for (int id : ids) {
+    const int c = layout_.slot(id).chunk;
+    if (!resident(ChunkKind::PARAM, c)) {
+      TIDE_CHECK(policy_ != nullptr,
+                 "tensor '{}' is not resident and no placement policy can fetch chunk {}",
+                 layout_.slot(id).name, c);
+      policy_->fetch(*this, c, use);
+      TIDE_CHECK(resident(ChunkKind::PARAM, c), "the placement policy did not fetch chunk {}", c);
+    }
+    if (users_[id]++ == 0) {
+      set_state(id, TensorState::COMPUTE);
+      ++chunk_users_[c];
+    }
+  }
 }
 
-void ChunkStore::mark_grad_ready(int id) {
-  set_state(id, TensorState::READY_FOR_REDUCE);
-  const int c = layout_.slot(id).chunk;
-  if (++ready_in_chunk_[c] == static_cast<int>(layout_.tensors_in_chunk(c).size()) &&
-      on_chunk_grads_ready)
-    on_chunk_grads_ready(c);
+void ChunkStore::release(std::span<const int> ids, Use use) {
+  for (int id : ids) {
+    TIDE_CHECK(users_[id] > 0, "tensor '{}' released more often than acquired",
+               layout_.slot(id).name);
+    if (--users_[id] > 0) continue;
+    set_state(id, use == Use::FORWARD ? TensorState::HOLD_AFTER_FWD : TensorState::HOLD_AFTER_BWD);
+    const int c = layout_.slot(id).chunk;
+    if (--chunk_users_[c] == 0 && policy_) policy_->evict(*this, c, use);
+  }
 }
 
-void ChunkStore::begin_step() {
+void ChunkStore::begin_step(int micro_batches) {
+  TIDE_CHECK(micro_batches >= 1, "a step needs at least one micro-batch (got {})", micro_batches);
+  for (size_t id = 0; id < states_.size(); ++id)
+    TIDE_CHECK(users_[id] == 0, "a step cannot begin while tensor '{}' is in use",
+               layout_.slot(static_cast<int>(id)).name);
+  micro_batches_ = micro_batches;
   states_.assign(states_.size(), TensorState::HOLD);
-  ready_in_chunk_.assign(ready_in_chunk_.size(), 0);
+  tensor_done_.assign(tensor_done_.size(), 0);
+  ready_.assign(layout_.num_chunks(), std::vector<int>(micro_batches, 0));
+  done_micro_batches_.assign(layout_.num_chunks(), 0);
+}
+
+void ChunkStore::mark_grad_ready(int id, int mb) {
+  TIDE_CHECK(mb >= 0 && mb < micro_batches_, "micro-batch {} is outside this step's {}", mb,
+             micro_batches_);
+  const int c = layout_.slot(id).chunk;
+  TIDE_CHECK(tensor_done_[id] < micro_batches_, "gradient of '{}' marked complete too often",
+             layout_.slot(id).name);
+  if (++tensor_done_[id] == micro_batches_ && users_[id] == 0)
+    set_state(id, TensorState::READY_FOR_REDUCE);
+  if (++ready_[c][mb] == static_cast<int>(layout_.tensors_in_chunk(c).size())) {
+    ++done_micro_batches_[c];
+    if (policy_) policy_->on_grads_ready(*this, c, mb);
+  }
 }
 
 }  // namespace tide

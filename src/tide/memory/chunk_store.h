@@ -7,16 +7,23 @@
 //   MASTER  fp32 master parameters; with an f32 compute dtype this IS the PARAM list
 //   ADAM_M, ADAM_V  Adam's first and second moments (f32)
 //
-// Each chunk is a separate allocation so that placement policies can later move or free
-// chunks one by one (offload, ZeRO-3). The store also keeps each tensor's TensorState and
-// counts, per chunk, how many tensors have their gradient complete: when the last one of a
-// chunk is marked, the chunk's gradients can be reduced (the hook of data parallelism).
+// Each chunk of each kind is a separate allocation from an Allocator, so placement policies
+// move or free chunks one by one. A kind can be *sliced*: only this rank's slice of every chunk
+// is allocated (ZeRO partitioning; with N ranks each holds 1/N of that kind's bytes). A chunk
+// of a non-sliced kind is either resident whole or not at all.
+//
+// Ops reach parameters through acquire()/release(), which count users per tensor (the COMPUTE
+// state) and call the PlacementPolicy's fetch/evict hooks; gradient completion is counted per
+// micro-batch and reported through on_grads_ready.
 
 #include <array>
-#include <functional>
+#include <memory>
+#include <span>
 #include <vector>
 
+#include "tide/memory/allocator.h"
 #include "tide/memory/chunk_layout.h"
+#include "tide/memory/placement.h"
 #include "tide/memory/tensor_state.h"
 
 namespace tide {
@@ -24,60 +31,107 @@ namespace tide {
 enum class ChunkKind : int { PARAM = 0, GRAD, MASTER, ADAM_M, ADAM_V };
 constexpr int kNumChunkKinds = 5;
 const char* chunk_kind_name(ChunkKind k);
+constexpr unsigned kind_bit(ChunkKind k) {
+  return 1u << static_cast<int>(k);
+}
+
+struct StoreOptions {
+  DType compute_dtype = DType::F32;
+  bool with_optimizer = true;  // false: no MASTER/ADAM_M/ADAM_V (inference, sampling)
+  int group_rank = 0;          // this rank's slice of every chunk (DP rank)
+  unsigned sliced_kinds = 0;   // kind_bit()s allocated only as this rank's slice (ZeRO)
+  // Where PARAM and GRAD chunks go (the compute tier) and where MASTER/ADAM go. nullptr: the
+  // store's own host allocator. Not owned.
+  Allocator* compute = nullptr;
+  Allocator* optimizer = nullptr;
+  // false: PARAM chunks start unallocated; the placement policy's fetch() brings them in.
+  bool params_resident = true;
+};
 
 struct Chunk {
-  void* data = nullptr;  // nullptr while released (not resident)
-  int64_t elems = 0;
+  void* data = nullptr;  // nullptr while not resident
+  int64_t begin = 0;     // first element of the chunk held (rank r's slice: r * slice_elems)
+  int64_t elems = 0;     // elements held
   DType dtype = DType::F32;
-  Device device = Device::cpu();
-  bool owned_memory = true;  // false when aliasing another kind's chunk (MASTER == PARAM)
+  Allocator* alloc = nullptr;  // nullptr when aliasing another kind's chunk (MASTER == PARAM)
 };
 
 class ChunkStore {
  public:
-  // Allocates (zero-filled) every chunk of every kind on the host. `with_optimizer` = false
-  // skips MASTER/ADAM_M/ADAM_V (inference, sampling).
-  ChunkStore(ChunkLayout layout, DType compute_dtype, bool with_optimizer = true);
+  ChunkStore(ChunkLayout layout, StoreOptions options = {});
   ~ChunkStore();
   ChunkStore(const ChunkStore&) = delete;
   ChunkStore& operator=(const ChunkStore&) = delete;
 
   const ChunkLayout& layout() const { return layout_; }
-  DType compute_dtype() const { return compute_dtype_; }
+  const StoreOptions& options() const { return opt_; }
+  DType compute_dtype() const { return opt_.compute_dtype; }
   bool has(ChunkKind k) const { return !chunks_[static_cast<int>(k)].empty(); }
+  bool sliced(ChunkKind k) const { return opt_.sliced_kinds & kind_bit(k); }
+  Allocator& allocator(ChunkKind k);
 
-  // View of tensor `id` inside the chunk list of kind `k`, shaped as declared.
+  // View of tensor `id` inside the chunk list of kind `k`, shaped as declared; the chunk must
+  // be resident whole.
   Tensor tensor(ChunkKind k, int id) const;
-  // The whole chunk c of kind k as a 1-D tensor of chunk_elems elements (padding included).
+  // What this rank holds of chunk c of kind k, as a 1-D tensor (the whole chunk, padding
+  // included, or the owned slice of a sliced kind).
   Tensor chunk(ChunkKind k, int c) const;
+  // This rank's slice of chunk c of kind k, whether the kind is sliced or whole.
+  Tensor slice(ChunkKind k, int c) const;
+  const Chunk& chunk_info(ChunkKind k, int c) const { return chunks_[static_cast<int>(k)][c]; }
+  bool resident(ChunkKind k, int c) const { return chunk_info(k, c).data != nullptr; }
   void zero(ChunkKind k);
 
-  // Host bytes allocated per kind (aliases count once) and in total.
+  // Placement primitives, for policies: allocate chunk c of kind k whole (zero-filled) from
+  // `alloc`, or free it. A chunk with tensors in COMPUTE cannot be freed.
+  void allocate_chunk(ChunkKind k, int c, Allocator& alloc);
+  void free_chunk(ChunkKind k, int c);
+
+  // Bytes held per kind (aliases count once) and in total.
   size_t bytes(ChunkKind k) const;
   size_t total_bytes() const;
 
-  // --- tensor states --------------------------------------------------------------------
+  // --- use of parameters -------------------------------------------------------------------
+  void set_policy(PlacementPolicy* policy) { policy_ = policy; }
+  // Tensors `ids` are about to be used by ops: each joins COMPUTE (one more user), and every
+  // chunk of theirs that is not resident is fetched by the policy first.
+  void acquire(std::span<const int> ids, Use use);
+  // The ops are done with `ids`: one user less each; a tensor with none left goes to
+  // HOLD_AFTER_FWD / HOLD_AFTER_BWD, and a chunk with no tensor in COMPUTE is offered to the
+  // policy's evict().
+  void release(std::span<const int> ids, Use use);
   TensorState state(int id) const { return states_[id]; }
-  // Moves tensor `id` to state `s`; throws a tide::Error on an illegal transition.
-  void set_state(int id, TensorState s);
+  int users(int id) const { return users_[id]; }
   // True when no tensor of chunk c is in COMPUTE (the chunk may move).
-  bool chunk_movable(int c) const;
+  bool chunk_movable(int c) const { return chunk_users_[c] == 0; }
 
   // --- gradient completion ----------------------------------------------------------------
-  // Called with the chunk index when every tensor of that chunk has been marked ready.
-  std::function<void(int)> on_chunk_grads_ready;
-  // Marks tensor `id`'s gradient complete for this step (READY_FOR_REDUCE); fires the hook
-  // when it completes its chunk.
-  void mark_grad_ready(int id);
-  // Starts a new step: every tensor back to HOLD, completion counts to zero.
-  void begin_step();
+  // Starts a step of `micro_batches` micro-batches: states back to HOLD, counts to zero.
+  void begin_step(int micro_batches = 1);
+  // Tensor `id` has its whole gradient contribution from micro-batch `mb`. When that completes
+  // chunk c for mb, the policy's on_grads_ready(c, mb) runs; after the last micro-batch the
+  // tensor is READY_FOR_REDUCE.
+  void mark_grad_ready(int id, int mb = 0);
+  // Chunk c's gradients are complete for every micro-batch of the step.
+  bool grads_complete(int c) const { return done_micro_batches_[c] == micro_batches_; }
+  int micro_batches() const { return micro_batches_; }
 
  private:
+  void set_state(int id, TensorState s);
+  Chunk& at(ChunkKind k, int c) { return chunks_[static_cast<int>(k)][c]; }
+
   ChunkLayout layout_;
-  DType compute_dtype_;
+  StoreOptions opt_;
+  std::unique_ptr<HostAllocator> host_;
+  PlacementPolicy* policy_ = nullptr;
   std::array<std::vector<Chunk>, kNumChunkKinds> chunks_;
   std::vector<TensorState> states_;
-  std::vector<int> ready_in_chunk_;
+  std::vector<int> users_;        // per tensor: ops holding it in COMPUTE
+  std::vector<int> chunk_users_;  // per chunk: tensors in COMPUTE
+  std::vector<int> tensor_done_;  // per tensor: micro-batches whose gradient is in
+  std::vector<std::vector<int>> ready_;  // [chunk][mb]: tensors complete for mb
+  std::vector<int> done_micro_batches_;  // per chunk: micro-batches complete
+  int micro_batches_ = 1;
 };
 
 }  // namespace tide

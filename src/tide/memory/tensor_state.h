@@ -3,10 +3,13 @@
 //
 //   FREE            no payload is needed (a non-owned ZeRO-3 chunk between uses)
 //   HOLD            payload is valid and kept, not in use
-//   COMPUTE         an op is reading or writing it right now: its chunk must not move
+//   COMPUTE         ops are reading or writing it right now: its chunk must not move. Several
+//                   users may hold it at once (the tied wte is read by the embedding and the
+//                   head; several micro-batches in flight), so the store keeps a count and the
+//                   tensor leaves COMPUTE when the count returns to zero.
 //   HOLD_AFTER_FWD  used by the forward pass of this step, not needed again until backward
 //   HOLD_AFTER_BWD  used by the backward pass of this step
-//   READY_FOR_REDUCE  its gradient for this step is complete and may be communicated
+//   READY_FOR_REDUCE  its gradient is complete for every micro-batch of the step
 //
 // A chunk may move between host and device only when none of its tensors is COMPUTE, and a
 // non-owned chunk may be released when all its tensors are HOLD_AFTER_FWD / HOLD_AFTER_BWD

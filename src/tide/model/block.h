@@ -3,13 +3,16 @@
 // Each block runs in three parts, so that a pipeline schedule can place them freely:
 //
 //   forward(mb)          input activation -> output activation; saves what backward needs
-//   backward_input(mb)   "B": gradient w.r.t. the block input (needed right away upstream)
-//   backward_weight(mb)  "W": gradients w.r.t. the block's parameters (may be deferred)
+//   backward_input(mb)   "B": gradient w.r.t. the block input (needed right away upstream);
+//                        leaves what W needs in the (micro-batch, block) stash
+//   backward_weight(mb)  "W": gradients w.r.t. the block's parameters, from the stash (may be
+//                        deferred past other B and W parts, of this and other micro-batches)
 //
 // All per-micro-batch state lives in the MicroBatch, never in the block, so several
 // micro-batches can be in flight at once.
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "tide/core/arena.h"
@@ -17,6 +20,7 @@
 #include "tide/memory/chunk_store.h"
 #include "tide/model/activations.h"
 #include "tide/model/config.h"
+#include "tide/model/stash.h"
 
 namespace tide {
 
@@ -27,19 +31,25 @@ struct MicroBatch {
   bool training = true;  // dropout on, activations saved for backward
   uint64_t seed = 0;     // run seed (dropout masks)
   uint64_t step = 0;     // optimizer step (dropout masks)
-  int index = 0;         // micro-batch index within the step (dropout masks)
+  uint64_t seq0 = 0;     // global index of sequence 0 in the step's global batch (dropout masks)
+  int index = 0;         // micro-batch index within the step (gradient completion)
   float dloss = 1.0f;    // d(objective)/d(mean loss of this micro-batch): 1/grad_accum * scale
 
   Arena saved;      // activations kept from forward to backward
-  Arena workspace;  // temporaries of one block (forward scratch, recomputation, B->W grads)
-  std::vector<Tensor> residual;  // L+1 block boundaries, each (B,T,C); residual[0] = embedding
-  Tensor dresidual;              // (B,T,C) gradient flowing down the residual stream
+  Arena workspace;  // temporaries of one block part (rewound after every F, B and W)
+  StashPool* stash = nullptr;      // where B leaves W's inputs (shared by micro-batches)
+  std::vector<int> stash_slot;     // per block: the slot held between its B and W, or -1
+  Arena* stash_arena = nullptr;    // the slot of the block whose B is running
+  std::vector<Tensor> residual;    // L+1 block boundaries, each (B,T,C); residual[0] = embedding
+  Tensor dresidual;                // (B,T,C) gradient flowing down the residual stream
   std::vector<std::vector<Tensor>> block_saved;  // per block, the block's own saved tensors
   size_t saved_mark = 0;  // mb.saved position after the buffers above (per-forward state follows)
-  size_t workspace_mark = 0;  // workspace position at the start of the current block
-  float loss = 0.0f;          // mean loss over the micro-batch (after forward)
-  bool keep_logits = false;   // evaluation: keep the head's logits in `logits` (sampling)
-  Tensor logits;              // (B,T,V), set by the head when training or keep_logits
+  float loss = 0.0f;      // mean loss over the micro-batch (after forward)
+  std::vector<double> seq_loss_sum;  // per sequence: sum of its position losses (after forward)
+  std::vector<int64_t> seq_targets;  // per sequence: positions with a target
+  bool keep_logits = false;  // evaluation: keep the head's logits in `logits` (sampling)
+  Tensor logits;             // (B,T,V), set by the head when training or keep_logits
+  std::unique_ptr<StashPool> own_stash;  // a one-slot pool when no engine shares one
 };
 
 // Everything a block needs besides the micro-batch: model shape, op context, chunk store.
@@ -51,7 +61,9 @@ struct BlockEnv {
 
   Tensor param(int id) const { return store->tensor(ChunkKind::PARAM, id); }
   Tensor grad(int id) const { return store->tensor(ChunkKind::GRAD, id); }
-  DropoutSpec dropout(const MicroBatch& mb, int layer, int site) const;
+  // The dropout spec of `site` of `layer` (-1: the embedding) for an activation of unsharded
+  // width `width` (features; heads for attention probabilities), keyed by global coordinates.
+  DropoutSpec dropout(const MicroBatch& mb, int layer, int site, int64_t width) const;
 };
 
 class Block {
@@ -62,9 +74,11 @@ class Block {
   virtual void backward_weight(MicroBatch& mb) = 0;
   // Chunk-store ids of the parameters this block reads (acquired around each part).
   const std::vector<int>& param_ids() const { return param_ids_; }
-  // Bytes this block keeps in mb.saved and needs at most in mb.workspace, for (B,T).
+  // Bytes this block keeps in mb.saved, needs at most in mb.workspace during one part, and
+  // leaves in its stash from B to W, for (B,T).
   virtual size_t saved_bytes(int B, int T) const = 0;
   virtual size_t workspace_bytes(int B, int T) const = 0;
+  virtual size_t stash_bytes(int B, int T) const = 0;
 
  protected:
   std::vector<int> param_ids_;

@@ -5,8 +5,8 @@
 
 namespace tide {
 
-// tokens -> residual[0] = dropout(wte[tokens] + wpe[t]). No input gradient (B is empty);
-// W scatters the gradient into wte and wpe.
+// tokens -> residual[0] = dropout(wte[tokens] + wpe[t]). Tokens have no gradient: B only
+// stashes the gradient through dropout, W scatters it into wte and wpe.
 class EmbeddingBlock : public Block {
  public:
   EmbeddingBlock(const BlockEnv& env, int wte, int wpe);
@@ -15,6 +15,7 @@ class EmbeddingBlock : public Block {
   void backward_weight(MicroBatch& mb) override;
   size_t saved_bytes(int B, int T) const override;
   size_t workspace_bytes(int B, int T) const override;
+  size_t stash_bytes(int B, int T) const override;
 
  private:
   const BlockEnv& env_;
@@ -34,6 +35,7 @@ class TransformerBlock : public Block {
   void backward_weight(MicroBatch& mb) override;
   size_t saved_bytes(int B, int T) const override;
   size_t workspace_bytes(int B, int T) const override;
+  size_t stash_bytes(int B, int T) const override;
 
  private:
   // Runs the forward pass, allocating intermediates in mb.saved (kept) or mb.workspace
@@ -52,6 +54,7 @@ class HeadBlock : public Block {
   void backward_weight(MicroBatch& mb) override;
   size_t saved_bytes(int B, int T) const override;
   size_t workspace_bytes(int B, int T) const override;
+  size_t stash_bytes(int B, int T) const override;
 
  private:
   const BlockEnv& env_;

@@ -16,23 +16,30 @@ void EmbeddingBlock::forward(MicroBatch& mb) {
   Tensor x = mb.residual[0];  // (B,T,C)
   // wpe is (max_seq_len, C); the op uses its first T rows.
   embedding_forward(env_.op, x, mb.tokens, env_.param(wte_), env_.param(wpe_));
-  dropout_forward(env_.op, x, x, env_.dropout(mb, -1, kEmbeddingDropoutSite));
+  dropout_forward(env_.op, x, x, env_.dropout(mb, -1, kEmbeddingDropoutSite, x.shape[2]));
 }
 
-void EmbeddingBlock::backward_input(MicroBatch&) {}  // tokens have no gradient
+// Tokens have no gradient; B stashes d(wte[tokens] + wpe) = dropout_backward(dresidual[0]).
+void EmbeddingBlock::backward_input(MicroBatch& mb) {
+  Tensor demb = mb.stash_arena->zeros(mb.dresidual.shape);  // (B,T,C)
+  dropout_backward(env_.op, demb, mb.dresidual,
+                   env_.dropout(mb, -1, kEmbeddingDropoutSite, demb.shape[2]));
+  mb.block_saved[0] = {demb};
+}
 
 void EmbeddingBlock::backward_weight(MicroBatch& mb) {
-  // d(wte[tokens] + wpe) = dropout_backward(dresidual[0])
-  Tensor demb = mb.workspace.zeros(mb.dresidual.shape);  // (B,T,C)
-  dropout_backward(env_.op, demb, mb.dresidual, env_.dropout(mb, -1, kEmbeddingDropoutSite));
-  embedding_backward(env_.op, env_.grad(wte_), env_.grad(wpe_), demb, mb.tokens);
+  embedding_backward(env_.op, env_.grad(wte_), env_.grad(wpe_), mb.block_saved[0][0], mb.tokens);
 }
 
 size_t EmbeddingBlock::saved_bytes(int, int) const {
   return 0;
 }  // output is residual[0]
 
-size_t EmbeddingBlock::workspace_bytes(int B, int T) const {
+size_t EmbeddingBlock::workspace_bytes(int, int) const {
+  return 0;
+}
+
+size_t EmbeddingBlock::stash_bytes(int B, int T) const {
   return f32_bytes(int64_t{B} * T * env_.config->n_embd);
 }
 

@@ -6,37 +6,21 @@
 
 namespace tide {
 
-namespace {
-// Names of a transformer layer's 12 parameters, in declaration order.
-const char* const kLayerParams[12] = {
-    "ln_1.weight",        "ln_1.bias",        "attn.c_attn.weight", "attn.c_attn.bias",
-    "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight",        "ln_2.bias",
-    "mlp.c_fc.weight",    "mlp.c_fc.bias",    "mlp.c_proj.weight",  "mlp.c_proj.bias"};
-}  // namespace
-
-ChunkLayout GPT::make_layout(const GPTConfig& c) {
-  const int64_t C = c.n_embd;
-  const Shape layer_shapes[12] = {{C}, {C}, {3 * C, C}, {3 * C}, {C, C},     {C},
-                                  {C}, {C}, {4 * C, C}, {4 * C}, {C, 4 * C}, {C}};
-  ChunkLayout layout;
-  layout.add("wte", {c.vocab_size, C}, true);
-  layout.add("wpe", {c.max_seq_len, C}, true);
-  for (int l = 0; l < c.n_layer; ++l)
-    for (int i = 0; i < 12; ++i)
-      layout.add(fmt::format("h.{}.{}", l, kLayerParams[i]), layer_shapes[i],
-                 layer_shapes[i].ndim >= 2);  // decay matrices, not biases or norms
-  layout.add("ln_f.weight", {C}, false);
-  layout.add("ln_f.bias", {C}, false);
-  return layout;
-}
-
 GPT::GPT(const GPTConfig& config, ActivationPolicy policy, int64_t chunk_elems, bool with_optimizer,
          int group_size)
+    : GPT(config, policy, [&] {
+        ModelOptions o;
+        o.chunk_elems = chunk_elems;
+        o.group_size = group_size;
+        o.store.with_optimizer = with_optimizer;
+        return o;
+      }()) {}
+
+GPT::GPT(const GPTConfig& config, ActivationPolicy policy, const ModelOptions& options)
     : config_(config) {
-  config_.validate();
   ChunkLayout layout = make_layout(config_);
-  layout.pack(chunk_elems, group_size);
-  store_ = std::make_unique<ChunkStore>(std::move(layout), DType::F32, with_optimizer);
+  layout.pack(options.chunk_elems, options.group_size);
+  store_ = std::make_unique<ChunkStore>(std::move(layout), options.store);
   env_.config = &config_;
   env_.policy = policy;
   env_.store = store_.get();
@@ -47,7 +31,8 @@ GPT::GPT(const GPTConfig& config, ActivationPolicy policy, int64_t chunk_elems, 
   grads_done_after_.push_back({wte, wpe});
   for (int l = 0; l < config_.n_layer; ++l) {
     std::vector<int> ids;
-    for (const char* name : kLayerParams) ids.push_back(lay.find(fmt::format("h.{}.{}", l, name)));
+    for (const char* name : kLayerParamNames)
+      ids.push_back(lay.find(fmt::format("h.{}.{}", l, name)));
     grads_done_after_.push_back(ids);
     blocks_.push_back(std::make_unique<TransformerBlock>(env_, l, std::move(ids)));
   }
@@ -61,7 +46,7 @@ void GPT::init_weights(uint64_t seed) {
   const float proj_std = 0.02f / std::sqrt(2.0f * config_.n_layer);
   for (int id = 0; id < lay.num_tensors(); ++id) {
     const TensorSlot& s = lay.slot(id);
-    float* w = store_->tensor(ChunkKind::MASTER, id).f32();
+    float* w = store_->tensor(store_->has(ChunkKind::MASTER) ? ChunkKind::MASTER : ChunkKind::PARAM, id).f32();
     const bool is_bias = s.name.ends_with(".bias");
     const bool is_norm = s.name.find("ln_") != std::string::npos;
     if (is_norm || is_bias) {
@@ -76,7 +61,7 @@ void GPT::init_weights(uint64_t seed) {
   }
 }
 
-std::unique_ptr<MicroBatch> GPT::make_micro_batch(int B, int T) const {
+std::unique_ptr<MicroBatch> GPT::make_micro_batch(int B, int T, StashPool* stash) const {
   TIDE_CHECK(B >= 1, "micro-batch size must be at least 1 (got {})", B);
   TIDE_CHECK(T >= 1 && T <= config_.max_seq_len,
              "sequence length {} is outside [1, model.max_seq_len = {}]; lower the sequence "
@@ -96,6 +81,15 @@ std::unique_ptr<MicroBatch> GPT::make_micro_batch(int B, int T) const {
   }
   mb->saved = Arena("activations", saved);
   mb->workspace = Arena("workspace", workspace);
+  if (!stash) {
+    mb->own_stash = std::make_unique<StashPool>(stash_slot_bytes(B, T), 1);
+    stash = mb->own_stash.get();
+  }
+  TIDE_CHECK(stash->slot_bytes() >= stash_slot_bytes(B, T),
+             "the W stash pool's slots ({} bytes) are smaller than a ({},{}) micro-batch needs",
+             stash->slot_bytes(), B, T);
+  mb->stash = stash;
+  mb->stash_slot.assign(blocks_.size(), -1);
   mb->tokens = mb->saved.alloc_tensor({B, T}, DType::I32);
   mb->targets = mb->saved.alloc_tensor({B, T}, DType::I32);
   for (int l = 0; l <= config_.n_layer; ++l)
@@ -106,48 +100,66 @@ std::unique_ptr<MicroBatch> GPT::make_micro_batch(int B, int T) const {
   return mb;
 }
 
-void GPT::set_states(int block, TensorState s) {
-  for (int id : blocks_[block]->param_ids()) store_->set_state(id, s);
+size_t GPT::stash_slot_bytes(int B, int T) const {
+  size_t m = 0;
+  for (const auto& b : blocks_) m = std::max(m, b->stash_bytes(B, T));
+  return m;
 }
 
 void GPT::forward_block(MicroBatch& mb, int i) {
-  mb.workspace_mark = mb.workspace.mark();
-  set_states(i, TensorState::COMPUTE);
+  const size_t mark = mb.workspace.mark();
+  const std::vector<int>& ids = blocks_[i]->param_ids();
+  store_->acquire(ids, Use::FORWARD);
   blocks_[i]->forward(mb);
-  set_states(i, TensorState::HOLD_AFTER_FWD);
-  mb.workspace.rewind(mb.workspace_mark);
+  store_->release(ids, Use::FORWARD);
+  mb.workspace.rewind(mark);
 }
 
 void GPT::backward_input_block(MicroBatch& mb, int i) {
-  mb.workspace_mark = mb.workspace.mark();  // B's workspace lives until this block's W
-  set_states(i, TensorState::COMPUTE);
+  TIDE_CHECK(mb.training, "backward needs a micro-batch run forward with training = true");
+  TIDE_CHECK(mb.stash_slot[i] < 0, "backward_input of block {} ran twice without its W", i);
+  const int slot = mb.stash->take();
+  mb.stash_slot[i] = slot;
+  mb.stash_arena = &mb.stash->slot(slot);
+  if (i == num_blocks() - 1) std::memset(mb.dresidual.data, 0, mb.dresidual.nbytes());
+  const size_t mark = mb.workspace.mark();
+  const std::vector<int>& ids = blocks_[i]->param_ids();
+  store_->acquire(ids, Use::BACKWARD);
   blocks_[i]->backward_input(mb);
-  set_states(i, TensorState::HOLD_AFTER_BWD);
+  store_->release(ids, Use::BACKWARD);
+  mb.workspace.rewind(mark);
+  mb.stash_arena = nullptr;
 }
 
-void GPT::backward_weight_block(MicroBatch& mb, int i, bool last_micro_batch) {
-  set_states(i, TensorState::COMPUTE);
+void GPT::backward_weight_block(MicroBatch& mb, int i, bool mark_grads) {
+  TIDE_CHECK(mb.stash_slot[i] >= 0, "backward_weight of block {} needs its backward_input first",
+             i);
+  const size_t mark = mb.workspace.mark();
+  const std::vector<int>& ids = blocks_[i]->param_ids();
+  store_->acquire(ids, Use::BACKWARD);
   blocks_[i]->backward_weight(mb);
-  set_states(i, TensorState::HOLD_AFTER_BWD);
-  mb.workspace.rewind(mb.workspace_mark);
-  if (last_micro_batch)
-    for (int id : grads_done_after_[i]) store_->mark_grad_ready(id);
+  store_->release(ids, Use::BACKWARD);
+  mb.workspace.rewind(mark);
+  mb.stash->give_back(mb.stash_slot[i]);
+  mb.stash_slot[i] = -1;
+  if (mark_grads)
+    for (int id : grads_done_after_[i]) store_->mark_grad_ready(id, mb.index);
 }
 
 float GPT::forward(MicroBatch& mb) {
   TIDE_ASSERT(mb.residual.size() == static_cast<size_t>(config_.n_layer) + 1);
+  for (int s : mb.stash_slot)
+    TIDE_CHECK(s < 0, "a forward cannot start while this micro-batch still waits for a W");
   // Drop the previous micro-batch's saved activations (everything after dresidual).
   mb.saved.rewind(mb.saved_mark);
   for (int i = 0; i < num_blocks(); ++i) forward_block(mb, i);
   return mb.loss;
 }
 
-void GPT::backward(MicroBatch& mb, bool last_micro_batch) {
-  TIDE_CHECK(mb.training, "backward needs a micro-batch run forward with training = true");
-  std::memset(mb.dresidual.data, 0, mb.dresidual.nbytes());
+void GPT::backward(MicroBatch& mb, bool mark_grads) {
   for (int i = num_blocks() - 1; i >= 0; --i) {
     backward_input_block(mb, i);
-    backward_weight_block(mb, i, last_micro_batch);
+    backward_weight_block(mb, i, mark_grads);
   }
 }
 

@@ -5,31 +5,33 @@
 //   blocks[1..L]       TransformerBlock   residual[l-1] -> residual[l]
 //   blocks[L+1]        HeadBlock          residual[L] -> loss
 //
-// Parameters are declared in forward-use order (this order is the chunk layout):
-//   wte (V,C), wpe (maxT,C),
-//   per layer: ln_1.{weight,bias} (C), attn.c_attn.{weight (3C,C), bias (3C)},
-//              attn.c_proj.{weight (C,C), bias (C)}, ln_2.{weight,bias} (C),
-//              mlp.c_fc.{weight (4C,C), bias (4C)}, mlp.c_proj.{weight (C,4C), bias (C)},
-//   ln_f.{weight,bias} (C).
-// The LM head is tied to wte. Names follow Hugging Face's GPT-2 ("h.3.attn.c_attn.weight"),
-// with linear weights stored (out, in) as in PyTorch's nn.Linear.
+// Parameters come from the per-rank layout (layout.h), in forward-use order; the LM head is
+// tied to wte. Names follow Hugging Face's GPT-2 ("h.3.attn.c_attn.weight"), with linear
+// weights stored (out, in) as in PyTorch's nn.Linear.
+//
+// Every block part runs between store.acquire(its params) and store.release(...): the model
+// never moves memory or sets tensor states itself, and runs with parameters that are not
+// resident until acquired (the placement policy fetches them).
 
 #include <memory>
 #include <vector>
 
 #include "tide/model/blocks.h"
+#include "tide/model/layout.h"
 
 namespace tide {
 
+struct ModelOptions {
+  int64_t chunk_elems = 0;  // target chunk size; 0: the largest tensor
+  int group_size = 1;       // ranks every chunk is sliced over (DP degree)
+  StoreOptions store;
+};
+
 class GPT {
  public:
-  // Builds the layout and allocates the chunk store. `chunk_elems` = 0 picks the largest
-  // tensor's size (the smallest legal chunk). `group_size` pads the chunk count for DP.
+  GPT(const GPTConfig& config, ActivationPolicy policy, const ModelOptions& options);
   GPT(const GPTConfig& config, ActivationPolicy policy, int64_t chunk_elems = 0,
       bool with_optimizer = true, int group_size = 1);
-
-  // The chunk layout of a model shape (also used by tools that only need sizes).
-  static ChunkLayout make_layout(const GPTConfig& config);
 
   const GPTConfig& config() const { return config_; }
   ActivationPolicy policy() const { return env_.policy; }
@@ -42,26 +44,30 @@ class GPT {
   // (attn.c_proj, mlp.c_proj) N(0, 0.02/sqrt(2L)), biases 0, layernorm weights 1.
   void init_weights(uint64_t seed);
 
-  // A micro-batch of shape (B,T) with arenas sized for this model and policy.
+  // A micro-batch of shape (B,T) with its activation arenas. `stash` is the pool B->W stashes
+  // come from (shared by the micro-batches of an engine, sized from its schedule); nullptr
+  // gives the micro-batch a pool of its own for one stash (B and W fused per block).
   // Throws a tide::Error when T exceeds max_seq_len.
-  std::unique_ptr<MicroBatch> make_micro_batch(int B, int T) const;
+  std::unique_ptr<MicroBatch> make_micro_batch(int B, int T, StashPool* stash = nullptr) const;
+  // Bytes of the largest (micro-batch, block) stash at (B,T): the slot size of a StashPool.
+  size_t stash_slot_bytes(int B, int T) const;
 
   // Forward through every block; returns the mean loss (also in mb.loss). Before calling,
-  // fill mb.tokens / mb.targets and set mb.training, mb.step, mb.index, mb.dloss.
+  // fill mb.tokens / mb.targets and set mb.training, mb.step, mb.seq0, mb.dloss.
   float forward(MicroBatch& mb);
   // Backward through every block (B then W per block, in reverse order), accumulating into the
-  // GRAD chunks. When `last_micro_batch`, marks each parameter's gradient complete as soon as
-  // its last contribution is in (the data-parallel hook of the chunk store).
-  void backward(MicroBatch& mb, bool last_micro_batch = true);
+  // GRAD chunks. With `mark_grads`, reports each gradient complete for micro-batch mb.index as
+  // soon as its last contribution is in (the store's on_grads_ready hook).
+  void backward(MicroBatch& mb, bool mark_grads = false);
 
-  // Per-block forward/backward parts, for pipeline executors and tests.
+  // Per-block parts, for the engine and pipeline executors. Any order is legal that runs
+  // F(mb, i) after F(mb, i-1), B(mb, i) after B(mb, i+1), and W(mb, i) after B(mb, i); for
+  // gradients bitwise equal to the fused order, run the W of a block in micro-batch order.
   void forward_block(MicroBatch& mb, int i);
   void backward_input_block(MicroBatch& mb, int i);
-  void backward_weight_block(MicroBatch& mb, int i, bool last_micro_batch);
+  void backward_weight_block(MicroBatch& mb, int i, bool mark_grads);
 
  private:
-  void set_states(int block, TensorState s);
-
   GPTConfig config_;
   BlockEnv env_;
   std::unique_ptr<ChunkStore> store_;

@@ -25,14 +25,22 @@ void HeadBlock::forward(MicroBatch& mb) {
   Tensor losses = mb.workspace.alloc_tensor({B, T});
   crossentropy_forward(env_.op, losses, logits, mb.targets);
   mb.logits = logits;
-  // Mean over the positions with a target (ignored targets give loss 0 and do not count).
+  // Per-sequence sums (in double, in position order) and the mean over the positions with a
+  // target (ignored targets give loss 0 and do not count). Validation adds up the per-sequence
+  // sums in a fixed order, so its mean does not depend on how sequences were batched.
+  mb.seq_loss_sum.assign(B, 0.0);
+  mb.seq_targets.assign(B, 0);
+  const int32_t* tgt = mb.targets.i32();
   double sum = 0.0;
   int64_t counted = 0;
-  const int32_t* tgt = mb.targets.i32();
-  for (int64_t i = 0; i < B * T; ++i) {
-    if (tgt[i] < 0) continue;
-    sum += losses.f32()[i];
-    ++counted;
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t t = 0; t < T; ++t) {
+      if (tgt[b * T + t] < 0) continue;
+      mb.seq_loss_sum[b] += losses.f32()[b * T + t];
+      ++mb.seq_targets[b];
+    }
+    sum += mb.seq_loss_sum[b];
+    counted += mb.seq_targets[b];
   }
   mb.loss = counted ? static_cast<float>(sum / counted) : 0.0f;
   if (mb.training) mb.block_saved[cfg.n_layer + 1] = {lnf, mean, rstd, logits, Tensor()};
@@ -48,7 +56,7 @@ void HeadBlock::backward_input(MicroBatch& mb) {
   const float dloss = counted ? mb.dloss / static_cast<float>(counted) : 0.0f;
   Tensor dlogits = s[LOGITS];  // (B,T,V), overwritten in place
   crossentropy_backward(env_.op, dlogits, s[LOGITS], mb.targets, dloss);
-  s[DLNF] = mb.workspace.zeros(s[LNF].shape);  // (B,T,C)
+  s[DLNF] = mb.stash_arena->zeros(s[LNF].shape);  // (B,T,C), for W
   matmul_backward_input(env_.op, s[DLNF], dlogits, env_.param(wte_));
   // The head starts the backward pass: dresidual = d(loss)/d(residual[L]).
   layernorm_backward_input(env_.op, mb.dresidual, s[DLNF], mb.residual[cfg.n_layer],
@@ -67,6 +75,10 @@ size_t HeadBlock::saved_bytes(int B, int T) const {
   const int64_t N = int64_t{B} * T;
   return f32_bytes(N * env_.config->n_embd) + 2 * f32_bytes(N) +
          f32_bytes(N * env_.config->vocab_size);
+}
+
+size_t HeadBlock::stash_bytes(int B, int T) const {
+  return f32_bytes(int64_t{B} * T * env_.config->n_embd);
 }
 
 size_t HeadBlock::workspace_bytes(int B, int T) const {

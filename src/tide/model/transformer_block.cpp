@@ -1,3 +1,5 @@
+#include <algorithm>
+
 #include "tide/model/blocks.h"
 
 namespace tide {
@@ -47,9 +49,10 @@ std::vector<Tensor> TransformerBlock::compute_forward(MicroBatch& mb, bool recom
   auto p = [&](Param i) { return env_.param(param_ids_[i]); };
   // Where each intermediate goes: kept for backward in mb.saved, or temporary in the
   // workspace (during evaluation, a recomputation, or when the policy drops it).
+  // A full recomputation (inside B) puts them in the stash: W reads them later.
   const bool keep_any = mb.training && !recompute && env_.policy != ActivationPolicy::FULL;
   const bool keep_att = keep_any && env_.policy == ActivationPolicy::SAVE_ALL;
-  Arena& main = keep_any ? mb.saved : mb.workspace;
+  Arena& main = keep_any ? mb.saved : (recompute ? *mb.stash_arena : mb.workspace);
   Arena& attn = keep_att ? mb.saved : mb.workspace;
 
   std::vector<Tensor> s(kNumSaved);
@@ -64,10 +67,10 @@ std::vector<Tensor> TransformerBlock::compute_forward(MicroBatch& mb, bool recom
   s[ATT] = attn.alloc_tensor({B, NH, T, T});
   s[ATTY] = main.alloc_tensor({B, T, C});
   attention_forward(op, s[ATTY], s[PREATT], s[ATT], s[QKV], cfg.n_head,
-                    env_.dropout(mb, layer_, ATTN_PROBS));
+                    env_.dropout(mb, layer_, ATTN_PROBS, NH));
   Tensor proj = mb.workspace.alloc_tensor({B, T, C});
   matmul_forward(op, proj, s[ATTY], p(PROJ_W), p(PROJ_B));
-  dropout_forward(op, proj, proj, env_.dropout(mb, layer_, ATTN_RESID));
+  dropout_forward(op, proj, proj, env_.dropout(mb, layer_, ATTN_RESID, C));
   s[RES2] = main.alloc_tensor({B, T, C});
   residual_forward(op, s[RES2], x, proj);
   s[LN2] = main.alloc_tensor({B, T, C});
@@ -81,7 +84,7 @@ std::vector<Tensor> TransformerBlock::compute_forward(MicroBatch& mb, bool recom
   if (!recompute) {  // a recomputation must not touch the block output (already consumed)
     Tensor fc2 = mb.workspace.alloc_tensor({B, T, C});
     matmul_forward(op, fc2, s[FCH_GELU], p(FC2_W), p(FC2_B));
-    dropout_forward(op, fc2, fc2, env_.dropout(mb, layer_, MLP_RESID));
+    dropout_forward(op, fc2, fc2, env_.dropout(mb, layer_, MLP_RESID, C));
     residual_forward(op, mb.residual[layer_ + 1], s[RES2], fc2);
   }
   return s;
@@ -107,17 +110,19 @@ void TransformerBlock::backward_input(MicroBatch& mb) {
     s[ATT] = mb.workspace.alloc_tensor({B, NH, T, T});
     Tensor atty = mb.workspace.alloc_tensor({B, T, C});  // equals s[ATTY]; discarded
     attention_forward(op, atty, s[PREATT], s[ATT], s[QKV], cfg.n_head,
-                      env_.dropout(mb, layer_, ATTN_PROBS));
+                      env_.dropout(mb, layer_, ATTN_PROBS, NH));
   }
 
   // 2. Walk the block backwards. mb.dresidual holds dL/d(block output) on entry and
   //    dL/d(block input) on exit (the residual connections pass it through unchanged).
-  Arena& w = mb.workspace;
+  //    What W needs goes to this (micro-batch, block)'s stash, temporaries to the workspace.
+  Arena& w = *mb.stash_arena;
+  Arena& tmp = mb.workspace;
   Tensor dy = mb.dresidual;  // (B,T,C)
   // MLP branch: y = x2 + dropout(fc2(gelu(fc(ln_2(x2)))))
   s[DFC2] = w.zeros({B, T, C});
-  dropout_backward(op, s[DFC2], dy, env_.dropout(mb, layer_, MLP_RESID));
-  Tensor dgelu = w.zeros({B, T, 4 * C});
+  dropout_backward(op, s[DFC2], dy, env_.dropout(mb, layer_, MLP_RESID, C));
+  Tensor dgelu = tmp.zeros({B, T, 4 * C});
   matmul_backward_input(op, dgelu, s[DFC2], p(FC2_W));
   s[DFCH] = w.zeros({B, T, 4 * C});
   gelu_backward(op, s[DFCH], dgelu, s[FCH]);
@@ -126,12 +131,12 @@ void TransformerBlock::backward_input(MicroBatch& mb) {
   layernorm_backward_input(op, dy, s[DLN2], s[RES2], p(LN2_W), s[LN2_MEAN], s[LN2_RSTD]);
   // dy now holds dL/dx2. Attention branch: x2 = x + dropout(proj(attention(ln_1(x))))
   s[DPROJ] = w.zeros({B, T, C});
-  dropout_backward(op, s[DPROJ], dy, env_.dropout(mb, layer_, ATTN_RESID));
-  Tensor datty = w.zeros({B, T, C});
+  dropout_backward(op, s[DPROJ], dy, env_.dropout(mb, layer_, ATTN_RESID, C));
+  Tensor datty = tmp.zeros({B, T, C});
   matmul_backward_input(op, datty, s[DPROJ], p(PROJ_W));
   s[DQKV] = w.zeros({B, T, 3 * C});
   attention_backward(op, s[DQKV], datty, s[QKV], s[PREATT], s[ATT], cfg.n_head,
-                     env_.dropout(mb, layer_, ATTN_PROBS));
+                     env_.dropout(mb, layer_, ATTN_PROBS, NH));
   s[DLN1] = w.zeros({B, T, C});
   matmul_backward_input(op, s[DLN1], s[DQKV], p(ATTN_W));
   layernorm_backward_input(op, dy, s[DLN1], mb.residual[layer_], p(LN1_W), s[LN1_MEAN],
@@ -173,13 +178,25 @@ size_t TransformerBlock::saved_bytes(int B, int T) const {
   return 0;
 }
 
+// What B leaves for W: DFC2, DLN2, DPROJ, DLN1 (B,T,C); DFCH (B,T,4C); DQKV (B,T,3C).
+static size_t grad_stash_bytes(int64_t N, int64_t C) {
+  return 4 * f32_bytes(N * C) + f32_bytes(N * 4 * C) + f32_bytes(N * 3 * C);
+}
+
 size_t TransformerBlock::workspace_bytes(int B, int T) const {
   const int64_t N = int64_t{B} * T, C = env_.config->n_embd, NH = env_.config->n_head;
-  // Worst case: a full recomputation (everything) plus the backward gradients
-  // (DFC2, DLN2, DPROJ, datty, DLN1: 5 x (B,T,C); dgelu, DFCH: 2 x (B,T,4C); DQKV) plus the
-  // forward temporaries (proj, fc2) or the selective attention recompute output.
-  const size_t grads = 5 * f32_bytes(N * C) + 2 * f32_bytes(N * 4 * C) + f32_bytes(N * 3 * C);
-  return main_bytes(N, C) + att_bytes(B, T, NH) + grads + 2 * f32_bytes(N * C);
+  // Worst part: evaluation keeps everything temporary (main + attention + proj, fc2); B needs
+  // the recomputed attention matrices, their output or proj, dgelu (B,T,4C) and datty.
+  const size_t eval = main_bytes(N, C) + att_bytes(B, T, NH) + 2 * f32_bytes(N * C);
+  const size_t bwd = att_bytes(B, T, NH) + 2 * f32_bytes(N * C) + f32_bytes(N * 4 * C);
+  return std::max(eval, bwd);
+}
+
+size_t TransformerBlock::stash_bytes(int B, int T) const {
+  const int64_t N = int64_t{B} * T, C = env_.config->n_embd;
+  // A full recomputation also leaves the block's intermediates for W.
+  const size_t recomputed = env_.policy == ActivationPolicy::FULL ? main_bytes(N, C) : 0;
+  return grad_stash_bytes(N, C) + recomputed;
 }
 
 }  // namespace tide

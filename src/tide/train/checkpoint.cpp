@@ -51,7 +51,8 @@ json read_header(std::ifstream& f, const std::string& path) {
 }
 }  // namespace
 
-void save_checkpoint(const std::string& path, const GPT& model, const CheckpointInfo& info) {
+void save_checkpoint(const std::string& path, const GPT& model, const CheckpointInfo& info,
+                     bool) {
   const ChunkStore& store = model.store();
   const ChunkLayout& lay = store.layout();
   json h;
@@ -107,7 +108,7 @@ CheckpointInfo read_checkpoint_info(const std::string& path) {
   return info;
 }
 
-void load_checkpoint(const std::string& path, GPT& model) {
+void load_checkpoint(const std::string& path, GPT& model, bool) {
   std::ifstream f(path, std::ios::binary);
   const json h = read_header(f, path);
   const ChunkLayout& lay = model.store().layout();

@@ -23,10 +23,11 @@ struct CheckpointInfo {
 };
 
 // Writes the PARAM (f32) tensors of `model` to `path` (atomically: a temp file renamed).
-void save_checkpoint(const std::string& path, const GPT& model, const CheckpointInfo& info);
+void save_checkpoint(const std::string& path, const GPT& model, const CheckpointInfo& info,
+                     bool with_optimizer_state = false);
 // Reads only the header.
 CheckpointInfo read_checkpoint_info(const std::string& path);
 // Loads the weights into `model`, whose config must match the checkpoint's.
-void load_checkpoint(const std::string& path, GPT& model);
+void load_checkpoint(const std::string& path, GPT& model, bool with_optimizer_state = false);
 
 }  // namespace tide

@@ -57,11 +57,17 @@ const std::vector<ConfigKey>& config_schema() {
       {"data.val", T::STRING, "", "validation shards; default data.dir/val.bin"},
       {"data.shuffle", T::BOOL, true, "shuffle sequence order each epoch"},
       {"eval.interval", T::INT, 100, "steps between validation runs; 0 = only at the end"},
-      {"eval.steps", T::INT, 20, "validation batches per run"},
+      {"eval.sequences", T::INT, 128,
+       "size of the fixed validation set: the first N sequences of the validation data, the "
+       "same whatever the ranks, micro-batch or accumulation"},
       {"log.interval", T::INT, 10, "steps between metrics lines"},
       {"log.progress", T::BOOL, true, "live progress line on the terminal"},
       {"out_dir", T::STRING, "runs/default", "metrics.jsonl, config.json and checkpoints"},
-      {"checkpoint.interval", T::INT, 0, "steps between checkpoints; 0 = only the final one"},
+      {"checkpoint.interval", T::INT, 0,
+       "steps between resumable checkpoints (out_dir/model_step<N>.ckpt); 0 = only the final one"},
+      {"checkpoint.resume", T::STRING, "",
+       "checkpoint to resume from (weights, optimizer state, step, data position); same seed "
+       "and global batch required"},
   };
   return keys;
 }
@@ -245,11 +251,12 @@ TrainConfig parse_train_config(const json& j) {
   c.val_data = s("data.val");
   c.shuffle = v.at("data.shuffle").get<bool>();
   c.eval_interval = i("eval.interval");
-  c.eval_steps = static_cast<int>(i("eval.steps"));
+  c.eval_sequences = positive("eval.sequences");
   c.log_interval = positive("log.interval");
   c.progress = v.at("log.progress").get<bool>();
   c.out_dir = s("out_dir");
   c.checkpoint_interval = i("checkpoint.interval");
+  c.resume = s("checkpoint.resume");
   c.is_default_run = c.data_dir.empty() && c.train_data.empty();
   return c;
 }

@@ -60,10 +60,11 @@ struct TrainConfig {
   bool shuffle = true;
   // evaluation, logging, output
   int64_t eval_interval = 100;
-  int eval_steps = 20;
+  int64_t eval_sequences = 128;  // the fixed validation set: the first N val sequences
   int64_t log_interval = 10;
   std::string out_dir = "runs/default";
   int64_t checkpoint_interval = 0;  // 0: only at the end
+  std::string resume;               // checkpoint to resume from
   bool progress = true;
   bool is_default_run = false;  // no config file and no data: the embedded default
 };

@@ -12,10 +12,7 @@
 #include "tide/comm/distributed.h"
 #include "tide/comm/local_process_group.h"
 #include "tide/data/prepare.h"
-#include "tide/optim/grad_norm.h"
-#include "tide/optim/lr_schedule.h"
 #include "tide/train/checkpoint.h"
-#include "tide/train/optimizer_step.h"
 
 namespace tide {
 
@@ -64,21 +61,23 @@ Trainer::Trainer(TrainConfig config, std::shared_ptr<ProcessGroup> world)
   const int64_t chunk_elems = static_cast<int64_t>(cfg_.chunk_size_mb * 1048576.0 / 4.0);
   model_ = std::make_unique<GPT>(cfg_.model, cfg_.activation_policy, chunk_elems, true, dp);
   model_->init_weights(cfg_.seed);
-  mb_ = model_->make_micro_batch(cfg_.micro_batch, cfg_.seq_len);
-
-  // Data parallelism (ZeRO stage 0): average each chunk's gradients over the DP ranks as soon
-  // as the chunk is complete, overlapping the reduction with the rest of backward.
-  if (dp > 1) {
-    model_->store().on_chunk_grads_ready = [this](int c) {
-      pending_.push_back(
-          world_->all_reduce_async(model_->store().chunk(ChunkKind::GRAD, c), ReduceOp::Avg));
-    };
-  }
+  OptimizerSettings opt;
+  opt.adamw.beta1 = cfg_.beta1;
+  opt.adamw.beta2 = cfg_.beta2;
+  opt.adamw.eps = cfg_.eps;
+  opt.adamw.weight_decay = cfg_.weight_decay;
+  opt.lr.lr = static_cast<float>(cfg_.lr);
+  opt.lr.min_lr = static_cast<float>(cfg_.lr * cfg_.min_lr_ratio);
+  opt.lr.warmup_steps = cfg_.warmup_steps;
+  opt.lr.max_steps = cfg_.decay_steps;
+  opt.grad_clip = cfg_.grad_clip;
+  engine_ = std::make_unique<Engine>(*model_, world_, data_parallel_schedule(cfg_.grad_accum),
+                                     cfg_.micro_batch, cfg_.seq_len, opt);
+  eval_mb_ = model_->make_micro_batch(1, cfg_.seq_len);
+  if (!cfg_.resume.empty()) resume(cfg_.resume);
 }
 
-Trainer::~Trainer() {
-  for (auto& w : pending_) w->wait();  // never leave a collective writing into freed chunks
-}
+Trainer::~Trainer() = default;
 
 void Trainer::resolve_data() {
   const bool rank0 = world_->rank() == 0;
@@ -123,86 +122,24 @@ void Trainer::resolve_data() {
                                    cfg_.seq_len, rank, dp, cfg_.seed, cfg_.shuffle);
   train_loader_->check_vocab(cfg_.model.vocab_size);
   if (!cfg_.val_data.empty() && fs::exists(cfg_.val_data)) {
-    val_loader_ =
-        std::make_unique<DataLoader>(expand_shard_paths({cfg_.val_data}), cfg_.micro_batch,
-                                     cfg_.seq_len, rank, dp, cfg_.seed, false);
+    // Batch index i of this loader is sequence i of the validation set, on every rank.
+    val_loader_ = std::make_unique<DataLoader>(expand_shard_paths({cfg_.val_data}), 1,
+                                               cfg_.seq_len, 0, 1, cfg_.seed, false);
     val_loader_->check_vocab(cfg_.model.vocab_size);
   }
 }
 
 StepStats Trainer::train_step() {
-  const auto t0 = Clock::now();
-  ChunkStore& store = model_->store();
-  store.zero(ChunkKind::GRAD);
-  store.begin_step();
-  const uint64_t sent_before = world_->counters().bytes_sent;
-  double loss_sum = 0;
-  for (int micro = 0; micro < cfg_.grad_accum; ++micro) {
-    if (batch_source) {
-      batch_source(step_, micro, mb_->tokens.i32(), mb_->targets.i32());
-    } else {
-      train_loader_->next_batch();
-      std::memcpy(mb_->tokens.data, train_loader_->inputs().data(), mb_->tokens.nbytes());
-      std::memcpy(mb_->targets.data, train_loader_->targets().data(), mb_->targets.nbytes());
-    }
-    mb_->training = true;
-    mb_->seed = cfg_.seed;
-    mb_->step = static_cast<uint64_t>(step_);
-    mb_->index = micro;
-    mb_->dloss = 1.0f / static_cast<float>(cfg_.grad_accum);
-    loss_sum += model_->forward(*mb_);
-    // Gradients are marked complete (and reduced) only after the last micro-batch, so
-    // accumulation communicates once per step.
-    model_->backward(*mb_, /*last_micro_batch=*/micro == cfg_.grad_accum - 1);
-  }
-  const auto t_comm = Clock::now();
-  for (auto& w : pending_) w->wait();
-  StepStats st;
-  st.comm_seconds = seconds_since(t_comm);
-  // Only gradient reductions have run on world_ since sent_before (the loss comes later).
-  st.grad_reductions = static_cast<int>(pending_.size());
-  st.grad_bytes_sent = world_->counters().bytes_sent - sent_before;
-  pending_.clear();
-
-  // Global gradient norm over all chunks (padding is zero). Every rank holds the same averaged
-  // gradients, so every rank computes the same norm and takes the same step.
-  std::vector<GradBuffer> bufs;
-  for (int c = 0; c < store.layout().num_chunks(); ++c) {
-    const Tensor g = store.chunk(ChunkKind::GRAD, c);
-    bufs.push_back({g.data, g.dtype, g.numel()});
-  }
-  st.grad_norm = std::sqrt(grad_norm_squared(bufs));
-  TIDE_CHECK(std::isfinite(st.grad_norm),
-             "the gradient norm at step {} is not finite (NaN/Inf); lower the learning rate or "
-             "enable gradient_clipping",
-             step_ + 1);
-  const float clip = cfg_.grad_clip > 0 ? clip_coefficient(st.grad_norm, cfg_.grad_clip) : 1.0f;
-  LrSchedule sched;
-  sched.lr = static_cast<float>(cfg_.lr);
-  sched.min_lr = static_cast<float>(cfg_.lr * cfg_.min_lr_ratio);
-  sched.warmup_steps = cfg_.warmup_steps;
-  sched.max_steps = cfg_.decay_steps;
-  st.lr = lr_at(step_, sched);
-  apply_optimizer(st.lr, clip);
-
-  // The logged loss is the mean over the global batch.
-  const float loss = mean_over_ranks(static_cast<float>(loss_sum / cfg_.grad_accum));
-  ++step_;
-  st.step = step_;
-  st.loss = loss;
+  StepStats st = engine_->step(step_, cfg_.seed, [&](int micro, int32_t* in, int32_t* tgt) {
+    if (batch_source) return batch_source(step_, micro, in, tgt);
+    train_loader_->next_batch();
+    std::memcpy(in, train_loader_->inputs().data(), train_loader_->inputs().size_bytes());
+    std::memcpy(tgt, train_loader_->targets().data(), train_loader_->targets().size_bytes());
+  });
+  st.loss = mean_over_ranks(st.loss);
   st.tokens = int64_t{cfg_.micro_batch} * cfg_.seq_len * cfg_.grad_accum * world_->size();
-  st.seconds = seconds_since(t0);
+  step_ = st.step;
   return st;
-}
-
-void Trainer::apply_optimizer(float lr, float clip_coef) {
-  AdamWHyper h;
-  h.lr = lr;
-  h.beta1 = cfg_.beta1;
-  h.beta2 = cfg_.beta2;
-  h.eps = cfg_.eps;
-  h.weight_decay = cfg_.weight_decay;
-  adamw_step(model_->store(), h, AdamWStep{step_ + 1, clip_coef});
 }
 
 float Trainer::mean_over_ranks(float x) const {
@@ -212,22 +149,41 @@ float Trainer::mean_over_ranks(float x) const {
 
 float Trainer::evaluate() {
   if (!val_loader_) return NAN;
-  val_loader_->reset();
-  const int n =
-      std::max<int64_t>(1, std::min<int64_t>(cfg_.eval_steps, val_loader_->batches_per_epoch()));
-  double sum = 0;
-  for (int i = 0; i < n; ++i) {
+  const int64_t n =
+      std::min<int64_t>(cfg_.eval_sequences, static_cast<int64_t>(val_loader_->num_sequences()));
+  const int dp = world_->size(), rank = world_->rank();
+  const int64_t share = (n + dp - 1) / dp;  // sequences per rank (the last share may be short)
+  // Per sequence of this rank's share: (sum of its position losses, positions with a target),
+  // as doubles carried bit for bit through an all-gather of int32 words.
+  std::vector<double> mine(2 * share, 0.0), all(2 * share * dp, 0.0);
+  for (int64_t k = 0; k < share && rank * share + k < n; ++k) {
+    val_loader_->seek(0, static_cast<uint64_t>(rank * share + k));
     val_loader_->next_batch();
-    std::memcpy(mb_->tokens.data, val_loader_->inputs().data(), mb_->tokens.nbytes());
-    std::memcpy(mb_->targets.data, val_loader_->targets().data(), mb_->targets.nbytes());
-    mb_->training = false;
-    sum += model_->forward(*mb_);
+    std::memcpy(eval_mb_->tokens.data, val_loader_->inputs().data(), eval_mb_->tokens.nbytes());
+    std::memcpy(eval_mb_->targets.data, val_loader_->targets().data(),
+                eval_mb_->targets.nbytes());
+    eval_mb_->training = false;
+    model_->forward(*eval_mb_);
+    mine[2 * k] = eval_mb_->seq_loss_sum[0];
+    mine[2 * k + 1] = static_cast<double>(eval_mb_->seq_targets[0]);
   }
-  return mean_over_ranks(static_cast<float>(sum / n));
+  if (dp > 1) {
+    world_->all_gather(Tensor(mine.data(), Shape{4 * share}, DType::I32),
+                       Tensor(all.data(), Shape{4 * share * dp}, DType::I32));
+  } else {
+    all = mine;
+  }
+  double sum = 0, count = 0;
+  for (int64_t i = 0; i < n; ++i) {  // in sequence order, whatever the split
+    sum += all[2 * i];
+    count += all[2 * i + 1];
+  }
+  return count > 0 ? static_cast<float>(sum / count) : NAN;
 }
 
 size_t Trainer::memory_bytes() const {
-  return model_->store().total_bytes() + mb_->saved.peak() + mb_->workspace.peak();
+  return model_->store().total_bytes() + engine_->activation_bytes() +
+         eval_mb_->saved.capacity() + eval_mb_->workspace.capacity();
 }
 
 std::string Trainer::save(const std::string& name) const {
@@ -240,10 +196,48 @@ std::string Trainer::save(const std::string& name) const {
     fs::copy_file(tokenizer_path_, dir / "tokenizer.json", fs::copy_options::overwrite_existing);
     info.tokenizer = "tokenizer.json";
   }
-  info.extra = {{"config", config_to_json(cfg_)}};
+  // Everything a step needs besides the tensors. Dropout masks and the data order are pure
+  // functions of (seed, step) and (seed, epoch), so the run position is their whole RNG state.
+  info.extra = {{"config", config_to_json(cfg_)},
+                {"run",
+                 {{"step", step_},
+                  {"seed", cfg_.seed},
+                  {"global_batch", int64_t{cfg_.micro_batch} * cfg_.grad_accum * world_->size()},
+                  {"data_epoch", train_loader_->epoch()},
+                  {"data_batch", train_loader_->next_batch_index()}}}};
   const std::string path = (dir / name).string();
-  save_checkpoint(path, *model_, info);
+  save_checkpoint(path, *model_, info, /*with_optimizer_state=*/true);
   return path;
+}
+
+void Trainer::resume(const std::string& path) {
+  const CheckpointInfo info = read_checkpoint_info(path);
+  const json& run = info.extra.is_object() && info.extra.contains("run") ? info.extra["run"]
+                                                                         : json();
+  auto field = [&](const char* key) -> int64_t {
+    TIDE_CHECK(run.is_object() && run.contains(key) && run[key].is_number_integer(),
+               "checkpoint '{}' has no run position ('{}'): it can initialise a model but not "
+               "resume a run",
+               path, key);
+    return run[key].get<int64_t>();
+  };
+  const int64_t global_batch = int64_t{cfg_.micro_batch} * cfg_.grad_accum * world_->size();
+  TIDE_CHECK(field("global_batch") == global_batch,
+             "checkpoint '{}' was trained with a global batch of {} sequences, this run has {}; "
+             "resume with the same train_micro_batch_size_per_gpu x gradient_accumulation_steps x "
+             "ranks",
+             path, field("global_batch"), global_batch);
+  TIDE_CHECK(static_cast<uint64_t>(field("seed")) == cfg_.seed,
+             "checkpoint '{}' was trained with seed {}, this run has {}; resume with the same seed "
+             "(it fixes the data order and dropout)",
+             path, field("seed"), cfg_.seed);
+  TIDE_CHECK(field("step") <= cfg_.train_steps,
+             "checkpoint '{}' is at step {}, past train_steps = {}; raise train_steps", path,
+             field("step"), cfg_.train_steps);
+  load_checkpoint(path, *model_, /*with_optimizer_state=*/true);
+  step_ = field("step");
+  train_loader_->seek(static_cast<uint64_t>(field("data_epoch")),
+                      static_cast<uint64_t>(field("data_batch")));
 }
 
 void Trainer::run() {
@@ -253,20 +247,24 @@ void Trainer::run() {
   if (rank0) {
     fs::create_directories(cfg_.out_dir);
     std::ofstream(fs::path(cfg_.out_dir) / "config.json") << config_to_json(cfg_).dump(2) << "\n";
-    metrics.open(fs::path(cfg_.out_dir) / "metrics.jsonl");
-    const size_t act = mb_->saved.capacity() + mb_->workspace.capacity();
+    // A resumed run continues the metrics of the run it resumes.
+    metrics.open(fs::path(cfg_.out_dir) / "metrics.jsonl",
+                 cfg_.resume.empty() ? std::ios::trunc : std::ios::app);
+    if (!cfg_.resume.empty())
+      fmt::print("tide: resumed from {} at step {}\n", cfg_.resume, step_);
+    const size_t act = engine_->activation_bytes();
     fmt::print(
         "tide: model {} | {} DP rank(s) | micro-batch {} x {} tokens, accum {} | "
         "activations: {}\n",
         cfg_.model.str(), world_->size(), cfg_.micro_batch, cfg_.seq_len, cfg_.grad_accum,
         activation_policy_name(cfg_.activation_policy));
     fmt::print(
-        "tide: data {} ({} tokens){} | chunks: {} x {:.2f} MiB | memory: {:.1f} MiB model "
+        "tide: data {} ({} tokens){} | chunks: {} (largest {:.2f} MiB) | memory: {:.1f} MiB model "
         "states + {:.1f} MiB activations\n",
         cfg_.train_data, train_loader_->num_tokens(),
         unigram_ ? fmt::format(", unigram baseline {:.3f} nats", *unigram_) : "",
         model_->store().layout().num_chunks(),
-        model_->store().layout().chunk_elems() * 4 / 1048576.0,
+        model_->store().layout().max_chunk_elems() * 4 / 1048576.0,
         model_->store().total_bytes() / 1048576.0, act / 1048576.0);
     std::fflush(stdout);
   }
@@ -278,7 +276,7 @@ void Trainer::run() {
                unigram_ ? fmt::format(" (unigram baseline {:.4f})", *unigram_) : "");
     std::fflush(stdout);
   };
-  if (val_loader_) log_eval(evaluate());
+  if (val_loader_ && cfg_.resume.empty()) log_eval(evaluate());
 
   const auto t_start = Clock::now();
   int64_t tokens_done = 0;
@@ -314,7 +312,8 @@ void Trainer::run() {
     if (val_loader_ && (eval_now || step_ == cfg_.train_steps)) log_eval(evaluate());
     if (rank0 && cfg_.checkpoint_interval > 0 && step_ % cfg_.checkpoint_interval == 0 &&
         step_ < cfg_.train_steps)
-      save(fmt::format("model_step{}.ckpt", step_));
+      fmt::print("{}tide: checkpoint {} (resume with checkpoint.resume=<it>)\n", tty ? "\n" : "",
+                 save(fmt::format("model_step{}.ckpt", step_)));
   }
   if (rank0) {
     const std::string path = save();

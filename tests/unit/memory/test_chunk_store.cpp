@@ -1,5 +1,6 @@
-// The chunk layout (packing, padding, ownership) and the chunk store (aliasing, tensor states,
-// gradient completion).
+// The chunk layout (packing, slicing), the allocators (counting, budget), and the chunk store
+// (aliasing, sliced kinds, acquire/release with a placement policy, per-micro-batch gradient
+// completion).
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -19,12 +20,31 @@ ChunkLayout five_tensors() {
   lay.add("e", {10}, true);
   return lay;
 }
+
+// Records the hooks; fetch allocates the chunk on `device`, evict frees it.
+struct RecordingPolicy : PlacementPolicy {
+  explicit RecordingPolicy(Allocator& device) : device(device) {}
+  void fetch(ChunkStore& s, int c, Use) override {
+    fetched.push_back(c);
+    s.allocate_chunk(ChunkKind::PARAM, c, device);
+  }
+  void evict(ChunkStore& s, int c, Use) override {
+    evicted.push_back(c);
+    if (free_on_evict) s.free_chunk(ChunkKind::PARAM, c);
+  }
+  void on_grads_ready(ChunkStore& s, int c, int mb) override {
+    ready.push_back({c, mb, s.grads_complete(c)});
+  }
+  Allocator& device;
+  bool free_on_evict = true;
+  std::vector<int> fetched, evicted;
+  std::vector<std::tuple<int, int, bool>> ready;
+};
 }  // namespace
 
-TEST(ChunkLayout, PacksInOrderWithoutStraddling) {
+TEST(ChunkLayout, PacksInOrderWithoutStraddlingAndSizesChunksToTheirPayload) {
   ChunkLayout lay = five_tensors();
-  lay.pack(16);  // 16 elements per chunk: [a b c] [d e] (c would not fit after d, e in chunk 1)
-  EXPECT_EQ(lay.chunk_elems(), 16);
+  lay.pack(16);  // about 16 elements: [a b c] (15) [d e] (13)
   EXPECT_EQ(lay.num_chunks(), 2);
   EXPECT_EQ(lay.slot(0).chunk, 0);
   EXPECT_EQ(lay.slot(1).offset, 6);
@@ -33,25 +53,58 @@ TEST(ChunkLayout, PacksInOrderWithoutStraddling) {
   EXPECT_EQ(lay.slot(3).offset, 0);
   EXPECT_EQ(lay.slot(4).offset, 3);
   EXPECT_EQ(lay.payload_elems(0), 15);
+  EXPECT_EQ(lay.chunk_elems(0), 16);  // rounded up to 16 elements, not to the target
+  EXPECT_EQ(lay.chunk_elems(1), 16);
   EXPECT_EQ(lay.num_params(), 28);
-  for (const TensorSlot& s : lay.slots()) EXPECT_LE(s.offset + s.numel, lay.chunk_elems());
+  for (const TensorSlot& s : lay.slots())
+    EXPECT_LE(s.offset + s.numel, lay.chunk_elems(s.chunk));
 }
 
-TEST(ChunkLayout, ChunkHoldsTheLargestTensorAndGroupsPadTheCount) {
+TEST(ChunkLayout, ATensorLargerThanTheTargetGetsAChunkOfItsOwn) {
   ChunkLayout lay = five_tensors();
-  lay.pack(4, /*group_size=*/3);  // raised to 10, rounded to 16; 2 chunks padded to 3
-  EXPECT_EQ(lay.chunk_elems(), 16);
-  EXPECT_EQ(lay.num_chunks(), 3);
-  EXPECT_TRUE(lay.tensors_in_chunk(2).empty());
-  EXPECT_EQ(lay.owner_of_chunk(2), 2);
-  EXPECT_EQ(lay.owner_of_chunk(1), 1);
+  lay.pack(7);  // [a] [b] [c d] [e]: e (10) alone although the target is 7
+  EXPECT_EQ(lay.num_chunks(), 4);
+  EXPECT_EQ(lay.tensors_in_chunk(2), std::vector<int>({2, 3}));
+  EXPECT_EQ(lay.tensors_in_chunk(3), std::vector<int>({4}));
+  EXPECT_EQ(lay.max_chunk_elems(), 16);
   EXPECT_THROW(lay.find("zzz"), Error);
+}
+
+TEST(ChunkLayout, EveryChunkSplitsIntoEqualAlignedSlicesAndNoChunkIsPadding) {
+  for (int N : {1, 2, 3, 8}) {
+    ChunkLayout lay = five_tensors();
+    lay.pack(16, N);
+    EXPECT_EQ(lay.num_chunks(), 2) << N;  // never padded to a multiple of N chunks
+    for (int c = 0; c < lay.num_chunks(); ++c) {
+      EXPECT_FALSE(lay.tensors_in_chunk(c).empty());
+      EXPECT_EQ(lay.chunk_elems(c) % (16 * N), 0);
+      EXPECT_EQ(lay.slice_elems(c) * N, lay.chunk_elems(c));
+      EXPECT_EQ(lay.slice_elems(c) % 16, 0);
+    }
+  }
+}
+
+TEST(Allocator, CountsBytesAndEnforcesTheBudget) {
+  BudgetedAllocator dev(1 << 20);
+  void* a = dev.allocate(512 << 10, "a");
+  EXPECT_EQ(dev.allocated(), 512u << 10);
+  EXPECT_EQ(static_cast<char*>(a)[1000], 0);  // zero-filled
+  try {
+    dev.allocate(600 << 10, "param chunk 7");
+    FAIL() << "allocation past the budget succeeded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("param chunk 7"), std::string::npos) << e.what();
+  }
+  dev.free(a, 512 << 10);
+  EXPECT_EQ(dev.allocated(), 0u);
+  EXPECT_EQ(dev.peak(), 512u << 10);
+  EXPECT_EQ(dev.tier(), Tier::COMPUTE);
 }
 
 TEST(ChunkStore, F32MasterIsTheParamAndKindsShareTheLayout) {
   ChunkLayout lay = five_tensors();
   lay.pack(16);
-  ChunkStore store(std::move(lay), DType::F32);
+  ChunkStore store(std::move(lay));
   EXPECT_EQ(store.tensor(ChunkKind::MASTER, 4).data, store.tensor(ChunkKind::PARAM, 4).data);
   EXPECT_NE(store.tensor(ChunkKind::ADAM_M, 4).data, store.tensor(ChunkKind::PARAM, 4).data);
   EXPECT_EQ(store.tensor(ChunkKind::GRAD, 0).shape, (Shape{2, 3}));
@@ -63,29 +116,77 @@ TEST(ChunkStore, F32MasterIsTheParamAndKindsShareTheLayout) {
             store.chunk(ChunkKind::GRAD, 1).f32() + 3);
 }
 
-TEST(ChunkStore, StatesAndGradientCompletion) {
+TEST(ChunkStore, SlicedKindsHoldOnlyThisRanksSlice) {
+  ChunkLayout lay = five_tensors();
+  lay.pack(16, /*group_size=*/2);  // chunks of 32 elements, slices of 16
+  StoreOptions o;
+  o.group_rank = 1;
+  o.sliced_kinds = kind_bit(ChunkKind::MASTER) | kind_bit(ChunkKind::ADAM_M) |
+                   kind_bit(ChunkKind::ADAM_V);
+  ChunkStore store(std::move(lay), o);
+  EXPECT_EQ(store.bytes(ChunkKind::PARAM), 2u * 32 * 4);
+  EXPECT_EQ(store.bytes(ChunkKind::ADAM_M), 2u * 16 * 4);
+  EXPECT_EQ(store.chunk(ChunkKind::ADAM_V, 0).numel(), 16);
+  // The f32 master slice is the owned slice of the parameter chunk.
+  EXPECT_EQ(store.slice(ChunkKind::MASTER, 1).data, store.slice(ChunkKind::PARAM, 1).data);
+  EXPECT_EQ(store.slice(ChunkKind::PARAM, 1).f32(), store.chunk(ChunkKind::PARAM, 1).f32() + 16);
+  // A tensor outside the held slice cannot be viewed in a sliced kind.
+  EXPECT_THROW(store.tensor(ChunkKind::ADAM_M, 0), Error);
+}
+
+TEST(ChunkStore, AcquireCountsUsersAndFetchesThroughThePolicy) {
   ChunkLayout lay = five_tensors();
   lay.pack(16);
-  ChunkStore store(std::move(lay), DType::F32, /*with_optimizer=*/false);
-  EXPECT_FALSE(store.has(ChunkKind::ADAM_M));
-  store.set_state(3, TensorState::COMPUTE);
+  BudgetedAllocator device(1 << 20);
+  StoreOptions o;
+  o.with_optimizer = false;
+  o.params_resident = false;  // parameters are not resident until acquired
+  o.compute = &device;
+  ChunkStore store(std::move(lay), o);
+  RecordingPolicy policy(device);
+  store.set_policy(&policy);
+  EXPECT_FALSE(store.resident(ChunkKind::PARAM, 1));
+  const std::vector<int> d_and_e = {3, 4};
+  store.acquire(d_and_e, Use::FORWARD);
+  store.acquire(std::vector<int>{4}, Use::FORWARD);  // a second user of e
+  EXPECT_EQ(policy.fetched, std::vector<int>({1}));
+  EXPECT_EQ(store.state(4), TensorState::COMPUTE);
+  EXPECT_EQ(store.users(4), 2);
   EXPECT_FALSE(store.chunk_movable(1));
   EXPECT_TRUE(store.chunk_movable(0));
-  // A tensor an op is using cannot be freed.
-  EXPECT_THROW(store.set_state(3, TensorState::FREE), Error);
-  store.set_state(3, TensorState::HOLD_AFTER_BWD);
-  EXPECT_TRUE(store.chunk_movable(1));
+  EXPECT_THROW(store.free_chunk(ChunkKind::PARAM, 1), Error);  // ops are using it
+  store.release(d_and_e, Use::FORWARD);
+  EXPECT_EQ(store.state(3), TensorState::HOLD_AFTER_FWD);
+  EXPECT_EQ(store.state(4), TensorState::COMPUTE);  // still one user
+  EXPECT_TRUE(policy.evicted.empty());
+  store.release(std::vector<int>{4}, Use::FORWARD);
+  EXPECT_EQ(policy.evicted, std::vector<int>({1}));
+  EXPECT_FALSE(store.resident(ChunkKind::PARAM, 1));
+  EXPECT_THROW(store.release(std::vector<int>{4}, Use::FORWARD), Error);
+  EXPECT_EQ(device.allocated(), 2u * 16 * 4);  // the two GRAD chunks only
+}
 
-  std::vector<int> ready;
-  store.on_chunk_grads_ready = [&](int c) { ready.push_back(c); };
-  store.mark_grad_ready(3);
-  EXPECT_TRUE(ready.empty());  // chunk 1 also holds e
-  store.mark_grad_ready(4);
-  store.mark_grad_ready(0);
-  store.mark_grad_ready(1);
-  EXPECT_EQ(ready, std::vector<int>({1}));
-  store.mark_grad_ready(2);
-  EXPECT_EQ(ready, std::vector<int>({1, 0}));
-  store.begin_step();
+TEST(ChunkStore, GradientCompletionIsTrackedPerMicroBatch) {
+  ChunkLayout lay = five_tensors();
+  lay.pack(16);
+  ChunkStore store(std::move(lay));
+  HostAllocator unused;
+  RecordingPolicy policy(unused);
+  store.set_policy(&policy);
+  store.begin_step(2);
+  store.mark_grad_ready(3, 0);
+  EXPECT_TRUE(policy.ready.empty());  // chunk 1 also holds e
+  store.mark_grad_ready(4, 0);
+  EXPECT_EQ(policy.ready.size(), 1u);
+  EXPECT_EQ(policy.ready[0], std::make_tuple(1, 0, false));  // complete for mb 0 only
+  EXPECT_EQ(store.state(4), TensorState::HOLD);
+  store.mark_grad_ready(4, 1);
+  store.mark_grad_ready(3, 1);
+  EXPECT_EQ(policy.ready.back(), std::make_tuple(1, 1, true));
+  EXPECT_EQ(store.state(3), TensorState::READY_FOR_REDUCE);
+  EXPECT_THROW(store.mark_grad_ready(3, 1), Error);  // more contributions than micro-batches
+  EXPECT_THROW(store.mark_grad_ready(0, 2), Error);  // no micro-batch 2 in this step
+  store.begin_step(1);
   EXPECT_EQ(store.state(3), TensorState::HOLD);
+  EXPECT_FALSE(store.grads_complete(1));
 }

@@ -52,7 +52,7 @@ std::vector<std::string> small_run(const std::string& dir) {
           "out_dir=" + dir,
           "optimizer.params.lr=1e-2",
           "log.progress=false",
-          "eval.steps=2"};
+          "eval.sequences=8"};
 }
 
 }  // namespace

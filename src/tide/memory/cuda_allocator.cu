@@ -1,0 +1,48 @@
+// Device memory for chunks: cudaMalloc'd and zero-filled, counted like every allocator.
+// Compiled only in CUDA builds (allocator.cpp has the CPU-only fallback).
+#include <cuda_runtime.h>
+
+#include "tide/core/error.h"
+#include "tide/memory/allocator.h"
+
+namespace tide {
+namespace {
+
+class CudaAllocator : public Allocator {
+ public:
+  CudaAllocator(Device device, size_t limit) : device_(device) { limit_ = limit; }
+  Device device() const override { return device_; }
+  Tier tier() const override { return Tier::COMPUTE; }
+  std::string name() const override { return device_.str(); }
+
+ protected:
+  void* do_allocate(size_t bytes) override {
+    void* p = nullptr;
+    if (cudaSetDevice(device_.index) != cudaSuccess) return nullptr;
+    if (cudaMalloc(&p, bytes) != cudaSuccess) {
+      cudaGetLastError();  // clear the sticky error: out of memory is reported by the caller
+      return nullptr;
+    }
+    if (cudaMemset(p, 0, bytes) != cudaSuccess) {
+      cudaFree(p);
+      return nullptr;
+    }
+    return p;
+  }
+  void do_free(void* p, size_t) override {
+    cudaSetDevice(device_.index);
+    cudaFree(p);
+  }
+
+ private:
+  Device device_;
+};
+
+}  // namespace
+
+std::unique_ptr<Allocator> make_cuda_allocator(Device device, size_t limit_bytes) {
+  TIDE_CHECK(device.is_cuda(), "make_cuda_allocator needs a CUDA device (got {})", device.str());
+  return std::make_unique<CudaAllocator>(device, limit_bytes);
+}
+
+}  // namespace tide

@@ -1,0 +1,31 @@
+#pragma once
+// PlacementPolicy: where chunks live and when they move. The chunk store calls these hooks;
+// ZeRO stages, offload and PatrickStar's automatic placement are policies, the model and the
+// engine never move memory themselves.
+//
+//   fetch(c, use)           acquire() found chunk c of PARAM not usable by ops: make it so
+//                           (allocate it on the compute tier; gather, copy or move it in).
+//   evict(c, use)           the last tensor of chunk c left COMPUTE: the policy may now free
+//                           or move the chunk (ZeRO-3 frees non-owned slices, offload copies
+//                           out) or keep it.
+//   on_grads_ready(c, mb)   every gradient of chunk c is complete for micro-batch mb (the store
+//                           says whether this completes the step: grads_complete(c)); the place
+//                           for gradient reduction and offload.
+//
+// The default (no policy) keeps everything resident where the store allocated it.
+
+namespace tide {
+
+class ChunkStore;
+
+enum class Use { FORWARD, BACKWARD };
+
+class PlacementPolicy {
+ public:
+  virtual ~PlacementPolicy() = default;
+  virtual void fetch(ChunkStore& store, int chunk, Use use) = 0;
+  virtual void evict(ChunkStore& store, int chunk, Use use) = 0;
+  virtual void on_grads_ready(ChunkStore& store, int chunk, int micro_batch) = 0;
+};
+
+}  // namespace tide

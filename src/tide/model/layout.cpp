@@ -1,0 +1,52 @@
+#include "tide/model/layout.h"
+
+#include "tide/core/error.h"
+
+namespace tide {
+
+const char* const kLayerParamNames[12] = {
+    "ln_1.weight",        "ln_1.bias",        "attn.c_attn.weight", "attn.c_attn.bias",
+    "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight",        "ln_2.bias",
+    "mlp.c_fc.weight",    "mlp.c_fc.bias",    "mlp.c_proj.weight",  "mlp.c_proj.bias"};
+
+int64_t vocab_rows_per_rank(const GPTConfig& config, int tp) {
+  return (int64_t{config.vocab_size} + tp - 1) / tp;
+}
+
+ChunkLayout make_layout(const GPTConfig& c, RankCoords at) {
+  c.validate();
+  TIDE_CHECK(at.tp >= 1 && at.tp_rank >= 0 && at.tp_rank < at.tp,
+             "tensor-parallel rank {} is outside a group of {}", at.tp_rank, at.tp);
+  TIDE_CHECK(at.pp >= 1 && at.stage >= 0 && at.stage < at.pp,
+             "pipeline stage {} is outside {} stages", at.stage, at.pp);
+  TIDE_CHECK(c.n_head % at.tp == 0,
+             "model.n_head {} does not divide over {} tensor-parallel ranks; pick a tensor "
+             "parallel size that divides it",
+             c.n_head, at.tp);
+  TIDE_CHECK(c.n_layer % at.pp == 0,
+             "model.n_layer {} does not divide over {} pipeline stages; pick a stage count that "
+             "divides it",
+             c.n_layer, at.pp);
+  const int64_t C = c.n_embd, t = at.tp;
+  const Shape layer_shapes[12] = {{C}, {C}, {3 * C / t, C}, {3 * C / t}, {C, C / t},     {C},
+                                  {C}, {C}, {4 * C / t, C}, {4 * C / t}, {C, 4 * C / t}, {C}};
+  const int64_t vocab_rows = vocab_rows_per_rank(c, at.tp);
+  ChunkLayout layout;
+  if (at.stage == 0) {
+    layout.add("wte", {vocab_rows, C}, true);
+    layout.add("wpe", {c.max_seq_len, C}, true);
+  }
+  const int per_stage = c.n_layer / at.pp;
+  for (int l = at.stage * per_stage; l < (at.stage + 1) * per_stage; ++l)
+    for (int i = 0; i < 12; ++i)
+      layout.add(fmt::format("h.{}.{}", l, kLayerParamNames[i]), layer_shapes[i],
+                 layer_shapes[i].ndim >= 2);  // decay matrices, not biases or norms
+  if (at.stage == at.pp - 1) {
+    layout.add("ln_f.weight", {C}, false);
+    layout.add("ln_f.bias", {C}, false);
+    if (at.pp > 1) layout.add("lm_head.weight", {vocab_rows, C}, true);
+  }
+  return layout;
+}
+
+}  // namespace tide

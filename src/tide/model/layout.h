@@ -1,0 +1,42 @@
+#pragma once
+// The per-rank parameter layout: the single source of truth for which tensors (and which
+// shards of them) a rank holds. The model's chunk store, the memory estimator and the
+// checkpoint all derive from it.
+//
+// GPT-2 under tensor parallelism over t ranks (Megatron-LM) and pipeline parallelism over p
+// stages, for the rank (tp_rank, stage):
+//   stage 0         wte (ceil(V/t), C) vocabulary-parallel, wpe (maxT, C) replicated
+//   each layer      ln_1, ln_2 (C) replicated;
+//                   attn.c_attn (3C/t, C) + bias (3C/t): column-parallel, heads split;
+//                   attn.c_proj (C, C/t) row-parallel, bias (C) replicated;
+//                   mlp.c_fc (4C/t, C) + bias (4C/t) column-parallel;
+//                   mlp.c_proj (C, 4C/t) row-parallel, bias (C) replicated
+//   last stage      ln_f (C); with p > 1 also lm_head.weight, the last stage's copy of the
+//                   tied wte (its gradient is summed with the first stage's)
+// Layers are split evenly over stages, in order. Tensors are declared in forward-use order,
+// which is the chunk packing order, so the next tensor needed is usually in the same chunk.
+// With t = p = 1 the sizes add up to GPTConfig::num_parameters().
+
+#include "tide/memory/chunk_layout.h"
+#include "tide/model/config.h"
+
+namespace tide {
+
+struct RankCoords {
+  int tp = 1;       // tensor-parallel degree
+  int tp_rank = 0;  // this rank's index in its tp group
+  int pp = 1;       // pipeline stages
+  int stage = 0;    // this rank's stage
+};
+
+// Names of a transformer layer's 12 parameters, in declaration order.
+extern const char* const kLayerParamNames[12];
+
+// Rows of the vocabulary-parallel token embedding on each of `tp` ranks.
+int64_t vocab_rows_per_rank(const GPTConfig& config, int tp);
+
+// The unpacked layout of rank `at`. Throws a tide::Error naming the fix when the model does
+// not divide over tp or pp (heads, hidden size, layers).
+ChunkLayout make_layout(const GPTConfig& config, RankCoords at = {});
+
+}  // namespace tide

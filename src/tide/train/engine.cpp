@@ -1,0 +1,182 @@
+#include "tide/train/engine.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+
+#include "tide/optim/grad_norm.h"
+#include "tide/train/optimizer_step.h"
+
+namespace tide {
+
+using pipeline::Op;
+
+pipeline::Schedule data_parallel_schedule(int micro_batches, bool split_backward) {
+  pipeline::Schedule s = pipeline::make_schedule("data-parallel", 1, micro_batches);
+  s.split_backward = split_backward;
+  for (int m = 0; m < micro_batches; ++m) {
+    s.actions[0].push_back(pipeline::F(m));
+    s.actions[0].push_back(pipeline::B(m));
+    s.actions[0].push_back(pipeline::W(m));
+  }
+  pipeline::add_communication(s);
+  return s;
+}
+
+// The gradient hook of data parallelism (ZeRO stage 0): a chunk complete for the whole step is
+// averaged over the group asynchronously while backward goes on with earlier blocks.
+class Engine::GradReduction : public PlacementPolicy {
+ public:
+  explicit GradReduction(ProcessGroup& dp) : dp_(dp) {}
+  void fetch(ChunkStore&, int chunk, Use) override {
+    TIDE_FAIL("chunk {} is not resident, and data parallelism keeps every chunk resident", chunk);
+  }
+  void evict(ChunkStore&, int, Use) override {}
+  void on_grads_ready(ChunkStore& store, int chunk, int) override {
+    if (dp_.size() > 1 && store.grads_complete(chunk))
+      pending.push_back(dp_.all_reduce_async(store.chunk(ChunkKind::GRAD, chunk), ReduceOp::Avg));
+  }
+  void wait_all() {
+    for (auto& w : pending) w->wait();
+  }
+  std::vector<WorkPtr> pending;
+
+ private:
+  ProcessGroup& dp_;
+};
+
+namespace {
+// Peak micro-batches between F and W, and peak (micro-batch, block) stashes between B and W.
+std::pair<int, int> in_flight(const pipeline::Schedule& s, int blocks) {
+  int mbs = 0, stashes = 0, peak_mbs = 0, peak_stashes = 0;
+  for (const pipeline::Action& a : s.actions[0]) {
+    if (a.op == Op::F) peak_mbs = std::max(peak_mbs, ++mbs);
+    if (a.op == Op::B && s.split_backward) stashes += blocks;
+    if (a.op == Op::W) {
+      if (s.split_backward) stashes -= blocks;
+      --mbs;
+    }
+    peak_stashes = std::max(peak_stashes, stashes);
+  }
+  return {peak_mbs, std::max(peak_stashes, 1)};  // fused B+W holds one stash at a time
+}
+}  // namespace
+
+Engine::Engine(GPT& model, std::shared_ptr<ProcessGroup> dp, pipeline::Schedule schedule, int B,
+               int T, OptimizerSettings optimizer)
+    : model_(model),
+      dp_(std::move(dp)),
+      schedule_(std::move(schedule)),
+      opt_(optimizer),
+      B_(B),
+      T_(T) {
+  pipeline::validate(schedule_);
+  TIDE_CHECK(schedule_.stages == 1 && schedule_.chunks == 1,
+             "the engine runs one-stage schedules; '{}' has {} stages x {} chunks (the pipeline "
+             "executor runs the others)",
+             schedule_.name, schedule_.stages, schedule_.chunks);
+  check_lr_schedule(opt_.lr);
+  const auto [mbs, stashes] = in_flight(schedule_, model_.num_blocks());
+  stash_ = StashPool(model_.stash_slot_bytes(B, T), stashes);
+  for (int i = 0; i < mbs; ++i) mbs_.push_back(model_.make_micro_batch(B, T, &stash_));
+  running_.assign(mbs, -1);
+  reduction_ = std::make_unique<GradReduction>(*dp_);
+  model_.store().set_policy(reduction_.get());
+}
+
+Engine::~Engine() {
+  reduction_->wait_all();  // never leave a collective writing into freed chunks
+  model_.store().set_policy(nullptr);
+}
+
+MicroBatch& Engine::micro_batch(int mb) {
+  for (size_t i = 0; i < running_.size(); ++i)
+    if (running_[i] == mb) return *mbs_[i];
+  TIDE_FAIL("micro-batch {} is not in flight", mb);
+}
+
+size_t Engine::activation_bytes() const {
+  size_t b = stash_.bytes();
+  for (const auto& mb : mbs_) b += mb->saved.capacity() + mb->workspace.capacity();
+  return b;
+}
+
+size_t Engine::activation_peak_bytes() const {
+  size_t b = stash_.slot_bytes() * static_cast<size_t>(stash_.peak_in_use());
+  for (const auto& mb : mbs_) b += mb->saved.peak() + mb->workspace.peak();
+  return b;
+}
+
+StepStats Engine::step(int64_t step, uint64_t seed, const BatchFn& batch) {
+  using Clock = std::chrono::steady_clock;
+  const auto t0 = Clock::now();
+  ChunkStore& store = model_.store();
+  const int M = schedule_.microbatches, L = model_.num_blocks();
+  store.zero(ChunkKind::GRAD);
+  store.begin_step(M);
+  const uint64_t sent_before = dp_->counters().bytes_sent;
+  double loss_sum = 0;
+  for (const pipeline::Action& a : schedule_.actions[0]) {
+    if (a.op == Op::F) {
+      const auto free = std::find(running_.begin(), running_.end(), -1);
+      TIDE_ASSERT(free != running_.end());
+      *free = a.mb;
+      MicroBatch& mb = *mbs_[free - running_.begin()];
+      batch(a.mb, mb.tokens.i32(), mb.targets.i32());
+      mb.training = true;
+      mb.seed = seed;
+      mb.step = static_cast<uint64_t>(step);
+      mb.index = a.mb;
+      // Global sequence numbering: micro-batch m of every rank, then rank r within it (the data
+      // loader's order), so dropout masks follow the sequence, not the split.
+      mb.seq0 = (static_cast<uint64_t>(a.mb) * dp_->size() + dp_->rank()) * B_;
+      mb.dloss = 1.0f / static_cast<float>(M);
+      loss_sum += model_.forward(mb);
+    } else if (a.op == Op::B) {
+      MicroBatch& mb = micro_batch(a.mb);
+      for (int i = L - 1; i >= 0; --i) {
+        model_.backward_input_block(mb, i);
+        if (!schedule_.split_backward) model_.backward_weight_block(mb, i, /*mark_grads=*/true);
+      }
+    } else if (a.op == Op::W) {
+      MicroBatch& mb = micro_batch(a.mb);
+      if (schedule_.split_backward)
+        for (int i = L - 1; i >= 0; --i) model_.backward_weight_block(mb, i, /*mark_grads=*/true);
+      *std::find(running_.begin(), running_.end(), a.mb) = -1;
+    }
+  }
+  const auto t_comm = Clock::now();
+  reduction_->wait_all();
+  StepStats st;
+  st.comm_seconds = std::chrono::duration<double>(Clock::now() - t_comm).count();
+  // Only gradient reductions have run on the group since sent_before.
+  st.grad_reductions = static_cast<int>(reduction_->pending.size());
+  st.grad_bytes_sent = dp_->counters().bytes_sent - sent_before;
+  reduction_->pending.clear();
+
+  // Global gradient norm over all chunks (padding is zero). Every rank holds the same averaged
+  // gradients, so every rank computes the same norm and takes the same step.
+  std::vector<GradBuffer> bufs;
+  for (int c = 0; c < store.layout().num_chunks(); ++c) {
+    const Tensor g = store.chunk(ChunkKind::GRAD, c);
+    bufs.push_back({g.data, g.dtype, g.numel()});
+  }
+  st.grad_norm = std::sqrt(grad_norm_squared(bufs));
+  TIDE_CHECK(std::isfinite(st.grad_norm),
+             "the gradient norm at step {} is not finite (NaN/Inf); lower the learning rate or "
+             "enable gradient_clipping",
+             step + 1);
+  const float clip = opt_.grad_clip > 0 ? clip_coefficient(st.grad_norm, opt_.grad_clip) : 1.0f;
+  st.lr = lr_at(step, opt_.lr);
+  AdamWHyper h = opt_.adamw;
+  h.lr = st.lr;
+  adamw_step(store, h, AdamWStep{step + 1, clip});
+
+  st.step = step + 1;
+  st.loss = static_cast<float>(loss_sum / M);
+  st.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  return st;
+}
+
+}  // namespace tide

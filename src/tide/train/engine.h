@@ -1,0 +1,88 @@
+#pragma once
+// Engine: runs one training step of one rank as the list of actions a pipeline::Schedule gives
+// that rank. Plain data parallelism is the one-stage schedule (F, B, W per micro-batch). The
+// engine owns what a step needs besides the model:
+//
+//   * micro-batches in flight: one MicroBatch (activation arenas) per micro-batch between its
+//     F and its W, as many as the schedule ever has at once;
+//   * the W stash pool: sized from the schedule, the sum over the (micro-batch, block) stashes
+//     in flight at once (one when B and W are fused, every block of every micro-batch whose B
+//     is done and W is not when the schedule defers W);
+//   * the gradient hooks (a PlacementPolicy): each chunk's gradients are averaged over the DP
+//     group as soon as they are complete for the step's last micro-batch, overlapping backward;
+//   * the optimizer: global gradient norm, clipping, learning rate, AdamW.
+//
+// The model does all parameter access through store.acquire/release; the engine never sets a
+// tensor state.
+
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "tide/comm/process_group.h"
+#include "tide/model/gpt.h"
+#include "tide/optim/adamw.h"
+#include "tide/optim/lr_schedule.h"
+#include "tide/pipeline/schedule.h"
+
+namespace tide {
+
+// The schedule of plain data parallelism: F(m), B(m), W(m) for every micro-batch in order.
+// `split_backward` = false runs B and W fused per block (the least memory).
+pipeline::Schedule data_parallel_schedule(int micro_batches, bool split_backward = false);
+
+struct OptimizerSettings {
+  AdamWHyper adamw;           // lr is replaced by the schedule's value each step
+  LrSchedule lr;              // warmup + cosine
+  float grad_clip = 1.0f;     // global-norm clipping; 0: off
+};
+
+struct StepStats {
+  int64_t step = 0;  // 1-based index of the step just taken
+  float loss = 0;    // mean training loss over this rank's micro-batches
+  float lr = 0;
+  double grad_norm = 0;     // before clipping
+  double seconds = 0;       // wall time of the step
+  double comm_seconds = 0;  // time spent waiting for gradient reductions after backward
+  int64_t tokens = 0;       // tokens in the global batch (set by the trainer)
+  // Data parallelism: gradient all-reduces issued this step (one per chunk, once per step) and
+  // the bytes this rank sent for them (the process group's counters).
+  int grad_reductions = 0;
+  uint64_t grad_bytes_sent = 0;
+};
+
+class Engine {
+ public:
+  // `dp` is the data-parallel group (size 1: a single rank). Micro-batches are (B,T).
+  Engine(GPT& model, std::shared_ptr<ProcessGroup> dp, pipeline::Schedule schedule, int B, int T,
+         OptimizerSettings optimizer);
+  ~Engine();
+
+  // Fills micro-batch `mb`'s tokens and targets (B,T).
+  using BatchFn = std::function<void(int mb, int32_t* inputs, int32_t* targets)>;
+  // One optimizer step, step index `step` (0-based, the step about to be taken).
+  StepStats step(int64_t step, uint64_t seed, const BatchFn& batch);
+
+  const pipeline::Schedule& schedule() const { return schedule_; }
+  int micro_batches_in_flight() const { return static_cast<int>(mbs_.size()); }
+  const StashPool& stash() const { return stash_; }
+  // Peak bytes of the activation arenas and the stash pool (allocated up front).
+  size_t activation_bytes() const;
+  size_t activation_peak_bytes() const;
+
+ private:
+  class GradReduction;
+  MicroBatch& micro_batch(int mb);  // the MicroBatch running micro-batch mb
+
+  GPT& model_;
+  std::shared_ptr<ProcessGroup> dp_;
+  pipeline::Schedule schedule_;
+  OptimizerSettings opt_;
+  int B_, T_;
+  StashPool stash_;
+  std::vector<std::unique_ptr<MicroBatch>> mbs_;  // pool, one per micro-batch in flight
+  std::vector<int> running_;                      // [pool index] -> micro-batch, -1 when free
+  std::unique_ptr<GradReduction> reduction_;
+};
+
+}  // namespace tide
