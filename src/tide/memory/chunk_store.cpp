@@ -23,8 +23,6 @@ ChunkStore::ChunkStore(ChunkLayout layout, StoreOptions options)
   const int n = layout_.num_chunks(), N = layout_.group_size();
   TIDE_CHECK(opt_.group_rank >= 0 && opt_.group_rank < N,
              "chunk group rank {} is outside a group of {}", opt_.group_rank, N);
-  TIDE_CHECK(!sliced(ChunkKind::PARAM) || !opt_.params_resident || N == 1,
-             "sliced parameters are gathered by a placement policy: set params_resident = false");
   if (!opt_.compute) opt_.compute = host_.get();
   if (!opt_.optimizer) opt_.optimizer = host_.get();
   const bool alias_master = opt_.compute_dtype == DType::F32;
@@ -115,7 +113,8 @@ void ChunkStore::zero(ChunkKind k) {
 
 void ChunkStore::allocate_chunk(ChunkKind k, int c, Allocator& alloc) {
   Chunk& ch = at(k, c);
-  TIDE_CHECK(ch.data == nullptr, "{} chunk {} is already resident", chunk_kind_name(k), c);
+  TIDE_CHECK(ch.data == nullptr, "{} chunk {} is already resident (free it first)",
+             chunk_kind_name(k), c);
   ch.begin = 0;
   ch.elems = layout_.chunk_elems(c);
   ch.alloc = &alloc;
@@ -155,12 +154,12 @@ void ChunkStore::set_state(int id, TensorState s) {
 void ChunkStore::acquire(std::span<const int> ids, Use use) {
   for (int id : ids) {
     const int c = layout_.slot(id).chunk;
-    if (!resident(ChunkKind::PARAM, c)) {
+    if (!whole(ChunkKind::PARAM, c)) {
       TIDE_CHECK(policy_ != nullptr,
                  "tensor '{}' is not resident and no placement policy can fetch chunk {}",
                  layout_.slot(id).name, c);
       policy_->fetch(*this, c, use);
-      TIDE_CHECK(resident(ChunkKind::PARAM, c), "the placement policy did not fetch chunk {}", c);
+      TIDE_CHECK(whole(ChunkKind::PARAM, c), "the placement policy did not fetch chunk {}", c);
     }
     if (users_[id]++ == 0) {
       set_state(id, TensorState::COMPUTE);

@@ -45,6 +45,7 @@ struct StoreOptions {
   Allocator* compute = nullptr;
   Allocator* optimizer = nullptr;
   // false: PARAM chunks start unallocated; the placement policy's fetch() brings them in.
+  // (A sliced PARAM kind starts with only this rank's slice; fetch() gathers the rest.)
   bool params_resident = true;
 };
 
@@ -80,6 +81,10 @@ class ChunkStore {
   Tensor slice(ChunkKind k, int c) const;
   const Chunk& chunk_info(ChunkKind k, int c) const { return chunks_[static_cast<int>(k)][c]; }
   bool resident(ChunkKind k, int c) const { return chunk_info(k, c).data != nullptr; }
+  // Resident and whole (not just this rank's slice): what ops need.
+  bool whole(ChunkKind k, int c) const {
+    return resident(k, c) && chunk_info(k, c).elems == layout_.chunk_elems(c);
+  }
   void zero(ChunkKind k);
 
   // Placement primitives, for policies: allocate chunk c of kind k whole (zero-filled) from
@@ -94,7 +99,7 @@ class ChunkStore {
   // --- use of parameters -------------------------------------------------------------------
   void set_policy(PlacementPolicy* policy) { policy_ = policy; }
   // Tensors `ids` are about to be used by ops: each joins COMPUTE (one more user), and every
-  // chunk of theirs that is not resident is fetched by the policy first.
+  // chunk of theirs that is not resident whole is fetched by the policy first.
   void acquire(std::span<const int> ids, Use use);
   // The ops are done with `ids`: one user less each; a tensor with none left goes to
   // HOLD_AFTER_FWD / HOLD_AFTER_BWD, and a chunk with no tensor in COMPUTE is offered to the

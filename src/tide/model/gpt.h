@@ -61,8 +61,11 @@ class GPT {
   void backward(MicroBatch& mb, bool mark_grads = false);
 
   // Per-block parts, for the engine and pipeline executors. Any order is legal that runs
-  // F(mb, i) after F(mb, i-1), B(mb, i) after B(mb, i+1), and W(mb, i) after B(mb, i); for
-  // gradients bitwise equal to the fused order, run the W of a block in micro-batch order.
+  // F(mb, i) after F(mb, i-1), B(mb, i) after B(mb, i+1), and W(mb, i) after B(mb, i). For
+  // gradients bitwise equal to the fused order, each parameter must receive its W
+  // contributions in micro-batch order: the tied wte is written by the head's and the
+  // embedding's W, so W(embedding, m) must run before W(head, m+1) (running W a micro-batch at
+  // a time, as the engine does, guarantees it).
   void forward_block(MicroBatch& mb, int i);
   void backward_input_block(MicroBatch& mb, int i);
   void backward_weight_block(MicroBatch& mb, int i, bool mark_grads);

@@ -1,0 +1,159 @@
+// Model-state memory as the allocators count it, against ZeRO's ideal, and the model running
+// with parameters that are resident only while acquired (a placement policy fetching them into
+// a budgeted stand-in for device memory).
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <set>
+
+#include "tide/core/rng.h"
+#include "tide/model/gpt.h"
+
+using namespace tide;
+
+namespace {
+
+// Kinds each ZeRO stage slices across the DP group.
+unsigned sliced_kinds(int stage) {
+  unsigned k = 0;
+  if (stage >= 1)
+    k |= kind_bit(ChunkKind::MASTER) | kind_bit(ChunkKind::ADAM_M) | kind_bit(ChunkKind::ADAM_V);
+  if (stage >= 2) k |= kind_bit(ChunkKind::GRAD);
+  if (stage >= 3) k |= kind_bit(ChunkKind::PARAM);
+  return k;
+}
+
+}  // namespace
+
+// Rank N-1 of N allocates its model states for GPT-2 124M's layout; the bytes its allocator
+// counts are within 1% of ZeRO's ideal (every kind: psi x bytes per element, divided by N when
+// the stage partitions it). The group is a stand-in: no other rank exists, and the allocations
+// are never touched, so measuring 124M parameters costs no memory.
+TEST(ModelMemory, AllocatedBytesAreWithinOnePercentOfTheIdealForAnyGroupSize) {
+  const ChunkLayout base = make_layout(GPTConfig::preset("gpt2-124m"));
+  const double psi = static_cast<double>(base.num_params());
+  for (DType compute : {DType::F32, DType::BF16})
+    for (int64_t target : {int64_t{0}, int64_t{4} << 20})
+      for (int N : {1, 2, 3, 8, 64})
+        for (int stage = 0; stage <= 3; ++stage) {
+          ChunkLayout lay = base;
+          lay.pack(target, N);
+          HostAllocator counter;
+          StoreOptions o;
+          o.compute_dtype = compute;
+          o.group_rank = N - 1;
+          o.sliced_kinds = sliced_kinds(stage);
+          o.compute = o.optimizer = &counter;
+          ChunkStore store(std::move(lay), o);
+          const double p16 = static_cast<double>(dtype_size(compute));
+          auto part = [&](ChunkKind k) { return store.sliced(k) ? psi / N : psi; };
+          // With f32 compute the master weights are the parameters (no bytes of their own).
+          const double master = compute == DType::F32 ? 0.0 : 4.0 * part(ChunkKind::MASTER);
+          const double ideal = p16 * (part(ChunkKind::PARAM) + part(ChunkKind::GRAD)) + master +
+                               4.0 * (part(ChunkKind::ADAM_M) + part(ChunkKind::ADAM_V));
+          const double ratio = static_cast<double>(counter.allocated()) / ideal;
+          EXPECT_LE(ratio, 1.01) << dtype_name(compute) << ", target " << target << ", N " << N
+                                 << ", stage " << stage;
+          EXPECT_GE(ratio, 1.0) << "fewer bytes than the parameters need";
+          EXPECT_EQ(counter.allocated(), store.total_bytes());
+        }
+}
+
+namespace {
+
+GPTConfig small_config() {
+  GPTConfig c;
+  c.n_layer = 3;
+  c.n_head = 2;
+  c.n_embd = 32;
+  c.vocab_size = 53;
+  c.max_seq_len = 8;
+  c.dropout = 0.1f;
+  return c;
+}
+
+// Keeps every parameter chunk on the host and copies it into the budgeted "device" only while
+// some op uses it (forward and backward only read parameters, so eviction just frees).
+struct FetchOnUse : PlacementPolicy {
+  FetchOnUse(Allocator& device, const ChunkStore& source) : device(device) {
+    for (int c = 0; c < source.layout().num_chunks(); ++c) {
+      const Tensor t = source.chunk(ChunkKind::PARAM, c);
+      host.emplace_back(t.f32(), t.f32() + t.numel());
+    }
+  }
+  void fetch(ChunkStore& s, int c, Use) override {
+    ++fetches;
+    s.allocate_chunk(ChunkKind::PARAM, c, device);
+    std::memcpy(s.chunk(ChunkKind::PARAM, c).data, host[c].data(), host[c].size() * 4);
+    size_t resident = 0;
+    for (int k = 0; k < s.layout().num_chunks(); ++k)
+      resident += s.resident(ChunkKind::PARAM, k) ? s.layout().chunk_elems(k) * 4 : 0;
+    peak_param_bytes = std::max(peak_param_bytes, resident);
+  }
+  void evict(ChunkStore& s, int c, Use) override { s.free_chunk(ChunkKind::PARAM, c); }
+  void on_grads_ready(ChunkStore&, int, int) override {}
+  Allocator& device;
+  std::vector<std::vector<float>> host;
+  int fetches = 0;
+  size_t peak_param_bytes = 0;
+};
+
+void fill(MicroBatch& mb) {
+  const PhiloxStream rng{3, 4};
+  for (int64_t i = 0; i < mb.tokens.numel(); ++i) {
+    mb.tokens.i32()[i] = static_cast<int32_t>(rng.uint(2 * i) % 53);
+    mb.targets.i32()[i] = static_cast<int32_t>(rng.uint(2 * i + 1) % 53);
+  }
+  mb.seed = 11;
+  mb.step = 2;
+}
+
+}  // namespace
+
+TEST(ModelMemory, RunsWithParametersResidentOnlyWhileAcquired) {
+  const int64_t target = 4096;  // several chunks
+  GPT ref(small_config(), ActivationPolicy::SELECTIVE, target, false);
+  ref.init_weights(21);
+
+  const ChunkLayout& lay = ref.store().layout();
+  const size_t param_bytes = lay.total_elems() * 4, grad_bytes = param_bytes;
+  // The budget holds the gradients and the chunks of the block with the largest footprint:
+  // the least that can run with one block's parameters resident at a time.
+  size_t block_bytes = 0;
+  for (int i = 0; i < ref.num_blocks(); ++i) {
+    std::set<int> chunks;
+    for (int id : ref.block(i).param_ids()) chunks.insert(lay.slot(id).chunk);
+    size_t b = 0;
+    for (int c : chunks) b += lay.chunk_elems(c) * 4;
+    block_bytes = std::max(block_bytes, b);
+  }
+  ASSERT_LT(block_bytes, param_bytes / 2) << "the test model should span many chunks";
+  BudgetedAllocator device(grad_bytes + block_bytes);
+  ModelOptions o;
+  o.chunk_elems = target;
+  o.store.with_optimizer = false;
+  o.store.params_resident = false;
+  o.store.compute = &device;
+  GPT gpt(small_config(), ActivationPolicy::SELECTIVE, o);
+  FetchOnUse policy(device, ref.store());
+  gpt.store().set_policy(&policy);
+  for (int c = 0; c < lay.num_chunks(); ++c) EXPECT_FALSE(gpt.store().resident(ChunkKind::PARAM, c));
+
+  auto run = [](GPT& m) {
+    auto mb = m.make_micro_batch(2, 8);
+    fill(*mb);
+    const float loss = m.forward(*mb);
+    m.backward(*mb);
+    return loss;
+  };
+  const float want = run(ref), got = run(gpt);
+  EXPECT_EQ(std::memcmp(&want, &got, 4), 0) << want << " vs " << got;
+  for (int c = 0; c < lay.num_chunks(); ++c) {
+    const Tensor a = ref.store().chunk(ChunkKind::GRAD, c), b = gpt.store().chunk(ChunkKind::GRAD, c);
+    EXPECT_EQ(std::memcmp(a.data, b.data, a.nbytes()), 0) << "gradients of chunk " << c;
+    EXPECT_FALSE(gpt.store().resident(ChunkKind::PARAM, c)) << "chunk " << c << " left resident";
+  }
+  EXPECT_GT(policy.fetches, lay.num_chunks());  // fetched again for backward
+  EXPECT_LE(policy.peak_param_bytes, block_bytes);
+  EXPECT_LE(device.peak(), device.limit());
+}
