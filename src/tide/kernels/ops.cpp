@@ -3,6 +3,7 @@
 // The kernels behind it (cpu::, later cuda::) trust their arguments.
 #include "tide/kernels/ops.h"
 
+#include <array>
 #include <string>
 
 #include "tide/core/error.h"
@@ -267,6 +268,28 @@ void matmul_backward_weight(const OpContext& ctx, Tensor dweight, Tensor dbias, 
 // ---- attention -------------------------------------------------------------------------
 
 namespace {
+// The global coordinates of a dropout spec (ops.h) place a tensor with T positions and W
+// columns (features, or heads for attention) inside the global activation.
+void check_dropout_coordinates(const OpCheck& ck, const DropoutSpec& d, int64_t T, int64_t W,
+                               const char* columns) {
+  TIDE_CHECK(d.pos0 >= 0 && d.col0 >= 0 && d.seq_stride >= 0 && d.width_full >= 0,
+             "{}: dropout coordinates must not be negative (pos0={}, col0={}, seq_stride={}, "
+             "width_full={})",
+             ck.op, d.pos0, d.col0, d.seq_stride, d.width_full);
+  const int64_t S = d.seq_stride > 0 ? d.seq_stride : T;
+  const int64_t Wf = d.width_full > 0 ? d.width_full : W;
+  TIDE_CHECK(d.pos0 + T <= S,
+             "{}: the tensor's positions pos0..pos0+T-1 = {}..{} lie outside the sequence of "
+             "seq_stride={} positions; set seq_stride to the full sequence length (0 means T={})",
+             ck.op, d.pos0, d.pos0 + T - 1, S, T);
+  TIDE_CHECK(d.col0 + W <= Wf,
+             "{}: the tensor's {} col0..col0+{}-1 = {}..{} lie outside width_full={}; set "
+             "width_full to the unsharded count (0 means the tensor's {})",
+             ck.op, columns, W, d.col0, d.col0 + W - 1, Wf, W);
+}
+}  // namespace
+
+namespace {
 // Checks shared by attention forward and backward; returns B, T, C.
 struct AttentionDims {
   int64_t B, T, C;
@@ -286,6 +309,7 @@ AttentionDims check_attention(const OpCheck& ck, const Tensor& qkv, const Tensor
   TIDE_CHECK(dropout.p >= 0.0f && dropout.p < 1.0f,
              "{}: dropout probability {} must be in [0, 1); set attn dropout in that range", ck.op,
              dropout.p);
+  check_dropout_coordinates(ck, dropout, T, n_head, "heads");
   const Shape att_shape{B, n_head, T, T};
   ck.tensor(preatt, "preatt", DType::F32, att_shape, "(B,NH,T,T)");
   ck.tensor(att, "att", DType::F32, att_shape, "(B,NH,T,T)");
@@ -359,31 +383,40 @@ void residual_backward(const OpContext& ctx, Tensor da, Tensor db, Tensor dout) 
 }
 
 namespace {
-void check_dropout_p(const OpCheck& ck, const DropoutSpec& dropout) {
+// Dropout takes (B,T,W), or (N,W) read as (1,N,W); returns {B, T, W}.
+std::array<int64_t, 3> check_dropout(const OpCheck& ck, const Tensor& x, const char* name,
+                                     const DropoutSpec& dropout) {
   TIDE_CHECK(dropout.p >= 0.0f && dropout.p < 1.0f,
              "{}: dropout probability {} must be in [0, 1); set dropout in that range", ck.op,
              dropout.p);
+  ck.tensor(x, name, DType::F32);
+  TIDE_CHECK(x.ndim() == 2 || x.ndim() == 3,
+             "{}: tensor '{}' has shape {} but must be (B,T,W) or (N,W) (read as (1,N,W))", ck.op,
+             name, x.shape.str());
+  const std::array<int64_t, 3> btw = x.ndim() == 3
+                                         ? std::array<int64_t, 3>{x.dim(0), x.dim(1), x.dim(2)}
+                                         : std::array<int64_t, 3>{1, x.dim(0), x.dim(1)};
+  check_dropout_coordinates(ck, dropout, btw[1], btw[2], "columns");
+  return btw;
 }
 }  // namespace
 
 void dropout_forward(const OpContext& ctx, Tensor out, Tensor inp, const DropoutSpec& dropout) {
   const OpCheck ck{"dropout_forward", ctx};
-  check_dropout_p(ck, dropout);
-  ck.tensor(inp, "inp", DType::F32);
+  const auto [B, T, W] = check_dropout(ck, inp, "inp", dropout);
   ck.tensor(out, "out", DType::F32, inp.shape, "the shape of inp");
-  TIDE_RUN_ON_CUDA(
-      ck, cuda::dropout_forward(ctx.device.index, out.f32(), inp.f32(), inp.numel(), dropout));
-  cpu::dropout_forward(out.f32(), inp.f32(), inp.numel(), dropout);
+  TIDE_RUN_ON_CUDA(ck,
+                   cuda::dropout_forward(ctx.device.index, out.f32(), inp.f32(), B, T, W, dropout));
+  cpu::dropout_forward(out.f32(), inp.f32(), B, T, W, dropout);
 }
 
 void dropout_backward(const OpContext& ctx, Tensor dinp, Tensor dout, const DropoutSpec& dropout) {
   const OpCheck ck{"dropout_backward", ctx};
-  check_dropout_p(ck, dropout);
-  ck.tensor(dout, "dout", DType::F32);
+  const auto [B, T, W] = check_dropout(ck, dout, "dout", dropout);
   ck.tensor(dinp, "dinp", DType::F32, dout.shape, "the shape of dout");
   TIDE_RUN_ON_CUDA(
-      ck, cuda::dropout_backward(ctx.device.index, dinp.f32(), dout.f32(), dout.numel(), dropout));
-  cpu::dropout_backward(dinp.f32(), dout.f32(), dout.numel(), dropout);
+      ck, cuda::dropout_backward(ctx.device.index, dinp.f32(), dout.f32(), B, T, W, dropout));
+  cpu::dropout_backward(dinp.f32(), dout.f32(), B, T, W, dropout);
 }
 
 // ---- cross-entropy ---------------------------------------------------------------------

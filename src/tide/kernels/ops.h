@@ -30,17 +30,26 @@ struct OpContext {
   Arena* scratch = nullptr;
 };
 
-// Identifies one dropout site so that a recomputation regenerates the same mask.
-// Global coordinates. An activation (B,T,W) holds sequences seq0..seq0+B-1 of the step's
-// global batch, positions pos0..pos0+T-1 of each, and features col0..col0+W-1 of the
-// unsharded width width_full. Element (b,t,j) is counter
-//   ((seq0 + b) * seq_stride + pos0 + t) * width_full + col0 + j
-// For attention probabilities (B,NH,T,T), width_full/col0 count heads and the element
-// (b,h,t,u) is counter (((seq0 + b) * width_full + col0 + h) * seq_stride + pos0 + t) * seq_stride + u.
+// One dropout site and where a tensor sits in the step's global activation. The mask of an
+// element depends only on its GLOBAL coordinates, so a recomputation, a data-parallel rank, an
+// accumulation split, a tensor- or sequence-parallel shard all draw, for the same element, the
+// mask of the plain single-rank run. The element at counter k (formulas below) is kept when
+// PhiloxStream{seed, stream}.uniform(k) >= p, and kept elements are scaled by 1/(1-p).
+// The defaults (seq0 = pos0 = col0 = 0, seq_stride = T, width_full = W or NH) describe a tensor
+// that is the whole activation. The ops reject coordinates outside the global activation
+// (negative values, pos0 + T > seq_stride, col0 + W > width_full). For attention, u is the key
+// position: the op holds all keys 0..T-1 of its queries.
 struct DropoutSpec {
-  float p = 0.0f;          // probability of zeroing; 0 disables dropout
-  uint64_t seed = 0;       // run seed
-  uint64_t stream = 0;     // rng_stream_id(step, layer, site): one stream per site and step
+  float p = 0.0f;       // probability of zeroing; 0 disables dropout
+  uint64_t seed = 0;    // run seed
+  uint64_t stream = 0;  // rng_stream_id(step, layer, site): one stream per site and step
+  // Global coordinates. An activation (B,T,W) holds sequences seq0..seq0+B-1 of the step's
+  // global batch, positions pos0..pos0+T-1 of each, and features col0..col0+W-1 of the
+  // unsharded width width_full. Element (b,t,j) is counter
+  //   ((seq0 + b) * seq_stride + pos0 + t) * width_full + col0 + j
+  // For attention probabilities (B,NH,T,T), width_full/col0 count heads and the element
+  // (b,h,t,u) is counter (((seq0 + b) * width_full + col0 + h) * seq_stride + pos0 + t) *
+  // seq_stride + u.
   uint64_t seq0 = 0;
   int64_t pos0 = 0;
   int64_t seq_stride = 0;  // positions per sequence (the full sequence length); 0 = the tensor's T
@@ -79,6 +88,7 @@ void matmul_backward_weight(const OpContext& ctx, Tensor dweight, Tensor dbias, 
 // qkv(B,T,3C) holds q, k, v side by side (as GPT-2's c_attn produces them).
 // att(B,NH,T,T): softmax(q k^T / sqrt(HS)) with the causal mask, after dropout (saved for
 // backward); preatt(B,NH,T,T): the probabilities before dropout. out(B,T,C) = att @ v.
+// Dropout counters follow DropoutSpec's attention rule (width_full/col0 count heads).
 void attention_forward(const OpContext& ctx, Tensor out, Tensor preatt, Tensor att, Tensor qkv,
                        int n_head, const DropoutSpec& dropout);
 // dqkv(B,T,3C) += gradient; uses preatt/att from the forward (same dropout spec).
@@ -93,9 +103,12 @@ void gelu_backward(const OpContext& ctx, Tensor dinp, Tensor dout, Tensor inp);
 void residual_forward(const OpContext& ctx, Tensor out, Tensor a, Tensor b);
 // da += dout, db += dout
 void residual_backward(const OpContext& ctx, Tensor da, Tensor db, Tensor dout);
-// out = inp * mask / (1-p), mask_i = uniform_i >= p (inverted dropout). out may alias inp.
+// out = inp * mask / (1-p), mask = uniform(counter) >= p (inverted dropout; counters from the
+// global coordinates, see DropoutSpec). inp is (B,T,W), or (N,W) read as (1,N,W): one
+// "sequence" of N rows, so with seq0 = pos0 = 0 and seq_stride = T a flattened (B*T,W) view
+// draws the mask of the (B,T,W) tensor. out may alias inp.
 void dropout_forward(const OpContext& ctx, Tensor out, Tensor inp, const DropoutSpec& dropout);
-// dinp += dout * mask / (1-p), the mask regenerated from the spec.
+// dinp += dout * mask / (1-p), the mask regenerated from the spec (same shapes as forward).
 void dropout_backward(const OpContext& ctx, Tensor dinp, Tensor dout, const DropoutSpec& dropout);
 
 // ---- fused softmax + cross-entropy -----------------------------------------------------

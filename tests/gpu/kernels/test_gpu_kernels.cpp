@@ -283,9 +283,12 @@ std::vector<OpCase> matmul_cases() {
 std::vector<OpCase> attention_cases() {
   std::vector<OpCase> cases;
   for (auto [B, T, C, NH] : {std::array<int64_t, 4>{2, 37, 48, 4}, {1, 64, 64, 2}, {1, 1, 8, 1}}) {
-    for (float p : {0.0f, 0.2f}) {
-      const DropoutSpec dropout{p, 1234, 99};
-      const std::string dims = fmt::format("B={} T={} C={} NH={} p={}", B, T, C, NH, p);
+    for (auto [p, sharded] : {std::pair{0.0f, false}, {0.2f, false}, {0.2f, true}}) {
+      // Sharded: sequences 2.., positions 3.. of T+5, heads 1.. of NH+3 (global coordinates).
+      const DropoutSpec dropout =
+          sharded ? DropoutSpec{p, 1234, 99, 2, 3, T + 5, NH + 3, 1} : DropoutSpec{p, 1234, 99};
+      const std::string dims =
+          fmt::format("B={} T={} C={} NH={} p={}{}", B, T, C, NH, p, sharded ? " sharded" : "");
       const int nh = static_cast<int>(NH);
       HostTensor qkv = randn("qkv", {B, T, 3 * C}, 40);
       // preatt/att from the CPU forward, so that both backward runs start from the same ones.
@@ -340,28 +343,37 @@ std::vector<OpCase> pointwise_cases() {
                        residual_backward(ctx, t[0], t[1], t[2]);
                      },
                      0.0});
-    // Dropout masks must be the CPU's bit for bit: the outputs are compared exactly.
+  }
+  // Dropout masks must be the CPU's bit for bit: the outputs are compared exactly. Shapes
+  // (B,T,W) with rows not a multiple of 4 long, and specs with and without global coordinates
+  // (rows then start at counters that are not multiples of 4).
+  for (auto [B, T, W] : {std::array<int64_t, 3>{1, 1, 1}, {3, 7, 143}, {2, 16, 128}}) {
     for (float p : {0.0f, 0.1f, 0.5f}) {
-      const DropoutSpec d{p, 77, 5};
-      const std::string name = fmt::format("{} p={}", dims, p);
-      cases.push_back({"dropout_forward " + name,
-                       {zeros("out", {n}), randn("inp", {n}, 59)},
-                       [d](const OpContext& ctx, const std::vector<Tensor>& t) {
-                         dropout_forward(ctx, t[0], t[1], d);
-                       },
-                       0.0});
-      cases.push_back({"dropout_forward in place " + name,
-                       {randn("x", {n}, 60)},
-                       [d](const OpContext& ctx, const std::vector<Tensor>& t) {
-                         dropout_forward(ctx, t[0], t[0], d);
-                       },
-                       0.0});
-      cases.push_back({"dropout_backward " + name,
-                       {randn("dinp", {n}, 61), randn("dout", {n}, 62)},
-                       [d](const OpContext& ctx, const std::vector<Tensor>& t) {
-                         dropout_backward(ctx, t[0], t[1], d);
-                       },
-                       0.0});
+      for (bool sharded : {false, true}) {
+        const DropoutSpec d =
+            sharded ? DropoutSpec{p, 77, 5, 3, 5, T + 9, W + 30, 13} : DropoutSpec{p, 77, 5};
+        const Shape shape{B, T, W};
+        const std::string name =
+            fmt::format("B={} T={} W={} p={}{}", B, T, W, p, sharded ? " sharded" : "");
+        cases.push_back({"dropout_forward " + name,
+                         {zeros("out", shape), randn("inp", shape, 59)},
+                         [d](const OpContext& ctx, const std::vector<Tensor>& t) {
+                           dropout_forward(ctx, t[0], t[1], d);
+                         },
+                         0.0});
+        cases.push_back({"dropout_forward in place " + name,
+                         {randn("x", shape, 60)},
+                         [d](const OpContext& ctx, const std::vector<Tensor>& t) {
+                           dropout_forward(ctx, t[0], t[0], d);
+                         },
+                         0.0});
+        cases.push_back({"dropout_backward " + name,
+                         {randn("dinp", shape, 61), randn("dout", shape, 62)},
+                         [d](const OpContext& ctx, const std::vector<Tensor>& t) {
+                           dropout_backward(ctx, t[0], t[1], d);
+                         },
+                         0.0});
+      }
     }
   }
   return cases;
@@ -462,6 +474,33 @@ TEST(PhiloxCuh, DropoutMultipliersEqualCpuRule) {
     }
     // The mask is not trivial: about p of the elements are dropped.
     EXPECT_NEAR(static_cast<double>(dropped) / n, p, 0.03) << "p=" << p;
+  }
+}
+
+// The CUDA row counters (philox.cuh) equal the CPU's (cpu/dropout_mask.h), defaults resolved
+// on the host as common.cuh's dropout_params does.
+TEST(PhiloxCuh, RowCountersEqualCpu) {
+  const int64_t T = 13, W = 37, NH = 5;
+  for (bool sharded : {false, true}) {
+    const DropoutSpec spec =
+        sharded ? DropoutSpec{0.1f, 1, 2, 1000003, 7, 41, 4099, 123} : DropoutSpec{0.1f, 1, 2};
+    auto params = [&](int64_t width) {
+      cuda::DropoutParams d;
+      d.seq0 = spec.seq0;
+      d.pos0 = spec.pos0;
+      d.seq_stride = spec.seq_stride > 0 ? spec.seq_stride : T;
+      d.width_full = spec.width_full > 0 ? spec.width_full : width;
+      d.col0 = spec.col0;
+      return d;
+    };
+    const cuda::DropoutParams act = params(W), heads = params(NH);
+    for (int64_t b = 0; b < 3; ++b)
+      for (int64_t t = 0; t < T; ++t) {
+        ASSERT_EQ(cuda::dropout_row_counter(act, b, t), cpu::dropout_row_counter(spec, T, W, b, t));
+        for (int64_t h = 0; h < NH; ++h)
+          ASSERT_EQ(cuda::attention_dropout_row_counter(heads, b, h, t),
+                    cpu::attention_dropout_row_counter(spec, T, NH, b, h, t));
+      }
   }
 }
 

@@ -68,12 +68,13 @@ TEST(Dropout, BackwardMatchesFiniteDifferences) {
 }
 
 TEST(Dropout, KeepRateScaleAndReproducibleMask) {
-  const int n = 200003;  // not a multiple of the block size or of 4
+  const int n = 200003;  // one row of n columns: not a multiple of the block size or of 4
   const DropoutSpec spec{0.3f, 42, rng_stream_id(10, 0, 2)};
   std::vector<float> inp(n, 1.0f), out(n), again(n), in_place(n, 1.0f);
-  dropout_forward(cpu_ctx(), view(out, {n}), view(inp, {n}), spec);
-  dropout_forward(cpu_ctx(), view(again, {n}), view(inp, {n}), spec);
-  dropout_forward(cpu_ctx(), view(in_place, {n}), view(in_place, {n}), spec);  // out aliases inp
+  dropout_forward(cpu_ctx(), view(out, {1, n}), view(inp, {1, n}), spec);
+  dropout_forward(cpu_ctx(), view(again, {1, n}), view(inp, {1, n}), spec);
+  dropout_forward(cpu_ctx(), view(in_place, {1, n}), view(in_place, {1, n}),
+                  spec);  // out aliases inp
   EXPECT_EQ(out, again);
   EXPECT_EQ(out, in_place);
 
@@ -81,7 +82,7 @@ TEST(Dropout, KeepRateScaleAndReproducibleMask) {
   const float scale = 1.0f / (1.0f - spec.p);
   int kept = 0;
   for (int i = 0; i < n; ++i) {
-    const bool keep = rng.uniform(i) >= spec.p;
+    const bool keep = rng.uniform(i) >= spec.p;  // default coordinates: counter = flat index
     ASSERT_EQ(out[i], keep ? scale : 0.0f) << "element " << i;
     kept += keep;
   }
@@ -89,14 +90,14 @@ TEST(Dropout, KeepRateScaleAndReproducibleMask) {
 
   // The backward regenerates the same mask from the spec.
   std::vector<float> ones(n, 1.0f), dinp(n, 0.0f);
-  dropout_backward(cpu_ctx(), view(dinp, {n}), view(ones, {n}), spec);
+  dropout_backward(cpu_ctx(), view(dinp, {1, n}), view(ones, {1, n}), spec);
   EXPECT_EQ(dinp, out);
 
   // Another stream gives another mask; p = 0 is the identity.
   DropoutSpec other = spec;
   other.stream = rng_stream_id(10, 0, 3);
-  dropout_forward(cpu_ctx(), view(again, {n}), view(inp, {n}), other);
+  dropout_forward(cpu_ctx(), view(again, {1, n}), view(inp, {1, n}), other);
   EXPECT_NE(out, again);
-  dropout_forward(cpu_ctx(), view(again, {n}), view(inp, {n}), DropoutSpec{});
+  dropout_forward(cpu_ctx(), view(again, {1, n}), view(inp, {1, n}), DropoutSpec{});
   EXPECT_EQ(again, inp);
 }

@@ -4,8 +4,9 @@
 //   probs     = softmax(score)                 -> preatt(B,NH,T,T)
 //   att       = probs * mask / (1-p)           -> att(B,NH,T,T)  (== probs without dropout)
 //   out_t     = sum_t2 att[t2] * v_t2
-// Entries t2 > t of preatt and att are 0. The mask of element (b,h,t,t2) is stream element
-// ((b*NH + h)*T + t)*T + t2 of the dropout spec.
+// Entries t2 > t of preatt and att are 0. The mask of element (b,h,t,t2) is drawn at the
+// counter of its global coordinates (attention_dropout_row_counter + t2, see DropoutSpec), so
+// a shard of heads (col0) or of sequences (seq0) draws the single-rank run's mask.
 #include <cmath>
 #include <vector>
 
@@ -51,7 +52,8 @@ void attention_forward(float* out, float* preatt, float* att, const float* qkv, 
           for (int t2 = t + 1; t2 < T; ++t2) probs[t2] = 0.0f;
 
           if (dropout.enabled()) {
-            dropout_multipliers(dropout, static_cast<uint64_t>(row), t + 1, mult.data());
+            dropout_multipliers(dropout, attention_dropout_row_counter(dropout, T, NH, b, h, t),
+                                t + 1, mult.data());
             for (int t2 = 0; t2 <= t; ++t2) att_row[t2] = probs[t2] * mult[t2];
           } else {
             for (int t2 = 0; t2 <= t; ++t2) att_row[t2] = probs[t2];
@@ -104,7 +106,8 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
           }
           // att = probs * mult: dprobs = datt * mult (the mask regenerated from the spec).
           if (dropout.enabled()) {
-            dropout_multipliers(dropout, static_cast<uint64_t>(row), t + 1, mult.data());
+            dropout_multipliers(dropout, attention_dropout_row_counter(dropout, T, NH, b, h, t),
+                                t + 1, mult.data());
             for (int t2 = 0; t2 <= t; ++t2) dprobs[t2] *= mult[t2];
           }
           // softmax: dscore[t2] = probs[t2] * (dprobs[t2] - sum_j probs[j] dprobs[j])

@@ -39,7 +39,8 @@ void matmul_backward_input(float* dinp, const float* dout, const float* weight, 
 void matmul_backward_weight(float* dweight, float* dbias, const float* dout, const float* inp,
                             int64_t N, int C, int OC);
 
-// qkv(B,T,3C) -> out(B,T,C); preatt(B,NH,T,T) softmax probabilities, att(B,NH,T,T) after dropout.
+// qkv(B,T,3C) -> out(B,T,C); preatt(B,NH,T,T) softmax probabilities, att(B,NH,T,T) after
+// dropout (counters by the spec's attention rule).
 void attention_forward(float* out, float* preatt, float* att, const float* qkv, int B, int T, int C,
                        int NH, const DropoutSpec& dropout);
 // dqkv(B,T,3C) += gradient of out w.r.t. qkv.
@@ -50,9 +51,12 @@ void gelu_forward(float* out, const float* inp, int64_t n);
 void gelu_backward(float* dinp, const float* dout, const float* inp, int64_t n);
 void residual_forward(float* out, const float* a, const float* b, int64_t n);
 void residual_backward(float* da, float* db, const float* dout, int64_t n);
-// out may alias inp.
-void dropout_forward(float* out, const float* inp, int64_t n, const DropoutSpec& dropout);
-void dropout_backward(float* dinp, const float* dout, int64_t n, const DropoutSpec& dropout);
+// out(B,T,W) = inp * mask / (1-p), counters from the spec's global coordinates; out may
+// alias inp. dropout_backward: dinp(B,T,W) += dout * mask / (1-p).
+void dropout_forward(float* out, const float* inp, int64_t B, int64_t T, int64_t W,
+                     const DropoutSpec& dropout);
+void dropout_backward(float* dinp, const float* dout, int64_t B, int64_t T, int64_t W,
+                      const DropoutSpec& dropout);
 
 // losses(N) = logsumexp(logits row) - logits[target]; targets < 0 give loss 0.
 // Targets >= V throw.

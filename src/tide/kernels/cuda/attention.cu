@@ -3,7 +3,7 @@
 // backward pass (see ops.h). Same math as cpu/attention.cpp:
 //   scores = q k^T / sqrt(HS)                     batched GEMM over the B*NH heads
 //   preatt = causal softmax(scores)               one warp per row; zero above the diagonal
-//   att    = preatt * dropout mask / (1-p)        mask element = flat index in (B,NH,T,T)
+//   att    = preatt * dropout mask / (1-p)        mask counter from global coordinates
 //   out    = att @ v                              batched GEMM
 // q, k, v are first copied out of qkv(B,T,3C) into a (B,NH,T,HS) layout, in which each head
 // is one contiguous (T,HS) matrix, so that one strided-batched GEMM covers all heads.
@@ -57,14 +57,22 @@ __global__ void merge_heads_kernel(T* dst, const float* src, Dims d, int row_str
   *p = from_f32<T>(kAccumulate ? to_f32(*p) + src[idx] : src[idx]);
 }
 
+// Dropout counter of key 0 of row `row` = (b*NH + h)*T + t of the (B,NH,T,T) buffers.
+__device__ __forceinline__ uint64_t row_counter(const DropoutParams& d, int64_t row, int T,
+                                                int NH) {
+  const int64_t bh = row / T;
+  return attention_dropout_row_counter(d, bh / NH, bh % NH, row % T);
+}
+
 // One warp per row (b,h,t) of the (B,NH,T,T) buffers. preatt holds the scaled scores on
 // entry (written by the GEMM) and the probabilities on exit; att gets them after dropout.
 __global__ void causal_softmax_forward_kernel(float* preatt, float* att, int64_t n_rows, int T,
-                                              DropoutParams dropout) {
+                                              int NH, DropoutParams dropout) {
   const int lane = threadIdx.x % kWarpSize;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarpSize;
   if (row >= n_rows) return;
   const int t = static_cast<int>(row % T);  // the query position: keys 0..t are visible
+  const uint64_t c0 = row_counter(dropout, row, T, NH);
   float* p = preatt + row * T;
   float* a = att + row * T;
   float maxval = -INFINITY;
@@ -77,7 +85,7 @@ __global__ void causal_softmax_forward_kernel(float* preatt, float* att, int64_t
     if (t2 <= t) {
       const float prob = expf(p[t2] - maxval) * inv;
       p[t2] = prob;
-      a[t2] = prob * dropout_multiplier(dropout, static_cast<uint64_t>(row * T + t2));
+      a[t2] = prob * dropout_multiplier(dropout, c0 + static_cast<uint64_t>(t2));
     } else {
       p[t2] = 0.0f;
       a[t2] = 0.0f;
@@ -89,16 +97,17 @@ __global__ void causal_softmax_forward_kernel(float* preatt, float* att, int64_t
 // scaled scores, probs * (dprobs - sum_j probs_j dprobs_j) * scale with dprobs = datt * mask,
 // and 0 above the diagonal.
 __global__ void causal_softmax_backward_kernel(float* dscore, const float* preatt, int64_t n_rows,
-                                               int T, float scale, DropoutParams dropout) {
+                                               int T, int NH, float scale, DropoutParams dropout) {
   const int lane = threadIdx.x % kWarpSize;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarpSize;
   if (row >= n_rows) return;
   const int t = static_cast<int>(row % T);
+  const uint64_t c0 = row_counter(dropout, row, T, NH);
   float* ds = dscore + row * T;
   const float* probs = preatt + row * T;
   float dot = 0.0f;
   for (int t2 = lane; t2 <= t; t2 += kWarpSize) {
-    const float dprob = ds[t2] * dropout_multiplier(dropout, static_cast<uint64_t>(row * T + t2));
+    const float dprob = ds[t2] * dropout_multiplier(dropout, c0 + static_cast<uint64_t>(t2));
     ds[t2] = dprob;  // each lane rereads only its own entries below
     dot += probs[t2] * dprob;
   }
@@ -146,7 +155,7 @@ void attention_forward(int device, float* out, float* preatt, float* att, const 
                 batch);
   const int64_t n_rows = static_cast<int64_t>(batch) * T;
   causal_softmax_forward_kernel<<<ceil_div(n_rows, kRowsPerBlock), kBlock, 0, stream>>>(
-      preatt, att, n_rows, T, dropout_params(dropout));
+      preatt, att, n_rows, T, NH, dropout_params(dropout, T, NH));
   TIDE_CUDA_CHECK_LAUNCH();
   // y(T,HS) = att(T,T) @ v(T,HS) per head.
   sgemm_batched(ctx, false, false, HS, T, T, 1.0f, v, HS, head, att, T, tt, 0.0f, y, HS, head,
@@ -190,7 +199,7 @@ void attention_backward(int device, float* dqkv, const float* dout, const float*
   // Through dropout and softmax: datt -> dscore (scaled-score gradient, scale included).
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
   causal_softmax_backward_kernel<<<ceil_div(n_rows, kRowsPerBlock), kBlock, 0, stream>>>(
-      dscore, preatt, n_rows, T, scale, dropout_params(dropout));
+      dscore, preatt, n_rows, T, NH, scale, dropout_params(dropout, T, NH));
   TIDE_CUDA_CHECK_LAUNCH();
   // scores = q @ k^T:  dq(T,HS) = dscore(T,T) @ k(T,HS),  dk(T,HS) = dscore(T,T)^T @ q(T,HS).
   sgemm_batched(ctx, false, false, HS, T, T, 1.0f, k, HS, head, dscore, T, tt, 0.0f, dq, HS, head,

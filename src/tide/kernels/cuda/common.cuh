@@ -79,15 +79,21 @@ inline unsigned int ceil_div(int64_t a, int64_t b) {
 // Checks that the last kernel launch was accepted (bad configuration, no device ...).
 #define TIDE_CUDA_CHECK_LAUNCH() TIDE_CUDA_CHECK(cudaGetLastError())
 
-// The dropout spec of the op API as kernel parameters; the keep scale is computed exactly as
-// cpu::dropout_keep_scale computes it.
-inline DropoutParams dropout_params(const DropoutSpec& spec) {
+// The dropout spec of the op API as kernel parameters for a tensor of T positions and W
+// columns (W = heads for attention), its defaults resolved; the keep scale is computed exactly
+// as cpu::dropout_keep_scale computes it.
+inline DropoutParams dropout_params(const DropoutSpec& spec, int64_t T, int64_t W) {
   DropoutParams d;
   d.enabled = spec.enabled();
   d.p = spec.p;
   d.scale = 1.0f / (1.0f - spec.p);
   d.seed = spec.seed;
   d.stream = spec.stream;
+  d.seq0 = spec.seq0;
+  d.pos0 = spec.pos0;
+  d.seq_stride = spec.seq_stride > 0 ? spec.seq_stride : T;
+  d.width_full = spec.width_full > 0 ? spec.width_full : W;
+  d.col0 = spec.col0;
   return d;
 }
 

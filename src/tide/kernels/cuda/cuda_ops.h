@@ -67,10 +67,11 @@ void gelu_forward(int device, float* out, const float* inp, int64_t n);
 void gelu_backward(int device, float* dinp, const float* dout, const float* inp, int64_t n);
 void residual_forward(int device, float* out, const float* a, const float* b, int64_t n);
 void residual_backward(int device, float* da, float* db, const float* dout, int64_t n);
-// out may alias inp.
-void dropout_forward(int device, float* out, const float* inp, int64_t n,
+// out(B,T,W) = inp * mask / (1-p), counters from the spec's global coordinates; out may
+// alias inp. dropout_backward: dinp(B,T,W) += dout * mask / (1-p).
+void dropout_forward(int device, float* out, const float* inp, int64_t B, int64_t T, int64_t W,
                      const DropoutSpec& dropout);
-void dropout_backward(int device, float* dinp, const float* dout, int64_t n,
+void dropout_backward(int device, float* dinp, const float* dout, int64_t B, int64_t T, int64_t W,
                       const DropoutSpec& dropout);
 
 // losses(N) = logsumexp(logits row) - logits[target]; targets < 0 give loss 0.

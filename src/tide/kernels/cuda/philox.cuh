@@ -2,7 +2,7 @@
 // Philox4x32-10 and the inverted-dropout mask, callable from host and device code.
 //
 // This is a copy of tide::philox4x32_10 and PhiloxStream::block (src/tide/core/rng.h), and of
-// the mask rule of cpu::dropout_multipliers (src/tide/kernels/cpu/dropout_mask.h), written
+// the mask rule and counters of cpu/dropout_mask.h (src/tide/kernels/cpu/dropout_mask.h), written
 // without std::array so that nvcc can run it in kernels. It must stay identical to them bit
 // for bit: a mask drawn on the GPU has to equal the mask the CPU draws for the same
 // (seed, stream, element), or a recomputation on another device would change the model.
@@ -56,25 +56,50 @@ TIDE_HOST_DEVICE float philox_unit_float(uint32_t x) {
   return static_cast<float>(x >> 8) * (1.0f / 16777216.0f);
 }
 
-// The dropout rule in one value type that kernels take by value: element i of the site is
+// The dropout rule in one value type that kernels take by value: the element at counter k is
 // kept (multiplied by `scale` = 1/(1-p), computed on the host exactly as
-// cpu::dropout_keep_scale does) when uniform(i) >= p, and zeroed otherwise.
+// cpu::dropout_keep_scale does) when uniform(k) >= p, and zeroed otherwise. Counters come
+// from the element's global coordinates (ops.h, DropoutSpec), with the spec's defaults
+// resolved on the host: seq_stride and width_full are never 0 here.
 struct DropoutParams {
   float p = 0.0f;
   float scale = 1.0f;
   uint64_t seed = 0;
   uint64_t stream = 0;
   bool enabled = false;
+  uint64_t seq0 = 0;
+  int64_t pos0 = 0;
+  int64_t seq_stride = 1;  // positions per sequence
+  int64_t width_full = 1;  // unsharded width (features, or heads for attention)
+  int64_t col0 = 0;
 };
 
-// Multiplier (scale or 0) of element i. One Philox block yields four elements; a kernel that
-// needs the four neighbours of i can call philox_block once and use dropout_multiplier_of.
+// cpu::dropout_row_counter: first counter of row (b,t) of an activation (B,T,W).
+TIDE_HOST_DEVICE uint64_t dropout_row_counter(const DropoutParams& d, int64_t b, int64_t t) {
+  return ((d.seq0 + static_cast<uint64_t>(b)) * static_cast<uint64_t>(d.seq_stride) +
+          static_cast<uint64_t>(d.pos0 + t)) *
+             static_cast<uint64_t>(d.width_full) +
+         static_cast<uint64_t>(d.col0);
+}
+// cpu::attention_dropout_row_counter: first counter of row (b,h,t) of (B,NH,T,T).
+TIDE_HOST_DEVICE uint64_t attention_dropout_row_counter(const DropoutParams& d, int64_t b,
+                                                        int64_t h, int64_t t) {
+  const uint64_t S = static_cast<uint64_t>(d.seq_stride);
+  return (((d.seq0 + static_cast<uint64_t>(b)) * static_cast<uint64_t>(d.width_full) +
+           static_cast<uint64_t>(d.col0 + h)) *
+              S +
+          static_cast<uint64_t>(d.pos0 + t)) *
+         S;
+}
+
+// Multiplier (scale or 0) of counter k. One Philox block yields four counters; a kernel that
+// needs the four neighbours of k can call philox_block once and use dropout_multiplier_of.
 TIDE_HOST_DEVICE float dropout_multiplier_of(const DropoutParams& d, uint32_t random_bits) {
   return philox_unit_float(random_bits) >= d.p ? d.scale : 0.0f;
 }
-TIDE_HOST_DEVICE float dropout_multiplier(const DropoutParams& d, uint64_t i) {
+TIDE_HOST_DEVICE float dropout_multiplier(const DropoutParams& d, uint64_t k) {
   if (!d.enabled) return 1.0f;
-  return dropout_multiplier_of(d, philox_block(d.seed, d.stream, i / 4).v[i % 4]);
+  return dropout_multiplier_of(d, philox_block(d.seed, d.stream, k / 4).v[k % 4]);
 }
 
 }  // namespace tide::cuda

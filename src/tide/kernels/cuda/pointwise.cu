@@ -1,5 +1,5 @@
 // Element-wise ops on the GPU: GELU, residual add, inverted dropout. Same formulas as
-// cpu/pointwise.cpp; one thread per element (per four elements for dropout).
+// cpu/pointwise.cpp; one thread per element (per Philox block of a row for dropout).
 #include <cmath>
 
 #include "tide/kernels/cuda/common.cuh"
@@ -58,19 +58,35 @@ __global__ void residual_backward_kernel(T* da, T* db, const T* dout, int64_t n)
   db[i] = from_f32<T>(to_f32(db[i]) + g);
 }
 
-// Dropout, forward (kAccumulate = false: y = x * mult, y may alias x) or backward
-// (kAccumulate = true: y += x * mult). Each thread takes the four elements of one Philox
-// block, so the generator runs once per four elements, as in cpu::dropout_multipliers.
+// Dropout over (B,T,W), forward (kAccumulate = false: y = x * mult, y may alias x) or
+// backward (kAccumulate = true: y += x * mult). The counters of row r = (b,t) are
+// [c0, c0 + W), c0 = dropout_row_counter(b,t) (global coordinates, not aligned to 4). Slot k
+// of the row takes Philox block c0/4 + k and the row's counters in it, so the generator runs
+// once per four elements, as in cpu::dropout_multipliers; `slots` bounds the blocks a row can
+// touch, and slots past the row's last block return at once.
 template <typename T, bool kAccumulate>
-__global__ void dropout_kernel(T* y, const T* x, int64_t n, DropoutParams d) {
-  const int64_t i0 = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * 4;
-  if (i0 >= n) return;
-  const Philox4 r = philox_block(d.seed, d.stream, static_cast<uint64_t>(i0) / 4);
-  for (int k = 0; k < 4 && i0 + k < n; ++k) {
-    const int64_t i = i0 + k;
-    const float v = to_f32(x[i]) * dropout_multiplier_of(d, r.v[k]);
+__global__ void dropout_kernel(T* y, const T* x, int64_t rows, int Tn, int64_t W, int64_t slots,
+                               DropoutParams d) {
+  const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= rows * slots) return;
+  const int64_t r = idx / slots, k = idx % slots;
+  const uint64_t c0 = dropout_row_counter(d, r / Tn, r % Tn);
+  const uint64_t block = c0 / 4 + static_cast<uint64_t>(k);
+  const uint64_t first = block * 4 > c0 ? block * 4 : c0;
+  const uint64_t row_end = c0 + static_cast<uint64_t>(W);
+  const uint64_t end = row_end < block * 4 + 4 ? row_end : block * 4 + 4;
+  if (first >= end) return;
+  const Philox4 rnd = philox_block(d.seed, d.stream, block);
+  for (uint64_t c = first; c < end; ++c) {
+    const int64_t i = r * W + static_cast<int64_t>(c - c0);
+    const float v = to_f32(x[i]) * dropout_multiplier_of(d, rnd.v[c % 4]);
     y[i] = from_f32<T>(kAccumulate ? to_f32(y[i]) + v : v);
   }
+}
+
+// Philox blocks a row of W consecutive counters can touch, whatever its start: (W + 3)/4 + 1.
+inline int64_t dropout_slots(int64_t W) {
+  return (W + 3) / 4 + 1;
 }
 
 }  // namespace
@@ -104,8 +120,9 @@ void residual_backward(int device, float* da, float* db, const float* dout, int6
   TIDE_CUDA_CHECK_LAUNCH();
 }
 
-void dropout_forward(int device, float* out, const float* inp, int64_t n,
+void dropout_forward(int device, float* out, const float* inp, int64_t B, int64_t T, int64_t W,
                      const DropoutSpec& dropout) {
+  const int64_t n = B * T * W;
   if (n == 0) return;
   const DeviceContext& ctx = context(device);
   if (!dropout.enabled()) {
@@ -114,21 +131,24 @@ void dropout_forward(int device, float* out, const float* inp, int64_t n,
                                       cudaMemcpyDeviceToDevice, ctx.stream()));
     return;
   }
-  dropout_kernel<float, false><<<ceil_div(ceil_div(n, 4), kBlock), kBlock, 0, ctx.stream()>>>(
-      out, inp, n, dropout_params(dropout));
+  const int64_t slots = dropout_slots(W);
+  dropout_kernel<float, false><<<ceil_div(B * T * slots, kBlock), kBlock, 0, ctx.stream()>>>(
+      out, inp, B * T, static_cast<int>(T), W, slots, dropout_params(dropout, T, W));
   TIDE_CUDA_CHECK_LAUNCH();
 }
 
-void dropout_backward(int device, float* dinp, const float* dout, int64_t n,
+void dropout_backward(int device, float* dinp, const float* dout, int64_t B, int64_t T, int64_t W,
                       const DropoutSpec& dropout) {
+  const int64_t n = B * T * W;
   if (n == 0) return;
   if (!dropout.enabled()) {
     residual_forward(device, dinp, dinp, dout, n);  // dinp += dout
     return;
   }
   const DeviceContext& ctx = context(device);
-  dropout_kernel<float, true><<<ceil_div(ceil_div(n, 4), kBlock), kBlock, 0, ctx.stream()>>>(
-      dinp, dout, n, dropout_params(dropout));
+  const int64_t slots = dropout_slots(W);
+  dropout_kernel<float, true><<<ceil_div(B * T * slots, kBlock), kBlock, 0, ctx.stream()>>>(
+      dinp, dout, B * T, static_cast<int>(T), W, slots, dropout_params(dropout, T, W));
   TIDE_CUDA_CHECK_LAUNCH();
 }
 
