@@ -59,6 +59,9 @@ std::vector<float> all_grads(GPT& gpt) {
 
 }  // namespace
 
+// The fixture's weights are large (N(0, 0.5^2), random LayerNorms; see tools/gen_fixtures.py),
+// so the model's details show: C++ and JAX gradients agree to ~2e-6 per tensor, while exact-erf
+// GELU instead of GPT-2's tanh GELU moves every tensor's gradient by 1.6e-4 to 2.2e-3.
 TEST(GPT, LossAndGradientsMatchJaxReference) {
   test::Fixture fx;
   GPT gpt(fx.config, ActivationPolicy::SAVE_ALL);
@@ -73,7 +76,8 @@ TEST(GPT, LossAndGradientsMatchJaxReference) {
   const auto& slots = gpt.store().layout().slots();
   for (size_t id = 0; id < slots.size(); ++id) {
     const Tensor g = gpt.store().tensor(ChunkKind::GRAD, static_cast<int>(id));
-    EXPECT_LE(test::rel_error(g.f32(), ref.at(slots[id].name)), 1e-4) << slots[id].name;
+    EXPECT_LE(test::rel_error(g.f32(), ref.at(slots[id].name)), 1e-4)
+        << "||grad - JAX|| / ||JAX|| of " << slots[id].name;
   }
 }
 
