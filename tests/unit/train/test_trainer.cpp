@@ -100,11 +100,21 @@ TEST(Trainer, AdamWRunMatchesJaxReference) {
   }
   // Final parameters: Adam's m/(sqrt(v)+eps) magnifies float rounding differences for entries
   // whose gradients are near zero, so the whole-tensor tolerance is looser than for losses.
+  // The key part [C, 2C) of each attn.c_attn.bias is left out: adding b_k to every key adds
+  // q . b_k to a whole row of attention scores, which softmax ignores, so its gradient is zero
+  // in exact arithmetic and f32 rounding noise (~1e-8) in both implementations; Adam turns
+  // that noise into steps of up to lr, different in each (tide and JAX move it by ~1e-2).
   const auto final_params = fx.tensors("final_params");
+  const int C = fx.config.n_embd;
   for (int id = 0; id < lay.num_tensors(); ++id) {
-    const double err = test::rel_error(trainer.model().store().tensor(ChunkKind::PARAM, id).f32(),
-                                       final_params.at(lay.slot(id).name));
-    EXPECT_LE(err, 5e-4) << lay.slot(id).name;
+    const std::string& name = lay.slot(id).name;
+    const float* p = trainer.model().store().tensor(ChunkKind::PARAM, id).f32();
+    std::vector<float> got(p, p + lay.slot(id).numel), ref = final_params.at(name);
+    if (name.ends_with("attn.c_attn.bias")) {
+      got.erase(got.begin() + C, got.begin() + 2 * C);
+      ref.erase(ref.begin() + C, ref.begin() + 2 * C);
+    }
+    EXPECT_LE(test::rel_error(got.data(), ref), 5e-4) << name;
   }
 }
 
