@@ -187,7 +187,7 @@ void load_checkpoint(const std::string& path, ChunkStore& store, const GPTConfig
   for (const SafetensorsEntry& e : r.entries()) {
     const auto it = known.find(e.name);
     TIDE_CHECK(it != known.end(), "{} holds tensor '{}', which a {} model does not have", who(path),
-               e.name, config.str());
+               printable_name(e.name), config.str());
     TIDE_CHECK(e.dtype == it->second.dtype, "{}: tensor '{}' is {} but this model holds it in {}{}",
                who(path), e.name, dtype_name(e.dtype), dtype_name(it->second.dtype),
                it->second.param ? "; load it into a model of the checkpoint's compute dtype" : "");

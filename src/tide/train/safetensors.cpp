@@ -53,15 +53,8 @@ bool parse_dtype_name(std::string_view s, DType* out) {
   return false;
 }
 
-// A name from a file, fit for a one-line message: control bytes escaped, long names cut.
 std::string shown(std::string_view s) {
-  std::string out;
-  for (size_t i = 0; i < s.size() && i < 80; ++i) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    out += c < 0x20 || c == 0x7f ? fmt::format("\\x{:02x}", c) : std::string(1, s[i]);
-  }
-  if (s.size() > 80) out += fmt::format("... ({} bytes)", s.size());
-  return out;
+  return printable_name(s);
 }
 
 std::string errno_text() {
@@ -144,6 +137,16 @@ bool get_count(const json& j, uint64_t max, uint64_t* out) {
 }
 
 }  // namespace
+
+std::string printable_name(std::string_view s) {
+  std::string out;
+  for (size_t i = 0; i < s.size() && i < 80; ++i) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    out += c < 0x20 || c == 0x7f ? fmt::format("\\x{:02x}", c) : std::string(1, s[i]);
+  }
+  if (s.size() > 80) out += fmt::format("... ({} bytes)", s.size());
+  return out;
+}
 
 std::string_view safetensors_dtype_name(DType t) {
   for (const DTypeName& d : kDTypes)

@@ -48,6 +48,10 @@ std::string_view safetensors_dtype_name(DType t);
 void write_safetensors(const std::string& path, const std::vector<SafetensorsTensor>& tensors,
                        const nlohmann::json& metadata);
 
+// `s` (a name read from a file) fit for a one-line message: control bytes escaped, cut after
+// 80 bytes.
+std::string printable_name(std::string_view s);
+
 // A tensor in an opened file.
 struct SafetensorsEntry {
   std::string name;

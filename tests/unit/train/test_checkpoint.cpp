@@ -485,6 +485,14 @@ TEST(Checkpoint, CraftedTensorEntriesAreRefused) {
         h["wte"]["shape"] = {16, 9};
       },
       "hold 512 bytes but a F32 tensor of shape (16, 9) has 576");
+  // A name from the file shows in one line, cut short.
+  bad(
+      [](ojson& h) {
+        h["bad\nname" + std::string(200, 'x')] = h["wte"];
+        h["bad\nname" + std::string(200, 'x')]["dtype"] = "F64";
+      },
+      "tensor 'bad\\x0anamexxx");
+  bad([](ojson& h) { h["wte" + std::string(200, 'x')] = h["wte"]; }, "... (203 bytes)");
   // Missing, extra and mistyped keys.
   bad([](ojson& h) { h["wte"].erase("dtype"); }, "tensor 'wte' has no 'dtype'");
   bad([](ojson& h) { h["wte"].erase("shape"); }, "tensor 'wte' has no 'shape'");
