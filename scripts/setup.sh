@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 
 packages=(build-essential cmake ninja-build pkg-config
           libopenblas-dev libopenmpi-dev openmpi-bin
-          libgtest-dev libgmock-dev nlohmann-json3-dev libcli11-dev libfmt-dev
+          libgtest-dev libgmock-dev nlohmann-json3-dev libcli11-dev libfmt-dev libxxhash-dev
           fortunes)
 missing=()
 for p in "${packages[@]}"; do

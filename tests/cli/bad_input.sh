@@ -21,6 +21,9 @@ echo '{"seq_len": 64, "model": {"max_seq_len": 32}}' > long.json
 expect_error "seq_len 64 exceeds model.max_seq_len 32" train long.json
 expect_error "does not exist" train data.dir=nowhere
 expect_error "cannot open checkpoint" sample --checkpoint nowhere.ckpt
+printf 'hello' > junk.ckpt
+expect_error "checkpoint 'junk.ckpt' is truncated" sample --checkpoint junk.ckpt
+expect_error "is a directory" sample --checkpoint .
 expect_error "temperature must be positive" sample --temperature 0
 expect_error "tokens must be at least 1" sample --tokens 0
 expect_error "samples must be at least 1" sample --samples 0
