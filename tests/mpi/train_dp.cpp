@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint_tensors.h"
 #include "mpi_test.h"
 #include "tide/comm/ring_traffic.h"
 #include "tide/core/rng.h"
@@ -257,6 +258,49 @@ TEST_P(DataParallel, ValidationLossIsBitwiseTheSameForEverySplit) {
   }
   world->barrier();
   if (world->rank() == 0) std::filesystem::remove_all(dir);
+}
+
+// Resume on N ranks: 20 steps + a checkpoint (written by rank 0, read by every rank) + 20
+// more equal 40 straight steps bitwise, losses and final checkpoint tensors (weights and Adam
+// state). With dropout, so the restored step also restores the masks.
+TEST_P(DataParallel, ResumeReproducesTheUninterruptedRunBitwise) {
+  const auto [algorithm, dropout] = GetParam();
+  if (dropout == 0 || algorithm != CommAlgorithm::Mpi) GTEST_SKIP() << "one variant is enough";
+  std::shared_ptr<ProcessGroup> world = mpi_test::world_ptr(algorithm);
+  const int rank = world->rank();
+  const std::string dir = shared_temp_dir(*world);
+  const std::string shard = write_shared_shard(*world, dir);
+  auto cfg = [&](const std::string& out, const std::string& resume) {
+    TrainConfig c = dp_config(shard, out, kMicro, 2, 2 * kSteps, dropout);
+    c.resume = resume;
+    return c;
+  };
+  auto run_until = [&](Trainer& t, int64_t until, std::vector<float>& losses) {
+    while (t.step() < until) losses.push_back(t.train_step().loss);
+  };
+  std::vector<float> want, got;
+  Trainer straight(cfg(dir + "/a", ""), world);
+  run_until(straight, 2 * kSteps, want);
+  std::string want_ckpt = dir + "/a/final.ckpt", mid = dir + "/b/mid.ckpt";
+  if (rank == 0) straight.save("final.ckpt");
+  {
+    Trainer first(cfg(dir + "/b", ""), world);
+    run_until(first, kSteps, got);
+    if (rank == 0) first.save("mid.ckpt");
+    world->barrier();  // the checkpoint is written before anyone reads it
+  }
+  Trainer resumed(cfg(dir + "/b", mid), world);
+  run_until(resumed, 2 * kSteps, got);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t s = 0; s < want.size(); ++s) EXPECT_EQ(got[s], want[s]) << "step " << s + 1;
+  if (rank == 0) {
+    const auto a = test::checkpoint_tensors(want_ckpt);
+    const auto b = test::checkpoint_tensors(resumed.save("final.ckpt"));
+    ASSERT_EQ(a.size(), b.size());
+    for (const auto& [name, bytes] : a) EXPECT_EQ(b.at(name), bytes) << name;
+  }
+  world->barrier();
+  if (rank == 0) std::filesystem::remove_all(dir);
 }
 
 TEST_P(DataParallel, RejectsTrainBatchSizeThatIgnoresTheRanks) {

@@ -41,7 +41,7 @@ CheckpointInfo read_checkpoint_info(const std::string& path);
 // hold) into `model`, whose shape must be the checkpoint's.
 void load_checkpoint(const std::string& path, GPT& model, bool with_optimizer_state = false);
 
-// The same on a bare chunk store whose layout is GPT::make_layout(config): what the GPT
+// The same on a bare chunk store whose layout is make_layout(config): what the GPT
 // versions call, and the way to save or load a store of another compute dtype.
 void save_checkpoint(const std::string& path, const ChunkStore& store, const CheckpointInfo& info,
                      bool with_optimizer_state = false);

@@ -91,9 +91,12 @@ bool same(const ChunkStore& a, const ChunkStore& b, ChunkKind k) {
 }
 
 ChunkStore make_store(const GPTConfig& c, DType compute, bool with_optimizer) {
-  ChunkLayout lay = GPT::make_layout(c);
+  ChunkLayout lay = make_layout(c);
   lay.pack(0);
-  return ChunkStore(std::move(lay), compute, with_optimizer);
+  StoreOptions o;
+  o.compute_dtype = compute;
+  o.with_optimizer = with_optimizer;
+  return ChunkStore(std::move(lay), o);
 }
 
 // A checkpoint file in pieces.

@@ -1,0 +1,108 @@
+// Resume: 40 steps straight and 20 steps + a resume from the step-20 checkpoint + 20 more give
+// bitwise the same losses and the same final checkpoint (weights and Adam state). Dropout and
+// shuffling are on and accumulation is used, so the data position, the step (dropout keys and
+// the LR schedule) and the optimizer state all have to come back exactly.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+
+#include "checkpoint_tensors.h"
+#include "tide/core/rng.h"
+#include "tide/data/shard.h"
+#include "tide/train/trainer.h"
+
+using namespace tide;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string make_dir() {
+  char tmpl[] = "/tmp/tide_resume_XXXXXX";
+  TIDE_CHECK(::mkdtemp(tmpl) != nullptr, "cannot create a temporary directory");
+  return tmpl;
+}
+
+std::string write_data(const std::string& dir) {
+  std::vector<uint16_t> tokens(3001);
+  const PhiloxStream rng{5, 6};
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<uint16_t>(rng.uint(i) % 40);
+  const std::string path = dir + "/train.bin";
+  write_token_shard(path, std::span<const uint16_t>(tokens));
+  return path;
+}
+
+TrainConfig config(const std::string& data, const std::string& out, const std::string& resume) {
+  return load_train_config(
+      "", {"data.train=" + data, "out_dir=" + out, "model.vocab_size=40", "model.n_layer=2",
+           "model.n_head=2", "model.n_embd=16", "model.dropout=0.1", "seq_len=8",
+           "train_micro_batch_size_per_gpu=3", "gradient_accumulation_steps=2", "train_steps=40",
+           "scheduler.params.warmup_num_steps=5", "optimizer.params.lr=1e-2", "threads=1",
+           "log.progress=false", "checkpoint.resume=" + resume});
+}
+
+std::vector<float> steps(Trainer& t, int64_t until) {
+  std::vector<float> losses;
+  while (t.step() < until) losses.push_back(t.train_step().loss);
+  return losses;
+}
+
+}  // namespace
+
+TEST(Resume, TwentyPlusTwentyStepsEqualFortyBitwise) {
+  const std::string dir = make_dir(), data = write_data(dir);
+  Trainer straight(config(data, dir + "/a", ""));
+  const std::vector<float> want = steps(straight, 40);
+  const std::string want_ckpt = straight.save("final.ckpt");
+
+  std::vector<float> got;
+  std::string mid;
+  {
+    Trainer first(config(data, dir + "/b", ""));
+    got = steps(first, 20);
+    mid = first.save("model_step20.ckpt");
+  }
+  Trainer resumed(config(data, dir + "/b", mid));
+  EXPECT_EQ(resumed.step(), 20);
+  const std::vector<float> rest = steps(resumed, 40);
+  got.insert(got.end(), rest.begin(), rest.end());
+  const std::string got_ckpt = resumed.save("final.ckpt");
+
+  ASSERT_EQ(got.size(), want.size());
+  EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size() * sizeof(float)), 0);
+  for (size_t s = 0; s < want.size(); ++s) EXPECT_EQ(got[s], want[s]) << "step " << s + 1;
+  const auto a = test::checkpoint_tensors(want_ckpt), b = test::checkpoint_tensors(got_ckpt);
+  ASSERT_EQ(a.size(), b.size());
+  EXPECT_TRUE(a.count("adam_v.wte")) << "the checkpoint must hold the optimizer state";
+  for (const auto& [name, bytes] : a) EXPECT_EQ(b.at(name), bytes) << name;
+  fs::remove_all(dir);
+}
+
+TEST(Resume, RefusesWhatCannotContinueTheRun) {
+  const std::string dir = make_dir(), data = write_data(dir);
+  std::string ckpt;
+  {
+    Trainer t(config(data, dir, ""));
+    steps(t, 2);
+    ckpt = t.save("step2.ckpt");
+  }
+  auto error_of = [&](std::vector<std::string> extra) {
+    std::vector<std::string> o = {
+        "data.train=" + data,          "out_dir=" + dir,   "model.vocab_size=40",
+        "model.n_layer=2",             "model.n_head=2",   "model.n_embd=16",
+        "seq_len=8",                   "threads=1",        "train_micro_batch_size_per_gpu=3",
+        "gradient_accumulation_steps=2", "checkpoint.resume=" + ckpt};
+    o.insert(o.end(), extra.begin(), extra.end());
+    try {
+      Trainer t(load_train_config("", o));
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(error_of({"seed=7"}).find("seed"), std::string::npos);
+  EXPECT_NE(error_of({"gradient_accumulation_steps=1"}).find("global batch"), std::string::npos);
+  EXPECT_NE(error_of({"model.n_embd=32"}).find("shape"), std::string::npos) << error_of({"model.n_embd=32"});
+  EXPECT_EQ(error_of({}), "no error");
+  fs::remove_all(dir);
+}
