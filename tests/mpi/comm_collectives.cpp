@@ -98,6 +98,32 @@ TEST_P(Collectives, ReduceScatterGivesEachRankItsReducedSlice) {
   }
 }
 
+// A chunk sliced across the group (memory/chunk_layout.h) is reduce-scattered and gathered
+// where it lies: the output of reduce-scatter and the input of all-gather are this rank's own
+// slice of the chunk, no second buffer.
+TEST_P(Collectives, ReduceScatterAndAllGatherWorkInPlaceOnAChunk) {
+  const int N = world(), r = rank();
+  const int64_t k = 5;
+  std::vector<float> chunk(static_cast<size_t>(N * k));
+  for (int64_t i = 0; i < N * k; ++i) chunk[i] = static_cast<float>(i + 10 * r);
+  Tensor whole = f32(chunk);
+  Tensor mine(chunk.data() + r * k, {k});
+  g().reduce_scatter(whole, mine, ReduceOp::Avg);
+  for (int64_t i = 0; i < k; ++i)  // mean over ranks of (r*k + i + 10 q)
+    EXPECT_EQ(chunk[r * k + i], static_cast<float>(r * k + i) + 5.0f * (N - 1)) << i;
+  for (int q = 0; q < N; ++q)  // other ranks' slots are then refilled by the gather
+    if (q != r)
+      for (int64_t i = 0; i < k; ++i) chunk[q * k + i] = -1;
+  g().all_gather(mine, whole);
+  for (int64_t i = 0; i < N * k; ++i)
+    EXPECT_EQ(chunk[i], static_cast<float>(i) + 5.0f * (N - 1)) << i;
+  // Overlapping the input anywhere but the own slice stays an error.
+  if (N > 1) {
+    Tensor wrong(chunk.data() + ((r + 1) % N) * k, {k});
+    EXPECT_THROW(g().reduce_scatter(whole, wrong), Error);
+  }
+}
+
 TEST_P(Collectives, UnevenReduceScatterIsRejectedAndPaddingWorks) {
   const int N = world(), r = rank();
   const int64_t n = 10 * N + 1;  // never divisible by N >= 2

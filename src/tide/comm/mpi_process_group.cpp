@@ -145,22 +145,37 @@ WorkPtr MpiProcessGroup::reduce_scatter_async(Tensor in, Tensor out, ReduceOp op
   mpi_count(in.numel(), "reduce_scatter");
   const char* in_begin = static_cast<const char*>(in.data);
   const char* out_begin = static_cast<const char*>(out.data);
-  TIDE_CHECK(out_begin + out.nbytes() <= in_begin || in_begin + in.nbytes() <= out_begin,
-             "reduce_scatter: the output overlaps the input; give the output its own buffer");
+  // In place: the output is this rank's own slice of the input (a sliced chunk reduced where it
+  // lies, as NCCL defines in-place reduce-scatter). Any other overlap is an error.
+  const bool in_place = out_begin == in_begin + out.nbytes() * rank_;
+  TIDE_CHECK(in_place || out_begin + out.nbytes() <= in_begin ||
+                 in_begin + in.nbytes() <= out_begin,
+             "reduce_scatter: the output overlaps the input other than as this rank's slice of "
+             "it; give the output its own buffer or make it slice {} of the input",
+             rank_);
   if (algorithm_ == CommAlgorithm::Ring) {
     count_only_call();
     return submit(make_ring_reduce_scatter(this, ring_comm_, next_ring_tag(), in, out, op));
   }
   const RingTraffic t = ring_reduce_scatter_traffic(k, size_);
   count_call(t.sent * 4, t.received * 4);
-  const float* src = in.f32();
+  float* src = in.f32();
   float* dst = out.f32();
+  // MPI's in-place form leaves the result at the start of the buffer: move it to the slice.
+  std::function<void()> average = averager(dst, k, size_, op);
+  std::function<void()> done = average;
+  if (in_place && rank_ > 0)
+    done = [=] {
+      std::memmove(dst, src, static_cast<size_t>(k) * 4);
+      if (average) average();
+    };
   return submit(std::make_unique<RequestOp>(
       [=, this](std::vector<MPI_Request>& r) {
         r.resize(1);
-        MPI_Ireduce_scatter_block(src, dst, static_cast<int>(k), MPI_FLOAT, MPI_SUM, comm_, &r[0]);
+        MPI_Ireduce_scatter_block(in_place ? MPI_IN_PLACE : src, in_place ? src : dst,
+                                  static_cast<int>(k), MPI_FLOAT, MPI_SUM, comm_, &r[0]);
       },
-      averager(dst, k, size_, op)));
+      done));
 }
 
 WorkPtr MpiProcessGroup::all_gather_async(Tensor in, Tensor out) {
