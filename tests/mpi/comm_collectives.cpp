@@ -66,6 +66,18 @@ TEST_P(Collectives, AllReduceSumAndAvgOnAnySize) {
   }
 }
 
+// MPI work lives on the host: wait_on(stream) waits like wait(), and the result is there.
+TEST_P(Collectives, WaitOnAStreamWaitsForTheResult) {
+  const int N = world(), r = rank();
+  std::vector<float> x(1000);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(r + i % 3);
+  WorkPtr w = g().all_reduce_async(f32(x));
+  w->wait_on(nullptr);
+  EXPECT_TRUE(w->is_completed());
+  for (size_t i = 0; i < x.size(); ++i)
+    ASSERT_EQ(x[i], static_cast<float>(N * (N - 1) / 2 + N * (i % 3))) << i;
+}
+
 TEST_P(Collectives, AllReduceTrafficIsTwoNTimesNMinusOneOverN) {
   // The number the data-parallel benchmark compares with: 2*Psi*(N-1)/N per rank.
   const int N = world();

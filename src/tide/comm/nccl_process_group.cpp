@@ -32,6 +32,10 @@ class NcclWork final : public Work {
   explicit NcclWork(cudaEvent_t ev) : ev_(ev) {}
   ~NcclWork() override { cudaEventDestroy(ev_); }
   void wait() override { TIDE_CUDA_OK(cudaEventSynchronize(ev_)); }
+  // The compute stream waits on the device for the collective; the host goes on at once.
+  void wait_on(void* stream) override {
+    TIDE_CUDA_OK(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), ev_, 0));
+  }
   bool is_completed() override {
     const cudaError_t e = cudaEventQuery(ev_);
     if (e == cudaErrorNotReady) return false;
@@ -59,8 +63,8 @@ ncclDataType_t reduce_type(DType t, const char* who) {
 
 class NcclProcessGroup final : public ProcessGroup {
  public:
-  NcclProcessGroup(std::shared_ptr<ProcessGroup> bootstrap, int device)
-      : bootstrap_(std::move(bootstrap)), device_(device) {
+  NcclProcessGroup(std::shared_ptr<ProcessGroup> bootstrap, int device, cudaStream_t compute)
+      : bootstrap_(std::move(bootstrap)), device_(device), compute_(compute) {
     int count = 0;
     TIDE_CHECK(cudaGetDeviceCount(&count) == cudaSuccess && device >= 0 && device < count,
                "NCCL group: CUDA device {} is not available ({} visible); pick a device in 0..{} "
@@ -164,9 +168,7 @@ class NcclProcessGroup final : public ProcessGroup {
   std::shared_ptr<ProcessGroup> split(int color, int key) override {
     auto sub = bootstrap_->split(color, key);
     if (!sub) return nullptr;
-    auto g = std::make_shared<NcclProcessGroup>(sub, device_);
-    g->set_compute_stream(compute_);
-    return g;
+    return std::make_shared<NcclProcessGroup>(sub, device_, compute_);
   }
 
  private:
@@ -208,7 +210,7 @@ class NcclProcessGroup final : public ProcessGroup {
   int device_;
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
-  cudaStream_t compute_ = nullptr;  // legacy default stream
+  cudaStream_t compute_ = nullptr;  // nullptr: the legacy default stream
   void* barrier_buf_ = nullptr;
 };
 
@@ -219,9 +221,10 @@ bool nccl_available() {
 }
 
 std::shared_ptr<ProcessGroup> make_nccl_process_group(std::shared_ptr<ProcessGroup> bootstrap,
-                                                      int device) {
+                                                      int device, void* compute_stream) {
   TIDE_CHECK(bootstrap != nullptr, "make_nccl_process_group: the bootstrap group is null");
-  return std::make_shared<NcclProcessGroup>(std::move(bootstrap), device);
+  return std::make_shared<NcclProcessGroup>(std::move(bootstrap), device,
+                                            static_cast<cudaStream_t>(compute_stream));
 }
 
 void set_compute_stream(ProcessGroup& group, void* cuda_stream) {
@@ -242,7 +245,7 @@ bool nccl_available() {
   return false;
 }
 
-std::shared_ptr<ProcessGroup> make_nccl_process_group(std::shared_ptr<ProcessGroup>, int) {
+std::shared_ptr<ProcessGroup> make_nccl_process_group(std::shared_ptr<ProcessGroup>, int, void*) {
   TIDE_FAIL(
       "this tide was built without NCCL, so device buffers cannot be communicated; rebuild with "
       "the CUDA toolkit and NCCL installed (CMake looks for libnccl next to CUDA)");

@@ -39,11 +39,21 @@ CommAlgorithm parse_comm_algorithm(const std::string& s);
 
 // A pending communication. wait() blocks until it is done (and rethrows its error if it
 // failed); is_completed() polls. Both may be called any number of times.
+//
+// wait_on(stream) orders the work queued on a CUDA stream (a cudaStream_t; nullptr is the
+// legacy default stream) after this communication WITHOUT blocking the host: kernels queued on
+// `stream` afterwards see its result. Device-side work (NCCL) enqueues a cudaStreamWaitEvent on
+// an event recorded after the collective. Host-side work (local, MPI) has nothing a stream can
+// wait on, so there it is wait(): by the time it returns, the host buffers hold the result.
 class Work {
  public:
   virtual ~Work() = default;
   virtual void wait() = 0;
   virtual bool is_completed() = 0;
+  virtual void wait_on(void* stream) {
+    (void)stream;
+    wait();
+  }
 };
 using WorkPtr = std::shared_ptr<Work>;
 

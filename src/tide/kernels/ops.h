@@ -16,6 +16,7 @@
 //  * All CPU kernels compute in f32.
 
 #include <cstdint>
+#include <memory>
 
 #include "tide/core/arena.h"
 #include "tide/core/rng.h"
@@ -23,12 +24,32 @@
 
 namespace tide {
 
-// Execution context of an op: the device it runs on and scratch memory it may use
-// (rewound when the op returns). CUDA streams and library handles join here later.
+// The CUDA handles of a context (stream-bound cuBLAS/cuBLASLt handles, their workspace, a
+// device scratch buffer). Defined in kernels/cuda/context.h; opaque here so that code without
+// CUDA headers can hold a context.
+struct CudaHandles;
+
+// Execution context of an op: everything it needs besides its tensors, passed explicitly.
+// On the CPU a default OpContext{} will do. On a GPU make it with make_op_context: the device
+// is set once there, and every op queues its work on ctx.stream with ctx.handles (no global
+// or thread-local state, no per-op device query). Copies share the stream and the handles;
+// work meant for another stream needs another make_op_context (handles belong to one stream).
 struct OpContext {
   Device device = Device::cpu();
-  Arena* scratch = nullptr;
+  Arena* scratch = nullptr;              // host scratch for CPU ops (rewound when the op returns)
+  void* stream = nullptr;                // cudaStream_t the ops are queued on; nullptr on the CPU
+  std::shared_ptr<CudaHandles> handles;  // nullptr on the CPU
 };
+
+// The context of ops on `device`. CPU: {cpu, scratch}. CUDA: makes `device` the calling
+// thread's current device, creates a non-blocking stream, cuBLAS and cuBLASLt handles bound
+// to it, a 32 MiB workspace and a growable device scratch buffer; they are released (after the
+// stream drains) with the last copy of the context. Ops on a CUDA context are asynchronous:
+// their results are ready once ctx.stream is synchronised (or waited on by another stream).
+// Throws a one-line tide::Error when no such GPU is visible or the build has no CUDA.
+// Ops assume the thread that calls them has ctx.device current (true on the thread that made
+// the context; another thread calls cudaSetDevice first).
+OpContext make_op_context(Device device, Arena* scratch = nullptr);
 
 // One dropout site and where a tensor sits in the step's global activation. The mask of an
 // element depends only on its GLOBAL coordinates, so a recomputation, a data-parallel rank, an
@@ -59,6 +80,9 @@ struct DropoutSpec {
 };
 
 // ---- embedding -------------------------------------------------------------------------
+// Token ids (and cross-entropy targets) must lie in [0, V). The CPU kernels throw on a bad one;
+// the CUDA kernels do not copy ids back to check them (a host round trip per op) and give NaN
+// rows instead: the data loader validates every shard once (DataLoader::check_vocab).
 // out(B,T,C) = wte[tokens(B,T)] + wpe[t]
 void embedding_forward(const OpContext& ctx, Tensor out, Tensor tokens, Tensor wte, Tensor wpe);
 // dwte(V,C) += scatter of dout rows by token; dwpe(maxT,C) += sum over batch of dout

@@ -134,3 +134,28 @@ TEST_F(Nccl, HostBuffersAndTagsAreRejectedClearly) {
   DeviceBuffer d(16);
   EXPECT_THROW(g_->all_reduce(Tensor(d.get(), {4}, DType::I32, dev_)), Error);
 }
+
+// wait_on(stream): a compute stream waits for the collective on the device, the host does not.
+// A copy queued on that stream after wait_on reads the reduced values.
+TEST_F(Nccl, WaitOnMakesAComputeStreamWaitForTheCollective) {
+  const int N = g_->size(), r = g_->rank();
+  const int64_t n = 1 << 20;  // large enough that the collective is not over at once
+  std::vector<float> h(n);
+  for (int64_t i = 0; i < n; ++i) h[i] = static_cast<float>(r + i % 5);
+  DeviceBuffer d(n * 4);
+  upload(d, h);
+  cudaStream_t compute = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking), cudaSuccess);
+  WorkPtr w = g_->all_reduce_async(Tensor(d.get(), {n}, DType::F32, dev_), ReduceOp::Sum);
+  w->wait_on(compute);
+  float* pinned = nullptr;
+  ASSERT_EQ(cudaMallocHost(&pinned, n * sizeof(float)), cudaSuccess);
+  ASSERT_EQ(cudaMemcpyAsync(pinned, d.get(), n * sizeof(float), cudaMemcpyDeviceToHost, compute),
+            cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(compute), cudaSuccess);
+  for (int64_t i = 0; i < n; ++i)
+    ASSERT_EQ(pinned[i], static_cast<float>(N * (N - 1) / 2 + N * (i % 5))) << i;
+  EXPECT_TRUE(w->is_completed());
+  cudaFreeHost(pinned);
+  cudaStreamDestroy(compute);
+}

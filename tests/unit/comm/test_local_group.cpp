@@ -88,3 +88,27 @@ TEST(CommAlgorithm, Parses) {
   EXPECT_NE(error_of([] { parse_comm_algorithm("tree"); }).find("use mpi or ring"),
             std::string::npos);
 }
+
+// Host-side work (local, MPI) has nothing a CUDA stream could wait on: wait_on(stream) is
+// wait(), so the result is in the host buffer when it returns. The stream is not touched.
+TEST(Work, WaitOnAStreamWaitsForHostWork) {
+  struct CountingWork final : Work {
+    int waits = 0;
+    void wait() override { ++waits; }
+    bool is_completed() override { return waits > 0; }
+  };
+  CountingWork w;
+  w.wait_on(nullptr);
+  EXPECT_EQ(w.waits, 1);
+  int not_a_stream = 0;
+  w.wait_on(&not_a_stream);
+  EXPECT_EQ(w.waits, 2);
+  EXPECT_EQ(not_a_stream, 0);
+
+  LocalProcessGroup g;
+  std::vector<float> a = {1, 2, 3}, b(3, 0);
+  WorkPtr work = g.all_gather_async(f32(a), f32(b));
+  work->wait_on(nullptr);
+  EXPECT_TRUE(work->is_completed());
+  EXPECT_EQ(b, a);
+}

@@ -84,14 +84,33 @@ TEST(OpErrors, BadHeadsAndDropoutProbability) {
 
 TEST(OpErrors, CudaWithoutAGpuIsAClearError) {
   std::vector<float> x(8), y(8);
+  // Without a GPU (or without CUDA in the build) making a CUDA context fails with a hint.
+  if (!cuda_available())
+    expect_error([&] { make_op_context(Device::cuda(0)); }, {"make_op_context", "--device cpu"});
+  // A default context labelled CUDA has no stream or handles: caught before anything runs
+  // (no kernel is launched on these host pointers, GPU or not).
   OpContext ctx;
   ctx.device = Device::cuda(0);
   Tensor tx(x.data(), {8}, DType::F32, Device::cuda(0)),
       ty(y.data(), {8}, DType::F32, Device::cuda(0));
-  // Without a GPU (or without CUDA in the build) a CUDA op fails with a hint; with a GPU the
-  // call would launch a kernel on these host pointers, so that half is skipped there.
-  if (!cuda_available())
-    expect_error([&] { gelu_forward(ctx, ty, tx); }, {"gelu_forward", "--device cpu"});
+#ifdef TIDE_HAVE_CUDA
+  expect_error([&] { gelu_forward(ctx, ty, tx); },
+               {"gelu_forward", "cuda:0", "no CUDA stream or handles", "make_op_context"});
+#else
+  expect_error([&] { gelu_forward(ctx, ty, tx); }, {"gelu_forward", "no CUDA kernels"});
+#endif
   // A CPU tensor given to a CUDA op is caught before anything runs.
   expect_error([&] { gelu_forward(ctx, ty, view(x, {8})); }, {"'inp'", "is on cpu", "cuda:0"});
+}
+
+TEST(OpContexts, CpuContextHasNoStreamOrHandles) {
+  Arena scratch("scratch", 1024);
+  const OpContext ctx = make_op_context(Device::cpu(), &scratch);
+  EXPECT_TRUE(ctx.device.is_cpu());
+  EXPECT_EQ(ctx.scratch, &scratch);
+  EXPECT_EQ(ctx.stream, nullptr);
+  EXPECT_EQ(ctx.handles, nullptr);
+  std::vector<float> x = {-1.0f, 2.0f}, y(2);
+  gelu_forward(ctx, view(y, {2}), view(x, {2}));  // runs on the CPU
+  EXPECT_GT(y[1], 1.9f);
 }

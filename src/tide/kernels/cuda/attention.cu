@@ -119,25 +119,27 @@ __global__ void causal_softmax_backward_kernel(float* dscore, const float* preat
 // Column-major strided-batched SGEMM: for each of `batch` matrices,
 // C(m,n) = alpha * op(A) op(B) + beta * C. Row-major (R,K) data read column-major is its
 // transpose, so each call below states the row-major product it computes.
-void sgemm_batched(const DeviceContext& ctx, bool trans_a, bool trans_b, int m, int n, int k,
+void sgemm_batched(const OpContext& ctx, bool trans_a, bool trans_b, int m, int n, int k,
                    float alpha, const float* A, int lda, int64_t stride_a, const float* B, int ldb,
                    int64_t stride_b, float beta, float* C, int ldc, int64_t stride_c, int batch) {
+  const cublasHandle_t cublas = handles_of(ctx).cublas;
+  TIDE_CUBLAS_CHECK(cublasSetStream(cublas, stream_of(ctx)));  // host-side only: cheap
   TIDE_CUBLAS_CHECK(cublasSgemmStridedBatched(
-      ctx.cublas(), trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, m, n,
-      k, &alpha, A, lda, stride_a, B, ldb, stride_b, &beta, C, ldc, stride_c, batch));
+      cublas, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, m, n, k,
+      &alpha, A, lda, stride_a, B, ldb, stride_b, &beta, C, ldc, stride_c, batch));
 }
 
 }  // namespace
 
-void attention_forward(int device, float* out, float* preatt, float* att, const float* qkv, int B,
-                       int T, int C, int NH, const DropoutSpec& dropout) {
+void attention_forward(const OpContext& ctx, float* out, float* preatt, float* att,
+                       const float* qkv, int B, int T, int C, int NH, const DropoutSpec& dropout) {
   const Dims d{B, T, C, NH, C / NH};
   const int64_t n = d.head_elems();
   if (n == 0) return;
-  DeviceContext& ctx = context(device);
-  const cudaStream_t stream = ctx.stream();
+  CudaHandles& h = handles_of(ctx);
+  const cudaStream_t stream = stream_of(ctx);
   // Scratch: q, k, v, y, each (B,NH,T,HS).
-  float* q = static_cast<float*>(ctx.scratch(4 * n * sizeof(float)));
+  float* q = static_cast<float*>(h.scratch(4 * n * sizeof(float)));
   float* k = q + n;
   float* v = k + n;
   float* y = v + n;
@@ -164,19 +166,19 @@ void attention_forward(int device, float* out, float* preatt, float* att, const 
   TIDE_CUDA_CHECK_LAUNCH();
 }
 
-void attention_backward(int device, float* dqkv, const float* dout, const float* qkv,
+void attention_backward(const OpContext& ctx, float* dqkv, const float* dout, const float* qkv,
                         const float* preatt, const float* att, int B, int T, int C, int NH,
                         const DropoutSpec& dropout) {
   const Dims d{B, T, C, NH, C / NH};
   const int64_t n = d.head_elems();
   if (n == 0) return;
-  DeviceContext& ctx = context(device);
-  const cudaStream_t stream = ctx.stream();
+  CudaHandles& h = handles_of(ctx);
+  const cudaStream_t stream = stream_of(ctx);
   const int batch = B * NH, HS = d.HS;
   const int64_t head = static_cast<int64_t>(T) * HS, tt = static_cast<int64_t>(T) * T;
   const int64_t n_rows = static_cast<int64_t>(batch) * T;
   // Scratch: q, k, v, dy, dq, dk, dv, each (B,NH,T,HS), and dscore (B,NH,T,T).
-  float* q = static_cast<float*>(ctx.scratch((7 * n + n_rows * T) * sizeof(float)));
+  float* q = static_cast<float*>(h.scratch((7 * n + n_rows * T) * sizeof(float)));
   float* k = q + n;
   float* v = k + n;
   float* dy = v + n;

@@ -97,13 +97,4 @@ inline DropoutParams dropout_params(const DropoutSpec& spec, int64_t T, int64_t 
   return d;
 }
 
-// Index of the first id outside [lo, hi) among ids[0..n) on the device, or -1; used to turn
-// a bad token or target into the same error the CPU kernels raise. Synchronises the current
-// stream (it reads one number back), so it costs a round trip per call.
-struct BadId {
-  int64_t index = -1;
-  int32_t value = 0;
-};
-BadId find_bad_id(const int32_t* ids, int64_t n, int64_t lo, int64_t hi, cudaStream_t stream);
-
 }  // namespace tide::cuda

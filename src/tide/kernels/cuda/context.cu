@@ -1,29 +1,45 @@
-// Per-thread, per-(device, stream) CUDA state; see context.h.
+// Making and releasing the CUDA state of an OpContext (see context.h for why it is explicit).
 #include "tide/kernels/cuda/context.h"
 
-#include <map>
 #include <memory>
-#include <utility>
 
 #include "tide/kernels/cuda/cuda_check.h"
 #include "tide/kernels/cuda/cuda_ops.h"
 
-namespace tide::cuda {
+namespace tide {
 
 namespace {
-// cuBLAS workspace per handle. NVIDIA recommends 32 MiB on Hopper; giving cuBLAS its own
-// workspace also keeps it from allocating one per stream behind our back.
-constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
-
-thread_local cudaStream_t t_stream = nullptr;
+// cuBLAS / cuBLASLt workspace per bundle. NVIDIA recommends 32 MiB on Hopper; giving cuBLAS
+// its own workspace also keeps it from allocating one per stream behind our back.
+constexpr size_t kWorkspaceBytes = size_t{32} << 20;
 }  // namespace
 
-cudaStream_t current_stream() {
-  return t_stream;
+// Errors are ignored here: a destructor must not throw, and at process exit the CUDA runtime
+// may already be shutting down.
+CudaHandles::~CudaHandles() {
+  cudaSetDevice(device);
+  if (stream != nullptr) cudaStreamSynchronize(stream);
+  if (cublaslt != nullptr) cublasLtDestroy(cublaslt);
+  if (cublas != nullptr) cublasDestroy(cublas);
+  cudaFree(workspace);
+  cudaFree(scratch_);
+  if (stream != nullptr) cudaStreamDestroy(stream);
 }
-void set_current_stream(cudaStream_t stream) {
-  t_stream = stream;
+
+void* CudaHandles::scratch(size_t bytes) {
+  if (bytes <= scratch_bytes_) return scratch_;
+  TIDE_CUDA_CHECK(cudaStreamSynchronize(stream));
+  TIDE_CUDA_CHECK(cudaFree(scratch_));
+  scratch_ = nullptr;
+  scratch_bytes_ = 0;
+  // Round up to 1 MiB steps so that slowly growing requests do not reallocate every call.
+  const size_t rounded = (bytes + (size_t{1} << 20) - 1) / (size_t{1} << 20) * (size_t{1} << 20);
+  TIDE_CUDA_CHECK(cudaMalloc(&scratch_, rounded));
+  scratch_bytes_ = rounded;
+  return scratch_;
 }
+
+namespace cuda {
 
 int device_count() {
   static const int n = [] {
@@ -38,45 +54,40 @@ int device_count() {
   return n;
 }
 
-DeviceContext::DeviceContext(int device, cudaStream_t stream) : device_(device), stream_(stream) {
+OpContext make_context(int device, Arena* scratch) {
+  const int n = device_count();
+  TIDE_CHECK(n > 0,
+             "make_op_context: cuda:{} was asked for but no CUDA GPU is visible to this "
+             "process; run with --device cpu, or on a machine with a GPU (check nvidia-smi and "
+             "CUDA_VISIBLE_DEVICES)",
+             device);
+  TIDE_CHECK(device >= 0 && device < n,
+             "make_op_context: cuda:{} was asked for but only {} CUDA GPU(s) are visible (cuda:0 "
+             ".. cuda:{}); pick one of those devices",
+             device, n, n - 1);
+  // The one place the device is set: every op of this context then runs on the calling
+  // thread's current device without asking again.
   TIDE_CUDA_CHECK(cudaSetDevice(device));
-  TIDE_CUBLAS_CHECK(cublasCreate(&cublas_));
-  TIDE_CUBLAS_CHECK(cublasSetStream(cublas_, stream));
+  auto h = std::make_shared<CudaHandles>();
+  h->device = device;
+  TIDE_CUDA_CHECK(cudaStreamCreateWithFlags(&h->stream, cudaStreamNonBlocking));
+  TIDE_CUBLAS_CHECK(cublasCreate(&h->cublas));
+  TIDE_CUBLAS_CHECK(cublasSetStream(h->cublas, h->stream));
   // Plain f32 GEMMs (no TF32): the CUDA results are compared with the CPU reference at f32
   // tolerances. TF32 or bf16 tensor-core paths are a tuning step for later (docs/cuda.md).
-  TIDE_CUBLAS_CHECK(cublasSetMathMode(cublas_, CUBLAS_PEDANTIC_MATH));
-  TIDE_CUDA_CHECK(cudaMalloc(&cublas_workspace_, kCublasWorkspaceBytes));
-  TIDE_CUBLAS_CHECK(cublasSetWorkspace(cublas_, cublas_workspace_, kCublasWorkspaceBytes));
+  TIDE_CUBLAS_CHECK(cublasSetMathMode(h->cublas, CUBLAS_PEDANTIC_MATH));
+  TIDE_CUBLAS_CHECK(cublasLtCreate(&h->cublaslt));
+  TIDE_CUDA_CHECK(cudaMalloc(&h->workspace, kWorkspaceBytes));
+  h->workspace_bytes = kWorkspaceBytes;
+  TIDE_CUBLAS_CHECK(cublasSetWorkspace(h->cublas, h->workspace, h->workspace_bytes));
+
+  OpContext ctx;
+  ctx.device = Device::cuda(device);
+  ctx.scratch = scratch;
+  ctx.stream = h->stream;
+  ctx.handles = std::move(h);
+  return ctx;
 }
 
-// Errors are ignored here: a destructor must not throw, and at process exit the CUDA runtime
-// may already be shutting down.
-DeviceContext::~DeviceContext() {
-  cudaSetDevice(device_);
-  if (cublas_ != nullptr) cublasDestroy(cublas_);
-  cudaFree(cublas_workspace_);
-  cudaFree(scratch_);
-}
-
-void* DeviceContext::scratch(size_t bytes) {
-  if (bytes <= scratch_bytes_) return scratch_;
-  TIDE_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  TIDE_CUDA_CHECK(cudaFree(scratch_));
-  scratch_ = nullptr;
-  scratch_bytes_ = 0;
-  // Round up to 1 MiB steps so that slowly growing requests do not reallocate every call.
-  const size_t rounded = (bytes + (size_t{1} << 20) - 1) / (size_t{1} << 20) * (size_t{1} << 20);
-  TIDE_CUDA_CHECK(cudaMalloc(&scratch_, rounded));
-  scratch_bytes_ = rounded;
-  return scratch_;
-}
-
-DeviceContext& context(int device) {
-  thread_local std::map<std::pair<int, cudaStream_t>, std::unique_ptr<DeviceContext>> contexts;
-  TIDE_CUDA_CHECK(cudaSetDevice(device));
-  auto& slot = contexts[{device, t_stream}];
-  if (!slot) slot = std::make_unique<DeviceContext>(device, t_stream);
-  return *slot;
-}
-
-}  // namespace tide::cuda
+}  // namespace cuda
+}  // namespace tide

@@ -1,69 +1,63 @@
 #pragma once
-// Per-thread CUDA execution state of the op API: the current stream and, for each
-// (device, stream) pair, a DeviceContext holding the cuBLAS handle, its workspace, and a
-// scratch buffer for kernels that need temporary device memory.
+// The CUDA side of OpContext (ops.h): the handle bundle a context points to, and accessors
+// for the kernels.
 //
-// Why keyed by (device, stream) and per thread: cuBLAS handles are not meant to be shared
-// between threads, and a scratch buffer shared by two streams could be overwritten by one
-// stream while the other still reads it. With one context per (thread, device, stream), work
-// queued on a stream only ever touches that stream's scratch, in stream order.
+// Why explicit (as llm.c and ggml pass theirs): every op gets its device, stream and library
+// handles from the OpContext it is called with. There is no thread-local "current stream" and
+// no per-op device query; make_op_context sets the device once and creates the stream and the
+// handles, and the caller decides which ops share them by passing the same context.
 //
-// OpContext has no stream field yet; until it does, set_current_stream (or a StreamScope)
-// picks the stream that the calling thread's ops are queued on. The default is stream 0 (the
-// legacy default stream). C++17-clean (included from .cu files).
+// A bundle belongs to ONE stream: its cuBLAS/cuBLASLt workspace and the device scratch buffer
+// are reused by consecutive ops, which is safe only because they run in that stream's order.
+// Work for another stream needs another context (make_op_context again), not a copy of this
+// one with `stream` changed. C++17-clean (included from .cu files only).
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <cstddef>
 
-namespace tide::cuda {
+#include "tide/kernels/ops.h"
 
-// The stream that ops called from this thread are queued on (default: 0).
-cudaStream_t current_stream();
-void set_current_stream(cudaStream_t stream);
+namespace tide {
 
-// Sets the current stream for a scope and restores the previous one on exit.
-class StreamScope {
- public:
-  explicit StreamScope(cudaStream_t stream) : previous_(current_stream()) {
-    set_current_stream(stream);
-  }
-  ~StreamScope() { set_current_stream(previous_); }
-  StreamScope(const StreamScope&) = delete;
-  StreamScope& operator=(const StreamScope&) = delete;
+// What make_op_context creates for a CUDA device (forward-declared in ops.h). Released with
+// the last OpContext that holds it: synchronises its stream, then frees everything.
+struct CudaHandles {
+  int device = 0;
+  cudaStream_t stream = nullptr;  // non-blocking, created with the bundle and owned by it
+  cublasHandle_t cublas = nullptr;
+  cublasLtHandle_t cublaslt = nullptr;
+  // One workspace for cuBLAS and cuBLASLt: they run on the bundle's one stream, never at once.
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
 
- private:
-  cudaStream_t previous_;
-};
+  CudaHandles() = default;
+  CudaHandles(const CudaHandles&) = delete;
+  CudaHandles& operator=(const CudaHandles&) = delete;
+  ~CudaHandles();
 
-class DeviceContext {
- public:
-  DeviceContext(int device, cudaStream_t stream);
-  ~DeviceContext();
-  DeviceContext(const DeviceContext&) = delete;
-  DeviceContext& operator=(const DeviceContext&) = delete;
-
-  int device() const { return device_; }
-  cudaStream_t stream() const { return stream_; }
-  cublasHandle_t cublas() const { return cublas_; }
-
-  // At least `bytes` of device memory (256-byte aligned), valid until the next scratch() call
-  // on this context. Growing synchronises the stream first (the old buffer may still be in
-  // use by queued kernels); the buffer only grows, so that happens in the first steps only.
+  // At least `bytes` of device memory (256-byte aligned), valid until the next scratch() call.
+  // Growing synchronises the stream first (the old buffer may still be read by queued
+  // kernels); the buffer only grows, so that happens in the first steps only.
   void* scratch(size_t bytes);
 
  private:
-  int device_;
-  cudaStream_t stream_;
-  cublasHandle_t cublas_ = nullptr;
-  void* cublas_workspace_ = nullptr;
   void* scratch_ = nullptr;
   size_t scratch_bytes_ = 0;
 };
 
-// The calling thread's context for `device` and its current stream (created on first use),
-// with `device` made the current CUDA device.
-DeviceContext& context(int device);
+namespace cuda {
 
-}  // namespace tide::cuda
+// The stream and handles of a context for a CUDA device. ops.cpp has checked that the context
+// was made by make_op_context (handles present) before any kernel runs.
+inline cudaStream_t stream_of(const OpContext& ctx) {
+  return static_cast<cudaStream_t>(ctx.stream);
+}
+inline CudaHandles& handles_of(const OpContext& ctx) {
+  return *ctx.handles;
+}
+
+}  // namespace cuda
+}  // namespace tide

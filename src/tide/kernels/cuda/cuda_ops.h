@@ -4,11 +4,12 @@
 // so the functions here trust their arguments. Same conventions as ops.h: forward ops
 // overwrite, backward ops accumulate (+=), except crossentropy_backward (overwrites, may alias).
 //
-// `device` is the CUDA device index; the work is queued on the calling thread's current
-// stream (context.h) and is asynchronous: it has finished only once that stream is
-// synchronised. The exceptions are embedding_* and crossentropy_*, which check their token
-// or target ids on the device and wait for that check (one round trip) so that a bad id
-// raises the same tide::Error as on the CPU.
+// Every function queues its work on ctx.stream with ctx.handles (context.h) and returns:
+// results are ready once that stream is synchronised. None of them synchronises the host or
+// queries the device. Token and target ids are NOT checked here (that would need a copy back
+// to the host per call): the data loader checks them once (DataLoader::check_vocab). An id
+// outside the vocabulary gives NaN in the rows it touches instead of an out-of-bounds access
+// (embedding_backward skips such tokens).
 //
 // Reproducibility: every result is a fixed function of the inputs and shapes (no
 // floating-point atomics, reductions in fixed orders, cuBLAS without atomics), so repeated runs
@@ -25,61 +26,65 @@ namespace tide::cuda {
 
 // Number of GPUs visible to the process (0 without a driver or a GPU); queried once.
 int device_count();
+// make_op_context for Device::cuda(device) (context.cu): checks that the GPU is visible, sets
+// it current, creates the stream and the handles.
+OpContext make_context(int device, Arena* scratch);
 
-// out(B,T,C) = wte[tokens(B,T)] + wpe[t]; tokens must lie in [0, V) (throws otherwise).
-void embedding_forward(int device, float* out, const int32_t* tokens, const float* wte,
+// out(B,T,C) = wte[tokens(B,T)] + wpe[t]; a token outside [0, V) gives a NaN row.
+void embedding_forward(const OpContext& ctx, float* out, const int32_t* tokens, const float* wte,
                        const float* wpe, int B, int T, int C, int V);
 // dwte(V,C) += scatter of dout rows by token, dwpe(T,C) += sum over b of dout.
-void embedding_backward(int device, float* dwte, float* dwpe, const float* dout,
+void embedding_backward(const OpContext& ctx, float* dwte, float* dwpe, const float* dout,
                         const int32_t* tokens, int B, int T, int C, int V);
 
 // out(N,C), mean(N), rstd(N) from inp(N,C), weight(C), bias(C).
-void layernorm_forward(int device, float* out, float* mean, float* rstd, const float* inp,
+void layernorm_forward(const OpContext& ctx, float* out, float* mean, float* rstd, const float* inp,
                        const float* weight, const float* bias, int64_t N, int C);
-void layernorm_backward_input(int device, float* dinp, const float* dout, const float* inp,
-                              const float* weight, const float* mean, const float* rstd, int64_t N,
-                              int C);
-void layernorm_backward_weight(int device, float* dweight, float* dbias, const float* dout,
-                               const float* inp, const float* mean, const float* rstd, int64_t N,
-                               int C);
+void layernorm_backward_input(const OpContext& ctx, float* dinp, const float* dout,
+                              const float* inp, const float* weight, const float* mean,
+                              const float* rstd, int64_t N, int C);
+void layernorm_backward_weight(const OpContext& ctx, float* dweight, float* dbias,
+                               const float* dout, const float* inp, const float* mean,
+                               const float* rstd, int64_t N, int C);
 
 // out(N,OC) = inp(N,C) @ weight(OC,C)^T + bias(OC); bias may be null.
-void matmul_forward(int device, float* out, const float* inp, const float* weight,
+void matmul_forward(const OpContext& ctx, float* out, const float* inp, const float* weight,
                     const float* bias, int64_t N, int C, int OC);
 // dinp(N,C) += dout(N,OC) @ weight(OC,C)
-void matmul_backward_input(int device, float* dinp, const float* dout, const float* weight,
-                           int64_t N, int C, int OC);
+void matmul_backward_input(const OpContext& ctx, float* dinp, const float* dout,
+                           const float* weight, int64_t N, int C, int OC);
 // dweight(OC,C) += dout^T @ inp, dbias(OC) += column sums of dout (dbias may be null).
-void matmul_backward_weight(int device, float* dweight, float* dbias, const float* dout,
+void matmul_backward_weight(const OpContext& ctx, float* dweight, float* dbias, const float* dout,
                             const float* inp, int64_t N, int C, int OC);
 
 // qkv(B,T,3C) -> out(B,T,C); preatt(B,NH,T,T) softmax probabilities, att(B,NH,T,T) after
 // dropout. Uses scratch for q, k, v and the output in (B,NH,T,HS) layout.
-void attention_forward(int device, float* out, float* preatt, float* att, const float* qkv, int B,
-                       int T, int C, int NH, const DropoutSpec& dropout);
+void attention_forward(const OpContext& ctx, float* out, float* preatt, float* att,
+                       const float* qkv, int B, int T, int C, int NH, const DropoutSpec& dropout);
 // dqkv(B,T,3C) += gradient of out w.r.t. qkv. Uses scratch for q, k, v, dout, dq, dk, dv in
 // (B,NH,T,HS) layout and one (B,NH,T,T) buffer for the attention-score gradient.
-void attention_backward(int device, float* dqkv, const float* dout, const float* qkv,
+void attention_backward(const OpContext& ctx, float* dqkv, const float* dout, const float* qkv,
                         const float* preatt, const float* att, int B, int T, int C, int NH,
                         const DropoutSpec& dropout);
 
-void gelu_forward(int device, float* out, const float* inp, int64_t n);
-void gelu_backward(int device, float* dinp, const float* dout, const float* inp, int64_t n);
-void residual_forward(int device, float* out, const float* a, const float* b, int64_t n);
-void residual_backward(int device, float* da, float* db, const float* dout, int64_t n);
+void gelu_forward(const OpContext& ctx, float* out, const float* inp, int64_t n);
+void gelu_backward(const OpContext& ctx, float* dinp, const float* dout, const float* inp,
+                   int64_t n);
+void residual_forward(const OpContext& ctx, float* out, const float* a, const float* b, int64_t n);
+void residual_backward(const OpContext& ctx, float* da, float* db, const float* dout, int64_t n);
 // out(B,T,W) = inp * mask / (1-p), counters from the spec's global coordinates; out may
 // alias inp. dropout_backward: dinp(B,T,W) += dout * mask / (1-p).
-void dropout_forward(int device, float* out, const float* inp, int64_t B, int64_t T, int64_t W,
-                     const DropoutSpec& dropout);
-void dropout_backward(int device, float* dinp, const float* dout, int64_t B, int64_t T, int64_t W,
-                      const DropoutSpec& dropout);
+void dropout_forward(const OpContext& ctx, float* out, const float* inp, int64_t B, int64_t T,
+                     int64_t W, const DropoutSpec& dropout);
+void dropout_backward(const OpContext& ctx, float* dinp, const float* dout, int64_t B, int64_t T,
+                      int64_t W, const DropoutSpec& dropout);
 
-// losses(N) = logsumexp(logits row) - logits[target]; targets < 0 give loss 0.
-// Targets >= V throw.
-void crossentropy_forward(int device, float* losses, const float* logits, const int32_t* targets,
-                          int64_t N, int V);
+// losses(N) = logsumexp(logits row) - logits[target]; targets < 0 give loss 0, targets >= V
+// give NaN (and a NaN gradient row).
+void crossentropy_forward(const OpContext& ctx, float* losses, const float* logits,
+                          const int32_t* targets, int64_t N, int V);
 // dlogits(N,V) = (softmax - onehot) * dloss, overwritten; dlogits may alias logits.
-void crossentropy_backward(int device, float* dlogits, const float* logits, const int32_t* targets,
-                           int64_t N, int V, float dloss);
+void crossentropy_backward(const OpContext& ctx, float* dlogits, const float* logits,
+                           const int32_t* targets, int64_t N, int V, float dloss);
 
 }  // namespace tide::cuda

@@ -21,25 +21,23 @@ namespace {
 
 constexpr int kBlock = 256;
 
-// Throws the CPU kernel's error (cpu/embedding.cpp) for the first token outside [0, V).
-void check_tokens(const int32_t* tokens, int B, int T, int V, const char* op, cudaStream_t stream) {
-  const BadId bad = find_bad_id(tokens, static_cast<int64_t>(B) * T, 0, V, stream);
-  TIDE_CHECK(bad.index < 0,
-             "{}: token id {} at (b={}, t={}) is outside the vocabulary [0, {}); the data was "
-             "tokenized with a larger vocabulary than the model's vocab_size, or it is corrupt",
-             op, bad.value, bad.index / T, bad.index % T, V);
-}
-
-// out(B,T,C): one thread per element.
+// out(B,T,C): one thread per element. A token outside [0, V) makes its row NaN (the ids are
+// validated once by the data loader; this only keeps a bad one from reading out of bounds and
+// makes it visible in the loss).
 template <typename T>
 __global__ void embedding_forward_kernel(T* out, const int32_t* tokens, const T* wte, const T* wpe,
-                                         int B, int Tn, int C) {
+                                         int B, int Tn, int C, int V) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= static_cast<int64_t>(B) * Tn * C) return;
   const int64_t bt = i / C;
   const int c = static_cast<int>(i % C);
   const int t = static_cast<int>(bt % Tn);
-  out[i] = from_f32<T>(to_f32(wte[static_cast<int64_t>(tokens[bt]) * C + c]) +
+  const int32_t token = tokens[bt];
+  if (token < 0 || token >= V) {
+    out[i] = from_f32<T>(__int_as_float(0x7fc00000));  // quiet NaN
+    return;
+  }
+  out[i] = from_f32<T>(to_f32(wte[static_cast<int64_t>(token) * C + c]) +
                        to_f32(wpe[static_cast<int64_t>(t) * C + c]));
 }
 
@@ -50,11 +48,14 @@ __global__ void iota_kernel(int32_t* x, int64_t n) {
 
 // Block i handles sorted entry i if it starts a run of equal tokens: for each channel (one
 // per thread, strided), dwte[token] += dout rows of the run, added in ascending position.
+// Tokens outside [0, V) (negative ones read as large unsigned) are skipped, so a bad id never
+// writes outside dwte; dwte is then not meaningful (the radix sort looks at the low bits only).
 template <typename T>
 __global__ void dwte_runs_kernel(T* dwte, const T* dout, const uint32_t* sorted_tokens,
-                                 const int32_t* sorted_positions, int64_t n, int C) {
+                                 const int32_t* sorted_positions, int64_t n, int C, int V) {
   const int64_t i = blockIdx.x;
   const uint32_t token = sorted_tokens[i];
+  if (token >= static_cast<uint32_t>(V)) return;       // out of the vocabulary
   if (i > 0 && sorted_tokens[i - 1] == token) return;  // not the start of a run
   int64_t end = i + 1;
   while (end < n && sorted_tokens[end] == token) ++end;
@@ -87,52 +88,49 @@ int id_bits(int V) {
 
 }  // namespace
 
-void embedding_forward(int device, float* out, const int32_t* tokens, const float* wte,
+void embedding_forward(const OpContext& ctx, float* out, const int32_t* tokens, const float* wte,
                        const float* wpe, int B, int T, int C, int V) {
-  const DeviceContext& ctx = context(device);
-  check_tokens(tokens, B, T, V, "embedding_forward", ctx.stream());
+  const cudaStream_t stream = stream_of(ctx);
   const int64_t n = static_cast<int64_t>(B) * T * C;
   if (n == 0) return;
   embedding_forward_kernel<float>
-      <<<ceil_div(n, kBlock), kBlock, 0, ctx.stream()>>>(out, tokens, wte, wpe, B, T, C);
+      <<<ceil_div(n, kBlock), kBlock, 0, stream>>>(out, tokens, wte, wpe, B, T, C, V);
   TIDE_CUDA_CHECK_LAUNCH();
 }
 
-void embedding_backward(int device, float* dwte, float* dwpe, const float* dout,
+void embedding_backward(const OpContext& ctx, float* dwte, float* dwpe, const float* dout,
                         const int32_t* tokens, int B, int T, int C, int V) {
-  DeviceContext& ctx = context(device);
-  check_tokens(tokens, B, T, V, "embedding_backward", ctx.stream());
+  const cudaStream_t stream = stream_of(ctx);
   const int64_t n = static_cast<int64_t>(B) * T;
   if (n == 0 || C == 0) return;
-  // The tokens are checked to lie in [0, V), so reading them as unsigned changes nothing.
+  // Valid tokens lie in [0, V), so reading them as unsigned changes nothing.
   const uint32_t* keys_in = reinterpret_cast<const uint32_t*>(tokens);
   const int end_bit = id_bits(V);
 
   // Scratch: sorted tokens (n), positions 0..n-1 (n), positions sorted by token (n), CUB's
   // temporary storage. Offsets are rounded to 256 bytes.
   size_t cub_bytes = 0;
-  TIDE_CUDA_CHECK(
-      cub::DeviceRadixSort::SortPairs(nullptr, cub_bytes, keys_in, static_cast<uint32_t*>(nullptr),
-                                      static_cast<const int32_t*>(nullptr),
-                                      static_cast<int32_t*>(nullptr), n, 0, end_bit, ctx.stream()));
+  TIDE_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(
+      nullptr, cub_bytes, keys_in, static_cast<uint32_t*>(nullptr),
+      static_cast<const int32_t*>(nullptr), static_cast<int32_t*>(nullptr), n, 0, end_bit, stream));
   const size_t ids_bytes = (static_cast<size_t>(n) * sizeof(int32_t) + 255) / 256 * 256;
-  char* base = static_cast<char*>(ctx.scratch(3 * ids_bytes + cub_bytes));
+  char* base = static_cast<char*>(handles_of(ctx).scratch(3 * ids_bytes + cub_bytes));
   auto* sorted_tokens = reinterpret_cast<uint32_t*>(base);
   auto* positions = reinterpret_cast<int32_t*>(base + ids_bytes);
   auto* sorted_positions = reinterpret_cast<int32_t*>(base + 2 * ids_bytes);
   void* cub_temp = base + 3 * ids_bytes;
 
-  iota_kernel<<<ceil_div(n, kBlock), kBlock, 0, ctx.stream()>>>(positions, n);
+  iota_kernel<<<ceil_div(n, kBlock), kBlock, 0, stream>>>(positions, n);
   TIDE_CUDA_CHECK_LAUNCH();
   TIDE_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(cub_temp, cub_bytes, keys_in, sorted_tokens,
                                                   positions, sorted_positions, n, 0, end_bit,
-                                                  ctx.stream()));
+                                                  stream));
   // One block per sorted entry; only run starts work. 128 threads cover C = 768 in 6 steps.
-  dwte_runs_kernel<float><<<static_cast<unsigned int>(n), 128, 0, ctx.stream()>>>(
-      dwte, dout, sorted_tokens, sorted_positions, n, C);
+  dwte_runs_kernel<float><<<static_cast<unsigned int>(n), 128, 0, stream>>>(
+      dwte, dout, sorted_tokens, sorted_positions, n, C, V);
   TIDE_CUDA_CHECK_LAUNCH();
-  dwpe_kernel<float><<<ceil_div(static_cast<int64_t>(T) * C, kBlock), kBlock, 0, ctx.stream()>>>(
-      dwpe, dout, B, T, C);
+  dwpe_kernel<float>
+      <<<ceil_div(static_cast<int64_t>(T) * C, kBlock), kBlock, 0, stream>>>(dwpe, dout, B, T, C);
   TIDE_CUDA_CHECK_LAUNCH();
 }
 

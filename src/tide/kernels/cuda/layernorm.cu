@@ -116,44 +116,44 @@ __global__ void layernorm_weight_finish_kernel(T* dweight, T* dbias, const float
 
 }  // namespace
 
-void layernorm_forward(int device, float* out, float* mean, float* rstd, const float* inp,
+void layernorm_forward(const OpContext& ctx, float* out, float* mean, float* rstd, const float* inp,
                        const float* weight, const float* bias, int64_t N, int C) {
   if (N == 0) return;
-  const DeviceContext& ctx = context(device);
+  const cudaStream_t stream = stream_of(ctx);
   layernorm_forward_kernel<float>
-      <<<ceil_div(N, kRowsPerBlock), kRowsPerBlock * kWarpSize, 0, ctx.stream()>>>(
-          out, mean, rstd, inp, weight, bias, N, C);
+      <<<ceil_div(N, kRowsPerBlock), kRowsPerBlock * kWarpSize, 0, stream>>>(out, mean, rstd, inp,
+                                                                             weight, bias, N, C);
   TIDE_CUDA_CHECK_LAUNCH();
 }
 
-void layernorm_backward_input(int device, float* dinp, const float* dout, const float* inp,
-                              const float* weight, const float* mean, const float* rstd, int64_t N,
-                              int C) {
+void layernorm_backward_input(const OpContext& ctx, float* dinp, const float* dout,
+                              const float* inp, const float* weight, const float* mean,
+                              const float* rstd, int64_t N, int C) {
   if (N == 0) return;
-  const DeviceContext& ctx = context(device);
+  const cudaStream_t stream = stream_of(ctx);
   layernorm_backward_input_kernel<float>
-      <<<ceil_div(N, kRowsPerBlock), kRowsPerBlock * kWarpSize, 0, ctx.stream()>>>(
+      <<<ceil_div(N, kRowsPerBlock), kRowsPerBlock * kWarpSize, 0, stream>>>(
           dinp, dout, inp, weight, mean, rstd, N, C);
   TIDE_CUDA_CHECK_LAUNCH();
 }
 
-void layernorm_backward_weight(int device, float* dweight, float* dbias, const float* dout,
-                               const float* inp, const float* mean, const float* rstd, int64_t N,
-                               int C) {
+void layernorm_backward_weight(const OpContext& ctx, float* dweight, float* dbias,
+                               const float* dout, const float* inp, const float* mean,
+                               const float* rstd, int64_t N, int C) {
   if (N == 0) return;
-  DeviceContext& ctx = context(device);
+  const cudaStream_t stream = stream_of(ctx);
   const int64_t n_chunks = (N + kRowsPerChunk - 1) / kRowsPerChunk;
   TIDE_ASSERT(n_chunks <= 65535);  // the grid's y dimension: N up to 4M rows
   // Scratch: partial_dw (n_chunks, C), partial_db (n_chunks, C).
-  float* partial_dw = static_cast<float*>(ctx.scratch(2 * n_chunks * C * sizeof(float)));
+  float* partial_dw =
+      static_cast<float*>(handles_of(ctx).scratch(2 * n_chunks * C * sizeof(float)));
   float* partial_db = partial_dw + n_chunks * C;
   const dim3 grid(ceil_div(C, kColumnBlock), static_cast<unsigned int>(n_chunks));
-  layernorm_weight_partials_kernel<float><<<grid, kColumnBlock, 0, ctx.stream()>>>(
-      partial_dw, partial_db, dout, inp, mean, rstd, N, C);
+  layernorm_weight_partials_kernel<float>
+      <<<grid, kColumnBlock, 0, stream>>>(partial_dw, partial_db, dout, inp, mean, rstd, N, C);
   TIDE_CUDA_CHECK_LAUNCH();
-  layernorm_weight_finish_kernel<float>
-      <<<ceil_div(C, kColumnBlock), kColumnBlock, 0, ctx.stream()>>>(dweight, dbias, partial_dw,
-                                                                     partial_db, n_chunks, C);
+  layernorm_weight_finish_kernel<float><<<ceil_div(C, kColumnBlock), kColumnBlock, 0, stream>>>(
+      dweight, dbias, partial_dw, partial_db, n_chunks, C);
   TIDE_CUDA_CHECK_LAUNCH();
 }
 

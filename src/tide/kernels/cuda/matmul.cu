@@ -48,25 +48,26 @@ __global__ void column_finish_kernel(T* dst, const float* partial, int64_t n_chu
 }
 
 // Column-major C(m,n) = alpha * op(A) op(B) + beta * C, f32.
-void sgemm(const DeviceContext& ctx, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+void sgemm(const OpContext& ctx, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
            float alpha, const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
            float* C, int64_t ldc) {
+  const cublasHandle_t cublas = handles_of(ctx).cublas;
+  TIDE_CUBLAS_CHECK(cublasSetStream(cublas, stream_of(ctx)));  // host-side only: cheap
   TIDE_CUBLAS_CHECK(cublasSgemm(
-      ctx.cublas(), trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+      cublas, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
       static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), &alpha, A,
       static_cast<int>(lda), B, static_cast<int>(ldb), &beta, C, static_cast<int>(ldc)));
 }
 
 }  // namespace
 
-void matmul_forward(int device, float* out, const float* inp, const float* weight,
+void matmul_forward(const OpContext& ctx, float* out, const float* inp, const float* weight,
                     const float* bias, int64_t N, int C, int OC) {
   if (N == 0) return;
-  const DeviceContext& ctx = context(device);
+  const cudaStream_t stream = stream_of(ctx);
   float beta = 0.0f;
   if (bias != nullptr) {
-    broadcast_rows_kernel<float>
-        <<<ceil_div(N * OC, kBlock), kBlock, 0, ctx.stream()>>>(out, bias, N, OC);
+    broadcast_rows_kernel<float><<<ceil_div(N * OC, kBlock), kBlock, 0, stream>>>(out, bias, N, OC);
     TIDE_CUDA_CHECK_LAUNCH();
     beta = 1.0f;
   }
@@ -75,19 +76,18 @@ void matmul_forward(int device, float* out, const float* inp, const float* weigh
   sgemm(ctx, true, false, OC, N, C, 1.0f, weight, C, inp, C, beta, out, OC);
 }
 
-void matmul_backward_input(int device, float* dinp, const float* dout, const float* weight,
-                           int64_t N, int C, int OC) {
+void matmul_backward_input(const OpContext& ctx, float* dinp, const float* dout,
+                           const float* weight, int64_t N, int C, int OC) {
   if (N == 0) return;
-  const DeviceContext& ctx = context(device);
   // Row-major dinp(N,C) += dout(N,OC) @ weight(OC,C); column-major:
   // dinp^T(C,N) += weight^T(C,OC) @ dout^T(OC,N), both stored as they are needed.
   sgemm(ctx, false, false, C, N, OC, 1.0f, weight, C, dout, OC, 1.0f, dinp, C);
 }
 
-void matmul_backward_weight(int device, float* dweight, float* dbias, const float* dout,
+void matmul_backward_weight(const OpContext& ctx, float* dweight, float* dbias, const float* dout,
                             const float* inp, int64_t N, int C, int OC) {
   if (N == 0) return;
-  DeviceContext& ctx = context(device);
+  const cudaStream_t stream = stream_of(ctx);
   // Row-major dweight(OC,C) += dout^T(OC,N) @ inp(N,C); column-major:
   // dweight^T(C,OC) += inp^T(C,N) @ dout(N,OC), where dout is stored as dout^T (OC,N).
   sgemm(ctx, false, true, C, OC, N, 1.0f, inp, C, dout, OC, 1.0f, dweight, C);
@@ -95,12 +95,12 @@ void matmul_backward_weight(int device, float* dweight, float* dbias, const floa
   const int64_t n_chunks = (N + kRowsPerChunk - 1) / kRowsPerChunk;
   TIDE_ASSERT(n_chunks <= 65535);  // the grid's y dimension: N up to 4M rows
   float* partial =
-      static_cast<float*>(ctx.scratch(n_chunks * OC * sizeof(float)));  // (n_chunks,OC)
+      static_cast<float*>(handles_of(ctx).scratch(n_chunks * OC * sizeof(float)));  // (n_chunks,OC)
   const dim3 grid(ceil_div(OC, kBlock), static_cast<unsigned int>(n_chunks));
-  column_partials_kernel<float><<<grid, kBlock, 0, ctx.stream()>>>(partial, dout, N, OC);
+  column_partials_kernel<float><<<grid, kBlock, 0, stream>>>(partial, dout, N, OC);
   TIDE_CUDA_CHECK_LAUNCH();
   column_finish_kernel<float>
-      <<<ceil_div(OC, kBlock), kBlock, 0, ctx.stream()>>>(dbias, partial, n_chunks, OC);
+      <<<ceil_div(OC, kBlock), kBlock, 0, stream>>>(dbias, partial, n_chunks, OC);
   TIDE_CUDA_CHECK_LAUNCH();
 }
 

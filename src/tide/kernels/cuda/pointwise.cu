@@ -91,63 +91,63 @@ inline int64_t dropout_slots(int64_t W) {
 
 }  // namespace
 
-void gelu_forward(int device, float* out, const float* inp, int64_t n) {
+void gelu_forward(const OpContext& ctx, float* out, const float* inp, int64_t n) {
   if (n == 0) return;
-  const DeviceContext& ctx = context(device);
-  gelu_forward_kernel<float><<<ceil_div(n, kBlock), kBlock, 0, ctx.stream()>>>(out, inp, n);
+  const cudaStream_t stream = stream_of(ctx);
+  gelu_forward_kernel<float><<<ceil_div(n, kBlock), kBlock, 0, stream>>>(out, inp, n);
   TIDE_CUDA_CHECK_LAUNCH();
 }
 
-void gelu_backward(int device, float* dinp, const float* dout, const float* inp, int64_t n) {
+void gelu_backward(const OpContext& ctx, float* dinp, const float* dout, const float* inp,
+                   int64_t n) {
   if (n == 0) return;
-  const DeviceContext& ctx = context(device);
-  gelu_backward_kernel<float><<<ceil_div(n, kBlock), kBlock, 0, ctx.stream()>>>(dinp, dout, inp, n);
+  const cudaStream_t stream = stream_of(ctx);
+  gelu_backward_kernel<float><<<ceil_div(n, kBlock), kBlock, 0, stream>>>(dinp, dout, inp, n);
   TIDE_CUDA_CHECK_LAUNCH();
 }
 
-void residual_forward(int device, float* out, const float* a, const float* b, int64_t n) {
+void residual_forward(const OpContext& ctx, float* out, const float* a, const float* b, int64_t n) {
   if (n == 0) return;
-  const DeviceContext& ctx = context(device);
-  residual_forward_kernel<float><<<ceil_div(n, kBlock), kBlock, 0, ctx.stream()>>>(out, a, b, n);
+  const cudaStream_t stream = stream_of(ctx);
+  residual_forward_kernel<float><<<ceil_div(n, kBlock), kBlock, 0, stream>>>(out, a, b, n);
   TIDE_CUDA_CHECK_LAUNCH();
 }
 
-void residual_backward(int device, float* da, float* db, const float* dout, int64_t n) {
+void residual_backward(const OpContext& ctx, float* da, float* db, const float* dout, int64_t n) {
   if (n == 0) return;
-  const DeviceContext& ctx = context(device);
-  residual_backward_kernel<float>
-      <<<ceil_div(n, kBlock), kBlock, 0, ctx.stream()>>>(da, db, dout, n);
+  const cudaStream_t stream = stream_of(ctx);
+  residual_backward_kernel<float><<<ceil_div(n, kBlock), kBlock, 0, stream>>>(da, db, dout, n);
   TIDE_CUDA_CHECK_LAUNCH();
 }
 
-void dropout_forward(int device, float* out, const float* inp, int64_t B, int64_t T, int64_t W,
-                     const DropoutSpec& dropout) {
+void dropout_forward(const OpContext& ctx, float* out, const float* inp, int64_t B, int64_t T,
+                     int64_t W, const DropoutSpec& dropout) {
   const int64_t n = B * T * W;
   if (n == 0) return;
-  const DeviceContext& ctx = context(device);
+  const cudaStream_t stream = stream_of(ctx);
   if (!dropout.enabled()) {
     if (out != inp)
       TIDE_CUDA_CHECK(cudaMemcpyAsync(out, inp, static_cast<size_t>(n) * sizeof(float),
-                                      cudaMemcpyDeviceToDevice, ctx.stream()));
+                                      cudaMemcpyDeviceToDevice, stream));
     return;
   }
   const int64_t slots = dropout_slots(W);
-  dropout_kernel<float, false><<<ceil_div(B * T * slots, kBlock), kBlock, 0, ctx.stream()>>>(
+  dropout_kernel<float, false><<<ceil_div(B * T * slots, kBlock), kBlock, 0, stream>>>(
       out, inp, B * T, static_cast<int>(T), W, slots, dropout_params(dropout, T, W));
   TIDE_CUDA_CHECK_LAUNCH();
 }
 
-void dropout_backward(int device, float* dinp, const float* dout, int64_t B, int64_t T, int64_t W,
-                      const DropoutSpec& dropout) {
+void dropout_backward(const OpContext& ctx, float* dinp, const float* dout, int64_t B, int64_t T,
+                      int64_t W, const DropoutSpec& dropout) {
   const int64_t n = B * T * W;
   if (n == 0) return;
   if (!dropout.enabled()) {
-    residual_forward(device, dinp, dinp, dout, n);  // dinp += dout
+    residual_forward(ctx, dinp, dinp, dout, n);  // dinp += dout
     return;
   }
-  const DeviceContext& ctx = context(device);
+  const cudaStream_t stream = stream_of(ctx);
   const int64_t slots = dropout_slots(W);
-  dropout_kernel<float, true><<<ceil_div(B * T * slots, kBlock), kBlock, 0, ctx.stream()>>>(
+  dropout_kernel<float, true><<<ceil_div(B * T * slots, kBlock), kBlock, 0, stream>>>(
       dinp, dout, B * T, static_cast<int>(T), W, slots, dropout_params(dropout, T, W));
   TIDE_CUDA_CHECK_LAUNCH();
 }
