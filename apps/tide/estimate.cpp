@@ -21,7 +21,7 @@ struct EstimateArgs {
   int layers = 0, heads = 0, hidden = 0, vocab = 0, seq = 0;
   int world_size = 1, tp = 1, pp = 1, micro_batch = 1, grad_accum = 1, zero_stage = 0;
   int virtual_stages = 1, gpus_per_host = 0;
-  int64_t chunk_mb = 0;
+  double chunk_mb = 0;
   bool sp = false, json = false, max_model = false;
 };
 
@@ -36,7 +36,7 @@ TrainSetup build_setup(const EstimateArgs& a, const CLI::App& cmd) {
   if (given("--heads")) s.model.n_head = a.heads;
   if (given("--hidden")) s.model.n_embd = a.hidden;
   if (given("--vocab")) s.model.vocab_size = a.vocab;
-  if (given("--seq")) s.model.max_seq_len = a.seq;
+  if (given("--seq")) s.model.max_seq_len = s.seq_len = a.seq;
   if (given("--world-size")) s.world_size = a.world_size;
   if (given("--tp")) s.tp = a.tp;
   if (given("--pp")) s.pp = a.pp;
@@ -95,7 +95,7 @@ void add_estimate_command(CLI::App& app) {
   cmd->add_option("--heads", args->heads, "n_head");
   cmd->add_option("--hidden", args->hidden, "n_embd");
   cmd->add_option("--vocab", args->vocab, "vocab_size");
-  cmd->add_option("--seq", args->seq, "sequence length (max_seq_len)");
+  cmd->add_option("--seq", args->seq, "sequence length (seq_len and max_seq_len)");
   cmd->add_option("--world-size", args->world_size, "GPUs in the job (= dp * tp * pp)");
   cmd->add_option("--tp", args->tp, "tensor-parallel degree");
   cmd->add_option("--pp", args->pp, "pipeline stages");
@@ -113,7 +113,8 @@ void add_estimate_command(CLI::App& app) {
   cmd->add_option("--virtual-stages", args->virtual_stages,
                   "model chunks per stage for the interleaved schedule");
   cmd->add_option("--chunk-mb", args->chunk_mb,
-                  "chunk size in MiB of compute-precision params (0 = the largest tensor)");
+                  "target chunk size in MiB of f32 elements, as tide train's chunk_size_mb "
+                  "(0 = the largest tensor)");
   cmd->add_option("--gpus-per-host", args->gpus_per_host,
                   "GPUs sharing one host's memory (default min(world size, 8))");
   cmd->add_option("--gpu-mem", args->gpu_mem, "memory of one GPU, e.g. 80GiB");

@@ -4,17 +4,21 @@
 //
 // The categories are the ones the runtime's own counters keep (chunk store per kind, activation
 // arenas, workspace), so a measured peak can be held against the estimate category by category:
-//   param16        compute-precision parameters (payload, i.e. without chunk padding)
+//   param16        compute-precision parameters: the rank's share, Psi or ceil(Psi / Nd) when
+//                  ZeRO partitions them (chunk padding is counted apart, below)
 //   grads          compute-precision gradients kept across the step
 //   master         fp32 master parameters (mixed precision only)
 //   adam_m/adam_v  Adam's fp32 first and second moments
 //   activations    what forward keeps for backward (Korthikanti et al. Table 2) times the
 //                  layer-micro-batches in flight under the pipeline schedule, plus the input
 //                  (embedding dropout mask) and output (logits) layers
-//   temp_buffers   constant-size buffers: chunk groups being reduce-scattered or all-gathered
-//                  (two groups: one in flight, one prefetched), chunks streamed to/from the
-//                  host under offload, and the recomputation working set of one layer
-//   chunk_padding  the unused tail of chunks, and chunks added so the count divides Nd
+//   temp_buffers   constant-size buffers: whole chunks being reduce-scattered or all-gathered
+//                  (two: one in flight, one prefetched), chunks streamed to/from the host under
+//                  offload, and the recomputation working set of one layer
+//   chunk_padding  what the chunk store allocates beyond the shares above: each chunk's
+//                  alignment padding (chunks are sliced across the Nd ranks, see
+//                  memory/chunk_layout.h), so model_states() + chunk_padding is exactly the
+//                  chunk store's bytes
 
 #include <cstdint>
 #include <vector>
@@ -47,7 +51,7 @@ struct StageEstimate {
   int inflight_microbatches = 0;  // see pipeline_inflight.h
   int64_t inflight_layer_microbatches = 0;
   int64_t params = 0;  // parameters one TP rank of the stage holds (Psi)
-  ChunkPlan chunks;
+  ChunkPlan chunks;    // the stage's chunk layout (the runtime's, see model_states.h)
   MemoryBreakdown device;
   MemoryBreakdown host;  // host memory used by one rank of this stage
 };

@@ -1,7 +1,6 @@
 #include "tide/estimate/model_states.h"
 
-#include <algorithm>
-
+#include "tide/core/arena.h"
 #include "tide/core/error.h"
 
 namespace tide {
@@ -36,68 +35,46 @@ ModelStateBytes zero_model_states(int64_t psi, int zero_stage, int dp, Precision
   return r;
 }
 
-std::vector<ParamTensor> stage_param_tensors(const GPTConfig& model, int tp, int pp, int stage) {
-  TIDE_ASSERT(tp >= 1 && pp >= 1 && stage >= 0 && stage < pp && model.n_layer % pp == 0);
-  const int64_t C = model.n_embd, V = model.vocab_size, T = model.max_seq_len, t = tp;
-  const int64_t vocab_rows = (V + t - 1) / t;
-  std::vector<ParamTensor> out;
-  if (stage == 0) {
-    out.push_back({"wte", vocab_rows * C});  // (V/t, C) vocabulary-parallel
-    out.push_back({"wpe", T * C});           // (T, C)
-  }
-  const int per_stage = model.n_layer / pp;
-  for (int l = stage * per_stage; l < (stage + 1) * per_stage; ++l) {
-    const std::string p = "h." + std::to_string(l) + ".";
-    out.push_back({p + "ln_1.weight", C});
-    out.push_back({p + "ln_1.bias", C});
-    out.push_back({p + "attn.c_attn.weight", 3 * C * C / t});  // column-parallel (3C/t, C)
-    out.push_back({p + "attn.c_attn.bias", 3 * C / t});
-    out.push_back({p + "attn.c_proj.weight", C * C / t});  // row-parallel (C, C/t)
-    out.push_back({p + "attn.c_proj.bias", C});
-    out.push_back({p + "ln_2.weight", C});
-    out.push_back({p + "ln_2.bias", C});
-    out.push_back({p + "mlp.c_fc.weight", 4 * C * C / t});  // column-parallel (4C/t, C)
-    out.push_back({p + "mlp.c_fc.bias", 4 * C / t});
-    out.push_back({p + "mlp.c_proj.weight", 4 * C * C / t});  // row-parallel (C, 4C/t)
-    out.push_back({p + "mlp.c_proj.bias", C});
-  }
-  if (stage == pp - 1) {
-    out.push_back({"ln_f.weight", C});
-    out.push_back({"ln_f.bias", C});
-    // The LM head is tied to wte; a last stage other than the first keeps its own copy, whose
-    // gradient is summed with the first stage's (Megatron-LM).
-    if (pp > 1) out.push_back({"lm_head (tied wte copy)", vocab_rows * C});
-  }
-  return out;
+ChunkPlan chunk_plan(const ChunkLayout& layout) {
+  TIDE_ASSERT(layout.packed());
+  ChunkPlan p;
+  p.target_elems = layout.target_elems();
+  p.chunks = layout.num_chunks();
+  p.largest_chunk_elems = layout.max_chunk_elems();
+  p.total_elems = layout.total_elems();
+  for (int c = 0; c < layout.num_chunks(); ++c) p.owned_elems += layout.slice_elems(c);
+  p.payload_elems = layout.num_params();
+  return p;
 }
 
-ChunkPlan plan_chunks(const std::vector<ParamTensor>& tensors, int64_t requested_chunk_elems,
-                      int dp, int elem_bytes) {
-  TIDE_ASSERT(!tensors.empty() && dp >= 1 && requested_chunk_elems >= 0);
-  const ParamTensor* largest = &tensors.front();
-  for (const ParamTensor& x : tensors)
-    if (x.elems > largest->elems) largest = &x;
-  TIDE_CHECK(requested_chunk_elems == 0 || requested_chunk_elems >= largest->elems,
-             "chunk of {} elements is smaller than the tensor '{}' ({} elements), and a tensor "
-             "never straddles two chunks; raise chunk_size_mb to at least {} (MiB of "
-             "compute-precision parameters) or leave it 0 for automatic",
-             requested_chunk_elems, largest->name, largest->elems,
-             (largest->elems * elem_bytes + (1 << 20) - 1) >> 20);
-  ChunkPlan plan;
-  // A multiple of 16 elements keeps every fp32 chunk 64-byte aligned (as memory/ does).
-  plan.chunk_elems = (std::max(requested_chunk_elems, largest->elems) + 15) / 16 * 16;
-  int64_t used = 0;
-  plan.chunks = 1;
-  for (const ParamTensor& x : tensors) {
-    if (used + x.elems > plan.chunk_elems) {  // does not fit: start the next chunk
-      ++plan.chunks;
-      used = 0;
-    }
-    used += x.elems;
-    plan.payload_elems += x.elems;
+namespace {
+
+// Bytes of one kind: every chunk whole, or this rank's slice of each, each allocation rounded
+// as the chunk store rounds it (Arena::aligned).
+int64_t kind_bytes(const ChunkLayout& layout, bool sliced, int64_t elem_bytes) {
+  if (elem_bytes == 0) return 0;
+  int64_t bytes = 0;
+  for (int c = 0; c < layout.num_chunks(); ++c) {
+    const int64_t elems = sliced ? layout.slice_elems(c) : layout.chunk_elems(c);
+    bytes += static_cast<int64_t>(Arena::aligned(static_cast<size_t>(elems * elem_bytes)));
   }
-  plan.chunks_padded = (plan.chunks + dp - 1) / dp * dp;
-  return plan;
+  return bytes;
+}
+
+}  // namespace
+
+ModelStateBytes chunked_model_states(const ChunkLayout& layout, int zero_stage, Precision precision,
+                                     Optimizer optimizer) {
+  TIDE_ASSERT(layout.packed() && zero_stage >= 0 && zero_stage <= 3);
+  const ModelStateBytes k = bytes_per_parameter(precision, optimizer);
+  // Stage 1 slices the optimizer states, stage 2 also the grads, stage 3 also the params.
+  ModelStateBytes r;
+  r.param16 = kind_bytes(layout, zero_stage >= 3, k.param16);
+  r.grads = kind_bytes(layout, zero_stage >= 2, k.grads);
+  r.master = kind_bytes(layout, zero_stage >= 1, k.master);
+  r.adam_m = kind_bytes(layout, zero_stage >= 1, k.adam_m);
+  r.adam_v = kind_bytes(layout, zero_stage >= 1, k.adam_v);
+  return r;
 }
 
 }  // namespace tide

@@ -10,13 +10,13 @@
 //   stage 2 (Pos+g) 2 Psi + (2 + K) Psi / Nd
 //   stage 3 (Pos+g+p) (2 + 2 + K) Psi / Nd
 // A partition holds ceil(Psi / Nd) elements (the last rank's share is padded).
+// zero_model_states() is this formula, exact; the estimate itself allocates chunks
+// (chunked_model_states()), which the tests hold against the formula.
 
 #include <cstdint>
-#include <string>
-#include <vector>
 
 #include "tide/estimate/train_setup.h"
-#include "tide/model/config.h"
+#include "tide/memory/chunk_layout.h"
 
 namespace tide {
 
@@ -40,37 +40,28 @@ ModelStateBytes bytes_per_parameter(Precision precision, Optimizer optimizer);
 ModelStateBytes zero_model_states(int64_t psi, int zero_stage, int dp, Precision precision,
                                   Optimizer optimizer);
 
-// One parameter tensor as one tensor-parallel rank holds it.
-struct ParamTensor {
-  std::string name;
-  int64_t elems = 0;
-};
-
-// The parameter tensors one tensor-parallel rank of pipeline stage `stage` holds, in
-// forward-use order (the chunk layout order). GPT-2 blocks; under TP (Megatron-LM): QKV and
-// MLP fc are column-parallel (weights and biases split), attention and MLP projections are
-// row-parallel (weights split, biases replicated), layer norms and the position embedding are
-// replicated, and the token embedding is vocabulary-parallel (ceil(V/t) rows). Stage 0 holds
-// the embeddings; the last stage holds the final layer norm and, when p > 1, its own copy of
-// the token embedding for the tied LM head. With t = p = 1 the sizes add up to
-// GPTConfig::num_parameters().
-std::vector<ParamTensor> stage_param_tensors(const GPTConfig& model, int tp, int pp, int stage);
-
-// Fixed-size chunks over a stage's tensors, packed like memory/chunk_layout.h: greedily in
-// order, a tensor never straddles two chunks, the chunk is at least the largest tensor and a
-// multiple of 16 elements, and the chunk count is padded to a multiple of the DP degree (chunk
-// c is owned by DP rank c % Nd).
+// The facts of one stage's chunk layout that the estimate reports. The layout is the runtime's
+// own: make_layout() (model/layout.h) gives the tensors of the stage's rank, and
+// ChunkLayout::pack(target, Nd) sizes each chunk to its payload rounded up to 16 Nd elements
+// and slices every chunk across the Nd data-parallel ranks (rank r owns slice r); a tensor
+// larger than the target gets a chunk of its own.
 struct ChunkPlan {
-  int64_t chunk_elems = 0;
-  int64_t chunks = 0;         // chunks holding tensors
-  int64_t chunks_padded = 0;  // rounded up to a multiple of Nd
-  int64_t payload_elems = 0;  // parameters (sum of tensor sizes)
-  int64_t owned_chunks(int dp) const { return chunks_padded / dp; }
+  int64_t target_elems = 0;         // the target chunk size packed to (0 asked: the largest tensor)
+  int64_t chunks = 0;               // number of chunks
+  int64_t largest_chunk_elems = 0;  // the largest chunk
+  int64_t total_elems = 0;          // elements of all chunks (parameters + alignment padding)
+  int64_t owned_elems = 0;          // one rank's slices of every chunk: total_elems / Nd
+  int64_t payload_elems = 0;        // parameters (the stage's Psi)
 };
-// requested_chunk_elems = 0 picks the smallest valid chunk (the largest tensor); a requested
-// size smaller than the largest tensor is an error naming the tensor and the size needed.
-// elem_bytes (bytes of a compute-precision parameter) only words that error in MiB.
-ChunkPlan plan_chunks(const std::vector<ParamTensor>& tensors, int64_t requested_chunk_elems,
-                      int dp, int elem_bytes);
+ChunkPlan chunk_plan(const ChunkLayout& layout);
+
+// Bytes of each kind of model state that one rank allocates for a packed layout, as the chunk
+// store allocates them: a kind that ZeRO partitions at `zero_stage` holds the rank's slice of
+// every chunk (sum of slice_elems(c) = total_elems / Nd elements), any other kind every chunk
+// whole (total_elems); each chunk (or slice) is one allocation rounded up to 64 bytes. Bytes
+// per element come from bytes_per_parameter (no master copy in fp32: it is the parameters).
+// This is ZeRO's Table 1 with chunks; it exceeds zero_model_states(Psi) by the chunk padding.
+ModelStateBytes chunked_model_states(const ChunkLayout& layout, int zero_stage, Precision precision,
+                                     Optimizer optimizer);
 
 }  // namespace tide

@@ -31,6 +31,7 @@ nlohmann::json setup_json(const TrainSetup& s) {
           {"tp", s.tp},
           {"pp", s.pp},
           {"sp", s.sp},
+          {"seq_len", s.seq()},
           {"micro_batch", s.micro_batch},
           {"gradient_accumulation_steps", s.grad_accum},
           {"zero_stage", s.zero_stage},
@@ -44,7 +45,31 @@ nlohmann::json setup_json(const TrainSetup& s) {
           {"ranks_per_host", s.ranks_per_host()}};
 }
 
+nlohmann::json chunk_plan_json(const ChunkPlan& p) {
+  return {{"count", p.chunks},
+          {"target_elems", p.target_elems},
+          {"largest_elems", p.largest_chunk_elems},
+          {"total_elems", p.total_elems},
+          {"owned_elems_per_rank", p.owned_elems},
+          {"param_elems", p.payload_elems}};
+}
+
 namespace {
+
+// "4 chunks (largest 38.60M elements), 124.44M elements in all, 1.94M per rank (every chunk
+// sliced over dp 64)", one line per stage.
+std::string chunk_lines(const TrainSetup& setup, const MemoryEstimate& est) {
+  std::string out;
+  for (const StageEstimate& st : est.stages) {
+    const ChunkPlan& c = st.chunks;
+    out += fmt::format(
+        "{}{} chunks (largest {:.2f}M elements), {:.2f}M elements in all, {:.2f}M per rank "
+        "(every chunk sliced over dp {})\n",
+        setup.pp > 1 ? fmt::format("stage {}: ", st.stage) : "", c.chunks,
+        c.largest_chunk_elems / 1e6, c.total_elems / 1e6, c.owned_elems / 1e6, setup.dp());
+  }
+  return out;
+}
 
 nlohmann::json budget_json(const MachineBudget& b) {
   return {{"gpu_bytes", b.gpu_bytes}, {"host_bytes", b.host_bytes}};
@@ -68,6 +93,7 @@ std::string fit_mark(bool gpu, bool host) {
 std::string options_table_text(const TrainSetup& setup, const MachineBudget& budget,
                                const std::vector<OptionResult>& rows) {
   std::string out = setup.str() + "\n" + budget_line(budget, setup.ranks_per_host()) + "\n";
+  if (!rows.empty()) out += chunk_lines(setup, rows.front().estimate);
   out += "GiB; per-GPU columns are the busiest pipeline stage; * = the configured option\n\n";
   const auto line = [](auto&&... cols) {
     return fmt::format("{:<1}{:<20} {:<9} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9} {:>9}  {}\n",
@@ -97,9 +123,7 @@ nlohmann::json options_table_json(const TrainSetup& setup, const MachineBudget& 
                         {"params", st.params},
                         {"inflight_microbatches", st.inflight_microbatches},
                         {"inflight_layer_microbatches", st.inflight_layer_microbatches},
-                        {"chunk_elems", st.chunks.chunk_elems},
-                        {"chunks", st.chunks.chunks},
-                        {"chunks_padded", st.chunks.chunks_padded},
+                        {"chunks", chunk_plan_json(st.chunks)},
                         {"device", breakdown_json(st.device)},
                         {"host", breakdown_json(st.host)}});
     options.push_back({{"option", r.option.name},
@@ -128,8 +152,8 @@ std::string max_model_text(const TrainSetup& setup, const MachineBudget& budget,
                                                    setup.model.n_layer, setup.model.head_size())
                                      : fmt::format("layers with hidden {} and {} heads",
                                                    setup.model.n_embd, setup.model.n_head),
-      setup.model.vocab_size, setup.model.max_seq_len, to_string(setup.precision), setup.world_size,
-      setup.dp(), setup.tp, setup.pp, setup.micro_batch, setup.grad_accum,
+      setup.model.vocab_size, setup.seq(), to_string(setup.precision), setup.world_size, setup.dp(),
+      setup.tp, setup.pp, setup.micro_batch, setup.grad_accum,
       budget_line(budget, setup.ranks_per_host()));
   const auto line = [](auto&&... cols) {
     return fmt::format("{:<20} {:<9} {:>7} {:>6} {:>7} {:>11} {:>9} {:>9}\n", cols...);

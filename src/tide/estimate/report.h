@@ -12,6 +12,8 @@ namespace tide {
 
 nlohmann::json breakdown_json(const MemoryBreakdown& b);  // bytes per category and "total"
 nlohmann::json setup_json(const TrainSetup& s);
+// A stage's chunk facts: count, target, largest, total and per-rank (owned) elements.
+nlohmann::json chunk_plan_json(const ChunkPlan& p);
 
 std::string options_table_text(const TrainSetup& setup, const MachineBudget& budget,
                                const std::vector<OptionResult>& rows);

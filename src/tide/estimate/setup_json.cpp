@@ -29,6 +29,8 @@ void read(const nlohmann::json& j, const std::string& key, T& out) {
   if (!v || v->is_null()) return;
   if constexpr (std::is_same_v<T, bool>) {
     TIDE_CHECK(v->is_boolean(), "config key '{}' must be true or false (got {})", key, v->dump());
+  } else if constexpr (std::is_floating_point_v<T>) {
+    TIDE_CHECK(v->is_number(), "config key '{}' must be a number (got {})", key, v->dump());
   } else if constexpr (std::is_integral_v<T>) {
     TIDE_CHECK(v->is_number_integer(), "config key '{}' must be an integer (got {})", key,
                v->dump());
@@ -69,6 +71,13 @@ TrainSetup setup_from_json(const nlohmann::json& config, TrainSetup base) {
   read(config, "model.n_embd", s.model.n_embd);
   read(config, "model.vocab_size", s.model.vocab_size);
   read(config, "model.max_seq_len", s.model.max_seq_len);
+  // As tide train reads them: seq_len is the training sequence length, and without a preset
+  // the positions (model.max_seq_len) default to it when absent or 0.
+  read(config, "seq_len", s.seq_len);
+  if (preset.empty() && s.seq_len > 0) {
+    const nlohmann::json* max_seq = find(config, "model.max_seq_len");
+    if (!max_seq || max_seq->is_null() || s.model.max_seq_len == 0) s.model.max_seq_len = s.seq_len;
+  }
 
   read(config, "world_size", s.world_size);
   read(config, "parallel.tp", s.tp);

@@ -5,10 +5,13 @@
 //   zero_optimization.stage, zero_optimization.offload_optimizer.device ("cpu" | "none"),
 //   zero_optimization.offload_param.device ("cpu" | "none"), bf16.enabled, fp16.enabled,
 //   optimizer.type ("AdamW" | "Adam" | "SGD"),
-//   model.{preset, n_layer, n_head, n_embd, vocab_size, max_seq_len},
+//   model.{preset, n_layer, n_head, n_embd, vocab_size, max_seq_len}, seq_len,
 //   parallel.{tp, pp, sp}, activation_checkpointing.policy ("none" | "selective" | "full"),
 //   pipeline.schedule, pipeline.virtual_stages, chunk_size_mb, world_size
 // Precision follows DeepSpeed: bf16 if bf16.enabled, fp16 if fp16.enabled, fp32 otherwise.
+// Model, batch and chunk keys have tide train's names and meanings (train/config.cpp): seq_len
+// is the training sequence length, model.max_seq_len absent or 0 means seq_len (without a
+// preset), chunk_size_mb is a number of MiB of f32 elements.
 
 #include <nlohmann/json.hpp>
 #include <string>

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "tide/core/error.h"
+#include "tide/memory/chunk_layout.h"
 
 namespace tide {
 
@@ -36,11 +37,16 @@ void TrainSetup::validate() const {
              "model.n_layer ({}) is not divisible by parallel.pp ({}): every pipeline stage holds "
              "n_layer/pp layers; choose a pp that divides {}",
              model.n_layer, pp, model.n_layer);
-  TIDE_CHECK(!sp || model.max_seq_len % tp == 0,
+  TIDE_CHECK(seq_len >= 0, "seq_len must be positive, or 0 for model.max_seq_len (got {})",
+             seq_len);
+  TIDE_CHECK(seq() <= model.max_seq_len,
+             "seq_len {} exceeds model.max_seq_len {}; lower seq_len or raise model.max_seq_len",
+             seq(), model.max_seq_len);
+  TIDE_CHECK(!sp || seq() % tp == 0,
              "sequence length {} is not divisible by parallel.tp ({}) under sequence parallelism, "
              "which splits the sequence across tp ranks; use a multiple of {} or turn parallel.sp "
              "off",
-             model.max_seq_len, tp, tp);
+             seq(), tp, tp);
   TIDE_CHECK(micro_batch >= 1, "train_micro_batch_size_per_gpu must be at least 1 (got {})",
              micro_batch);
   TIDE_CHECK(grad_accum >= 1, "gradient_accumulation_steps must be at least 1 (got {})",
@@ -53,8 +59,7 @@ void TrainSetup::validate() const {
   TIDE_CHECK(offload != Offload::All || zero_stage == 3,
              "offload_param needs zero_optimization.stage 3 (only stage 3 partitions the "
              "parameters); set stage 3 or set offload_param.device to \"none\"");
-  TIDE_CHECK(chunk_mib >= 0, "chunk_size_mb must be positive, or 0 for automatic (got {})",
-             chunk_mib);
+  TIDE_CHECK(chunk_mib >= 0, "chunk_size_mb must be >= 0, 0 being automatic (got {})", chunk_mib);
   TIDE_CHECK(gpus_per_host >= 0, "gpus per host must be positive (got {})", gpus_per_host);
   if (schedule == Schedule::Interleaved && pp > 1) {
     TIDE_CHECK(virtual_stages >= 2,
@@ -77,12 +82,16 @@ void TrainSetup::validate() const {
   }
 }
 
+int64_t TrainSetup::chunk_target_elems() const {
+  return chunk_elems_from_mib(chunk_mib);
+}
+
 std::string TrainSetup::str() const {
   std::string s = fmt::format(
       "{} | world {} = dp {} x tp {}{} x pp {} | micro-batch {} x {} micro-batches, seq {} | {} "
       "{}",
-      model.str(), world_size, dp(), tp, sp ? " (+sp)" : "", pp, micro_batch, grad_accum,
-      model.max_seq_len, to_string(precision), to_string(optimizer));
+      model.str(), world_size, dp(), tp, sp ? " (+sp)" : "", pp, micro_batch, grad_accum, seq(),
+      to_string(precision), to_string(optimizer));
   if (pp > 1) s += fmt::format(" | schedule {}", to_string(schedule));
   if (schedule == Schedule::Interleaved && pp > 1) s += fmt::format(" (v={})", virtual_stages);
   return s;

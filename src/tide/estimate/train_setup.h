@@ -33,7 +33,8 @@ enum class Recompute { None, Selective, Full };
 enum class Schedule { OneFOneB, GPipe, Interleaved, ZBH1, ZBH2 };
 
 struct TrainSetup {
-  GPTConfig model;      // s = model.max_seq_len is the training sequence length
+  GPTConfig model;      // model.max_seq_len: positions (rows of wpe)
+  int seq_len = 0;      // s: tokens per training sequence; 0 = model.max_seq_len
   int world_size = 1;   // ranks (GPUs) in the job
   int tp = 1;           // tensor-parallel degree t
   int pp = 1;           // pipeline stages p
@@ -47,10 +48,14 @@ struct TrainSetup {
   Optimizer optimizer = Optimizer::AdamW;
   Schedule schedule = Schedule::OneFOneB;
   int virtual_stages = 1;  // model chunks per pipeline stage (interleaved schedule only)
-  int64_t chunk_mib = 0;   // chunk size in MiB of compute-precision params; 0 = smallest valid
-  int gpus_per_host = 0;   // ranks sharing one host's memory; 0 = min(world_size, 8)
+  // Target chunk size in MiB of f32 elements (tide train's chunk_size_mb, same unit);
+  // 0 = the largest tensor of the stage.
+  double chunk_mib = 0;
+  int gpus_per_host = 0;  // ranks sharing one host's memory; 0 = min(world_size, 8)
 
   int dp() const { return world_size / (tp * pp); }
+  int seq() const { return seq_len > 0 ? seq_len : model.max_seq_len; }
+  int64_t chunk_target_elems() const;  // chunk_mib in elements (0: automatic)
   int ranks_per_host() const;
   // Throws a tide::Error naming the impossible setting and how to fix it.
   void validate() const;

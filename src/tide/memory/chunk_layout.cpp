@@ -4,6 +4,10 @@
 
 namespace tide {
 
+int64_t chunk_elems_from_mib(double mib) {
+  return static_cast<int64_t>(mib * 1048576.0 / 4.0);
+}
+
 int ChunkLayout::add(std::string name, Shape shape, bool decay) {
   TIDE_ASSERT(!packed());
   TensorSlot s;

@@ -35,6 +35,10 @@ struct TensorSlot {
   bool decay = false;  // takes weight decay (matrices and embeddings; not biases or norms)
 };
 
+// Elements of a chunk target of `mib` MiB of f32 elements: the unit of the config key
+// chunk_size_mb, which `tide train` and `tide estimate` both read. 0 stays 0 (automatic).
+int64_t chunk_elems_from_mib(double mib);
+
 class ChunkLayout {
  public:
   // Element granularity of chunk sizes per group member (16 f32 = 64 bytes).

@@ -58,8 +58,8 @@ Trainer::Trainer(TrainConfig config, std::shared_ptr<ProcessGroup> world)
                cfg_.train_batch_size, cfg_.micro_batch, cfg_.grad_accum, dp);
   resolve_data();
 
-  const int64_t chunk_elems = static_cast<int64_t>(cfg_.chunk_size_mb * 1048576.0 / 4.0);
-  model_ = std::make_unique<GPT>(cfg_.model, cfg_.activation_policy, chunk_elems, true, dp);
+  model_ = std::make_unique<GPT>(cfg_.model, cfg_.activation_policy,
+                                 chunk_elems_from_mib(cfg_.chunk_size_mb), true, dp);
   model_->init_weights(cfg_.seed);
   OptimizerSettings opt;
   opt.adamw.beta1 = cfg_.beta1;

@@ -17,10 +17,15 @@ TrainSetup setup(const char* preset, int world, int tp = 1, int pp = 1) {
   return s;
 }
 
+// Parameters of one tp rank, summed over the pipeline stages, as the estimate counts them.
 int64_t sum_params(const GPTConfig& c, int tp, int pp) {
+  TrainSetup s;
+  s.model = c;
+  s.world_size = tp * pp;
+  s.tp = tp;
+  s.pp = pp;
   int64_t n = 0;
-  for (int s = 0; s < pp; ++s)
-    for (const ParamTensor& x : stage_param_tensors(c, tp, pp, s)) n += x.elems;
+  for (const StageEstimate& st : estimate_memory(s).stages) n += st.params;
   return n;
 }
 
@@ -45,17 +50,38 @@ TEST(StageParams, TensorParallelSplitsMatricesNotNormsOrRowParallelBiases) {
   EXPECT_EQ(sum_params(c, 4, 1), vocab_rows * C + c.max_seq_len * C + L * per_layer + 2 * C);
 }
 
-TEST(Chunks, PaddingToADivisorOfTheDpDegree) {
-  // Three tensors of 10, 6, 6 elements in chunks of 16: [10][6 6] -> 2 chunks; dp 4 -> 4.
-  const std::vector<ParamTensor> t = {{"a", 10}, {"b", 6}, {"c", 6}};
-  const ChunkPlan p = plan_chunks(t, 16, 4, 2);
-  EXPECT_EQ(p.chunk_elems, 16);
-  EXPECT_EQ(p.chunks, 2);
-  EXPECT_EQ(p.chunks_padded, 4);
-  EXPECT_EQ(p.payload_elems, 22);
-  EXPECT_EQ(p.owned_chunks(4), 1);
-  // Automatic size: the largest tensor rounded up to 16 elements.
-  EXPECT_EQ(plan_chunks(t, 0, 1, 2).chunk_elems, 16);
+TEST(Chunks, TheStagesLayoutAsTheChunkStorePacksIt) {
+  // GPT-2 124M over 64 ranks, automatic chunk size (the largest tensor, wte: 50257 x 768):
+  // [wte] [wpe + h.0-4] [h.5-9] [h.10-11 + ln_f], each rounded up to 16 x 64 elements.
+  TrainSetup s = setup("gpt2-124m", 64);
+  const ChunkPlan p = estimate_memory(s).stages[0].chunks;
+  const int64_t wte = 50257 * 768, wpe = 1024 * 768, layer = 12 * 768 * 768 + 13 * 768;
+  const auto round = [](int64_t n) { return (n + 1023) / 1024 * 1024; };
+  EXPECT_EQ(p.target_elems, wte);
+  EXPECT_EQ(p.chunks, 4);
+  EXPECT_EQ(p.largest_chunk_elems, round(wte));
+  EXPECT_EQ(p.total_elems,
+            round(wte) + round(wpe + 5 * layer) + round(5 * layer) + round(2 * layer + 2 * 768));
+  EXPECT_EQ(p.payload_elems, s.model.num_parameters());
+  EXPECT_EQ(p.owned_elems * 64, p.total_elems);  // every chunk sliced, no padding chunks
+}
+
+TEST(Chunks, ATensorLargerThanTheTargetGetsAChunkOfItsOwn) {
+  // chunk_size_mb 64 = 16M f32 elements; wte of GPT-2 1.5B is 50257 x 1600 = 80.4M. This used
+  // to be an error (a fixed chunk size had to hold the largest tensor); chunks now fit their
+  // payload, so wte simply has a chunk of its own.
+  TrainSetup s = setup("gpt2-1.5b", 8);
+  s.chunk_mib = 64;
+  const MemoryEstimate e = estimate_memory(s);
+  const ChunkPlan& p = e.stages[0].chunks;
+  EXPECT_EQ(p.target_elems, 16 << 20);
+  EXPECT_EQ(p.largest_chunk_elems, (int64_t{50257} * 1600 + 127) / 128 * 128);
+  // Each of the 48 layers (30.7M elements) is larger than the target too: wte's chunk plus at
+  // least one per layer.
+  EXPECT_GE(p.chunks, 49);
+  // Padding: under 16 x 8 elements per chunk (the rounding that lets 8 ranks slice it), at
+  // 16 bytes per element (bf16 + Adam).
+  EXPECT_LT(e.device.chunk_padding, p.chunks * 16 * 8 * 16);
 }
 
 TEST(Estimate, SingleGpuDdpIsSixteenBytesPerParameterPlusPaddingAndActivations) {
@@ -66,8 +92,10 @@ TEST(Estimate, SingleGpuDdpIsSixteenBytesPerParameterPlusPaddingAndActivations) 
   EXPECT_EQ(e.device.grads, 2 * psi);
   EXPECT_EQ(e.device.optimizer_states(), 12 * psi);
   EXPECT_GE(e.device.chunk_padding, 0);
-  // Padding is below one chunk per kind (16 bytes per padded element at most).
-  EXPECT_LT(e.device.chunk_padding, 16 * e.stages[0].chunks.chunk_elems);
+  // Padding is only each chunk's rounding to 16 elements (at most 16 bytes each per parameter),
+  // plus the 64-byte rounding of each 16-bit chunk.
+  const int64_t chunks = e.stages[0].chunks.chunks;
+  EXPECT_LT(e.device.chunk_padding, chunks * (16 * 16 + 2 * 64));
   EXPECT_GT(e.device.activations, 0);
   EXPECT_EQ(e.device.temp_buffers, 0);  // no chunk groups in flight, nothing recomputed
   EXPECT_EQ(e.host.total(), 0);

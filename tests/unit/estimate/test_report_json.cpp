@@ -79,6 +79,36 @@ TEST(SetupJson, ReadsDeepSpeedAndTideKeysAndIgnoresOthers) {
   EXPECT_EQ(estimate_memory(s).stages.size(), 2u);
 }
 
+TEST(SetupJson, ReadsTideTrainsModelBatchAndChunkKeysAsTideTrainDoes) {
+  TrainSetup base;
+  base.model = GPTConfig::preset("gpt2-124m");  // tide estimate's model without a config
+  // A tide train config (README's "training your own data"): positions default to seq_len.
+  const TrainSetup s = setup_from_json(nlohmann::json::parse(R"({
+    "model": {"n_layer": 6, "n_head": 6, "n_embd": 384, "vocab_size": 8192},
+    "seq_len": 256, "train_micro_batch_size_per_gpu": 8, "chunk_size_mb": 0.5 })"),
+                                       base);
+  EXPECT_EQ(s.model.n_layer, 6);
+  EXPECT_EQ(s.model.vocab_size, 8192);
+  EXPECT_EQ(s.model.max_seq_len, 256);
+  EXPECT_EQ(s.seq(), 256);
+  EXPECT_EQ(s.micro_batch, 8);
+  EXPECT_EQ(s.chunk_target_elems(), 131072);  // MiB of f32, as tide train
+  // model.max_seq_len 0 means seq_len too.
+  EXPECT_EQ(setup_from_json(
+                nlohmann::json::parse(R"({"seq_len": 64, "model": {"max_seq_len": 0}})"), base)
+                .model.max_seq_len,
+            64);
+  // With a preset the positions are the preset's and seq_len only sets the training length,
+  // which is what the activations scale with.
+  const TrainSetup p = setup_from_json(
+      nlohmann::json::parse(R"({"model": {"preset": "gpt2-350m"}, "seq_len": 512})"), base);
+  EXPECT_EQ(p.model.max_seq_len, 1024);
+  EXPECT_EQ(p.seq(), 512);
+  TrainSetup full = p;
+  full.seq_len = 0;
+  EXPECT_LT(estimate_memory(p).device.activations, estimate_memory(full).device.activations);
+}
+
 TEST(SetupJson, WrongTypesAndFilesAreClearErrors) {
   auto error_of = [](const char* text) -> std::string {
     try {

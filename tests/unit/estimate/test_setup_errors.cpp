@@ -69,12 +69,10 @@ TEST(SetupErrors, OffloadOfParamsNeedsStageThree) {
   EXPECT_NE(error_of(s).find("offload_param needs zero_optimization.stage 3"), std::string::npos);
 }
 
-TEST(SetupErrors, ChunkSmallerThanTheLargestTensor) {
+TEST(SetupErrors, SequenceLongerThanThePositions) {
   TrainSetup s = gpt2_xl(8, 1, 1);
-  s.chunk_mib = 64;  // wte is 50257 x 1600 bf16 = 154 MiB
-  const std::string e = error_of(s);
-  EXPECT_NE(e.find("smaller than the tensor 'wte'"), std::string::npos) << e;
-  EXPECT_NE(e.find("raise chunk_size_mb to at least 154"), std::string::npos) << e;
+  s.seq_len = 2048;  // positions: max_seq_len 1024
+  EXPECT_NE(error_of(s).find("seq_len 2048 exceeds model.max_seq_len 1024"), std::string::npos);
 }
 
 TEST(SetupErrors, InterleavedNeedsMicroBatchesAMultipleOfStages) {
