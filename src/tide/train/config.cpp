@@ -41,7 +41,8 @@ const std::vector<ConfigKey>& config_schema() {
       {"activation_checkpointing.policy", T::STRING, "none",
        "none (save all), selective (recompute attention core) or full (recompute blocks)"},
       {"chunk_size_mb", T::FLOAT, 0.0,
-       "chunk size in MiB of f32; 0 = the smallest legal size (the largest tensor)"},
+       "target chunk size (= communication bucket) in MiB of f32; a larger tensor gets a chunk "
+       "of its own; 0 = the largest tensor's size"},
       {"model.preset", T::STRING, "",
        "gpt2-124m, gpt2-350m, gpt2-774m or gpt2-1.5b; overrides the shape keys"},
       {"model.n_layer", T::INT, 4, "transformer blocks"},
