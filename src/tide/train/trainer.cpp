@@ -56,6 +56,10 @@ Trainer::Trainer(TrainConfig config, std::shared_ptr<ProcessGroup> world)
                "gradient_accumulation_steps {} x data-parallel ranks {}; fix one of them (or set "
                "train_batch_size to 0)",
                cfg_.train_batch_size, cfg_.micro_batch, cfg_.grad_accum, dp);
+  // A checkpoint to resume from is checked (whole file, and that it can continue this run)
+  // before anything is prepared or written.
+  const std::optional<RunPosition> resume_at =
+      cfg_.resume.empty() ? std::nullopt : std::optional(check_resume(cfg_.resume));
   resolve_data();
 
   model_ = std::make_unique<GPT>(cfg_.model, cfg_.activation_policy,
@@ -74,7 +78,11 @@ Trainer::Trainer(TrainConfig config, std::shared_ptr<ProcessGroup> world)
   engine_ = std::make_unique<Engine>(*model_, world_, data_parallel_schedule(cfg_.grad_accum),
                                      cfg_.micro_batch, cfg_.seq_len, opt);
   eval_mb_ = model_->make_micro_batch(1, cfg_.seq_len);
-  if (!cfg_.resume.empty()) resume(cfg_.resume);
+  if (resume_at) {
+    load_checkpoint(cfg_.resume, *model_, /*with_optimizer_state=*/true);
+    step_ = resume_at->step;
+    train_loader_->seek(resume_at->data_epoch, resume_at->data_batch);
+  }
 }
 
 Trainer::~Trainer() = default;
@@ -210,12 +218,13 @@ std::string Trainer::save(const std::string& name) const {
   return path;
 }
 
-void Trainer::resume(const std::string& path) {
+Trainer::RunPosition Trainer::check_resume(const std::string& path) const {
   const CheckpointInfo info = read_checkpoint_info(path);
   const json& run = info.extra.is_object() && info.extra.contains("run") ? info.extra["run"]
                                                                          : json();
   auto field = [&](const char* key) -> int64_t {
-    TIDE_CHECK(run.is_object() && run.contains(key) && run[key].is_number_integer(),
+    TIDE_CHECK(run.is_object() && run.contains(key) && run[key].is_number_integer() &&
+                   run[key].get<int64_t>() >= 0,
                "checkpoint '{}' has no run position ('{}'): it can initialise a model but not "
                "resume a run",
                path, key);
@@ -234,10 +243,8 @@ void Trainer::resume(const std::string& path) {
   TIDE_CHECK(field("step") <= cfg_.train_steps,
              "checkpoint '{}' is at step {}, past train_steps = {}; raise train_steps", path,
              field("step"), cfg_.train_steps);
-  load_checkpoint(path, *model_, /*with_optimizer_state=*/true);
-  step_ = field("step");
-  train_loader_->seek(static_cast<uint64_t>(field("data_epoch")),
-                      static_cast<uint64_t>(field("data_batch")));
+  return {field("step"), static_cast<uint64_t>(field("data_epoch")),
+          static_cast<uint64_t>(field("data_batch"))};
 }
 
 void Trainer::run() {

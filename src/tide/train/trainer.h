@@ -50,7 +50,13 @@ class Trainer {
 
  private:
   void resolve_data();
-  void resume(const std::string& path);
+  // Where a checkpoint left its run: the step and the data loader's position.
+  struct RunPosition {
+    int64_t step = 0;
+    uint64_t data_epoch = 0, data_batch = 0;
+  };
+  // Reads and checks `path` (the whole file, and that it can continue this run's config).
+  RunPosition check_resume(const std::string& path) const;
   // The average of x over the data-parallel ranks (x itself with one rank).
   float mean_over_ranks(float x) const;
 
