@@ -318,13 +318,14 @@ TEST_P(DataParallel, RejectsTrainBatchSizeThatIgnoresTheRanks) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Algorithms, DataParallel,
-    testing::Combine(testing::Values(CommAlgorithm::Mpi, CommAlgorithm::Ring),
-                     testing::Values(0.0f, 0.1f)),
-    [](const testing::TestParamInfo<std::tuple<CommAlgorithm, float>>& info) {
-      return std::string(std::get<0>(info.param) == CommAlgorithm::Ring ? "ring" : "mpi") +
-             (std::get<1>(info.param) > 0 ? "_dropout" : "");
-    });
+INSTANTIATE_TEST_SUITE_P(Algorithms, DataParallel,
+                         testing::Combine(testing::Values(CommAlgorithm::Mpi, CommAlgorithm::Ring),
+                                          testing::Values(0.0f, 0.1f)),
+                         [](const testing::TestParamInfo<std::tuple<CommAlgorithm, float>>& info) {
+                           return std::string(std::get<0>(info.param) == CommAlgorithm::Ring
+                                                  ? "ring"
+                                                  : "mpi") +
+                                  (std::get<1>(info.param) > 0 ? "_dropout" : "");
+                         });
 
 }  // namespace

@@ -148,11 +148,11 @@ WorkPtr MpiProcessGroup::reduce_scatter_async(Tensor in, Tensor out, ReduceOp op
   // In place: the output is this rank's own slice of the input (a sliced chunk reduced where it
   // lies, as NCCL defines in-place reduce-scatter). Any other overlap is an error.
   const bool in_place = out_begin == in_begin + out.nbytes() * rank_;
-  TIDE_CHECK(in_place || out_begin + out.nbytes() <= in_begin ||
-                 in_begin + in.nbytes() <= out_begin,
-             "reduce_scatter: the output overlaps the input other than as this rank's slice of "
-             "it; give the output its own buffer or make it slice {} of the input",
-             rank_);
+  TIDE_CHECK(
+      in_place || out_begin + out.nbytes() <= in_begin || in_begin + in.nbytes() <= out_begin,
+      "reduce_scatter: the output overlaps the input other than as this rank's slice of "
+      "it; give the output its own buffer or make it slice {} of the input",
+      rank_);
   if (algorithm_ == CommAlgorithm::Ring) {
     count_only_call();
     return submit(make_ring_reduce_scatter(this, ring_comm_, next_ring_tag(), in, out, op));

@@ -131,9 +131,9 @@ class ChunkStore {
   PlacementPolicy* policy_ = nullptr;
   std::array<std::vector<Chunk>, kNumChunkKinds> chunks_;
   std::vector<TensorState> states_;
-  std::vector<int> users_;        // per tensor: ops holding it in COMPUTE
-  std::vector<int> chunk_users_;  // per chunk: tensors in COMPUTE
-  std::vector<int> tensor_done_;  // per tensor: micro-batches whose gradient is in
+  std::vector<int> users_;               // per tensor: ops holding it in COMPUTE
+  std::vector<int> chunk_users_;         // per chunk: tensors in COMPUTE
+  std::vector<int> tensor_done_;         // per tensor: micro-batches whose gradient is in
   std::vector<std::vector<int>> ready_;  // [chunk][mb]: tensors complete for mb
   std::vector<int> done_micro_batches_;  // per chunk: micro-batches complete
   int micro_batches_ = 1;

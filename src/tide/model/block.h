@@ -35,20 +35,20 @@ struct MicroBatch {
   int index = 0;         // micro-batch index within the step (gradient completion)
   float dloss = 1.0f;    // d(objective)/d(mean loss of this micro-batch): 1/grad_accum * scale
 
-  Arena saved;      // activations kept from forward to backward
-  Arena workspace;  // temporaries of one block part (rewound after every F, B and W)
-  StashPool* stash = nullptr;      // where B leaves W's inputs (shared by micro-batches)
-  std::vector<int> stash_slot;     // per block: the slot held between its B and W, or -1
-  Arena* stash_arena = nullptr;    // the slot of the block whose B is running
-  std::vector<Tensor> residual;    // L+1 block boundaries, each (B,T,C); residual[0] = embedding
-  Tensor dresidual;                // (B,T,C) gradient flowing down the residual stream
+  Arena saved;                   // activations kept from forward to backward
+  Arena workspace;               // temporaries of one block part (rewound after every F, B and W)
+  StashPool* stash = nullptr;    // where B leaves W's inputs (shared by micro-batches)
+  std::vector<int> stash_slot;   // per block: the slot held between its B and W, or -1
+  Arena* stash_arena = nullptr;  // the slot of the block whose B is running
+  std::vector<Tensor> residual;  // L+1 block boundaries, each (B,T,C); residual[0] = embedding
+  Tensor dresidual;              // (B,T,C) gradient flowing down the residual stream
   std::vector<std::vector<Tensor>> block_saved;  // per block, the block's own saved tensors
   size_t saved_mark = 0;  // mb.saved position after the buffers above (per-forward state follows)
   float loss = 0.0f;      // mean loss over the micro-batch (after forward)
   std::vector<double> seq_loss_sum;  // per sequence: sum of its position losses (after forward)
   std::vector<int64_t> seq_targets;  // per sequence: positions with a target
-  bool keep_logits = false;  // evaluation: keep the head's logits in `logits` (sampling)
-  Tensor logits;             // (B,T,V), set by the head when training or keep_logits
+  bool keep_logits = false;          // evaluation: keep the head's logits in `logits` (sampling)
+  Tensor logits;                     // (B,T,V), set by the head when training or keep_logits
   std::unique_ptr<StashPool> own_stash;  // a one-slot pool when no engine shares one
 };
 

@@ -32,9 +32,9 @@ namespace tide {
 pipeline::Schedule data_parallel_schedule(int micro_batches, bool split_backward = false);
 
 struct OptimizerSettings {
-  AdamWHyper adamw;           // lr is replaced by the schedule's value each step
-  LrSchedule lr;              // warmup + cosine
-  float grad_clip = 1.0f;     // global-norm clipping; 0: off
+  AdamWHyper adamw;        // lr is replaced by the schedule's value each step
+  LrSchedule lr;           // warmup + cosine
+  float grad_clip = 1.0f;  // global-norm clipping; 0: off
 };
 
 struct StepStats {

@@ -131,8 +131,8 @@ void Trainer::resolve_data() {
   train_loader_->check_vocab(cfg_.model.vocab_size);
   if (!cfg_.val_data.empty() && fs::exists(cfg_.val_data)) {
     // Batch index i of this loader is sequence i of the validation set, on every rank.
-    val_loader_ = std::make_unique<DataLoader>(expand_shard_paths({cfg_.val_data}), 1,
-                                               cfg_.seq_len, 0, 1, cfg_.seed, false);
+    val_loader_ = std::make_unique<DataLoader>(expand_shard_paths({cfg_.val_data}), 1, cfg_.seq_len,
+                                               0, 1, cfg_.seed, false);
     val_loader_->check_vocab(cfg_.model.vocab_size);
   }
 }
@@ -168,8 +168,7 @@ float Trainer::evaluate() {
     val_loader_->seek(0, static_cast<uint64_t>(rank * share + k));
     val_loader_->next_batch();
     std::memcpy(eval_mb_->tokens.data, val_loader_->inputs().data(), eval_mb_->tokens.nbytes());
-    std::memcpy(eval_mb_->targets.data, val_loader_->targets().data(),
-                eval_mb_->targets.nbytes());
+    std::memcpy(eval_mb_->targets.data, val_loader_->targets().data(), eval_mb_->targets.nbytes());
     eval_mb_->training = false;
     model_->forward(*eval_mb_);
     mine[2 * k] = eval_mb_->seq_loss_sum[0];
@@ -190,8 +189,8 @@ float Trainer::evaluate() {
 }
 
 size_t Trainer::memory_bytes() const {
-  return model_->store().total_bytes() + engine_->activation_bytes() +
-         eval_mb_->saved.capacity() + eval_mb_->workspace.capacity();
+  return model_->store().total_bytes() + engine_->activation_bytes() + eval_mb_->saved.capacity() +
+         eval_mb_->workspace.capacity();
 }
 
 std::string Trainer::save(const std::string& name) const {
@@ -220,8 +219,8 @@ std::string Trainer::save(const std::string& name) const {
 
 Trainer::RunPosition Trainer::check_resume(const std::string& path) const {
   const CheckpointInfo info = read_checkpoint_info(path);
-  const json& run = info.extra.is_object() && info.extra.contains("run") ? info.extra["run"]
-                                                                         : json();
+  const json& run =
+      info.extra.is_object() && info.extra.contains("run") ? info.extra["run"] : json();
   auto field = [&](const char* key) -> int64_t {
     TIDE_CHECK(run.is_object() && run.contains(key) && run[key].is_number_integer() &&
                    run[key].get<int64_t>() >= 0,
@@ -257,8 +256,7 @@ void Trainer::run() {
     // A resumed run continues the metrics of the run it resumes.
     metrics.open(fs::path(cfg_.out_dir) / "metrics.jsonl",
                  cfg_.resume.empty() ? std::ios::trunc : std::ios::app);
-    if (!cfg_.resume.empty())
-      fmt::print("tide: resumed from {} at step {}\n", cfg_.resume, step_);
+    if (!cfg_.resume.empty()) fmt::print("tide: resumed from {} at step {}\n", cfg_.resume, step_);
     const size_t act = engine_->activation_bytes();
     fmt::print(
         "tide: model {} | {} DP rank(s) | micro-batch {} x {} tokens, accum {} | "

@@ -56,8 +56,7 @@ TEST(ChunkLayout, PacksInOrderWithoutStraddlingAndSizesChunksToTheirPayload) {
   EXPECT_EQ(lay.chunk_elems(0), 16);  // rounded up to 16 elements, not to the target
   EXPECT_EQ(lay.chunk_elems(1), 16);
   EXPECT_EQ(lay.num_params(), 28);
-  for (const TensorSlot& s : lay.slots())
-    EXPECT_LE(s.offset + s.numel, lay.chunk_elems(s.chunk));
+  for (const TensorSlot& s : lay.slots()) EXPECT_LE(s.offset + s.numel, lay.chunk_elems(s.chunk));
 }
 
 TEST(ChunkLayout, ATensorLargerThanTheTargetGetsAChunkOfItsOwn) {
@@ -121,8 +120,8 @@ TEST(ChunkStore, SlicedKindsHoldOnlyThisRanksSlice) {
   lay.pack(16, /*group_size=*/2);  // chunks of 32 elements, slices of 16
   StoreOptions o;
   o.group_rank = 1;
-  o.sliced_kinds = kind_bit(ChunkKind::MASTER) | kind_bit(ChunkKind::ADAM_M) |
-                   kind_bit(ChunkKind::ADAM_V);
+  o.sliced_kinds =
+      kind_bit(ChunkKind::MASTER) | kind_bit(ChunkKind::ADAM_M) | kind_bit(ChunkKind::ADAM_V);
   ChunkStore store(std::move(lay), o);
   EXPECT_EQ(store.bytes(ChunkKind::PARAM), 2u * 32 * 4);
   EXPECT_EQ(store.bytes(ChunkKind::ADAM_M), 2u * 16 * 4);

@@ -137,7 +137,8 @@ TEST(ModelMemory, RunsWithParametersResidentOnlyWhileAcquired) {
   GPT gpt(small_config(), ActivationPolicy::SELECTIVE, o);
   FetchOnUse policy(device, ref.store());
   gpt.store().set_policy(&policy);
-  for (int c = 0; c < lay.num_chunks(); ++c) EXPECT_FALSE(gpt.store().resident(ChunkKind::PARAM, c));
+  for (int c = 0; c < lay.num_chunks(); ++c)
+    EXPECT_FALSE(gpt.store().resident(ChunkKind::PARAM, c));
 
   auto run = [](GPT& m) {
     auto mb = m.make_micro_batch(2, 8);
@@ -149,7 +150,8 @@ TEST(ModelMemory, RunsWithParametersResidentOnlyWhileAcquired) {
   const float want = run(ref), got = run(gpt);
   EXPECT_EQ(std::memcmp(&want, &got, 4), 0) << want << " vs " << got;
   for (int c = 0; c < lay.num_chunks(); ++c) {
-    const Tensor a = ref.store().chunk(ChunkKind::GRAD, c), b = gpt.store().chunk(ChunkKind::GRAD, c);
+    const Tensor a = ref.store().chunk(ChunkKind::GRAD, c),
+                 b = gpt.store().chunk(ChunkKind::GRAD, c);
     EXPECT_EQ(std::memcmp(a.data, b.data, a.nbytes()), 0) << "gradients of chunk " << c;
     EXPECT_FALSE(gpt.store().resident(ChunkKind::PARAM, c)) << "chunk " << c << " left resident";
   }

@@ -87,11 +87,17 @@ TEST(Resume, RefusesWhatCannotContinueTheRun) {
     ckpt = t.save("step2.ckpt");
   }
   auto error_of = [&](std::vector<std::string> extra) {
-    std::vector<std::string> o = {
-        "data.train=" + data,          "out_dir=" + dir,   "model.vocab_size=40",
-        "model.n_layer=2",             "model.n_head=2",   "model.n_embd=16",
-        "seq_len=8",                   "threads=1",        "train_micro_batch_size_per_gpu=3",
-        "gradient_accumulation_steps=2", "checkpoint.resume=" + ckpt};
+    std::vector<std::string> o = {"data.train=" + data,
+                                  "out_dir=" + dir,
+                                  "model.vocab_size=40",
+                                  "model.n_layer=2",
+                                  "model.n_head=2",
+                                  "model.n_embd=16",
+                                  "seq_len=8",
+                                  "threads=1",
+                                  "train_micro_batch_size_per_gpu=3",
+                                  "gradient_accumulation_steps=2",
+                                  "checkpoint.resume=" + ckpt};
     o.insert(o.end(), extra.begin(), extra.end());
     try {
       Trainer t(load_train_config("", o));
@@ -102,7 +108,8 @@ TEST(Resume, RefusesWhatCannotContinueTheRun) {
   };
   EXPECT_NE(error_of({"seed=7"}).find("seed"), std::string::npos);
   EXPECT_NE(error_of({"gradient_accumulation_steps=1"}).find("global batch"), std::string::npos);
-  EXPECT_NE(error_of({"model.n_embd=32"}).find("shape"), std::string::npos) << error_of({"model.n_embd=32"});
+  EXPECT_NE(error_of({"model.n_embd=32"}).find("shape"), std::string::npos)
+      << error_of({"model.n_embd=32"});
   EXPECT_EQ(error_of({}), "no error");
   fs::remove_all(dir);
 }
