@@ -46,9 +46,9 @@ void GPT::init_weights(uint64_t seed) {
   const float proj_std = 0.02f / std::sqrt(2.0f * config_.n_layer);
   for (int id = 0; id < lay.num_tensors(); ++id) {
     const TensorSlot& s = lay.slot(id);
-    float* w =
-        store_->tensor(store_->has(ChunkKind::MASTER) ? ChunkKind::MASTER : ChunkKind::PARAM, id)
-            .f32();
+    // f32: the parameters are the master weights (a sliced MASTER kind is only their slice).
+    const bool f32 = store_->compute_dtype() == DType::F32 || !store_->has(ChunkKind::MASTER);
+    float* w = store_->tensor(f32 ? ChunkKind::PARAM : ChunkKind::MASTER, id).f32();
     const bool is_bias = s.name.ends_with(".bias");
     const bool is_norm = s.name.find("ln_") != std::string::npos;
     if (is_norm || is_bias) {

@@ -159,3 +159,23 @@ TEST(ModelMemory, RunsWithParametersResidentOnlyWhileAcquired) {
   EXPECT_LE(policy.peak_param_bytes, block_bytes);
   EXPECT_LE(device.peak(), device.limit());
 }
+
+// A stage-1 style store (optimizer states sliced) initialises like the plain one: with f32 the
+// parameters are the master weights, whole on every rank.
+TEST(ModelMemory, InitialisesTheSameWithSlicedOptimizerStates) {
+  GPT plain(small_config(), ActivationPolicy::SAVE_ALL, 4096);
+  ModelOptions o;
+  o.chunk_elems = 4096;
+  o.group_size = 3;
+  o.store.group_rank = 2;
+  o.store.sliced_kinds =
+      kind_bit(ChunkKind::MASTER) | kind_bit(ChunkKind::ADAM_M) | kind_bit(ChunkKind::ADAM_V);
+  GPT sliced(small_config(), ActivationPolicy::SAVE_ALL, o);
+  plain.init_weights(9);
+  sliced.init_weights(9);
+  for (int id = 0; id < plain.store().layout().num_tensors(); ++id) {
+    const Tensor a = plain.store().tensor(ChunkKind::PARAM, id);
+    const Tensor b = sliced.store().tensor(ChunkKind::PARAM, id);
+    EXPECT_EQ(std::memcmp(a.data, b.data, a.nbytes()), 0) << plain.store().layout().slot(id).name;
+  }
+}
