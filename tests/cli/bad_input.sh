@@ -26,7 +26,7 @@ expect_error "checkpoint 'junk.ckpt' is truncated" sample --checkpoint junk.ckpt
 expect_error "is a directory" sample --checkpoint .
 expect_error "cannot open checkpoint 'nowhere.ckpt'" train checkpoint.resume=nowhere.ckpt
 expect_error "checkpoint 'junk.ckpt' is truncated" train checkpoint.resume=junk.ckpt
-expect_error "must be at least 1" train eval.sequences=0
+expect_error "'eval.sequences' must be an integer >= 1" train eval.sequences=0
 expect_error "temperature must be positive" sample --temperature 0
 expect_error "tokens must be at least 1" sample --tokens 0
 expect_error "samples must be at least 1" sample --samples 0

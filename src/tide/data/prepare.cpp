@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "tide/core/error.h"
+#include "tide/core/json_error.h"
 #include "tide/data/shard.h"
 #include "tide/data/tokenizer.h"
 
@@ -346,30 +347,53 @@ bool prepared_corpus_exists(const std::string& out_dir) {
 PrepareResult read_prepared_corpus(const std::string& out_dir) {
   const fs::path dir(out_dir);
   const std::string meta_path = (dir / "meta.json").string();
+  const std::string fix = fmt::format("re-create it with `tide prepare --out-dir {}`", out_dir);
+  std::error_code ec;
+  TIDE_CHECK(!fs::is_directory(meta_path, ec), "{}: is a directory, not a file; {}", meta_path,
+             fix);
   std::ifstream in(meta_path);
   TIDE_CHECK(in.good(), "{}: not found; prepare the data first with `tide prepare --out-dir {}`",
              meta_path, out_dir);
   nlohmann::json meta;
   try {
     meta = nlohmann::json::parse(in);
-    PrepareResult r;
-    r.meta_path = meta_path;
-    r.tokenizer_path = (dir / meta.at("tokenizer_file").get<std::string>()).string();
-    r.train_path = (dir / meta.at("train_file").get<std::string>()).string();
-    r.val_path = (dir / meta.at("val_file").get<std::string>()).string();
-    r.vocab_size = meta.at("vocab_size").get<int>();
-    r.eot_id = meta.at("eot_id").get<int>();
-    r.input_bytes = meta.at("input_bytes").get<int64_t>();
-    r.train_documents = meta.at("train_documents").get<int64_t>();
-    r.val_documents = meta.at("val_documents").get<int64_t>();
-    r.train_tokens = meta.at("train_tokens").get<int64_t>();
-    r.val_tokens = meta.at("val_tokens").get<int64_t>();
-    r.val_unigram_entropy = meta.at("val_unigram_entropy").get<double>();
-    return r;
-  } catch (const nlohmann::json::exception& e) {
-    TIDE_FAIL("{}: unreadable ({}); re-create it with `tide prepare --out-dir {}`", meta_path,
-              e.what(), out_dir);
+  } catch (const nlohmann::json::parse_error& e) {
+    TIDE_FAIL("{}: unreadable: not valid JSON ({}); {}", meta_path, json_error_text(e), fix);
+  } catch (const std::exception& e) {
+    TIDE_FAIL("{}: cannot read it ({}); {}", meta_path, e.what(), fix);
   }
+  TIDE_CHECK(meta.is_object(), "{}: unreadable: it holds a JSON {}, not an object; {}", meta_path,
+             meta.type_name(), fix);
+  auto has = [&](const char* key, bool ok) {
+    TIDE_CHECK(meta.contains(key) && ok,
+               "{}: unreadable: field \"{}\" is missing or of the wrong type{}; {}", meta_path, key,
+               meta.contains(key) ? fmt::format(" (got {})", meta[key].dump()) : "", fix);
+  };
+  auto str = [&](const char* key) {
+    has(key, meta.contains(key) && meta[key].is_string());
+    return meta[key].get<std::string>();
+  };
+  auto count = [&](const char* key, int64_t hi) {
+    has(key, meta.contains(key) && meta[key].is_number_integer() && meta[key].get<int64_t>() >= 0 &&
+                 meta[key].get<int64_t>() <= hi);
+    return meta[key].get<int64_t>();
+  };
+  PrepareResult r;
+  r.meta_path = meta_path;
+  r.tokenizer_path = (dir / str("tokenizer_file")).string();
+  r.train_path = (dir / str("train_file")).string();
+  r.val_path = (dir / str("val_file")).string();
+  r.vocab_size = static_cast<int>(count("vocab_size", 65536));
+  r.eot_id = static_cast<int>(count("eot_id", 65535));
+  r.input_bytes = count("input_bytes", INT64_MAX);
+  r.train_documents = count("train_documents", INT64_MAX);
+  r.val_documents = count("val_documents", INT64_MAX);
+  r.train_tokens = count("train_tokens", INT64_MAX);
+  r.val_tokens = count("val_tokens", INT64_MAX);
+  has("val_unigram_entropy",
+      meta.contains("val_unigram_entropy") && meta["val_unigram_entropy"].is_number());
+  r.val_unigram_entropy = meta["val_unigram_entropy"].get<double>();
+  return r;
 }
 
 }  // namespace tide

@@ -49,7 +49,10 @@ void write_token_shard(const std::string& path, std::span<const uint16_t> tokens
              "{}: cannot open for writing ({}); check that the directory exists and is writable",
              path, std::strerror(errno));
   bool ok = std::fwrite(header.data(), sizeof(int32_t), header.size(), f.get()) == header.size();
-  ok = ok && std::fwrite(tokens.data(), sizeof(uint16_t), tokens.size(), f.get()) == tokens.size();
+  // An empty shard is only its header (and fwrite of an empty span may get a null pointer).
+  if (!tokens.empty())
+    ok =
+        ok && std::fwrite(tokens.data(), sizeof(uint16_t), tokens.size(), f.get()) == tokens.size();
   ok = (std::fclose(f.release()) == 0) && ok;
   TIDE_CHECK(ok, "{}: write failed ({}); check free disk space", path, std::strerror(errno));
 }

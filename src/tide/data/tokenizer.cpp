@@ -1,6 +1,7 @@
 #include "tide/data/tokenizer.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -8,6 +9,7 @@
 #include <sstream>
 
 #include "tide/core/error.h"
+#include "tide/core/json_error.h"
 #include "tide/data/pretokenize.h"
 
 namespace tide {
@@ -52,10 +54,14 @@ void append_utf8(uint32_t cp, std::string& out) {  // cp < 0x800 is all the tabl
 }
 
 std::string read_file(const std::string& path, const std::string& what) {
+  std::error_code ec;
+  TIDE_CHECK(!std::filesystem::is_directory(path, ec),
+             "{}: is a directory, not a {}; check the path", path, what);
   std::ifstream in(path, std::ios::binary);
   TIDE_CHECK(in.good(), "{}: cannot open {}; check the path", path, what);
   std::ostringstream ss;
   ss << in.rdbuf();
+  TIDE_CHECK(!in.bad(), "{}: cannot read {}; check that it is a readable file", path, what);
   return ss.str();
 }
 
@@ -373,8 +379,8 @@ std::vector<std::pair<std::string, int>> vocab_from_json(const nlohmann::json& j
              source);
   std::vector<std::pair<std::string, int>> vocab;
   for (const auto& [text, id] : j.items()) {
-    TIDE_CHECK(id.is_number_integer(), "{}: token \"{}\" has id {}, not an integer", source, text,
-               id.dump());
+    TIDE_CHECK(id.is_number_integer() && id.get<int64_t>() >= 0 && id.get<int64_t>() < 65536,
+               "{}: token \"{}\" has id {}, not an integer in [0, 65536)", source, text, id.dump());
     vocab.emplace_back(text, id.get<int>());
   }
   return vocab;
@@ -394,7 +400,7 @@ nlohmann::json parse_json(const std::string& text, const std::string& path) {
   try {
     return nlohmann::json::parse(text);
   } catch (const nlohmann::json::parse_error& e) {
-    TIDE_FAIL("{}: not valid JSON ({}); check that the file is complete", path, e.what());
+    TIDE_FAIL("{}: not valid JSON ({}); check that the file is complete", path, json_error_text(e));
   }
 }
 
@@ -445,22 +451,27 @@ void Tokenizer::save(const std::string& path) const {
 
 Tokenizer Tokenizer::load(const std::string& path) {
   const nlohmann::json j = parse_json(read_file(path, "tokenizer file"), path);
-  TIDE_CHECK(j.is_object() && j.value("format", "") == "tide-bpe",
+  TIDE_CHECK(j.is_object() && j.contains("format") && j["format"] == "tide-bpe",
              "{}: not a tide tokenizer file (no \"format\": \"tide-bpe\"); create one with `tide "
              "prepare`, or load GPT-2's encoder.json + vocab.bpe instead",
              path);
-  TIDE_CHECK(j.value("version", 0) == 1,
-             "{}: tokenizer file version {} is not supported (expected 1)", path,
-             j.value("version", 0));
+  TIDE_CHECK(j.contains("version") && j["version"] == 1,
+             "{}: tokenizer file version {} is not supported (expected 1); re-create it with "
+             "`tide prepare`",
+             path, j.contains("version") ? j["version"].dump() : "(none)");
   TIDE_CHECK(
       j.contains("vocab") && j.contains("merges") && j["merges"].is_array() &&
-          j.contains("special_tokens") && j["special_tokens"].contains(kEndOfText),
+          j.contains("special_tokens") && j["special_tokens"].is_object() &&
+          j["special_tokens"].contains(kEndOfText),
       "{}: tokenizer file lacks \"vocab\", \"merges\" or \"special_tokens\".\"{}\"; re-create "
       "it with `tide prepare`",
       path, kEndOfText);
   std::vector<std::pair<std::string, int>> vocab = vocab_from_json(j["vocab"], path);
   const nlohmann::json& eot = j["special_tokens"][std::string(kEndOfText)];
-  TIDE_CHECK(eot.is_number_integer(), "{}: special token id must be an integer", path);
+  TIDE_CHECK(eot.is_number_integer() && eot.get<int64_t>() >= 0 && eot.get<int64_t>() < 65536,
+             "{}: special token id {} must be an integer in [0, 65536); re-create the file with "
+             "`tide prepare`",
+             path, eot.dump());
   vocab.emplace_back(std::string(kEndOfText), eot.get<int>());
   std::vector<std::pair<std::string, std::string>> merges;
   for (size_t m = 0; m < j["merges"].size(); ++m) {

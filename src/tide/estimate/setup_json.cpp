@@ -1,10 +1,13 @@
 #include "tide/estimate/setup_json.h"
 
+#include <filesystem>
 #include <fstream>
+#include <limits>
 #include <optional>
 #include <sstream>
 
 #include "tide/core/error.h"
+#include "tide/core/json_error.h"
 
 namespace tide {
 namespace {
@@ -32,8 +35,15 @@ void read(const nlohmann::json& j, const std::string& key, T& out) {
   } else if constexpr (std::is_floating_point_v<T>) {
     TIDE_CHECK(v->is_number(), "config key '{}' must be a number (got {})", key, v->dump());
   } else if constexpr (std::is_integral_v<T>) {
-    TIDE_CHECK(v->is_number_integer(), "config key '{}' must be an integer (got {})", key,
-               v->dump());
+    // Checked before narrowing: 4294967300 must not become 4.
+    const bool fits =
+        v->is_number_unsigned()
+            ? v->get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<T>::max())
+            : v->is_number_integer() &&
+                  v->get<int64_t>() >= int64_t{std::numeric_limits<T>::min()} &&
+                  v->get<int64_t>() <= int64_t{std::numeric_limits<T>::max()};
+    TIDE_CHECK(fits, "config key '{}' must be an integer in [{}, {}] (got {})", key,
+               std::numeric_limits<T>::min(), std::numeric_limits<T>::max(), v->dump());
   } else {
     TIDE_CHECK(v->is_string(), "config key '{}' must be a string (got {})", key, v->dump());
   }
@@ -112,13 +122,19 @@ TrainSetup setup_from_json(const nlohmann::json& config, TrainSetup base) {
 }
 
 TrainSetup read_setup_file(const std::string& path, TrainSetup base) {
+  std::error_code ec;
+  TIDE_CHECK(!std::filesystem::is_directory(path, ec),
+             "config file '{}' is a directory; pass a JSON file such as run.json", path);
   std::ifstream in(path);
   TIDE_CHECK(in.good(), "cannot open config file '{}'; check the path", path);
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(in, nullptr, true, /*ignore_comments=*/true);
   } catch (const nlohmann::json::parse_error& e) {
-    TIDE_FAIL("config file '{}' is not valid JSON: {}", path, e.what());
+    TIDE_FAIL("config file '{}' is not valid JSON: {}", path, json_error_text(e));
+  } catch (const std::exception& e) {
+    TIDE_FAIL("cannot read config file '{}' ({}); check that it is a readable file", path,
+              e.what());
   }
   return setup_from_json(j, base);
 }

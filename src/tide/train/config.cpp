@@ -1,74 +1,118 @@
 #include "tide/train/config.h"
 
+#include <glob.h>
+
 #include <algorithm>
+#include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <map>
 
 #include "tide/core/error.h"
+#include "tide/core/json_error.h"
+#include "tide/optim/adamw.h"
+#include "tide/optim/lr_schedule.h"
 
 namespace tide {
 
 using json = nlohmann::json;
+namespace fs = std::filesystem;
+
+namespace {
+
+// "No upper bound" for integer keys: any int64 (the fields of such keys are int64).
+constexpr double kNoMax = 1e15;
+// "No upper bound" for number keys: the largest float (every number key ends up in a float
+// somewhere: the learning rate, the schedule, the clip threshold).
+constexpr double kNumMax = 3.4028234663852886e38;
+
+ConfigRange ints(double lo, double hi = kNoMax) {
+  return {lo, hi, false, false};
+}
+ConfigRange nums(double lo, bool lo_open, double hi = kNumMax, bool hi_open = false) {
+  return {lo, hi, lo_open, hi_open};
+}
+
+}  // namespace
 
 const std::vector<ConfigKey>& config_schema() {
   using T = ConfigType;
   static const std::vector<ConfigKey> keys = {
-      {"train_micro_batch_size_per_gpu", T::INT, 8, "sequences per micro-batch on each rank"},
-      {"gradient_accumulation_steps", T::INT, 1, "micro-batches accumulated per optimizer step"},
+      {"train_micro_batch_size_per_gpu", T::INT, 8, "sequences per micro-batch on each rank",
+       ints(1, 65536)},
+      {"gradient_accumulation_steps", T::INT, 1, "micro-batches accumulated per optimizer step",
+       ints(1, 65536)},
       {"train_batch_size", T::INT, 0,
-       "global batch in sequences; 0 = not checked, else must equal micro * accum * dp"},
-      {"seq_len", T::INT, 128, "tokens per sequence (at most model.max_seq_len)"},
-      {"train_steps", T::INT, 600, "optimizer steps to run"},
-      {"seed", T::INT, 1337, "seed of weight initialisation, data order and dropout"},
+       "global batch in sequences; 0 = not checked, else must equal micro * accum * dp",
+       ints(0, 2147483647)},
+      {"seq_len", T::INT, 128, "tokens per sequence (at most model.max_seq_len)", ints(1, 1048576)},
+      {"train_steps", T::INT, 600, "optimizer steps to run", ints(1)},
+      {"seed", T::UINT, 1337, "seed of weight initialisation, data order and dropout"},
       {"device", T::STRING, "cpu", "cpu, cuda, cuda:N or auto"},
-      {"threads", T::INT, 0, "OpenMP threads per rank; 0 = OpenMP's default"},
+      {"threads", T::INT, 0, "OpenMP threads per rank; 0 = OpenMP's default", ints(0, 4096)},
       {"optimizer.type", T::STRING, "AdamW", "only AdamW"},
-      {"optimizer.params.lr", T::FLOAT, 1e-3, "peak learning rate"},
-      {"optimizer.params.betas", T::FLOAT_PAIR, json::array({0.9, 0.95}), "Adam beta1, beta2"},
-      {"optimizer.params.eps", T::FLOAT, 1e-8, "Adam epsilon"},
+      {"optimizer.params.lr", T::FLOAT, 1e-3, "peak learning rate", nums(0, true)},
+      {"optimizer.params.betas", T::FLOAT_PAIR, json::array({0.9, 0.95}), "Adam beta1, beta2",
+       nums(0, false, 1, true)},
+      {"optimizer.params.eps", T::FLOAT, 1e-8, "Adam epsilon", nums(0, true)},
       {"optimizer.params.weight_decay", T::FLOAT, 0.1,
-       "decoupled weight decay (matrices and embeddings only)"},
+       "decoupled weight decay (matrices and embeddings only)", nums(0, false)},
       {"scheduler.type", T::STRING, "WarmupCosineLR", "only WarmupCosineLR"},
       {"scheduler.params.warmup_num_steps", T::INT, -1,
-       "linear warmup steps; -1 = 10% of the decay steps"},
+       "linear warmup steps (below the decay steps); -1 = 10% of the decay steps", ints(-1)},
       {"scheduler.params.total_num_steps", T::INT, 0,
-       "step where the cosine reaches its floor; 0 = train_steps"},
-      {"scheduler.params.cos_min_ratio", T::FLOAT, 0.1, "floor of the cosine as a fraction of lr"},
-      {"gradient_clipping", T::FLOAT, 1.0, "clip the global gradient norm to this; 0 = off"},
+       "step where the cosine reaches its floor; 0 = train_steps", ints(0)},
+      {"scheduler.params.cos_min_ratio", T::FLOAT, 0.1, "floor of the cosine as a fraction of lr",
+       nums(0, false, 1, false)},
+      {"gradient_clipping", T::FLOAT, 1.0, "clip the global gradient norm to this; 0 = off",
+       nums(0, false)},
       {"bf16.enabled", T::BOOL, false, "bf16 compute (needs --device cuda)"},
       {"fp16.enabled", T::BOOL, false, "fp16 compute with dynamic loss scaling (needs cuda)"},
-      {"zero_optimization.stage", T::INT, 0, "ZeRO stage; 0 = data parallel (DDP)"},
+      {"zero_optimization.stage", T::INT, 0, "ZeRO stage; 0 = data parallel (DDP)", ints(0, 3)},
       {"activation_checkpointing.policy", T::STRING, "none",
        "none (save all), selective (recompute attention core) or full (recompute blocks)"},
       {"chunk_size_mb", T::FLOAT, 0.0,
        "target chunk size (= communication bucket) in MiB of f32; a larger tensor gets a chunk "
-       "of its own; 0 = the largest tensor's size"},
+       "of its own; 0 = the largest tensor's size",
+       nums(0, false, 1048576)},
       {"model.preset", T::STRING, "",
        "gpt2-124m, gpt2-350m, gpt2-774m or gpt2-1.5b; overrides the shape keys"},
-      {"model.n_layer", T::INT, 4, "transformer blocks"},
-      {"model.n_head", T::INT, 4, "attention heads"},
-      {"model.n_embd", T::INT, 192, "hidden size (divisible by n_head)"},
-      {"model.vocab_size", T::INT, 0, "vocabulary; 0 = the data's tokenizer"},
-      {"model.max_seq_len", T::INT, 0, "positions; 0 = seq_len"},
-      {"model.dropout", T::FLOAT, 0.0, "dropout rate (embedding, attention, residual)"},
-      {"data.dir", T::STRING, "",
+      {"model.n_layer", T::INT, 4, "transformer blocks", ints(1, 65536)},
+      {"model.n_head", T::INT, 4, "attention heads", ints(1, 65536)},
+      {"model.n_embd", T::INT, 192, "hidden size (divisible by n_head)", ints(1, 1048576)},
+      {"model.vocab_size", T::INT, 0,
+       "vocabulary; 0 = the data's tokenizer (token shards hold ids below 65536)", ints(0, 65536)},
+      {"model.max_seq_len", T::INT, 0, "positions; 0 = seq_len", ints(0, 1048576)},
+      {"model.dropout", T::FLOAT, 0.0, "dropout rate (embedding, attention, residual)",
+       nums(0, false, 1, true)},
+      {"data.dir", T::PATH, "",
        "directory from `tide prepare` (train.bin, val.bin, tokenizer.json, meta.json); "
        "empty = the embedded default corpus"},
-      {"data.train", T::STRING, "", "training shards (path or glob); default data.dir/train.bin"},
-      {"data.val", T::STRING, "", "validation shards; default data.dir/val.bin"},
+      {"data.train", T::PATH, "", "training shards (path or glob); default data.dir/train.bin"},
+      {"data.val", T::PATH, "",
+       "validation shards (path or glob); default data.dir/val.bin (no validation if that is "
+       "missing)"},
       {"data.shuffle", T::BOOL, true, "shuffle sequence order each epoch"},
-      {"eval.interval", T::INT, 100, "steps between validation runs; 0 = only at the end"},
+      {"eval.interval", T::INT, 100, "steps between validation runs; 0 = only at the end", ints(0)},
       {"eval.sequences", T::INT, 128,
        "size of the fixed validation set: the first N sequences of the validation data, the "
-       "same whatever the ranks, micro-batch or accumulation"},
-      {"log.interval", T::INT, 10, "steps between metrics lines"},
+       "same whatever the ranks, micro-batch or accumulation",
+       ints(1)},
+      {"log.interval", T::INT, 10, "steps between metrics lines", ints(1)},
       {"log.progress", T::BOOL, true, "live progress line on the terminal"},
-      {"out_dir", T::STRING, "runs/default", "metrics.jsonl, config.json and checkpoints"},
+      {"out_dir", T::STRING, "runs/default",
+       "metrics.jsonl, config.json and checkpoints; tide will not start over an earlier run's "
+       "files here (see out_dir_overwrite)"},
+      {"out_dir_overwrite", T::BOOL, false,
+       "true = a new run may replace the metrics.jsonl, config.json and checkpoints of an "
+       "earlier run in out_dir; false = it refuses to start (checkpoint.resume continues a run "
+       "in place)"},
       {"checkpoint.interval", T::INT, 0,
-       "steps between resumable checkpoints (out_dir/model_step<N>.ckpt); 0 = only the final one"},
-      {"checkpoint.resume", T::STRING, "",
+       "steps between resumable checkpoints (out_dir/model_step<N>.ckpt); 0 = only the final one",
+       ints(0)},
+      {"checkpoint.resume", T::PATH, "",
        "checkpoint to resume from (weights, optimizer state, step, data position); same seed "
-       "and global batch required"},
+       "and global batch required; appends to out_dir/metrics.jsonl"},
   };
   return keys;
 }
@@ -100,65 +144,130 @@ bool is_section(const std::string& path) {
   return false;
 }
 
-[[noreturn]] void unknown_key(const std::string& path) {
+// The schema key closest to a misspelt one, or "" when none is close.
+std::string suggestion(const std::string& path) {
   std::string best;
   size_t best_d = SIZE_MAX;
   for (const ConfigKey& k : config_schema()) {
     const size_t d = edit_distance(path, k.path);
     if (d < best_d) best_d = d, best = k.path;
   }
-  if (best_d <= std::max<size_t>(3, path.size() / 3))
-    TIDE_FAIL("unknown config key '{}'; did you mean '{}'? (`tide train --list-keys` lists all)",
-              path, best);
-  TIDE_FAIL("unknown config key '{}'; `tide train --list-keys` lists the valid keys", path);
+  return best_d <= std::max<size_t>(3, path.size() / 3) ? best : "";
 }
 
-const char* type_name(ConfigType t) {
-  switch (t) {
+// One error for all the unknown keys of a config, each with its suggestion.
+[[noreturn]] void unknown_keys(const std::vector<std::string>& paths) {
+  if (paths.size() == 1) {
+    const std::string best = suggestion(paths[0]);
+    if (!best.empty())
+      TIDE_FAIL("unknown config key '{}'; did you mean '{}'? (`tide train --list-keys` lists all)",
+                paths[0], best);
+    TIDE_FAIL("unknown config key '{}'; `tide train --list-keys` lists the valid keys", paths[0]);
+  }
+  std::string list;
+  for (const std::string& p : paths) {
+    const std::string best = suggestion(p);
+    list += fmt::format("{}'{}'{}", list.empty() ? "" : ", ", p,
+                        best.empty() ? "" : fmt::format(" (did you mean '{}'?)", best));
+  }
+  TIDE_FAIL("{} unknown config keys: {}; fix or remove them (`tide train --list-keys` lists all)",
+            paths.size(), list);
+}
+
+// A bound as the user writes it: 65536, 0.5, 1e+15.
+std::string num(double x) {
+  return fmt::format("{}", x);
+}
+
+// What a key accepts: its type and range, in words ("an integer in [1, 65536]").
+std::string describe(const ConfigKey& k) {
+  const ConfigRange& r = k.range;
+  auto number_range = [&] {
+    if (r.hi >= kNumMax) return fmt::format("{} {}", r.lo_open ? ">" : ">=", num(r.lo));
+    return fmt::format("in {}{}, {}{}", r.lo_open ? "(" : "[", num(r.lo), num(r.hi),
+                       r.hi_open ? ")" : "]");
+  };
+  switch (k.type) {
     case ConfigType::INT:
-      return "an integer";
+      if (r.hi >= kNoMax) return fmt::format("an integer >= {}", num(r.lo));
+      return fmt::format("an integer in [{}, {}]", num(r.lo), num(r.hi));
+    case ConfigType::UINT:
+      return "a non-negative integer";
     case ConfigType::FLOAT:
-      return "a number";
+      return "a number " + number_range();
     case ConfigType::BOOL:
       return "true or false";
     case ConfigType::STRING:
       return "a string";
+    case ConfigType::PATH:
+      return "a path";
     case ConfigType::FLOAT_PAIR:
-      return "a list of two numbers";
+      return "a list of two numbers " + number_range();
   }
   return "?";
 }
 
-bool has_type(const json& v, ConfigType t) {
-  switch (t) {
-    case ConfigType::INT:
-      return v.is_number_integer();
+bool number_in_range(const json& v, const ConfigRange& r) {
+  if (!v.is_number()) return false;
+  const double x = v.get<double>();
+  return std::isfinite(x) && (r.lo_open ? x > r.lo : x >= r.lo) &&
+         (r.hi_open ? x < r.hi : x <= r.hi);
+}
+
+// True when `v` is a legal value of key `k`: the right type, and for numbers in range (checked
+// on the JSON value, before anything is narrowed to the field's type).
+bool valid_value(const json& v, const ConfigKey& k) {
+  const ConfigRange& r = k.range;
+  switch (k.type) {
+    case ConfigType::INT: {
+      // Without an upper bound (kNoMax) an integer key takes any int64.
+      if (!v.is_number_integer()) return false;
+      if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
+        return false;
+      const int64_t x = v.get<int64_t>();
+      return static_cast<double>(x) >= r.lo && (r.hi >= kNoMax || static_cast<double>(x) <= r.hi);
+    }
+    case ConfigType::UINT:
+      return v.is_number_unsigned() || (v.is_number_integer() && v.get<int64_t>() >= 0);
     case ConfigType::FLOAT:
-      return v.is_number();
+      return number_in_range(v, r);
     case ConfigType::BOOL:
       return v.is_boolean();
     case ConfigType::STRING:
+    case ConfigType::PATH:
       return v.is_string();
     case ConfigType::FLOAT_PAIR:
-      return v.is_array() && v.size() == 2 && v[0].is_number() && v[1].is_number();
+      return v.is_array() && v.size() == 2 && number_in_range(v[0], r) && number_in_range(v[1], r);
   }
   return false;
 }
 
-// Checks every leaf of `j` against the schema; fills `flat` with path -> value.
-void flatten(const json& j, const std::string& prefix, std::map<std::string, json>& flat) {
+std::string invalid_value(const std::string& path, const ConfigKey& k, const json& v) {
+  const bool empty_default = k.default_value.is_string() && k.default_value.empty();
+  return fmt::format("config key '{}' must be {} (got {}){}", path, describe(k), v.dump(),
+                     empty_default ? "" : "; the default is " + k.default_value.dump());
+}
+
+// Checks every leaf of `j` against the schema and fills `flat` with path -> value. Unknown
+// keys go to `unknown` and wrong values to `problems`, so that one error can list them all.
+void flatten(const json& j, const std::string& prefix, std::map<std::string, json>& flat,
+             std::vector<std::string>& unknown, std::vector<std::string>& problems) {
   for (auto it = j.begin(); it != j.end(); ++it) {
     const std::string path = prefix.empty() ? it.key() : prefix + "." + it.key();
     if (const ConfigKey* k = find_key(path)) {
-      TIDE_CHECK(has_type(it.value(), k->type), "config key '{}' must be {} (got {})", path,
-                 type_name(k->type), it.value().dump());
-      flat[path] = it.value();
+      if (valid_value(it.value(), *k))
+        flat[path] = it.value();
+      else
+        problems.push_back(invalid_value(path, *k, it.value()));
     } else if (is_section(path)) {
-      TIDE_CHECK(it.value().is_object(), "config key '{}' must be an object with keys inside",
-                 path);
-      flatten(it.value(), path, flat);
+      if (it.value().is_object())
+        flatten(it.value(), path, flat, unknown, problems);
+      else
+        problems.push_back(fmt::format(
+            "config key '{}' must be an object with keys inside, like {{\"{}\": {{...}}}} (got {})",
+            path, it.key(), it.value().dump()));
     } else {
-      unknown_key(path);
+      unknown.push_back(path);
     }
   }
 }
@@ -167,43 +276,83 @@ void flatten(const json& j, const std::string& prefix, std::map<std::string, jso
 void set_path(json& j, const std::string& path, const json& value) {
   json* node = &j;
   size_t start = 0;
-  for (size_t dot; (dot = path.find('.', start)) != std::string::npos; start = dot + 1)
+  for (size_t dot; (dot = path.find('.', start)) != std::string::npos; start = dot + 1) {
     node = &(*node)[path.substr(start, dot - start)];
+    if (node->is_null()) *node = json::object();
+    TIDE_CHECK(node->is_object(),
+               "config key '{}' is {} in the config file, so the override '{}' cannot go inside "
+               "it; make '{}' an object in the file, or drop the override",
+               path.substr(0, dot), node->dump(), path, path.substr(0, dot));
+  }
   (*node)[path.substr(start)] = value;
+}
+
+// A path key, when given, must name something that exists: checked here so that a typo stops
+// the run before anything is prepared or written, with the key's name in the message.
+void check_path(const char* key, const std::string& path, bool directory) {
+  if (path.empty()) return;
+  std::error_code ec;
+  if (path.find_first_of("*?[") != std::string::npos) {
+    glob_t g{};
+    const int rc = ::glob(path.c_str(), 0, nullptr, &g);
+    const size_t n = rc == 0 ? g.gl_pathc : 0;
+    globfree(&g);
+    TIDE_CHECK(n > 0,
+               "{} '{}' matches no files; check the pattern, or create shards with `tide prepare`",
+               key, path);
+    return;
+  }
+  if (directory) {
+    TIDE_CHECK(fs::is_directory(path, ec),
+               "{} '{}' does not exist{}; create it with `tide prepare --input <text files> "
+               "--out-dir {}`",
+               key, path, fs::exists(path, ec) ? " as a directory" : "", path);
+    return;
+  }
+  TIDE_CHECK(fs::exists(path, ec), "{} '{}' does not exist; check the path", key, path);
+  TIDE_CHECK(!fs::is_directory(path, ec), "{} '{}' is a directory; it must name a file", key, path);
 }
 
 }  // namespace
 
-TrainConfig parse_train_config(const json& j) {
-  TIDE_CHECK(j.is_object(), "the config must be a JSON object {{...}}");
+namespace {
+
+TrainConfig parse_checked(const json& j, std::vector<std::string> unknown) {
+  TIDE_CHECK(j.is_object(), "the config must be a JSON object {{...}} (got {})", j.type_name());
   std::map<std::string, json> v;
   for (const ConfigKey& k : config_schema()) v[k.path] = k.default_value;
-  flatten(j, "", v);
+  std::vector<std::string> problems;
+  flatten(j, "", v, unknown, problems);
+  if (!unknown.empty()) unknown_keys(unknown);
+  if (!problems.empty()) {
+    std::string all;
+    for (const std::string& p : problems) all += (all.empty() ? "" : "; ") + p;
+    throw Error(all);
+  }
+  // Every value now has its type and lies in its key's range: the narrowing below is exact.
   auto i = [&](const char* p) { return v.at(p).get<int64_t>(); };
   auto f = [&](const char* p) { return v.at(p).get<double>(); };
   auto s = [&](const char* p) { return v.at(p).get<std::string>(); };
-  auto positive = [&](const char* p) {
-    TIDE_CHECK(i(p) >= 1, "config key '{}' must be at least 1 (got {})", p, i(p));
-    return i(p);
-  };
+  auto b = [&](const char* p) { return v.at(p).get<bool>(); };
 
   TrainConfig c;
-  c.micro_batch = static_cast<int>(positive("train_micro_batch_size_per_gpu"));
-  c.grad_accum = static_cast<int>(positive("gradient_accumulation_steps"));
+  c.micro_batch = static_cast<int>(i("train_micro_batch_size_per_gpu"));
+  c.grad_accum = static_cast<int>(i("gradient_accumulation_steps"));
   c.train_batch_size = static_cast<int>(i("train_batch_size"));
-  c.seq_len = static_cast<int>(positive("seq_len"));
-  c.train_steps = positive("train_steps");
-  c.seed = static_cast<uint64_t>(i("seed"));
+  c.seq_len = static_cast<int>(i("seq_len"));
+  c.train_steps = i("train_steps");
+  c.seed = v.at("seed").get<uint64_t>();
   c.device = s("device");
+  TIDE_CHECK(c.device == "cpu" || c.device == "auto" || c.device == "cuda" ||
+                 (c.device.starts_with("cuda:") && c.device.size() > 5 &&
+                  c.device.find_first_not_of("0123456789", 5) == std::string::npos),
+             "device '{}' is not a device; use cpu, cuda, cuda:N or auto", c.device);
   c.threads = static_cast<int>(i("threads"));
   TIDE_CHECK(s("optimizer.type") == "AdamW" || s("optimizer.type") == "adamw",
              "optimizer.type '{}' is not supported; use AdamW", s("optimizer.type"));
   c.lr = f("optimizer.params.lr");
-  TIDE_CHECK(c.lr > 0, "optimizer.params.lr must be positive (got {})", c.lr);
   c.beta1 = v.at("optimizer.params.betas")[0].get<double>();
   c.beta2 = v.at("optimizer.params.betas")[1].get<double>();
-  TIDE_CHECK(c.beta1 >= 0 && c.beta1 < 1 && c.beta2 >= 0 && c.beta2 < 1,
-             "optimizer.params.betas must both be in [0, 1) (got [{}, {}])", c.beta1, c.beta2);
   c.eps = f("optimizer.params.eps");
   c.weight_decay = f("optimizer.params.weight_decay");
   TIDE_CHECK(s("scheduler.type") == "WarmupCosineLR",
@@ -218,10 +367,23 @@ TrainConfig parse_train_config(const json& j) {
              c.warmup_steps, c.decay_steps);
   c.min_lr_ratio = static_cast<float>(f("scheduler.params.cos_min_ratio"));
   c.grad_clip = static_cast<float>(f("gradient_clipping"));
-  TIDE_CHECK(c.grad_clip >= 0, "gradient_clipping must be >= 0 (got {}); 0 turns it off",
-             c.grad_clip);
-  c.bf16 = v.at("bf16.enabled").get<bool>();
-  c.fp16 = v.at("fp16.enabled").get<bool>();
+  // What the optimizer and the schedule check at their first step, checked now (as the Trainer
+  // builds them), so that no bad value gets as far as out_dir.
+  AdamWHyper h;
+  h.lr = static_cast<float>(c.lr);
+  h.beta1 = c.beta1;
+  h.beta2 = c.beta2;
+  h.eps = c.eps;
+  h.weight_decay = c.weight_decay;
+  check_adamw_args(h, AdamWStep{1, 1.0f});
+  LrSchedule lr;
+  lr.lr = static_cast<float>(c.lr);
+  lr.min_lr = static_cast<float>(c.lr * c.min_lr_ratio);
+  lr.warmup_steps = c.warmup_steps;
+  lr.max_steps = c.decay_steps;
+  check_lr_schedule(lr);
+  c.bf16 = b("bf16.enabled");
+  c.fp16 = b("fp16.enabled");
   TIDE_CHECK(!(c.bf16 && c.fp16), "bf16.enabled and fp16.enabled cannot both be true");
   c.zero_stage = static_cast<int>(i("zero_optimization.stage"));
   TIDE_CHECK(c.zero_stage == 0,
@@ -229,7 +391,6 @@ TrainConfig parse_train_config(const json& j) {
              c.zero_stage);
   c.activation_policy = parse_activation_policy(s("activation_checkpointing.policy"));
   c.chunk_size_mb = f("chunk_size_mb");
-  TIDE_CHECK(c.chunk_size_mb >= 0, "chunk_size_mb must be >= 0 (got {})", c.chunk_size_mb);
 
   c.model_preset = s("model.preset");
   if (!c.model_preset.empty()) {
@@ -246,45 +407,114 @@ TrainConfig parse_train_config(const json& j) {
   TIDE_CHECK(c.seq_len <= c.model.max_seq_len,
              "seq_len {} exceeds model.max_seq_len {}; lower seq_len or raise model.max_seq_len",
              c.seq_len, c.model.max_seq_len);
+  GPTConfig shape = c.model;  // vocab_size 0 (from the data) is checked once it is known
+  if (shape.vocab_size == 0) shape.vocab_size = 2;
+  shape.validate();
 
   c.data_dir = s("data.dir");
   c.train_data = s("data.train");
   c.val_data = s("data.val");
-  c.shuffle = v.at("data.shuffle").get<bool>();
+  c.shuffle = b("data.shuffle");
   c.eval_interval = i("eval.interval");
-  c.eval_sequences = positive("eval.sequences");
-  c.log_interval = positive("log.interval");
-  c.progress = v.at("log.progress").get<bool>();
+  c.eval_sequences = i("eval.sequences");
+  c.log_interval = i("log.interval");
+  c.progress = b("log.progress");
   c.out_dir = s("out_dir");
+  TIDE_CHECK(!c.out_dir.empty(), "out_dir is empty; name a directory, e.g. out_dir=runs/mine");
+  c.out_dir_overwrite = b("out_dir_overwrite");
   c.checkpoint_interval = i("checkpoint.interval");
   c.resume = s("checkpoint.resume");
   c.is_default_run = c.data_dir.empty() && c.train_data.empty();
+
+  check_path("data.dir", c.data_dir, /*directory=*/true);
+  check_path("data.train", c.train_data, false);
+  check_path("data.val", c.val_data, false);
+  if (!c.resume.empty()) {
+    std::error_code ec;
+    TIDE_CHECK(fs::exists(c.resume, ec),
+               "checkpoint.resume: cannot open checkpoint '{}' (no such file); check the path",
+               c.resume);
+    TIDE_CHECK(
+        !fs::is_directory(c.resume, ec),
+        "checkpoint.resume: '{}' is a directory; name a checkpoint file such as {}/model.ckpt",
+        c.resume, c.resume);
+  }
   return c;
+}
+
+}  // namespace
+
+TrainConfig parse_train_config(const json& j) {
+  return parse_checked(j, {});
 }
 
 TrainConfig load_train_config(const std::string& path, const std::vector<std::string>& overrides) {
   json j = json::object();
   if (!path.empty()) {
+    std::error_code ec;
+    TIDE_CHECK(!fs::is_directory(path, ec),
+               "config file '{}' is a directory; pass a JSON file such as run.json", path);
     std::ifstream f(path);
     TIDE_CHECK(f.good(), "cannot open config file '{}'; check the path", path);
     try {
       j = json::parse(f);
     } catch (const json::parse_error& e) {
-      TIDE_FAIL("config file '{}' is not valid JSON: {}", path, e.what());
+      TIDE_FAIL("config file '{}' is not valid JSON: {}", path, json_error_text(e));
+    } catch (const std::exception& e) {
+      TIDE_FAIL("cannot read config file '{}' ({}); check that it is a readable file", path,
+                e.what());
     }
+    TIDE_CHECK(j.is_object(),
+               "config file '{}' holds a JSON {}, not an object {{\"key\": value, ...}}; put the "
+               "keys in one object",
+               path, j.type_name());
   }
+  std::vector<std::string> unknown;
   for (const std::string& o : overrides) {
     const size_t eq = o.find('=');
     TIDE_CHECK(eq != std::string::npos && eq > 0,
                "override '{}' must look like key=value, e.g. optimizer.params.lr=3e-4", o);
     const std::string key = o.substr(0, eq), text = o.substr(eq + 1);
-    if (!find_key(key)) unknown_key(key);
+    if (!find_key(key)) {
+      unknown.push_back(key);
+      continue;
+    }
     // A value is read as JSON when it parses (numbers, true, [0.9,0.95]), else as a string.
     json value = json::parse(text, nullptr, /*allow_exceptions=*/false);
     if (value.is_discarded()) value = text;
     set_path(j, key, value);
   }
-  return parse_train_config(j);
+  return parse_checked(j, unknown);
+}
+
+std::vector<std::string> earlier_run_files(const std::string& out_dir) {
+  std::vector<std::string> found;
+  std::error_code ec;
+  if (!fs::is_directory(out_dir, ec)) return found;
+  for (const char* name : {"metrics.jsonl", "config.json", "model.ckpt"})
+    if (fs::exists(fs::path(out_dir) / name, ec)) found.push_back(name);
+  std::vector<std::string> steps;
+  for (const auto& e : fs::directory_iterator(out_dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.starts_with("model_step") && name.ends_with(".ckpt")) steps.push_back(name);
+  }
+  std::sort(steps.begin(), steps.end());
+  found.insert(found.end(), steps.begin(), steps.end());
+  return found;
+}
+
+void check_out_dir(const TrainConfig& cfg) {
+  if (!cfg.resume.empty() || cfg.out_dir_overwrite) return;
+  const std::vector<std::string> files = earlier_run_files(cfg.out_dir);
+  if (files.empty()) return;
+  std::string list;
+  for (size_t n = 0; n < files.size() && n < 3; ++n) list += (n ? ", " : "") + files[n];
+  if (files.size() > 3) list += fmt::format(" and {} more", files.size() - 3);
+  const std::string ckpt = (fs::path(cfg.out_dir) / "model.ckpt").string();
+  TIDE_FAIL(
+      "out_dir '{}' already holds an earlier run ({}); choose another out_dir, continue that run "
+      "with checkpoint.resume={}, or set out_dir_overwrite=true to replace it",
+      cfg.out_dir, list, fs::exists(ckpt) ? ckpt : "<one of its checkpoints>");
 }
 
 json config_to_json(const TrainConfig& c) {
@@ -314,14 +544,15 @@ json config_to_json(const TrainConfig& c) {
   j["data"] = {
       {"dir", c.data_dir}, {"train", c.train_data}, {"val", c.val_data}, {"shuffle", c.shuffle}};
   j["out_dir"] = c.out_dir;
+  j["out_dir_overwrite"] = c.out_dir_overwrite;
   return j;
 }
 
 std::string config_reference_markdown() {
   std::string s = "| key | type | default | meaning |\n|---|---|---|---|\n";
   for (const ConfigKey& k : config_schema())
-    s += fmt::format("| `{}` | {} | `{}` | {} |\n", k.path, type_name(k.type),
-                     k.default_value.dump(), k.doc);
+    s += fmt::format("| `{}` | {} | `{}` | {} |\n", k.path, describe(k), k.default_value.dump(),
+                     k.doc);
   return s;
 }
 

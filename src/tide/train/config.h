@@ -19,13 +19,24 @@
 
 namespace tide {
 
-enum class ConfigType { INT, FLOAT, BOOL, STRING, FLOAT_PAIR };
+// UINT: a non-negative integer of up to 64 bits (seed). PATH: a string naming a file or
+// directory that must exist when it is given (checked at parse time).
+enum class ConfigType { INT, UINT, FLOAT, BOOL, STRING, PATH, FLOAT_PAIR };
+
+// The legal values of a numeric key, checked before the value is narrowed to its field:
+// [lo, hi] for INT; lo and hi (each open or closed) for FLOAT and each number of FLOAT_PAIR.
+// Every bound is below 2^53, so it is exact as a double.
+struct ConfigRange {
+  double lo = 0, hi = 0;
+  bool lo_open = false, hi_open = false;
+};
 
 struct ConfigKey {
   const char* path;  // dotted: "optimizer.params.lr"
   ConfigType type;
   nlohmann::json default_value;
   const char* doc;
+  ConfigRange range = {};  // INT, FLOAT and FLOAT_PAIR only
 };
 
 const std::vector<ConfigKey>& config_schema();
@@ -63,6 +74,7 @@ struct TrainConfig {
   int64_t eval_sequences = 128;  // the fixed validation set: the first N val sequences
   int64_t log_interval = 10;
   std::string out_dir = "runs/default";
+  bool out_dir_overwrite = false;   // replace an earlier run's files in out_dir
   int64_t checkpoint_interval = 0;  // 0: only at the end
   std::string resume;               // checkpoint to resume from
   bool progress = true;
@@ -70,10 +82,20 @@ struct TrainConfig {
 };
 
 // Merges `overrides` (key=value strings) into the JSON of `path` ("" = no file), validates
-// everything against the schema and returns the typed config.
+// everything against the schema and returns the typed config. Everything that can be checked
+// without the data is checked here, before anything is prepared or written: unknown keys (all
+// of them in one error), types, ranges (before narrowing), the optimizer and the LR schedule,
+// the model shape, and that every path given exists.
 TrainConfig load_train_config(const std::string& path, const std::vector<std::string>& overrides);
 // Same, from JSON already parsed (tests).
 TrainConfig parse_train_config(const nlohmann::json& j);
+
+// The files of an earlier run in `out_dir` (metrics.jsonl, config.json, model.ckpt,
+// model_step<N>.ckpt); empty when there are none.
+std::vector<std::string> earlier_run_files(const std::string& out_dir);
+// Refuses to start a run that would overwrite an earlier run's files in cfg.out_dir, unless it
+// continues that run (checkpoint.resume) or cfg.out_dir_overwrite is set.
+void check_out_dir(const TrainConfig& cfg);
 
 // The config as JSON (every key, defaults filled in): saved next to checkpoints.
 nlohmann::json config_to_json(const TrainConfig& c);

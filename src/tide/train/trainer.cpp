@@ -36,6 +36,34 @@ std::string human_duration(double s) {
 // Where the embedded default corpus goes (prepared once, reused by later runs).
 constexpr const char* kDefaultDataDir = "data/fortunes";
 
+// Writes `text` to a temporary file beside `path` and renames it over `path`: a reader (or a
+// full disk) never sees a half-written file, and a failed write leaves the old one in place.
+void write_file_atomically(const std::string& path, const std::string& text) {
+  const std::string tmp = fmt::format("{}.tmp{}", path, ::getpid());
+  std::ofstream f(tmp, std::ios::trunc);
+  f << text;
+  f.close();
+  std::error_code ec;
+  if (!f) {
+    fs::remove(tmp, ec);
+    TIDE_FAIL("{}: cannot write it (disk full or not writable?); nothing was changed", path);
+  }
+  fs::rename(tmp, path, ec);
+  if (ec) {
+    fs::remove(tmp, ec);
+    TIDE_FAIL("{}: cannot replace it ({}); check the directory's permissions", path, ec.message());
+  }
+}
+
+// One metrics line, flushed; a failed write (a full disk) stops the run instead of losing lines.
+void write_metrics_line(std::ofstream& f, const std::string& path, const json& line) {
+  f << line.dump() << "\n" << std::flush;
+  TIDE_CHECK(f.good(),
+             "{}: writing a metrics line failed (disk full?); free space, then continue the run "
+             "from its last checkpoint with checkpoint.resume",
+             path);
+}
+
 }  // namespace
 
 Trainer::Trainer(TrainConfig config, std::shared_ptr<ProcessGroup> world)
@@ -51,7 +79,7 @@ Trainer::Trainer(TrainConfig config, std::shared_ptr<ProcessGroup> world)
   if (cfg_.threads > 0) omp_set_num_threads(cfg_.threads);
   const int dp = world_->size();
   if (cfg_.train_batch_size > 0)
-    TIDE_CHECK(cfg_.train_batch_size == cfg_.micro_batch * cfg_.grad_accum * dp,
+    TIDE_CHECK(cfg_.train_batch_size == int64_t{cfg_.micro_batch} * cfg_.grad_accum * dp,
                "train_batch_size {} != train_micro_batch_size_per_gpu {} x "
                "gradient_accumulation_steps {} x data-parallel ranks {}; fix one of them (or set "
                "train_batch_size to 0)",
@@ -250,13 +278,23 @@ void Trainer::run() {
   const bool rank0 = world_->rank() == 0;
   const bool tty = isatty(STDOUT_FILENO) && cfg_.progress;
   std::ofstream metrics;
+  const std::string metrics_path = (fs::path(cfg_.out_dir) / "metrics.jsonl").string();
   if (rank0) {
-    fs::create_directories(cfg_.out_dir);
-    std::ofstream(fs::path(cfg_.out_dir) / "config.json") << config_to_json(cfg_).dump(2) << "\n";
-    // A resumed run continues the metrics of the run it resumes.
-    metrics.open(fs::path(cfg_.out_dir) / "metrics.jsonl",
-                 cfg_.resume.empty() ? std::ios::trunc : std::ios::app);
-    if (!cfg_.resume.empty()) fmt::print("tide: resumed from {} at step {}\n", cfg_.resume, step_);
+    // An earlier run's files are never overwritten by accident (checked before anything is
+    // written); config.json is replaced atomically, and a resumed run continues the metrics of
+    // the run it resumes.
+    check_out_dir(cfg_);
+    std::error_code ec;
+    fs::create_directories(cfg_.out_dir, ec);
+    TIDE_CHECK(!ec, "out_dir '{}': cannot create it ({}); choose a writable directory",
+               cfg_.out_dir, ec.message());
+    write_file_atomically((fs::path(cfg_.out_dir) / "config.json").string(),
+                          config_to_json(cfg_).dump(2) + "\n");
+    metrics.open(metrics_path, cfg_.resume.empty() ? std::ios::trunc : std::ios::app);
+    TIDE_CHECK(metrics.good(), "{}: cannot open for writing; check that out_dir is writable",
+               metrics_path);
+    if (!cfg_.resume.empty())
+      fmt::print("tide: resumed from {} at step {}\n", cfg_.resume, step_);
     const size_t act = engine_->activation_bytes();
     fmt::print(
         "tide: model {} | {} DP rank(s) | micro-batch {} x {} tokens, accum {} | "
@@ -275,7 +313,7 @@ void Trainer::run() {
   }
   auto log_eval = [&](float val) {
     if (!rank0) return;
-    metrics << json{{"step", step_}, {"val_loss", val}}.dump() << "\n" << std::flush;
+    write_metrics_line(metrics, metrics_path, json{{"step", step_}, {"val_loss", val}});
     if (tty) fmt::print("\n");
     fmt::print("step {:>6} | val loss {:.4f}{}\n", step_, val,
                unigram_ ? fmt::format(" (unigram baseline {:.4f})", *unigram_) : "");
@@ -298,16 +336,14 @@ void Trainer::run() {
           step_, cfg_.train_steps, st.loss, st.lr, st.grad_norm, tok_s, memory_bytes() / 1048576.0,
           human_duration(eta));
       if (step_ % cfg_.log_interval == 0 || step_ == cfg_.train_steps) {
-        metrics << json{{"step", step_},
-                        {"loss", st.loss},
-                        {"lr", st.lr},
-                        {"grad_norm", st.grad_norm},
-                        {"step_seconds", st.seconds},
-                        {"comm_wait_seconds", st.comm_seconds},
-                        {"tokens_per_s", tok_s}}
-                       .dump()
-                << "\n"
-                << std::flush;
+        write_metrics_line(metrics, metrics_path,
+                           json{{"step", step_},
+                                {"loss", st.loss},
+                                {"lr", st.lr},
+                                {"grad_norm", st.grad_norm},
+                                {"step_seconds", st.seconds},
+                                {"comm_wait_seconds", st.comm_seconds},
+                                {"tokens_per_s", tok_s}});
         if (!tty) fmt::print("{}\n", line);
       }
       if (tty) fmt::print("\r{}   ", line);

@@ -102,6 +102,20 @@ TEST(Prepare, ReadsItsMetaBack) {
   write_file(dir / "out/meta.json", "{\"vocab_size\": 3}");
   const std::string broken = expected_error([&] { read_prepared_corpus(dir / "out"); });
   EXPECT_NE(broken.find("unreadable"), std::string::npos) << broken;
+  // Each broken meta.json gives one clear line naming the file (and the field) and the fix,
+  // never a raw nlohmann message.
+  for (const char* text : {"[1, 2]", "{\"vocab_size\": 3}", "{\"tokenizer_file\": 7}", "{ nope"}) {
+    write_file(dir / "out/meta.json", text);
+    const std::string msg = expected_error([&] { read_prepared_corpus(dir / "out"); });
+    EXPECT_EQ(msg.find("json.exception"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("meta.json"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("re-create it with `tide prepare"), std::string::npos) << msg;
+  }
+  write_file(dir / "out/meta.json", "{\"tokenizer_file\": 7}");
+  EXPECT_NE(expected_error([&] {
+              read_prepared_corpus(dir / "out");
+            }).find("field \"tokenizer_file\" is missing or of the wrong type (got 7)"),
+            std::string::npos);
 }
 
 TEST(Prepare, UsesGpt2TokenizerFiles) {

@@ -85,6 +85,18 @@ TEST(Shard, EmptyShardIsValid) {
   EXPECT_EQ(shard.max_token(), 0);
 }
 
+TEST(Shard, EmptyShardFromAnEmptyVectorIsOnlyAHeader) {
+  // An empty std::vector's data() is null: the writer must not hand it to fwrite (UBSan:
+  // "null pointer passed as argument 1, which is declared to never be null").
+  TempDir dir;
+  const std::vector<int32_t> none;
+  write_token_shard(dir / "e.bin", std::span<const int32_t>(none));
+  EXPECT_EQ(std::filesystem::file_size(dir / "e.bin"), 1024u);
+  const TokenShard shard(dir / "e.bin");
+  EXPECT_EQ(shard.size(), 0u);
+  EXPECT_EQ(shard.tokens().size(), 0u);
+}
+
 TEST(Shard, WrongMagicNamesFileMagicAndFix) {
   TempDir dir;
   write_raw_shard(dir / "train.bin", 12345, 1, 2, {1, 2});

@@ -278,6 +278,20 @@ TEST(Tokenizer, LoadRejectsOtherFiles) {
               Tokenizer::load(dir / "missing.json");
             }).find("cannot open tokenizer file"),
             std::string::npos);
+  // Wrong JSON types and a directory: one clear line naming the file, no raw library message.
+  for (const char* text :
+       {"{\"format\": 5}", "{\"format\": \"tide-bpe\", \"version\": \"one\"}",
+        "{\"format\": \"tide-bpe\", \"version\": 1, \"vocab\": {}, \"merges\": [], "
+        "\"special_tokens\": [1]}",
+        "[1, 2]", "{ nope"}) {
+    test::write_file(dir / "t.json", text);
+    const std::string m = expected_error([&] { Tokenizer::load(dir / "t.json"); });
+    EXPECT_EQ(m.find("json.exception"), std::string::npos) << m;
+    EXPECT_NE(m.find("t.json"), std::string::npos) << m;
+  }
+  const std::string d = expected_error([&] { Tokenizer::load(dir.str()); });
+  EXPECT_NE(d.find("is a directory"), std::string::npos) << d;
+  EXPECT_EQ(d.find("basic_filebuf"), std::string::npos) << d;
 }
 
 }  // namespace
