@@ -306,7 +306,8 @@ TEST_P(DataParallel, ResumeReproducesTheUninterruptedRunBitwise) {
 TEST_P(DataParallel, RejectsTrainBatchSizeThatIgnoresTheRanks) {
   if (std::get<1>(GetParam()) > 0) GTEST_SKIP() << "the check does not depend on dropout";
   std::shared_ptr<ProcessGroup> world = mpi_test::world_ptr(std::get<0>(GetParam()));
-  TrainConfig cfg = dp_config("unused.bin", "/tmp", kMicro, 1);
+  const std::string dir = shared_temp_dir(*world);
+  TrainConfig cfg = dp_config(write_shared_shard(*world, dir), dir, kMicro, 1);
   cfg.train_batch_size = kMicro;  // right for one rank, wrong for N
   try {
     Trainer trainer(cfg, world);
@@ -316,6 +317,8 @@ TEST_P(DataParallel, RejectsTrainBatchSizeThatIgnoresTheRanks) {
               std::string::npos)
         << e.what();
   }
+  world->barrier();
+  if (world->rank() == 0) std::filesystem::remove_all(dir);
 }
 
 INSTANTIATE_TEST_SUITE_P(Algorithms, DataParallel,

@@ -36,6 +36,8 @@ void read(const nlohmann::json& j, const std::string& key, T& out) {
     TIDE_CHECK(v->is_number(), "config key '{}' must be a number (got {})", key, v->dump());
   } else if constexpr (std::is_integral_v<T>) {
     // Checked before narrowing: 4294967300 must not become 4.
+    TIDE_CHECK(v->is_number_integer(), "config key '{}' must be an integer (got {})", key,
+               v->dump());
     const bool fits =
         v->is_number_unsigned()
             ? v->get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<T>::max())
