@@ -69,6 +69,10 @@ const std::vector<ConfigKey>& config_schema() {
       {"checkpoint.resume", T::STRING, "",
        "checkpoint to resume from (weights, optimizer state, step, data position); same seed "
        "and global batch required"},
+      {"comm.timeout_s", T::FLOAT, 600.0,
+       "seconds any rank waits in one collective or send/recv before the job is ended with the "
+       "operation, step and missing ranks named (> 0; keep it above the longest checkpoint "
+       "write); see docs/reliability.md"},
   };
   return keys;
 }
@@ -258,6 +262,8 @@ TrainConfig parse_train_config(const json& j) {
   c.out_dir = s("out_dir");
   c.checkpoint_interval = i("checkpoint.interval");
   c.resume = s("checkpoint.resume");
+  c.comm_timeout_s = f("comm.timeout_s");
+  TIDE_CHECK(c.comm_timeout_s > 0, "comm.timeout_s must be positive (got {})", c.comm_timeout_s);
   c.is_default_run = c.data_dir.empty() && c.train_data.empty();
   return c;
 }
