@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "commands.h"
+#include "tide/comm/distributed.h"
 #include "tide/core/error.h"
 
 int main(int argc, char** argv) {
@@ -25,6 +26,13 @@ int main(int argc, char** argv) {
     }
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
+  } catch (const tide::AgreedError& e) {
+    // Every rank raised it; one of them reports it.
+    if (e.report()) {
+      std::fflush(stdout);
+      fmt::print(stderr, "tide: error: {}\n", e.what());
+    }
+    return 1;
   } catch (const tide::Error& e) {
     std::fflush(stdout);
     fmt::print(stderr, "\ntide: error: {}\n", e.what());

@@ -6,6 +6,7 @@
 
 #include "commands.h"
 #include "tide/comm/distributed.h"
+#include "tide/train/preemption.h"
 #include "tide/train/trainer.h"
 
 namespace tide::app {
@@ -36,6 +37,8 @@ void add_train_command(CLI::App& app) {
       else
         overrides.push_back(a);
     }
+    // SIGTERM / SIGINT: finish the step, checkpoint, exit 0 (docs/reliability.md).
+    install_stop_signal_handlers();
     auto body = [&] {
       TrainConfig cfg = load_train_config(config_path, overrides);
       Trainer trainer(std::move(cfg), init_distributed());

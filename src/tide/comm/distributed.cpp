@@ -2,6 +2,7 @@
 
 #include <mpi.h>
 
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 
@@ -42,6 +43,9 @@ void abort_world(const std::string& message) {
   std::fflush(stdout);
   std::fprintf(stderr, "rank %d: %s\n", world_rank_for_messages(), message.c_str());
   std::fflush(stderr);
+  // The SIGTERM that comes with the abort ends this process (not a polite stop request).
+  std::signal(SIGTERM, SIG_DFL);
+  std::signal(SIGINT, SIG_DFL);
   // MPI_Abort kills every rank of the job, including those blocked in a collective with us.
   if (g_mpi_started) MPI_Abort(MPI_COMM_WORLD, 1);
   // Not yet in MPI: exiting non-zero makes mpirun end the job too.
@@ -52,6 +56,8 @@ int run_ranks(const std::function<void()>& fn) {
   try {
     fn();
     return 0;
+  } catch (const AgreedError&) {
+    throw;  // every rank has it: no abort needed
   } catch (const std::exception& e) {
     if (launched_by_mpirun()) abort_world(e.what());
     std::fprintf(stderr, "rank 0: %s\n", e.what());

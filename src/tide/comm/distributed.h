@@ -22,8 +22,21 @@
 #include <string>
 
 #include "tide/comm/process_group.h"
+#include "tide/core/error.h"
 
 namespace tide {
+
+// An error every rank raises identically, after a collective showed them all the same cause (the
+// ranks disagree on the config). run_ranks lets it propagate instead of aborting the job, so
+// every rank ends cleanly with exit code 1; only the rank with report() prints it.
+class AgreedError : public Error {
+ public:
+  AgreedError(const std::string& message, bool report) : Error(message), report_(report) {}
+  bool report() const { return report_; }
+
+ private:
+  bool report_;
+};
 
 struct DistributedOptions {
   CommAlgorithm algorithm = CommAlgorithm::Mpi;
@@ -45,7 +58,7 @@ int world_rank_for_messages();
 [[noreturn]] void abort_world(const std::string& message);
 
 // Runs fn. Returns 0 if it returns; if it throws, prints `rank R: <what()>` and aborts the job
-// (under mpirun) or returns 1 (single process).
+// (under mpirun) or returns 1 (single process). An AgreedError is rethrown as it is.
 int run_ranks(const std::function<void()>& fn);
 
 }  // namespace tide

@@ -1,13 +1,25 @@
 #include "tide/comm/mpi_engine.h"
 
+#include <algorithm>
 #include <chrono>
 #include <climits>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+
+#include "tide/comm/watchdog.h"
 
 namespace tide {
 
 void MpiWork::wait() {
   std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait(lock, [&] { return done_; });
+  const double timeout = engine_->timeout();
+  const auto t0 = std::chrono::steady_clock::now();
+  if (!cv_.wait_for(lock, std::chrono::duration<double>(timeout), [&] { return done_; })) {
+    lock.unlock();
+    engine_->on_timeout(
+        what_, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
   if (error_) std::rethrow_exception(error_);
 }
 
@@ -39,6 +51,7 @@ MpiEngine::MpiEngine() {
   thread_level_ = provided;
   MPI_Comm_rank(MPI_COMM_WORLD, &world_rank_);
   MPI_Comm_size(MPI_COMM_WORLD, &world_size_);
+  MPI_Comm_dup(MPI_COMM_WORLD, &watchdog_comm_);
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -51,11 +64,49 @@ MpiEngine::~MpiEngine() {
   thread_.join();
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (!finalized) MPI_Finalize();
+  if (!finalized) {
+    MPI_Comm_free(&watchdog_comm_);
+    MPI_Finalize();
+  }
 }
 
-std::shared_ptr<MpiWork> MpiEngine::submit(std::unique_ptr<MpiOp> op) {
-  auto work = std::make_shared<MpiWork>();
+void MpiEngine::set_timeout(double seconds) {
+  TIDE_CHECK(seconds > 0, "comm.timeout_s must be positive (got {})", seconds);
+  timeout_s_ = seconds;
+}
+
+void MpiEngine::on_timeout(const std::string& what, double waited_s) {
+  // One report per process: a second thread timing out waits for the abort.
+  static std::atomic<bool> reporting{false};
+  if (reporting.exchange(true))
+    for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+  // The job is ending: the SIGTERM that mpirun sends with the abort must not be taken for a
+  // polite stop request (tide train's handlers, train/preemption.h).
+  std::signal(SIGTERM, SIG_DFL);
+  std::signal(SIGINT, SIG_DFL);
+  const WatchdogNote self{world_rank_, step_.load(), waited_s, what};
+  std::vector<WatchdogNote> answered;
+  // The roll call runs on this thread beside the engine thread (which may be inside MPI_Test
+  // or a blocking setup call): that needs MPI_THREAD_MULTIPLE.
+  if (thread_level_ >= MPI_THREAD_MULTIPLE && world_size_ > 1)
+    answered = watchdog_roll_call(watchdog_comm_, self, std::clamp(timeout() / 2, 1.0, 30.0));
+  int reporter = world_rank_;
+  for (const WatchdogNote& n : answered) reporter = std::min(reporter, n.rank);
+  std::fflush(stdout);
+  if (reporter == world_rank_) {
+    const std::string line = watchdog_message(self, answered, world_size_, timeout());
+    std::fprintf(stderr, "tide: error: %s\n", line.c_str());
+    std::fflush(stderr);
+  } else {
+    // The lowest answering rank reports for everyone; give its line time to get out.
+    std::this_thread::sleep_for(std::chrono::seconds(3));
+  }
+  MPI_Abort(MPI_COMM_WORLD, 1);
+  std::_Exit(1);  // not reached
+}
+
+std::shared_ptr<MpiWork> MpiEngine::submit(std::unique_ptr<MpiOp> op, std::string what) {
+  auto work = std::make_shared<MpiWork>(this, std::move(what));
   {
     std::lock_guard<std::mutex> lock(mu_);
     TIDE_ASSERT(!stop_);
@@ -78,8 +129,8 @@ class FunctionOp final : public MpiOp {
 };
 }  // namespace
 
-void MpiEngine::run(std::function<void()> fn) {
-  submit(std::make_unique<FunctionOp>(std::move(fn)))->wait();
+void MpiEngine::run(std::function<void()> fn, std::string what) {
+  submit(std::make_unique<FunctionOp>(std::move(fn)), std::move(what))->wait();
 }
 
 void MpiEngine::loop() {

@@ -14,15 +14,24 @@
 //
 // An operation is a small state machine (MpiOp): start() posts non-blocking calls, progress()
 // tests them, advances (a ring algorithm posts its next step) and reports when it is finished.
+//
+// The watchdog: every wait on an operation (MpiWork::wait) gives up after timeout_s() seconds
+// (comm.timeout_s, default 600 like PyTorch's NCCL default). The rank that gives up holds a
+// short roll call (watchdog.h) with the other ranks that gave up too, prints one line naming
+// the operation, the training step and the ranks that did not arrive, and calls MPI_Abort, so
+// no rank of the job hangs.
 
 #include <mpi.h>
 
+#include <atomic>
 #include <condition_variable>
+#include <cstdint>
 #include <deque>
 #include <exception>
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -38,14 +47,22 @@ class MpiOp {
   virtual bool progress() = 0;
 };
 
-// The handle the caller waits on; the engine marks it finished.
+class MpiEngine;
+
+// The handle the caller waits on; the engine marks it finished. `what` describes the operation
+// for the watchdog's message ("all_reduce of 3.0 MiB").
 class MpiWork final : public Work {
  public:
+  MpiWork(MpiEngine* engine, std::string what) : engine_(engine), what_(std::move(what)) {}
+  // Waits at most the engine's timeout; past it the watchdog ends the job (never returns).
   void wait() override;
   bool is_completed() override;
   void finish(std::exception_ptr error);
+  const std::string& what() const { return what_; }
 
  private:
+  MpiEngine* engine_;
+  std::string what_;
   std::mutex mu_;
   std::condition_variable cv_;
   bool done_ = false;
@@ -61,20 +78,34 @@ class MpiEngine {
   MpiEngine(const MpiEngine&) = delete;
   MpiEngine& operator=(const MpiEngine&) = delete;
 
-  // Queues `op`; it is started after every op submitted before it.
-  std::shared_ptr<MpiWork> submit(std::unique_ptr<MpiOp> op);
+  // Queues `op`; it is started after every op submitted before it. `what` names it for the
+  // watchdog ("all_reduce of 3.0 MiB").
+  std::shared_ptr<MpiWork> submit(std::unique_ptr<MpiOp> op, std::string what = "an MPI call");
   // Runs `fn` on the engine thread (in queue order) and waits for it; rethrows its exception.
   // For blocking setup calls such as MPI_Comm_split.
-  void run(std::function<void()> fn);
+  void run(std::function<void()> fn, std::string what = "an MPI setup call");
 
   int world_rank() const { return world_rank_; }
   int world_size() const { return world_size_; }
   int thread_level() const { return thread_level_; }
 
+  // The watchdog's limit on every wait, in seconds (> 0; default kDefaultCommTimeout).
+  static constexpr double kDefaultCommTimeout = 600;
+  void set_timeout(double seconds);
+  double timeout() const { return timeout_s_.load(); }
+  // The training step, named in the watchdog's message (-1: none).
+  void set_step(int64_t step) { step_ = step; }
+  int64_t step() const { return step_.load(); }
+  // Called by a wait that ran out of time: roll call, one line on stderr, MPI_Abort.
+  [[noreturn]] void on_timeout(const std::string& what, double waited_s);
+
  private:
   void loop();
 
   int world_rank_ = 0, world_size_ = 1, thread_level_ = 0;
+  std::atomic<double> timeout_s_{kDefaultCommTimeout};
+  std::atomic<int64_t> step_{-1};
+  MPI_Comm watchdog_comm_ = MPI_COMM_NULL;  // the roll call's messages, nothing else
   std::mutex mu_;
   std::condition_variable cv_;
   bool stop_ = false;

@@ -5,6 +5,7 @@
 
 #include "tide/comm/mpi_ring_ops.h"
 #include "tide/comm/ring_traffic.h"
+#include "tide/comm/watchdog.h"
 
 namespace tide {
 
@@ -104,12 +105,13 @@ std::shared_ptr<MpiProcessGroup> MpiProcessGroup::world(CommAlgorithm algorithm)
   return std::make_shared<MpiProcessGroup>(engine, comm, algorithm);
 }
 
-WorkPtr MpiProcessGroup::submit(std::unique_ptr<MpiOp> op) {
+WorkPtr MpiProcessGroup::submit(std::unique_ptr<MpiOp> op, std::string what) {
   std::erase_if(outstanding_, [](const std::weak_ptr<MpiWork>& w) {
     auto s = w.lock();
     return !s || s->is_completed();
   });
-  auto work = engine_->submit(std::move(op));
+  if (size_ != engine_->world_size()) what += fmt::format(" (group of {} ranks)", size_);
+  auto work = engine_->submit(std::move(op), std::move(what));
   outstanding_.push_back(work);
   return work;
 }
@@ -123,19 +125,21 @@ WorkPtr MpiProcessGroup::all_reduce_async(Tensor buf, ReduceOp op) {
   check_reducible(buf, "all_reduce");
   const int64_t n = buf.numel();
   const int count = mpi_count(n, "all_reduce");
+  const std::string what = "all_reduce of " + human_bytes(buf.nbytes());
   if (algorithm_ == CommAlgorithm::Ring) {
     count_only_call();  // bytes are counted per message by the ring op
-    return submit(make_ring_all_reduce(this, ring_comm_, next_ring_tag(), buf, op));
+    return submit(make_ring_all_reduce(this, ring_comm_, next_ring_tag(), buf, op), what);
   }
   const RingTraffic t = ring_all_reduce_traffic(n, size_, rank_);
   count_call(t.sent * 4, t.received * 4);
   float* x = buf.f32();
   return submit(std::make_unique<RequestOp>(
-      [=, this](std::vector<MPI_Request>& r) {
-        r.resize(1);
-        MPI_Iallreduce(MPI_IN_PLACE, x, count, MPI_FLOAT, MPI_SUM, comm_, &r[0]);
-      },
-      averager(x, n, size_, op)));
+                    [=, this](std::vector<MPI_Request>& r) {
+                      r.resize(1);
+                      MPI_Iallreduce(MPI_IN_PLACE, x, count, MPI_FLOAT, MPI_SUM, comm_, &r[0]);
+                    },
+                    averager(x, n, size_, op)),
+                what);
 }
 
 WorkPtr MpiProcessGroup::reduce_scatter_async(Tensor in, Tensor out, ReduceOp op) {
@@ -143,6 +147,7 @@ WorkPtr MpiProcessGroup::reduce_scatter_async(Tensor in, Tensor out, ReduceOp op
   check_reducible(in, "reduce_scatter");
   const int64_t k = out.numel();
   mpi_count(in.numel(), "reduce_scatter");
+  const std::string what = "reduce_scatter of " + human_bytes(in.nbytes());
   const char* in_begin = static_cast<const char*>(in.data);
   const char* out_begin = static_cast<const char*>(out.data);
   // In place: the output is this rank's own slice of the input (a sliced chunk reduced where it
@@ -155,7 +160,7 @@ WorkPtr MpiProcessGroup::reduce_scatter_async(Tensor in, Tensor out, ReduceOp op
       rank_);
   if (algorithm_ == CommAlgorithm::Ring) {
     count_only_call();
-    return submit(make_ring_reduce_scatter(this, ring_comm_, next_ring_tag(), in, out, op));
+    return submit(make_ring_reduce_scatter(this, ring_comm_, next_ring_tag(), in, out, op), what);
   }
   const RingTraffic t = ring_reduce_scatter_traffic(k, size_);
   count_call(t.sent * 4, t.received * 4);
@@ -170,21 +175,24 @@ WorkPtr MpiProcessGroup::reduce_scatter_async(Tensor in, Tensor out, ReduceOp op
       if (average) average();
     };
   return submit(std::make_unique<RequestOp>(
-      [=, this](std::vector<MPI_Request>& r) {
-        r.resize(1);
-        MPI_Ireduce_scatter_block(in_place ? MPI_IN_PLACE : src, in_place ? src : dst,
-                                  static_cast<int>(k), MPI_FLOAT, MPI_SUM, comm_, &r[0]);
-      },
-      done));
+                    [=, this](std::vector<MPI_Request>& r) {
+                      r.resize(1);
+                      MPI_Ireduce_scatter_block(in_place ? MPI_IN_PLACE : src, in_place ? src : dst,
+                                                static_cast<int>(k), MPI_FLOAT, MPI_SUM, comm_,
+                                                &r[0]);
+                    },
+                    done),
+                what);
 }
 
 WorkPtr MpiProcessGroup::all_gather_async(Tensor in, Tensor out) {
   comm_check::all_gather_sizes(in, out, size_);
   check_host(in, "all_gather");
   mpi_count(out.numel(), "all_gather");
+  const std::string what = "all_gather of " + human_bytes(out.nbytes());
   if (algorithm_ == CommAlgorithm::Ring) {
     count_only_call();
-    return submit(make_ring_all_gather(this, ring_comm_, next_ring_tag(), in, out));
+    return submit(make_ring_all_gather(this, ring_comm_, next_ring_tag(), in, out), what);
   }
   const RingTraffic t = ring_all_gather_traffic(static_cast<int64_t>(in.nbytes()), size_);
   count_call(t.sent, t.received);
@@ -197,9 +205,11 @@ WorkPtr MpiProcessGroup::all_gather_async(Tensor in, Tensor out) {
   const bool in_place =
       static_cast<const char*>(src) == static_cast<char*>(dst) + in.nbytes() * rank_;
   return submit(std::make_unique<RequestOp>([=, this](std::vector<MPI_Request>& r) {
-    r.resize(1);
-    MPI_Iallgather(in_place ? MPI_IN_PLACE : src, k, type, dst, k, type, comm_, &r[0]);
-  }));
+                  r.resize(1);
+                  MPI_Iallgather(in_place ? MPI_IN_PLACE : src, k, type, dst, k, type, comm_,
+                                 &r[0]);
+                }),
+                what);
 }
 
 WorkPtr MpiProcessGroup::broadcast_async(Tensor buf, int root) {
@@ -212,9 +222,10 @@ WorkPtr MpiProcessGroup::broadcast_async(Tensor buf, int root) {
   void* x = buf.data;
   const MPI_Datatype type = move_type(buf.dtype);
   return submit(std::make_unique<RequestOp>([=, this](std::vector<MPI_Request>& r) {
-    r.resize(1);
-    MPI_Ibcast(x, count, type, root, comm_, &r[0]);
-  }));
+                  r.resize(1);
+                  MPI_Ibcast(x, count, type, root, comm_, &r[0]);
+                }),
+                fmt::format("broadcast of {} from rank {}", human_bytes(buf.nbytes()), root));
 }
 
 WorkPtr MpiProcessGroup::send_async(Tensor buf, int dst, int tag) {
@@ -226,9 +237,10 @@ WorkPtr MpiProcessGroup::send_async(Tensor buf, int dst, int tag) {
   const void* x = buf.data;
   const MPI_Datatype type = move_type(buf.dtype);
   return submit(std::make_unique<RequestOp>([=, this](std::vector<MPI_Request>& r) {
-    r.resize(1);
-    MPI_Isend(x, count, type, dst, tag, comm_, &r[0]);
-  }));
+                  r.resize(1);
+                  MPI_Isend(x, count, type, dst, tag, comm_, &r[0]);
+                }),
+                fmt::format("send of {} to rank {} (tag {})", human_bytes(buf.nbytes()), dst, tag));
 }
 
 WorkPtr MpiProcessGroup::recv_async(Tensor buf, int src, int tag) {
@@ -239,24 +251,28 @@ WorkPtr MpiProcessGroup::recv_async(Tensor buf, int src, int tag) {
   count_call(0, buf.nbytes());
   void* x = buf.data;
   const MPI_Datatype type = move_type(buf.dtype);
-  return submit(std::make_unique<RequestOp>([=, this](std::vector<MPI_Request>& r) {
-    r.resize(1);
-    MPI_Irecv(x, count, type, src, tag, comm_, &r[0]);
-  }));
+  return submit(
+      std::make_unique<RequestOp>([=, this](std::vector<MPI_Request>& r) {
+        r.resize(1);
+        MPI_Irecv(x, count, type, src, tag, comm_, &r[0]);
+      }),
+      fmt::format("recv of {} from rank {} (tag {})", human_bytes(buf.nbytes()), src, tag));
 }
 
 WorkPtr MpiProcessGroup::barrier_async() {
   count_call(0, 0);
   return submit(std::make_unique<RequestOp>([this](std::vector<MPI_Request>& r) {
-    r.resize(1);
-    MPI_Ibarrier(comm_, &r[0]);
-  }));
+                  r.resize(1);
+                  MPI_Ibarrier(comm_, &r[0]);
+                }),
+                "barrier");
 }
 
 std::shared_ptr<ProcessGroup> MpiProcessGroup::split(int color, int key) {
   comm_check::split_args(color, key);
   MPI_Comm sub = MPI_COMM_NULL;
-  engine_->run([&] { MPI_Comm_split(comm_, color < 0 ? MPI_UNDEFINED : color, key, &sub); });
+  engine_->run([&] { MPI_Comm_split(comm_, color < 0 ? MPI_UNDEFINED : color, key, &sub); },
+               "split (MPI_Comm_split)");
   if (sub == MPI_COMM_NULL) return nullptr;
   return std::make_shared<MpiProcessGroup>(engine_, sub, algorithm_);
 }

@@ -51,11 +51,15 @@ class MpiProcessGroup final : public ProcessGroup {
   WorkPtr barrier_async() override;
   std::shared_ptr<ProcessGroup> split(int color, int key) override;
 
+  // The watchdog (MpiEngine): a limit on every wait of the process, and the step it names.
+  void set_timeout(double seconds) override { engine_->set_timeout(seconds); }
+  void set_step(int64_t step) override { engine_->set_step(step); }
+
   // Called by ring ops for each message they post (measured traffic).
   void add_traffic(uint64_t sent, uint64_t received) { count_bytes(sent, received); }
 
  private:
-  WorkPtr submit(std::unique_ptr<MpiOp> op);
+  WorkPtr submit(std::unique_ptr<MpiOp> op, std::string what);
   // The tag of the next ring op. Ops are issued in the same order on every rank, so the same
   // op gets the same tag everywhere and concurrent ring ops never match each other's messages.
   int next_ring_tag();

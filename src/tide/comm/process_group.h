@@ -104,6 +104,12 @@ class ProcessGroup {
   // order. Ranks not listed get nullptr.
   std::shared_ptr<ProcessGroup> new_group(const std::vector<int>& ranks);
 
+  // The watchdog (MPI backend; a no-op elsewhere): every wait on this process's communication
+  // gives up after `seconds` and ends the job with a message naming the operation, the step
+  // set here and the ranks that did not arrive (see comm/watchdog.h).
+  virtual void set_timeout(double seconds) { (void)seconds; }
+  virtual void set_step(int64_t step) { (void)step; }
+
   CommCounters counters() const {
     return {bytes_sent_.load(), bytes_received_.load(), calls_.load()};
   }

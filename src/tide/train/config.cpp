@@ -113,6 +113,11 @@ const std::vector<ConfigKey>& config_schema() {
       {"checkpoint.resume", T::PATH, "",
        "checkpoint to resume from (weights, optimizer state, step, data position); same seed "
        "and global batch required; appends to out_dir/metrics.jsonl"},
+      {"comm.timeout_s", T::FLOAT, 600.0,
+       "seconds any rank waits in one collective or send/recv before the job is ended with the "
+       "operation, step and missing ranks named (keep it above the longest checkpoint write); "
+       "see docs/reliability.md",
+       nums(0, /*lo_open=*/true)},
   };
   return keys;
 }
@@ -424,6 +429,7 @@ TrainConfig parse_checked(const json& j, std::vector<std::string> unknown) {
   c.out_dir_overwrite = b("out_dir_overwrite");
   c.checkpoint_interval = i("checkpoint.interval");
   c.resume = s("checkpoint.resume");
+  c.comm_timeout_s = f("comm.timeout_s");
   c.is_default_run = c.data_dir.empty() && c.train_data.empty();
 
   check_path("data.dir", c.data_dir, /*directory=*/true);

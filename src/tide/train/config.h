@@ -78,6 +78,7 @@ struct TrainConfig {
   int64_t checkpoint_interval = 0;  // 0: only at the end
   std::string resume;               // checkpoint to resume from
   bool progress = true;
+  double comm_timeout_s = 600;  // the collective watchdog (docs/reliability.md)
   bool is_default_run = false;  // no config file and no data: the embedded default
 };
 

@@ -13,6 +13,8 @@
 #include "tide/comm/local_process_group.h"
 #include "tide/data/prepare.h"
 #include "tide/train/checkpoint.h"
+#include "tide/train/preemption.h"
+#include "tide/train/rank_consistency.h"
 
 namespace tide {
 
@@ -69,6 +71,10 @@ void write_metrics_line(std::ofstream& f, const std::string& path, const json& l
 Trainer::Trainer(TrainConfig config, std::shared_ptr<ProcessGroup> world)
     : cfg_(std::move(config)), world_(std::move(world)) {
   if (!world_) world_ = std::make_shared<LocalProcessGroup>();
+  // Reliability (docs/reliability.md): the watchdog's limit, then the ranks compare their
+  // configs before any other collective.
+  world_->set_timeout(cfg_.comm_timeout_s);
+  check_ranks_agree(*world_, config_agreement_items(cfg_));
   TIDE_CHECK(cfg_.device == "cpu" || cfg_.device == "auto",
              "device '{}' is not available: this build's CUDA kernels are not ready yet; use "
              "device=cpu",
@@ -93,6 +99,12 @@ Trainer::Trainer(TrainConfig config, std::shared_ptr<ProcessGroup> world)
   model_ = std::make_unique<GPT>(cfg_.model, cfg_.activation_policy,
                                  chunk_elems_from_mib(cfg_.chunk_size_mb), true, dp);
   model_->init_weights(cfg_.seed);
+  // Second round, now that the data is open and the model laid out: the same data and layout.
+  check_ranks_agree(
+      *world_, {{"data.train (contents)", data_fingerprint(train_loader_->files())},
+                {"data.val (contents)", val_loader_ ? data_fingerprint(val_loader_->files()) : 0},
+                {"model.vocab_size (resolved)", static_cast<uint64_t>(cfg_.model.vocab_size)},
+                {"model layout", layout_fingerprint(model_->store().layout())}});
   OptimizerSettings opt;
   opt.adamw.beta1 = cfg_.beta1;
   opt.adamw.beta2 = cfg_.beta2;
@@ -166,21 +178,23 @@ void Trainer::resolve_data() {
 }
 
 StepStats Trainer::train_step() {
+  world_->set_step(step_ + 1);  // named by the watchdog
   StepStats st = engine_->step(step_, cfg_.seed, [&](int micro, int32_t* in, int32_t* tgt) {
     if (batch_source) return batch_source(step_, micro, in, tgt);
     train_loader_->next_batch();
     std::memcpy(in, train_loader_->inputs().data(), train_loader_->inputs().size_bytes());
     std::memcpy(tgt, train_loader_->targets().data(), train_loader_->targets().size_bytes());
   });
-  st.loss = mean_over_ranks(st.loss);
+  // The mean loss over the ranks, and whether any rank was asked to stop (preemption.h): one
+  // all-reduce, so all ranks stop after the same step.
+  float reduced[2] = {st.loss, stop_requested() ? 1.0f : 0.0f};
+  if (world_->size() > 1)
+    world_->all_reduce_async(Tensor(reduced, Shape{2}), ReduceOp::Avg)->wait();
+  st.loss = reduced[0];
+  stop_agreed_ = reduced[1] > 0;
   st.tokens = int64_t{cfg_.micro_batch} * cfg_.seq_len * cfg_.grad_accum * world_->size();
   step_ = st.step;
   return st;
-}
-
-float Trainer::mean_over_ranks(float x) const {
-  if (world_->size() > 1) world_->all_reduce_async(Tensor(&x, Shape{1}), ReduceOp::Avg)->wait();
-  return x;
 }
 
 float Trainer::evaluate() {
@@ -355,6 +369,17 @@ void Trainer::run() {
         step_ < cfg_.train_steps)
       fmt::print("{}tide: checkpoint {} (resume with checkpoint.resume=<it>)\n", tty ? "\n" : "",
                  save(fmt::format("model_step{}.ckpt", step_)));
+    if (stop_agreed_ && step_ < cfg_.train_steps) {  // preemption: every rank stops here
+      if (rank0) {
+        const std::string path = save(fmt::format("model_step{}.ckpt", step_));
+        fmt::print(
+            "{}tide: stopped at step {}/{} on request (signal); checkpoint {}\n"
+            "tide: resume with the same command plus checkpoint.resume={}\n",
+            tty ? "\n" : "", step_, cfg_.train_steps, path, path);
+        std::fflush(stdout);
+      }
+      return;
+    }
   }
   if (rank0) {
     const std::string path = save();

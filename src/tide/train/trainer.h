@@ -37,6 +37,9 @@ class Trainer {
   const Engine& engine() const { return *engine_; }
   const TrainConfig& config() const { return cfg_; }
   int64_t step() const { return step_; }
+  // True when, at the last step, some rank had been asked to stop (preemption.h); run() then
+  // writes a checkpoint and returns.
+  bool stop_agreed() const { return stop_agreed_; }
   // Bytes of model states (all chunks) plus the activation arenas and W stashes.
   size_t memory_bytes() const;
 
@@ -57,8 +60,6 @@ class Trainer {
   };
   // Reads and checks `path` (the whole file, and that it can continue this run's config).
   RunPosition check_resume(const std::string& path) const;
-  // The average of x over the data-parallel ranks (x itself with one rank).
-  float mean_over_ranks(float x) const;
 
   TrainConfig cfg_;
   std::shared_ptr<ProcessGroup> world_;
@@ -69,6 +70,7 @@ class Trainer {
   std::string tokenizer_path_;
   std::optional<double> unigram_;
   int64_t step_ = 0;
+  bool stop_agreed_ = false;
 };
 
 }  // namespace tide

@@ -1,0 +1,129 @@
+#!/usr/bin/env bash
+# reliability.sh MPIEXEC TIDE SOURCE_DIR WORK_DIR CASE: end-to-end tests of docs/reliability.md
+# on 2 ranks of `tide train` (a tiny model on a corpus prepared from the repository's docs).
+#   mismatch  ranks started with different configs exit non-zero at once, with one line naming
+#             the keys and the ranks that differ (not MPI_ERR_TRUNCATE, not silent divergence)
+#   frozen    a rank is SIGSTOPped mid-run: with comm.timeout_s=5 every rank exits non-zero
+#             within 15 s, naming the stalled operation, the step and the missing rank
+#   preempt   SIGTERM to one rank mid-run: all ranks stop at the same step, exit 0 with a
+#             checkpoint, and the resumed run reproduces the uninterrupted run's losses bitwise;
+#             a second signal exits at once
+set -uo pipefail
+mpiexec=$1 tide=$2 src=$3 dir=$4 case=$5
+rm -rf "$dir" && mkdir -p "$dir" && cd "$dir" || exit 1
+mpi=("$mpiexec" --oversubscribe --allow-run-as-root)
+fail() { echo "FAIL: $*"; exit 1; }
+
+"$tide" prepare --input "$src/README.md" "$src/docs" --out-dir data --vocab-size 300 \
+  > prepare.log 2>&1 || { cat prepare.log; fail "tide prepare"; }
+common=(data.dir=data model.n_layer=2 model.n_head=2 model.n_embd=32 seq_len=32
+  train_micro_batch_size_per_gpu=2 threads=1 log.progress=false log.interval=1
+  eval.interval=0 eval.sequences=4)
+
+# The pid of world rank $2 among the children of mpirun $1 (waits until it exists).
+rank_pid() {
+  local p
+  for _ in $(seq 200); do
+    for p in $(pgrep -P "$1"); do
+      if tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$2"; then
+        echo "$p"; return 0
+      fi
+    done
+    sleep 0.1
+  done
+  return 1
+}
+# Waits until file $1 contains $2 (at most $3 seconds).
+wait_for() {
+  for _ in $(seq $(($3 * 10))); do grep -q -- "$2" "$1" && return 0; sleep 0.1; done
+  return 1
+}
+
+case $case in
+mismatch)
+  start=$(date +%s)
+  out=$(timeout 60 "${mpi[@]}" -np 1 "$tide" train "${common[@]}" train_steps=5 out_dir=m \
+          : -np 1 "$tide" train "${common[@]}" train_steps=5 out_dir=m optimizer.params.lr=3e-4 \
+            seed=7 model.n_embd=64 threads=2 2>&1)
+  rc=$?
+  echo "$out"
+  [ $rc -eq 124 ] && fail "the job hung"
+  [ $rc -eq 0 ] && fail "the job exited 0 although the ranks disagree"
+  want="tide: error: ranks disagree on config: seed (rank 1 differs from rank 0), optimizer.params.lr (rank 1 differs from rank 0), model.n_embd (rank 1 differs from rank 0)"
+  [ "$(grep -c 'tide: error' <<<"$out")" -eq 1 ] || fail "expected exactly one error line"
+  grep -qxF "$want" <<<"$out" || fail "expected the line: $want"
+  grep -q "step " <<<"$out" && fail "a step ran although the ranks disagree"
+  echo "OK: rc $rc in $(($(date +%s) - start)) s"
+  ;;
+frozen)
+  "${mpi[@]}" -np 2 "$tide" train "${common[@]}" train_steps=100000 out_dir=f \
+    comm.timeout_s=5 > run.log 2>&1 &
+  mpirun_pid=$!
+  victim=$(rank_pid $mpirun_pid 1) || fail "rank 1 not found"
+  # Whatever happens, the stopped rank is continued and killed at the end: nothing leaks.
+  trap 'kill -CONT $victim 2>/dev/null; kill -KILL $victim 2>/dev/null; kill -KILL $mpirun_pid 2>/dev/null' EXIT
+  wait_for run.log "step      2/" 120 || { cat run.log; fail "no step 2"; }
+  kill -STOP "$victim"
+  stopped=$(date +%s)
+  for _ in $(seq 300); do kill -0 $mpirun_pid 2>/dev/null || break; sleep 0.1; done
+  took=$(($(date +%s) - stopped))
+  if kill -0 $mpirun_pid 2>/dev/null; then cat run.log; fail "still running 30 s after SIGSTOP"; fi
+  wait $mpirun_pid; rc=$?
+  cat run.log
+  [ $rc -eq 0 ] && fail "the job exited 0"
+  [ $took -le 15 ] || fail "took $took s to end (limit 15)"
+  grep -Eq "tide: error: communication timed out: rank 0 waited [0-9]+ s \(comm.timeout_s = 5\) in all_reduce of [0-9.]+ [KM]?i?B at step [0-9]+; rank 1 did not arrive" run.log \
+    || fail "the message does not name the operation, step and missing rank"
+  # The stopped rank must be gone (a zombie awaiting its reaper counts as gone).
+  for _ in $(seq 30); do
+    state=$(awk '/^State/ {print $2}' "/proc/$victim/status" 2>/dev/null)
+    [ -z "$state" ] || [ "$state" = Z ] && break
+    sleep 0.1
+  done
+  [ -z "$state" ] || [ "$state" = Z ] || fail "the stopped rank is still alive (state $state)"
+  echo "OK: rc $rc, every rank ended $took s after rank 1 was stopped"
+  ;;
+preempt)
+  steps=400
+  timeout 300 "${mpi[@]}" -np 2 "$tide" train "${common[@]}" train_steps=$steps out_dir=a \
+    > a.log 2>&1 || { cat a.log; fail "uninterrupted run"; }
+  "${mpi[@]}" -np 2 "$tide" train "${common[@]}" train_steps=$steps out_dir=b > b.log 2>&1 &
+  mpirun_pid=$!
+  victim=$(rank_pid $mpirun_pid 1) || fail "rank 1 not found"
+  trap 'kill -KILL $mpirun_pid 2>/dev/null' EXIT
+  wait_for b.log "step      5/" 120 || { cat b.log; fail "no step 5"; }
+  kill -TERM "$victim"  # one rank only: the ranks must agree on the step
+  wait $mpirun_pid; rc=$?
+  cat b.log
+  [ $rc -eq 0 ] || fail "the interrupted run exited $rc, not 0"
+  ckpt=$(sed -n 's/^tide: resume with the same command plus checkpoint.resume=//p' b.log)
+  [ -n "$ckpt" ] && [ -s "$ckpt" ] || fail "no resume line with a checkpoint"
+  stop_step=$(sed -n 's/.*model_step\([0-9]*\)\.ckpt$/\1/p' <<<"$ckpt")
+  [ "$stop_step" -lt $steps ] || fail "the run was not interrupted (stopped at $stop_step)"
+  timeout 300 "${mpi[@]}" -np 2 "$tide" train "${common[@]}" train_steps=$steps out_dir=b \
+    checkpoint.resume="$ckpt" > c.log 2>&1 || { cat c.log; fail "resumed run"; }
+  tail -3 c.log
+  # step, grad_norm, loss, lr of every training line (keys are sorted in metrics.jsonl)
+  losses() { sed -n 's/.*"grad_norm":\([^,]*\),"loss":\([^,]*\),"lr":\([^,]*\),"step":\([0-9]*\).*/\4 \1 \2 \3/p' "$1"; }
+  losses a/metrics.jsonl > a.txt; losses b/metrics.jsonl > b.txt
+  [ "$(wc -l < a.txt)" -eq $steps ] || fail "uninterrupted run logged $(wc -l < a.txt) steps"
+  diff a.txt b.txt > /dev/null || { diff a.txt b.txt | head; fail "interrupted + resumed != uninterrupted"; }
+  echo "OK: stopped at step $stop_step, exit 0; resumed run equals the uninterrupted one bitwise"
+  # A second signal ends the process at once (single process here).
+  # (A model with ~1 s steps, so the second signal comes while the first step is running.)
+  "$tide" train "${common[@]}" model.n_layer=4 model.n_embd=256 seq_len=128 \
+    train_micro_batch_size_per_gpu=8 train_steps=100000 out_dir=d > d.log 2>&1 &
+  pid=$!
+  wait_for d.log "step      1/" 120 || { cat d.log; fail "no step 1"; }
+  kill -INT $pid
+  wait_for d.log "stop requested" 10 || { cat d.log; fail "the first signal was not seen"; }
+  kill -INT $pid
+  for _ in $(seq 50); do kill -0 $pid 2>/dev/null || break; sleep 0.1; done
+  kill -0 $pid 2>/dev/null && { kill -KILL $pid; fail "a second signal did not exit at once"; }
+  wait $pid; rc=$?
+  cat d.log | tail -3
+  [ $rc -eq 130 ] || fail "a second SIGINT exited $rc, not 130"
+  echo "OK: a second signal exits at once (rc $rc)"
+  ;;
+*) fail "unknown case $case" ;;
+esac
