@@ -58,6 +58,7 @@ json config_key_values(const TrainConfig& c) {
       {"log.interval", c.log_interval},
       {"log.progress", c.progress},
       {"out_dir", c.out_dir},
+      {"out_dir_overwrite", c.out_dir_overwrite},
       {"checkpoint.interval", c.checkpoint_interval},
       {"checkpoint.resume", c.resume},
       {"comm.timeout_s", c.comm_timeout_s},
