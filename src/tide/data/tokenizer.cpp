@@ -445,13 +445,21 @@ void Tokenizer::save(const std::string& path) const {
 
 Tokenizer Tokenizer::load(const std::string& path) {
   const nlohmann::json j = parse_json(read_file(path, "tokenizer file"), path);
-  TIDE_CHECK(j.is_object() && j.value("format", "") == "tide-bpe",
+  // Looked up with find(): j.value() throws a JSON type_error for a field of another type.
+  const auto field = [&](const char* key) -> const nlohmann::json* {
+    const auto it = j.find(key);
+    return it == j.end() ? nullptr : &*it;
+  };
+  const nlohmann::json* format = j.is_object() ? field("format") : nullptr;
+  TIDE_CHECK(format != nullptr && *format == "tide-bpe",
              "{}: not a tide tokenizer file (no \"format\": \"tide-bpe\"); create one with `tide "
              "prepare`, or load GPT-2's encoder.json + vocab.bpe instead",
              path);
-  TIDE_CHECK(j.value("version", 0) == 1,
-             "{}: tokenizer file version {} is not supported (expected 1)", path,
-             j.value("version", 0));
+  const nlohmann::json* version = field("version");
+  TIDE_CHECK(
+      version != nullptr && *version == 1,
+      "{}: tokenizer file version {} is not supported (expected 1)", path,
+      version ? version->dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) : "(none)");
   TIDE_CHECK(
       j.contains("vocab") && j.contains("merges") && j["merges"].is_array() &&
           j.contains("special_tokens") && j["special_tokens"].contains(kEndOfText),

@@ -151,7 +151,8 @@ void flatten(const json& j, const std::string& prefix, std::map<std::string, jso
     const std::string path = prefix.empty() ? it.key() : prefix + "." + it.key();
     if (const ConfigKey* k = find_key(path)) {
       TIDE_CHECK(has_type(it.value(), k->type), "config key '{}' must be {} (got {})", path,
-                 type_name(k->type), it.value().dump());
+                 type_name(k->type),
+                 it.value().dump(-1, ' ', false, json::error_handler_t::replace));
       flat[path] = it.value();
     } else if (is_section(path)) {
       TIDE_CHECK(it.value().is_object(), "config key '{}' must be an object with keys inside",
@@ -167,8 +168,13 @@ void flatten(const json& j, const std::string& prefix, std::map<std::string, jso
 void set_path(json& j, const std::string& path, const json& value) {
   json* node = &j;
   size_t start = 0;
-  for (size_t dot; (dot = path.find('.', start)) != std::string::npos; start = dot + 1)
+  for (size_t dot; (dot = path.find('.', start)) != std::string::npos; start = dot + 1) {
     node = &(*node)[path.substr(start, dot - start)];
+    TIDE_CHECK(node->is_null() || node->is_object(),
+               "cannot set '{}': config key '{}' is a JSON {} in the config file, not an object "
+               "with keys inside",
+               path, path.substr(0, dot), node->type_name());
+  }
   (*node)[path.substr(start)] = value;
 }
 
@@ -272,6 +278,8 @@ TrainConfig load_train_config(const std::string& path, const std::vector<std::st
     } catch (const json::parse_error& e) {
       TIDE_FAIL("config file '{}' is not valid JSON: {}", path, e.what());
     }
+    TIDE_CHECK(j.is_object(), "config file '{}' must hold a JSON object {{...}}, not a JSON {}",
+               path, j.type_name());
   }
   for (const std::string& o : overrides) {
     const size_t eq = o.find('=');
@@ -282,6 +290,11 @@ TrainConfig load_train_config(const std::string& path, const std::vector<std::st
     // A value is read as JSON when it parses (numbers, true, [0.9,0.95]), else as a string.
     json value = json::parse(text, nullptr, /*allow_exceptions=*/false);
     if (value.is_discarded()) value = text;
+    try {
+      (void)value.dump();  // strings from the command line are bytes: they must be UTF-8
+    } catch (const json::exception&) {
+      TIDE_FAIL("override of '{}': the value is not valid UTF-8", key);
+    }
     set_path(j, key, value);
   }
   return parse_train_config(j);
