@@ -393,7 +393,7 @@ std::pair<std::string, std::string> split_merge(std::string_view line, const std
 nlohmann::json parse_json(const std::string& text, const std::string& path) {
   try {
     return nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for 1e999
     TIDE_FAIL("{}: not valid JSON ({}); check that the file is complete", path, e.what());
   }
 }

@@ -275,7 +275,7 @@ TrainConfig load_train_config(const std::string& path, const std::vector<std::st
     TIDE_CHECK(f.good(), "cannot open config file '{}'; check the path", path);
     try {
       j = json::parse(f);
-    } catch (const json::parse_error& e) {
+    } catch (const json::exception& e) {  // parse_error, or out_of_range for 1e999
       TIDE_FAIL("config file '{}' is not valid JSON: {}", path, e.what());
     }
     TIDE_CHECK(j.is_object(), "config file '{}' must hold a JSON object {{...}}, not a JSON {}",
