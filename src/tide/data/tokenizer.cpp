@@ -399,7 +399,7 @@ std::pair<std::string, std::string> split_merge(std::string_view line, const std
 nlohmann::json parse_json(const std::string& text, const std::string& path) {
   try {
     return nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for 1e999
     TIDE_FAIL("{}: not valid JSON ({}); check that the file is complete", path, json_error_text(e));
   }
 }
@@ -451,14 +451,21 @@ void Tokenizer::save(const std::string& path) const {
 
 Tokenizer Tokenizer::load(const std::string& path) {
   const nlohmann::json j = parse_json(read_file(path, "tokenizer file"), path);
-  TIDE_CHECK(j.is_object() && j.contains("format") && j["format"] == "tide-bpe",
+  // Looked up with find(): j.value() throws a JSON type_error for a field of another type.
+  const auto field = [&](const char* key) -> const nlohmann::json* {
+    const auto it = j.find(key);
+    return it == j.end() ? nullptr : &*it;
+  };
+  const nlohmann::json* format = j.is_object() ? field("format") : nullptr;
+  TIDE_CHECK(format != nullptr && *format == "tide-bpe",
              "{}: not a tide tokenizer file (no \"format\": \"tide-bpe\"); create one with `tide "
              "prepare`, or load GPT-2's encoder.json + vocab.bpe instead",
              path);
-  TIDE_CHECK(j.contains("version") && j["version"] == 1,
-             "{}: tokenizer file version {} is not supported (expected 1); re-create it with "
-             "`tide prepare`",
-             path, j.contains("version") ? j["version"].dump() : "(none)");
+  const nlohmann::json* version = field("version");
+  TIDE_CHECK(
+      version != nullptr && *version == 1,
+      "{}: tokenizer file version {} is not supported (expected 1)", path,
+      version ? version->dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) : "(none)");
   TIDE_CHECK(
       j.contains("vocab") && j.contains("merges") && j["merges"].is_array() &&
           j.contains("special_tokens") && j["special_tokens"].is_object() &&

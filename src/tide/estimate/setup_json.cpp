@@ -132,7 +132,7 @@ TrainSetup read_setup_file(const std::string& path, TrainSetup base) {
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(in, nullptr, true, /*ignore_comments=*/true);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for 1e999
     TIDE_FAIL("config file '{}' is not valid JSON: {}", path, json_error_text(e));
   } catch (const std::exception& e) {
     TIDE_FAIL("cannot read config file '{}' ({}); check that it is a readable file", path,

@@ -35,6 +35,15 @@ int64_t GPTConfig::block_parameters() const {
   return 12 * C * C + 13 * C;
 }
 
+namespace {
+// The parameter count in double: exact enough for messages, and no int64 overflow for the
+// absurd shapes of damaged files (validate() refuses those before num_parameters() is used).
+double approx_parameters(const GPTConfig& c) {
+  const double C = c.n_embd;
+  return (double{1.0} * c.vocab_size + c.max_seq_len + 2) * C + c.n_layer * (12 * C * C + 13 * C);
+}
+}  // namespace
+
 int64_t GPTConfig::num_parameters() const {
   const int64_t C = n_embd;
   return int64_t{vocab_size} * C + int64_t{max_seq_len} * C + n_layer * block_parameters() + 2 * C;
@@ -52,11 +61,15 @@ void GPTConfig::validate() const {
   TIDE_CHECK(max_seq_len >= 1, "model.max_seq_len must be at least 1 (got {})", max_seq_len);
   TIDE_CHECK(dropout >= 0.0f && dropout < 1.0f, "model.dropout must be in [0, 1) (got {})",
              dropout);
+  TIDE_CHECK(approx_parameters(*this) < 0x1p62,
+             "model shape L={} C={} V={} T={} has about {:.3g} parameters, more than tide can "
+             "count; use a smaller model",
+             n_layer, n_embd, vocab_size, max_seq_len, approx_parameters(*this));
 }
 
 std::string GPTConfig::str() const {
   return fmt::format("L={} H={} C={} V={} T={} ({:.2f}M params)", n_layer, n_head, n_embd,
-                     vocab_size, max_seq_len, num_parameters() / 1e6);
+                     vocab_size, max_seq_len, approx_parameters(*this) / 1e6);
 }
 
 }  // namespace tide

@@ -4,6 +4,7 @@
 
 #include "tide/optim/adamw_cpu.h"
 
+#include <cpuid.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -34,14 +35,21 @@ SimdPath parse_simd_path(std::string_view s) {
   TIDE_FAIL("unknown SIMD path '{}'; use one of auto, scalar, avx2, avx512", s);
 }
 
+namespace {
+// CPUID leaf 1, ECX bit 29 (clang before 16 has no __builtin_cpu_supports("f16c")).
+bool cpu_has_f16c() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  return __get_cpuid(1, &a, &b, &c, &d) != 0 && (c & bit_F16C) != 0;
+}
+}  // namespace
+
 bool simd_path_supported(SimdPath p) {
   switch (p) {
     case SimdPath::kAuto:
     case SimdPath::kScalar:
       return true;
     case SimdPath::kAvx2:
-      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-             __builtin_cpu_supports("f16c");
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c();
     case SimdPath::kAvx512:
       return __builtin_cpu_supports("avx512f");
   }

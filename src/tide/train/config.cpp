@@ -247,9 +247,14 @@ bool valid_value(const json& v, const ConfigKey& k) {
   return false;
 }
 
+// A user's JSON value for an error line (invalid UTF-8 replaced, never a dump() exception).
+std::string printable(const json& v) {
+  return v.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
 std::string invalid_value(const std::string& path, const ConfigKey& k, const json& v) {
   const bool empty_default = k.default_value.is_string() && k.default_value.empty();
-  return fmt::format("config key '{}' must be {} (got {}){}", path, describe(k), v.dump(),
+  return fmt::format("config key '{}' must be {} (got {}){}", path, describe(k), printable(v),
                      empty_default ? "" : "; the default is " + k.default_value.dump());
 }
 
@@ -270,7 +275,7 @@ void flatten(const json& j, const std::string& prefix, std::map<std::string, jso
       else
         problems.push_back(fmt::format(
             "config key '{}' must be an object with keys inside, like {{\"{}\": {{...}}}} (got {})",
-            path, it.key(), it.value().dump()));
+            path, it.key(), printable(it.value())));
     } else {
       unknown.push_back(path);
     }
@@ -287,7 +292,7 @@ void set_path(json& j, const std::string& path, const json& value) {
     TIDE_CHECK(node->is_object(),
                "config key '{}' is {} in the config file, so the override '{}' cannot go inside "
                "it; make '{}' an object in the file, or drop the override",
-               path.substr(0, dot), node->dump(), path, path.substr(0, dot));
+               path.substr(0, dot), printable(*node), path, path.substr(0, dot));
   }
   (*node)[path.substr(start)] = value;
 }
@@ -464,7 +469,7 @@ TrainConfig load_train_config(const std::string& path, const std::vector<std::st
     TIDE_CHECK(f.good(), "cannot open config file '{}'; check the path", path);
     try {
       j = json::parse(f);
-    } catch (const json::parse_error& e) {
+    } catch (const json::exception& e) {  // parse_error, or out_of_range for 1e999
       TIDE_FAIL("config file '{}' is not valid JSON: {}", path, json_error_text(e));
     } catch (const std::exception& e) {
       TIDE_FAIL("cannot read config file '{}' ({}); check that it is a readable file", path,
@@ -488,6 +493,11 @@ TrainConfig load_train_config(const std::string& path, const std::vector<std::st
     // A value is read as JSON when it parses (numbers, true, [0.9,0.95]), else as a string.
     json value = json::parse(text, nullptr, /*allow_exceptions=*/false);
     if (value.is_discarded()) value = text;
+    try {
+      (void)value.dump();  // strings from the command line are bytes: they must be UTF-8
+    } catch (const json::exception&) {
+      TIDE_FAIL("override of '{}': the value is not valid UTF-8", key);
+    }
     set_path(j, key, value);
   }
   return parse_checked(j, unknown);

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# The test suite under AddressSanitizer (leaks included) + UndefinedBehaviorSanitizer:
+# scripts/sanitize.sh [extra ctest arguments]
+# Installs clang if missing, builds everything into build-san (clang, -DTIDE_FUZZ=ON: the
+# sanitizers everywhere, CUDA off, plus the fuzz targets whose corpora ctest replays) and runs
+# ctest there. Any sanitizer report fails its test: UBSan halts on the first error, ASan
+# reports leaks at exit; tests/sanitizers/lsan.supp suppresses only the third-party leaks of
+# OpenMPI, OpenBLAS and OpenMP (never tide's).
+# Excluded by default (SANITIZE_EXCLUDE, a ctest -E regex): the slowest tests, which
+# exercise no parsing or memory handling that the faster ones do not (see docs/reliability.md).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(clang libclang-rt-14-dev libomp-dev)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "sanitize: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq "${missing[@]}"
+fi
+
+CC=clang CXX=clang++ cmake -S . -B build-san -G Ninja -DCMAKE_BUILD_TYPE=Release -DTIDE_FUZZ=ON \
+  >/dev/null
+cmake --build build-san -j "${SANITIZE_BUILD_JOBS:-$(nproc)}"
+
+export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1"
+export LSAN_OPTIONS="suppressions=$PWD/tests/sanitizers/lsan.supp:print_suppressions=0"
+export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
+export OMP_NUM_THREADS="${OMP_NUM_THREADS:-2}"
+exclude="${SANITIZE_EXCLUDE-__none__}"
+ctest --test-dir build-san --output-on-failure -j 2 --timeout 900 -E "$exclude" "$@"
