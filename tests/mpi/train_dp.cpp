@@ -264,7 +264,9 @@ TEST_P(DataParallel, ValidationLossIsBitwiseTheSameForEverySplit) {
 // more equal 40 straight steps bitwise, losses and final checkpoint tensors (weights and Adam
 // state). With dropout, so the restored step also restores the masks.
 TEST_P(DataParallel, ResumeReproducesTheUninterruptedRunBitwise) {
-  const auto [algorithm, dropout] = GetParam();
+  // Not a structured binding: lambdas below capture `dropout` (clang < 16 cannot capture those).
+  const auto algorithm = std::get<0>(GetParam());
+  const auto dropout = std::get<1>(GetParam());
   if (dropout == 0 || algorithm != CommAlgorithm::Mpi) GTEST_SKIP() << "one variant is enough";
   std::shared_ptr<ProcessGroup> world = mpi_test::world_ptr(algorithm);
   const int rank = world->rank();
