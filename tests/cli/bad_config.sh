@@ -6,17 +6,7 @@ set -uo pipefail
 tide=$1 dir=$2
 rm -rf "$dir" && mkdir -p "$dir" && cd "$dir"
 fail=0
-expect_error() {  # expect_error "<pattern>" args...
-  local pattern=$1; shift
-  local out rc
-  out=$("$tide" "$@" 2>&1); rc=$?
-  if [ $rc -ne 1 ] || ! grep -q -- "tide: error: .*$pattern" <<<"$out" \
-      || [ "$(grep -c 'tide: error' <<<"$out")" -ne 1 ] || grep -q "json.exception\|basic_filebuf" <<<"$out"; then
-    echo "FAILED: tide $* -> rc $rc, output:"; echo "$out"; fail=1
-  else
-    echo "ok: tide $* -> $(grep 'tide: error' <<<"$out")"
-  fi
-}
+source "$(dirname "${BASH_SOURCE[0]}")/expect_error.sh"
 same() {  # same <file> <expected content>
   if [ "$(cat "$1")" != "$2" ]; then echo "FAILED: $1 changed: $(cat "$1")"; fail=1; fi
 }

@@ -4,16 +4,7 @@ set -uo pipefail
 tide=$1 dir=$2
 rm -rf "$dir" && mkdir -p "$dir" && cd "$dir"
 fail=0
-expect_error() {  # expect_error "<pattern>" args...
-  local pattern=$1; shift
-  local out rc
-  out=$("$tide" "$@" 2>&1); rc=$?
-  if [ $rc -ne 1 ] || ! grep -q "tide: error: .*$pattern" <<<"$out"; then
-    echo "FAILED: tide $* -> rc $rc, output:"; echo "$out"; fail=1
-  else
-    echo "ok: tide $* -> $(grep 'tide: error' <<<"$out")"
-  fi
-}
+source "$(dirname "${BASH_SOURCE[0]}")/expect_error.sh"
 expect_error "did you mean 'train_steps'" train trian_steps=5
 expect_error "must be an integer" train train_steps=abc
 expect_error "cannot open config file" train missing.json
