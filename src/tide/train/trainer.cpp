@@ -307,8 +307,7 @@ void Trainer::run() {
     metrics.open(metrics_path, cfg_.resume.empty() ? std::ios::trunc : std::ios::app);
     TIDE_CHECK(metrics.good(), "{}: cannot open for writing; check that out_dir is writable",
                metrics_path);
-    if (!cfg_.resume.empty())
-      fmt::print("tide: resumed from {} at step {}\n", cfg_.resume, step_);
+    if (!cfg_.resume.empty()) fmt::print("tide: resumed from {} at step {}\n", cfg_.resume, step_);
     const size_t act = engine_->activation_bytes();
     fmt::print(
         "tide: model {} | {} DP rank(s) | micro-batch {} x {} tokens, accum {} | "

@@ -43,8 +43,7 @@ TEST(RankConsistency, EachKeyHashesItsOwnValue) {
                                       "scheduler.params.total_num_steps"}));
   // Per-rank keys never differ.
   EXPECT_TRUE(
-      differing({"threads=3", "log.progress=false", "comm.timeout_s=5", "data.dir=/tmp"})
-          .empty());
+      differing({"threads=3", "log.progress=false", "comm.timeout_s=5", "data.dir=/tmp"}).empty());
 }
 
 TEST(RankConsistency, MessageNamesKeysAndRanks) {
