@@ -12,16 +12,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(clang libclang-rt-14-dev libomp-dev)
-missing=()
-for p in "${packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  echo "sanitize: installing ${missing[*]}"
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
-  apt-get install -y -qq "${missing[@]}"
-fi
+bash scripts/install_missing.sh "${packages[@]}"
 
 CC=clang CXX=clang++ cmake -S . -B build-san -G Ninja -DCMAKE_BUILD_TYPE=Release -DTIDE_FUZZ=ON \
   >/dev/null

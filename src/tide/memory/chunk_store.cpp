@@ -75,10 +75,6 @@ ChunkStore::~ChunkStore() {
       if (c.alloc) c.alloc->free(c.data, chunk_bytes(c.elems, c.dtype));
 }
 
-Allocator& ChunkStore::allocator(ChunkKind k) {
-  return k == ChunkKind::PARAM || k == ChunkKind::GRAD ? *opt_.compute : *opt_.optimizer;
-}
-
 Tensor ChunkStore::tensor(ChunkKind k, int id) const {
   const TensorSlot& s = layout_.slot(id);
   const Chunk& c = chunks_[static_cast<int>(k)].at(s.chunk);

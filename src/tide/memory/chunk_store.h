@@ -69,7 +69,6 @@ class ChunkStore {
   DType compute_dtype() const { return opt_.compute_dtype; }
   bool has(ChunkKind k) const { return !chunks_[static_cast<int>(k)].empty(); }
   bool sliced(ChunkKind k) const { return opt_.sliced_kinds & kind_bit(k); }
-  Allocator& allocator(ChunkKind k);
 
   // View of tensor `id` inside the chunk list of kind `k`, shaped as declared; the chunk must
   // be resident whole.

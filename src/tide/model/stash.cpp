@@ -1,7 +1,5 @@
 #include "tide/model/stash.h"
 
-#include <algorithm>
-
 #include "tide/core/error.h"
 
 namespace tide {
@@ -20,7 +18,7 @@ int StashPool::take() {
              slots_.size());
   const int i = free_.back();
   free_.pop_back();
-  peak_ = std::max(peak_, ++in_use_);
+  ++in_use_;
   return i;
 }
 

@@ -27,7 +27,6 @@ class StashPool {
 
   int slots() const { return static_cast<int>(slots_.size()); }
   int in_use() const { return in_use_; }
-  int peak_in_use() const { return peak_; }
   size_t slot_bytes() const { return slot_bytes_; }
   size_t bytes() const { return slot_bytes_ * slots_.size(); }
 
@@ -35,7 +34,7 @@ class StashPool {
   size_t slot_bytes_ = 0;
   std::vector<Arena> slots_;
   std::vector<int> free_;
-  int in_use_ = 0, peak_ = 0;
+  int in_use_ = 0;
 };
 
 }  // namespace tide

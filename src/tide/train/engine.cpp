@@ -102,12 +102,6 @@ size_t Engine::activation_bytes() const {
   return b;
 }
 
-size_t Engine::activation_peak_bytes() const {
-  size_t b = stash_.slot_bytes() * static_cast<size_t>(stash_.peak_in_use());
-  for (const auto& mb : mbs_) b += mb->saved.peak() + mb->workspace.peak();
-  return b;
-}
-
 StepStats Engine::step(int64_t step, uint64_t seed, const BatchFn& batch) {
   using Clock = std::chrono::steady_clock;
   const auto t0 = Clock::now();

@@ -64,11 +64,8 @@ class Engine {
   StepStats step(int64_t step, uint64_t seed, const BatchFn& batch);
 
   const pipeline::Schedule& schedule() const { return schedule_; }
-  int micro_batches_in_flight() const { return static_cast<int>(mbs_.size()); }
-  const StashPool& stash() const { return stash_; }
-  // Peak bytes of the activation arenas and the stash pool (allocated up front).
+  // Bytes of the activation arenas and the stash pool (allocated up front).
   size_t activation_bytes() const;
-  size_t activation_peak_bytes() const;
 
  private:
   class GradReduction;
