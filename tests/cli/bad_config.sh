@@ -22,6 +22,8 @@ tiny=(data.dir=data model.n_layer=1 model.n_head=2 model.n_embd=8 seq_len=8
 mkdir -p runs/a
 echo '{"step": 1, "loss": 9}' > runs/a/metrics.jsonl
 echo '{"earlier": true}' > runs/a/config.json
+expect_error "comm.timeout_s' must be a number > 0" train comm.timeout_s=0
+expect_error "comm.timeout_s' must be a number > 0" train comm.timeout_s=-5
 expect_error "'optimizer.params.eps' must be a number > 0 (got 0)" \
   train "${tiny[@]}" out_dir=runs/a optimizer.params.eps=0
 expect_error "'scheduler.params.cos_min_ratio' must be a number in \[0, 1\] (got 2)" \
