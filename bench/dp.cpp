@@ -123,7 +123,7 @@ void run(const Args& a, CommAlgorithm algo) {
     TIDE_ASSERT(st.grad_reductions == static_cast<int>(reduced.size()));
     step_s += st.seconds;
     exposed_s += st.comm_seconds;
-    bytes_sent += st.grad_bytes_sent;
+    bytes_sent += st.bytes_sent;
   }
   step_s /= a.steps;
   exposed_s /= a.steps;

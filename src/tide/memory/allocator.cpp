@@ -16,6 +16,7 @@ void* Allocator::allocate(size_t bytes, const std::string& what) {
   TIDE_CHECK(p != nullptr || bytes == 0, "could not allocate {:.2f} MiB of {} memory for {}",
              bytes / 1048576.0, name(), what);
   allocated_ += bytes;
+  ++allocations_;
   peak_ = std::max(peak_, allocated_);
   return p;
 }

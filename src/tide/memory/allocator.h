@@ -38,6 +38,8 @@ class Allocator {
   size_t limit() const { return limit_; }  // 0: no limit
   size_t allocated() const { return allocated_; }
   size_t peak() const { return peak_; }
+  // allocate() calls so far: a step that allocates nothing leaves it unchanged.
+  uint64_t allocations() const { return allocations_; }
   size_t available() const { return limit_ ? limit_ - allocated_ : SIZE_MAX; }
 
  protected:
@@ -47,6 +49,7 @@ class Allocator {
 
  private:
   size_t allocated_ = 0, peak_ = 0;
+  uint64_t allocations_ = 0;
 };
 
 class HostAllocator : public Allocator {

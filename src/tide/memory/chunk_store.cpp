@@ -47,8 +47,8 @@ ChunkStore::ChunkStore(ChunkLayout layout, StoreOptions options)
       if (kind == ChunkKind::PARAM && !opt_.params_resident) continue;
       Allocator& a = optimizer_kind ? *opt_.optimizer : *opt_.compute;
       ch.alloc = &a;
-      ch.data = a.allocate(chunk_bytes(ch.elems, t),
-                           fmt::format("{} chunk {}", chunk_kind_name(kind), c));
+      ch.bytes = chunk_bytes(ch.elems, t);
+      ch.data = a.allocate(ch.bytes, fmt::format("{} chunk {}", chunk_kind_name(kind), c));
     }
   }
   if (opt_.with_optimizer && alias_master) {
@@ -72,7 +72,13 @@ ChunkStore::ChunkStore(ChunkLayout layout, StoreOptions options)
 ChunkStore::~ChunkStore() {
   for (auto& list : chunks_)
     for (Chunk& c : list)
-      if (c.alloc) c.alloc->free(c.data, chunk_bytes(c.elems, c.dtype));
+      if (c.alloc) c.alloc->free(c.slice_home ? c.slice_home : c.data, c.bytes);
+}
+
+void PlacementPolicy::fetch_grads(ChunkStore&, int chunk) {
+  TIDE_FAIL("the gradients of chunk {} are not resident and this placement policy cannot bring "
+            "them in",
+            chunk);
 }
 
 Tensor ChunkStore::tensor(ChunkKind k, int id) const {
@@ -94,6 +100,10 @@ Tensor ChunkStore::chunk(ChunkKind k, int c) const {
 }
 
 Tensor ChunkStore::slice(ChunkKind k, int c) const {
+  const Chunk& ch = chunks_[static_cast<int>(k)].at(c);
+  if (ch.slice_home)
+    return Tensor(ch.slice_home, Shape{layout_.slice_elems(c)}, ch.dtype,
+                  ch.alloc ? ch.alloc->device() : Device::cpu());
   Tensor whole = chunk(k, c);
   const int64_t n = layout_.slice_elems(c);
   if (whole.numel() == n) return whole;
@@ -103,8 +113,10 @@ Tensor ChunkStore::slice(ChunkKind k, int c) const {
 }
 
 void ChunkStore::zero(ChunkKind k) {
-  for (Chunk& c : chunks_[static_cast<int>(k)])
+  for (Chunk& c : chunks_[static_cast<int>(k)]) {
     if (c.data) std::memset(c.data, 0, static_cast<size_t>(c.elems) * dtype_size(c.dtype));
+    if (c.slice_home) std::memset(c.slice_home, 0, c.bytes);
+  }
 }
 
 void ChunkStore::allocate_chunk(ChunkKind k, int c, Allocator& alloc) {
@@ -114,23 +126,48 @@ void ChunkStore::allocate_chunk(ChunkKind k, int c, Allocator& alloc) {
   ch.begin = 0;
   ch.elems = layout_.chunk_elems(c);
   ch.alloc = &alloc;
-  ch.data = alloc.allocate(chunk_bytes(ch.elems, ch.dtype),
-                           fmt::format("{} chunk {}", chunk_kind_name(k), c));
+  ch.bytes = chunk_bytes(ch.elems, ch.dtype);
+  ch.data = alloc.allocate(ch.bytes, fmt::format("{} chunk {}", chunk_kind_name(k), c));
 }
 
 void ChunkStore::free_chunk(ChunkKind k, int c) {
   Chunk& ch = at(k, c);
   TIDE_CHECK(chunk_users_[c] == 0, "{} chunk {} cannot be freed: ops are using its tensors",
              chunk_kind_name(k), c);
-  if (ch.alloc) ch.alloc->free(ch.data, chunk_bytes(ch.elems, ch.dtype));
+  TIDE_CHECK(!ch.slice_home, "{} chunk {} has a buffer attached: detach it first",
+             chunk_kind_name(k), c);
+  if (ch.alloc) ch.alloc->free(ch.data, ch.bytes);
   ch.data = nullptr;
   ch.alloc = nullptr;
+  ch.bytes = 0;
+}
+
+void ChunkStore::attach_whole(ChunkKind k, int c, void* buffer) {
+  Chunk& ch = at(k, c);
+  TIDE_CHECK(sliced(k) && ch.data && !ch.slice_home,
+             "{} chunk {}: a whole buffer attaches only over the resident slice of a sliced kind",
+             chunk_kind_name(k), c);
+  ch.slice_home = ch.data;
+  ch.data = buffer;
+  ch.begin = 0;
+  ch.elems = layout_.chunk_elems(c);
+}
+
+void ChunkStore::detach_whole(ChunkKind k, int c) {
+  Chunk& ch = at(k, c);
+  TIDE_CHECK(ch.slice_home, "{} chunk {} has no buffer attached", chunk_kind_name(k), c);
+  TIDE_CHECK(k != ChunkKind::PARAM || chunk_users_[c] == 0,
+             "param chunk {} cannot be detached: ops are using its tensors", c);
+  ch.data = ch.slice_home;
+  ch.slice_home = nullptr;
+  ch.elems = layout_.slice_elems(c);
+  ch.begin = opt_.group_rank * ch.elems;
 }
 
 size_t ChunkStore::bytes(ChunkKind k) const {
   size_t b = 0;
   for (const Chunk& c : chunks_[static_cast<int>(k)])
-    if (c.alloc && c.data) b += chunk_bytes(c.elems, c.dtype);
+    if (c.alloc && c.data) b += c.bytes;
   return b;
 }
 
@@ -148,6 +185,7 @@ void ChunkStore::set_state(int id, TensorState s) {
 }
 
 void ChunkStore::acquire(std::span<const int> ids, Use use) {
+  if (policy_) policy_->on_acquire(*this, ids, use);
   for (int id : ids) {
     const int c = layout_.slot(id).chunk;
     if (!whole(ChunkKind::PARAM, c)) {
@@ -156,6 +194,14 @@ void ChunkStore::acquire(std::span<const int> ids, Use use) {
                  layout_.slot(id).name, c);
       policy_->fetch(*this, c, use);
       TIDE_CHECK(whole(ChunkKind::PARAM, c), "the placement policy did not fetch chunk {}", c);
+    }
+    if (use == Use::WEIGHT && has(ChunkKind::GRAD) && !whole(ChunkKind::GRAD, c)) {
+      TIDE_CHECK(policy_ != nullptr,
+                 "the gradient of '{}' is not resident and no placement policy can fetch chunk {}",
+                 layout_.slot(id).name, c);
+      policy_->fetch_grads(*this, c);
+      TIDE_CHECK(whole(ChunkKind::GRAD, c), "the placement policy did not fetch gradient chunk {}",
+                 c);
     }
     if (users_[id]++ == 0) {
       set_state(id, TensorState::COMPUTE);

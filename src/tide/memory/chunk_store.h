@@ -50,11 +50,16 @@ struct StoreOptions {
 };
 
 struct Chunk {
-  void* data = nullptr;  // nullptr while not resident
+  void* data = nullptr;  // what ops see; nullptr while not resident
   int64_t begin = 0;     // first element of the chunk held (rank r's slice: r * slice_elems)
   int64_t elems = 0;     // elements held
   DType dtype = DType::F32;
   Allocator* alloc = nullptr;  // nullptr when aliasing another kind's chunk (MASTER == PARAM)
+  size_t bytes = 0;            // bytes allocated from `alloc` (0 for an alias)
+  // A sliced kind's own slice stays where it was allocated (`slice_home`) while a policy's
+  // whole-chunk buffer is attached over it (`data`): the ZeRO-3 gather target, the ZeRO-2/3
+  // gradient accumulation buffer.
+  void* slice_home = nullptr;
 };
 
 class ChunkStore {
@@ -76,7 +81,8 @@ class ChunkStore {
   // What this rank holds of chunk c of kind k, as a 1-D tensor (the whole chunk, padding
   // included, or the owned slice of a sliced kind).
   Tensor chunk(ChunkKind k, int c) const;
-  // This rank's slice of chunk c of kind k, whether the kind is sliced or whole.
+  // This rank's slice of chunk c of kind k, whether the kind is sliced (its own allocation,
+  // also while a whole buffer is attached) or whole (a view into the chunk).
   Tensor slice(ChunkKind k, int c) const;
   const Chunk& chunk_info(ChunkKind k, int c) const { return chunks_[static_cast<int>(k)][c]; }
   bool resident(ChunkKind k, int c) const { return chunk_info(k, c).data != nullptr; }
@@ -90,6 +96,12 @@ class ChunkStore {
   // `alloc`, or free it. A chunk with tensors in COMPUTE cannot be freed.
   void allocate_chunk(ChunkKind k, int c, Allocator& alloc);
   void free_chunk(ChunkKind k, int c);
+  // For a sliced kind: make chunk c whole by showing the ops `buffer` (chunk_elems(c) elements
+  // of k's dtype, owned by the caller) instead of the own slice, which stays allocated and is
+  // what slice() returns; detach_whole() goes back to the slice. The caller fills the buffer.
+  void attach_whole(ChunkKind k, int c, void* buffer);
+  void detach_whole(ChunkKind k, int c);
+  bool attached(ChunkKind k, int c) const { return chunk_info(k, c).slice_home != nullptr; }
 
   // Bytes held per kind (aliases count once) and in total.
   size_t bytes(ChunkKind k) const;
@@ -98,7 +110,8 @@ class ChunkStore {
   // --- use of parameters -------------------------------------------------------------------
   void set_policy(PlacementPolicy* policy) { policy_ = policy; }
   // Tensors `ids` are about to be used by ops: each joins COMPUTE (one more user), and every
-  // chunk of theirs that is not resident whole is fetched by the policy first.
+  // chunk of theirs that is not resident whole is fetched by the policy first (for
+  // Use::WEIGHT, their GRAD chunks too).
   void acquire(std::span<const int> ids, Use use);
   // The ops are done with `ids`: one user less each; a tensor with none left goes to
   // HOLD_AFTER_FWD / HOLD_AFTER_BWD, and a chunk with no tensor in COMPUTE is offered to the

@@ -3,8 +3,13 @@
 // ZeRO stages, offload and PatrickStar's automatic placement are policies, the model and the
 // engine never move memory themselves.
 //
+//   on_acquire(ids, use)    every acquire() starts here, before any check: a policy that follows
+//                           the step's order of accesses (ZeRO-3 prefetch) learns where it is.
 //   fetch(c, use)           acquire() found chunk c of PARAM not usable by ops: make it so
 //                           (allocate it on the compute tier; gather, copy or move it in).
+//   fetch_grads(c)          an acquire() for W (Use::WEIGHT: ops will add to gradients) found
+//                           chunk c of GRAD not whole: make it so (ZeRO-2/3 attach a buffer
+//                           holding this rank's accumulated slice).
 //   evict(c, use)           the last tensor of chunk c left COMPUTE: the policy may now free
 //                           or move the chunk (ZeRO-3 frees non-owned slices, offload copies
 //                           out) or keep it.
@@ -14,16 +19,24 @@
 //
 // The default (no policy) keeps everything resident where the store allocated it.
 
+#include <span>
+
 namespace tide {
 
 class ChunkStore;
 
-enum class Use { FORWARD, BACKWARD };
+// FORWARD: F reads parameters. BACKWARD: B reads parameters. WEIGHT: W reads parameters and
+// adds to their gradients.
+enum class Use { FORWARD, BACKWARD, WEIGHT };
 
 class PlacementPolicy {
  public:
   virtual ~PlacementPolicy() = default;
+  virtual void on_acquire(ChunkStore& store, std::span<const int> ids, Use use) {
+    (void)store, (void)ids, (void)use;
+  }
   virtual void fetch(ChunkStore& store, int chunk, Use use) = 0;
+  virtual void fetch_grads(ChunkStore& store, int chunk);
   virtual void evict(ChunkStore& store, int chunk, Use use) = 0;
   virtual void on_grads_ready(ChunkStore& store, int chunk, int micro_batch) = 0;
 };

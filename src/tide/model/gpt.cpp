@@ -1,5 +1,6 @@
 #include "tide/model/gpt.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -48,18 +49,26 @@ void GPT::init_weights(uint64_t seed) {
     const TensorSlot& s = lay.slot(id);
     // f32: the parameters are the master weights (a sliced MASTER kind is only their slice).
     const bool f32 = store_->compute_dtype() == DType::F32 || !store_->has(ChunkKind::MASTER);
-    float* w = store_->tensor(f32 ? ChunkKind::PARAM : ChunkKind::MASTER, id).f32();
+    const Chunk& ch = store_->chunk_info(f32 ? ChunkKind::PARAM : ChunkKind::MASTER, s.chunk);
+    TIDE_CHECK(ch.data != nullptr, "cannot initialise '{}': its chunk is not resident", s.name);
+    // The elements [lo, hi) of the tensor that this rank holds: all of it, or under ZeRO-3 the
+    // part inside its slice. w(i) is element i.
+    const int64_t lo = std::clamp<int64_t>(ch.begin - s.offset, 0, s.numel);
+    const int64_t hi = std::clamp<int64_t>(ch.begin + ch.elems - s.offset, lo, s.numel);
+    float* base = static_cast<float*>(ch.data);
+    auto w = [&](int64_t i) -> float& { return base[s.offset + i - ch.begin]; };
     const bool is_bias = s.name.ends_with(".bias");
     const bool is_norm = s.name.find("ln_") != std::string::npos;
     if (is_norm || is_bias) {
       const float v = (is_norm && !is_bias) ? 1.0f : 0.0f;
-      for (int64_t i = 0; i < s.numel; ++i) w[i] = v;
+      for (int64_t i = lo; i < hi; ++i) w(i) = v;
       continue;
     }
     const float std = s.name.ends_with("c_proj.weight") ? proj_std : 0.02f;
-    // One RNG stream per tensor, keyed by its name's position: independent of chunking.
+    // One RNG stream per tensor, keyed by its name's position: independent of chunking, so
+    // each rank draws exactly the elements it holds.
     const PhiloxStream rng{seed, rng_stream_id(0x1417, static_cast<uint64_t>(id))};
-    for (int64_t i = 0; i < s.numel; ++i) w[i] = std * rng.normal(static_cast<uint64_t>(i));
+    for (int64_t i = lo; i < hi; ++i) w(i) = std * rng.normal(static_cast<uint64_t>(i));
   }
 }
 
@@ -138,9 +147,9 @@ void GPT::backward_weight_block(MicroBatch& mb, int i, bool mark_grads) {
              i);
   const size_t mark = mb.workspace.mark();
   const std::vector<int>& ids = blocks_[i]->param_ids();
-  store_->acquire(ids, Use::BACKWARD);
+  store_->acquire(ids, Use::WEIGHT);
   blocks_[i]->backward_weight(mb);
-  store_->release(ids, Use::BACKWARD);
+  store_->release(ids, Use::WEIGHT);
   mb.workspace.rewind(mark);
   mb.stash->give_back(mb.stash_slot[i]);
   mb.stash_slot[i] = -1;

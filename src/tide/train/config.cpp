@@ -68,7 +68,31 @@ const std::vector<ConfigKey>& config_schema() {
        nums(0, false)},
       {"bf16.enabled", T::BOOL, false, "bf16 compute (needs --device cuda)"},
       {"fp16.enabled", T::BOOL, false, "fp16 compute with dynamic loss scaling (needs cuda)"},
-      {"zero_optimization.stage", T::INT, 0, "ZeRO stage; 0 = data parallel (DDP)", ints(0, 3)},
+      {"zero_optimization.stage", T::INT, 0,
+       "ZeRO stage: 0 = data parallel (DDP), 1 = partition optimizer states, 2 = + gradients, "
+       "3 = + parameters (docs/zero.md)",
+       ints(0, 3)},
+      {"zero_optimization.reduce_bucket_size", T::INT, 500000000,
+       "stages 1-3: gradient elements being reduce-scattered at once (at least the largest "
+       "chunk)",
+       ints(1)},
+      {"zero_optimization.allgather_bucket_size", T::INT, 500000000,
+       "stages 1-2: parameter elements being all-gathered at once after the step (at least the "
+       "largest chunk)",
+       ints(1)},
+      {"zero_optimization.overlap_comm", T::BOOL, true,
+       "stages 1-3: reduce-scatter gradients asynchronously, overlapping backward; false = "
+       "each reduction blocks"},
+      {"zero_optimization.contiguous_gradients", T::BOOL, true,
+       "gradients live in contiguous chunks (always; false is refused)"},
+      {"zero_optimization.stage3_prefetch_bucket_size", T::INT, 50000000,
+       "stage 3: parameter elements gathered ahead of the block that uses them; 0 = no prefetch",
+       ints(0)},
+      {"zero_optimization.stage3_max_live_parameters", T::INT, 1000000000,
+       "stage 3: most parameter elements gathered at once (at least one block's chunks)",
+       ints(1)},
+      {"zero_optimization.stage3_param_persistence_threshold", T::INT, 100000,
+       "stage 3: chunks of at most this many elements stay gathered", ints(0)},
       {"activation_checkpointing.policy", T::STRING, "none",
        "none (save all), selective (recompute attention core) or full (recompute blocks)"},
       {"chunk_size_mb", T::FLOAT, 0.0,
@@ -395,10 +419,16 @@ TrainConfig parse_checked(const json& j, std::vector<std::string> unknown) {
   c.bf16 = b("bf16.enabled");
   c.fp16 = b("fp16.enabled");
   TIDE_CHECK(!(c.bf16 && c.fp16), "bf16.enabled and fp16.enabled cannot both be true");
-  c.zero_stage = static_cast<int>(i("zero_optimization.stage"));
-  TIDE_CHECK(c.zero_stage == 0,
-             "zero_optimization.stage {} is not available yet; use 0 (data parallel)",
-             c.zero_stage);
+  c.zero.stage = static_cast<int>(i("zero_optimization.stage"));
+  c.zero.reduce_bucket_size = i("zero_optimization.reduce_bucket_size");
+  c.zero.allgather_bucket_size = i("zero_optimization.allgather_bucket_size");
+  c.zero.overlap_comm = b("zero_optimization.overlap_comm");
+  TIDE_CHECK(b("zero_optimization.contiguous_gradients"),
+             "zero_optimization.contiguous_gradients = false is not available: tide's gradients "
+             "always live in contiguous chunks; remove the key or set it to true");
+  c.zero.prefetch_bucket_size = i("zero_optimization.stage3_prefetch_bucket_size");
+  c.zero.max_live_parameters = i("zero_optimization.stage3_max_live_parameters");
+  c.zero.param_persistence_threshold = i("zero_optimization.stage3_param_persistence_threshold");
   c.activation_policy = parse_activation_policy(s("activation_checkpointing.policy"));
   c.chunk_size_mb = f("chunk_size_mb");
 
@@ -553,6 +583,15 @@ json config_to_json(const TrainConfig& c) {
                       {"total_num_steps", c.decay_steps},
                       {"cos_min_ratio", c.min_lr_ratio}}}};
   j["gradient_clipping"] = c.grad_clip;
+  j["zero_optimization"] = {
+      {"stage", c.zero.stage},
+      {"reduce_bucket_size", c.zero.reduce_bucket_size},
+      {"allgather_bucket_size", c.zero.allgather_bucket_size},
+      {"overlap_comm", c.zero.overlap_comm},
+      {"contiguous_gradients", true},
+      {"stage3_prefetch_bucket_size", c.zero.prefetch_bucket_size},
+      {"stage3_max_live_parameters", c.zero.max_live_parameters},
+      {"stage3_param_persistence_threshold", c.zero.param_persistence_threshold}};
   j["activation_checkpointing"] = {{"policy", activation_policy_name(c.activation_policy)}};
   j["model"] = {{"n_layer", c.model.n_layer},         {"n_head", c.model.n_head},
                 {"n_embd", c.model.n_embd},           {"vocab_size", c.model.vocab_size},

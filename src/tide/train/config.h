@@ -16,6 +16,7 @@
 
 #include "tide/model/activations.h"
 #include "tide/model/config.h"
+#include "tide/train/zero_settings.h"
 
 namespace tide {
 
@@ -59,7 +60,7 @@ struct TrainConfig {
   float min_lr_ratio = 0.1f;
   float grad_clip = 1.0f;  // 0: off
   bool bf16 = false, fp16 = false;
-  int zero_stage = 0;
+  ZeroSettings zero;  // zero_optimization.*
   ActivationPolicy activation_policy = ActivationPolicy::SAVE_ALL;
   double chunk_size_mb = 0;  // 0: smallest legal chunk (the largest tensor)
   // model

@@ -61,10 +61,38 @@ std::pair<int, int> in_flight(const pipeline::Schedule& s, int blocks) {
   }
   return {peak_mbs, std::max(peak_stashes, 1)};  // fused B+W holds one stash at a time
 }
+
+// The order in which a step's actions use the blocks' parameters (ZeRO-3 prefetches by it).
+std::vector<BlockAccess> block_accesses(const pipeline::Schedule& s, int blocks) {
+  std::vector<BlockAccess> seq;
+  for (const pipeline::Action& a : s.actions[0]) {
+    if (a.op == Op::F)
+      for (int i = 0; i < blocks; ++i) seq.push_back({i, Use::FORWARD});
+    if (a.op == Op::B)
+      for (int i = blocks - 1; i >= 0; --i) {
+        seq.push_back({i, Use::BACKWARD});
+        if (!s.split_backward) seq.push_back({i, Use::WEIGHT});
+      }
+    if (a.op == Op::W && s.split_backward)
+      for (int i = blocks - 1; i >= 0; --i) seq.push_back({i, Use::WEIGHT});
+  }
+  return seq;
+}
+
+// Sum over the group of one double per rank, added in rank order (the same bits everywhere).
+double sum_over_ranks(ProcessGroup& g, double x) {
+  if (g.size() == 1) return x;
+  std::vector<double> all(g.size());
+  g.all_gather(Tensor(&x, Shape{2}, DType::I32),
+               Tensor(all.data(), Shape{2 * int64_t{g.size()}}, DType::I32));
+  double sum = 0;
+  for (double v : all) sum += v;
+  return sum;
+}
 }  // namespace
 
 Engine::Engine(GPT& model, std::shared_ptr<ProcessGroup> dp, pipeline::Schedule schedule, int B,
-               int T, OptimizerSettings optimizer)
+               int T, OptimizerSettings optimizer, ZeroSettings zero)
     : model_(model),
       dp_(std::move(dp)),
       schedule_(std::move(schedule)),
@@ -81,13 +109,28 @@ Engine::Engine(GPT& model, std::shared_ptr<ProcessGroup> dp, pipeline::Schedule 
   stash_ = StashPool(model_.stash_slot_bytes(B, T), stashes);
   for (int i = 0; i < mbs; ++i) mbs_.push_back(model_.make_micro_batch(B, T, &stash_));
   running_.assign(mbs, -1);
-  reduction_ = std::make_unique<GradReduction>(*dp_);
-  model_.store().set_policy(reduction_.get());
+  ChunkStore& store = model_.store();
+  if (zero.stage == 0) {
+    reduction_ = std::make_unique<GradReduction>(*dp_);
+    store.set_policy(reduction_.get());
+    return;
+  }
+  std::vector<std::vector<int>> block_params;
+  for (int i = 0; i < model_.num_blocks(); ++i) block_params.push_back(model_.block(i).param_ids());
+  zero_ = std::make_unique<ZeroPolicy>(store, *dp_, zero, std::move(block_params),
+                                       *store.options().compute);
+  accesses_ = block_accesses(schedule_, model_.num_blocks());
+  store.set_policy(zero_.get());
 }
 
 Engine::~Engine() {
-  reduction_->wait_all();  // never leave a collective writing into freed chunks
+  if (reduction_) reduction_->wait_all();  // never leave a collective writing into freed chunks
   model_.store().set_policy(nullptr);
+  zero_.reset();
+}
+
+void Engine::sync_params() {
+  if (zero_) zero_->after_update();
 }
 
 MicroBatch& Engine::micro_batch(int mb) {
@@ -109,6 +152,7 @@ StepStats Engine::step(int64_t step, uint64_t seed, const BatchFn& batch) {
   const int M = schedule_.microbatches, L = model_.num_blocks();
   store.zero(ChunkKind::GRAD);
   store.begin_step(M);
+  if (zero_) zero_->begin_step(accesses_);
   const uint64_t sent_before = dp_->counters().bytes_sent;
   double loss_sum = 0;
   for (const pipeline::Action& a : schedule_.actions[0]) {
@@ -141,22 +185,29 @@ StepStats Engine::step(int64_t step, uint64_t seed, const BatchFn& batch) {
     }
   }
   const auto t_comm = Clock::now();
-  reduction_->wait_all();
   StepStats st;
+  if (zero_) {
+    zero_->finish_gradients();
+    st.grad_reductions = zero_->counters().reduce_scatters;
+  } else {
+    reduction_->wait_all();
+    st.grad_reductions = static_cast<int>(reduction_->pending.size());
+    reduction_->pending.clear();
+  }
   st.comm_seconds = std::chrono::duration<double>(Clock::now() - t_comm).count();
-  // Only gradient reductions have run on the group since sent_before.
-  st.grad_reductions = static_cast<int>(reduction_->pending.size());
-  st.grad_bytes_sent = dp_->counters().bytes_sent - sent_before;
-  reduction_->pending.clear();
+  uint64_t sent = dp_->counters().bytes_sent - sent_before;
 
-  // Global gradient norm over all chunks (padding is zero). Every rank holds the same averaged
-  // gradients, so every rank computes the same norm and takes the same step.
+  // Global gradient norm (padding is zero). Stage 0: every rank holds the same averaged
+  // gradients and sums all of them. ZeRO: each rank sums its owned slices and the sums are
+  // added in rank order. Either way every rank gets the same norm and takes the same step.
   std::vector<GradBuffer> bufs;
   for (int c = 0; c < store.layout().num_chunks(); ++c) {
-    const Tensor g = store.chunk(ChunkKind::GRAD, c);
+    const Tensor g = zero_ ? store.slice(ChunkKind::GRAD, c) : store.chunk(ChunkKind::GRAD, c);
     bufs.push_back({g.data, g.dtype, g.numel()});
   }
-  st.grad_norm = std::sqrt(grad_norm_squared(bufs));
+  double norm2 = grad_norm_squared(bufs);
+  if (zero_) norm2 = sum_over_ranks(*dp_, norm2);
+  st.grad_norm = std::sqrt(norm2);
   TIDE_CHECK(std::isfinite(st.grad_norm),
              "the gradient norm at step {} is not finite (NaN/Inf); lower the learning rate or "
              "enable gradient_clipping",
@@ -166,6 +217,14 @@ StepStats Engine::step(int64_t step, uint64_t seed, const BatchFn& batch) {
   AdamWHyper h = opt_.adamw;
   h.lr = st.lr;
   adamw_step(store, h, AdamWStep{step + 1, clip});
+  if (zero_) {
+    const uint64_t before_gather = dp_->counters().bytes_sent;
+    zero_->after_update();
+    sent += dp_->counters().bytes_sent - before_gather;
+    st.param_gathers = zero_->counters().all_gathers;
+    st.peak_gathered_param_elems = zero_->counters().peak_live_param_elems;
+  }
+  st.bytes_sent = sent;
 
   st.step = step + 1;
   st.loss = static_cast<float>(loss_sum / M);

@@ -8,8 +8,10 @@
 //   * the W stash pool: sized from the schedule, the sum over the (micro-batch, block) stashes
 //     in flight at once (one when B and W are fused, every block of every micro-batch whose B
 //     is done and W is not when the schedule defers W);
-//   * the gradient hooks (a PlacementPolicy): each chunk's gradients are averaged over the DP
-//     group as soon as they are complete for the step's last micro-batch, overlapping backward;
+//   * the placement policy: with ZeRO stage 0 each chunk's gradients are all-reduced over the
+//     DP group as soon as they are complete for the step's last micro-batch, overlapping
+//     backward; stages 1-3 are the ZeroPolicy (zero.h: reduce-scatter, owned-slice update,
+//     parameter gathering);
 //   * the optimizer: global gradient norm, clipping, learning rate, AdamW.
 //
 // The model does all parameter access through store.acquire/release; the engine never sets a
@@ -24,6 +26,7 @@
 #include "tide/optim/adamw.h"
 #include "tide/optim/lr_schedule.h"
 #include "tide/pipeline/schedule.h"
+#include "tide/train/zero.h"
 
 namespace tide {
 
@@ -45,17 +48,23 @@ struct StepStats {
   double seconds = 0;       // wall time of the step
   double comm_seconds = 0;  // time spent waiting for gradient reductions after backward
   int64_t tokens = 0;       // tokens in the global batch (set by the trainer)
-  // Data parallelism: gradient all-reduces issued this step (one per chunk, once per step) and
-  // the bytes this rank sent for them (the process group's counters).
+  // Data parallelism: gradient reductions issued this step (stage 0: one all-reduce per chunk
+  // per step; ZeRO: one reduce-scatter per chunk per micro-batch), parameter all-gathers
+  // (ZeRO), and the bytes this rank sent for them (the process group's counters; the few bytes
+  // of the gradient-norm exchange are not included).
   int grad_reductions = 0;
-  uint64_t grad_bytes_sent = 0;
+  int param_gathers = 0;
+  uint64_t bytes_sent = 0;
+  // ZeRO-3: most parameter elements gathered at once during the step.
+  int64_t peak_gathered_param_elems = 0;
 };
 
 class Engine {
  public:
   // `dp` is the data-parallel group (size 1: a single rank). Micro-batches are (B,T).
+  // `zero.stage` 1-3 needs a store sliced by zero_sliced_kinds() over the dp group.
   Engine(GPT& model, std::shared_ptr<ProcessGroup> dp, pipeline::Schedule schedule, int B, int T,
-         OptimizerSettings optimizer);
+         OptimizerSettings optimizer, ZeroSettings zero = {});
   ~Engine();
 
   // Fills micro-batch `mb`'s tokens and targets (B,T).
@@ -66,6 +75,11 @@ class Engine {
   const pipeline::Schedule& schedule() const { return schedule_; }
   // Bytes of the activation arenas and the stash pool (allocated up front).
   size_t activation_bytes() const;
+  // Bytes of ZeRO's communication buffers (0 at stage 0, whose reductions work in place).
+  size_t comm_buffer_bytes() const { return zero_ ? zero_->buffer_bytes() : 0; }
+  // The owned parameter slices changed outside a step (a checkpoint was loaded): bring the
+  // whole copies ZeRO keeps up to date.
+  void sync_params();
 
  private:
   class GradReduction;
@@ -79,7 +93,9 @@ class Engine {
   StashPool stash_;
   std::vector<std::unique_ptr<MicroBatch>> mbs_;  // pool, one per micro-batch in flight
   std::vector<int> running_;                      // [pool index] -> micro-batch, -1 when free
-  std::unique_ptr<GradReduction> reduction_;
+  std::unique_ptr<GradReduction> reduction_;  // stage 0
+  std::unique_ptr<ZeroPolicy> zero_;          // stages 1-3
+  std::vector<BlockAccess> accesses_;         // the blocks' parameter uses in one step
 };
 
 }  // namespace tide

@@ -1,6 +1,7 @@
 #pragma once
-// One AdamW step over every parameter of a chunk store (f32 training: MASTER is PARAM, so no
-// compute-precision copy is written). Weight decay applies only to tensors whose slot says so
+// One AdamW step over the parameters this rank updates: all of them, or under ZeRO the owned
+// slice of every chunk (f32 training: MASTER is PARAM, so no compute-precision copy is
+// written). Weight decay applies only to tensors whose slot says so
 // (matrices and embeddings, not biases or norms), hence one fused call per tensor.
 
 #include "tide/memory/chunk_store.h"

@@ -96,8 +96,12 @@ Trainer::Trainer(TrainConfig config, std::shared_ptr<ProcessGroup> world)
       cfg_.resume.empty() ? std::nullopt : std::optional(check_resume(cfg_.resume));
   resolve_data();
 
-  model_ = std::make_unique<GPT>(cfg_.model, cfg_.activation_policy,
-                                 chunk_elems_from_mib(cfg_.chunk_size_mb), true, dp);
+  ModelOptions mo;
+  mo.chunk_elems = chunk_elems_from_mib(cfg_.chunk_size_mb);
+  mo.group_size = dp;  // chunks slice evenly over the DP group (ZeRO partitions by slice)
+  mo.store.group_rank = world_->rank();
+  mo.store.sliced_kinds = zero_sliced_kinds(cfg_.zero.stage);
+  model_ = std::make_unique<GPT>(cfg_.model, cfg_.activation_policy, mo);
   model_->init_weights(cfg_.seed);
   // Second round, now that the data is open and the model laid out: the same data and layout.
   check_ranks_agree(
@@ -116,10 +120,11 @@ Trainer::Trainer(TrainConfig config, std::shared_ptr<ProcessGroup> world)
   opt.lr.max_steps = cfg_.decay_steps;
   opt.grad_clip = cfg_.grad_clip;
   engine_ = std::make_unique<Engine>(*model_, world_, data_parallel_schedule(cfg_.grad_accum),
-                                     cfg_.micro_batch, cfg_.seq_len, opt);
+                                     cfg_.micro_batch, cfg_.seq_len, opt, cfg_.zero);
   eval_mb_ = model_->make_micro_batch(1, cfg_.seq_len);
   if (resume_at) {
     load_checkpoint(cfg_.resume, *model_, /*with_optimizer_state=*/true);
+    engine_->sync_params();
     step_ = resume_at->step;
     train_loader_->seek(resume_at->data_epoch, resume_at->data_batch);
   }
@@ -206,13 +211,18 @@ float Trainer::evaluate() {
   // Per sequence of this rank's share: (sum of its position losses, positions with a target),
   // as doubles carried bit for bit through an all-gather of int32 words.
   std::vector<double> mine(2 * share, 0.0), all(2 * share * dp, 0.0);
-  for (int64_t k = 0; k < share && rank * share + k < n; ++k) {
-    val_loader_->seek(0, static_cast<uint64_t>(rank * share + k));
+  // Under ZeRO-3 a forward gathers parameters with the whole group, so every rank runs `share`
+  // forwards; a rank past the end scores sequence 0 again and drops the result.
+  const bool collective_forward = cfg_.zero.stage == 3;
+  for (int64_t k = 0; k < share && (collective_forward || rank * share + k < n); ++k) {
+    const bool counted = rank * share + k < n;
+    val_loader_->seek(0, counted ? static_cast<uint64_t>(rank * share + k) : 0);
     val_loader_->next_batch();
     std::memcpy(eval_mb_->tokens.data, val_loader_->inputs().data(), eval_mb_->tokens.nbytes());
     std::memcpy(eval_mb_->targets.data, val_loader_->targets().data(), eval_mb_->targets.nbytes());
     eval_mb_->training = false;
     model_->forward(*eval_mb_);
+    if (!counted) continue;
     mine[2 * k] = eval_mb_->seq_loss_sum[0];
     mine[2 * k + 1] = static_cast<double>(eval_mb_->seq_targets[0]);
   }
@@ -231,8 +241,8 @@ float Trainer::evaluate() {
 }
 
 size_t Trainer::memory_bytes() const {
-  return model_->store().total_bytes() + engine_->activation_bytes() + eval_mb_->saved.capacity() +
-         eval_mb_->workspace.capacity();
+  return model_->store().total_bytes() + engine_->comm_buffer_bytes() +
+         engine_->activation_bytes() + eval_mb_->saved.capacity() + eval_mb_->workspace.capacity();
 }
 
 std::string Trainer::save(const std::string& name) const {

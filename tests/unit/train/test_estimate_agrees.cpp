@@ -64,7 +64,7 @@ TEST(EstimateAgreesWithRuntime, DataParallelChunkStore) {
       const TrainConfig tc = parse_train_config(config);
       // As Trainer builds its model (train/trainer.cpp).
       GPT gpt(tc.model, tc.activation_policy, chunk_elems_from_mib(tc.chunk_size_mb), true, dp);
-      const TrainSetup s = estimate_setup(config, dp, tc.zero_stage);
+      const TrainSetup s = estimate_setup(config, dp, tc.zero.stage);
       EXPECT_EQ(s.precision, Precision::FP32);  // neither bf16 nor fp16 enabled, in both
       EXPECT_EQ(s.micro_batch, tc.micro_batch);
       EXPECT_EQ(s.seq(), tc.seq_len);

@@ -1,0 +1,343 @@
+#include "tide/train/zero.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "tide/core/arena.h"
+
+namespace tide {
+
+unsigned zero_sliced_kinds(int stage) {
+  unsigned k = 0;
+  if (stage >= 1)
+    k |= kind_bit(ChunkKind::MASTER) | kind_bit(ChunkKind::ADAM_M) | kind_bit(ChunkKind::ADAM_V);
+  if (stage >= 2) k |= kind_bit(ChunkKind::GRAD);
+  if (stage >= 3) k |= kind_bit(ChunkKind::PARAM);
+  return k;
+}
+
+namespace {
+
+std::vector<int> chunks_of_ids(const ChunkLayout& layout, std::span<const int> ids) {
+  std::vector<int> cs;
+  for (int id : ids) cs.push_back(layout.slot(id).chunk);
+  std::sort(cs.begin(), cs.end());
+  cs.erase(std::unique(cs.begin(), cs.end()), cs.end());
+  return cs;
+}
+
+// Rank r's slice of a whole chunk, as a view (in-place reduce-scatter and all-gather).
+Tensor own_part(const Tensor& whole, int64_t slice, int rank) {
+  return Tensor(static_cast<char*>(whole.data) + rank * slice * int64_t(dtype_size(whole.dtype)),
+                Shape{slice}, whole.dtype, whole.device);
+}
+
+}  // namespace
+
+void check_zero_settings(const ZeroSettings& s, const ChunkLayout& layout,
+                         const std::vector<std::vector<int>>& block_params) {
+  TIDE_CHECK(s.stage >= 0 && s.stage <= 3, "zero_optimization.stage must be 0, 1, 2 or 3 (got {})",
+             s.stage);
+  if (s.stage == 0) return;
+  const int64_t chunk = layout.max_chunk_elems();
+  TIDE_CHECK(s.reduce_bucket_size >= chunk,
+             "zero_optimization.reduce_bucket_size ({}) must hold the largest chunk ({} elements): "
+             "tide reduces gradients a chunk at a time; raise it or lower chunk_size_mb",
+             s.reduce_bucket_size, chunk);
+  TIDE_CHECK(s.allgather_bucket_size >= chunk,
+             "zero_optimization.allgather_bucket_size ({}) must hold the largest chunk ({} "
+             "elements): tide gathers parameters a chunk at a time; raise it or lower "
+             "chunk_size_mb",
+             s.allgather_bucket_size, chunk);
+  if (s.stage < 3) return;
+  int64_t need = 0;
+  for (const auto& ids : block_params) {
+    int64_t elems = 0;
+    for (int c : chunks_of_ids(layout, ids)) elems += layout.chunk_elems(c);
+    need = std::max(need, elems);
+  }
+  TIDE_CHECK(s.max_live_parameters >= need,
+             "zero_optimization.stage3_max_live_parameters ({}) is below what one block needs "
+             "gathered at once ({} elements: the chunks of its parameters); raise it or lower "
+             "chunk_size_mb",
+             s.max_live_parameters, need);
+}
+
+ZeroPolicy::ZeroPolicy(ChunkStore& store, ProcessGroup& dp, const ZeroSettings& settings,
+                       std::vector<std::vector<int>> block_params, Allocator& buffers)
+    : store_(store), dp_(dp), s_(settings), block_params_(std::move(block_params)), alloc_(buffers) {
+  const ChunkLayout& lay = store_.layout();
+  TIDE_CHECK(s_.stage >= 1 && s_.stage <= 3, "ZeroPolicy runs stages 1-3 (got {})", s_.stage);
+  TIDE_CHECK(store_.options().sliced_kinds == zero_sliced_kinds(s_.stage) &&
+                 lay.group_size() == dp_.size() && store_.options().group_rank == dp_.rank(),
+             "the chunk store is not sliced for ZeRO stage {} over {} ranks", s_.stage, dp_.size());
+  TIDE_CHECK(store_.compute_dtype() == DType::F32,
+             "ZeRO on the CPU reduces f32 gradients; the store computes in {}",
+             dtype_name(store_.compute_dtype()));
+  check_zero_settings(s_, lay, block_params_);
+  for (const auto& ids : block_params_) block_chunks_.push_back(chunks_of_ids(lay, ids));
+  buffer_bytes_ = Arena::aligned(static_cast<size_t>(lay.max_chunk_elems()) *
+                                 dtype_size(store_.compute_dtype()));
+  const int n = lay.num_chunks();
+  if (s_.stage == 3) {
+    gathered_.assign(n, Gathered::NO);
+    gather_work_.resize(n);
+    persistent_.assign(n, false);
+    for (int c = 0; c < n; ++c)
+      if (lay.payload_elems(c) <= s_.param_persistence_threshold) {
+        persistent_[c] = true;
+        start_gather(c);
+        wait_gathered(c);
+      }
+  }
+}
+
+ZeroPolicy::~ZeroPolicy() {
+  // Never leave a collective writing into a buffer that is about to be freed.
+  for (const Pending& p : reductions_) p.work->wait();
+  for (const WorkPtr& w : gather_work_)
+    if (w) w->wait();
+  for (int c = 0; c < store_.layout().num_chunks(); ++c)
+    for (ChunkKind k : {ChunkKind::PARAM, ChunkKind::GRAD})
+      if (store_.has(k) && store_.attached(k, c)) store_.detach_whole(k, c);
+  for (void* p : all_buffers_) alloc_.free(p, buffer_bytes_);
+}
+
+void* ZeroPolicy::take_buffer() {
+  if (!free_buffers_.empty()) {
+    void* p = free_buffers_.back();
+    free_buffers_.pop_back();
+    return p;
+  }
+  void* p = alloc_.allocate(buffer_bytes_, "a ZeRO communication buffer");
+  all_buffers_.push_back(p);
+  ++buffers_allocated_;
+  return p;
+}
+
+void ZeroPolicy::give_buffer(void* p) {
+  free_buffers_.push_back(p);
+}
+
+void ZeroPolicy::begin_step(std::vector<BlockAccess> accesses) {
+  for (const BlockAccess& a : accesses)
+    TIDE_CHECK(a.block >= 0 && a.block < static_cast<int>(block_params_.size()),
+               "access to block {} of {}", a.block, block_params_.size());
+  accesses_ = std::move(accesses);
+  pos_ = prefetched_to_ = 0;
+  in_step_ = true;
+  counters_ = {};
+  if (s_.stage == 3) {
+    counters_.peak_live_param_elems = live_elems_;
+    prefetch_after(0);
+  }
+}
+
+// --- stage 3: parameters ------------------------------------------------------------------
+
+void ZeroPolicy::start_gather(int c) {
+  TIDE_ASSERT(gathered_[c] == Gathered::NO);
+  store_.attach_whole(ChunkKind::PARAM, c, take_buffer());
+  gather_work_[c] =
+      dp_.all_gather_async(store_.slice(ChunkKind::PARAM, c), store_.chunk(ChunkKind::PARAM, c));
+  gathered_[c] = Gathered::IN_FLIGHT;
+  const int64_t elems = store_.layout().chunk_elems(c);
+  live_elems_ += elems;
+  counters_.all_gathers += 1;
+  counters_.gathered_elems += elems;
+  counters_.peak_live_param_elems = std::max(counters_.peak_live_param_elems, live_elems_);
+}
+
+void ZeroPolicy::wait_gathered(int c) {
+  if (gathered_[c] == Gathered::NO) start_gather(c);
+  if (gathered_[c] == Gathered::IN_FLIGHT) {
+    gather_work_[c]->wait();
+    gather_work_[c].reset();
+    gathered_[c] = Gathered::YES;
+  }
+}
+
+void ZeroPolicy::release_gathered(int c) {
+  wait_gathered(c);  // a prefetch still in flight must land before its buffer is reused
+  void* buffer = store_.chunk(ChunkKind::PARAM, c).data;
+  store_.detach_whole(ChunkKind::PARAM, c);
+  give_buffer(buffer);
+  gathered_[c] = Gathered::NO;
+  live_elems_ -= store_.layout().chunk_elems(c);
+}
+
+// Starts gathering the chunks of the accesses from `pos` on, while the accesses looked at stay
+// within stage3_prefetch_bucket_size elements and the gathered ones within the live limit.
+void ZeroPolicy::prefetch_after(size_t pos) {
+  const ChunkLayout& lay = store_.layout();
+  int64_t ahead = 0;
+  for (size_t q = pos; q < accesses_.size(); ++q) {
+    for (int c : chunks_of(accesses_[q].block)) {
+      const int64_t elems = lay.chunk_elems(c);
+      ahead += elems;
+      if (ahead > s_.prefetch_bucket_size) return;
+      if (gathered_[c] != Gathered::NO) continue;
+      if (live_elems_ + elems > s_.max_live_parameters) return;
+      start_gather(c);
+    }
+    prefetched_to_ = std::max(prefetched_to_, q + 1);
+  }
+}
+
+// Chunk c is used by the next access or one already prefetched for.
+bool ZeroPolicy::needed_soon(int c) const {
+  const size_t end = std::min(accesses_.size(), std::max(pos_ + 1, prefetched_to_));
+  for (size_t q = pos_; q < end; ++q) {
+    const auto& cs = chunks_of(accesses_[q].block);
+    if (std::find(cs.begin(), cs.end(), c) != cs.end()) return true;
+  }
+  return false;
+}
+
+void ZeroPolicy::on_acquire(ChunkStore& store, std::span<const int> ids, Use use) {
+  const ChunkLayout& lay = store.layout();
+  if (use == Use::WEIGHT)  // W adds to gradients: an earlier micro-batch's reduction must land
+    for (int c : chunks_of_ids(lay, ids)) complete_reductions_of(c);
+  if (s_.stage < 3) return;
+  if (!in_step_ || pos_ >= accesses_.size()) {
+    for (int c : chunks_of_ids(lay, ids)) wait_gathered(c);
+    return;
+  }
+  const BlockAccess& a = accesses_[pos_];
+  TIDE_CHECK(a.use == use && std::ranges::equal(block_params_[a.block], ids),
+             "ZeRO-3: the model's parameter accesses do not follow the step's sequence at access "
+             "{} (block {}): the engine's access list is wrong",
+             pos_, a.block);
+  ++pos_;
+  for (int c : chunks_of(a.block)) wait_gathered(c);
+  prefetch_after(pos_);
+}
+
+void ZeroPolicy::fetch(ChunkStore&, int chunk, Use) {
+  TIDE_CHECK(s_.stage == 3, "param chunk {} is not resident; ZeRO stage {} keeps them all",
+             chunk, s_.stage);
+  wait_gathered(chunk);
+}
+
+void ZeroPolicy::evict(ChunkStore&, int chunk, Use) {
+  if (s_.stage < 3 || persistent_[chunk] || gathered_[chunk] == Gathered::NO) return;
+  if (in_step_ && needed_soon(chunk)) return;
+  release_gathered(chunk);
+}
+
+// --- gradients ------------------------------------------------------------------------------
+
+void ZeroPolicy::fetch_grads(ChunkStore& store, int c) {
+  TIDE_CHECK(s_.stage >= 2, "gradient chunk {} is not resident under ZeRO stage {}", c, s_.stage);
+  const ChunkLayout& lay = store.layout();
+  const int64_t slice = lay.slice_elems(c), r = dp_.rank();
+  auto* buf = static_cast<float*>(take_buffer());
+  // Seed: the owned part starts from what this rank accumulated over earlier micro-batches,
+  // the rest from zero, so the reduce-scatter sum adds this micro-batch to the accumulation.
+  std::memset(buf, 0, static_cast<size_t>(lay.chunk_elems(c)) * sizeof(float));
+  std::memcpy(buf + r * slice, store.slice(ChunkKind::GRAD, c).data,
+              static_cast<size_t>(slice) * sizeof(float));
+  store.attach_whole(ChunkKind::GRAD, c, buf);
+}
+
+void ZeroPolicy::on_grads_ready(ChunkStore& store, int c, int) {
+  const ChunkLayout& lay = store.layout();
+  const int64_t elems = lay.chunk_elems(c);
+  while (!reductions_.empty() && reducing_elems_ + elems > s_.reduce_bucket_size) {
+    const Pending p = reductions_.front();
+    reductions_.pop_front();
+    complete_reduction(p);
+  }
+  const Tensor whole = store.chunk(ChunkKind::GRAD, c);
+  WorkPtr w = dp_.reduce_scatter_async(whole, own_part(whole, lay.slice_elems(c), dp_.rank()),
+                                       ReduceOp::Sum);
+  counters_.reduce_scatters += 1;
+  if (!s_.overlap_comm) {
+    complete_reduction({c, w});
+    return;
+  }
+  reductions_.push_back({c, std::move(w)});
+  reducing_elems_ += elems;
+}
+
+void ZeroPolicy::complete_reduction(const Pending& p) {
+  p.work->wait();
+  const int c = p.chunk;
+  const ChunkLayout& lay = store_.layout();
+  const int64_t slice = lay.slice_elems(c), r = dp_.rank(), elems = lay.chunk_elems(c);
+  auto* whole = store_.chunk(ChunkKind::GRAD, c).f32();
+  if (s_.overlap_comm) reducing_elems_ -= elems;
+  if (s_.stage == 1) {
+    // The chunk is the accumulator: its owned part holds the sum so far; the rest must be zero
+    // for the next micro-batch (the reduce-scatter left partial sums there).
+    std::memset(whole, 0, static_cast<size_t>(r * slice) * sizeof(float));
+    std::memset(whole + (r + 1) * slice, 0, static_cast<size_t>(elems - (r + 1) * slice) * 4);
+    return;
+  }
+  std::memcpy(store_.slice(ChunkKind::GRAD, c).data, whole + r * slice,
+              static_cast<size_t>(slice) * sizeof(float));
+  store_.detach_whole(ChunkKind::GRAD, c);
+  give_buffer(whole);
+}
+
+void ZeroPolicy::complete_reductions_of(int c) {
+  auto last = std::find_if(reductions_.rbegin(), reductions_.rend(),
+                           [&](const Pending& p) { return p.chunk == c; });
+  if (last == reductions_.rend()) return;
+  // Complete in issue order up to and including the last reduction of chunk c.
+  const size_t n = reductions_.size() - (last - reductions_.rbegin());
+  for (size_t i = 0; i < n; ++i) {
+    const Pending p = reductions_.front();
+    reductions_.pop_front();
+    complete_reduction(p);
+  }
+}
+
+void ZeroPolicy::finish_gradients() {
+  while (!reductions_.empty()) {
+    const Pending p = reductions_.front();
+    reductions_.pop_front();
+    complete_reduction(p);
+  }
+  TIDE_ASSERT(reducing_elems_ == 0);
+  in_step_ = false;
+  if (s_.stage == 3)  // nothing but the persistent chunks stays gathered between steps
+    for (int c = 0; c < store_.layout().num_chunks(); ++c)
+      if (!persistent_[c] && gathered_[c] != Gathered::NO) release_gathered(c);
+  const int N = dp_.size();
+  if (N == 1) return;
+  // The mean over ranks, divided as the process groups' ReduceOp::Avg divides.
+  for (int c = 0; c < store_.layout().num_chunks(); ++c) {
+    const Tensor g = store_.slice(ChunkKind::GRAD, c);
+    float* x = g.f32();
+    for (int64_t i = 0; i < g.numel(); ++i) x[i] /= static_cast<float>(N);
+  }
+}
+
+// --- after the optimizer --------------------------------------------------------------------
+
+void ZeroPolicy::after_update() {
+  const ChunkLayout& lay = store_.layout();
+  std::deque<std::pair<int64_t, WorkPtr>> gathers;
+  int64_t gathering = 0;
+  for (int c = 0; c < lay.num_chunks(); ++c) {
+    if (s_.stage == 3 && !persistent_[c]) continue;
+    const int64_t elems = lay.chunk_elems(c);
+    while (!gathers.empty() && gathering + elems > s_.allgather_bucket_size) {
+      gathers.front().second->wait();
+      gathering -= gathers.front().first;
+      gathers.pop_front();
+    }
+    const Tensor whole = store_.chunk(ChunkKind::PARAM, c);
+    // Stages 1-2 gather in place (the owned part of the whole chunk is the updated slice);
+    // stage 3's persistent chunks gather from the slice into their buffer.
+    const Tensor mine = s_.stage == 3 ? store_.slice(ChunkKind::PARAM, c)
+                                      : own_part(whole, lay.slice_elems(c), dp_.rank());
+    gathers.emplace_back(elems, dp_.all_gather_async(mine, whole));
+    gathering += elems;
+    counters_.all_gathers += 1;
+  }
+  for (auto& g : gathers) g.second->wait();
+}
+
+}  // namespace tide

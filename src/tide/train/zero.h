@@ -1,0 +1,140 @@
+#pragma once
+// ZeRO-DP stages 1-3 (Rajbhandari et al., ../shared/papers/zero.ko.txt) as one placement
+// policy over the chunk store. Every chunk is sliced over the N ranks of the DP group (rank r
+// owns slice r); a stage says which kinds hold only the owned slice:
+//
+//   stage 1 (P_os)      MASTER, ADAM_M, ADAM_V            4 + 4 + 8/N   bytes per parameter (f32)
+//   stage 2 (P_os+g)    + GRAD                            4 + (4+8)/N
+//   stage 3 (P_os+g+p)  + PARAM                           (4+4+8)/N
+//
+// One gradient path for all three stages, so that they give bitwise the same training:
+//   * a chunk's gradients are written whole (ZeRO-1: the chunk itself; ZeRO-2/3: a pooled
+//     buffer attached over the slice, seeded with the owned slice accumulated so far and zeros
+//     elsewhere);
+//   * as soon as a micro-batch completes the chunk, it is reduce-scattered in place (sum) —
+//     asynchronously, overlapping the rest of backward, with at most reduce_bucket_size
+//     elements in flight. The owned slice then holds "accumulated + sum over ranks of this
+//     micro-batch"; ZeRO-2/3 copy it back to the slice and return the buffer, ZeRO-1 zeroes the
+//     rest of the chunk for the next micro-batch;
+//   * after the last micro-batch the owned slices are divided by N (the mean over ranks).
+// So with accumulation every micro-batch is reduced: M reduce-scatters per step instead of one,
+// in exchange for never holding more than the in-flight buffers of gradients (ZeRO-2/3). ZeRO-1
+// could reduce once after accumulating locally, but then its sums would be ordered differently
+// from stages 2 and 3 and the stages would no longer agree to the bit.
+//
+// Parameters: stages 1-2 all-gather every updated chunk after the optimizer step (in place).
+// Stage 3 gathers a chunk into a pooled buffer before the first block that uses it and returns
+// the buffer after the last consecutive use; the engine gives the step's sequence of block
+// accesses (begin_step), so the policy prefetches the chunks of the next accesses
+// (stage3_prefetch_bucket_size elements ahead) while the current block computes, and keeps at
+// most stage3_max_live_parameters elements gathered. Chunks whose payload is at most
+// stage3_param_persistence_threshold elements stay gathered (re-gathered after each update).
+//
+// Buffers come from the compute allocator the first time they are needed and are reused from
+// a free list afterwards: after the first step a step allocates nothing (ZeRO-R's constant-size
+// buffers, pre-allocated contiguous memory).
+
+#include <cstdint>
+#include <deque>
+#include <vector>
+
+#include "tide/comm/process_group.h"
+#include "tide/memory/chunk_store.h"
+#include "tide/train/zero_settings.h"
+
+namespace tide {
+
+// The kinds stage `stage` keeps only as this rank's slice (kind_bit()s).
+unsigned zero_sliced_kinds(int stage);
+
+// Checks the settings against the layout (bucket sizes must hold the largest chunk; stage 3's
+// live limit must hold the largest block's chunks), naming the key and the fix.
+void check_zero_settings(const ZeroSettings& s, const ChunkLayout& layout,
+                         const std::vector<std::vector<int>>& block_params);
+
+// One block's use of its parameters, in the order the engine runs them in a step.
+struct BlockAccess {
+  int block = 0;
+  Use use = Use::FORWARD;
+};
+
+// What the policy did in the current step (reset by begin_step).
+struct ZeroStepCounters {
+  int reduce_scatters = 0;
+  int all_gathers = 0;
+  int64_t gathered_elems = 0;         // stage 3: parameter elements gathered for ops
+  int64_t peak_live_param_elems = 0;  // stage 3: most parameter elements gathered at once
+};
+
+class ZeroPolicy final : public PlacementPolicy {
+ public:
+  // `block_params[i]`: the tensor ids block i acquires. Buffers come from `buffers` (the
+  // compute tier). The store must be sliced as zero_sliced_kinds(settings.stage) says.
+  ZeroPolicy(ChunkStore& store, ProcessGroup& dp, const ZeroSettings& settings,
+             std::vector<std::vector<int>> block_params, Allocator& buffers);
+  ~ZeroPolicy() override;
+
+  // A step of `accesses` begins (store.begin_step has run).
+  void begin_step(std::vector<BlockAccess> accesses);
+  // After the last W: completes every reduction and divides by N; the owned GRAD slices then
+  // hold this step's gradient averaged over the group.
+  void finish_gradients();
+  // After the optimizer updated the owned slices: stages 1-2 gather the parameters, stage 3
+  // re-gathers its persistent chunks.
+  void after_update();
+
+  const ZeroStepCounters& counters() const { return counters_; }
+  // Bytes of the communication buffers (all allocated so far; reused every step).
+  size_t buffer_bytes() const { return buffers_allocated_ * buffer_bytes_; }
+
+  void on_acquire(ChunkStore& store, std::span<const int> ids, Use use) override;
+  void fetch(ChunkStore& store, int chunk, Use use) override;
+  void fetch_grads(ChunkStore& store, int chunk) override;
+  void evict(ChunkStore& store, int chunk, Use use) override;
+  void on_grads_ready(ChunkStore& store, int chunk, int micro_batch) override;
+
+ private:
+  struct Pending {
+    int chunk;
+    WorkPtr work;
+  };
+  enum class Gathered : uint8_t { NO, IN_FLIGHT, YES };
+
+  void* take_buffer();
+  void give_buffer(void* p);
+  // Stage 3: starts gathering chunk c into a buffer; wait_gathered(c) makes it usable.
+  void start_gather(int c);
+  void wait_gathered(int c);
+  void release_gathered(int c);
+  void prefetch_after(size_t pos);
+  bool needed_soon(int c) const;
+  // The chunks block b's parameters live in.
+  const std::vector<int>& chunks_of(int block) const { return block_chunks_[block]; }
+  void complete_reduction(const Pending& p);
+  void complete_reductions_of(int c);
+
+  ChunkStore& store_;
+  ProcessGroup& dp_;
+  ZeroSettings s_;
+  std::vector<std::vector<int>> block_params_, block_chunks_;
+  Allocator& alloc_;
+  size_t buffer_bytes_ = 0;
+  size_t buffers_allocated_ = 0;
+  std::vector<void*> free_buffers_, all_buffers_;
+
+  std::deque<Pending> reductions_;  // in issue order
+  int64_t reducing_elems_ = 0;
+
+  std::vector<Gathered> gathered_;  // stage 3, per chunk
+  std::vector<WorkPtr> gather_work_;
+  std::vector<bool> persistent_;
+  int64_t live_elems_ = 0;
+
+  std::vector<BlockAccess> accesses_;
+  size_t pos_ = 0;             // next access expected
+  size_t prefetched_to_ = 0;   // accesses before this index have their chunks gathering
+  bool in_step_ = false;
+  ZeroStepCounters counters_;
+};
+
+}  // namespace tide
