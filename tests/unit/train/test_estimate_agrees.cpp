@@ -9,6 +9,7 @@
 #include "tide/estimate/setup_json.h"
 #include "tide/model/gpt.h"
 #include "tide/train/config.h"
+#include "tide/train/zero.h"
 
 using namespace tide;
 using json = nlohmann::json;
@@ -73,24 +74,25 @@ TEST(EstimateAgreesWithRuntime, DataParallelChunkStore) {
   }
 }
 
-TEST(EstimateAgreesWithRuntime, ZeroStageOneSlicesTheOptimizerStates) {
-  // The store can already slice the optimizer kinds (ZeRO-1) though the trainer does not yet:
-  // the last rank of the group, whose slices hold the chunks' padding.
-  for (double chunk_mb : {0.0, 0.02}) {
-    for (int dp : {2, 3}) {
-      const json config = small_config(chunk_mb);
-      const TrainConfig tc = parse_train_config(config);
-      ModelOptions o;
-      o.chunk_elems = chunk_elems_from_mib(tc.chunk_size_mb);
-      o.group_size = dp;
-      o.store.with_optimizer = true;
-      o.store.group_rank = dp - 1;
-      o.store.sliced_kinds =
-          kind_bit(ChunkKind::MASTER) | kind_bit(ChunkKind::ADAM_M) | kind_bit(ChunkKind::ADAM_V);
-      GPT gpt(tc.model, tc.activation_policy, o);
-      EXPECT_EQ(gpt.store().bytes(ChunkKind::MASTER), 0u);  // f32: the master is the params
-      expect_agree(estimate_setup(config, dp, 1), gpt,
-                   fmt::format("stage 1, dp {}, chunk_size_mb {}", dp, chunk_mb));
+// ZeRO stages 1-3 slice the kinds zero_sliced_kinds() names, as the Trainer builds the store:
+// the last rank of the group, whose slices hold the chunks' padding.
+TEST(EstimateAgreesWithRuntime, ZeroStagesSliceTheirKinds) {
+  for (int stage : {1, 2, 3}) {
+    for (double chunk_mb : {0.0, 0.02}) {
+      for (int dp : {2, 3}) {
+        const json config = small_config(chunk_mb);
+        const TrainConfig tc = parse_train_config(config);
+        ModelOptions o;
+        o.chunk_elems = chunk_elems_from_mib(tc.chunk_size_mb);
+        o.group_size = dp;
+        o.store.with_optimizer = true;
+        o.store.group_rank = dp - 1;
+        o.store.sliced_kinds = zero_sliced_kinds(stage);
+        GPT gpt(tc.model, tc.activation_policy, o);
+        EXPECT_EQ(gpt.store().bytes(ChunkKind::MASTER), 0u);  // f32: the master is the params
+        expect_agree(estimate_setup(config, dp, stage), gpt,
+                     fmt::format("stage {}, dp {}, chunk_size_mb {}", stage, dp, chunk_mb));
+      }
     }
   }
 }
