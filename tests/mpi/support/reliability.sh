@@ -5,6 +5,9 @@
 #             the keys and the ranks that differ (not MPI_ERR_TRUNCATE, not silent divergence)
 #   frozen    a rank is SIGSTOPped mid-run: with comm.timeout_s=5 every rank exits non-zero
 #             within 15 s, naming the stalled operation, the step and the missing rank
+#   killed    under ZeRO stage 3 (every step gathers parameters from every rank), SIGKILL to
+#             rank 0, then to rank 1 in a second job: every rank exits non-zero within 30 s and
+#             the output names the rank and the signal
 #   preempt   SIGTERM to one rank mid-run: all ranks stop at the same step, exit 0 with a
 #             checkpoint, and the resumed run reproduces the uninterrupted run's losses bitwise;
 #             a second signal exits at once
@@ -124,6 +127,28 @@ preempt)
   cat d.log | tail -3
   [ $rc -eq 130 ] || fail "a second SIGINT exited $rc, not 130"
   echo "OK: a second signal exits at once (rc $rc)"
+  ;;
+killed)
+  for rank in 0 1; do
+    "${mpi[@]}" -np 2 "$tide" train "${common[@]}" train_steps=100000 out_dir=k$rank \
+      zero_optimization.stage=3 zero_optimization.stage3_param_persistence_threshold=0 \
+      > k$rank.log 2>&1 &
+    mpirun_pid=$!
+    victim=$(rank_pid $mpirun_pid $rank) || fail "rank $rank not found"
+    trap 'kill -KILL $mpirun_pid 2>/dev/null' EXIT
+    wait_for k$rank.log "step      2/" 120 || { cat k$rank.log; fail "no step 2"; }
+    kill -KILL "$victim"
+    killed=$(date +%s)
+    for _ in $(seq 300); do kill -0 $mpirun_pid 2>/dev/null || break; sleep 0.1; done
+    took=$(($(date +%s) - killed))
+    if kill -0 $mpirun_pid 2>/dev/null; then cat k$rank.log; fail "still running 30 s after SIGKILL"; fi
+    wait $mpirun_pid; rc=$?
+    tail -5 k$rank.log
+    [ $rc -eq 0 ] && fail "the job exited 0"
+    grep -Eiq "rank $rank .*(signal 9|Killed)" k$rank.log || fail "the output does not name rank $rank and its signal"
+    for p in $(pgrep -f "out_dir=k$rank"); do fail "a rank survived (pid $p)"; done
+    echo "OK: rank $rank killed under ZeRO-3: rc $rc, every rank ended within $took s"
+  done
   ;;
 *) fail "unknown case $case" ;;
 esac
