@@ -1,26 +1,28 @@
-// Data parallelism (ZeRO stage 0): gradient-reduction traffic and how much of the reduction time
-// backward hides. Under mpirun, every rank trains the same GPT on its slice of each global batch;
-// rank 0 prints one JSON line per communication algorithm (mpi, ring):
+// Data parallelism, ZeRO stages 0-3: communication traffic per step against the paper and how
+// much of the communication time compute hides. Under mpirun, every rank trains the same GPT on
+// its slice of each global batch; rank 0 prints one JSON line per (stage, algorithm):
 //
 //   mpirun -np 4 bench_dp [--layers 6] [--embd 384] [--heads 6] [--vocab 2048] [--seq-len 64]
 //                         [--micro-batch 2] [--steps 3] [--chunk-mb 3] [--algorithm both]
-//                         [--threads 1]
+//                         [--threads 1] [--zero-stages 0,1,2,3]
 //
 // params          model parameters
-// psi             gradient elements all-reduced per step: every chunk that holds tensors, padding
-//                 at the chunk ends included (that is what goes over the wire)
-// bytes_sent      bytes this rank sent for gradient reductions per step, from the process group's
-//                 counters (ring: added up message by message; mpi: MPI hides its algorithm, so
-//                 the counters record the ring formula)
-// theory_bytes    ring all-reduce theory 2*psi*(N-1)/N elements x 4 bytes; ratio = bytes_sent /
-//                 theory_bytes (1 up to the rounding of chunks that N does not divide)
+// psi             elements of every chunk, padding at the chunk ends included (that is what goes
+//                 over the wire)
+// bytes_sent      bytes this rank sent per step (gradient reductions and parameter gathers), from
+//                 the process group's counters (ring: added up message by message; mpi: MPI hides
+//                 its algorithm, so the counters record the ring formula)
+// theory_bytes    ZeRO's volume: 2*psi*(N-1)/N elements x 4 bytes for stages 0-2 (all-reduce =
+//                 reduce-scatter + all-gather), 3*psi*(N-1)/N for stage 3; ratio = bytes_sent /
+//                 theory_bytes (stage 3 gathers the tied embedding's chunk a third time)
 // theory_bytes_params  the same for psi = params (no padding): the price of the padding
+// reductions, gathers  collectives issued per step
 // step_s          wall time of one optimizer step (mean over the timed steps)
-// exposed_s       time the step waited for reductions after backward ended (StepStats)
-// blocking_s      the same reductions run alone, one after another, blocking, after the step:
-//                 the reduction time if nothing overlapped it
-// hidden          1 - exposed_s / blocking_s: the fraction of reduction time hidden behind
-//                 backward (clamped to [0, 1]); slowest rank's exposed_s is used
+// exposed_s       time the step blocked on communication (StepStats::comm_seconds)
+// blocking_s      the step's collectives run alone, one after another, blocking, on scratch
+//                 buffers: the communication time if nothing overlapped it
+// hidden          1 - exposed_s / blocking_s: the fraction of communication time hidden behind
+//                 compute (clamped to [0, 1]); the slowest rank's times are used
 
 #include <unistd.h>
 
@@ -47,6 +49,7 @@ struct Args {
   int steps = 3, threads = 1;
   double chunk_mb = 3.0;  // = the largest tensor (wte, 2048 x 384) at the defaults
   std::string algorithm = "both";
+  std::vector<int> zero_stages = {0};
 };
 
 Args parse(int argc, char** argv) {
@@ -63,6 +66,10 @@ Args parse(int argc, char** argv) {
   app.add_option("--chunk-mb", a.chunk_mb, "chunk size in MiB")->capture_default_str();
   app.add_option("--algorithm", a.algorithm, "mpi, ring or both")
       ->check(CLI::IsMember({"mpi", "ring", "both"}))
+      ->capture_default_str();
+  app.add_option("--zero-stages", a.zero_stages, "ZeRO stages to run, e.g. 0,1,2,3")
+      ->delimiter(',')
+      ->check(CLI::Range(0, 3))
       ->capture_default_str();
   bench::parse_args(app, argc, argv);
   TIDE_CHECK(a.steps >= 1 && a.vocab >= 2 && a.vocab <= 65536,
@@ -94,7 +101,26 @@ float max_over_ranks(ProcessGroup& world, float v) {
   return *std::max_element(all.begin(), all.end());
 }
 
-void run(const Args& a, CommAlgorithm algo) {
+// The step's collectives at `stage`, blocking, one after another, on scratch buffers.
+double blocking_seconds(ProcessGroup& world, const ChunkLayout& lay, int stage) {
+  const int r = world.rank();
+  const double t0 = now();
+  for (int c = 0; c < lay.num_chunks(); ++c) {
+    std::vector<float> whole(static_cast<size_t>(lay.chunk_elems(c)));
+    const Tensor t(whole.data(), {lay.chunk_elems(c)});
+    const int64_t k = lay.slice_elems(c);
+    const Tensor own(whole.data() + r * k, {k});
+    if (stage == 0) {
+      world.all_reduce(t, ReduceOp::Avg);
+      continue;
+    }
+    world.reduce_scatter(t, own, ReduceOp::Sum);
+    for (int g = 0; g < (stage == 3 ? 2 : 1); ++g) world.all_gather(own, t);
+  }
+  return now() - t0;
+}
+
+void run(const Args& a, CommAlgorithm algo, int stage) {
   std::shared_ptr<ProcessGroup> world = init_distributed({algo});
   const int N = world->size(), rank = world->rank();
   TIDE_CHECK(N >= 2,
@@ -106,21 +132,24 @@ void run(const Args& a, CommAlgorithm algo) {
            fmt::format("model.vocab_size={}", a.vocab), fmt::format("seq_len={}", a.seq_len),
            fmt::format("train_micro_batch_size_per_gpu={}", a.micro_batch),
            fmt::format("train_steps={}", a.steps + 1), fmt::format("chunk_size_mb={}", a.chunk_mb),
-           fmt::format("threads={}", a.threads), "log.progress=false"});
+           fmt::format("threads={}", a.threads), "log.progress=false",
+           fmt::format("zero_optimization.stage={}", stage),
+           // Stage 3 as in the paper: gather one chunk ahead, release after use.
+           "zero_optimization.stage3_param_persistence_threshold=0",
+           fmt::format("zero_optimization.stage3_prefetch_bucket_size={}",
+                       std::max<int64_t>(1, chunk_elems_from_mib(a.chunk_mb)))});
   Trainer trainer(cfg, world);
   const ChunkStore& store = trainer.model().store();
   const ChunkLayout& lay = store.layout();
-  std::vector<int> reduced;  // every chunk holds tensors: the trainer reduces each once a step
-  for (int c = 0; c < lay.num_chunks(); ++c) reduced.push_back(c);
   const int64_t psi = lay.total_elems();
 
   trainer.train_step();  // warm-up: first touch of the activation arenas, MPI connections
   double step_s = 0, exposed_s = 0;
   uint64_t bytes_sent = 0;
+  StepStats st;
   for (int s = 0; s < a.steps; ++s) {
     world->barrier();
-    const StepStats st = trainer.train_step();
-    TIDE_ASSERT(st.grad_reductions == static_cast<int>(reduced.size()));
+    st = trainer.train_step();
     step_s += st.seconds;
     exposed_s += st.comm_seconds;
     bytes_sent += st.bytes_sent;
@@ -129,13 +158,10 @@ void run(const Args& a, CommAlgorithm algo) {
   exposed_s /= a.steps;
   bytes_sent /= static_cast<uint64_t>(a.steps);
 
-  // The same reductions without backward to hide behind: blocking, one chunk after another.
   double blocking_s = 0;
   for (int s = 0; s < a.steps; ++s) {
     world->barrier();
-    const double t0 = now();
-    for (int c : reduced) world->all_reduce(store.chunk(ChunkKind::GRAD, c), ReduceOp::Avg);
-    blocking_s += now() - t0;
+    blocking_s += blocking_seconds(*world, lay, stage);
   }
   blocking_s /= a.steps;
 
@@ -144,18 +170,20 @@ void run(const Args& a, CommAlgorithm algo) {
   const float step_max = max_over_ranks(*world, static_cast<float>(step_s));
   std::filesystem::remove(shard);
   if (rank != 0) return;
-  const double theory = 2.0 * static_cast<double>(psi) * (N - 1) / N * sizeof(float);
-  const double theory_params = 2.0 * static_cast<double>(lay.num_params()) * (N - 1) / N * 4;
+  const double volume = stage == 3 ? 3.0 : 2.0;  // multiples of psi per rank (ZeRO, sec. 7)
+  const double theory = volume * static_cast<double>(psi) * (N - 1) / N * sizeof(float);
+  const double theory_params = volume * static_cast<double>(lay.num_params()) * (N - 1) / N * 4;
   const double hidden =
       blocking_max > 0 ? std::clamp(1.0 - exposed_max / blocking_max, 0.0, 1.0) : 0.0;
   std::printf(
-      "{\"bench\":\"dp\",\"world\":%d,\"algorithm\":\"%s\",\"model\":\"%s\",\"params\":%lld,"
-      "\"chunks_reduced\":%zu,\"chunk_elems\":%lld,\"psi\":%lld,\"micro_batch\":%d,"
-      "\"seq_len\":%d,\"steps\":%d,\"bytes_sent\":%llu,\"theory_bytes\":%.0f,\"ratio\":%.5f,"
-      "\"theory_bytes_params\":%.0f,\"step_s\":%.3f,\"exposed_s\":%.4f,\"blocking_s\":%.4f,"
-      "\"hidden\":%.3f}\n",
-      N, algo == CommAlgorithm::Ring ? "ring" : "mpi", cfg.model.str().c_str(),
-      static_cast<long long>(lay.num_params()), reduced.size(),
+      "{\"bench\":\"dp\",\"zero_stage\":%d,\"world\":%d,\"algorithm\":\"%s\",\"model\":\"%s\","
+      "\"params\":%lld,\"chunks\":%d,\"reductions\":%d,\"gathers\":%d,\"chunk_elems\":%lld,"
+      "\"psi\":%lld,\"micro_batch\":%d,\"seq_len\":%d,\"steps\":%d,\"bytes_sent\":%llu,"
+      "\"theory_bytes\":%.0f,\"ratio\":%.5f,\"theory_bytes_params\":%.0f,\"step_s\":%.3f,"
+      "\"exposed_s\":%.4f,\"blocking_s\":%.4f,\"hidden\":%.3f}\n",
+      stage, N, algo == CommAlgorithm::Ring ? "ring" : "mpi", cfg.model.str().c_str(),
+      static_cast<long long>(lay.num_params()), lay.num_chunks(), st.grad_reductions,
+      st.param_gathers,
       static_cast<long long>(lay.max_chunk_elems()), static_cast<long long>(psi), a.micro_batch,
       a.seq_len, a.steps, static_cast<unsigned long long>(bytes_sent), theory,
       static_cast<double>(bytes_sent) / theory, theory_params, step_max, exposed_max, blocking_max,
@@ -168,7 +196,9 @@ void run(const Args& a, CommAlgorithm algo) {
 int main(int argc, char** argv) {
   return run_ranks([&] {
     const Args args = parse(argc, argv);
-    for (const char* name : {"mpi", "ring"})
-      if (args.algorithm == "both" || args.algorithm == name) run(args, parse_comm_algorithm(name));
+    for (int stage : args.zero_stages)
+      for (const char* name : {"mpi", "ring"})
+        if (args.algorithm == "both" || args.algorithm == name)
+          run(args, parse_comm_algorithm(name), stage);
   });
 }

@@ -194,7 +194,9 @@ StepStats Engine::step(int64_t step, uint64_t seed, const BatchFn& batch) {
     st.grad_reductions = static_cast<int>(reduction_->pending.size());
     reduction_->pending.clear();
   }
-  st.comm_seconds = std::chrono::duration<double>(Clock::now() - t_comm).count();
+  // Stage 0 waits only here; ZeRO counts every blocking wait (gathers, reductions).
+  st.comm_seconds = zero_ ? zero_->counters().wait_seconds
+                          : std::chrono::duration<double>(Clock::now() - t_comm).count();
   uint64_t sent = dp_->counters().bytes_sent - sent_before;
 
   // Global gradient norm (padding is zero). Stage 0: every rank holds the same averaged
@@ -222,6 +224,7 @@ StepStats Engine::step(int64_t step, uint64_t seed, const BatchFn& batch) {
     zero_->after_update();
     sent += dp_->counters().bytes_sent - before_gather;
     st.param_gathers = zero_->counters().all_gathers;
+    st.comm_seconds = zero_->counters().wait_seconds;  // the gathers after the update too
     st.peak_gathered_param_elems = zero_->counters().peak_live_param_elems;
   }
   st.bytes_sent = sent;

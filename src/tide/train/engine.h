@@ -46,7 +46,7 @@ struct StepStats {
   float lr = 0;
   double grad_norm = 0;     // before clipping
   double seconds = 0;       // wall time of the step
-  double comm_seconds = 0;  // time spent waiting for gradient reductions after backward
+  double comm_seconds = 0;  // time blocked on communication (stage 0: after backward)
   int64_t tokens = 0;       // tokens in the global batch (set by the trainer)
   // Data parallelism: gradient reductions issued this step (stage 0: one all-reduce per chunk
   // per step; ZeRO: one reduce-scatter per chunk per micro-batch), parameter all-gathers

@@ -1,6 +1,7 @@
 #include "tide/train/zero.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 
 #include "tide/core/arena.h"
@@ -103,6 +104,14 @@ ZeroPolicy::~ZeroPolicy() {
   for (void* p : all_buffers_) alloc_.free(p, buffer_bytes_);
 }
 
+void ZeroPolicy::wait(Work& w) {
+  if (w.is_completed()) return w.wait();
+  const auto t0 = std::chrono::steady_clock::now();
+  w.wait();
+  counters_.wait_seconds +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
 void* ZeroPolicy::take_buffer() {
   if (!free_buffers_.empty()) {
     void* p = free_buffers_.back();
@@ -151,7 +160,7 @@ void ZeroPolicy::start_gather(int c) {
 void ZeroPolicy::wait_gathered(int c) {
   if (gathered_[c] == Gathered::NO) start_gather(c);
   if (gathered_[c] == Gathered::IN_FLIGHT) {
-    gather_work_[c]->wait();
+    wait(*gather_work_[c]);
     gather_work_[c].reset();
     gathered_[c] = Gathered::YES;
   }
@@ -261,7 +270,7 @@ void ZeroPolicy::on_grads_ready(ChunkStore& store, int c, int) {
 }
 
 void ZeroPolicy::complete_reduction(const Pending& p) {
-  p.work->wait();
+  wait(*p.work);
   const int c = p.chunk;
   const ChunkLayout& lay = store_.layout();
   const int64_t slice = lay.slice_elems(c), r = dp_.rank(), elems = lay.chunk_elems(c);
@@ -324,7 +333,7 @@ void ZeroPolicy::after_update() {
     if (s_.stage == 3 && !persistent_[c]) continue;
     const int64_t elems = lay.chunk_elems(c);
     while (!gathers.empty() && gathering + elems > s_.allgather_bucket_size) {
-      gathers.front().second->wait();
+      wait(*gathers.front().second);
       gathering -= gathers.front().first;
       gathers.pop_front();
     }
@@ -337,7 +346,7 @@ void ZeroPolicy::after_update() {
     gathering += elems;
     counters_.all_gathers += 1;
   }
-  for (auto& g : gathers) g.second->wait();
+  for (auto& g : gathers) wait(*g.second);
 }
 
 }  // namespace tide

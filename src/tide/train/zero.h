@@ -64,6 +64,7 @@ struct ZeroStepCounters {
   int all_gathers = 0;
   int64_t gathered_elems = 0;         // stage 3: parameter elements gathered for ops
   int64_t peak_live_param_elems = 0;  // stage 3: most parameter elements gathered at once
+  double wait_seconds = 0;  // time the step blocked on communication (not hidden by compute)
 };
 
 class ZeroPolicy final : public PlacementPolicy {
@@ -100,6 +101,7 @@ class ZeroPolicy final : public PlacementPolicy {
   };
   enum class Gathered : uint8_t { NO, IN_FLIGHT, YES };
 
+  void wait(Work& w);  // w.wait(), timed into counters_.wait_seconds
   void* take_buffer();
   void give_buffer(void* p);
   // Stage 3: starts gathering chunk c into a buffer; wait_gathered(c) makes it usable.
