@@ -62,9 +62,9 @@ expect_error "config file 'data' is a directory" train data
 cat > ds.json <<'JSON'
 {"train_micro_batch_size_per_gpu": 2, "steps_per_print": 10, "wall_clock_breakdown": false,
  "optimizer": {"type": "AdamW", "params": {"lrr": 1e-3, "beta": [0.9, 0.95]}},
- "zero_optimization": {"stage": 0, "overlap_comm": true}}
+ "zero_optimization": {"stage": 0, "sub_group_size": 1000000000}}
 JSON
-expect_error "5 unknown config keys: .*'optimizer.params.lrr' (did you mean 'optimizer.params.lr'?).*'zero_optimization.overlap_comm'" \
+expect_error "5 unknown config keys: .*'optimizer.params.lrr' (did you mean 'optimizer.params.lr'?).*'zero_optimization.sub_group_size'" \
   train ds.json
 
 # Broken files inside a data directory.

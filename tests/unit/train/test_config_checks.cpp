@@ -138,7 +138,7 @@ TEST(ConfigChecks, AllUnknownKeysInOneError) {
     "steps_per_print": 10,
     "optimizer": {"type": "AdamW", "params": {"lrr": 1e-3, "beta": [0.9, 0.95]}},
     "scheduler": {"params": {"warmup_max_lr": 1e-3}},
-    "zero_optimization": {"stage": 0, "overlap_comm": true}
+    "zero_optimization": {"stage": 0, "sub_group_size": 1000000000}
   })");
   const std::string e = error_of([&] { parse_train_config(ds); });
   EXPECT_HAS(e, "5 unknown config keys");
@@ -146,7 +146,7 @@ TEST(ConfigChecks, AllUnknownKeysInOneError) {
   EXPECT_HAS(e, "'optimizer.params.beta' (did you mean 'optimizer.params.betas'?)");
   EXPECT_HAS(e, "'steps_per_print'");
   EXPECT_HAS(e, "'scheduler.params.warmup_max_lr'");
-  EXPECT_HAS(e, "'zero_optimization.overlap_comm'");
+  EXPECT_HAS(e, "'zero_optimization.sub_group_size'");
   // Overrides are counted with the file's keys.
   EXPECT_HAS(parse_error({"optimizer.params.lrr=1", "trian_steps=3"}),
              "2 unknown config keys: 'optimizer.params.lrr' (did you mean 'optimizer.params.lr'?), "
