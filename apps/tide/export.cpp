@@ -31,9 +31,9 @@ void run_export(const ExportArgs& a) {
     };
   const HfExportResult r = export_hf_gpt2(a.checkpoint, a.out_dir, o);
   fmt::print(
-      "exported {} ({} tensors, {} from the checkpoint's {}) to {}/model.safetensors ({:.1f} "
-      "MiB) and config.json; buffers {:.1f} MiB\n",
-      r.config.str(), r.tensors, "f32", r.source, a.out_dir, r.file_bytes / 1048576.0,
+      "exported {} to {}/model.safetensors ({} tensors in f32 from the checkpoint's {}, {:.1f} "
+      "MiB) and config.json; tensor buffers {:.1f} MiB\n",
+      r.config.str(), a.out_dir, r.tensors, r.source, r.file_bytes / 1048576.0,
       r.buffer_bytes / 1048576.0);
 }
 

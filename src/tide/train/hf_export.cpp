@@ -188,7 +188,8 @@ HfExportResult export_hf_gpt2(const std::string& checkpoint, const std::string& 
                               const HfExportOptions& options) {
   // 1. The input, checked whole, before anything is created.
   std::unique_ptr<Source> src;
-  if (is_sharded_checkpoint(checkpoint))
+  std::error_code dir_ec;
+  if (std::filesystem::is_directory(checkpoint, dir_ec))  // a sharded one, or says why not
     src = std::make_unique<ShardedSource>(checkpoint);
   else
     src = std::make_unique<FileSource>(checkpoint);
@@ -301,9 +302,9 @@ HfExportResult export_hf_gpt2(const std::string& checkpoint, const std::string& 
     written += static_cast<uint64_t>(n) * 4;
     ++result.tensors;
     if (options.progress && (written >= next_report || written == total)) {
-      options.progress(fmt::format("export: {:3d}% ({} of {} MiB) {}",
+      options.progress(fmt::format("export: {:3d}% ({:.1f} of {:.1f} MiB) {}",
                                    static_cast<int>(100 * written / std::max<uint64_t>(total, 1)),
-                                   written >> 20, total >> 20, o.hf_name));
+                                   written / 1048576.0, total / 1048576.0, o.hf_name));
       while (next_report <= written && next_report < total) next_report += total / 10 + 1;
     }
   }
