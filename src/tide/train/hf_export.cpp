@@ -177,10 +177,11 @@ json hf_gpt2_config(const GPTConfig& c) {
             {"tie_word_embeddings", true},
             {"use_cache", true},
             {"torch_dtype", "float32"}};
-  if (c.vocab_size == 50257) {  // GPT-2's tokenizer: <|endoftext|> is 50256
-    j["bos_token_id"] = 50256;
-    j["eos_token_id"] = 50256;
-  }
+  // GPT-2's tokenizer: <|endoftext|> is 50256. Other vocabularies: none (HF's default, 50256,
+  // would be outside them).
+  const json eot = c.vocab_size == 50257 ? json(50256) : json(nullptr);
+  j["bos_token_id"] = eot;
+  j["eos_token_id"] = eot;
   return j;
 }
 
