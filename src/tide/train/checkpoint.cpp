@@ -52,7 +52,8 @@ std::string who(const std::string& path) {
 void check_not_sharded(const std::string& path) {
   TIDE_CHECK(!is_sharded_checkpoint(path),
              "'{}' is a sharded checkpoint (a directory with an index.json), not a single-file "
-             "checkpoint; load it with load_checkpoint_shard (sharded_checkpoint.h)",
+             "checkpoint; load it with load_checkpoint_shard (sharded_checkpoint.h), or make one "
+             "file of it with `tide export`",
              path);
 }
 
