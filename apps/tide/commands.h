@@ -10,5 +10,6 @@ void add_prepare_command(CLI::App& app);   // prepare.cpp
 void add_sample_command(CLI::App& app);    // sample.cpp
 void add_estimate_command(CLI::App& app);  // estimate.cpp
 void add_schedule_command(CLI::App& app);  // schedule.cpp
+void add_export_command(CLI::App& app);    // export.cpp
 
 }  // namespace tide::app

@@ -4,10 +4,11 @@
 // leaves the model as it was.
 #include "tide/train/checkpoint.h"
 
-#include <climits>
 #include <unordered_map>
 
+#include "tide/train/checkpoint_meta.h"
 #include "tide/train/safetensors.h"
+#include "tide/train/sharded_checkpoint.h"
 
 namespace tide {
 
@@ -16,16 +17,6 @@ using json = nlohmann::json;
 namespace {
 
 constexpr const char* kWhat = "checkpoint";
-
-json model_json(const GPTConfig& c) {
-  return {{"n_layer", c.n_layer},       {"n_head", c.n_head},           {"n_embd", c.n_embd},
-          {"vocab_size", c.vocab_size}, {"max_seq_len", c.max_seq_len}, {"dropout", c.dropout}};
-}
-
-bool same_shape(const GPTConfig& a, const GPTConfig& b) {
-  return a.n_layer == b.n_layer && a.n_head == b.n_head && a.n_embd == b.n_embd &&
-         a.vocab_size == b.vocab_size && a.max_seq_len == b.max_seq_len;
-}
 
 // One tensor of a checkpoint: its name and where it lives in the store.
 struct Item {
@@ -57,70 +48,18 @@ std::string who(const std::string& path) {
   return fmt::format("checkpoint '{}'", path);
 }
 
-// A required member of the tide metadata object `obj` ("model.n_layer" is named `label`).
-const json& member(const json& obj, const char* key, const std::string& label,
-                   const std::string& path) {
-  const auto it = obj.find(key);
-  TIDE_CHECK(it != obj.end(),
-             "{} has no '{}' in its metadata; the file is damaged or was not written by tide",
-             who(path), label);
-  return *it;
-}
-
-int64_t integer(const json& obj, const char* key, const std::string& label, int64_t lo, int64_t hi,
-                const std::string& path) {
-  const json& v = member(obj, key, label, path);
-  TIDE_CHECK(v.is_number_integer(), "{}: metadata '{}' is a JSON {}, not an integer", who(path),
-             label, v.type_name());
-  bool fits;
-  if (v.is_number_unsigned()) {  // JSON's non-negative integers
-    const uint64_t u = v.get<uint64_t>();
-    fits = u <= static_cast<uint64_t>(hi) && static_cast<int64_t>(u) >= lo;
-  } else {
-    fits = v.get<int64_t>() >= lo && v.get<int64_t>() <= hi;
-  }
-  TIDE_CHECK(fits, "{}: metadata '{}' is {}, outside [{}, {}]; the file is damaged", who(path),
-             label, v.dump(), lo, hi);
-  return v.get<int64_t>();
+// A sharded checkpoint (a directory) given where a file is expected gets its own message.
+void check_not_sharded(const std::string& path) {
+  TIDE_CHECK(!is_sharded_checkpoint(path),
+             "'{}' is a sharded checkpoint (a directory with an index.json), not a single-file "
+             "checkpoint; load it with load_checkpoint_shard (sharded_checkpoint.h), or make one "
+             "file of it with `tide export`",
+             path);
 }
 
 // The checkpoint's info from its verified metadata, every field checked.
 CheckpointInfo info_of(const SafetensorsReader& r) {
-  const std::string& path = r.path();
-  const json& meta = r.metadata();
-  TIDE_CHECK(meta.is_object(), "{}: its tide metadata is a JSON {}, not an object", who(path),
-             meta.type_name());
-  const json& m = member(meta, "model", "model", path);
-  TIDE_CHECK(m.is_object(), "{}: metadata 'model' is a JSON {}, not an object", who(path),
-             m.type_name());
-  CheckpointInfo info;
-  GPTConfig& c = info.config;
-  c.n_layer = static_cast<int>(integer(m, "n_layer", "model.n_layer", 1, INT_MAX, path));
-  c.n_head = static_cast<int>(integer(m, "n_head", "model.n_head", 1, INT_MAX, path));
-  c.n_embd = static_cast<int>(integer(m, "n_embd", "model.n_embd", 1, INT_MAX, path));
-  c.vocab_size = static_cast<int>(integer(m, "vocab_size", "model.vocab_size", 1, INT_MAX, path));
-  c.max_seq_len =
-      static_cast<int>(integer(m, "max_seq_len", "model.max_seq_len", 1, INT_MAX, path));
-  const json& dropout = member(m, "dropout", "model.dropout", path);
-  TIDE_CHECK(dropout.is_number(), "{}: metadata 'model.dropout' is a JSON {}, not a number",
-             who(path), dropout.type_name());
-  c.dropout = dropout.get<float>();
-  try {
-    c.validate();
-  } catch (const Error& e) {
-    TIDE_FAIL("{} holds an impossible model shape: {}", who(path), e.what());
-  }
-  info.step = integer(meta, "step", "step", 0, INT64_MAX, path);
-  const json& tokenizer = member(meta, "tokenizer", "tokenizer", path);
-  TIDE_CHECK(tokenizer.is_string(), "{}: metadata 'tokenizer' is a JSON {}, not a string",
-             who(path), tokenizer.type_name());
-  info.tokenizer = tokenizer.get<std::string>();
-  info.extra = member(meta, "extra", "extra", path);
-  const json& opt = member(meta, "optimizer_state", "optimizer_state", path);
-  TIDE_CHECK(opt.is_boolean(), "{}: metadata 'optimizer_state' is a JSON {}, not a boolean",
-             who(path), opt.type_name());
-  info.optimizer_state = opt.get<bool>();
-  return info;
+  return checkpoint_info_from_meta(r.metadata(), who(r.path()));
 }
 
 }  // namespace
@@ -130,11 +69,7 @@ void save_checkpoint(const std::string& path, const ChunkStore& store, const Che
   TIDE_CHECK(
       !with_optimizer_state || (store.has(ChunkKind::ADAM_M) && store.has(ChunkKind::ADAM_V)),
       "cannot save the optimizer state to '{}': the model was built without one", path);
-  const json meta = {{"model", model_json(info.config)},
-                     {"step", info.step},
-                     {"tokenizer", info.tokenizer},
-                     {"extra", info.extra},
-                     {"optimizer_state", with_optimizer_state}};
+  const json meta = checkpoint_meta_json(info, with_optimizer_state);
   std::vector<SafetensorsTensor> tensors;
   for (const Item& it : checkpoint_items(store, with_optimizer_state)) {
     const Tensor t = store.tensor(it.kind, it.id);
@@ -151,14 +86,16 @@ void save_checkpoint(const std::string& path, const GPT& model, const Checkpoint
 }
 
 CheckpointInfo read_checkpoint_info(const std::string& path) {
+  check_not_sharded(path);
   return info_of(SafetensorsReader(path, kWhat));
 }
 
 void load_checkpoint(const std::string& path, ChunkStore& store, const GPTConfig& config,
                      bool with_optimizer_state) {
+  check_not_sharded(path);
   const SafetensorsReader r(path, kWhat);
   const CheckpointInfo info = info_of(r);
-  TIDE_CHECK(same_shape(info.config, config),
+  TIDE_CHECK(same_model_shape(info.config, config),
              "{} holds a model {} but this model is {}; build the model with the checkpoint's "
              "shape (read_checkpoint_info)",
              who(path), info.config.str(), config.str());

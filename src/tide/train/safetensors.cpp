@@ -252,12 +252,13 @@ std::string SafetensorsReader::subject() const {
   return fmt::format("{} '{}'", what_, path_);
 }
 
-SafetensorsReader::SafetensorsReader(const std::string& path, std::string what)
+SafetensorsReader::SafetensorsReader(const std::string& path, std::string what,
+                                     bool verify_checksum)
     : path_(path), what_(std::move(what)) {
   fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   TIDE_CHECK(fd_ >= 0, "cannot open {}: {}; check the path", subject(), errno_text());
   try {
-    open_and_verify();
+    open_and_verify(verify_checksum);
   } catch (...) {
     ::close(fd_);
     fd_ = -1;
@@ -269,7 +270,7 @@ SafetensorsReader::~SafetensorsReader() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-void SafetensorsReader::open_and_verify() {
+void SafetensorsReader::open_and_verify(bool verify_checksum) {
   const std::string who = subject();
   const std::string damaged = "the file is damaged or not a safetensors file";
   struct stat st {};
@@ -423,14 +424,30 @@ void SafetensorsReader::open_and_verify() {
   TIDE_CHECK(at == size, "{} has {} trailing bytes after its last tensor; {}", who, size - at,
              damaged);
 
-  // 6. The checksum over header (digits read as '0's) and data, streamed through the file.
+  // 6. The checksum over header (digits read as '0's) and data.
   TIDE_CHECK(text.starts_with(kChecksumPrefix) &&
                  std::string_view(text).substr(kChecksumPrefix.size(), kChecksumDigits) == stored,
              "{}: its header does not begin with tide's checksum field ({}); {}", who,
              kChecksumPrefix, damaged);
   std::memset(text.data() + kChecksumPrefix.size(), '0', kChecksumDigits);
+  if (verify_checksum) verify_data_checksum(text, data_start, data_size, stored);
+
+  // 7. The caller's metadata.
+  try {
+    metadata_ = json::parse(tide_text);
+  } catch (const json::exception&) {
+    TIDE_FAIL("{}: its __metadata__ 'tide' is not valid JSON; {}", who, damaged);
+  }
+  for (size_t i = 0; i < entries_.size(); ++i) index_.emplace(entries_[i].name, i);
+  checksum_ = stored;
+}
+
+// The checksum over header (digits read as '0's) and data, streamed through the file.
+void SafetensorsReader::verify_data_checksum(const std::string& zeroed_header, uint64_t data_start,
+                                             uint64_t data_size, const std::string& stored) const {
+  const std::string who = subject();
   XxhState hash;
-  hash.update(text.data(), text.size());
+  hash.update(zeroed_header.data(), zeroed_header.size());
   std::vector<char> buf(std::min<uint64_t>(data_size, 4u << 20));
   for (uint64_t done = 0; done < data_size;) {
     const uint64_t chunk = std::min<uint64_t>(buf.size(), data_size - done);
@@ -444,14 +461,6 @@ void SafetensorsReader::open_and_verify() {
              "{} is corrupt: checksum mismatch (stored {}, computed {}); it was damaged after it "
              "was written, use another copy",
              who, stored, computed);
-
-  // 7. The caller's metadata.
-  try {
-    metadata_ = json::parse(tide_text);
-  } catch (const json::exception&) {
-    TIDE_FAIL("{}: its __metadata__ 'tide' is not valid JSON; {}", who, damaged);
-  }
-  for (size_t i = 0; i < entries_.size(); ++i) index_.emplace(entries_[i].name, i);
 }
 
 std::vector<std::string> SafetensorsReader::names() const {
@@ -479,6 +488,17 @@ void SafetensorsReader::read(const std::string& name, void* dst, DType expected_
   TIDE_CHECK(e.shape == expected_shape, "{}: tensor '{}' has shape {} but {} was expected",
              subject(), shown(name), e.shape.str(), expected_shape.str());
   TIDE_CHECK(pread_all(fd_, dst, e.nbytes, e.offset),
+             "{} was cut short while reading tensor '{}'; check nothing else is writing it",
+             subject(), shown(name));
+}
+
+void SafetensorsReader::read_bytes(const std::string& name, uint64_t begin, uint64_t nbytes,
+                                   void* dst) const {
+  const SafetensorsEntry& e = entry(name);
+  TIDE_CHECK(begin <= e.nbytes && nbytes <= e.nbytes - begin,
+             "{}: bytes [{}, {}) are outside tensor '{}' ({} bytes)", subject(), begin,
+             begin + nbytes, shown(name), e.nbytes);
+  TIDE_CHECK(pread_all(fd_, dst, nbytes, e.offset + begin),
              "{} was cut short while reading tensor '{}'; check nothing else is writing it",
              subject(), shown(name));
 }

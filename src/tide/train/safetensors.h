@@ -66,7 +66,11 @@ struct SafetensorsEntry {
 class SafetensorsReader {
  public:
   // `what` names the file in error messages ("checkpoint" -> "checkpoint 'x.ckpt' is ...").
-  explicit SafetensorsReader(const std::string& path, std::string what = "safetensors file");
+  // `verify_checksum` false checks the header only and reads no data: for a writer that must
+  // look at the headers of files it has just written (commit_sharded_checkpoint); never for
+  // files whose data will be used.
+  explicit SafetensorsReader(const std::string& path, std::string what = "safetensors file",
+                             bool verify_checksum = true);
   ~SafetensorsReader();
   SafetensorsReader(const SafetensorsReader&) = delete;
   SafetensorsReader& operator=(const SafetensorsReader&) = delete;
@@ -85,9 +89,17 @@ class SafetensorsReader {
   // tensor is missing or its dtype or shape is not the expected one.
   void read(const std::string& name, void* dst, DType expected_dtype,
             const Shape& expected_shape) const;
+  // Copies bytes [begin, begin + nbytes) of tensor `name`'s data into `dst`: part of a tensor
+  // (sharded checkpoints read only the elements a rank holds). Throws a tide::Error when the
+  // tensor is missing or the range is not inside it.
+  void read_bytes(const std::string& name, uint64_t begin, uint64_t nbytes, void* dst) const;
+  // The checksum stored in (and verified against) the header: 16 lowercase hex digits.
+  const std::string& checksum() const { return checksum_; }
 
  private:
-  void open_and_verify();
+  void open_and_verify(bool verify_checksum);
+  void verify_data_checksum(const std::string& zeroed_header, uint64_t data_start,
+                            uint64_t data_size, const std::string& stored) const;
   const SafetensorsEntry* find(const std::string& name) const;
   // "checkpoint 'path'", the subject of every error message.
   std::string subject() const;
@@ -96,6 +108,7 @@ class SafetensorsReader {
   std::string what_;
   int fd_ = -1;
   nlohmann::json metadata_;
+  std::string checksum_;
   std::vector<SafetensorsEntry> entries_;
   std::unordered_map<std::string, size_t> index_;  // name -> position in entries_
 };

@@ -1,0 +1,57 @@
+// `tide export --checkpoint runs/default/model.ckpt --out-dir hf/`: a checkpoint (one file or a
+// sharded directory) as a Hugging Face GPT-2 folder (model.safetensors + config.json) that
+// transformers' GPT2LMHeadModel.from_pretrained loads. Streams tensor by tensor: the memory it
+// needs is bounded by the largest transposed tensor, not the model (see train/hf_export.h).
+
+#include <fmt/core.h>
+
+#include <cstdio>
+
+#include "commands.h"
+#include "tide/train/hf_export.h"
+
+namespace tide::app {
+
+namespace {
+
+struct ExportArgs {
+  std::string checkpoint;
+  std::string out_dir;
+  bool overwrite = false;
+  bool quiet = false;
+};
+
+void run_export(const ExportArgs& a) {
+  HfExportOptions o;
+  o.overwrite = a.overwrite;
+  if (!a.quiet)
+    o.progress = [](const std::string& line) {
+      fmt::print("{}\n", line);
+      std::fflush(stdout);
+    };
+  const HfExportResult r = export_hf_gpt2(a.checkpoint, a.out_dir, o);
+  fmt::print(
+      "exported {} to {}/model.safetensors ({} tensors in f32 from the checkpoint's {}, {:.1f} "
+      "MiB) and config.json; tensor buffers {:.1f} MiB\n",
+      r.config.str(), a.out_dir, r.tensors, r.source, r.file_bytes / 1048576.0,
+      r.buffer_bytes / 1048576.0);
+}
+
+}  // namespace
+
+void add_export_command(CLI::App& app) {
+  auto a = std::make_shared<ExportArgs>();
+  auto* cmd = app.add_subcommand(
+      "export",
+      "Write a checkpoint as a Hugging Face GPT-2 folder (model.safetensors + config.json)");
+  cmd->add_option("--checkpoint", a->checkpoint,
+                  "checkpoint file or sharded checkpoint directory written by `tide train`")
+      ->required();
+  cmd->add_option("--out-dir", a->out_dir, "folder to write model.safetensors and config.json to")
+      ->required();
+  cmd->add_flag("--overwrite", a->overwrite, "replace an existing model.safetensors in --out-dir");
+  cmd->add_flag("--quiet", a->quiet, "no progress lines");
+  cmd->callback([a] { run_export(*a); });
+}
+
+}  // namespace tide::app

@@ -1,0 +1,242 @@
+// `tide export`: a checkpoint (file or sharded directory) becomes a Hugging Face GPT-2 folder.
+// The output is parsed here independently of tide's reader (it is plain safetensors with
+// {"format": "pt"}): HF names, HF shapes (Conv1D weights transposed), f32 values equal to the
+// checkpoint's master weights (or converted parameters), the same bytes whatever the source's
+// sharding, GPT2Config fields; input checked before the output folder is touched; no silent
+// overwrite; memory bounded by the largest transposed tensor plus the fixed buffers.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "error_of.h"
+#include "tide/core/rng.h"
+#include "tide/model/layout.h"
+#include "tide/train/checkpoint.h"
+#include "tide/train/hf_export.h"
+#include "tide/train/sharded_checkpoint.h"
+
+using namespace tide;
+using tide::test::error_of;
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+std::string temp_dir(const std::string& name) {
+  const fs::path p = fs::path(TIDE_BINARY_DIR) / "test_tmp" / ("export_" + name);
+  fs::remove_all(p);
+  fs::create_directories(p);
+  return p.string();
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), {});
+}
+
+GPTConfig small() {
+  GPTConfig c;
+  c.n_layer = 2;
+  c.n_head = 2;
+  c.n_embd = 32;  // c_fc (128, 32): larger than the 1024-element minimum buffer
+  c.vocab_size = 37;
+  c.max_seq_len = 8;
+  return c;
+}
+
+std::unique_ptr<ChunkStore> store_of(const GPTConfig& c, DType compute, bool with_optimizer,
+                                     int group = 1) {
+  ChunkLayout lay = make_layout(c);
+  lay.pack(256, group);
+  StoreOptions o;
+  o.compute_dtype = compute;
+  o.with_optimizer = with_optimizer;
+  auto s = std::make_unique<ChunkStore>(std::move(lay), o);
+  for (ChunkKind k : {ChunkKind::PARAM, ChunkKind::MASTER, ChunkKind::ADAM_M, ChunkKind::ADAM_V}) {
+    if (!s->has(k) || (k == ChunkKind::MASTER && compute == DType::F32)) continue;
+    const PhiloxStream rng{17, static_cast<uint64_t>(k)};
+    uint64_t i = 0;
+    for (int id = 0; id < s->layout().num_tensors(); ++id) {
+      const Tensor t = s->tensor(k, id);
+      for (int64_t e = 0; e < t.numel(); ++e) {
+        const float v = rng.normal(i++);
+        if (t.dtype == DType::F32)
+          t.f32()[e] = v;
+        else
+          t.u16()[e] = f32_to_bf16(v * 3);  // unlike master: the export must pick master
+      }
+    }
+  }
+  return s;
+}
+
+CheckpointInfo info_of(const GPTConfig& c) {
+  CheckpointInfo info;
+  info.config = c;
+  info.step = 10;
+  return info;
+}
+
+// An exported model.safetensors, parsed.
+struct HfFile {
+  json header;
+  std::string data;
+  std::vector<float> tensor(const std::string& name) const {
+    const json& e = header.at(name);
+    const uint64_t b = e["data_offsets"][0], end = e["data_offsets"][1];
+    std::vector<float> v((end - b) / 4);
+    std::memcpy(v.data(), data.data() + b, end - b);
+    return v;
+  }
+};
+
+HfFile parse(const std::string& path) {
+  const std::string bytes = slurp(path);
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<unsigned char>(bytes[i]);
+  HfFile f{json::parse(bytes.substr(8, n)), bytes.substr(8 + n)};
+  EXPECT_EQ((8 + n) % 8, 0u);
+  return f;
+}
+
+// tide's values of tensor `name` of kind k as f32, in HF's layout.
+std::vector<float> expected(const ChunkStore& s, ChunkKind k, const std::string& name) {
+  const Tensor t = s.tensor(k, s.layout().find(name));
+  std::vector<float> v(t.numel());
+  for (int64_t e = 0; e < t.numel(); ++e)
+    v[e] = t.dtype == DType::F32 ? t.f32()[e] : bf16_to_f32(t.u16()[e]);
+  if (!hf_gpt2_transposed(name)) return v;
+  const int64_t R = t.shape[0], K = t.shape[1];
+  std::vector<float> tr(v.size());
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t c = 0; c < K; ++c) tr[c * R + r] = v[r * K + c];
+  return tr;
+}
+
+// Every tensor of the export equals `s`'s kind k (f32, HF layout), under its HF name and shape.
+void expect_export_of(const std::string& dir, const ChunkStore& s, ChunkKind k) {
+  const HfFile f = parse(dir + "/model.safetensors");
+  EXPECT_EQ(f.header["__metadata__"]["format"], "pt");
+  EXPECT_EQ(f.header.size(), s.layout().slots().size() + 1);
+  EXPECT_FALSE(f.header.contains("lm_head.weight"));
+  for (const TensorSlot& slot : s.layout().slots()) {
+    const std::string hf = hf_gpt2_name(slot.name);
+    ASSERT_TRUE(f.header.contains(hf)) << hf;
+    EXPECT_EQ(f.header[hf]["dtype"], "F32");
+    std::vector<int64_t> shape = {slot.shape[0]};
+    if (slot.shape.ndim == 2) shape.push_back(slot.shape[1]);
+    if (hf_gpt2_transposed(slot.name)) std::swap(shape[0], shape[1]);
+    EXPECT_EQ(f.header[hf]["shape"].get<std::vector<int64_t>>(), shape) << hf;
+    EXPECT_EQ(f.tensor(hf), expected(s, k, slot.name)) << hf;
+  }
+}
+
+}  // namespace
+
+TEST(HfExport, NamesFollowHuggingFaceGpt2) {
+  EXPECT_EQ(hf_gpt2_name("wte"), "transformer.wte.weight");
+  EXPECT_EQ(hf_gpt2_name("wpe"), "transformer.wpe.weight");
+  EXPECT_EQ(hf_gpt2_name("h.3.attn.c_attn.bias"), "transformer.h.3.attn.c_attn.bias");
+  EXPECT_EQ(hf_gpt2_name("ln_f.weight"), "transformer.ln_f.weight");
+  EXPECT_TRUE(hf_gpt2_transposed("h.0.attn.c_attn.weight"));
+  EXPECT_TRUE(hf_gpt2_transposed("h.11.mlp.c_proj.weight"));
+  EXPECT_FALSE(hf_gpt2_transposed("h.0.attn.c_attn.bias"));
+  EXPECT_FALSE(hf_gpt2_transposed("wte"));
+  const json cfg = hf_gpt2_config(GPTConfig::preset("gpt2-124m"));
+  EXPECT_EQ(cfg["model_type"], "gpt2");
+  EXPECT_EQ(cfg["activation_function"], "gelu_new");
+  EXPECT_EQ(cfg["n_positions"], 1024);
+  EXPECT_EQ(cfg["vocab_size"], 50257);
+  EXPECT_EQ(cfg["tie_word_embeddings"], true);
+  EXPECT_EQ(cfg["eos_token_id"], 50256);
+}
+
+TEST(HfExport, SingleFileAndShardedGiveTheSameFileOfTheMasterWeights) {
+  const GPTConfig c = small();
+  const std::string d = temp_dir("same");
+  const auto whole = store_of(c, DType::BF16, true, 3);
+  save_checkpoint(d + "/one.ckpt", *whole, info_of(c), true);
+  for (int r = 0; r < 3; ++r) save_checkpoint_shard(d + "/sharded", *whole, info_of(c), true, r, 3);
+  commit_sharded_checkpoint(d + "/sharded", 3);
+
+  HfExportOptions o;
+  o.buffer_bytes = 64;  // the 1024-element minimum: transposes go in several row batches
+  int lines = 0;
+  o.progress = [&](const std::string&) { ++lines; };
+  const HfExportResult r1 = export_hf_gpt2(d + "/one.ckpt", d + "/hf1", o);
+  const HfExportResult r2 = export_hf_gpt2(d + "/sharded", d + "/hf2", o);
+  expect_export_of(d + "/hf1", *whole, ChunkKind::MASTER);
+  EXPECT_EQ(slurp(d + "/hf1/model.safetensors"), slurp(d + "/hf2/model.safetensors"));
+  EXPECT_EQ(r1.source, "master weights (f32)");
+  EXPECT_EQ(r2.tensors, make_layout(c).num_tensors());
+  EXPECT_EQ(r2.file_bytes, fs::file_size(d + "/hf2/model.safetensors"));
+  // Memory: the largest transposed tensor (c_fc, 4C x C) in f32 and two 1024-element buffers.
+  EXPECT_EQ(r2.buffer_bytes, uint64_t(4 * 32 * 32) * 4 + 2 * 1024 * 4);
+  EXPECT_GE(lines, 5);
+  const json cfg = json::parse(slurp(d + "/hf2/config.json"));
+  EXPECT_EQ(cfg["n_layer"], 2);
+  EXPECT_EQ(cfg["n_embd"], 32);
+  EXPECT_EQ(cfg["n_ctx"], 8);
+  EXPECT_EQ(cfg["architectures"][0], "GPT2LMHeadModel");
+}
+
+TEST(HfExport, F32ParametersAndBf16ParametersWithoutMaster) {
+  const GPTConfig c = small();
+  const std::string d = temp_dir("params");
+  const auto f32 = store_of(c, DType::F32, true);
+  save_checkpoint(d + "/f32.ckpt", *f32, info_of(c), true);
+  EXPECT_EQ(export_hf_gpt2(d + "/f32.ckpt", d + "/a").source, "parameters (f32)");
+  expect_export_of(d + "/a", *f32, ChunkKind::PARAM);
+
+  const auto bf16 = store_of(c, DType::BF16, false);
+  for (int r = 0; r < 2; ++r) {
+    ChunkLayout lay = make_layout(c);
+    lay.pack(100, 2);
+    StoreOptions o;
+    o.compute_dtype = DType::BF16;
+    o.with_optimizer = false;
+    ChunkStore s(std::move(lay), o);
+    for (int id = 0; id < s.layout().num_tensors(); ++id) {
+      const Tensor t = s.tensor(ChunkKind::PARAM, id);
+      std::memcpy(t.data, bf16->tensor(ChunkKind::PARAM, id).data, t.nbytes());
+    }
+    save_checkpoint_shard(d + "/bf16", s, info_of(c), false, r, 2);
+  }
+  commit_sharded_checkpoint(d + "/bf16", 2);
+  EXPECT_EQ(export_hf_gpt2(d + "/bf16", d + "/b").source, "parameters (bf16)");
+  expect_export_of(d + "/b", *bf16, ChunkKind::PARAM);
+}
+
+TEST(HfExport, ChecksInputFirstAndNeverOverwritesSilently) {
+  const GPTConfig c = small();
+  const std::string d = temp_dir("checks");
+  const auto s = store_of(c, DType::F32, false);
+  save_checkpoint(d + "/m.ckpt", *s, info_of(c));
+  // A damaged checkpoint: refused, the output folder never created.
+  std::string bytes = slurp(d + "/m.ckpt");
+  bytes[bytes.size() - 3] ^= 1;
+  std::ofstream(d + "/bad.ckpt", std::ios::binary) << bytes;
+  EXPECT_NE(
+      error_of([&] { export_hf_gpt2(d + "/bad.ckpt", d + "/out"); }).find("checksum mismatch"),
+      std::string::npos);
+  EXPECT_FALSE(fs::exists(d + "/out"));
+  EXPECT_NE(error_of([&] { export_hf_gpt2(d + "/nothing", d + "/out"); }).find("cannot open"),
+            std::string::npos);
+  EXPECT_FALSE(fs::exists(d + "/out"));
+
+  export_hf_gpt2(d + "/m.ckpt", d + "/out");
+  const std::string first = slurp(d + "/out/model.safetensors");
+  EXPECT_NE(error_of([&] { export_hf_gpt2(d + "/m.ckpt", d + "/out"); }).find("--overwrite"),
+            std::string::npos);
+  HfExportOptions o;
+  o.overwrite = true;
+  export_hf_gpt2(d + "/m.ckpt", d + "/out", o);
+  EXPECT_EQ(slurp(d + "/out/model.safetensors"), first);
+  int files = 0;
+  for (const auto& e : fs::directory_iterator(d + "/out")) files += e.is_regular_file();
+  EXPECT_EQ(files, 2);  // no temporaries left
+}
