@@ -9,6 +9,7 @@
 #include "commands.h"
 #include "tide/data/tokenizer.h"
 #include "tide/train/checkpoint.h"
+#include "tide/train/sharded_checkpoint.h"
 
 namespace tide::app {
 
@@ -46,14 +47,22 @@ void run_sample(const SampleArgs& a) {
   TIDE_CHECK(a.tokens >= 1, "--tokens must be at least 1 (got {})", a.tokens);
   TIDE_CHECK(a.samples >= 1, "--samples must be at least 1 (got {})", a.samples);
   TIDE_CHECK(a.top_k >= 0, "--top-k must be >= 0 (got {}); 0 samples from all tokens", a.top_k);
-  const CheckpointInfo info = read_checkpoint_info(a.checkpoint);
+  // A single file, or the sharded directory a ZeRO run writes (loaded whole into one store).
+  const bool sharded = is_sharded_checkpoint(a.checkpoint);
+  const CheckpointInfo info =
+      sharded ? read_sharded_checkpoint_info(a.checkpoint).info : read_checkpoint_info(a.checkpoint);
   TIDE_CHECK(!info.tokenizer.empty(),
              "checkpoint '{}' names no tokenizer; it was trained on raw token shards",
              a.checkpoint);
-  const auto tok_path = std::filesystem::path(a.checkpoint).parent_path() / info.tokenizer;
+  std::filesystem::path ckpt(a.checkpoint);
+  if (!ckpt.has_filename()) ckpt = ckpt.parent_path();  // "dir/model.ckpt/"
+  const auto tok_path = ckpt.parent_path() / info.tokenizer;
   const Tokenizer tok = Tokenizer::load(tok_path.string());
   GPT model(info.config, ActivationPolicy::SAVE_ALL, 0, /*with_optimizer=*/false);
-  load_checkpoint(a.checkpoint, model);
+  if (sharded)
+    load_checkpoint_shard(a.checkpoint, model.store(), info.config);
+  else
+    load_checkpoint(a.checkpoint, model);
   const int T = info.config.max_seq_len, V = info.config.vocab_size;
   auto mb = model.make_micro_batch(1, T);
   mb->training = false;

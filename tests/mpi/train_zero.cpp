@@ -8,6 +8,7 @@
 
 #include "dp_runs.h"
 #include "mpi_test.h"
+#include "tide/comm/local_process_group.h"
 #include "tide/comm/ring_traffic.h"
 
 using namespace tide;
@@ -177,6 +178,64 @@ TEST(ZeroBuffers, StepsAfterTheFirstAllocateNothingAndStage3StaysInItsWindow) {
   }
   world->barrier();
   if (world->rank() == 0) std::filesystem::remove_all(dir);
+}
+
+// Sharded checkpoints resume at the same and at another DP degree, for every stage: W ranks
+// train K steps and save; R ranks resume and train K more, against W ranks training 2K steps
+// straight. Micro-batches W*R/W and W*R/R keep the global batch (and the data order) equal.
+// Same degree: bitwise. Another degree: losses to 1e-5 (sums in another order).
+TEST(ZeroCheckpoint, ResumesAtTheSameAndAtAnotherDegreeForEveryStage) {
+  std::shared_ptr<ProcessGroup> world = mpi_test::world_ptr(CommAlgorithm::Mpi);
+  const int N = world->size(), rank = world->rank();
+  const std::string dir = shared_temp_dir(*world);
+  const std::string shard = write_shared_shard(*world, dir);
+  constexpr int K = 5;
+  std::vector<std::pair<int, int>> degrees = {{N, N}, {N, 1}};  // (written at, resumed at)
+  if (N >= 3) degrees.push_back({N - 1, N});
+  if (N >= 4) degrees.push_back({N, N / 2});
+  // The first `n` ranks of the world, or nullptr on the others (collective over the world).
+  auto first = [&](int n) -> std::shared_ptr<ProcessGroup> {
+    if (n == 1) return rank == 0 ? std::make_shared<LocalProcessGroup>() : nullptr;
+    return world->split(rank < n ? 0 : -1, rank);
+  };
+  for (int stage : {1, 2, 3}) {
+    for (const auto& [W, R] : degrees) {
+      const std::string out = fmt::format("{}/s{}_{}to{}", dir, stage, W, R);
+      auto cfg = [&](int ranks, const std::string& resume) {
+        TrainConfig c = zero_config(shard, out, stage, W * R / ranks, 2, 2 * K, 0.1f);
+        c.resume = resume;
+        return c;
+      };
+      std::vector<float> want, got;
+      const std::shared_ptr<ProcessGroup> w = first(W), r = first(R);
+      std::string mid;
+      if (w) {
+        Trainer straight(cfg(W, ""), w);
+        while (straight.step() < 2 * K) want.push_back(straight.train_step().loss);
+        Trainer t(cfg(W, ""), w);
+        while (t.step() < K) got.push_back(t.train_step().loss);
+        mid = t.save("mid.ckpt");
+      }
+      world->barrier();  // the checkpoint is committed before anyone reads it
+      if (r) {
+        Trainer resumed(cfg(R, out + "/mid.ckpt"), r);
+        EXPECT_EQ(resumed.step(), K);
+        while (resumed.step() < 2 * K) got.push_back(resumed.train_step().loss);
+      }
+      if (rank == 0) {  // rank 0 is in both groups
+        ASSERT_EQ(got.size(), want.size());
+        for (size_t i = 0; i < want.size(); ++i) {
+          if (W == R)
+            EXPECT_EQ(got[i], want[i]) << "stage " << stage << ", step " << i + 1;
+          else
+            EXPECT_NEAR(got[i], want[i], 1e-5 * want[i])
+                << "stage " << stage << ", " << W << " -> " << R << " ranks, step " << i + 1;
+        }
+      }
+      world->barrier();
+    }
+  }
+  if (rank == 0) std::filesystem::remove_all(dir);
 }
 
 INSTANTIATE_TEST_SUITE_P(AccumDropout, Zero,

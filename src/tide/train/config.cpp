@@ -12,6 +12,7 @@
 #include "tide/core/json_error.h"
 #include "tide/optim/adamw.h"
 #include "tide/optim/lr_schedule.h"
+#include "tide/train/sharded_checkpoint.h"
 
 namespace tide {
 
@@ -475,10 +476,11 @@ TrainConfig parse_checked(const json& j, std::vector<std::string> unknown) {
     TIDE_CHECK(fs::exists(c.resume, ec),
                "checkpoint.resume: cannot open checkpoint '{}' (no such file); check the path",
                c.resume);
-    TIDE_CHECK(
-        !fs::is_directory(c.resume, ec),
-        "checkpoint.resume: '{}' is a directory; name a checkpoint file such as {}/model.ckpt",
-        c.resume, c.resume);
+    // A directory is a checkpoint only when it is a sharded one (ZeRO runs write those).
+    TIDE_CHECK(!fs::is_directory(c.resume, ec) || is_sharded_checkpoint(c.resume),
+               "checkpoint.resume: '{}' is a directory but not a sharded checkpoint (it has no "
+               "index.json); name a checkpoint such as {}/model.ckpt",
+               c.resume, c.resume);
   }
   return c;
 }

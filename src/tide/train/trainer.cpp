@@ -15,6 +15,7 @@
 #include "tide/train/checkpoint.h"
 #include "tide/train/preemption.h"
 #include "tide/train/rank_consistency.h"
+#include "tide/train/sharded_checkpoint.h"
 
 namespace tide {
 
@@ -123,7 +124,11 @@ Trainer::Trainer(TrainConfig config, std::shared_ptr<ProcessGroup> world)
                                      cfg_.micro_batch, cfg_.seq_len, opt, cfg_.zero);
   eval_mb_ = model_->make_micro_batch(1, cfg_.seq_len);
   if (resume_at) {
-    load_checkpoint(cfg_.resume, *model_, /*with_optimizer_state=*/true);
+    if (is_sharded_checkpoint(cfg_.resume))
+      load_checkpoint_shard(cfg_.resume, model_->store(), model_->config(),
+                            /*with_optimizer_state=*/true);
+    else
+      load_checkpoint(cfg_.resume, *model_, /*with_optimizer_state=*/true);
     engine_->sync_params();
     step_ = resume_at->step;
     train_loader_->seek(resume_at->data_epoch, resume_at->data_batch);
@@ -247,12 +252,17 @@ size_t Trainer::memory_bytes() const {
 
 std::string Trainer::save(const std::string& name) const {
   const fs::path dir(cfg_.out_dir);
+  const bool rank0 = world_->rank() == 0, sharded = cfg_.zero.stage > 0;
+  const std::string path = (dir / name).string();
+  if (!rank0 && !sharded) return path;  // stage 0: every rank holds everything; rank 0 writes
   fs::create_directories(dir);
   CheckpointInfo info;
   info.config = model_->config();
   info.step = step_;
+  // The tokenizer goes next to the checkpoint (a relative path: to the folder holding it).
   if (!tokenizer_path_.empty() && fs::exists(tokenizer_path_)) {
-    fs::copy_file(tokenizer_path_, dir / "tokenizer.json", fs::copy_options::overwrite_existing);
+    if (rank0)
+      fs::copy_file(tokenizer_path_, dir / "tokenizer.json", fs::copy_options::overwrite_existing);
     info.tokenizer = "tokenizer.json";
   }
   // Everything a step needs besides the tensors. Dropout masks and the data order are pure
@@ -264,13 +274,29 @@ std::string Trainer::save(const std::string& name) const {
                   {"global_batch", int64_t{cfg_.micro_batch} * cfg_.grad_accum * world_->size()},
                   {"data_epoch", train_loader_->epoch()},
                   {"data_batch", train_loader_->next_batch_index()}}}};
-  const std::string path = (dir / name).string();
-  save_checkpoint(path, *model_, info, /*with_optimizer_state=*/true);
+  if (!sharded) {
+    save_checkpoint(path, *model_, info, /*with_optimizer_state=*/true);
+    return path;
+  }
+  // ZeRO: no rank holds everything, so each writes its own shard; once all have (a rank that
+  // fails ends the job before the barrier), rank 0 publishes the directory atomically.
+  save_checkpoint_shard(path, model_->store(), info, /*with_optimizer_state=*/true,
+                        world_->rank(), world_->size());
+  world_->barrier();
+  if (rank0) commit_sharded_checkpoint(path, world_->size());
+  world_->barrier();
   return path;
 }
 
 Trainer::RunPosition Trainer::check_resume(const std::string& path) const {
-  const CheckpointInfo info = read_checkpoint_info(path);
+  const bool sharded = is_sharded_checkpoint(path);
+  TIDE_CHECK(sharded || cfg_.zero.stage == 0,
+             "checkpoint '{}' is a single file (written by a ZeRO stage 0 run); a run with "
+             "zero_optimization.stage {} resumes from the sharded checkpoint directory that ZeRO "
+             "runs write; resume with zero_optimization.stage=0",
+             path, cfg_.zero.stage);
+  const CheckpointInfo info =
+      sharded ? read_sharded_checkpoint_info(path).info : read_checkpoint_info(path);
   const json& run =
       info.extra.is_object() && info.extra.contains("run") ? info.extra["run"] : json();
   auto field = [&](const char* key) -> int64_t {
@@ -374,13 +400,16 @@ void Trainer::run() {
     }
     const bool eval_now = cfg_.eval_interval > 0 && step_ % cfg_.eval_interval == 0;
     if (val_loader_ && (eval_now || step_ == cfg_.train_steps)) log_eval(evaluate());
-    if (rank0 && cfg_.checkpoint_interval > 0 && step_ % cfg_.checkpoint_interval == 0 &&
-        step_ < cfg_.train_steps)
-      fmt::print("{}tide: checkpoint {} (resume with checkpoint.resume=<it>)\n", tty ? "\n" : "",
-                 save(fmt::format("model_step{}.ckpt", step_)));
+    if (cfg_.checkpoint_interval > 0 && step_ % cfg_.checkpoint_interval == 0 &&
+        step_ < cfg_.train_steps) {
+      const std::string path = save(fmt::format("model_step{}.ckpt", step_));
+      if (rank0)
+        fmt::print("{}tide: checkpoint {} (resume with checkpoint.resume=<it>)\n",
+                   tty ? "\n" : "", path);
+    }
     if (stop_agreed_ && step_ < cfg_.train_steps) {  // preemption: every rank stops here
+      const std::string path = save(fmt::format("model_step{}.ckpt", step_));
       if (rank0) {
-        const std::string path = save(fmt::format("model_step{}.ckpt", step_));
         fmt::print(
             "{}tide: stopped at step {}/{} on request (signal); checkpoint {}\n"
             "tide: resume with the same command plus checkpoint.resume={}\n",
@@ -390,8 +419,8 @@ void Trainer::run() {
       return;
     }
   }
+  const std::string path = save();
   if (rank0) {
-    const std::string path = save();
     fmt::print("tide: trained {} steps in {}; checkpoint {}\n", step_,
                human_duration(seconds_since(t_start)), path);
     fmt::print("tide: try `tide sample --checkpoint {}`\n", path);

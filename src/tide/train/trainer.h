@@ -48,7 +48,9 @@ class Trainer {
   std::function<void(int64_t step, int micro, int32_t* inputs, int32_t* targets)> batch_source;
 
   // Writes a checkpoint `name` in out_dir (weights, optimizer state, run position; with
-  // tokenizer.json beside it) that `checkpoint.resume` can continue from. Rank 0 only.
+  // tokenizer.json beside it) that `checkpoint.resume` can continue from; returns its path.
+  // ZeRO stage 0: one file, written by rank 0 (other ranks' calls write nothing). Stages 1-3: a
+  // sharded directory (sharded_checkpoint.h), and every rank must call it (collective).
   std::string save(const std::string& name = "model.ckpt") const;
 
  private:

@@ -87,7 +87,6 @@ ZeroPolicy::ZeroPolicy(ChunkStore& store, ProcessGroup& dp, const ZeroSettings& 
     for (int c = 0; c < n; ++c)
       if (lay.payload_elems(c) <= s_.param_persistence_threshold) {
         persistent_[c] = true;
-        start_gather(c);
         wait_gathered(c);
       }
   }
@@ -158,6 +157,7 @@ void ZeroPolicy::start_gather(int c) {
 }
 
 void ZeroPolicy::wait_gathered(int c) {
+  if (dp_.size() == 1) return;  // one rank: its slice is the whole chunk, nothing to gather
   if (gathered_[c] == Gathered::NO) start_gather(c);
   if (gathered_[c] == Gathered::IN_FLIGHT) {
     wait(*gather_work_[c]);
@@ -178,6 +178,7 @@ void ZeroPolicy::release_gathered(int c) {
 // Starts gathering the chunks of the accesses from `pos` on, while the accesses looked at stay
 // within stage3_prefetch_bucket_size elements and the gathered ones within the live limit.
 void ZeroPolicy::prefetch_after(size_t pos) {
+  if (dp_.size() == 1) return;
   const ChunkLayout& lay = store_.layout();
   int64_t ahead = 0;
   for (size_t q = pos; q < accesses_.size(); ++q) {
@@ -283,6 +284,7 @@ void ZeroPolicy::complete_reduction(const Pending& p) {
     std::memset(whole + (r + 1) * slice, 0, static_cast<size_t>(elems - (r + 1) * slice) * 4);
     return;
   }
+  if (!store_.attached(ChunkKind::GRAD, c)) return;  // one rank: the slice is the whole chunk
   std::memcpy(store_.slice(ChunkKind::GRAD, c).data, whole + r * slice,
               static_cast<size_t>(slice) * sizeof(float));
   store_.detach_whole(ChunkKind::GRAD, c);
@@ -330,7 +332,7 @@ void ZeroPolicy::after_update() {
   std::deque<std::pair<int64_t, WorkPtr>> gathers;
   int64_t gathering = 0;
   for (int c = 0; c < lay.num_chunks(); ++c) {
-    if (s_.stage == 3 && !persistent_[c]) continue;
+    if (s_.stage == 3 && (!persistent_[c] || dp_.size() == 1)) continue;
     const int64_t elems = lay.chunk_elems(c);
     while (!gathers.empty() && gathering + elems > s_.allgather_bucket_size) {
       wait(*gathers.front().second);
