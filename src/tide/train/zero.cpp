@@ -119,7 +119,6 @@ void* ZeroPolicy::take_buffer() {
   }
   void* p = alloc_.allocate(buffer_bytes_, "a ZeRO communication buffer");
   all_buffers_.push_back(p);
-  ++buffers_allocated_;
   return p;
 }
 
@@ -127,11 +126,11 @@ void ZeroPolicy::give_buffer(void* p) {
   free_buffers_.push_back(p);
 }
 
-void ZeroPolicy::begin_step(std::vector<BlockAccess> accesses) {
+void ZeroPolicy::begin_step(std::span<const BlockAccess> accesses) {
   for (const BlockAccess& a : accesses)
     TIDE_CHECK(a.block >= 0 && a.block < static_cast<int>(block_params_.size()),
                "access to block {} of {}", a.block, block_params_.size());
-  accesses_ = std::move(accesses);
+  accesses_ = accesses;
   pos_ = prefetched_to_ = 0;
   in_step_ = true;
   counters_ = {};
@@ -207,10 +206,10 @@ bool ZeroPolicy::needed_soon(int c) const {
 void ZeroPolicy::on_acquire(ChunkStore& store, std::span<const int> ids, Use use) {
   const ChunkLayout& lay = store.layout();
   if (use == Use::WEIGHT)  // W adds to gradients: an earlier micro-batch's reduction must land
-    for (int c : chunks_of_ids(lay, ids)) complete_reductions_of(c);
+    for (int id : ids) complete_reductions_of(lay.slot(id).chunk);
   if (s_.stage < 3) return;
   if (!in_step_ || pos_ >= accesses_.size()) {
-    for (int c : chunks_of_ids(lay, ids)) wait_gathered(c);
+    for (int id : ids) wait_gathered(lay.slot(id).chunk);
     return;
   }
   const BlockAccess& a = accesses_[pos_];

@@ -75,8 +75,8 @@ class ZeroPolicy final : public PlacementPolicy {
              std::vector<std::vector<int>> block_params, Allocator& buffers);
   ~ZeroPolicy() override;
 
-  // A step of `accesses` begins (store.begin_step has run).
-  void begin_step(std::vector<BlockAccess> accesses);
+  // A step of `accesses` begins (store.begin_step has run); they must outlive the step.
+  void begin_step(std::span<const BlockAccess> accesses);
   // After the last W: completes every reduction and divides by N; the owned GRAD slices then
   // hold this step's gradient averaged over the group.
   void finish_gradients();
@@ -86,7 +86,7 @@ class ZeroPolicy final : public PlacementPolicy {
 
   const ZeroStepCounters& counters() const { return counters_; }
   // Bytes of the communication buffers (all allocated so far; reused every step).
-  size_t buffer_bytes() const { return buffers_allocated_ * buffer_bytes_; }
+  size_t buffer_bytes() const { return all_buffers_.size() * buffer_bytes_; }
 
   void on_acquire(ChunkStore& store, std::span<const int> ids, Use use) override;
   void fetch(ChunkStore& store, int chunk, Use use) override;
@@ -121,7 +121,6 @@ class ZeroPolicy final : public PlacementPolicy {
   std::vector<std::vector<int>> block_params_, block_chunks_;
   Allocator& alloc_;
   size_t buffer_bytes_ = 0;
-  size_t buffers_allocated_ = 0;
   std::vector<void*> free_buffers_, all_buffers_;
 
   std::deque<Pending> reductions_;  // in issue order
@@ -132,7 +131,7 @@ class ZeroPolicy final : public PlacementPolicy {
   std::vector<bool> persistent_;
   int64_t live_elems_ = 0;
 
-  std::vector<BlockAccess> accesses_;
+  std::span<const BlockAccess> accesses_;
   size_t pos_ = 0;             // next access expected
   size_t prefetched_to_ = 0;   // accesses before this index have their chunks gathering
   bool in_step_ = false;
