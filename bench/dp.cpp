@@ -183,9 +183,8 @@ void run(const Args& a, CommAlgorithm algo, int stage) {
       "\"exposed_s\":%.4f,\"blocking_s\":%.4f,\"hidden\":%.3f}\n",
       stage, N, algo == CommAlgorithm::Ring ? "ring" : "mpi", cfg.model.str().c_str(),
       static_cast<long long>(lay.num_params()), lay.num_chunks(), st.grad_reductions,
-      st.param_gathers,
-      static_cast<long long>(lay.max_chunk_elems()), static_cast<long long>(psi), a.micro_batch,
-      a.seq_len, a.steps, static_cast<unsigned long long>(bytes_sent), theory,
+      st.param_gathers, static_cast<long long>(lay.max_chunk_elems()), static_cast<long long>(psi),
+      a.micro_batch, a.seq_len, a.steps, static_cast<unsigned long long>(bytes_sent), theory,
       static_cast<double>(bytes_sent) / theory, theory_params, step_max, exposed_max, blocking_max,
       hidden);
   std::fflush(stdout);

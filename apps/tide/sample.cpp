@@ -49,8 +49,8 @@ void run_sample(const SampleArgs& a) {
   TIDE_CHECK(a.top_k >= 0, "--top-k must be >= 0 (got {}); 0 samples from all tokens", a.top_k);
   // A single file, or the sharded directory a ZeRO run writes (loaded whole into one store).
   const bool sharded = is_sharded_checkpoint(a.checkpoint);
-  const CheckpointInfo info =
-      sharded ? read_sharded_checkpoint_info(a.checkpoint).info : read_checkpoint_info(a.checkpoint);
+  const CheckpointInfo info = sharded ? read_sharded_checkpoint_info(a.checkpoint).info
+                                      : read_checkpoint_info(a.checkpoint);
   TIDE_CHECK(!info.tokenizer.empty(),
              "checkpoint '{}' names no tokenizer; it was trained on raw token shards",
              a.checkpoint);

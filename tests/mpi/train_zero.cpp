@@ -49,8 +49,8 @@ TEST_P(Zero, StagesMatchOneRankAndEachOtherBitwise) {
   const std::string shard = write_shared_shard(*world, dir);
   std::vector<RunResult> runs;
   for (int stage : {1, 2, 3}) {
-    runs.push_back(train(zero_config(shard, dir, stage, kMicro, accum, kSteps, dropout), world,
-                         kSteps));
+    runs.push_back(
+        train(zero_config(shard, dir, stage, kMicro, accum, kSteps, dropout), world, kSteps));
     expect_same_on_every_rank(*world, runs.back());
   }
   // Where bytes live and when they move never changes the arithmetic: blocking reductions,
@@ -99,8 +99,8 @@ TEST(ZeroMemory, ModelStatesMatchTheZeroFormula) {
   for (int stage : {0, 1, 2, 3}) {
     TrainConfig c = zero_config(shard, dir, stage, kMicro, 1, 1);
     c.chunk_size_mb = 0.25;  // one chunk: its alignment padding is at most 16 N elements
-    c.zero.reduce_bucket_size = c.zero.allgather_bucket_size = c.zero.prefetch_bucket_size =
-        1 << 20;
+    c.zero.reduce_bucket_size = c.zero.allgather_bucket_size = c.zero.prefetch_bucket_size = 1
+                                                                                             << 20;
     Trainer t(c, world);
     const double psi = static_cast<double>(t.model().store().layout().num_params());
     const double p = 4 * psi, g = 4 * psi, os = 8 * psi;
@@ -143,10 +143,11 @@ TEST(ZeroTraffic, BytesSentPerStepMatchTheZeroFormula) {
     EXPECT_NEAR(st.bytes_sent / formula, 1.0, 0.01)
         << "stage " << stage << ": sent " << st.bytes_sent << " bytes, formula " << formula;
     if (world->rank() == 0)
-      fmt::print("ZeRO-{} N={}: sent {} bytes per step, formula {:.0f} (ratio {:.4f}); {} "
-                 "reduce-scatters/all-reduces, {} all-gathers\n",
-                 stage, N, st.bytes_sent, formula, st.bytes_sent / formula, st.grad_reductions,
-                 st.param_gathers);
+      fmt::print(
+          "ZeRO-{} N={}: sent {} bytes per step, formula {:.0f} (ratio {:.4f}); {} "
+          "reduce-scatters/all-reduces, {} all-gathers\n",
+          stage, N, st.bytes_sent, formula, st.bytes_sent / formula, st.grad_reductions,
+          st.param_gathers);
   }
   world->barrier();
   if (world->rank() == 0) std::filesystem::remove_all(dir);

@@ -76,9 +76,10 @@ ChunkStore::~ChunkStore() {
 }
 
 void PlacementPolicy::fetch_grads(ChunkStore&, int chunk) {
-  TIDE_FAIL("the gradients of chunk {} are not resident and this placement policy cannot bring "
-            "them in",
-            chunk);
+  TIDE_FAIL(
+      "the gradients of chunk {} are not resident and this placement policy cannot bring "
+      "them in",
+      chunk);
 }
 
 Tensor ChunkStore::tensor(ChunkKind k, int id) const {

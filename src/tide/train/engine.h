@@ -93,9 +93,9 @@ class Engine {
   StashPool stash_;
   std::vector<std::unique_ptr<MicroBatch>> mbs_;  // pool, one per micro-batch in flight
   std::vector<int> running_;                      // [pool index] -> micro-batch, -1 when free
-  std::unique_ptr<GradReduction> reduction_;  // stage 0
-  std::unique_ptr<ZeroPolicy> zero_;          // stages 1-3
-  std::vector<BlockAccess> accesses_;         // the blocks' parameter uses in one step
+  std::unique_ptr<GradReduction> reduction_;      // stage 0
+  std::unique_ptr<ZeroPolicy> zero_;              // stages 1-3
+  std::vector<BlockAccess> accesses_;             // the blocks' parameter uses in one step
 };
 
 }  // namespace tide

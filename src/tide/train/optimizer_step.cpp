@@ -14,9 +14,7 @@ void adamw_step(ChunkStore& store, const AdamWHyper& hyper, const AdamWStep& ste
   // same element range); otherwise the whole chunk.
   const bool sliced = store.sliced(ChunkKind::MASTER);
   for (int c = 0; c < lay.num_chunks(); ++c) {
-    auto range = [&](ChunkKind k) {
-      return sliced ? store.slice(k, c) : store.chunk(k, c);
-    };
+    auto range = [&](ChunkKind k) { return sliced ? store.slice(k, c) : store.chunk(k, c); };
     const Tensor master = range(ChunkKind::MASTER);
     const int64_t lo = sliced ? store.options().group_rank * lay.slice_elems(c) : 0;
     const int64_t hi = lo + master.numel();

@@ -280,8 +280,8 @@ std::string Trainer::save(const std::string& name) const {
   }
   // ZeRO: no rank holds everything, so each writes its own shard; once all have (a rank that
   // fails ends the job before the barrier), rank 0 publishes the directory atomically.
-  save_checkpoint_shard(path, model_->store(), info, /*with_optimizer_state=*/true,
-                        world_->rank(), world_->size());
+  save_checkpoint_shard(path, model_->store(), info, /*with_optimizer_state=*/true, world_->rank(),
+                        world_->size());
   world_->barrier();
   if (rank0) commit_sharded_checkpoint(path, world_->size());
   world_->barrier();
@@ -404,8 +404,8 @@ void Trainer::run() {
         step_ < cfg_.train_steps) {
       const std::string path = save(fmt::format("model_step{}.ckpt", step_));
       if (rank0)
-        fmt::print("{}tide: checkpoint {} (resume with checkpoint.resume=<it>)\n",
-                   tty ? "\n" : "", path);
+        fmt::print("{}tide: checkpoint {} (resume with checkpoint.resume=<it>)\n", tty ? "\n" : "",
+                   path);
     }
     if (stop_agreed_ && step_ < cfg_.train_steps) {  // preemption: every rank stops here
       const std::string path = save(fmt::format("model_step{}.ckpt", step_));

@@ -66,7 +66,11 @@ void check_zero_settings(const ZeroSettings& s, const ChunkLayout& layout,
 
 ZeroPolicy::ZeroPolicy(ChunkStore& store, ProcessGroup& dp, const ZeroSettings& settings,
                        std::vector<std::vector<int>> block_params, Allocator& buffers)
-    : store_(store), dp_(dp), s_(settings), block_params_(std::move(block_params)), alloc_(buffers) {
+    : store_(store),
+      dp_(dp),
+      s_(settings),
+      block_params_(std::move(block_params)),
+      alloc_(buffers) {
   const ChunkLayout& lay = store_.layout();
   TIDE_CHECK(s_.stage >= 1 && s_.stage <= 3, "ZeroPolicy runs stages 1-3 (got {})", s_.stage);
   TIDE_CHECK(store_.options().sliced_kinds == zero_sliced_kinds(s_.stage) &&
@@ -223,8 +227,8 @@ void ZeroPolicy::on_acquire(ChunkStore& store, std::span<const int> ids, Use use
 }
 
 void ZeroPolicy::fetch(ChunkStore&, int chunk, Use) {
-  TIDE_CHECK(s_.stage == 3, "param chunk {} is not resident; ZeRO stage {} keeps them all",
-             chunk, s_.stage);
+  TIDE_CHECK(s_.stage == 3, "param chunk {} is not resident; ZeRO stage {} keeps them all", chunk,
+             s_.stage);
   wait_gathered(chunk);
 }
 

@@ -132,8 +132,8 @@ class ZeroPolicy final : public PlacementPolicy {
   int64_t live_elems_ = 0;
 
   std::span<const BlockAccess> accesses_;
-  size_t pos_ = 0;             // next access expected
-  size_t prefetched_to_ = 0;   // accesses before this index have their chunks gathering
+  size_t pos_ = 0;            // next access expected
+  size_t prefetched_to_ = 0;  // accesses before this index have their chunks gathering
   bool in_step_ = false;
   ZeroStepCounters counters_;
 };

@@ -17,7 +17,6 @@
 
 namespace tide::dp_runs {
 
-
 constexpr int kSteps = 20;
 constexpr int kMicro = 2;  // b: sequences per micro-batch on each DP rank
 constexpr int kSeqLen = 16, kVocab = 64;
@@ -58,8 +57,8 @@ inline std::string write_shared_shard(ProcessGroup& world, const std::string& di
   return path;
 }
 
-inline TrainConfig dp_config(const std::string& shard, const std::string& out_dir, int micro, int accum,
-                      int64_t steps = kSteps, float dropout = 0.0f) {
+inline TrainConfig dp_config(const std::string& shard, const std::string& out_dir, int micro,
+                             int accum, int64_t steps = kSteps, float dropout = 0.0f) {
   return load_train_config(
       "",
       {"data.train=" + shard, "out_dir=" + out_dir, "model.vocab_size=" + std::to_string(kVocab),
