@@ -2,9 +2,11 @@
 
 #include <algorithm>
 
+#include "tide/core/arena.h"
 #include "tide/core/error.h"
 #include "tide/estimate/activation_memory.h"
 #include "tide/estimate/pipeline_inflight.h"
+#include "tide/estimate/zero_buffers.h"
 #include "tide/model/layout.h"
 
 namespace tide {
@@ -66,25 +68,20 @@ void place_model_states(const TrainSetup& setup, const ChunkLayout& layout, Stag
   }
 }
 
-// Constant-size buffers for chunk communication. Stage >= 2 accumulates each chunk's gradients
-// whole and reduce-scatters it into the rank's slice; stage 3 all-gathers a chunk's parameters
-// whole before use. Two chunks are counted in flight (the one being communicated and the one
-// prefetched), the two largest, each less the slice the rank keeps anyway, or whole when
-// offload streams that slice to or from the host too. Stages 0 and 1 reduce in place.
-int64_t chunk_buffers(const TrainSetup& setup, const ChunkLayout& layout) {
+// ZeRO's communication buffers: what the runtime allocates (train/zero.cpp), each one whole
+// chunk of the largest size in the compute dtype, as many as it holds at once during a step
+// (replayed by simulate_zero_buffers over the step's block accesses; stage 1 reduces in
+// place and needs none). Buckets the runtime would reject as smaller than a chunk or a block
+// are taken at the least it accepts. Offload moves the rank's slices, not the buffers: the
+// same whole chunks are gathered and reduced on the GPU.
+int64_t chunk_buffers(const TrainSetup& setup, const ChunkLayout& layout, StageEstimate& st) {
   if (setup.zero_stage < 2) return 0;
-  std::vector<int64_t> sizes;
-  for (int c = 0; c < layout.num_chunks(); ++c) sizes.push_back(layout.chunk_elems(c));
-  std::sort(sizes.rbegin(), sizes.rend());
-  sizes.resize(std::min<size_t>(2, sizes.size()));
-  const int dp = setup.dp();
-  int64_t elems = 0;
-  for (int64_t chunk : sizes) {
-    const int64_t not_owned = chunk - chunk / dp;
-    if (setup.zero_stage >= 2) elems += setup.offload == Offload::None ? not_owned : chunk;
-    if (setup.zero_stage >= 3) elems += setup.offload == Offload::All ? chunk : not_owned;
-  }
-  return elems * bytes_per_param(setup.precision);
+  const std::vector<ModelBlock> blocks = model_blocks(layout);
+  const ZeroSettings s = runnable_zero_settings(setup.zero, layout, blocks);
+  st.comm_buffers = simulate_zero_buffers(layout, blocks, setup.zero_stage, s, setup.grad_accum);
+  st.comm_buffer_bytes = static_cast<int64_t>(Arena::aligned(
+      static_cast<size_t>(layout.max_chunk_elems()) * bytes_per_param(setup.precision)));
+  return st.comm_buffers.buffers * st.comm_buffer_bytes;
 }
 
 ActivationShape activation_shape(const TrainSetup& setup) {
@@ -130,7 +127,7 @@ MemoryEstimate estimate_memory(const TrainSetup& setup) {
     if (s == p - 1) act += output_layer_activation_bytes(shape) * st.inflight_microbatches;
     st.device.activations = act;
     st.device.temp_buffers =
-        chunk_buffers(setup, layout) + recompute_workspace_bytes(shape, setup.recompute);
+        chunk_buffers(setup, layout, st) + recompute_workspace_bytes(shape, setup.recompute);
     est.stages.push_back(st);
   }
   for (const StageEstimate& st : est.stages) {

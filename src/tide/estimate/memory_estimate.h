@@ -12,9 +12,11 @@
 //   activations    what forward keeps for backward (Korthikanti et al. Table 2) times the
 //                  layer-micro-batches in flight under the pipeline schedule, plus the input
 //                  (embedding dropout mask) and output (logits) layers
-//   temp_buffers   constant-size buffers: whole chunks being reduce-scattered or all-gathered
-//                  (two: one in flight, one prefetched), chunks streamed to/from the host under
-//                  offload, and the recomputation working set of one layer
+//   temp_buffers   constant-size buffers: ZeRO's communication buffers, each a whole chunk of
+//                  the largest size, as many as the runtime holds at once in a step (gradient
+//                  chunks being written or reduce-scattered, stage 3's gathered parameter
+//                  chunks; zero_buffers.h replays the runtime's rules), and the
+//                  recomputation working set of one layer
 //   chunk_padding  what the chunk store allocates beyond the shares above: each chunk's
 //                  alignment padding (chunks are sliced across the Nd ranks, see
 //                  memory/chunk_layout.h), so model_states() + chunk_padding is exactly the
@@ -25,6 +27,7 @@
 
 #include "tide/estimate/model_states.h"
 #include "tide/estimate/train_setup.h"
+#include "tide/estimate/zero_buffers.h"
 
 namespace tide {
 
@@ -50,8 +53,10 @@ struct StageEstimate {
   int layers = 0;                 // transformer layers on the stage
   int inflight_microbatches = 0;  // see pipeline_inflight.h
   int64_t inflight_layer_microbatches = 0;
-  int64_t params = 0;  // parameters one TP rank of the stage holds (Psi)
-  ChunkPlan chunks;    // the stage's chunk layout (the runtime's, see model_states.h)
+  int64_t params = 0;             // parameters one TP rank of the stage holds (Psi)
+  ChunkPlan chunks;               // the stage's chunk layout (the runtime's, see model_states.h)
+  ZeroBufferPeak comm_buffers;    // ZeRO >= 2: buffers held at once (zero_buffers.h)
+  int64_t comm_buffer_bytes = 0;  // bytes of one buffer (a whole largest chunk)
   MemoryBreakdown device;
   MemoryBreakdown host;  // host memory used by one rank of this stage
 };

@@ -75,6 +75,32 @@ nlohmann::json budget_json(const MachineBudget& b) {
   return {{"gpu_bytes", b.gpu_bytes}, {"host_bytes", b.host_bytes}};
 }
 
+// "ZeRO buffers (whole chunks of 294.47 MiB, as many as the runtime holds at once): ZeRO-2 6
+// (6 grad), ZeRO-3 8 (5 grad + 3 param)", from the first row of each stage >= 2.
+std::string buffer_line(const std::vector<OptionResult>& rows) {
+  std::string parts;
+  int64_t each = 0;
+  for (int stage : {2, 3}) {
+    for (const OptionResult& r : rows) {
+      if (r.option.zero_stage != stage) continue;
+      const StageEstimate& st = r.estimate.stages[r.estimate.peak_stage];
+      const ZeroBufferPeak& b = st.comm_buffers;
+      each = st.comm_buffer_bytes;
+      parts += fmt::format(
+          "{}ZeRO-{} {} ({} grad{})", parts.empty() ? "" : ", ", stage, b.buffers, b.grad_buffers,
+          stage == 3
+              ? fmt::format(" + {} param, {} of them persistent", b.param_buffers, b.persistent)
+              : "");
+      break;
+    }
+  }
+  if (parts.empty()) return "";
+  return fmt::format(
+      "ZeRO buffers (whole chunks of {:.2f} MiB, as many as the runtime holds at "
+      "once; part of temp): {}\n",
+      each / 1048576.0, parts);
+}
+
 std::string budget_line(const MachineBudget& b, int ranks_per_host) {
   return fmt::format("budget: {} per GPU, {} per host ({} GPUs per host)",
                      b.gpu_bytes ? format_bytes(b.gpu_bytes) : "unlimited (no --gpu-mem)",
@@ -93,7 +119,7 @@ std::string fit_mark(bool gpu, bool host) {
 std::string options_table_text(const TrainSetup& setup, const MachineBudget& budget,
                                const std::vector<OptionResult>& rows) {
   std::string out = setup.str() + "\n" + budget_line(budget, setup.ranks_per_host()) + "\n";
-  if (!rows.empty()) out += chunk_lines(setup, rows.front().estimate);
+  if (!rows.empty()) out += chunk_lines(setup, rows.front().estimate) + buffer_line(rows);
   out += "GiB; per-GPU columns are the busiest pipeline stage; * = the configured option\n\n";
   const auto line = [](auto&&... cols) {
     return fmt::format("{:<1}{:<20} {:<9} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9} {:>9}  {}\n",
@@ -124,6 +150,12 @@ nlohmann::json options_table_json(const TrainSetup& setup, const MachineBudget& 
                         {"inflight_microbatches", st.inflight_microbatches},
                         {"inflight_layer_microbatches", st.inflight_layer_microbatches},
                         {"chunks", chunk_plan_json(st.chunks)},
+                        {"comm_buffers",
+                         {{"count", st.comm_buffers.buffers},
+                          {"grad", st.comm_buffers.grad_buffers},
+                          {"param", st.comm_buffers.param_buffers},
+                          {"persistent", st.comm_buffers.persistent},
+                          {"bytes_each", st.comm_buffer_bytes}}},
                         {"device", breakdown_json(st.device)},
                         {"host", breakdown_json(st.host)}});
     options.push_back({{"option", r.option.name},

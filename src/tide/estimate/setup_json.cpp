@@ -98,6 +98,14 @@ TrainSetup setup_from_json(const nlohmann::json& config, TrainSetup base) {
   read(config, "train_micro_batch_size_per_gpu", s.micro_batch);
   read(config, "gradient_accumulation_steps", s.grad_accum);
   read(config, "zero_optimization.stage", s.zero_stage);
+  // The buffer sizes and thresholds that set how many communication buffers ZeRO holds.
+  read(config, "zero_optimization.reduce_bucket_size", s.zero.reduce_bucket_size);
+  read(config, "zero_optimization.allgather_bucket_size", s.zero.allgather_bucket_size);
+  read(config, "zero_optimization.overlap_comm", s.zero.overlap_comm);
+  read(config, "zero_optimization.stage3_prefetch_bucket_size", s.zero.prefetch_bucket_size);
+  read(config, "zero_optimization.stage3_max_live_parameters", s.zero.max_live_parameters);
+  read(config, "zero_optimization.stage3_param_persistence_threshold",
+       s.zero.param_persistence_threshold);
   const bool off_opt = read_offload_device(config, "zero_optimization.offload_optimizer.device");
   const bool off_param = read_offload_device(config, "zero_optimization.offload_param.device");
   TIDE_CHECK(!off_param || off_opt,

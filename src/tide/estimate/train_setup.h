@@ -14,6 +14,7 @@
 #include <string>
 
 #include "tide/model/config.h"
+#include "tide/train/zero_settings.h"
 
 namespace tide {
 
@@ -42,6 +43,9 @@ struct TrainSetup {
   int micro_batch = 1;  // b: sequences per micro-batch per data-parallel rank
   int grad_accum = 1;   // m: micro-batches per optimizer step (the pipeline's micro-batches)
   int zero_stage = 0;   // 0 = plain DDP, 1/2/3 = ZeRO-DP stages
+  // zero_optimization.* bucket sizes and thresholds (they set how many communication buffers
+  // the runtime holds, see zero_buffers.h); zero.stage is not read: zero_stage is the stage.
+  ZeroSettings zero;
   Offload offload = Offload::None;
   Recompute recompute = Recompute::None;
   Precision precision = Precision::BF16;

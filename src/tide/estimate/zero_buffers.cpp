@@ -1,0 +1,251 @@
+#include "tide/estimate/zero_buffers.h"
+
+#include <algorithm>
+#include <deque>
+#include <map>
+#include <string>
+
+#include "tide/core/error.h"
+
+namespace tide {
+
+std::vector<ModelBlock> model_blocks(const ChunkLayout& layout) {
+  auto id_of = [&](const std::string& name) {
+    for (int id = 0; id < layout.num_tensors(); ++id)
+      if (layout.slot(id).name == name) return id;
+    return -1;
+  };
+  std::vector<ModelBlock> blocks;
+  const int wte = id_of("wte"), wpe = id_of("wpe");
+  if (wte >= 0) blocks.push_back({{wte, wpe}, {wte, wpe}});
+  std::map<int, ModelBlock> layers;  // by layer index
+  for (int id = 0; id < layout.num_tensors(); ++id) {
+    const std::string& name = layout.slot(id).name;
+    if (!name.starts_with("h.")) continue;
+    const int l = std::stoi(name.substr(2, name.find('.', 2) - 2));
+    layers[l].params.push_back(id);
+    layers[l].grads_done.push_back(id);
+  }
+  for (auto& [l, b] : layers) blocks.push_back(std::move(b));
+  const int lnf_w = id_of("ln_f.weight"), lnf_b = id_of("ln_f.bias");
+  if (lnf_w >= 0) {
+    const int head = id_of("lm_head.weight");
+    ModelBlock b{{lnf_w, lnf_b, head >= 0 ? head : wte}, {lnf_w, lnf_b}};
+    if (head >= 0) b.grads_done.push_back(head);
+    TIDE_ASSERT(b.params.back() >= 0);
+    blocks.push_back(std::move(b));
+  }
+  return blocks;
+}
+
+namespace {
+
+std::vector<int> chunks_of(const ChunkLayout& layout, const std::vector<int>& ids) {
+  std::vector<int> cs;
+  for (int id : ids) cs.push_back(layout.slot(id).chunk);
+  std::sort(cs.begin(), cs.end());
+  cs.erase(std::unique(cs.begin(), cs.end()), cs.end());
+  return cs;
+}
+
+enum class Access { FORWARD, BACKWARD, WEIGHT };
+
+// ZeroPolicy's bookkeeping without the data: which chunks hold a buffer, and when they give it
+// back. Each member mirrors the ZeroPolicy member of the same name.
+class Replay {
+ public:
+  Replay(const ChunkLayout& layout, const std::vector<ModelBlock>& blocks, int stage,
+         const ZeroSettings& s)
+      : lay_(layout), blocks_(blocks), stage_(stage), s_(s) {
+    for (const ModelBlock& b : blocks_) block_chunks_.push_back(chunks_of(lay_, b.params));
+    const int n = lay_.num_chunks();
+    grad_attached_.assign(n, false);
+    gathered_.assign(n, false);
+    persistent_.assign(n, false);
+    if (stage_ == 3)
+      for (int c = 0; c < n; ++c)
+        if (lay_.payload_elems(c) <= s_.param_persistence_threshold) {
+          persistent_[c] = true;
+          ++peak_.persistent;
+          start_gather(c);
+        }
+  }
+
+  ZeroBufferPeak run(int micro_batches) {
+    const int n = static_cast<int>(blocks_.size());
+    struct Step {
+      int block, mb;
+      Access use;
+    };
+    std::vector<Step> steps;  // the engine's data-parallel schedule, B and W fused
+    for (int m = 0; m < micro_batches; ++m) {
+      for (int i = 0; i < n; ++i) steps.push_back({i, m, Access::FORWARD});
+      for (int i = n - 1; i >= 0; --i) {
+        steps.push_back({i, m, Access::BACKWARD});
+        steps.push_back({i, m, Access::WEIGHT});
+      }
+    }
+    for (const Step& st : steps) accesses_.push_back(st.block);
+    ready_.assign(lay_.num_chunks(), std::vector<int>(micro_batches, 0));
+    if (stage_ == 3) prefetch_after(0);
+    for (const Step& st : steps) {
+      const std::vector<int>& cs = block_chunks_[st.block];
+      // on_acquire
+      if (st.use == Access::WEIGHT)
+        for (int c : cs) complete_reductions_of(c);
+      if (stage_ == 3) {
+        ++pos_;
+        for (int c : cs)
+          if (!gathered_[c]) start_gather(c);
+        prefetch_after(pos_);
+      }
+      // acquire: a W needs its gradient chunks whole (fetch_grads)
+      if (st.use == Access::WEIGHT && stage_ >= 2)
+        for (int c : cs)
+          if (!grad_attached_[c]) {
+            grad_attached_[c] = true;
+            take(true);
+          }
+      // release: each chunk of the block is offered to evict
+      for (int c : cs) evict(c);
+      // mark_grad_ready after the W
+      if (st.use == Access::WEIGHT)
+        for (int id : blocks_[st.block].grads_done) {
+          const int c = lay_.slot(id).chunk;
+          if (++ready_[c][st.mb] == static_cast<int>(lay_.tensors_in_chunk(c).size()))
+            on_grads_ready(c);
+        }
+    }
+    // finish_gradients
+    while (!reductions_.empty()) complete_front();
+    if (stage_ == 3)
+      for (int c = 0; c < lay_.num_chunks(); ++c)
+        if (!persistent_[c] && gathered_[c]) release_gathered(c);
+    TIDE_ASSERT(in_use_ == peak_.persistent);
+    return peak_;
+  }
+
+ private:
+  void take(bool grad) {
+    ++in_use_;
+    ++(grad ? grads_ : params_);
+    if (in_use_ > peak_.buffers) {
+      peak_.buffers = in_use_;
+      peak_.grad_buffers = grads_;
+      peak_.param_buffers = params_;
+    }
+  }
+  void give(bool grad) {
+    --in_use_;
+    --(grad ? grads_ : params_);
+  }
+
+  void start_gather(int c) {
+    take(false);
+    gathered_[c] = true;
+    live_elems_ += lay_.chunk_elems(c);
+  }
+  void release_gathered(int c) {
+    give(false);
+    gathered_[c] = false;
+    live_elems_ -= lay_.chunk_elems(c);
+  }
+  void prefetch_after(size_t pos) {
+    int64_t ahead = 0;
+    for (size_t q = pos; q < accesses_.size(); ++q) {
+      for (int c : block_chunks_[accesses_[q]]) {
+        const int64_t elems = lay_.chunk_elems(c);
+        ahead += elems;
+        if (ahead > s_.prefetch_bucket_size) return;
+        if (gathered_[c]) continue;
+        if (live_elems_ + elems > s_.max_live_parameters) return;
+        start_gather(c);
+      }
+      prefetched_to_ = std::max(prefetched_to_, q + 1);
+    }
+  }
+  bool needed_soon(int c) const {
+    const size_t end = std::min(accesses_.size(), std::max(pos_ + 1, prefetched_to_));
+    for (size_t q = pos_; q < end; ++q) {
+      const auto& cs = block_chunks_[accesses_[q]];
+      if (std::find(cs.begin(), cs.end(), c) != cs.end()) return true;
+    }
+    return false;
+  }
+  void evict(int c) {
+    if (stage_ < 3 || persistent_[c] || !gathered_[c]) return;
+    if (needed_soon(c)) return;
+    release_gathered(c);
+  }
+
+  void on_grads_ready(int c) {
+    const int64_t elems = lay_.chunk_elems(c);
+    while (!reductions_.empty() && reducing_elems_ + elems > s_.reduce_bucket_size)
+      complete_front();
+    if (!s_.overlap_comm) {
+      complete(c);
+      return;
+    }
+    reductions_.push_back(c);
+    reducing_elems_ += elems;
+  }
+  void complete_front() {
+    const int c = reductions_.front();
+    reductions_.pop_front();
+    reducing_elems_ -= lay_.chunk_elems(c);
+    complete(c);
+  }
+  void complete(int c) {
+    if (stage_ < 2) return;  // stage 1 reduces in the chunk itself
+    grad_attached_[c] = false;
+    give(true);
+  }
+  void complete_reductions_of(int c) {
+    const auto last = std::find(reductions_.rbegin(), reductions_.rend(), c);
+    if (last == reductions_.rend()) return;
+    const size_t n = reductions_.size() - (last - reductions_.rbegin());
+    for (size_t i = 0; i < n; ++i) complete_front();
+  }
+
+  const ChunkLayout& lay_;
+  const std::vector<ModelBlock>& blocks_;
+  const int stage_;
+  const ZeroSettings s_;
+  std::vector<std::vector<int>> block_chunks_;
+  std::vector<bool> grad_attached_, gathered_, persistent_;
+  std::vector<std::vector<int>> ready_;  // [chunk][micro-batch]: tensors complete
+  std::deque<int> reductions_;
+  int64_t reducing_elems_ = 0, live_elems_ = 0;
+  std::vector<int> accesses_;  // block of each access
+  size_t pos_ = 0, prefetched_to_ = 0;
+  int in_use_ = 0, grads_ = 0, params_ = 0;
+  ZeroBufferPeak peak_;
+};
+
+}  // namespace
+
+ZeroSettings runnable_zero_settings(ZeroSettings s, const ChunkLayout& layout,
+                                    const std::vector<ModelBlock>& blocks) {
+  const int64_t chunk = layout.max_chunk_elems();
+  s.reduce_bucket_size = std::max(s.reduce_bucket_size, chunk);
+  s.allgather_bucket_size = std::max(s.allgather_bucket_size, chunk);
+  int64_t block = 0;
+  for (const ModelBlock& b : blocks) {
+    int64_t elems = 0;
+    for (int c : chunks_of(layout, b.params)) elems += layout.chunk_elems(c);
+    block = std::max(block, elems);
+  }
+  s.max_live_parameters = std::max(s.max_live_parameters, block);
+  return s;
+}
+
+ZeroBufferPeak simulate_zero_buffers(const ChunkLayout& layout,
+                                     const std::vector<ModelBlock>& blocks, int stage,
+                                     const ZeroSettings& settings, int micro_batches) {
+  TIDE_CHECK(stage >= 1 && stage <= 3, "ZeRO buffers are simulated for stages 1-3 (got {})", stage);
+  TIDE_CHECK(micro_batches >= 1, "a step needs at least one micro-batch (got {})", micro_batches);
+  if (stage == 1) return {};  // reduces in place, gathers in place
+  return Replay(layout, blocks, stage, settings).run(micro_batches);
+}
+
+}  // namespace tide

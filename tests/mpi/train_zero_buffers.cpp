@@ -1,0 +1,109 @@
+// The estimator's ZeRO buffer term against the runtime on 2-8 ranks: `tide estimate`'s
+// temp_buffers (no recomputation) must be the bytes ZeroPolicy allocates for its communication
+// buffers (Engine::comm_buffer_bytes() after a few steps), since the estimate replays the
+// runtime's rules (estimate/zero_buffers.h). Here, not in tests/unit: ZeRO does not run on one
+// rank (with one rank a chunk's slice is already whole, so no gradient buffer is attached and
+// the reduction's detach fails).
+#include <gtest/gtest.h>
+
+#include <omp.h>
+
+#include <cstdio>
+
+#include "mpi_test.h"
+#include "tide/estimate/memory_estimate.h"
+#include "tide/estimate/setup_json.h"
+#include "tide/model/gpt.h"
+#include "tide/train/config.h"
+#include "tide/train/engine.h"
+
+using namespace tide;
+using json = nlohmann::json;
+
+namespace {
+
+// A small trainable config (f32, AdamW): 2 layers of 64, vocabulary 256 (the largest tensors,
+// wte and the MLP matrices, have 16384 elements).
+json small_config(double chunk_mb, int stage, int accum, bool tight) {
+  json c = {{"model", {{"n_layer", 2}, {"n_embd", 64}, {"n_head", 4}, {"vocab_size", 256}}},
+            {"seq_len", 32},
+            {"train_micro_batch_size_per_gpu", 2},
+            {"gradient_accumulation_steps", accum},
+            {"chunk_size_mb", chunk_mb},
+            {"zero_optimization", {{"stage", stage}}}};
+  if (tight)
+    c["zero_optimization"].update({{"stage3_param_persistence_threshold", 0},
+                                   {"reduce_bucket_size", 2 * 16384 + 64},
+                                   {"stage3_prefetch_bucket_size", 20000}});
+  return c;
+}
+
+// The runtime's buffer bytes after `steps` steps, the store built as the Trainer builds it.
+size_t runtime_buffer_bytes(const json& config, std::shared_ptr<ProcessGroup> world, int steps) {
+  const TrainConfig tc = parse_train_config(config);
+  ModelOptions o;
+  o.chunk_elems = chunk_elems_from_mib(tc.chunk_size_mb);
+  o.group_size = world->size();
+  o.store.group_rank = world->rank();
+  o.store.sliced_kinds = zero_sliced_kinds(tc.zero.stage);
+  GPT gpt(tc.model, tc.activation_policy, o);
+  gpt.init_weights(7);
+  OptimizerSettings opt;
+  opt.lr.max_steps = steps;
+  Engine engine(gpt, world, data_parallel_schedule(tc.grad_accum), tc.micro_batch, tc.seq_len, opt,
+                tc.zero);
+  const int vocab = tc.model.vocab_size, rank = world->rank();
+  for (int step = 0; step < steps; ++step)
+    engine.step(step, 1, [&](int mb, int32_t* in, int32_t* out) {
+      for (int i = 0; i < tc.micro_batch * tc.seq_len; ++i) {
+        in[i] = (i * 7 + mb * 3 + step + rank) % vocab;
+        out[i] = (i * 5 + mb + 1 + rank) % vocab;
+      }
+    });
+  return engine.comm_buffer_bytes();
+}
+
+}  // namespace
+
+// Stages 2 and 3, two chunk sizes (automatic = the largest tensor; 0.02 MiB = 5242 elements),
+// one and two micro-batches, each with DeepSpeed's default zero_optimization settings and with
+// tight ones. The defaults (at this size every stage-3 chunk is under the persistence threshold and
+// the 500M-element reduce bucket keeps every gradient chunk's buffer until the next W or the end of
+// the step) and tight ones (nothing persistent, a reduce bucket of two chunks, a prefetch window
+// of part of a block).
+TEST(ZeroBuffers, EstimateIsWhatTheRuntimeAllocates) {
+  std::shared_ptr<ProcessGroup> world = mpi_test::world_ptr(CommAlgorithm::Mpi);
+  omp_set_num_threads(1);  // as the Trainer with threads=1: up to 8 ranks share 2 cores
+  int compared = 0;
+  for (int stage : {2, 3}) {
+    for (double chunk_mb : {0.0, 0.02}) {
+      for (auto [accum, tight] :
+           {std::pair{1, false}, std::pair{1, true}, std::pair{2, false}, std::pair{2, true}}) {
+        const json config = small_config(chunk_mb, stage, accum, tight);
+        TrainSetup base;
+        base.model = GPTConfig::preset("gpt2-124m");
+        TrainSetup s = setup_from_json(config, base);
+        s.world_size = world->size();
+        ASSERT_EQ(s.recompute, Recompute::None);  // temp_buffers is then the buffers alone
+        ASSERT_EQ(s.precision, Precision::FP32);  // as the CPU runtime computes
+        const MemoryEstimate e = estimate_memory(s);
+        const StageEstimate& st = e.stages[0];
+        const size_t runtime = runtime_buffer_bytes(config, world, 2);
+        const std::string what = fmt::format("stage {}, chunk_size_mb {}, accum {}, {}", stage,
+                                             chunk_mb, accum, tight ? "tight" : "defaults");
+        if (world->rank() == 0)
+          std::printf(
+              "N=%d %s: estimate %d buffers (%d grad + %d param, %d persistent) x %lld = %lld "
+              "bytes, runtime %zu bytes\n",
+              world->size(), what.c_str(), st.comm_buffers.buffers, st.comm_buffers.grad_buffers,
+              st.comm_buffers.param_buffers, st.comm_buffers.persistent,
+              static_cast<long long>(st.comm_buffer_bytes),
+              static_cast<long long>(e.device.temp_buffers), runtime);
+        EXPECT_GT(runtime, 0u) << what;
+        EXPECT_EQ(e.device.temp_buffers, static_cast<int64_t>(runtime)) << what;
+        ++compared;
+      }
+    }
+  }
+  EXPECT_EQ(compared, 16);
+}

@@ -1,0 +1,121 @@
+// tide's per-GPU estimate for large GPT models against DeepSpeed's own estimator
+// (estimate_zero2/3_model_states_mem_needs, run from DeepSpeed's source by
+// tools/gen_deepspeed_estimates.py into tests/fixtures/deepspeed_estimates.json): issue #11
+// asks for agreement within 1.1x, or an explained difference. DeepSpeed's functions count model
+// states plus (stage 3) one largest layer in fp32 bytes, so tide's side is model states + chunk
+// padding + ZeRO's communication buffers, bf16, no offload, no activations.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <tuple>
+
+#include "tide/estimate/memory_estimate.h"
+
+using namespace tide;
+using json = nlohmann::json;
+
+namespace {
+
+json load_fixture() {
+  std::ifstream f(std::string(TIDE_SOURCE_DIR) + "/tests/fixtures/deepspeed_estimates.json");
+  EXPECT_TRUE(f.good()) << "tests/fixtures/deepspeed_estimates.json is missing";
+  return json::parse(f);
+}
+
+TrainSetup setup_of(const json& c, int stage) {
+  TrainSetup s;
+  s.model.n_layer = c["n_layer"];
+  s.model.n_head = c["n_head"];
+  s.model.n_embd = c["n_embd"];
+  s.model.vocab_size = c["vocab_size"];
+  s.model.max_seq_len = c["seq_len"];
+  s.world_size = c["nd"];
+  s.zero_stage = stage;
+  s.precision = Precision::BF16;  // DeepSpeed's 16-bit params and grads, fp32 master and Adam
+  s.optimizer = Optimizer::AdamW;
+  s.micro_batch = 1;
+  s.grad_accum = 1;
+  return s;
+}
+
+struct Row {
+  std::string model;
+  int nd = 0, stage = 0;
+  double states = 0, padding = 0, buffers = 0, tide = 0, deepspeed = 0;
+  double deepspeed_states = 0;  // DeepSpeed's total less its largest-layer term (stage 3)
+  int buffer_count = 0;
+};
+
+double gib(int64_t bytes) {
+  return static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0);
+}
+
+std::vector<Row> compare_all() {
+  std::vector<Row> rows;
+  const json fixture = load_fixture();
+  for (const json& c : fixture["cases"]) {
+    for (int stage : {2, 3}) {
+      const TrainSetup s = setup_of(c, stage);
+      // The fixture's parameter count is DeepSpeed's model_to_params on the same shape, computed
+      // in Python from the module list: tide's count of its own tensors must be the same.
+      EXPECT_EQ(s.model.num_parameters(), c["total_params"].get<int64_t>()) << c["name"];
+      const MemoryEstimate e = estimate_memory(s);
+      Row r;
+      r.model = c["name"];
+      r.nd = c["nd"];
+      r.stage = stage;
+      r.states = gib(e.device.model_states());
+      r.padding = gib(e.device.chunk_padding);
+      r.buffers = gib(e.device.temp_buffers);
+      r.buffer_count = e.stages[e.peak_stage].comm_buffers.buffers;
+      r.tide = gib(e.device.model_states() + e.device.chunk_padding + e.device.temp_buffers);
+      const json& ds = c[stage == 2 ? "zero2" : "zero3"];
+      r.deepspeed = gib(ds["gpu_bytes"].get<int64_t>());
+      r.deepspeed_states =
+          gib(ds["gpu_bytes"].get<int64_t>() - ds.value("largest_layer_bytes", int64_t{0}));
+      rows.push_back(r);
+    }
+  }
+  return rows;
+}
+
+}  // namespace
+
+TEST(DeepSpeedEstimates, PerGpuTotalsAgainstDeepSpeedsEstimator) {
+  const std::vector<Row> rows = compare_all();
+  ASSERT_EQ(rows.size(), 24u);
+  std::printf(
+      "| model | Nd | ZeRO | tide states | padding | buffers (n) | tide total | DeepSpeed | "
+      "ratio |\n|---|---|---|---|---|---|---|---|---|\n");
+  for (const Row& r : rows)
+    std::printf("| %s | %d | %d | %.2f | %.2f | %.2f (%d) | %.2f | %.2f | %.2f |\n",
+                r.model.c_str(), r.nd, r.stage, r.states, r.padding, r.buffers, r.buffer_count,
+                r.tide, r.deepspeed, r.tide / r.deepspeed);
+
+  // Where tide is above 1.1x it is the communication buffers alone: the runtime holds whole
+  // chunks of the largest size (the embedding's, or at 1T an MLP matrix's) in flight, several
+  // at once (the tied embedding's gradient chunk through all of backward, gradient chunks whose
+  // reduce-scatter waits in the 500M-element reduce bucket, stage 3's gathered chunks of a
+  // whole block), where DeepSpeed's function counts 4 bytes x the largest layer once. As Nd
+  // grows the model states shrink as 1/Nd and these buffers do not. docs/estimate.md has the
+  // table. The list is checked both ways: a case that comes within 1.1x must leave it.
+  const std::set<std::tuple<std::string, int, int>> above = {
+      {"gpt-7.5b", 16, 3}, {"gpt-7.5b", 64, 3},   {"gpt-7.5b", 1024, 2}, {"gpt-7.5b", 1024, 3},
+      {"gpt-128b", 64, 3}, {"gpt-128b", 1024, 3}, {"gpt-1t", 64, 3},     {"gpt-1t", 1024, 3}};
+  for (const Row& r : rows) {
+    const std::string what = fmt::format("{} Nd={} ZeRO-{}", r.model, r.nd, r.stage);
+    // Model states: ZeRO's 2 + 2 + 12 bytes per parameter (partitioned as the stage says) plus
+    // chunk padding, below DeepSpeed's 2 + 18 (it also counts a 4-byte fp32 gradient copy).
+    EXPECT_LE(r.states + r.padding, r.deepspeed_states) << what;
+    EXPECT_GT(r.states + r.padding, 0.75 * r.deepspeed_states) << what;
+    if (above.count({r.model, r.nd, r.stage})) {
+      EXPECT_GT(r.tide, 1.1 * r.deepspeed) << what << " now agrees: take it off the list";
+      EXPECT_LE(r.tide - r.buffers, 1.1 * r.deepspeed) << what;
+    } else {
+      EXPECT_LE(r.tide, 1.1 * r.deepspeed) << what;
+    }
+  }
+}
