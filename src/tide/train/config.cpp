@@ -67,7 +67,9 @@ const std::vector<ConfigKey>& config_schema() {
        "optimizer.params.lr for WarmupLR, 0.001 for WarmupDecayLR",
        nums(-1, false)},
       {"scheduler.params.warmup_num_steps", T::INT, 1000,
-       "warmup steps (counted as at least 2, as in DeepSpeed)", ints(1)},
+       "warmup steps (counted as at least 2, as in DeepSpeed); -1 (tide's, not DeepSpeed's) = "
+       "10% of total_num_steps",
+       ints(-1)},
       {"scheduler.params.warmup_type", T::STRING, "log",
        "log or linear: how the warmup rises (log: the first two steps at its start)"},
       {"scheduler.params.total_num_steps", T::INT, 0,
@@ -414,11 +416,18 @@ TrainConfig parse_checked(const json& j, std::vector<std::string> unknown) {
     ls.warmup_max_lr = ls.type == LrScheduleType::WARMUP_DECAY_LR ? 0.001 : c.lr;
     if (uses_max_lr) v["scheduler.params.warmup_max_lr"] = ls.warmup_max_lr;
   }
-  ls.warmup_num_steps = i("scheduler.params.warmup_num_steps");
   ls.warmup_type = parse_warmup_type(s("scheduler.params.warmup_type"));
   ls.total_num_steps = i("scheduler.params.total_num_steps");
   if (ls.total_num_steps == 0) ls.total_num_steps = c.train_steps;
   v["scheduler.params.total_num_steps"] = ls.total_num_steps;
+  ls.warmup_num_steps = i("scheduler.params.warmup_num_steps");
+  TIDE_CHECK(ls.warmup_num_steps != 0,
+             "scheduler.params.warmup_num_steps must be a positive integer (as in DeepSpeed), or "
+             "-1 for 10% of total_num_steps");
+  if (ls.warmup_num_steps == -1) {
+    ls.warmup_num_steps = std::max<int64_t>(1, ls.total_num_steps / 10);
+    v["scheduler.params.warmup_num_steps"] = ls.warmup_num_steps;
+  }
   ls.cos_min_ratio = f("scheduler.params.cos_min_ratio");
   ls.warmup_min_ratio = f("scheduler.params.warmup_min_ratio");
   c.grad_clip = static_cast<float>(f("gradient_clipping"));
@@ -601,12 +610,12 @@ void set_resolved_value(TrainConfig& c, const std::string& key, const json& valu
 }
 
 const json& default_config() {
-  // Close to nanoGPT's schedule for the default 600 steps: 60 linear warmup steps, then a
-  // cosine to 10% of lr.
+  // Close to nanoGPT's schedule: a linear warmup over 10% of the steps (60 of the default
+  // 600), then a cosine to 10% of lr.
   static const json config = json::parse(R"({
     "scheduler": {
       "type": "WarmupCosineLR",
-      "params": {"warmup_num_steps": 60, "warmup_type": "linear", "cos_min_ratio": 0.1}
+      "params": {"warmup_num_steps": -1, "warmup_type": "linear", "cos_min_ratio": 0.1}
     }
   })");
   return config;

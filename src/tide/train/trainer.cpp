@@ -377,7 +377,7 @@ void Trainer::run() {
                                 {"step_seconds", st.seconds},
                                 {"comm_wait_seconds", st.comm_seconds},
                                 {"tokens_per_s", tok_s},
-                                {"interval_tokens_per_s", interval_tok_s},
+                                {"tokens_per_s_interval", interval_tok_s},
                                 {"time", unix_seconds()}});
         if (!tty) fmt::print("{}\n", line);
         seconds_interval = 0;

@@ -93,7 +93,7 @@ TEST(ConfigChecks, OptimizerAndScheduleAreCheckedAtParseTime) {
   // does), but rejects warmup_num_steps <= 0.
   EXPECT_EQ(parse_error({"scheduler.params.warmup_num_steps=10", "train_steps=10"}), "");
   EXPECT_HAS(parse_error({"scheduler.params.warmup_num_steps=0"}),
-             "'scheduler.params.warmup_num_steps' must be an integer >= 1");
+             "warmup_num_steps must be a positive integer");
   EXPECT_HAS(parse_error({"scheduler.type=OneCycle"}),
              "scheduler.type 'OneCycle' is not supported");
   EXPECT_HAS(parse_error({"scheduler.params.warmup_type=exp"}), "use log or linear");

@@ -70,7 +70,9 @@ TEST(ConfigJson, EveryKeyWrittenAndReadBackEqual) {
 TEST(ConfigJson, DefaultConfigSetsTheDefaultRunsSchedule) {
   // No config file: the embedded default config's schedule; a file: DeepSpeed's defaults.
   const LrSchedule run = load_train_config("", {}).lr_schedule;
-  EXPECT_EQ(run.warmup_num_steps, 60);
+  EXPECT_EQ(run.warmup_num_steps, 60);  // -1: 10% of the 600 steps
+  EXPECT_EQ(load_train_config("", {"train_steps=50"}).lr_schedule.warmup_num_steps, 5);
+  EXPECT_EQ(load_train_config("", {"train_steps=5"}).lr_schedule.warmup_num_steps, 1);
   EXPECT_EQ(run.warmup_type, WarmupType::LINEAR);
   EXPECT_DOUBLE_EQ(run.cos_min_ratio, 0.1);
   EXPECT_EQ(
@@ -123,9 +125,9 @@ TEST(ConfigJson, RunDirectoryConfigAndMetrics) {
     if (r.contains("loss")) {
       train_steps.push_back(r["step"].get<int64_t>());
       for (const char* key : {"lr", "grad_norm", "step_seconds", "comm_wait_seconds",
-                              "tokens_per_s", "interval_tokens_per_s"})
+                              "tokens_per_s", "tokens_per_s_interval"})
         EXPECT_TRUE(r.contains(key)) << key << " missing: " << line;
-      EXPECT_GT(r["interval_tokens_per_s"].get<double>(), 0);
+      EXPECT_GT(r["tokens_per_s_interval"].get<double>(), 0);
     }
   }
   EXPECT_EQ(train_steps, (std::vector<int64_t>{2, 4, 5}));  // steps_per_print = 2, and the last

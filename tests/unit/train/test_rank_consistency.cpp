@@ -37,10 +37,11 @@ TEST(RankConsistency, EachKeyHashesItsOwnValue) {
   EXPECT_EQ(differing({"seed=1"}), std::vector<std::string>{"seed"});
   EXPECT_EQ(differing({"model.n_embd=256"}), std::vector<std::string>{"model.n_embd"});
   EXPECT_EQ(differing({"model.dropout=0.1"}), std::vector<std::string>{"model.dropout"});
-  // Resolved values: train_steps also moves total_num_steps (0 = train_steps); the warmup is
-  // a number of steps of its own (DeepSpeed's meaning). A WarmupLR's peak defaults to lr.
+  // Resolved values: train_steps also moves total_num_steps (0 = train_steps) and the default
+  // config's warmup (-1 = 10% of it). A WarmupLR's peak defaults to lr.
   EXPECT_EQ(differing({"train_steps=100"}),
-            (std::vector<std::string>{"train_steps", "scheduler.params.total_num_steps"}));
+            (std::vector<std::string>{"train_steps", "scheduler.params.warmup_num_steps",
+                                      "scheduler.params.total_num_steps"}));
   const auto warmup_lr = config_agreement_items(load_train_config("", {"scheduler.type=WarmupLR"}));
   const auto warmup_lr_3e4 = config_agreement_items(
       load_train_config("", {"scheduler.type=WarmupLR", "optimizer.params.lr=3e-4"}));
