@@ -12,6 +12,10 @@
 int main(int argc, char** argv) {
   CLI::App app{"tide: train transformer language models too large for one device"};
   app.require_subcommand(0, 1);
+  // TIDE_VERSION and TIDE_GIT_COMMIT come from CMake (the commit when it was configured).
+  const std::string commit = TIDE_GIT_COMMIT;
+  app.set_version_flag("--version", fmt::format("tide {}{}", TIDE_VERSION,
+                                                commit.empty() ? "" : " (git " + commit + ")"));
   tide::app::add_train_command(app);
   tide::app::add_prepare_command(app);
   tide::app::add_sample_command(app);

@@ -27,12 +27,18 @@ void add_prepare_command(CLI::App& app) {
   cmd->add_option("--gpt2-vocab", opts->gpt2_vocab, "GPT-2's vocab.bpe (with --gpt2-encoder)");
   cmd->add_option("--max-mb", opts->max_mb, "Read at most this many MB of text (0: all)")
       ->capture_default_str();
+  cmd->add_option("--format", opts->format,
+                  "text (tokenize text files), or nanogpt (import nanoGPT's headerless uint16 "
+                  "train.bin/val.bin from the directory given as --input)")
+      ->capture_default_str();
   cmd->add_option("--doc-separator", opts->doc_separator,
                   "A line that separates documents inside a file (e.g. % for fortune files); "
                   "default: each file is one document");
-  cmd->callback([opts] {
+  cmd->callback([opts, cmd] {
     PrepareOptions o = *opts;
-    if (o.inputs.empty()) {
+    // nanoGPT's ids: the vocabulary is the data's unless --vocab-size is given.
+    if (o.format == "nanogpt" && cmd->count("--vocab-size") == 0) o.vocab_size = 0;
+    if (o.inputs.empty() && o.format == "text") {
       const PrepareOptions fortunes = default_corpus_options(o.out_dir);
       o.inputs = fortunes.inputs;
       if (o.doc_separator.empty()) o.doc_separator = fortunes.doc_separator;

@@ -4,6 +4,9 @@ set -euo pipefail
 tide=$1 dir=$2
 rm -rf "$dir" && mkdir -p "$dir" && cd "$dir"
 "$tide" --help | grep -q "estimate"
+# --version: the CMake project version, then the git commit when the build was configured in a
+# checkout.
+"$tide" --version | grep -Eq '^tide [0-9]+\.[0-9]+\.[0-9]+( \(git [0-9a-f]{7,}\))?$'
 "$tide" estimate --model gpt2-124m --world-size 4 --gpu-mem 16GiB --host-mem 64GiB | tee est.txt
 grep -qi "zero" est.txt
 "$tide" estimate --model gpt2-124m --world-size 4 --gpu-mem 16GiB --host-mem 64GiB --json \

@@ -49,7 +49,7 @@ size_t runtime_buffer_bytes(const json& config, std::shared_ptr<ProcessGroup> wo
   GPT gpt(tc.model, tc.activation_policy, o);
   gpt.init_weights(7);
   OptimizerSettings opt;
-  opt.lr.max_steps = steps;
+  opt.lr.total_num_steps = steps;
   Engine engine(gpt, world, data_parallel_schedule(tc.grad_accum), tc.micro_batch, tc.seq_len, opt,
                 tc.zero);
   const int vocab = tc.model.vocab_size, rank = world->rank();

@@ -13,6 +13,8 @@
 
 #include "tide/core/error.h"
 #include "tide/core/json_error.h"
+#include "tide/data/input_file.h"
+#include "tide/data/nanogpt_import.h"
 #include "tide/data/shard.h"
 #include "tide/data/tokenizer.h"
 
@@ -22,25 +24,9 @@ namespace tide {
 
 namespace {
 
-std::string read_text_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  TIDE_CHECK(in.good(), "{}: cannot open input file; check the path and its permissions", path);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-// A file with a NUL byte in its first 8 KiB is binary (an index, an image), not text.
-bool looks_binary(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  char buf[8192];
-  in.read(buf, sizeof buf);
-  return std::find(buf, buf + in.gcount(), '\0') != buf + in.gcount();
-}
-
 std::vector<std::string> expand_inputs(const std::vector<std::string>& inputs,
                                        const std::function<void(const std::string&)>& log) {
-  std::vector<std::string> files;
+  std::vector<std::string> files, skipped;
   for (const std::string& input : inputs) {
     if (input.find_first_of("*?[") != std::string::npos) {
       glob_t g{};
@@ -58,8 +44,8 @@ std::vector<std::string> expand_inputs(const std::vector<std::string>& inputs,
       for (const auto& entry : fs::recursive_directory_iterator(input)) {
         const std::string name = entry.path().filename().string();
         if (!entry.is_regular_file() || name.starts_with(".")) continue;
-        if (looks_binary(entry.path().string())) {
-          log(fmt::format("prepare: skipping {} (binary, not text)", entry.path().string()));
+        if (input_looks_binary(entry.path().string())) {
+          skipped.push_back(entry.path().string());
           continue;
         }
         found.push_back(entry.path().string());
@@ -74,6 +60,14 @@ std::vector<std::string> expand_inputs(const std::vector<std::string>& inputs,
                  input);
       files.push_back(input);
     }
+  }
+  if (!skipped.empty()) {  // one line, however many (a corpus may hold thousands of indexes)
+    std::sort(skipped.begin(), skipped.end());
+    std::string some;
+    for (size_t i = 0; i < skipped.size() && i < 3; ++i) some += (i ? ", " : "") + skipped[i];
+    log(fmt::format("prepare: skipped {} binary file{} (a NUL byte in the first 8 KiB): {}{}",
+                    skipped.size(), skipped.size() == 1 ? "" : "s", some,
+                    skipped.size() > 3 ? ", ..." : ""));
   }
   TIDE_CHECK(!files.empty(), "no input files; pass --input with text files, a directory or a glob");
   return files;
@@ -176,6 +170,9 @@ PrepareOptions default_corpus_options(const std::string& out_dir) {
 }
 
 PrepareResult prepare_corpus(const PrepareOptions& options) {
+  TIDE_CHECK(options.format == "text" || options.format == "nanogpt",
+             "--format {} is not a format; use text or nanogpt", options.format);
+  if (options.format == "nanogpt") return import_nanogpt(options);
   const auto log = options.log ? options.log : [](const std::string& line) {
     fmt::print("{}\n", line);
     std::fflush(stdout);
@@ -210,7 +207,7 @@ PrepareResult prepare_corpus(const PrepareOptions& options) {
   int64_t input_bytes = 0;
   for (const std::string& file : files) {
     if (input_bytes >= max_bytes) break;
-    std::string text = read_text_file(file);
+    std::string text = read_input_file(file);
     if (static_cast<int64_t>(text.size()) > max_bytes - input_bytes) {
       text.resize(max_bytes - input_bytes);  // --max-mb: cut at the limit, then at a line end
       const size_t last_newline = text.rfind('\n');

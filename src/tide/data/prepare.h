@@ -25,6 +25,9 @@ struct PrepareOptions {
   std::string gpt2_vocab;
   double max_mb = 0;          // read at most this many MB of text (0: all)
   std::string doc_separator;  // a line that separates documents inside a file ("" : none)
+  // "text", or "nanogpt": import nanoGPT's headerless uint16 train.bin/val.bin
+  // (data/nanogpt_import.h; vocab_size 0 there = the largest id + 1).
+  std::string format = "text";
   std::function<void(const std::string&)> log;  // progress lines (default: stdout)
 };
 

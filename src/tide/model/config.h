@@ -30,6 +30,8 @@ struct GPTConfig {
   // Throws a tide::Error naming the field and the fix when the shape is impossible.
   void validate() const;
   std::string str() const;  // "L=12 H=12 C=768 V=50257 T=1024 (124.4M params)"
+
+  bool operator==(const GPTConfig&) const = default;
 };
 
 }  // namespace tide

@@ -58,12 +58,29 @@ const std::vector<ConfigKey>& config_schema() {
       {"optimizer.params.eps", T::FLOAT, 1e-8, "Adam epsilon", nums(0, true)},
       {"optimizer.params.weight_decay", T::FLOAT, 0.1,
        "decoupled weight decay (matrices and embeddings only)", nums(0, false)},
-      {"scheduler.type", T::STRING, "WarmupCosineLR", "only WarmupCosineLR"},
-      {"scheduler.params.warmup_num_steps", T::INT, -1,
-       "linear warmup steps (below the decay steps); -1 = 10% of the decay steps", ints(-1)},
+      {"scheduler.type", T::STRING, "WarmupCosineLR",
+       "WarmupCosineLR, WarmupDecayLR or WarmupLR (DeepSpeed's formulas and defaults, see "
+       "docs/optimizer.md), or none: constant optimizer.params.lr"},
+      {"scheduler.params.warmup_min_lr", T::FLOAT, 0.0,
+       "WarmupLR, WarmupDecayLR: lr at the start of the warmup", nums(0, false)},
+      {"scheduler.params.warmup_max_lr", T::FLOAT, -1.0,
+       "WarmupLR, WarmupDecayLR: lr at the end of the warmup; -1 = DeepSpeed's default: "
+       "optimizer.params.lr for WarmupLR, 0.001 for WarmupDecayLR",
+       nums(-1, false)},
+      {"scheduler.params.warmup_num_steps", T::INT, 1000,
+       "warmup steps (counted as at least 2, as in DeepSpeed); -1 (tide's, not DeepSpeed's) = "
+       "10% of total_num_steps",
+       ints(-1)},
+      {"scheduler.params.warmup_type", T::STRING, "log",
+       "log or linear: how the warmup rises (log: the first two steps at its start)"},
       {"scheduler.params.total_num_steps", T::INT, 0,
-       "step where the cosine reaches its floor; 0 = train_steps", ints(0)},
-      {"scheduler.params.cos_min_ratio", T::FLOAT, 0.1, "floor of the cosine as a fraction of lr",
+       "WarmupDecayLR, WarmupCosineLR: step where the decay reaches its end; 0 = train_steps",
+       ints(0)},
+      {"scheduler.params.cos_min_ratio", T::FLOAT, 0.0001,
+       "WarmupCosineLR: floor of the cosine as a fraction of optimizer.params.lr",
+       nums(0, false, 1, false)},
+      {"scheduler.params.warmup_min_ratio", T::FLOAT, 0.0,
+       "WarmupCosineLR: start of the warmup as a fraction of optimizer.params.lr",
        nums(0, false, 1, false)},
       {"gradient_clipping", T::FLOAT, 1.0, "clip the global gradient norm to this; 0 = off",
        nums(0, false)},
@@ -123,6 +140,10 @@ const std::vector<ConfigKey>& config_schema() {
        "same whatever the ranks, micro-batch or accumulation",
        ints(1)},
       {"log.interval", T::INT, 10, "steps between metrics lines", ints(1)},
+      {"steps_per_print", T::INT, 10,
+       "DeepSpeed's name for log.interval: either sets both; giving both with different values "
+       "is an error",
+       ints(1)},
       {"log.progress", T::BOOL, true, "live progress line on the terminal"},
       {"out_dir", T::STRING, "runs/default",
        "metrics.jsonl, config.json and checkpoints; tide will not start over an earlier run's "
@@ -353,15 +374,26 @@ namespace {
 
 TrainConfig parse_checked(const json& j, std::vector<std::string> unknown) {
   TIDE_CHECK(j.is_object(), "the config must be a JSON object {{...}} (got {})", j.type_name());
-  std::map<std::string, json> v;
-  for (const ConfigKey& k : config_schema()) v[k.path] = k.default_value;
+  std::map<std::string, json> given, v;
   std::vector<std::string> problems;
-  flatten(j, "", v, unknown, problems);
+  flatten(j, "", given, unknown, problems);
   if (!unknown.empty()) unknown_keys(unknown);
   if (!problems.empty()) {
     std::string all;
     for (const std::string& p : problems) all += (all.empty() ? "" : "; ") + p;
     throw Error(all);
+  }
+  // The schema's defaults, then what the config (file or default_config()) and the overrides
+  // give.
+  auto is_given = [&](const char* p) { return given.count(p) > 0; };
+  for (const ConfigKey& k : config_schema()) v[k.path] = k.default_value;
+  for (const auto& [key, value] : given) v[key] = value;
+  // One spelling per value (2 and 2.0 are the same rate), so that config.json and the ranks'
+  // agreement hashes see values, not spellings.
+  for (const ConfigKey& k : config_schema()) {
+    if (k.type == ConfigType::FLOAT) v[k.path] = v[k.path].get<double>();
+    if (k.type == ConfigType::FLOAT_PAIR)
+      v[k.path] = json::array({v[k.path][0].get<double>(), v[k.path][1].get<double>()});
   }
   // Every value now has its type and lies in its key's range: the narrowing below is exact.
   auto i = [&](const char* p) { return v.at(p).get<int64_t>(); };
@@ -384,22 +416,44 @@ TrainConfig parse_checked(const json& j, std::vector<std::string> unknown) {
   c.threads = static_cast<int>(i("threads"));
   TIDE_CHECK(s("optimizer.type") == "AdamW" || s("optimizer.type") == "adamw",
              "optimizer.type '{}' is not supported; use AdamW", s("optimizer.type"));
+  v["optimizer.type"] = "AdamW";
   c.lr = f("optimizer.params.lr");
   c.beta1 = v.at("optimizer.params.betas")[0].get<double>();
   c.beta2 = v.at("optimizer.params.betas")[1].get<double>();
   c.eps = f("optimizer.params.eps");
   c.weight_decay = f("optimizer.params.weight_decay");
-  TIDE_CHECK(s("scheduler.type") == "WarmupCosineLR",
-             "scheduler.type '{}' is not supported; use WarmupCosineLR", s("scheduler.type"));
-  c.decay_steps = i("scheduler.params.total_num_steps");
-  if (c.decay_steps == 0) c.decay_steps = c.train_steps;
-  c.warmup_steps = i("scheduler.params.warmup_num_steps");
-  if (c.warmup_steps < 0) c.warmup_steps = c.decay_steps / 10;
-  TIDE_CHECK(c.warmup_steps < c.decay_steps,
-             "scheduler.params.warmup_num_steps ({}) must be below the decay steps ({}: "
-             "scheduler.params.total_num_steps, or train_steps when 0)",
-             c.warmup_steps, c.decay_steps);
-  c.min_lr_ratio = static_cast<float>(f("scheduler.params.cos_min_ratio"));
+  // The schedule, as DeepSpeed reads its scheduler section (optim/lr_schedule.h).
+  LrSchedule& ls = c.lr_schedule;
+  ls.type = parse_lr_schedule_type(s("scheduler.type"));
+  ls.lr = c.lr;
+  ls.warmup_min_lr = f("scheduler.params.warmup_min_lr");
+  ls.warmup_max_lr = f("scheduler.params.warmup_max_lr");
+  TIDE_CHECK(ls.warmup_max_lr >= 0 || ls.warmup_max_lr == -1.0,
+             "config key 'scheduler.params.warmup_max_lr' must be >= 0, or -1 for DeepSpeed's "
+             "default (got {})",
+             ls.warmup_max_lr);
+  const bool uses_max_lr =
+      ls.type == LrScheduleType::WARMUP_LR || ls.type == LrScheduleType::WARMUP_DECAY_LR;
+  if (ls.warmup_max_lr == -1.0) {
+    // DeepSpeed's defaults differ: WarmupLR's None is the optimizer's lr, WarmupDecayLR's is
+    // 0.001. Recorded where the schedule uses it (else it stays -1, unused).
+    ls.warmup_max_lr = ls.type == LrScheduleType::WARMUP_DECAY_LR ? 0.001 : c.lr;
+    if (uses_max_lr) v["scheduler.params.warmup_max_lr"] = ls.warmup_max_lr;
+  }
+  ls.warmup_type = parse_warmup_type(s("scheduler.params.warmup_type"));
+  ls.total_num_steps = i("scheduler.params.total_num_steps");
+  if (ls.total_num_steps == 0) ls.total_num_steps = c.train_steps;
+  v["scheduler.params.total_num_steps"] = ls.total_num_steps;
+  ls.warmup_num_steps = i("scheduler.params.warmup_num_steps");
+  TIDE_CHECK(ls.warmup_num_steps != 0,
+             "scheduler.params.warmup_num_steps must be a positive integer (as in DeepSpeed), or "
+             "-1 for 10% of total_num_steps");
+  if (ls.warmup_num_steps == -1) {
+    ls.warmup_num_steps = std::max<int64_t>(1, ls.total_num_steps / 10);
+    v["scheduler.params.warmup_num_steps"] = ls.warmup_num_steps;
+  }
+  ls.cos_min_ratio = f("scheduler.params.cos_min_ratio");
+  ls.warmup_min_ratio = f("scheduler.params.warmup_min_ratio");
   c.grad_clip = static_cast<float>(f("gradient_clipping"));
   // What the optimizer and the schedule check at their first step, checked now (as the Trainer
   // builds them), so that no bad value gets as far as out_dir.
@@ -410,12 +464,7 @@ TrainConfig parse_checked(const json& j, std::vector<std::string> unknown) {
   h.eps = c.eps;
   h.weight_decay = c.weight_decay;
   check_adamw_args(h, AdamWStep{1, 1.0f});
-  LrSchedule lr;
-  lr.lr = static_cast<float>(c.lr);
-  lr.min_lr = static_cast<float>(c.lr * c.min_lr_ratio);
-  lr.warmup_steps = c.warmup_steps;
-  lr.max_steps = c.decay_steps;
-  check_lr_schedule(lr);
+  check_lr_schedule(c.lr_schedule);
   c.bf16 = b("bf16.enabled");
   c.fp16 = b("fp16.enabled");
   TIDE_CHECK(!(c.bf16 && c.fp16), "bf16.enabled and fp16.enabled cannot both be true");
@@ -430,6 +479,7 @@ TrainConfig parse_checked(const json& j, std::vector<std::string> unknown) {
   c.zero.max_live_parameters = i("zero_optimization.stage3_max_live_parameters");
   c.zero.param_persistence_threshold = i("zero_optimization.stage3_param_persistence_threshold");
   c.activation_policy = parse_activation_policy(s("activation_checkpointing.policy"));
+  v["activation_checkpointing.policy"] = activation_policy_name(c.activation_policy);
   c.chunk_size_mb = f("chunk_size_mb");
 
   c.model_preset = s("model.preset");
@@ -443,6 +493,12 @@ TrainConfig parse_checked(const json& j, std::vector<std::string> unknown) {
     c.model.max_seq_len = static_cast<int>(i("model.max_seq_len"));
     if (c.model.max_seq_len == 0) c.model.max_seq_len = c.seq_len;
   }
+  // The shape the run uses (a preset's, max_seq_len 0 -> seq_len).
+  v["model.n_layer"] = c.model.n_layer;
+  v["model.n_head"] = c.model.n_head;
+  v["model.n_embd"] = c.model.n_embd;
+  v["model.vocab_size"] = c.model.vocab_size;
+  v["model.max_seq_len"] = c.model.max_seq_len;
   c.model.dropout = static_cast<float>(f("model.dropout"));
   TIDE_CHECK(c.seq_len <= c.model.max_seq_len,
              "seq_len {} exceeds model.max_seq_len {}; lower seq_len or raise model.max_seq_len",
@@ -458,6 +514,14 @@ TrainConfig parse_checked(const json& j, std::vector<std::string> unknown) {
   c.eval_interval = i("eval.interval");
   c.eval_sequences = i("eval.sequences");
   c.log_interval = i("log.interval");
+  if (is_given("steps_per_print")) {
+    TIDE_CHECK(!is_given("log.interval") || i("log.interval") == i("steps_per_print"),
+               "steps_per_print ({}) and log.interval ({}) are the same setting with different "
+               "values; give one of them",
+               i("steps_per_print"), i("log.interval"));
+    c.log_interval = i("steps_per_print");
+  }
+  v["log.interval"] = v["steps_per_print"] = c.log_interval;
   c.progress = b("log.progress");
   c.out_dir = s("out_dir");
   TIDE_CHECK(!c.out_dir.empty(), "out_dir is empty; name a directory, e.g. out_dir=runs/mine");
@@ -466,6 +530,7 @@ TrainConfig parse_checked(const json& j, std::vector<std::string> unknown) {
   c.resume = s("checkpoint.resume");
   c.comm_timeout_s = f("comm.timeout_s");
   c.is_default_run = c.data_dir.empty() && c.train_data.empty();
+  c.values = json(v);
 
   check_path("data.dir", c.data_dir, /*directory=*/true);
   check_path("data.train", c.train_data, false);
@@ -491,7 +556,7 @@ TrainConfig parse_train_config(const json& j) {
 }
 
 TrainConfig load_train_config(const std::string& path, const std::vector<std::string>& overrides) {
-  json j = json::object();
+  json j = path.empty() ? default_config() : json::object();
   if (!path.empty()) {
     std::error_code ec;
     TIDE_CHECK(!fs::is_directory(path, ec),
@@ -565,43 +630,26 @@ void check_out_dir(const TrainConfig& cfg) {
 }
 
 json config_to_json(const TrainConfig& c) {
-  json j;
-  j["train_micro_batch_size_per_gpu"] = c.micro_batch;
-  j["gradient_accumulation_steps"] = c.grad_accum;
-  j["seq_len"] = c.seq_len;
-  j["train_steps"] = c.train_steps;
-  j["seed"] = c.seed;
-  j["device"] = c.device;
-  j["optimizer"] = {{"type", "AdamW"},
-                    {"params",
-                     {{"lr", c.lr},
-                      {"betas", {c.beta1, c.beta2}},
-                      {"eps", c.eps},
-                      {"weight_decay", c.weight_decay}}}};
-  j["scheduler"] = {{"type", "WarmupCosineLR"},
-                    {"params",
-                     {{"warmup_num_steps", c.warmup_steps},
-                      {"total_num_steps", c.decay_steps},
-                      {"cos_min_ratio", c.min_lr_ratio}}}};
-  j["gradient_clipping"] = c.grad_clip;
-  j["zero_optimization"] = {
-      {"stage", c.zero.stage},
-      {"reduce_bucket_size", c.zero.reduce_bucket_size},
-      {"allgather_bucket_size", c.zero.allgather_bucket_size},
-      {"overlap_comm", c.zero.overlap_comm},
-      {"contiguous_gradients", true},
-      {"stage3_prefetch_bucket_size", c.zero.prefetch_bucket_size},
-      {"stage3_max_live_parameters", c.zero.max_live_parameters},
-      {"stage3_param_persistence_threshold", c.zero.param_persistence_threshold}};
-  j["activation_checkpointing"] = {{"policy", activation_policy_name(c.activation_policy)}};
-  j["model"] = {{"n_layer", c.model.n_layer},         {"n_head", c.model.n_head},
-                {"n_embd", c.model.n_embd},           {"vocab_size", c.model.vocab_size},
-                {"max_seq_len", c.model.max_seq_len}, {"dropout", c.model.dropout}};
-  j["data"] = {
-      {"dir", c.data_dir}, {"train", c.train_data}, {"val", c.val_data}, {"shuffle", c.shuffle}};
-  j["out_dir"] = c.out_dir;
-  j["out_dir_overwrite"] = c.out_dir_overwrite;
+  json j = json::object();
+  for (const auto& [key, value] : c.values.items()) set_path(j, key, value);
   return j;
+}
+
+void set_resolved_value(TrainConfig& c, const std::string& key, const json& value) {
+  TIDE_CHECK(find_key(key) != nullptr, "set_resolved_value: '{}' is not a config key", key);
+  c.values[key] = value;
+}
+
+const json& default_config() {
+  // Close to nanoGPT's schedule: a linear warmup over 10% of the steps (60 of the default
+  // 600), then a cosine to 10% of lr.
+  static const json config = json::parse(R"({
+    "scheduler": {
+      "type": "WarmupCosineLR",
+      "params": {"warmup_num_steps": -1, "warmup_type": "linear", "cos_min_ratio": 0.1}
+    }
+  })");
+  return config;
 }
 
 std::string config_reference_markdown() {

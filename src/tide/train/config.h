@@ -16,6 +16,7 @@
 
 #include "tide/model/activations.h"
 #include "tide/model/config.h"
+#include "tide/optim/lr_schedule.h"
 #include "tide/train/zero_settings.h"
 
 namespace tide {
@@ -55,9 +56,7 @@ struct TrainConfig {
   // optimizer
   // Doubles, like PyTorch's Python floats: 1 - beta2 must be 0.05, not 1 - 0.95f.
   double lr = 1e-3, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.1;
-  int64_t warmup_steps = 0;  // resolved: -1 in the file means 10% of decay_steps
-  int64_t decay_steps = 0;   // resolved: 0 in the file means train_steps
-  float min_lr_ratio = 0.1f;
+  LrSchedule lr_schedule;  // scheduler.*, resolved (total_num_steps 0 -> train_steps, ...)
   float grad_clip = 1.0f;  // 0: off
   bool bf16 = false, fp16 = false;
   ZeroSettings zero;  // zero_optimization.*
@@ -80,10 +79,17 @@ struct TrainConfig {
   std::string resume;               // checkpoint to resume from
   bool progress = true;
   double comm_timeout_s = 600;  // the collective watchdog (docs/reliability.md)
-  bool is_default_run = false;  // no config file and no data: the embedded default
+  bool is_default_run = false;  // no data given: the embedded default corpus
+  // Every schema key (dotted path -> value): merged, validated, defaults filled in, resolved
+  // values where the typed fields resolve one (a preset's shape, total_num_steps 0, ...).
+  // config.json, the checkpoints' config and the ranks' agreement check are written from it,
+  // and parsing it back gives this config again.
+  nlohmann::json values = nlohmann::json::object();
+
+  bool operator==(const TrainConfig&) const = default;
 };
 
-// Merges `overrides` (key=value strings) into the JSON of `path` ("" = no file), validates
+// Merges `overrides` (key=value strings) into the JSON of `path` ("" = default_config()), validates
 // everything against the schema and returns the typed config. Everything that can be checked
 // without the data is checked here, before anything is prepared or written: unknown keys (all
 // of them in one error), types, ranges (before narrowing), the optimizer and the LR schedule,
@@ -99,8 +105,19 @@ std::vector<std::string> earlier_run_files(const std::string& out_dir);
 // continues that run (checkpoint.resume) or cfg.out_dir_overwrite is set.
 void check_out_dir(const TrainConfig& cfg);
 
-// The config as JSON (every key, defaults filled in): saved next to checkpoints.
+// The config as nested JSON (every schema key, from c.values): config.json and the checkpoints'
+// config. parse_train_config(config_to_json(c)) == c.
 nlohmann::json config_to_json(const TrainConfig& c);
+
+// Sets a key of c.values to a value a component resolved after parsing (the trainer: the
+// vocabulary and the data paths), so that config.json records what the run used.
+void set_resolved_value(TrainConfig& c, const std::string& key, const nlohmann::json& value);
+
+// The config `tide train` reads when given no config file (the overrides apply on top): the
+// scheduler params of the embedded default run. A config file is read as DeepSpeed reads it,
+// with the schema's (DeepSpeed's) defaults, whose 1000 log-warmup steps would never end in the
+// default 600 steps.
+const nlohmann::json& default_config();
 
 // Markdown table of the schema (docs/config.md is generated from it).
 std::string config_reference_markdown();

@@ -215,7 +215,7 @@ StepStats Engine::step(int64_t step, uint64_t seed, const BatchFn& batch) {
              "enable gradient_clipping",
              step + 1);
   const float clip = opt_.grad_clip > 0 ? clip_coefficient(st.grad_norm, opt_.grad_clip) : 1.0f;
-  st.lr = lr_at(step, opt_.lr);
+  st.lr = static_cast<float>(lr_at(step, opt_.lr));
   AdamWHyper h = opt_.adamw;
   h.lr = st.lr;
   adamw_step(store, h, AdamWStep{step + 1, clip});

@@ -36,7 +36,7 @@ pipeline::Schedule data_parallel_schedule(int micro_batches, bool split_backward
 
 struct OptimizerSettings {
   AdamWHyper adamw;        // lr is replaced by the schedule's value each step
-  LrSchedule lr;           // warmup + cosine
+  LrSchedule lr;           // DeepSpeed's WarmupLR, WarmupDecayLR, WarmupCosineLR or constant
   float grad_clip = 1.0f;  // global-norm clipping; 0: off
 };
 

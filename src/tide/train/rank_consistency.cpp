@@ -16,60 +16,9 @@ const std::vector<std::string> kPerRankKeys = {"threads",  "log.progress", "comm
                                                "data.dir", "data.train",   "data.val"};
 
 json config_key_values(const TrainConfig& c) {
-  // Resolved values (warmup -1 -> its step count, a preset -> its shape), so two spellings of
-  // the same run agree. A unit test checks that this covers exactly the schema's keys.
-  return json{
-      {"train_micro_batch_size_per_gpu", c.micro_batch},
-      {"gradient_accumulation_steps", c.grad_accum},
-      {"train_batch_size", c.train_batch_size},
-      {"seq_len", c.seq_len},
-      {"train_steps", c.train_steps},
-      {"seed", c.seed},
-      {"device", c.device},
-      {"threads", c.threads},
-      {"optimizer.type", "AdamW"},
-      {"optimizer.params.lr", c.lr},
-      {"optimizer.params.betas", {c.beta1, c.beta2}},
-      {"optimizer.params.eps", c.eps},
-      {"optimizer.params.weight_decay", c.weight_decay},
-      {"scheduler.type", "WarmupCosineLR"},
-      {"scheduler.params.warmup_num_steps", c.warmup_steps},
-      {"scheduler.params.total_num_steps", c.decay_steps},
-      {"scheduler.params.cos_min_ratio", c.min_lr_ratio},
-      {"gradient_clipping", c.grad_clip},
-      {"bf16.enabled", c.bf16},
-      {"fp16.enabled", c.fp16},
-      {"zero_optimization.stage", c.zero.stage},
-      {"zero_optimization.reduce_bucket_size", c.zero.reduce_bucket_size},
-      {"zero_optimization.allgather_bucket_size", c.zero.allgather_bucket_size},
-      {"zero_optimization.overlap_comm", c.zero.overlap_comm},
-      {"zero_optimization.contiguous_gradients", true},
-      {"zero_optimization.stage3_prefetch_bucket_size", c.zero.prefetch_bucket_size},
-      {"zero_optimization.stage3_max_live_parameters", c.zero.max_live_parameters},
-      {"zero_optimization.stage3_param_persistence_threshold", c.zero.param_persistence_threshold},
-      {"activation_checkpointing.policy", activation_policy_name(c.activation_policy)},
-      {"chunk_size_mb", c.chunk_size_mb},
-      {"model.preset", c.model_preset},
-      {"model.n_layer", c.model.n_layer},
-      {"model.n_head", c.model.n_head},
-      {"model.n_embd", c.model.n_embd},
-      {"model.vocab_size", c.model.vocab_size},
-      {"model.max_seq_len", c.model.max_seq_len},
-      {"model.dropout", c.model.dropout},
-      {"data.dir", c.data_dir},
-      {"data.train", c.train_data},
-      {"data.val", c.val_data},
-      {"data.shuffle", c.shuffle},
-      {"eval.interval", c.eval_interval},
-      {"eval.sequences", c.eval_sequences},
-      {"log.interval", c.log_interval},
-      {"log.progress", c.progress},
-      {"out_dir", c.out_dir},
-      {"out_dir_overwrite", c.out_dir_overwrite},
-      {"checkpoint.interval", c.checkpoint_interval},
-      {"checkpoint.resume", c.resume},
-      {"comm.timeout_s", c.comm_timeout_s},
-  };
+  // The config's one-schema values (config.h): resolved, so two spellings of the same run
+  // agree. A unit test checks that this covers exactly the schema's keys.
+  return c.values;
 }
 
 std::vector<AgreementItem> config_agreement_items(const TrainConfig& c) {

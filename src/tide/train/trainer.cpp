@@ -29,6 +29,13 @@ double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
+// Wall-clock time of a metrics record: Unix seconds (UTC), to the millisecond.
+double unix_seconds() {
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::system_clock::now().time_since_epoch());
+  return static_cast<double>(ms.count()) / 1000.0;
+}
+
 std::string human_duration(double s) {
   if (s < 60) return fmt::format("{:.0f}s", s);
   if (s < 3600)
@@ -115,10 +122,7 @@ Trainer::Trainer(TrainConfig config, std::shared_ptr<ProcessGroup> world)
   opt.adamw.beta2 = cfg_.beta2;
   opt.adamw.eps = cfg_.eps;
   opt.adamw.weight_decay = cfg_.weight_decay;
-  opt.lr.lr = static_cast<float>(cfg_.lr);
-  opt.lr.min_lr = static_cast<float>(cfg_.lr * cfg_.min_lr_ratio);
-  opt.lr.warmup_steps = cfg_.warmup_steps;
-  opt.lr.max_steps = cfg_.decay_steps;
+  opt.lr = cfg_.lr_schedule;
   opt.grad_clip = cfg_.grad_clip;
   engine_ = std::make_unique<Engine>(*model_, world_, data_parallel_schedule(cfg_.grad_accum),
                                      cfg_.micro_batch, cfg_.seq_len, opt, cfg_.zero);
@@ -169,6 +173,12 @@ void Trainer::resolve_data() {
     if (cfg_.train_data.empty()) cfg_.train_data = r.train_path;
     if (cfg_.val_data.empty()) cfg_.val_data = r.val_path;
     tokenizer_path_ = r.tokenizer_path;
+    // config.json records what the run used (a path only where it exists, as the config
+    // requires of a path it is given).
+    set_resolved_value(cfg_, "data.dir", cfg_.data_dir);
+    set_resolved_value(cfg_, "data.train", cfg_.train_data);
+    if (fs::exists(cfg_.val_data)) set_resolved_value(cfg_, "data.val", cfg_.val_data);
+    set_resolved_value(cfg_, "model.vocab_size", cfg_.model.vocab_size);
   }
   TIDE_CHECK(!cfg_.train_data.empty(),
              "no training data: set data.dir (from `tide prepare`) or data.train");
@@ -362,7 +372,8 @@ void Trainer::run() {
   }
   auto log_eval = [&](float val) {
     if (!rank0) return;
-    write_metrics_line(metrics, metrics_path, json{{"step", step_}, {"val_loss", val}});
+    write_metrics_line(metrics, metrics_path,
+                       json{{"step", step_}, {"val_loss", val}, {"time", unix_seconds()}});
     if (tty) fmt::print("\n");
     fmt::print("step {:>6} | val loss {:.4f}{}\n", step_, val,
                unigram_ ? fmt::format(" (unigram baseline {:.4f})", *unigram_) : "");
@@ -372,9 +383,17 @@ void Trainer::run() {
 
   const auto t_start = Clock::now();
   int64_t tokens_done = 0;
+  // Throughput over the last log interval (the steps since the previous training metrics
+  // line), timed over its training steps only: an evaluation or a checkpoint in between does
+  // not show as a dip.
+  double seconds_interval = 0;
+  int64_t tokens_interval = 0;
   while (step_ < cfg_.train_steps) {
+    const auto t_step = Clock::now();
     const StepStats st = train_step();
+    seconds_interval += seconds_since(t_step);
     tokens_done += st.tokens;
+    tokens_interval += st.tokens;
     if (rank0) {
       const double elapsed = seconds_since(t_start);
       const double tok_s = tokens_done / elapsed;
@@ -385,6 +404,7 @@ void Trainer::run() {
           step_, cfg_.train_steps, st.loss, st.lr, st.grad_norm, tok_s, memory_bytes() / 1048576.0,
           human_duration(eta));
       if (step_ % cfg_.log_interval == 0 || step_ == cfg_.train_steps) {
+        const double interval_tok_s = tokens_interval / seconds_interval;
         write_metrics_line(metrics, metrics_path,
                            json{{"step", step_},
                                 {"loss", st.loss},
@@ -392,8 +412,12 @@ void Trainer::run() {
                                 {"grad_norm", st.grad_norm},
                                 {"step_seconds", st.seconds},
                                 {"comm_wait_seconds", st.comm_seconds},
-                                {"tokens_per_s", tok_s}});
+                                {"tokens_per_s", tok_s},
+                                {"tokens_per_s_interval", interval_tok_s},
+                                {"time", unix_seconds()}});
         if (!tty) fmt::print("{}\n", line);
+        seconds_interval = 0;
+        tokens_interval = 0;
       }
       if (tty) fmt::print("\r{}   ", line);
       std::fflush(stdout);

@@ -15,6 +15,8 @@ struct ZeroSettings {
   int64_t prefetch_bucket_size = 50'000'000;      // stage 3: elements gathered ahead of use
   int64_t max_live_parameters = 1'000'000'000;    // stage 3: gathered elements at most
   int64_t param_persistence_threshold = 100'000;  // stage 3: smaller chunks stay gathered
+
+  bool operator==(const ZeroSettings&) const = default;
 };
 
 }  // namespace tide

@@ -37,10 +37,21 @@ TEST(RankConsistency, EachKeyHashesItsOwnValue) {
   EXPECT_EQ(differing({"seed=1"}), std::vector<std::string>{"seed"});
   EXPECT_EQ(differing({"model.n_embd=256"}), std::vector<std::string>{"model.n_embd"});
   EXPECT_EQ(differing({"model.dropout=0.1"}), std::vector<std::string>{"model.dropout"});
-  // Resolved values: train_steps also moves the default decay and warmup steps.
+  // Resolved values: train_steps also moves total_num_steps (0 = train_steps) and the default
+  // config's warmup (-1 = 10% of it). A WarmupLR's peak defaults to lr.
   EXPECT_EQ(differing({"train_steps=100"}),
             (std::vector<std::string>{"train_steps", "scheduler.params.warmup_num_steps",
                                       "scheduler.params.total_num_steps"}));
+  const auto warmup_lr = config_agreement_items(load_train_config("", {"scheduler.type=WarmupLR"}));
+  const auto warmup_lr_3e4 = config_agreement_items(
+      load_train_config("", {"scheduler.type=WarmupLR", "optimizer.params.lr=3e-4"}));
+  std::vector<std::string> names;
+  for (size_t i = 0; i < warmup_lr.size(); ++i)
+    if (warmup_lr[i].hash != warmup_lr_3e4[i].hash) names.push_back(warmup_lr[i].name);
+  EXPECT_EQ(names,
+            (std::vector<std::string>{"optimizer.params.lr", "scheduler.params.warmup_max_lr"}));
+  // steps_per_print and log.interval are one setting.
+  EXPECT_EQ(differing({"steps_per_print=5"}), differing({"log.interval=5"}));
   // Per-rank keys never differ.
   EXPECT_TRUE(
       differing({"threads=3", "log.progress=false", "comm.timeout_s=5", "data.dir=/tmp"}).empty());
