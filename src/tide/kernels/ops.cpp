@@ -66,7 +66,7 @@ struct OpCheck {
   [[noreturn]] void no_cuda() const {
     TIDE_FAIL(
         "{}: this build of tide has no CUDA kernels (nvcc was not found when it was "
-        "configured); run with --device cpu, or rebuild with the CUDA toolkit installed",
+        "configured); run with device=cpu, or rebuild with the CUDA toolkit installed",
         op);
   }
 };
@@ -118,7 +118,7 @@ OpContext make_op_context(Device device, Arena* scratch) {
 #else
   TIDE_FAIL(
       "make_op_context: {} was asked for but this build of tide has no CUDA kernels (nvcc was "
-      "not found when it was configured); run with --device cpu, or rebuild with the CUDA "
+      "not found when it was configured); run with device=cpu, or rebuild with the CUDA "
       "toolkit installed",
       device.str());
 #endif

@@ -84,7 +84,7 @@ const std::vector<ConfigKey>& config_schema() {
        nums(0, false, 1, false)},
       {"gradient_clipping", T::FLOAT, 1.0, "clip the global gradient norm to this; 0 = off",
        nums(0, false)},
-      {"bf16.enabled", T::BOOL, false, "bf16 compute (needs --device cuda)"},
+      {"bf16.enabled", T::BOOL, false, "bf16 compute (needs device=cuda)"},
       {"fp16.enabled", T::BOOL, false, "fp16 compute with dynamic loss scaling (needs cuda)"},
       {"zero_optimization.stage", T::INT, 0,
        "ZeRO stage: 0 = data parallel (DDP), 1 = partition optimizer states, 2 = + gradients, "

@@ -641,7 +641,7 @@ TEST(CudaOps, MissingDeviceIsAClearError) {
 TEST(CudaOps, NoGpuIsAClearError) {
   if (cuda_available()) GTEST_SKIP() << "a GPU is visible: this checks the message without one";
   expect_error_containing([&] { make_op_context(Device::cuda(0)); },
-                          {"make_op_context", "no CUDA GPU is visible", "--device cpu"});
+                          {"make_op_context", "no CUDA GPU is visible", "device=cpu"});
   std::vector<float> dummy(8);
   OpContext ctx;
   ctx.device = Device::cuda(0);

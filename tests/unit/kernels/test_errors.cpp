@@ -86,7 +86,7 @@ TEST(OpErrors, CudaWithoutAGpuIsAClearError) {
   std::vector<float> x(8), y(8);
   // Without a GPU (or without CUDA in the build) making a CUDA context fails with a hint.
   if (!cuda_available())
-    expect_error([&] { make_op_context(Device::cuda(0)); }, {"make_op_context", "--device cpu"});
+    expect_error([&] { make_op_context(Device::cuda(0)); }, {"make_op_context", "device=cpu"});
   // A default context labelled CUDA has no stream or handles: caught before anything runs
   // (no kernel is launched on these host pointers, GPU or not).
   OpContext ctx;

@@ -58,7 +58,7 @@ OpContext make_context(int device, Arena* scratch) {
   const int n = device_count();
   TIDE_CHECK(n > 0,
              "make_op_context: cuda:{} was asked for but no CUDA GPU is visible to this "
-             "process; run with --device cpu, or on a machine with a GPU (check nvidia-smi and "
+             "process; run with device=cpu, or on a machine with a GPU (check nvidia-smi and "
              "CUDA_VISIBLE_DEVICES)",
              device);
   TIDE_CHECK(device >= 0 && device < n,
