@@ -73,7 +73,11 @@ void run_sample(const SampleArgs& a) {
     std::vector<int32_t> ids = {tok.eot_id()};
     const std::vector<int32_t> prompt = tok.encode(a.prompt);
     ids.insert(ids.end(), prompt.begin(), prompt.end());
-    std::vector<int32_t> generated;
+    // Tokens go to stdout as they are generated (byte-level BPE: each token's bytes, so the
+    // stream adds up to decode(all), multi-byte characters included).
+    if (a.samples > 1) fmt::print("--- sample {} ---\n", s + 1);
+    fmt::print("{}", a.prompt);
+    std::fflush(stdout);
     for (int n = 0; n < a.tokens; ++n) {
       // The last T tokens are the context (recomputed each time: simple, and fast enough for
       // the small models this is for).
@@ -88,10 +92,10 @@ void run_sample(const SampleArgs& a) {
       const int next = sample_token(logits, V, a.temperature, a.top_k, rng.uniform(draw++));
       if (next == tok.eot_id()) break;
       ids.push_back(next);
-      generated.push_back(next);
+      fmt::print("{}", tok.decode(std::span<const int32_t>(&ids.back(), 1)));
+      std::fflush(stdout);
     }
-    if (a.samples > 1) fmt::print("--- sample {} ---\n", s + 1);
-    fmt::print("{}{}\n", a.prompt, tok.decode(generated));
+    fmt::print("\n");
   }
 }
 
