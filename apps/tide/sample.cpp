@@ -8,6 +8,7 @@
 
 #include "commands.h"
 #include "tide/data/tokenizer.h"
+#include "tide/model/kv_decoder.h"
 #include "tide/train/checkpoint.h"
 #include "tide/train/sharded_checkpoint.h"
 
@@ -64,9 +65,7 @@ void run_sample(const SampleArgs& a) {
   else
     load_checkpoint(a.checkpoint, model);
   const int T = info.config.max_seq_len, V = info.config.vocab_size;
-  auto mb = model.make_micro_batch(1, T);
-  mb->training = false;
-  mb->keep_logits = true;
+  KvDecoder dec(model);
   const PhiloxStream rng{a.seed, 0x5a3d1e};
   uint64_t draw = 0;
   for (int s = 0; s < a.samples; ++s) {
@@ -78,22 +77,22 @@ void run_sample(const SampleArgs& a) {
     if (a.samples > 1) fmt::print("--- sample {} ---\n", s + 1);
     fmt::print("{}", a.prompt);
     std::fflush(stdout);
+    // The KV cache holds the context; each new token costs one position. When it is full
+    // (model.max_seq_len positions) it restarts from the last half of the tokens.
+    auto feed = [&](size_t from) {
+      dec.reset();
+      const float* logits = nullptr;
+      for (size_t i = from; i < ids.size(); ++i) logits = dec.push(ids[i]);
+      return logits;
+    };
+    const float* logits = feed(ids.size() > static_cast<size_t>(T) ? ids.size() - T / 2 : 0);
     for (int n = 0; n < a.tokens; ++n) {
-      // The last T tokens are the context (recomputed each time: simple, and fast enough for
-      // the small models this is for).
-      const int len = std::min<int>(static_cast<int>(ids.size()), T);
-      int32_t* in = mb->tokens.i32();
-      for (int t = 0; t < T; ++t) {
-        in[t] = t < len ? ids[ids.size() - len + t] : 0;
-        mb->targets.i32()[t] = -1;
-      }
-      model.forward(*mb);
-      const float* logits = mb->logits.f32() + int64_t{len - 1} * V;
       const int next = sample_token(logits, V, a.temperature, a.top_k, rng.uniform(draw++));
       if (next == tok.eot_id()) break;
       ids.push_back(next);
       fmt::print("{}", tok.decode(std::span<const int32_t>(&ids.back(), 1)));
       std::fflush(stdout);
+      logits = dec.position() < T ? dec.push(next) : feed(ids.size() - T / 2);
     }
     fmt::print("\n");
   }
