@@ -2,14 +2,35 @@
 
 #include <fmt/core.h>
 
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <cstdlib>
 
 #include "commands.h"
 #include "tide/comm/distributed.h"
 #include "tide/core/error.h"
 
+namespace {
+
+// OpenMP's default wait policy lets idle threads spin before they sleep. When the cores are
+// shared (other jobs, or several MPI ranks per core) the spinning threads take the cores from
+// the ones with work: 2 threads ran 2.3-3.3x slower than 1 and AdamW's short parallel regions
+// 6-28x slower, while with `passive` 2 threads match 1 thread under load and the step is the
+// same on an idle machine (bench/RESULTS.md, "OMP_WAIT_POLICY=passive under load"). libgomp
+// reads the policy once, when it is loaded, so tide sets it and re-executes itself, unless the
+// user chose a policy.
+void prefer_passive_openmp_wait(char** argv) {
+  if (std::getenv("OMP_WAIT_POLICY") != nullptr) return;
+  if (setenv("OMP_WAIT_POLICY", "passive", 1) != 0) return;
+  execv("/proc/self/exe", argv);  // returns only if it failed: run on with OpenMP's default
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
+  prefer_passive_openmp_wait(argv);
   CLI::App app{"tide: train transformer language models too large for one device"};
   app.require_subcommand(0, 1);
   // TIDE_VERSION and TIDE_GIT_COMMIT come from CMake (the commit when it was configured).
