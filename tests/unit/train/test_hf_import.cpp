@@ -332,3 +332,31 @@ TEST(InitFrom, LoadsTheCheckpointsParametersWholeOrSliced) {
   EXPECT_NE(error_of([&] { check_init_from(d + "/model.ckpt", other); }).find("set model.*"),
             std::string::npos);
 }
+
+TEST(HfImport, LogitsEqualTransformers) {
+  // tests/fixtures/hf_gpt2_tiny_logits.json: GPT2LMHeadModel's logits (eval mode) on fixed
+  // tokens, written by tools/gen_hf_fixture.py with the fixture. tide's forward on the imported
+  // weights must compute the same function.
+  const json ref =
+      json::parse(slurp(std::string(TIDE_SOURCE_DIR) + "/tests/fixtures/hf_gpt2_tiny_logits.json"));
+  const std::string d = temp_dir("logits");
+  const HfImportResult r = import_hf_gpt2(kFixture, d + "/model.ckpt");
+  GPT model(r.config, ActivationPolicy::SAVE_ALL, 0, false);
+  load_checkpoint(d + "/model.ckpt", model);
+  const int T = static_cast<int>(ref["tokens"].size()), V = r.config.vocab_size;
+  auto mb = model.make_micro_batch(1, T);
+  mb->training = false;
+  mb->keep_logits = true;
+  for (int t = 0; t < T; ++t) {
+    mb->tokens.i32()[t] = ref["tokens"][t].get<int32_t>();
+    mb->targets.i32()[t] = -1;
+  }
+  model.forward(*mb);
+  const auto* logits = static_cast<const float*>(mb->logits.data);
+  double worst = 0;
+  for (int t = 0; t < T; ++t)
+    for (int v = 0; v < V; ++v)
+      worst = std::max(worst, std::abs(logits[t * V + v] - ref["logits"][t][v].get<double>()));
+  EXPECT_LT(worst, 1e-4) << "largest |tide - transformers| logit difference";
+  std::printf("largest |tide - transformers| logit difference: %.3g\n", worst);
+}
