@@ -26,16 +26,16 @@ void run_import(const ImportArgs& a) {
   const HfImportResult r = import_hf_gpt2(a.hf_dir, a.out, o);
   fmt::print("imported {} from {} ({} tensors, {}) to {}\n", r.config.str(), a.hf_dir, r.tensors,
              r.source_dtype, a.out);
-  if (!r.ignored.empty())
-    fmt::print("not imported: {}\n", fmt::join(r.ignored, ", "));
+  if (!r.ignored.empty()) fmt::print("not imported: {}\n", fmt::join(r.ignored, ", "));
   if (r.tokenizer.empty())
     fmt::print(
         "no tokenizer: `tide sample` needs one (import again with --tokenizer <tokenizer.json>); "
         "`tide train` can start from it with init_from={}\n",
         a.out);
   else
-    fmt::print("tokenizer: {}; sample with `tide sample --checkpoint {}`, train with init_from={}\n",
-               r.tokenizer, a.out, a.out);
+    fmt::print(
+        "tokenizer: {}; sample with `tide sample --checkpoint {}`, train with init_from={}\n",
+        r.tokenizer, a.out, a.out);
 }
 
 }  // namespace

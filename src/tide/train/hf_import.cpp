@@ -41,8 +41,7 @@ int int_field(const json& hf, const char* key, const std::string& where, bool re
 
 // Refuses a field whose value (default when absent) is not what tide computes.
 void require_field(const json& hf, const char* key, const json& fallback,
-                   const std::vector<json>& accepted, const std::string& where,
-                   const char* why) {
+                   const std::vector<json>& accepted, const std::string& where, const char* why) {
   const json v = hf.contains(key) ? hf[key] : fallback;
   for (const json& a : accepted)
     if (v == a) return;
@@ -198,8 +197,8 @@ HfImportResult import_hf_gpt2(const std::string& hf_dir, const std::string& out,
                cfg_who, model_path);
   }
   for (const auto& [t, n] : dtypes)
-    result.source_dtype += fmt::format("{}{}", result.source_dtype.empty() ? "" : "+",
-                                       safetensors_dtype_name(t));
+    result.source_dtype +=
+        fmt::format("{}{}", result.source_dtype.empty() ? "" : "+", safetensors_dtype_name(t));
   if (dtypes.size() != 1 || dtypes.begin()->first != DType::F32)
     result.source_dtype += " (widened to f32)";
 

@@ -266,8 +266,7 @@ SafetensorsReader::SafetensorsReader(const std::string& path, std::string what,
   }
 }
 
-SafetensorsReader::SafetensorsReader(const std::string& path, std::string what,
-                                     ForeignSafetensors)
+SafetensorsReader::SafetensorsReader(const std::string& path, std::string what, ForeignSafetensors)
     : path_(path), what_(std::move(what)) {
   fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   TIDE_CHECK(fd_ >= 0, "cannot open {}: {}; check the path", subject(), errno_text());
@@ -337,32 +336,31 @@ void SafetensorsReader::open_and_verify(bool verify_checksum, bool foreign) {
              who);
   std::string stored, tide_text;
   if (!foreign) {
-  TIDE_CHECK(meta->is_object(), "{}: __metadata__ is a JSON {}, not an object; {}", who,
-             meta->type_name(), damaged);
-  for (const auto& [key, value] : meta->items())
-    TIDE_CHECK(value.is_string(), "{}: __metadata__ '{}' is a JSON {}, not a string; {}", who,
-               shown(key), value.type_name(), damaged);
-  auto meta_string = [&](const char* key) -> const std::string& {
-    const auto it = meta->find(key);
-    TIDE_CHECK(it != meta->end(),
-               "{}: __metadata__ has no '{}'; tide reads the safetensors files it wrote itself",
-               who, key);
-    return it->get_ref<const std::string&>();
-  };
-  const std::string& format = meta_string("format");
-  TIDE_CHECK(format == "tide",
-             "{}: __metadata__ 'format' is '{}', not 'tide'; tide reads the safetensors files it "
-             "wrote itself",
-             who, shown(format));
-  stored = meta_string("checksum");
-  tide_text = meta_string("tide");
-  TIDE_CHECK(
-      stored.size() == kChecksumDigits &&
-          std::all_of(stored.begin(), stored.end(),
-                      [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); }),
-      "{}: __metadata__ 'checksum' is '{}', not 16 lowercase hex digits; {}", who, shown(stored),
-      damaged);
-
+    TIDE_CHECK(meta->is_object(), "{}: __metadata__ is a JSON {}, not an object; {}", who,
+               meta->type_name(), damaged);
+    for (const auto& [key, value] : meta->items())
+      TIDE_CHECK(value.is_string(), "{}: __metadata__ '{}' is a JSON {}, not a string; {}", who,
+                 shown(key), value.type_name(), damaged);
+    auto meta_string = [&](const char* key) -> const std::string& {
+      const auto it = meta->find(key);
+      TIDE_CHECK(it != meta->end(),
+                 "{}: __metadata__ has no '{}'; tide reads the safetensors files it wrote itself",
+                 who, key);
+      return it->get_ref<const std::string&>();
+    };
+    const std::string& format = meta_string("format");
+    TIDE_CHECK(format == "tide",
+               "{}: __metadata__ 'format' is '{}', not 'tide'; tide reads the safetensors files it "
+               "wrote itself",
+               who, shown(format));
+    stored = meta_string("checksum");
+    tide_text = meta_string("tide");
+    TIDE_CHECK(
+        stored.size() == kChecksumDigits &&
+            std::all_of(stored.begin(), stored.end(),
+                        [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); }),
+        "{}: __metadata__ 'checksum' is '{}', not 16 lowercase hex digits; {}", who, shown(stored),
+        damaged);
   }
 
   // 4. The tensor entries.

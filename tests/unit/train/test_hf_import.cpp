@@ -73,7 +73,9 @@ void write_plain(const std::string& path, const Tensors& t) {
   std::string data;
   for (const auto& [name, v] : t.t) {
     const auto& [dtype, shape, bytes] = v;
-    h[name] = {{"dtype", dtype}, {"shape", shape}, {"data_offsets", {data.size(), data.size() + bytes.size()}}};
+    h[name] = {{"dtype", dtype},
+               {"shape", shape},
+               {"data_offsets", {data.size(), data.size() + bytes.size()}}};
     data += bytes;
   }
   std::string text = h.dump();
@@ -147,8 +149,8 @@ TEST(HfImport, TransposesConv1DWeights) {
   const Tensors hf = parse(kFixture + "/model.safetensors");
   const std::string& raw = std::get<2>(hf.t.at("transformer.h.1.mlp.c_fc.weight"));  // (C, 4C)
   const int C = r.config.n_embd;
-  const Tensor t = model.store().tensor(ChunkKind::PARAM,
-                                        model.store().layout().find("h.1.mlp.c_fc.weight"));
+  const Tensor t =
+      model.store().tensor(ChunkKind::PARAM, model.store().layout().find("h.1.mlp.c_fc.weight"));
   ASSERT_EQ(t.shape, (Shape{4 * C, C}));
   for (int o = 0; o < 4 * C; ++o)
     for (int i = 0; i < C; ++i) {
@@ -266,8 +268,7 @@ TEST(HfImport, RefusesWhatTideCannotRepresent) {
     Tensors t = parse(d + "/model.safetensors");
     t.t.erase("transformer.h.1.ln_2.bias");
     write_plain(d + "/model.safetensors", t);
-    EXPECT_NE(import_error(d).find("has no tensor 'transformer.h.1.ln_2.bias'"),
-              std::string::npos);
+    EXPECT_NE(import_error(d).find("has no tensor 'transformer.h.1.ln_2.bias'"), std::string::npos);
   }
   {
     const std::string d = copy_fixture("extra_tensor");
@@ -296,7 +297,8 @@ TEST(InitFrom, LoadsTheCheckpointsParametersWholeOrSliced) {
   for (int id = 0; id < whole.store().layout().num_tensors(); ++id) {
     const Tensor a = whole.store().tensor(ChunkKind::PARAM, id);
     const Tensor b = want.store().tensor(ChunkKind::PARAM, id);
-    ASSERT_EQ(std::memcmp(a.data, b.data, a.numel() * 4), 0) << whole.store().layout().slot(id).name;
+    ASSERT_EQ(std::memcmp(a.data, b.data, a.numel() * 4), 0)
+        << whole.store().layout().slot(id).name;
   }
   // ZeRO-3: each of 2 ranks holds its slice of every PARAM chunk; together they are the model.
   for (int rank = 0; rank < 2; ++rank) {
