@@ -49,6 +49,9 @@ for i in $(seq 1 60); do echo "line $i of a small corpus, the quick brown fox $(
 tiny=(data.dir=data model.n_layer=1 model.n_head=2 model.n_embd=8 seq_len=8
       train_micro_batch_size_per_gpu=2 eval.sequences=2 log.progress=false threads=1
       scheduler.params.warmup_num_steps=2 optimizer.params.lr=0.01)
+expect_error "has 300 tokens but the model's vocab_size is 64" \
+  import --hf-dir "$fixture" --out o2/m.ckpt --tokenizer data/tokenizer.json
+test ! -e o2 || { echo "FAILED: a refused import created its output"; fail=1; }
 "$tide" train "${tiny[@]}" train_steps=4 out_dir=runs/a > a.log 2>&1 || { cat a.log; exit 1; }
 "$tide" export --quiet --checkpoint runs/a/model.ckpt --out-dir hf_a > /dev/null || fail=1
 "$tide" import --hf-dir hf_a --out imp_a/model.ckpt --tokenizer data/tokenizer.json > ia.log \

@@ -12,6 +12,7 @@
 #include <set>
 
 #include "tide/core/dtype.h"
+#include "tide/data/tokenizer.h"
 #include "tide/model/gpt.h"
 #include "tide/model/layout.h"
 #include "tide/train/checkpoint.h"
@@ -216,6 +217,11 @@ HfImportResult import_hf_gpt2(const std::string& hf_dir, const std::string& out,
                "prepare`",
                options.tokenizer);
     tok_text = slurp(options.tokenizer);
+    const int tok_vocab = Tokenizer::load(options.tokenizer).vocab_size();
+    TIDE_CHECK(tok_vocab <= c.vocab_size,
+               "tokenizer '{}' has {} tokens but the model's vocab_size is {}; pass the tokenizer "
+               "the model was trained with",
+               options.tokenizer, tok_vocab, c.vocab_size);
     const bool same = fs::exists(tok_out, ec) && fs::equivalent(options.tokenizer, tok_out, ec);
     TIDE_CHECK(same || options.overwrite || !fs::exists(tok_out, ec) ||
                    slurp(tok_out.string()) == tok_text,
