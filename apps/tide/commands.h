@@ -11,5 +11,6 @@ void add_sample_command(CLI::App& app);    // sample.cpp
 void add_estimate_command(CLI::App& app);  // estimate.cpp
 void add_schedule_command(CLI::App& app);  // schedule.cpp
 void add_export_command(CLI::App& app);    // export.cpp
+void add_import_command(CLI::App& app);    // import.cpp
 
 }  // namespace tide::app

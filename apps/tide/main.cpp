@@ -43,6 +43,7 @@ int main(int argc, char** argv) {
   tide::app::add_estimate_command(app);
   tide::app::add_schedule_command(app);
   tide::app::add_export_command(app);
+  tide::app::add_import_command(app);
   try {
     // `tide` alone runs the embedded default: the same as `tide train`.
     if (argc == 1) {

@@ -158,6 +158,10 @@ const std::vector<ConfigKey>& config_schema() {
       {"checkpoint.resume", T::PATH, "",
        "checkpoint to resume from (weights, optimizer state, step, data position); same seed "
        "and global batch required; appends to out_dir/metrics.jsonl"},
+      {"init_from", T::PATH, "",
+       "checkpoint (file or sharded directory) whose weights start the run at step 0, e.g. "
+       "one from `tide import`; its model shape must be this config's; no optimizer state, "
+       "step or data position is taken (checkpoint.resume, when set, wins)"},
       {"comm.timeout_s", T::FLOAT, 600.0,
        "seconds any rank waits in one collective or send/recv before the job is ended with the "
        "operation, step and missing ranks named (keep it above the longest checkpoint write); "
@@ -528,6 +532,7 @@ TrainConfig parse_checked(const json& j, std::vector<std::string> unknown) {
   c.out_dir_overwrite = b("out_dir_overwrite");
   c.checkpoint_interval = i("checkpoint.interval");
   c.resume = s("checkpoint.resume");
+  c.init_from = s("init_from");
   c.comm_timeout_s = f("comm.timeout_s");
   c.is_default_run = c.data_dir.empty() && c.train_data.empty();
   c.values = json(v);
@@ -545,6 +550,16 @@ TrainConfig parse_checked(const json& j, std::vector<std::string> unknown) {
                "checkpoint.resume: '{}' is a directory but not a sharded checkpoint (it has no "
                "index.json); name a checkpoint such as {}/model.ckpt",
                c.resume, c.resume);
+  }
+  if (!c.init_from.empty()) {
+    std::error_code ec;
+    TIDE_CHECK(fs::exists(c.init_from, ec),
+               "init_from: cannot open checkpoint '{}' (no such file); check the path",
+               c.init_from);
+    TIDE_CHECK(!fs::is_directory(c.init_from, ec) || is_sharded_checkpoint(c.init_from),
+               "init_from: '{}' is a directory but not a sharded checkpoint (it has no "
+               "index.json); name a checkpoint file such as {}/model.ckpt",
+               c.init_from, c.init_from);
   }
   return c;
 }

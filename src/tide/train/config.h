@@ -77,6 +77,7 @@ struct TrainConfig {
   bool out_dir_overwrite = false;   // replace an earlier run's files in out_dir
   int64_t checkpoint_interval = 0;  // 0: only at the end
   std::string resume;               // checkpoint to resume from
+  std::string init_from;            // checkpoint whose weights start the run (step 0)
   bool progress = true;
   double comm_timeout_s = 600;  // the collective watchdog (docs/reliability.md)
   bool is_default_run = false;  // no data given: the embedded default corpus

@@ -258,7 +258,20 @@ SafetensorsReader::SafetensorsReader(const std::string& path, std::string what,
   fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   TIDE_CHECK(fd_ >= 0, "cannot open {}: {}; check the path", subject(), errno_text());
   try {
-    open_and_verify(verify_checksum);
+    open_and_verify(verify_checksum, /*foreign=*/false);
+  } catch (...) {
+    ::close(fd_);
+    fd_ = -1;
+    throw;
+  }
+}
+
+SafetensorsReader::SafetensorsReader(const std::string& path, std::string what, ForeignSafetensors)
+    : path_(path), what_(std::move(what)) {
+  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  TIDE_CHECK(fd_ >= 0, "cannot open {}: {}; check the path", subject(), errno_text());
+  try {
+    open_and_verify(/*verify_checksum=*/false, /*foreign=*/true);
   } catch (...) {
     ::close(fd_);
     fd_ = -1;
@@ -270,7 +283,7 @@ SafetensorsReader::~SafetensorsReader() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-void SafetensorsReader::open_and_verify(bool verify_checksum) {
+void SafetensorsReader::open_and_verify(bool verify_checksum, bool foreign) {
   const std::string who = subject();
   const std::string damaged = "the file is damaged or not a safetensors file";
   struct stat st {};
@@ -308,37 +321,47 @@ void SafetensorsReader::open_and_verify(bool verify_checksum) {
   TIDE_CHECK(h.is_object(), "{}: its header is a JSON {}, not an object; {}", who, h.type_name(),
              damaged);
 
-  // 3. tide's metadata block.
+  // 3. tide's metadata block (another program's file: any object of strings, or none).
   const auto meta = h.find("__metadata__");
-  TIDE_CHECK(meta != h.end(),
+  if (foreign && meta != h.end()) {
+    TIDE_CHECK(meta->is_object(), "{}: __metadata__ is a JSON {}, not an object; {}", who,
+               meta->type_name(), damaged);
+    for (const auto& [key, value] : meta->items())
+      TIDE_CHECK(value.is_string(), "{}: __metadata__ '{}' is a JSON {}, not a string; {}", who,
+                 shown(key), value.type_name(), damaged);
+  }
+  TIDE_CHECK(foreign || meta != h.end(),
              "{} has no __metadata__ in its header, so no checksum to verify; tide reads the "
              "safetensors files it wrote itself",
              who);
-  TIDE_CHECK(meta->is_object(), "{}: __metadata__ is a JSON {}, not an object; {}", who,
-             meta->type_name(), damaged);
-  for (const auto& [key, value] : meta->items())
-    TIDE_CHECK(value.is_string(), "{}: __metadata__ '{}' is a JSON {}, not a string; {}", who,
-               shown(key), value.type_name(), damaged);
-  auto meta_string = [&](const char* key) -> const std::string& {
-    const auto it = meta->find(key);
-    TIDE_CHECK(it != meta->end(),
-               "{}: __metadata__ has no '{}'; tide reads the safetensors files it wrote itself",
-               who, key);
-    return it->get_ref<const std::string&>();
-  };
-  const std::string& format = meta_string("format");
-  TIDE_CHECK(format == "tide",
-             "{}: __metadata__ 'format' is '{}', not 'tide'; tide reads the safetensors files it "
-             "wrote itself",
-             who, shown(format));
-  const std::string stored = meta_string("checksum");
-  const std::string& tide_text = meta_string("tide");
-  TIDE_CHECK(
-      stored.size() == kChecksumDigits &&
-          std::all_of(stored.begin(), stored.end(),
-                      [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); }),
-      "{}: __metadata__ 'checksum' is '{}', not 16 lowercase hex digits; {}", who, shown(stored),
-      damaged);
+  std::string stored, tide_text;
+  if (!foreign) {
+    TIDE_CHECK(meta->is_object(), "{}: __metadata__ is a JSON {}, not an object; {}", who,
+               meta->type_name(), damaged);
+    for (const auto& [key, value] : meta->items())
+      TIDE_CHECK(value.is_string(), "{}: __metadata__ '{}' is a JSON {}, not a string; {}", who,
+                 shown(key), value.type_name(), damaged);
+    auto meta_string = [&](const char* key) -> const std::string& {
+      const auto it = meta->find(key);
+      TIDE_CHECK(it != meta->end(),
+                 "{}: __metadata__ has no '{}'; tide reads the safetensors files it wrote itself",
+                 who, key);
+      return it->get_ref<const std::string&>();
+    };
+    const std::string& format = meta_string("format");
+    TIDE_CHECK(format == "tide",
+               "{}: __metadata__ 'format' is '{}', not 'tide'; tide reads the safetensors files it "
+               "wrote itself",
+               who, shown(format));
+    stored = meta_string("checksum");
+    tide_text = meta_string("tide");
+    TIDE_CHECK(
+        stored.size() == kChecksumDigits &&
+            std::all_of(stored.begin(), stored.end(),
+                        [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); }),
+        "{}: __metadata__ 'checksum' is '{}', not 16 lowercase hex digits; {}", who, shown(stored),
+        damaged);
+  }
 
   // 4. The tensor entries.
   for (const auto& [name, e] : h.items()) {
@@ -423,6 +446,12 @@ void SafetensorsReader::open_and_verify(bool verify_checksum) {
   }
   TIDE_CHECK(at == size, "{} has {} trailing bytes after its last tensor; {}", who, size - at,
              damaged);
+
+  if (foreign) {  // no checksum, and the metadata is the file's own
+    metadata_ = meta != h.end() ? *meta : json::object();
+    for (size_t i = 0; i < entries_.size(); ++i) index_.emplace(entries_[i].name, i);
+    return;
+  }
 
   // 6. The checksum over header (digits read as '0's) and data.
   TIDE_CHECK(text.starts_with(kChecksumPrefix) &&

@@ -61,10 +61,18 @@ struct SafetensorsEntry {
   uint64_t nbytes = 0;
 };
 
+// Tag: open a safetensors file another program wrote (Hugging Face's model.safetensors). Its
+// structure is checked exactly as tide's own files are (header, dtypes, shapes, offsets tiling
+// the data), but it has no checksum to verify (the format has none) and __metadata__, if any,
+// is any object of strings; metadata() is that object (or {}).
+struct ForeignSafetensors {};
+
 // A safetensors file written by write_safetensors, verified on open (header and checksum:
 // the whole file is read once). The file stays open until the reader is destroyed.
 class SafetensorsReader {
  public:
+  // A file written by another program (see ForeignSafetensors): structure checked, no checksum.
+  SafetensorsReader(const std::string& path, std::string what, ForeignSafetensors);
   // `what` names the file in error messages ("checkpoint" -> "checkpoint 'x.ckpt' is ...").
   // `verify_checksum` false checks the header only and reads no data: for a writer that must
   // look at the headers of files it has just written (commit_sharded_checkpoint); never for
@@ -97,7 +105,7 @@ class SafetensorsReader {
   const std::string& checksum() const { return checksum_; }
 
  private:
-  void open_and_verify(bool verify_checksum);
+  void open_and_verify(bool verify_checksum, bool foreign);
   void verify_data_checksum(const std::string& zeroed_header, uint64_t data_start,
                             uint64_t data_size, const std::string& stored) const;
   const SafetensorsEntry* find(const std::string& name) const;

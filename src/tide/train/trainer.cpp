@@ -13,6 +13,7 @@
 #include "tide/comm/local_process_group.h"
 #include "tide/data/prepare.h"
 #include "tide/train/checkpoint.h"
+#include "tide/train/init_from.h"
 #include "tide/train/preemption.h"
 #include "tide/train/rank_consistency.h"
 #include "tide/train/sharded_checkpoint.h"
@@ -103,6 +104,10 @@ Trainer::Trainer(TrainConfig config, std::shared_ptr<ProcessGroup> world)
   const std::optional<RunPosition> resume_at =
       cfg_.resume.empty() ? std::nullopt : std::optional(check_resume(cfg_.resume));
   resolve_data();
+  // init_from (ignored when resuming: the run's own checkpoint wins): checked whole, shape
+  // included, before the model is built or anything is written to out_dir.
+  const bool init_from = resume_at == std::nullopt && !cfg_.init_from.empty();
+  if (init_from) check_init_from(cfg_.init_from, cfg_.model);
 
   ModelOptions mo;
   mo.chunk_elems = chunk_elems_from_mib(cfg_.chunk_size_mb);
@@ -111,6 +116,7 @@ Trainer::Trainer(TrainConfig config, std::shared_ptr<ProcessGroup> world)
   mo.store.sliced_kinds = zero_sliced_kinds(cfg_.zero.stage);
   model_ = std::make_unique<GPT>(cfg_.model, cfg_.activation_policy, mo);
   model_->init_weights(cfg_.seed);
+  if (init_from) init_weights_from(cfg_.init_from, *model_);  // before the engine reads them
   // Second round, now that the data is open and the model laid out: the same data and layout.
   check_ranks_agree(
       *world_, {{"data.train (contents)", data_fingerprint(train_loader_->files())},

@@ -1,0 +1,60 @@
+// `tide import --hf-dir hf/ --out runs/hf/model.ckpt`: a Hugging Face GPT-2 folder
+// (model.safetensors + config.json) as a tide checkpoint, for `tide train` (init_from=<it>) and
+// `tide sample`. The inverse of `tide export` (see train/hf_import.h for what is refused).
+
+#include <fmt/core.h>
+#include <fmt/ranges.h>
+
+#include "commands.h"
+#include "tide/train/hf_import.h"
+
+namespace tide::app {
+
+namespace {
+
+struct ImportArgs {
+  std::string hf_dir;
+  std::string out;
+  std::string tokenizer;
+  bool overwrite = false;
+};
+
+void run_import(const ImportArgs& a) {
+  HfImportOptions o;
+  o.overwrite = a.overwrite;
+  o.tokenizer = a.tokenizer;
+  const HfImportResult r = import_hf_gpt2(a.hf_dir, a.out, o);
+  fmt::print("imported {} from {} ({} tensors, {}) to {}\n", r.config.str(), a.hf_dir, r.tensors,
+             r.source_dtype, a.out);
+  if (!r.ignored.empty()) fmt::print("not imported: {}\n", fmt::join(r.ignored, ", "));
+  if (r.tokenizer.empty())
+    fmt::print(
+        "no tokenizer: `tide sample` needs one (import again with --tokenizer <tokenizer.json>); "
+        "`tide train` can start from it with init_from={}\n",
+        a.out);
+  else
+    fmt::print(
+        "tokenizer: {}; sample with `tide sample --checkpoint {}`, train with init_from={}\n",
+        r.tokenizer, a.out, a.out);
+}
+
+}  // namespace
+
+void add_import_command(CLI::App& app) {
+  auto a = std::make_shared<ImportArgs>();
+  auto* cmd = app.add_subcommand(
+      "import",
+      "Read a Hugging Face GPT-2 folder (model.safetensors + config.json) into a tide checkpoint");
+  cmd->add_option("--hf-dir", a->hf_dir,
+                  "folder written by GPT2LMHeadModel.save_pretrained (config.json, "
+                  "model.safetensors)")
+      ->required();
+  cmd->add_option("--out", a->out, "checkpoint file to write (e.g. runs/hf/model.ckpt)")
+      ->required();
+  cmd->add_option("--tokenizer", a->tokenizer,
+                  "a tide tokenizer.json to copy next to the checkpoint (`tide sample` needs one)");
+  cmd->add_flag("--overwrite", a->overwrite, "replace an existing checkpoint at --out");
+  cmd->callback([a] { run_import(*a); });
+}
+
+}  // namespace tide::app

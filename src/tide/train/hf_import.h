@@ -1,0 +1,48 @@
+#pragma once
+// `tide import`: a Hugging Face GPT-2 folder (model.safetensors + config.json, as
+// GPT2LMHeadModel.save_pretrained writes it) as a tide checkpoint that `tide train` starts
+// from (init_from) and `tide sample` reads. The inverse of hf_export.h.
+//
+// Why a refusal list: tide runs one architecture (pre-LN GPT-2, tanh GELU, LayerNorm eps 1e-5,
+// 4C MLP, tied head, scaled attention). A config field that would make HF compute something
+// else (another activation, eps, n_inner, an untied head, cross-attention, ...) is refused with
+// its name and value instead of importing weights that silently compute a different function.
+//
+// Names (HF -> tide): "transformer." is optional (HF writes both forms); wte.weight -> wte,
+// wpe.weight -> wpe, the rest keep their names; the Conv1D weights (in, out) are transposed to
+// tide's (out, in). attn.bias / attn.masked_bias (causal-mask buffers of older files) are
+// ignored; lm_head.weight is accepted only when it equals wte bit for bit (tide's head is tied).
+// F32 is copied exactly; BF16 and F16 are widened to f32 (exactly). Everything is read and
+// checked before the output is written; the checkpoint holds no optimizer state.
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "tide/model/config.h"
+
+namespace tide {
+
+struct HfImportOptions {
+  bool overwrite = false;  // replace an existing output checkpoint (and tokenizer.json)
+  std::string tokenizer;   // a tide tokenizer.json to copy next to the checkpoint ("" = none)
+};
+
+struct HfImportResult {
+  GPTConfig config;
+  int tensors = 0;                   // tide tensors written
+  std::string source_dtype;          // "F32", or e.g. "BF16 (widened to f32)"
+  std::vector<std::string> ignored;  // HF tensors not imported (mask buffers, tied lm_head)
+  std::string tokenizer;             // the tokenizer written next to the checkpoint, or ""
+};
+
+// The tide model of a GPT2Config; throws a tide::Error naming the first field tide cannot
+// represent. `where` names the file in messages.
+GPTConfig gpt_config_from_hf(const nlohmann::json& hf, const std::string& where);
+
+// Imports `hf_dir` into the single-file checkpoint `out`. Throws a tide::Error (one line) and
+// creates nothing when anything is missing, unsupported or damaged.
+HfImportResult import_hf_gpt2(const std::string& hf_dir, const std::string& out,
+                              const HfImportOptions& options = {});
+
+}  // namespace tide

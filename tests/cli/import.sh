@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# `tide import`: the committed Hugging Face fixture becomes a tide checkpoint whose `tide export`
+# holds the fixture's tensors bit for bit; bad input is one error line and creates nothing.
+# A trained run, exported and imported back (with its tokenizer), samples, and a run started
+# from it with init_from has, at step 0, the validation loss the first run ended with; a shape
+# mismatch stops init_from before out_dir is written.
+set -uo pipefail
+tide=$1 fixture=$2 dir=$3
+rm -rf "$dir" && mkdir -p "$dir" && cd "$dir"
+fail=0
+source "$(dirname "${BASH_SOURCE[0]}")/expect_error.sh"
+
+# 1. HF -> tide -> HF, bitwise.
+"$tide" import --hf-dir "$fixture" --out imp/model.ckpt > import.log || { cat import.log; exit 1; }
+cat import.log
+grep -q "sample. needs one" import.log || { echo "FAILED: no word about the tokenizer"; fail=1; }
+"$tide" export --quiet --checkpoint imp/model.ckpt --out-dir back > /dev/null || fail=1
+python3 - "$fixture/model.safetensors" back/model.safetensors <<'PY' || fail=1
+import json, struct, sys
+def tensors(path):
+    raw = open(path, "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    h = json.loads(raw[8:8 + n])
+    h.pop("__metadata__", None)
+    return {k: (v["dtype"], v["shape"], raw[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]])
+            for k, v in h.items()}
+a, b = tensors(sys.argv[1]), tensors(sys.argv[2])
+assert a.keys() == b.keys(), sorted(set(a) ^ set(b))
+for k in a:
+    assert a[k] == b[k], k
+print(f"ok: {len(a)} tensors bitwise identical after import + export")
+PY
+
+# 2. Refusals: one line, nothing created.
+mkdir -p relu && cp "$fixture/model.safetensors" relu/
+sed 's/"gelu_new"/"relu"/' "$fixture/config.json" > relu/config.json
+expect_error "'activation_function' is \"relu\"; tide cannot represent it" import --hf-dir relu --out o1/m.ckpt
+mkdir -p noconf && cp "$fixture/model.safetensors" noconf/
+expect_error "has no config.json" import --hf-dir noconf --out o1/m.ckpt
+mkdir -p cut && cp "$fixture/config.json" cut/ && head -c 5000 "$fixture/model.safetensors" > cut/model.safetensors
+expect_error "is truncated" import --hf-dir cut --out o1/m.ckpt
+expect_error "exists; pass --overwrite" import --hf-dir "$fixture" --out imp/model.ckpt
+test ! -e o1 || { echo "FAILED: a refused import created its output"; fail=1; }
+
+# 3. A trained run -> HF -> tide with its tokenizer: sample, and init_from.
+for i in $(seq 1 60); do echo "line $i of a small corpus, the quick brown fox $((i * 7))"; done > text.txt
+"$tide" prepare --input text.txt --out-dir data --vocab-size 300 > prepare.log 2>&1 \
+  || { cat prepare.log; exit 1; }
+tiny=(data.dir=data model.n_layer=1 model.n_head=2 model.n_embd=8 seq_len=8
+      train_micro_batch_size_per_gpu=2 eval.sequences=2 log.progress=false threads=1
+      scheduler.params.warmup_num_steps=2 optimizer.params.lr=0.01)
+expect_error "has 300 tokens but the model's vocab_size is 64" \
+  import --hf-dir "$fixture" --out o2/m.ckpt --tokenizer data/tokenizer.json
+test ! -e o2 || { echo "FAILED: a refused import created its output"; fail=1; }
+"$tide" train "${tiny[@]}" train_steps=4 out_dir=runs/a > a.log 2>&1 || { cat a.log; exit 1; }
+"$tide" export --quiet --checkpoint runs/a/model.ckpt --out-dir hf_a > /dev/null || fail=1
+"$tide" import --hf-dir hf_a --out imp_a/model.ckpt --tokenizer data/tokenizer.json > ia.log \
+  || { cat ia.log; fail=1; }
+"$tide" sample --checkpoint imp_a/model.ckpt --tokens 5 > sample.log 2>&1 \
+  || { echo "FAILED: sample of the imported checkpoint"; cat sample.log; fail=1; }
+"$tide" train "${tiny[@]}" train_steps=2 seed=7 init_from=imp_a/model.ckpt out_dir=runs/b \
+  > b.log 2>&1 || { cat b.log; fail=1; }
+"$tide" train "${tiny[@]}" train_steps=2 seed=7 out_dir=runs/c > c.log 2>&1 || fail=1
+python3 - <<'PY' || fail=1
+import json
+def val(path, step):
+    return [r["val_loss"] for r in map(json.loads, open(path)) if "val_loss" in r and r["step"] == step]
+a, b, c = val("runs/a/metrics.jsonl", 4), val("runs/b/metrics.jsonl", 0), val("runs/c/metrics.jsonl", 0)
+assert a and b and c, (a, b, c)
+assert a[-1] == b[0], f"init_from: step-0 val loss {b[0]} != the imported run's final {a[-1]}"
+assert c[0] != b[0], "init_from changed nothing (the random init gives the same loss)"
+print(f"ok: init_from step-0 val loss {b[0]} == run a's final val loss; random init gives {c[0]}")
+PY
+expect_error "init_from: checkpoint 'imp_a/model.ckpt' holds a model" \
+  train "${tiny[@]}" model.n_embd=16 init_from=imp_a/model.ckpt out_dir=runs/d
+test ! -e runs/d || { echo "FAILED: a refused init_from wrote out_dir"; fail=1; }
+expect_error "init_from: cannot open checkpoint 'nowhere.ckpt'" train "${tiny[@]}" init_from=nowhere.ckpt out_dir=runs/d
+exit $fail
