@@ -210,7 +210,9 @@ TEST(ZeroCheckpoint, ResumesAtTheSameAndAtAnotherDegreeForEveryStage) {
     return world->split(rank < n ? 0 : -1, rank);
   };
   for (int stage : {1, 2, 3}) {
-    for (const auto& [W, R] : degrees) {
+    for (const auto& degree : degrees) {
+      // Not a structured binding: the lambda below captures W and R (clang < 16 cannot).
+      const int W = degree.first, R = degree.second;
       const std::string out = fmt::format("{}/s{}_{}to{}", dir, stage, W, R);
       auto cfg = [&](int ranks, const std::string& resume) {
         TrainConfig c = zero_config(shard, out, stage, W * R / ranks, 2, 2 * K, 0.1f);
