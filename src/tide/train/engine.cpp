@@ -151,9 +151,10 @@ StepStats Engine::step(int64_t step, uint64_t seed, const BatchFn& batch) {
   ChunkStore& store = model_.store();
   const int M = schedule_.microbatches, L = model_.num_blocks();
   store.zero(ChunkKind::GRAD);
+  // Counted from here: ZeRO-3's begin_step already starts gathering (prefetch).
+  const uint64_t sent_before = dp_->counters().bytes_sent;
   store.begin_step(M);
   if (zero_) zero_->begin_step(accesses_);
-  const uint64_t sent_before = dp_->counters().bytes_sent;
   double loss_sum = 0;
   for (const pipeline::Action& a : schedule_.actions[0]) {
     if (a.op == Op::F) {
