@@ -26,5 +26,7 @@ export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
 # OpenMPI unloads its plugins at MPI_Finalize; kept loaded, their leaks have names to suppress.
 export OMPI_MCA_mca_base_component_disable_dlclose=1 PMIX_MCA_mca_base_component_disable_dlclose=1
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-2}"
-exclude="${SANITIZE_EXCLUDE-__none__}"
+# mpi.train_zero at 4 and 8 ranks: under ASan on 2 cores they pass the 120 s limit of the MPI
+# tests (np2: 58 s, np3: 82 s); np2 and np3 run the same code under the sanitizers.
+exclude="${SANITIZE_EXCLUDE-^mpi\.train_zero\.np[48]$}"
 ctest --test-dir build-san --output-on-failure -j 2 --timeout 900 -E "$exclude" "$@"
