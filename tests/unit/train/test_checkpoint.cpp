@@ -16,30 +16,21 @@
 #include <functional>
 
 #include "error_of.h"
+#include "test_files.h"
 #include "tide/core/rng.h"
 #include "tide/train/checkpoint.h"
 #include "tide/train/safetensors.h"
 
 using namespace tide;
 using tide::test::error_of;
+using tide::test::slurp;
+using tide::test::temp_dir;
 namespace fs = std::filesystem;
 using ojson = nlohmann::ordered_json;
 
 namespace {
 
 constexpr std::string_view kPrefix = R"({"__metadata__":{"checksum":")";
-
-std::string temp_dir(const std::string& name) {
-  const fs::path p = fs::path(TIDE_BINARY_DIR) / "test_tmp" / ("ckpt_" + name);
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p.string();
-}
-
-std::string slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(f), {});
-}
 
 // (Removed first: truncating a file and rewriting it makes ext4 flush it at close, which
 // would make the thousands of damaged files below slow.)

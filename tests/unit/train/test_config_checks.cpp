@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "error_of.h"
+#include "test_files.h"
 #include "tide/core/rng.h"
 #include "tide/data/shard.h"
 #include "tide/train/checkpoint.h"
@@ -16,16 +17,10 @@
 
 using namespace tide;
 using tide::test::error_of;
+using tide::test::temp_dir;
 namespace fs = std::filesystem;
 
 namespace {
-
-std::string temp_dir(const std::string& name) {
-  const fs::path p = fs::path(TIDE_BINARY_DIR) / "test_tmp" / ("cfg_" + name);
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p.string();
-}
 
 std::string write_shard(const std::string& path, int n) {
   std::vector<uint16_t> tokens(n);

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "error_of.h"
+#include "test_files.h"
 #include "tide/core/rng.h"
 #include "tide/model/layout.h"
 #include "tide/train/checkpoint.h"
@@ -21,22 +22,12 @@
 
 using namespace tide;
 using tide::test::error_of;
+using tide::test::slurp;
+using tide::test::temp_dir;
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
 namespace {
-
-std::string temp_dir(const std::string& name) {
-  const fs::path p = fs::path(TIDE_BINARY_DIR) / "test_tmp" / ("export_" + name);
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p.string();
-}
-
-std::string slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(f), {});
-}
 
 GPTConfig small() {
   GPTConfig c;

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "error_of.h"
+#include "test_files.h"
 #include "tide/model/gpt.h"
 #include "tide/model/layout.h"
 #include "tide/train/checkpoint.h"
@@ -23,6 +24,8 @@
 
 using namespace tide;
 using tide::test::error_of;
+using tide::test::slurp;
+using tide::test::temp_dir;
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 using ojson = nlohmann::ordered_json;
@@ -30,18 +33,6 @@ using ojson = nlohmann::ordered_json;
 namespace {
 
 const std::string kFixture = std::string(TIDE_SOURCE_DIR) + "/tests/fixtures/hf_gpt2_tiny";
-
-std::string temp_dir(const std::string& name) {
-  const fs::path p = fs::path(TIDE_BINARY_DIR) / "test_tmp" / ("import_" + name);
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p.string();
-}
-
-std::string slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(f), {});
-}
 
 void put(const std::string& path, const std::string& text) {
   std::ofstream(path, std::ios::binary) << text;

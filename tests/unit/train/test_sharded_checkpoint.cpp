@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "error_of.h"
+#include "test_files.h"
 #include "tide/core/rng.h"
 #include "tide/model/layout.h"
 #include "tide/train/checkpoint.h"
@@ -18,17 +19,11 @@
 
 using namespace tide;
 using tide::test::error_of;
+using tide::test::temp_dir;
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
 namespace {
-
-std::string temp_dir(const std::string& name) {
-  const fs::path p = fs::path(TIDE_BINARY_DIR) / "test_tmp" / ("sharded_" + name);
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p.string();
-}
 
 // Two layers, an odd vocabulary: tensors of many sizes, several chunks, tensors straddling
 // slice boundaries at every group size.

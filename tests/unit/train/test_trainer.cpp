@@ -8,23 +8,17 @@
 
 #include "../model/fixture.h"  // the JAX reference fixture, shared with the model tests
 #include "error_of.h"
+#include "test_files.h"
 #include "tide/data/shard.h"
 #include "tide/train/checkpoint.h"
 #include "tide/train/trainer.h"
 
 using namespace tide;
 using tide::test::error_of;
+using tide::test::temp_dir;
 namespace fs = std::filesystem;
 
 namespace {
-
-// A fresh directory under the build tree for one test.
-std::string temp_dir(const std::string& name) {
-  const fs::path p = fs::path(TIDE_BINARY_DIR) / "test_tmp" / name;
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p.string();
-}
 
 // A shard of `n` tokens below `vocab`: a cycle of 13 with every fifth token random, so there
 // is something to learn.
