@@ -120,11 +120,7 @@ PrepareResult import_nanogpt(const PrepareOptions& options) {
       {"val_unigram_entropy", r.val_unigram_entropy},
       {"uniform_loss", std::log(static_cast<double>(r.vocab_size))},
   };
-  r.meta_path = (fs::path(options.out_dir) / "meta.json").string();
-  std::ofstream out(r.meta_path);
-  TIDE_CHECK(out.good(), "{}: cannot open for writing; check that the directory is writable",
-             r.meta_path);
-  out << meta.dump(2) << "\n";
+  r.meta_path = write_prepared_meta(options.out_dir, meta);
   log(
       fmt::format("prepare: imported nanoGPT data from {}: {} train tokens, {} val tokens, vocab "
                   "{}{}; wrote {}",

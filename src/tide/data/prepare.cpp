@@ -327,14 +327,19 @@ PrepareResult prepare_corpus(const PrepareOptions& options) {
       {"val_unigram_entropy", r.val_unigram_entropy},
       {"uniform_loss", std::log(static_cast<double>(r.vocab_size))},
   };
-  r.meta_path = (fs::path(options.out_dir) / "meta.json").string();
-  std::ofstream out(r.meta_path);
-  TIDE_CHECK(out.good(), "{}: cannot open for writing; check that the directory is writable",
-             r.meta_path);
-  out << meta.dump(2) << "\n";
+  r.meta_path = write_prepared_meta(options.out_dir, meta);
   log(fmt::format("prepare: wrote {}, {}, {}, {} (val unigram entropy {:.3f} nats)",
                   r.tokenizer_path, r.train_path, r.val_path, r.meta_path, r.val_unigram_entropy));
   return r;
+}
+
+std::string write_prepared_meta(const std::string& out_dir, const nlohmann::json& meta) {
+  const std::string path = (fs::path(out_dir) / "meta.json").string();
+  std::ofstream out(path);
+  TIDE_CHECK(out.good(), "{}: cannot open for writing; check that the directory is writable",
+             path);
+  out << meta.dump(2) << "\n";
+  return path;
 }
 
 bool prepared_corpus_exists(const std::string& out_dir) {

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -42,6 +43,10 @@ struct PrepareResult {
 };
 
 PrepareResult prepare_corpus(const PrepareOptions& options);
+
+// Writes out_dir/meta.json (what prepared_corpus_exists looks for, so it is written last);
+// returns its path. Shared by prepare_corpus and the nanoGPT import.
+std::string write_prepared_meta(const std::string& out_dir, const nlohmann::json& meta);
 
 // Whether out_dir holds a finished prepare (meta.json is written last), and its description read
 // back from meta.json (paths, vocab and token counts; input_bytes and document counts too).
