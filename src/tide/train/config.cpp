@@ -346,6 +346,19 @@ void set_path(json& j, const std::string& path, const json& value) {
   (*node)[path.substr(start)] = value;
 }
 
+// A checkpoint named by config key `key` (empty: none) must exist, as a file or as a sharded
+// checkpoint directory (ZeRO runs write those).
+void check_checkpoint_path(const char* key, const std::string& path) {
+  if (path.empty()) return;
+  std::error_code ec;
+  TIDE_CHECK(fs::exists(path, ec), "{}: cannot open checkpoint '{}' (no such file); check the path",
+             key, path);
+  TIDE_CHECK(!fs::is_directory(path, ec) || is_sharded_checkpoint(path),
+             "{}: '{}' is a directory but not a sharded checkpoint (it has no index.json); name "
+             "a checkpoint such as {}/model.ckpt",
+             key, path, path);
+}
+
 // A path key, when given, must name something that exists: checked here so that a typo stops
 // the run before anything is prepared or written, with the key's name in the message.
 void check_path(const char* key, const std::string& path, bool directory) {
@@ -540,27 +553,8 @@ TrainConfig parse_checked(const json& j, std::vector<std::string> unknown) {
   check_path("data.dir", c.data_dir, /*directory=*/true);
   check_path("data.train", c.train_data, false);
   check_path("data.val", c.val_data, false);
-  if (!c.resume.empty()) {
-    std::error_code ec;
-    TIDE_CHECK(fs::exists(c.resume, ec),
-               "checkpoint.resume: cannot open checkpoint '{}' (no such file); check the path",
-               c.resume);
-    // A directory is a checkpoint only when it is a sharded one (ZeRO runs write those).
-    TIDE_CHECK(!fs::is_directory(c.resume, ec) || is_sharded_checkpoint(c.resume),
-               "checkpoint.resume: '{}' is a directory but not a sharded checkpoint (it has no "
-               "index.json); name a checkpoint such as {}/model.ckpt",
-               c.resume, c.resume);
-  }
-  if (!c.init_from.empty()) {
-    std::error_code ec;
-    TIDE_CHECK(fs::exists(c.init_from, ec),
-               "init_from: cannot open checkpoint '{}' (no such file); check the path",
-               c.init_from);
-    TIDE_CHECK(!fs::is_directory(c.init_from, ec) || is_sharded_checkpoint(c.init_from),
-               "init_from: '{}' is a directory but not a sharded checkpoint (it has no "
-               "index.json); name a checkpoint file such as {}/model.ckpt",
-               c.init_from, c.init_from);
-  }
+  check_checkpoint_path("checkpoint.resume", c.resume);
+  check_checkpoint_path("init_from", c.init_from);
   return c;
 }
 
