@@ -155,7 +155,6 @@ void ZeroPolicy::start_gather(int c) {
   const int64_t elems = store_.layout().chunk_elems(c);
   live_elems_ += elems;
   counters_.all_gathers += 1;
-  counters_.gathered_elems += elems;
   counters_.peak_live_param_elems = std::max(counters_.peak_live_param_elems, live_elems_);
 }
 

@@ -62,7 +62,6 @@ struct BlockAccess {
 struct ZeroStepCounters {
   int reduce_scatters = 0;
   int all_gathers = 0;
-  int64_t gathered_elems = 0;         // stage 3: parameter elements gathered for ops
   int64_t peak_live_param_elems = 0;  // stage 3: most parameter elements gathered at once
   double wait_seconds = 0;  // time the step blocked on communication (not hidden by compute)
 };
