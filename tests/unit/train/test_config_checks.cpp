@@ -14,6 +14,7 @@
 #include "tide/data/shard.h"
 #include "tide/train/checkpoint.h"
 #include "tide/train/trainer.h"
+#include "tide/train/zero.h"
 
 using namespace tide;
 using tide::test::error_of;
@@ -230,4 +231,38 @@ TEST(OutDir, AFullDiskStopsTheRunInsteadOfLosingMetrics) {
   Trainer t(load_train_config("", plus(tiny_run(dir, out), {"out_dir_overwrite=true"})));
   EXPECT_HAS(error_of([&] { t.run(); }),
              "metrics.jsonl: writing a metrics line failed (disk full?)");
+}
+
+// zero_optimization: values tide cannot honour are errors naming the key and the fix.
+TEST(ConfigChecks, ZeroSettingsThatCannotWorkAreClearErrors) {
+  EXPECT_HAS(parse_error({"zero_optimization.contiguous_gradients=false"}),
+             "zero_optimization.contiguous_gradients = false is not available");
+  EXPECT_HAS(parse_error({"zero_optimization.stage=4"}), "zero_optimization.stage");
+  GPTConfig m;
+  m.n_layer = 2;
+  m.n_head = 2;
+  m.n_embd = 16;
+  m.vocab_size = 64;
+  m.max_seq_len = 8;
+  GPT gpt(m, ActivationPolicy::SAVE_ALL, 0, true, 2);
+  const ChunkLayout& lay = gpt.store().layout();
+  std::vector<std::vector<int>> blocks;
+  for (int i = 0; i < gpt.num_blocks(); ++i) blocks.push_back(gpt.block(i).param_ids());
+  const int64_t chunk = lay.max_chunk_elems();
+  auto error = [&](ZeroSettings s) {
+    return error_of([&] { check_zero_settings(s, lay, blocks); });
+  };
+  ZeroSettings ok;
+  ok.stage = 3;
+  EXPECT_EQ(error(ok), "");
+  ZeroSettings s = ok;
+  s.reduce_bucket_size = chunk - 1;
+  EXPECT_HAS(error(s), "zero_optimization.reduce_bucket_size");
+  EXPECT_HAS(error(s), "lower chunk_size_mb");
+  s = ok;
+  s.allgather_bucket_size = chunk - 1;
+  EXPECT_HAS(error(s), "zero_optimization.allgather_bucket_size");
+  s = ok;
+  s.max_live_parameters = chunk - 1;
+  EXPECT_HAS(error(s), "zero_optimization.stage3_max_live_parameters");
 }
