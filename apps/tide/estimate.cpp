@@ -10,7 +10,7 @@
 #include "tide/core/error.h"
 #include "tide/estimate/byte_size.h"
 #include "tide/estimate/report.h"
-#include "tide/estimate/setup_json.h"
+#include "tide/train/estimate_setup.h"
 
 namespace tide::app {
 namespace {
@@ -25,12 +25,13 @@ struct EstimateArgs {
   bool sp = false, json = false, max_model = false;
 };
 
-// Config file first (if any), then every flag given on the command line on top of it.
+// Config file first (if any, read by tide train's parser: train/estimate_setup.h), then every
+// flag given on the command line on top of it.
 TrainSetup build_setup(const EstimateArgs& a, const CLI::App& cmd) {
   auto given = [&](const char* flag) { return cmd.get_option(flag)->count() > 0; };
   TrainSetup s;
   s.model = GPTConfig::preset("gpt2-124m");
-  if (!a.config.empty()) s = read_setup_file(a.config, s);
+  if (!a.config.empty()) s = read_estimate_config(a.config);
   if (given("--model")) s.model = GPTConfig::preset(a.model);
   if (given("--layers")) s.model.n_layer = a.layers;
   if (given("--heads")) s.model.n_head = a.heads;
@@ -51,6 +52,10 @@ TrainSetup build_setup(const EstimateArgs& a, const CLI::App& cmd) {
   if (given("--virtual-stages")) s.virtual_stages = a.virtual_stages;
   if (given("--chunk-mb")) s.chunk_mib = a.chunk_mb;
   if (given("--gpus-per-host")) s.gpus_per_host = a.gpus_per_host;
+  TIDE_CHECK(a.config.empty() || s.model.vocab_size > 0,
+             "model.vocab_size is 0 in {} (the data's tokenizer), and its data.dir has no "
+             "meta.json to read it from; set model.vocab_size in the config, or pass --vocab",
+             a.config);
   s.validate();
   return s;
 }
@@ -87,7 +92,8 @@ void add_estimate_command(CLI::App& app) {
       "memory per GPU and per host of a training setup under every memory option "
       "(DDP, ZeRO-1/2/3, offload, recompute); --max-model finds the largest model that fits");
   cmd->add_option("--config", args->config,
-                  "training config (JSON); flags given as well override its keys")
+                  "training config (JSON), read as `tide train` reads it: unknown keys are errors; "
+                  "flags given as well override its keys")
       ->check(CLI::ExistingFile);
   cmd->add_option("--model", args->model,
                   "model preset: gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1.5b");

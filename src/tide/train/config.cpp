@@ -10,6 +10,7 @@
 
 #include "tide/core/error.h"
 #include "tide/core/json_error.h"
+#include "tide/estimate/train_setup.h"
 #include "tide/optim/adamw.h"
 #include "tide/optim/lr_schedule.h"
 #include "tide/train/sharded_checkpoint.h"
@@ -51,7 +52,8 @@ const std::vector<ConfigKey>& config_schema() {
       {"seed", T::UINT, 1337, "seed of weight initialisation, data order and dropout"},
       {"device", T::STRING, "cpu", "cpu, cuda, cuda:N or auto"},
       {"threads", T::INT, 0, "OpenMP threads per rank; 0 = OpenMP's default", ints(0, 4096)},
-      {"optimizer.type", T::STRING, "AdamW", "only AdamW"},
+      {"optimizer.type", T::STRING, "AdamW",
+       "AdamW; SGD (no optimizer state) only for tide estimate: tide train refuses it"},
       {"optimizer.params.lr", T::FLOAT, 1e-3, "peak learning rate", nums(0, true)},
       {"optimizer.params.betas", T::FLOAT_PAIR, json::array({0.9, 0.95}), "Adam beta1, beta2",
        nums(0, false, 1, true)},
@@ -110,12 +112,38 @@ const std::vector<ConfigKey>& config_schema() {
        "stage 3: most parameter elements gathered at once (at least one block's chunks)", ints(1)},
       {"zero_optimization.stage3_param_persistence_threshold", T::INT, 100000,
        "stage 3: chunks of at most this many elements stay gathered", ints(0)},
+      // Offload and the parallel layout: `tide estimate` sizes them; `tide train` refuses a
+      // value it cannot run yet, naming it (train/unsupported_settings.h).
+      {"zero_optimization.offload_optimizer.device", T::STRING, "none",
+       "none or cpu (ZeRO-Offload: optimizer states on the host, needs stage >= 1); cpu only "
+       "for tide estimate: tide train does not offload yet (issue #15)"},
+      {"zero_optimization.offload_param.device", T::STRING, "none",
+       "none or cpu (parameters on the host too, needs stage 3 and offload_optimizer cpu); "
+       "cpu only for tide estimate (issue #15)"},
       {"activation_checkpointing.policy", T::STRING, "none",
        "none (save all), selective (recompute attention core) or full (recompute blocks)"},
       {"chunk_size_mb", T::FLOAT, 0.0,
        "target chunk size (= communication bucket) in MiB of f32; a larger tensor gets a chunk "
        "of its own; 0 = the largest tensor's size",
        nums(0, false, 1048576)},
+      {"world_size", T::INT, 0,
+       "ranks in the job; 0 = as launched (tide train: the mpirun ranks; tide estimate: 1); "
+       "tide train refuses a value other than the ranks it runs on",
+       ints(0, 16777216)},
+      {"parallel.tp", T::INT, 1,
+       "tensor-parallel degree; > 1 only for tide estimate: tide train refuses it (issue #12)",
+       ints(1, 65536)},
+      {"parallel.pp", T::INT, 1,
+       "pipeline stages; > 1 only for tide estimate: tide train refuses it (issue #13)",
+       ints(1, 65536)},
+      {"parallel.sp", T::BOOL, false,
+       "sequence parallelism (with parallel.tp > 1); true only for tide estimate (issue #12)"},
+      {"pipeline.schedule", T::STRING, "1f1b",
+       "1f1b, gpipe, interleaved, zb-h1 or zb-h2; used with parallel.pp > 1"},
+      {"pipeline.virtual_stages", T::INT, 1,
+       "model chunks per pipeline stage; > 1 only with pipeline.schedule interleaved and "
+       "parallel.pp > 1",
+       ints(1, 65536)},
       {"model.preset", T::STRING, "",
        "gpt2-124m, gpt2-350m, gpt2-774m or gpt2-1.5b; overrides the shape keys"},
       {"model.n_layer", T::INT, 4, "transformer blocks", ints(1, 65536)},
@@ -202,9 +230,15 @@ bool is_section(const std::string& path) {
 std::string suggestion(const std::string& path) {
   std::string best;
   size_t best_d = SIZE_MAX;
+  // Candidates: every key and every section above one ("paralel" -> "parallel").
   for (const ConfigKey& k : config_schema()) {
-    const size_t d = edit_distance(path, k.path);
-    if (d < best_d) best_d = d, best = k.path;
+    const std::string key = k.path;
+    for (size_t end = key.find('.');; end = key.find('.', end + 1)) {
+      const std::string candidate = key.substr(0, end);
+      const size_t d = edit_distance(path, candidate);
+      if (d < best_d) best_d = d, best = candidate;
+      if (end == std::string::npos) break;
+    }
   }
   return best_d <= std::max<size_t>(3, path.size() / 3) ? best : "";
 }
@@ -389,7 +423,7 @@ void check_path(const char* key, const std::string& path, bool directory) {
 
 namespace {
 
-TrainConfig parse_checked(const json& j, std::vector<std::string> unknown) {
+TrainConfig parse_checked(const json& j, std::vector<std::string> unknown, bool check_paths) {
   TIDE_CHECK(j.is_object(), "the config must be a JSON object {{...}} (got {})", j.type_name());
   std::map<std::string, json> given, v;
   std::vector<std::string> problems;
@@ -431,9 +465,13 @@ TrainConfig parse_checked(const json& j, std::vector<std::string> unknown) {
                   c.device.find_first_not_of("0123456789", 5) == std::string::npos),
              "device '{}' is not a device; use cpu, cuda, cuda:N or auto", c.device);
   c.threads = static_cast<int>(i("threads"));
-  TIDE_CHECK(s("optimizer.type") == "AdamW" || s("optimizer.type") == "adamw",
-             "optimizer.type '{}' is not supported; use AdamW", s("optimizer.type"));
-  v["optimizer.type"] = "AdamW";
+  // SGD is a name tide estimate sizes (no optimizer state); tide train refuses it
+  // (unsupported_settings.h).
+  const std::string opt = s("optimizer.type");
+  TIDE_CHECK(opt == "AdamW" || opt == "adamw" || opt == "SGD" || opt == "sgd",
+             "optimizer.type '{}' is not supported; use AdamW", opt);
+  c.optimizer_type = opt == "SGD" || opt == "sgd" ? "SGD" : "AdamW";
+  v["optimizer.type"] = c.optimizer_type;
   c.lr = f("optimizer.params.lr");
   c.beta1 = v.at("optimizer.params.betas")[0].get<double>();
   c.beta2 = v.at("optimizer.params.betas")[1].get<double>();
@@ -498,10 +536,41 @@ TrainConfig parse_checked(const json& j, std::vector<std::string> unknown) {
   c.activation_policy = parse_activation_policy(s("activation_checkpointing.policy"));
   v["activation_checkpointing.policy"] = activation_policy_name(c.activation_policy);
   c.chunk_size_mb = f("chunk_size_mb");
+  // Offload and the parallel layout: the names and combinations are checked here, for both
+  // commands; what tide train cannot run yet, it refuses (unsupported_settings.h).
+  c.offload_optimizer = s("zero_optimization.offload_optimizer.device");
+  c.offload_param = s("zero_optimization.offload_param.device");
+  for (const char* key :
+       {"zero_optimization.offload_optimizer.device", "zero_optimization.offload_param.device"})
+    TIDE_CHECK(s(key) == "none" || s(key) == "cpu",
+               "config key '{}' must be \"cpu\" or \"none\" (got \"{}\"){}", key, s(key),
+               s(key) == "nvme" ? "; tide has no NVMe offload (DeepSpeed's ZeRO-Infinity)" : "");
+  TIDE_CHECK(c.offload_param == "none" || c.offload_optimizer == "cpu",
+             "zero_optimization.offload_param.device is \"cpu\" but offload_optimizer is not; "
+             "offloading the parameters needs the optimizer on the host too, so set "
+             "zero_optimization.offload_optimizer.device to \"cpu\"");
+  c.world_size = static_cast<int>(i("world_size"));
+  c.tensor_parallel = static_cast<int>(i("parallel.tp"));
+  c.pipeline_stages = static_cast<int>(i("parallel.pp"));
+  c.sequence_parallel = b("parallel.sp");
+  c.pipeline_schedule = to_string(parse_schedule(s("pipeline.schedule")));
+  v["pipeline.schedule"] = c.pipeline_schedule;
+  c.virtual_stages = static_cast<int>(i("pipeline.virtual_stages"));
 
   c.model_preset = s("model.preset");
   if (!c.model_preset.empty()) {
     c.model = GPTConfig::preset(c.model_preset);
+    // A shape key next to a preset would be dropped: an error unless it says the same.
+    const std::pair<const char*, int> shape[] = {{"model.n_layer", c.model.n_layer},
+                                                 {"model.n_head", c.model.n_head},
+                                                 {"model.n_embd", c.model.n_embd},
+                                                 {"model.vocab_size", c.model.vocab_size},
+                                                 {"model.max_seq_len", c.model.max_seq_len}};
+    for (const auto& [key, preset_value] : shape)
+      TIDE_CHECK(!is_given(key) || i(key) == preset_value,
+                 "{}={} conflicts with model.preset={}, whose {} is {}; remove {}, or remove "
+                 "model.preset and give every shape key",
+                 key, i(key), c.model_preset, key, preset_value, key);
   } else {
     c.model.n_layer = static_cast<int>(i("model.n_layer"));
     c.model.n_head = static_cast<int>(i("model.n_head"));
@@ -550,6 +619,7 @@ TrainConfig parse_checked(const json& j, std::vector<std::string> unknown) {
   c.is_default_run = c.data_dir.empty() && c.train_data.empty();
   c.values = json(v);
 
+  if (!check_paths) return c;
   check_path("data.dir", c.data_dir, /*directory=*/true);
   check_path("data.train", c.train_data, false);
   check_path("data.val", c.val_data, false);
@@ -560,11 +630,12 @@ TrainConfig parse_checked(const json& j, std::vector<std::string> unknown) {
 
 }  // namespace
 
-TrainConfig parse_train_config(const json& j) {
-  return parse_checked(j, {});
+TrainConfig parse_train_config(const json& j, bool check_paths) {
+  return parse_checked(j, {}, check_paths);
 }
 
-TrainConfig load_train_config(const std::string& path, const std::vector<std::string>& overrides) {
+TrainConfig load_train_config(const std::string& path, const std::vector<std::string>& overrides,
+                              bool check_paths) {
   json j = path.empty() ? default_config() : json::object();
   if (!path.empty()) {
     std::error_code ec;
@@ -605,7 +676,7 @@ TrainConfig load_train_config(const std::string& path, const std::vector<std::st
     }
     set_path(j, key, value);
   }
-  return parse_checked(j, unknown);
+  return parse_checked(j, unknown, check_paths);
 }
 
 std::vector<std::string> earlier_run_files(const std::string& out_dir) {

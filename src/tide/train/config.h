@@ -62,6 +62,16 @@ struct TrainConfig {
   ZeroSettings zero;  // zero_optimization.*
   ActivationPolicy activation_policy = ActivationPolicy::SAVE_ALL;
   double chunk_size_mb = 0;  // 0: smallest legal chunk (the largest tensor)
+  // What `tide estimate` sizes and `tide train` cannot run yet (offload, tensor/pipeline
+  // parallelism, SGD): parsed for both commands; the Trainer refuses what it cannot honour
+  // (train/unsupported_settings.h).
+  std::string optimizer_type = "AdamW";                            // "AdamW" or "SGD"
+  std::string offload_optimizer = "none", offload_param = "none";  // "none" or "cpu"
+  int world_size = 0;                                              // 0: as launched
+  int tensor_parallel = 1, pipeline_stages = 1;
+  bool sequence_parallel = false;
+  std::string pipeline_schedule = "1f1b";  // canonical name (estimate/train_setup.h)
+  int virtual_stages = 1;
   // model
   std::string model_preset;
   GPTConfig model;  // vocab_size 0 here means "from the data's tokenizer"
@@ -95,9 +105,11 @@ struct TrainConfig {
 // without the data is checked here, before anything is prepared or written: unknown keys (all
 // of them in one error), types, ranges (before narrowing), the optimizer and the LR schedule,
 // the model shape, and that every path given exists.
-TrainConfig load_train_config(const std::string& path, const std::vector<std::string>& overrides);
+// check_paths = false (`tide estimate`, which reads no data): the paths are not checked.
+TrainConfig load_train_config(const std::string& path, const std::vector<std::string>& overrides,
+                              bool check_paths = true);
 // Same, from JSON already parsed (tests).
-TrainConfig parse_train_config(const nlohmann::json& j);
+TrainConfig parse_train_config(const nlohmann::json& j, bool check_paths = true);
 
 // The files of an earlier run in `out_dir` (metrics.jsonl, config.json, model.ckpt,
 // model_step<N>.ckpt); empty when there are none.

@@ -17,6 +17,7 @@
 #include "tide/train/preemption.h"
 #include "tide/train/rank_consistency.h"
 #include "tide/train/sharded_checkpoint.h"
+#include "tide/train/unsupported_settings.h"
 
 namespace tide {
 
@@ -91,6 +92,7 @@ Trainer::Trainer(TrainConfig config, std::shared_ptr<ProcessGroup> world)
   TIDE_CHECK(!cfg_.bf16 && !cfg_.fp16,
              "bf16.enabled / fp16.enabled need the CUDA backend; on the CPU tide trains in f32 "
              "(set them to false)");
+  check_trainer_can_honour(cfg_, world_->size());  // nothing the schema takes is dropped
   if (cfg_.threads > 0) omp_set_num_threads(cfg_.threads);
   const int dp = world_->size();
   if (cfg_.train_batch_size > 0)

@@ -1,11 +1,11 @@
-// The comparison table as JSON, the config-file form, and --max-model.
+// The comparison table as JSON, and --max-model. (The config-file form: tests/unit/train/
+// test_estimate_setup.cpp, since the config is read by tide train's parser.)
 #include <gtest/gtest.h>
 
 #include <fstream>
 
 #include "tide/core/error.h"
 #include "tide/estimate/report.h"
-#include "tide/estimate/setup_json.h"
 
 using namespace tide;
 
@@ -50,90 +50,6 @@ TEST(ReportText, MarksTheConfiguredOptionAndFits) {
   EXPECT_NE(text.find("*DDP"), std::string::npos) << text;
   EXPECT_NE(text.find("ZeRO-3+offload_all"), std::string::npos);
   EXPECT_NE(text.find("yes"), std::string::npos);
-}
-
-TEST(SetupJson, ReadsDeepSpeedAndTideKeysAndIgnoresOthers) {
-  const auto j = nlohmann::json::parse(R"({
-    "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 8,
-    "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"},
-                          "offload_param": {"device": "cpu"}},
-    "bf16": {"enabled": true}, "model": {"preset": "gpt2-774m", "max_seq_len": 512},
-    "parallel": {"tp": 2, "pp": 2, "sp": true}, "world_size": 16,
-    "activation_checkpointing": {"policy": "selective"},
-    "pipeline": {"schedule": "zb-h1"}, "chunk_size_mb": 256, "lr": 0.001 })");
-  const TrainSetup s = setup_from_json(j);
-  EXPECT_EQ(s.micro_batch, 4);
-  EXPECT_EQ(s.grad_accum, 8);
-  EXPECT_EQ(s.zero_stage, 3);
-  EXPECT_EQ(s.offload, Offload::All);
-  EXPECT_EQ(s.precision, Precision::BF16);
-  EXPECT_EQ(s.model.n_layer, 36);
-  EXPECT_EQ(s.model.max_seq_len, 512);
-  EXPECT_EQ(s.tp, 2);
-  EXPECT_EQ(s.pp, 2);
-  EXPECT_TRUE(s.sp);
-  EXPECT_EQ(s.world_size, 16);
-  EXPECT_EQ(s.recompute, Recompute::Selective);
-  EXPECT_EQ(s.schedule, Schedule::ZBH1);
-  EXPECT_EQ(s.chunk_mib, 256);
-  EXPECT_EQ(estimate_memory(s).stages.size(), 2u);
-}
-
-TEST(SetupJson, ReadsTideTrainsModelBatchAndChunkKeysAsTideTrainDoes) {
-  TrainSetup base;
-  base.model = GPTConfig::preset("gpt2-124m");  // tide estimate's model without a config
-  // A tide train config (README's "training your own data"): positions default to seq_len.
-  const TrainSetup s = setup_from_json(nlohmann::json::parse(R"({
-    "model": {"n_layer": 6, "n_head": 6, "n_embd": 384, "vocab_size": 8192},
-    "seq_len": 256, "train_micro_batch_size_per_gpu": 8, "chunk_size_mb": 0.5 })"),
-                                       base);
-  EXPECT_EQ(s.model.n_layer, 6);
-  EXPECT_EQ(s.model.vocab_size, 8192);
-  EXPECT_EQ(s.model.max_seq_len, 256);
-  EXPECT_EQ(s.seq(), 256);
-  EXPECT_EQ(s.micro_batch, 8);
-  EXPECT_EQ(s.chunk_target_elems(), 131072);  // MiB of f32, as tide train
-  // model.max_seq_len 0 means seq_len too.
-  EXPECT_EQ(setup_from_json(
-                nlohmann::json::parse(R"({"seq_len": 64, "model": {"max_seq_len": 0}})"), base)
-                .model.max_seq_len,
-            64);
-  // With a preset the positions are the preset's and seq_len only sets the training length,
-  // which is what the activations scale with.
-  const TrainSetup p = setup_from_json(
-      nlohmann::json::parse(R"({"model": {"preset": "gpt2-350m"}, "seq_len": 512})"), base);
-  EXPECT_EQ(p.model.max_seq_len, 1024);
-  EXPECT_EQ(p.seq(), 512);
-  TrainSetup full = p;
-  full.seq_len = 0;
-  EXPECT_LT(estimate_memory(p).device.activations, estimate_memory(full).device.activations);
-}
-
-TEST(SetupJson, WrongTypesAndFilesAreClearErrors) {
-  auto error_of = [](const char* text) -> std::string {
-    try {
-      setup_from_json(nlohmann::json::parse(text));
-    } catch (const Error& e) {
-      return e.what();
-    }
-    return "";
-  };
-  EXPECT_EQ(error_of(R"({"parallel": {"tp": "2"}})"),
-            "config key 'parallel.tp' must be an integer (got \"2\")");
-  EXPECT_NE(error_of(R"({"zero_optimization": {"offload_optimizer": {"device": "nvme"}}})")
-                .find("must be \"cpu\" or \"none\""),
-            std::string::npos);
-  EXPECT_NE(error_of(R"({"activation_checkpointing": {"policy": "some"}})")
-                .find("use none, selective or full"),
-            std::string::npos);
-  const std::string path = std::string(TIDE_BINARY_DIR) + "/estimate_bad_config.json";
-  std::ofstream(path) << "{ \"parallel\": ";
-  try {
-    read_setup_file(path);
-    ADD_FAILURE() << "parsed a truncated file";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("is not valid JSON"), std::string::npos) << e.what();
-  }
 }
 
 TEST(MaxModel, LargestHiddenSizeThatFitsIsTheEdgeOfTheBudget) {

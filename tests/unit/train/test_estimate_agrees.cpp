@@ -1,14 +1,14 @@
 // The memory estimator and the runtime agree on model states: one config, read by `tide train`
-// (parse_train_config) and by `tide estimate` (setup_from_json); the chunk store built as the
-// Trainer builds it; its allocated bytes against the estimate's model-state bytes.
+// (parse_train_config) and by `tide estimate` (setup_from_train_config); the chunk store built as
+// the Trainer builds it; its allocated bytes against the estimate's model-state bytes.
 #include <gtest/gtest.h>
 
 #include <cstdio>
 
 #include "tide/estimate/memory_estimate.h"
-#include "tide/estimate/setup_json.h"
 #include "tide/model/gpt.h"
 #include "tide/train/config.h"
+#include "tide/train/estimate_setup.h"
 #include "tide/train/zero.h"
 
 using namespace tide;
@@ -26,9 +26,7 @@ json small_config(double chunk_mb) {
 
 // The setup `tide estimate --config FILE --world-size dp --zero-stage z` builds.
 TrainSetup estimate_setup(const json& config, int dp, int zero_stage) {
-  TrainSetup base;
-  base.model = GPTConfig::preset("gpt2-124m");  // tide estimate's model without a config
-  TrainSetup s = setup_from_json(config, base);
+  TrainSetup s = setup_from_train_config(parse_train_config(config));
   s.world_size = dp;
   s.zero_stage = zero_stage;
   s.validate();

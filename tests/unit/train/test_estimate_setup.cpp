@@ -1,0 +1,182 @@
+// One config file for `tide train` and `tide estimate`: estimate reads it with the trainer's
+// parser (so it rejects what the trainer rejects, all unknown keys at once) and sizes the
+// setup the typed config describes; the trainer refuses, naming key and value, every setting
+// the schema takes that it cannot run yet.
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "error_of.h"
+#include "test_files.h"
+#include "tide/estimate/memory_estimate.h"
+#include "tide/train/estimate_setup.h"
+#include "tide/train/trainer.h"
+#include "tide/train/unsupported_settings.h"
+
+using namespace tide;
+using json = nlohmann::json;
+using tide::test::error_of;
+
+#define EXPECT_HAS(text, part) EXPECT_NE((text).find(part), std::string::npos) << (text)
+
+namespace {
+
+TrainSetup setup_of(const char* text) {
+  return setup_from_train_config(parse_train_config(json::parse(text), /*check_paths=*/false));
+}
+
+std::string estimate_error(const char* text) {
+  return error_of([&] { setup_of(text); });
+}
+
+}  // namespace
+
+TEST(EstimateSetup, EveryKeyEstimateSizesComesFromTheSchema) {
+  const TrainSetup s = setup_of(R"({
+    "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 8,
+    "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"},
+                          "offload_param": {"device": "cpu"}, "reduce_bucket_size": 123456789,
+                          "stage3_max_live_parameters": 987654321},
+    "bf16": {"enabled": true}, "model": {"preset": "gpt2-774m"}, "seq_len": 512,
+    "parallel": {"tp": 2, "pp": 2, "sp": true}, "world_size": 16,
+    "activation_checkpointing": {"policy": "selective"}, "optimizer": {"type": "SGD"},
+    "pipeline": {"schedule": "zb-h1"}, "chunk_size_mb": 256 })");
+  EXPECT_EQ(s.micro_batch, 4);
+  EXPECT_EQ(s.grad_accum, 8);
+  EXPECT_EQ(s.zero_stage, 3);
+  EXPECT_EQ(s.zero.reduce_bucket_size, 123456789);
+  EXPECT_EQ(s.zero.max_live_parameters, 987654321);
+  EXPECT_EQ(s.offload, Offload::All);
+  EXPECT_EQ(s.precision, Precision::BF16);
+  EXPECT_EQ(s.optimizer, Optimizer::SGD);
+  EXPECT_EQ(s.model.n_layer, 36);
+  EXPECT_EQ(s.model.max_seq_len, 1024);
+  EXPECT_EQ(s.seq(), 512);
+  EXPECT_EQ(s.tp, 2);
+  EXPECT_EQ(s.pp, 2);
+  EXPECT_TRUE(s.sp);
+  EXPECT_EQ(s.world_size, 16);
+  EXPECT_EQ(s.recompute, Recompute::Selective);
+  EXPECT_EQ(s.schedule, Schedule::ZBH1);
+  EXPECT_EQ(s.chunk_mib, 256);
+  s.validate();
+  EXPECT_EQ(estimate_memory(s).stages.size(), 2u);
+  // Offload of the optimizer alone; interleaved with its virtual stages; fp16; fp32.
+  const TrainSetup o = setup_of(R"({"zero_optimization": {"stage": 2,
+    "offload_optimizer": {"device": "cpu"}}, "fp16": {"enabled": true},
+    "parallel": {"pp": 2}, "pipeline": {"schedule": "interleaved", "virtual_stages": 2},
+    "world_size": 4})");
+  EXPECT_EQ(o.offload, Offload::Optimizer);
+  EXPECT_EQ(o.precision, Precision::FP16);
+  EXPECT_EQ(o.schedule, Schedule::Interleaved);
+  EXPECT_EQ(o.virtual_stages, 2);
+  const TrainSetup d = setup_of("{}");
+  EXPECT_EQ(d.precision, Precision::FP32);  // as in DeepSpeed and tide train
+  EXPECT_EQ(d.world_size, 1);               // world_size 0: as launched; an estimate is for 1
+  EXPECT_EQ(d.offload, Offload::None);
+  EXPECT_EQ(d.optimizer, Optimizer::AdamW);
+}
+
+TEST(EstimateSetup, ModelBatchAndChunkKeysAsTideTrainReadsThem) {
+  // A tide train config (README's "training your own data"): positions default to seq_len.
+  const TrainSetup s = setup_of(R"({
+    "model": {"n_layer": 6, "n_head": 6, "n_embd": 384, "vocab_size": 8192},
+    "seq_len": 256, "train_micro_batch_size_per_gpu": 8, "chunk_size_mb": 0.5 })");
+  EXPECT_EQ(s.model.n_layer, 6);
+  EXPECT_EQ(s.model.vocab_size, 8192);
+  EXPECT_EQ(s.model.max_seq_len, 256);
+  EXPECT_EQ(s.seq(), 256);
+  EXPECT_EQ(s.micro_batch, 8);
+  EXPECT_EQ(s.chunk_target_elems(), 131072);  // MiB of f32, as tide train
+  EXPECT_EQ(setup_of(R"({"seq_len": 64, "model": {"max_seq_len": 0}})").model.max_seq_len, 64);
+  // Without model keys: tide train's default model, not GPT-2 124M.
+  const TrainSetup d = setup_of("{}");
+  EXPECT_EQ(d.model.n_layer, 4);
+  EXPECT_EQ(d.model.n_embd, 192);
+  EXPECT_EQ(d.model.vocab_size, 0);  // the data's: `tide estimate` asks for --vocab
+  // With a preset the positions are the preset's and seq_len only sets the training length,
+  // which is what the activations scale with.
+  const TrainSetup p = setup_of(R"({"model": {"preset": "gpt2-350m"}, "seq_len": 512})");
+  EXPECT_EQ(p.model.max_seq_len, 1024);
+  EXPECT_EQ(p.seq(), 512);
+  TrainSetup full = p;
+  full.seq_len = 0;
+  EXPECT_LT(estimate_memory(p).device.activations, estimate_memory(full).device.activations);
+}
+
+TEST(EstimateSetup, ConfigErrorsAreTideTrainsErrors) {
+  // A misspelt key, which estimate used to ignore, with the parser's suggestion.
+  EXPECT_EQ(estimate_error(R"({"train_micro_batch_size_per_gpuu": 4})"),
+            "unknown config key 'train_micro_batch_size_per_gpuu'; did you mean "
+            "'train_micro_batch_size_per_gpu'? (`tide train --list-keys` lists all)");
+  // A DeepSpeed-style config with five wrong keys: one error names all five.
+  const std::string five = estimate_error(R"({
+    "train_micro_batch_size_per_gpu": 2, "wall_clock_breakdown": false,
+    "optimizer": {"type": "AdamW", "params": {"lrr": 1e-3}},
+    "zero_optimization": {"stage": 1, "sub_group_size": 1000000000,
+                          "offload_optimizer": {"devise": "cpu"}},
+    "paralel": {"tp": 2}})");
+  EXPECT_HAS(five, "5 unknown config keys");
+  for (const char* key :
+       {"'wall_clock_breakdown'", "'optimizer.params.lrr'", "'zero_optimization.sub_group_size'",
+        "'zero_optimization.offload_optimizer.devise' (did you mean "
+        "'zero_optimization.offload_optimizer.device'?)",
+        "'paralel' (did you mean 'parallel'?)"})
+    EXPECT_HAS(five, key);
+  EXPECT_HAS(estimate_error(R"({"parallel": {"tp": "2"}})"),
+             "config key 'parallel.tp' must be an integer in [1, 65536] (got \"2\")");
+  EXPECT_HAS(estimate_error(R"({"world_size": -1})"), "config key 'world_size' must be");
+  EXPECT_HAS(estimate_error(R"({"zero_optimization": {"offload_optimizer": {"device": "nvme"}}})"),
+             "must be \"cpu\" or \"none\" (got \"nvme\"); tide has no NVMe offload");
+  EXPECT_HAS(estimate_error(R"({"zero_optimization": {"offload_param": {"device": "cpu"}}})"),
+             "offloading the parameters needs the optimizer on the host too");
+  EXPECT_HAS(estimate_error(R"({"activation_checkpointing": {"policy": "some"}})"),
+             "use none, selective or full");
+  EXPECT_HAS(estimate_error(R"({"pipeline": {"schedule": "zigzag"}})"),
+             "unknown pipeline.schedule 'zigzag'");
+  EXPECT_HAS(estimate_error(R"({"optimizer": {"type": "Lamb"}})"),
+             "optimizer.type 'Lamb' is not supported");
+  // A shape key beside a preset would be dropped: an error in both commands.
+  EXPECT_EQ(estimate_error(R"({"model": {"preset": "gpt2-774m", "max_seq_len": 512}})"),
+            "model.max_seq_len=512 conflicts with model.preset=gpt2-774m, whose "
+            "model.max_seq_len is 1024; remove model.max_seq_len, or remove model.preset and "
+            "give every shape key");
+  EXPECT_EQ(setup_of(R"({"model": {"preset": "gpt2-774m", "n_layer": 36}})").model.n_layer, 36);
+
+  const std::string dir = test::temp_dir("configs");
+  std::ofstream(dir + "/truncated.json") << "{ \"parallel\": ";
+  EXPECT_HAS(error_of([&] { read_estimate_config(dir + "/truncated.json"); }), "is not valid JSON");
+  // Paths need not exist for an estimate (a cluster's config, sized on a laptop); tide train
+  // checks them.
+  std::ofstream(dir + "/cluster.json")
+      << R"({"data": {"dir": "/nonexistent/tokens"}, "model": {"vocab_size": 512}})";
+  EXPECT_EQ(read_estimate_config(dir + "/cluster.json").model.vocab_size, 512);
+  EXPECT_HAS(error_of([&] { load_train_config(dir + "/cluster.json", {}); }),
+             "data.dir '/nonexistent/tokens' does not exist");
+}
+
+TEST(TrainerRefuses, EverySettingItCannotHonourByKeyAndValue) {
+  auto refusal = [](const std::vector<std::string>& overrides, int world = 1) {
+    return error_of([&] { check_trainer_can_honour(load_train_config("", overrides), world); });
+  };
+  EXPECT_EQ(refusal({}), "");
+  EXPECT_EQ(refusal({"world_size=4"}, 4), "");
+  EXPECT_EQ(refusal({"pipeline.schedule=gpipe"}), "");  // one stage: every schedule is the same
+  EXPECT_EQ(refusal({"parallel.tp=2"}),
+            "parallel.tp=2: tensor parallelism is not implemented in tide train yet (issue #12); "
+            "set it to 1 (tide estimate sizes tp > 1)");
+  EXPECT_HAS(refusal({"parallel.pp=4"}), "parallel.pp=4: pipeline parallelism is not implemented");
+  EXPECT_HAS(refusal({"parallel.sp=true"}), "parallel.sp=true: sequence parallelism");
+  EXPECT_HAS(refusal({"world_size=8"}, 2),
+             "world_size=8: this run has 2 ranks (launch it with `mpirun -np 8`)");
+  EXPECT_HAS(
+      refusal({"zero_optimization.stage=2", "zero_optimization.offload_optimizer.device=cpu"}),
+      "zero_optimization.offload_optimizer.device=\"cpu\": tide train does not offload");
+  EXPECT_HAS(refusal({"optimizer.type=SGD"}), "optimizer.type=\"SGD\": tide train has only AdamW");
+  EXPECT_HAS(
+      refusal({"parallel.pp=2", "pipeline.schedule=interleaved", "pipeline.virtual_stages=2"}),
+      "parallel.pp=2");
+  // The Trainer itself refuses, before it prepares or writes anything.
+  EXPECT_HAS(error_of([] { Trainer t(load_train_config("", {"parallel.tp=2"})); }),
+             "parallel.tp=2: tensor parallelism is not implemented");
+}
