@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# One config file serves `tide train` and `tide estimate` (issue #17): both read it with the
+# same parser, so both reject unknown keys (all of them in one error); `tide train` refuses the
+# settings it cannot run yet by key and value instead of dropping them; and the estimate from
+# the file equals the estimate from the equivalent flags.
+set -uo pipefail
+tide=$1 dir=$2
+rm -rf "$dir" && mkdir -p "$dir" && cd "$dir"
+fail=0
+source "$(dirname "${BASH_SOURCE[0]}")/expect_error.sh"
+same_file() {  # same_file <a> <b> <what>
+  if cmp -s "$1" "$2"; then echo "ok: $3"; else echo "FAILED: $3 differ:"; diff "$1" "$2"; fail=1; fi
+}
+
+for i in $(seq 1 60); do echo "line $i of a small corpus, the quick brown fox $((i * 7))"; done > text.txt
+"$tide" prepare --input text.txt --out-dir data --vocab-size 300 > prepare.log 2>&1 \
+  || { cat prepare.log; exit 1; }
+
+# Every key tide estimate reads, at values tide train runs: both commands take the file.
+cat > shared.json <<'JSON'
+{"data": {"dir": "data"}, "model": {"n_layer": 1, "n_head": 2, "n_embd": 8}, "seq_len": 8,
+ "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2, "train_steps": 2,
+ "eval": {"sequences": 2}, "log": {"progress": false}, "threads": 1, "out_dir": "runs/shared",
+ "world_size": 1, "parallel": {"tp": 1, "pp": 1, "sp": false},
+ "pipeline": {"schedule": "1f1b", "virtual_stages": 1},
+ "zero_optimization": {"stage": 0, "offload_optimizer": {"device": "none"},
+                       "offload_param": {"device": "none"}},
+ "optimizer": {"type": "AdamW"}, "activation_checkpointing": {"policy": "selective"},
+ "chunk_size_mb": 0.01}
+JSON
+"$tide" train shared.json > train.log 2>&1 || { echo "FAILED: tide train shared.json"; cat train.log; fail=1; }
+for key in '"world_size": 1' '"tp": 1' '"virtual_stages": 1' '"schedule": "1f1b"'; do
+  grep -qF "$key" runs/shared/config.json \
+    || { echo "FAILED: config.json lacks $key"; cat runs/shared/config.json; fail=1; }
+done
+"$tide" estimate --config shared.json --json > from_file.json \
+  || { echo "FAILED: tide estimate --config shared.json"; fail=1; }
+# The vocabulary comes from data.dir's meta.json, as tide train takes it.
+vocab=$(sed -n 's/.*"vocab_size": *\([0-9]*\).*/\1/p' data/meta.json)
+"$tide" estimate --layers 1 --heads 2 --hidden 8 --vocab "$vocab" --seq 8 --micro-batch 2 \
+  --grad-accum 2 --precision fp32 --recompute selective --chunk-mb 0.01 --json > from_flags.json
+same_file from_file.json from_flags.json "estimate of shared.json = estimate from its flags"
+
+# A config for a cluster: tide estimate sizes it, tide train refuses what it cannot run.
+cat > cluster.json <<'JSON'
+{"model": {"preset": "gpt2-774m"}, "seq_len": 1024, "world_size": 16,
+ "parallel": {"tp": 2, "pp": 2, "sp": true}, "pipeline": {"schedule": "zb-h1"},
+ "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 8,
+ "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"},
+                       "offload_param": {"device": "cpu"}},
+ "bf16": {"enabled": true}, "activation_checkpointing": {"policy": "full"}, "chunk_size_mb": 256,
+ "data": {"dir": "/cluster/tokens"}}
+JSON
+"$tide" estimate --config cluster.json --gpu-mem 40GiB --json > cluster_file.json \
+  || { echo "FAILED: tide estimate --config cluster.json"; fail=1; }
+"$tide" estimate --model gpt2-774m --seq 1024 --world-size 16 --tp 2 --pp 2 --sp --schedule zb-h1 \
+  --micro-batch 4 --grad-accum 8 --zero-stage 3 --offload offload_all --precision bf16 \
+  --recompute full --chunk-mb 256 --gpu-mem 40GiB --json > cluster_flags.json
+same_file cluster_file.json cluster_flags.json "estimate of cluster.json = estimate from its flags"
+# Flags override the file.
+"$tide" estimate --config cluster.json --world-size 64 --tp 1 --pp 1 --json > override.json
+grep -q '"world_size":64' override.json || { echo "FAILED: --world-size does not override"; fail=1; }
+
+# tide train refuses, by key and value, every setting it cannot honour; nothing is written.
+expect_error "parallel.tp=2: tensor parallelism is not implemented in tide train yet (issue #12); set it to 1" \
+  train shared.json parallel.tp=2 out_dir=runs/refused
+expect_error "parallel.pp=2: pipeline parallelism is not implemented in tide train yet (issue #13); set it to 1" \
+  train shared.json parallel.pp=2 out_dir=runs/refused
+expect_error "world_size=4: this run has 1 rank (launch it with \`mpirun -np 4\`)" \
+  train shared.json world_size=4 out_dir=runs/refused
+expect_error "zero_optimization.offload_optimizer.device=\"cpu\": tide train does not offload yet (issue #15)" \
+  train shared.json zero_optimization.stage=1 zero_optimization.offload_optimizer.device=cpu out_dir=runs/refused
+test ! -e runs/refused || { echo "FAILED: a refused run wrote runs/refused"; fail=1; }
+
+# A misspelt key: an error in both commands, with the suggestion (estimate used to ignore it).
+sed 's/"train_micro_batch_size_per_gpu"/"train_micro_batch_size_per_gpuu"/' shared.json > typo.json
+for cmd in "train typo.json" "estimate --config typo.json"; do
+  expect_error "unknown config key 'train_micro_batch_size_per_gpuu'; did you mean 'train_micro_batch_size_per_gpu'?" $cmd
+done
+
+# A DeepSpeed-style config with five wrong keys: one error listing all five, in both commands.
+cat > ds.json <<'JSON'
+{"train_micro_batch_size_per_gpu": 2, "steps_per_print": 10, "wall_clock_breakdown": false,
+ "optimizer": {"type": "AdamW", "params": {"lrr": 1e-3, "betas": [0.9, 0.95]}},
+ "scheduler": {"type": "WarmupLR", "params": {"warmup_num_step": 10}},
+ "zero_optimization": {"stage": 1, "sub_group_size": 1000000000,
+                       "offload_optimizer": {"devise": "cpu"}},
+ "gradient_clipping": 1.0}
+JSON
+for cmd in "train ds.json" "estimate --config ds.json"; do
+  expect_error "5 unknown config keys: " $cmd
+  out=$("$tide" $cmd 2>&1)
+  for key in "'wall_clock_breakdown'" "'optimizer.params.lrr' (did you mean 'optimizer.params.lr'?)" \
+      "'scheduler.params.warmup_num_step' (did you mean 'scheduler.params.warmup_num_steps'?)" \
+      "'zero_optimization.sub_group_size'" \
+      "'zero_optimization.offload_optimizer.devise' (did you mean 'zero_optimization.offload_optimizer.device'?)"; do
+    grep -qF -- "$key" <<<"$out" || { echo "FAILED: tide $cmd does not list $key: $out"; fail=1; }
+  done
+done
+
+# Without data.dir the vocabulary is the data's, unknown to an estimate: asked for, not guessed.
+echo '{"model": {"n_layer": 2}}' > novocab.json
+expect_error "model.vocab_size is 0 in novocab.json .* pass --vocab" estimate --config novocab.json
+"$tide" estimate --config novocab.json --vocab 512 > /dev/null \
+  || { echo "FAILED: --vocab does not complete novocab.json"; fail=1; }
+exit $fail
