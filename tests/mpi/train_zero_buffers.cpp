@@ -12,10 +12,10 @@
 
 #include "mpi_test.h"
 #include "tide/estimate/memory_estimate.h"
-#include "tide/estimate/setup_json.h"
 #include "tide/model/gpt.h"
 #include "tide/train/config.h"
 #include "tide/train/engine.h"
+#include "tide/train/estimate_setup.h"
 
 using namespace tide;
 using json = nlohmann::json;
@@ -80,9 +80,7 @@ TEST(ZeroBuffers, EstimateIsWhatTheRuntimeAllocates) {
       for (auto [accum, tight] :
            {std::pair{1, false}, std::pair{1, true}, std::pair{2, false}, std::pair{2, true}}) {
         const json config = small_config(chunk_mb, stage, accum, tight);
-        TrainSetup base;
-        base.model = GPTConfig::preset("gpt2-124m");
-        TrainSetup s = setup_from_json(config, base);
+        TrainSetup s = setup_from_train_config(parse_train_config(config));
         s.world_size = world->size();
         ASSERT_EQ(s.recompute, Recompute::None);  // temp_buffers is then the buffers alone
         ASSERT_EQ(s.precision, Precision::FP32);  // as the CPU runtime computes
