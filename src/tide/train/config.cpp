@@ -145,7 +145,8 @@ const std::vector<ConfigKey>& config_schema() {
        "parallel.pp > 1",
        ints(1, 65536)},
       {"model.preset", T::STRING, "",
-       "gpt2-124m, gpt2-350m, gpt2-774m or gpt2-1.5b; overrides the shape keys"},
+       "gpt2-124m, gpt2-350m, gpt2-774m or gpt2-1.5b; sets the shape (a shape key given too "
+       "must equal the preset's)"},
       {"model.n_layer", T::INT, 4, "transformer blocks", ints(1, 65536)},
       {"model.n_head", T::INT, 4, "attention heads", ints(1, 65536)},
       {"model.n_embd", T::INT, 192, "hidden size (divisible by n_head)", ints(1, 1048576)},
