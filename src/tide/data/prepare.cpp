@@ -260,7 +260,7 @@ PrepareResult prepare_corpus(const PrepareOptions& options) {
   } else {
     step_start = Clock::now();
     WordCounts words;
-    for (const std::string& d : train_docs) count_words(d, words);
+    for (const std::string& d : train_docs) count_words(Pretokenizer::gpt2(), d, words);
     log(fmt::format("prepare: training BPE to {} tokens on {} distinct words", options.vocab_size,
                     words.size()));
     // A progress line at most every 2 seconds (and at the end): big vocabularies take minutes.

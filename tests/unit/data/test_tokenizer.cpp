@@ -33,7 +33,7 @@ std::string english_text() {
 
 std::vector<std::string> pieces(std::string_view text) {
   std::vector<std::string> out;
-  for (std::string_view p : pretokenize(text)) out.emplace_back(p);
+  for (std::string_view p : Pretokenizer::gpt2().split(text)) out.emplace_back(p);
   return out;
 }
 
@@ -204,7 +204,7 @@ TEST(BpeTraining, MatchesNaiveReferenceImplementation) {
   std::ifstream in(dir / "tokenizer.json");
   const nlohmann::json j = nlohmann::json::parse(in);
   std::string merges;
-  for (const auto& m : j["merges"]) merges += m.get<std::string>() + "\n";
+  for (const auto& m : j["model"]["merges"]) merges += m.get<std::string>() + "\n";
   EXPECT_EQ(merges, read_fixture("merges.txt"));
   Ids expected;
   std::istringstream ids(read_fixture("heldout_ids.txt"));
@@ -271,9 +271,14 @@ TEST(Tokenizer, Gpt2FilesSurviveConversionToTokenizerJson) {
 
 TEST(Tokenizer, LoadRejectsOtherFiles) {
   TempDir dir;
-  test::write_file(dir / "t.json", "{\"model\": {}}");
+  test::write_file(dir / "t.json", "{\"vocab\": {}}");
   const std::string msg = expected_error([&] { Tokenizer::load(dir / "t.json"); });
-  EXPECT_NE(msg.find("not a tide tokenizer file"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("not a tokenizer.json: neither HF tokenizers' format"), std::string::npos)
+      << msg;
+  test::write_file(dir / "t.json", "{\"model\": {}}");
+  const std::string no_tables = expected_error([&] { Tokenizer::load(dir / "t.json"); });
+  EXPECT_NE(no_tables.find("\"model\" lacks \"vocab\" or \"merges\""), std::string::npos)
+      << no_tables;
   EXPECT_NE(expected_error([&] {
               Tokenizer::load(dir / "missing.json");
             }).find("cannot open tokenizer file"),
