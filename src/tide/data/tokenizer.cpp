@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <queue>
 #include <sstream>
+#include <unordered_set>
 
 #include "tide/core/error.h"
 #include "tide/core/json_error.h"
@@ -85,8 +86,12 @@ std::string from_byte_unicode(std::string_view text) {
     } else if ((c & 0xE0) == 0xC0 && i + 1 < text.size()) {
       cp = ((c & 0x1Fu) << 6) | (static_cast<unsigned char>(text[i + 1]) & 0x3Fu);
       len = 2;
-    } else {
-      cp = kMaxByteCodePoint;  // 3- and 4-byte characters are never in the table
+    } else {  // 3- and 4-byte characters are never in the table: decoded for the message only
+      len = (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 1;
+      if (i + len > text.size()) len = 1;
+      cp = len == 3 ? (c & 0x0Fu) : len == 4 ? (c & 0x07u) : c;
+      for (size_t k = 1; k < len; ++k)
+        cp = (cp << 6) | (static_cast<unsigned char>(text[i + k]) & 0x3Fu);
     }
     const int byte = cp < kMaxByteCodePoint ? unicode_to_byte()[cp] : -1;
     TIDE_CHECK(byte >= 0,
@@ -182,12 +187,6 @@ Tokenizer Tokenizer::train(const WordCounts& word_counts, int vocab_size,
     if (it == pair_count.end() || it->second != top.count) continue;  // stale
     const int a = static_cast<int>(top.key >> 32), b = static_cast<int>(top.key & 0xFFFFFFFFu);
     const std::string bytes = tok.tokens_[a] + tok.tokens_[b];
-    // A token spelled "<|endoftext|>" would share its string with the special token in
-    // tokenizer.json (HF's vocab is string -> id): that pair is never merged.
-    if (bytes == kEndOfText) {
-      pair_count.erase(it);
-      continue;
-    }
     // Should two different pairs ever spell the same bytes, they share one id: token strings
     // must stay unique for the vocabulary file (string -> id).
     auto [id_it, is_new] = id_of.try_emplace(bytes, static_cast<int>(tok.tokens_.size()));
@@ -339,11 +338,17 @@ Tokenizer Tokenizer::from_tables(const std::vector<std::pair<std::string, int>>&
                source, text, id, n - 1);
     seen[id] = true;
     if (text == eot_string) {
+      TIDE_CHECK(tok.eot_id_ < 0, "{}: {} is listed twice (ids {} and {}); the file is corrupt",
+                 source, eot_string, tok.eot_id_, id);
       tok.eot_id_ = id;
       tok.tokens_[id] = std::string(kEndOfText);
       continue;
     }
-    tok.tokens_[id] = from_byte_unicode(text);
+    try {
+      tok.tokens_[id] = from_byte_unicode(text);
+    } catch (const Error& e) {
+      TIDE_FAIL("{}: {}", source, e.what());
+    }
     id_of.emplace(text, id);
   }
   TIDE_CHECK(tok.eot_id_ >= 0,
@@ -536,12 +541,19 @@ Tables tide_bpe_tables(const nlohmann::json& j, const std::string& path);
 void Tokenizer::save(const std::string& path) const {
   using OJson = nlohmann::ordered_json;  // keys in HF's order, vocab in id order
   const std::string eot(kEndOfText);
+  // Appended to ordered_json's underlying vector: its operator[] searches linearly, which is
+  // quadratic over a 50k vocabulary. Strings are unique (checked), as HF's vocab needs.
+  // No other token is spelled "<|endoftext|>": files map strings to ids, and trained tokens
+  // never cross a pre-token piece ("<|", "endoftext", "|>").
   OJson vocab = OJson::object();
-  for (int id = 0; id < vocab_size(); ++id)
-    vocab[id == eot_id_ ? eot : to_byte_unicode(tokens_[id])] = id;
-  // The trainer never makes a token spelled like <|endoftext|>, and load() refuses one, so every
-  // id has its own string.
-  TIDE_ASSERT(static_cast<int>(vocab.size()) == vocab_size());
+  auto& entries = vocab.get_ref<OJson::object_t&>();
+  entries.reserve(tokens_.size());
+  std::unordered_set<std::string> seen;
+  for (int id = 0; id < vocab_size(); ++id) {
+    std::string text = id == eot_id_ ? eot : to_byte_unicode(tokens_[id]);
+    TIDE_ASSERT(seen.insert(text).second);
+    entries.emplace_back(std::move(text), id);
+  }
   OJson merges = OJson::array();
   for (const auto& [a, b] : merges_)
     merges.push_back(to_byte_unicode(tokens_[a]) + " " + to_byte_unicode(tokens_[b]));
