@@ -17,10 +17,13 @@ tests/unit/data/test_tokenizer_reference.cpp loads both HF files into tide and c
 the ids and the decoded bytes against reference.json, exactly.
 
 The reverse direction (not in CI, which has no Python packages) is checked here when a built
-tide is given: `tide prepare` trains a tokenizer on the reference lines and writes
-tokenizer.json; HF loads that file, and for every document in train.bin HF's encoding of the
-decoded text equals tide's ids. Last run: tokenizers 0.23.3, regex 2026.5.9, all 33 documents
-equal, vocab 800.
+tide is given (--tide):
+  1. `tide prepare` trains a tokenizer (vocab 800) on the reference and training lines and
+     writes tokenizer.json; HF loads that file, and for every document in train.bin HF's
+     encoding of the decoded text equals tide's ids.
+  2. `tide prepare --tokenizer hf_bpe.json` writes shards whose ids equal HF's encoding.
+Last run (tokenizers 0.23.3, regex 2026.5.9): 1. 59 documents, 1933 tokens, all equal;
+2. 1725 tokens, all equal.
 
 <|endoftext|> in text: tide never turns it into the special id (only `tide prepare` inserts it
 between documents); HF does unless `encode_special_tokens` is set, which the reference sets.
@@ -227,13 +230,7 @@ def check_tide_to_hf(tide):
         assert hf.token_to_id(EOT) == meta["eot_id"]
         data = (tmp / "out" / "train.bin").read_bytes()
         ids = [int.from_bytes(data[i:i + 2], "little") for i in range(1024, len(data), 2)]
-        docs, cur = [], None
-        for i in ids:  # every document starts with <|endoftext|>
-            if i == meta["eot_id"]:
-                cur = []
-                docs.append(cur)
-            else:
-                cur.append(i)
+        docs = docs_of(ids, meta["eot_id"])
         source = "".join(LINES + TRAIN_TEXT)
         for d in docs:
             text = hf.decode(d, skip_special_tokens=False)
@@ -242,6 +239,31 @@ def check_tide_to_hf(tide):
             assert got == d, (text, got, d)
         print(f"tide -> HF: {len(docs)} documents, {len(ids)} tokens: HF's ids equal tide's "
               f"(vocab {meta['vocab_size']})")
+        # HF -> tide -> HF: tide prepare with HF's file writes shards with HF's ids.
+        subprocess.run([tide, "prepare", "--input", str(tmp / "in.txt"), "--out-dir",
+                        str(tmp / "out_hf"), "--tokenizer", str(OUT / "hf_bpe.json"),
+                        "--doc-separator", "%"], check=True, stdout=subprocess.DEVNULL)
+        hf = Tokenizer.from_file(str(OUT / "hf_bpe.json"))
+        hf.encode_special_tokens = True
+        data = (tmp / "out_hf" / "train.bin").read_bytes()
+        got = [int.from_bytes(data[i:i + 2], "little") for i in range(1024, len(data), 2)]
+        eot = hf.token_to_id(EOT)
+        want = []
+        for d in docs_of(got, eot):
+            text = hf.decode(d, skip_special_tokens=False)
+            want += [eot] + hf.encode(text, add_special_tokens=False).ids
+        assert got == want
+        print(f"HF file -> tide prepare --tokenizer: {len(got)} tokens, equal to HF's ids")
+
+
+def docs_of(ids, eot):
+    docs = []
+    for i in ids:  # every document starts with <|endoftext|>
+        if i == eot:
+            docs.append([])
+        else:
+            docs[-1].append(i)
+    return docs
 
 
 if __name__ == "__main__":
