@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 packages=(build-essential cmake ninja-build pkg-config
           libopenblas-dev libopenmpi-dev openmpi-bin
           libgtest-dev libgmock-dev nlohmann-json3-dev libcli11-dev libfmt-dev libxxhash-dev
-          zlib1g-dev
+          zlib1g-dev libpcre2-dev
           fortunes)
 bash scripts/install_missing.sh "${packages[@]}"
 

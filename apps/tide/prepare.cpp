@@ -25,6 +25,9 @@ void add_prepare_command(CLI::App& app) {
   cmd->add_option("--gpt2-encoder", opts->gpt2_encoder,
                   "GPT-2's encoder.json: use GPT-2's tokenizer instead of training one");
   cmd->add_option("--gpt2-vocab", opts->gpt2_vocab, "GPT-2's vocab.bpe (with --gpt2-encoder)");
+  cmd->add_option("--tokenizer", opts->tokenizer_file,
+                  "A tokenizer.json to use instead of training one: HF tokenizers' byte-level BPE "
+                  "(e.g. GPT-2's) or one written by an earlier `tide prepare`");
   cmd->add_option("--max-mb", opts->max_mb, "Read at most this many MB of text (0: all)")
       ->capture_default_str();
   cmd->add_option("--format", opts->format,

@@ -182,10 +182,13 @@ PrepareResult prepare_corpus(const PrepareOptions& options) {
       !gpt2 || (!options.gpt2_encoder.empty() && !options.gpt2_vocab.empty()),
       "GPT-2's tokenizer needs both files: pass --gpt2-encoder encoder.json and --gpt2-vocab "
       "vocab.bpe");
+  const bool from_file = !options.tokenizer_file.empty();
+  TIDE_CHECK(!(gpt2 && from_file),
+             "--tokenizer and --gpt2-encoder/--gpt2-vocab both give a tokenizer; pass one of them");
   TIDE_CHECK(options.val_fraction > 0 && options.val_fraction < 1,
              "--val-fraction {} must be between 0 and 1 (exclusive), e.g. 0.05",
              options.val_fraction);
-  TIDE_CHECK(gpt2 || (options.vocab_size >= 257 && options.vocab_size <= 65536),
+  TIDE_CHECK(gpt2 || from_file || (options.vocab_size >= 257 && options.vocab_size <= 65536),
              "--vocab-size {} is out of range; it must be at least 257 (256 bytes + <|endoftext|>) "
              "and at most 65536 (token shards store uint16 ids)",
              options.vocab_size);
@@ -257,10 +260,13 @@ PrepareResult prepare_corpus(const PrepareOptions& options) {
   if (gpt2) {
     tok = Tokenizer::load_gpt2(options.gpt2_encoder, options.gpt2_vocab);
     log(fmt::format("prepare: loaded GPT-2 tokenizer, {} tokens", tok.vocab_size()));
+  } else if (from_file) {
+    tok = Tokenizer::load(options.tokenizer_file);
+    log(fmt::format("prepare: loaded {}, {} tokens", options.tokenizer_file, tok.vocab_size()));
   } else {
     step_start = Clock::now();
     WordCounts words;
-    for (const std::string& d : train_docs) count_words(d, words);
+    for (const std::string& d : train_docs) count_words(Pretokenizer::gpt2(), d, words);
     log(fmt::format("prepare: training BPE to {} tokens on {} distinct words", options.vocab_size,
                     words.size()));
     // A progress line at most every 2 seconds (and at the end): big vocabularies take minutes.
@@ -309,7 +315,9 @@ PrepareResult prepare_corpus(const PrepareOptions& options) {
   const nlohmann::json meta = {
       {"vocab_size", r.vocab_size},
       {"eot_id", r.eot_id},
-      {"tokenizer", gpt2 ? "gpt2" : "bpe"},
+      {"tokenizer", gpt2        ? "gpt2"
+                    : from_file ? "file"
+                                : "bpe"},
       {"tokenizer_file", "tokenizer.json"},
       {"train_file", "train.bin"},
       {"val_file", "val.bin"},
@@ -336,8 +344,7 @@ PrepareResult prepare_corpus(const PrepareOptions& options) {
 std::string write_prepared_meta(const std::string& out_dir, const nlohmann::json& meta) {
   const std::string path = (fs::path(out_dir) / "meta.json").string();
   std::ofstream out(path);
-  TIDE_CHECK(out.good(), "{}: cannot open for writing; check that the directory is writable",
-             path);
+  TIDE_CHECK(out.good(), "{}: cannot open for writing; check that the directory is writable", path);
   out << meta.dump(2) << "\n";
   return path;
 }

@@ -20,12 +20,13 @@ namespace tide {
 struct PrepareOptions {
   std::vector<std::string> inputs;  // files, directories (their regular files) or globs
   std::string out_dir;              // created if missing
-  int vocab_size = 4096;            // for a trained tokenizer; ignored with GPT-2's
+  int vocab_size = 4096;            // for a trained tokenizer; ignored with GPT-2's or a file
   double val_fraction = 0.05;       // share of documents that go to val.bin
   std::string gpt2_encoder;         // encoder.json and vocab.bpe: use GPT-2's tokenizer
   std::string gpt2_vocab;
-  double max_mb = 0;          // read at most this many MB of text (0: all)
-  std::string doc_separator;  // a line that separates documents inside a file ("" : none)
+  std::string tokenizer_file;  // a tokenizer.json (HF tokenizers' or tide's) to use, not train
+  double max_mb = 0;           // read at most this many MB of text (0: all)
+  std::string doc_separator;   // a line that separates documents inside a file ("" : none)
   // "text", or "nanogpt": import nanoGPT's headerless uint16 train.bin/val.bin
   // (data/nanogpt_import.h; vocab_size 0 there = the largest id + 1).
   std::string format = "text";

@@ -1,43 +1,86 @@
 #include "tide/data/pretokenize.h"
 
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+
+#include <string>
+
+#include "tide/core/error.h"
+
 namespace tide {
-namespace pretok_detail {
 
-size_t next_pretoken_length(std::string_view text, size_t i) {
-  const size_t n = text.size();
-  auto cls = [&](size_t j) { return classify(static_cast<unsigned char>(text[j])); };
-  auto run_end = [&](size_t j, CharClass c) {  // first index >= j not of class c
-    while (j < n && cls(j) == c) ++j;
-    return j;
-  };
+namespace {
 
-  // 's 't 're 've 'm 'll 'd (lower case only, as in GPT-2)
-  if (text[i] == '\'' && i + 1 < n) {
-    const char a = text[i + 1];
-    if (a == 's' || a == 't' || a == 'm' || a == 'd') return 2;
-    if (i + 2 < n) {
-      const char b = text[i + 2];
-      if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l')) return 3;
-    }
-  }
-  // ` ?\p{L}+`, ` ?\p{N}+`, ` ?[^\s\p{L}\p{N}]+`: an optional leading space, then a run of one
-  // class.
-  const size_t body = (text[i] == ' ' && i + 1 < n) ? i + 1 : i;
-  const CharClass c = cls(body);
-  if (c != CharClass::kSpace) return run_end(body, c) - i;
-  // Whitespace. `\s+(?!\S)`: the run, minus its last character when a non-space follows (that
-  // character then starts the next piece, so " word" keeps its space). `\s+` catches a single
-  // whitespace character before a non-space (e.g. "\n" before a word).
-  const size_t end = run_end(i, CharClass::kSpace);
-  if (end == n || end - i == 1) return end - i;
-  return end - 1 - i;
+std::string pcre2_message(int code) {
+  PCRE2_UCHAR buf[256];
+  const int n = pcre2_get_error_message(code, buf, sizeof(buf));
+  return n < 0 ? fmt::format("PCRE2 error {}", code) : std::string(reinterpret_cast<char*>(buf));
 }
 
-}  // namespace pretok_detail
+}  // namespace
 
-std::vector<std::string_view> pretokenize(std::string_view text) {
+const Pretokenizer& Pretokenizer::gpt2() {
+  static const Pretokenizer pretok(kGpt2Pattern);
+  return pretok;
+}
+
+Pretokenizer::Pretokenizer(std::string_view pattern) {
+  int error = 0;
+  PCRE2_SIZE offset = 0;
+  // UTF: characters, not bytes. UCP: \s (and \d, \w, POSIX classes) follow Unicode properties,
+  // as in Python's `regex` on str; without it \s is ASCII only. MATCH_INVALID_UTF: invalid UTF-8
+  // in the subject is never matched (a barrier) instead of an error, so any bytes can be split.
+  code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
+                        PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &error, &offset, nullptr);
+  TIDE_CHECK(code_ != nullptr, "pre-tokenizer regex /{}/ does not compile at offset {}: {}",
+             pattern, offset, pcre2_message(error));
+  // JIT is several times faster; without it (some architectures) pcre2_match interprets.
+  pcre2_jit_compile(code_, PCRE2_JIT_COMPLETE);
+}
+
+Pretokenizer::~Pretokenizer() {
+  pcre2_code_free(code_);
+}
+
+Pretokenizer::Cursor::Cursor(const Pretokenizer& pretok, std::string_view text)
+    : pretok_(pretok), text_(text) {
+  match_ = pcre2_match_data_create_from_pattern(pretok.code_, nullptr);
+  TIDE_CHECK(match_ != nullptr, "pre-tokenizer: out of memory for PCRE2 match data");
+}
+
+Pretokenizer::Cursor::~Cursor() {
+  pcre2_match_data_free(match_);
+}
+
+bool Pretokenizer::Cursor::next(std::string_view& piece) {
+  const size_t n = text_.size();
+  if (pos_ >= n) return false;
+  if (match_end_ <= pos_) {  // no match in hand: find the next one
+    const int rc = pcre2_match(pretok_.code_, reinterpret_cast<PCRE2_SPTR>(text_.data()), n, pos_,
+                               0, match_, nullptr);
+    if (rc == PCRE2_ERROR_NOMATCH) {
+      match_begin_ = match_end_ = n;  // only invalid UTF-8 is left
+    } else {
+      TIDE_CHECK(rc > 0, "pre-tokenizer: PCRE2 failed at byte {} of a {}-byte text: {}", pos_, n,
+                 pcre2_message(rc));
+      const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(match_);
+      match_begin_ = ovector[0];
+      match_end_ = ovector[1];
+      // Every alternative consumes at least one character, so matches are never empty.
+      TIDE_ASSERT(match_end_ > match_begin_ && match_begin_ >= pos_);
+    }
+  }
+  // Bytes the pattern skipped are invalid UTF-8 (every valid character is \s, \p{L}, \p{N} or
+  // none of them, so some alternative matches it): they become one piece before the match.
+  const size_t end = match_begin_ > pos_ ? match_begin_ : match_end_;
+  piece = text_.substr(pos_, end - pos_);
+  pos_ = end;
+  return true;
+}
+
+std::vector<std::string_view> Pretokenizer::split(std::string_view text) const {
   std::vector<std::string_view> pieces;
-  for_each_pretoken(text, [&](std::string_view piece) { pieces.push_back(piece); });
+  for_each(text, [&](std::string_view piece) { pieces.push_back(piece); });
   return pieces;
 }
 

@@ -7,10 +7,10 @@
 #include <nlohmann/json.hpp>
 #include <queue>
 #include <sstream>
+#include <unordered_set>
 
 #include "tide/core/error.h"
 #include "tide/core/json_error.h"
-#include "tide/data/pretokenize.h"
 
 namespace tide {
 
@@ -86,8 +86,12 @@ std::string from_byte_unicode(std::string_view text) {
     } else if ((c & 0xE0) == 0xC0 && i + 1 < text.size()) {
       cp = ((c & 0x1Fu) << 6) | (static_cast<unsigned char>(text[i + 1]) & 0x3Fu);
       len = 2;
-    } else {
-      cp = kMaxByteCodePoint;  // 3- and 4-byte characters are never in the table
+    } else {  // 3- and 4-byte characters are never in the table: decoded for the message only
+      len = (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 1;
+      if (i + len > text.size()) len = 1;
+      cp = len == 3 ? (c & 0x0Fu) : len == 4 ? (c & 0x07u) : c;
+      for (size_t k = 1; k < len; ++k)
+        cp = (cp << 6) | (static_cast<unsigned char>(text[i + k]) & 0x3Fu);
     }
     const int byte = cp < kMaxByteCodePoint ? unicode_to_byte()[cp] : -1;
     TIDE_CHECK(byte >= 0,
@@ -100,8 +104,8 @@ std::string from_byte_unicode(std::string_view text) {
   return out;
 }
 
-void count_words(std::string_view text, WordCounts& counts) {
-  for_each_pretoken(text, [&](std::string_view piece) { ++counts[std::string(piece)]; });
+void count_words(const Pretokenizer& pretok, std::string_view text, WordCounts& counts) {
+  pretok.for_each(text, [&](std::string_view piece) { ++counts[std::string(piece)]; });
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -122,7 +126,7 @@ struct PairEntry {
 
 Tokenizer Tokenizer::train(std::string_view text, int vocab_size) {
   WordCounts words;
-  count_words(text, words);
+  count_words(Pretokenizer::gpt2(), text, words);
   return train(words, vocab_size);
 }
 
@@ -288,7 +292,7 @@ void Tokenizer::encode_piece(std::string_view piece, std::vector<int32_t>& out) 
 }
 
 void Tokenizer::encode_append(std::string_view text, std::vector<int32_t>& out) const {
-  for_each_pretoken(text, [&](std::string_view piece) { encode_piece(piece, out); });
+  pretok_->for_each(text, [&](std::string_view piece) { encode_piece(piece, out); });
 }
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
@@ -334,11 +338,17 @@ Tokenizer Tokenizer::from_tables(const std::vector<std::pair<std::string, int>>&
                source, text, id, n - 1);
     seen[id] = true;
     if (text == eot_string) {
+      TIDE_CHECK(tok.eot_id_ < 0, "{}: {} is listed twice (ids {} and {}); the file is corrupt",
+                 source, eot_string, tok.eot_id_, id);
       tok.eot_id_ = id;
       tok.tokens_[id] = std::string(kEndOfText);
       continue;
     }
-    tok.tokens_[id] = from_byte_unicode(text);
+    try {
+      tok.tokens_[id] = from_byte_unicode(text);
+    } catch (const Error& e) {
+      TIDE_FAIL("{}: {}", source, e.what());
+    }
     id_of.emplace(text, id);
   }
   TIDE_CHECK(tok.eot_id_ >= 0,
@@ -423,26 +433,161 @@ Tokenizer Tokenizer::load_gpt2(const std::string& encoder_json_path,
                      encoder_json_path + " + " + vocab_bpe_path);
 }
 
-// tokenizer.json:
-//   {"format": "tide-bpe", "version": 1, "pretokenizer": "gpt2",
-//    "vocab": {"<byte-unicode token>": id, ...},        (GPT-2 encoder.json, without specials)
-//    "merges": ["a b", ...],                             (GPT-2 vocab.bpe, in rank order)
-//    "special_tokens": {"<|endoftext|>": id}}
-void Tokenizer::save(const std::string& path) const {
-  nlohmann::json vocab = nlohmann::json::object();
-  for (int id = 0; id < vocab_size(); ++id) {
-    if (id != eot_id_) vocab[to_byte_unicode(tokens_[id])] = id;
+// ---------------------------------------------------------------------------------------------
+// tokenizer.json
+//
+// HF `tokenizers`' format, as in HF's own GPT-2 tokenizer.json: a BPE model (vocab: byte-unicode
+// token -> id, <|endoftext|> included; merges in rank order), GPT-2's pre-tokenizer (ByteLevel
+// with use_regex, or Split with GPT-2's regex followed by ByteLevel without it), a ByteLevel
+// decoder, and <|endoftext|> as the one added (special) token. docs/data.md shows a file.
+
+namespace {
+
+// A field of an object, or nullptr: j.value() would throw a JSON type_error for another type.
+const nlohmann::json* field(const nlohmann::json& j, const char* key) {
+  if (!j.is_object()) return nullptr;
+  const auto it = j.find(key);
+  return it == j.end() ? nullptr : &*it;
+}
+
+std::string show(const nlohmann::json& j) {
+  std::string s = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  return s.size() > 200 ? s.substr(0, 200) + "..." : s;
+}
+
+bool is_null_or(const nlohmann::json* j, const nlohmann::json& value) {
+  return j == nullptr || j->is_null() || *j == value;
+}
+
+// "type" of an HF component; "" for null or absent.
+std::string type_of(const nlohmann::json* j) {
+  const nlohmann::json* t = j ? field(*j, "type") : nullptr;
+  return t && t->is_string() ? t->get<std::string>() : "";
+}
+
+// ByteLevel with the given use_regex (HF's default is true) and no prefix space (HF's default
+// is true, so a file must say false).
+bool is_byte_level(const nlohmann::json& j, bool use_regex) {
+  const nlohmann::json* prefix = field(j, "add_prefix_space");
+  const nlohmann::json* regex = field(j, "use_regex");
+  return type_of(&j) == "ByteLevel" && prefix && *prefix == false &&
+         (regex ? *regex == use_regex : use_regex);
+}
+
+bool is_gpt2_split(const nlohmann::json& j) {
+  const nlohmann::json* pattern = field(j, "pattern");
+  const nlohmann::json* regex = pattern ? field(*pattern, "Regex") : nullptr;
+  return type_of(&j) == "Split" && regex && *regex == Pretokenizer::kGpt2Pattern &&
+         is_null_or(field(j, "behavior"), "Isolated") && is_null_or(field(j, "invert"), false);
+}
+
+void check_hf_pipeline(const nlohmann::json& j, const std::string& path) {
+  const nlohmann::json* normalizer = field(j, "normalizer");
+  TIDE_CHECK(normalizer == nullptr || normalizer->is_null(),
+             "{}: \"normalizer\" is {}; tide applies no normalizer (GPT-2 has none), so its ids "
+             "would differ from HF's: set it to null or use a tokenizer without one",
+             path, show(*normalizer));
+  const nlohmann::json* pre = field(j, "pre_tokenizer");
+  const nlohmann::json* steps = pre ? field(*pre, "pretokenizers") : nullptr;
+  const bool gpt2 =
+      pre && (is_byte_level(*pre, true) ||
+              (type_of(pre) == "Sequence" && steps && steps->is_array() && steps->size() == 2 &&
+               is_gpt2_split((*steps)[0]) && is_byte_level((*steps)[1], false)));
+  TIDE_CHECK(gpt2,
+             "{}: \"pre_tokenizer\" is {}; tide runs GPT-2's pre-tokenizer only: {{\"type\": "
+             "\"ByteLevel\", \"add_prefix_space\": false, \"use_regex\": true}}, or a Sequence of "
+             "a Split with GPT-2's regex (behavior Isolated) and a ByteLevel with use_regex false",
+             path, pre ? show(*pre) : "missing");
+  const std::string post = type_of(field(j, "post_processor"));
+  TIDE_CHECK(post.empty() || post == "ByteLevel",
+             "{}: \"post_processor\" is {}; tide adds no tokens after encoding (a "
+             "TemplateProcessing adds BOS/EOS ids): set it to null or ByteLevel",
+             path, post);
+  const std::string decoder = type_of(field(j, "decoder"));
+  TIDE_CHECK(decoder.empty() || decoder == "ByteLevel",
+             "{}: \"decoder\" is {}; a byte-level BPE decodes with ByteLevel (or null)", path,
+             decoder);
+}
+
+// model.merges: "a b" strings (tokenizers < 0.20, and GPT-2's file) or ["a", "b"] pairs.
+std::vector<std::pair<std::string, std::string>> merges_from_json(const nlohmann::json& j,
+                                                                  const std::string& path) {
+  std::vector<std::pair<std::string, std::string>> merges;
+  merges.reserve(j.size());
+  for (size_t m = 0; m < j.size(); ++m) {
+    const nlohmann::json& e = j[m];
+    if (e.is_array() && e.size() == 2 && e[0].is_string() && e[1].is_string()) {
+      merges.emplace_back(e[0].get<std::string>(), e[1].get<std::string>());
+    } else {
+      TIDE_CHECK(e.is_string(), "{}: merge {} is {}, not \"a b\" or [\"a\", \"b\"]", path, m + 1,
+                 show(e));
+      merges.push_back(split_merge(e.get<std::string>(), fmt::format("{} merge {}", path, m + 1)));
+    }
   }
-  nlohmann::json merges = nlohmann::json::array();
+  return merges;
+}
+
+// A tokenizer file's contents, for from_tables().
+struct Tables {
+  std::vector<std::pair<std::string, int>> vocab;  // byte-unicode string -> id, with the special
+  std::vector<std::pair<std::string, std::string>> merges;
+};
+
+Tables hf_tables(const nlohmann::json& j, const std::string& path);
+Tables tide_bpe_tables(const nlohmann::json& j, const std::string& path);
+
+}  // namespace
+
+void Tokenizer::save(const std::string& path) const {
+  using OJson = nlohmann::ordered_json;  // keys in HF's order, vocab in id order
+  const std::string eot(kEndOfText);
+  // Appended to ordered_json's underlying vector: its operator[] searches linearly, which is
+  // quadratic over a 50k vocabulary. Strings are unique (checked), as HF's vocab needs.
+  // No other token is spelled "<|endoftext|>": files map strings to ids, and trained tokens
+  // never cross a pre-token piece ("<|", "endoftext", "|>").
+  OJson vocab = OJson::object();
+  auto& entries = vocab.get_ref<OJson::object_t&>();
+  entries.reserve(tokens_.size());
+  std::unordered_set<std::string> seen;
+  for (int id = 0; id < vocab_size(); ++id) {
+    std::string text = id == eot_id_ ? eot : to_byte_unicode(tokens_[id]);
+    TIDE_ASSERT(seen.insert(text).second);
+    entries.emplace_back(std::move(text), id);
+  }
+  OJson merges = OJson::array();
   for (const auto& [a, b] : merges_)
     merges.push_back(to_byte_unicode(tokens_[a]) + " " + to_byte_unicode(tokens_[b]));
-  const nlohmann::json j = {{"format", "tide-bpe"},
-                            {"version", 1},
-                            {"pretokenizer", "gpt2"},
-                            {"vocab_size", vocab_size()},
-                            {"vocab", vocab},
-                            {"merges", merges},
-                            {"special_tokens", {{std::string(kEndOfText), eot_id_}}}};
+  const auto byte_level = [](bool add_prefix_space, bool trim_offsets) {
+    return OJson{{"type", "ByteLevel"},
+                 {"add_prefix_space", add_prefix_space},
+                 {"trim_offsets", trim_offsets},
+                 {"use_regex", true}};
+  };
+  // As HF's GPT-2 tokenizer.json. The post-processor and decoder flags only affect offsets.
+  const OJson j = {{"version", "1.0"},
+                   {"truncation", nullptr},
+                   {"padding", nullptr},
+                   {"added_tokens", OJson::array({OJson{{"id", eot_id_},
+                                                        {"content", eot},
+                                                        {"single_word", false},
+                                                        {"lstrip", false},
+                                                        {"rstrip", false},
+                                                        {"normalized", true},
+                                                        {"special", true}}})},
+                   {"normalizer", nullptr},
+                   {"pre_tokenizer", byte_level(false, true)},
+                   {"post_processor", byte_level(true, false)},
+                   {"decoder", byte_level(true, true)},
+                   {"model",
+                    {{"type", "BPE"},
+                     {"dropout", nullptr},
+                     {"unk_token", nullptr},
+                     {"continuing_subword_prefix", ""},
+                     {"end_of_word_suffix", ""},
+                     {"fuse_unk", false},
+                     {"byte_fallback", false},
+                     {"vocab", vocab},
+                     {"merges", merges}}}};
   std::ofstream out(path, std::ios::binary);
   TIDE_CHECK(out.good(), "{}: cannot open for writing; check that the directory exists", path);
   out << j.dump(1) << "\n";
@@ -451,42 +596,114 @@ void Tokenizer::save(const std::string& path) const {
 
 Tokenizer Tokenizer::load(const std::string& path) {
   const nlohmann::json j = parse_json(read_file(path, "tokenizer file"), path);
-  // Looked up with find(): j.value() throws a JSON type_error for a field of another type.
-  const auto field = [&](const char* key) -> const nlohmann::json* {
-    const auto it = j.find(key);
-    return it == j.end() ? nullptr : &*it;
-  };
-  const nlohmann::json* format = j.is_object() ? field("format") : nullptr;
-  TIDE_CHECK(format != nullptr && *format == "tide-bpe",
-             "{}: not a tide tokenizer file (no \"format\": \"tide-bpe\"); create one with `tide "
-             "prepare`, or load GPT-2's encoder.json + vocab.bpe instead",
-             path);
-  const nlohmann::json* version = field("version");
-  TIDE_CHECK(
-      version != nullptr && *version == 1,
-      "{}: tokenizer file version {} is not supported (expected 1)", path,
-      version ? version->dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) : "(none)");
-  TIDE_CHECK(
-      j.contains("vocab") && j.contains("merges") && j["merges"].is_array() &&
-          j.contains("special_tokens") && j["special_tokens"].is_object() &&
-          j["special_tokens"].contains(kEndOfText),
-      "{}: tokenizer file lacks \"vocab\", \"merges\" or \"special_tokens\".\"{}\"; re-create "
-      "it with `tide prepare`",
-      path, kEndOfText);
-  std::vector<std::pair<std::string, int>> vocab = vocab_from_json(j["vocab"], path);
-  const nlohmann::json& eot = j["special_tokens"][std::string(kEndOfText)];
-  TIDE_CHECK(eot.is_number_integer() && eot.get<int64_t>() >= 0 && eot.get<int64_t>() < 65536,
-             "{}: special token id {} must be an integer in [0, 65536); re-create the file with "
-             "`tide prepare`",
-             path, eot.dump());
-  vocab.emplace_back(std::string(kEndOfText), eot.get<int>());
-  std::vector<std::pair<std::string, std::string>> merges;
-  for (size_t m = 0; m < j["merges"].size(); ++m) {
-    const nlohmann::json& line = j["merges"][m];
-    TIDE_CHECK(line.is_string(), "{}: merge {} is not a string \"a b\"", path, m + 1);
-    merges.push_back(split_merge(line.get<std::string>(), fmt::format("{} merge {}", path, m + 1)));
-  }
-  return from_tables(vocab, merges, std::string(kEndOfText), path);
+  const Tables t = field(j, "format") != nullptr ? tide_bpe_tables(j, path) : hf_tables(j, path);
+  return from_tables(t.vocab, t.merges, std::string(kEndOfText), path);
 }
 
+namespace {
+
+Tables hf_tables(const nlohmann::json& j, const std::string& path) {
+  const nlohmann::json* model = field(j, "model");
+  TIDE_CHECK(model != nullptr,
+             "{}: not a tokenizer.json: neither HF tokenizers' format (no \"model\") nor tide's "
+             "older \"tide-bpe\" format; create one with `tide prepare` or HF's "
+             "Tokenizer.save(), or load GPT-2's encoder.json + vocab.bpe instead",
+             path);
+  const std::string type = type_of(model);
+  TIDE_CHECK(type == "BPE" || (type.empty() && model->is_object()),
+             "{}: \"model\" is {}; tide reads byte-level BPE tokenizers only (\"type\": \"BPE\")",
+             path, type.empty() ? show(*model) : "of type " + type);
+  const nlohmann::json* vocab_json = field(*model, "vocab");
+  const nlohmann::json* merges_json = field(*model, "merges");
+  TIDE_CHECK(vocab_json && merges_json && merges_json->is_array(),
+             "{}: \"model\" lacks \"vocab\" or \"merges\"; the file is not a complete BPE "
+             "tokenizer",
+             path);
+  // Options that change which ids HF produces, and that tide does not implement.
+  const nlohmann::json* dropout = field(*model, "dropout");
+  TIDE_CHECK(is_null_or(dropout, 0),  // 0 == 0.0 in nlohmann::json
+             "{}: model.dropout is {}; BPE dropout makes encoding random: set it to null", path,
+             dropout ? show(*dropout) : "");
+  for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
+    const nlohmann::json* affix = field(*model, key);
+    TIDE_CHECK(is_null_or(affix, ""),
+               "{}: model.{} is {}; a byte-level BPE has none: set it to \"\" or null", path, key,
+               affix ? show(*affix) : "");
+  }
+  TIDE_CHECK(is_null_or(field(*model, "ignore_merges"), false),
+             "{}: model.ignore_merges is true (a piece found whole in the vocabulary skips the "
+             "merges), which tide does not implement; set it to false",
+             path);
+  check_hf_pipeline(j, path);
+
+  std::vector<std::pair<std::string, int>> vocab = vocab_from_json(*vocab_json, path);
+  const std::string eot(Tokenizer::kEndOfText);
+  int eot_in_vocab = -1;
+  for (const auto& [text, id] : vocab) {
+    if (text == eot) eot_in_vocab = id;
+  }
+  const nlohmann::json* added = field(j, "added_tokens");
+  TIDE_CHECK(added == nullptr || added->is_null() || added->is_array(),
+             "{}: \"added_tokens\" is {}, not a list", path, added ? show(*added) : "");
+  for (size_t i = 0; added && added->is_array() && i < added->size(); ++i) {
+    const nlohmann::json& a = (*added)[i];
+    const nlohmann::json* content = field(a, "content");
+    const nlohmann::json* id = field(a, "id");
+    TIDE_CHECK(content && content->is_string() && id && id->is_number_integer(),
+               "{}: added token {} is {}; it needs a \"content\" string and an integer \"id\"",
+               path, i + 1, show(a));
+    // HF matches added tokens in the text before pre-tokenizing; tide never does (callers insert
+    // <|endoftext|> between documents), so other added tokens would change the ids.
+    TIDE_CHECK(*content == eot,
+               "{}: added token \"{}\" (id {}): tide knows one special token, {}; remove the "
+               "others (or train the tokenizer with special_tokens=[\"{}\"] only)",
+               path, content->get<std::string>(), show(*id), eot, eot);
+    const int64_t eot_id = id->get<int64_t>();
+    TIDE_CHECK(eot_in_vocab < 0 || eot_id == eot_in_vocab,
+               "{}: {} has id {} in \"added_tokens\" but {} in model.vocab; the file is corrupt",
+               path, eot, eot_id, eot_in_vocab);
+    if (eot_in_vocab < 0) {  // an added token outside the model's vocabulary
+      TIDE_CHECK(eot_id >= 0 && eot_id < 65536, "{}: {} has id {}, not in [0, 65536)", path, eot,
+                 eot_id);
+      vocab.emplace_back(eot, static_cast<int>(eot_id));
+      eot_in_vocab = static_cast<int>(eot_id);
+    }
+  }
+  return {std::move(vocab), merges_from_json(*merges_json, path)};
+}
+
+// tide's tokenizer.json before it took HF's format (still read: runs and checkpoints hold it):
+//   {"format": "tide-bpe", "version": 1, "pretokenizer": "gpt2",
+//    "vocab": {"<byte-unicode token>": id, ...},        (GPT-2 encoder.json, without specials)
+//    "merges": ["a b", ...],                             (GPT-2 vocab.bpe, in rank order)
+//    "special_tokens": {"<|endoftext|>": id}}
+Tables tide_bpe_tables(const nlohmann::json& j, const std::string& path) {
+  const nlohmann::json* format = field(j, "format");
+  TIDE_CHECK(format != nullptr && *format == "tide-bpe",
+             "{}: \"format\" is {}; tide reads HF tokenizers' tokenizer.json (no \"format\" field) "
+             "or its own older \"format\": \"tide-bpe\"; re-create the file with `tide prepare`",
+             path, format ? show(*format) : "");
+  const nlohmann::json* version = field(j, "version");
+  TIDE_CHECK(version != nullptr && *version == 1,
+             "{}: tokenizer file version {} is not supported (expected 1)", path,
+             version ? show(*version) : "(none)");
+  const nlohmann::json* merges_json = field(j, "merges");
+  const nlohmann::json* specials = field(j, "special_tokens");
+  const std::string eot_text(Tokenizer::kEndOfText);
+  const nlohmann::json* eot = specials ? field(*specials, eot_text.c_str()) : nullptr;
+  TIDE_CHECK(
+      field(j, "vocab") && merges_json && merges_json->is_array() && eot,
+      "{}: tokenizer file lacks \"vocab\", \"merges\" or \"special_tokens\".\"{}\"; re-create "
+      "it with `tide prepare`",
+      path, eot_text);
+  std::vector<std::pair<std::string, int>> vocab = vocab_from_json(j["vocab"], path);
+  TIDE_CHECK(eot->is_number_integer() && eot->get<int64_t>() >= 0 && eot->get<int64_t>() < 65536,
+             "{}: special token id {} must be an integer in [0, 65536); re-create the file with "
+             "`tide prepare`",
+             path, show(*eot));
+  vocab.emplace_back(std::string(Tokenizer::kEndOfText), eot->get<int>());
+  return {std::move(vocab), merges_from_json(*merges_json, path)};
+}
+
+}  // namespace
 }  // namespace tide

@@ -9,10 +9,12 @@
 // encode() (the text "<|endoftext|>" encodes as ordinary bytes) — callers insert eot_id().
 //
 // Files:
-//  - GPT-2's own encoder.json (token string -> id) + vocab.bpe (merges, one "a b" per line).
+//  - tokenizer.json in HF `tokenizers`' format (what `tide prepare` writes, and what HF's
+//    GPT-2 and `tokenizers.Tokenizer.save()` write for a byte-level BPE): load() and save().
 //    Token strings there are bytes mapped to printable unicode characters (bytes_to_unicode()),
-//    so that every token is a printable, JSON-safe string.
-//  - tide's tokenizer.json: the same two tables in one file (see save()).
+//    so that every token is a printable, JSON-safe string. load() also reads tide's older
+//    "tide-bpe" tokenizer.json (same tables, another layout).
+//  - GPT-2's own encoder.json (token string -> id) + vocab.bpe (merges, one "a b" per line).
 
 #include <array>
 #include <cstdint>
@@ -22,6 +24,8 @@
 #include <string_view>
 #include <unordered_map>
 #include <vector>
+
+#include "tide/data/pretokenize.h"
 
 namespace tide {
 
@@ -35,7 +39,7 @@ std::string from_byte_unicode(std::string_view text);
 
 // Pre-token pieces and how often each occurs: the input BPE training works on.
 using WordCounts = std::unordered_map<std::string, int64_t>;
-void count_words(std::string_view text, WordCounts& counts);
+void count_words(const Pretokenizer& pretok, std::string_view text, WordCounts& counts);
 
 class Tokenizer {
  public:
@@ -45,7 +49,8 @@ class Tokenizer {
   // <|endoftext|>) has vocab_size tokens, or until no adjacent pair is left to merge: a text
   // too small for vocab_size yields a smaller vocabulary (check vocab_size()). Each step merges
   // the most frequent pair (ties: the pair with the smaller ids), so training is deterministic.
-  // progress(done, total) is called every few hundred merges.
+  // progress(done, total) is called every few hundred merges. The words must come from
+  // count_words() with Pretokenizer::gpt2(), the pre-tokenizer the trained tokenizer uses.
   static Tokenizer train(const WordCounts& words, int vocab_size,
                          const std::function<void(int, int)>& progress = {});
   static Tokenizer train(std::string_view text, int vocab_size);
@@ -53,8 +58,11 @@ class Tokenizer {
   // vocab.bpe).
   static Tokenizer load_gpt2(const std::string& encoder_json_path,
                              const std::string& vocab_bpe_path);
-  // tide's tokenizer.json (written by save()).
+  // tokenizer.json: HF `tokenizers`' format for a byte-level BPE with GPT-2's pre-tokenizer, or
+  // tide's older "tide-bpe" format. Settings tide cannot reproduce exactly (a normalizer,
+  // another regex, added tokens other than <|endoftext|>, ...) are refused with an error.
   static Tokenizer load(const std::string& path);
+  // Writes HF's format (see docs/data.md), loadable by `tokenizers.Tokenizer.from_file`.
   void save(const std::string& path) const;
 
   std::vector<int32_t> encode(std::string_view text) const;
@@ -68,6 +76,7 @@ class Tokenizer {
   int vocab_size() const { return static_cast<int>(tokens_.size()); }
   int eot_id() const { return eot_id_; }
   int num_merges() const { return static_cast<int>(merges_.size()); }
+  const Pretokenizer& pretokenizer() const { return *pretok_; }
   // The bytes of token id.
   const std::string& token_bytes(int id) const;
 
@@ -91,6 +100,8 @@ class Tokenizer {
   std::vector<std::pair<int, int>> merges_;       // in rank order
   std::unordered_map<uint64_t, Merge> merge_of_;  // (a, b) -> merge
   int eot_id_ = -1;
+  // Splits text before BPE. Every tokenizer tide reads or trains uses GPT-2's pattern.
+  const Pretokenizer* pretok_ = &Pretokenizer::gpt2();
 };
 
 }  // namespace tide

@@ -133,6 +133,28 @@ TEST(Prepare, UsesGpt2TokenizerFiles) {
   EXPECT_LT(train.max_token(), 264);
 }
 
+// An HF tokenizers file (<|endoftext|> is id 0 there) instead of training one.
+TEST(Prepare, UsesATokenizerFile) {
+  TempDir dir;
+  write_corpus(dir);
+  PrepareOptions o = quiet_options(dir);
+  o.tokenizer_file = std::string(TIDE_SOURCE_DIR) + "/tests/fixtures/tokenizer/hf_bpe.json";
+  const PrepareResult r = prepare_corpus(o);
+  EXPECT_EQ(r.vocab_size, 1200);
+  EXPECT_EQ(r.eot_id, 0);
+  const TokenShard train(r.train_path);
+  EXPECT_EQ(train[0], 0);
+  const Tokenizer hf = Tokenizer::load(o.tokenizer_file);
+  const Tokenizer written = Tokenizer::load(r.tokenizer_path);
+  const std::string text = "The fox\xe2\x80\x99s d\xc3\xa9j\xc3\xa0 vu \xf0\x9f\x98\x80\n";
+  EXPECT_EQ(written.encode(text), hf.encode(text));
+  std::ifstream in(r.meta_path);
+  EXPECT_EQ(nlohmann::json::parse(in)["tokenizer"], "file");
+  o.gpt2_encoder = "encoder.json";
+  o.gpt2_vocab = "vocab.bpe";
+  EXPECT_NE(expected_error([&] { prepare_corpus(o); }).find("pass one of them"), std::string::npos);
+}
+
 TEST(Prepare, FewDocumentsSplitInsideEachDocument) {
   TempDir dir;
   std::filesystem::create_directories(dir / "in");

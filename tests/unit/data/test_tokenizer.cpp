@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
@@ -33,7 +34,7 @@ std::string english_text() {
 
 std::vector<std::string> pieces(std::string_view text) {
   std::vector<std::string> out;
-  for (std::string_view p : pretokenize(text)) out.emplace_back(p);
+  for (std::string_view p : Pretokenizer::gpt2().split(text)) out.emplace_back(p);
   return out;
 }
 
@@ -50,9 +51,31 @@ TEST(Pretokenize, SplitsLikeGpt2Regex) {
                                       "'ll", " he", "'d"}));
 }
 
-TEST(Pretokenize, NonAsciiBytesAreLetters) {
+// Unicode classes (Python's `regex` gives the same; the full reference is
+// test_tokenizer_reference.cpp): a curly apostrophe is punctuation, not a contraction; ² is a
+// number; NBSP is whitespace; CJK and emoji are letters and symbols.
+TEST(Pretokenize, UnicodeClasses) {
+  EXPECT_EQ(pieces("I don\xe2\x80\x99t know"),
+            (std::vector<std::string>{"I", " don", "\xe2\x80\x99", "t", " know"}));
+  EXPECT_EQ(pieces("x\xc2\xb2 \xc2\xaboui\xc2\xbb"),
+            (std::vector<std::string>{"x", "\xc2\xb2", " \xc2\xab", "oui", "\xc2\xbb"}));
+  EXPECT_EQ(pieces("emoji \xf0\x9f\x98\x80!"),
+            (std::vector<std::string>{"emoji", " \xf0\x9f\x98\x80!"}));
+  EXPECT_EQ(pieces("\xe6\x97\xa5\xe6\x9c\xac\xe8\xaa\x9e text"),
+            (std::vector<std::string>{"\xe6\x97\xa5\xe6\x9c\xac\xe8\xaa\x9e", " text"}));
+  EXPECT_EQ(pieces("a\xc2\xa0 b"), (std::vector<std::string>{"a", "\xc2\xa0", " b"}));
   EXPECT_EQ(pieces("na\xc3\xafve caf\xc3\xa9"),
             (std::vector<std::string>{"na\xc3\xafve", " caf\xc3\xa9"}));
+}
+
+// A run of invalid UTF-8 is one piece, and the valid text on each side splits as if the run were
+// the end / start of the text: "  " keeps both spaces (nothing non-space follows it).
+TEST(Pretokenize, InvalidUtf8IsABarrier) {
+  EXPECT_EQ(pieces("ab\xff\xfe cd  \x80 x\xc3"),
+            (std::vector<std::string>{"ab", "\xff\xfe", " cd", "  ", "\x80", " x", "\xc3"}));
+  EXPECT_EQ(pieces("\xff"), (std::vector<std::string>{"\xff"}));
+  EXPECT_EQ(pieces(std::string("a\0b", 3)),
+            (std::vector<std::string>{"a", std::string("\0", 1), "b"}));
 }
 
 TEST(Pretokenize, EmptyText) {
@@ -204,7 +227,7 @@ TEST(BpeTraining, MatchesNaiveReferenceImplementation) {
   std::ifstream in(dir / "tokenizer.json");
   const nlohmann::json j = nlohmann::json::parse(in);
   std::string merges;
-  for (const auto& m : j["merges"]) merges += m.get<std::string>() + "\n";
+  for (const auto& m : j["model"]["merges"]) merges += m.get<std::string>() + "\n";
   EXPECT_EQ(merges, read_fixture("merges.txt"));
   Ids expected;
   std::istringstream ids(read_fixture("heldout_ids.txt"));
@@ -269,11 +292,121 @@ TEST(Tokenizer, Gpt2FilesSurviveConversionToTokenizerJson) {
   EXPECT_EQ(back.encode("in the rain\n"), (Ids{259, 262, 220, 81, 64, 259, 198}));
 }
 
+// tide's first tokenizer.json format, as older runs and checkpoints hold it.
+TEST(Tokenizer, ReadsTheOlderTideBpeFormat) {
+  const std::string legacy =
+      std::string(TIDE_SOURCE_DIR) + "/tests/unit/data/fixtures/tide_bpe_v1/tokenizer.json";
+  const Tokenizer tok = Tokenizer::load(legacy);
+  EXPECT_EQ(tok.vocab_size(), 264);
+  EXPECT_EQ(tok.eot_id(), 263);
+  EXPECT_EQ(tok.encode("in the rain\n"), (Ids{259, 262, 220, 81, 64, 259, 198}));
+  // Saving it writes HF's format, with the same tokenizer inside.
+  TempDir dir;
+  tok.save(dir / "tokenizer.json");
+  std::ifstream in(dir / "tokenizer.json");
+  const nlohmann::json j = nlohmann::json::parse(in);
+  EXPECT_FALSE(j.contains("format"));
+  EXPECT_EQ(j["model"]["type"], "BPE");
+  EXPECT_EQ(j["model"]["vocab"]["<|endoftext|>"], 263);
+  EXPECT_EQ(j["added_tokens"][0]["content"], "<|endoftext|>");
+  EXPECT_EQ(j["pre_tokenizer"]["type"], "ByteLevel");
+  EXPECT_EQ(j["decoder"]["type"], "ByteLevel");
+  EXPECT_EQ(Tokenizer::load(dir / "tokenizer.json").encode("in the rain\n"),
+            (Ids{259, 262, 220, 81, 64, 259, 198}));
+}
+
+nlohmann::json hf_fixture() {
+  std::ifstream in(std::string(TIDE_SOURCE_DIR) + "/tests/fixtures/tokenizer/hf_bpe.json");
+  return nlohmann::json::parse(in);
+}
+
+// HF settings that would make HF's ids differ from tide's are refused, naming the setting.
+TEST(Tokenizer, HfSettingsTideCannotReproduceAreRefused) {
+  TempDir dir;
+  using Edit = std::function<void(nlohmann::json&)>;
+  const std::vector<std::pair<Edit, std::string>> cases = {
+      {[](nlohmann::json& j) {
+         j["normalizer"] = {{"type", "NFC"}};
+       },
+       "\"normalizer\" is {\"type\":\"NFC\"}"},
+      {[](nlohmann::json& j) { j["pre_tokenizer"]["add_prefix_space"] = true; },
+       "\"pre_tokenizer\" is {"},
+      {[](nlohmann::json& j) { j["pre_tokenizer"]["use_regex"] = false; },
+       "tide runs GPT-2's pre-tokenizer only"},
+      {[](nlohmann::json& j) { j["pre_tokenizer"] = nullptr; }, "\"pre_tokenizer\" is null"},
+      {[](nlohmann::json& j) {
+         j["pre_tokenizer"] = {
+             {"type", "Sequence"},
+             {"pretokenizers",
+              {{{"type", "Split"},
+                {"pattern", {{"Regex", "\\p{L}+|\\s+"}}},
+                {"behavior", "Isolated"},
+                {"invert", false}},
+               {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}}}};
+       },
+       "tide runs GPT-2's pre-tokenizer only"},
+      {[](nlohmann::json& j) { j["model"]["ignore_merges"] = true; },
+       "model.ignore_merges is true"},
+      {[](nlohmann::json& j) { j["model"]["dropout"] = 0.1; }, "model.dropout is 0.1"},
+      {[](nlohmann::json& j) { j["model"]["type"] = "WordPiece"; },
+       "\"model\" is of type WordPiece"},
+      {[](nlohmann::json& j) { j["model"]["continuing_subword_prefix"] = "##"; },
+       "model.continuing_subword_prefix is \"##\""},
+      {[](nlohmann::json& j) {
+         j["post_processor"] = {{"type", "TemplateProcessing"}};
+       },
+       "\"post_processor\" is TemplateProcessing"},
+      {[](nlohmann::json& j) {
+         j["decoder"] = {{"type", "Metaspace"}};
+       },
+       "\"decoder\" is Metaspace"},
+      {[](nlohmann::json& j) {
+         j["added_tokens"].push_back({{"id", 1200}, {"content", "<pad>"}, {"special", true}});
+       },
+       "added token \"<pad>\" (id 1200): tide knows one special token"},
+      {[](nlohmann::json& j) { j["added_tokens"][0]["id"] = 5; },
+       "<|endoftext|> has id 5 in \"added_tokens\" but 0 in model.vocab"},
+      {[](nlohmann::json& j) { j["model"]["merges"][3] = 7; }, "merge 4 is 7"},
+      {[](nlohmann::json& j) { j["model"]["vocab"].erase("a"); }, "ids must be 0..1198"},
+      {[](nlohmann::json& j) { j["model"]["vocab"]["\xe6\x97\xa5"] = 1200; },
+       "outside GPT-2's byte-to-unicode table"},
+  };
+  test::write_file(dir / "t.json", hf_fixture().dump());
+  EXPECT_EQ(Tokenizer::load(dir / "t.json").vocab_size(), 1200);  // unedited, it loads
+  for (const auto& [edit, want] : cases) {
+    nlohmann::json j = hf_fixture();
+    edit(j);
+    test::write_file(dir / "t.json", j.dump());
+    const std::string msg = expected_error([&] { Tokenizer::load(dir / "t.json"); });
+    EXPECT_NE(msg.find(want), std::string::npos) << "want: " << want << "\ngot: " << msg;
+    EXPECT_NE(msg.find("t.json"), std::string::npos) << msg;
+  }
+}
+
+// HF may list <|endoftext|> only in added_tokens (an id past the model's vocabulary).
+TEST(Tokenizer, HfSpecialTokenOnlyInAddedTokens) {
+  TempDir dir;
+  const Tokenizer trained = Tokenizer::train(english_text(), 300);
+  trained.save(dir / "tokenizer.json");
+  std::ifstream in(dir / "tokenizer.json");
+  nlohmann::json j = nlohmann::json::parse(in);
+  j["model"]["vocab"].erase("<|endoftext|>");
+  test::write_file(dir / "t.json", j.dump());
+  const Tokenizer back = Tokenizer::load(dir / "t.json");
+  EXPECT_EQ(back.eot_id(), 299);
+  EXPECT_EQ(back.encode(english_text()), trained.encode(english_text()));
+}
+
 TEST(Tokenizer, LoadRejectsOtherFiles) {
   TempDir dir;
-  test::write_file(dir / "t.json", "{\"model\": {}}");
+  test::write_file(dir / "t.json", "{\"vocab\": {}}");
   const std::string msg = expected_error([&] { Tokenizer::load(dir / "t.json"); });
-  EXPECT_NE(msg.find("not a tide tokenizer file"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("not a tokenizer.json: neither HF tokenizers' format"), std::string::npos)
+      << msg;
+  test::write_file(dir / "t.json", "{\"model\": {}}");
+  const std::string no_tables = expected_error([&] { Tokenizer::load(dir / "t.json"); });
+  EXPECT_NE(no_tables.find("\"model\" lacks \"vocab\" or \"merges\""), std::string::npos)
+      << no_tables;
   EXPECT_NE(expected_error([&] {
               Tokenizer::load(dir / "missing.json");
             }).find("cannot open tokenizer file"),
