@@ -91,11 +91,10 @@ TEST(ZeroBuffers, EstimateIsWhatTheRuntimeAllocates) {
                                              chunk_mb, accum, tight ? "tight" : "defaults");
         if (world->rank() == 0)
           std::printf(
-              "N=%d %s: estimate %d buffers (%d grad + %d param, %d persistent) x %lld = %lld "
-              "bytes, runtime %zu bytes\n",
+              "N=%d %s: estimate %d buffers (at the peak %d grad + %d param, %d persistent) = "
+              "%lld bytes, runtime %zu bytes\n",
               world->size(), what.c_str(), st.comm_buffers.buffers, st.comm_buffers.grad_buffers,
               st.comm_buffers.param_buffers, st.comm_buffers.persistent,
-              static_cast<long long>(st.comm_buffer_bytes),
               static_cast<long long>(e.device.temp_buffers), runtime);
         EXPECT_GT(runtime, 0u) << what;
         EXPECT_EQ(e.device.temp_buffers, static_cast<int64_t>(runtime)) << what;

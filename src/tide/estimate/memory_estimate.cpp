@@ -68,20 +68,18 @@ void place_model_states(const TrainSetup& setup, const ChunkLayout& layout, Stag
   }
 }
 
-// ZeRO's communication buffers: what the runtime allocates (train/zero.cpp), each one whole
-// chunk of the largest size in the compute dtype, as many as it holds at once during a step
-// (replayed by simulate_zero_buffers over the step's block accesses; stage 1 reduces in
-// place and needs none). Buckets the runtime would reject as smaller than a chunk or a block
+// ZeRO's communication buffers: what the runtime allocates (train/zero.cpp), whole chunks in
+// the compute dtype from a best-fit pool (replayed by simulate_zero_buffers over the step's
+// block accesses; stage 1 reduces in place and needs none). Buckets the runtime would reject as smaller than a chunk or a block
 // are taken at the least it accepts. Offload moves the rank's slices, not the buffers: the
 // same whole chunks are gathered and reduced on the GPU.
 int64_t chunk_buffers(const TrainSetup& setup, const ChunkLayout& layout, StageEstimate& st) {
   if (setup.zero_stage < 2) return 0;
   const std::vector<ModelBlock> blocks = model_blocks(layout);
   const ZeroSettings s = runnable_zero_settings(setup.zero, layout, blocks);
-  st.comm_buffers = simulate_zero_buffers(layout, blocks, setup.zero_stage, s, setup.grad_accum);
-  st.comm_buffer_bytes = static_cast<int64_t>(Arena::aligned(
-      static_cast<size_t>(layout.max_chunk_elems()) * bytes_per_param(setup.precision)));
-  return st.comm_buffers.buffers * st.comm_buffer_bytes;
+  st.comm_buffers = simulate_zero_buffers(layout, blocks, setup.zero_stage, s, setup.grad_accum,
+                                          bytes_per_param(setup.precision));
+  return st.comm_buffers.bytes;
 }
 
 ActivationShape activation_shape(const TrainSetup& setup) {

@@ -56,7 +56,6 @@ struct StageEstimate {
   int64_t params = 0;             // parameters one TP rank of the stage holds (Psi)
   ChunkPlan chunks;               // the stage's chunk layout (the runtime's, see model_states.h)
   ZeroBufferPeak comm_buffers;    // ZeRO >= 2: buffers held at once (zero_buffers.h)
-  int64_t comm_buffer_bytes = 0;  // bytes of one buffer (a whole largest chunk)
   MemoryBreakdown device;
   MemoryBreakdown host;  // host memory used by one rank of this stage
 };

@@ -75,30 +75,26 @@ nlohmann::json budget_json(const MachineBudget& b) {
   return {{"gpu_bytes", b.gpu_bytes}, {"host_bytes", b.host_bytes}};
 }
 
-// "ZeRO buffers (whole chunks of 294.47 MiB, as many as the runtime holds at once): ZeRO-2 6
-// (6 grad), ZeRO-3 8 (5 grad + 3 param)", from the first row of each stage >= 2.
+// "ZeRO buffers (whole chunks of the largest size, reused every step; part of temp): ZeRO-2 10
+// buffers, 1.50 GiB (at the peak 10 grad), ZeRO-3 ...", from the first row of each stage >= 2.
 std::string buffer_line(const std::vector<OptionResult>& rows) {
   std::string parts;
-  int64_t each = 0;
   for (int stage : {2, 3}) {
     for (const OptionResult& r : rows) {
       if (r.option.zero_stage != stage) continue;
-      const StageEstimate& st = r.estimate.stages[r.estimate.peak_stage];
-      const ZeroBufferPeak& b = st.comm_buffers;
-      each = st.comm_buffer_bytes;
+      const ZeroBufferPeak& b = r.estimate.stages[r.estimate.peak_stage].comm_buffers;
       parts += fmt::format(
-          "{}ZeRO-{} {} ({} grad{})", parts.empty() ? "" : ", ", stage, b.buffers, b.grad_buffers,
-          stage == 3
-              ? fmt::format(" + {} param, {} of them persistent", b.param_buffers, b.persistent)
-              : "");
+          "{}ZeRO-{} {} buffers, {} (at the peak {} grad{})", parts.empty() ? "" : ", ", stage,
+          b.buffers, format_bytes(b.bytes), b.grad_buffers,
+          stage == 3 ? fmt::format(" + {} param, {} persistent", b.param_buffers, b.persistent)
+                     : "");
       break;
     }
   }
   if (parts.empty()) return "";
   return fmt::format(
-      "ZeRO buffers (whole chunks of {:.2f} MiB, as many as the runtime holds at "
-      "once; part of temp): {}\n",
-      each / 1048576.0, parts);
+      "ZeRO buffers (whole chunks of the largest size, reused every step; part of temp): {}\n",
+      parts);
 }
 
 std::string budget_line(const MachineBudget& b, int ranks_per_host) {
@@ -155,7 +151,7 @@ nlohmann::json options_table_json(const TrainSetup& setup, const MachineBudget& 
                           {"grad", st.comm_buffers.grad_buffers},
                           {"param", st.comm_buffers.param_buffers},
                           {"persistent", st.comm_buffers.persistent},
-                          {"bytes_each", st.comm_buffer_bytes}}},
+                          {"bytes", st.comm_buffers.bytes}}},
                         {"device", breakdown_json(st.device)},
                         {"host", breakdown_json(st.host)}});
     options.push_back({{"option", r.option.name},

@@ -3,9 +3,12 @@
 #include <algorithm>
 #include <deque>
 #include <map>
+#include <span>
 #include <string>
 
 #include "tide/core/error.h"
+#include "tide/memory/buffer_pool.h"
+#include "tide/pipeline/block_parts.h"
 
 namespace tide {
 
@@ -55,11 +58,12 @@ enum class Access { FORWARD, BACKWARD, WEIGHT };
 class Replay {
  public:
   Replay(const ChunkLayout& layout, const std::vector<ModelBlock>& blocks, int stage,
-         const ZeroSettings& s)
-      : lay_(layout), blocks_(blocks), stage_(stage), s_(s) {
+         const ZeroSettings& s, size_t dtype_bytes)
+      : lay_(layout), blocks_(blocks), stage_(stage), s_(s), dtype_bytes_(dtype_bytes) {
     for (const ModelBlock& b : blocks_) block_chunks_.push_back(chunks_of(lay_, b.params));
     const int n = lay_.num_chunks();
-    grad_attached_.assign(n, false);
+    grad_buffer_.assign(n, -1);
+    param_buffer_.assign(n, -1);
     gathered_.assign(n, false);
     persistent_.assign(n, false);
     if (stage_ == 3)
@@ -77,15 +81,15 @@ class Replay {
       int block, mb;
       Access use;
     };
-    std::vector<Step> steps;  // the engine's data-parallel schedule, B and W fused
-    for (int m = 0; m < micro_batches; ++m) {
-      for (int i = 0; i < n; ++i) steps.push_back({i, m, Access::FORWARD});
-      for (int i = n - 1; i >= 0; --i) {
-        steps.push_back({i, m, Access::BACKWARD});
-        steps.push_back({i, m, Access::WEIGHT});
-      }
-    }
-    for (const Step& st : steps) accesses_.push_back(st.block);
+    std::vector<Step> steps;  // the engine's data-parallel schedule (pipeline/block_parts.h)
+    for (int m = 0; m < micro_batches; ++m)
+      for (pipeline::Op action : {pipeline::Op::F, pipeline::Op::B})
+        for (const pipeline::BlockPart& p : pipeline::block_parts(action, n, false))
+          steps.push_back({p.block, m,
+                           p.op == pipeline::Op::F   ? Access::FORWARD
+                           : p.op == pipeline::Op::B ? Access::BACKWARD
+                                                     : Access::WEIGHT});
+    for (const Step& st : steps) accesses_.push_back({st.block, st.use == Access::WEIGHT});
     ready_.assign(lay_.num_chunks(), std::vector<int>(micro_batches, 0));
     if (stage_ == 3) prefetch_after(0);
     for (const Step& st : steps) {
@@ -95,17 +99,15 @@ class Replay {
         for (int c : cs) complete_reductions_of(c);
       if (stage_ == 3) {
         ++pos_;
-        for (int c : cs)
-          if (!gathered_[c]) start_gather(c);
+        if (st.use != Access::WEIGHT)  // a W reads no parameters
+          for (int c : cs)
+            if (!gathered_[c]) start_gather(c);
         prefetch_after(pos_);
       }
       // acquire: a W needs its gradient chunks whole (fetch_grads)
       if (st.use == Access::WEIGHT && stage_ >= 2)
         for (int c : cs)
-          if (!grad_attached_[c]) {
-            grad_attached_[c] = true;
-            take(true);
-          }
+          if (grad_buffer_[c] < 0) grad_buffer_[c] = take(true, c);
       // release: each chunk of the block is offered to evict
       for (int c : cs) evict(c);
       // mark_grad_ready after the W
@@ -121,39 +123,44 @@ class Replay {
     if (stage_ == 3)
       for (int c = 0; c < lay_.num_chunks(); ++c)
         if (!persistent_[c] && gathered_[c]) release_gathered(c);
-    TIDE_ASSERT(in_use_ == peak_.persistent);
+    TIDE_ASSERT(pool_.in_use() == peak_.persistent);
+    peak_.buffers = pool_.count();
+    peak_.bytes = static_cast<int64_t>(pool_.allocated_bytes());
     return peak_;
   }
 
  private:
-  void take(bool grad) {
-    ++in_use_;
+  // ZeroPolicy::attach / detach: a pool buffer of chunk c's size.
+  int take(bool grad, int c) {
+    const int b = pool_.take(static_cast<size_t>(lay_.max_chunk_elems()) * dtype_bytes_);  // as zero.cpp
     ++(grad ? grads_ : params_);
-    if (in_use_ > peak_.buffers) {
-      peak_.buffers = in_use_;
+    if (pool_.in_use() > peak_in_use_) {
+      peak_in_use_ = pool_.in_use();
       peak_.grad_buffers = grads_;
       peak_.param_buffers = params_;
     }
+    return b;
   }
-  void give(bool grad) {
-    --in_use_;
+  void give(bool grad, int& buffer) {
+    pool_.give(buffer);
+    buffer = -1;
     --(grad ? grads_ : params_);
   }
 
   void start_gather(int c) {
-    take(false);
+    param_buffer_[c] = take(false, c);
     gathered_[c] = true;
     live_elems_ += lay_.chunk_elems(c);
   }
   void release_gathered(int c) {
-    give(false);
+    give(false, param_buffer_[c]);
     gathered_[c] = false;
     live_elems_ -= lay_.chunk_elems(c);
   }
   void prefetch_after(size_t pos) {
     int64_t ahead = 0;
     for (size_t q = pos; q < accesses_.size(); ++q) {
-      for (int c : block_chunks_[accesses_[q]]) {
+      for (int c : param_chunks(q)) {
         const int64_t elems = lay_.chunk_elems(c);
         ahead += elems;
         if (ahead > s_.prefetch_bucket_size) return;
@@ -165,9 +172,11 @@ class Replay {
     }
   }
   bool needed_soon(int c) const {
-    const size_t end = std::min(accesses_.size(), std::max(pos_ + 1, prefetched_to_));
+    size_t next = pos_;
+    while (next < accesses_.size() && accesses_[next].weight) ++next;
+    const size_t end = std::min(accesses_.size(), std::max(next + 1, prefetched_to_));
     for (size_t q = pos_; q < end; ++q) {
-      const auto& cs = block_chunks_[accesses_[q]];
+      const auto cs = param_chunks(q);
       if (std::find(cs.begin(), cs.end(), c) != cs.end()) return true;
     }
     return false;
@@ -197,8 +206,7 @@ class Replay {
   }
   void complete(int c) {
     if (stage_ < 2) return;  // stage 1 reduces in the chunk itself
-    grad_attached_[c] = false;
-    give(true);
+    give(true, grad_buffer_[c]);
   }
   void complete_reductions_of(int c) {
     const auto last = std::find(reductions_.rbegin(), reductions_.rend(), c);
@@ -212,13 +220,24 @@ class Replay {
   const int stage_;
   const ZeroSettings s_;
   std::vector<std::vector<int>> block_chunks_;
-  std::vector<bool> grad_attached_, gathered_, persistent_;
+  const size_t dtype_bytes_;
+  BufferPool pool_{nullptr};
+  std::vector<int> grad_buffer_, param_buffer_;  // per chunk: the pool buffer held, or -1
+  std::vector<bool> gathered_, persistent_;
   std::vector<std::vector<int>> ready_;  // [chunk][micro-batch]: tensors complete
   std::deque<int> reductions_;
   int64_t reducing_elems_ = 0, live_elems_ = 0;
-  std::vector<int> accesses_;  // block of each access
+  struct BlockAccess {
+    int block;
+    bool weight;  // a W: gathers nothing
+  };
+  std::span<const int> param_chunks(size_t q) const {
+    if (accesses_[q].weight) return {};
+    return block_chunks_[accesses_[q].block];
+  }
+  std::vector<BlockAccess> accesses_;
   size_t pos_ = 0, prefetched_to_ = 0;
-  int in_use_ = 0, grads_ = 0, params_ = 0;
+  int peak_in_use_ = 0, grads_ = 0, params_ = 0;
   ZeroBufferPeak peak_;
 };
 
@@ -241,11 +260,12 @@ ZeroSettings runnable_zero_settings(ZeroSettings s, const ChunkLayout& layout,
 
 ZeroBufferPeak simulate_zero_buffers(const ChunkLayout& layout,
                                      const std::vector<ModelBlock>& blocks, int stage,
-                                     const ZeroSettings& settings, int micro_batches) {
+                                     const ZeroSettings& settings, int micro_batches,
+                                     size_t dtype_bytes) {
   TIDE_CHECK(stage >= 1 && stage <= 3, "ZeRO buffers are simulated for stages 1-3 (got {})", stage);
   TIDE_CHECK(micro_batches >= 1, "a step needs at least one micro-batch (got {})", micro_batches);
   if (stage == 1) return {};  // reduces in place, gathers in place
-  return Replay(layout, blocks, stage, settings).run(micro_batches);
+  return Replay(layout, blocks, stage, settings, dtype_bytes).run(micro_batches);
 }
 
 }  // namespace tide

@@ -3,9 +3,10 @@
 // replaying the runtime's rules over one step's block accesses: the estimate's buffer term must
 // describe what ZeroPolicy allocates, not a rule of thumb.
 //
-// Every buffer is one WHOLE chunk of the largest size (max_chunk_elems elements of the compute
-// dtype), taken from a free list and allocated on first need, so the bytes the runtime holds are
-// (peak buffers in use at once) x (one buffer). The rules replayed, as zero.cpp has them:
+// Every buffer holds a whole chunk of the largest size in the compute dtype and comes from a
+// BufferPool (allocated on first need; memory/buffer_pool.h), which the replay runs without
+// memory: the bytes it ends with are the bytes the runtime allocates. The rules replayed, as zero.cpp has
+// them:
 //   * stage 2/3 gradients: a chunk's first W access in a micro-batch attaches a buffer; when the
 //     micro-batch completes the chunk its reduce-scatter is issued, and the buffer comes back
 //     when that reduction is completed: when the reductions in flight would pass
@@ -17,9 +18,10 @@
 //     stage3_max_live_parameters; a chunk goes back when no op holds it unless the next access
 //     (or one already prefetched for) uses it; chunks whose payload is at most
 //     stage3_param_persistence_threshold stay gathered for good;
+//   * a W gathers no parameters (it reads only its stash);
 //   * stage 1 reduces in place: no buffers.
-// The step is the engine's data-parallel schedule (F, then B and W fused per block, for each
-// micro-batch); the blocks are the GPT's (embedding, layers, head with the tied embedding).
+// The step is the engine's data-parallel schedule, in the block order of pipeline/block_parts.h
+// (F; then B and W fused per block), for each micro-batch; the blocks are the GPT's (embedding, layers, head with the tied embedding).
 
 #include <cstdint>
 #include <vector>
@@ -47,15 +49,18 @@ ZeroSettings runnable_zero_settings(ZeroSettings s, const ChunkLayout& layout,
                                     const std::vector<ModelBlock>& blocks);
 
 struct ZeroBufferPeak {
-  int buffers = 0;        // most buffers in use at once = buffers the runtime allocates
-  int grad_buffers = 0;   // of which gradient chunks, at the (first) peak
-  int param_buffers = 0;  // of which gathered parameter chunks (persistent ones included)
+  int64_t bytes = 0;      // all buffers the runtime allocates
+  int buffers = 0;        // how many
+  int grad_buffers = 0;   // at the (first) peak of buffers in use: gradient chunks
+  int param_buffers = 0;  // and gathered parameter chunks (persistent ones included)
   int persistent = 0;     // stage 3: chunks that stay gathered
 };
 
 // Replays one step of `micro_batches` micro-batches under ZeRO stage `stage` (1-3).
+// `dtype_bytes`: bytes per element of the compute dtype.
 ZeroBufferPeak simulate_zero_buffers(const ChunkLayout& layout,
                                      const std::vector<ModelBlock>& blocks, int stage,
-                                     const ZeroSettings& settings, int micro_batches);
+                                     const ZeroSettings& settings, int micro_batches,
+                                     size_t dtype_bytes);
 
 }  // namespace tide

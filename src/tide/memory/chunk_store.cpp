@@ -189,7 +189,8 @@ void ChunkStore::acquire(std::span<const int> ids, Use use) {
   if (policy_) policy_->on_acquire(*this, ids, use);
   for (int id : ids) {
     const int c = layout_.slot(id).chunk;
-    if (!whole(ChunkKind::PARAM, c)) {
+    // A W reads only its stash and writes gradients: its parameters need not be resident.
+    if (use != Use::WEIGHT && !whole(ChunkKind::PARAM, c)) {
       TIDE_CHECK(policy_ != nullptr,
                  "tensor '{}' is not resident and no placement policy can fetch chunk {}",
                  layout_.slot(id).name, c);

@@ -110,8 +110,8 @@ class ChunkStore {
   // --- use of parameters -------------------------------------------------------------------
   void set_policy(PlacementPolicy* policy) { policy_ = policy; }
   // Tensors `ids` are about to be used by ops: each joins COMPUTE (one more user), and every
-  // chunk of theirs that is not resident whole is fetched by the policy first (for
-  // Use::WEIGHT, their GRAD chunks too).
+  // chunk of theirs that is not resident whole is fetched by the policy first: PARAM chunks
+  // for FORWARD and BACKWARD, GRAD chunks for WEIGHT.
   void acquire(std::span<const int> ids, Use use);
   // The ops are done with `ids`: one user less each; a tensor with none left goes to
   // HOLD_AFTER_FWD / HOLD_AFTER_BWD, and a chunk with no tensor in COMPUTE is offered to the

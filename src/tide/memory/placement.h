@@ -5,7 +5,7 @@
 //
 //   on_acquire(ids, use)    every acquire() starts here, before any check: a policy that follows
 //                           the step's order of accesses (ZeRO-3 prefetch) learns where it is.
-//   fetch(c, use)           acquire() found chunk c of PARAM not usable by ops: make it so
+//   fetch(c, use)           acquire() for F or B found chunk c of PARAM not usable: make it so
 //                           (allocate it on the compute tier; gather, copy or move it in).
 //   fetch_grads(c)          an acquire() for W (Use::WEIGHT: ops will add to gradients) found
 //                           chunk c of GRAD not whole: make it so (ZeRO-2/3 attach a buffer
@@ -25,8 +25,9 @@ namespace tide {
 
 class ChunkStore;
 
-// FORWARD: F reads parameters. BACKWARD: B reads parameters. WEIGHT: W reads parameters and
-// adds to their gradients.
+// FORWARD: F reads parameters. BACKWARD: B reads parameters. WEIGHT: W adds to the parameters'
+// gradients; it reads only what its B stashed, never the parameters (so a W does not make the
+// store fetch PARAM chunks, and ZeRO-3 gathers nothing for it).
 enum class Use { FORWARD, BACKWARD, WEIGHT };
 
 class PlacementPolicy {

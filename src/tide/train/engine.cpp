@@ -49,32 +49,28 @@ class Engine::GradReduction : public PlacementPolicy {
 namespace {
 // Peak micro-batches between F and W, and peak (micro-batch, block) stashes between B and W.
 std::pair<int, int> in_flight(const pipeline::Schedule& s, int blocks) {
-  int mbs = 0, stashes = 0, peak_mbs = 0, peak_stashes = 0;
+  int mbs = 0, stashes = 0, peak_mbs = 0, peak_stashes = 1;
   for (const pipeline::Action& a : s.actions[0]) {
+    if (!pipeline::is_compute(a.op)) continue;
     if (a.op == Op::F) peak_mbs = std::max(peak_mbs, ++mbs);
-    if (a.op == Op::B && s.split_backward) stashes += blocks;
-    if (a.op == Op::W) {
-      if (s.split_backward) stashes -= blocks;
-      --mbs;
+    if (a.op == Op::W) --mbs;
+    for (const pipeline::BlockPart& p : pipeline::block_parts(a.op, blocks, s.split_backward)) {
+      if (p.op == Op::B) peak_stashes = std::max(peak_stashes, ++stashes);
+      if (p.op == Op::W) --stashes;
     }
-    peak_stashes = std::max(peak_stashes, stashes);
   }
-  return {peak_mbs, std::max(peak_stashes, 1)};  // fused B+W holds one stash at a time
+  return {peak_mbs, peak_stashes};
 }
 
-// The order in which a step's actions use the blocks' parameters (ZeRO-3 prefetches by it).
+// The order in which a step's block parts use the blocks' parameters (ZeRO-3 prefetches by it).
 std::vector<BlockAccess> block_accesses(const pipeline::Schedule& s, int blocks) {
   std::vector<BlockAccess> seq;
   for (const pipeline::Action& a : s.actions[0]) {
-    if (a.op == Op::F)
-      for (int i = 0; i < blocks; ++i) seq.push_back({i, Use::FORWARD});
-    if (a.op == Op::B)
-      for (int i = blocks - 1; i >= 0; --i) {
-        seq.push_back({i, Use::BACKWARD});
-        if (!s.split_backward) seq.push_back({i, Use::WEIGHT});
-      }
-    if (a.op == Op::W && s.split_backward)
-      for (int i = blocks - 1; i >= 0; --i) seq.push_back({i, Use::WEIGHT});
+    if (!pipeline::is_compute(a.op)) continue;
+    for (const pipeline::BlockPart& p : pipeline::block_parts(a.op, blocks, s.split_backward))
+      seq.push_back({p.block, p.op == Op::F   ? Use::FORWARD
+                              : p.op == Op::B ? Use::BACKWARD
+                                              : Use::WEIGHT});
   }
   return seq;
 }
@@ -106,6 +102,8 @@ Engine::Engine(GPT& model, std::shared_ptr<ProcessGroup> dp, pipeline::Schedule 
              schedule_.name, schedule_.stages, schedule_.chunks);
   check_lr_schedule(opt_.lr);
   const auto [mbs, stashes] = in_flight(schedule_, model_.num_blocks());
+  b_parts_ = pipeline::block_parts(Op::B, model_.num_blocks(), schedule_.split_backward);
+  w_parts_ = pipeline::block_parts(Op::W, model_.num_blocks(), schedule_.split_backward);
   stash_ = StashPool(model_.stash_slot_bytes(B, T), stashes);
   for (int i = 0; i < mbs; ++i) mbs_.push_back(model_.make_micro_batch(B, T, &stash_));
   running_.assign(mbs, -1);
@@ -149,7 +147,7 @@ StepStats Engine::step(int64_t step, uint64_t seed, const BatchFn& batch) {
   using Clock = std::chrono::steady_clock;
   const auto t0 = Clock::now();
   ChunkStore& store = model_.store();
-  const int M = schedule_.microbatches, L = model_.num_blocks();
+  const int M = schedule_.microbatches;
   store.zero(ChunkKind::GRAD);
   // Counted from here: ZeRO-3's begin_step already starts gathering (prefetch).
   const uint64_t sent_before = dp_->counters().bytes_sent;
@@ -172,17 +170,14 @@ StepStats Engine::step(int64_t step, uint64_t seed, const BatchFn& batch) {
       mb.seq0 = (static_cast<uint64_t>(a.mb) * dp_->size() + dp_->rank()) * B_;
       mb.dloss = 1.0f / static_cast<float>(M);
       loss_sum += model_.forward(mb);
-    } else if (a.op == Op::B) {
+    } else if (a.op == Op::B || a.op == Op::W) {
       MicroBatch& mb = micro_batch(a.mb);
-      for (int i = L - 1; i >= 0; --i) {
-        model_.backward_input_block(mb, i);
-        if (!schedule_.split_backward) model_.backward_weight_block(mb, i, /*mark_grads=*/true);
-      }
-    } else if (a.op == Op::W) {
-      MicroBatch& mb = micro_batch(a.mb);
-      if (schedule_.split_backward)
-        for (int i = L - 1; i >= 0; --i) model_.backward_weight_block(mb, i, /*mark_grads=*/true);
-      *std::find(running_.begin(), running_.end(), a.mb) = -1;
+      for (const pipeline::BlockPart& p : a.op == Op::B ? b_parts_ : w_parts_)
+        if (p.op == Op::B)
+          model_.backward_input_block(mb, p.block);
+        else
+          model_.backward_weight_block(mb, p.block, /*mark_grads=*/true);
+      if (a.op == Op::W) *std::find(running_.begin(), running_.end(), a.mb) = -1;
     }
   }
   const auto t_comm = Clock::now();

@@ -25,6 +25,7 @@
 #include "tide/model/gpt.h"
 #include "tide/optim/adamw.h"
 #include "tide/optim/lr_schedule.h"
+#include "tide/pipeline/block_parts.h"
 #include "tide/pipeline/schedule.h"
 #include "tide/train/zero.h"
 
@@ -96,6 +97,8 @@ class Engine {
   std::unique_ptr<GradReduction> reduction_;      // stage 0
   std::unique_ptr<ZeroPolicy> zero_;              // stages 1-3
   std::vector<BlockAccess> accesses_;             // the blocks' parameter uses in one step
+  // The block parts a B and a W action run (pipeline/block_parts.h), built once.
+  std::vector<pipeline::BlockPart> b_parts_, w_parts_;
 };
 
 }  // namespace tide

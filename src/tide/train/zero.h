@@ -30,15 +30,16 @@
 // most stage3_max_live_parameters elements gathered. Chunks whose payload is at most
 // stage3_param_persistence_threshold elements stay gathered (re-gathered after each update).
 //
-// Buffers come from the compute allocator the first time they are needed and are reused from
-// a free list afterwards: after the first step a step allocates nothing (ZeRO-R's constant-size
-// buffers, pre-allocated contiguous memory).
+// Buffers, each the size of the largest chunk, come from the compute allocator the first time
+// they are needed and are reused afterwards (memory/buffer_pool.h): after the first step a step
+// allocates nothing (ZeRO-R's constant-size buffers, pre-allocated memory).
 
 #include <cstdint>
 #include <deque>
 #include <vector>
 
 #include "tide/comm/process_group.h"
+#include "tide/memory/buffer_pool.h"
 #include "tide/memory/chunk_store.h"
 #include "tide/train/zero_settings.h"
 
@@ -85,7 +86,7 @@ class ZeroPolicy final : public PlacementPolicy {
 
   const ZeroStepCounters& counters() const { return counters_; }
   // Bytes of the communication buffers (all allocated so far; reused every step).
-  size_t buffer_bytes() const { return all_buffers_.size() * buffer_bytes_; }
+  size_t buffer_bytes() const { return pool_.allocated_bytes(); }
 
   void on_acquire(ChunkStore& store, std::span<const int> ids, Use use) override;
   void fetch(ChunkStore& store, int chunk, Use use) override;
@@ -101,16 +102,21 @@ class ZeroPolicy final : public PlacementPolicy {
   enum class Gathered : uint8_t { NO, IN_FLIGHT, YES };
 
   void wait(Work& w);  // w.wait(), timed into counters_.wait_seconds
-  void* take_buffer();
-  void give_buffer(void* p);
+  // A pooled buffer for chunk c's kind k, attached over its slice (released by detach()).
+  void* attach(ChunkKind k, int c);
+  void detach(ChunkKind k, int c);
   // Stage 3: starts gathering chunk c into a buffer; wait_gathered(c) makes it usable.
   void start_gather(int c);
   void wait_gathered(int c);
   void release_gathered(int c);
   void prefetch_after(size_t pos);
   bool needed_soon(int c) const;
-  // The chunks block b's parameters live in.
-  const std::vector<int>& chunks_of(int block) const { return block_chunks_[block]; }
+  // The parameter chunks access a needs gathered: its block's, none for a W (weight gradients
+  // read only the stash and the gradient chunks).
+  std::span<const int> param_chunks(const BlockAccess& a) const {
+    if (a.use == Use::WEIGHT) return {};
+    return block_chunks_[a.block];
+  }
   void complete_reduction(const Pending& p);
   void complete_reductions_of(int c);
 
@@ -118,9 +124,8 @@ class ZeroPolicy final : public PlacementPolicy {
   ProcessGroup& dp_;
   ZeroSettings s_;
   std::vector<std::vector<int>> block_params_, block_chunks_;
-  Allocator& alloc_;
-  size_t buffer_bytes_ = 0;
-  std::vector<void*> free_buffers_, all_buffers_;
+  BufferPool pool_;
+  std::vector<int> param_buffer_, grad_buffer_;  // per chunk: the pool buffer attached, or -1
 
   std::deque<Pending> reductions_;  // in issue order
   int64_t reducing_elems_ = 0;

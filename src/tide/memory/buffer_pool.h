@@ -1,0 +1,48 @@
+#pragma once
+// BufferPool: reusable communication buffers (ZeRO-R's constant-size buffers, C_B), allocated on
+// first need and kept for the next step, so that after the first step nothing is allocated.
+//
+// A request takes the smallest free buffer that is large enough, or allocates one of exactly
+// its size. Every rank makes the same requests in the same order, so every rank ends up with the
+// same buffers. (ZeRO asks for the largest chunk's size every time: train/zero.cpp says why.)
+//
+// The pool only decides; with an allocator it also holds the memory. The estimator runs the
+// same pool without one (counting), so the bytes it predicts are the bytes the runtime takes.
+
+#include <cstddef>
+#include <vector>
+
+#include "tide/memory/allocator.h"
+
+namespace tide {
+
+class BufferPool {
+ public:
+  // `alloc` == nullptr: count only (data() is nullptr).
+  explicit BufferPool(Allocator* alloc) : alloc_(alloc) {}
+  ~BufferPool();
+  BufferPool(const BufferPool&) = delete;
+  BufferPool& operator=(const BufferPool&) = delete;
+
+  // A free buffer of at least `bytes` (Arena-aligned), as an index for data() and give().
+  int take(size_t bytes);
+  void give(int buffer);
+  void* data(int buffer) const { return buffers_[buffer].data; }
+
+  size_t allocated_bytes() const { return allocated_; }  // all buffers, free or not
+  int count() const { return static_cast<int>(buffers_.size()); }
+  int in_use() const { return in_use_; }
+
+ private:
+  struct Buffer {
+    void* data = nullptr;
+    size_t bytes = 0;
+    bool free = false;
+  };
+  Allocator* alloc_;
+  std::vector<Buffer> buffers_;
+  size_t allocated_ = 0;
+  int in_use_ = 0;
+};
+
+}  // namespace tide
