@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <limits>
+#include <vector>
 
 #include "commands.h"
 #include "tide/data/tokenizer.h"
@@ -24,6 +26,7 @@ struct SampleArgs {
   float temperature = 0.8f;
   int top_k = 40;
   uint64_t seed = 42;
+  bool ignore_eot = false;
 };
 
 // Draws a token from softmax(logits / temperature) restricted to the top_k largest.
@@ -86,11 +89,21 @@ void run_sample(const SampleArgs& a) {
       return logits;
     };
     const float* logits = feed(ids.size() > static_cast<size_t>(T) ? ids.size() - T / 2 : 0);
+    std::vector<float> no_eot;  // the logits with end-of-text masked out
     for (int n = 0; n < a.tokens; ++n) {
+      // A sample without a prompt would be empty if its first token ended the document.
+      if (n == 0 && a.prompt.empty() && tok.eot_id() < V) {
+        no_eot.assign(logits, logits + V);
+        no_eot[tok.eot_id()] = -std::numeric_limits<float>::infinity();
+        logits = no_eot.data();
+      }
       const int next = sample_token(logits, V, a.temperature, a.top_k, rng.uniform(draw++));
-      if (next == tok.eot_id()) break;
+      if (next == tok.eot_id() && !a.ignore_eot) break;
       ids.push_back(next);
-      fmt::print("{}", tok.decode(std::span<const int32_t>(&ids.back(), 1)));
+      if (next == tok.eot_id())
+        fmt::print("\n\n");  // --ignore-eot: a blank line between documents
+      else
+        fmt::print("{}", tok.decode(std::span<const int32_t>(&ids.back(), 1)));
       std::fflush(stdout);
       logits = dec.position() < T ? dec.push(next) : feed(ids.size() - T / 2);
     }
@@ -112,6 +125,9 @@ void add_sample_command(CLI::App& app) {
   cmd->add_option("--top-k", a->top_k, "sample among the k most likely tokens (0: all)")
       ->capture_default_str();
   cmd->add_option("--seed", a->seed, "random seed")->capture_default_str();
+  cmd->add_flag("--ignore-eot", a->ignore_eot,
+                "go on past the end of a document (a blank line between documents) until "
+                "--tokens tokens");
   cmd->callback([a] { run_sample(*a); });
 }
 
