@@ -68,6 +68,17 @@ void write_file_atomically(const std::string& path, const std::string& text) {
   }
 }
 
+// Creates the directory `path` goes in (trace.path), naming the key when it cannot.
+void create_parent_directory(const std::string& path) {
+  const fs::path dir = fs::path(path).parent_path();
+  if (dir.empty()) return;
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  TIDE_CHECK(!ec && fs::is_directory(dir),
+             "trace.path '{}': cannot create its directory ({}); choose a writable path", path,
+             ec ? ec.message() : "not a directory");
+}
+
 // One metrics line, flushed; a failed write (a full disk) stops the run instead of losing lines.
 void write_metrics_line(std::ofstream& f, const std::string& path, const json& line) {
   f << line.dump() << "\n" << std::flush;
@@ -268,6 +279,11 @@ std::vector<std::string> gather_text(ProcessGroup& g, const std::string& text) {
 }
 }  // namespace
 
+std::string Trainer::trace_file() const {
+  return cfg_.trace_path.empty() ? (fs::path(cfg_.out_dir) / "trace.json").string()
+                                 : cfg_.trace_path;
+}
+
 void Trainer::write_trace() {
   if (!tracer_) return;
   const int rank = world_->rank();
@@ -277,10 +293,8 @@ void Trainer::write_trace() {
   const int64_t last = std::min(step_, first_traced_ + cfg_.trace_steps - 1);
   tracer_.reset();  // traced once per run
   if (rank != 0 || last < first_traced_) return;
-  const std::string path =
-      cfg_.trace_path.empty() ? (fs::path(cfg_.out_dir) / "trace.json").string() : cfg_.trace_path;
-  std::error_code ec;
-  if (fs::path(path).has_parent_path()) fs::create_directories(fs::path(path).parent_path(), ec);
+  const std::string path = trace_file();
+  create_parent_directory(path);
   write_file_atomically(path, chrome_trace_file(parts));
   fmt::print("{}tide: trace of step{} {} written to {} (open it in https://ui.perfetto.dev)\n",
              isatty(STDOUT_FILENO) && cfg_.progress ? "\n" : "", last > first_traced_ ? "s" : "",
@@ -426,17 +440,20 @@ void Trainer::run() {
     fs::create_directories(cfg_.out_dir, ec);
     TIDE_CHECK(!ec, "out_dir '{}': cannot create it ({}); choose a writable directory",
                cfg_.out_dir, ec.message());
-    write_file_atomically((fs::path(cfg_.out_dir) / "config.json").string(),
-                          config_to_json(cfg_).dump(2) + "\n");
-    metrics.open(metrics_path, cfg_.resume.empty() ? std::ios::trunc : std::ios::app);
-    TIDE_CHECK(metrics.good(), "{}: cannot open for writing; check that out_dir is writable",
-               metrics_path);
+    // The trace's directory and the event file: any error comes before config.json and
+    // metrics.jsonl are written.
+    if (cfg_.trace_steps > 0) create_parent_directory(trace_file());
     if (cfg_.tensorboard) {
       fs::path dir = cfg_.tensorboard_path.empty() ? fs::path(cfg_.out_dir) / "tensorboard"
                                                    : fs::path(cfg_.tensorboard_path);
       if (!cfg_.tensorboard_job.empty()) dir /= cfg_.tensorboard_job;
       tensorboard_ = std::make_unique<TensorBoardWriter>(dir.string());
     }
+    write_file_atomically((fs::path(cfg_.out_dir) / "config.json").string(),
+                          config_to_json(cfg_).dump(2) + "\n");
+    metrics.open(metrics_path, cfg_.resume.empty() ? std::ios::trunc : std::ios::app);
+    TIDE_CHECK(metrics.good(), "{}: cannot open for writing; check that out_dir is writable",
+               metrics_path);
     if (!cfg_.resume.empty()) fmt::print("tide: resumed from {} at step {}\n", cfg_.resume, step_);
     const size_t act = engine_->activation_bytes();
     fmt::print(

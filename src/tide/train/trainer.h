@@ -69,6 +69,8 @@ class Trainer {
   RunPosition check_resume(const std::string& path) const;
   // The tracer for the step about to be taken (nullptr outside the traced window).
   Tracer* step_tracer() const;
+  // trace.path, or out_dir/trace.json.
+  std::string trace_file() const;
   // Gathers every rank's events to rank 0, which writes trace.path (collective); ends tracing.
   void write_trace();
   // metrics.jsonl line, mirrored to TensorBoard when it is on (rank 0).

@@ -146,3 +146,26 @@ TEST(TraceRun, ATraceCutShortByTrainStepsIsWrittenAtTheEndOfTheRun) {
   for (const json& e : j.at("traceEvents")) steps += e["name"] == "step";
   EXPECT_EQ(steps, 2);  // steps 2 and 3
 }
+
+TEST(TraceRun, UnwritablePathsAreErrorsBeforeAnythingIsWritten) {
+  const std::string dir = test::temp_dir("unwritable");
+  std::ofstream(dir + "/a_file") << "x";  // a directory cannot be made below a file
+  for (const std::string& bad : {"trace.path=" + dir + "/a_file/sub/trace.json",
+                                 "tensorboard.output_path=" + dir + "/a_file/tb"}) {
+    auto o = run_overrides(dir);
+    o.push_back("out_dir=" + dir + "/out");
+    o.push_back(bad.starts_with("trace") ? "trace.steps=1" : "tensorboard.enabled=true");
+    o.push_back(bad);
+    std::string error;
+    try {
+      Trainer(load_train_config("", o)).run();
+    } catch (const Error& e) {
+      error = e.what();
+    }
+    const std::string key = bad.substr(0, bad.find('='));
+    EXPECT_NE(error.find(key + " '"), std::string::npos) << error;
+    EXPECT_FALSE(fs::exists(dir + "/out/config.json")) << key;
+    EXPECT_FALSE(fs::exists(dir + "/out/metrics.jsonl")) << key;
+    EXPECT_FALSE(fs::exists(dir + "/config.json")) << key;
+  }
+}
