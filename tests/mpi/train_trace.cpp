@@ -1,7 +1,7 @@
 // `trace.steps` on N ranks: rank 0 gathers every rank's events into one trace, one process per
-// rank; under ZeRO-2 and ZeRO-3 the communication (reduce-scatters and all-gathers in flight,
-// and stage 3's parameter evictions) shows up next to the block parts; and tracing changes no
-// bit of training.
+// rank; the communication (stage 0's all-reduces; ZeRO-2/3's reduce-scatters and all-gathers in
+// flight, and stage 3's parameter evictions) shows up next to the block parts; and tracing
+// changes no bit of training.
 
 #include <gtest/gtest.h>
 
@@ -71,10 +71,15 @@ TEST_P(ZeroTrace, EveryRankTracesItsCommunicationAndTrainingIsUnchanged) {
     EXPECT_TRUE(named_processes.count(r));
     auto& n = names[r];
     EXPECT_EQ(n["step"], 2);
-    // Two steps x two micro-batches x every chunk: one reduce-scatter each.
-    EXPECT_GT(n["reduce-scatter grads"], 0);
-    EXPECT_EQ(n["reduce-scatter grads"] % 4, 0);
-    EXPECT_GT(n["all-gather params"], 0);
+    if (stage == 0) {  // the DP hook: one all-reduce per chunk per step
+      EXPECT_GT(n["all-reduce grads"], 0);
+      EXPECT_EQ(n["all-reduce grads"] % 2, 0);
+      EXPECT_EQ(n["reduce-scatter grads"], 0);
+    } else {  // two steps x two micro-batches x every chunk: one reduce-scatter each
+      EXPECT_GT(n["reduce-scatter grads"], 0);
+      EXPECT_EQ(n["reduce-scatter grads"] % 4, 0);
+      EXPECT_GT(n["all-gather params"], 0);
+    }
     EXPECT_GT(n["forward"], 0);
     EXPECT_EQ(n["optimizer"], 2);
     if (stage == 3) EXPECT_GT(n["evict params"], 0);
@@ -82,4 +87,4 @@ TEST_P(ZeroTrace, EveryRankTracesItsCommunicationAndTrainingIsUnchanged) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Stages, ZeroTrace, testing::Values(2, 3));
+INSTANTIATE_TEST_SUITE_P(Stages, ZeroTrace, testing::Values(0, 2, 3));
