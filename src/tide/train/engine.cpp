@@ -139,7 +139,10 @@ Engine::Engine(GPT& model, std::shared_ptr<ProcessGroup> dp, pipeline::Schedule 
 }
 
 Engine::~Engine() {
-  if (reduction_) reduction_->wait_all();  // never leave a collective writing into freed chunks
+  // Never leave a collective writing into freed chunks. (Not wait_all(): after a failed step
+  // the tracer its traces point to may be gone.)
+  if (reduction_)
+    for (auto& r : reduction_->pending) r.work->wait();
   model_.store().set_policy(nullptr);
   zero_.reset();
 }
