@@ -194,6 +194,7 @@ void ChunkStore::acquire(std::span<const int> ids, Use use) {
       TIDE_CHECK(policy_ != nullptr,
                  "tensor '{}' is not resident and no placement policy can fetch chunk {}",
                  layout_.slot(id).name, c);
+      const TraceSpan span(tracer_, "fetch params", "memory", {{"chunk", c}});
       policy_->fetch(*this, c, use);
       TIDE_CHECK(whole(ChunkKind::PARAM, c), "the placement policy did not fetch chunk {}", c);
     }
@@ -201,6 +202,7 @@ void ChunkStore::acquire(std::span<const int> ids, Use use) {
       TIDE_CHECK(policy_ != nullptr,
                  "the gradient of '{}' is not resident and no placement policy can fetch chunk {}",
                  layout_.slot(id).name, c);
+      const TraceSpan span(tracer_, "fetch grads", "memory", {{"chunk", c}});
       policy_->fetch_grads(*this, c);
       TIDE_CHECK(whole(ChunkKind::GRAD, c), "the placement policy did not fetch gradient chunk {}",
                  c);
@@ -219,7 +221,17 @@ void ChunkStore::release(std::span<const int> ids, Use use) {
     if (--users_[id] > 0) continue;
     set_state(id, use == Use::FORWARD ? TensorState::HOLD_AFTER_FWD : TensorState::HOLD_AFTER_BWD);
     const int c = layout_.slot(id).chunk;
-    if (--chunk_users_[c] == 0 && policy_) policy_->evict(*this, c, use);
+    if (--chunk_users_[c] != 0 || !policy_) continue;
+    if (!tracer_) {
+      policy_->evict(*this, c, use);
+      continue;
+    }
+    // Traced only when the chunk really leaves (most evict() calls keep it where it is).
+    const bool was_whole = whole(ChunkKind::PARAM, c);
+    const double t0 = Tracer::now_us();
+    policy_->evict(*this, c, use);
+    if (was_whole && !whole(ChunkKind::PARAM, c))
+      tracer_->add("evict params", "memory", 0, t0, Tracer::now_us() - t0, {{"chunk", c}});
   }
 }
 

@@ -21,6 +21,7 @@
 #include <span>
 #include <vector>
 
+#include "tide/core/trace.h"
 #include "tide/memory/allocator.h"
 #include "tide/memory/chunk_layout.h"
 #include "tide/memory/placement.h"
@@ -109,6 +110,10 @@ class ChunkStore {
 
   // --- use of parameters -------------------------------------------------------------------
   void set_policy(PlacementPolicy* policy) { policy_ = policy; }
+  // Where chunk moves (the policy's fetch, fetch_grads and an evict that frees the chunk) are
+  // recorded, and where policies record their communication (trace.h); nullptr: not traced.
+  void set_tracer(Tracer* tracer) { tracer_ = tracer; }
+  Tracer* tracer() const { return tracer_; }
   // Tensors `ids` are about to be used by ops: each joins COMPUTE (one more user), and every
   // chunk of theirs that is not resident whole is fetched by the policy first: PARAM chunks
   // for FORWARD and BACKWARD, GRAD chunks for WEIGHT.
@@ -141,6 +146,7 @@ class ChunkStore {
   StoreOptions opt_;
   std::unique_ptr<HostAllocator> host_;
   PlacementPolicy* policy_ = nullptr;
+  Tracer* tracer_ = nullptr;
   std::array<std::vector<Chunk>, kNumChunkKinds> chunks_;
   std::vector<TensorState> states_;
   std::vector<int> users_;               // per tensor: ops holding it in COMPUTE

@@ -34,6 +34,7 @@ struct MicroBatch {
   uint64_t seq0 = 0;     // global index of sequence 0 in the step's global batch (dropout masks)
   int index = 0;         // micro-batch index within the step (gradient completion)
   float dloss = 1.0f;    // d(objective)/d(mean loss of this micro-batch): 1/grad_accum * scale
+  Tracer* tracer = nullptr;  // where GPT's block parts record their spans (trace.h); nullptr: off
 
   Arena saved;                   // activations kept from forward to backward
   Arena workspace;               // temporaries of one block part (rewound after every F, B and W)

@@ -5,6 +5,8 @@
 #include <cstring>
 #include <string>
 
+#include "tide/core/trace.h"
+
 namespace tide {
 
 GPT::GPT(const GPTConfig& config, ActivationPolicy policy, int64_t chunk_elems, bool with_optimizer,
@@ -120,6 +122,7 @@ size_t GPT::stash_slot_bytes(int B, int T) const {
 void GPT::forward_block(MicroBatch& mb, int i) {
   const size_t mark = mb.workspace.mark();
   const std::vector<int>& ids = blocks_[i]->param_ids();
+  const TraceSpan span(mb.tracer, "forward", "compute", {{"block", i}, {"mb", mb.index}});
   store_->acquire(ids, Use::FORWARD);
   blocks_[i]->forward(mb);
   store_->release(ids, Use::FORWARD);
@@ -135,6 +138,7 @@ void GPT::backward_input_block(MicroBatch& mb, int i) {
   if (i == num_blocks() - 1) std::memset(mb.dresidual.data, 0, mb.dresidual.nbytes());
   const size_t mark = mb.workspace.mark();
   const std::vector<int>& ids = blocks_[i]->param_ids();
+  const TraceSpan span(mb.tracer, "backward", "compute", {{"block", i}, {"mb", mb.index}});
   store_->acquire(ids, Use::BACKWARD);
   blocks_[i]->backward_input(mb);
   store_->release(ids, Use::BACKWARD);
@@ -147,13 +151,14 @@ void GPT::backward_weight_block(MicroBatch& mb, int i, bool mark_grads) {
              i);
   const size_t mark = mb.workspace.mark();
   const std::vector<int>& ids = blocks_[i]->param_ids();
+  const TraceSpan span(mb.tracer, "weight", "compute", {{"block", i}, {"mb", mb.index}});
   store_->acquire(ids, Use::WEIGHT);
   blocks_[i]->backward_weight(mb);
   store_->release(ids, Use::WEIGHT);
   mb.workspace.rewind(mark);
   mb.stash->give_back(mb.stash_slot[i]);
   mb.stash_slot[i] = -1;
-  if (mark_grads)
+  if (mark_grads)  // inside the span: the gradient reductions this starts are part of W
     for (int id : grads_done_after_[i]) store_->mark_grad_ready(id, mb.index);
 }
 

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "tide/core/trace.h"
+
 namespace tide::pipeline {
 
 namespace {
@@ -96,29 +98,20 @@ std::string svg_timeline(const Schedule& s, const SimResult& r) {
 }
 
 std::string chrome_trace(const Schedule& s, const SimResult& r) {
-  std::string out = "{\"traceEvents\": [\n";
-  bool first = true;
-  auto add = [&](const std::string& e) {
-    out += (first ? "  " : ",\n  ") + e;
-    first = false;
-  };
+  // The same writer as the traces of real steps (core/trace.h), so both open the same way.
+  std::vector<LaneName> lanes;
+  std::vector<TraceEvent> events;
+  for (int st = 0; st < s.stages; ++st) lanes.push_back({0, st, fmt::format("stage {}", st)});
   for (int st = 0; st < s.stages; ++st)
-    add(
-        fmt::format("{{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 0, \"tid\": {}, "
-                    "\"args\": {{\"name\": \"stage {}\"}}}}",
-                    st, st));
-  for (int st = 0; st < s.stages; ++st) {
-    for (const TimedAction& t : r.timeline[st]) {
-      add(
-          fmt::format("{{\"name\": \"{}{}\", \"cat\": \"{}\", \"ph\": \"X\", \"pid\": 0, "
-                      "\"tid\": {}, \"ts\": {:.3f}, \"dur\": {:.3f}, \"args\": {{\"microbatch\": "
-                      "{}, \"chunk\": {}}}}}",
-                      op_letter(t.action), t.action.mb, op_name(t.action.op), st, t.start * 1000.0,
-                      (t.end - t.start) * 1000.0, t.action.mb, t.action.chunk));
-    }
-  }
-  out += "\n], \"displayTimeUnit\": \"ms\"}\n";
-  return out;
+    for (const TimedAction& t : r.timeline[st])
+      events.push_back({fmt::format("{}{}", op_letter(t.action), t.action.mb),
+                        op_name(t.action.op),
+                        0,
+                        st,
+                        t.start * 1000.0,
+                        (t.end - t.start) * 1000.0,
+                        {{"microbatch", t.action.mb}, {"chunk", t.action.chunk}}});
+  return chrome_trace_json(events, lanes);
 }
 
 std::string summary_table(const Schedule& s, const SimResult& r) {

@@ -21,7 +21,8 @@ std::string svg_timeline(const Schedule& s, const SimResult& r);
 
 // {"traceEvents": [...]} with one complete ("X") event per compute action: pid 0, tid = stage,
 // ts/dur in microseconds taking one cost-model time unit as one millisecond; thread names
-// "stage N" as metadata events.
+// "stage N" as metadata events. Written by core/trace.h's chrome_trace_json, the writer of the
+// traces of real steps too.
 std::string chrome_trace(const Schedule& s, const SimResult& r);
 
 // A short table: makespan, then per stage span, busy, bubble, bubble rate and peak memory.

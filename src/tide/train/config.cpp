@@ -196,6 +196,20 @@ const std::vector<ConfigKey>& config_schema() {
        "operation, step and missing ranks named (keep it above the longest checkpoint write); "
        "see docs/reliability.md",
        nums(0, /*lo_open=*/true)},
+      {"tensorboard.enabled", T::BOOL, false,
+       "write TensorBoard event files (rank 0): every metrics.jsonl value as a scalar, at its "
+       "step; see docs/observability.md"},
+      {"tensorboard.output_path", T::STRING, "",
+       "directory of the event files (created); empty = out_dir/tensorboard"},
+      {"tensorboard.job_name", T::STRING, "",
+       "subdirectory of tensorboard.output_path for this run (DeepSpeed's job_name); empty = "
+       "none"},
+      {"trace.steps", T::INT, 0,
+       "record a Chrome trace (chrome://tracing, Perfetto) of this many steps, after one "
+       "untraced warm-up step: block parts, communication, chunk moves, optimizer; 0 = off",
+       ints(0)},
+      {"trace.path", T::STRING, "",
+       "the trace file (rank 0 gathers every rank's events into it); empty = out_dir/trace.json"},
   };
   return keys;
 }
@@ -617,6 +631,16 @@ TrainConfig parse_checked(const json& j, std::vector<std::string> unknown, bool 
   c.resume = s("checkpoint.resume");
   c.init_from = s("init_from");
   c.comm_timeout_s = f("comm.timeout_s");
+  c.tensorboard = b("tensorboard.enabled");
+  c.tensorboard_path = s("tensorboard.output_path");
+  c.tensorboard_job = s("tensorboard.job_name");
+  TIDE_CHECK(c.tensorboard_job.find('/') == std::string::npos && c.tensorboard_job != "." &&
+                 c.tensorboard_job != "..",
+             "tensorboard.job_name '{}' must be one directory name (no '/'); put the parent "
+             "directories in tensorboard.output_path",
+             c.tensorboard_job);
+  c.trace_steps = i("trace.steps");
+  c.trace_path = s("trace.path");
   c.is_default_run = c.data_dir.empty() && c.train_data.empty();
   c.values = json(v);
 

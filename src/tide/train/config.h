@@ -91,6 +91,13 @@ struct TrainConfig {
   bool progress = true;
   double comm_timeout_s = 600;  // the collective watchdog (docs/reliability.md)
   bool is_default_run = false;  // no data given: the embedded default corpus
+
+  // observability (docs/observability.md)
+  bool tensorboard = false;      // tensorboard.enabled
+  std::string tensorboard_path;  // tensorboard.output_path; "" = out_dir/tensorboard
+  std::string tensorboard_job;   // tensorboard.job_name: a subdirectory; "" = none
+  int64_t trace_steps = 0;       // trace.steps: steps traced after one warm-up; 0 = off
+  std::string trace_path;        // trace.path; "" = out_dir/trace.json
   // Every schema key (dotted path -> value): merged, validated, defaults filled in, resolved
   // values where the typed fields resolve one (a preset's shape, total_num_steps 0, ...).
   // config.json, the checkpoints' config and the ranks' agreement check are written from it,

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <optional>
 
 #include "tide/optim/grad_norm.h"
 #include "tide/train/optimizer_step.h"
@@ -34,13 +35,29 @@ class Engine::GradReduction : public PlacementPolicy {
   }
   void evict(ChunkStore&, int, Use) override {}
   void on_grads_ready(ChunkStore& store, int chunk, int) override {
-    if (dp_.size() > 1 && store.grads_complete(chunk))
-      pending.push_back(dp_.all_reduce_async(store.chunk(ChunkKind::GRAD, chunk), ReduceOp::Avg));
+    if (dp_.size() > 1 && store.grads_complete(chunk)) {
+      AsyncTrace trace = AsyncTrace::start(store.tracer(), "all-reduce grads", {{"chunk", chunk}});
+      pending.push_back(
+          {chunk, dp_.all_reduce_async(store.chunk(ChunkKind::GRAD, chunk), ReduceOp::Avg), trace});
+    }
   }
-  void wait_all() {
-    for (auto& w : pending) w->wait();
+  // `tracer`: where the waits that block are recorded (nullptr: nowhere).
+  void wait_all(Tracer* tracer = nullptr) {
+    for (Reduction& r : pending) {
+      if (!r.work->is_completed()) {
+        const TraceSpan span(tracer, "wait all-reduce", "comm", {{"chunk", r.chunk}});
+        r.work->wait();
+      }
+      r.work->wait();  // a no-op once done; rethrows a failure
+      r.trace.finish();
+    }
   }
-  std::vector<WorkPtr> pending;
+  struct Reduction {
+    int chunk;
+    WorkPtr work;
+    AsyncTrace trace;  // the all-reduce in flight, when the step is traced
+  };
+  std::vector<Reduction> pending;
 
  private:
   ProcessGroup& dp_;
@@ -122,7 +139,10 @@ Engine::Engine(GPT& model, std::shared_ptr<ProcessGroup> dp, pipeline::Schedule 
 }
 
 Engine::~Engine() {
-  if (reduction_) reduction_->wait_all();  // never leave a collective writing into freed chunks
+  // Never leave a collective writing into freed chunks. (Not wait_all(): after a failed step
+  // the tracer its traces point to may be gone.)
+  if (reduction_)
+    for (auto& r : reduction_->pending) r.work->wait();
   model_.store().set_policy(nullptr);
   zero_.reset();
 }
@@ -143,10 +163,16 @@ size_t Engine::activation_bytes() const {
   return b;
 }
 
-StepStats Engine::step(int64_t step, uint64_t seed, const BatchFn& batch) {
+StepStats Engine::step(int64_t step, uint64_t seed, const BatchFn& batch, Tracer* tracer) {
   using Clock = std::chrono::steady_clock;
   const auto t0 = Clock::now();
   ChunkStore& store = model_.store();
+  // The store (and through it the placement policy) traces this step only.
+  struct TracerScope {
+    ChunkStore& s;
+    ~TracerScope() { s.set_tracer(nullptr); }
+  } tracer_scope{store};
+  store.set_tracer(tracer);
   const int M = schedule_.microbatches;
   store.zero(ChunkKind::GRAD);
   // Counted from here: ZeRO-3's begin_step already starts gathering (prefetch).
@@ -160,7 +186,9 @@ StepStats Engine::step(int64_t step, uint64_t seed, const BatchFn& batch) {
       TIDE_ASSERT(free != running_.end());
       *free = a.mb;
       MicroBatch& mb = *mbs_[free - running_.begin()];
+      const TraceSpan span(tracer, "F", "action", {{"mb", a.mb}});
       batch(a.mb, mb.tokens.i32(), mb.targets.i32());
+      mb.tracer = tracer;
       mb.training = true;
       mb.seed = seed;
       mb.step = static_cast<uint64_t>(step);
@@ -172,6 +200,7 @@ StepStats Engine::step(int64_t step, uint64_t seed, const BatchFn& batch) {
       loss_sum += model_.forward(mb);
     } else if (a.op == Op::B || a.op == Op::W) {
       MicroBatch& mb = micro_batch(a.mb);
+      const TraceSpan span(tracer, a.op == Op::B ? "B" : "W", "action", {{"mb", a.mb}});
       for (const pipeline::BlockPart& p : a.op == Op::B ? b_parts_ : w_parts_)
         if (p.op == Op::B)
           model_.backward_input_block(mb, p.block);
@@ -182,13 +211,16 @@ StepStats Engine::step(int64_t step, uint64_t seed, const BatchFn& batch) {
   }
   const auto t_comm = Clock::now();
   StepStats st;
-  if (zero_) {
-    zero_->finish_gradients();
-    st.grad_reductions = zero_->counters().reduce_scatters;
-  } else {
-    reduction_->wait_all();
-    st.grad_reductions = static_cast<int>(reduction_->pending.size());
-    reduction_->pending.clear();
+  {
+    const TraceSpan span(tracer, "finish gradients", "comm");
+    if (zero_) {
+      zero_->finish_gradients();
+      st.grad_reductions = zero_->counters().reduce_scatters;
+    } else {
+      reduction_->wait_all(tracer);
+      st.grad_reductions = static_cast<int>(reduction_->pending.size());
+      reduction_->pending.clear();
+    }
   }
   // Stage 0 waits only here; ZeRO counts every blocking wait (gathers, reductions).
   st.comm_seconds = zero_ ? zero_->counters().wait_seconds
@@ -198,6 +230,8 @@ StepStats Engine::step(int64_t step, uint64_t seed, const BatchFn& batch) {
   // Global gradient norm (padding is zero). Stage 0: every rank holds the same averaged
   // gradients and sums all of them. ZeRO: each rank sums its owned slices and the sums are
   // added in rank order. Either way every rank gets the same norm and takes the same step.
+  std::optional<TraceSpan> norm_span;
+  norm_span.emplace(tracer, "grad norm", "optimizer");
   std::vector<GradBuffer> bufs;
   for (int c = 0; c < store.layout().num_chunks(); ++c) {
     const Tensor g = zero_ ? store.slice(ChunkKind::GRAD, c) : store.chunk(ChunkKind::GRAD, c);
@@ -206,6 +240,7 @@ StepStats Engine::step(int64_t step, uint64_t seed, const BatchFn& batch) {
   double norm2 = grad_norm_squared(bufs);
   if (zero_) norm2 = sum_over_ranks(*dp_, norm2);
   st.grad_norm = std::sqrt(norm2);
+  norm_span.reset();
   TIDE_CHECK(std::isfinite(st.grad_norm),
              "the gradient norm at step {} is not finite (NaN/Inf); lower the learning rate or "
              "enable gradient_clipping",
@@ -214,9 +249,13 @@ StepStats Engine::step(int64_t step, uint64_t seed, const BatchFn& batch) {
   st.lr = static_cast<float>(lr_at(step, opt_.lr));
   AdamWHyper h = opt_.adamw;
   h.lr = st.lr;
-  adamw_step(store, h, AdamWStep{step + 1, clip});
+  {
+    const TraceSpan span(tracer, "optimizer", "optimizer");
+    adamw_step(store, h, AdamWStep{step + 1, clip});
+  }
   if (zero_) {
     const uint64_t before_gather = dp_->counters().bytes_sent;
+    const TraceSpan span(tracer, "gather params", "comm");
     zero_->after_update();
     sent += dp_->counters().bytes_sent - before_gather;
     st.param_gathers = zero_->counters().all_gathers;

@@ -70,8 +70,10 @@ class Engine {
 
   // Fills micro-batch `mb`'s tokens and targets (B,T).
   using BatchFn = std::function<void(int mb, int32_t* inputs, int32_t* targets)>;
-  // One optimizer step, step index `step` (0-based, the step about to be taken).
-  StepStats step(int64_t step, uint64_t seed, const BatchFn& batch);
+  // One optimizer step, step index `step` (0-based, the step about to be taken). With a
+  // `tracer`, the step's actions, block parts, chunk moves, communication and optimizer are
+  // recorded there (trace.h); the results are the same bits either way.
+  StepStats step(int64_t step, uint64_t seed, const BatchFn& batch, Tracer* tracer = nullptr);
 
   const pipeline::Schedule& schedule() const { return schedule_; }
   // Bytes of the activation arenas and the stash pool (allocated up front).

@@ -3,6 +3,7 @@
 #include <omp.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -65,6 +66,17 @@ void write_file_atomically(const std::string& path, const std::string& text) {
     fs::remove(tmp, ec);
     TIDE_FAIL("{}: cannot replace it ({}); check the directory's permissions", path, ec.message());
   }
+}
+
+// Creates the directory `path` goes in (trace.path), naming the key when it cannot.
+void create_parent_directory(const std::string& path) {
+  const fs::path dir = fs::path(path).parent_path();
+  if (dir.empty()) return;
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  TIDE_CHECK(!ec && fs::is_directory(dir),
+             "trace.path '{}': cannot create its directory ({}); choose a writable path", path,
+             ec ? ec.message() : "not a directory");
 }
 
 // One metrics line, flushed; a failed write (a full disk) stops the run instead of losing lines.
@@ -145,6 +157,10 @@ Trainer::Trainer(TrainConfig config, std::shared_ptr<ProcessGroup> world)
     step_ = resume_at->step;
     train_loader_->seek(resume_at->data_epoch, resume_at->data_batch);
   }
+  if (cfg_.trace_steps > 0) {
+    tracer_ = std::make_unique<Tracer>(world_->rank());
+    first_traced_ = step_ + 2;  // step_ + 1 is the warm-up
+  }
 }
 
 Trainer::~Trainer() = default;
@@ -205,24 +221,92 @@ void Trainer::resolve_data() {
   }
 }
 
+Tracer* Trainer::step_tracer() const {
+  const int64_t next = step_ + 1;
+  return tracer_ && next >= first_traced_ && next < first_traced_ + cfg_.trace_steps ? tracer_.get()
+                                                                                     : nullptr;
+}
+
 StepStats Trainer::train_step() {
   world_->set_step(step_ + 1);  // named by the watchdog
-  StepStats st = engine_->step(step_, cfg_.seed, [&](int micro, int32_t* in, int32_t* tgt) {
-    if (batch_source) return batch_source(step_, micro, in, tgt);
-    train_loader_->next_batch();
-    std::memcpy(in, train_loader_->inputs().data(), train_loader_->inputs().size_bytes());
-    std::memcpy(tgt, train_loader_->targets().data(), train_loader_->targets().size_bytes());
-  });
-  // The mean loss over the ranks, and whether any rank was asked to stop (preemption.h): one
-  // all-reduce, so all ranks stop after the same step.
-  float reduced[2] = {st.loss, stop_requested() ? 1.0f : 0.0f};
-  if (world_->size() > 1)
-    world_->all_reduce_async(Tensor(reduced, Shape{2}), ReduceOp::Avg)->wait();
-  st.loss = reduced[0];
-  stop_agreed_ = reduced[1] > 0;
+  Tracer* tracer = step_tracer();
+  StepStats st;
+  {
+    const TraceSpan span(tracer, "step", "step", {{"step", step_ + 1}});
+    st = engine_->step(
+        step_, cfg_.seed,
+        [&](int micro, int32_t* in, int32_t* tgt) {
+          if (batch_source) return batch_source(step_, micro, in, tgt);
+          train_loader_->next_batch();
+          std::memcpy(in, train_loader_->inputs().data(), train_loader_->inputs().size_bytes());
+          std::memcpy(tgt, train_loader_->targets().data(), train_loader_->targets().size_bytes());
+        },
+        tracer);
+    // The mean loss over the ranks, and whether any rank was asked to stop (preemption.h): one
+    // all-reduce, so all ranks stop after the same step.
+    float reduced[2] = {st.loss, stop_requested() ? 1.0f : 0.0f};
+    if (world_->size() > 1) {
+      const TraceSpan loss_span(tracer, "all-reduce loss", "comm");
+      world_->all_reduce_async(Tensor(reduced, Shape{2}), ReduceOp::Avg)->wait();
+    }
+    st.loss = reduced[0];
+    stop_agreed_ = reduced[1] > 0;
+  }
   st.tokens = int64_t{cfg_.micro_batch} * cfg_.seq_len * cfg_.grad_accum * world_->size();
   step_ = st.step;
+  if (tracer && step_ == first_traced_ + cfg_.trace_steps - 1) write_trace();
   return st;
+}
+
+namespace {
+// Every rank's `text`, on every rank (collective): the lengths first, then the texts padded to
+// the longest, as int32 words.
+std::vector<std::string> gather_text(ProcessGroup& g, const std::string& text) {
+  if (g.size() == 1) return {text};
+  const int n = g.size();
+  int64_t len = static_cast<int64_t>(text.size());
+  std::vector<int64_t> lens(n);
+  g.all_gather(Tensor(&len, Shape{2}, DType::I32), Tensor(lens.data(), Shape{2 * n}, DType::I32));
+  const int64_t words = (*std::max_element(lens.begin(), lens.end()) + 3) / 4;
+  std::vector<int32_t> mine(words, 0), all(words * n);
+  std::memcpy(mine.data(), text.data(), text.size());
+  g.all_gather(Tensor(mine.data(), Shape{words}, DType::I32),
+               Tensor(all.data(), Shape{words * n}, DType::I32));
+  std::vector<std::string> out;
+  for (int r = 0; r < n; ++r)
+    out.emplace_back(reinterpret_cast<const char*>(all.data() + r * words), lens[r]);
+  return out;
+}
+}  // namespace
+
+std::string Trainer::trace_file() const {
+  return cfg_.trace_path.empty() ? (fs::path(cfg_.out_dir) / "trace.json").string()
+                                 : cfg_.trace_path;
+}
+
+void Trainer::write_trace() {
+  if (!tracer_) return;
+  const int rank = world_->rank();
+  const std::vector<LaneName> process = {{rank, 0, fmt::format("rank {}", rank)}};
+  const std::vector<std::string> parts = gather_text(
+      *world_, chrome_trace_events_json(tracer_->events(), tracer_->lane_names(), process));
+  const int64_t last = std::min(step_, first_traced_ + cfg_.trace_steps - 1);
+  tracer_.reset();  // traced once per run
+  if (rank != 0 || last < first_traced_) return;
+  const std::string path = trace_file();
+  create_parent_directory(path);
+  write_file_atomically(path, chrome_trace_file(parts));
+  fmt::print("{}tide: trace of step{} {} written to {} (open it in https://ui.perfetto.dev)\n",
+             isatty(STDOUT_FILENO) && cfg_.progress ? "\n" : "", last > first_traced_ ? "s" : "",
+             last > first_traced_ ? fmt::format("{}-{}", first_traced_, last)
+                                  : fmt::format("{}", first_traced_),
+             path);
+  std::fflush(stdout);
+}
+
+void Trainer::write_metrics(std::ofstream& f, const std::string& path, const json& line) {
+  write_metrics_line(f, path, line);
+  if (tensorboard_) tensorboard_->add_metrics(line);
 }
 
 float Trainer::evaluate() {
@@ -356,6 +440,15 @@ void Trainer::run() {
     fs::create_directories(cfg_.out_dir, ec);
     TIDE_CHECK(!ec, "out_dir '{}': cannot create it ({}); choose a writable directory",
                cfg_.out_dir, ec.message());
+    // The trace's directory and the event file: any error comes before config.json and
+    // metrics.jsonl are written.
+    if (cfg_.trace_steps > 0) create_parent_directory(trace_file());
+    if (cfg_.tensorboard) {
+      fs::path dir = cfg_.tensorboard_path.empty() ? fs::path(cfg_.out_dir) / "tensorboard"
+                                                   : fs::path(cfg_.tensorboard_path);
+      if (!cfg_.tensorboard_job.empty()) dir /= cfg_.tensorboard_job;
+      tensorboard_ = std::make_unique<TensorBoardWriter>(dir.string());
+    }
     write_file_atomically((fs::path(cfg_.out_dir) / "config.json").string(),
                           config_to_json(cfg_).dump(2) + "\n");
     metrics.open(metrics_path, cfg_.resume.empty() ? std::ios::trunc : std::ios::app);
@@ -380,8 +473,8 @@ void Trainer::run() {
   }
   auto log_eval = [&](float val) {
     if (!rank0) return;
-    write_metrics_line(metrics, metrics_path,
-                       json{{"step", step_}, {"val_loss", val}, {"time", unix_seconds()}});
+    write_metrics(metrics, metrics_path,
+                  json{{"step", step_}, {"val_loss", val}, {"time", unix_seconds()}});
     if (tty) fmt::print("\n");
     fmt::print("step {:>6} | val loss {:.4f}{}\n", step_, val,
                unigram_ ? fmt::format(" (unigram baseline {:.4f})", *unigram_) : "");
@@ -413,16 +506,16 @@ void Trainer::run() {
           human_duration(eta));
       if (step_ % cfg_.log_interval == 0 || step_ == cfg_.train_steps) {
         const double interval_tok_s = tokens_interval / seconds_interval;
-        write_metrics_line(metrics, metrics_path,
-                           json{{"step", step_},
-                                {"loss", st.loss},
-                                {"lr", st.lr},
-                                {"grad_norm", st.grad_norm},
-                                {"step_seconds", st.seconds},
-                                {"comm_wait_seconds", st.comm_seconds},
-                                {"tokens_per_s", tok_s},
-                                {"tokens_per_s_interval", interval_tok_s},
-                                {"time", unix_seconds()}});
+        write_metrics(metrics, metrics_path,
+                      json{{"step", step_},
+                           {"loss", st.loss},
+                           {"lr", st.lr},
+                           {"grad_norm", st.grad_norm},
+                           {"step_seconds", st.seconds},
+                           {"comm_wait_seconds", st.comm_seconds},
+                           {"tokens_per_s", tok_s},
+                           {"tokens_per_s_interval", interval_tok_s},
+                           {"time", unix_seconds()}});
         if (!tty) fmt::print("{}\n", line);
         seconds_interval = 0;
         tokens_interval = 0;
@@ -440,6 +533,7 @@ void Trainer::run() {
                    path);
     }
     if (stop_agreed_ && step_ < cfg_.train_steps) {  // preemption: every rank stops here
+      write_trace();
       const std::string path = save(fmt::format("model_step{}.ckpt", step_));
       if (rank0) {
         fmt::print(
@@ -451,6 +545,7 @@ void Trainer::run() {
       return;
     }
   }
+  write_trace();  // a window cut short by train_steps (collective: every rank gets here)
   const std::string path = save();
   if (rank0) {
     fmt::print("tide: trained {} steps in {}; checkpoint {}\n", step_,

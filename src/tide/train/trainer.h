@@ -11,10 +11,12 @@
 #include <vector>
 
 #include "tide/comm/process_group.h"
+#include "tide/core/trace.h"
 #include "tide/data/loader.h"
 #include "tide/model/gpt.h"
 #include "tide/train/config.h"
 #include "tide/train/engine.h"
+#include "tide/train/tensorboard_writer.h"
 
 namespace tide {
 
@@ -26,7 +28,10 @@ class Trainer {
 
   // The whole run: progress line, metrics.jsonl, periodic validation, checkpoints.
   void run();
-  // One optimizer step (no logging). The loss is the mean over the global batch.
+  // One optimizer step (no logging). The loss is the mean over the global batch. With
+  // trace.steps = N, the steps after the first one this trainer takes (the warm-up: first-touch
+  // page faults, buffer allocation) are traced, and after N of them every rank's events go to
+  // rank 0, which writes the trace (collective, like the step itself).
   StepStats train_step();
   // Mean validation loss over the fixed validation set: its first eval.sequences sequences,
   // whatever the DP degree, micro-batch or accumulation (each rank scores a share; the mean
@@ -62,6 +67,14 @@ class Trainer {
   };
   // Reads and checks `path` (the whole file, and that it can continue this run's config).
   RunPosition check_resume(const std::string& path) const;
+  // The tracer for the step about to be taken (nullptr outside the traced window).
+  Tracer* step_tracer() const;
+  // trace.path, or out_dir/trace.json.
+  std::string trace_file() const;
+  // Gathers every rank's events to rank 0, which writes trace.path (collective); ends tracing.
+  void write_trace();
+  // metrics.jsonl line, mirrored to TensorBoard when it is on (rank 0).
+  void write_metrics(std::ofstream& f, const std::string& path, const nlohmann::json& line);
 
   TrainConfig cfg_;
   std::shared_ptr<ProcessGroup> world_;
@@ -73,6 +86,10 @@ class Trainer {
   std::optional<double> unigram_;
   int64_t step_ = 0;
   bool stop_agreed_ = false;
+  // Tracing (trace.steps): steps first_traced_ .. first_traced_ + trace.steps - 1 (1-based).
+  std::unique_ptr<Tracer> tracer_;
+  int64_t first_traced_ = 0;
+  std::unique_ptr<TensorBoardWriter> tensorboard_;  // rank 0, tensorboard.enabled
 };
 
 }  // namespace tide

@@ -87,6 +87,7 @@ ZeroPolicy::ZeroPolicy(ChunkStore& store, ProcessGroup& dp, const ZeroSettings& 
   if (s_.stage == 3) {
     gathered_.assign(n, Gathered::NO);
     gather_work_.resize(n);
+    gather_trace_.resize(n);
     persistent_.assign(n, false);
     for (int c = 0; c < n; ++c)
       if (lay.payload_elems(c) <= s_.param_persistence_threshold) {
@@ -106,8 +107,9 @@ ZeroPolicy::~ZeroPolicy() {
       if (store_.has(k) && store_.attached(k, c)) store_.detach_whole(k, c);
 }
 
-void ZeroPolicy::wait(Work& w) {
+void ZeroPolicy::wait(Work& w, const char* what, int chunk) {
   if (w.is_completed()) return w.wait();
+  const TraceSpan span(store_.tracer(), what, "comm", {{"chunk", chunk}});
   const auto t0 = std::chrono::steady_clock::now();
   w.wait();
   counters_.wait_seconds +=
@@ -152,6 +154,7 @@ void ZeroPolicy::begin_step(std::span<const BlockAccess> accesses) {
 void ZeroPolicy::start_gather(int c) {
   TIDE_ASSERT(gathered_[c] == Gathered::NO);
   attach(ChunkKind::PARAM, c);
+  gather_trace_[c] = AsyncTrace::start(store_.tracer(), "all-gather params", {{"chunk", c}});
   gather_work_[c] =
       dp_.all_gather_async(store_.slice(ChunkKind::PARAM, c), store_.chunk(ChunkKind::PARAM, c));
   gathered_[c] = Gathered::IN_FLIGHT;
@@ -165,8 +168,9 @@ void ZeroPolicy::wait_gathered(int c) {
   if (dp_.size() == 1) return;  // one rank: its slice is the whole chunk, nothing to gather
   if (gathered_[c] == Gathered::NO) start_gather(c);
   if (gathered_[c] == Gathered::IN_FLIGHT) {
-    wait(*gather_work_[c]);
+    wait(*gather_work_[c], "wait all-gather", c);
     gather_work_[c].reset();
+    gather_trace_[c].finish();
     gathered_[c] = Gathered::YES;
   }
 }
@@ -256,28 +260,33 @@ void ZeroPolicy::fetch_grads(ChunkStore& store, int c) {
               static_cast<size_t>(slice) * sizeof(float));
 }
 
-void ZeroPolicy::on_grads_ready(ChunkStore& store, int c, int) {
+void ZeroPolicy::on_grads_ready(ChunkStore& store, int c, int micro_batch) {
   const ChunkLayout& lay = store.layout();
   const int64_t elems = lay.chunk_elems(c);
   while (!reductions_.empty() && reducing_elems_ + elems > s_.reduce_bucket_size) {
-    const Pending p = reductions_.front();
+    Pending p = std::move(reductions_.front());
     reductions_.pop_front();
     complete_reduction(p);
   }
   const Tensor whole = store.chunk(ChunkKind::GRAD, c);
-  WorkPtr w = dp_.reduce_scatter_async(whole, own_part(whole, lay.slice_elems(c), dp_.rank()),
-                                       ReduceOp::Sum);
+  AsyncTrace trace = AsyncTrace::start(store.tracer(), "reduce-scatter grads",
+                                       {{"chunk", c}, {"mb", micro_batch}});
+  Pending p{c,
+            dp_.reduce_scatter_async(whole, own_part(whole, lay.slice_elems(c), dp_.rank()),
+                                     ReduceOp::Sum),
+            trace};
   counters_.reduce_scatters += 1;
   if (!s_.overlap_comm) {
-    complete_reduction({c, w});
+    complete_reduction(p);
     return;
   }
-  reductions_.push_back({c, std::move(w)});
+  reductions_.push_back(std::move(p));
   reducing_elems_ += elems;
 }
 
-void ZeroPolicy::complete_reduction(const Pending& p) {
-  wait(*p.work);
+void ZeroPolicy::complete_reduction(Pending& p) {
+  wait(*p.work, "wait reduce-scatter", p.chunk);
+  p.trace.finish();
   const int c = p.chunk;
   const ChunkLayout& lay = store_.layout();
   const int64_t slice = lay.slice_elems(c), r = dp_.rank(), elems = lay.chunk_elems(c);
@@ -303,7 +312,7 @@ void ZeroPolicy::complete_reductions_of(int c) {
   // Complete in issue order up to and including the last reduction of chunk c.
   const size_t n = reductions_.size() - (last - reductions_.rbegin());
   for (size_t i = 0; i < n; ++i) {
-    const Pending p = reductions_.front();
+    Pending p = std::move(reductions_.front());
     reductions_.pop_front();
     complete_reduction(p);
   }
@@ -311,7 +320,7 @@ void ZeroPolicy::complete_reductions_of(int c) {
 
 void ZeroPolicy::finish_gradients() {
   while (!reductions_.empty()) {
-    const Pending p = reductions_.front();
+    Pending p = std::move(reductions_.front());
     reductions_.pop_front();
     complete_reduction(p);
   }
@@ -334,14 +343,24 @@ void ZeroPolicy::finish_gradients() {
 
 void ZeroPolicy::after_update() {
   const ChunkLayout& lay = store_.layout();
-  std::deque<std::pair<int64_t, WorkPtr>> gathers;
+  struct Gather {
+    int chunk;
+    int64_t elems;
+    WorkPtr work;
+    AsyncTrace trace;
+  };
+  std::deque<Gather> gathers;
   int64_t gathering = 0;
+  auto complete = [&](Gather& g) {
+    wait(*g.work, "wait all-gather", g.chunk);
+    g.trace.finish();
+  };
   for (int c = 0; c < lay.num_chunks(); ++c) {
     if (s_.stage == 3 && (!persistent_[c] || dp_.size() == 1)) continue;
     const int64_t elems = lay.chunk_elems(c);
     while (!gathers.empty() && gathering + elems > s_.allgather_bucket_size) {
-      wait(*gathers.front().second);
-      gathering -= gathers.front().first;
+      complete(gathers.front());
+      gathering -= gathers.front().elems;
       gathers.pop_front();
     }
     const Tensor whole = store_.chunk(ChunkKind::PARAM, c);
@@ -349,11 +368,12 @@ void ZeroPolicy::after_update() {
     // stage 3's persistent chunks gather from the slice into their buffer.
     const Tensor mine = s_.stage == 3 ? store_.slice(ChunkKind::PARAM, c)
                                       : own_part(whole, lay.slice_elems(c), dp_.rank());
-    gathers.emplace_back(elems, dp_.all_gather_async(mine, whole));
+    AsyncTrace trace = AsyncTrace::start(store_.tracer(), "all-gather params", {{"chunk", c}});
+    gathers.push_back({c, elems, dp_.all_gather_async(mine, whole), trace});
     gathering += elems;
     counters_.all_gathers += 1;
   }
-  for (auto& g : gathers) wait(*g.second);
+  for (Gather& g : gathers) complete(g);
 }
 
 }  // namespace tide

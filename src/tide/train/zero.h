@@ -98,10 +98,12 @@ class ZeroPolicy final : public PlacementPolicy {
   struct Pending {
     int chunk;
     WorkPtr work;
+    AsyncTrace trace;  // the reduce-scatter in flight, when the step is traced
   };
   enum class Gathered : uint8_t { NO, IN_FLIGHT, YES };
 
-  void wait(Work& w);  // w.wait(), timed into counters_.wait_seconds
+  // w.wait(), timed into counters_.wait_seconds (and traced as "wait <what>" when it blocks).
+  void wait(Work& w, const char* what, int chunk);
   // A pooled buffer for chunk c's kind k, attached over its slice (released by detach()).
   void* attach(ChunkKind k, int c);
   void detach(ChunkKind k, int c);
@@ -117,7 +119,7 @@ class ZeroPolicy final : public PlacementPolicy {
     if (a.use == Use::WEIGHT) return {};
     return block_chunks_[a.block];
   }
-  void complete_reduction(const Pending& p);
+  void complete_reduction(Pending& p);
   void complete_reductions_of(int c);
 
   ChunkStore& store_;
@@ -132,6 +134,7 @@ class ZeroPolicy final : public PlacementPolicy {
 
   std::vector<Gathered> gathered_;  // stage 3, per chunk
   std::vector<WorkPtr> gather_work_;
+  std::vector<AsyncTrace> gather_trace_;
   std::vector<bool> persistent_;
   int64_t live_elems_ = 0;
 
