@@ -1,4 +1,4 @@
-// The vector exp of cpu/simd_exp.h (used by softmax, cross-entropy and GELU) against double
+// The vector exp of cpu/simd.h (used by softmax, cross-entropy and GELU) against double
 // precision exp: its accuracy claim, its special values, that a lane's result does not depend
 // on its neighbours (the kernels pad partial blocks and rely on it), and that the lane-by-lane
 // fallback (this file is built without -march=native) gives the library's bits.
@@ -11,9 +11,9 @@
 #include <vector>
 
 // Without -march=native GCC notes that 32-byte vectors change the calling convention: fine
-// here, the functions are inline and live in their own inline namespace (see simd_exp.h).
+// here, the functions are inline and live in their own inline namespace (see simd.h).
 #pragma GCC diagnostic ignored "-Wpsabi"
-#include "tide/kernels/cpu/simd_exp.h"
+#include "tide/kernels/cpu/simd.h"
 
 using namespace tide::cpu;
 

@@ -23,7 +23,7 @@
 #include "tide/kernels/cpu/cpu_ops.h"
 #include "tide/kernels/cpu/dropout_mask.h"
 #include "tide/kernels/cpu/gemm.h"
-#include "tide/kernels/cpu/simd_exp.h"
+#include "tide/kernels/cpu/simd.h"
 #include "tide/kernels/cpu/vec.h"
 
 namespace tide::cpu {

@@ -2,13 +2,13 @@
 //   loss_n = logsumexp(logits_n) - logits_n[target_n]
 //   dlogits_n = (softmax(logits_n) - onehot(target_n)) * dloss
 // logsumexp subtracts the row maximum and sums the exponentials in double.
-// The rows are processed 8 logits at a time (simd_exp.h): exp is most of this kernel's time.
+// The rows are processed 8 logits at a time (simd.h): exp is most of this kernel's time.
 // The last partial block of a row is padded with -inf, whose exp is 0.
 #include <cmath>
 
 #include "tide/core/error.h"
 #include "tide/kernels/cpu/cpu_ops.h"
-#include "tide/kernels/cpu/simd_exp.h"
+#include "tide/kernels/cpu/simd.h"
 
 namespace tide::cpu {
 

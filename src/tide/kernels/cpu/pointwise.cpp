@@ -5,7 +5,7 @@
 
 #include "tide/kernels/cpu/cpu_ops.h"
 #include "tide/kernels/cpu/dropout_mask.h"
-#include "tide/kernels/cpu/simd_exp.h"
+#include "tide/kernels/cpu/simd.h"
 
 namespace tide::cpu {
 
@@ -14,7 +14,7 @@ const float kGeluScale = std::sqrt(2.0f / static_cast<float>(M_PI));
 // Columns of one row drawn at a time by dropout (a multiple of 4: one Philox call yields 4).
 constexpr int64_t kDropoutBlock = 1024;
 
-// tanh(u) = 1 - 2 / (1 + exp(2u)), 8 lanes at a time with simd_exp.h's exp: glibc's tanhf
+// tanh(u) = 1 - 2 / (1 + exp(2u)), 8 lanes at a time with simd.h's exp: glibc's tanhf
 // costs ~50 ns here and expf ~8 ns against ~1 ns per lane for exp8, and GELU is applied to
 // every element of the MLP's (N, 4C) activation. The absolute difference from tanhf is below
 // 3e-7; exp overflowing to inf for large u gives exactly 1, and underflowing to 0 for very

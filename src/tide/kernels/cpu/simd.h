@@ -1,8 +1,9 @@
 #pragma once
-// exp over 8 floats at a time, for the kernels whose time is mostly exp (cross-entropy,
-// softmax, GELU). Why not std::exp: glibc's expf is scalar (libmvec's vector variants are only
-// declared under -ffast-math, which the project does not use), ~8 ns per call here, and the
-// cross-entropy alone calls it twice per logit.
+// 8-lane float vectors (GCC vector extensions: one AVX register) for the CPU kernels' element-
+// wise loops and row reductions, and exp over 8 floats at a time, for the kernels whose time is
+// mostly exp (cross-entropy, softmax, GELU). Why not std::exp: glibc's expf is scalar
+// (libmvec's vector variants are only declared under -ffast-math, which the project does not
+// use), ~8 ns per call here, and the cross-entropy alone calls it twice per logit.
 //
 // The algorithm is Cephes' expf: n = round(x log2 e), r = x - n ln2 (ln2 in two parts),
 // exp(r) by a degree-7 polynomial (1 + r + r^2 P(r)), times 2^n built in the exponent bits.

@@ -1,6 +1,6 @@
-// exp_f32: simd_exp.h's exp8 over an array, compiled with the library's flags, so that tests
+// exp_f32: simd.h's exp8 over an array, compiled with the library's flags, so that tests
 // (built without -march=native) check the code path the kernels really run.
-#include "tide/kernels/cpu/simd_exp.h"
+#include "tide/kernels/cpu/simd.h"
 
 namespace tide::cpu {
 
