@@ -16,12 +16,19 @@ Shapes (--shapes, comma-separated):
   l6       L6 H6 C384 V8192 T256 B8
   or L,H,C,V,T,B separated by 'x', e.g. 2x2x64x512x32x4
 
-Output, JSON lines: kind=round (one per program run: tokens_per_s and step_ms) and
-kind=summary per (shape, threads): tide and torch tokens/s medians over rounds, ratio = their
-quotient, ratio_min/ratio_max over the per-round ratios, loadavg before and after.
+--tide-before PATH adds a second tide build (e.g. one from before a change) to the same
+rounds, so before, after and PyTorch are measured under the same conditions.
 
-Usage: bench/vs_torch.py --tide build/bench/bench_gpt_cpu [--shapes default,l6]
-       [--threads 1,2] [--rounds 5] [--steps 6] [--warmup 2] [--attn sdpa]
+Output, JSON lines: kind=round (one per program run: tokens_per_s from its median step,
+best_tokens_per_s from its fastest step) and kind=summary per (shape, threads): each
+program's tokens/s median over rounds, ratio = tide / torch of those medians,
+ratio_min/ratio_median/ratio_max over the per-round ratios, ratio_best = the same from the
+median over rounds of each program's fastest step (the least disturbed one on a shared
+machine), loadavg before and after; tide_before_* and ratio_before likewise with --tide-before.
+
+Usage: bench/vs_torch.py --tide build/bench/bench_gpt_cpu [--tide-before OLD/bench_gpt_cpu]
+       [--shapes default,l6] [--threads 1,2] [--rounds 5] [--steps 6] [--warmup 2]
+       [--attn sdpa]
 """
 import argparse
 import json
@@ -54,6 +61,7 @@ def run_json(cmd, env, kind):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--tide", required=True, help="path of bench_gpt_cpu")
+    ap.add_argument("--tide-before", help="a second bench_gpt_cpu, measured in the same rounds")
     ap.add_argument("--torch-script", default=os.path.join(os.path.dirname(__file__),
                                                            "torch_gpt.py"))
     ap.add_argument("--shapes", default="default,l6")
@@ -78,33 +86,48 @@ def main():
                 "tide": [a.tide, "--policies", "none", "--no-sgemm"] + common,
                 "torch": [sys.executable, a.torch_script, "--attn", a.attn] + common,
             }
-            tok = {"tide": [], "torch": []}
-            ratios = []
+            if a.tide_before:
+                cmds["tide_before"] = [a.tide_before, "--policies", "none", "--no-sgemm"] + common
+            names = list(cmds)
+            tok = {k: [] for k in names}
+            best = {k: [] for k in names}
+            ratios = {k: [] for k in names if k != "torch"}
             load0 = loadavg()
             for r in range(a.rounds):
-                order = ["tide", "torch"] if r % 2 == 0 else ["torch", "tide"]
+                order = names[r % len(names):] + names[:r % len(names)]  # rotate who goes first
                 this = {}
                 for impl in order:
                     j = run_json(cmds[impl], env, "train")
                     this[impl] = j["tokens_per_s"]
                     tok[impl].append(j["tokens_per_s"])
+                    steps_per_s = 1e3 / j["step_ms_min"]
+                    best[impl].append(B * T * steps_per_s)
                     print(json.dumps({"bench": "vs_torch", "kind": "round", "shape": name,
                                       "threads": threads, "round": r, "impl": impl,
                                       "tokens_per_s": j["tokens_per_s"],
+                                      "best_tokens_per_s": round(B * T * steps_per_s, 1),
                                       "step_ms": j["step_ms"], "loadavg_1min": loadavg()}),
                           flush=True)
-                ratios.append(this["tide"] / this["torch"])
-            tide_med, torch_med = statistics.median(tok["tide"]), statistics.median(tok["torch"])
-            print(json.dumps({
-                "bench": "vs_torch", "kind": "summary", "shape": name,
-                "L": L, "H": H, "C": C, "V": V, "T": T, "B": B, "threads": threads,
-                "rounds": a.rounds, "steps": a.steps, "attn": a.attn,
-                "omp_wait_policy": env["OMP_WAIT_POLICY"],
-                "tide_tokens_per_s": round(tide_med, 1), "torch_tokens_per_s": round(torch_med, 1),
-                "ratio": round(tide_med / torch_med, 3),
-                "ratio_min": round(min(ratios), 3), "ratio_median": round(statistics.median(ratios), 3),
-                "ratio_max": round(max(ratios), 3),
-                "loadavg_before": load0, "loadavg_after": loadavg()}), flush=True)
+                for k in ratios:
+                    ratios[k].append(this[k] / this["torch"])
+            med = {k: statistics.median(v) for k, v in tok.items()}
+            med_best = {k: statistics.median(v) for k, v in best.items()}
+            out = {"bench": "vs_torch", "kind": "summary", "shape": name,
+                   "L": L, "H": H, "C": C, "V": V, "T": T, "B": B, "threads": threads,
+                   "rounds": a.rounds, "steps": a.steps, "attn": a.attn,
+                   "omp_wait_policy": env["OMP_WAIT_POLICY"]}
+            for k in names:
+                out[f"{k}_tokens_per_s"] = round(med[k], 1)
+                out[f"{k}_best_tokens_per_s"] = round(med_best[k], 1)
+            for k, rs in ratios.items():
+                pre = "ratio" if k == "tide" else "ratio_before"
+                out[pre] = round(med[k] / med["torch"], 3)
+                out[pre + "_min"] = round(min(rs), 3)
+                out[pre + "_median"] = round(statistics.median(rs), 3)
+                out[pre + "_max"] = round(max(rs), 3)
+                out[pre + "_best"] = round(med_best[k] / med_best["torch"], 3)
+            out["loadavg_before"], out["loadavg_after"] = load0, loadavg()
+            print(json.dumps(out), flush=True)
 
 
 if __name__ == "__main__":
