@@ -25,6 +25,8 @@ program's tokens/s median over rounds, ratio = tide / torch of those medians,
 ratio_min/ratio_median/ratio_max over the per-round ratios, ratio_best = the same from the
 median over rounds of each program's fastest step (the least disturbed one on a shared
 machine), loadavg before and after; tide_before_* and ratio_before likewise with --tide-before.
+On a shared machine quote ratio_median: each per-round ratio compares runs taken seconds
+apart, while the medians of two programs over rounds can come from different load levels.
 
 Usage: bench/vs_torch.py --tide build/bench/bench_gpt_cpu [--tide-before OLD/bench_gpt_cpu]
        [--shapes default,l6] [--threads 1,2] [--rounds 5] [--steps 6] [--warmup 2]
