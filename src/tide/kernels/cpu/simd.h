@@ -3,7 +3,8 @@
 // wise loops and row reductions, and exp over 8 floats at a time, for the kernels whose time is
 // mostly exp (cross-entropy, softmax, GELU). Why not std::exp: glibc's expf is scalar
 // (libmvec's vector variants are only declared under -ffast-math, which the project does not
-// use), ~8 ns per call here, and the cross-entropy alone calls it twice per logit.
+// use): 3.7 ns per element in a loop here against 0.6 ns for exp8 (best of 20 passes over
+// 2^20 floats), and the cross-entropy alone calls it twice per logit.
 //
 // The algorithm is Cephes' expf: n = round(x log2 e), r = x - n ln2 (ln2 in two parts),
 // exp(r) by a degree-7 polynomial (1 + r + r^2 P(r)), times 2^n built in the exponent bits.
