@@ -9,8 +9,8 @@
 // The algorithm is Cephes' expf: n = round(x log2 e), r = x - n ln2 (ln2 in two parts),
 // exp(r) by a degree-7 polynomial (1 + r + r^2 P(r)), times 2^n built in the exponent bits.
 // Relative error below 2 ulp on [-87.3, 88.7] (checked against double exp in the kernel tests).
-// Outside: x > 88.72 gives +inf, x < -87.34 a result that flushes to 0 below 2^-126
-// (subnormals are not produced), NaN gives NaN.
+// Outside: x > 88.72 gives +inf, x < -87.34 (where exp is below FLT_MIN) gives 0, NaN gives
+// NaN.
 //
 // Reproducibility: written with GCC vector extensions, one operation at a time (the library
 // is built with -ffp-contract=off) and explicit fused multiply-adds, so each lane is a fixed
