@@ -44,7 +44,7 @@
 //
 // Usage: bench_gpt_cpu [--L 4] [--H 4] [--C 256] [--V 4096] [--T 128] [--B 8]
 //                      [--threads N] [--steps 10] [--warmup 2]
-//                      [--policies none,selective,full]
+//                      [--policies none,selective,full] [--no-sgemm]
 
 #include <cblas.h>
 #include <omp.h>
@@ -86,6 +86,7 @@ struct Options {
   int B = 8, T = 128;
   int threads = 0;  // 0: OpenMP's default
   int steps = 10, warmup = 2;
+  bool no_sgemm = false;  // skip the sgemm peak probes (bench/vs_torch.py: training only)
   std::vector<ActivationPolicy> policies = {ActivationPolicy::SAVE_ALL, ActivationPolicy::SELECTIVE,
                                             ActivationPolicy::FULL};
 };
@@ -120,6 +121,7 @@ Options parse_options(int argc, char** argv) {
   app.add_option("--steps", o.steps, "timed steps")->capture_default_str();
   app.add_option("--warmup", o.warmup, "untimed steps first")->capture_default_str();
   app.add_option("--policies", policies, "comma-separated: none,selective,full");
+  app.add_flag("--no-sgemm", o.no_sgemm, "skip the sgemm peak probes (mfu_* print 0)");
   bench::parse_args(app, argc, argv);
   if (!policies.empty()) o.policies = parse_policies(policies);
   TIDE_CHECK(o.B > 0 && o.T > 0, "--B and --T must be positive (got {} and {})", o.B, o.T);
@@ -284,10 +286,12 @@ int main(int argc, char** argv) try {
   // each sgemm probe. On a shared machine the load changes over seconds; interleaving makes
   // every policy and the peak see the same conditions (as bench_adam does with its triad).
   std::vector<std::unique_ptr<SgemmProbe>> probes;
-  for (const Gemm& g :
-       {Gemm{1024, 1024, 1024}, Gemm{int64_t{o.B} * o.T, 4 * int64_t{m.n_embd}, int64_t{m.n_embd}}})
-    for (bool openblas : {true, false})
-      probes.push_back(std::make_unique<SgemmProbe>(g, openblas, threads));
+  if (!o.no_sgemm) {
+    for (const Gemm& g : {Gemm{1024, 1024, 1024},
+                          Gemm{int64_t{o.B} * o.T, 4 * int64_t{m.n_embd}, int64_t{m.n_embd}}})
+      for (bool openblas : {true, false})
+        probes.push_back(std::make_unique<SgemmProbe>(g, openblas, threads));
+  }
   std::vector<std::unique_ptr<PolicyRun>> runs;
   for (ActivationPolicy p : o.policies) runs.push_back(std::make_unique<PolicyRun>(o, p));
   for (int round = 0; round < o.warmup + o.steps; ++round) {
@@ -308,6 +312,7 @@ int main(int argc, char** argv) try {
   }
 
   const double tokens_per_step = static_cast<double>(o.B) * o.T;
+  auto mfu = [](double gflops, double peak) { return peak > 0 ? gflops / peak : 0.0; };
   for (const auto& run : runs) {
     const PolicyRun& r = *run;
     const double step_ms = median(r.step_ms);
@@ -324,9 +329,9 @@ int main(int argc, char** argv) try {
         "\"loss_first\":%.4f,\"loss_last\":%.4f,\"activation_bytes\":%zu,"
         "\"workspace_bytes\":%zu}\n",
         activation_policy_name(r.policy()), threads, step_ms, step_ms_min, median(r.fwd_ms),
-        median(r.bwd_ms), median(r.opt_ms), tok_s, gflops, gflops_best, gflops / peak_openblas,
-        gflops / peak_tide, gflops_best / peak_tide, r.loss_first, r.loss_last, r.activation_peak(),
-        r.workspace_peak());
+        median(r.bwd_ms), median(r.opt_ms), tok_s, gflops, gflops_best, mfu(gflops, peak_openblas),
+        mfu(gflops, peak_tide), mfu(gflops_best, peak_tide), r.loss_first, r.loss_last,
+        r.activation_peak(), r.workspace_peak());
   }
   return 0;
 } catch (const tide::Error& e) {

@@ -21,9 +21,10 @@ void EmbeddingBlock::forward(MicroBatch& mb) {
 
 // Tokens have no gradient; B stashes d(wte[tokens] + wpe) = dropout_backward(dresidual[0]).
 void EmbeddingBlock::backward_input(MicroBatch& mb) {
-  Tensor demb = mb.stash_arena->zeros(mb.dresidual.shape);  // (B,T,C)
-  dropout_backward(env_.op, demb, mb.dresidual,
-                   env_.dropout(mb, -1, kEmbeddingDropoutSite, demb.shape[2]));
+  // dropout_backward into zeros, as one pass: dropout_forward applies the same mask.
+  Tensor demb = mb.stash_arena->alloc_tensor(mb.dresidual.shape);  // (B,T,C)
+  dropout_forward(env_.op, demb, mb.dresidual,
+                  env_.dropout(mb, -1, kEmbeddingDropoutSite, demb.shape[2]));
   mb.block_saved[0] = {demb};
 }
 

@@ -120,8 +120,10 @@ void TransformerBlock::backward_input(MicroBatch& mb) {
   Arena& tmp = mb.workspace;
   Tensor dy = mb.dresidual;  // (B,T,C)
   // MLP branch: y = x2 + dropout(fc2(gelu(fc(ln_2(x2)))))
-  s[DFC2] = w.zeros({B, T, C});
-  dropout_backward(op, s[DFC2], dy, env_.dropout(mb, layer_, MLP_RESID, C));
+  // dropout_backward into zeros, as one pass: dropout_forward applies the same mask (the
+  // spec's counters) and writes instead of accumulating.
+  s[DFC2] = w.alloc_tensor({B, T, C});
+  dropout_forward(op, s[DFC2], dy, env_.dropout(mb, layer_, MLP_RESID, C));
   Tensor dgelu = tmp.zeros({B, T, 4 * C});
   matmul_backward_input(op, dgelu, s[DFC2], p(FC2_W));
   s[DFCH] = w.zeros({B, T, 4 * C});
@@ -130,8 +132,8 @@ void TransformerBlock::backward_input(MicroBatch& mb) {
   matmul_backward_input(op, s[DLN2], s[DFCH], p(FC_W));
   layernorm_backward_input(op, dy, s[DLN2], s[RES2], p(LN2_W), s[LN2_MEAN], s[LN2_RSTD]);
   // dy now holds dL/dx2. Attention branch: x2 = x + dropout(proj(attention(ln_1(x))))
-  s[DPROJ] = w.zeros({B, T, C});
-  dropout_backward(op, s[DPROJ], dy, env_.dropout(mb, layer_, ATTN_RESID, C));
+  s[DPROJ] = w.alloc_tensor({B, T, C});
+  dropout_forward(op, s[DPROJ], dy, env_.dropout(mb, layer_, ATTN_RESID, C));  // as DFC2
   Tensor datty = tmp.zeros({B, T, C});
   matmul_backward_input(op, datty, s[DPROJ], p(PROJ_W));
   s[DQKV] = w.zeros({B, T, 3 * C});

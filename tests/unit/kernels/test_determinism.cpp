@@ -13,9 +13,10 @@ using namespace tide::test;
 namespace {
 
 // Runs every forward and backward op once on shapes big enough to be split across threads
-// (C = 160 is two and a half channel blocks) and returns all outputs, concatenated.
+// (C = 160 is two and a half channel blocks, T = 41 two causal row blocks of attention, one
+// partial) and returns all outputs, concatenated.
 std::vector<float> run_all_ops() {
-  const int B = 3, T = 17, C = 160, NH = 4, V = 67, OC = 3 * C, N = B * T;
+  const int B = 3, T = 41, C = 160, NH = 4, V = 67, OC = 3 * C, N = B * T;
   const OpContext ctx = cpu_ctx();
   const DropoutSpec drop{0.2f, 3, rng_stream_id(7)};
   std::vector<float> result;

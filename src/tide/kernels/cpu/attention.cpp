@@ -7,121 +7,170 @@
 // Entries t2 > t of preatt and att are 0. The mask of element (b,h,t,t2) is drawn at the
 // counter of its global coordinates (attention_dropout_row_counter + t2, see DropoutSpec), so
 // a shard of heads (col0) or of sequences (seq0) draws the single-rank run's mask.
+//
+// Why GEMMs: the products QK^T, att V and their backward are matrix products per (b, h), and a
+// single-threaded sgemm runs them ~10x faster than dot/axpy loops over rows. The causal mask
+// is exploited in blocks of kRowBlock rows: row block [r0, r1) only needs keys [0, r1), so the
+// wasted work is the upper triangle of the diagonal blocks, not half of every matrix.
+//
+// Reproducibility: each (b, h) is one OpenMP work item, computed by one thread with a fixed
+// sequence of sgemm calls whose shapes depend only on T and HS (OpenBLAS pinned to one
+// thread), so the result does not depend on the thread count.
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
 #include "tide/kernels/cpu/cpu_ops.h"
 #include "tide/kernels/cpu/dropout_mask.h"
+#include "tide/kernels/cpu/gemm.h"
+#include "tide/kernels/cpu/simd.h"
 #include "tide/kernels/cpu/vec.h"
 
 namespace tide::cpu {
+
+namespace {
+
+// Rows per causal block (and columns per block of the key gradients).
+constexpr int kRowBlock = 32;
+
+// p[0, n) = softmax(p[0, n)) in place: maximum, exp(p - max) summed in 8 lanes (the last
+// partial group padded with -inf, whose exp is 0), scaled by 1/sum.
+void softmax_row(float* p, int n) {
+  v8f m = splat(-INFINITY);
+  int i = 0;
+  for (; i + 8 <= n; i += 8) m = max8(load8(p + i), m);
+  if (i < n) m = max8(load_partial(p + i, n - i, -INFINITY), m);
+  const v8f maxval = splat(hmax8(m));
+  v8f acc = splat(0.0f);
+  for (i = 0; i + 8 <= n; i += 8) {
+    const v8f e = exp8(load8(p + i) - maxval);
+    store8(p + i, e);
+    acc += e;
+  }
+  if (i < n) {
+    const v8f e = exp8(load_partial(p + i, n - i, -INFINITY) - maxval);
+    store_partial(p + i, e, n - i);
+    acc += e;
+  }
+  const float inv = 1.0f / hsum8(acc);
+  for (i = 0; i < n; ++i) p[i] *= inv;
+}
+
+}  // namespace
 
 void attention_forward(float* out, float* preatt, float* att, const float* qkv, int B, int T, int C,
                        int NH, const DropoutSpec& dropout) {
   const int C3 = 3 * C;
   const int HS = C / NH;
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
+  pin_openblas_to_one_thread();
 #pragma omp parallel
   {
     std::vector<float> mult(T);  // dropout multipliers of one row
-#pragma omp for collapse(3) schedule(static)
+#pragma omp for collapse(2) schedule(static)
     for (int b = 0; b < B; ++b) {
-      for (int t = 0; t < T; ++t) {
-        for (int h = 0; h < NH; ++h) {
-          const float* q = qkv + (static_cast<int64_t>(b) * T + t) * C3 + h * HS;
-          const int64_t row = ((static_cast<int64_t>(b) * NH + h) * T + t) * T;
-          float* probs = preatt + row;  // (T)
-          float* att_row = att + row;   // (T)
-
-          // Scores and their maximum (subtracted before exp for stability).
-          float maxval = -INFINITY;
-          for (int t2 = 0; t2 <= t; ++t2) {
-            const float* k = qkv + (static_cast<int64_t>(b) * T + t2) * C3 + C + h * HS;
-            const float s = dot(q, k, HS) * scale;
-            probs[t2] = s;
-            if (s > maxval) maxval = s;
+      for (int h = 0; h < NH; ++h) {
+        const float* q = qkv + static_cast<int64_t>(b) * T * C3 + h * HS;  // (T,HS), ld 3C
+        const float* k = q + C;
+        const float* v = q + 2 * C;
+        const int64_t bh = static_cast<int64_t>(b) * NH + h;
+        float* probs = preatt + bh * T * T;                         // (T,T)
+        float* a = att + bh * T * T;                                // (T,T)
+        float* o = out + static_cast<int64_t>(b) * T * C + h * HS;  // (T,HS), ld C
+        for (int r0 = 0; r0 < T; r0 += kRowBlock) {
+          const int r1 = std::min(T, r0 + kRowBlock);
+          // scores(r0:r1, 0:r1) = scale * q(r0:r1) k(0:r1)^T; keys past a row's own position
+          // are computed too and overwritten with 0 below.
+          gemm_serial(false, true, r1 - r0, r1, HS, scale, q + static_cast<int64_t>(r0) * C3, C3, k,
+                      C3, 0.0f, probs + static_cast<int64_t>(r0) * T, T);
+          for (int t = r0; t < r1; ++t) {
+            float* p = probs + static_cast<int64_t>(t) * T;
+            float* a_row = a + static_cast<int64_t>(t) * T;
+            softmax_row(p, t + 1);
+            std::fill(p + t + 1, p + T, 0.0f);
+            if (dropout.enabled()) {
+              dropout_multipliers(dropout, attention_dropout_row_counter(dropout, T, NH, b, h, t),
+                                  t + 1, mult.data());
+              for (int t2 = 0; t2 <= t; ++t2) a_row[t2] = p[t2] * mult[t2];
+            } else {
+              std::copy(p, p + t + 1, a_row);
+            }
+            std::fill(a_row + t + 1, a_row + T, 0.0f);
           }
-          float expsum = 0.0f;
-          for (int t2 = 0; t2 <= t; ++t2) {
-            const float e = std::exp(probs[t2] - maxval);
-            probs[t2] = e;
-            expsum += e;
-          }
-          const float inv = 1.0f / expsum;
-          for (int t2 = 0; t2 <= t; ++t2) probs[t2] *= inv;
-          for (int t2 = t + 1; t2 < T; ++t2) probs[t2] = 0.0f;
-
-          if (dropout.enabled()) {
-            dropout_multipliers(dropout, attention_dropout_row_counter(dropout, T, NH, b, h, t),
-                                t + 1, mult.data());
-            for (int t2 = 0; t2 <= t; ++t2) att_row[t2] = probs[t2] * mult[t2];
-          } else {
-            for (int t2 = 0; t2 <= t; ++t2) att_row[t2] = probs[t2];
-          }
-          for (int t2 = t + 1; t2 < T; ++t2) att_row[t2] = 0.0f;
-
-          // out_t = att @ v
-          float* o = out + (static_cast<int64_t>(b) * T + t) * C + h * HS;
-          for (int i = 0; i < HS; ++i) o[i] = 0.0f;
-          for (int t2 = 0; t2 <= t; ++t2) {
-            const float* v = qkv + (static_cast<int64_t>(b) * T + t2) * C3 + 2 * C + h * HS;
-            axpy(att_row[t2], v, o, HS);
-          }
+          // out(r0:r1) = att(r0:r1, 0:r1) v(0:r1)
+          gemm_serial(false, false, r1 - r0, HS, r1, 1.0f, a + static_cast<int64_t>(r0) * T, T, v,
+                      C3, 0.0f, o + static_cast<int64_t>(r0) * C, C);
         }
       }
     }
   }
 }
 
-// Parallel over (b, h): the gradients of q, k and v of one (b, h) live in a column slice of
-// dqkv that no other (b, h) touches, so threads never write the same element, and within a
-// (b, h) the rows t are processed in order: the result does not depend on the thread count.
+// Per (b, h), with dO = dout's slice, D a (T,T) buffer of the thread:
+//   D = dO V^T                          (d att), row blocks against keys [0, r1)
+//   D = (D * mask - rowdot) * probs * scale   (d scores; 0 past each row's position)
+//   dQ += D K                           row blocks
+//   dV += att^T dO,  dK += D^T Q        column blocks [c0, c1): rows t >= c0 only
+// The gradients of one (b, h) live in a column slice of dqkv that no other (b, h) touches.
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* preatt,
                         const float* att, int B, int T, int C, int NH, const DropoutSpec& dropout) {
   const int C3 = 3 * C;
   const int HS = C / NH;
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
+  pin_openblas_to_one_thread();
 #pragma omp parallel
   {
-    std::vector<float> dprobs(T), mult(T);  // per row t: dL/dprobs, dropout multipliers
+    std::vector<float> d(static_cast<size_t>(T) * T), mult(T);
 #pragma omp for collapse(2) schedule(static)
     for (int b = 0; b < B; ++b) {
       for (int h = 0; h < NH; ++h) {
-        for (int t = 0; t < T; ++t) {
-          const int64_t row = ((static_cast<int64_t>(b) * NH + h) * T + t) * T;
-          const float* probs = preatt + row;
-          const float* att_row = att + row;
-          const int64_t bt = static_cast<int64_t>(b) * T + t;
-          const float* q = qkv + bt * C3 + h * HS;
-          float* dq = dqkv + bt * C3 + h * HS;
-          const float* dout_t = dout + bt * C + h * HS;
-
-          // out_t = sum_t2 att[t2] v_t2: datt[t2] = v_t2 . dout_t, dv_t2 += att[t2] dout_t
-          for (int t2 = 0; t2 <= t; ++t2) {
-            const int64_t bt2 = static_cast<int64_t>(b) * T + t2;
-            const float* v = qkv + bt2 * C3 + 2 * C + h * HS;
-            float* dv = dqkv + bt2 * C3 + 2 * C + h * HS;
-            dprobs[t2] = dot(v, dout_t, HS);
-            axpy(att_row[t2], dout_t, dv, HS);
+        const int64_t off = static_cast<int64_t>(b) * T * C3 + h * HS;
+        const float* q = qkv + off;  // (T,HS), ld 3C; k, v and the gradients alike
+        const float* k = q + C;
+        const float* v = q + 2 * C;
+        float* dq = dqkv + off;
+        float* dk = dq + C;
+        float* dv = dq + 2 * C;
+        const float* dout_bh = dout + static_cast<int64_t>(b) * T * C + h * HS;  // ld C
+        const int64_t bh = static_cast<int64_t>(b) * NH + h;
+        const float* probs = preatt + bh * T * T;
+        const float* a = att + bh * T * T;
+        for (int r0 = 0; r0 < T; r0 += kRowBlock) {
+          const int r1 = std::min(T, r0 + kRowBlock);
+          float* d_blk = d.data() + static_cast<int64_t>(r0) * T;
+          // d att(r0:r1, 0:r1) = dO(r0:r1) v(0:r1)^T
+          gemm_serial(false, true, r1 - r0, r1, HS, 1.0f, dout_bh + static_cast<int64_t>(r0) * C, C,
+                      v, C3, 0.0f, d_blk, T);
+          for (int t = r0; t < r1; ++t) {
+            float* drow = d.data() + static_cast<int64_t>(t) * T;
+            const float* p = probs + static_cast<int64_t>(t) * T;
+            // att = probs * mult: dprobs = datt * mult (the mask regenerated from the spec).
+            if (dropout.enabled()) {
+              dropout_multipliers(dropout, attention_dropout_row_counter(dropout, T, NH, b, h, t),
+                                  t + 1, mult.data());
+              for (int t2 = 0; t2 <= t; ++t2) drow[t2] *= mult[t2];
+            }
+            // softmax: dscore[t2] = probs[t2] * (dprobs[t2] - sum_j probs[j] dprobs[j]), and
+            // score = q . k * scale.
+            const float rowdot = cpu::dot(p, drow, t + 1);
+            for (int t2 = 0; t2 <= t; ++t2) drow[t2] = p[t2] * (drow[t2] - rowdot) * scale;
+            std::fill(drow + t + 1, drow + r1, 0.0f);
           }
-          // att = probs * mult: dprobs = datt * mult (the mask regenerated from the spec).
-          if (dropout.enabled()) {
-            dropout_multipliers(dropout, attention_dropout_row_counter(dropout, T, NH, b, h, t),
-                                t + 1, mult.data());
-            for (int t2 = 0; t2 <= t; ++t2) dprobs[t2] *= mult[t2];
-          }
-          // softmax: dscore[t2] = probs[t2] * (dprobs[t2] - sum_j probs[j] dprobs[j])
-          float dot = 0.0f;
-          for (int t2 = 0; t2 <= t; ++t2) dot += probs[t2] * dprobs[t2];
-          // score = q . k * scale: dq += dscore * scale * k, dk += dscore * scale * q
-          for (int t2 = 0; t2 <= t; ++t2) {
-            const float dscore = probs[t2] * (dprobs[t2] - dot) * scale;
-            const int64_t bt2 = static_cast<int64_t>(b) * T + t2;
-            const float* k = qkv + bt2 * C3 + C + h * HS;
-            float* dk = dqkv + bt2 * C3 + C + h * HS;
-            axpy(dscore, k, dq, HS);
-            axpy(dscore, q, dk, HS);
-          }
+          // dq(r0:r1) += dscores(r0:r1, 0:r1) k(0:r1)
+          gemm_serial(false, false, r1 - r0, HS, r1, 1.0f, d_blk, T, k, C3, 1.0f,
+                      dq + static_cast<int64_t>(r0) * C3, C3);
+        }
+        for (int c0 = 0; c0 < T; c0 += kRowBlock) {
+          const int c1 = std::min(T, c0 + kRowBlock);
+          const int64_t rows = T - c0;  // queries t >= c0 see keys c0..c1
+          // dv(c0:c1) += att(c0:T, c0:c1)^T dO(c0:T)
+          gemm_serial(true, false, c1 - c0, HS, rows, 1.0f, a + static_cast<int64_t>(c0) * T + c0,
+                      T, dout_bh + static_cast<int64_t>(c0) * C, C, 1.0f,
+                      dv + static_cast<int64_t>(c0) * C3, C3);
+          // dk(c0:c1) += dscores(c0:T, c0:c1)^T q(c0:T)
+          gemm_serial(
+              true, false, c1 - c0, HS, rows, 1.0f, d.data() + static_cast<int64_t>(c0) * T + c0, T,
+              q + static_cast<int64_t>(c0) * C3, C3, 1.0f, dk + static_cast<int64_t>(c0) * C3, C3);
         }
       }
     }

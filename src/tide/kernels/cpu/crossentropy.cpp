@@ -2,10 +2,13 @@
 //   loss_n = logsumexp(logits_n) - logits_n[target_n]
 //   dlogits_n = (softmax(logits_n) - onehot(target_n)) * dloss
 // logsumexp subtracts the row maximum and sums the exponentials in double.
+// The rows are processed 8 logits at a time (simd.h): exp is most of this kernel's time.
+// The last partial block of a row is padded with -inf, whose exp is 0.
 #include <cmath>
 
 #include "tide/core/error.h"
 #include "tide/kernels/cpu/cpu_ops.h"
+#include "tide/kernels/cpu/simd.h"
 
 namespace tide::cpu {
 
@@ -16,12 +19,35 @@ struct RowStats {
   double sum;  // sum_v exp(logit_v - maxval)
 };
 
+using v4d = double __attribute__((vector_size(32)));
+
+float row_max(const float* x, int V) {
+  v8f m = splat(-INFINITY);
+  int v = 0;
+  for (; v + 8 <= V; v += 8) m = max8(load8(x + v), m);
+  if (v < V) m = max8(load_partial(x + v, V - v, -INFINITY), m);
+  return hmax8(m);
+}
+
+// e = exp(x - maxval) for 8 logits, added to the two double accumulators (lanes 0-3, 4-7).
+inline v8f exp_and_add(v8f x, float maxval, v4d& lo, v4d& hi) {
+  const v8f e = exp8(x - splat(maxval));
+  lo += __builtin_convertvector(__builtin_shufflevector(e, e, 0, 1, 2, 3), v4d);
+  hi += __builtin_convertvector(__builtin_shufflevector(e, e, 4, 5, 6, 7), v4d);
+  return e;
+}
+
+inline double sum_lanes(v4d lo, v4d hi) {
+  return ((lo[0] + hi[0]) + (lo[1] + hi[1])) + ((lo[2] + hi[2]) + (lo[3] + hi[3]));
+}
+
 RowStats row_stats(const float* x, int V) {
-  float maxval = -INFINITY;
-  for (int v = 0; v < V; ++v) maxval = x[v] > maxval ? x[v] : maxval;
-  double sum = 0.0;
-  for (int v = 0; v < V; ++v) sum += std::exp(x[v] - maxval);
-  return {maxval, sum};
+  const float maxval = row_max(x, V);
+  v4d lo = {}, hi = {};
+  int v = 0;
+  for (; v + 8 <= V; v += 8) exp_and_add(load8(x + v), maxval, lo, hi);
+  if (v < V) exp_and_add(load_partial(x + v, V - v, -INFINITY), maxval, lo, hi);
+  return {maxval, sum_lanes(lo, hi)};
 }
 
 void check_targets(const int32_t* targets, int64_t N, int V, const char* op) {
@@ -68,16 +94,17 @@ void crossentropy_backward(float* dlogits, const float* logits, const int32_t* t
     // Three passes over the row, each reading x[v] before writing dx[v] (safe in place):
     // the maximum; e = exp(x - max), stored in dx and summed in double; the scaling to
     // softmax * dloss. Then the one-hot term: dx[target] -= dloss.
-    float maxval = -INFINITY;
-    for (int v = 0; v < V; ++v) maxval = x[v] > maxval ? x[v] : maxval;
-    double sum = 0.0;
-    for (int v = 0; v < V; ++v) {
-      const float e = std::exp(x[v] - maxval);
-      dx[v] = e;
-      sum += e;
+    const float maxval = row_max(x, V);
+    v4d lo = {}, hi = {};
+    int v = 0;
+    for (; v + 8 <= V; v += 8) store8(dx + v, exp_and_add(load8(x + v), maxval, lo, hi));
+    if (v < V) {
+      const v8f e = exp_and_add(load_partial(x + v, V - v, -INFINITY), maxval, lo, hi);
+      store_partial(dx + v, e, V - v);
     }
-    const float scale = static_cast<float>(1.0 / sum) * dloss;  // softmax = e / sum
-    for (int v = 0; v < V; ++v) dx[v] *= scale;
+    const float scale = static_cast<float>(1.0 / sum_lanes(lo, hi)) * dloss;  // softmax = e / sum
+    for (v = 0; v + 8 <= V; v += 8) store8(dx + v, load8(dx + v) * splat(scale));
+    for (; v < V; ++v) dx[v] *= scale;
     dx[target] -= dloss;
   }
 }

@@ -12,13 +12,22 @@ namespace {
 // transformer's matrices give several tiles per thread.
 constexpr int64_t kTileM = 256;
 constexpr int64_t kTileN = 512;
+}  // namespace
 
-// OpenBLAS must not start threads of its own (see gemm.h). Checked on every call (it is a
-// cheap read) because anything in the process may have changed the setting since.
+// Checked on every gemm call (it is a cheap read) because anything in the process may have
+// changed the setting since.
 void pin_openblas_to_one_thread() {
   if (openblas_get_num_threads() != 1) openblas_set_num_threads(1);
 }
-}  // namespace
+
+void gemm_serial(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                 const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+                 int64_t ldc) {
+  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+              trans_b ? CblasTrans : CblasNoTrans, static_cast<int>(M), static_cast<int>(N),
+              static_cast<int>(K), alpha, A, static_cast<int>(lda), B, static_cast<int>(ldb), beta,
+              C, static_cast<int>(ldc));
+}
 
 void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
           int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {

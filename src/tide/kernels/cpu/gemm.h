@@ -19,4 +19,13 @@ namespace tide::cpu {
 void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
           int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
 
+// The same product as ONE single-threaded sgemm call, for a kernel that spreads many small
+// independent products over its own OpenMP threads (attention: one per (batch, head)). Call
+// pin_openblas_to_one_thread() once before the parallel region: it must not run inside one.
+void gemm_serial(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                 const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+                 int64_t ldc);
+// OpenBLAS must not start threads of its own (see above). A cheap read when already pinned.
+void pin_openblas_to_one_thread();
+
 }  // namespace tide::cpu

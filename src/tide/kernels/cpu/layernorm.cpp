@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "tide/kernels/cpu/cpu_ops.h"
+#include "tide/kernels/cpu/simd.h"
 
 namespace tide::cpu {
 
@@ -14,20 +15,50 @@ constexpr float kEps = 1e-5f;
 constexpr int kChannelBlock = 64;
 }  // namespace
 
+namespace {
+using v4d = double __attribute__((vector_size(32)));
+
+// Adds the 8 lanes of x to two 4-lane double accumulators.
+inline void add_to_double(v8f x, v4d& lo, v4d& hi) {
+  lo += __builtin_convertvector(__builtin_shufflevector(x, x, 0, 1, 2, 3), v4d);
+  hi += __builtin_convertvector(__builtin_shufflevector(x, x, 4, 5, 6, 7), v4d);
+}
+inline double hsum(v4d lo, v4d hi) {
+  return ((lo[0] + hi[0]) + (lo[1] + hi[1])) + ((lo[2] + hi[2]) + (lo[3] + hi[3]));
+}
+}  // namespace
+
+// Rows are vectorised 8 channels at a time (sums in 8 double lanes added in a fixed tree);
+// the last partial group of a row is padded with zeros for the mean and added lane by lane to
+// the variance.
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
                        const float* bias, int64_t N, int C) {
+  const int C8 = C - C % 8;
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
     const float* x = inp + n * C;  // (C)
-    // Mean and variance in double: two passes, so no cancellation of E[x^2] - E[x]^2.
-    double sum = 0.0;
-    for (int c = 0; c < C; ++c) sum += x[c];
-    const double m = sum / C;
-    double sq = 0.0;
-    for (int c = 0; c < C; ++c) {
+    // Mean and variance in double: two passes, so no cancellation of E[x^2] - E[x]^2. The
+    // deviations x - mean are formed in double (each float is exact in double).
+    v4d lo = {}, hi = {};
+    for (int c = 0; c < C8; c += 8) add_to_double(load8(x + c), lo, hi);
+    if (C8 < C) add_to_double(load_partial(x + C8, C - C8), lo, hi);
+    const double m = hsum(lo, hi) / C;
+    const v4d mv = {m, m, m, m};
+    v4d sq_lo = {}, sq_hi = {};
+    auto add_squares = [&](v8f xv) {
+      const v4d d_lo =
+          __builtin_convertvector(__builtin_shufflevector(xv, xv, 0, 1, 2, 3), v4d) - mv;
+      const v4d d_hi =
+          __builtin_convertvector(__builtin_shufflevector(xv, xv, 4, 5, 6, 7), v4d) - mv;
+      sq_lo += d_lo * d_lo;
+      sq_hi += d_hi * d_hi;
+    };
+    for (int c = 0; c < C8; c += 8) add_squares(load8(x + c));
+    for (int c = C8; c < C; ++c) {
       const double d = x[c] - m;
-      sq += d * d;
+      sq_lo[0] += d * d;
     }
+    const double sq = hsum(sq_lo, sq_hi);
     const float mf = static_cast<float>(m);
     const float s = static_cast<float>(1.0 / std::sqrt(sq / C + kEps));
     float* y = out + n * C;
@@ -39,27 +70,37 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, c
 
 // With xhat = (x - mean) * rstd and g = dout * weight, the input gradient is
 //   dx = rstd * (g - mean(g) - xhat * mean(g * xhat)).
+// The two row sums run in 8 lanes (zero-padded tail), added in a fixed tree.
 void layernorm_backward_input(float* dinp, const float* dout, const float* inp, const float* weight,
                               const float* mean, const float* rstd, int64_t N, int C) {
+  const int C8 = C - C % 8;
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
     const float* x = inp + n * C;
     const float* dy = dout + n * C;
     float* dx = dinp + n * C;
-    const float m = mean[n], s = rstd[n];
-    float g_mean = 0.0f, gx_mean = 0.0f;
-    for (int c = 0; c < C; ++c) {
-      const float xhat = (x[c] - m) * s;
-      const float g = dy[c] * weight[c];
-      g_mean += g;
-      gx_mean += g * xhat;
+    const v8f m = splat(mean[n]), s = splat(rstd[n]);
+    v8f g_acc = splat(0.0f), gx_acc = splat(0.0f);
+    for (int c = 0; c < C8; c += 8) {
+      const v8f xhat = (load8(x + c) - m) * s;
+      const v8f g = load8(dy + c) * load8(weight + c);
+      g_acc += g;
+      gx_acc += g * xhat;
     }
-    g_mean /= C;
-    gx_mean /= C;
+    if (C8 < C) {
+      const int r = C - C8;
+      const v8f xhat = (load_partial(x + C8, r) - m) * s;
+      const v8f g = load_partial(dy + C8, r) * load_partial(weight + C8, r);  // 0 past C
+      g_acc += g;
+      gx_acc += g * xhat;
+    }
+    const float g_mean = hsum8(g_acc) / C;
+    const float gx_mean = hsum8(gx_acc) / C;
+    const float mf = mean[n], sf = rstd[n];
     for (int c = 0; c < C; ++c) {
-      const float xhat = (x[c] - m) * s;
+      const float xhat = (x[c] - mf) * sf;
       const float g = dy[c] * weight[c];
-      dx[c] += (g - g_mean - xhat * gx_mean) * s;
+      dx[c] += (g - g_mean - xhat * gx_mean) * sf;
     }
   }
 }
