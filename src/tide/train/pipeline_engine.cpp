@@ -1,0 +1,244 @@
+#include "tide/train/pipeline_engine.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include "tide/optim/grad_norm.h"
+#include "tide/train/optimizer_step.h"
+
+namespace tide {
+
+using pipeline::Op;
+
+// A micro-batch's home on this stage from the first action that names it (its RecvAct or F)
+// to the last (its W, or the SendGrad after a fused backward).
+struct PipelineEngine::Slot {
+  int mb = -1;  // the micro-batch it runs, -1 when free
+  MicroBatch* m = nullptr;
+  WorkPtr recv;                // the activation or gradient being received into it
+  std::vector<WorkPtr> sends;  // isends reading its buffers: waited before the slot is reused
+};
+
+namespace {
+
+// Per micro-batch, the indices of the first and last action of `actions` that name it.
+struct Span {
+  int first = -1, last = -1;
+};
+std::vector<Span> spans(const std::vector<pipeline::Action>& actions, int M) {
+  std::vector<Span> s(M);
+  for (int i = 0; i < static_cast<int>(actions.size()); ++i) {
+    const pipeline::Action& a = actions[i];
+    if (a.op == Op::OptimizerStep) continue;
+    if (s[a.mb].first < 0) s[a.mb].first = i;
+    s[a.mb].last = i;
+  }
+  return s;
+}
+
+// Peak micro-batch slots (spans alive at once) and W stashes ((micro-batch, block) between
+// its B and W part) of a stage's action list.
+std::pair<int, int> peaks(const pipeline::Schedule& s, int stage, int blocks) {
+  const std::vector<pipeline::Action>& actions = s.actions[stage];
+  const std::vector<Span> sp = spans(actions, s.microbatches);
+  int slots = 0, peak_slots = 1, stashes = 0, peak_stashes = 1;
+  for (int i = 0; i < static_cast<int>(actions.size()); ++i) {
+    const pipeline::Action& a = actions[i];
+    if (a.op == Op::OptimizerStep) continue;
+    if (sp[a.mb].first == i) peak_slots = std::max(peak_slots, ++slots);
+    if (sp[a.mb].last == i) --slots;
+    if (!pipeline::is_compute(a.op)) continue;
+    for (const pipeline::BlockPart& p : pipeline::block_parts(a.op, blocks, s.split_backward)) {
+      if (p.op == Op::B) peak_stashes = std::max(peak_stashes, ++stashes);
+      if (p.op == Op::W) --stashes;
+    }
+  }
+  return {peak_slots, peak_stashes};
+}
+
+// Sum over the group of one double per rank, added in rank order (the same bits everywhere).
+double sum_over_ranks(ProcessGroup& g, double x) {
+  if (g.size() == 1) return x;
+  std::vector<double> all(g.size());
+  g.all_gather(Tensor(&x, Shape{2}, DType::I32),
+               Tensor(all.data(), Shape{2 * int64_t{g.size()}}, DType::I32));
+  double sum = 0;
+  for (double v : all) sum += v;
+  return sum;
+}
+
+}  // namespace
+
+PipelineEngine::PipelineEngine(GPT& model, std::shared_ptr<ProcessGroup> pipeline,
+                               pipeline::Schedule schedule, int B, int T,
+                               OptimizerSettings optimizer)
+    : model_(model),
+      pp_(std::move(pipeline)),
+      schedule_(std::move(schedule)),
+      opt_(optimizer),
+      B_(B),
+      T_(T) {
+  pipeline::validate(schedule_);
+  const int p = pp_->size(), stage = pp_->rank();
+  TIDE_CHECK(schedule_.chunks == 1 && schedule_.placement == pipeline::Placement::Looped,
+             "the pipeline executor runs one model chunk per stage for now; schedule '{}' has {} "
+             "chunks per stage (interleaved and zb-v are not supported yet)",
+             schedule_.name, schedule_.chunks);
+  TIDE_CHECK(schedule_.stages == p,
+             "schedule '{}' has {} stages but the pipeline group has {} ranks; build the "
+             "schedule for the group's size",
+             schedule_.name, schedule_.stages, p);
+  TIDE_CHECK(model_.pp() == p && model_.stage() == stage,
+             "rank {} of a {}-stage pipeline holds a model built for stage {} of {}; build it "
+             "with ModelOptions pp = {}, stage = {}",
+             stage, p, model_.stage(), model_.pp(), p, stage);
+  check_lr_schedule(opt_.lr);
+
+  const int blocks = model_.num_blocks();
+  const auto [slots, stashes] = peaks(schedule_, stage, blocks);
+  b_parts_ = pipeline::block_parts(Op::B, blocks, schedule_.split_backward);
+  w_parts_ = pipeline::block_parts(Op::W, blocks, schedule_.split_backward);
+  stash_ = StashPool(model_.stash_slot_bytes(B, T), stashes);
+  for (int i = 0; i < slots; ++i) {
+    mbs_.push_back(model_.make_micro_batch(B, T, &stash_));
+    slots_.push_back(Slot{-1, mbs_.back().get(), nullptr, {}});
+  }
+  if (p > 1) {
+    // Collective over the pipeline group: every rank takes part, only the two get a group.
+    tied_ = pp_->new_group({0, p - 1});
+    const ChunkLayout& lay = model_.store().layout();
+    if (model_.has_embedding()) tied_id_ = lay.find("wte");
+    if (model_.has_head()) tied_id_ = lay.find("lm_head.weight");
+  }
+}
+
+PipelineEngine::~PipelineEngine() {
+  // Never leave a transfer reading or writing freed activation buffers.
+  for (Slot& s : slots_) {
+    if (s.recv) s.recv->wait();
+    for (WorkPtr& w : s.sends) w->wait();
+  }
+}
+
+PipelineEngine::Slot& PipelineEngine::slot_of(int mb, bool take) {
+  for (Slot& s : slots_)
+    if (s.mb == mb) return s;
+  TIDE_CHECK(take, "micro-batch {} is not in flight on stage {}", mb, pp_->rank());
+  for (Slot& s : slots_) {
+    if (s.mb >= 0) continue;
+    for (WorkPtr& w : s.sends) w->wait();  // its buffers are about to be overwritten
+    s.sends.clear();
+    s.mb = mb;
+    return s;
+  }
+  TIDE_FAIL("stage {} has no free micro-batch slot for micro-batch {} (all {} in use)", pp_->rank(),
+            mb, slots_.size());
+}
+
+void PipelineEngine::wait_recv(Slot& s) {
+  if (!s.recv) return;
+  s.recv->wait();
+  s.recv.reset();
+}
+
+void PipelineEngine::release(Slot& s) {
+  TIDE_ASSERT(!s.recv);  // every receive is consumed by a compute of the same micro-batch
+  s.mb = -1;             // its sends are waited when the slot is taken again
+}
+
+StepStats PipelineEngine::step(int64_t step, uint64_t seed, const BatchFn& batch) {
+  using Clock = std::chrono::steady_clock;
+  const auto t0 = Clock::now();
+  ChunkStore& store = model_.store();
+  const int M = schedule_.microbatches, stage = pp_->rank(), p = pp_->size();
+  const std::vector<pipeline::Action>& actions = schedule_.actions[stage];
+  const std::vector<Span> sp = spans(actions, M);
+  store.zero(ChunkKind::GRAD);
+  double loss_sum = 0;
+  for (int i = 0; i < static_cast<int>(actions.size()); ++i) {
+    const pipeline::Action& a = actions[i];
+    if (a.op == Op::OptimizerStep) continue;  // the rest of this function
+    Slot& s = slot_of(a.mb, /*take=*/sp[a.mb].first == i);
+    MicroBatch& mb = *s.m;
+    const int tag = a.mb;  // one message per (micro-batch, direction) per step
+    switch (a.op) {
+      case Op::RecvAct:
+        s.recv = pp_->recv_async(model_.input_activation(mb), a.peer, tag);
+        break;
+      case Op::RecvGrad:
+        s.recv = pp_->recv_async(model_.residual_grad(mb), a.peer, tag);
+        break;
+      case Op::SendAct:
+        s.sends.push_back(pp_->send_async(model_.output_activation(mb), a.peer, tag));
+        break;
+      case Op::SendGrad:
+        s.sends.push_back(pp_->send_async(model_.residual_grad(mb), a.peer, tag));
+        break;
+      case Op::F:
+        batch(a.mb, mb.tokens.i32(), mb.targets.i32());
+        mb.training = true;
+        mb.seed = seed;
+        mb.step = static_cast<uint64_t>(step);
+        mb.index = a.mb;
+        mb.seq0 = static_cast<uint64_t>(a.mb) * B_;  // the single-rank run's numbering
+        mb.dloss = 1.0f / static_cast<float>(M);
+        wait_recv(s);
+        loss_sum += model_.forward(mb);
+        break;
+      case Op::B:
+      case Op::W:
+        wait_recv(s);
+        for (const pipeline::BlockPart& part : a.op == Op::B ? b_parts_ : w_parts_)
+          if (part.op == Op::B)
+            model_.backward_input_block(mb, part.block);
+          else
+            model_.backward_weight_block(mb, part.block, /*mark_grads=*/false);
+        break;
+      case Op::OptimizerStep:
+        break;
+    }
+    if (sp[a.mb].last == i) release(s);
+  }
+  const auto t_comm = Clock::now();
+  for (Slot& s : slots_) {
+    for (WorkPtr& w : s.sends) w->wait();
+    s.sends.clear();
+  }
+  // The tied embedding: the first stage's wte and the last stage's lm_head both become the
+  // sum of the two gradients (a + b = b + a: the same bits on both).
+  if (tied_) tied_->all_reduce(store.tensor(ChunkKind::GRAD, tied_id_), ReduceOp::Sum);
+  StepStats st;
+  st.comm_seconds = std::chrono::duration<double>(Clock::now() - t_comm).count();
+
+  // Global gradient norm: each stage's tensors (the last stage's lm_head copy left out: wte
+  // counts once), the stage sums added in stage order, so every stage gets the same norm.
+  std::vector<GradBuffer> bufs;
+  const ChunkLayout& lay = store.layout();
+  for (int id = 0; id < lay.num_tensors(); ++id) {
+    if (model_.has_head() && p > 1 && id == tied_id_) continue;
+    const Tensor g = store.tensor(ChunkKind::GRAD, id);
+    bufs.push_back({g.data, g.dtype, g.numel()});
+  }
+  st.grad_norm = std::sqrt(sum_over_ranks(*pp_, grad_norm_squared(bufs)));
+  TIDE_CHECK(std::isfinite(st.grad_norm),
+             "the gradient norm at step {} is not finite (NaN/Inf); lower the learning rate or "
+             "enable gradient_clipping",
+             step + 1);
+  const float clip = opt_.grad_clip > 0 ? clip_coefficient(st.grad_norm, opt_.grad_clip) : 1.0f;
+  st.lr = static_cast<float>(lr_at(step, opt_.lr));
+  AdamWHyper h = opt_.adamw;
+  h.lr = st.lr;
+  adamw_step(store, h, AdamWStep{step + 1, clip});
+
+  // The loss lives on the last stage.
+  double loss = loss_sum / M;
+  pp_->broadcast(Tensor(&loss, Shape{2}, DType::I32), p - 1);
+  st.step = step + 1;
+  st.loss = static_cast<float>(loss);
+  st.bytes_sent = 0;
+  st.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  return st;
+}
+
+}  // namespace tide
