@@ -1,5 +1,5 @@
 // The pipeline executor on p = world size ranks (one stage each; runs where 12 layers divide
-// over p: 2, 3, 4 ranks), m = 2p micro-batches, dropout 0.1.
+// over p: 2, 3, 4 ranks), m in {p, 2p} micro-batches, dropout 0.1.
 //
 //   * Every Looped one-chunk schedule (GPipe, 1F1B, ZB-H1, ZB-H2) trains bitwise like every
 //     other: the order of F/B/W never changes the arithmetic (each parameter receives its W
@@ -105,6 +105,11 @@ StageRun pipelined(std::shared_ptr<ProcessGroup> world, const pipeline::Schedule
   GPT gpt(config(), policy, o);
   gpt.init_weights(kInitSeed);
   PipelineEngine engine(gpt, world, schedule, kB, kT, optimizer());
+  // Activation memory is allocated from the schedule: as many micro-batches as the simulator
+  // counts in flight on this stage (m_b = m_w = 1: one unit from F until W).
+  const pipeline::SimResult sim = pipeline::simulate(schedule, pipeline::CostModel{});
+  EXPECT_EQ(engine.micro_batch_slots(), sim.stages[world->rank()].peak_memory)
+      << schedule.name << ", stage " << world->rank();
   StageRun r;
   for (int64_t s = 0; s < kSteps; ++s) {
     const StepStats st =
@@ -122,10 +127,12 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
 
 }  // namespace
 
-TEST(Pipeline, SchedulesMatchTheSingleRankRunAndEachOtherBitwise) {
+class Pipeline : public testing::TestWithParam<int> {};  // micro-batches per stage count
+
+TEST_P(Pipeline, SchedulesMatchTheSingleRankRunAndEachOtherBitwise) {
   std::shared_ptr<ProcessGroup> world = mpi_test::world_ptr();
   omp_set_num_threads(1);  // ranks share few cores
-  const int p = world->size(), M = 2 * p;
+  const int p = world->size(), M = GetParam() * p;
   if (config().n_layer % p != 0) GTEST_SKIP() << "12 layers do not divide over " << p << " stages";
   const StageRun base = single_rank(M);
 
@@ -180,7 +187,12 @@ TEST(Pipeline, SchedulesMatchTheSingleRankRunAndEachOtherBitwise) {
   world->barrier();
 }
 
-TEST(Pipeline, BadSchedulesAreClearErrors) {
+INSTANTIATE_TEST_SUITE_P(MicroBatches, Pipeline, testing::Values(1, 2),
+                         [](const testing::TestParamInfo<int>& i) {
+                           return i.param == 1 ? std::string("m_eq_p") : std::string("m_eq_2p");
+                         });
+
+TEST(PipelineErrors, BadSchedulesAreClearErrors) {
   std::shared_ptr<ProcessGroup> world = mpi_test::world_ptr();
   const int p = world->size();
   if (config().n_layer % p != 0) GTEST_SKIP() << "12 layers do not divide over " << p << " stages";
