@@ -30,7 +30,9 @@ using namespace tide;
 
 namespace {
 
-constexpr int kB = 2, kT = 8, kSteps = 6, kVocab = 41;
+// (B,T,C) messages of 6 KiB: above shared memory's eager limit (4 KiB), so a receive posted late
+// would hold up the sender (rendezvous), as with real activation sizes.
+constexpr int kB = 3, kT = 32, kSteps = 6, kVocab = 41;
 constexpr uint64_t kInitSeed = 17, kRunSeed = 5;
 
 GPTConfig config() {

@@ -104,6 +104,14 @@ PipelineEngine::PipelineEngine(GPT& model, std::shared_ptr<ProcessGroup> pipelin
     mbs_.push_back(model_.make_micro_batch(B, T, &stash_));
     slots_.push_back(Slot{-1, mbs_.back().get(), nullptr, {}});
   }
+  const int M = schedule_.microbatches;
+  act_from_.assign(M, -1);
+  grad_from_.assign(M, -1);
+  for (const pipeline::Action& a : schedule_.actions[stage]) {
+    if (a.op == Op::RecvAct) act_from_[a.mb] = a.peer;
+    if (a.op == Op::RecvGrad) grad_from_[a.mb] = a.peer;
+    if (a.op == Op::F) f_order_.push_back(a.mb);
+  }
   if (p > 1) {
     // Collective over the pipeline group: every rank takes part, only the two get a group.
     tied_ = pp_->new_group({0, p - 1});
@@ -142,6 +150,23 @@ void PipelineEngine::wait_recv(Slot& s) {
   s.recv.reset();
 }
 
+void PipelineEngine::post_next_act() {
+  if (next_f_ >= f_order_.size()) return;
+  const int mb = f_order_[next_f_];
+  if (act_from_[mb] < 0 || act_posted_[mb]) return;
+  // Only a free slot whose sends are done: waiting for a send here could stall this stage
+  // where the schedule does not (the receive is then posted at its own action).
+  for (Slot& s : slots_) {
+    if (s.mb >= 0) continue;
+    for (const WorkPtr& w : s.sends)
+      if (!w->is_completed()) return;
+    Slot& mine = slot_of(mb, /*take=*/true);
+    mine.recv = pp_->recv_async(model_.input_activation(*mine.m), act_from_[mb], mb);
+    act_posted_[mb] = true;
+    return;
+  }
+}
+
 void PipelineEngine::release(Slot& s) {
   TIDE_ASSERT(!s.recv);  // every receive is consumed by a compute of the same micro-batch
   s.mb = -1;             // its sends are waited when the slot is taken again
@@ -155,19 +180,25 @@ StepStats PipelineEngine::step(int64_t step, uint64_t seed, const BatchFn& batch
   const std::vector<pipeline::Action>& actions = schedule_.actions[stage];
   const std::vector<Span> sp = spans(actions, M);
   store.zero(ChunkKind::GRAD);
+  next_f_ = 0;
+  act_posted_.assign(M, false);
+  grad_posted_.assign(M, false);
   double loss_sum = 0;
+  post_next_act();
   for (int i = 0; i < static_cast<int>(actions.size()); ++i) {
     const pipeline::Action& a = actions[i];
     if (a.op == Op::OptimizerStep) continue;  // the rest of this function
+    // A micro-batch's slot is taken at its first action (unless its receive took it early).
     Slot& s = slot_of(a.mb, /*take=*/sp[a.mb].first == i);
     MicroBatch& mb = *s.m;
     const int tag = a.mb;  // one message per (micro-batch, direction) per step
     switch (a.op) {
-      case Op::RecvAct:
-        s.recv = pp_->recv_async(model_.input_activation(mb), a.peer, tag);
+      case Op::RecvAct:  // usually posted already (post_next_act)
+        if (!act_posted_[a.mb]) s.recv = pp_->recv_async(model_.input_activation(mb), a.peer, tag);
+        act_posted_[a.mb] = true;
         break;
-      case Op::RecvGrad:
-        s.recv = pp_->recv_async(model_.residual_grad(mb), a.peer, tag);
+      case Op::RecvGrad:  // posted right after F (below)
+        TIDE_ASSERT(grad_posted_[a.mb]);
         break;
       case Op::SendAct:
         s.sends.push_back(pp_->send_async(model_.output_activation(mb), a.peer, tag));
@@ -185,6 +216,12 @@ StepStats PipelineEngine::step(int64_t step, uint64_t seed, const BatchFn& batch
         mb.dloss = 1.0f / static_cast<float>(M);
         wait_recv(s);
         loss_sum += model_.forward(mb);
+        ++next_f_;
+        // From here until B(m) nothing touches the residual gradient: receive into it now.
+        if (grad_from_[a.mb] >= 0) {
+          s.recv = pp_->recv_async(model_.residual_grad(mb), grad_from_[a.mb], tag);
+          grad_posted_[a.mb] = true;
+        }
         break;
       case Op::B:
       case Op::W:
@@ -199,6 +236,7 @@ StepStats PipelineEngine::step(int64_t step, uint64_t seed, const BatchFn& batch
         break;
     }
     if (sp[a.mb].last == i) release(s);
+    post_next_act();
   }
   const auto t_comm = Clock::now();
   for (Slot& s : slots_) {

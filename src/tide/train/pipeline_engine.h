@@ -10,9 +10,13 @@
 //               runs when the schedule says, from the W stash pool sized from the schedule
 //   SendAct / SendGrad   the (B,T,C) output activation / input gradient of m, posted
 //               asynchronously (isend) right after the compute that produced it
-//   RecvAct / RecvGrad   posted (irecv) into m's activation / residual-gradient buffer when
-//               the action is reached; the compute that needs it waits for it. Messages are
-//               tagged by micro-batch, so matching does not depend on posting order.
+//   RecvAct / RecvGrad   posted (irecv) early into m's activation / residual-gradient
+//               buffer, so the transfer overlaps compute; the compute that needs it waits for
+//               it. A gradient's receive is posted right after F(m) (the buffer is free from
+//               then until B(m)); an activation's as soon as m is the next micro-batch to run
+//               forward and a micro-batch slot is free (never taking a slot the schedule has
+//               not freed). Messages are tagged by micro-batch, so matching does not depend on
+//               posting order.
 //   OptimizerStep  (after every send has completed) the tied embedding's gradient is summed
 //               between the first and the last stage (wte + lm_head.weight, the same sum on
 //               both, so their AdamW updates stay bitwise equal), the global gradient norm is
@@ -63,6 +67,8 @@ class PipelineEngine {
   Slot& slot_of(int mb, bool take);  // the slot running micro-batch mb (take: a free one)
   void wait_recv(Slot& s);
   void release(Slot& s);
+  // Posts the receive of the next forward's activation if a slot is free for it now.
+  void post_next_act();
 
   GPT& model_;
   std::shared_ptr<ProcessGroup> pp_;
@@ -76,6 +82,12 @@ class PipelineEngine {
   std::vector<pipeline::BlockPart> f_parts_, b_parts_, w_parts_;
   std::vector<WorkPtr> sends_;  // this step's sends, waited before the optimizer
   int tied_id_ = -1;            // wte (stage 0) or lm_head.weight (last stage); -1: none
+  // From the schedule: per micro-batch, the stage its activation / gradient comes from (-1:
+  // none), and the micro-batches in the order of this stage's F actions.
+  std::vector<int> act_from_, grad_from_, f_order_;
+  // This step: the next F (index into f_order_), and which receives are already posted.
+  size_t next_f_ = 0;
+  std::vector<bool> act_posted_, grad_posted_;
 };
 
 }  // namespace tide
