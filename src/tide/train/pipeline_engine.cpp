@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <optional>
 
 #include "tide/optim/grad_norm.h"
 #include "tide/train/optimizer_step.h"
@@ -11,13 +12,27 @@ namespace tide {
 
 using pipeline::Op;
 
+// A send or receive in flight, and its span in the trace (from posting to the wait that saw it
+// done).
+struct PipelineEngine::Transfer {
+  WorkPtr work;
+  AsyncTrace trace;
+  int mb = -1;
+
+  explicit operator bool() const { return work != nullptr; }
+  void wait() {
+    work->wait();
+    trace.finish();
+  }
+};
+
 // A micro-batch's home on this stage from the first action that names it (its RecvAct or F)
 // to the last (its W, or the SendGrad after a fused backward).
 struct PipelineEngine::Slot {
   int mb = -1;  // the micro-batch it runs, -1 when free
   MicroBatch* m = nullptr;
-  WorkPtr recv;                // the activation or gradient being received into it
-  std::vector<WorkPtr> sends;  // isends reading its buffers: waited before the slot is reused
+  Transfer recv;                // the activation or gradient being received into it
+  std::vector<Transfer> sends;  // isends reading its buffers: waited before the slot is reused
 };
 
 namespace {
@@ -124,8 +139,8 @@ PipelineEngine::PipelineEngine(GPT& model, std::shared_ptr<ProcessGroup> pipelin
 PipelineEngine::~PipelineEngine() {
   // Never leave a transfer reading or writing freed activation buffers.
   for (Slot& s : slots_) {
-    if (s.recv) s.recv->wait();
-    for (WorkPtr& w : s.sends) w->wait();
+    if (s.recv) s.recv.work->wait();
+    for (Transfer& t : s.sends) t.work->wait();
   }
 }
 
@@ -135,7 +150,10 @@ PipelineEngine::Slot& PipelineEngine::slot_of(int mb, bool take) {
   TIDE_CHECK(take, "micro-batch {} is not in flight on stage {}", mb, pp_->rank());
   for (Slot& s : slots_) {
     if (s.mb >= 0) continue;
-    for (WorkPtr& w : s.sends) w->wait();  // its buffers are about to be overwritten
+    for (Transfer& t : s.sends) {  // its buffers are about to be overwritten
+      const TraceSpan span(tracer_, "wait send", "comm", {{"mb", t.mb}});
+      t.wait();
+    }
     s.sends.clear();
     s.mb = mb;
     return s;
@@ -146,8 +164,13 @@ PipelineEngine::Slot& PipelineEngine::slot_of(int mb, bool take) {
 
 void PipelineEngine::wait_recv(Slot& s) {
   if (!s.recv) return;
-  s.recv->wait();
-  s.recv.reset();
+  if (!s.recv.work->is_completed()) {  // the stage idles: a bubble, in the trace
+    const TraceSpan span(tracer_, "wait recv", "comm", {{"mb", s.mb}});
+    s.recv.wait();
+  } else {
+    s.recv.wait();
+  }
+  s.recv = Transfer{};
 }
 
 void PipelineEngine::post_next_act() {
@@ -158,13 +181,25 @@ void PipelineEngine::post_next_act() {
   // where the schedule does not (the receive is then posted at its own action).
   for (Slot& s : slots_) {
     if (s.mb >= 0) continue;
-    for (const WorkPtr& w : s.sends)
-      if (!w->is_completed()) return;
+    for (const Transfer& t : s.sends)
+      if (!t.work->is_completed()) return;
     Slot& mine = slot_of(mb, /*take=*/true);
-    mine.recv = pp_->recv_async(model_.input_activation(*mine.m), act_from_[mb], mb);
+    mine.recv = post_recv(model_.input_activation(*mine.m), act_from_[mb], mb, "recv act");
     act_posted_[mb] = true;
     return;
   }
+}
+
+PipelineEngine::Transfer PipelineEngine::post_recv(Tensor buf, int peer, int mb, const char* what) {
+  Transfer t{nullptr, AsyncTrace::start(tracer_, what, {{"mb", mb}, {"peer", peer}}), mb};
+  t.work = pp_->recv_async(buf, peer, mb);
+  return t;
+}
+
+PipelineEngine::Transfer PipelineEngine::post_send(Tensor buf, int peer, int mb, const char* what) {
+  Transfer t{nullptr, AsyncTrace::start(tracer_, what, {{"mb", mb}, {"peer", peer}}), mb};
+  t.work = pp_->send_async(buf, peer, mb);
+  return t;
 }
 
 void PipelineEngine::release(Slot& s) {
@@ -172,10 +207,20 @@ void PipelineEngine::release(Slot& s) {
   s.mb = -1;             // its sends are waited when the slot is taken again
 }
 
-StepStats PipelineEngine::step(int64_t step, uint64_t seed, const BatchFn& batch) {
+StepStats PipelineEngine::step(int64_t step, uint64_t seed, const BatchFn& batch, Tracer* tracer) {
   using Clock = std::chrono::steady_clock;
   const auto t0 = Clock::now();
   ChunkStore& store = model_.store();
+  // This step is traced (the store too: chunk moves), and only this step.
+  struct TracerScope {
+    PipelineEngine& e;
+    ~TracerScope() {
+      e.model_.store().set_tracer(nullptr);
+      e.tracer_ = nullptr;
+    }
+  } tracer_scope{*this};
+  tracer_ = tracer;
+  store.set_tracer(tracer);
   const int M = schedule_.microbatches, stage = pp_->rank(), p = pp_->size();
   const std::vector<pipeline::Action>& actions = schedule_.actions[stage];
   const std::vector<Span> sp = spans(actions, M);
@@ -194,17 +239,18 @@ StepStats PipelineEngine::step(int64_t step, uint64_t seed, const BatchFn& batch
     const int tag = a.mb;  // one message per (micro-batch, direction) per step
     switch (a.op) {
       case Op::RecvAct:  // usually posted already (post_next_act)
-        if (!act_posted_[a.mb]) s.recv = pp_->recv_async(model_.input_activation(mb), a.peer, tag);
+        if (!act_posted_[a.mb])
+          s.recv = post_recv(model_.input_activation(mb), a.peer, tag, "recv act");
         act_posted_[a.mb] = true;
         break;
       case Op::RecvGrad:  // posted right after F (below)
         TIDE_ASSERT(grad_posted_[a.mb]);
         break;
       case Op::SendAct:
-        s.sends.push_back(pp_->send_async(model_.output_activation(mb), a.peer, tag));
+        s.sends.push_back(post_send(model_.output_activation(mb), a.peer, tag, "send act"));
         break;
       case Op::SendGrad:
-        s.sends.push_back(pp_->send_async(model_.residual_grad(mb), a.peer, tag));
+        s.sends.push_back(post_send(model_.residual_grad(mb), a.peer, tag, "send grad"));
         break;
       case Op::F:
         batch(a.mb, mb.tokens.i32(), mb.targets.i32());
@@ -214,24 +260,30 @@ StepStats PipelineEngine::step(int64_t step, uint64_t seed, const BatchFn& batch
         mb.index = a.mb;
         mb.seq0 = static_cast<uint64_t>(a.mb) * B_;  // the single-rank run's numbering
         mb.dloss = 1.0f / static_cast<float>(M);
+        mb.tracer = tracer;
         wait_recv(s);
-        loss_sum += model_.forward(mb);
+        {
+          const TraceSpan span(tracer, "F", "action", {{"mb", a.mb}});
+          loss_sum += model_.forward(mb);
+        }
         ++next_f_;
         // From here until B(m) nothing touches the residual gradient: receive into it now.
         if (grad_from_[a.mb] >= 0) {
-          s.recv = pp_->recv_async(model_.residual_grad(mb), grad_from_[a.mb], tag);
+          s.recv = post_recv(model_.residual_grad(mb), grad_from_[a.mb], tag, "recv grad");
           grad_posted_[a.mb] = true;
         }
         break;
       case Op::B:
-      case Op::W:
+      case Op::W: {
         wait_recv(s);
+        const TraceSpan span(tracer, a.op == Op::B ? "B" : "W", "action", {{"mb", a.mb}});
         for (const pipeline::BlockPart& part : a.op == Op::B ? b_parts_ : w_parts_)
           if (part.op == Op::B)
             model_.backward_input_block(mb, part.block);
           else
             model_.backward_weight_block(mb, part.block, /*mark_grads=*/false);
         break;
+      }
       case Op::OptimizerStep:
         break;
     }
@@ -239,18 +291,23 @@ StepStats PipelineEngine::step(int64_t step, uint64_t seed, const BatchFn& batch
     post_next_act();
   }
   const auto t_comm = Clock::now();
-  for (Slot& s : slots_) {
-    for (WorkPtr& w : s.sends) w->wait();
-    s.sends.clear();
-  }
-  // The tied embedding: the first stage's wte and the last stage's lm_head both become the
-  // sum of the two gradients (a + b = b + a: the same bits on both).
-  if (tied_) tied_->all_reduce(store.tensor(ChunkKind::GRAD, tied_id_), ReduceOp::Sum);
   StepStats st;
+  {
+    const TraceSpan span(tracer, "finish gradients", "comm");
+    for (Slot& s : slots_) {
+      for (Transfer& t : s.sends) t.wait();
+      s.sends.clear();
+    }
+    // The tied embedding: the first stage's wte and the last stage's lm_head both become the
+    // sum of the two gradients (a + b = b + a: the same bits on both).
+    if (tied_) tied_->all_reduce(store.tensor(ChunkKind::GRAD, tied_id_), ReduceOp::Sum);
+  }
   st.comm_seconds = std::chrono::duration<double>(Clock::now() - t_comm).count();
 
   // Global gradient norm: each stage's tensors (the last stage's lm_head copy left out: wte
   // counts once), the stage sums added in stage order, so every stage gets the same norm.
+  std::optional<TraceSpan> norm_span;
+  norm_span.emplace(tracer, "grad norm", "optimizer");
   std::vector<GradBuffer> bufs;
   const ChunkLayout& lay = store.layout();
   for (int id = 0; id < lay.num_tensors(); ++id) {
@@ -259,6 +316,7 @@ StepStats PipelineEngine::step(int64_t step, uint64_t seed, const BatchFn& batch
     bufs.push_back({g.data, g.dtype, g.numel()});
   }
   st.grad_norm = std::sqrt(sum_over_ranks(*pp_, grad_norm_squared(bufs)));
+  norm_span.reset();
   TIDE_CHECK(std::isfinite(st.grad_norm),
              "the gradient norm at step {} is not finite (NaN/Inf); lower the learning rate or "
              "enable gradient_clipping",
@@ -267,7 +325,10 @@ StepStats PipelineEngine::step(int64_t step, uint64_t seed, const BatchFn& batch
   st.lr = static_cast<float>(lr_at(step, opt_.lr));
   AdamWHyper h = opt_.adamw;
   h.lr = st.lr;
-  adamw_step(store, h, AdamWStep{step + 1, clip});
+  {
+    const TraceSpan span(tracer, "optimizer", "optimizer");
+    adamw_step(store, h, AdamWStep{step + 1, clip});
+  }
 
   // The loss lives on the last stage.
   double loss = loss_sum / M;

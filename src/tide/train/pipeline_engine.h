@@ -54,8 +54,11 @@ class PipelineEngine {
 
   using BatchFn = Engine::BatchFn;
   // One optimizer step, `step` 0-based. `batch` is called for every micro-batch on every
-  // stage (stage 0 uses the tokens, the last stage the targets).
-  StepStats step(int64_t step, uint64_t seed, const BatchFn& batch);
+  // stage (stage 0 uses the tokens, the last stage the targets). With a `tracer`, the step's
+  // actions (F/B/W, category "action"), block parts, transfers in flight ("send act",
+  // "recv grad", ...), the waits where the stage idles ("wait recv", "wait send"), the gradient
+  // finish and the optimizer are recorded there (trace.h); the results are the same bits.
+  StepStats step(int64_t step, uint64_t seed, const BatchFn& batch, Tracer* tracer = nullptr);
 
   const pipeline::Schedule& schedule() const { return schedule_; }
   // Micro-batches this stage holds at once, and W stashes (sized from the schedule).
@@ -63,7 +66,10 @@ class PipelineEngine {
   int stash_slots() const { return stash_.slots(); }
 
  private:
+  struct Transfer;
   struct Slot;
+  Transfer post_recv(Tensor buf, int peer, int mb, const char* what);
+  Transfer post_send(Tensor buf, int peer, int mb, const char* what);
   Slot& slot_of(int mb, bool take);  // the slot running micro-batch mb (take: a free one)
   void wait_recv(Slot& s);
   void release(Slot& s);
@@ -81,6 +87,7 @@ class PipelineEngine {
   std::vector<Slot> slots_;
   std::vector<pipeline::BlockPart> f_parts_, b_parts_, w_parts_;
   std::vector<WorkPtr> sends_;  // this step's sends, waited before the optimizer
+  Tracer* tracer_ = nullptr;    // the running step's (nullptr: not traced)
   int tied_id_ = -1;            // wte (stage 0) or lm_head.weight (last stage); -1: none
   // From the schedule: per micro-batch, the stage its activation / gradient comes from (-1:
   // none), and the micro-batches in the order of this stage's F actions.
