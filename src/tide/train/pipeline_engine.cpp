@@ -72,14 +72,22 @@ std::pair<int, int> peaks(const pipeline::Schedule& s, int stage, int blocks) {
   return {peak_slots, peak_stashes};
 }
 
-// Sum over the group of one double per rank, added in rank order (the same bits everywhere).
-double sum_over_ranks(ProcessGroup& g, double x) {
-  if (g.size() == 1) return x;
-  std::vector<double> all(g.size());
-  g.all_gather(Tensor(&x, Shape{2}, DType::I32),
-               Tensor(all.data(), Shape{2 * int64_t{g.size()}}, DType::I32));
+// The squared gradient norm of the whole model from per-tensor sums: `mine[g]` is this rank's
+// sum of squares of whole-model tensor g (0 for tensors it does not hold). The ranks' vectors
+// are gathered and added in whole-model tensor order, so the result does not depend on which
+// stage holds which tensor (every placement and schedule gives the same bits).
+double sum_in_model_order(ProcessGroup& group, std::vector<double> mine) {
+  const int64_t G = static_cast<int64_t>(mine.size()), p = group.size();
+  std::vector<double> all(static_cast<size_t>(G * p));
+  // Doubles travel as pairs of int32 (the groups reduce f32; this is only a gather).
+  group.all_gather(Tensor(mine.data(), Shape{2 * G}, DType::I32),
+                   Tensor(all.data(), Shape{2 * G * p}, DType::I32));
   double sum = 0;
-  for (double v : all) sum += v;
+  for (int64_t g = 0; g < G; ++g) {
+    double t = 0;  // one rank holds tensor g, the others add exact zeros
+    for (int64_t r = 0; r < p; ++r) t += all[r * G + g];
+    sum += t;
+  }
   return sum;
 }
 
@@ -117,7 +125,7 @@ PipelineEngine::PipelineEngine(GPT& model, std::shared_ptr<ProcessGroup> pipelin
   stash_ = StashPool(model_.stash_slot_bytes(B, T), stashes);
   for (int i = 0; i < slots; ++i) {
     mbs_.push_back(model_.make_micro_batch(B, T, &stash_));
-    slots_.push_back(Slot{-1, mbs_.back().get(), nullptr, {}});
+    slots_.emplace_back().m = mbs_.back().get();
   }
   const int M = schedule_.microbatches;
   act_from_.assign(M, -1);
@@ -126,6 +134,15 @@ PipelineEngine::PipelineEngine(GPT& model, std::shared_ptr<ProcessGroup> pipelin
     if (a.op == Op::RecvAct) act_from_[a.mb] = a.peer;
     if (a.op == Op::RecvGrad) grad_from_[a.mb] = a.peer;
     if (a.op == Op::F) f_order_.push_back(a.mb);
+  }
+  // Each tensor's place in the whole model (the gradient norm's order); lm_head.weight, the
+  // last stage's copy of wte, is left out so that the tied weight counts once.
+  const ChunkLayout whole = make_layout(model_.config());
+  model_tensors_ = whole.num_tensors();
+  const ChunkLayout& mine = model_.store().layout();
+  for (int id = 0; id < mine.num_tensors(); ++id) {
+    const std::string& name = mine.slot(id).name;
+    norm_index_.push_back(name == "lm_head.weight" ? -1 : whole.find(name));
   }
   if (p > 1) {
     // Collective over the pipeline group: every rank takes part, only the two get a group.
@@ -308,14 +325,13 @@ StepStats PipelineEngine::step(int64_t step, uint64_t seed, const BatchFn& batch
   // counts once), the stage sums added in stage order, so every stage gets the same norm.
   std::optional<TraceSpan> norm_span;
   norm_span.emplace(tracer, "grad norm", "optimizer");
-  std::vector<GradBuffer> bufs;
-  const ChunkLayout& lay = store.layout();
-  for (int id = 0; id < lay.num_tensors(); ++id) {
-    if (model_.has_head() && p > 1 && id == tied_id_) continue;
+  std::vector<double> norms2(model_tensors_, 0.0);
+  for (int id = 0; id < static_cast<int>(norm_index_.size()); ++id) {
+    if (norm_index_[id] < 0) continue;
     const Tensor g = store.tensor(ChunkKind::GRAD, id);
-    bufs.push_back({g.data, g.dtype, g.numel()});
+    norms2[norm_index_[id]] = grad_norm_squared(g.data, g.dtype, g.numel());
   }
-  st.grad_norm = std::sqrt(sum_over_ranks(*pp_, grad_norm_squared(bufs)));
+  st.grad_norm = std::sqrt(sum_in_model_order(*pp_, std::move(norms2)));
   norm_span.reset();
   TIDE_CHECK(std::isfinite(st.grad_norm),
              "the gradient norm at step {} is not finite (NaN/Inf); lower the learning rate or "

@@ -20,8 +20,9 @@
 //   OptimizerStep  (after every send has completed) the tied embedding's gradient is summed
 //               between the first and the last stage (wte + lm_head.weight, the same sum on
 //               both, so their AdamW updates stay bitwise equal), the global gradient norm is
-//               summed over the stages in stage order (the tied tensor counted once), then
-//               clipping and AdamW on this stage's parameters.
+//               added up from per-tensor sums of squares in whole-model tensor order (the tied
+//               tensor counted once; the same bits whatever the stage count), then clipping
+//               and AdamW on this stage's parameters.
 //
 // Every rank of the pipeline group gets the same StepStats: the loss is the last stage's,
 // broadcast. The schedule order does not change any arithmetic (each parameter receives its
@@ -86,9 +87,11 @@ class PipelineEngine {
   std::vector<std::unique_ptr<MicroBatch>> mbs_;
   std::vector<Slot> slots_;
   std::vector<pipeline::BlockPart> f_parts_, b_parts_, w_parts_;
-  std::vector<WorkPtr> sends_;  // this step's sends, waited before the optimizer
-  Tracer* tracer_ = nullptr;    // the running step's (nullptr: not traced)
-  int tied_id_ = -1;            // wte (stage 0) or lm_head.weight (last stage); -1: none
+  std::vector<WorkPtr> sends_;   // this step's sends, waited before the optimizer
+  std::vector<int> norm_index_;  // per tensor of this stage: its whole-model index, -1: skip
+  int model_tensors_ = 0;        // tensors in the whole model
+  Tracer* tracer_ = nullptr;     // the running step's (nullptr: not traced)
+  int tied_id_ = -1;             // wte (stage 0) or lm_head.weight (last stage); -1: none
   // From the schedule: per micro-batch, the stage its activation / gradient comes from (-1:
   // none), and the micro-batches in the order of this stage's F actions.
   std::vector<int> act_from_, grad_from_, f_order_;
