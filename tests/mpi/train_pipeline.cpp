@@ -1,7 +1,8 @@
 // The pipeline executor on p = world size ranks (one stage each; runs where 12 layers divide
 // over p: 2, 3, 4 ranks), m in {p, 2p} micro-batches, dropout 0.1.
 //
-//   * Every Looped one-chunk schedule (GPipe, 1F1B, ZB-H1, ZB-H2) trains bitwise like every
+//   * Every schedule (GPipe, 1F1B, ZB-H1, ZB-H2; interleaved and ZB-V with two chunks per
+//     stage where 12 layers divide over 2p virtual stages: p = 2, 3) trains bitwise like every
 //     other: the order of F/B/W never changes the arithmetic (each parameter receives its W
 //     contributions in micro-batch order whatever the schedule).
 //   * Against the single-rank Engine on the same global batch (one rank, m accumulation
@@ -73,7 +74,8 @@ void fill(int mb, int32_t* inputs, int32_t* targets) {
 
 struct StageRun {
   std::vector<float> losses, norms;
-  std::map<std::string, std::vector<float>> params;
+  std::map<std::string, std::vector<float>> params;  // this rank's, by name
+  std::vector<float> whole;  // pipelined runs: every rank's, in whole-model order
 };
 
 void record_params(GPT& gpt, StageRun& r) {
@@ -104,17 +106,25 @@ StageRun single_rank(int M) {
 // one action span per F, B and W, one transfer span per send and receive.
 StageRun pipelined(std::shared_ptr<ProcessGroup> world, const pipeline::Schedule& schedule,
                    ActivationPolicy policy, bool traced = false) {
-  ModelOptions o;
-  o.pp = world->size();
-  o.stage = world->rank();
-  GPT gpt(config(), policy, o);
-  gpt.init_weights(kInitSeed);
-  PipelineEngine engine(gpt, world, schedule, kB, kT, optimizer());
+  // One GPT per model chunk, each built for its virtual stage.
+  std::vector<std::unique_ptr<GPT>> chunks;
+  std::vector<GPT*> models;
+  for (int c = 0; c < schedule.chunks; ++c) {
+    ModelOptions o;
+    o.pp = schedule.virtual_stages();
+    o.stage = schedule.virtual_stage(world->rank(), c);
+    chunks.push_back(std::make_unique<GPT>(config(), policy, o));
+    chunks.back()->init_weights(kInitSeed);
+    models.push_back(chunks.back().get());
+  }
+  PipelineEngine engine(models, world, schedule, kB, kT, optimizer());
   // Activation memory is allocated from the schedule: as many micro-batches as the simulator
-  // counts in flight on this stage (m_b = m_w = 1: one unit from F until W).
+  // counts in flight on this stage (m_b = m_w = 1: one unit from F until W). (With several
+  // chunks the simulator counts 1/v per chunk's micro-batch; the engine sizes each chunk.)
   const pipeline::SimResult sim = pipeline::simulate(schedule, pipeline::CostModel{});
-  EXPECT_EQ(engine.micro_batch_slots(), sim.stages[world->rank()].peak_memory)
-      << schedule.name << ", stage " << world->rank();
+  if (schedule.chunks == 1)
+    EXPECT_EQ(engine.micro_batch_slots(), sim.stages[world->rank()].peak_memory)
+        << schedule.name << ", stage " << world->rank();
   StageRun r;
   for (int64_t s = 0; s < kSteps; ++s) {
     Tracer tracer(world->rank());
@@ -137,7 +147,21 @@ StageRun pipelined(std::shared_ptr<ProcessGroup> world, const pipeline::Schedule
         ++got[e.name];
     EXPECT_EQ(got, want) << schedule.name << ", stage " << world->rank() << ", step " << s;
   }
-  record_params(gpt, r);
+  for (GPT* m : models) record_params(*m, r);
+  // The whole model's parameters on every rank: each rank contributes the tensors it holds
+  // (lm_head.weight, wte's copy, left out), zeros elsewhere; a sum with zeros is exact.
+  const ChunkLayout whole = make_layout(config());
+  std::vector<int64_t> offset;
+  int64_t n = 0;
+  for (int id = 0; id < whole.num_tensors(); ++id) {
+    offset.push_back(n);
+    n += whole.slot(id).numel;
+  }
+  r.whole.assign(static_cast<size_t>(n), 0.0f);
+  for (const auto& [name, v] : r.params)
+    if (name != "lm_head.weight")
+      std::copy(v.begin(), v.end(), r.whole.begin() + offset[whole.find(name)]);
+  world->all_reduce(Tensor(r.whole.data(), {n}), ReduceOp::Sum);
   return r;
 }
 
@@ -156,11 +180,16 @@ TEST_P(Pipeline, SchedulesMatchTheSingleRankRunAndEachOtherBitwise) {
   if (config().n_layer % p != 0) GTEST_SKIP() << "12 layers do not divide over " << p << " stages";
   const StageRun base = single_rank(M);
 
-  const std::vector<std::pair<const char*, pipeline::Schedule>> schedules = {
+  std::vector<std::pair<const char*, pipeline::Schedule>> schedules = {
       {"1f1b", pipeline::one_f_one_b(p, M)},
       {"zb-h1", pipeline::zb_h1(p, M)},
       {"gpipe", pipeline::gpipe(p, M)},
       {"zb-h2", pipeline::zb_h2(p, M)}};
+  // Two chunks per stage need the 12 layers to divide over 2p virtual stages.
+  if (config().n_layer % (2 * p) == 0) {
+    schedules.push_back({"interleaved", pipeline::interleaved_1f1b(p, M, 2)});
+    schedules.push_back({"zb-v", pipeline::zb_v(p, M)});
+  }
   std::vector<StageRun> runs;
   for (const auto& [name, schedule] : schedules) {
     // Activation policies do not change the arithmetic either: alternate them.
@@ -186,8 +215,7 @@ TEST_P(Pipeline, SchedulesMatchTheSingleRankRunAndEachOtherBitwise) {
     if (runs.size() > 1) {
       EXPECT_TRUE(same_bits(r.losses, runs[0].losses)) << name << " vs 1f1b: losses";
       EXPECT_TRUE(same_bits(r.norms, runs[0].norms)) << name << " vs 1f1b: gradient norms";
-      for (const auto& [tensor, v] : r.params)
-        EXPECT_TRUE(same_bits(v, runs[0].params.at(tensor))) << name << " vs 1f1b: " << tensor;
+      EXPECT_TRUE(same_bits(r.whole, runs[0].whole)) << name << " vs 1f1b: parameters";
     }
   }
   // Training moved, so the comparisons mean something.

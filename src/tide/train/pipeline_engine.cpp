@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <optional>
 
 #include "tide/optim/grad_norm.h"
@@ -26,10 +27,11 @@ struct PipelineEngine::Transfer {
   }
 };
 
-// A micro-batch's home on this stage from the first action that names it (its RecvAct or F)
-// to the last (its W, or the SendGrad after a fused backward).
+// A (micro-batch, chunk)'s home on this stage from the first action that names it (its RecvAct
+// or F) to the last (its W, or the SendGrad after a fused backward).
 struct PipelineEngine::Slot {
-  int mb = -1;  // the micro-batch it runs, -1 when free
+  int chunk = 0;  // the chunk whose model made `m`
+  int mb = -1;    // the micro-batch it runs, -1 when free
   MicroBatch* m = nullptr;
   Transfer recv;                // the activation or gradient being received into it
   std::vector<Transfer> sends;  // isends reading its buffers: waited before the slot is reused
@@ -37,34 +39,40 @@ struct PipelineEngine::Slot {
 
 namespace {
 
-// Per micro-batch, the indices of the first and last action of `actions` that name it.
+// Per key(mb, chunk) = mb * chunks + chunk, the indices of the first and last action of
+// `actions` that name it.
 struct Span {
   int first = -1, last = -1;
 };
-std::vector<Span> spans(const std::vector<pipeline::Action>& actions, int M) {
-  std::vector<Span> s(M);
+std::vector<Span> spans(const std::vector<pipeline::Action>& actions, int M, int chunks) {
+  std::vector<Span> s(static_cast<size_t>(M) * chunks);
   for (int i = 0; i < static_cast<int>(actions.size()); ++i) {
     const pipeline::Action& a = actions[i];
     if (a.op == Op::OptimizerStep) continue;
-    if (s[a.mb].first < 0) s[a.mb].first = i;
-    s[a.mb].last = i;
+    Span& sp = s[a.mb * chunks + a.chunk];
+    if (sp.first < 0) sp.first = i;
+    sp.last = i;
   }
   return s;
 }
 
-// Peak micro-batch slots (spans alive at once) and W stashes ((micro-batch, block) between
-// its B and W part) of a stage's action list.
-std::pair<int, int> peaks(const pipeline::Schedule& s, int stage, int blocks) {
+// Peak (micro-batch) slots per chunk (spans alive at once) and peak W stashes ((micro-batch,
+// block) between its B and W part) of a stage's action list.
+std::pair<std::vector<int>, int> peaks(const pipeline::Schedule& s, int stage,
+                                       const std::vector<int>& blocks) {
   const std::vector<pipeline::Action>& actions = s.actions[stage];
-  const std::vector<Span> sp = spans(actions, s.microbatches);
-  int slots = 0, peak_slots = 1, stashes = 0, peak_stashes = 1;
+  const std::vector<Span> sp = spans(actions, s.microbatches, s.chunks);
+  std::vector<int> slots(s.chunks, 0), peak_slots(s.chunks, 1);
+  int stashes = 0, peak_stashes = 1;
   for (int i = 0; i < static_cast<int>(actions.size()); ++i) {
     const pipeline::Action& a = actions[i];
     if (a.op == Op::OptimizerStep) continue;
-    if (sp[a.mb].first == i) peak_slots = std::max(peak_slots, ++slots);
-    if (sp[a.mb].last == i) --slots;
+    const Span& span = sp[a.mb * s.chunks + a.chunk];
+    if (span.first == i) peak_slots[a.chunk] = std::max(peak_slots[a.chunk], ++slots[a.chunk]);
+    if (span.last == i) --slots[a.chunk];
     if (!pipeline::is_compute(a.op)) continue;
-    for (const pipeline::BlockPart& p : pipeline::block_parts(a.op, blocks, s.split_backward)) {
+    for (const pipeline::BlockPart& p :
+         pipeline::block_parts(a.op, blocks[a.chunk], s.split_backward)) {
       if (p.op == Op::B) peak_stashes = std::max(peak_stashes, ++stashes);
       if (p.op == Op::W) --stashes;
     }
@@ -91,12 +99,17 @@ double sum_in_model_order(ProcessGroup& group, std::vector<double> mine) {
   return sum;
 }
 
+void copy(Tensor dst, const Tensor& src) {
+  TIDE_ASSERT(dst.nbytes() == src.nbytes());
+  std::memcpy(dst.data, src.data, src.nbytes());
+}
+
 }  // namespace
 
-PipelineEngine::PipelineEngine(GPT& model, std::shared_ptr<ProcessGroup> pipeline,
+PipelineEngine::PipelineEngine(std::vector<GPT*> models, std::shared_ptr<ProcessGroup> pipeline,
                                pipeline::Schedule schedule, int B, int T,
                                OptimizerSettings optimizer)
-    : model_(model),
+    : models_(std::move(models)),
       pp_(std::move(pipeline)),
       schedule_(std::move(schedule)),
       opt_(optimizer),
@@ -104,53 +117,71 @@ PipelineEngine::PipelineEngine(GPT& model, std::shared_ptr<ProcessGroup> pipelin
       T_(T) {
   pipeline::validate(schedule_);
   const int p = pp_->size(), stage = pp_->rank();
-  TIDE_CHECK(schedule_.chunks == 1 && schedule_.placement == pipeline::Placement::Looped,
-             "the pipeline executor runs one model chunk per stage for now; schedule '{}' has {} "
-             "chunks per stage (interleaved and zb-v are not supported yet)",
-             schedule_.name, schedule_.chunks);
+  chunks_ = schedule_.chunks;
+  const int V = schedule_.virtual_stages(), M = schedule_.microbatches;
   TIDE_CHECK(schedule_.stages == p,
              "schedule '{}' has {} stages but the pipeline group has {} ranks; build the "
              "schedule for the group's size",
              schedule_.name, schedule_.stages, p);
-  TIDE_CHECK(model_.pp() == p && model_.stage() == stage,
-             "rank {} of a {}-stage pipeline holds a model built for stage {} of {}; build it "
-             "with ModelOptions pp = {}, stage = {}",
-             stage, p, model_.stage(), model_.pp(), p, stage);
+  TIDE_CHECK(static_cast<int>(models_.size()) == chunks_,
+             "schedule '{}' runs {} model chunks per stage but stage {} was given {} models; "
+             "build one GPT per chunk",
+             schedule_.name, chunks_, stage, models_.size());
+  TIDE_CHECK(2 * M * V <= 32768,
+             "{} micro-batches x {} virtual stages are too many message tags; use fewer", M, V);
   check_lr_schedule(opt_.lr);
+  for (int c = 0; c < chunks_; ++c) {
+    virtual_.push_back(schedule_.virtual_stage(stage, c));
+    TIDE_CHECK(models_[c]->pp() == V && models_[c]->stage() == virtual_[c],
+               "chunk {} of stage {} runs virtual stage {} of {} but holds a model built for "
+               "stage {} of {}; build it with ModelOptions pp = {}, stage = {}",
+               c, stage, virtual_[c], V, models_[c]->stage(), models_[c]->pp(), V, virtual_[c]);
+  }
 
-  const int blocks = model_.num_blocks();
+  std::vector<int> blocks;
+  size_t stash_bytes = 0;
+  for (int c = 0; c < chunks_; ++c) {
+    GPT& m = *models_[c];
+    blocks.push_back(m.num_blocks());
+    b_parts_.push_back(pipeline::block_parts(Op::B, m.num_blocks(), schedule_.split_backward));
+    w_parts_.push_back(pipeline::block_parts(Op::W, m.num_blocks(), schedule_.split_backward));
+    stash_bytes = std::max(stash_bytes, m.stash_slot_bytes(B, T));
+  }
   const auto [slots, stashes] = peaks(schedule_, stage, blocks);
-  b_parts_ = pipeline::block_parts(Op::B, blocks, schedule_.split_backward);
-  w_parts_ = pipeline::block_parts(Op::W, blocks, schedule_.split_backward);
-  stash_ = StashPool(model_.stash_slot_bytes(B, T), stashes);
-  for (int i = 0; i < slots; ++i) {
-    mbs_.push_back(model_.make_micro_batch(B, T, &stash_));
-    slots_.emplace_back().m = mbs_.back().get();
-  }
-  const int M = schedule_.microbatches;
-  act_from_.assign(M, -1);
-  grad_from_.assign(M, -1);
+  stash_ = StashPool(stash_bytes, stashes);
+  for (int c = 0; c < chunks_; ++c)
+    for (int i = 0; i < slots[c]; ++i) {
+      mbs_.push_back(models_[c]->make_micro_batch(B, T, &stash_));
+      Slot& s = slots_.emplace_back();
+      s.chunk = c;
+      s.m = mbs_.back().get();
+    }
+  act_from_.assign(static_cast<size_t>(M) * chunks_, -1);
+  grad_from_.assign(static_cast<size_t>(M) * chunks_, -1);
   for (const pipeline::Action& a : schedule_.actions[stage]) {
-    if (a.op == Op::RecvAct) act_from_[a.mb] = a.peer;
-    if (a.op == Op::RecvGrad) grad_from_[a.mb] = a.peer;
-    if (a.op == Op::F) f_order_.push_back(a.mb);
+    if (a.op == Op::RecvAct) act_from_[key(a.mb, a.chunk)] = a.peer;
+    if (a.op == Op::RecvGrad) grad_from_[key(a.mb, a.chunk)] = a.peer;
+    if (a.op == Op::F) f_order_.push_back({a.mb, a.chunk});
   }
+
   // Each tensor's place in the whole model (the gradient norm's order); lm_head.weight, the
-  // last stage's copy of wte, is left out so that the tied weight counts once.
-  const ChunkLayout whole = make_layout(model_.config());
+  // last virtual stage's copy of wte, is left out so that the tied weight counts once.
+  const ChunkLayout whole = make_layout(models_[0]->config());
   model_tensors_ = whole.num_tensors();
-  const ChunkLayout& mine = model_.store().layout();
-  for (int id = 0; id < mine.num_tensors(); ++id) {
-    const std::string& name = mine.slot(id).name;
-    norm_index_.push_back(name == "lm_head.weight" ? -1 : whole.find(name));
+  for (int c = 0; c < chunks_; ++c) {
+    const ChunkLayout& mine = models_[c]->store().layout();
+    norm_index_.emplace_back();
+    for (int id = 0; id < mine.num_tensors(); ++id) {
+      const std::string& name = mine.slot(id).name;
+      norm_index_[c].push_back(name == "lm_head.weight" ? -1 : whole.find(name));
+      if (name == "wte" && V > 1) wte_chunk_ = c, wte_id_ = id;
+      if (name == "lm_head.weight") head_chunk_ = c, head_id_ = id;
+    }
   }
-  if (p > 1) {
-    // Collective over the pipeline group: every rank takes part, only the two get a group.
-    tied_ = pp_->new_group({0, p - 1});
-    const ChunkLayout& lay = model_.store().layout();
-    if (model_.has_embedding()) tied_id_ = lay.find("wte");
-    if (model_.has_head()) tied_id_ = lay.find("lm_head.weight");
-  }
+  // The tied embedding's two copies: on one rank (ZB-V) they are summed locally; on two, over
+  // a group of the two (collective over the pipeline group: every rank takes part).
+  const int emb_rank = schedule_.locate(0).first, head_rank = schedule_.locate(V - 1).first;
+  if (V > 1 && emb_rank != head_rank) tied_ = pp_->new_group({emb_rank, head_rank});
 }
 
 PipelineEngine::~PipelineEngine() {
@@ -161,12 +192,16 @@ PipelineEngine::~PipelineEngine() {
   }
 }
 
-PipelineEngine::Slot& PipelineEngine::slot_of(int mb, bool take) {
+int PipelineEngine::tag(int mb, int consumer, bool grad) const {
+  return (mb * schedule_.virtual_stages() + consumer) * 2 + (grad ? 1 : 0);
+}
+
+PipelineEngine::Slot& PipelineEngine::slot_of(int mb, int chunk, bool take) {
   for (Slot& s : slots_)
-    if (s.mb == mb) return s;
-  TIDE_CHECK(take, "micro-batch {} is not in flight on stage {}", mb, pp_->rank());
+    if (s.mb == mb && s.chunk == chunk) return s;
+  TIDE_CHECK(take, "micro-batch {} chunk {} is not in flight on stage {}", mb, chunk, pp_->rank());
   for (Slot& s : slots_) {
-    if (s.mb >= 0) continue;
+    if (s.mb >= 0 || s.chunk != chunk) continue;
     for (Transfer& t : s.sends) {  // its buffers are about to be overwritten
       const TraceSpan span(tracer_, "wait send", "comm", {{"mb", t.mb}});
       t.wait();
@@ -175,8 +210,7 @@ PipelineEngine::Slot& PipelineEngine::slot_of(int mb, bool take) {
     s.mb = mb;
     return s;
   }
-  TIDE_FAIL("stage {} has no free micro-batch slot for micro-batch {} (all {} in use)", pp_->rank(),
-            mb, slots_.size());
+  TIDE_FAIL("stage {} has no free slot for micro-batch {} of chunk {}", pp_->rank(), mb, chunk);
 }
 
 void PipelineEngine::wait_recv(Slot& s) {
@@ -190,32 +224,46 @@ void PipelineEngine::wait_recv(Slot& s) {
   s.recv = Transfer{};
 }
 
-void PipelineEngine::post_next_act() {
+void PipelineEngine::post_next_act(int done, const std::vector<int>& first) {
   if (next_f_ >= f_order_.size()) return;
-  const int mb = f_order_[next_f_];
-  if (act_from_[mb] < 0 || act_posted_[mb]) return;
+  const auto [mb, chunk] = f_order_[next_f_];
+  const int k = key(mb, chunk);
+  if (act_from_[k] < 0 || act_posted_[k]) return;
+  // Taking the slot now holds one more slot of this chunk than the schedule does until the
+  // receive's own action; safe when the free slots also cover every other (micro-batch, chunk)
+  // of this chunk whose span starts before then.
+  int free = 0, starts = 0;
+  for (const Slot& s : slots_) free += s.chunk == chunk && s.mb < 0;
+  for (int j = done + 1; j < first[k]; ++j) {
+    const pipeline::Action& a = schedule_.actions[pp_->rank()][j];
+    if (a.op != Op::OptimizerStep && a.chunk == chunk && first[key(a.mb, a.chunk)] == j) ++starts;
+  }
+  if (free < starts + 1) return;
   // Only a free slot whose sends are done: waiting for a send here could stall this stage
   // where the schedule does not (the receive is then posted at its own action).
   for (Slot& s : slots_) {
-    if (s.mb >= 0) continue;
+    if (s.mb >= 0 || s.chunk != chunk) continue;
     for (const Transfer& t : s.sends)
       if (!t.work->is_completed()) return;
-    Slot& mine = slot_of(mb, /*take=*/true);
-    mine.recv = post_recv(model_.input_activation(*mine.m), act_from_[mb], mb, "recv act");
-    act_posted_[mb] = true;
+    Slot& mine = slot_of(mb, chunk, /*take=*/true);
+    mine.recv = post_recv(models_[chunk]->input_activation(*mine.m), act_from_[k],
+                          tag(mb, virtual_[chunk], false), mb, "recv act");
+    act_posted_[k] = true;
     return;
   }
 }
 
-PipelineEngine::Transfer PipelineEngine::post_recv(Tensor buf, int peer, int mb, const char* what) {
+PipelineEngine::Transfer PipelineEngine::post_recv(Tensor buf, int peer, int tag, int mb,
+                                                   const char* what) {
   Transfer t{nullptr, AsyncTrace::start(tracer_, what, {{"mb", mb}, {"peer", peer}}), mb};
-  t.work = pp_->recv_async(buf, peer, mb);
+  t.work = pp_->recv_async(buf, peer, tag);
   return t;
 }
 
-PipelineEngine::Transfer PipelineEngine::post_send(Tensor buf, int peer, int mb, const char* what) {
+PipelineEngine::Transfer PipelineEngine::post_send(Tensor buf, int peer, int tag, int mb,
+                                                   const char* what) {
   Transfer t{nullptr, AsyncTrace::start(tracer_, what, {{"mb", mb}, {"peer", peer}}), mb};
-  t.work = pp_->send_async(buf, peer, mb);
+  t.work = pp_->send_async(buf, peer, tag);
   return t;
 }
 
@@ -227,49 +275,55 @@ void PipelineEngine::release(Slot& s) {
 StepStats PipelineEngine::step(int64_t step, uint64_t seed, const BatchFn& batch, Tracer* tracer) {
   using Clock = std::chrono::steady_clock;
   const auto t0 = Clock::now();
-  ChunkStore& store = model_.store();
-  // This step is traced (the store too: chunk moves), and only this step.
+  // This step is traced (the stores too: chunk moves), and only this step.
   struct TracerScope {
     PipelineEngine& e;
     ~TracerScope() {
-      e.model_.store().set_tracer(nullptr);
+      for (GPT* m : e.models_) m->store().set_tracer(nullptr);
       e.tracer_ = nullptr;
     }
   } tracer_scope{*this};
   tracer_ = tracer;
-  store.set_tracer(tracer);
-  const int M = schedule_.microbatches, stage = pp_->rank(), p = pp_->size();
+  for (GPT* m : models_) m->store().set_tracer(tracer);
+  const int M = schedule_.microbatches, stage = pp_->rank();
   const std::vector<pipeline::Action>& actions = schedule_.actions[stage];
-  const std::vector<Span> sp = spans(actions, M);
-  store.zero(ChunkKind::GRAD);
+  const std::vector<Span> sp = spans(actions, M, chunks_);
+  std::vector<int> first(sp.size());
+  for (size_t j = 0; j < sp.size(); ++j) first[j] = sp[j].first;
+  for (GPT* m : models_) m->store().zero(ChunkKind::GRAD);
   next_f_ = 0;
-  act_posted_.assign(M, false);
-  grad_posted_.assign(M, false);
+  act_posted_.assign(static_cast<size_t>(M) * chunks_, false);
+  grad_posted_.assign(static_cast<size_t>(M) * chunks_, false);
   double loss_sum = 0;
-  post_next_act();
+  post_next_act(-1, first);
   for (int i = 0; i < static_cast<int>(actions.size()); ++i) {
     const pipeline::Action& a = actions[i];
     if (a.op == Op::OptimizerStep) continue;  // the rest of this function
-    // A micro-batch's slot is taken at its first action (unless its receive took it early).
-    Slot& s = slot_of(a.mb, /*take=*/sp[a.mb].first == i);
+    const int k = key(a.mb, a.chunk), v = virtual_[a.chunk];
+    GPT& model = *models_[a.chunk];
+    // A (micro-batch, chunk)'s slot is taken at its first action (unless its receive took it
+    // early).
+    Slot& s = slot_of(a.mb, a.chunk, /*take=*/sp[k].first == i);
     MicroBatch& mb = *s.m;
-    const int tag = a.mb;  // one message per (micro-batch, direction) per step
     switch (a.op) {
       case Op::RecvAct:  // usually posted already (post_next_act)
-        if (!act_posted_[a.mb])
-          s.recv = post_recv(model_.input_activation(mb), a.peer, tag, "recv act");
-        act_posted_[a.mb] = true;
+        if (!act_posted_[k])
+          s.recv =
+              post_recv(model.input_activation(mb), a.peer, tag(a.mb, v, false), a.mb, "recv act");
+        act_posted_[k] = true;
         break;
       case Op::RecvGrad:  // posted right after F (below)
-        TIDE_ASSERT(grad_posted_[a.mb]);
+        TIDE_ASSERT(grad_posted_[k]);
         break;
       case Op::SendAct:
-        s.sends.push_back(post_send(model_.output_activation(mb), a.peer, tag, "send act"));
+        s.sends.push_back(post_send(model.output_activation(mb), a.peer, tag(a.mb, v + 1, false),
+                                    a.mb, "send act"));
         break;
       case Op::SendGrad:
-        s.sends.push_back(post_send(model_.residual_grad(mb), a.peer, tag, "send grad"));
+        s.sends.push_back(
+            post_send(model.residual_grad(mb), a.peer, tag(a.mb, v - 1, true), a.mb, "send grad"));
         break;
-      case Op::F:
+      case Op::F: {
         batch(a.mb, mb.tokens.i32(), mb.targets.i32());
         mb.training = true;
         mb.seed = seed;
@@ -278,34 +332,52 @@ StepStats PipelineEngine::step(int64_t step, uint64_t seed, const BatchFn& batch
         mb.seq0 = static_cast<uint64_t>(a.mb) * B_;  // the single-rank run's numbering
         mb.dloss = 1.0f / static_cast<float>(M);
         mb.tracer = tracer;
+        if (v > 0 && act_from_[k] < 0) {  // the previous virtual stage is on this rank
+          const int from = schedule_.locate(v - 1).second;
+          copy(model.input_activation(mb),
+               models_[from]->output_activation(*slot_of(a.mb, from, false).m));
+        }
         wait_recv(s);
         {
-          const TraceSpan span(tracer, "F", "action", {{"mb", a.mb}});
-          loss_sum += model_.forward(mb);
+          const TraceSpan span(tracer, "F", "action", {{"mb", a.mb}, {"chunk", a.chunk}});
+          const float loss = model.forward(mb);
+          if (model.has_head()) loss_sum += loss;
         }
         ++next_f_;
-        // From here until B(m) nothing touches the residual gradient: receive into it now.
-        if (grad_from_[a.mb] >= 0) {
-          s.recv = post_recv(model_.residual_grad(mb), grad_from_[a.mb], tag, "recv grad");
-          grad_posted_[a.mb] = true;
+        // From here until B nothing touches the residual gradient: receive into it now.
+        if (grad_from_[k] >= 0) {
+          s.recv = post_recv(model.residual_grad(mb), grad_from_[k], tag(a.mb, v, true), a.mb,
+                             "recv grad");
+          grad_posted_[k] = true;
         }
         break;
+      }
       case Op::B:
       case Op::W: {
         wait_recv(s);
-        const TraceSpan span(tracer, a.op == Op::B ? "B" : "W", "action", {{"mb", a.mb}});
-        for (const pipeline::BlockPart& part : a.op == Op::B ? b_parts_ : w_parts_)
-          if (part.op == Op::B)
-            model_.backward_input_block(mb, part.block);
-          else
-            model_.backward_weight_block(mb, part.block, /*mark_grads=*/false);
+        {
+          const TraceSpan span(tracer, a.op == Op::B ? "B" : "W", "action",
+                               {{"mb", a.mb}, {"chunk", a.chunk}});
+          for (const pipeline::BlockPart& part :
+               a.op == Op::B ? b_parts_[a.chunk] : w_parts_[a.chunk])
+            if (part.op == Op::B)
+              model.backward_input_block(mb, part.block);
+            else
+              model.backward_weight_block(mb, part.block, /*mark_grads=*/false);
+        }
+        // The input gradient goes to the previous virtual stage: by a copy when it is here
+        // (its slot is in flight: its F came before this chunk's, its B comes after).
+        if (a.op == Op::B && v > 0 && schedule_.locate(v - 1).first == stage) {
+          const int to = schedule_.locate(v - 1).second;
+          copy(models_[to]->residual_grad(*slot_of(a.mb, to, false).m), model.residual_grad(mb));
+        }
         break;
       }
       case Op::OptimizerStep:
         break;
     }
-    if (sp[a.mb].last == i) release(s);
-    post_next_act();
+    if (sp[k].last == i) release(s);
+    post_next_act(i, first);
   }
   const auto t_comm = Clock::now();
   StepStats st;
@@ -315,22 +387,32 @@ StepStats PipelineEngine::step(int64_t step, uint64_t seed, const BatchFn& batch
       for (Transfer& t : s.sends) t.wait();
       s.sends.clear();
     }
-    // The tied embedding: the first stage's wte and the last stage's lm_head both become the
-    // sum of the two gradients (a + b = b + a: the same bits on both).
-    if (tied_) tied_->all_reduce(store.tensor(ChunkKind::GRAD, tied_id_), ReduceOp::Sum);
+    // The tied embedding: wte and lm_head.weight both become the sum of the two gradients
+    // (a + b = b + a: the same bits on both copies, wherever they live).
+    if (wte_id_ >= 0 && head_id_ >= 0) {
+      const Tensor a = models_[wte_chunk_]->store().tensor(ChunkKind::GRAD, wte_id_);
+      const Tensor b = models_[head_chunk_]->store().tensor(ChunkKind::GRAD, head_id_);
+      float* pa = a.f32();
+      float* pb = b.f32();
+      for (int64_t j = 0; j < a.numel(); ++j) pa[j] = pb[j] = pa[j] + pb[j];
+    } else if (tied_) {
+      const Tensor g = wte_id_ >= 0
+                           ? models_[wte_chunk_]->store().tensor(ChunkKind::GRAD, wte_id_)
+                           : models_[head_chunk_]->store().tensor(ChunkKind::GRAD, head_id_);
+      tied_->all_reduce(g, ReduceOp::Sum);
+    }
   }
   st.comm_seconds = std::chrono::duration<double>(Clock::now() - t_comm).count();
 
-  // Global gradient norm: each stage's tensors (the last stage's lm_head copy left out: wte
-  // counts once), the stage sums added in stage order, so every stage gets the same norm.
   std::optional<TraceSpan> norm_span;
   norm_span.emplace(tracer, "grad norm", "optimizer");
   std::vector<double> norms2(model_tensors_, 0.0);
-  for (int id = 0; id < static_cast<int>(norm_index_.size()); ++id) {
-    if (norm_index_[id] < 0) continue;
-    const Tensor g = store.tensor(ChunkKind::GRAD, id);
-    norms2[norm_index_[id]] = grad_norm_squared(g.data, g.dtype, g.numel());
-  }
+  for (int c = 0; c < chunks_; ++c)
+    for (int id = 0; id < static_cast<int>(norm_index_[c].size()); ++id) {
+      if (norm_index_[c][id] < 0) continue;
+      const Tensor g = models_[c]->store().tensor(ChunkKind::GRAD, id);
+      norms2[norm_index_[c][id]] = grad_norm_squared(g.data, g.dtype, g.numel());
+    }
   st.grad_norm = std::sqrt(sum_in_model_order(*pp_, std::move(norms2)));
   norm_span.reset();
   TIDE_CHECK(std::isfinite(st.grad_norm),
@@ -343,12 +425,13 @@ StepStats PipelineEngine::step(int64_t step, uint64_t seed, const BatchFn& batch
   h.lr = st.lr;
   {
     const TraceSpan span(tracer, "optimizer", "optimizer");
-    adamw_step(store, h, AdamWStep{step + 1, clip});
+    for (GPT* m : models_) adamw_step(m->store(), h, AdamWStep{step + 1, clip});
   }
 
-  // The loss lives on the last stage.
+  // The loss lives with the last virtual stage.
   double loss = loss_sum / M;
-  pp_->broadcast(Tensor(&loss, Shape{2}, DType::I32), p - 1);
+  pp_->broadcast(Tensor(&loss, Shape{2}, DType::I32),
+                 schedule_.locate(schedule_.virtual_stages() - 1).first);
   st.step = step + 1;
   st.loss = static_cast<float>(loss);
   st.bytes_sent = 0;
