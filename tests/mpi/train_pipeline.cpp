@@ -1,7 +1,7 @@
 // The pipeline executor on p = world size ranks (one stage each; runs where 12 layers divide
 // over p: 2, 3, 4 ranks), m in {p, 2p} micro-batches, dropout 0.1.
 //
-//   * Every schedule (GPipe, 1F1B, ZB-H1, ZB-H2; interleaved and ZB-V with two chunks per
+//   * Every schedule (GPipe, 1F1B, ZB-H1, ZB-H2, zb-auto; interleaved and ZB-V with two chunks per
 //     stage where 12 layers divide over 2p virtual stages: p = 2, 3) trains bitwise like every
 //     other: the order of F/B/W never changes the arithmetic (each parameter receives its W
 //     contributions in micro-batch order whatever the schedule).
@@ -184,7 +184,10 @@ TEST_P(Pipeline, SchedulesMatchTheSingleRankRunAndEachOtherBitwise) {
       {"1f1b", pipeline::one_f_one_b(p, M)},
       {"zb-h1", pipeline::zb_h1(p, M)},
       {"gpipe", pipeline::gpipe(p, M)},
-      {"zb-h2", pipeline::zb_h2(p, M)}};
+      {"zb-h2", pipeline::zb_h2(p, M)},
+      // The automatic schedule under 1F1B's memory (zb-1p), for equal unit costs.
+      {"zb-1p", pipeline::zb_auto(p, M, pipeline::CostModel{},
+                                  pipeline::one_f_one_b_peak(p, M, pipeline::CostModel{}))}};
   // Two chunks per stage need the 12 layers to divide over 2p virtual stages.
   if (config().n_layer % (2 * p) == 0) {
     schedules.push_back({"interleaved", pipeline::interleaved_1f1b(p, M, 2)});
