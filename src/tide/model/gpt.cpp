@@ -20,32 +20,52 @@ GPT::GPT(const GPTConfig& config, ActivationPolicy policy, int64_t chunk_elems, 
       }()) {}
 
 GPT::GPT(const GPTConfig& config, ActivationPolicy policy, const ModelOptions& options)
-    : config_(config) {
-  ChunkLayout layout = make_layout(config_);
+    : config_(config), pp_(options.pp), stage_(options.stage) {
+  // make_layout checks the stage range and that the layers divide over the stages.
+  ChunkLayout layout = make_layout(config_, RankCoords{.pp = pp_, .stage = stage_});
   layout.pack(options.chunk_elems, options.group_size);
   store_ = std::make_unique<ChunkStore>(std::move(layout), options.store);
   env_.config = &config_;
   env_.policy = policy;
   env_.store = store_.get();
+  const int per_stage = config_.n_layer / pp_;
+  first_layer_ = stage_ * per_stage;
+  end_layer_ = first_layer_ + per_stage;
 
   const ChunkLayout& lay = store_->layout();
-  const int wte = lay.find("wte"), wpe = lay.find("wpe");
-  blocks_.push_back(std::make_unique<EmbeddingBlock>(env_, wte, wpe));
-  grads_done_after_.push_back({wte, wpe});
-  for (int l = 0; l < config_.n_layer; ++l) {
+  if (has_embedding()) {
+    const int wte = lay.find("wte"), wpe = lay.find("wpe");
+    blocks_.push_back(std::make_unique<EmbeddingBlock>(env_, wte, wpe));
+    grads_done_after_.push_back({wte, wpe});
+  }
+  for (int l = first_layer_; l < end_layer_; ++l) {
     std::vector<int> ids;
     for (const char* name : kLayerParamNames)
       ids.push_back(lay.find(fmt::format("h.{}.{}", l, name)));
     grads_done_after_.push_back(ids);
     blocks_.push_back(std::make_unique<TransformerBlock>(env_, l, std::move(ids)));
   }
-  const int lnf_w = lay.find("ln_f.weight"), lnf_b = lay.find("ln_f.bias");
-  blocks_.push_back(std::make_unique<HeadBlock>(env_, wte, lnf_w, lnf_b));
-  grads_done_after_.push_back({lnf_w, lnf_b});
+  if (has_head()) {
+    const int lnf_w = lay.find("ln_f.weight"), lnf_b = lay.find("ln_f.bias");
+    // One stage: the head reads wte itself, whose gradient is complete after the embedding
+    // (the last of its two users in backward order). Several: the last stage's own copy.
+    const int head_w = pp_ > 1 ? lay.find("lm_head.weight") : lay.find("wte");
+    blocks_.push_back(std::make_unique<HeadBlock>(env_, head_w, lnf_w, lnf_b));
+    grads_done_after_.push_back({lnf_w, lnf_b});
+    if (pp_ > 1) grads_done_after_.back().push_back(head_w);
+  }
 }
 
 void GPT::init_weights(uint64_t seed) {
   const ChunkLayout& lay = store_->layout();
+  // RNG streams are keyed by the tensor's position in the whole model's layout, so a stage
+  // draws the values the whole model draws; the last stage's lm_head copy draws wte's.
+  const ChunkLayout whole = pp_ > 1 ? make_layout(config_) : ChunkLayout();
+  auto stream_id = [&](int id) {
+    if (pp_ == 1) return id;
+    const std::string& name = lay.slot(id).name;
+    return whole.find(name == "lm_head.weight" ? std::string("wte") : name);
+  };
   const float proj_std = 0.02f / std::sqrt(2.0f * config_.n_layer);
   for (int id = 0; id < lay.num_tensors(); ++id) {
     const TensorSlot& s = lay.slot(id);
@@ -69,7 +89,7 @@ void GPT::init_weights(uint64_t seed) {
     const float std = s.name.ends_with("c_proj.weight") ? proj_std : 0.02f;
     // One RNG stream per tensor, keyed by its name's position: independent of chunking, so
     // each rank draws exactly the elements it holds.
-    const PhiloxStream rng{seed, rng_stream_id(0x1417, static_cast<uint64_t>(id))};
+    const PhiloxStream rng{seed, rng_stream_id(0x1417, static_cast<uint64_t>(stream_id(id)))};
     for (int64_t i = lo; i < hi; ++i) w(i) = std * rng.normal(static_cast<uint64_t>(i));
   }
 }
@@ -84,9 +104,11 @@ std::unique_ptr<MicroBatch> GPT::make_micro_batch(int B, int T, StashPool* stash
   mb->B = B;
   mb->T = T;
   const int64_t N = int64_t{B} * T, C = config_.n_embd;
-  // saved: tokens, targets, L+1 residuals, dresidual, then every block's saved tensors.
+  // saved: tokens, targets, the stage's residuals (layer boundaries first..end), dresidual,
+  // then every block's saved tensors.
+  const int boundaries = end_layer_ - first_layer_ + 1;
   size_t saved =
-      2 * Arena::aligned(static_cast<size_t>(N) * 4) + (config_.n_layer + 2) * f32_bytes(N * C);
+      2 * Arena::aligned(static_cast<size_t>(N) * 4) + (boundaries + 1) * f32_bytes(N * C);
   size_t workspace = 0;
   for (const auto& b : blocks_) {
     saved += b->saved_bytes(B, T);
@@ -105,11 +127,14 @@ std::unique_ptr<MicroBatch> GPT::make_micro_batch(int B, int T, StashPool* stash
   mb->stash_slot.assign(blocks_.size(), -1);
   mb->tokens = mb->saved.alloc_tensor({B, T}, DType::I32);
   mb->targets = mb->saved.alloc_tensor({B, T}, DType::I32);
-  for (int l = 0; l <= config_.n_layer; ++l)
-    mb->residual.push_back(mb->saved.alloc_tensor({B, T, C}));
+  // Residuals and saved tensors are indexed globally (by layer; block_saved: embedding 0,
+  // layer l at l+1, head at L+1); a stage allocates only its own boundaries.
+  mb->residual.resize(config_.n_layer + 1);
+  for (int l = first_layer_; l <= end_layer_; ++l)
+    mb->residual[l] = mb->saved.alloc_tensor({B, T, C});
   mb->dresidual = mb->saved.alloc_tensor({B, T, C});
   mb->saved_mark = mb->saved.mark();
-  mb->block_saved.resize(blocks_.size());
+  mb->block_saved.resize(config_.n_layer + 2);
   return mb;
 }
 
@@ -135,7 +160,8 @@ void GPT::backward_input_block(MicroBatch& mb, int i) {
   const int slot = mb.stash->take();
   mb.stash_slot[i] = slot;
   mb.stash_arena = &mb.stash->slot(slot);
-  if (i == num_blocks() - 1) std::memset(mb.dresidual.data, 0, mb.dresidual.nbytes());
+  // The head starts the backward pass (a stage without it gets residual_grad from outside).
+  if (has_head() && i == num_blocks() - 1) std::memset(mb.dresidual.data, 0, mb.dresidual.nbytes());
   const size_t mark = mb.workspace.mark();
   const std::vector<int>& ids = blocks_[i]->param_ids();
   const TraceSpan span(mb.tracer, "backward", "compute", {{"block", i}, {"mb", mb.index}});

@@ -6,8 +6,18 @@
 //   blocks[L+1]        HeadBlock          residual[L] -> loss
 //
 // Parameters come from the per-rank layout (layout.h), in forward-use order; the LM head is
-// tied to wte. Names follow Hugging Face's GPT-2 ("h.3.attn.c_attn.weight"), with linear
-// weights stored (out, in) as in PyTorch's nn.Linear.
+// tied to wte.
+//
+// Built for one stage of a pipeline (ModelOptions::pp, stage), the model holds only that
+// stage's blocks and parameters: the embedding on stage 0, layers [stage L/pp, (stage+1) L/pp),
+// the head on the last stage, which reads `lm_head.weight` (its own copy of the tied wte, with
+// the same initial values) when pp > 1. Block indices (block(i), the *_block parts) are then
+// local to the stage; layers, residual indices and dropout keys stay global. A stage that does
+// not start with the embedding takes its input activation from outside (input_activation, the
+// previous stage's output_activation), and one that does not end with the head its output
+// gradient (residual_grad, the next stage's, after its first block's B). Names follow Hugging
+// Face's GPT-2 ("h.3.attn.c_attn.weight"), with linear weights stored (out, in) as in PyTorch's
+// nn.Linear.
 //
 // Every block part runs between store.acquire(its params) and store.release(...): the model
 // never moves memory or sets tensor states itself, and runs with parameters that are not
@@ -25,6 +35,8 @@ struct ModelOptions {
   int64_t chunk_elems = 0;  // target chunk size; 0: the largest tensor
   int group_size = 1;       // ranks every chunk is sliced over (DP degree)
   StoreOptions store;
+  int pp = 1;     // pipeline stages the model is split over
+  int stage = 0;  // the stage this model holds, in [0, pp)
 };
 
 class GPT {
@@ -39,6 +51,23 @@ class GPT {
   const ChunkStore& store() const { return *store_; }
   int num_blocks() const { return static_cast<int>(blocks_.size()); }
   Block& block(int i) { return *blocks_[i]; }
+  // Pipeline placement: stages, this model's stage, its transformer layers [first, end).
+  int pp() const { return pp_; }
+  int stage() const { return stage_; }
+  int first_layer() const { return first_layer_; }
+  int end_layer() const { return end_layer_; }
+  bool has_embedding() const { return stage_ == 0; }
+  bool has_head() const { return stage_ == pp_ - 1; }
+
+  // The stage boundaries of a micro-batch, each (B,T,C). input_activation: what the stage's
+  // first transformer block reads (written by the embedding on stage 0; elsewhere fill it
+  // before forward). output_activation: what its last transformer block writes (the next
+  // stage's input). residual_grad: the gradient flowing down the residual stream; on a stage
+  // without the head fill it with d(loss)/d(output_activation) before the first B, and after
+  // the B of the stage's first transformer block it holds d(loss)/d(input_activation).
+  Tensor input_activation(MicroBatch& mb) const { return mb.residual[first_layer_]; }
+  Tensor output_activation(MicroBatch& mb) const { return mb.residual[end_layer_]; }
+  Tensor residual_grad(MicroBatch& mb) const { return mb.dresidual; }
 
   // GPT-2 initialisation from `seed`: weights N(0, 0.02), the two residual projections
   // (attn.c_proj, mlp.c_proj) N(0, 0.02/sqrt(2L)), biases 0, layernorm weights 1.
@@ -52,8 +81,9 @@ class GPT {
   // Bytes of the largest (micro-batch, block) stash at (B,T): the slot size of a StashPool.
   size_t stash_slot_bytes(int B, int T) const;
 
-  // Forward through every block; returns the mean loss (also in mb.loss). Before calling,
-  // fill mb.tokens / mb.targets and set mb.training, mb.step, mb.seq0, mb.dloss.
+  // Forward through every block; returns the mean loss (also in mb.loss; 0 on a stage without
+  // the head). Before calling, fill mb.tokens / mb.targets and set mb.training, mb.step,
+  // mb.seq0, mb.dloss.
   float forward(MicroBatch& mb);
   // Backward through every block (B then W per block, in reverse order), accumulating into the
   // GRAD chunks. With `mark_grads`, reports each gradient complete for micro-batch mb.index as
@@ -72,6 +102,8 @@ class GPT {
 
  private:
   GPTConfig config_;
+  int pp_ = 1, stage_ = 0;
+  int first_layer_ = 0, end_layer_ = 0;  // this stage's transformer layers
   BlockEnv env_;
   std::unique_ptr<ChunkStore> store_;
   std::vector<std::unique_ptr<Block>> blocks_;

@@ -1,0 +1,442 @@
+#include "tide/train/pipeline_engine.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <optional>
+
+#include "tide/optim/grad_norm.h"
+#include "tide/train/optimizer_step.h"
+
+namespace tide {
+
+using pipeline::Op;
+
+// A send or receive in flight, and its span in the trace (from posting to the wait that saw it
+// done).
+struct PipelineEngine::Transfer {
+  WorkPtr work;
+  AsyncTrace trace;
+  int mb = -1;
+
+  explicit operator bool() const { return work != nullptr; }
+  void wait() {
+    work->wait();
+    trace.finish();
+  }
+};
+
+// A (micro-batch, chunk)'s home on this stage from the first action that names it (its RecvAct
+// or F) to the last (its W, or the SendGrad after a fused backward).
+struct PipelineEngine::Slot {
+  int chunk = 0;  // the chunk whose model made `m`
+  int mb = -1;    // the micro-batch it runs, -1 when free
+  MicroBatch* m = nullptr;
+  Transfer recv;                // the activation or gradient being received into it
+  std::vector<Transfer> sends;  // isends reading its buffers: waited before the slot is reused
+};
+
+namespace {
+
+// Per key(mb, chunk) = mb * chunks + chunk, the indices of the first and last action of
+// `actions` that name it.
+struct Span {
+  int first = -1, last = -1;
+};
+std::vector<Span> spans(const std::vector<pipeline::Action>& actions, int M, int chunks) {
+  std::vector<Span> s(static_cast<size_t>(M) * chunks);
+  for (int i = 0; i < static_cast<int>(actions.size()); ++i) {
+    const pipeline::Action& a = actions[i];
+    if (a.op == Op::OptimizerStep) continue;
+    Span& sp = s[a.mb * chunks + a.chunk];
+    if (sp.first < 0) sp.first = i;
+    sp.last = i;
+  }
+  return s;
+}
+
+// Peak (micro-batch) slots per chunk (spans alive at once) and peak W stashes ((micro-batch,
+// block) between its B and W part) of a stage's action list.
+std::pair<std::vector<int>, int> peaks(const pipeline::Schedule& s, int stage,
+                                       const std::vector<int>& blocks) {
+  const std::vector<pipeline::Action>& actions = s.actions[stage];
+  const std::vector<Span> sp = spans(actions, s.microbatches, s.chunks);
+  std::vector<int> slots(s.chunks, 0), peak_slots(s.chunks, 1);
+  int stashes = 0, peak_stashes = 1;
+  for (int i = 0; i < static_cast<int>(actions.size()); ++i) {
+    const pipeline::Action& a = actions[i];
+    if (a.op == Op::OptimizerStep) continue;
+    const Span& span = sp[a.mb * s.chunks + a.chunk];
+    if (span.first == i) peak_slots[a.chunk] = std::max(peak_slots[a.chunk], ++slots[a.chunk]);
+    if (span.last == i) --slots[a.chunk];
+    if (!pipeline::is_compute(a.op)) continue;
+    for (const pipeline::BlockPart& p :
+         pipeline::block_parts(a.op, blocks[a.chunk], s.split_backward)) {
+      if (p.op == Op::B) peak_stashes = std::max(peak_stashes, ++stashes);
+      if (p.op == Op::W) --stashes;
+    }
+  }
+  return {peak_slots, peak_stashes};
+}
+
+// The squared gradient norm of the whole model from per-tensor sums: `mine[g]` is this rank's
+// sum of squares of whole-model tensor g (0 for tensors it does not hold). The ranks' vectors
+// are gathered and added in whole-model tensor order, so the result does not depend on which
+// stage holds which tensor (every placement and schedule gives the same bits).
+double sum_in_model_order(ProcessGroup& group, std::vector<double> mine) {
+  const int64_t G = static_cast<int64_t>(mine.size()), p = group.size();
+  std::vector<double> all(static_cast<size_t>(G * p));
+  // Doubles travel as pairs of int32 (the groups reduce f32; this is only a gather).
+  group.all_gather(Tensor(mine.data(), Shape{2 * G}, DType::I32),
+                   Tensor(all.data(), Shape{2 * G * p}, DType::I32));
+  double sum = 0;
+  for (int64_t g = 0; g < G; ++g) {
+    double t = 0;  // one rank holds tensor g, the others add exact zeros
+    for (int64_t r = 0; r < p; ++r) t += all[r * G + g];
+    sum += t;
+  }
+  return sum;
+}
+
+void copy(Tensor dst, const Tensor& src) {
+  TIDE_ASSERT(dst.nbytes() == src.nbytes());
+  std::memcpy(dst.data, src.data, src.nbytes());
+}
+
+}  // namespace
+
+PipelineEngine::PipelineEngine(std::vector<GPT*> models, std::shared_ptr<ProcessGroup> pipeline,
+                               pipeline::Schedule schedule, int B, int T,
+                               OptimizerSettings optimizer)
+    : models_(std::move(models)),
+      pp_(std::move(pipeline)),
+      schedule_(std::move(schedule)),
+      opt_(optimizer),
+      B_(B),
+      T_(T) {
+  pipeline::validate(schedule_);
+  const int p = pp_->size(), stage = pp_->rank();
+  chunks_ = schedule_.chunks;
+  const int V = schedule_.virtual_stages(), M = schedule_.microbatches;
+  TIDE_CHECK(schedule_.stages == p,
+             "schedule '{}' has {} stages but the pipeline group has {} ranks; build the "
+             "schedule for the group's size",
+             schedule_.name, schedule_.stages, p);
+  TIDE_CHECK(static_cast<int>(models_.size()) == chunks_,
+             "schedule '{}' runs {} model chunks per stage but stage {} was given {} models; "
+             "build one GPT per chunk",
+             schedule_.name, chunks_, stage, models_.size());
+  TIDE_CHECK(2 * M * V <= 32768,
+             "{} micro-batches x {} virtual stages are too many message tags; use fewer", M, V);
+  check_lr_schedule(opt_.lr);
+  for (int c = 0; c < chunks_; ++c) {
+    virtual_.push_back(schedule_.virtual_stage(stage, c));
+    TIDE_CHECK(models_[c]->pp() == V && models_[c]->stage() == virtual_[c],
+               "chunk {} of stage {} runs virtual stage {} of {} but holds a model built for "
+               "stage {} of {}; build it with ModelOptions pp = {}, stage = {}",
+               c, stage, virtual_[c], V, models_[c]->stage(), models_[c]->pp(), V, virtual_[c]);
+  }
+
+  std::vector<int> blocks;
+  size_t stash_bytes = 0;
+  for (int c = 0; c < chunks_; ++c) {
+    GPT& m = *models_[c];
+    blocks.push_back(m.num_blocks());
+    b_parts_.push_back(pipeline::block_parts(Op::B, m.num_blocks(), schedule_.split_backward));
+    w_parts_.push_back(pipeline::block_parts(Op::W, m.num_blocks(), schedule_.split_backward));
+    stash_bytes = std::max(stash_bytes, m.stash_slot_bytes(B, T));
+  }
+  const auto [slots, stashes] = peaks(schedule_, stage, blocks);
+  stash_ = StashPool(stash_bytes, stashes);
+  for (int c = 0; c < chunks_; ++c)
+    for (int i = 0; i < slots[c]; ++i) {
+      mbs_.push_back(models_[c]->make_micro_batch(B, T, &stash_));
+      Slot& s = slots_.emplace_back();
+      s.chunk = c;
+      s.m = mbs_.back().get();
+    }
+  act_from_.assign(static_cast<size_t>(M) * chunks_, -1);
+  grad_from_.assign(static_cast<size_t>(M) * chunks_, -1);
+  for (const pipeline::Action& a : schedule_.actions[stage]) {
+    if (a.op == Op::RecvAct) act_from_[key(a.mb, a.chunk)] = a.peer;
+    if (a.op == Op::RecvGrad) grad_from_[key(a.mb, a.chunk)] = a.peer;
+    if (a.op == Op::F) f_order_.push_back({a.mb, a.chunk});
+  }
+
+  // Each tensor's place in the whole model (the gradient norm's order); lm_head.weight, the
+  // last virtual stage's copy of wte, is left out so that the tied weight counts once.
+  const ChunkLayout whole = make_layout(models_[0]->config());
+  model_tensors_ = whole.num_tensors();
+  for (int c = 0; c < chunks_; ++c) {
+    const ChunkLayout& mine = models_[c]->store().layout();
+    norm_index_.emplace_back();
+    for (int id = 0; id < mine.num_tensors(); ++id) {
+      const std::string& name = mine.slot(id).name;
+      norm_index_[c].push_back(name == "lm_head.weight" ? -1 : whole.find(name));
+      if (name == "wte" && V > 1) wte_chunk_ = c, wte_id_ = id;
+      if (name == "lm_head.weight") head_chunk_ = c, head_id_ = id;
+    }
+  }
+  // The tied embedding's two copies: on one rank (ZB-V) they are summed locally; on two, over
+  // a group of the two (collective over the pipeline group: every rank takes part).
+  const int emb_rank = schedule_.locate(0).first, head_rank = schedule_.locate(V - 1).first;
+  if (V > 1 && emb_rank != head_rank) tied_ = pp_->new_group({emb_rank, head_rank});
+}
+
+PipelineEngine::~PipelineEngine() {
+  // Never leave a transfer reading or writing freed activation buffers.
+  for (Slot& s : slots_) {
+    if (s.recv) s.recv.work->wait();
+    for (Transfer& t : s.sends) t.work->wait();
+  }
+}
+
+int PipelineEngine::tag(int mb, int consumer, bool grad) const {
+  return (mb * schedule_.virtual_stages() + consumer) * 2 + (grad ? 1 : 0);
+}
+
+PipelineEngine::Slot& PipelineEngine::slot_of(int mb, int chunk, bool take) {
+  for (Slot& s : slots_)
+    if (s.mb == mb && s.chunk == chunk) return s;
+  TIDE_CHECK(take, "micro-batch {} chunk {} is not in flight on stage {}", mb, chunk, pp_->rank());
+  for (Slot& s : slots_) {
+    if (s.mb >= 0 || s.chunk != chunk) continue;
+    for (Transfer& t : s.sends) {  // its buffers are about to be overwritten
+      const TraceSpan span(tracer_, "wait send", "comm", {{"mb", t.mb}});
+      t.wait();
+    }
+    s.sends.clear();
+    s.mb = mb;
+    return s;
+  }
+  TIDE_FAIL("stage {} has no free slot for micro-batch {} of chunk {}", pp_->rank(), mb, chunk);
+}
+
+void PipelineEngine::wait_recv(Slot& s) {
+  if (!s.recv) return;
+  if (!s.recv.work->is_completed()) {  // the stage idles: a bubble, in the trace
+    const TraceSpan span(tracer_, "wait recv", "comm", {{"mb", s.mb}});
+    s.recv.wait();
+  } else {
+    s.recv.wait();
+  }
+  s.recv = Transfer{};
+}
+
+void PipelineEngine::post_next_act(int done, const std::vector<int>& first) {
+  if (next_f_ >= f_order_.size()) return;
+  const auto [mb, chunk] = f_order_[next_f_];
+  const int k = key(mb, chunk);
+  if (act_from_[k] < 0 || act_posted_[k]) return;
+  // Taking the slot now holds one more slot of this chunk than the schedule does until the
+  // receive's own action; safe when the free slots also cover every other (micro-batch, chunk)
+  // of this chunk whose span starts before then.
+  int free = 0, starts = 0;
+  for (const Slot& s : slots_) free += s.chunk == chunk && s.mb < 0;
+  for (int j = done + 1; j < first[k]; ++j) {
+    const pipeline::Action& a = schedule_.actions[pp_->rank()][j];
+    if (a.op != Op::OptimizerStep && a.chunk == chunk && first[key(a.mb, a.chunk)] == j) ++starts;
+  }
+  if (free < starts + 1) return;
+  // Only a free slot whose sends are done: waiting for a send here could stall this stage
+  // where the schedule does not (the receive is then posted at its own action).
+  for (Slot& s : slots_) {
+    if (s.mb >= 0 || s.chunk != chunk) continue;
+    for (const Transfer& t : s.sends)
+      if (!t.work->is_completed()) return;
+    Slot& mine = slot_of(mb, chunk, /*take=*/true);
+    mine.recv = post_recv(models_[chunk]->input_activation(*mine.m), act_from_[k],
+                          tag(mb, virtual_[chunk], false), mb, "recv act");
+    act_posted_[k] = true;
+    return;
+  }
+}
+
+PipelineEngine::Transfer PipelineEngine::post_recv(Tensor buf, int peer, int tag, int mb,
+                                                   const char* what) {
+  Transfer t{nullptr, AsyncTrace::start(tracer_, what, {{"mb", mb}, {"peer", peer}}), mb};
+  t.work = pp_->recv_async(buf, peer, tag);
+  return t;
+}
+
+PipelineEngine::Transfer PipelineEngine::post_send(Tensor buf, int peer, int tag, int mb,
+                                                   const char* what) {
+  Transfer t{nullptr, AsyncTrace::start(tracer_, what, {{"mb", mb}, {"peer", peer}}), mb};
+  t.work = pp_->send_async(buf, peer, tag);
+  return t;
+}
+
+void PipelineEngine::release(Slot& s) {
+  TIDE_ASSERT(!s.recv);  // every receive is consumed by a compute of the same micro-batch
+  s.mb = -1;             // its sends are waited when the slot is taken again
+}
+
+StepStats PipelineEngine::step(int64_t step, uint64_t seed, const BatchFn& batch, Tracer* tracer) {
+  using Clock = std::chrono::steady_clock;
+  const auto t0 = Clock::now();
+  // This step is traced (the stores too: chunk moves), and only this step.
+  struct TracerScope {
+    PipelineEngine& e;
+    ~TracerScope() {
+      for (GPT* m : e.models_) m->store().set_tracer(nullptr);
+      e.tracer_ = nullptr;
+    }
+  } tracer_scope{*this};
+  tracer_ = tracer;
+  for (GPT* m : models_) m->store().set_tracer(tracer);
+  const int M = schedule_.microbatches, stage = pp_->rank();
+  const std::vector<pipeline::Action>& actions = schedule_.actions[stage];
+  const std::vector<Span> sp = spans(actions, M, chunks_);
+  std::vector<int> first(sp.size());
+  for (size_t j = 0; j < sp.size(); ++j) first[j] = sp[j].first;
+  for (GPT* m : models_) m->store().zero(ChunkKind::GRAD);
+  next_f_ = 0;
+  act_posted_.assign(static_cast<size_t>(M) * chunks_, false);
+  grad_posted_.assign(static_cast<size_t>(M) * chunks_, false);
+  double loss_sum = 0;
+  post_next_act(-1, first);
+  for (int i = 0; i < static_cast<int>(actions.size()); ++i) {
+    const pipeline::Action& a = actions[i];
+    if (a.op == Op::OptimizerStep) continue;  // the rest of this function
+    const int k = key(a.mb, a.chunk), v = virtual_[a.chunk];
+    GPT& model = *models_[a.chunk];
+    // A (micro-batch, chunk)'s slot is taken at its first action (unless its receive took it
+    // early).
+    Slot& s = slot_of(a.mb, a.chunk, /*take=*/sp[k].first == i);
+    MicroBatch& mb = *s.m;
+    switch (a.op) {
+      case Op::RecvAct:  // usually posted already (post_next_act)
+        if (!act_posted_[k])
+          s.recv =
+              post_recv(model.input_activation(mb), a.peer, tag(a.mb, v, false), a.mb, "recv act");
+        act_posted_[k] = true;
+        break;
+      case Op::RecvGrad:  // posted right after F (below)
+        TIDE_ASSERT(grad_posted_[k]);
+        break;
+      case Op::SendAct:
+        s.sends.push_back(post_send(model.output_activation(mb), a.peer, tag(a.mb, v + 1, false),
+                                    a.mb, "send act"));
+        break;
+      case Op::SendGrad:
+        s.sends.push_back(
+            post_send(model.residual_grad(mb), a.peer, tag(a.mb, v - 1, true), a.mb, "send grad"));
+        break;
+      case Op::F: {
+        batch(a.mb, mb.tokens.i32(), mb.targets.i32());
+        mb.training = true;
+        mb.seed = seed;
+        mb.step = static_cast<uint64_t>(step);
+        mb.index = a.mb;
+        mb.seq0 = static_cast<uint64_t>(a.mb) * B_;  // the single-rank run's numbering
+        mb.dloss = 1.0f / static_cast<float>(M);
+        mb.tracer = tracer;
+        if (v > 0 && act_from_[k] < 0) {  // the previous virtual stage is on this rank
+          const int from = schedule_.locate(v - 1).second;
+          copy(model.input_activation(mb),
+               models_[from]->output_activation(*slot_of(a.mb, from, false).m));
+        }
+        wait_recv(s);
+        {
+          const TraceSpan span(tracer, "F", "action", {{"mb", a.mb}, {"chunk", a.chunk}});
+          const float loss = model.forward(mb);
+          if (model.has_head()) loss_sum += loss;
+        }
+        ++next_f_;
+        // From here until B nothing touches the residual gradient: receive into it now.
+        if (grad_from_[k] >= 0) {
+          s.recv = post_recv(model.residual_grad(mb), grad_from_[k], tag(a.mb, v, true), a.mb,
+                             "recv grad");
+          grad_posted_[k] = true;
+        }
+        break;
+      }
+      case Op::B:
+      case Op::W: {
+        wait_recv(s);
+        {
+          const TraceSpan span(tracer, a.op == Op::B ? "B" : "W", "action",
+                               {{"mb", a.mb}, {"chunk", a.chunk}});
+          for (const pipeline::BlockPart& part :
+               a.op == Op::B ? b_parts_[a.chunk] : w_parts_[a.chunk])
+            if (part.op == Op::B)
+              model.backward_input_block(mb, part.block);
+            else
+              model.backward_weight_block(mb, part.block, /*mark_grads=*/false);
+        }
+        // The input gradient goes to the previous virtual stage: by a copy when it is here
+        // (its slot is in flight: its F came before this chunk's, its B comes after).
+        if (a.op == Op::B && v > 0 && schedule_.locate(v - 1).first == stage) {
+          const int to = schedule_.locate(v - 1).second;
+          copy(models_[to]->residual_grad(*slot_of(a.mb, to, false).m), model.residual_grad(mb));
+        }
+        break;
+      }
+      case Op::OptimizerStep:
+        break;
+    }
+    if (sp[k].last == i) release(s);
+    post_next_act(i, first);
+  }
+  const auto t_comm = Clock::now();
+  StepStats st;
+  {
+    const TraceSpan span(tracer, "finish gradients", "comm");
+    for (Slot& s : slots_) {
+      for (Transfer& t : s.sends) t.wait();
+      s.sends.clear();
+    }
+    // The tied embedding: wte and lm_head.weight both become the sum of the two gradients
+    // (a + b = b + a: the same bits on both copies, wherever they live).
+    if (wte_id_ >= 0 && head_id_ >= 0) {
+      const Tensor a = models_[wte_chunk_]->store().tensor(ChunkKind::GRAD, wte_id_);
+      const Tensor b = models_[head_chunk_]->store().tensor(ChunkKind::GRAD, head_id_);
+      float* pa = a.f32();
+      float* pb = b.f32();
+      for (int64_t j = 0; j < a.numel(); ++j) pa[j] = pb[j] = pa[j] + pb[j];
+    } else if (tied_) {
+      const Tensor g = wte_id_ >= 0
+                           ? models_[wte_chunk_]->store().tensor(ChunkKind::GRAD, wte_id_)
+                           : models_[head_chunk_]->store().tensor(ChunkKind::GRAD, head_id_);
+      tied_->all_reduce(g, ReduceOp::Sum);
+    }
+  }
+  st.comm_seconds = std::chrono::duration<double>(Clock::now() - t_comm).count();
+
+  std::optional<TraceSpan> norm_span;
+  norm_span.emplace(tracer, "grad norm", "optimizer");
+  std::vector<double> norms2(model_tensors_, 0.0);
+  for (int c = 0; c < chunks_; ++c)
+    for (int id = 0; id < static_cast<int>(norm_index_[c].size()); ++id) {
+      if (norm_index_[c][id] < 0) continue;
+      const Tensor g = models_[c]->store().tensor(ChunkKind::GRAD, id);
+      norms2[norm_index_[c][id]] = grad_norm_squared(g.data, g.dtype, g.numel());
+    }
+  st.grad_norm = std::sqrt(sum_in_model_order(*pp_, std::move(norms2)));
+  norm_span.reset();
+  TIDE_CHECK(std::isfinite(st.grad_norm),
+             "the gradient norm at step {} is not finite (NaN/Inf); lower the learning rate or "
+             "enable gradient_clipping",
+             step + 1);
+  const float clip = opt_.grad_clip > 0 ? clip_coefficient(st.grad_norm, opt_.grad_clip) : 1.0f;
+  st.lr = static_cast<float>(lr_at(step, opt_.lr));
+  AdamWHyper h = opt_.adamw;
+  h.lr = st.lr;
+  {
+    const TraceSpan span(tracer, "optimizer", "optimizer");
+    for (GPT* m : models_) adamw_step(m->store(), h, AdamWStep{step + 1, clip});
+  }
+
+  // The loss lives with the last virtual stage.
+  double loss = loss_sum / M;
+  pp_->broadcast(Tensor(&loss, Shape{2}, DType::I32),
+                 schedule_.locate(schedule_.virtual_stages() - 1).first);
+  st.step = step + 1;
+  st.loss = static_cast<float>(loss);
+  st.bytes_sent = 0;
+  st.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  return st;
+}
+
+}  // namespace tide
