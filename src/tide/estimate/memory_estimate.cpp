@@ -70,9 +70,9 @@ void place_model_states(const TrainSetup& setup, const ChunkLayout& layout, Stag
 
 // ZeRO's communication buffers: what the runtime allocates (train/zero.cpp), whole chunks in
 // the compute dtype from a best-fit pool (replayed by simulate_zero_buffers over the step's
-// block accesses; stage 1 reduces in place and needs none). Buckets the runtime would reject as smaller than a chunk or a block
-// are taken at the least it accepts. Offload moves the rank's slices, not the buffers: the
-// same whole chunks are gathered and reduced on the GPU.
+// block accesses; stage 1 reduces in place and needs none). Buckets the runtime would reject as
+// smaller than a chunk or a block are taken at the least it accepts. Offload moves the rank's
+// slices, not the buffers: the same whole chunks are gathered and reduced on the GPU.
 int64_t chunk_buffers(const TrainSetup& setup, const ChunkLayout& layout, StageEstimate& st) {
   if (setup.zero_stage < 2) return 0;
   const std::vector<ModelBlock> blocks = model_blocks(layout);

@@ -53,9 +53,9 @@ struct StageEstimate {
   int layers = 0;                 // transformer layers on the stage
   int inflight_microbatches = 0;  // see pipeline_inflight.h
   int64_t inflight_layer_microbatches = 0;
-  int64_t params = 0;             // parameters one TP rank of the stage holds (Psi)
-  ChunkPlan chunks;               // the stage's chunk layout (the runtime's, see model_states.h)
-  ZeroBufferPeak comm_buffers;    // ZeRO >= 2: buffers held at once (zero_buffers.h)
+  int64_t params = 0;           // parameters one TP rank of the stage holds (Psi)
+  ChunkPlan chunks;             // the stage's chunk layout (the runtime's, see model_states.h)
+  ZeroBufferPeak comm_buffers;  // ZeRO >= 2: buffers held at once (zero_buffers.h)
   MemoryBreakdown device;
   MemoryBreakdown host;  // host memory used by one rank of this stage
 };

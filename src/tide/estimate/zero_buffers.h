@@ -5,8 +5,8 @@
 //
 // Every buffer holds a whole chunk of the largest size in the compute dtype and comes from a
 // BufferPool (allocated on first need; memory/buffer_pool.h), which the replay runs without
-// memory: the bytes it ends with are the bytes the runtime allocates. The rules replayed, as zero.cpp has
-// them:
+// memory: the bytes it ends with are the bytes the runtime allocates. The rules replayed, as
+// zero.cpp has them:
 //   * stage 2/3 gradients: a chunk's first W access in a micro-batch attaches a buffer; when the
 //     micro-batch completes the chunk its reduce-scatter is issued, and the buffer comes back
 //     when that reduction is completed: when the reductions in flight would pass
@@ -21,7 +21,8 @@
 //   * a W gathers no parameters (it reads only its stash);
 //   * stage 1 reduces in place: no buffers.
 // The step is the engine's data-parallel schedule, in the block order of pipeline/block_parts.h
-// (F; then B and W fused per block), for each micro-batch; the blocks are the GPT's (embedding, layers, head with the tied embedding).
+// (F; then B and W fused per block), for each micro-batch; the blocks are the GPT's (embedding,
+// layers, head with the tied embedding).
 
 #include <cstdint>
 #include <vector>

@@ -1,8 +1,8 @@
 #include "tide/model/kv_decoder.h"
 
+#include <cblas.h>
 #include <algorithm>
 #include <cmath>
-#include <cblas.h>
 
 #include <cstring>
 
@@ -25,8 +25,8 @@ void linear_row(std::vector<float>& y, const std::vector<float>& x, const Tensor
     std::memcpy(y.data(), b.data, static_cast<size_t>(out) * sizeof(float));
   else
     std::memset(y.data(), 0, static_cast<size_t>(out) * sizeof(float));
-  cblas_sgemv(CblasRowMajor, CblasNoTrans, out, in, 1.0f, w.f32(), in, x.data(), 1, 1.0f,
-              y.data(), 1);
+  cblas_sgemv(CblasRowMajor, CblasNoTrans, out, in, 1.0f, w.f32(), in, x.data(), 1, 1.0f, y.data(),
+              1);
 }
 }  // namespace
 

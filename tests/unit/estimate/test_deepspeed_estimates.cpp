@@ -102,9 +102,11 @@ TEST(DeepSpeedEstimates, PerGpuTotalsAgainstDeepSpeedsEstimator) {
   // whole block), where DeepSpeed's function counts 4 bytes x the largest layer once. As Nd
   // grows the model states shrink as 1/Nd and these buffers do not. docs/estimate.md has the
   // table. The list is checked both ways: a case that comes within 1.1x must leave it.
-  const std::set<std::tuple<std::string, int, int>> above = {
-      {"gpt-7.5b", 64, 3}, {"gpt-7.5b", 1024, 2}, {"gpt-7.5b", 1024, 3}, {"gpt-128b", 1024, 3},
-      {"gpt-1t", 1024, 3}};
+  const std::set<std::tuple<std::string, int, int>> above = {{"gpt-7.5b", 64, 3},
+                                                             {"gpt-7.5b", 1024, 2},
+                                                             {"gpt-7.5b", 1024, 3},
+                                                             {"gpt-128b", 1024, 3},
+                                                             {"gpt-1t", 1024, 3}};
   for (const Row& r : rows) {
     const std::string what = fmt::format("{} Nd={} ZeRO-{}", r.model, r.nd, r.stage);
     // Model states: ZeRO's 2 + 2 + 12 bytes per parameter (partitioned as the stage says) plus

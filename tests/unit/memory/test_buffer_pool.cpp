@@ -18,7 +18,7 @@ std::vector<int> exercise(BufferPool& pool) {
   got.push_back(pool.take(500));  // reuses a (the only free one, large enough)
   pool.give(b);
   pool.give(got.back());
-  got.push_back(pool.take(900));  // best fit: a (1024 bytes), not b (3008)
+  got.push_back(pool.take(900));   // best fit: a (1024 bytes), not b (3008)
   got.push_back(pool.take(4000));  // nothing large enough is free: a new buffer
   return got;
 }
