@@ -85,7 +85,9 @@ TEST(TokenizerReference, SurvivesTideSaveAndLoad) {
   EXPECT_EQ(back.eot_id(), hf.eot_id());
   EXPECT_EQ(back.num_merges(), hf.num_merges());
   for (int id = 0; id < hf.vocab_size(); ++id) ASSERT_EQ(back.token_bytes(id), hf.token_bytes(id));
-  for (const auto& line : reference()["lines"])
+  // Held in a local: a range-for over reference()["lines"] reads a destroyed temporary.
+  const nlohmann::json ref = reference();
+  for (const auto& line : ref["lines"])
     EXPECT_EQ(back.encode(line["text"].get<std::string>()), line["ids"].get<Ids>());
 }
 
