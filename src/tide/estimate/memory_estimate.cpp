@@ -2,7 +2,6 @@
 
 #include <algorithm>
 
-#include "tide/core/arena.h"
 #include "tide/core/error.h"
 #include "tide/estimate/activation_memory.h"
 #include "tide/estimate/pipeline_inflight.h"

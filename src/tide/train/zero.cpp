@@ -4,8 +4,6 @@
 #include <chrono>
 #include <cstring>
 
-#include "tide/core/arena.h"
-
 namespace tide {
 
 unsigned zero_sliced_kinds(int stage) {
