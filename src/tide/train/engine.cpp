@@ -63,6 +63,20 @@ class Engine::GradReduction : public PlacementPolicy {
   ProcessGroup& dp_;
 };
 
+void apply_update(std::span<ChunkStore* const> stores, const OptimizerSettings& opt, int64_t step,
+                  StepStats& st, Tracer* tracer) {
+  TIDE_CHECK(std::isfinite(st.grad_norm),
+             "the gradient norm at step {} is not finite (NaN/Inf); lower the learning rate or "
+             "enable gradient_clipping",
+             step + 1);
+  const float clip = opt.grad_clip > 0 ? clip_coefficient(st.grad_norm, opt.grad_clip) : 1.0f;
+  st.lr = static_cast<float>(lr_at(step, opt.lr));
+  AdamWHyper h = opt.adamw;
+  h.lr = st.lr;
+  const TraceSpan span(tracer, "optimizer", "optimizer");
+  for (ChunkStore* s : stores) adamw_step(*s, h, AdamWStep{step + 1, clip});
+}
+
 namespace {
 // Peak micro-batches between F and W, and peak (micro-batch, block) stashes between B and W.
 std::pair<int, int> in_flight(const pipeline::Schedule& s, int blocks) {
@@ -241,18 +255,8 @@ StepStats Engine::step(int64_t step, uint64_t seed, const BatchFn& batch, Tracer
   if (zero_) norm2 = sum_over_ranks(*dp_, norm2);
   st.grad_norm = std::sqrt(norm2);
   norm_span.reset();
-  TIDE_CHECK(std::isfinite(st.grad_norm),
-             "the gradient norm at step {} is not finite (NaN/Inf); lower the learning rate or "
-             "enable gradient_clipping",
-             step + 1);
-  const float clip = opt_.grad_clip > 0 ? clip_coefficient(st.grad_norm, opt_.grad_clip) : 1.0f;
-  st.lr = static_cast<float>(lr_at(step, opt_.lr));
-  AdamWHyper h = opt_.adamw;
-  h.lr = st.lr;
-  {
-    const TraceSpan span(tracer, "optimizer", "optimizer");
-    adamw_step(store, h, AdamWStep{step + 1, clip});
-  }
+  ChunkStore* stores[] = {&store};
+  apply_update(stores, opt_, step, st, tracer);
   if (zero_) {
     const uint64_t before_gather = dp_->counters().bytes_sent;
     const TraceSpan span(tracer, "gather params", "comm");

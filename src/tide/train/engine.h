@@ -19,6 +19,7 @@
 
 #include <functional>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "tide/comm/process_group.h"
@@ -59,6 +60,12 @@ struct StepStats {
   // ZeRO-3: most parameter elements gathered at once during the step.
   int64_t peak_gathered_param_elems = 0;
 };
+
+// The update that ends a step, once `st.grad_norm` holds the global gradient norm: checks it
+// is finite (a clear error otherwise), sets `st.lr` from the schedule, and runs AdamW with
+// clipping over each store (traced as "optimizer"). Shared by Engine and PipelineEngine.
+void apply_update(std::span<ChunkStore* const> stores, const OptimizerSettings& opt, int64_t step,
+                  StepStats& st, Tracer* tracer);
 
 class Engine {
  public:

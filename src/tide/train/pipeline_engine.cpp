@@ -415,18 +415,9 @@ StepStats PipelineEngine::step(int64_t step, uint64_t seed, const BatchFn& batch
     }
   st.grad_norm = std::sqrt(sum_in_model_order(*pp_, std::move(norms2)));
   norm_span.reset();
-  TIDE_CHECK(std::isfinite(st.grad_norm),
-             "the gradient norm at step {} is not finite (NaN/Inf); lower the learning rate or "
-             "enable gradient_clipping",
-             step + 1);
-  const float clip = opt_.grad_clip > 0 ? clip_coefficient(st.grad_norm, opt_.grad_clip) : 1.0f;
-  st.lr = static_cast<float>(lr_at(step, opt_.lr));
-  AdamWHyper h = opt_.adamw;
-  h.lr = st.lr;
-  {
-    const TraceSpan span(tracer, "optimizer", "optimizer");
-    for (GPT* m : models_) adamw_step(m->store(), h, AdamWStep{step + 1, clip});
-  }
+  std::vector<ChunkStore*> stores;
+  for (GPT* m : models_) stores.push_back(&m->store());
+  apply_update(stores, opt_, step, st, tracer);
 
   // The loss lives with the last virtual stage.
   double loss = loss_sum / M;

@@ -11,7 +11,7 @@
 #include <cstring>
 #include <functional>
 
-#include "tide/core/rng.h"
+#include "test_batches.h"
 #include "tide/model/gpt.h"
 
 using namespace tide;
@@ -30,20 +30,6 @@ GPTConfig config() {
 }
 
 constexpr int kB = 2, kT = 8;
-
-void fill(MicroBatch& mb, int m) {
-  const PhiloxStream rng{99, static_cast<uint64_t>(m)};
-  for (int64_t i = 0; i < mb.tokens.numel(); ++i) {
-    mb.tokens.i32()[i] = static_cast<int32_t>(rng.uint(2 * i) % 41);
-    mb.targets.i32()[i] = static_cast<int32_t>(rng.uint(2 * i + 1) % 41);
-  }
-  mb.training = true;
-  mb.seed = 5;
-  mb.step = 3;
-  mb.index = m;
-  mb.seq0 = static_cast<uint64_t>(m) * kB;
-  mb.dloss = 0.5f;
-}
 
 std::vector<float> grads(GPT& gpt) {
   std::vector<float> g;
@@ -69,7 +55,7 @@ std::vector<float> run(ActivationPolicy policy, int M, const std::vector<Part>& 
   std::vector<std::unique_ptr<MicroBatch>> mbs;
   for (int m = 0; m < M; ++m) {
     mbs.push_back(gpt.make_micro_batch(kB, kT, &pool));
-    fill(*mbs[m], m);
+    test::fill_test_batch(*mbs[m], m);
     gpt.forward(*mbs[m]);
   }
   gpt.store().begin_step(M);
@@ -91,7 +77,7 @@ std::vector<float> fused(ActivationPolicy policy, int M) {
   gpt.init_weights(17);
   auto mb = gpt.make_micro_batch(kB, kT);
   for (int m = 0; m < M; ++m) {
-    fill(*mb, m);
+    test::fill_test_batch(*mb, m);
     gpt.forward(*mb);
     gpt.backward(*mb);
   }
@@ -194,7 +180,7 @@ TEST(DeferredW, OutOfOrderPartsAreClearErrors) {
   GPT gpt(config(), ActivationPolicy::SAVE_ALL, 0, false);
   gpt.init_weights(1);
   auto mb = gpt.make_micro_batch(kB, kT);
-  fill(*mb, 0);
+  test::fill_test_batch(*mb, 0);
   gpt.forward(*mb);
   EXPECT_THROW(gpt.backward_weight_block(*mb, 2, false), Error);  // W before its B
   gpt.backward_input_block(*mb, kBlocks - 1);

@@ -17,7 +17,7 @@
 #include <map>
 #include <string>
 
-#include "tide/core/rng.h"
+#include "test_batches.h"
 #include "tide/model/gpt.h"
 
 using namespace tide;
@@ -37,20 +37,6 @@ GPTConfig config() {
 
 constexpr int kB = 2, kT = 8;
 constexpr uint64_t kSeed = 17;
-
-void fill(MicroBatch& mb, int m) {
-  const PhiloxStream rng{99, static_cast<uint64_t>(m)};
-  for (int64_t i = 0; i < mb.tokens.numel(); ++i) {
-    mb.tokens.i32()[i] = static_cast<int32_t>(rng.uint(2 * i) % 41);
-    mb.targets.i32()[i] = static_cast<int32_t>(rng.uint(2 * i + 1) % 41);
-  }
-  mb.training = true;
-  mb.seed = 5;
-  mb.step = 3;
-  mb.index = m;
-  mb.seq0 = static_cast<uint64_t>(m) * kB;
-  mb.dloss = 0.5f;
-}
 
 using Named = std::map<std::string, std::vector<float>>;
 
@@ -84,7 +70,7 @@ Result whole(ActivationPolicy policy, int M) {
   auto mb = gpt.make_micro_batch(kB, kT);
   Result r;
   for (int m = 0; m < M; ++m) {
-    fill(*mb, m);
+    test::fill_test_batch(*mb, m);
     r.losses.push_back(gpt.forward(*mb));
     gpt.backward(*mb);
   }
@@ -110,7 +96,7 @@ Result staged(ActivationPolicy policy, int pp, int M, bool ordered_tie) {
   Result r;
   for (int m = 0; m < M; ++m) {
     for (int s = 0; s < pp; ++s) {
-      fill(*mbs[s], m);
+      test::fill_test_batch(*mbs[s], m);
       if (s > 0)
         copy(stages[s]->input_activation(*mbs[s]), stages[s - 1]->output_activation(*mbs[s - 1]));
       stages[s]->forward(*mbs[s]);

@@ -113,14 +113,6 @@ std::vector<std::string> read_records(const std::string& bytes) {
   return out;
 }
 
-std::string write_shard(const std::string& dir, const std::string& name, int n, int vocab) {
-  std::vector<uint16_t> tokens(n);
-  for (int i = 0; i < n; ++i) tokens[i] = static_cast<uint16_t>((i * 7 + i / 5) % vocab);
-  const std::string path = dir + "/" + name;
-  write_token_shard(path, std::span<const uint16_t>(tokens));
-  return path;
-}
-
 }  // namespace
 
 TEST(TensorBoard, Crc32cMatchesTheStandardTestVector) {
@@ -161,23 +153,24 @@ TEST(TensorBoard, EncodingEqualsTensorBoardsOwnBytes) {
 
 TEST(TensorBoard, TrainingRunWritesEveryMetricAsAScalar) {
   const std::string dir = test::temp_dir("run");
-  const std::vector<std::string> o = {"data.train=" + write_shard(dir, "train.bin", 3000, 40),
-                                      "data.val=" + write_shard(dir, "val.bin", 600, 40),
-                                      "model.vocab_size=40",
-                                      "model.n_layer=1",
-                                      "model.n_head=2",
-                                      "model.n_embd=16",
-                                      "seq_len=8",
-                                      "train_micro_batch_size_per_gpu=2",
-                                      "train_steps=5",
-                                      "log.interval=2",
-                                      "eval.interval=3",
-                                      "eval.sequences=4",
-                                      "log.progress=false",
-                                      "out_dir=" + dir + "/out",
-                                      "tensorboard.enabled=true",
-                                      "tensorboard.output_path=" + dir + "/tb",
-                                      "tensorboard.job_name=job1"};
+  const std::vector<std::string> o = {
+      "data.train=" + test::write_pattern_shard(dir, "train.bin", 3000, 40),
+      "data.val=" + test::write_pattern_shard(dir, "val.bin", 600, 40),
+      "model.vocab_size=40",
+      "model.n_layer=1",
+      "model.n_head=2",
+      "model.n_embd=16",
+      "seq_len=8",
+      "train_micro_batch_size_per_gpu=2",
+      "train_steps=5",
+      "log.interval=2",
+      "eval.interval=3",
+      "eval.sequences=4",
+      "log.progress=false",
+      "out_dir=" + dir + "/out",
+      "tensorboard.enabled=true",
+      "tensorboard.output_path=" + dir + "/tb",
+      "tensorboard.job_name=job1"};
   Trainer(load_train_config("", o)).run();
   std::vector<std::string> files;
   for (const auto& f : fs::directory_iterator(dir + "/tb/job1"))

@@ -20,16 +20,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string write_shard(const std::string& dir, const std::string& name, int n, int vocab) {
-  std::vector<uint16_t> tokens(n);
-  for (int i = 0; i < n; ++i) tokens[i] = static_cast<uint16_t>((i * 7 + i / 5) % vocab);
-  const std::string path = dir + "/" + name;
-  write_token_shard(path, std::span<const uint16_t>(tokens));
-  return path;
-}
-
 std::vector<std::string> run_overrides(const std::string& dir) {
-  return {"data.train=" + write_shard(dir, "train.bin", 3000, 40),
+  return {"data.train=" + test::write_pattern_shard(dir, "train.bin", 3000, 40),
           "model.vocab_size=40",
           "model.n_layer=2",
           "model.n_head=2",
