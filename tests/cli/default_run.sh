@@ -15,3 +15,6 @@ grep -q '"val_loss"' runs/default/metrics.jsonl
 out=$("$tide" sample --tokens 20 --prompt "The ")
 echo "sample: $out"
 case "$out" in "The "*) ;; *) echo "sample does not start with the prompt"; exit 1;; esac
+# --ignore-eot keeps going to --tokens.
+out=$("$tide" sample --tokens 200 --ignore-eot)
+[ "${#out}" -ge 100 ] || { echo "--ignore-eot gave ${#out} characters for 200 tokens"; exit 1; }
