@@ -6,7 +6,8 @@ namespace tide {
 // counter the element's global sequence, position and unsharded feature. A DP rank, an
 // accumulation micro-batch, a TP or SP shard therefore draws exactly the mask the single-rank
 // run draws for the same element, and a recomputation redraws it.
-DropoutSpec BlockEnv::dropout(const MicroBatch& mb, int layer, int site, int64_t width) const {
+DropoutSpec BlockEnv::dropout(const MicroBatch& mb, int layer, int site, int64_t width,
+                              int64_t col0) const {
   DropoutSpec d;
   if (!mb.training || config->dropout <= 0.0f) return d;
   d.p = config->dropout;
@@ -16,7 +17,7 @@ DropoutSpec BlockEnv::dropout(const MicroBatch& mb, int layer, int site, int64_t
   d.pos0 = 0;
   d.seq_stride = mb.T;
   d.width_full = width;
-  d.col0 = 0;
+  d.col0 = col0;
   return d;
 }
 

@@ -15,6 +15,7 @@
 #include <memory>
 #include <vector>
 
+#include "tide/comm/process_group.h"
 #include "tide/core/arena.h"
 #include "tide/kernels/ops.h"
 #include "tide/memory/chunk_store.h"
@@ -53,18 +54,30 @@ struct MicroBatch {
   std::unique_ptr<StashPool> own_stash;  // a one-slot pool when no engine shares one
 };
 
-// Everything a block needs besides the micro-batch: model shape, op context, chunk store.
+// Everything a block needs besides the micro-batch: model shape, op context, chunk store,
+// and the tensor-parallel group (nullptr: no tensor parallelism).
 struct BlockEnv {
   const GPTConfig* config = nullptr;
   ActivationPolicy policy = ActivationPolicy::SAVE_ALL;
   OpContext op;
   ChunkStore* store = nullptr;
+  ProcessGroup* tp = nullptr;
+
+  int tp_size() const { return tp ? tp->size() : 1; }
+  int tp_rank() const { return tp ? tp->rank() : 0; }
+  // Megatron's g operator (forward of a row-parallel output, backward of a column-parallel
+  // input): sums the ranks' partial (B,T,C) in place; nothing without tensor parallelism.
+  void tp_all_reduce(Tensor partial) const {
+    if (tp) tp->all_reduce(partial);
+  }
 
   Tensor param(int id) const { return store->tensor(ChunkKind::PARAM, id); }
   Tensor grad(int id) const { return store->tensor(ChunkKind::GRAD, id); }
   // The dropout spec of `site` of `layer` (-1: the embedding) for an activation of unsharded
-  // width `width` (features; heads for attention probabilities), keyed by global coordinates.
-  DropoutSpec dropout(const MicroBatch& mb, int layer, int site, int64_t width) const;
+  // width `width` (features; heads for attention probabilities) whose first column (head) is
+  // `col0` of it (a tensor-parallel shard), keyed by global coordinates.
+  DropoutSpec dropout(const MicroBatch& mb, int layer, int site, int64_t width,
+                      int64_t col0 = 0) const;
 };
 
 class Block {

@@ -18,6 +18,7 @@ class EmbeddingBlock : public Block {
   size_t stash_bytes(int B, int T) const override;
 
  private:
+  int64_t vocab_begin() const;  // first wte row this rank holds (tensor parallelism)
   const BlockEnv& env_;
   int wte_, wpe_;
 };
@@ -25,6 +26,13 @@ class EmbeddingBlock : public Block {
 // Pre-LayerNorm transformer block `layer`: residual[layer] -> residual[layer+1]:
 //   x2 = x + dropout(proj(attention(ln_1(x))))
 //   y  = x2 + dropout(mlp_proj(gelu(mlp_fc(ln_2(x2)))))
+// Under tensor parallelism over t ranks (Megatron-LM): c_attn and mlp_fc are column-parallel
+// (the rank's n_head/t heads, 4C/t hidden units), proj and mlp_proj row-parallel (partial
+// (B,T,C) sums all-reduced, their bias added by rank 0 only); layernorms, dropout on the
+// residual branches and the residual adds run on the replicated (B,T,C). The all-reduces:
+// 2 in forward (after each row-parallel linear: g), 2 in backward_input (into ln_2's and
+// ln_1's output gradients: f's backward); a full recomputation repeats the first forward one
+// (it stops before the mlp c_proj: the block output is already consumed).
 class TransformerBlock : public Block {
  public:
   // Parameter ids in declaration order: ln_1 w/b, c_attn w/b, attn c_proj w/b, ln_2 w/b,
@@ -41,11 +49,15 @@ class TransformerBlock : public Block {
   // Runs the forward pass, allocating intermediates in mb.saved (kept) or mb.workspace
   // (temporary, or recomputed for backward); returns the intermediates.
   std::vector<Tensor> compute_forward(MicroBatch& mb, bool recompute);
+  void row_parallel_forward(Tensor out, Tensor inp, Tensor w, Tensor bias) const;
+  DropoutSpec attn_dropout(const MicroBatch& mb) const;
   const BlockEnv& env_;
   int layer_;
 };
 
-// residual[L] -> ln_f -> logits = x @ wte^T (tied) -> mean cross-entropy loss.
+// residual[L] -> ln_f -> logits = x @ wte^T (tied) -> mean cross-entropy loss. Under tensor
+// parallelism the LM head is vocabulary-parallel and fused with the cross-entropy: each rank
+// computes only its (B,T,V/t) columns of the logits (vocab_parallel.h).
 class HeadBlock : public Block {
  public:
   HeadBlock(const BlockEnv& env, int wte, int lnf_w, int lnf_b);
@@ -57,6 +69,11 @@ class HeadBlock : public Block {
   size_t stash_bytes(int B, int T) const override;
 
  private:
+  // Tensor parallelism: this rank's vocabulary columns [vocab_begin, + vocab_cols) (the
+  // padding rows of the last ranks' wte excluded); the whole vocabulary otherwise.
+  int64_t vocab_begin() const;
+  int64_t vocab_cols() const;
+  Tensor head_weight(Tensor wte) const;  // the rows of wte (or its gradient) that are logits
   const BlockEnv& env_;
   int wte_, lnf_w_, lnf_b_;
 };

@@ -1,6 +1,8 @@
 #include <cstring>
 
 #include "tide/model/blocks.h"
+#include "tide/model/layout.h"
+#include "tide/model/vocab_parallel.h"
 
 namespace tide {
 
@@ -14,8 +16,18 @@ EmbeddingBlock::EmbeddingBlock(const BlockEnv& env, int wte, int wpe)
 
 void EmbeddingBlock::forward(MicroBatch& mb) {
   Tensor x = mb.residual[0];  // (B,T,C)
-  // wpe is (max_seq_len, C); the op uses its first T rows.
-  embedding_forward(env_.op, x, mb.tokens, env_.param(wte_), env_.param(wpe_));
+  if (env_.tp) {
+    // Vocabulary-parallel: this rank's rows of wte, zeros for the others' tokens; the
+    // all-reduce of the partial embeddings completes every row (exactly: one term is not
+    // zero), then the replicated wpe is added as the single-rank op adds it.
+    vocab_parallel_embedding_forward(x, mb.tokens, env_.param(wte_), vocab_begin(),
+                                     env_.config->vocab_size);
+    env_.tp_all_reduce(x);
+    add_position_embedding(x, env_.param(wpe_));
+  } else {
+    // wpe is (max_seq_len, C); the op uses its first T rows.
+    embedding_forward(env_.op, x, mb.tokens, env_.param(wte_), env_.param(wpe_));
+  }
   dropout_forward(env_.op, x, x, env_.dropout(mb, -1, kEmbeddingDropoutSite, x.shape[2]));
 }
 
@@ -28,8 +40,20 @@ void EmbeddingBlock::backward_input(MicroBatch& mb) {
   mb.block_saved[0] = {demb};
 }
 
+// Under tensor parallelism the gradient is the same on every rank (the embedding's all-reduce
+// is the identity backward): each rank scatters its own tokens' rows and the whole of wpe.
 void EmbeddingBlock::backward_weight(MicroBatch& mb) {
+  if (env_.tp) {
+    vocab_parallel_embedding_backward(env_.grad(wte_), mb.block_saved[0][0], mb.tokens,
+                                      vocab_begin());
+    position_embedding_backward(env_.grad(wpe_), mb.block_saved[0][0]);
+    return;
+  }
   embedding_backward(env_.op, env_.grad(wte_), env_.grad(wpe_), mb.block_saved[0][0], mb.tokens);
+}
+
+int64_t EmbeddingBlock::vocab_begin() const {
+  return env_.tp_rank() * vocab_rows_per_rank(*env_.config, env_.tp_size());
 }
 
 size_t EmbeddingBlock::saved_bytes(int, int) const {

@@ -21,8 +21,22 @@ GPT::GPT(const GPTConfig& config, ActivationPolicy policy, int64_t chunk_elems, 
 
 GPT::GPT(const GPTConfig& config, ActivationPolicy policy, const ModelOptions& options)
     : config_(config), pp_(options.pp), stage_(options.stage) {
-  // make_layout checks the stage range and that the layers divide over the stages.
-  ChunkLayout layout = make_layout(config_, RankCoords{.pp = pp_, .stage = stage_});
+  if (options.tp && options.tp->size() > 1) {
+    tp_group_ = options.tp;
+    env_.tp = tp_group_.get();
+  }
+  const int tp = env_.tp_size(), tp_rank = env_.tp_rank();
+  if (tp > 1) {
+    // The last rank must hold at least one real vocabulary row (the rows are ceil(V/t) each).
+    TIDE_CHECK(int64_t{config_.vocab_size} > (tp - 1) * vocab_rows_per_rank(config_, tp),
+               "model.vocab_size {} leaves tensor-parallel rank {} of {} without a vocabulary "
+               "row ({} rows each); use fewer tensor-parallel ranks",
+               config_.vocab_size, tp - 1, tp, vocab_rows_per_rank(config_, tp));
+  }
+  // make_layout checks the stage range, that the layers divide over the stages and that the
+  // heads (hence the hidden size) divide over the tensor-parallel ranks.
+  ChunkLayout layout =
+      make_layout(config_, RankCoords{.tp = tp, .tp_rank = tp_rank, .pp = pp_, .stage = stage_});
   layout.pack(options.chunk_elems, options.group_size);
   store_ = std::make_unique<ChunkStore>(std::move(layout), options.store);
   env_.config = &config_;
@@ -59,10 +73,13 @@ GPT::GPT(const GPTConfig& config, ActivationPolicy policy, const ModelOptions& o
 void GPT::init_weights(uint64_t seed) {
   const ChunkLayout& lay = store_->layout();
   // RNG streams are keyed by the tensor's position in the whole model's layout, so a stage
-  // draws the values the whole model draws; the last stage's lm_head copy draws wte's.
-  const ChunkLayout whole = pp_ > 1 ? make_layout(config_) : ChunkLayout();
+  // draws the values the whole model draws; the last stage's lm_head copy draws wte's. A
+  // tensor-parallel shard draws, for each element, the whole tensor's element
+  // (tp_global_index; -1: a vocabulary padding row, 0).
+  const bool sharded = pp_ > 1 || env_.tp_size() > 1;
+  const ChunkLayout whole = sharded ? make_layout(config_) : ChunkLayout();
   auto stream_id = [&](int id) {
-    if (pp_ == 1) return id;
+    if (!sharded) return id;
     const std::string& name = lay.slot(id).name;
     return whole.find(name == "lm_head.weight" ? std::string("wte") : name);
   };
@@ -90,7 +107,14 @@ void GPT::init_weights(uint64_t seed) {
     // One RNG stream per tensor, keyed by its name's position: independent of chunking, so
     // each rank draws exactly the elements it holds.
     const PhiloxStream rng{seed, rng_stream_id(0x1417, static_cast<uint64_t>(stream_id(id)))};
-    for (int64_t i = lo; i < hi; ++i) w(i) = std * rng.normal(static_cast<uint64_t>(i));
+    if (env_.tp_size() == 1) {
+      for (int64_t i = lo; i < hi; ++i) w(i) = std * rng.normal(static_cast<uint64_t>(i));
+      continue;
+    }
+    for (int64_t i = lo; i < hi; ++i) {
+      const int64_t g = tp_global_index(config_, coords(), s.name, i);
+      w(i) = g < 0 ? 0.0f : std * rng.normal(static_cast<uint64_t>(g));
+    }
   }
 }
 

@@ -37,6 +37,11 @@ struct ModelOptions {
   StoreOptions store;
   int pp = 1;     // pipeline stages the model is split over
   int stage = 0;  // the stage this model holds, in [0, pp)
+  // Tensor parallelism (Megatron-LM) over this group: the model holds its rank's shards
+  // (layout.h) and every block part communicates over it (blocks.h), so all ranks of the group
+  // must run the same parts in the same order. nullptr (or a group of 1): no tensor
+  // parallelism. Host (CPU) tensors only for now (vocab_parallel.h).
+  std::shared_ptr<ProcessGroup> tp;
 };
 
 class GPT {
@@ -47,6 +52,7 @@ class GPT {
 
   const GPTConfig& config() const { return config_; }
   ActivationPolicy policy() const { return env_.policy; }
+  RankCoords coords() const { return {env_.tp_size(), env_.tp_rank(), pp_, stage_}; }
   ChunkStore& store() { return *store_; }
   const ChunkStore& store() const { return *store_; }
   int num_blocks() const { return static_cast<int>(blocks_.size()); }
@@ -58,6 +64,9 @@ class GPT {
   int end_layer() const { return end_layer_; }
   bool has_embedding() const { return stage_ == 0; }
   bool has_head() const { return stage_ == pp_ - 1; }
+  // Tensor parallelism: the group's size and this rank's index in it (1 and 0 without).
+  int tp() const { return env_.tp_size(); }
+  int tp_rank() const { return env_.tp_rank(); }
 
   // The stage boundaries of a micro-batch, each (B,T,C). input_activation: what the stage's
   // first transformer block reads (written by the embedding on stage 0; elsewhere fill it
@@ -71,6 +80,8 @@ class GPT {
 
   // GPT-2 initialisation from `seed`: weights N(0, 0.02), the two residual projections
   // (attn.c_proj, mlp.c_proj) N(0, 0.02/sqrt(2L)), biases 0, layernorm weights 1.
+  // Every stage and tensor-parallel shard draws the single-rank model's values for the
+  // elements it holds (the vocabulary padding rows are 0).
   void init_weights(uint64_t seed);
 
   // A micro-batch of shape (B,T) with its activation arenas. `stash` is the pool B->W stashes
@@ -103,7 +114,8 @@ class GPT {
  private:
   GPTConfig config_;
   int pp_ = 1, stage_ = 0;
-  int first_layer_ = 0, end_layer_ = 0;  // this stage's transformer layers
+  int first_layer_ = 0, end_layer_ = 0;     // this stage's transformer layers
+  std::shared_ptr<ProcessGroup> tp_group_;  // kept alive for env_.tp
   BlockEnv env_;
   std::unique_ptr<ChunkStore> store_;
   std::vector<std::unique_ptr<Block>> blocks_;

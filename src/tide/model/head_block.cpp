@@ -1,9 +1,14 @@
+#include <algorithm>
+
 #include "tide/model/blocks.h"
+#include "tide/model/layout.h"
+#include "tide/model/vocab_parallel.h"
 
 namespace tide {
 
 // Saved tensors of the head, in block_saved order.
-enum HeadSaved { LNF, LNF_MEAN, LNF_RSTD, LOGITS, DLNF, kHeadSaved };
+// LSE_MAX, LSE_SUM: the vocabulary-parallel cross-entropy's row maxima and sums of exp(B,T).
+enum HeadSaved { LNF, LNF_MEAN, LNF_RSTD, LOGITS, DLNF, LSE_MAX, LSE_SUM, kHeadSaved };
 
 HeadBlock::HeadBlock(const BlockEnv& env, int wte, int lnf_w, int lnf_b)
     : env_(env), wte_(wte), lnf_w_(lnf_w), lnf_b_(lnf_b) {
@@ -12,7 +17,7 @@ HeadBlock::HeadBlock(const BlockEnv& env, int wte, int lnf_w, int lnf_b)
 
 void HeadBlock::forward(MicroBatch& mb) {
   const GPTConfig& cfg = *env_.config;
-  const int64_t B = mb.B, T = mb.T, C = cfg.n_embd, V = cfg.vocab_size;
+  const int64_t B = mb.B, T = mb.T, C = cfg.n_embd, V = vocab_cols();
   // In training the logits are kept (backward turns them into dlogits in place); in
   // evaluation everything is temporary.
   Arena& keep = (mb.training || mb.keep_logits) ? mb.saved : mb.workspace;
@@ -20,10 +25,18 @@ void HeadBlock::forward(MicroBatch& mb) {
   Tensor lnf = keep.alloc_tensor({B, T, C});
   Tensor mean = keep.alloc_tensor({B, T}), rstd = keep.alloc_tensor({B, T});
   layernorm_forward(env_.op, lnf, mean, rstd, x, env_.param(lnf_w_), env_.param(lnf_b_));
-  Tensor logits = keep.alloc_tensor({B, T, V});
-  matmul_forward(env_.op, logits, lnf, env_.param(wte_), Tensor());  // tied LM head
+  Tensor logits = keep.alloc_tensor({B, T, V});  // (B,T,V/t) under tensor parallelism
+  matmul_forward(env_.op, logits, lnf, head_weight(env_.param(wte_)), Tensor());  // tied LM head
   Tensor losses = mb.workspace.alloc_tensor({B, T});
-  crossentropy_forward(env_.op, losses, logits, mb.targets);
+  Tensor lse_max, lse_sum;
+  if (env_.tp) {
+    lse_max = keep.alloc_tensor({B, T});
+    lse_sum = keep.alloc_tensor({B, T});
+    vocab_parallel_crossentropy_forward(*env_.tp, losses, lse_max, lse_sum, logits, mb.targets,
+                                        vocab_begin(), mb.workspace);
+  } else {
+    crossentropy_forward(env_.op, losses, logits, mb.targets);
+  }
   mb.logits = logits;
   // Per-sequence sums (in double, in position order) and the mean over the positions with a
   // target (ignored targets give loss 0 and do not count). Validation adds up the per-sequence
@@ -43,7 +56,8 @@ void HeadBlock::forward(MicroBatch& mb) {
     counted += mb.seq_targets[b];
   }
   mb.loss = counted ? static_cast<float>(sum / counted) : 0.0f;
-  if (mb.training) mb.block_saved[cfg.n_layer + 1] = {lnf, mean, rstd, logits, Tensor()};
+  if (mb.training)
+    mb.block_saved[cfg.n_layer + 1] = {lnf, mean, rstd, logits, Tensor(), lse_max, lse_sum};
 }
 
 void HeadBlock::backward_input(MicroBatch& mb) {
@@ -55,9 +69,14 @@ void HeadBlock::backward_input(MicroBatch& mb) {
   // d(mean loss)/d(loss_i) = 1/counted, times the micro-batch's weight in the objective.
   const float dloss = counted ? mb.dloss / static_cast<float>(counted) : 0.0f;
   Tensor dlogits = s[LOGITS];  // (B,T,V), overwritten in place
-  crossentropy_backward(env_.op, dlogits, s[LOGITS], mb.targets, dloss);
+  if (env_.tp)
+    vocab_parallel_crossentropy_backward(dlogits, s[LOGITS], mb.targets, s[LSE_MAX], s[LSE_SUM],
+                                         vocab_begin(), dloss);
+  else
+    crossentropy_backward(env_.op, dlogits, s[LOGITS], mb.targets, dloss);
   s[DLNF] = mb.stash_arena->zeros(s[LNF].shape);  // (B,T,C), for W
-  matmul_backward_input(env_.op, s[DLNF], dlogits, env_.param(wte_));
+  matmul_backward_input(env_.op, s[DLNF], dlogits, head_weight(env_.param(wte_)));
+  env_.tp_all_reduce(s[DLNF]);  // f's backward: the ranks' partial d(ln_f output)
   // The head starts the backward pass: dresidual = d(loss)/d(residual[L]).
   layernorm_backward_input(env_.op, mb.dresidual, s[DLNF], mb.residual[cfg.n_layer],
                            env_.param(lnf_w_), s[LNF_MEAN], s[LNF_RSTD]);
@@ -66,15 +85,29 @@ void HeadBlock::backward_input(MicroBatch& mb) {
 void HeadBlock::backward_weight(MicroBatch& mb) {
   const GPTConfig& cfg = *env_.config;
   const std::vector<Tensor>& s = mb.block_saved[cfg.n_layer + 1];
-  matmul_backward_weight(env_.op, env_.grad(wte_), Tensor(), s[LOGITS], s[LNF]);
+  matmul_backward_weight(env_.op, head_weight(env_.grad(wte_)), Tensor(), s[LOGITS], s[LNF]);
   layernorm_backward_weight(env_.op, env_.grad(lnf_w_), env_.grad(lnf_b_), s[DLNF],
                             mb.residual[cfg.n_layer], s[LNF_MEAN], s[LNF_RSTD]);
 }
 
+int64_t HeadBlock::vocab_begin() const {
+  return env_.tp_rank() * vocab_rows_per_rank(*env_.config, env_.tp_size());
+}
+
+int64_t HeadBlock::vocab_cols() const {
+  if (!env_.tp) return env_.config->vocab_size;
+  return std::min<int64_t>(vocab_rows_per_rank(*env_.config, env_.tp_size()),
+                           env_.config->vocab_size - vocab_begin());
+}
+
+Tensor HeadBlock::head_weight(Tensor w) const {  // (V/t rows with padding, C) -> (cols, C)
+  return env_.tp ? Tensor(w.data, {vocab_cols(), w.dim(1)}, w.dtype, w.device) : w;
+}
+
 size_t HeadBlock::saved_bytes(int B, int T) const {
   const int64_t N = int64_t{B} * T;
-  return f32_bytes(N * env_.config->n_embd) + 2 * f32_bytes(N) +
-         f32_bytes(N * env_.config->vocab_size);
+  const size_t lse = env_.tp ? 2 * f32_bytes(N) : 0;  // LSE_MAX, LSE_SUM
+  return f32_bytes(N * env_.config->n_embd) + 2 * f32_bytes(N) + f32_bytes(N * vocab_cols()) + lse;
 }
 
 size_t HeadBlock::stash_bytes(int B, int T) const {
@@ -84,7 +117,8 @@ size_t HeadBlock::stash_bytes(int B, int T) const {
 size_t HeadBlock::workspace_bytes(int B, int T) const {
   // Evaluation keeps everything in the workspace: the saved set plus the losses.
   const int64_t N = int64_t{B} * T;
-  return saved_bytes(B, T) + f32_bytes(N) + f32_bytes(N * env_.config->n_embd);
+  const size_t ce = env_.tp ? vocab_parallel_crossentropy_scratch(N, env_.tp_size()) : 0;
+  return saved_bytes(B, T) + f32_bytes(N) + f32_bytes(N * env_.config->n_embd) + ce;
 }
 
 }  // namespace tide

@@ -31,6 +31,9 @@ void linear_row(std::vector<float>& y, const std::vector<float>& x, const Tensor
 }  // namespace
 
 KvDecoder::KvDecoder(GPT& model) : model_(model) {
+  TIDE_CHECK(model.tp() == 1,
+             "the key/value-cache decoder needs the whole model on one rank (this one holds a "
+             "tensor-parallel shard); sample from a single-rank model");
   const GPTConfig& c = model.config();
   L_ = c.n_layer;
   T_ = c.max_seq_len;

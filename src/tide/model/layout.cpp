@@ -13,6 +13,28 @@ int64_t vocab_rows_per_rank(const GPTConfig& config, int tp) {
   return (int64_t{config.vocab_size} + tp - 1) / tp;
 }
 
+int64_t tp_global_index(const GPTConfig& c, RankCoords at, const std::string& name, int64_t i) {
+  const int64_t t = at.tp, r = at.tp_rank, C = c.n_embd;
+  if (t == 1) return i;
+  if (name == "wte" || name == "lm_head.weight") {
+    const int64_t row = r * vocab_rows_per_rank(c, at.tp) + i / C;
+    return row < c.vocab_size ? row * C + i % C : -1;
+  }
+  auto is = [&](const char* suffix) { return name.ends_with(suffix); };
+  if (is("attn.c_attn.weight") || is("attn.c_attn.bias")) {
+    const int64_t width = is(".weight") ? C : 1;  // elements per row
+    const int64_t row = i / width, part = row / (C / t), within = row % (C / t);  // q, k or v
+    return (part * C + r * (C / t) + within) * width + i % width;
+  }
+  if (is("mlp.c_fc.weight")) return r * (4 * C / t) * C + i;
+  if (is("mlp.c_fc.bias")) return r * (4 * C / t) + i;
+  if (is("c_proj.weight")) {  // (C, K/t) of (C, K): columns [r K/t, (r+1) K/t)
+    const int64_t cols = is("mlp.c_proj.weight") ? 4 * C / t : C / t;
+    return (i / cols) * cols * t + r * cols + i % cols;
+  }
+  return i;  // replicated
+}
+
 ChunkLayout make_layout(const GPTConfig& c, RankCoords at) {
   c.validate();
   TIDE_CHECK(at.tp >= 1 && at.tp_rank >= 0 && at.tp_rank < at.tp,

@@ -17,6 +17,8 @@
 // which is the chunk packing order, so the next tensor needed is usually in the same chunk.
 // With t = p = 1 the sizes add up to GPTConfig::num_parameters().
 
+#include <string>
+
 #include "tide/memory/chunk_layout.h"
 #include "tide/model/config.h"
 
@@ -34,6 +36,15 @@ extern const char* const kLayerParamNames[12];
 
 // Rows of the vocabulary-parallel token embedding on each of `tp` ranks.
 int64_t vocab_rows_per_rank(const GPTConfig& config, int tp);
+
+// Tensor parallelism: where element `i` (row-major) of this rank's tensor `name` sits in the
+// unsharded (t = 1) tensor of the same name, or -1 for the padding rows of the vocabulary-
+// parallel wte / lm_head (vocab_size rounded up to a multiple of t). The inverse of the
+// sharding in make_layout: wte rows [r V_t, (r+1) V_t); c_attn rows q, k and v each
+// [r C/t, (r+1) C/t) (the rank's heads); c_fc rows [r 4C/t, ..); the two c_proj columns
+// [r C/t, ..) and [r 4C/t, ..); every other tensor whole. init_weights draws the single-rank
+// values through it, and tests gather shards with it.
+int64_t tp_global_index(const GPTConfig& config, RankCoords at, const std::string& name, int64_t i);
 
 // The unpacked layout of rank `at`. Throws a tide::Error naming the fix when the model does
 // not divide over tp or pp (heads, hidden size, layers).

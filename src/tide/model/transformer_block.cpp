@@ -44,7 +44,10 @@ TransformerBlock::TransformerBlock(const BlockEnv& env, int layer, std::vector<i
 
 std::vector<Tensor> TransformerBlock::compute_forward(MicroBatch& mb, bool recompute) {
   const GPTConfig& cfg = *env_.config;
-  const int64_t B = mb.B, T = mb.T, C = cfg.n_embd, NH = cfg.n_head;
+  // Under tensor parallelism over t ranks this rank holds NHl = NH/t heads: Cl = C/t of the
+  // attention width, and 4Cl of the mlp hidden width.
+  const int64_t B = mb.B, T = mb.T, C = cfg.n_embd, NH = cfg.n_head, t = env_.tp_size();
+  const int64_t Cl = C / t, NHl = NH / t;
   const OpContext& op = env_.op;
   auto p = [&](Param i) { return env_.param(param_ids_[i]); };
   // Where each intermediate goes: kept for backward in mb.saved, or temporary in the
@@ -61,15 +64,15 @@ std::vector<Tensor> TransformerBlock::compute_forward(MicroBatch& mb, bool recom
   s[LN1_MEAN] = main.alloc_tensor({B, T});
   s[LN1_RSTD] = main.alloc_tensor({B, T});
   layernorm_forward(op, s[LN1], s[LN1_MEAN], s[LN1_RSTD], x, p(LN1_W), p(LN1_B));
-  s[QKV] = main.alloc_tensor({B, T, 3 * C});
+  s[QKV] = main.alloc_tensor({B, T, 3 * Cl});
   matmul_forward(op, s[QKV], s[LN1], p(ATTN_W), p(ATTN_B));
-  s[PREATT] = attn.alloc_tensor({B, NH, T, T});
-  s[ATT] = attn.alloc_tensor({B, NH, T, T});
-  s[ATTY] = main.alloc_tensor({B, T, C});
-  attention_forward(op, s[ATTY], s[PREATT], s[ATT], s[QKV], cfg.n_head,
-                    env_.dropout(mb, layer_, ATTN_PROBS, NH));
+  s[PREATT] = attn.alloc_tensor({B, NHl, T, T});
+  s[ATT] = attn.alloc_tensor({B, NHl, T, T});
+  s[ATTY] = main.alloc_tensor({B, T, Cl});
+  attention_forward(op, s[ATTY], s[PREATT], s[ATT], s[QKV], static_cast<int>(NHl),
+                    attn_dropout(mb));
   Tensor proj = mb.workspace.alloc_tensor({B, T, C});
-  matmul_forward(op, proj, s[ATTY], p(PROJ_W), p(PROJ_B));
+  row_parallel_forward(proj, s[ATTY], p(PROJ_W), p(PROJ_B));
   dropout_forward(op, proj, proj, env_.dropout(mb, layer_, ATTN_RESID, C));
   s[RES2] = main.alloc_tensor({B, T, C});
   residual_forward(op, s[RES2], x, proj);
@@ -77,13 +80,13 @@ std::vector<Tensor> TransformerBlock::compute_forward(MicroBatch& mb, bool recom
   s[LN2_MEAN] = main.alloc_tensor({B, T});
   s[LN2_RSTD] = main.alloc_tensor({B, T});
   layernorm_forward(op, s[LN2], s[LN2_MEAN], s[LN2_RSTD], s[RES2], p(LN2_W), p(LN2_B));
-  s[FCH] = main.alloc_tensor({B, T, 4 * C});
+  s[FCH] = main.alloc_tensor({B, T, 4 * Cl});
   matmul_forward(op, s[FCH], s[LN2], p(FC_W), p(FC_B));
-  s[FCH_GELU] = main.alloc_tensor({B, T, 4 * C});
+  s[FCH_GELU] = main.alloc_tensor({B, T, 4 * Cl});
   gelu_forward(op, s[FCH_GELU], s[FCH]);
   if (!recompute) {  // a recomputation must not touch the block output (already consumed)
     Tensor fc2 = mb.workspace.alloc_tensor({B, T, C});
-    matmul_forward(op, fc2, s[FCH_GELU], p(FC2_W), p(FC2_B));
+    row_parallel_forward(fc2, s[FCH_GELU], p(FC2_W), p(FC2_B));
     dropout_forward(op, fc2, fc2, env_.dropout(mb, layer_, MLP_RESID, C));
     residual_forward(op, mb.residual[layer_ + 1], s[RES2], fc2);
   }
@@ -95,9 +98,27 @@ void TransformerBlock::forward(MicroBatch& mb) {
   if (mb.training) mb.block_saved[layer_ + 1] = std::move(s);
 }
 
+// Row-parallel linear (t > 1): the rank's partial inp_r @ W_r^T, the bias added on rank 0
+// only, summed over the ranks (g). Without tensor parallelism the plain linear.
+void TransformerBlock::row_parallel_forward(Tensor out, Tensor inp, Tensor w, Tensor bias) const {
+  if (!env_.tp) {
+    matmul_forward(env_.op, out, inp, w, bias);
+    return;
+  }
+  matmul_forward(env_.op, out, inp, w, env_.tp_rank() == 0 ? bias : Tensor());
+  env_.tp_all_reduce(out);
+}
+
+// The attention probabilities' dropout: this rank's heads [r NH/t, (r+1) NH/t) of NH.
+DropoutSpec TransformerBlock::attn_dropout(const MicroBatch& mb) const {
+  const int64_t NH = env_.config->n_head, NHl = NH / env_.tp_size();
+  return env_.dropout(mb, layer_, ATTN_PROBS, NH, env_.tp_rank() * NHl);
+}
+
 void TransformerBlock::backward_input(MicroBatch& mb) {
   const GPTConfig& cfg = *env_.config;
-  const int64_t B = mb.B, T = mb.T, C = cfg.n_embd, NH = cfg.n_head;
+  const int64_t B = mb.B, T = mb.T, C = cfg.n_embd, t = env_.tp_size();
+  const int64_t Cl = C / t, NHl = cfg.n_head / t;
   const OpContext& op = env_.op;
   auto p = [&](Param i) { return env_.param(param_ids_[i]); };
   std::vector<Tensor>& s = mb.block_saved[layer_ + 1];
@@ -106,11 +127,10 @@ void TransformerBlock::backward_input(MicroBatch& mb) {
   if (env_.policy == ActivationPolicy::FULL) {
     s = compute_forward(mb, /*recompute=*/true);
   } else if (env_.policy == ActivationPolicy::SELECTIVE) {
-    s[PREATT] = mb.workspace.alloc_tensor({B, NH, T, T});
-    s[ATT] = mb.workspace.alloc_tensor({B, NH, T, T});
-    Tensor atty = mb.workspace.alloc_tensor({B, T, C});  // equals s[ATTY]; discarded
-    attention_forward(op, atty, s[PREATT], s[ATT], s[QKV], cfg.n_head,
-                      env_.dropout(mb, layer_, ATTN_PROBS, NH));
+    s[PREATT] = mb.workspace.alloc_tensor({B, NHl, T, T});
+    s[ATT] = mb.workspace.alloc_tensor({B, NHl, T, T});
+    Tensor atty = mb.workspace.alloc_tensor({B, T, Cl});  // equals s[ATTY]; discarded
+    attention_forward(op, atty, s[PREATT], s[ATT], s[QKV], static_cast<int>(NHl), attn_dropout(mb));
   }
 
   // 2. Walk the block backwards. mb.dresidual holds dL/d(block output) on entry and
@@ -124,23 +144,25 @@ void TransformerBlock::backward_input(MicroBatch& mb) {
   // spec's counters) and writes instead of accumulating.
   s[DFC2] = w.alloc_tensor({B, T, C});
   dropout_forward(op, s[DFC2], dy, env_.dropout(mb, layer_, MLP_RESID, C));
-  Tensor dgelu = tmp.zeros({B, T, 4 * C});
+  Tensor dgelu = tmp.zeros({B, T, 4 * Cl});
   matmul_backward_input(op, dgelu, s[DFC2], p(FC2_W));
-  s[DFCH] = w.zeros({B, T, 4 * C});
+  s[DFCH] = w.zeros({B, T, 4 * Cl});
   gelu_backward(op, s[DFCH], dgelu, s[FCH]);
   s[DLN2] = w.zeros({B, T, C});
   matmul_backward_input(op, s[DLN2], s[DFCH], p(FC_W));
+  env_.tp_all_reduce(s[DLN2]);  // f's backward: the ranks' partial d(ln_2 output)
   layernorm_backward_input(op, dy, s[DLN2], s[RES2], p(LN2_W), s[LN2_MEAN], s[LN2_RSTD]);
   // dy now holds dL/dx2. Attention branch: x2 = x + dropout(proj(attention(ln_1(x))))
   s[DPROJ] = w.alloc_tensor({B, T, C});
   dropout_forward(op, s[DPROJ], dy, env_.dropout(mb, layer_, ATTN_RESID, C));  // as DFC2
-  Tensor datty = tmp.zeros({B, T, C});
+  Tensor datty = tmp.zeros({B, T, Cl});
   matmul_backward_input(op, datty, s[DPROJ], p(PROJ_W));
-  s[DQKV] = w.zeros({B, T, 3 * C});
-  attention_backward(op, s[DQKV], datty, s[QKV], s[PREATT], s[ATT], cfg.n_head,
-                     env_.dropout(mb, layer_, ATTN_PROBS, NH));
+  s[DQKV] = w.zeros({B, T, 3 * Cl});
+  attention_backward(op, s[DQKV], datty, s[QKV], s[PREATT], s[ATT], static_cast<int>(NHl),
+                     attn_dropout(mb));
   s[DLN1] = w.zeros({B, T, C});
   matmul_backward_input(op, s[DLN1], s[DQKV], p(ATTN_W));
+  env_.tp_all_reduce(s[DLN1]);  // f's backward: the ranks' partial d(ln_1 output)
   layernorm_backward_input(op, dy, s[DLN1], mb.residual[layer_], p(LN1_W), s[LN1_MEAN],
                            s[LN1_RSTD]);
 }
@@ -158,47 +180,54 @@ void TransformerBlock::backward_weight(MicroBatch& mb) {
                             s[LN1_RSTD]);
 }
 
-// Sizes, per the allocations above: LN1, ATTY, RES2, LN2 (B,T,C); four (B,T) statistics;
-// QKV (B,T,3C); FCH, FCH_GELU (B,T,4C).
-static size_t main_bytes(int64_t N, int64_t C) {
-  return 4 * f32_bytes(N * C) + 4 * f32_bytes(N) + f32_bytes(N * 3 * C) + 2 * f32_bytes(N * 4 * C);
+// Sizes, per the allocations above, with Cl = C/t, NHl = NH/t over t tensor-parallel ranks:
+// LN1, RES2, LN2 (B,T,C); ATTY (B,T,Cl); four (B,T) statistics; QKV (B,T,3Cl); FCH,
+// FCH_GELU (B,T,4Cl).
+static size_t main_bytes(int64_t N, int64_t C, int64_t t = 1) {
+  const int64_t Cl = C / t;
+  return 3 * f32_bytes(N * C) + f32_bytes(N * Cl) + 4 * f32_bytes(N) + f32_bytes(N * 3 * Cl) +
+         2 * f32_bytes(N * 4 * Cl);
 }
-static size_t att_bytes(int64_t B, int64_t T, int64_t NH) {
-  return 2 * f32_bytes(B * NH * T * T);
+static size_t att_bytes(int64_t B, int64_t T, int64_t NHl) {
+  return 2 * f32_bytes(B * NHl * T * T);
 }
 
 size_t TransformerBlock::saved_bytes(int B, int T) const {
-  const int64_t N = int64_t{B} * T, C = env_.config->n_embd, NH = env_.config->n_head;
+  const int64_t N = int64_t{B} * T, C = env_.config->n_embd, t = env_.tp_size();
+  const int64_t NHl = env_.config->n_head / t;
   switch (env_.policy) {
     case ActivationPolicy::SAVE_ALL:
-      return main_bytes(N, C) + att_bytes(B, T, NH);
+      return main_bytes(N, C, t) + att_bytes(B, T, NHl);
     case ActivationPolicy::SELECTIVE:
-      return main_bytes(N, C);
+      return main_bytes(N, C, t);
     case ActivationPolicy::FULL:
       return 0;
   }
   return 0;
 }
 
-// What B leaves for W: DFC2, DLN2, DPROJ, DLN1 (B,T,C); DFCH (B,T,4C); DQKV (B,T,3C).
-static size_t grad_stash_bytes(int64_t N, int64_t C) {
-  return 4 * f32_bytes(N * C) + f32_bytes(N * 4 * C) + f32_bytes(N * 3 * C);
+// What B leaves for W: DFC2, DLN2, DPROJ, DLN1 (B,T,C); DFCH (B,T,4Cl); DQKV (B,T,3Cl).
+static size_t grad_stash_bytes(int64_t N, int64_t C, int64_t t) {
+  const int64_t Cl = C / t;
+  return 4 * f32_bytes(N * C) + f32_bytes(N * 4 * Cl) + f32_bytes(N * 3 * Cl);
 }
 
 size_t TransformerBlock::workspace_bytes(int B, int T) const {
-  const int64_t N = int64_t{B} * T, C = env_.config->n_embd, NH = env_.config->n_head;
+  const int64_t N = int64_t{B} * T, C = env_.config->n_embd, t = env_.tp_size();
+  const int64_t NHl = env_.config->n_head / t;
   // Worst part: evaluation keeps everything temporary (main + attention + proj, fc2); B needs
-  // the recomputed attention matrices, their output or proj, dgelu (B,T,4C) and datty.
-  const size_t eval = main_bytes(N, C) + att_bytes(B, T, NH) + 2 * f32_bytes(N * C);
-  const size_t bwd = att_bytes(B, T, NH) + 2 * f32_bytes(N * C) + f32_bytes(N * 4 * C);
+  // the recomputed attention matrices, their output or proj, dgelu (B,T,4Cl) and datty. (With
+  // t = 1 the bound of the single-rank model: 2 (B,T,C) + (B,T,4C).)
+  const size_t eval = main_bytes(N, C, t) + att_bytes(B, T, NHl) + 2 * f32_bytes(N * C);
+  const size_t bwd = att_bytes(B, T, NHl) + 2 * f32_bytes(N * C) + f32_bytes(N * 4 * C / t);
   return std::max(eval, bwd);
 }
 
 size_t TransformerBlock::stash_bytes(int B, int T) const {
-  const int64_t N = int64_t{B} * T, C = env_.config->n_embd;
+  const int64_t N = int64_t{B} * T, C = env_.config->n_embd, t = env_.tp_size();
   // A full recomputation also leaves the block's intermediates for W.
-  const size_t recomputed = env_.policy == ActivationPolicy::FULL ? main_bytes(N, C) : 0;
-  return grad_stash_bytes(N, C) + recomputed;
+  const size_t recomputed = env_.policy == ActivationPolicy::FULL ? main_bytes(N, C, t) : 0;
+  return grad_stash_bytes(N, C, t) + recomputed;
 }
 
 }  // namespace tide

@@ -1,0 +1,44 @@
+#pragma once
+// The vocabulary-parallel ends of GPT-2 under tensor parallelism (Megatron-LM's
+// VocabParallelEmbedding and vocab_parallel_cross_entropy): rank r of t holds rows
+// [v0, v0 + rows) of wte, and no rank ever holds the full (B,T,V) logits.
+//
+// Embedding: each rank looks up the tokens that fall in its rows (zeros elsewhere); the
+// caller all-reduces the partial (B,T,C) and adds wpe. Cross-entropy over the rank's logit
+// columns: the row maxima are all-gathered (ProcessGroup has no max reduction) and their
+// maximum taken, then sum(exp(logit - max)) and the target's logit (held by one rank, 0 on the
+// others) are all-reduced together, so loss = log(sum) + max - target logit.
+//
+// Host loops: these run on CPU tensors (the CUDA kernels are not written yet; the functions
+// reject device tensors with a clear error).
+
+#include "tide/comm/process_group.h"
+#include "tide/core/arena.h"
+#include "tide/core/tensor.h"
+
+namespace tide {
+
+// out(B,T,C) = wte_shard[token - v0] for tokens in [v0, v0 + rows of wte_shard), else 0.
+// Throws on a token outside [0, vocab).
+void vocab_parallel_embedding_forward(Tensor out, Tensor tokens, Tensor wte_shard, int64_t v0,
+                                      int64_t vocab);
+// dwte_shard[token - v0] += dout rows of this rank's tokens (in (b,t) order).
+void vocab_parallel_embedding_backward(Tensor dwte_shard, Tensor dout, Tensor tokens, int64_t v0);
+// out(B,T,C) += wpe[t] (wpe is (maxT, C); its first T rows).
+void add_position_embedding(Tensor out, Tensor wpe);
+// dwpe[t] += sum over b of dout(B,T,C) (in b order).
+void position_embedding_backward(Tensor dwpe, Tensor dout);
+
+// logits(B,T,Vr): this rank's columns [v0, v0 + Vr) of the logits; targets(B,T) (< 0:
+// ignored, loss 0). Writes losses(B,T) (the same on every rank) and, for backward, the row
+// maxima max(B,T) and sums of exp(logit - max) sum(B,T). Collective over `tp`. Its
+// communication buffers come from `scratch`: vocab_parallel_crossentropy_scratch(N, t) bytes.
+void vocab_parallel_crossentropy_forward(ProcessGroup& tp, Tensor losses, Tensor max, Tensor sum,
+                                         Tensor logits, Tensor targets, int64_t v0, Arena& scratch);
+size_t vocab_parallel_crossentropy_scratch(int64_t N, int tp);
+// dlogits(B,T,Vr) = (softmax - onehot(target)) * dloss over this rank's columns, from the
+// forward's max and sum; may alias logits (overwritten in place). No communication.
+void vocab_parallel_crossentropy_backward(Tensor dlogits, Tensor logits, Tensor targets, Tensor max,
+                                          Tensor sum, int64_t v0, float dloss);
+
+}  // namespace tide
