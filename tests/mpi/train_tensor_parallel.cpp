@@ -7,7 +7,8 @@
 // dropout 0.1 and each activation policy, for the fused B+W order and for deferred W; a few
 // AdamW steps keep the losses equal to 1e-5 and the parameters to 1e-4. Communication is
 // measured with the ring algorithm's own counters (bytes actually sent) and compared with
-// Megatron's count: 4 all-reduces of (s,b,h) per layer per forward + backward.
+// Megatron's count: 4 all-reduces of (s,b,h) per layer per forward + backward. Each with and
+// without sequence parallelism (SP: the residual stream on sequence shards).
 //
 // World sizes: t = N for N <= 4 (the model has 12 heads: 2, 3 and 4 divide them); with 8
 // ranks two groups of 4 run side by side. The vocabulary (67) divides over none of them, so
@@ -32,7 +33,7 @@ using namespace tide;
 
 namespace {
 
-constexpr int kB = 2, kT = 16;
+constexpr int kB = 2, kT = 24;  // T divides over 2, 3, 4 and 8 ranks (SP)
 
 GPTConfig tiny_config(float dropout) {
   GPTConfig c;
@@ -53,10 +54,19 @@ std::shared_ptr<ProcessGroup> tp_group(CommAlgorithm algorithm = CommAlgorithm::
   return world->split(world->rank() / 4, world->rank());
 }
 
-ModelOptions tp_options(std::shared_ptr<ProcessGroup> tp) {
+ModelOptions tp_options(std::shared_ptr<ProcessGroup> tp, bool sp = false) {
   ModelOptions o;
   o.tp = std::move(tp);
+  o.sequence_parallel = sp;
   return o;
+}
+
+using Param = std::tuple<ActivationPolicy, bool>;  // policy, sequence parallelism
+
+std::string param_name(const testing::TestParamInfo<Param>& info) {
+  const ActivationPolicy p = std::get<0>(info.param);
+  return std::string(p == ActivationPolicy::SAVE_ALL ? "none" : activation_policy_name(p)) +
+         (std::get<1>(info.param) ? "_sp" : "");
 }
 
 // Tokens over the whole vocabulary (every rank's rows are looked up), some targets ignored;
@@ -123,13 +133,14 @@ float forward_backward(GPT& m, MicroBatch& mb, bool deferred_w) {
   return loss;
 }
 
-class TensorParallel : public testing::TestWithParam<ActivationPolicy> {};
+class TensorParallel : public testing::TestWithParam<Param> {};
 
 TEST_P(TensorParallel, LossAndEveryGradientMatchOneRank) {
   const std::shared_ptr<ProcessGroup> tp = tp_group();
+  const auto [policy, sp] = GetParam();
   const GPTConfig cfg = tiny_config(0.1f);
-  GPT whole(cfg, GetParam(), ModelOptions{});
-  GPT shard(cfg, GetParam(), tp_options(tp));
+  GPT whole(cfg, policy, ModelOptions{});
+  GPT shard(cfg, policy, tp_options(tp, sp));
   ASSERT_EQ(shard.tp(), tp->size());
   whole.init_weights(3);
   shard.init_weights(3);
@@ -177,9 +188,10 @@ void adamw_step(GPT& m, int t) {
 
 TEST_P(TensorParallel, OptimizerStepsKeepLossesAndParametersEqual) {
   const std::shared_ptr<ProcessGroup> tp = tp_group();
+  const auto [policy, sp] = GetParam();
   const GPTConfig cfg = tiny_config(0.1f);
-  GPT whole(cfg, GetParam(), ModelOptions{});
-  GPT shard(cfg, GetParam(), tp_options(tp));
+  GPT whole(cfg, policy, ModelOptions{});
+  GPT shard(cfg, policy, tp_options(tp, sp));
   for (GPT* m : {&whole, &shard}) {
     m->init_weights(5);
     m->store().zero(ChunkKind::ADAM_M);
@@ -207,35 +219,44 @@ TEST_P(TensorParallel, OptimizerStepsKeepLossesAndParametersEqual) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Policies, TensorParallel,
-                         testing::Values(ActivationPolicy::SAVE_ALL, ActivationPolicy::SELECTIVE,
-                                         ActivationPolicy::FULL),
-                         [](const auto& info) {
-                           return std::string(info.param == ActivationPolicy::SAVE_ALL
-                                                  ? "none"
-                                                  : activation_policy_name(info.param));
-                         });
+                         testing::Combine(testing::Values(ActivationPolicy::SAVE_ALL,
+                                                          ActivationPolicy::SELECTIVE,
+                                                          ActivationPolicy::FULL),
+                                          testing::Bool()),
+                         param_name);
 
 // Bytes a tp rank sends, measured by the ring algorithm's counters (the messages it actually
 // sent), per block part, against Megatron's count: per layer 2 all-reduces of the (B,T,C)
 // activation in forward (after the two row-parallel linears) and 2 in backward (the two
 // column-parallel inputs' gradients), none in W; a full recomputation repeats the first
-// forward one inside B. The embedding all-reduces its output; the head all-gathers the row maxima,
-// all-reduces [sum of exp | target logit] (2 B T) in forward and d(ln_f) (B,T,C) in B.
-class TensorParallelComm : public testing::TestWithParam<ActivationPolicy> {};
+// forward one inside B (it stops before the mlp c_proj: the block output is consumed). The
+// embedding all-reduces its output; the head all-gathers the row maxima, all-reduces
+// [sum of exp | target logit] (2 B T) in forward and d(ln_f) (B,T,C) in B.
+// Under SP each all-reduce is a reduce-scatter (forward: after the row-parallel linears;
+// backward: the column-parallel inputs' gradients) plus an all-gather (forward: before the
+// column-parallel linears; backward: the row-parallel outputs' gradients), the same bytes;
+// the full recomputation redoes 2 all-gathers and a reduce-scatter; W all-reduces the
+// layernorms' partial gradients (4C per layer, 2C for ln_f).
+class TensorParallelComm : public testing::TestWithParam<Param> {};
 
 TEST_P(TensorParallelComm, BytesPerLayerAreFourAllReducesOfTheActivation) {
   if (mpi_test::world().size() > 4) GTEST_SKIP() << "one tp group of the whole world (<= 4)";
   const std::shared_ptr<ProcessGroup> tp = tp_group(CommAlgorithm::Ring);
+  const auto [policy, sp] = GetParam();
   const int t = tp->size(), r = tp->rank();
   const GPTConfig cfg = tiny_config(0.1f);
-  GPT m(cfg, GetParam(), tp_options(tp));
+  const int64_t C = cfg.n_embd;
+  GPT m(cfg, policy, tp_options(tp, sp));
   m.init_weights(1);
   auto mb = m.make_micro_batch(kB, kT);
   fill_batch(*mb, 1);
-  const int64_t act = int64_t{kB} * kT * cfg.n_embd;                        // (s,b,h) elements
-  const uint64_t all_reduce = 4 * ring_all_reduce_traffic(act, t, r).sent;  // bytes
-  const uint64_t head_fwd = 4 * (ring_all_gather_traffic(kB * kT, t).sent +
-                                 ring_all_reduce_traffic(2 * kB * kT, t, r).sent);
+  const int64_t act = int64_t{kB} * kT * C;  // (s,b,h) elements
+  // Bytes of one collective, from the ring algorithm's element counts.
+  const uint64_t all_reduce = 4 * ring_all_reduce_traffic(act, t, r).sent;
+  const uint64_t gather = 4 * ring_all_gather_traffic(act / t, t).sent;
+  const uint64_t scatter = 4 * ring_reduce_scatter_traffic(act / t, t).sent;
+  const uint64_t head_ce = 4 * (ring_all_gather_traffic(kB * kT, t).sent +
+                                ring_all_reduce_traffic(2 * kB * kT, t, r).sent);
   auto sent = [&] {
     const uint64_t b = tp->counters().bytes_sent;
     tp->reset_counters();
@@ -254,32 +275,33 @@ TEST_P(TensorParallelComm, BytesPerLayerAreFourAllReducesOfTheActivation) {
     m.backward_weight_block(*mb, i, false);
     wgt[i] = sent();
   }
-  // The full recomputation redoes the block up to ln_2's input (the attention c_proj's
-  // all-reduce), not the mlp c_proj (the block output is already consumed): one more.
-  const uint64_t recompute = GetParam() == ActivationPolicy::FULL ? all_reduce : 0;
+  const bool full = policy == ActivationPolicy::FULL;
+  const uint64_t layer = sp ? 2 * (gather + scatter) : 2 * all_reduce;  // F, and B
+  const uint64_t recompute = !full ? 0 : sp ? 2 * gather + scatter : all_reduce;
+  const uint64_t ln_grads = sp ? 4 * ring_all_reduce_traffic(4 * C, t, r).sent : 0;
   for (int l = 1; l <= L; ++l) {
-    EXPECT_EQ(fwd[l], 2 * all_reduce) << "layer " << l;
-    EXPECT_EQ(bwd[l], 2 * all_reduce + recompute) << "layer " << l;
-    EXPECT_EQ(wgt[l], 0u) << "layer " << l;
-    // Megatron's theory per layer and forward + backward, within 1%.
-    const double theory = 4.0 * 2.0 * (t - 1) / t * act * 4 + recompute;
-    EXPECT_NEAR(static_cast<double>(fwd[l] + bwd[l]), theory, 0.01 * theory);
+    EXPECT_EQ(fwd[l], layer) << "layer " << l;
+    EXPECT_EQ(bwd[l], layer + recompute) << "layer " << l;
+    EXPECT_EQ(wgt[l], ln_grads) << "layer " << l;
+    // Megatron's theory per layer and forward + backward (without the recomputation): 4
+    // all-reduces of (s,b,h), each 2 (t-1)/t of it sent by a ring. Within 1%.
+    const double theory = 4.0 * 2.0 * (t - 1) / t * act * 4;
+    EXPECT_NEAR(static_cast<double>(fwd[l] + bwd[l] - recompute), theory, 0.01 * theory);
   }
-  EXPECT_EQ(fwd[0], all_reduce);
-  EXPECT_EQ(bwd[0] + wgt[0], 0u);
-  EXPECT_EQ(fwd[head], head_fwd);
-  EXPECT_EQ(bwd[head], all_reduce);
-  EXPECT_EQ(wgt[head], 0u);
+  EXPECT_EQ(fwd[0], sp ? scatter : all_reduce);
+  EXPECT_EQ(bwd[0], sp ? gather : 0u);
+  EXPECT_EQ(wgt[0], 0u);
+  EXPECT_EQ(fwd[head], head_ce + (sp ? gather : 0u));
+  EXPECT_EQ(bwd[head], sp ? scatter : all_reduce);
+  EXPECT_EQ(wgt[head], sp ? 4 * ring_all_reduce_traffic(2 * C, t, r).sent : 0u);
 }
 
 INSTANTIATE_TEST_SUITE_P(Policies, TensorParallelComm,
-                         testing::Values(ActivationPolicy::SAVE_ALL, ActivationPolicy::SELECTIVE,
-                                         ActivationPolicy::FULL),
-                         [](const auto& info) {
-                           return std::string(info.param == ActivationPolicy::SAVE_ALL
-                                                  ? "none"
-                                                  : activation_policy_name(info.param));
-                         });
+                         testing::Combine(testing::Values(ActivationPolicy::SAVE_ALL,
+                                                          ActivationPolicy::SELECTIVE,
+                                                          ActivationPolicy::FULL),
+                                          testing::Bool()),
+                         param_name);
 
 // Bad input, rejected when the model is built (before any communication), naming the fix.
 TEST(TensorParallelBadInput, HeadsThatDoNotDivideOverTheRanks) {
@@ -310,6 +332,32 @@ TEST(TensorParallelBadInput, VocabularyTooSmallForTheLastRank) {
     FAIL() << "expected an error for vocab " << V;
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("vocab_size"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+
+namespace {
+
+TEST(TensorParallelBadInput, SequenceLengthThatDoesNotDivideUnderSequenceParallelism) {
+  const std::shared_ptr<ProcessGroup> tp = tp_group();
+  GPT m(tiny_config(0.0f), ActivationPolicy::SAVE_ALL, tp_options(tp, true));
+  try {
+    m.make_micro_batch(kB, kT - 1);  // 23: prime
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("sequence length 23"), std::string::npos) << e.what();
+  }
+}
+
+TEST(TensorParallelBadInput, SequenceParallelismWithoutATensorParallelGroup) {
+  ModelOptions o;
+  o.sequence_parallel = true;
+  try {
+    GPT m(tiny_config(0.0f), ActivationPolicy::SAVE_ALL, o);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("tensor-parallel group"), std::string::npos) << e.what();
   }
 }
 

@@ -1,5 +1,7 @@
 #include "tide/model/block.h"
 
+#include <cstring>
+
 namespace tide {
 
 // Keyed by global coordinates (see DropoutSpec): the stream names the site and the step, the
@@ -19,6 +21,70 @@ DropoutSpec BlockEnv::dropout(const MicroBatch& mb, int layer, int site, int64_t
   d.width_full = width;
   d.col0 = col0;
   return d;
+}
+
+DropoutSpec BlockEnv::seq_dropout(const MicroBatch& mb, int layer, int site, int64_t width) const {
+  DropoutSpec d = dropout(mb, layer, site, width);
+  d.pos0 = seq_begin(mb.T);
+  return d;
+}
+
+size_t BlockEnv::sp_scratch_bytes(int64_t B, int64_t T, int64_t C) {
+  return f32_bytes(B * T * C);
+}
+
+// The permutation between (B,T,C) and the rank-major (t,B,T/t,C) of the collectives: row
+// (b, r T/t + u) of the whole is row (r, b, u) of the rank-major buffer.
+static void permute_rows(float* dst, const float* src, int64_t t, int64_t B, int64_t Ts, int64_t C,
+                         bool to_rank_major) {
+  for (int64_t r = 0; r < t; ++r)
+    for (int64_t b = 0; b < B; ++b) {
+      const int64_t whole = (b * t + r) * Ts * C, major = (r * B + b) * Ts * C;
+      const size_t n = static_cast<size_t>(Ts * C) * 4;
+      if (to_rank_major)
+        std::memcpy(dst + major, src + whole, n);
+      else
+        std::memcpy(dst + whole, src + major, n);
+    }
+}
+
+Tensor BlockEnv::to_shard(Tensor full, Arena& out, Arena& scratch) const {
+  if (!sp) {
+    tp_all_reduce(full);
+    return full;
+  }
+  TIDE_CHECK(full.device.is_cpu(), "sequence parallelism runs on host tensors only for now");
+  const int64_t t = tp_size(), B = full.dim(0), T = full.dim(1), C = full.dim(2), Ts = T / t;
+  Tensor shard = out.alloc_tensor({B, Ts, C});
+  const size_t mark = scratch.mark();
+  Tensor major = scratch.alloc_tensor({t * B * Ts * C});
+  permute_rows(major.f32(), full.f32(), t, B, Ts, C, true);
+  tp->reduce_scatter(major, shard.view({B * Ts * C}));
+  scratch.rewind(mark);
+  return shard;
+}
+
+Tensor BlockEnv::to_full(Tensor shard, Arena& out, Arena& scratch) const {
+  if (!sp) return shard;
+  TIDE_CHECK(shard.device.is_cpu(), "sequence parallelism runs on host tensors only for now");
+  const int64_t t = tp_size(), B = shard.dim(0), Ts = shard.dim(1), C = shard.dim(2);
+  Tensor full = out.alloc_tensor({B, Ts * t, C});
+  const size_t mark = scratch.mark();
+  Tensor major = scratch.alloc_tensor({t * B * Ts * C});
+  tp->all_gather(shard.view({B * Ts * C}), major);
+  permute_rows(full.f32(), major.f32(), t, B, Ts, C, false);
+  scratch.rewind(mark);
+  return full;
+}
+
+void BlockEnv::add_sp_partial_grads(Tensor partial, const std::vector<Tensor>& grads) const {
+  tp->all_reduce(partial);
+  const float* p = partial.f32();
+  for (const Tensor& g : grads) {
+    float* d = g.f32();
+    for (int64_t i = 0; i < g.numel(); ++i) d[i] += p[i];
+    p += g.numel();
+  }
 }
 
 }  // namespace tide

@@ -62,14 +62,36 @@ struct BlockEnv {
   OpContext op;
   ChunkStore* store = nullptr;
   ProcessGroup* tp = nullptr;
+  // Sequence parallelism (with tp): the residual stream, layernorms, residual dropout and adds
+  // run on sequence shards: every sequence's positions [r T/t, (r+1) T/t) on tp rank r, as
+  // (B,T/t,C) tensors. (B,T,C) is kept as the layout; the collectives below permute between
+  // the (B,T/t,C) shards and the (t,B,T/t,C) order they travel in.
+  bool sp = false;
 
   int tp_size() const { return tp ? tp->size() : 1; }
   int tp_rank() const { return tp ? tp->rank() : 0; }
+  // Positions of a sequence this rank holds in the residual stream, and the first of them.
+  int64_t seq_local(int64_t T) const { return sp ? T / tp_size() : T; }
+  int64_t seq_begin(int64_t T) const { return sp ? tp_rank() * (T / tp_size()) : 0; }
   // Megatron's g operator (forward of a row-parallel output, backward of a column-parallel
   // input): sums the ranks' partial (B,T,C) in place; nothing without tensor parallelism.
   void tp_all_reduce(Tensor partial) const {
     if (tp) tp->all_reduce(partial);
   }
+  // The partial sums `full` (B,T,C) of a row-parallel linear, or the partial gradient of a
+  // column-parallel input, completed: under SP reduce-scattered into this rank's sequence
+  // shard (B,T/t,C), allocated from `out` (scratch from `scratch`); otherwise all-reduced in
+  // place (tensor parallelism) or left as is, and returned.
+  Tensor to_shard(Tensor full, Arena& out, Arena& scratch) const;
+  // A sequence shard (B,T/t,C) made whole (B,T,C), allocated from `out`: under SP all-gathered
+  // (scratch from `scratch`); otherwise the shard itself is whole and returned.
+  Tensor to_full(Tensor shard, Arena& out, Arena& scratch) const;
+  // Scratch to_shard / to_full take from `scratch` for a (B,T,C) activation: (B,T,C) bytes.
+  static size_t sp_scratch_bytes(int64_t B, int64_t T, int64_t C);
+  // Under SP, the gradient of a replicated parameter computed from this rank's sequence shard
+  // only (layernorm weights and biases): `partial` (in a scratch tensor, zeroed before the
+  // op) is all-reduced and added to `grad`. `partial`: several gradients side by side.
+  void add_sp_partial_grads(Tensor partial, const std::vector<Tensor>& grads) const;
 
   Tensor param(int id) const { return store->tensor(ChunkKind::PARAM, id); }
   Tensor grad(int id) const { return store->tensor(ChunkKind::GRAD, id); }
@@ -78,6 +100,9 @@ struct BlockEnv {
   // `col0` of it (a tensor-parallel shard), keyed by global coordinates.
   DropoutSpec dropout(const MicroBatch& mb, int layer, int site, int64_t width,
                       int64_t col0 = 0) const;
+  // The same for an activation of the residual stream (B,T/t,W) under SP (positions from
+  // seq_begin), (B,T,W) otherwise.
+  DropoutSpec seq_dropout(const MicroBatch& mb, int layer, int site, int64_t width) const;
 };
 
 class Block {

@@ -49,7 +49,7 @@ class TransformerBlock : public Block {
   // Runs the forward pass, allocating intermediates in mb.saved (kept) or mb.workspace
   // (temporary, or recomputed for backward); returns the intermediates.
   std::vector<Tensor> compute_forward(MicroBatch& mb, bool recompute);
-  void row_parallel_forward(Tensor out, Tensor inp, Tensor w, Tensor bias) const;
+  Tensor row_parallel_forward(MicroBatch& mb, Tensor inp, Tensor w, Tensor bias) const;
   DropoutSpec attn_dropout(const MicroBatch& mb) const;
   const BlockEnv& env_;
   int layer_;

@@ -15,29 +15,35 @@ EmbeddingBlock::EmbeddingBlock(const BlockEnv& env, int wte, int wpe)
 }
 
 void EmbeddingBlock::forward(MicroBatch& mb) {
-  Tensor x = mb.residual[0];  // (B,T,C)
+  Tensor x = mb.residual[0];  // (B,T,C); (B,T/t,C) under SP
   if (env_.tp) {
     // Vocabulary-parallel: this rank's rows of wte, zeros for the others' tokens; the
     // all-reduce of the partial embeddings completes every row (exactly: one term is not
-    // zero), then the replicated wpe is added as the single-rank op adds it.
-    vocab_parallel_embedding_forward(x, mb.tokens, env_.param(wte_), vocab_begin(),
+    // zero; under SP a reduce-scatter to this rank's positions), then the replicated wpe is
+    // added as the single-rank op adds it.
+    Tensor partial = x;
+    if (env_.sp) partial = mb.workspace.alloc_tensor({mb.B, mb.T, x.dim(2)});
+    vocab_parallel_embedding_forward(partial, mb.tokens, env_.param(wte_), vocab_begin(),
                                      env_.config->vocab_size);
-    env_.tp_all_reduce(x);
-    add_position_embedding(x, env_.param(wpe_));
+    Tensor summed = env_.to_shard(partial, mb.workspace, mb.workspace);
+    if (env_.sp) std::memcpy(x.data, summed.data, x.nbytes());
+    add_position_embedding(x, env_.param(wpe_), env_.seq_begin(mb.T));
   } else {
     // wpe is (max_seq_len, C); the op uses its first T rows.
     embedding_forward(env_.op, x, mb.tokens, env_.param(wte_), env_.param(wpe_));
   }
-  dropout_forward(env_.op, x, x, env_.dropout(mb, -1, kEmbeddingDropoutSite, x.shape[2]));
+  dropout_forward(env_.op, x, x, env_.seq_dropout(mb, -1, kEmbeddingDropoutSite, x.shape[2]));
 }
 
 // Tokens have no gradient; B stashes d(wte[tokens] + wpe) = dropout_backward(dresidual[0]).
 void EmbeddingBlock::backward_input(MicroBatch& mb) {
   // dropout_backward into zeros, as one pass: dropout_forward applies the same mask.
-  Tensor demb = mb.stash_arena->alloc_tensor(mb.dresidual.shape);  // (B,T,C)
+  // Under SP the shard's gradient is all-gathered: W needs every position's.
+  Arena& out = env_.sp ? mb.workspace : *mb.stash_arena;
+  Tensor demb = out.alloc_tensor(mb.dresidual.shape);  // (B,T,C); (B,T/t,C) under SP
   dropout_forward(env_.op, demb, mb.dresidual,
-                  env_.dropout(mb, -1, kEmbeddingDropoutSite, demb.shape[2]));
-  mb.block_saved[0] = {demb};
+                  env_.seq_dropout(mb, -1, kEmbeddingDropoutSite, demb.shape[2]));
+  mb.block_saved[0] = {env_.to_full(demb, *mb.stash_arena, mb.workspace)};
 }
 
 // Under tensor parallelism the gradient is the same on every rank (the embedding's all-reduce
@@ -60,8 +66,11 @@ size_t EmbeddingBlock::saved_bytes(int, int) const {
   return 0;
 }  // output is residual[0]
 
-size_t EmbeddingBlock::workspace_bytes(int, int) const {
-  return 0;
+size_t EmbeddingBlock::workspace_bytes(int B, int T) const {
+  // Under SP: the partial (B,T,C) and its shard in F, the shard's gradient in B, and the
+  // collectives' permutation scratch.
+  const int64_t N = int64_t{B} * T, C = env_.config->n_embd;
+  return env_.sp ? 2 * f32_bytes(N * C) + BlockEnv::sp_scratch_bytes(B, T, C) : 0;
 }
 
 size_t EmbeddingBlock::stash_bytes(int B, int T) const {

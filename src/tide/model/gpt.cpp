@@ -24,7 +24,11 @@ GPT::GPT(const GPTConfig& config, ActivationPolicy policy, const ModelOptions& o
   if (options.tp && options.tp->size() > 1) {
     tp_group_ = options.tp;
     env_.tp = tp_group_.get();
+    env_.sp = options.sequence_parallel;
   }
+  TIDE_CHECK(!options.sequence_parallel || options.tp,
+             "sequence parallelism shards over the tensor-parallel group; give the model one "
+             "(ModelOptions::tp) or turn sequence parallelism off");
   const int tp = env_.tp_size(), tp_rank = env_.tp_rank();
   if (tp > 1) {
     // The last rank must hold at least one real vocabulary row (the rows are ceil(V/t) each).
@@ -124,15 +128,21 @@ std::unique_ptr<MicroBatch> GPT::make_micro_batch(int B, int T, StashPool* stash
              "sequence length {} is outside [1, model.max_seq_len = {}]; lower the sequence "
              "length or raise model.max_seq_len",
              T, config_.max_seq_len);
+  TIDE_CHECK(!env_.sp || T % env_.tp_size() == 0,
+             "sequence length {} does not divide over {} tensor-parallel ranks under sequence "
+             "parallelism; pick a sequence length that is a multiple of {}",
+             T, env_.tp_size(), env_.tp_size());
   auto mb = std::make_unique<MicroBatch>();
   mb->B = B;
   mb->T = T;
-  const int64_t N = int64_t{B} * T, C = config_.n_embd;
+  // The residual stream: (B,T,C), or this rank's sequence shard (B,T/t,C) under SP.
+  const int64_t Ts = env_.seq_local(T);
+  const int64_t N = int64_t{B} * Ts, C = config_.n_embd;
   // saved: tokens, targets, the stage's residuals (layer boundaries first..end), dresidual,
   // then every block's saved tensors.
   const int boundaries = end_layer_ - first_layer_ + 1;
   size_t saved =
-      2 * Arena::aligned(static_cast<size_t>(N) * 4) + (boundaries + 1) * f32_bytes(N * C);
+      2 * Arena::aligned(static_cast<size_t>(B) * T * 4) + (boundaries + 1) * f32_bytes(N * C);
   size_t workspace = 0;
   for (const auto& b : blocks_) {
     saved += b->saved_bytes(B, T);
@@ -155,8 +165,8 @@ std::unique_ptr<MicroBatch> GPT::make_micro_batch(int B, int T, StashPool* stash
   // layer l at l+1, head at L+1); a stage allocates only its own boundaries.
   mb->residual.resize(config_.n_layer + 1);
   for (int l = first_layer_; l <= end_layer_; ++l)
-    mb->residual[l] = mb->saved.alloc_tensor({B, T, C});
-  mb->dresidual = mb->saved.alloc_tensor({B, T, C});
+    mb->residual[l] = mb->saved.alloc_tensor({B, Ts, C});
+  mb->dresidual = mb->saved.alloc_tensor({B, Ts, C});
   mb->saved_mark = mb->saved.mark();
   mb->block_saved.resize(config_.n_layer + 2);
   return mb;

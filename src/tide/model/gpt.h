@@ -42,6 +42,11 @@ struct ModelOptions {
   // must run the same parts in the same order. nullptr (or a group of 1): no tensor
   // parallelism. Host (CPU) tensors only for now (vocab_parallel.h).
   std::shared_ptr<ProcessGroup> tp;
+  // Sequence parallelism over the tp group (Korthikanti et al.): the residual stream of a
+  // micro-batch is (B,T/t,C) per rank, positions [r T/t, (r+1) T/t) of every sequence
+  // (input_activation, output_activation, residual_grad are shards). Needs tp; T must divide
+  // by t.
+  bool sequence_parallel = false;
 };
 
 class GPT {
@@ -67,6 +72,7 @@ class GPT {
   // Tensor parallelism: the group's size and this rank's index in it (1 and 0 without).
   int tp() const { return env_.tp_size(); }
   int tp_rank() const { return env_.tp_rank(); }
+  bool sequence_parallel() const { return env_.sp; }
 
   // The stage boundaries of a micro-batch, each (B,T,C). input_activation: what the stage's
   // first transformer block reads (written by the embedding on stage 0; elsewhere fill it

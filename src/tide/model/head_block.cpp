@@ -8,7 +8,9 @@ namespace tide {
 
 // Saved tensors of the head, in block_saved order.
 // LSE_MAX, LSE_SUM: the vocabulary-parallel cross-entropy's row maxima and sums of exp(B,T).
-enum HeadSaved { LNF, LNF_MEAN, LNF_RSTD, LOGITS, DLNF, LSE_MAX, LSE_SUM, kHeadSaved };
+// Under SP, LNF / LNF_MEAN / LNF_RSTD / DLNF are on this rank's sequence shard (B,T/t,..) and
+// LNF_FULL is ln_f's output all-gathered (B,T,C) (otherwise LNF itself).
+enum HeadSaved { LNF, LNF_MEAN, LNF_RSTD, LOGITS, DLNF, LSE_MAX, LSE_SUM, LNF_FULL, kHeadSaved };
 
 HeadBlock::HeadBlock(const BlockEnv& env, int wte, int lnf_w, int lnf_b)
     : env_(env), wte_(wte), lnf_w_(lnf_w), lnf_b_(lnf_b) {
@@ -21,12 +23,15 @@ void HeadBlock::forward(MicroBatch& mb) {
   // In training the logits are kept (backward turns them into dlogits in place); in
   // evaluation everything is temporary.
   Arena& keep = (mb.training || mb.keep_logits) ? mb.saved : mb.workspace;
-  Tensor x = mb.residual[cfg.n_layer];
-  Tensor lnf = keep.alloc_tensor({B, T, C});
-  Tensor mean = keep.alloc_tensor({B, T}), rstd = keep.alloc_tensor({B, T});
+  const int64_t Ts = env_.seq_local(T);
+  Tensor x = mb.residual[cfg.n_layer];  // (B,Ts,C)
+  Tensor lnf = keep.alloc_tensor({B, Ts, C});
+  Tensor mean = keep.alloc_tensor({B, Ts}), rstd = keep.alloc_tensor({B, Ts});
   layernorm_forward(env_.op, lnf, mean, rstd, x, env_.param(lnf_w_), env_.param(lnf_b_));
-  Tensor logits = keep.alloc_tensor({B, T, V});  // (B,T,V/t) under tensor parallelism
-  matmul_forward(env_.op, logits, lnf, head_weight(env_.param(wte_)), Tensor());  // tied LM head
+  Tensor lnf_full = env_.to_full(lnf, keep, mb.workspace);  // (B,T,C)
+  Tensor logits = keep.alloc_tensor({B, T, V});             // (B,T,V/t) under tensor parallelism
+  matmul_forward(env_.op, logits, lnf_full, head_weight(env_.param(wte_)),
+                 Tensor());  // tied LM head
   Tensor losses = mb.workspace.alloc_tensor({B, T});
   Tensor lse_max, lse_sum;
   if (env_.tp) {
@@ -57,7 +62,8 @@ void HeadBlock::forward(MicroBatch& mb) {
   }
   mb.loss = counted ? static_cast<float>(sum / counted) : 0.0f;
   if (mb.training)
-    mb.block_saved[cfg.n_layer + 1] = {lnf, mean, rstd, logits, Tensor(), lse_max, lse_sum};
+    mb.block_saved[cfg.n_layer + 1] = {lnf,      mean,    rstd,    logits,
+                                       Tensor(), lse_max, lse_sum, lnf_full};
 }
 
 void HeadBlock::backward_input(MicroBatch& mb) {
@@ -74,9 +80,12 @@ void HeadBlock::backward_input(MicroBatch& mb) {
                                          vocab_begin(), dloss);
   else
     crossentropy_backward(env_.op, dlogits, s[LOGITS], mb.targets, dloss);
-  s[DLNF] = mb.stash_arena->zeros(s[LNF].shape);  // (B,T,C), for W
-  matmul_backward_input(env_.op, s[DLNF], dlogits, head_weight(env_.param(wte_)));
-  env_.tp_all_reduce(s[DLNF]);  // f's backward: the ranks' partial d(ln_f output)
+  // (B,T,C), for W: the ranks' partial d(ln_f output) summed (f's backward); under SP
+  // reduce-scattered to this rank's shard (B,T/t,C).
+  Tensor dlnf =
+      env_.sp ? mb.workspace.zeros(s[LNF_FULL].shape) : mb.stash_arena->zeros(s[LNF_FULL].shape);
+  matmul_backward_input(env_.op, dlnf, dlogits, head_weight(env_.param(wte_)));
+  s[DLNF] = env_.to_shard(dlnf, *mb.stash_arena, mb.workspace);
   // The head starts the backward pass: dresidual = d(loss)/d(residual[L]).
   layernorm_backward_input(env_.op, mb.dresidual, s[DLNF], mb.residual[cfg.n_layer],
                            env_.param(lnf_w_), s[LNF_MEAN], s[LNF_RSTD]);
@@ -85,9 +94,18 @@ void HeadBlock::backward_input(MicroBatch& mb) {
 void HeadBlock::backward_weight(MicroBatch& mb) {
   const GPTConfig& cfg = *env_.config;
   const std::vector<Tensor>& s = mb.block_saved[cfg.n_layer + 1];
-  matmul_backward_weight(env_.op, head_weight(env_.grad(wte_)), Tensor(), s[LOGITS], s[LNF]);
-  layernorm_backward_weight(env_.op, env_.grad(lnf_w_), env_.grad(lnf_b_), s[DLNF],
+  matmul_backward_weight(env_.op, head_weight(env_.grad(wte_)), Tensor(), s[LOGITS], s[LNF_FULL]);
+  if (!env_.sp) {
+    layernorm_backward_weight(env_.op, env_.grad(lnf_w_), env_.grad(lnf_b_), s[DLNF],
+                              mb.residual[cfg.n_layer], s[LNF_MEAN], s[LNF_RSTD]);
+    return;
+  }
+  // Under SP ln_f saw only this rank's positions: partial gradients, all-reduced.
+  const int64_t C = cfg.n_embd;
+  Tensor part = mb.workspace.zeros({2 * C});
+  layernorm_backward_weight(env_.op, Tensor(part.f32(), {C}), Tensor(part.f32() + C, {C}), s[DLNF],
                             mb.residual[cfg.n_layer], s[LNF_MEAN], s[LNF_RSTD]);
+  env_.add_sp_partial_grads(part, {env_.grad(lnf_w_), env_.grad(lnf_b_)});
 }
 
 int64_t HeadBlock::vocab_begin() const {
@@ -106,8 +124,10 @@ Tensor HeadBlock::head_weight(Tensor w) const {  // (V/t rows with padding, C) -
 
 size_t HeadBlock::saved_bytes(int B, int T) const {
   const int64_t N = int64_t{B} * T;
-  const size_t lse = env_.tp ? 2 * f32_bytes(N) : 0;  // LSE_MAX, LSE_SUM
-  return f32_bytes(N * env_.config->n_embd) + 2 * f32_bytes(N) + f32_bytes(N * vocab_cols()) + lse;
+  const size_t lse = env_.tp ? 2 * f32_bytes(N) : 0;                     // LSE_MAX, LSE_SUM
+  const size_t full = env_.sp ? f32_bytes(N * env_.config->n_embd) : 0;  // LNF_FULL
+  return f32_bytes(N * env_.config->n_embd) + 2 * f32_bytes(N) + f32_bytes(N * vocab_cols()) + lse +
+         full;
 }
 
 size_t HeadBlock::stash_bytes(int B, int T) const {
@@ -117,8 +137,12 @@ size_t HeadBlock::stash_bytes(int B, int T) const {
 size_t HeadBlock::workspace_bytes(int B, int T) const {
   // Evaluation keeps everything in the workspace: the saved set plus the losses.
   const int64_t N = int64_t{B} * T;
+  const int64_t C = env_.config->n_embd;
   const size_t ce = env_.tp ? vocab_parallel_crossentropy_scratch(N, env_.tp_size()) : 0;
-  return saved_bytes(B, T) + f32_bytes(N) + f32_bytes(N * env_.config->n_embd) + ce;
+  // Under SP: the partial d(ln_f output) (B,T,C), the collectives' scratch, W's 2C partials.
+  const size_t sp =
+      env_.sp ? f32_bytes(N * C) + BlockEnv::sp_scratch_bytes(B, T, C) + f32_bytes(2 * C) : 0;
+  return saved_bytes(B, T) + f32_bytes(N) + f32_bytes(N * C) + ce + sp;
 }
 
 }  // namespace tide

@@ -12,24 +12,28 @@ enum Param { LN1_W, LN1_B, ATTN_W, ATTN_B, PROJ_W, PROJ_B, LN2_W, LN2_B, FC_W, F
 enum Saved {
   LN1,
   LN1_MEAN,
-  LN1_RSTD,  // ln_1(x): (B,T,C), (B,T), (B,T)
+  LN1_RSTD,  // ln_1(x): (B,Ts,C), (B,Ts), (B,Ts) (Ts = T/t under SP, else T)
+  LN1F,      // ln_1(x) whole (B,T,C): all-gathered under SP, else LN1 itself
   QKV,       // (B,T,3C)
   PREATT,
   ATT,   // softmax probabilities before / after dropout: (B,NH,T,T)
   ATTY,  // attention output before c_proj: (B,T,C)
-  RES2,  // x + attention branch: (B,T,C)
+  RES2,  // x + attention branch: (B,Ts,C)
   LN2,
   LN2_MEAN,
-  LN2_RSTD,  // ln_2(x2)
+  LN2_RSTD,  // ln_2(x2), on the sequence shard as LN1
+  LN2F,      // ln_2(x2) whole (B,T,C)
   FCH,
   FCH_GELU,  // mlp hidden before / after GELU: (B,T,4C)
   kNumForward,
-  DFC2 = kNumForward,  // gradient of the mlp c_proj output (after dropout backward): (B,T,C)
+  DFC2 = kNumForward,  // gradient of the mlp c_proj output (after dropout backward): (B,Ts,C)
+  DFC2F,               // DFC2 whole (B,T,C): all-gathered under SP, else DFC2 itself
   DFCH,                // gradient of the mlp hidden before GELU: (B,T,4C)
-  DLN2,                // gradient of ln_2's output: (B,T,C)
-  DPROJ,               // gradient of the attention c_proj output: (B,T,C)
+  DLN2,                // gradient of ln_2's output: (B,Ts,C)
+  DPROJ,               // gradient of the attention c_proj output: (B,Ts,C)
+  DPROJF,              // DPROJ whole (B,T,C)
   DQKV,                // (B,T,3C)
-  DLN1,                // gradient of ln_1's output: (B,T,C)
+  DLN1,                // gradient of ln_1's output: (B,Ts,C)
   kNumSaved
 };
 
@@ -47,7 +51,7 @@ std::vector<Tensor> TransformerBlock::compute_forward(MicroBatch& mb, bool recom
   // Under tensor parallelism over t ranks this rank holds NHl = NH/t heads: Cl = C/t of the
   // attention width, and 4Cl of the mlp hidden width.
   const int64_t B = mb.B, T = mb.T, C = cfg.n_embd, NH = cfg.n_head, t = env_.tp_size();
-  const int64_t Cl = C / t, NHl = NH / t;
+  const int64_t Cl = C / t, NHl = NH / t, Ts = env_.seq_local(T);
   const OpContext& op = env_.op;
   auto p = [&](Param i) { return env_.param(param_ids_[i]); };
   // Where each intermediate goes: kept for backward in mb.saved, or temporary in the
@@ -59,35 +63,35 @@ std::vector<Tensor> TransformerBlock::compute_forward(MicroBatch& mb, bool recom
   Arena& attn = keep_att ? mb.saved : mb.workspace;
 
   std::vector<Tensor> s(kNumSaved);
-  Tensor x = mb.residual[layer_];  // (B,T,C)
-  s[LN1] = main.alloc_tensor({B, T, C});
-  s[LN1_MEAN] = main.alloc_tensor({B, T});
-  s[LN1_RSTD] = main.alloc_tensor({B, T});
+  Tensor x = mb.residual[layer_];  // (B,Ts,C)
+  s[LN1] = main.alloc_tensor({B, Ts, C});
+  s[LN1_MEAN] = main.alloc_tensor({B, Ts});
+  s[LN1_RSTD] = main.alloc_tensor({B, Ts});
   layernorm_forward(op, s[LN1], s[LN1_MEAN], s[LN1_RSTD], x, p(LN1_W), p(LN1_B));
+  s[LN1F] = env_.to_full(s[LN1], main, mb.workspace);  // (B,T,C)
   s[QKV] = main.alloc_tensor({B, T, 3 * Cl});
-  matmul_forward(op, s[QKV], s[LN1], p(ATTN_W), p(ATTN_B));
+  matmul_forward(op, s[QKV], s[LN1F], p(ATTN_W), p(ATTN_B));
   s[PREATT] = attn.alloc_tensor({B, NHl, T, T});
   s[ATT] = attn.alloc_tensor({B, NHl, T, T});
   s[ATTY] = main.alloc_tensor({B, T, Cl});
   attention_forward(op, s[ATTY], s[PREATT], s[ATT], s[QKV], static_cast<int>(NHl),
                     attn_dropout(mb));
-  Tensor proj = mb.workspace.alloc_tensor({B, T, C});
-  row_parallel_forward(proj, s[ATTY], p(PROJ_W), p(PROJ_B));
-  dropout_forward(op, proj, proj, env_.dropout(mb, layer_, ATTN_RESID, C));
-  s[RES2] = main.alloc_tensor({B, T, C});
+  Tensor proj = row_parallel_forward(mb, s[ATTY], p(PROJ_W), p(PROJ_B));  // (B,Ts,C)
+  dropout_forward(op, proj, proj, env_.seq_dropout(mb, layer_, ATTN_RESID, C));
+  s[RES2] = main.alloc_tensor({B, Ts, C});
   residual_forward(op, s[RES2], x, proj);
-  s[LN2] = main.alloc_tensor({B, T, C});
-  s[LN2_MEAN] = main.alloc_tensor({B, T});
-  s[LN2_RSTD] = main.alloc_tensor({B, T});
+  s[LN2] = main.alloc_tensor({B, Ts, C});
+  s[LN2_MEAN] = main.alloc_tensor({B, Ts});
+  s[LN2_RSTD] = main.alloc_tensor({B, Ts});
   layernorm_forward(op, s[LN2], s[LN2_MEAN], s[LN2_RSTD], s[RES2], p(LN2_W), p(LN2_B));
+  s[LN2F] = env_.to_full(s[LN2], main, mb.workspace);  // (B,T,C)
   s[FCH] = main.alloc_tensor({B, T, 4 * Cl});
-  matmul_forward(op, s[FCH], s[LN2], p(FC_W), p(FC_B));
+  matmul_forward(op, s[FCH], s[LN2F], p(FC_W), p(FC_B));
   s[FCH_GELU] = main.alloc_tensor({B, T, 4 * Cl});
   gelu_forward(op, s[FCH_GELU], s[FCH]);
   if (!recompute) {  // a recomputation must not touch the block output (already consumed)
-    Tensor fc2 = mb.workspace.alloc_tensor({B, T, C});
-    row_parallel_forward(fc2, s[FCH_GELU], p(FC2_W), p(FC2_B));
-    dropout_forward(op, fc2, fc2, env_.dropout(mb, layer_, MLP_RESID, C));
+    Tensor fc2 = row_parallel_forward(mb, s[FCH_GELU], p(FC2_W), p(FC2_B));  // (B,Ts,C)
+    dropout_forward(op, fc2, fc2, env_.seq_dropout(mb, layer_, MLP_RESID, C));
     residual_forward(op, mb.residual[layer_ + 1], s[RES2], fc2);
   }
   return s;
@@ -98,15 +102,19 @@ void TransformerBlock::forward(MicroBatch& mb) {
   if (mb.training) mb.block_saved[layer_ + 1] = std::move(s);
 }
 
-// Row-parallel linear (t > 1): the rank's partial inp_r @ W_r^T, the bias added on rank 0
-// only, summed over the ranks (g). Without tensor parallelism the plain linear.
-void TransformerBlock::row_parallel_forward(Tensor out, Tensor inp, Tensor w, Tensor bias) const {
+// Row-parallel linear (t > 1): the rank's partial inp_r @ W_r^T (B,T,C), the bias added on
+// rank 0 only, summed over the ranks (g): all-reduced, or under SP reduce-scattered into this
+// rank's sequence shard (B,T/t,C). Without tensor parallelism the plain linear. The result
+// is in the workspace.
+Tensor TransformerBlock::row_parallel_forward(MicroBatch& mb, Tensor inp, Tensor w,
+                                              Tensor bias) const {
+  Tensor out = mb.workspace.alloc_tensor({inp.dim(0), inp.dim(1), w.dim(0)});
   if (!env_.tp) {
     matmul_forward(env_.op, out, inp, w, bias);
-    return;
+    return out;
   }
   matmul_forward(env_.op, out, inp, w, env_.tp_rank() == 0 ? bias : Tensor());
-  env_.tp_all_reduce(out);
+  return env_.to_shard(out, mb.workspace, mb.workspace);
 }
 
 // The attention probabilities' dropout: this rank's heads [r NH/t, (r+1) NH/t) of NH.
@@ -118,7 +126,7 @@ DropoutSpec TransformerBlock::attn_dropout(const MicroBatch& mb) const {
 void TransformerBlock::backward_input(MicroBatch& mb) {
   const GPTConfig& cfg = *env_.config;
   const int64_t B = mb.B, T = mb.T, C = cfg.n_embd, t = env_.tp_size();
-  const int64_t Cl = C / t, NHl = cfg.n_head / t;
+  const int64_t Cl = C / t, NHl = cfg.n_head / t, Ts = env_.seq_local(T);
   const OpContext& op = env_.op;
   auto p = [&](Param i) { return env_.param(param_ids_[i]); };
   std::vector<Tensor>& s = mb.block_saved[layer_ + 1];
@@ -138,31 +146,36 @@ void TransformerBlock::backward_input(MicroBatch& mb) {
   //    What W needs goes to this (micro-batch, block)'s stash, temporaries to the workspace.
   Arena& w = *mb.stash_arena;
   Arena& tmp = mb.workspace;
-  Tensor dy = mb.dresidual;  // (B,T,C)
+  Tensor dy = mb.dresidual;  // (B,Ts,C)
+  // Under SP the gradients of the row-parallel outputs are all-gathered (the conjugate of the
+  // forward's reduce-scatter) and the column-parallel inputs' partial gradients
+  // reduce-scattered; under plain TP the former are whole already and the latter all-reduced.
   // MLP branch: y = x2 + dropout(fc2(gelu(fc(ln_2(x2)))))
   // dropout_backward into zeros, as one pass: dropout_forward applies the same mask (the
   // spec's counters) and writes instead of accumulating.
-  s[DFC2] = w.alloc_tensor({B, T, C});
-  dropout_forward(op, s[DFC2], dy, env_.dropout(mb, layer_, MLP_RESID, C));
+  s[DFC2] = w.alloc_tensor({B, Ts, C});
+  dropout_forward(op, s[DFC2], dy, env_.seq_dropout(mb, layer_, MLP_RESID, C));
+  s[DFC2F] = env_.to_full(s[DFC2], w, tmp);  // (B,T,C)
   Tensor dgelu = tmp.zeros({B, T, 4 * Cl});
-  matmul_backward_input(op, dgelu, s[DFC2], p(FC2_W));
+  matmul_backward_input(op, dgelu, s[DFC2F], p(FC2_W));
   s[DFCH] = w.zeros({B, T, 4 * Cl});
   gelu_backward(op, s[DFCH], dgelu, s[FCH]);
-  s[DLN2] = w.zeros({B, T, C});
-  matmul_backward_input(op, s[DLN2], s[DFCH], p(FC_W));
-  env_.tp_all_reduce(s[DLN2]);  // f's backward: the ranks' partial d(ln_2 output)
+  Tensor dln2 = env_.sp ? tmp.zeros({B, T, C}) : w.zeros({B, T, C});
+  matmul_backward_input(op, dln2, s[DFCH], p(FC_W));
+  s[DLN2] = env_.to_shard(dln2, w, tmp);  // f's backward: the ranks' partial d(ln_2 output)
   layernorm_backward_input(op, dy, s[DLN2], s[RES2], p(LN2_W), s[LN2_MEAN], s[LN2_RSTD]);
   // dy now holds dL/dx2. Attention branch: x2 = x + dropout(proj(attention(ln_1(x))))
-  s[DPROJ] = w.alloc_tensor({B, T, C});
-  dropout_forward(op, s[DPROJ], dy, env_.dropout(mb, layer_, ATTN_RESID, C));  // as DFC2
+  s[DPROJ] = w.alloc_tensor({B, Ts, C});
+  dropout_forward(op, s[DPROJ], dy, env_.seq_dropout(mb, layer_, ATTN_RESID, C));  // as DFC2
+  s[DPROJF] = env_.to_full(s[DPROJ], w, tmp);
   Tensor datty = tmp.zeros({B, T, Cl});
-  matmul_backward_input(op, datty, s[DPROJ], p(PROJ_W));
+  matmul_backward_input(op, datty, s[DPROJF], p(PROJ_W));
   s[DQKV] = w.zeros({B, T, 3 * Cl});
   attention_backward(op, s[DQKV], datty, s[QKV], s[PREATT], s[ATT], static_cast<int>(NHl),
                      attn_dropout(mb));
-  s[DLN1] = w.zeros({B, T, C});
-  matmul_backward_input(op, s[DLN1], s[DQKV], p(ATTN_W));
-  env_.tp_all_reduce(s[DLN1]);  // f's backward: the ranks' partial d(ln_1 output)
+  Tensor dln1 = env_.sp ? tmp.zeros({B, T, C}) : w.zeros({B, T, C});
+  matmul_backward_input(op, dln1, s[DQKV], p(ATTN_W));
+  s[DLN1] = env_.to_shard(dln1, w, tmp);  // f's backward: the ranks' partial d(ln_1 output)
   layernorm_backward_input(op, dy, s[DLN1], mb.residual[layer_], p(LN1_W), s[LN1_MEAN],
                            s[LN1_RSTD]);
 }
@@ -171,22 +184,38 @@ void TransformerBlock::backward_weight(MicroBatch& mb) {
   const OpContext& op = env_.op;
   auto g = [&](Param i) { return env_.grad(param_ids_[i]); };
   const std::vector<Tensor>& s = mb.block_saved[layer_ + 1];
-  matmul_backward_weight(op, g(FC2_W), g(FC2_B), s[DFC2], s[FCH_GELU]);
-  matmul_backward_weight(op, g(FC_W), g(FC_B), s[DFCH], s[LN2]);
-  layernorm_backward_weight(op, g(LN2_W), g(LN2_B), s[DLN2], s[RES2], s[LN2_MEAN], s[LN2_RSTD]);
-  matmul_backward_weight(op, g(PROJ_W), g(PROJ_B), s[DPROJ], s[ATTY]);
-  matmul_backward_weight(op, g(ATTN_W), g(ATTN_B), s[DQKV], s[LN1]);
-  layernorm_backward_weight(op, g(LN1_W), g(LN1_B), s[DLN1], mb.residual[layer_], s[LN1_MEAN],
-                            s[LN1_RSTD]);
+  // Under SP the layernorms see only this rank's positions: their gradients are partial sums,
+  // computed into `part` and all-reduced (the row-parallel biases' come from the whole
+  // DFC2F / DPROJF, complete on every rank).
+  const int64_t C = env_.config->n_embd;
+  const Tensor part = env_.sp ? mb.workspace.zeros({4 * C}) : Tensor();
+  auto ln_grad = [&](Param i, int k) { return env_.sp ? Tensor(part.f32() + k * C, {C}) : g(i); };
+  matmul_backward_weight(op, g(FC2_W), g(FC2_B), s[DFC2F], s[FCH_GELU]);
+  matmul_backward_weight(op, g(FC_W), g(FC_B), s[DFCH], s[LN2F]);
+  layernorm_backward_weight(op, ln_grad(LN2_W, 0), ln_grad(LN2_B, 1), s[DLN2], s[RES2], s[LN2_MEAN],
+                            s[LN2_RSTD]);
+  matmul_backward_weight(op, g(PROJ_W), g(PROJ_B), s[DPROJF], s[ATTY]);
+  matmul_backward_weight(op, g(ATTN_W), g(ATTN_B), s[DQKV], s[LN1F]);
+  layernorm_backward_weight(op, ln_grad(LN1_W, 2), ln_grad(LN1_B, 3), s[DLN1], mb.residual[layer_],
+                            s[LN1_MEAN], s[LN1_RSTD]);
+  if (env_.sp) env_.add_sp_partial_grads(part, {g(LN2_W), g(LN2_B), g(LN1_W), g(LN1_B)});
 }
 
-// Sizes, per the allocations above, with Cl = C/t, NHl = NH/t over t tensor-parallel ranks:
-// LN1, RES2, LN2 (B,T,C); ATTY (B,T,Cl); four (B,T) statistics; QKV (B,T,3Cl); FCH,
-// FCH_GELU (B,T,4Cl).
-static size_t main_bytes(int64_t N, int64_t C, int64_t t = 1) {
+// Sizes, per the allocations above, with Cl = C/t, NHl = NH/t over t tensor-parallel ranks
+// and Ns = B Ts positions of the residual stream (B T/t under SP, else N = B T):
+// LN1, RES2, LN2 (Ns,C); under SP LN1F, LN2F (N,C); ATTY (N,Cl); four (Ns) statistics;
+// QKV (N,3Cl); FCH, FCH_GELU (N,4Cl).
+static size_t main_bytes(int64_t N, int64_t C, int64_t t = 1, int64_t Ns = -1) {
   const int64_t Cl = C / t;
-  return 3 * f32_bytes(N * C) + f32_bytes(N * Cl) + 4 * f32_bytes(N) + f32_bytes(N * 3 * Cl) +
-         2 * f32_bytes(N * 4 * Cl);
+  const bool sp = Ns >= 0 && Ns != N;
+  if (Ns < 0) Ns = N;
+  return 3 * f32_bytes(Ns * C) + (sp ? 2 * f32_bytes(N * C) : 0) + f32_bytes(N * Cl) +
+         4 * f32_bytes(Ns) + f32_bytes(N * 3 * Cl) + 2 * f32_bytes(N * 4 * Cl);
+}
+// Under SP: what the collectives add to a part's workspace: the (B,T,C) partial sums and
+// permutation scratch, the shards they produce, and W's 4C layernorm partial gradients.
+static size_t sp_workspace_bytes(int64_t N, int64_t Ns, int64_t C) {
+  return 3 * f32_bytes(N * C) + 2 * f32_bytes(Ns * C) + f32_bytes(4 * C);
 }
 static size_t att_bytes(int64_t B, int64_t T, int64_t NHl) {
   return 2 * f32_bytes(B * NHl * T * T);
@@ -194,40 +223,44 @@ static size_t att_bytes(int64_t B, int64_t T, int64_t NHl) {
 
 size_t TransformerBlock::saved_bytes(int B, int T) const {
   const int64_t N = int64_t{B} * T, C = env_.config->n_embd, t = env_.tp_size();
-  const int64_t NHl = env_.config->n_head / t;
+  const int64_t NHl = env_.config->n_head / t, Ns = B * env_.seq_local(T);
   switch (env_.policy) {
     case ActivationPolicy::SAVE_ALL:
-      return main_bytes(N, C, t) + att_bytes(B, T, NHl);
+      return main_bytes(N, C, t, Ns) + att_bytes(B, T, NHl);
     case ActivationPolicy::SELECTIVE:
-      return main_bytes(N, C, t);
+      return main_bytes(N, C, t, Ns);
     case ActivationPolicy::FULL:
       return 0;
   }
   return 0;
 }
 
-// What B leaves for W: DFC2, DLN2, DPROJ, DLN1 (B,T,C); DFCH (B,T,4Cl); DQKV (B,T,3Cl).
-static size_t grad_stash_bytes(int64_t N, int64_t C, int64_t t) {
+// What B leaves for W: DFC2, DLN2, DPROJ, DLN1 (Ns,C); under SP DFC2F, DPROJF (N,C);
+// DFCH (N,4Cl); DQKV (N,3Cl).
+static size_t grad_stash_bytes(int64_t N, int64_t C, int64_t t, int64_t Ns) {
   const int64_t Cl = C / t;
-  return 4 * f32_bytes(N * C) + f32_bytes(N * 4 * Cl) + f32_bytes(N * 3 * Cl);
+  return 4 * f32_bytes(Ns * C) + (Ns != N ? 2 * f32_bytes(N * C) : 0) + f32_bytes(N * 4 * Cl) +
+         f32_bytes(N * 3 * Cl);
 }
 
 size_t TransformerBlock::workspace_bytes(int B, int T) const {
   const int64_t N = int64_t{B} * T, C = env_.config->n_embd, t = env_.tp_size();
-  const int64_t NHl = env_.config->n_head / t;
+  const int64_t NHl = env_.config->n_head / t, Ns = B * env_.seq_local(T);
   // Worst part: evaluation keeps everything temporary (main + attention + proj, fc2); B needs
   // the recomputed attention matrices, their output or proj, dgelu (B,T,4Cl) and datty. (With
   // t = 1 the bound of the single-rank model: 2 (B,T,C) + (B,T,4C).)
-  const size_t eval = main_bytes(N, C, t) + att_bytes(B, T, NHl) + 2 * f32_bytes(N * C);
-  const size_t bwd = att_bytes(B, T, NHl) + 2 * f32_bytes(N * C) + f32_bytes(N * 4 * C / t);
+  const size_t sp = env_.sp ? sp_workspace_bytes(N, Ns, C) : 0;
+  const size_t eval = main_bytes(N, C, t, Ns) + att_bytes(B, T, NHl) + 2 * f32_bytes(N * C) + sp;
+  const size_t bwd = att_bytes(B, T, NHl) + 2 * f32_bytes(N * C) + f32_bytes(N * 4 * C / t) + sp;
   return std::max(eval, bwd);
 }
 
 size_t TransformerBlock::stash_bytes(int B, int T) const {
   const int64_t N = int64_t{B} * T, C = env_.config->n_embd, t = env_.tp_size();
+  const int64_t Ns = B * env_.seq_local(T);
   // A full recomputation also leaves the block's intermediates for W.
-  const size_t recomputed = env_.policy == ActivationPolicy::FULL ? main_bytes(N, C, t) : 0;
-  return grad_stash_bytes(N, C, t) + recomputed;
+  const size_t recomputed = env_.policy == ActivationPolicy::FULL ? main_bytes(N, C, t, Ns) : 0;
+  return grad_stash_bytes(N, C, t, Ns) + recomputed;
 }
 
 }  // namespace tide

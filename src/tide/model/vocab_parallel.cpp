@@ -57,7 +57,7 @@ void vocab_parallel_embedding_backward(Tensor dwte_shard, Tensor dout, Tensor to
     }
 }
 
-void add_position_embedding(Tensor out, Tensor wpe) {
+void add_position_embedding(Tensor out, Tensor wpe, int64_t pos0) {
   check_host(out, "add_position_embedding");
   const int64_t B = out.dim(0), T = out.dim(1), C = out.dim(2);
   float* o = out.f32();
@@ -65,7 +65,7 @@ void add_position_embedding(Tensor out, Tensor wpe) {
 #pragma omp parallel for collapse(2) schedule(static)
   for (int64_t b = 0; b < B; ++b)
     for (int64_t t = 0; t < T; ++t)
-      for (int64_t c = 0; c < C; ++c) o[(b * T + t) * C + c] += p[t * C + c];
+      for (int64_t c = 0; c < C; ++c) o[(b * T + t) * C + c] += p[(pos0 + t) * C + c];
 }
 
 void position_embedding_backward(Tensor dwpe, Tensor dout) {

@@ -24,8 +24,8 @@ void vocab_parallel_embedding_forward(Tensor out, Tensor tokens, Tensor wte_shar
                                       int64_t vocab);
 // dwte_shard[token - v0] += dout rows of this rank's tokens (in (b,t) order).
 void vocab_parallel_embedding_backward(Tensor dwte_shard, Tensor dout, Tensor tokens, int64_t v0);
-// out(B,T,C) += wpe[t] (wpe is (maxT, C); its first T rows).
-void add_position_embedding(Tensor out, Tensor wpe);
+// out(B,T,C) += wpe[pos0 + t] (wpe is (maxT, C); out holds positions pos0.. of each sequence).
+void add_position_embedding(Tensor out, Tensor wpe, int64_t pos0 = 0);
 // dwpe[t] += sum over b of dout(B,T,C) (in b order).
 void position_embedding_backward(Tensor dwpe, Tensor dout);
 
