@@ -61,6 +61,9 @@ std::vector<Tensor> TransformerBlock::compute_forward(MicroBatch& mb, bool recom
   const bool keep_att = keep_any && env_.policy == ActivationPolicy::SAVE_ALL;
   Arena& main = keep_any ? mb.saved : (recompute ? *mb.stash_arena : mb.workspace);
   Arena& attn = keep_att ? mb.saved : mb.workspace;
+  // Under SP the all-gathered layernorm outputs are not kept from F to B (Korthikanti et al.
+  // keep only the shards): B gathers them again, into the stash for W.
+  Arena& whole = (env_.sp && keep_any) ? mb.workspace : main;
 
   std::vector<Tensor> s(kNumSaved);
   Tensor x = mb.residual[layer_];  // (B,Ts,C)
@@ -68,7 +71,7 @@ std::vector<Tensor> TransformerBlock::compute_forward(MicroBatch& mb, bool recom
   s[LN1_MEAN] = main.alloc_tensor({B, Ts});
   s[LN1_RSTD] = main.alloc_tensor({B, Ts});
   layernorm_forward(op, s[LN1], s[LN1_MEAN], s[LN1_RSTD], x, p(LN1_W), p(LN1_B));
-  s[LN1F] = env_.to_full(s[LN1], main, mb.workspace);  // (B,T,C)
+  s[LN1F] = env_.to_full(s[LN1], whole, mb.workspace);  // (B,T,C)
   s[QKV] = main.alloc_tensor({B, T, 3 * Cl});
   matmul_forward(op, s[QKV], s[LN1F], p(ATTN_W), p(ATTN_B));
   s[PREATT] = attn.alloc_tensor({B, NHl, T, T});
@@ -84,7 +87,7 @@ std::vector<Tensor> TransformerBlock::compute_forward(MicroBatch& mb, bool recom
   s[LN2_MEAN] = main.alloc_tensor({B, Ts});
   s[LN2_RSTD] = main.alloc_tensor({B, Ts});
   layernorm_forward(op, s[LN2], s[LN2_MEAN], s[LN2_RSTD], s[RES2], p(LN2_W), p(LN2_B));
-  s[LN2F] = env_.to_full(s[LN2], main, mb.workspace);  // (B,T,C)
+  s[LN2F] = env_.to_full(s[LN2], whole, mb.workspace);  // (B,T,C)
   s[FCH] = main.alloc_tensor({B, T, 4 * Cl});
   matmul_forward(op, s[FCH], s[LN2F], p(FC_W), p(FC_B));
   s[FCH_GELU] = main.alloc_tensor({B, T, 4 * Cl});
@@ -141,11 +144,16 @@ void TransformerBlock::backward_input(MicroBatch& mb) {
     attention_forward(op, atty, s[PREATT], s[ATT], s[QKV], static_cast<int>(NHl), attn_dropout(mb));
   }
 
+  Arena& w = *mb.stash_arena;
+  Arena& tmp = mb.workspace;
+  if (env_.sp && env_.policy != ActivationPolicy::FULL) {  // F kept only the shards
+    s[LN1F] = env_.to_full(s[LN1], w, tmp);
+    s[LN2F] = env_.to_full(s[LN2], w, tmp);
+  }
+
   // 2. Walk the block backwards. mb.dresidual holds dL/d(block output) on entry and
   //    dL/d(block input) on exit (the residual connections pass it through unchanged).
   //    What W needs goes to this (micro-batch, block)'s stash, temporaries to the workspace.
-  Arena& w = *mb.stash_arena;
-  Arena& tmp = mb.workspace;
   Tensor dy = mb.dresidual;  // (B,Ts,C)
   // Under SP the gradients of the row-parallel outputs are all-gathered (the conjugate of the
   // forward's reduce-scatter) and the column-parallel inputs' partial gradients
@@ -203,11 +211,11 @@ void TransformerBlock::backward_weight(MicroBatch& mb) {
 
 // Sizes, per the allocations above, with Cl = C/t, NHl = NH/t over t tensor-parallel ranks
 // and Ns = B Ts positions of the residual stream (B T/t under SP, else N = B T):
-// LN1, RES2, LN2 (Ns,C); under SP LN1F, LN2F (N,C); ATTY (N,Cl); four (Ns) statistics;
-// QKV (N,3Cl); FCH, FCH_GELU (N,4Cl).
-static size_t main_bytes(int64_t N, int64_t C, int64_t t = 1, int64_t Ns = -1) {
+// LN1, RES2, LN2 (Ns,C); under SP LN1F, LN2F (N,C) unless they are not kept (`kept`, F's
+// saved set); ATTY (N,Cl); four (Ns) statistics; QKV (N,3Cl); FCH, FCH_GELU (N,4Cl).
+static size_t main_bytes(int64_t N, int64_t C, int64_t t = 1, int64_t Ns = -1, bool kept = false) {
   const int64_t Cl = C / t;
-  const bool sp = Ns >= 0 && Ns != N;
+  const bool sp = Ns >= 0 && Ns != N && !kept;
   if (Ns < 0) Ns = N;
   return 3 * f32_bytes(Ns * C) + (sp ? 2 * f32_bytes(N * C) : 0) + f32_bytes(N * Cl) +
          4 * f32_bytes(Ns) + f32_bytes(N * 3 * Cl) + 2 * f32_bytes(N * 4 * Cl);
@@ -226,9 +234,9 @@ size_t TransformerBlock::saved_bytes(int B, int T) const {
   const int64_t NHl = env_.config->n_head / t, Ns = B * env_.seq_local(T);
   switch (env_.policy) {
     case ActivationPolicy::SAVE_ALL:
-      return main_bytes(N, C, t, Ns) + att_bytes(B, T, NHl);
+      return main_bytes(N, C, t, Ns, true) + att_bytes(B, T, NHl);
     case ActivationPolicy::SELECTIVE:
-      return main_bytes(N, C, t, Ns);
+      return main_bytes(N, C, t, Ns, true);
     case ActivationPolicy::FULL:
       return 0;
   }
@@ -258,9 +266,12 @@ size_t TransformerBlock::workspace_bytes(int B, int T) const {
 size_t TransformerBlock::stash_bytes(int B, int T) const {
   const int64_t N = int64_t{B} * T, C = env_.config->n_embd, t = env_.tp_size();
   const int64_t Ns = B * env_.seq_local(T);
-  // A full recomputation also leaves the block's intermediates for W.
-  const size_t recomputed = env_.policy == ActivationPolicy::FULL ? main_bytes(N, C, t, Ns) : 0;
-  return grad_stash_bytes(N, C, t, Ns) + recomputed;
+  // A full recomputation also leaves the block's intermediates for W; under SP the other
+  // policies re-gather LN1F and LN2F (N,C) into it.
+  const bool full = env_.policy == ActivationPolicy::FULL;
+  const size_t recomputed = full ? main_bytes(N, C, t, Ns) : 0;
+  const size_t regathered = env_.sp && !full ? 2 * f32_bytes(N * C) : 0;
+  return grad_stash_bytes(N, C, t, Ns) + recomputed + regathered;
 }
 
 }  // namespace tide
