@@ -149,6 +149,16 @@ TEST_P(TensorParallel, LossAndEveryGradientMatchOneRank) {
   EXPECT_EQ(worst_relative_error(shard, whole, ChunkKind::PARAM, &name), 0.0) << name;
 
   auto mb_whole = whole.make_micro_batch(kB, kT);
+  // Evaluation (no dropout, everything temporary in the workspace) first.
+  {
+    auto mb = shard.make_micro_batch(kB, kT);
+    for (MicroBatch* e : {mb_whole.get(), mb.get()}) {
+      fill_batch(*e, 1);
+      e->training = false;
+    }
+    const float eval_whole = whole.forward(*mb_whole);
+    EXPECT_NEAR(shard.forward(*mb), eval_whole, 1e-5 * std::fabs(eval_whole)) << "evaluation";
+  }
   fill_batch(*mb_whole, 1);
   whole.store().zero(ChunkKind::GRAD);
   const float loss_whole = forward_backward(whole, *mb_whole, false);

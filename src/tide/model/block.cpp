@@ -25,7 +25,7 @@ DropoutSpec BlockEnv::dropout(const MicroBatch& mb, int layer, int site, int64_t
 
 DropoutSpec BlockEnv::seq_dropout(const MicroBatch& mb, int layer, int site, int64_t width) const {
   DropoutSpec d = dropout(mb, layer, site, width);
-  d.pos0 = seq_begin(mb.T);
+  if (d.enabled()) d.pos0 = seq_begin(mb.T);  // a disabled spec describes the tensor itself
   return d;
 }
 
