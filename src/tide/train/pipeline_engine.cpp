@@ -82,14 +82,18 @@ std::pair<std::vector<int>, int> peaks(const pipeline::Schedule& s, int stage,
 
 // The squared gradient norm of the whole model from per-tensor sums: `mine[g]` is this rank's
 // sum of squares of whole-model tensor g (0 for tensors it does not hold). The ranks' vectors
-// are gathered and added in whole-model tensor order, so the result does not depend on which
+// are gathered (asynchronously: `all` is filled when the returned work completes) and added
+// in whole-model tensor order by sum_in_model_order, so the result does not depend on which
 // stage holds which tensor (every placement and schedule gives the same bits).
-double sum_in_model_order(ProcessGroup& group, std::vector<double> mine) {
+WorkPtr gather_norms(ProcessGroup& group, std::vector<double>& mine, std::vector<double>& all) {
   const int64_t G = static_cast<int64_t>(mine.size()), p = group.size();
-  std::vector<double> all(static_cast<size_t>(G * p));
+  all.assign(static_cast<size_t>(G * p), 0.0);
   // Doubles travel as pairs of int32 (the groups reduce f32; this is only a gather).
-  group.all_gather(Tensor(mine.data(), Shape{2 * G}, DType::I32),
-                   Tensor(all.data(), Shape{2 * G * p}, DType::I32));
+  return group.all_gather_async(Tensor(mine.data(), Shape{2 * G}, DType::I32),
+                                Tensor(all.data(), Shape{2 * G * p}, DType::I32));
+}
+double sum_in_model_order(const std::vector<double>& all, int64_t G) {
+  const int64_t p = static_cast<int64_t>(all.size()) / G;
   double sum = 0;
   for (int64_t g = 0; g < G; ++g) {
     double t = 0;  // one rank holds tensor g, the others add exact zeros
@@ -404,20 +408,57 @@ StepStats PipelineEngine::step(int64_t step, uint64_t seed, const BatchFn& batch
   }
   st.comm_seconds = std::chrono::duration<double>(Clock::now() - t_comm).count();
 
+  if (gradient_hook_) gradient_hook_(step, models_);
+
   std::optional<TraceSpan> norm_span;
   norm_span.emplace(tracer, "grad norm", "optimizer");
-  std::vector<double> norms2(model_tensors_, 0.0);
+  std::vector<double> norms2(model_tensors_, 0.0), all_norms2;
   for (int c = 0; c < chunks_; ++c)
     for (int id = 0; id < static_cast<int>(norm_index_[c].size()); ++id) {
       if (norm_index_[c][id] < 0) continue;
       const Tensor g = models_[c]->store().tensor(ChunkKind::GRAD, id);
       norms2[norm_index_[c][id]] = grad_norm_squared(g.data, g.dtype, g.numel());
     }
-  st.grad_norm = std::sqrt(sum_in_model_order(*pp_, std::move(norms2)));
-  norm_span.reset();
+  const WorkPtr norm_work = gather_norms(*pp_, norms2, all_norms2);
   std::vector<ChunkStore*> stores;
   for (GPT* m : models_) stores.push_back(&m->store());
-  apply_update(stores, opt_, step, st, tracer);
+  if (!post_validate_) {
+    norm_work->wait();
+    st.grad_norm = std::sqrt(sum_in_model_order(all_norms2, model_tensors_));
+    norm_span.reset();
+    apply_update(stores, opt_, step, st, tracer);
+  } else {
+    norm_span.reset();
+    // The update for a norm that needs no clipping: lr from the schedule, clip 1.
+    const UpdatePlan optimistic = plan_update(opt_, step, /*grad_norm=*/0.0);
+    {
+      const TraceSpan span(tracer, "save optimizer state", "optimizer");
+      snapshot_.save(stores);
+    }
+    run_update(stores, opt_, step, optimistic, tracer, "optimizer (optimistic)");
+    {
+      const TraceSpan span(tracer, "wait grad norm", "optimizer");
+      norm_work->wait();
+    }
+    st.grad_norm = std::sqrt(sum_in_model_order(all_norms2, model_tensors_));
+    UpdatePlan plan;
+    try {
+      plan = plan_update(opt_, step, st.grad_norm);
+    } catch (...) {  // as the synchronous update: the error, with nothing changed
+      snapshot_.restore(stores);
+      throw;
+    }
+    if (plan.skip || plan.clip != optimistic.clip) {
+      {
+        const TraceSpan span(tracer, "rollback", "optimizer");
+        snapshot_.restore(stores);
+      }
+      st.rollbacks = 1;
+      run_update(stores, opt_, step, plan, tracer, "optimizer (redo)");
+    }
+    st.lr = plan.lr;
+    st.skipped = plan.skip;
+  }
 
   // The loss lives with the last virtual stage.
   double loss = loss_sum / M;

@@ -29,6 +29,16 @@
 //               gradient norm is added up from per-tensor sums of squares in whole-model
 //               tensor order (the tied tensor counted once; the same bits whatever the
 //               placement), then clipping and AdamW on every chunk's parameters.
+//               With post-validation (the default; set_post_validation) the stage does not
+//               wait for that norm: it starts its reduction, saves what AdamW overwrites
+//               (optimizer_snapshot.h), runs AdamW optimistically (no clipping, finite
+//               gradients), and then waits for the norm. When clipping is active (global
+//               norm > grad_clip) it restores the copy and redoes the step with the clip
+//               coefficient; when the norm is not finite it restores the copy and skips the
+//               step (OptimizerSettings::skip_non_finite) or throws as the synchronous
+//               update does. The decision is plan_update's in both paths, so the results
+//               are the synchronous step's bits (Zero Bubble PP, "Bypassing optimizer
+//               synchronizations").
 //
 // Every rank of the pipeline group gets the same StepStats: the loss is the last virtual
 // stage's, broadcast. The schedule order does not change any arithmetic (each parameter
@@ -36,9 +46,11 @@
 // bitwise alike; against the single-rank run only the tied gradient's sum order and the
 // norm's blocking differ (float rounding).
 //
-// Not yet: data or tensor parallelism inside a stage, optimizer post-validation, ZeRO.
+// Not yet: data or tensor parallelism inside a stage, ZeRO.
 
+#include <functional>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "tide/comm/process_group.h"
@@ -46,6 +58,7 @@
 #include "tide/pipeline/block_parts.h"
 #include "tide/pipeline/schedule.h"
 #include "tide/train/engine.h"
+#include "tide/train/optimizer_snapshot.h"
 
 namespace tide {
 
@@ -72,6 +85,16 @@ class PipelineEngine {
   // gradient finish and the optimizer are recorded there (trace.h); the results are the same
   // bits.
   StepStats step(int64_t step, uint64_t seed, const BatchFn& batch, Tracer* tracer = nullptr);
+
+  // Optimizer post-validation on (the default) or off (the synchronous update: wait for the
+  // global gradient norm, then AdamW once). Same results either way; on, the stage holds
+  // snapshot_bytes() more memory.
+  void set_post_validation(bool on) { post_validate_ = on; }
+  size_t snapshot_bytes() const { return snapshot_.bytes(); }
+  // Test hook: called on every rank each step once its gradients are complete (sends done, tied
+  // gradient summed), before the gradient norm; may change them (inject a NaN).
+  using GradientHook = std::function<void(int64_t step, std::span<GPT* const> models)>;
+  void set_gradient_hook(GradientHook hook) { gradient_hook_ = std::move(hook); }
 
   const pipeline::Schedule& schedule() const { return schedule_; }
   // Micro-batches this stage holds at once (all chunks), and W stashes (sized from the
@@ -123,6 +146,10 @@ class PipelineEngine {
   // This step: the next F (index into f_order_), and which receives are already posted.
   size_t next_f_ = 0;
   std::vector<bool> act_posted_, grad_posted_;
+  // The optimizer's tail.
+  bool post_validate_ = true;
+  OptimizerSnapshot snapshot_;  // what the optimistic AdamW overwrote
+  GradientHook gradient_hook_;
 };
 
 }  // namespace tide
