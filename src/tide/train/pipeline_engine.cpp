@@ -6,6 +6,7 @@
 #include <cstring>
 #include <optional>
 
+#include "tide/comm/local_process_group.h"
 #include "tide/optim/grad_norm.h"
 #include "tide/train/optimizer_step.h"
 
@@ -112,9 +113,10 @@ void copy(Tensor dst, const Tensor& src) {
 
 PipelineEngine::PipelineEngine(std::vector<GPT*> models, std::shared_ptr<ProcessGroup> pipeline,
                                pipeline::Schedule schedule, int B, int T,
-                               OptimizerSettings optimizer)
+                               OptimizerSettings optimizer, std::shared_ptr<ProcessGroup> dp)
     : models_(std::move(models)),
       pp_(std::move(pipeline)),
+      dp_(dp ? std::move(dp) : std::make_shared<LocalProcessGroup>()),
       schedule_(std::move(schedule)),
       opt_(optimizer),
       B_(B),
@@ -333,7 +335,8 @@ StepStats PipelineEngine::step(int64_t step, uint64_t seed, const BatchFn& batch
         mb.seed = seed;
         mb.step = static_cast<uint64_t>(step);
         mb.index = a.mb;
-        mb.seq0 = static_cast<uint64_t>(a.mb) * B_;  // the single-rank run's numbering
+        // The single-rank run's numbering: micro-batch mb of every replica, then the replica.
+        mb.seq0 = (static_cast<uint64_t>(a.mb) * dp_->size() + dp_->rank()) * B_;
         mb.dloss = 1.0f / static_cast<float>(M);
         mb.tracer = tracer;
         if (v > 0 && act_from_[k] < 0) {  // the previous virtual stage is on this rank
@@ -385,12 +388,32 @@ StepStats PipelineEngine::step(int64_t step, uint64_t seed, const BatchFn& batch
   }
   const auto t_comm = Clock::now();
   StepStats st;
+  // Data parallelism: every chunk's gradients are complete (the last W is done): average them
+  // over the stage's replicas while the last sends finish.
+  const uint64_t dp_sent = dp_->counters().bytes_sent;
+  std::vector<Transfer> reductions;
+  if (dp_->size() > 1)
+    for (GPT* m : models_)
+      for (int c = 0; c < m->store().layout().num_chunks(); ++c) {
+        Transfer t{nullptr, AsyncTrace::start(tracer, "all-reduce grads", {{"chunk", c}}), -1};
+        t.work = dp_->all_reduce_async(m->store().chunk(ChunkKind::GRAD, c), ReduceOp::Avg);
+        reductions.push_back(std::move(t));
+      }
   {
     const TraceSpan span(tracer, "finish gradients", "comm");
     for (Slot& s : slots_) {
       for (Transfer& t : s.sends) t.wait();
       s.sends.clear();
     }
+    for (Transfer& t : reductions) {
+      if (!t.work->is_completed()) {
+        const TraceSpan wait(tracer, "wait all-reduce", "comm");
+        t.work->wait();
+      }
+      t.wait();
+    }
+    st.grad_reductions = static_cast<int>(reductions.size());
+    st.bytes_sent = dp_->counters().bytes_sent - dp_sent;
     // The tied embedding: wte and lm_head.weight both become the sum of the two gradients
     // (a + b = b + a: the same bits on both copies, wherever they live).
     if (wte_id_ >= 0 && head_id_ >= 0) {
@@ -466,7 +489,6 @@ StepStats PipelineEngine::step(int64_t step, uint64_t seed, const BatchFn& batch
                  schedule_.locate(schedule_.virtual_stages() - 1).first);
   st.step = step + 1;
   st.loss = static_cast<float>(loss);
-  st.bytes_sent = 0;
   st.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   return st;
 }

@@ -46,7 +46,10 @@
 // bitwise alike; against the single-rank run only the tied gradient's sum order and the
 // norm's blocking differ (float rounding).
 //
-// Not yet: data or tensor parallelism inside a stage, ZeRO.
+// Data parallelism inside a stage (pp x dp): each stage's gradients are averaged over its dp
+// group (the same stage of every pipeline replica) before the norm, ZeRO stage 0.
+//
+// Not yet: tensor parallelism inside a stage, ZeRO stages 1-3 under pp.
 
 #include <functional>
 #include <memory>
@@ -69,17 +72,26 @@ class PipelineEngine {
   // is (pipeline->size(), pipeline->rank()). `schedule`: a validated schedule for
   // pipeline->size() stages. Micro-batches are (B,T). Collective over `pipeline` (creates the
   // tied-embedding group when the embedding and the head live on different ranks).
+  // `dp`: this stage's data-parallel group (the same stage of the other pipeline replicas, e.g.
+  // Topology's dp group; nullptr or size 1: none). Each replica runs the schedule's micro-batches
+  // of its own, and every stage's gradients are averaged over `dp` before the norm (ZeRO stage
+  // 0: every replica keeps and updates the whole stage).
   PipelineEngine(std::vector<GPT*> models, std::shared_ptr<ProcessGroup> pipeline,
-                 pipeline::Schedule schedule, int B, int T, OptimizerSettings optimizer);
+                 pipeline::Schedule schedule, int B, int T, OptimizerSettings optimizer,
+                 std::shared_ptr<ProcessGroup> dp = nullptr);
   PipelineEngine(GPT& model, std::shared_ptr<ProcessGroup> pipeline, pipeline::Schedule schedule,
-                 int B, int T, OptimizerSettings optimizer)
+                 int B, int T, OptimizerSettings optimizer,
+                 std::shared_ptr<ProcessGroup> dp = nullptr)
       : PipelineEngine(std::vector<GPT*>{&model}, std::move(pipeline), std::move(schedule), B, T,
-                       optimizer) {}
+                       optimizer, std::move(dp)) {}
   ~PipelineEngine();
 
   using BatchFn = Engine::BatchFn;
   // One optimizer step, `step` 0-based. `batch` is called for every F of every chunk on every
-  // stage (the first virtual stage uses the tokens, the last the targets). With a `tracer`,
+  // stage (the first virtual stage uses the tokens, the last the targets). With data
+  // parallelism `batch(mb)` is this replica's micro-batch mb, which is micro-batch
+  // mb * dp + dp_rank of the global batch (Engine's numbering: dropout follows it), and the
+  // StepStats loss is this replica's mean, as Engine's. With a `tracer`,
   // the step's actions (F/B/W, category "action"), block parts, transfers in flight ("send
   // act", "recv grad", ...), the waits where the stage idles ("wait recv", "wait send"), the
   // gradient finish and the optimizer are recorded there (trace.h); the results are the same
@@ -122,6 +134,7 @@ class PipelineEngine {
   std::vector<GPT*> models_;  // per chunk
   std::shared_ptr<ProcessGroup> pp_;
   std::shared_ptr<ProcessGroup> tied_;  // the embedding's and the head's ranks, when they differ
+  std::shared_ptr<ProcessGroup> dp_;    // the stage's data-parallel group (size 1: none)
   pipeline::Schedule schedule_;
   OptimizerSettings opt_;
   int B_, T_;
