@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <exception>
 #include <optional>
 
 #include "tide/comm/local_process_group.h"
@@ -443,6 +444,17 @@ StepStats PipelineEngine::step(int64_t step, uint64_t seed, const BatchFn& batch
       norms2[norm_index_[c][id]] = grad_norm_squared(g.data, g.dtype, g.numel());
     }
   const WorkPtr norm_work = gather_norms(*pp_, norms2, all_norms2);
+  // If anything below throws, the gather must not go on writing into freed vectors.
+  struct WaitOnUnwind {
+    const WorkPtr& work;
+    ~WaitOnUnwind() {
+      if (std::uncaught_exceptions() == 0) return;
+      try {
+        work->wait();
+      } catch (...) {  // the exception in flight is the one to report
+      }
+    }
+  } wait_on_unwind{norm_work};
   std::vector<ChunkStore*> stores;
   for (GPT* m : models_) stores.push_back(&m->store());
   if (!post_validate_) {
