@@ -233,12 +233,15 @@ TEST(PipelinePostValidation, TracedSpans) {
   omp_set_num_threads(1);
   const StageRun r = run({.post_validate = true, .grad_clip = 0.6f, .traced = true});
   for (int s = 0; s < kSteps; ++s) {
-    std::map<std::string, int> want = {{"grad norm", 1},
-                                       {"save optimizer state", 1},
-                                       {"optimizer (optimistic)", 1},
-                                       {"wait grad norm", 1}};
+    std::map<std::string, int> spans = r.optimizer_spans[s];
+    // The snapshot is copied in pieces while the stage waits for messages, the rest (if any)
+    // before the optimistic update: one span or more.
+    EXPECT_GE(spans["save optimizer state"], 1) << "step " << s;
+    spans.erase("save optimizer state");
+    std::map<std::string, int> want = {
+        {"grad norm", 1}, {"optimizer (optimistic)", 1}, {"wait grad norm", 1}};
     if (r.rollbacks[s]) want["rollback"] = want["optimizer (redo)"] = 1;
-    EXPECT_EQ(r.optimizer_spans[s], want) << "step " << s;
+    EXPECT_EQ(spans, want) << "step " << s;
   }
   // Tracing does not change the bits.
   const StageRun untraced = run({.post_validate = true, .grad_clip = 0.6f});

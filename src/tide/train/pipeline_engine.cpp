@@ -224,11 +224,22 @@ void PipelineEngine::wait_recv(Slot& s) {
   if (!s.recv) return;
   if (!s.recv.work->is_completed()) {  // the stage idles: a bubble, in the trace
     const TraceSpan span(tracer_, "wait recv", "comm", {{"mb", s.mb}});
+    fill_bubble(*s.recv.work);
     s.recv.wait();
   } else {
     s.recv.wait();
   }
   s.recv = Transfer{};
+}
+
+void PipelineEngine::fill_bubble(Work& until) {
+  // Pieces small enough that the message is noticed soon after it arrives (256 KiB: tens of
+  // microseconds of memcpy), and each poll also lets MPI progress.
+  constexpr size_t kPiece = size_t{256} << 10;
+  if (!post_validate_ || snapshot_.pending_bytes() == 0) return;
+  const TraceSpan span(tracer_, "save optimizer state", "optimizer", {{"bubble", 1}});
+  while (!until.is_completed() && snapshot_.save_some(kPiece)) {
+  }
 }
 
 void PipelineEngine::post_next_act(int done, const std::vector<int>& first) {
@@ -298,6 +309,11 @@ StepStats PipelineEngine::step(int64_t step, uint64_t seed, const BatchFn& batch
   std::vector<int> first(sp.size());
   for (size_t j = 0; j < sp.size(); ++j) first[j] = sp[j].first;
   for (GPT* m : models_) m->store().zero(ChunkKind::GRAD);
+  std::vector<ChunkStore*> stores;
+  for (GPT* m : models_) stores.push_back(&m->store());
+  // Post-validation's copy of the optimizer state: taken in this step's bubbles, finished
+  // before the optimistic update (the state does not change until then).
+  if (post_validate_) snapshot_.begin(stores);
   next_f_ = 0;
   act_posted_.assign(static_cast<size_t>(M) * chunks_, false);
   grad_posted_.assign(static_cast<size_t>(M) * chunks_, false);
@@ -455,8 +471,6 @@ StepStats PipelineEngine::step(int64_t step, uint64_t seed, const BatchFn& batch
       }
     }
   } wait_on_unwind{norm_work};
-  std::vector<ChunkStore*> stores;
-  for (GPT* m : models_) stores.push_back(&m->store());
   if (!post_validate_) {
     norm_work->wait();
     st.grad_norm = std::sqrt(sum_in_model_order(all_norms2, model_tensors_));
@@ -466,9 +480,9 @@ StepStats PipelineEngine::step(int64_t step, uint64_t seed, const BatchFn& batch
     norm_span.reset();
     // The update for a norm that needs no clipping: lr from the schedule, clip 1.
     const UpdatePlan optimistic = plan_update(opt_, step, /*grad_norm=*/0.0);
-    {
+    if (snapshot_.pending_bytes() > 0) {  // what the bubbles did not copy
       const TraceSpan span(tracer, "save optimizer state", "optimizer");
-      snapshot_.save(stores);
+      snapshot_.save_rest();
     }
     run_update(stores, opt_, step, optimistic, tracer, "optimizer (optimistic)");
     {
@@ -480,13 +494,13 @@ StepStats PipelineEngine::step(int64_t step, uint64_t seed, const BatchFn& batch
     try {
       plan = plan_update(opt_, step, st.grad_norm);
     } catch (...) {  // as the synchronous update: the error, with nothing changed
-      snapshot_.restore(stores);
+      snapshot_.restore();
       throw;
     }
     if (plan.skip || plan.clip != optimistic.clip) {
       {
         const TraceSpan span(tracer, "rollback", "optimizer");
-        snapshot_.restore(stores);
+        snapshot_.restore();
       }
       st.rollbacks = 1;
       run_update(stores, opt_, step, plan, tracer, "optimizer (redo)");

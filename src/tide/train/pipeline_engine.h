@@ -31,7 +31,8 @@
 //               placement), then clipping and AdamW on every chunk's parameters.
 //               With post-validation (the default; set_post_validation) the stage does not
 //               wait for that norm: it starts its reduction, saves what AdamW overwrites
-//               (optimizer_snapshot.h), runs AdamW optimistically (no clipping, finite
+//               (optimizer_snapshot.h; most of the copy is taken earlier, in pieces, while
+//               the stage waits for a message), runs AdamW optimistically (no clipping, finite
 //               gradients), and then waits for the norm. When clipping is active (global
 //               norm > grad_clip) it restores the copy and redoes the step with the clip
 //               coefficient; when the norm is not finite it restores the copy and skips the
@@ -122,6 +123,8 @@ class PipelineEngine {
   // The slot running (mb, chunk) (take: a free one of that chunk's).
   Slot& slot_of(int mb, int chunk, bool take);
   void wait_recv(Slot& s);
+  // While the stage idles until `until` completes: copy pieces of the optimizer snapshot.
+  void fill_bubble(Work& until);
   void release(Slot& s);
   // Posts the receive of the next forward's activation if a slot can be taken for it now,
   // after action `done` (-1: before the first); `first`: each key's first action.
