@@ -16,7 +16,8 @@
 // tail_s          mean time from the end of "finish gradients" to the end of the optimizer
 // norm_s          sync: "grad norm" (local sums of squares + the blocking gather)
 // adamw_s         sync: "optimizer"; post: "optimizer (optimistic)"
-// save_s, wait_s, rollback_s, redo_s   post: the spans of those names
+// save_s, wait_s, rollback_s, redo_s   post: the spans of those names in the tail
+// save_in_bubbles_s  post: the snapshot pieces copied while the stage waited for a message
 // rollbacks       StepStats::rollbacks summed over the timed steps
 // The first step is a warm-up (not timed).
 
@@ -67,7 +68,8 @@ Args parse(int argc, char** argv) {
 }
 
 struct Times {
-  double step = 0, tail = 0, norm = 0, adamw = 0, save = 0, wait = 0, rollback = 0, redo = 0;
+  double step = 0, tail = 0, norm = 0, adamw = 0, save = 0, save_bubble = 0, wait = 0, rollback = 0,
+         redo = 0;
   int rollbacks = 0;
   int64_t params = 0, snapshot_bytes = 0;
 };
@@ -117,7 +119,8 @@ Times run(const Args& a, ProcessGroup& world_ref, std::shared_ptr<ProcessGroup> 
     for (const TraceEvent& e : tracer.events()) {
       if (e.name == "finish gradients") finish_end = e.ts_us + e.dur_us;
       if (e.cat == "optimizer") {
-        us[e.name] += e.dur_us;
+        const bool bubble = !e.args.empty() && e.args[0].first == "bubble";
+        us[bubble ? e.name + " (bubble)" : e.name] += e.dur_us;
         opt_end = std::max(opt_end, e.ts_us + e.dur_us);
       }
     }
@@ -125,6 +128,7 @@ Times run(const Args& a, ProcessGroup& world_ref, std::shared_ptr<ProcessGroup> 
     t.norm += us["grad norm"] * 1e-6;
     t.adamw += (post ? us["optimizer (optimistic)"] : us["optimizer"]) * 1e-6;
     t.save += us["save optimizer state"] * 1e-6;
+    t.save_bubble += us["save optimizer state (bubble)"] * 1e-6;
     t.wait += us["wait grad norm"] * 1e-6;
     t.rollback += us["rollback"] * 1e-6;
     t.redo += us["optimizer (redo)"] * 1e-6;
@@ -132,7 +136,8 @@ Times run(const Args& a, ProcessGroup& world_ref, std::shared_ptr<ProcessGroup> 
   const ChunkLayout& lay = gpt.store().layout();
   for (int id = 0; id < lay.num_tensors(); ++id) t.params += lay.slot(id).numel;
   t.snapshot_bytes = static_cast<int64_t>(engine.snapshot_bytes());
-  for (double* x : {&t.step, &t.tail, &t.norm, &t.adamw, &t.save, &t.wait, &t.rollback, &t.redo})
+  for (double* x : {&t.step, &t.tail, &t.norm, &t.adamw, &t.save, &t.save_bubble, &t.wait,
+                    &t.rollback, &t.redo})
     *x /= a.steps;
   return t;
 }
@@ -159,7 +164,8 @@ int main(int argc, char** argv) {
                                     t.redo,
                                     double(t.rollbacks),
                                     double(t.params),
-                                    double(t.snapshot_bytes)};
+                                    double(t.snapshot_bytes),
+                                    t.save_bubble};
         const int64_t K = static_cast<int64_t>(mine.size());
         std::vector<double> all(static_cast<size_t>(K * p));
         world->all_gather(Tensor(mine.data(), Shape{2 * K}, DType::I32),
@@ -172,10 +178,11 @@ int main(int argc, char** argv) {
               "\"mode\": \"{}\", \"clipping\": \"{}\", \"stage\": {}, \"params\": {}, "
               "\"snapshot_bytes\": {}, \"step_s\": {:.5f}, \"tail_s\": {:.6f}, "
               "\"norm_s\": {:.6f}, \"adamw_s\": {:.6f}, \"save_s\": {:.6f}, \"wait_s\": {:.6f}, "
-              "\"rollback_s\": {:.6f}, \"redo_s\": {:.6f}, \"rollbacks\": {}}}\n",
+              "\"rollback_s\": {:.6f}, \"redo_s\": {:.6f}, \"rollbacks\": {}, "
+              "\"save_in_bubbles_s\": {:.6f}}}\n",
               a.schedule, p, post ? "post" : "sync", clip ? "active" : "inactive", r,
               static_cast<int64_t>(v[9]), static_cast<int64_t>(v[10]), v[0], v[1], v[2], v[3], v[4],
-              v[5], v[6], v[7], static_cast<int>(v[8]));
+              v[5], v[6], v[7], static_cast<int>(v[8]), v[11]);
         }
         std::fflush(stdout);
       }
