@@ -179,3 +179,21 @@ TEST(PipelineDataParallel, MatchesTheSingleRankRunOnTheGlobalBatch) {
     EXPECT_EQ(zb.bytes[s], ring) << "step " << s;
   }
 }
+
+TEST(PipelineDataParallel, ADpGroupMixingStagesIsAClearError) {
+  std::shared_ptr<ProcessGroup> world = mpi_test::world_ptr();
+  if (world->size() % kPP != 0 || world->size() < 2 * kPP) GTEST_SKIP() << "needs dp >= 2";
+  const Topology topo(world, MeshShape{.tp = 1, .dp = world->size() / kPP, .pp = kPP});
+  GPT gpt(config(), ActivationPolicy::SAVE_ALL, ModelOptions{.pp = kPP, .stage = topo.coord().pp});
+  // The whole world as the dp group: it holds both stages.
+  try {
+    PipelineEngine e(gpt, topo.group_ptr(MeshAxis::PP), pipeline::zb_h1(kPP, 2 * kPP), kB, kT,
+                     optimizer(), world);
+    ADD_FAILURE() << "a dp group with two stages was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("the dp group must hold the same stage"),
+              std::string::npos)
+        << e.what();
+  }
+  world->barrier();
+}

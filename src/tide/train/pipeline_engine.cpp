@@ -189,6 +189,28 @@ PipelineEngine::PipelineEngine(std::vector<GPT*> models, std::shared_ptr<Process
   // a group of the two (collective over the pipeline group: every rank takes part).
   const int emb_rank = schedule_.locate(0).first, head_rank = schedule_.locate(V - 1).first;
   if (V > 1 && emb_rank != head_rank) tied_ = pp_->new_group({emb_rank, head_rank});
+  check_dp_group();
+}
+
+void PipelineEngine::check_dp_group() {
+  if (dp_->size() == 1) return;
+  // Every replica of this stage must hold the same stage of the same pipeline: gathered over
+  // the dp group (collective), so that every member reaches the same verdict.
+  std::vector<int32_t> mine = {pp_->rank(), pp_->size(), schedule_.microbatches, chunks_, B_, T_};
+  const int64_t K = static_cast<int64_t>(mine.size());
+  std::vector<int32_t> all(static_cast<size_t>(K * dp_->size()));
+  dp_->all_gather(Tensor(mine.data(), Shape{K}, DType::I32),
+                  Tensor(all.data(), Shape{K * dp_->size()}, DType::I32));
+  for (int r = 0; r < dp_->size(); ++r) {
+    const int32_t* o = &all[static_cast<size_t>(r * K)];
+    TIDE_CHECK(std::equal(mine.begin(), mine.end(), o),
+               "data-parallel rank {} runs stage {} of {} ({} micro-batches, {} chunks, B={}, "
+               "T={}) but dp rank {} runs stage {} of {} ({} micro-batches, {} chunks, B={}, "
+               "T={}); the dp group must hold the same stage of every pipeline replica (with a "
+               "Topology: group_ptr(MeshAxis::DP)), and the replicas the same schedule and shapes",
+               dp_->rank(), mine[0], mine[1], mine[2], mine[3], mine[4], mine[5], r, o[0], o[1],
+               o[2], o[3], o[4], o[5]);
+  }
 }
 
 PipelineEngine::~PipelineEngine() {

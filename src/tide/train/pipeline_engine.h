@@ -123,6 +123,8 @@ class PipelineEngine {
   // The slot running (mb, chunk) (take: a free one of that chunk's).
   Slot& slot_of(int mb, int chunk, bool take);
   void wait_recv(Slot& s);
+  // Collective over dp: every member holds the same stage, schedule size and shapes.
+  void check_dp_group();
   // While the stage idles until `until` completes: copy pieces of the optimizer snapshot.
   void fill_bubble(Work& until);
   void release(Slot& s);
