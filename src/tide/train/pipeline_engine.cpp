@@ -105,6 +105,18 @@ double sum_in_model_order(const std::vector<double>& all, int64_t G) {
   return sum;
 }
 
+// Per-tensor partial sums of squares over the dp group: gathered and added in rank order.
+std::vector<double> sum_over_dp(ProcessGroup& dp, const std::vector<double>& mine) {
+  const int64_t G = static_cast<int64_t>(mine.size()), n = dp.size();
+  std::vector<double> in = mine, all(static_cast<size_t>(G * n));
+  dp.all_gather(Tensor(in.data(), Shape{2 * G}, DType::I32),
+                Tensor(all.data(), Shape{2 * G * n}, DType::I32));
+  std::vector<double> sum(static_cast<size_t>(G), 0.0);
+  for (int64_t g = 0; g < G; ++g)
+    for (int64_t r = 0; r < n; ++r) sum[g] += all[r * G + g];
+  return sum;
+}
+
 void copy(Tensor dst, const Tensor& src) {
   TIDE_ASSERT(dst.nbytes() == src.nbytes());
   std::memcpy(dst.data, src.data, src.nbytes());
@@ -190,6 +202,44 @@ PipelineEngine::PipelineEngine(std::vector<GPT*> models, std::shared_ptr<Process
   const int emb_rank = schedule_.locate(0).first, head_rank = schedule_.locate(V - 1).first;
   if (V > 1 && emb_rank != head_rank) tied_ = pp_->new_group({emb_rank, head_rank});
   check_dp_group();
+  // ZeRO-1 when the stores slice the optimizer state (zero_sliced_kinds(1)) over dp.
+  const ChunkStore& first = models_[0]->store();
+  zero1_ = dp_->size() > 1 && first.sliced(ChunkKind::MASTER);
+  for (GPT* m : models_) {
+    const ChunkStore& st = m->store();
+    TIDE_CHECK(!st.sliced(ChunkKind::GRAD) && !st.sliced(ChunkKind::PARAM),
+               "ZeRO stages 2-3 (sliced gradients or parameters) are not supported under "
+               "pipeline parallelism yet; use zero stage 0 or 1");
+    TIDE_CHECK(st.sliced(ChunkKind::MASTER) == first.sliced(ChunkKind::MASTER) &&
+                   st.sliced(ChunkKind::ADAM_M) == st.sliced(ChunkKind::MASTER) &&
+                   st.sliced(ChunkKind::ADAM_V) == st.sliced(ChunkKind::MASTER),
+               "the chunks of stage {} slice the optimizer state differently; build every "
+               "chunk's model with the same ZeRO stage",
+               stage);
+    if (st.sliced(ChunkKind::MASTER))
+      TIDE_CHECK(st.layout().group_size() == dp_->size() && st.options().group_rank == dp_->rank(),
+                 "stage {}'s optimizer state is sliced over {} ranks as rank {}, but its dp "
+                 "group has {} ranks and this is rank {}; build the model with "
+                 "ModelOptions::group_size = {} and store.group_rank = the dp rank",
+                 stage, st.layout().group_size(), st.options().group_rank, dp_->size(), dp_->rank(),
+                 dp_->size());
+  }
+}
+
+void PipelineEngine::sum_tied_gradient() {
+  // wte and lm_head.weight both become the sum of the two gradients (a + b = b + a: the same
+  // bits on both copies, wherever they live).
+  if (wte_id_ >= 0 && head_id_ >= 0) {
+    const Tensor a = models_[wte_chunk_]->store().tensor(ChunkKind::GRAD, wte_id_);
+    const Tensor b = models_[head_chunk_]->store().tensor(ChunkKind::GRAD, head_id_);
+    float* pa = a.f32();
+    float* pb = b.f32();
+    for (int64_t j = 0; j < a.numel(); ++j) pa[j] = pb[j] = pa[j] + pb[j];
+  } else if (tied_) {
+    const Tensor g = wte_id_ >= 0 ? models_[wte_chunk_]->store().tensor(ChunkKind::GRAD, wte_id_)
+                                  : models_[head_chunk_]->store().tensor(ChunkKind::GRAD, head_id_);
+    tied_->all_reduce(g, ReduceOp::Sum);
+  }
 }
 
 void PipelineEngine::check_dp_group() {
@@ -427,47 +477,51 @@ StepStats PipelineEngine::step(int64_t step, uint64_t seed, const BatchFn& batch
   }
   const auto t_comm = Clock::now();
   StepStats st;
-  // Data parallelism: every chunk's gradients are complete (the last W is done): average them
-  // over the stage's replicas while the last sends finish.
+  // Data parallelism: every chunk's gradients are complete (the last W is done). ZeRO stage 0
+  // averages them over the stage's replicas while the last sends finish, then sums the tied
+  // copies; ZeRO-1 sums the tied copies first (whole gradients), then reduce-scatters each
+  // chunk in place (average) so each replica holds the owned slice its AdamW updates.
   const uint64_t dp_sent = dp_->counters().bytes_sent;
   std::vector<Transfer> reductions;
-  if (dp_->size() > 1)
-    for (GPT* m : models_)
-      for (int c = 0; c < m->store().layout().num_chunks(); ++c) {
-        Transfer t{nullptr, AsyncTrace::start(tracer, "all-reduce grads", {{"chunk", c}}), -1};
-        t.work = dp_->all_reduce_async(m->store().chunk(ChunkKind::GRAD, c), ReduceOp::Avg);
+  auto start_reductions = [&] {
+    if (dp_->size() == 1) return;
+    for (GPT* m : models_) {
+      const ChunkStore& store = m->store();
+      for (int c = 0; c < store.layout().num_chunks(); ++c) {
+        const Tensor whole = store.chunk(ChunkKind::GRAD, c);
+        Transfer t{nullptr,
+                   AsyncTrace::start(tracer, zero1_ ? "reduce-scatter grads" : "all-reduce grads",
+                                     {{"chunk", c}}),
+                   -1};
+        t.work = zero1_ ? dp_->reduce_scatter_async(whole, store.slice(ChunkKind::GRAD, c),
+                                                    ReduceOp::Avg)
+                        : dp_->all_reduce_async(whole, ReduceOp::Avg);
         reductions.push_back(std::move(t));
       }
+    }
+  };
+  if (!zero1_) start_reductions();
   {
     const TraceSpan span(tracer, "finish gradients", "comm");
     for (Slot& s : slots_) {
       for (Transfer& t : s.sends) t.wait();
       s.sends.clear();
     }
+    if (zero1_) {
+      sum_tied_gradient();
+      start_reductions();
+    }
     for (Transfer& t : reductions) {
       if (!t.work->is_completed()) {
-        const TraceSpan wait(tracer, "wait all-reduce", "comm");
+        const TraceSpan wait(tracer, zero1_ ? "wait reduce-scatter" : "wait all-reduce", "comm");
         t.work->wait();
       }
       t.wait();
     }
     st.grad_reductions = static_cast<int>(reductions.size());
-    st.bytes_sent = dp_->counters().bytes_sent - dp_sent;
-    // The tied embedding: wte and lm_head.weight both become the sum of the two gradients
-    // (a + b = b + a: the same bits on both copies, wherever they live).
-    if (wte_id_ >= 0 && head_id_ >= 0) {
-      const Tensor a = models_[wte_chunk_]->store().tensor(ChunkKind::GRAD, wte_id_);
-      const Tensor b = models_[head_chunk_]->store().tensor(ChunkKind::GRAD, head_id_);
-      float* pa = a.f32();
-      float* pb = b.f32();
-      for (int64_t j = 0; j < a.numel(); ++j) pa[j] = pb[j] = pa[j] + pb[j];
-    } else if (tied_) {
-      const Tensor g = wte_id_ >= 0
-                           ? models_[wte_chunk_]->store().tensor(ChunkKind::GRAD, wte_id_)
-                           : models_[head_chunk_]->store().tensor(ChunkKind::GRAD, head_id_);
-      tied_->all_reduce(g, ReduceOp::Sum);
-    }
+    if (!zero1_) sum_tied_gradient();
   }
+  uint64_t dp_bytes = dp_->counters().bytes_sent - dp_sent;  // not the norm's few bytes
   st.comm_seconds = std::chrono::duration<double>(Clock::now() - t_comm).count();
 
   if (gradient_hook_) gradient_hook_(step, models_);
@@ -475,12 +529,29 @@ StepStats PipelineEngine::step(int64_t step, uint64_t seed, const BatchFn& batch
   std::optional<TraceSpan> norm_span;
   norm_span.emplace(tracer, "grad norm", "optimizer");
   std::vector<double> norms2(model_tensors_, 0.0), all_norms2;
-  for (int c = 0; c < chunks_; ++c)
+  for (int c = 0; c < chunks_; ++c) {
+    const ChunkStore& store = models_[c]->store();
+    const ChunkLayout& lay = store.layout();
     for (int id = 0; id < static_cast<int>(norm_index_[c].size()); ++id) {
       if (norm_index_[c][id] < 0) continue;
-      const Tensor g = models_[c]->store().tensor(ChunkKind::GRAD, id);
-      norms2[norm_index_[c][id]] = grad_norm_squared(g.data, g.dtype, g.numel());
+      if (!zero1_) {
+        const Tensor g = store.tensor(ChunkKind::GRAD, id);
+        norms2[norm_index_[c][id]] = grad_norm_squared(g.data, g.dtype, g.numel());
+        continue;
+      }
+      // ZeRO-1: the part of the tensor inside this replica's (reduced) slice of its chunk.
+      const TensorSlot& slot = lay.slot(id);
+      const int64_t lo = dp_->rank() * lay.slice_elems(slot.chunk),
+                    hi = lo + lay.slice_elems(slot.chunk);
+      const int64_t b = std::max(slot.offset, lo), e = std::min(slot.offset + slot.numel, hi);
+      if (b < e)
+        norms2[norm_index_[c][id]] = grad_norm_squared(
+            store.chunk(ChunkKind::GRAD, slot.chunk).f32() + b, DType::F32, e - b);
     }
+  }
+  // ZeRO-1: a tensor's sum is split over the replicas: add the parts in dp rank order (the
+  // same bits on every replica), then over the pipeline as without ZeRO.
+  if (zero1_) norms2 = sum_over_dp(*dp_, norms2);
   const WorkPtr norm_work = gather_norms(*pp_, norms2, all_norms2);
   // If anything below throws, the gather must not go on writing into freed vectors.
   struct WaitOnUnwind {
@@ -530,6 +601,23 @@ StepStats PipelineEngine::step(int64_t step, uint64_t seed, const BatchFn& batch
     st.lr = plan.lr;
     st.skipped = plan.skip;
   }
+
+  // ZeRO-1: each replica updated its own slice of every chunk; gather the whole parameters.
+  if (zero1_ && dp_->size() > 1 && !st.skipped) {
+    const TraceSpan span(tracer, "gather params", "comm");
+    const uint64_t before = dp_->counters().bytes_sent;
+    std::vector<WorkPtr> gathers;
+    for (GPT* m : models_) {
+      const ChunkStore& store = m->store();
+      for (int c = 0; c < store.layout().num_chunks(); ++c)
+        gathers.push_back(dp_->all_gather_async(store.slice(ChunkKind::PARAM, c),
+                                                store.chunk(ChunkKind::PARAM, c)));
+    }
+    for (WorkPtr& w : gathers) w->wait();
+    st.param_gathers = static_cast<int>(gathers.size());
+    dp_bytes += dp_->counters().bytes_sent - before;
+  }
+  st.bytes_sent = dp_bytes;
 
   // The loss lives with the last virtual stage.
   double loss = loss_sum / M;

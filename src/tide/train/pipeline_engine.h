@@ -76,7 +76,10 @@ class PipelineEngine {
   // `dp`: this stage's data-parallel group (the same stage of the other pipeline replicas, e.g.
   // Topology's dp group; nullptr or size 1: none). Each replica runs the schedule's micro-batches
   // of its own, and every stage's gradients are averaged over `dp` before the norm (ZeRO stage
-  // 0: every replica keeps and updates the whole stage).
+  // 0: every replica keeps and updates the whole stage). ZeRO-1 when the models' stores slice
+  // the optimizer state over dp (ModelOptions group_size = dp size, store.group_rank = dp
+  // rank, store.sliced_kinds = zero_sliced_kinds(1)): the gradients are reduce-scattered,
+  // each replica updates its slice, and the parameters are all-gathered after the update.
   PipelineEngine(std::vector<GPT*> models, std::shared_ptr<ProcessGroup> pipeline,
                  pipeline::Schedule schedule, int B, int T, OptimizerSettings optimizer,
                  std::shared_ptr<ProcessGroup> dp = nullptr);
@@ -123,6 +126,8 @@ class PipelineEngine {
   // The slot running (mb, chunk) (take: a free one of that chunk's).
   Slot& slot_of(int mb, int chunk, bool take);
   void wait_recv(Slot& s);
+  // Sums wte's and lm_head.weight's gradients into both copies.
+  void sum_tied_gradient();
   // Collective over dp: every member holds the same stage, schedule size and shapes.
   void check_dp_group();
   // While the stage idles until `until` completes: copy pieces of the optimizer snapshot.
@@ -140,6 +145,7 @@ class PipelineEngine {
   std::shared_ptr<ProcessGroup> pp_;
   std::shared_ptr<ProcessGroup> tied_;  // the embedding's and the head's ranks, when they differ
   std::shared_ptr<ProcessGroup> dp_;    // the stage's data-parallel group (size 1: none)
+  bool zero1_ = false;  // ZeRO-1 over dp_: the stores slice MASTER, ADAM_M and ADAM_V
   pipeline::Schedule schedule_;
   OptimizerSettings opt_;
   int B_, T_;
