@@ -71,7 +71,7 @@ void fill(int g, int32_t* inputs, int32_t* targets) {
 struct ReplicaRun {
   std::vector<float> losses, norms;
   std::map<std::string, std::vector<float>> params;  // by name
-  std::vector<int> reductions, gathers;
+  std::vector<int> reductions, gathers, rollbacks;
   std::vector<uint64_t> bytes;
 };
 
@@ -99,8 +99,10 @@ ReplicaRun single_rank(int global_mbs) {
   return r;
 }
 
-// `zero_stage` 0 or 1 (the optimizer state sliced over the dp group).
-ReplicaRun pipelined(const Topology& topo, const pipeline::Schedule& schedule, int zero_stage = 0) {
+// `zero_stage` 0 or 1 (the optimizer state sliced over the dp group); `grad_clip` < 0: the
+// default's.
+ReplicaRun pipelined(const Topology& topo, const pipeline::Schedule& schedule, int zero_stage = 0,
+                     float grad_clip = -1, bool post_validate = true) {
   ModelOptions o;
   o.pp = kPP;
   o.stage = topo.coord().pp;
@@ -111,8 +113,11 @@ ReplicaRun pipelined(const Topology& topo, const pipeline::Schedule& schedule, i
   }
   GPT gpt(config(), ActivationPolicy::SAVE_ALL, o);
   gpt.init_weights(kInitSeed);
-  PipelineEngine engine(gpt, topo.group_ptr(MeshAxis::PP), schedule, kB, kT, optimizer(),
+  OptimizerSettings opt = optimizer();
+  if (grad_clip >= 0) opt.grad_clip = grad_clip;
+  PipelineEngine engine(gpt, topo.group_ptr(MeshAxis::PP), schedule, kB, kT, opt,
                         topo.group_ptr(MeshAxis::DP));
+  engine.set_post_validation(post_validate);
   const int dp = topo.shape().dp, d = topo.coord().dp;
   ReplicaRun r;
   for (int64_t s = 0; s < kSteps; ++s) {
@@ -125,6 +130,7 @@ ReplicaRun pipelined(const Topology& topo, const pipeline::Schedule& schedule, i
     r.norms.push_back(static_cast<float>(st.grad_norm));
     r.reductions.push_back(st.grad_reductions);
     r.gathers.push_back(st.param_gathers);
+    r.rollbacks.push_back(st.rollbacks);
     r.bytes.push_back(st.bytes_sent);
   }
   record_params(gpt, r);
@@ -241,6 +247,26 @@ TEST(PipelineDataParallel, ZeroOneMatchesTheSingleRankRun) {
   for (int s = 0; s < kSteps; ++s) {
     EXPECT_EQ(z1.reductions[s], stage.store().layout().num_chunks()) << "step " << s;
     EXPECT_EQ(z1.gathers[s], stage.store().layout().num_chunks()) << "step " << s;
+  }
+}
+
+// Post-validation over sliced optimizer state: clipping active on every step, so every step
+// rolls back the replica's slices and redoes; bitwise the synchronous update's.
+TEST(PipelineDataParallel, ZeroOnePostValidationIsTheSynchronousUpdate) {
+  std::shared_ptr<ProcessGroup> world = mpi_test::world_ptr();
+  if (world->size() % kPP != 0 || world->size() < 2 * kPP) GTEST_SKIP() << "needs dp >= 2";
+  omp_set_num_threads(1);
+  const Topology topo(world, MeshShape{.tp = 1, .dp = world->size() / kPP, .pp = kPP});
+  const pipeline::Schedule s = pipeline::zb_h1(kPP, 2 * kPP);
+  const ReplicaRun post = pipelined(topo, s, 1, 1e-3f, true);
+  const ReplicaRun sync = pipelined(topo, s, 1, 1e-3f, false);
+  EXPECT_TRUE(same_bits(post.losses, sync.losses));
+  EXPECT_TRUE(same_bits(post.norms, sync.norms));
+  for (const auto& [tensor, v] : post.params)
+    EXPECT_TRUE(same_bits(v, sync.params.at(tensor))) << tensor;
+  for (int i = 0; i < kSteps; ++i) {
+    EXPECT_EQ(post.rollbacks[i], 1) << "step " << i << ", norm " << post.norms[i];
+    EXPECT_EQ(sync.rollbacks[i], 0) << "step " << i;
   }
 }
 
