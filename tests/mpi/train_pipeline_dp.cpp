@@ -8,6 +8,9 @@
 //   * ZB-H1 and 1F1B stay bitwise equal to each other under dp, and the dp replicas of a stage
 //     hold bitwise the same parameters.
 //   * One gradient all-reduce per chunk per step, and its bytes, counted in StepStats.
+//   * ZeRO-1 (optimizer state sliced over dp): the same single-rank equivalence; with clipping
+//     on every step, post-validation (rolling back the slices) is the synchronous update's bits.
+//   * A dp group mixing stages, and ZeRO-2 under pp, are clear errors.
 // Runs on even world sizes (np 2 is dp = 1, np 4 the 2 x 2 case, np 8 2 x 4).
 #include <gtest/gtest.h>
 #include <omp.h>

@@ -48,9 +48,9 @@
 // norm's blocking differ (float rounding).
 //
 // Data parallelism inside a stage (pp x dp): each stage's gradients are averaged over its dp
-// group (the same stage of every pipeline replica) before the norm, ZeRO stage 0.
+// group (the same stage of every pipeline replica) before the norm, ZeRO stage 0 or 1.
 //
-// Not yet: tensor parallelism inside a stage, ZeRO stages 1-3 under pp.
+// Not yet: tensor parallelism inside a stage, ZeRO stages 2-3 under pp.
 
 #include <functional>
 #include <memory>
