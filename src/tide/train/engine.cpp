@@ -63,18 +63,36 @@ class Engine::GradReduction : public PlacementPolicy {
   ProcessGroup& dp_;
 };
 
+UpdatePlan plan_update(const OptimizerSettings& opt, int64_t step, double grad_norm) {
+  UpdatePlan plan;
+  plan.lr = static_cast<float>(lr_at(step, opt.lr));
+  if (!std::isfinite(grad_norm)) {
+    TIDE_CHECK(opt.skip_non_finite,
+               "the gradient norm at step {} is not finite (NaN/Inf); lower the learning rate, "
+               "enable gradient_clipping, or skip such steps (skip_non_finite)",
+               step + 1);
+    plan.skip = true;
+    return plan;
+  }
+  plan.clip = opt.grad_clip > 0 ? clip_coefficient(grad_norm, opt.grad_clip) : 1.0f;
+  return plan;
+}
+
+void run_update(std::span<ChunkStore* const> stores, const OptimizerSettings& opt, int64_t step,
+                const UpdatePlan& plan, Tracer* tracer, const char* what) {
+  if (plan.skip) return;
+  AdamWHyper h = opt.adamw;
+  h.lr = plan.lr;
+  const TraceSpan span(tracer, what, "optimizer");
+  for (ChunkStore* s : stores) adamw_step(*s, h, AdamWStep{step + 1, plan.clip});
+}
+
 void apply_update(std::span<ChunkStore* const> stores, const OptimizerSettings& opt, int64_t step,
                   StepStats& st, Tracer* tracer) {
-  TIDE_CHECK(std::isfinite(st.grad_norm),
-             "the gradient norm at step {} is not finite (NaN/Inf); lower the learning rate or "
-             "enable gradient_clipping",
-             step + 1);
-  const float clip = opt.grad_clip > 0 ? clip_coefficient(st.grad_norm, opt.grad_clip) : 1.0f;
-  st.lr = static_cast<float>(lr_at(step, opt.lr));
-  AdamWHyper h = opt.adamw;
-  h.lr = st.lr;
-  const TraceSpan span(tracer, "optimizer", "optimizer");
-  for (ChunkStore* s : stores) adamw_step(*s, h, AdamWStep{step + 1, clip});
+  const UpdatePlan plan = plan_update(opt, step, st.grad_norm);
+  st.lr = plan.lr;
+  st.skipped = plan.skip;
+  run_update(stores, opt, step, plan, tracer);
 }
 
 namespace {

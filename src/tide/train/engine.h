@@ -40,6 +40,11 @@ struct OptimizerSettings {
   AdamWHyper adamw;        // lr is replaced by the schedule's value each step
   LrSchedule lr;           // DeepSpeed's WarmupLR, WarmupDecayLR, WarmupCosineLR or constant
   float grad_clip = 1.0f;  // global-norm clipping; 0: off
+  // A step whose global gradient norm is NaN/Inf: false, a clear error (the default); true,
+  // the step is skipped (no parameter or Adam state changes; StepStats::skipped), as mixed-
+  // precision trainers do on overflow. Adam's bias-correction step t and the learning rate
+  // follow the step index either way, so a skipped step still counts in t.
+  bool skip_non_finite = false;
 };
 
 struct StepStats {
@@ -59,11 +64,31 @@ struct StepStats {
   uint64_t bytes_sent = 0;
   // ZeRO-3: most parameter elements gathered at once during the step.
   int64_t peak_gathered_param_elems = 0;
+  // The gradient norm was not finite and OptimizerSettings::skip_non_finite skipped the update.
+  bool skipped = false;
+  // Optimizer post-validation (PipelineEngine): 1 when the optimistic update was rolled back
+  // (clipping was active, or the step was skipped), else 0.
+  int rollbacks = 0;
 };
 
-// The update that ends a step, once `st.grad_norm` holds the global gradient norm: checks it
-// is finite (a clear error otherwise), sets `st.lr` from the schedule, and runs AdamW with
-// clipping over each store (traced as "optimizer"). Shared by Engine and PipelineEngine.
+// What the update of step `step` (0-based) does, decided from the global gradient norm alone:
+// a non-finite norm is a clear error, or a skip with OptimizerSettings::skip_non_finite;
+// otherwise AdamW at the schedule's lr with the clip coefficient (1 when clipping is off or
+// inactive). The one decision of the synchronous and the post-validated updates.
+struct UpdatePlan {
+  bool skip = false;
+  float lr = 0;
+  float clip = 1.0f;  // AdamWStep::grad_scale
+};
+UpdatePlan plan_update(const OptimizerSettings& opt, int64_t step, double grad_norm);
+// AdamW over each store as `plan` says (nothing when it skips), traced as `what`
+// (category "optimizer").
+void run_update(std::span<ChunkStore* const> stores, const OptimizerSettings& opt, int64_t step,
+                const UpdatePlan& plan, Tracer* tracer, const char* what = "optimizer");
+
+// The update that ends a step, once `st.grad_norm` holds the global gradient norm:
+// plan_update, then run_update; sets `st.lr` and `st.skipped`. Shared by Engine and
+// PipelineEngine.
 void apply_update(std::span<ChunkStore* const> stores, const OptimizerSettings& opt, int64_t step,
                   StepStats& st, Tracer* tracer);
 

@@ -4,8 +4,10 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <exception>
 #include <optional>
 
+#include "tide/comm/local_process_group.h"
 #include "tide/optim/grad_norm.h"
 #include "tide/train/optimizer_step.h"
 
@@ -82,20 +84,36 @@ std::pair<std::vector<int>, int> peaks(const pipeline::Schedule& s, int stage,
 
 // The squared gradient norm of the whole model from per-tensor sums: `mine[g]` is this rank's
 // sum of squares of whole-model tensor g (0 for tensors it does not hold). The ranks' vectors
-// are gathered and added in whole-model tensor order, so the result does not depend on which
+// are gathered (asynchronously: `all` is filled when the returned work completes) and added
+// in whole-model tensor order by sum_in_model_order, so the result does not depend on which
 // stage holds which tensor (every placement and schedule gives the same bits).
-double sum_in_model_order(ProcessGroup& group, std::vector<double> mine) {
+WorkPtr gather_norms(ProcessGroup& group, std::vector<double>& mine, std::vector<double>& all) {
   const int64_t G = static_cast<int64_t>(mine.size()), p = group.size();
-  std::vector<double> all(static_cast<size_t>(G * p));
+  all.assign(static_cast<size_t>(G * p), 0.0);
   // Doubles travel as pairs of int32 (the groups reduce f32; this is only a gather).
-  group.all_gather(Tensor(mine.data(), Shape{2 * G}, DType::I32),
-                   Tensor(all.data(), Shape{2 * G * p}, DType::I32));
+  return group.all_gather_async(Tensor(mine.data(), Shape{2 * G}, DType::I32),
+                                Tensor(all.data(), Shape{2 * G * p}, DType::I32));
+}
+double sum_in_model_order(const std::vector<double>& all, int64_t G) {
+  const int64_t p = static_cast<int64_t>(all.size()) / G;
   double sum = 0;
   for (int64_t g = 0; g < G; ++g) {
     double t = 0;  // one rank holds tensor g, the others add exact zeros
     for (int64_t r = 0; r < p; ++r) t += all[r * G + g];
     sum += t;
   }
+  return sum;
+}
+
+// Per-tensor partial sums of squares over the dp group: gathered and added in rank order.
+std::vector<double> sum_over_dp(ProcessGroup& dp, const std::vector<double>& mine) {
+  const int64_t G = static_cast<int64_t>(mine.size()), n = dp.size();
+  std::vector<double> in = mine, all(static_cast<size_t>(G * n));
+  dp.all_gather(Tensor(in.data(), Shape{2 * G}, DType::I32),
+                Tensor(all.data(), Shape{2 * G * n}, DType::I32));
+  std::vector<double> sum(static_cast<size_t>(G), 0.0);
+  for (int64_t g = 0; g < G; ++g)
+    for (int64_t r = 0; r < n; ++r) sum[g] += all[r * G + g];
   return sum;
 }
 
@@ -108,9 +126,10 @@ void copy(Tensor dst, const Tensor& src) {
 
 PipelineEngine::PipelineEngine(std::vector<GPT*> models, std::shared_ptr<ProcessGroup> pipeline,
                                pipeline::Schedule schedule, int B, int T,
-                               OptimizerSettings optimizer)
+                               OptimizerSettings optimizer, std::shared_ptr<ProcessGroup> dp)
     : models_(std::move(models)),
       pp_(std::move(pipeline)),
+      dp_(dp ? std::move(dp) : std::make_shared<LocalProcessGroup>()),
       schedule_(std::move(schedule)),
       opt_(optimizer),
       B_(B),
@@ -182,6 +201,66 @@ PipelineEngine::PipelineEngine(std::vector<GPT*> models, std::shared_ptr<Process
   // a group of the two (collective over the pipeline group: every rank takes part).
   const int emb_rank = schedule_.locate(0).first, head_rank = schedule_.locate(V - 1).first;
   if (V > 1 && emb_rank != head_rank) tied_ = pp_->new_group({emb_rank, head_rank});
+  check_dp_group();
+  // ZeRO-1 when the stores slice the optimizer state (zero_sliced_kinds(1)) over dp.
+  const ChunkStore& first = models_[0]->store();
+  zero1_ = dp_->size() > 1 && first.sliced(ChunkKind::MASTER);
+  for (GPT* m : models_) {
+    const ChunkStore& st = m->store();
+    TIDE_CHECK(!st.sliced(ChunkKind::GRAD) && !st.sliced(ChunkKind::PARAM),
+               "ZeRO stages 2-3 (sliced gradients or parameters) are not supported under "
+               "pipeline parallelism yet; use zero stage 0 or 1");
+    TIDE_CHECK(st.sliced(ChunkKind::MASTER) == first.sliced(ChunkKind::MASTER) &&
+                   st.sliced(ChunkKind::ADAM_M) == st.sliced(ChunkKind::MASTER) &&
+                   st.sliced(ChunkKind::ADAM_V) == st.sliced(ChunkKind::MASTER),
+               "the chunks of stage {} slice the optimizer state differently; build every "
+               "chunk's model with the same ZeRO stage",
+               stage);
+    if (st.sliced(ChunkKind::MASTER))
+      TIDE_CHECK(st.layout().group_size() == dp_->size() && st.options().group_rank == dp_->rank(),
+                 "stage {}'s optimizer state is sliced over {} ranks as rank {}, but its dp "
+                 "group has {} ranks and this is rank {}; build the model with "
+                 "ModelOptions::group_size = {} and store.group_rank = the dp rank",
+                 stage, st.layout().group_size(), st.options().group_rank, dp_->size(), dp_->rank(),
+                 dp_->size());
+  }
+}
+
+void PipelineEngine::sum_tied_gradient() {
+  // wte and lm_head.weight both become the sum of the two gradients (a + b = b + a: the same
+  // bits on both copies, wherever they live).
+  if (wte_id_ >= 0 && head_id_ >= 0) {
+    const Tensor a = models_[wte_chunk_]->store().tensor(ChunkKind::GRAD, wte_id_);
+    const Tensor b = models_[head_chunk_]->store().tensor(ChunkKind::GRAD, head_id_);
+    float* pa = a.f32();
+    float* pb = b.f32();
+    for (int64_t j = 0; j < a.numel(); ++j) pa[j] = pb[j] = pa[j] + pb[j];
+  } else if (tied_) {
+    const Tensor g = wte_id_ >= 0 ? models_[wte_chunk_]->store().tensor(ChunkKind::GRAD, wte_id_)
+                                  : models_[head_chunk_]->store().tensor(ChunkKind::GRAD, head_id_);
+    tied_->all_reduce(g, ReduceOp::Sum);
+  }
+}
+
+void PipelineEngine::check_dp_group() {
+  if (dp_->size() == 1) return;
+  // Every replica of this stage must hold the same stage of the same pipeline: gathered over
+  // the dp group (collective), so that every member reaches the same verdict.
+  std::vector<int32_t> mine = {pp_->rank(), pp_->size(), schedule_.microbatches, chunks_, B_, T_};
+  const int64_t K = static_cast<int64_t>(mine.size());
+  std::vector<int32_t> all(static_cast<size_t>(K * dp_->size()));
+  dp_->all_gather(Tensor(mine.data(), Shape{K}, DType::I32),
+                  Tensor(all.data(), Shape{K * dp_->size()}, DType::I32));
+  for (int r = 0; r < dp_->size(); ++r) {
+    const int32_t* o = &all[static_cast<size_t>(r * K)];
+    TIDE_CHECK(std::equal(mine.begin(), mine.end(), o),
+               "data-parallel rank {} runs stage {} of {} ({} micro-batches, {} chunks, B={}, "
+               "T={}) but dp rank {} runs stage {} of {} ({} micro-batches, {} chunks, B={}, "
+               "T={}); the dp group must hold the same stage of every pipeline replica (with a "
+               "Topology: group_ptr(MeshAxis::DP)), and the replicas the same schedule and shapes",
+               dp_->rank(), mine[0], mine[1], mine[2], mine[3], mine[4], mine[5], r, o[0], o[1],
+               o[2], o[3], o[4], o[5]);
+  }
 }
 
 PipelineEngine::~PipelineEngine() {
@@ -217,11 +296,22 @@ void PipelineEngine::wait_recv(Slot& s) {
   if (!s.recv) return;
   if (!s.recv.work->is_completed()) {  // the stage idles: a bubble, in the trace
     const TraceSpan span(tracer_, "wait recv", "comm", {{"mb", s.mb}});
+    fill_bubble(*s.recv.work);
     s.recv.wait();
   } else {
     s.recv.wait();
   }
   s.recv = Transfer{};
+}
+
+void PipelineEngine::fill_bubble(Work& until) {
+  // Pieces small enough that the message is noticed soon after it arrives (256 KiB: tens of
+  // microseconds of memcpy), and each poll also lets MPI progress.
+  constexpr size_t kPiece = size_t{256} << 10;
+  if (!post_validate_ || snapshot_.pending_bytes() == 0) return;
+  const TraceSpan span(tracer_, "save optimizer state", "optimizer", {{"bubble", 1}});
+  while (!until.is_completed() && snapshot_.save_some(kPiece)) {
+  }
 }
 
 void PipelineEngine::post_next_act(int done, const std::vector<int>& first) {
@@ -291,6 +381,11 @@ StepStats PipelineEngine::step(int64_t step, uint64_t seed, const BatchFn& batch
   std::vector<int> first(sp.size());
   for (size_t j = 0; j < sp.size(); ++j) first[j] = sp[j].first;
   for (GPT* m : models_) m->store().zero(ChunkKind::GRAD);
+  std::vector<ChunkStore*> stores;
+  for (GPT* m : models_) stores.push_back(&m->store());
+  // Post-validation's copy of the optimizer state: taken in this step's bubbles, finished
+  // before the optimistic update (the state does not change until then).
+  if (post_validate_) snapshot_.begin(stores);
   next_f_ = 0;
   act_posted_.assign(static_cast<size_t>(M) * chunks_, false);
   grad_posted_.assign(static_cast<size_t>(M) * chunks_, false);
@@ -329,7 +424,8 @@ StepStats PipelineEngine::step(int64_t step, uint64_t seed, const BatchFn& batch
         mb.seed = seed;
         mb.step = static_cast<uint64_t>(step);
         mb.index = a.mb;
-        mb.seq0 = static_cast<uint64_t>(a.mb) * B_;  // the single-rank run's numbering
+        // The single-rank run's numbering: micro-batch mb of every replica, then the replica.
+        mb.seq0 = (static_cast<uint64_t>(a.mb) * dp_->size() + dp_->rank()) * B_;
         mb.dloss = 1.0f / static_cast<float>(M);
         mb.tracer = tracer;
         if (v > 0 && act_from_[k] < 0) {  // the previous virtual stage is on this rank
@@ -381,43 +477,147 @@ StepStats PipelineEngine::step(int64_t step, uint64_t seed, const BatchFn& batch
   }
   const auto t_comm = Clock::now();
   StepStats st;
+  // Data parallelism: every chunk's gradients are complete (the last W is done). ZeRO stage 0
+  // averages them over the stage's replicas while the last sends finish, then sums the tied
+  // copies; ZeRO-1 sums the tied copies first (whole gradients), then reduce-scatters each
+  // chunk in place (average) so each replica holds the owned slice its AdamW updates.
+  const uint64_t dp_sent = dp_->counters().bytes_sent;
+  std::vector<Transfer> reductions;
+  auto start_reductions = [&] {
+    if (dp_->size() == 1) return;
+    for (GPT* m : models_) {
+      const ChunkStore& store = m->store();
+      for (int c = 0; c < store.layout().num_chunks(); ++c) {
+        const Tensor whole = store.chunk(ChunkKind::GRAD, c);
+        Transfer t{nullptr,
+                   AsyncTrace::start(tracer, zero1_ ? "reduce-scatter grads" : "all-reduce grads",
+                                     {{"chunk", c}}),
+                   -1};
+        t.work = zero1_ ? dp_->reduce_scatter_async(whole, store.slice(ChunkKind::GRAD, c),
+                                                    ReduceOp::Avg)
+                        : dp_->all_reduce_async(whole, ReduceOp::Avg);
+        reductions.push_back(std::move(t));
+      }
+    }
+  };
+  if (!zero1_) start_reductions();
   {
     const TraceSpan span(tracer, "finish gradients", "comm");
     for (Slot& s : slots_) {
       for (Transfer& t : s.sends) t.wait();
       s.sends.clear();
     }
-    // The tied embedding: wte and lm_head.weight both become the sum of the two gradients
-    // (a + b = b + a: the same bits on both copies, wherever they live).
-    if (wte_id_ >= 0 && head_id_ >= 0) {
-      const Tensor a = models_[wte_chunk_]->store().tensor(ChunkKind::GRAD, wte_id_);
-      const Tensor b = models_[head_chunk_]->store().tensor(ChunkKind::GRAD, head_id_);
-      float* pa = a.f32();
-      float* pb = b.f32();
-      for (int64_t j = 0; j < a.numel(); ++j) pa[j] = pb[j] = pa[j] + pb[j];
-    } else if (tied_) {
-      const Tensor g = wte_id_ >= 0
-                           ? models_[wte_chunk_]->store().tensor(ChunkKind::GRAD, wte_id_)
-                           : models_[head_chunk_]->store().tensor(ChunkKind::GRAD, head_id_);
-      tied_->all_reduce(g, ReduceOp::Sum);
+    if (zero1_) {
+      sum_tied_gradient();
+      start_reductions();
     }
+    for (Transfer& t : reductions) {
+      if (!t.work->is_completed()) {
+        const TraceSpan wait(tracer, zero1_ ? "wait reduce-scatter" : "wait all-reduce", "comm");
+        t.work->wait();
+      }
+      t.wait();
+    }
+    st.grad_reductions = static_cast<int>(reductions.size());
+    if (!zero1_) sum_tied_gradient();
   }
+  uint64_t dp_bytes = dp_->counters().bytes_sent - dp_sent;  // not the norm's few bytes
   st.comm_seconds = std::chrono::duration<double>(Clock::now() - t_comm).count();
+
+  if (gradient_hook_) gradient_hook_(step, models_);
 
   std::optional<TraceSpan> norm_span;
   norm_span.emplace(tracer, "grad norm", "optimizer");
-  std::vector<double> norms2(model_tensors_, 0.0);
-  for (int c = 0; c < chunks_; ++c)
+  std::vector<double> norms2(model_tensors_, 0.0), all_norms2;
+  for (int c = 0; c < chunks_; ++c) {
+    const ChunkStore& store = models_[c]->store();
+    const ChunkLayout& lay = store.layout();
     for (int id = 0; id < static_cast<int>(norm_index_[c].size()); ++id) {
       if (norm_index_[c][id] < 0) continue;
-      const Tensor g = models_[c]->store().tensor(ChunkKind::GRAD, id);
-      norms2[norm_index_[c][id]] = grad_norm_squared(g.data, g.dtype, g.numel());
+      if (!zero1_) {
+        const Tensor g = store.tensor(ChunkKind::GRAD, id);
+        norms2[norm_index_[c][id]] = grad_norm_squared(g.data, g.dtype, g.numel());
+        continue;
+      }
+      // ZeRO-1: the part of the tensor inside this replica's (reduced) slice of its chunk.
+      const TensorSlot& slot = lay.slot(id);
+      const int64_t lo = dp_->rank() * lay.slice_elems(slot.chunk),
+                    hi = lo + lay.slice_elems(slot.chunk);
+      const int64_t b = std::max(slot.offset, lo), e = std::min(slot.offset + slot.numel, hi);
+      if (b < e)
+        norms2[norm_index_[c][id]] = grad_norm_squared(
+            store.chunk(ChunkKind::GRAD, slot.chunk).f32() + b, DType::F32, e - b);
     }
-  st.grad_norm = std::sqrt(sum_in_model_order(*pp_, std::move(norms2)));
-  norm_span.reset();
-  std::vector<ChunkStore*> stores;
-  for (GPT* m : models_) stores.push_back(&m->store());
-  apply_update(stores, opt_, step, st, tracer);
+  }
+  // ZeRO-1: a tensor's sum is split over the replicas: add the parts in dp rank order (the
+  // same bits on every replica), then over the pipeline as without ZeRO.
+  if (zero1_) norms2 = sum_over_dp(*dp_, norms2);
+  const WorkPtr norm_work = gather_norms(*pp_, norms2, all_norms2);
+  // If anything below throws, the gather must not go on writing into freed vectors.
+  struct WaitOnUnwind {
+    const WorkPtr& work;
+    ~WaitOnUnwind() {
+      if (std::uncaught_exceptions() == 0) return;
+      try {
+        work->wait();
+      } catch (...) {  // the exception in flight is the one to report
+      }
+    }
+  } wait_on_unwind{norm_work};
+  if (!post_validate_) {
+    norm_work->wait();
+    st.grad_norm = std::sqrt(sum_in_model_order(all_norms2, model_tensors_));
+    norm_span.reset();
+    apply_update(stores, opt_, step, st, tracer);
+  } else {
+    norm_span.reset();
+    // The update for a norm that needs no clipping: lr from the schedule, clip 1.
+    const UpdatePlan optimistic = plan_update(opt_, step, /*grad_norm=*/0.0);
+    if (snapshot_.pending_bytes() > 0) {  // what the bubbles did not copy
+      const TraceSpan span(tracer, "save optimizer state", "optimizer");
+      snapshot_.save_rest();
+    }
+    run_update(stores, opt_, step, optimistic, tracer, "optimizer (optimistic)");
+    {
+      const TraceSpan span(tracer, "wait grad norm", "optimizer");
+      norm_work->wait();
+    }
+    st.grad_norm = std::sqrt(sum_in_model_order(all_norms2, model_tensors_));
+    UpdatePlan plan;
+    try {
+      plan = plan_update(opt_, step, st.grad_norm);
+    } catch (...) {  // as the synchronous update: the error, with nothing changed
+      snapshot_.restore();
+      throw;
+    }
+    if (plan.skip || plan.clip != optimistic.clip) {
+      {
+        const TraceSpan span(tracer, "rollback", "optimizer");
+        snapshot_.restore();
+      }
+      st.rollbacks = 1;
+      run_update(stores, opt_, step, plan, tracer, "optimizer (redo)");
+    }
+    st.lr = plan.lr;
+    st.skipped = plan.skip;
+  }
+
+  // ZeRO-1: each replica updated its own slice of every chunk; gather the whole parameters.
+  if (zero1_ && dp_->size() > 1 && !st.skipped) {
+    const TraceSpan span(tracer, "gather params", "comm");
+    const uint64_t before = dp_->counters().bytes_sent;
+    std::vector<WorkPtr> gathers;
+    for (GPT* m : models_) {
+      const ChunkStore& store = m->store();
+      for (int c = 0; c < store.layout().num_chunks(); ++c)
+        gathers.push_back(dp_->all_gather_async(store.slice(ChunkKind::PARAM, c),
+                                                store.chunk(ChunkKind::PARAM, c)));
+    }
+    for (WorkPtr& w : gathers) w->wait();
+    st.param_gathers = static_cast<int>(gathers.size());
+    dp_bytes += dp_->counters().bytes_sent - before;
+  }
+  st.bytes_sent = dp_bytes;
 
   // The loss lives with the last virtual stage.
   double loss = loss_sum / M;
@@ -425,7 +625,6 @@ StepStats PipelineEngine::step(int64_t step, uint64_t seed, const BatchFn& batch
                  schedule_.locate(schedule_.virtual_stages() - 1).first);
   st.step = step + 1;
   st.loss = static_cast<float>(loss);
-  st.bytes_sent = 0;
   st.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   return st;
 }

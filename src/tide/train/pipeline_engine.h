@@ -29,6 +29,17 @@
 //               gradient norm is added up from per-tensor sums of squares in whole-model
 //               tensor order (the tied tensor counted once; the same bits whatever the
 //               placement), then clipping and AdamW on every chunk's parameters.
+//               With post-validation (the default; set_post_validation) the stage does not
+//               wait for that norm: it starts its reduction, saves what AdamW overwrites
+//               (optimizer_snapshot.h; most of the copy is taken earlier, in pieces, while
+//               the stage waits for a message), runs AdamW optimistically (no clipping, finite
+//               gradients), and then waits for the norm. When clipping is active (global
+//               norm > grad_clip) it restores the copy and redoes the step with the clip
+//               coefficient; when the norm is not finite it restores the copy and skips the
+//               step (OptimizerSettings::skip_non_finite) or throws as the synchronous
+//               update does. The decision is plan_update's in both paths, so the results
+//               are the synchronous step's bits (Zero Bubble PP, "Bypassing optimizer
+//               synchronizations").
 //
 // Every rank of the pipeline group gets the same StepStats: the loss is the last virtual
 // stage's, broadcast. The schedule order does not change any arithmetic (each parameter
@@ -36,9 +47,14 @@
 // bitwise alike; against the single-rank run only the tied gradient's sum order and the
 // norm's blocking differ (float rounding).
 //
-// Not yet: data or tensor parallelism inside a stage, optimizer post-validation, ZeRO.
+// Data parallelism inside a stage (pp x dp): each stage's gradients are averaged over its dp
+// group (the same stage of every pipeline replica) before the norm, ZeRO stage 0 or 1.
+//
+// Not yet: tensor parallelism inside a stage, ZeRO stages 2-3 under pp.
 
+#include <functional>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "tide/comm/process_group.h"
@@ -46,6 +62,7 @@
 #include "tide/pipeline/block_parts.h"
 #include "tide/pipeline/schedule.h"
 #include "tide/train/engine.h"
+#include "tide/train/optimizer_snapshot.h"
 
 namespace tide {
 
@@ -56,22 +73,44 @@ class PipelineEngine {
   // is (pipeline->size(), pipeline->rank()). `schedule`: a validated schedule for
   // pipeline->size() stages. Micro-batches are (B,T). Collective over `pipeline` (creates the
   // tied-embedding group when the embedding and the head live on different ranks).
+  // `dp`: this stage's data-parallel group (the same stage of the other pipeline replicas, e.g.
+  // Topology's dp group; nullptr or size 1: none). Each replica runs the schedule's micro-batches
+  // of its own, and every stage's gradients are averaged over `dp` before the norm (ZeRO stage
+  // 0: every replica keeps and updates the whole stage). ZeRO-1 when the models' stores slice
+  // the optimizer state over dp (ModelOptions group_size = dp size, store.group_rank = dp
+  // rank, store.sliced_kinds = zero_sliced_kinds(1)): the gradients are reduce-scattered,
+  // each replica updates its slice, and the parameters are all-gathered after the update.
   PipelineEngine(std::vector<GPT*> models, std::shared_ptr<ProcessGroup> pipeline,
-                 pipeline::Schedule schedule, int B, int T, OptimizerSettings optimizer);
+                 pipeline::Schedule schedule, int B, int T, OptimizerSettings optimizer,
+                 std::shared_ptr<ProcessGroup> dp = nullptr);
   PipelineEngine(GPT& model, std::shared_ptr<ProcessGroup> pipeline, pipeline::Schedule schedule,
-                 int B, int T, OptimizerSettings optimizer)
+                 int B, int T, OptimizerSettings optimizer,
+                 std::shared_ptr<ProcessGroup> dp = nullptr)
       : PipelineEngine(std::vector<GPT*>{&model}, std::move(pipeline), std::move(schedule), B, T,
-                       optimizer) {}
+                       optimizer, std::move(dp)) {}
   ~PipelineEngine();
 
   using BatchFn = Engine::BatchFn;
   // One optimizer step, `step` 0-based. `batch` is called for every F of every chunk on every
-  // stage (the first virtual stage uses the tokens, the last the targets). With a `tracer`,
+  // stage (the first virtual stage uses the tokens, the last the targets). With data
+  // parallelism `batch(mb)` is this replica's micro-batch mb, which is micro-batch
+  // mb * dp + dp_rank of the global batch (Engine's numbering: dropout follows it), and the
+  // StepStats loss is this replica's mean, as Engine's. With a `tracer`,
   // the step's actions (F/B/W, category "action"), block parts, transfers in flight ("send
   // act", "recv grad", ...), the waits where the stage idles ("wait recv", "wait send"), the
   // gradient finish and the optimizer are recorded there (trace.h); the results are the same
   // bits.
   StepStats step(int64_t step, uint64_t seed, const BatchFn& batch, Tracer* tracer = nullptr);
+
+  // Optimizer post-validation on (the default) or off (the synchronous update: wait for the
+  // global gradient norm, then AdamW once). Same results either way; on, the stage holds
+  // snapshot_bytes() more memory.
+  void set_post_validation(bool on) { post_validate_ = on; }
+  size_t snapshot_bytes() const { return snapshot_.bytes(); }
+  // Test hook: called on every rank each step once its gradients are complete (sends done, tied
+  // gradient summed), before the gradient norm; may change them (inject a NaN).
+  using GradientHook = std::function<void(int64_t step, std::span<GPT* const> models)>;
+  void set_gradient_hook(GradientHook hook) { gradient_hook_ = std::move(hook); }
 
   const pipeline::Schedule& schedule() const { return schedule_; }
   // Micro-batches this stage holds at once (all chunks), and W stashes (sized from the
@@ -87,6 +126,12 @@ class PipelineEngine {
   // The slot running (mb, chunk) (take: a free one of that chunk's).
   Slot& slot_of(int mb, int chunk, bool take);
   void wait_recv(Slot& s);
+  // Sums wte's and lm_head.weight's gradients into both copies.
+  void sum_tied_gradient();
+  // Collective over dp: every member holds the same stage, schedule size and shapes.
+  void check_dp_group();
+  // While the stage idles until `until` completes: copy pieces of the optimizer snapshot.
+  void fill_bubble(Work& until);
   void release(Slot& s);
   // Posts the receive of the next forward's activation if a slot can be taken for it now,
   // after action `done` (-1: before the first); `first`: each key's first action.
@@ -99,6 +144,8 @@ class PipelineEngine {
   std::vector<GPT*> models_;  // per chunk
   std::shared_ptr<ProcessGroup> pp_;
   std::shared_ptr<ProcessGroup> tied_;  // the embedding's and the head's ranks, when they differ
+  std::shared_ptr<ProcessGroup> dp_;    // the stage's data-parallel group (size 1: none)
+  bool zero1_ = false;  // ZeRO-1 over dp_: the stores slice MASTER, ADAM_M and ADAM_V
   pipeline::Schedule schedule_;
   OptimizerSettings opt_;
   int B_, T_;
@@ -123,6 +170,10 @@ class PipelineEngine {
   // This step: the next F (index into f_order_), and which receives are already posted.
   size_t next_f_ = 0;
   std::vector<bool> act_posted_, grad_posted_;
+  // The optimizer's tail.
+  bool post_validate_ = true;
+  OptimizerSnapshot snapshot_;  // what the optimistic AdamW overwrote
+  GradientHook gradient_hook_;
 };
 
 }  // namespace tide
