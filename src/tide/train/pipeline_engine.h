@@ -74,6 +74,25 @@ class PipelineEngine {
   StepStats step(int64_t step, uint64_t seed, const BatchFn& batch, Tracer* tracer = nullptr);
 
   const pipeline::Schedule& schedule() const { return schedule_; }
+  // Runs the following steps with `schedule` (e.g. the automatic schedule built from a measured
+  // step, pipeline_measure.h): the activation slots and W stashes are sized again from it.
+  // Between steps only; it must keep the stages, chunks per stage, placement and micro-batches
+  // (the models, the tied-embedding group and the batch are built for them): a clear error
+  // otherwise. Local: every rank must switch to the same schedule before the next step.
+  void reschedule(pipeline::Schedule schedule);
+
+  // Activation memory of the last step on this stage, measured from the runtime's arenas after
+  // every F, B and W (not derived from the schedule): `peak_bytes`, the high-water mark of the
+  // saved activations (MicroBatch::saved) of the micro-batches in flight (from the end of
+  // their F until their slot is released after the last B or W); `micro_batch_bytes`, M_B, the
+  // most one micro-batch's saved arena held after its F; `peak_stash_bytes`, the high-water
+  // mark of the W stash pool's bytes in use (what B leaves for a deferred W); and of both
+  // together. peak_bytes / micro_batch_bytes is the schedule's in-flight count (p for 1F1B and
+  // ZB-H1 at stage 0, 2p-1 for ZB-H2), measured.
+  struct ActivationMemory {
+    size_t peak_bytes = 0, micro_batch_bytes = 0, peak_stash_bytes = 0, peak_total_bytes = 0;
+  };
+  const ActivationMemory& activation_memory() const { return mem_; }
   // Micro-batches this stage holds at once (all chunks), and W stashes (sized from the
   // schedule).
   int micro_batch_slots() const { return static_cast<int>(mbs_.size()); }
@@ -88,6 +107,10 @@ class PipelineEngine {
   Slot& slot_of(int mb, int chunk, bool take);
   void wait_recv(Slot& s);
   void release(Slot& s);
+  // The slots and stashes for schedule_ (constructor and reschedule).
+  void plan();
+  // Updates mem_ from the arenas now.
+  void measure_memory();
   // Posts the receive of the next forward's activation if a slot can be taken for it now,
   // after action `done` (-1: before the first); `first`: each key's first action.
   void post_next_act(int done, const std::vector<int>& first);
@@ -123,6 +146,7 @@ class PipelineEngine {
   // This step: the next F (index into f_order_), and which receives are already posted.
   size_t next_f_ = 0;
   std::vector<bool> act_posted_, grad_posted_;
+  ActivationMemory mem_;  // the last step's
 };
 
 }  // namespace tide
