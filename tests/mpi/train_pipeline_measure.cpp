@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <cstring>
 #include <functional>
 #include <string>
@@ -83,9 +84,9 @@ bool same_on_all(ProcessGroup& world, double v) {
 
 // A trace made by hand, so the figures are known: stage r runs M F of 100 (r + 1) us and M
 // fused backwards of 300 us (B, then an empty W) whose block parts split 2:1 into input and
-// weight gradient; stage
-// r sends micro-batch j's activation at 10000 j + 1000 r us and stage r + 1 waits for it until
-// exactly 50 us later (its "wait recv" ends when the receive completes).
+// weight gradient; stage r sends micro-batch j's activation at 10000 j + 1000 r us and stage
+// r + 1 waits for it until exactly 50 us after both the send and its receive were posted (its
+// "wait recv" ends when the receive completes).
 TEST(PipelineMeasure, FiguresComeFromTheTrace) {
   ProcessGroup& world = mpi_test::world();
   const int p = world.size(), r = world.rank(), M = 2 * p;
@@ -100,10 +101,13 @@ TEST(PipelineMeasure, FiguresComeFromTheTrace) {
     t.add("backward", "compute", 0, at + 1000, 200, {{"block", 0}, {"mb", j}});
     t.add("weight", "compute", 0, at + 1200, 100, {{"block", 0}, {"mb", j}});
     if (r + 1 < p) t.add("send act", "comm", 1, at, 5, {{"mb", j}, {"peer", r + 1}});
-    if (r > 0) {  // the activation stage r - 1 sent at `at - 1000` arrives 50 us later
-      const double arrive = at - 1000 + 50;
+    if (r > 0) {
+      // The activation stage r - 1 sent at `at - 1000` arrives 50 us after both sides are
+      // ready: the receive is posted before the send (even j) or 30 us after it (odd j).
+      const double sent = at - 1000, posted = j % 2 ? sent + 30 : sent - 350;
+      const double arrive = std::max(sent, posted) + 50;
       t.add("wait recv", "comm", 0, arrive - 20, 20, {{"mb", j}});
-      t.add("recv act", "comm", 2, arrive - 400, 400, {{"mb", j}, {"peer", r - 1}});
+      t.add("recv act", "comm", 2, posted, arrive - posted, {{"mb", j}, {"peer", r - 1}});
     }
   }
   const StepMeasurement m = measure_step(t, s, world);

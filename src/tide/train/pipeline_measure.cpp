@@ -20,9 +20,9 @@ int64_t arg(const TraceEvent& e, const char* key) {
 }
 
 // A transfer as gathered: kind (0 send act, 1 send grad, 2 waited recv act, 3 waited recv grad),
-// micro-batch, peer, time (us: a send's posting, a receive's completion).
+// micro-batch, peer, time (us: a send's posting, a receive's completion), a receive's posting.
 constexpr int kHeader = 6;  // t_f, t_b, t_w (us), start, end, busy (us)
-constexpr int kRecord = 4;
+constexpr int kRecord = 5;
 
 }  // namespace
 
@@ -52,7 +52,7 @@ StepMeasurement measure_step(const Tracer& trace, const pipeline::Schedule& sche
   double part[2] = {0, 0};  // the block parts' input-gradient and weight-gradient spans
   std::vector<const TraceEvent*> recvs, waits;
   int records = 0;
-  auto add = [&](int kind, const TraceEvent& e, double t) {
+  auto add = [&](int kind, const TraceEvent& e, double t, double posted) {
     TIDE_CHECK(records < 4 * M * schedule.chunks,
                "measure_step: more transfers in the trace than one step of '{}' has; trace "
                "exactly one step (a fresh Tracer per step)",
@@ -62,6 +62,7 @@ StepMeasurement measure_step(const Tracer& trace, const pipeline::Schedule& sche
     r[1] = static_cast<double>(arg(e, "mb"));
     r[2] = static_cast<double>(arg(e, "peer"));
     r[3] = t;
+    r[4] = posted;
   };
   for (const TraceEvent& e : trace.events()) {
     if (e.cat == "action") {
@@ -74,7 +75,7 @@ StepMeasurement measure_step(const Tracer& trace, const pipeline::Schedule& sche
     } else if (e.cat == "compute" && (e.name == "backward" || e.name == "weight")) {
       part[e.name == "weight"] += e.dur_us;
     } else if (e.name == "send act" || e.name == "send grad") {
-      add(e.name == "send act" ? 0 : 1, e, e.ts_us);
+      add(e.name == "send act" ? 0 : 1, e, e.ts_us, e.ts_us);
     } else if (e.name == "recv act" || e.name == "recv grad") {
       recvs.push_back(&e);
     } else if (e.name == "wait recv") {
@@ -98,7 +99,7 @@ StepMeasurement measure_step(const Tracer& trace, const pipeline::Schedule& sche
       const double g = std::abs((r->ts_us + r->dur_us) - (w->ts_us + w->dur_us));
       if (g < gap) gap = g, best = r;
     }
-    if (best) add(best->name == "recv act" ? 2 : 3, *best, best->ts_us + best->dur_us);
+    if (best) add(best->name == "recv act" ? 2 : 3, *best, best->ts_us + best->dur_us, best->ts_us);
   }
   mine[0] = sum[0] / M;
   mine[1] = sum[1] / M;
@@ -159,7 +160,9 @@ StepMeasurement measure_step(const Tracer& trace, const pipeline::Schedule& sche
             snd[3] <= rec[3])
           sent = std::max(sent, snd[3]);
       }
-      if (std::isfinite(sent)) latencies.push_back((rec[3] - sent) * 1e-6);
+      // From when both sides were ready (a receive posted after the send could not complete
+      // before it was posted; the simulator's receive waits for send + T_comm, no earlier).
+      if (std::isfinite(sent)) latencies.push_back((rec[3] - std::max(sent, rec[4])) * 1e-6);
     }
   }
   if (!latencies.empty()) {

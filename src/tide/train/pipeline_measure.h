@@ -42,8 +42,9 @@ struct StepMeasurement {
   // definitions of simulator.h. peak_memory is 0 here (PipelineEngine::activation_memory).
   std::vector<pipeline::StageStats> measured;
   // Link latency, seconds: the median over the step's receives that a stage waited for ("wait
-  // recv") of (the receive's completion - the matching send's posting, on the sender's clock).
-  // 0 when no stage waited for a message (transfers hid behind compute).
+  // recv") of (the receive's completion - the later of the matching send's posting, on the
+  // sender's clock, and the receive's own posting). 0 when no stage waited for a message
+  // (transfers hid behind compute).
   double t_comm = 0;
   int waited_receives = 0;  // how many receives t_comm is the median of
 
