@@ -167,11 +167,11 @@ int main(int argc, char** argv) {
             "\"bubble_predicted\": {:.4f}, \"diff_points\": {:.2f}, \"step_s\": {:.3f}, "
             "\"act_peak_mib\": {:.3f}, \"m_b_mib\": {:.3f}, \"in_flight\": {:.3f}, "
             "\"in_flight_schedule\": {:.0f}, \"stash_peak_mib\": {:.3f}, \"loss\": {:.6f}}}\n",
-            name, p, M, i, a.layers, a.embd, a.seq_len, B, a.threads, a.steps,
-            1e3 * median(tf[i]), 1e3 * median(tb[i]), 1e3 * median(tw[i]), 1e3 * median(tcomm),
-            median(meas[i]), median(pred[i]), median(diff[i]), median(seconds),
-            all[3 * i] / MiB, all[3 * i + 1] / MiB, all[3 * i] / all[3 * i + 1],
-            counts.stages[i].peak_memory, all[3 * i + 2] / MiB, loss);
+            name, p, M, i, a.layers, a.embd, a.seq_len, B, a.threads, a.steps, 1e3 * median(tf[i]),
+            1e3 * median(tb[i]), 1e3 * median(tw[i]), 1e3 * median(tcomm), median(meas[i]),
+            median(pred[i]), median(diff[i]), median(seconds), all[3 * i] / MiB,
+            all[3 * i + 1] / MiB, all[3 * i] / all[3 * i + 1], counts.stages[i].peak_memory,
+            all[3 * i + 2] / MiB, loss);
       std::fflush(stdout);
     }
   }
