@@ -205,7 +205,7 @@ TEST(PipelineMeasure, AutoScheduleFromMeasurementTrainsLike1F1B) {
       << "parameters differ from the 1F1B run";
 }
 
-TEST(PipelineMeasure, RescheduleRejectsAnotherShape) {
+TEST(PipelineMeasure, BadInputIsAClearError) {
   std::shared_ptr<ProcessGroup> world = mpi_test::world_ptr();
   const int p = world->size();
   if (!divides(*world)) GTEST_SKIP() << "12 layers do not divide over " << p << " stages";
@@ -217,6 +217,20 @@ TEST(PipelineMeasure, RescheduleRejectsAnotherShape) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("micro-batches"), std::string::npos) << e.what();
   }
+  // A memory limit below one micro-batch: refused before the step touches the model.
+  const std::vector<float> before(gpt->store().tensor(ChunkKind::PARAM, 0).f32(),
+                                  gpt->store().tensor(ChunkKind::PARAM, 0).f32() +
+                                      gpt->store().tensor(ChunkKind::PARAM, 0).numel());
+  try {
+    auto_schedule_step(
+        engine, *world, 0, 5, [](int mb, int32_t* in, int32_t* tg) { fill(mb, in, tg); }, 0.5);
+    ADD_FAILURE() << "a memory limit of half a micro-batch was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("at least 1"), std::string::npos) << e.what();
+  }
+  const Tensor after = gpt->store().tensor(ChunkKind::PARAM, 0);
+  EXPECT_EQ(std::memcmp(before.data(), after.data, before.size() * sizeof(float)), 0);
+  EXPECT_EQ(engine.schedule().name, "1f1b");
 }
 
 class PipelineMemory : public testing::TestWithParam<const char*> {};

@@ -191,6 +191,15 @@ pipeline::Schedule auto_schedule(const StepMeasurement& m, int microbatches, dou
 StepStats auto_schedule_step(PipelineEngine& engine, ProcessGroup& pipeline, int64_t step,
                              uint64_t seed, const PipelineEngine::BatchFn& batch,
                              double memory_limit, StepMeasurement* measured) {
+  // Checked before the step changes the model.
+  TIDE_CHECK(std::isfinite(memory_limit) && (memory_limit == 0 || memory_limit >= 1),
+             "the automatic schedule's memory limit is {} micro-batches in flight per stage; give "
+             "at least 1 (one micro-batch's activations, M_B), or 0 for 1F1B's peak (p)",
+             memory_limit);
+  TIDE_CHECK(engine.schedule().chunks == 1,
+             "the automatic schedule runs one model chunk per stage but the engine runs '{}' with "
+             "{} chunks per stage; start it with a single-chunk schedule such as 1f1b",
+             engine.schedule().name, engine.schedule().chunks);
   Tracer tracer(pipeline.rank());
   const StepStats st = engine.step(step, seed, batch, &tracer);
   StepMeasurement m = measure_step(tracer, engine.schedule(), pipeline);

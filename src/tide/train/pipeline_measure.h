@@ -70,9 +70,9 @@ pipeline::Schedule auto_schedule(const StepMeasurement& m, int microbatches, dou
 // automatic schedule for the measured figures, and the engine switched to it
 // (PipelineEngine::reschedule). Collective over the engine's pipeline group (`pipeline`, the
 // group the engine was built with). zb-auto places one chunk per stage, so the engine must run
-// a single-chunk schedule (reschedule names the mismatch otherwise). A bad memory_limit (below
-// one micro-batch) is a tide::Error after the step. Returns the step's stats; `measured`
-// (optional) receives the measurement.
+// a single-chunk schedule; that and a memory_limit below one micro-batch (other than 0) are a
+// tide::Error before the step runs. Returns the step's stats; `measured` (optional) receives
+// the measurement.
 StepStats auto_schedule_step(PipelineEngine& engine, ProcessGroup& pipeline, int64_t step,
                              uint64_t seed, const PipelineEngine::BatchFn& batch,
                              double memory_limit, StepMeasurement* measured = nullptr);
