@@ -30,6 +30,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -61,7 +62,7 @@ double median(std::vector<double> v) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
   Args a;
   CLI::App app{"pipeline bubbles and activation memory, measured vs simulated",
                "bench_pipeline_measured"};
@@ -176,4 +177,7 @@ int main(int argc, char** argv) {
     }
   }
   return 0;
+} catch (const tide::Error& e) {
+  std::fprintf(stderr, "bench_pipeline_measured: error: %s\n", e.what());
+  return 1;
 }
