@@ -23,9 +23,15 @@ double op_time(const CostModel& c, Op op, int chunks) {
 }
 
 SimResult simulate(const Schedule& s, const CostModel& cost) {
+  return simulate(s, std::vector<CostModel>(std::max(s.stages, 0), cost));
+}
+
+SimResult simulate(const Schedule& s, const std::vector<CostModel>& stage_costs) {
   validate(s);
   const int p = s.stages;
-  const double mb_mem = cost.m_b / s.chunks, mw_mem = cost.m_w / s.chunks;
+  TIDE_CHECK(static_cast<int>(stage_costs.size()) == p,
+             "simulate: {} cost models for schedule '{}' with {} stages; give one per stage",
+             stage_costs.size(), s.name, p);
 
   SimResult r;
   r.timeline.assign(p, {});
@@ -50,11 +56,14 @@ SimResult simulate(const Schedule& s, const CostModel& cost) {
           const auto& times = sent[ch];
           size_t& k = received[ch];
           if (k >= times.size()) break;
-          clock[st] = std::max(clock[st], times[k] + cost.t_comm);
+          // The message's latency is the sender's link.
+          clock[st] = std::max(clock[st], times[k] + stage_costs[a.peer].t_comm);
           ++k;
         } else if (a.op == Op::SendAct || a.op == Op::SendGrad) {
           sent[{st, a.peer}].push_back(clock[st]);
         } else if (is_compute(a.op)) {
+          const CostModel& cost = stage_costs[st];
+          const double mb_mem = cost.m_b / s.chunks, mw_mem = cost.m_w / s.chunks;
           const double start = clock[st], end = start + op_time(cost, a.op, s.chunks);
           StageStats& ss = r.stages[st];
           if (r.timeline[st].empty()) ss.start = start;

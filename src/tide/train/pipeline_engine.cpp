@@ -37,6 +37,7 @@ struct PipelineEngine::Slot {
   MicroBatch* m = nullptr;
   Transfer recv;                // the activation or gradient being received into it
   std::vector<Transfer> sends;  // isends reading its buffers: waited before the slot is reused
+  bool live = false;            // from its F until its release: its saved activations count
 };
 
 namespace {
@@ -157,31 +158,7 @@ PipelineEngine::PipelineEngine(std::vector<GPT*> models, std::shared_ptr<Process
                c, stage, virtual_[c], V, models_[c]->stage(), models_[c]->pp(), V, virtual_[c]);
   }
 
-  std::vector<int> blocks;
-  size_t stash_bytes = 0;
-  for (int c = 0; c < chunks_; ++c) {
-    GPT& m = *models_[c];
-    blocks.push_back(m.num_blocks());
-    b_parts_.push_back(pipeline::block_parts(Op::B, m.num_blocks(), schedule_.split_backward));
-    w_parts_.push_back(pipeline::block_parts(Op::W, m.num_blocks(), schedule_.split_backward));
-    stash_bytes = std::max(stash_bytes, m.stash_slot_bytes(B, T));
-  }
-  const auto [slots, stashes] = peaks(schedule_, stage, blocks);
-  stash_ = StashPool(stash_bytes, stashes);
-  for (int c = 0; c < chunks_; ++c)
-    for (int i = 0; i < slots[c]; ++i) {
-      mbs_.push_back(models_[c]->make_micro_batch(B, T, &stash_));
-      Slot& s = slots_.emplace_back();
-      s.chunk = c;
-      s.m = mbs_.back().get();
-    }
-  act_from_.assign(static_cast<size_t>(M) * chunks_, -1);
-  grad_from_.assign(static_cast<size_t>(M) * chunks_, -1);
-  for (const pipeline::Action& a : schedule_.actions[stage]) {
-    if (a.op == Op::RecvAct) act_from_[key(a.mb, a.chunk)] = a.peer;
-    if (a.op == Op::RecvGrad) grad_from_[key(a.mb, a.chunk)] = a.peer;
-    if (a.op == Op::F) f_order_.push_back({a.mb, a.chunk});
-  }
+  plan();
 
   // Each tensor's place in the whole model (the gradient norm's order); lm_head.weight, the
   // last virtual stage's copy of wte, is left out so that the tied weight counts once.
@@ -261,6 +238,59 @@ void PipelineEngine::check_dp_group() {
                dp_->rank(), mine[0], mine[1], mine[2], mine[3], mine[4], mine[5], r, o[0], o[1],
                o[2], o[3], o[4], o[5]);
   }
+}
+
+void PipelineEngine::plan() {
+  const int stage = pp_->rank(), M = schedule_.microbatches;
+  std::vector<int> blocks;
+  size_t stash_bytes = 0;
+  for (int c = 0; c < chunks_; ++c) {
+    GPT& m = *models_[c];
+    blocks.push_back(m.num_blocks());
+    b_parts_.push_back(pipeline::block_parts(Op::B, m.num_blocks(), schedule_.split_backward));
+    w_parts_.push_back(pipeline::block_parts(Op::W, m.num_blocks(), schedule_.split_backward));
+    stash_bytes = std::max(stash_bytes, m.stash_slot_bytes(B_, T_));
+  }
+  const auto [slots, stashes] = peaks(schedule_, stage, blocks);
+  stash_ = StashPool(stash_bytes, stashes);
+  for (int c = 0; c < chunks_; ++c)
+    for (int i = 0; i < slots[c]; ++i) {
+      mbs_.push_back(models_[c]->make_micro_batch(B_, T_, &stash_));
+      Slot& s = slots_.emplace_back();
+      s.chunk = c;
+      s.m = mbs_.back().get();
+    }
+  act_from_.assign(static_cast<size_t>(M) * chunks_, -1);
+  grad_from_.assign(static_cast<size_t>(M) * chunks_, -1);
+  for (const pipeline::Action& a : schedule_.actions[stage]) {
+    if (a.op == Op::RecvAct) act_from_[key(a.mb, a.chunk)] = a.peer;
+    if (a.op == Op::RecvGrad) grad_from_[key(a.mb, a.chunk)] = a.peer;
+    if (a.op == Op::F) f_order_.push_back({a.mb, a.chunk});
+  }
+}
+
+void PipelineEngine::reschedule(pipeline::Schedule schedule) {
+  pipeline::validate(schedule);
+  TIDE_CHECK(schedule.stages == schedule_.stages && schedule.chunks == schedule_.chunks &&
+                 schedule.placement == schedule_.placement &&
+                 schedule.microbatches == schedule_.microbatches,
+             "reschedule: schedule '{}' ({} stages, {} chunks per stage, {} micro-batches) does "
+             "not run the step of '{}' ({} stages, {} chunks, {} micro-batches); the new schedule "
+             "must keep them and the placement (the models, the tied-embedding group and the "
+             "batch are built for them)",
+             schedule.name, schedule.stages, schedule.chunks, schedule.microbatches, schedule_.name,
+             schedule_.stages, schedule_.chunks, schedule_.microbatches);
+  // Between steps nothing is in flight (step() waits every send and consumes every receive).
+  for (const Slot& s : slots_) TIDE_ASSERT(!s.recv);
+  for (Slot& s : slots_)
+    for (Transfer& t : s.sends) t.wait();
+  slots_.clear();
+  mbs_.clear();
+  b_parts_.clear();
+  w_parts_.clear();
+  f_order_.clear();
+  schedule_ = std::move(schedule);
+  plan();
 }
 
 PipelineEngine::~PipelineEngine() {
@@ -357,9 +387,20 @@ PipelineEngine::Transfer PipelineEngine::post_send(Tensor buf, int peer, int tag
   return t;
 }
 
+void PipelineEngine::measure_memory() {
+  size_t saved = 0, stash = 0;
+  for (const Slot& s : slots_)
+    if (s.live) saved += s.m->saved.used();
+  for (int i = 0; i < stash_.slots(); ++i) stash += stash_.slot(i).used();
+  mem_.peak_bytes = std::max(mem_.peak_bytes, saved);
+  mem_.peak_stash_bytes = std::max(mem_.peak_stash_bytes, stash);
+  mem_.peak_total_bytes = std::max(mem_.peak_total_bytes, saved + stash);
+}
+
 void PipelineEngine::release(Slot& s) {
   TIDE_ASSERT(!s.recv);  // every receive is consumed by a compute of the same micro-batch
   s.mb = -1;             // its sends are waited when the slot is taken again
+  s.live = false;
 }
 
 StepStats PipelineEngine::step(int64_t step, uint64_t seed, const BatchFn& batch, Tracer* tracer) {
@@ -390,6 +431,7 @@ StepStats PipelineEngine::step(int64_t step, uint64_t seed, const BatchFn& batch
   act_posted_.assign(static_cast<size_t>(M) * chunks_, false);
   grad_posted_.assign(static_cast<size_t>(M) * chunks_, false);
   double loss_sum = 0;
+  mem_ = ActivationMemory{};
   post_next_act(-1, first);
   for (int i = 0; i < static_cast<int>(actions.size()); ++i) {
     const pipeline::Action& a = actions[i];
@@ -471,6 +513,13 @@ StepStats PipelineEngine::step(int64_t step, uint64_t seed, const BatchFn& batch
       }
       case Op::OptimizerStep:
         break;
+    }
+    if (pipeline::is_compute(a.op)) {
+      if (a.op == Op::F) {
+        s.live = true;
+        mem_.micro_batch_bytes = std::max(mem_.micro_batch_bytes, mb.saved.used());
+      }
+      measure_memory();
     }
     if (sp[k].last == i) release(s);
     post_next_act(i, first);

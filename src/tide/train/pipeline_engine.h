@@ -113,6 +113,25 @@ class PipelineEngine {
   void set_gradient_hook(GradientHook hook) { gradient_hook_ = std::move(hook); }
 
   const pipeline::Schedule& schedule() const { return schedule_; }
+  // Runs the following steps with `schedule` (e.g. the automatic schedule built from a measured
+  // step, pipeline_measure.h): the activation slots and W stashes are sized again from it.
+  // Between steps only; it must keep the stages, chunks per stage, placement and micro-batches
+  // (the models, the tied-embedding group and the batch are built for them): a clear error
+  // otherwise. Local: every rank must switch to the same schedule before the next step.
+  void reschedule(pipeline::Schedule schedule);
+
+  // Activation memory of the last step on this stage, measured from the runtime's arenas after
+  // every F, B and W (not derived from the schedule): `peak_bytes`, the high-water mark of the
+  // saved activations (MicroBatch::saved) of the micro-batches in flight (from the end of
+  // their F until their slot is released after the last B or W); `micro_batch_bytes`, M_B, the
+  // most one micro-batch's saved arena held after its F; `peak_stash_bytes`, the high-water
+  // mark of the W stash pool's bytes in use (what B leaves for a deferred W); and of both
+  // together. peak_bytes / micro_batch_bytes is the schedule's in-flight count (p for 1F1B and
+  // ZB-H1 at stage 0, 2p-1 for ZB-H2), measured.
+  struct ActivationMemory {
+    size_t peak_bytes = 0, micro_batch_bytes = 0, peak_stash_bytes = 0, peak_total_bytes = 0;
+  };
+  const ActivationMemory& activation_memory() const { return mem_; }
   // Micro-batches this stage holds at once (all chunks), and W stashes (sized from the
   // schedule).
   int micro_batch_slots() const { return static_cast<int>(mbs_.size()); }
@@ -133,6 +152,10 @@ class PipelineEngine {
   // While the stage idles until `until` completes: copy pieces of the optimizer snapshot.
   void fill_bubble(Work& until);
   void release(Slot& s);
+  // The slots and stashes for schedule_ (constructor and reschedule).
+  void plan();
+  // Updates mem_ from the arenas now.
+  void measure_memory();
   // Posts the receive of the next forward's activation if a slot can be taken for it now,
   // after action `done` (-1: before the first); `first`: each key's first action.
   void post_next_act(int done, const std::vector<int>& first);
@@ -174,6 +197,7 @@ class PipelineEngine {
   bool post_validate_ = true;
   OptimizerSnapshot snapshot_;  // what the optimistic AdamW overwrote
   GradientHook gradient_hook_;
+  ActivationMemory mem_;  // the last step's
 };
 
 }  // namespace tide

@@ -34,6 +34,38 @@ TEST(Simulator, TwoStagesOneMicroBatchByHand) {
   EXPECT_DOUBLE_EQ(r.peak_memory, 4.0);
 }
 
+TEST(Simulator, PerStageCostsByHand) {
+  // The schedule above with stage 1 slower (F 2, B 3, W 1) and its messages slower (t_comm 1;
+  // a message takes its sender's latency). Stage 0: F [0,1); its activation arrives at 1.5.
+  // Stage 1: F [1.5,3.5), B [3.5,6.5), W [6.5,7.5); its gradient (sent at 6.5) arrives at 7.5.
+  // Stage 0: B [7.5,9.5), W [9.5,12.5).
+  Schedule s = make_schedule("hand", 2, 1);
+  s.actions[0] = {F(0), B(0), W(0)};
+  s.actions[1] = {F(0), B(0), W(0)};
+  add_communication(s);
+  CostModel c0;
+  c0.t_f = 1;
+  c0.t_b = 2;
+  c0.t_w = 3;
+  c0.t_comm = 0.5;
+  CostModel c1 = c0;
+  c1.t_f = 2;
+  c1.t_b = 3;
+  c1.t_w = 1;
+  c1.t_comm = 1;
+  c1.m_b = 5;
+  const SimResult r = simulate(s, std::vector<CostModel>{c0, c1});
+  EXPECT_DOUBLE_EQ(r.timeline[1][0].start, 1.5);
+  EXPECT_DOUBLE_EQ(r.timeline[1][2].end, 7.5);
+  EXPECT_DOUBLE_EQ(r.timeline[0][1].start, 7.5);
+  EXPECT_DOUBLE_EQ(r.makespan, 12.5);
+  EXPECT_DOUBLE_EQ(r.stages[0].bubble, 6.5);  // span 12.5, busy 6
+  EXPECT_DOUBLE_EQ(r.stages[1].bubble, 0.0);  // span 6, busy 6
+  EXPECT_DOUBLE_EQ(r.stages[0].peak_memory, 1.0);
+  EXPECT_DOUBLE_EQ(r.stages[1].peak_memory, 5.0);
+  EXPECT_THROW(simulate(s, std::vector<CostModel>{c0}), tide::Error);
+}
+
 TEST(Simulator, MemoryFollowsFThenBThenW) {
   // One stage, F0 F1 B0 B1 W0 W1 with M_B = 10, M_W = 3: 10, 20, then B frees 7 each, W 3 each.
   Schedule s = make_schedule("mem", 1, 2);
