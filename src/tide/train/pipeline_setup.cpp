@@ -74,11 +74,6 @@ void check_pipeline_settings(const TrainConfig& c) {
              "per step, {}) to be a multiple of pipeline.stages ({}): micro-batches go through "
              "the chunks in groups of p; use gradient_accumulation_steps={}",
              c.grad_accum, p, (c.grad_accum + p - 1) / p * p);
-  TIDE_CHECK(c.zero.stage < 3,
-             "zero_optimization.stage=3 with pipeline.stages={}: ZeRO-3 under pipeline "
-             "parallelism is not supported (each stage already holds only its layers); use "
-             "zero_optimization.stage 0, 1 or 2",
-             p);
   TIDE_CHECK(c.pipeline_memory_limit == 0 || c.pipeline_memory_limit >= 1,
              "pipeline.memory_limit={} is below one micro-batch's activations (1 M_B), so no "
              "schedule fits; raise it to at least 1, or 0 for the schedule's default",

@@ -18,8 +18,8 @@ std::string canonical_schedule_name(const std::string& name);
 // Every pipeline.* combination the trainer cannot run, each a one-line error naming the key
 // and the fix: layers not divisible by stages x virtual stages, virtual stages with a
 // one-chunk schedule (or too few with interleaved / zb-v), interleaved's micro-batches
-// (gradient_accumulation_steps) not a multiple of the stages, ZeRO-3 under pp, and whatever
-// the schedule generator refuses (a memory limit nothing fits). With pipeline.stages = 1 only
+// (gradient_accumulation_steps) not a multiple of the stages, and whatever the schedule
+// generator refuses (a memory limit nothing fits). With pipeline.stages = 1 only
 // virtual_stages is checked (one stage runs every schedule the same).
 void check_pipeline_settings(const TrainConfig& c);
 

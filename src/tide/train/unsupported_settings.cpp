@@ -28,6 +28,11 @@ void check_trainer_can_honour(const TrainConfig& c, int world_size) {
              "ranks per stage), which tide train does not have yet (issue #13); launch `mpirun "
              "-np {}`",
              p, world_size, world_size / p, p);
+  TIDE_CHECK(p == 1 || c.zero.stage < 3,
+             "zero_optimization.stage=3 with pipeline.stages={}: ZeRO-3 under pipeline "
+             "parallelism is not supported by tide train (each stage already holds only its "
+             "layers); use zero_optimization.stage 0, 1 or 2 (tide estimate sizes it)",
+             p);
   TIDE_CHECK(c.offload_optimizer == "none",
              "zero_optimization.offload_optimizer.device=\"{}\": tide train does not offload "
              "yet (issue #15); set it to \"none\" (tide estimate sizes offload)",
