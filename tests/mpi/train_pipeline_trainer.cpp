@@ -6,6 +6,9 @@
 //     embedding's gradient is summed from two copies; see train_pipeline.cpp), and bitwise like
 //     each other. The validation loss equals the single-rank evaluate() to the bit at step 0
 //     (the same weights, the same ops) and to 1e-5 after training.
+//   * Interleaved (v = 2) too, where 12 layers divide over 2p virtual stages.
+//   * init_from a single file and from a pipeline checkpoint: the validation loss of those
+//     weights, to the bit.
 //   * A checkpoint written mid-run by every stage, resumed under the same pp, continues to the
 //     bit (losses and parameters); resumed on one rank (pp = 1: resharded by tensor name), it
 //     continues with the pipeline run's losses to 1e-5.
@@ -27,7 +30,7 @@ namespace {
 constexpr int kLayers = 12, kRunSteps = 12;
 
 TrainConfig pp_config(const std::string& shard, const std::string& dir, int stages, int accum,
-                      const std::string& schedule, const std::string& resume = "") {
+                      const std::string& schedule, std::vector<std::string> extra = {}) {
   std::vector<std::string> o = {"data.train=" + shard,
                                 "data.val=" + shard,
                                 "out_dir=" + dir,
@@ -47,7 +50,7 @@ TrainConfig pp_config(const std::string& shard, const std::string& dir, int stag
                                 "log.progress=false",
                                 "pipeline.stages=" + std::to_string(stages),
                                 "pipeline.schedule=" + schedule};
-  if (!resume.empty()) o.push_back("checkpoint.resume=" + resume);
+  o.insert(o.end(), extra.begin(), extra.end());
   return load_train_config("", o);
 }
 
@@ -96,15 +99,22 @@ TEST(PipelineTrainer, SchedulesMatchTheSingleRankTrainerAndResumeBitwise) {
 
   // The single-rank Trainer on the same global batch (every rank runs it: a tiny model).
   TrainerRun base;
+  const std::string base_dir = fmt::format("{}/base{}", dir, world->rank());
   {
-    Trainer t(pp_config(shard, dir + "/base", 1, m, "1f1b"));
+    Trainer t(pp_config(shard, base_dir, 1, m, "1f1b"));
     base = train_run(t, kRunSteps);
+    t.save();  // a single file: for init_from below
   }
   std::vector<std::string> schedules = {"1f1b", "zb-h1"};
-  if (kLayers % (2 * p) == 0) schedules.push_back("zb-v");
+  if (kLayers % (2 * p) == 0) {
+    schedules.push_back("zb-v");
+    schedules.push_back("interleaved");
+  }
   std::vector<TrainerRun> runs;
   for (const std::string& name : schedules) {
-    Trainer t(pp_config(shard, dir + "/" + name, p, m, name), world);
+    std::vector<std::string> extra;
+    if (name == "interleaved") extra.push_back("pipeline.virtual_stages=2");
+    Trainer t(pp_config(shard, dir + "/" + name, p, m, name, extra), world);
     runs.push_back(train_run(t, kRunSteps));
     const TrainerRun& r = runs.back();
     EXPECT_EQ(r.val0, base.val0) << name << ": validation loss at step 0 not bitwise";
@@ -141,7 +151,7 @@ TEST(PipelineTrainer, SchedulesMatchTheSingleRankTrainerAndResumeBitwise) {
   ASSERT_TRUE(is_sharded_checkpoint(ck));
   EXPECT_EQ(read_sharded_checkpoint_info(ck).world_size, p);
   {
-    Trainer t(pp_config(shard, dir + "/mid", p, m, "zb-h1", ck), world);
+    Trainer t(pp_config(shard, dir + "/mid", p, m, "zb-h1", {"checkpoint.resume=" + ck}), world);
     ASSERT_EQ(t.step(), kRunSteps / 2);
     resumed_same = train_run(t, kRunSteps / 2);
   }
@@ -153,11 +163,24 @@ TEST(PipelineTrainer, SchedulesMatchTheSingleRankTrainerAndResumeBitwise) {
     EXPECT_TRUE(same_bits(v, full.params.at(tensor))) << "resumed " << tensor;
   // Resumed on one rank (pp = 1): the same run, to float tolerance.
   {
-    Trainer t(pp_config(shard, dir + "/one", 1, m, "1f1b", ck));
+    Trainer t(pp_config(shard, dir + "/one", 1, m, "1f1b", {"checkpoint.resume=" + ck}));
     resumed_one = train_run(t, kRunSteps / 2);
   }
   for (int s = 0; s < kRunSteps / 2; ++s)
     EXPECT_NEAR(resumed_one.losses[s], full.losses[kRunSteps / 2 + s], 1e-5) << "step " << s + 7;
+  // init_from under pp: the stages take their tensors (the last stage's lm_head from wte) from a
+  // single file (the single-rank run's end) and from the pipeline's own checkpoint; the
+  // validation loss is then the one of those weights, to the bit.
+  {
+    Trainer t(
+        pp_config(shard, dir + "/init", p, m, "1f1b", {"init_from=" + dir + "/base0/model.ckpt"}),
+        world);
+    EXPECT_EQ(t.evaluate(), base.val_end) << "init_from a single file";
+  }
+  {
+    Trainer t(pp_config(shard, dir + "/init", p, m, "zb-h1", {"init_from=" + ck}), world);
+    EXPECT_EQ(t.evaluate(), resumed_same.val0) << "init_from a pipeline checkpoint";
+  }
   world->barrier();
   if (world->rank() == 0) std::filesystem::remove_all(dir);
 }
