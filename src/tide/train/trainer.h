@@ -41,7 +41,8 @@ class Trainer {
   StepStats train_step();
   // Mean validation loss over the fixed validation set: its first eval.sequences sequences,
   // whatever the DP degree, micro-batch or accumulation (each rank scores a share; the mean
-  // adds the per-sequence sums in sequence order, so it is the same to the bit).
+  // adds the per-sequence sums in sequence order, so it is the same to the bit). Under pp each
+  // sequence goes through the stages (PipelineRun::evaluate): the same to the bit too.
   float evaluate();
 
   // The model (under pp: this rank's first model chunk).
