@@ -11,7 +11,8 @@
 //     weights, to the bit.
 //   * A checkpoint written mid-run by every stage, resumed under the same pp, continues to the
 //     bit (losses and parameters); resumed on one rank (pp = 1: resharded by tensor name), it
-//     continues with the pipeline run's losses to 1e-5.
+//     continues with the pipeline run's losses to 1e-5, and at p = 4 resumed as 2 stages too.
+//   * zb-auto with pipeline.memory_limit = p + 1 through the Trainer.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -105,7 +106,7 @@ TEST(PipelineTrainer, SchedulesMatchTheSingleRankTrainerAndResumeBitwise) {
     base = train_run(t, kRunSteps);
     t.save();  // a single file: for init_from below
   }
-  std::vector<std::string> schedules = {"1f1b", "zb-h1"};
+  std::vector<std::string> schedules = {"1f1b", "zb-h1", "zb-auto"};
   if (kLayers % (2 * p) == 0) {
     schedules.push_back("zb-v");
     schedules.push_back("interleaved");
@@ -114,6 +115,7 @@ TEST(PipelineTrainer, SchedulesMatchTheSingleRankTrainerAndResumeBitwise) {
   for (const std::string& name : schedules) {
     std::vector<std::string> extra;
     if (name == "interleaved") extra.push_back("pipeline.virtual_stages=2");
+    if (name == "zb-auto") extra.push_back(fmt::format("pipeline.memory_limit={}", p + 1));
     Trainer t(pp_config(shard, dir + "/" + name, p, m, name, extra), world);
     runs.push_back(train_run(t, kRunSteps));
     const TrainerRun& r = runs.back();
@@ -168,6 +170,17 @@ TEST(PipelineTrainer, SchedulesMatchTheSingleRankTrainerAndResumeBitwise) {
   }
   for (int s = 0; s < kRunSteps / 2; ++s)
     EXPECT_NEAR(resumed_one.losses[s], full.losses[kRunSteps / 2 + s], 1e-5) << "step " << s + 7;
+  // Resharded to another pp: at p = 4, each half of the ranks resumes the 4-stage checkpoint as
+  // 2 stages (each stage loads its layers from the shards that hold them).
+  if (p == 4) {
+    std::shared_ptr<ProcessGroup> half = world->split(world->rank() / 2, world->rank());
+    Trainer t(pp_config(shard, fmt::format("{}/half{}", dir, world->rank() / 2), 2, m, "1f1b",
+                        {"checkpoint.resume=" + ck}),
+              half);
+    const TrainerRun r = train_run(t, kRunSteps / 2);
+    for (int s = 0; s < kRunSteps / 2; ++s)
+      EXPECT_NEAR(r.losses[s], full.losses[kRunSteps / 2 + s], 1e-5) << "pp 4 -> 2, step " << s + 7;
+  }
   // init_from under pp: the stages take their tensors (the last stage's lm_head from wte) from a
   // single file (the single-rank run's end) and from the pipeline's own checkpoint; the
   // validation loss is then the one of those weights, to the bit.
