@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "tide/pipeline/generators.h"
 #include "tide/train/pipeline_setup.h"
 #include "tide/train/sharded_checkpoint.h"
 
@@ -13,6 +14,14 @@ PipelineRun::PipelineRun(const TrainConfig& cfg, std::shared_ptr<ProcessGroup> w
     : world_(std::move(world)) {
   pipeline::Schedule schedule = make_pipeline_schedule(cfg);
   TIDE_ASSERT(schedule.stages == world_->size());
+  if (cfg.pipeline_schedule == "zb-auto") {
+    // The warm-up step runs 1F1B (within its peak of p micro-batches in flight); a tighter
+    // memory limit warms up with the limit's zb-auto from unit costs, which fits it.
+    measure_pending_ = true;
+    memory_limit_ = cfg.pipeline_memory_limit;
+    if (memory_limit_ == 0 || memory_limit_ >= schedule.stages)
+      schedule = pipeline::one_f_one_b(schedule.stages, schedule.microbatches);
+  }
   std::vector<GPT*> models;
   for (int c = 0; c < schedule.chunks; ++c) {
     ModelOptions o;
@@ -26,6 +35,18 @@ PipelineRun::PipelineRun(const TrainConfig& cfg, std::shared_ptr<ProcessGroup> w
   }
   engine_ = std::make_unique<PipelineEngine>(models, world_, std::move(schedule), cfg.micro_batch,
                                              cfg.seq_len, opt);
+}
+
+StepStats PipelineRun::step(int64_t step, uint64_t seed, const Engine::BatchFn& batch,
+                            Tracer* tracer) {
+  if (!measure_pending_) return engine_->step(step, seed, batch, tracer);
+  measure_pending_ = false;
+  StepMeasurement m;
+  const StepStats st = auto_schedule_step(*engine_, *world_, step, seed, batch, memory_limit_, &m);
+  measured_.simulated = pipeline::simulate(engine_->schedule(), m.stages);
+  measured_.measurement = std::move(m);
+  measured_new_ = true;
+  return st;
 }
 
 size_t PipelineRun::activation_bytes() const {

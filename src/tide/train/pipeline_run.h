@@ -12,6 +12,12 @@
 //   save/load    a sharded checkpoint directory: each rank writes its stage's tensors whole
 //                (save_pipeline_stage_shard); any run (another pp, pp = 1, tide sample,
 //                tide export) reads it as any sharded checkpoint.
+//   zb-auto      pipeline.schedule = zb-auto is built from measurement: the first step this
+//                object runs (step 0 of a fresh run, or the first after a resume) runs 1F1B
+//                traced and measured (auto_schedule_step, pipeline_measure.h), and the engine
+//                switches to the zero-bubble schedule generated from the measured T_F/T_B/T_W/
+//                T_comm (the same on every rank: the figures are gathered). Every schedule trains
+//                bitwise alike, so the warm-up step is an ordinary training step.
 
 #include <memory>
 #include <vector>
@@ -21,6 +27,7 @@
 #include "tide/train/checkpoint.h"
 #include "tide/train/config.h"
 #include "tide/train/pipeline_engine.h"
+#include "tide/train/pipeline_measure.h"
 #include "tide/train/step_runner.h"
 
 namespace tide {
@@ -32,10 +39,9 @@ class PipelineRun final : public StepRunner {
   PipelineRun(const TrainConfig& cfg, std::shared_ptr<ProcessGroup> world,
               const OptimizerSettings& opt);
 
+  // (The zb-auto warm-up step traces itself: `tracer` does not record that step.)
   StepStats step(int64_t step, uint64_t seed, const Engine::BatchFn& batch,
-                 Tracer* tracer) override {
-    return engine_->step(step, seed, batch, tracer);
-  }
+                 Tracer* tracer) override;
   size_t activation_bytes() const override;
 
   // Mean loss over validation sequences [0, n) of `val` (micro-batch 1, no shuffle), on every
@@ -53,11 +59,29 @@ class PipelineRun final : public StepRunner {
   // targets (the last).
   bool needs_data() const;
 
+  // zb-auto: the warm-up step's measurement and the generated schedule's simulated run under
+  // the measured per-stage costs.
+  struct Measured {
+    StepMeasurement measurement;
+    pipeline::SimResult simulated;
+  };
+  // The measurement of the step just run, once (then nullptr until another is measured): for
+  // the Trainer's log line and metrics record. Every rank returns the same.
+  const Measured* take_new_measurement() {
+    if (!measured_new_) return nullptr;
+    measured_new_ = false;
+    return &measured_;
+  }
+
  private:
   std::shared_ptr<ProcessGroup> world_;
   std::vector<std::unique_ptr<GPT>> chunks_;
   std::unique_ptr<PipelineEngine> engine_;
   std::vector<std::unique_ptr<MicroBatch>> eval_mbs_;  // per chunk, one sequence
+  bool measure_pending_ = false;  // zb-auto: the next step is the measured warm-up
+  double memory_limit_ = 0;       // zb-auto's pipeline.memory_limit (M_B; 0: 1F1B's peak)
+  bool measured_new_ = false;
+  Measured measured_;
 };
 
 }  // namespace tide

@@ -486,6 +486,42 @@ Trainer::RunPosition Trainer::check_resume(const std::string& path) const {
           static_cast<uint64_t>(field("data_batch"))};
 }
 
+void Trainer::log_pipeline_measurement(const PipelineRun::Measured& pm, std::ofstream& metrics,
+                                       const std::string& metrics_path, bool tty) {
+  // zb-auto's warm-up step: the measured per-stage figures (seconds per micro-batch) and the
+  // generated schedule's bubble when simulated under them.
+  const StepMeasurement& m = pm.measurement;
+  json t_f = json::array(), t_b = json::array(), t_w = json::array();
+  for (const pipeline::CostModel& c : m.stages) {
+    t_f.push_back(c.t_f);
+    t_b.push_back(c.t_b);
+    t_w.push_back(c.t_w);
+  }
+  const pipeline::SimResult& sim = pm.simulated;
+  const std::string schedule = pipeline_->engine().schedule().name;
+  write_metrics(metrics, metrics_path,
+                json{{"step", step_},
+                     {"pipeline_measured",
+                      {{"t_f", t_f},
+                       {"t_b", t_b},
+                       {"t_w", t_w},
+                       {"t_comm", m.t_comm},
+                       {"waited_receives", m.waited_receives},
+                       {"schedule", schedule},
+                       {"simulated_makespan_s", sim.makespan},
+                       {"simulated_bubble_s", sim.bubble},
+                       {"simulated_bubble_rate", sim.bubble_rate}}},
+                     {"time", unix_seconds()}});
+  const pipeline::CostModel g = m.generator_costs();  // the slowest stage's figures
+  fmt::print(
+      "{}tide: zb-auto from step {} measured (slowest stage, per micro-batch): T_F {:.3f} ms, T_B "
+      "{:.3f} ms, T_W {:.3f} ms, T_comm {:.3f} ms -> schedule {}, simulated bubble {:.1f}% "
+      "({:.3f} ms of {:.3f} ms)\n",
+      tty ? "\n" : "", step_, g.t_f * 1e3, g.t_b * 1e3, g.t_w * 1e3, m.t_comm * 1e3, schedule,
+      sim.bubble_rate * 100, sim.bubble * 1e3, sim.makespan * 1e3);
+  std::fflush(stdout);
+}
+
 void Trainer::run() {
   const bool rank0 = world_->rank() == 0;
   const bool tty = isatty(STDOUT_FILENO) && cfg_.progress;
@@ -562,6 +598,9 @@ void Trainer::run() {
     seconds_interval += seconds_since(t_step);
     tokens_done += st.tokens;
     tokens_interval += st.tokens;
+    if (pipeline_)
+      if (const PipelineRun::Measured* pm = pipeline_->take_new_measurement(); pm && rank0)
+        log_pipeline_measurement(*pm, metrics, metrics_path, tty);
     if (rank0) {
       const double elapsed = seconds_since(t_start);
       const double tok_s = tokens_done / elapsed;

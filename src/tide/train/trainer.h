@@ -90,6 +90,9 @@ class Trainer {
   void write_trace();
   // metrics.jsonl line, mirrored to TensorBoard when it is on (rank 0).
   void write_metrics(std::ofstream& f, const std::string& path, const nlohmann::json& line);
+  // zb-auto's warm-up step (rank 0): one log line and one metrics record "pipeline_measured".
+  void log_pipeline_measurement(const PipelineRun::Measured& pm, std::ofstream& metrics,
+                                const std::string& metrics_path, bool tty);
 
   TrainConfig cfg_;
   std::shared_ptr<ProcessGroup> world_;
