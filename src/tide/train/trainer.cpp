@@ -225,8 +225,8 @@ void Trainer::resolve_data() {
              "no training data: set data.dir (from `tide prepare`) or data.train");
   TIDE_CHECK(cfg_.model.vocab_size > 0,
              "model.vocab_size is unknown: set it, or use a data.dir whose meta.json gives it");
-  // Under pp every stage reads the global batch as one data-parallel rank would.
-  const int dp = data_parallel_ranks(), rank = cfg_.pipeline_stages > 1 ? 0 : world_->rank();
+  // Under pp every stage of replica d reads the global batch as data-parallel rank d would.
+  const int dp = data_parallel_ranks(), rank = data_parallel_rank();
   train_loader_ =
       std::make_unique<DataLoader>(expand_shard_paths({cfg_.train_data}), cfg_.micro_batch,
                                    cfg_.seq_len, rank, dp, cfg_.seed, cfg_.shuffle);
@@ -284,9 +284,12 @@ StepStats Trainer::train_step() {
     float reduced[2] = {st.loss, stop_requested() ? 1.0f : 0.0f};
     if (world_->size() > 1) {
       const TraceSpan loss_span(tracer, "all-reduce loss", "comm");
-      if (pipeline_)
+      if (pipeline_) {
+        // The replicas' mean (each replica's stages hold its loss already), then the flag.
+        if (pipeline_->dp().size() > 1)
+          pipeline_->dp().all_reduce_async(Tensor(reduced, Shape{1}), ReduceOp::Avg)->wait();
         world_->all_reduce_async(Tensor(reduced + 1, Shape{1}), ReduceOp::Sum)->wait();
-      else
+      } else
         world_->all_reduce_async(Tensor(reduced, Shape{2}), ReduceOp::Avg)->wait();
     }
     st.loss = reduced[0];
@@ -425,7 +428,8 @@ std::string Trainer::save(const std::string& name) const {
         {"seed", cfg_.seed},
         {"global_batch", int64_t{cfg_.micro_batch} * cfg_.grad_accum * data_parallel_ranks()},
         {"data_epoch", train_loader_->epoch()},
-        {"data_batch", train_loader_->next_batch_index()}}}};
+        {"data_batch", train_loader_->next_batch_index()},
+        {"data_ranks", data_parallel_ranks()}}}};  // data_batch counts batches of this many
   if (!sharded) {
     save_checkpoint(path, *model_, info, /*with_optimizer_state=*/true);
     return path;
@@ -482,8 +486,22 @@ Trainer::RunPosition Trainer::check_resume(const std::string& path) const {
   TIDE_CHECK(field("step") <= cfg_.train_steps,
              "checkpoint '{}' is at step {}, past train_steps = {}; raise train_steps", path,
              field("step"), cfg_.train_steps);
-  return {field("step"), static_cast<uint64_t>(field("data_epoch")),
-          static_cast<uint64_t>(field("data_batch"))};
+  // The loader counts batches of data_ranks x micro-batch sequences: on another number of
+  // data-parallel ranks (e.g. a pp x dp run resumed with pp = 1) the same sequence position is
+  // another batch index. (Checkpoints without data_ranks were written with the loader
+  // partitioned like this run's or not at all.)
+  uint64_t data_batch = static_cast<uint64_t>(field("data_batch"));
+  const int64_t saved_ranks = run.contains("data_ranks") ? field("data_ranks") : 0;
+  if (saved_ranks > 0 && saved_ranks != data_parallel_ranks()) {
+    const uint64_t sequences = data_batch * saved_ranks * cfg_.micro_batch;
+    const uint64_t per_batch = uint64_t(data_parallel_ranks()) * cfg_.micro_batch;
+    TIDE_CHECK(sequences % per_batch == 0,
+               "checkpoint '{}' stopped at sequence {} of its epoch, which is not a whole batch "
+               "of {} data-parallel ranks x {} sequences; resume it on {} data-parallel ranks",
+               path, sequences, data_parallel_ranks(), cfg_.micro_batch, saved_ranks);
+    data_batch = sequences / per_batch;
+  }
+  return {field("step"), static_cast<uint64_t>(field("data_epoch")), data_batch};
 }
 
 void Trainer::log_pipeline_measurement(const PipelineRun::Measured& pm, std::ofstream& metrics,
