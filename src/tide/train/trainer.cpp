@@ -429,7 +429,8 @@ std::string Trainer::save(const std::string& name) const {
         {"global_batch", int64_t{cfg_.micro_batch} * cfg_.grad_accum * data_parallel_ranks()},
         {"data_epoch", train_loader_->epoch()},
         {"data_batch", train_loader_->next_batch_index()},
-        {"data_ranks", data_parallel_ranks()}}}};  // data_batch counts batches of this many
+        // data_batch counts the loader's batches of this many sequences (ranks x micro-batch)
+        {"data_batch_sequences", int64_t{data_parallel_ranks()} * cfg_.micro_batch}}}};
   if (!sharded) {
     save_checkpoint(path, *model_, info, /*with_optimizer_state=*/true);
     return path;
@@ -486,19 +487,20 @@ Trainer::RunPosition Trainer::check_resume(const std::string& path) const {
   TIDE_CHECK(field("step") <= cfg_.train_steps,
              "checkpoint '{}' is at step {}, past train_steps = {}; raise train_steps", path,
              field("step"), cfg_.train_steps);
-  // The loader counts batches of data_ranks x micro-batch sequences: on another number of
-  // data-parallel ranks (e.g. a pp x dp run resumed with pp = 1) the same sequence position is
-  // another batch index. (Checkpoints without data_ranks were written with the loader
-  // partitioned like this run's or not at all.)
+  // The loader counts batches of data-parallel ranks x micro-batch sequences: with another
+  // product (e.g. a pp x dp run resumed with pp = 1 at the same micro-batch) the same sequence
+  // position is another batch index. (Checkpoints without data_batch_sequences are taken as
+  // written with this run's.)
   uint64_t data_batch = static_cast<uint64_t>(field("data_batch"));
-  const int64_t saved_ranks = run.contains("data_ranks") ? field("data_ranks") : 0;
-  if (saved_ranks > 0 && saved_ranks != data_parallel_ranks()) {
-    const uint64_t sequences = data_batch * saved_ranks * cfg_.micro_batch;
-    const uint64_t per_batch = uint64_t(data_parallel_ranks()) * cfg_.micro_batch;
+  const int64_t saved = run.contains("data_batch_sequences") ? field("data_batch_sequences") : 0;
+  const int64_t per_batch = int64_t{data_parallel_ranks()} * cfg_.micro_batch;
+  if (saved > 0 && saved != per_batch) {
+    const uint64_t sequences = data_batch * static_cast<uint64_t>(saved);
     TIDE_CHECK(sequences % per_batch == 0,
                "checkpoint '{}' stopped at sequence {} of its epoch, which is not a whole batch "
-               "of {} data-parallel ranks x {} sequences; resume it on {} data-parallel ranks",
-               path, sequences, data_parallel_ranks(), cfg_.micro_batch, saved_ranks);
+               "of {} data-parallel ranks x {} sequences; resume it with data-parallel ranks x "
+               "train_micro_batch_size_per_gpu = {}",
+               path, sequences, data_parallel_ranks(), cfg_.micro_batch, saved);
     data_batch = sequences / per_batch;
   }
   return {field("step"), static_cast<uint64_t>(field("data_epoch")), data_batch};
