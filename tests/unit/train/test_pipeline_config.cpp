@@ -99,7 +99,7 @@ TEST(PipelineConfig, EveryBadCombinationIsOneClearErrorAtConfigTime) {
   EXPECT_HAS(config_error({"parallel.pp=2"}), "parallel.pp");
 }
 
-TEST(PipelineConfig, TheRanksMustBeOneStageEach) {
+TEST(PipelineConfig, TheRanksMustBeStagesTimesReplicas) {
   auto refusal = [](const std::vector<std::string>& overrides, int world) {
     return error_of([&] {
       std::vector<std::string> o = overrides;
