@@ -573,7 +573,11 @@ void Trainer::run() {
     if (!cfg_.resume.empty()) fmt::print("tide: resumed from {} at step {}\n", cfg_.resume, step_);
     const size_t act = runner_->activation_bytes();
     const std::string ranks =
-        pipeline_ ? fmt::format("{} pipeline stages, schedule {}{}", cfg_.pipeline_stages,
+        pipeline_ ? fmt::format("{} pipeline stages{}, schedule {}{}", cfg_.pipeline_stages,
+                                data_parallel_ranks() > 1
+                                    ? fmt::format(" x {} data-parallel replicas (ZeRO-{})",
+                                                  data_parallel_ranks(), cfg_.zero.stage)
+                                    : "",
                                 cfg_.pipeline_schedule,
                                 cfg_.virtual_stages > 1
                                     ? fmt::format(" ({} chunks per stage)", cfg_.virtual_stages)
