@@ -16,7 +16,8 @@
 //     first step: its losses equal 1F1B's bitwise like every schedule's).
 //   * zb-auto through Trainer::run: the engine starts on 1F1B, switches to the generated
 //     schedule after the measured first step, and metrics.jsonl holds one "pipeline_measured"
-//     record with every stage's positive T_F/T_B/T_W and the simulated bubble.
+//     record with every stage's positive T_F/T_B/T_W and the simulated bubble; under a memory
+//     limit below p (p >= 3) the warm-up step keeps to it (measured peak of its arenas).
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -238,6 +239,18 @@ TEST(PipelineTrainer, ZbAutoIsBuiltFromTheMeasuredFirstStep) {
       EXPECT_TRUE(rate >= 0 && rate < 1) << rate;
     }
     EXPECT_EQ(records, 1) << "one pipeline_measured record in metrics.jsonl";
+  }
+  if (p >= 3) {
+    // A memory limit below 1F1B's peak (p M_B): the warm-up step keeps to it too (it runs the
+    // limit's zb-auto from unit costs), measured from the engine's arenas.
+    Trainer t(pp_config(shard, dir + "/tight", p, m, "zb-auto",
+                        {fmt::format("pipeline.memory_limit={}", p - 1)}),
+              world);
+    t.train_step();
+    const PipelineEngine::ActivationMemory& mem = t.pipeline()->engine().activation_memory();
+    ASSERT_GT(mem.micro_batch_bytes, 0u);
+    EXPECT_LE(mem.peak_bytes, size_t(p - 1) * mem.micro_batch_bytes)
+        << "the warm-up step held more micro-batches than pipeline.memory_limit=" << p - 1;
   }
   world->barrier();
   if (world->rank() == 0) std::filesystem::remove_all(dir);
