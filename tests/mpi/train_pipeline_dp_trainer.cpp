@@ -6,7 +6,8 @@
 //     Trainer on the same global batch (accum m x dp): losses (the replicas' mean) to 1e-5,
 //     every stage's parameters to 1e-4; the validation loss equals the single-rank evaluate()
 //     to the bit at step 0 and to 1e-5 after training. zb-auto (measured first step, the
-//     replicas agreeing on replica 0's figures) trains bitwise like 1F1B under ZeRO-1.
+//     replicas agreeing on replica 0's figures) and interleaved (two chunks per stage) train
+//     bitwise like 1F1B under ZeRO-1.
 //   * A checkpoint written mid-run (ZeRO-1: every (stage, replica) writes its slices) resumed
 //     at the same pp x dp continues to the bit (losses and parameters); resumed on one rank
 //     (pp = 1, accum m x dp) it continues to 1e-5.
@@ -125,6 +126,15 @@ TEST(PipelineDataParallelTrainer, MatchesTheSingleRankTrainerAndResumesBitwise) 
     EXPECT_TRUE(same_bits(r.losses, runs[1].losses)) << "zb-auto differs from 1f1b";
     for (const auto& [tensor, v] : r.params)
       EXPECT_TRUE(same_bits(v, runs[1].params.at(tensor))) << "zb-auto, " << tensor;
+  }
+
+  {  // two model chunks per stage (interleaved, v = 2) under ZeRO-1: bitwise like 1F1B
+    Trainer t(
+        config(shard, dir + "/inter", kPP, kM, 1, "interleaved", {"pipeline.virtual_stages=2"}),
+        world);
+    const TrainerRun r = train_run(t, kRunSteps);
+    EXPECT_TRUE(same_bits(r.losses, runs[1].losses)) << "interleaved differs from 1f1b";
+    EXPECT_EQ(r.val_end, runs[1].val_end);
   }
 
   // Checkpoints at step 3, resumed at the same pp x dp: bitwise.
