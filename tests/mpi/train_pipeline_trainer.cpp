@@ -12,12 +12,19 @@
 //   * A checkpoint written mid-run by every stage, resumed under the same pp, continues to the
 //     bit (losses and parameters); resumed on one rank (pp = 1: resharded by tensor name), it
 //     continues with the pipeline run's losses to 1e-5, and at p = 4 resumed as 2 stages too.
-//   * zb-auto with pipeline.memory_limit = p + 1 through the Trainer.
+//   * zb-auto with pipeline.memory_limit = p + 1 through the Trainer (built from the measured
+//     first step: its losses equal 1F1B's bitwise like every schedule's).
+//   * zb-auto through Trainer::run: the engine starts on 1F1B, switches to the generated
+//     schedule after the measured first step, and metrics.jsonl holds one "pipeline_measured"
+//     record with every stage's positive T_F/T_B/T_W and the simulated bubble; under a memory
+//     limit below p (p >= 3) the warm-up step keeps to it (measured peak of its arenas).
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 
 #include "dp_runs.h"
 #include "mpi_test.h"
@@ -193,6 +200,57 @@ TEST(PipelineTrainer, SchedulesMatchTheSingleRankTrainerAndResumeBitwise) {
   {
     Trainer t(pp_config(shard, dir + "/init", p, m, "zb-h1", {"init_from=" + ck}), world);
     EXPECT_EQ(t.evaluate(), resumed_same.val0) << "init_from a pipeline checkpoint";
+  }
+  world->barrier();
+  if (world->rank() == 0) std::filesystem::remove_all(dir);
+}
+
+TEST(PipelineTrainer, ZbAutoIsBuiltFromTheMeasuredFirstStep) {
+  std::shared_ptr<ProcessGroup> world = mpi_test::world_ptr();
+  const int p = world->size(), m = 2 * p;
+  if (kLayers % p != 0) GTEST_SKIP() << kLayers << " layers do not divide over " << p << " stages";
+  const std::string dir = shared_temp_dir(*world);
+  const std::string shard = write_shared_shard(*world, dir);
+  {
+    Trainer t(pp_config(shard, dir + "/auto", p, m, "zb-auto", {"train_steps=3", "log.interval=1"}),
+              world);
+    EXPECT_EQ(t.pipeline()->engine().schedule().name, "1f1b") << "the warm-up step runs 1F1B";
+    t.run();
+    EXPECT_EQ(t.pipeline()->engine().schedule().name, "zb-auto");
+  }
+  if (world->rank() == 0) {
+    std::ifstream f(dir + "/auto/metrics.jsonl");
+    std::string line;
+    int records = 0;
+    while (std::getline(f, line)) {
+      const nlohmann::json j = nlohmann::json::parse(line);
+      if (!j.contains("pipeline_measured")) continue;
+      ++records;
+      const nlohmann::json& pm = j["pipeline_measured"];
+      EXPECT_EQ(j["step"].get<int>(), 1);
+      EXPECT_EQ(pm["schedule"].get<std::string>(), "zb-auto");
+      for (const char* key : {"t_f", "t_b", "t_w"}) {
+        ASSERT_EQ(pm[key].size(), static_cast<size_t>(p)) << key;
+        for (const auto& v : pm[key]) EXPECT_GT(v.get<double>(), 0) << key;
+      }
+      EXPECT_GE(pm["t_comm"].get<double>(), 0);
+      EXPECT_GT(pm["simulated_makespan_s"].get<double>(), 0);
+      const double rate = pm["simulated_bubble_rate"].get<double>();
+      EXPECT_TRUE(rate >= 0 && rate < 1) << rate;
+    }
+    EXPECT_EQ(records, 1) << "one pipeline_measured record in metrics.jsonl";
+  }
+  if (p >= 3) {
+    // A memory limit below 1F1B's peak (p M_B): the warm-up step keeps to it too (it runs the
+    // limit's zb-auto from unit costs), measured from the engine's arenas.
+    Trainer t(pp_config(shard, dir + "/tight", p, m, "zb-auto",
+                        {fmt::format("pipeline.memory_limit={}", p - 1)}),
+              world);
+    t.train_step();
+    const PipelineEngine::ActivationMemory& mem = t.pipeline()->engine().activation_memory();
+    ASSERT_GT(mem.micro_batch_bytes, 0u);
+    EXPECT_LE(mem.peak_bytes, size_t(p - 1) * mem.micro_batch_bytes)
+        << "the warm-up step held more micro-batches than pipeline.memory_limit=" << p - 1;
   }
   world->barrier();
   if (world->rank() == 0) std::filesystem::remove_all(dir);

@@ -137,12 +137,14 @@ const std::vector<ConfigKey>& config_schema() {
       {"parallel.sp", T::BOOL, false,
        "sequence parallelism (with parallel.tp > 1); true only for tide estimate (issue #12)"},
       {"pipeline.stages", T::INT, 1,
-       "pipeline stages p (tide train: the ranks, one stage each; model.n_layer must divide "
-       "over p x pipeline.virtual_stages)",
+       "pipeline stages p (tide train: one stage per rank, ranks = p x data-parallel replicas "
+       "with ZeRO 0-1 inside the stages; model.n_layer must divide over p x "
+       "pipeline.virtual_stages)",
        ints(1, 65536)},
       {"pipeline.schedule", T::STRING, "1f1b",
        "gpipe, 1f1b, interleaved, zb-h1, zb-h2, zb-1p, zb-2p, zb-auto or zb-v "
-       "(docs/pipeline.md); used with pipeline.stages > 1"},
+       "(docs/pipeline.md); used with pipeline.stages > 1 (tide train builds zb-auto from its "
+       "measured first step)"},
       {"pipeline.virtual_stages", T::INT, 1,
        "model chunks per pipeline stage: >= 2 with interleaved, 2 with zb-v (its default), 1 "
        "otherwise",

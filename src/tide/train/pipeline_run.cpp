@@ -3,8 +3,11 @@
 #include <cmath>
 #include <cstring>
 
+#include "tide/comm/local_process_group.h"
+#include "tide/pipeline/generators.h"
 #include "tide/train/pipeline_setup.h"
 #include "tide/train/sharded_checkpoint.h"
+#include "tide/train/zero.h"
 
 namespace tide {
 
@@ -12,20 +15,73 @@ PipelineRun::PipelineRun(const TrainConfig& cfg, std::shared_ptr<ProcessGroup> w
                          const OptimizerSettings& opt)
     : world_(std::move(world)) {
   pipeline::Schedule schedule = make_pipeline_schedule(cfg);
-  TIDE_ASSERT(schedule.stages == world_->size());
+  const int dp = world_->size() / schedule.stages;
+  TIDE_ASSERT(schedule.stages * dp == world_->size());
+  if (dp == 1) {
+    pp_ = world_;
+    dp_ = std::make_shared<LocalProcessGroup>();
+  } else {
+    const Topology topo(world_, MeshShape{.tp = 1, .dp = dp, .pp = schedule.stages});
+    pp_ = topo.group_ptr(MeshAxis::PP);
+    dp_ = topo.group_ptr(MeshAxis::DP);
+  }
+  zero_sliced_ = dp > 1 && cfg.zero.stage >= 1;
+  if (cfg.pipeline_schedule == "zb-auto") {
+    // The warm-up step runs 1F1B (within its peak of p micro-batches in flight); a tighter
+    // memory limit warms up with the limit's zb-auto from unit costs, which fits it.
+    measure_pending_ = true;
+    memory_limit_ = cfg.pipeline_memory_limit;
+    if (memory_limit_ == 0 || memory_limit_ >= schedule.stages)
+      schedule = pipeline::one_f_one_b(schedule.stages, schedule.microbatches);
+  }
   std::vector<GPT*> models;
   for (int c = 0; c < schedule.chunks; ++c) {
     ModelOptions o;
     o.chunk_elems = chunk_elems_from_mib(cfg.chunk_size_mb);
     o.pp = schedule.virtual_stages();
-    o.stage = schedule.virtual_stage(world_->rank(), c);
+    o.stage = schedule.virtual_stage(pp_->rank(), c);
+    if (zero_sliced_) {  // ZeRO-1: the optimizer state sliced over the stage's replicas
+      o.group_size = dp;
+      o.store.group_rank = dp_->rank();
+      o.store.sliced_kinds = zero_sliced_kinds(cfg.zero.stage);
+    }
     chunks_.push_back(std::make_unique<GPT>(cfg.model, cfg.activation_policy, o));
     chunks_.back()->init_weights(cfg.seed);
     models.push_back(chunks_.back().get());
     eval_mbs_.push_back(chunks_.back()->make_micro_batch(1, cfg.seq_len));
   }
-  engine_ = std::make_unique<PipelineEngine>(models, world_, std::move(schedule), cfg.micro_batch,
-                                             cfg.seq_len, opt);
+  engine_ = std::make_unique<PipelineEngine>(models, pp_, std::move(schedule), cfg.micro_batch,
+                                             cfg.seq_len, opt, dp > 1 ? dp_ : nullptr);
+}
+
+StepStats PipelineRun::step(int64_t step, uint64_t seed, const Engine::BatchFn& batch,
+                            Tracer* tracer) {
+  if (!measure_pending_) return engine_->step(step, seed, batch, tracer);
+  measure_pending_ = false;
+  StepMeasurement m;
+  const StepStats st = auto_schedule_step(*engine_, *pp_, step, seed, batch, memory_limit_, &m);
+  if (dp_->size() > 1) {
+    // The replicas measured separately; their gradient all-reduces pair up chunk by chunk only
+    // if every replica runs the same schedule: all take replica 0's figures.
+    std::vector<double> f;
+    for (const pipeline::CostModel& c : m.stages)
+      f.insert(f.end(), {c.t_f, c.t_b, c.t_w, c.t_comm});
+    f.push_back(m.t_comm);
+    dp_->broadcast(Tensor(f.data(), Shape{2 * static_cast<int64_t>(f.size())}, DType::I32), 0);
+    for (size_t i = 0; i < m.stages.size(); ++i) {
+      pipeline::CostModel& c = m.stages[i];
+      c.t_f = f[4 * i];
+      c.t_b = f[4 * i + 1];
+      c.t_w = f[4 * i + 2];
+      c.t_comm = f[4 * i + 3];
+    }
+    m.t_comm = f.back();
+    engine_->reschedule(auto_schedule(m, engine_->schedule().microbatches, memory_limit_));
+  }
+  measured_.simulated = pipeline::simulate(engine_->schedule(), m.stages);
+  measured_.measurement = std::move(m);
+  measured_new_ = true;
+  return st;
 }
 
 size_t PipelineRun::activation_bytes() const {
@@ -42,7 +98,7 @@ bool PipelineRun::needs_data() const {
 
 float PipelineRun::evaluate(DataLoader& val, int64_t n) {
   const pipeline::Schedule& sch = engine_->schedule();
-  const int V = sch.virtual_stages(), me = world_->rank();
+  const int V = sch.virtual_stages(), me = pp_->rank();
   const int last = sch.locate(V - 1).first;
   double sum = 0, count = 0;
   for (int64_t i = 0; i < n; ++i) {
@@ -65,11 +121,11 @@ float PipelineRun::evaluate(DataLoader& val, int64_t n) {
           std::memcpy(in.data, chunks_[from_chunk]->output_activation(*eval_mbs_[from_chunk]).data,
                       in.nbytes());
         else
-          world_->recv(in, from, v);
+          pp_->recv(in, from, v);
       }
       model.forward(mb);
       if (v + 1 < V && sch.locate(v + 1).first != me)
-        world_->send(model.output_activation(mb), sch.locate(v + 1).first, v + 1);
+        pp_->send(model.output_activation(mb), sch.locate(v + 1).first, v + 1);
     }
     // (loss sum, positions with a target) of the sequence, as doubles carried bit for bit.
     double r[2] = {0, 0};
@@ -78,7 +134,7 @@ float PipelineRun::evaluate(DataLoader& val, int64_t n) {
       r[0] = mb.seq_loss_sum[0];
       r[1] = static_cast<double>(mb.seq_targets[0]);
     }
-    world_->broadcast(Tensor(r, Shape{4}, DType::I32), last);
+    pp_->broadcast(Tensor(r, Shape{4}, DType::I32), last);
     sum += r[0];  // in sequence order, as the single-rank evaluate adds them
     count += r[1];
   }
@@ -88,10 +144,12 @@ float PipelineRun::evaluate(DataLoader& val, int64_t n) {
 void PipelineRun::save(const std::string& path, const CheckpointInfo& info) const {
   std::vector<const ChunkStore*> stores;
   for (const auto& c : chunks_) stores.push_back(&c->store());
-  save_pipeline_stage_shard(path, stores, info, /*with_optimizer_state=*/true, world_->rank(),
-                            world_->size());
-  world_->barrier();  // every stage's shard is written (a rank that failed ended the job)
-  if (world_->rank() == 0) commit_sharded_checkpoint(path, world_->size());
+  const int dp = zero_sliced_ ? dp_->size() : 1;  // ZeRO-0: replica 0 writes the stage whole
+  if (zero_sliced_ || dp_->rank() == 0)
+    save_pipeline_stage_shard(path, stores, info, /*with_optimizer_state=*/true, pp_->rank(),
+                              pp_->size(), zero_sliced_ ? dp_->rank() : 0, dp);
+  world_->barrier();  // every shard is written (a rank that failed ended the job)
+  if (world_->rank() == 0) commit_sharded_checkpoint(path, pp_->size() * dp);
   world_->barrier();
 }
 

@@ -12,52 +12,88 @@
 //   save/load    a sharded checkpoint directory: each rank writes its stage's tensors whole
 //                (save_pipeline_stage_shard); any run (another pp, pp = 1, tide sample,
 //                tide export) reads it as any sharded checkpoint.
+//   zb-auto      pipeline.schedule = zb-auto is built from measurement: the first step this
+//                object runs (step 0 of a fresh run, or the first after a resume) runs 1F1B
+//                traced and measured (auto_schedule_step, pipeline_measure.h), and the engine
+//                switches to the zero-bubble schedule generated from the measured T_F/T_B/T_W/
+//                T_comm (the same on every rank: the figures are gathered). Every schedule trains
+//                bitwise alike, so the warm-up step is an ordinary training step.
 
 #include <memory>
 #include <vector>
 
 #include "tide/comm/process_group.h"
+#include "tide/comm/topology.h"
 #include "tide/data/loader.h"
 #include "tide/train/checkpoint.h"
 #include "tide/train/config.h"
 #include "tide/train/pipeline_engine.h"
+#include "tide/train/pipeline_measure.h"
 #include "tide/train/step_runner.h"
 
 namespace tide {
 
 class PipelineRun final : public StepRunner {
  public:
-  // Collective over `world` (= the pipeline group: one stage per rank). The chunks are
-  // initialised from cfg.seed as the whole model would be (the same values tensor by tensor).
+  // Collective over `world` = pipeline.stages x dp ranks: the (pp, dp) groups come from the
+  // topology mesh (comm/topology.h, Megatron order: the stages of one replica are ranks
+  // d*1 + ..., as train_pipeline_dp's tests build them). Each dp replica runs the schedule's
+  // micro-batches of its own (replica d's micro-batch mb is global micro-batch mb * dp + d);
+  // ZeRO-1 slices the optimizer state over dp. The chunks are initialised from cfg.seed as the
+  // whole model would be (the same values tensor by tensor).
   PipelineRun(const TrainConfig& cfg, std::shared_ptr<ProcessGroup> world,
               const OptimizerSettings& opt);
 
+  // (The zb-auto warm-up step traces itself: `tracer` does not record that step.)
   StepStats step(int64_t step, uint64_t seed, const Engine::BatchFn& batch,
-                 Tracer* tracer) override {
-    return engine_->step(step, seed, batch, tracer);
-  }
+                 Tracer* tracer) override;
   size_t activation_bytes() const override;
 
   // Mean loss over validation sequences [0, n) of `val` (micro-batch 1, no shuffle), on every
-  // rank (collective).
+  // rank (collective). Every replica's pipeline evaluates all of them (the replicas hold the
+  // same parameters bitwise, so they agree to the bit; no message between replicas).
   float evaluate(DataLoader& val, int64_t n);
   // Every rank writes its shard into `path` (a sharded directory), rank 0 commits it
-  // (collective).
+  // (collective over the world). ZeRO-0: replica 0 of each stage writes the stage whole (the
+  // replicas are equal); ZeRO-1: every (stage, replica) writes its slices.
   void save(const std::string& path, const CheckpointInfo& info) const;
   // Loads this rank's tensors (and Adam state) from the sharded checkpoint `path`.
   void load(const std::string& path);
 
   const std::vector<std::unique_ptr<GPT>>& chunks() const { return chunks_; }
   const PipelineEngine& engine() const { return *engine_; }
+  // The replicas' group of this stage (size 1 without data parallelism) and this rank's
+  // pipeline group.
+  ProcessGroup& dp() const { return *dp_; }
+  ProcessGroup& pp() const { return *pp_; }
   // Whether this rank's chunks read the micro-batches' tokens (the first virtual stage) or
   // targets (the last).
   bool needs_data() const;
 
+  // zb-auto: the warm-up step's measurement and the generated schedule's simulated run under
+  // the measured per-stage costs.
+  struct Measured {
+    StepMeasurement measurement;
+    pipeline::SimResult simulated;
+  };
+  // The measurement of the step just run, once (then nullptr until another is measured): for
+  // the Trainer's log line and metrics record. Every rank returns the same.
+  const Measured* take_new_measurement() {
+    if (!measured_new_) return nullptr;
+    measured_new_ = false;
+    return &measured_;
+  }
+
  private:
-  std::shared_ptr<ProcessGroup> world_;
+  std::shared_ptr<ProcessGroup> world_, pp_, dp_;  // pp_, dp_: from the topology mesh
+  bool zero_sliced_ = false;                       // ZeRO-1 with dp > 1
   std::vector<std::unique_ptr<GPT>> chunks_;
   std::unique_ptr<PipelineEngine> engine_;
   std::vector<std::unique_ptr<MicroBatch>> eval_mbs_;  // per chunk, one sequence
+  bool measure_pending_ = false;  // zb-auto: the next step is the measured warm-up
+  double memory_limit_ = 0;       // zb-auto's pipeline.memory_limit (M_B; 0: 1F1B's peak)
+  bool measured_new_ = false;
+  Measured measured_;
 };
 
 }  // namespace tide

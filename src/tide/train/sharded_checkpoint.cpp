@@ -464,10 +464,14 @@ void save_checkpoint_shard(const std::string& dir, const ChunkStore& store,
 
 void save_pipeline_stage_shard(const std::string& dir, const std::vector<const ChunkStore*>& stores,
                                const CheckpointInfo& info, bool with_optimizer_state, int rank,
-                               int world) {
-  const std::string subject = fmt::format("cannot save stage {}'s shard of '{}'", rank, dir);
-  TIDE_CHECK(world >= 1 && world <= kMaxWorld && rank >= 0 && rank < world,
-             "{}: rank {} is outside a world of {}", subject, rank, world);
+                               int world, int dp_rank, int dp) {
+  const std::string subject =
+      dp > 1 ? fmt::format("cannot save stage {} replica {}'s shard of '{}'", rank, dp_rank, dir)
+             : fmt::format("cannot save stage {}'s shard of '{}'", rank, dir);
+  TIDE_CHECK(world >= 1 && dp >= 1 && world * dp <= kMaxWorld && rank >= 0 && rank < world &&
+                 dp_rank >= 0 && dp_rank < dp,
+             "{}: stage {} (replica {}) is outside a pipeline of {} stages x {} replicas", subject,
+             rank, dp_rank, world, dp);
   std::vector<SafetensorsTensor> tensors;
   json pieces = json::object();
   DType compute = DType::F32;
@@ -481,24 +485,42 @@ void save_pipeline_stage_shard(const std::string& dir, const std::vector<const C
     TIDE_CHECK(k == 0 || store.compute_dtype() == compute,
                "{}: the stage's model chunks compute in different dtypes", subject);
     compute = store.compute_dtype();
+    TIDE_CHECK(dp == 1 || layout.group_size() == dp,
+               "{}: the stage's chunks are sliced for {} ranks, not the {} replicas", subject,
+               layout.group_size(), dp);
     for (const Item& it : items_of(layout, compute, with_optimizer_state)) {
       const TensorSlot& s = layout.slot(it.id);
       if (s.name == "lm_head.weight") continue;  // wte's copy: the first stage saves wte
-      TIDE_CHECK(!store.sliced(it.kind), "{}: the store holds a slice of its {} chunks", subject,
-                 chunk_kind_name(it.kind));
+      // The tensor's overlap with replica dp_rank's slice of its chunk (ZeRO's partition: a
+      // sliced kind holds exactly that; a whole one contributes only that part), so the
+      // replicas' pieces tile the stage's tensors; with dp = 1 the tensor whole.
+      int64_t lo = s.offset, hi = s.offset + s.numel;
+      if (dp > 1) {
+        const int64_t slice = layout.slice_elems(s.chunk);
+        lo = std::max(lo, dp_rank * slice);
+        hi = std::min(hi, (dp_rank + 1) * slice);
+        if (lo >= hi) continue;
+      }
+      TIDE_CHECK(!store.sliced(it.kind) || (dp > 1 && store.options().group_rank == dp_rank),
+                 "{}: the store holds a slice of its {} chunks that is not replica {}'s", subject,
+                 chunk_kind_name(it.kind), dp_rank);
       const Chunk& ch = store.chunk_info(it.kind, s.chunk);
       TIDE_CHECK(ch.data != nullptr && store.chunk(it.kind, s.chunk).device.is_cpu(),
                  "{}: {} chunk {} is not resident in host memory", subject,
                  chunk_kind_name(it.kind), s.chunk);
+      TIDE_CHECK(lo >= ch.begin && hi <= ch.begin + ch.elems,
+                 "{}: the store does not hold replica {}'s part of tensor '{}' ({})", subject,
+                 dp_rank, s.name, chunk_kind_name(it.kind));
       const char* data =
-          static_cast<const char*>(ch.data) + (s.offset - ch.begin) * int64_t(dtype_size(ch.dtype));
-      tensors.push_back({it.name, ch.dtype, Shape{s.numel}, data});
-      pieces[it.name] = {{"tensor", it.name}, {"begin", 0}, {"end", s.numel}};
+          static_cast<const char*>(ch.data) + (lo - ch.begin) * int64_t(dtype_size(ch.dtype));
+      tensors.push_back({it.name, ch.dtype, Shape{hi - lo}, data});
+      pieces[it.name] = {{"tensor", it.name}, {"begin", lo - s.offset}, {"end", hi - s.offset}};
     }
   }
-  const std::string path = (fs::path(partial_of(dir)) / shard_file_name(rank, world)).string();
+  const int file = rank * dp + dp_rank, files = world * dp;
+  const std::string path = (fs::path(partial_of(dir)) / shard_file_name(file, files)).string();
   write_safetensors(path, tensors,
-                    shard_meta(info, with_optimizer_state, rank, world, compute, pieces));
+                    shard_meta(info, with_optimizer_state, file, files, compute, pieces));
 }
 
 void commit_sharded_checkpoint(const std::string& dir, int world) {

@@ -81,9 +81,13 @@ void save_checkpoint_shard(const std::string& dir, const ChunkStore& store,
 // model, ZeRO slices, another pipeline split), tide sample and tide export read it as any
 // sharded checkpoint. The last stage's lm_head.weight (the tied wte's copy, equal to it with its
 // Adam state) is not written: loading a stage that holds it reads wte.
+// With data parallelism inside the stages (`dp` replicas, this one `dp_rank`; the stores'
+// layouts packed for dp), each replica writes the part of each tensor in its slices of the
+// chunks (ZeRO-1's optimizer-state slice, and that part of the whole parameters), to file
+// rank * dp + dp_rank of world * dp: commit_sharded_checkpoint(dir, world * dp).
 void save_pipeline_stage_shard(const std::string& dir, const std::vector<const ChunkStore*>& stores,
                                const CheckpointInfo& info, bool with_optimizer_state, int rank,
-                               int world);
+                               int world, int dp_rank = 0, int dp = 1);
 
 // After every rank's save_checkpoint_shard returned: checks that "<dir>.partial/" holds the
 // `world` shards of one save (their headers; the data is not read again), writes index.json

@@ -225,8 +225,8 @@ void Trainer::resolve_data() {
              "no training data: set data.dir (from `tide prepare`) or data.train");
   TIDE_CHECK(cfg_.model.vocab_size > 0,
              "model.vocab_size is unknown: set it, or use a data.dir whose meta.json gives it");
-  // Under pp every stage reads the global batch as one data-parallel rank would.
-  const int dp = data_parallel_ranks(), rank = cfg_.pipeline_stages > 1 ? 0 : world_->rank();
+  // Under pp every stage of replica d reads the global batch as data-parallel rank d would.
+  const int dp = data_parallel_ranks(), rank = data_parallel_rank();
   train_loader_ =
       std::make_unique<DataLoader>(expand_shard_paths({cfg_.train_data}), cfg_.micro_batch,
                                    cfg_.seq_len, rank, dp, cfg_.seed, cfg_.shuffle);
@@ -284,9 +284,12 @@ StepStats Trainer::train_step() {
     float reduced[2] = {st.loss, stop_requested() ? 1.0f : 0.0f};
     if (world_->size() > 1) {
       const TraceSpan loss_span(tracer, "all-reduce loss", "comm");
-      if (pipeline_)
+      if (pipeline_) {
+        // The replicas' mean (each replica's stages hold its loss already), then the flag.
+        if (pipeline_->dp().size() > 1)
+          pipeline_->dp().all_reduce_async(Tensor(reduced, Shape{1}), ReduceOp::Avg)->wait();
         world_->all_reduce_async(Tensor(reduced + 1, Shape{1}), ReduceOp::Sum)->wait();
-      else
+      } else
         world_->all_reduce_async(Tensor(reduced, Shape{2}), ReduceOp::Avg)->wait();
     }
     st.loss = reduced[0];
@@ -425,7 +428,9 @@ std::string Trainer::save(const std::string& name) const {
         {"seed", cfg_.seed},
         {"global_batch", int64_t{cfg_.micro_batch} * cfg_.grad_accum * data_parallel_ranks()},
         {"data_epoch", train_loader_->epoch()},
-        {"data_batch", train_loader_->next_batch_index()}}}};
+        {"data_batch", train_loader_->next_batch_index()},
+        // data_batch counts the loader's batches of this many sequences (ranks x micro-batch)
+        {"data_batch_sequences", int64_t{data_parallel_ranks()} * cfg_.micro_batch}}}};
   if (!sharded) {
     save_checkpoint(path, *model_, info, /*with_optimizer_state=*/true);
     return path;
@@ -482,8 +487,59 @@ Trainer::RunPosition Trainer::check_resume(const std::string& path) const {
   TIDE_CHECK(field("step") <= cfg_.train_steps,
              "checkpoint '{}' is at step {}, past train_steps = {}; raise train_steps", path,
              field("step"), cfg_.train_steps);
-  return {field("step"), static_cast<uint64_t>(field("data_epoch")),
-          static_cast<uint64_t>(field("data_batch"))};
+  // The loader counts batches of data-parallel ranks x micro-batch sequences: with another
+  // product (e.g. a pp x dp run resumed with pp = 1 at the same micro-batch) the same sequence
+  // position is another batch index. (Checkpoints without data_batch_sequences are taken as
+  // written with this run's.)
+  uint64_t data_batch = static_cast<uint64_t>(field("data_batch"));
+  const int64_t saved = run.contains("data_batch_sequences") ? field("data_batch_sequences") : 0;
+  const int64_t per_batch = int64_t{data_parallel_ranks()} * cfg_.micro_batch;
+  if (saved > 0 && saved != per_batch) {
+    const uint64_t sequences = data_batch * static_cast<uint64_t>(saved);
+    TIDE_CHECK(sequences % per_batch == 0,
+               "checkpoint '{}' stopped at sequence {} of its epoch, which is not a whole batch "
+               "of {} data-parallel ranks x {} sequences; resume it with data-parallel ranks x "
+               "train_micro_batch_size_per_gpu = {}",
+               path, sequences, data_parallel_ranks(), cfg_.micro_batch, saved);
+    data_batch = sequences / per_batch;
+  }
+  return {field("step"), static_cast<uint64_t>(field("data_epoch")), data_batch};
+}
+
+void Trainer::log_pipeline_measurement(const PipelineRun::Measured& pm, std::ofstream& metrics,
+                                       const std::string& metrics_path, bool tty) {
+  // zb-auto's warm-up step: the measured per-stage figures (seconds per micro-batch) and the
+  // generated schedule's bubble when simulated under them.
+  const StepMeasurement& m = pm.measurement;
+  json t_f = json::array(), t_b = json::array(), t_w = json::array();
+  for (const pipeline::CostModel& c : m.stages) {
+    t_f.push_back(c.t_f);
+    t_b.push_back(c.t_b);
+    t_w.push_back(c.t_w);
+  }
+  const pipeline::SimResult& sim = pm.simulated;
+  const std::string schedule = pipeline_->engine().schedule().name;
+  write_metrics(metrics, metrics_path,
+                json{{"step", step_},
+                     {"pipeline_measured",
+                      {{"t_f", t_f},
+                       {"t_b", t_b},
+                       {"t_w", t_w},
+                       {"t_comm", m.t_comm},
+                       {"waited_receives", m.waited_receives},
+                       {"schedule", schedule},
+                       {"simulated_makespan_s", sim.makespan},
+                       {"simulated_bubble_s", sim.bubble},
+                       {"simulated_bubble_rate", sim.bubble_rate}}},
+                     {"time", unix_seconds()}});
+  const pipeline::CostModel g = m.generator_costs();  // the slowest stage's figures
+  fmt::print(
+      "{}tide: zb-auto from step {} measured (slowest stage, per micro-batch): T_F {:.3f} ms, T_B "
+      "{:.3f} ms, T_W {:.3f} ms, T_comm {:.3f} ms -> schedule {}, simulated bubble {:.1f}% "
+      "({:.3f} ms of {:.3f} ms)\n",
+      tty ? "\n" : "", step_, g.t_f * 1e3, g.t_b * 1e3, g.t_w * 1e3, m.t_comm * 1e3, schedule,
+      sim.bubble_rate * 100, sim.bubble * 1e3, sim.makespan * 1e3);
+  std::fflush(stdout);
 }
 
 void Trainer::run() {
@@ -517,7 +573,11 @@ void Trainer::run() {
     if (!cfg_.resume.empty()) fmt::print("tide: resumed from {} at step {}\n", cfg_.resume, step_);
     const size_t act = runner_->activation_bytes();
     const std::string ranks =
-        pipeline_ ? fmt::format("{} pipeline stages, schedule {}{}", cfg_.pipeline_stages,
+        pipeline_ ? fmt::format("{} pipeline stages{}, schedule {}{}", cfg_.pipeline_stages,
+                                data_parallel_ranks() > 1
+                                    ? fmt::format(" x {} data-parallel replicas (ZeRO-{})",
+                                                  data_parallel_ranks(), cfg_.zero.stage)
+                                    : "",
                                 cfg_.pipeline_schedule,
                                 cfg_.virtual_stages > 1
                                     ? fmt::format(" ({} chunks per stage)", cfg_.virtual_stages)
@@ -562,6 +622,9 @@ void Trainer::run() {
     seconds_interval += seconds_since(t_step);
     tokens_done += st.tokens;
     tokens_interval += st.tokens;
+    if (pipeline_)
+      if (const PipelineRun::Measured* pm = pipeline_->take_new_measurement(); pm && rank0)
+        log_pipeline_measurement(*pm, metrics, metrics_path, tty);
     if (rank0) {
       const double elapsed = seconds_since(t_start);
       const double tok_s = tokens_done / elapsed;

@@ -73,6 +73,9 @@ class Trainer {
   void resolve_data();
   // Data-parallel ranks: the world divided by the pipeline stages.
   int data_parallel_ranks() const { return world_->size() / cfg_.pipeline_stages; }
+  // This rank's data-parallel rank: under pp its replica, the dp coordinate of the topology
+  // mesh PipelineRun builds (comm/topology.h, Megatron order with tp = 1: rank = d + dp * stage).
+  int data_parallel_rank() const { return world_->rank() % data_parallel_ranks(); }
   // Bytes of this rank's model states (every model chunk).
   size_t model_state_bytes() const;
   // Where a checkpoint left its run: the step and the data loader's position.
@@ -90,6 +93,9 @@ class Trainer {
   void write_trace();
   // metrics.jsonl line, mirrored to TensorBoard when it is on (rank 0).
   void write_metrics(std::ofstream& f, const std::string& path, const nlohmann::json& line);
+  // zb-auto's warm-up step (rank 0): one log line and one metrics record "pipeline_measured".
+  void log_pipeline_measurement(const PipelineRun::Measured& pm, std::ofstream& metrics,
+                                const std::string& metrics_path, bool tty);
 
   TrainConfig cfg_;
   std::shared_ptr<ProcessGroup> world_;

@@ -5,12 +5,13 @@
 # directories (one shard per stage); the 1-rank run (pp = 1) has the same losses to 4 decimals;
 # resuming the periodic checkpoint under pp = 2 ends with the same losses as the uninterrupted
 # run (bitwise: the same log lines); resuming it on 1 rank too (to 4 decimals); `tide sample`
-# and `tide export` read the final checkpoint.
+# and `tide export` read the final checkpoint. Then pp x dp = 2 x 2 (4 ranks) with zb-auto.
 set -uo pipefail
 mpiexec=$1 tide=$2 src=$3 dir=$4
 rm -rf "$dir" && mkdir -p "$dir" && cd "$dir" || exit 1
 fail() { echo "FAIL: $*"; exit 1; }
 mpi=(timeout 300 "$mpiexec" --oversubscribe --allow-run-as-root -np 2)
+mpi4=(timeout 300 "$mpiexec" --oversubscribe --allow-run-as-root -np 4)
 "$tide" prepare --input "$src/README.md" "$src/docs" --out-dir data --vocab-size 300 \
   > prepare.log 2>&1 || { cat prepare.log; fail "tide prepare"; }
 common=(data.dir=data model.n_layer=4 model.n_head=2 model.n_embd=32 seq_len=32 threads=1
@@ -49,4 +50,18 @@ diff <(late a.log) <(late c.log) || fail "the 1-rank resume's losses differ"
 "$tide" export --checkpoint a/model.ckpt --out-dir hf > export.log 2>&1 \
   || { cat export.log; fail "tide export of a pipeline checkpoint"; }
 [ -s hf/model.safetensors ] && [ -s hf/config.json ] || fail "no HF files"
-echo "OK: zb-h1 on 2 stages = 1 rank, resumed on 2 stages and on 1 rank, sampled, exported"
+# pp x dp on 4 ranks: 2 stages x 2 replicas, ZeRO-1, zb-auto from the measured first step. The
+# same losses as one rank on the same global batch (accumulation 4 x 2), one log line and one
+# metrics record of the measurement, a 4-shard checkpoint that tide sample reads.
+"${mpi4[@]}" "$tide" train "${common[@]}" pipeline.stages=2 pipeline.schedule=zb-auto \
+  zero_optimization.stage=1 out_dir=d > d.log 2>&1 || { cat d.log; fail "2 x 2 run"; }
+grep -q "2 pipeline stages x 2 data-parallel replicas (ZeRO-1), schedule zb-auto" d.log \
+  && grep -q "tide: zb-auto from step 1 measured" d.log || { cat d.log; fail "no measurement line"; }
+[ "$(grep -c '"pipeline_measured"' d/metrics.jsonl)" -eq 1 ] || fail "no pipeline_measured record"
+[ -f d/model.ckpt/shard-00003-of-00004.safetensors ] || fail "d/model.ckpt is not 4 shards"
+timeout 300 "$tide" train "${common[@]}" gradient_accumulation_steps=8 out_dir=e > e.log 2>&1 \
+  || { cat e.log; fail "1-rank run, accumulation 8"; }
+diff <(loss d.log) <(loss e.log) || fail "the 2 x 2 run's losses differ from one rank's"
+"$tide" sample --checkpoint d/model.ckpt --tokens 8 > sample_d.log 2>&1 \
+  || { cat sample_d.log; fail "tide sample on a pp x dp checkpoint"; }
+echo "OK: zb-h1 on 2 stages = 1 rank, resumed on 2 stages and on 1 rank, sampled, exported; 2 x 2"

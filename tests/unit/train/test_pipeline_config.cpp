@@ -99,7 +99,7 @@ TEST(PipelineConfig, EveryBadCombinationIsOneClearErrorAtConfigTime) {
   EXPECT_HAS(config_error({"parallel.pp=2"}), "parallel.pp");
 }
 
-TEST(PipelineConfig, TheRanksMustBeOneStageEach) {
+TEST(PipelineConfig, TheRanksMustBeStagesTimesReplicas) {
   auto refusal = [](const std::vector<std::string>& overrides, int world) {
     return error_of([&] {
       std::vector<std::string> o = overrides;
@@ -118,7 +118,10 @@ TEST(PipelineConfig, TheRanksMustBeOneStageEach) {
   EXPECT_HAS(refusal({"pipeline.stages=2", "zero_optimization.stage=3"}, 2),
              "zero_optimization.stage=3 with pipeline.stages=2: ZeRO-3 under pipeline "
              "parallelism is not supported by tide train");
-  EXPECT_HAS(refusal({"pipeline.stages=2"}, 4),
-             "pipeline.stages=2 on 4 ranks would need data parallelism inside each stage (2 "
-             "ranks per stage), which tide train does not have yet (issue #13)");
+  // Data parallelism inside the stages: ZeRO 0 and 1; 2 is refused naming what works.
+  EXPECT_EQ(refusal({"pipeline.stages=2"}, 4), "");
+  EXPECT_EQ(refusal({"pipeline.stages=2", "zero_optimization.stage=1"}, 4), "");
+  EXPECT_HAS(refusal({"pipeline.stages=2", "zero_optimization.stage=2"}, 4),
+             "zero_optimization.stage=2 with pipeline.stages=2 on 4 ranks (2 data-parallel "
+             "replicas per stage): under pipeline parallelism tide train runs ZeRO stage 0");
 }
