@@ -72,6 +72,7 @@ class GPT {
   // Tensor parallelism: the group's size and this rank's index in it (1 and 0 without).
   int tp() const { return env_.tp_size(); }
   int tp_rank() const { return env_.tp_rank(); }
+  ProcessGroup* tp_group() const { return env_.tp; }  // nullptr without tensor parallelism
   bool sequence_parallel() const { return env_.sp; }
 
   // The stage boundaries of a micro-batch, each (B,T,C). input_activation: what the stage's
