@@ -17,6 +17,8 @@
 #include <omp.h>
 
 #include <cmath>
+#include <cstring>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -27,6 +29,7 @@
 #include "tide/core/rng.h"
 #include "tide/model/gpt.h"
 #include "tide/train/engine.h"
+#include "tide/train/tp_checkpoint.h"
 
 using namespace tide;
 
@@ -233,3 +236,106 @@ TEST(EngineTensorParallel, TpTimesDpWithAccumulationAtEachZeroStage) {
 }
 
 }  // namespace
+
+// TP checkpoints (tp_checkpoint.h): saved as the unsharded model, so a resume at the same tp is
+// bitwise, the single-rank model (what `tide sample` / `tide export` read) loads every element
+// exactly where tp_global_index puts it, and a load at another tp works too.
+namespace ckpt {
+
+std::unique_ptr<GPT> make_model(std::shared_ptr<ProcessGroup> tp) {
+  ModelOptions mo;
+  mo.tp = std::move(tp);
+  mo.sequence_parallel = mo.tp != nullptr;
+  return std::make_unique<GPT>(tiny_config(), ActivationPolicy::SELECTIVE, mo);
+}
+
+// Steps [from, to) of a tp run (the world as the tp group); returns the losses.
+std::vector<float> run_steps(GPT& model, int from, int to) {
+  Engine engine(model, std::make_shared<LocalProcessGroup>(), data_parallel_schedule(1), kB, kT,
+                optimizer(clip_for(1)));
+  std::vector<float> losses;
+  for (int s = from; s < to; ++s)
+    losses.push_back(
+        engine.step(s, 11, [&](int mb, int32_t* in, int32_t* tg) { fill(s, mb, in, tg); }).loss);
+  return losses;
+}
+
+// Every element of `shard` (kind k) equals `whole`'s at tp_global_index, bit for bit; padding 0.
+void expect_shard_of(const GPT& shard, const GPT& whole, ChunkKind k, const std::string& what) {
+  const ChunkLayout& lay = shard.store().layout();
+  int64_t wrong = 0;
+  for (int id = 0; id < lay.num_tensors(); ++id) {
+    const std::string& name = lay.slot(id).name;
+    const Tensor s = shard.store().tensor(k, id);
+    const Tensor w = whole.store().tensor(k, whole.store().layout().find(name));
+    for (int64_t i = 0; i < s.numel(); ++i) {
+      const int64_t g = tp_global_index(shard.config(), shard.coords(), name, i);
+      const float ref = g < 0 ? 0.0f : w.f32()[g];
+      wrong += std::memcmp(&s.f32()[i], &ref, sizeof(float)) != 0;
+    }
+  }
+  EXPECT_EQ(wrong, 0) << what << ": elements that differ";
+}
+
+TEST(EngineTensorParallelCheckpoint, ResumeIsBitwiseAndOneRankReadsTheWholeModel) {
+  omp_set_num_threads(1);
+  std::shared_ptr<ProcessGroup> world = mpi_test::world_ptr();
+  if (world->size() > 4) GTEST_SKIP() << "the world as one tp group (<= 4 ranks)";
+  const std::string path = dp_runs::shared_temp_dir(*world) + "/tp.safetensors";
+  std::unique_ptr<GPT> a = make_model(world);
+  a->init_weights(5);
+  run_steps(*a, 0, 3);
+  CheckpointInfo info;
+  info.step = 3;
+  save_checkpoint_tp(path, *a, info, /*with_optimizer_state=*/true);
+  world->barrier();
+  const std::vector<float> straight = run_steps(*a, 3, 6);
+
+  // The single-rank model reads the whole tensors: the tp ranks' shards, placed.
+  std::unique_ptr<GPT> one = make_model(nullptr);
+  load_checkpoint(path, *one, /*with_optimizer_state=*/true);
+  std::unique_ptr<GPT> b = make_model(world);
+  b->init_weights(99);  // overwritten by the load
+  load_checkpoint_tp(path, *b, /*with_optimizer_state=*/true);
+  for (ChunkKind k : {ChunkKind::PARAM, ChunkKind::ADAM_M, ChunkKind::ADAM_V})
+    expect_shard_of(*b, *one, k, "loaded shard vs the single-rank load");
+  const std::vector<float> resumed = run_steps(*b, 3, 6);
+  EXPECT_EQ(std::memcmp(resumed.data(), straight.data(), 3 * sizeof(float)), 0)
+      << "resumed losses differ";
+  for (int c = 0; c < a->store().layout().num_chunks(); ++c) {  // the same layout
+    const Tensor pa = a->store().chunk(ChunkKind::PARAM, c);
+    EXPECT_EQ(std::memcmp(b->store().chunk(ChunkKind::PARAM, c).data, pa.data, pa.nbytes()), 0)
+        << "resumed vs straight parameters, chunk " << c;
+  }
+
+  // A different tp: groups of 2 of the 4 ranks load the same file.
+  if (world->size() == 4) {
+    const std::shared_ptr<ProcessGroup> half = world->split(world->rank() / 2, world->rank());
+    std::unique_ptr<GPT> c = make_model(half);
+    load_checkpoint_tp(path, *c, /*with_optimizer_state=*/true);
+    expect_shard_of(*c, *one, ChunkKind::PARAM, "tp 4 -> 2");
+    expect_shard_of(*c, *one, ChunkKind::ADAM_V, "tp 4 -> 2");
+  }
+}
+
+TEST(EngineTensorParallelCheckpoint, ZeroSlicedStoreIsRefused) {
+  std::shared_ptr<ProcessGroup> world = mpi_test::world_ptr();
+  if (world->size() != 4) GTEST_SKIP() << "tp 2 x dp 2";
+  Topology mesh(world, MeshShape{.tp = 2, .dp = 2});
+  ModelOptions mo;
+  mo.tp = mesh.group_ptr(MeshAxis::TP);
+  mo.group_size = 2;
+  mo.store.group_rank = mesh.coord().dp;
+  mo.store.sliced_kinds = zero_sliced_kinds(1);
+  GPT model(tiny_config(), ActivationPolicy::SAVE_ALL, mo);
+  const std::string dir = dp_runs::shared_temp_dir(*world);
+  try {
+    save_checkpoint_tp(dir + "/z.safetensors", model, {}, true);
+    ADD_FAILURE() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("ZeRO-sliced"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir + "/z.safetensors"));
+}
+
+}  // namespace ckpt
