@@ -11,7 +11,9 @@
 // would clip by the wrong factor and move the gradient norm and the parameters.
 //
 // World sizes: 2 ranks: tp = 2 with each activation policy, SP on and off; 3: tp = 3; 4: tp = 4
-// (a few combinations) and tp x dp = 2 x 2 with accumulation 2 at ZeRO stages 0-3; 8: 4 x 2.
+// with each policy, SP on and off, and tp x dp = 2 x 2 with accumulation 2 at ZeRO stages 0-3;
+// 8: 4 x 2. Checkpoints (tp_checkpoint.h): a resume at the same tp is bitwise, the single-rank
+// model reads the shards' elements exactly, tp 4 -> 2 loads; a ZeRO-sliced store is refused.
 
 #include <gtest/gtest.h>
 #include <omp.h>
