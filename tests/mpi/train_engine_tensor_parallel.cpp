@@ -239,6 +239,25 @@ TEST(EngineTensorParallel, TpTimesDpWithAccumulationAtEachZeroStage) {
 
 }  // namespace
 
+// The Trainer must pass the mesh's dp group; the world instead (with its tp partners, whose
+// shards differ) would average unrelated gradients: a clear error.
+TEST(EngineTensorParallel, WorldPassedAsTheDataParallelGroupIsRefused) {
+  std::shared_ptr<ProcessGroup> world = mpi_test::world_ptr();
+  if (world->size() != 4) GTEST_SKIP() << "tp 2 x dp 2";
+  Topology mesh(world, MeshShape{.tp = 2, .dp = 2});
+  ModelOptions mo;
+  mo.tp = mesh.group_ptr(MeshAxis::TP);
+  mo.group_size = 2;
+  mo.store.group_rank = mesh.coord().dp;
+  GPT model(tiny_config(), ActivationPolicy::SAVE_ALL, mo);
+  try {
+    Engine engine(model, world, data_parallel_schedule(1), kB, kT, optimizer(2.5f));
+    ADD_FAILURE() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("MeshAxis::DP"), std::string::npos) << e.what();
+  }
+}
+
 // TP checkpoints (tp_checkpoint.h): saved as the unsharded model, so a resume at the same tp is
 // bitwise, the single-rank model (what `tide sample` / `tide export` read) loads every element
 // exactly where tp_global_index puts it, and a load at another tp works too.

@@ -203,6 +203,14 @@ Engine::Engine(GPT& model, std::shared_ptr<ProcessGroup> dp, pipeline::Schedule 
              "executor runs the others)",
              schedule_.name, schedule_.stages, schedule_.chunks);
   check_lr_schedule(opt_.lr);
+  // Under tensor parallelism the dp group is one axis of a mesh, easy to confuse with the
+  // world: a store packed for another group size means the wrong group was passed.
+  TIDE_CHECK(model_.tp() == 1 || model_.store().layout().group_size() == dp_->size(),
+             "the tensor-parallel model's chunks are sliced over {} ranks (ModelOptions::"
+             "group_size) but the engine's data-parallel group has {}: pass the mesh's dp group "
+             "(Topology::group_ptr(MeshAxis::DP)), not the world, and build the model with "
+             "group_size = its size",
+             model_.store().layout().group_size(), dp_->size());
   const auto [mbs, stashes] = in_flight(schedule_, model_.num_blocks());
   b_parts_ = pipeline::block_parts(Op::B, model_.num_blocks(), schedule_.split_backward);
   w_parts_ = pipeline::block_parts(Op::W, model_.num_blocks(), schedule_.split_backward);
