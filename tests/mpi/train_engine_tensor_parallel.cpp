@@ -302,7 +302,7 @@ TEST(EngineTensorParallelCheckpoint, ResumeIsBitwiseAndOneRankReadsTheWholeModel
   omp_set_num_threads(1);
   std::shared_ptr<ProcessGroup> world = mpi_test::world_ptr();
   if (world->size() > 4) GTEST_SKIP() << "the world as one tp group (<= 4 ranks)";
-  const std::string path = dp_runs::shared_temp_dir(*world) + "/tp.safetensors";
+  const std::string dir = dp_runs::shared_temp_dir(*world), path = dir + "/tp.safetensors";
   std::unique_ptr<GPT> a = make_model(world);
   a->init_weights(5);
   run_steps(*a, 0, 3);
@@ -337,6 +337,8 @@ TEST(EngineTensorParallelCheckpoint, ResumeIsBitwiseAndOneRankReadsTheWholeModel
     expect_shard_of(*c, *one, ChunkKind::PARAM, "tp 4 -> 2");
     expect_shard_of(*c, *one, ChunkKind::ADAM_V, "tp 4 -> 2");
   }
+  world->barrier();
+  if (world->rank() == 0) std::filesystem::remove_all(dir);
 }
 
 TEST(EngineTensorParallelCheckpoint, ZeroSlicedStoreIsRefused) {
@@ -357,6 +359,8 @@ TEST(EngineTensorParallelCheckpoint, ZeroSlicedStoreIsRefused) {
     EXPECT_NE(std::string(e.what()).find("ZeRO-sliced"), std::string::npos) << e.what();
   }
   EXPECT_FALSE(std::filesystem::exists(dir + "/z.safetensors"));
+  world->barrier();
+  if (world->rank() == 0) std::filesystem::remove_all(dir);
 }
 
 }  // namespace ckpt
