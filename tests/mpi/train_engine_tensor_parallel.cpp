@@ -200,6 +200,17 @@ void check(const Case& c) {
         << c.name() << ", gradient norm at step " << s + 1;
   }
   expect_params_match(tp, one, c.name());
+  // Replicated tensors stay bitwise equal on the tp ranks (the norm and the checkpoints take
+  // tp rank 0's copy): each rank's against rank 0's.
+  ProcessGroup& tpg = *tp.model->tp_group();
+  const ChunkLayout& lay = tp.model->store().layout();
+  for (int id = 0; id < lay.num_tensors(); ++id) {
+    if (tp_sharded(lay.slot(id).name)) continue;
+    std::vector<float> root = tp.params[id];
+    tpg.broadcast(Tensor(root.data(), Shape{static_cast<int64_t>(root.size())}), 0);
+    EXPECT_EQ(std::memcmp(root.data(), tp.params[id].data(), root.size() * sizeof(float)), 0)
+        << c.name() << ": replicated " << lay.slot(id).name << " differs from tp rank 0's";
+  }
   EXPECT_LT(one.losses.back(), one.losses.front() - 0.05f) << "training must move the loss";
 }
 
