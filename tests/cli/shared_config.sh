@@ -21,8 +21,8 @@ cat > shared.json <<'JSON'
 {"data": {"dir": "data"}, "model": {"n_layer": 1, "n_head": 2, "n_embd": 8}, "seq_len": 8,
  "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2, "train_steps": 2,
  "eval": {"sequences": 2}, "log": {"progress": false}, "threads": 1, "out_dir": "runs/shared",
- "world_size": 1, "parallel": {"tp": 1, "pp": 1, "sp": false},
- "pipeline": {"schedule": "1f1b", "virtual_stages": 1},
+ "world_size": 1, "parallel": {"tp": 1, "sp": false},
+ "pipeline": {"stages": 1, "schedule": "1f1b", "virtual_stages": 1},
  "zero_optimization": {"stage": 0, "offload_optimizer": {"device": "none"},
                        "offload_param": {"device": "none"}},
  "optimizer": {"type": "AdamW"}, "activation_checkpointing": {"policy": "selective"},
@@ -44,7 +44,7 @@ same_file from_file.json from_flags.json "estimate of shared.json = estimate fro
 # A config for a cluster: tide estimate sizes it, tide train refuses what it cannot run.
 cat > cluster.json <<'JSON'
 {"model": {"preset": "gpt2-774m"}, "seq_len": 1024, "world_size": 16,
- "parallel": {"tp": 2, "pp": 2, "sp": true}, "pipeline": {"schedule": "zb-h1"},
+ "parallel": {"tp": 2, "sp": true}, "pipeline": {"stages": 2, "schedule": "zb-h1"},
  "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 8,
  "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"},
                        "offload_param": {"device": "cpu"}},
@@ -64,8 +64,8 @@ grep -q '"world_size":64' override.json || { echo "FAILED: --world-size does not
 # tide train refuses, by key and value, every setting it cannot honour; nothing is written.
 expect_error "parallel.tp=2: tensor parallelism is not implemented in tide train yet (issue #12); set it to 1" \
   train shared.json parallel.tp=2 out_dir=runs/refused
-expect_error "parallel.pp=2: pipeline parallelism is not implemented in tide train yet (issue #13); set it to 1" \
-  train shared.json parallel.pp=2 out_dir=runs/refused
+expect_error "pipeline.stages=2: this run has 1 rank, not a multiple of the stages" \
+  train shared.json pipeline.stages=2 model.n_layer=2 out_dir=runs/refused
 expect_error "world_size=4: this run has 1 rank (launch it with \`mpirun -np 4\`)" \
   train shared.json world_size=4 out_dir=runs/refused
 expect_error "zero_optimization.offload_optimizer.device=\"cpu\": tide train does not offload yet (issue #15)" \

@@ -18,7 +18,7 @@ void TrainSetup::validate() const {
   model.validate();
   TIDE_CHECK(world_size >= 1, "world size must be at least 1 (got {})", world_size);
   TIDE_CHECK(tp >= 1, "parallel.tp must be at least 1 (got {})", tp);
-  TIDE_CHECK(pp >= 1, "parallel.pp must be at least 1 (got {})", pp);
+  TIDE_CHECK(pp >= 1, "pipeline.stages must be at least 1 (got {})", pp);
   TIDE_CHECK(world_size % (tp * pp) == 0,
              "world size {} is not divisible by tp*pp = {}*{} = {}; the data-parallel degree is "
              "world_size/(tp*pp), so pick a world size that is a multiple of {}",
@@ -33,10 +33,11 @@ void TrainSetup::validate() const {
              "model.n_head ({}) is not divisible by parallel.tp ({}): tensor parallelism gives "
              "each rank n_head/tp whole heads; choose a tp that divides {}",
              model.n_head, tp, model.n_head);
-  TIDE_CHECK(model.n_layer % pp == 0,
-             "model.n_layer ({}) is not divisible by parallel.pp ({}): every pipeline stage holds "
-             "n_layer/pp layers; choose a pp that divides {}",
-             model.n_layer, pp, model.n_layer);
+  TIDE_CHECK(
+      model.n_layer % pp == 0,
+      "model.n_layer ({}) is not divisible by pipeline.stages ({}): every pipeline stage holds "
+      "n_layer/pp layers; choose a pp that divides {}",
+      model.n_layer, pp, model.n_layer);
   TIDE_CHECK(seq_len >= 0, "seq_len must be positive, or 0 for model.max_seq_len (got {})",
              seq_len);
   TIDE_CHECK(seq() <= model.max_seq_len,
@@ -72,7 +73,7 @@ void TrainSetup::validate() const {
                model.n_layer, pp, virtual_stages);
     TIDE_CHECK(grad_accum % pp == 0,
                "the interleaved schedule needs gradient_accumulation_steps ({}) to be a multiple "
-               "of parallel.pp ({}) (as in Megatron-LM); change either",
+               "of pipeline.stages ({}) (as in Megatron-LM); change either",
                grad_accum, pp);
   } else {
     TIDE_CHECK(virtual_stages == 1,

@@ -37,7 +37,11 @@ struct MicroBatch {
   float dloss = 1.0f;    // d(objective)/d(mean loss of this micro-batch): 1/grad_accum * scale
   Tracer* tracer = nullptr;  // where GPT's block parts record their spans (trace.h); nullptr: off
 
-  Arena saved;                   // activations kept from forward to backward
+  Arena saved;  // activations kept from forward to backward
+  // CPU checkpointing (ModelOptions::cpu_checkpointing): the host pool the partitioned block
+  // inputs go to instead of `saved` (ZeRO-R offloads activation checkpoints to CPU memory; on
+  // a CPU build a separate arena with its own byte counter). Empty otherwise.
+  Arena host_checkpoints;
   Arena workspace;               // temporaries of one block part (rewound after every F, B and W)
   StashPool* stash = nullptr;    // where B leaves W's inputs (shared by micro-batches)
   std::vector<int> stash_slot;   // per block: the slot held between its B and W, or -1
@@ -67,6 +71,11 @@ struct BlockEnv {
   // (B,T/t,C) tensors. (B,T,C) is kept as the layout; the collectives below permute between
   // the (B,T/t,C) shards and the (t,B,T/t,C) order they travel in.
   bool sp = false;
+  // ZeRO-R P_a (ModelOptions::partition_activations; FULL policy, tp, no SP): each transformer
+  // block keeps only this rank's contiguous 1/t of its flattened (B,T,C) input from F to B, in
+  // mb.saved or, with cpu_checkpointing, in mb.host_checkpoints; B all-gathers it whole.
+  bool partition_activations = false;
+  bool cpu_checkpointing = false;
 
   int tp_size() const { return tp ? tp->size() : 1; }
   int tp_rank() const { return tp ? tp->rank() : 0; }

@@ -32,7 +32,9 @@ class EmbeddingBlock : public Block {
 // residual branches and the residual adds run on the replicated (B,T,C). The all-reduces:
 // 2 in forward (after each row-parallel linear: g), 2 in backward_input (into ln_2's and
 // ln_1's output gradients: f's backward); a full recomputation repeats the first forward one
-// (it stops before the mlp c_proj: the block output is already consumed).
+// (it stops before the mlp c_proj: the block output is already consumed). Under P_a
+// (BlockEnv::partition_activations) F keeps a 1/t slice of its input and B all-gathers it
+// first: one more all-gather of (B,T,C) per B.
 class TransformerBlock : public Block {
  public:
   // Parameter ids in declaration order: ln_1 w/b, c_attn w/b, attn c_proj w/b, ln_2 w/b,
@@ -48,7 +50,8 @@ class TransformerBlock : public Block {
  private:
   // Runs the forward pass, allocating intermediates in mb.saved (kept) or mb.workspace
   // (temporary, or recomputed for backward); returns the intermediates.
-  std::vector<Tensor> compute_forward(MicroBatch& mb, bool recompute);
+  // x: the block input (B,Ts,C) (the residual entry, or under P_a its all-gathered copy).
+  std::vector<Tensor> compute_forward(MicroBatch& mb, Tensor x, bool recompute);
   Tensor row_parallel_forward(MicroBatch& mb, Tensor inp, Tensor w, Tensor bias) const;
   DropoutSpec attn_dropout(const MicroBatch& mb) const;
   const BlockEnv& env_;

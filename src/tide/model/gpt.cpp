@@ -30,6 +30,27 @@ GPT::GPT(const GPTConfig& config, ActivationPolicy policy, const ModelOptions& o
              "sequence parallelism shards over the tensor-parallel group; give the model one "
              "(ModelOptions::tp) or turn sequence parallelism off");
   const int tp = env_.tp_size(), tp_rank = env_.tp_rank();
+  if (options.partition_activations) {
+    TIDE_CHECK(policy == ActivationPolicy::FULL,
+               "partition_activations partitions the block inputs that the full recompute "
+               "policy keeps; the activation policy is '{}': use 'full' or turn "
+               "partition_activations off",
+               activation_policy_name(policy));
+    TIDE_CHECK(tp > 1,
+               "partition_activations slices the block inputs over the tensor-parallel group, "
+               "and there is none (tp = {}); give the model one (ModelOptions::tp, size > 1) or "
+               "turn partition_activations off",
+               tp);
+    TIDE_CHECK(!options.sequence_parallel,
+               "partition_activations with sequence parallelism: the block inputs are already "
+               "1/{} sequence shards, nothing more to partition; turn one of them off",
+               tp);
+  }
+  TIDE_CHECK(!options.cpu_checkpointing || options.partition_activations,
+             "cpu_checkpointing moves the partitioned block inputs to host memory and needs "
+             "partition_activations; turn partition_activations on or cpu_checkpointing off");
+  env_.partition_activations = options.partition_activations;
+  env_.cpu_checkpointing = options.cpu_checkpointing;
   if (tp > 1) {
     // The last rank must hold at least one real vocabulary row (the rows are ceil(V/t) each).
     TIDE_CHECK(int64_t{config_.vocab_size} > (tp - 1) * vocab_rows_per_rank(config_, tp),
@@ -141,14 +162,20 @@ std::unique_ptr<MicroBatch> GPT::make_micro_batch(int B, int T, StashPool* stash
   // saved: tokens, targets, the stage's residuals (layer boundaries first..end), dresidual,
   // then every block's saved tensors.
   const int boundaries = end_layer_ - first_layer_ + 1;
-  size_t saved =
-      2 * Arena::aligned(static_cast<size_t>(B) * T * 4) + (boundaries + 1) * f32_bytes(N * C);
+  // P_a: the forward needs only the boundary it reads and the one it writes (ping-pong);
+  // each transformer block's input survives to B as a 1/t slice (in `saved`, or the host pool).
+  const bool pa = env_.partition_activations;
+  const int buffers = pa ? std::min(boundaries, 2) : boundaries;
+  const size_t slices = pa ? (boundaries - 1) * f32_bytes(N * C / env_.tp_size()) : 0;
+  size_t saved = 2 * Arena::aligned(static_cast<size_t>(B) * T * 4) +
+                 (buffers + 1) * f32_bytes(N * C) + (env_.cpu_checkpointing ? 0 : slices);
   size_t workspace = 0;
   for (const auto& b : blocks_) {
     saved += b->saved_bytes(B, T);
     workspace = std::max(workspace, b->workspace_bytes(B, T));
   }
   mb->saved = Arena("activations", saved);
+  if (env_.cpu_checkpointing) mb->host_checkpoints = Arena("host checkpoints", slices);
   mb->workspace = Arena("workspace", workspace);
   if (!stash) {
     mb->own_stash = std::make_unique<StashPool>(stash_slot_bytes(B, T), 1);
@@ -164,8 +191,11 @@ std::unique_ptr<MicroBatch> GPT::make_micro_batch(int B, int T, StashPool* stash
   // Residuals and saved tensors are indexed globally (by layer; block_saved: embedding 0,
   // layer l at l+1, head at L+1); a stage allocates only its own boundaries.
   mb->residual.resize(config_.n_layer + 1);
-  for (int l = first_layer_; l <= end_layer_; ++l)
-    mb->residual[l] = mb->saved.alloc_tensor({B, Ts, C});
+  for (int l = first_layer_; l <= end_layer_; ++l) {
+    const int k = l - first_layer_;
+    mb->residual[l] =
+        k < buffers ? mb->saved.alloc_tensor({B, Ts, C}) : mb->residual[first_layer_ + k % buffers];
+  }
   mb->dresidual = mb->saved.alloc_tensor({B, Ts, C});
   mb->saved_mark = mb->saved.mark();
   mb->block_saved.resize(config_.n_layer + 2);
@@ -228,6 +258,7 @@ float GPT::forward(MicroBatch& mb) {
     TIDE_CHECK(s < 0, "a forward cannot start while this micro-batch still waits for a W");
   // Drop the previous micro-batch's saved activations (everything after dresidual).
   mb.saved.rewind(mb.saved_mark);
+  mb.host_checkpoints.reset();
   for (int i = 0; i < num_blocks(); ++i) forward_block(mb, i);
   return mb.loss;
 }

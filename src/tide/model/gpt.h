@@ -47,6 +47,23 @@ struct ModelOptions {
   // (input_activation, output_activation, residual_grad are shards). Needs tp; T must divide
   // by t.
   bool sequence_parallel = false;
+  // ZeRO-R P_a (Rajbhandari et al., section 6.1): under the FULL activation policy with tp > 1,
+  // each transformer block keeps only this rank's contiguous 1/t slice of its input (the
+  // flattened (B,T,C) residual entry) from forward to backward, and all-gathers it over the tp
+  // group before its recomputation in B: one all-gather of (B,T,C) per layer per B, results
+  // bitwise equal (only storage changes). The micro-batch then holds two whole residual
+  // buffers (ping-pong, for the forward) instead of one per layer boundary. Errors: without
+  // the FULL policy (nothing else is a block-input checkpoint), without tp > 1 (nothing to
+  // partition over), and under sequence_parallel (the block inputs are already 1/t sequence
+  // shards: nothing more to partition).
+  // The Trainer passes DeepSpeed's activation_checkpointing.partition_activations here (with
+  // its activation policy "full" and tensor_parallel.size > 1).
+  bool partition_activations = false;
+  // With partition_activations: the slices go to a separate host pool
+  // (MicroBatch::host_checkpoints) instead of the micro-batch's activation arena (`saved`, the
+  // "device" pool). Needs partition_activations. The Trainer passes
+  // activation_checkpointing.cpu_checkpointing here.
+  bool cpu_checkpointing = false;
 };
 
 class GPT {
@@ -74,6 +91,8 @@ class GPT {
   int tp_rank() const { return env_.tp_rank(); }
   ProcessGroup* tp_group() const { return env_.tp; }  // nullptr without tensor parallelism
   bool sequence_parallel() const { return env_.sp; }
+  bool partition_activations() const { return env_.partition_activations; }
+  bool cpu_checkpointing() const { return env_.cpu_checkpointing; }
 
   // The stage boundaries of a micro-batch, each (B,T,C). input_activation: what the stage's
   // first transformer block reads (written by the embedding on stage 0; elsewhere fill it

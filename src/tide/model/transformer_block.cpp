@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <cstring>
 
 #include "tide/model/blocks.h"
 
@@ -34,6 +35,9 @@ enum Saved {
   DPROJF,              // DPROJ whole (B,T,C)
   DQKV,                // (B,T,3C)
   DLN1,                // gradient of ln_1's output: (B,Ts,C)
+  XSLICE,              // P_a: this rank's 1/t of the flattened block input (F to B)
+  XIN,                 // the block input whole (B,Ts,C) in B and W: the residual entry, or
+                       // under P_a its slices all-gathered into the stash
   kNumSaved
 };
 
@@ -46,7 +50,7 @@ TransformerBlock::TransformerBlock(const BlockEnv& env, int layer, std::vector<i
   param_ids_ = std::move(params);
 }
 
-std::vector<Tensor> TransformerBlock::compute_forward(MicroBatch& mb, bool recompute) {
+std::vector<Tensor> TransformerBlock::compute_forward(MicroBatch& mb, Tensor x, bool recompute) {
   const GPTConfig& cfg = *env_.config;
   // Under tensor parallelism over t ranks this rank holds NHl = NH/t heads: Cl = C/t of the
   // attention width, and 4Cl of the mlp hidden width.
@@ -65,8 +69,7 @@ std::vector<Tensor> TransformerBlock::compute_forward(MicroBatch& mb, bool recom
   // keep only the shards): B gathers them again, into the stash for W.
   Arena& whole = (env_.sp && keep_any) ? mb.workspace : main;
 
-  std::vector<Tensor> s(kNumSaved);
-  Tensor x = mb.residual[layer_];  // (B,Ts,C)
+  std::vector<Tensor> s(kNumSaved);  // x: the block input (B,Ts,C)
   s[LN1] = main.alloc_tensor({B, Ts, C});
   s[LN1_MEAN] = main.alloc_tensor({B, Ts});
   s[LN1_RSTD] = main.alloc_tensor({B, Ts});
@@ -101,8 +104,19 @@ std::vector<Tensor> TransformerBlock::compute_forward(MicroBatch& mb, bool recom
 }
 
 void TransformerBlock::forward(MicroBatch& mb) {
-  std::vector<Tensor> s = compute_forward(mb, /*recompute=*/false);
-  if (mb.training) mb.block_saved[layer_ + 1] = std::move(s);
+  std::vector<Tensor> s = compute_forward(mb, mb.residual[layer_], /*recompute=*/false);
+  if (!mb.training) return;
+  if (env_.partition_activations) {
+    // Keep rank r's contiguous elements [r n, (r+1) n) of the flattened input (n = B T C / t;
+    // C divides over t with the heads); the whole entry is overwritten two blocks later.
+    const Tensor x = mb.residual[layer_];
+    TIDE_CHECK(x.device.is_cpu(), "partitioned activation checkpoints run on host tensors only");
+    const int64_t n = x.numel() / env_.tp_size();
+    Arena& pool = env_.cpu_checkpointing ? mb.host_checkpoints : mb.saved;
+    s[XSLICE] = pool.alloc_tensor({n});
+    std::memcpy(s[XSLICE].data, x.f32() + env_.tp_rank() * n, static_cast<size_t>(n) * 4);
+  }
+  mb.block_saved[layer_ + 1] = std::move(s);
 }
 
 // Row-parallel linear (t > 1): the rank's partial inp_r @ W_r^T (B,T,C), the bias added on
@@ -133,10 +147,19 @@ void TransformerBlock::backward_input(MicroBatch& mb) {
   const OpContext& op = env_.op;
   auto p = [&](Param i) { return env_.param(param_ids_[i]); };
   std::vector<Tensor>& s = mb.block_saved[layer_ + 1];
+  Arena& w = *mb.stash_arena;
+  Arena& tmp = mb.workspace;
 
+  // 0. P_a: the block input whole again, all-gathered from the ranks' slices into the stash
+  //    (W reads it too); bitwise the forward's input.
+  Tensor x = mb.residual[layer_];
+  if (env_.partition_activations) {
+    x = w.alloc_tensor({B, Ts, C});
+    env_.tp->all_gather(s[XSLICE], x.view({B * Ts * C}));
+  }
   // 1. Bring back what the activation policy did not keep (same dropout masks: same RNG keys).
   if (env_.policy == ActivationPolicy::FULL) {
-    s = compute_forward(mb, /*recompute=*/true);
+    s = compute_forward(mb, x, /*recompute=*/true);
   } else if (env_.policy == ActivationPolicy::SELECTIVE) {
     s[PREATT] = mb.workspace.alloc_tensor({B, NHl, T, T});
     s[ATT] = mb.workspace.alloc_tensor({B, NHl, T, T});
@@ -144,8 +167,7 @@ void TransformerBlock::backward_input(MicroBatch& mb) {
     attention_forward(op, atty, s[PREATT], s[ATT], s[QKV], static_cast<int>(NHl), attn_dropout(mb));
   }
 
-  Arena& w = *mb.stash_arena;
-  Arena& tmp = mb.workspace;
+  s[XIN] = x;
   if (env_.sp && env_.policy != ActivationPolicy::FULL) {  // F kept only the shards
     s[LN1F] = env_.to_full(s[LN1], w, tmp);
     s[LN2F] = env_.to_full(s[LN2], w, tmp);
@@ -184,8 +206,7 @@ void TransformerBlock::backward_input(MicroBatch& mb) {
   Tensor dln1 = env_.sp ? tmp.zeros({B, T, C}) : w.zeros({B, T, C});
   matmul_backward_input(op, dln1, s[DQKV], p(ATTN_W));
   s[DLN1] = env_.to_shard(dln1, w, tmp);  // f's backward: the ranks' partial d(ln_1 output)
-  layernorm_backward_input(op, dy, s[DLN1], mb.residual[layer_], p(LN1_W), s[LN1_MEAN],
-                           s[LN1_RSTD]);
+  layernorm_backward_input(op, dy, s[DLN1], s[XIN], p(LN1_W), s[LN1_MEAN], s[LN1_RSTD]);
 }
 
 void TransformerBlock::backward_weight(MicroBatch& mb) {
@@ -204,8 +225,8 @@ void TransformerBlock::backward_weight(MicroBatch& mb) {
                             s[LN2_RSTD]);
   matmul_backward_weight(op, g(PROJ_W), g(PROJ_B), s[DPROJF], s[ATTY]);
   matmul_backward_weight(op, g(ATTN_W), g(ATTN_B), s[DQKV], s[LN1F]);
-  layernorm_backward_weight(op, ln_grad(LN1_W, 2), ln_grad(LN1_B, 3), s[DLN1], mb.residual[layer_],
-                            s[LN1_MEAN], s[LN1_RSTD]);
+  layernorm_backward_weight(op, ln_grad(LN1_W, 2), ln_grad(LN1_B, 3), s[DLN1], s[XIN], s[LN1_MEAN],
+                            s[LN1_RSTD]);
   if (env_.sp) env_.add_sp_partial_grads(part, {g(LN2_W), g(LN2_B), g(LN1_W), g(LN1_B)});
 }
 
@@ -271,7 +292,8 @@ size_t TransformerBlock::stash_bytes(int B, int T) const {
   const bool full = env_.policy == ActivationPolicy::FULL;
   const size_t recomputed = full ? main_bytes(N, C, t, Ns) : 0;
   const size_t regathered = env_.sp && !full ? 2 * f32_bytes(N * C) : 0;
-  return grad_stash_bytes(N, C, t, Ns) + recomputed + regathered;
+  const size_t input = env_.partition_activations ? f32_bytes(Ns * C) : 0;  // P_a's gather
+  return grad_stash_bytes(N, C, t, Ns) + recomputed + regathered + input;
 }
 
 }  // namespace tide

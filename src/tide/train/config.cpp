@@ -13,6 +13,7 @@
 #include "tide/estimate/train_setup.h"
 #include "tide/optim/adamw.h"
 #include "tide/optim/lr_schedule.h"
+#include "tide/train/pipeline_setup.h"
 #include "tide/train/sharded_checkpoint.h"
 
 namespace tide {
@@ -133,17 +134,23 @@ const std::vector<ConfigKey>& config_schema() {
       {"parallel.tp", T::INT, 1,
        "tensor-parallel degree; > 1 only for tide estimate: tide train refuses it (issue #12)",
        ints(1, 65536)},
-      {"parallel.pp", T::INT, 1,
-       "pipeline stages; > 1 only for tide estimate: tide train refuses it (issue #13)",
-       ints(1, 65536)},
       {"parallel.sp", T::BOOL, false,
        "sequence parallelism (with parallel.tp > 1); true only for tide estimate (issue #12)"},
-      {"pipeline.schedule", T::STRING, "1f1b",
-       "1f1b, gpipe, interleaved, zb-h1 or zb-h2; used with parallel.pp > 1"},
-      {"pipeline.virtual_stages", T::INT, 1,
-       "model chunks per pipeline stage; > 1 only with pipeline.schedule interleaved and "
-       "parallel.pp > 1",
+      {"pipeline.stages", T::INT, 1,
+       "pipeline stages p (tide train: the ranks, one stage each; model.n_layer must divide "
+       "over p x pipeline.virtual_stages)",
        ints(1, 65536)},
+      {"pipeline.schedule", T::STRING, "1f1b",
+       "gpipe, 1f1b, interleaved, zb-h1, zb-h2, zb-1p, zb-2p, zb-auto or zb-v "
+       "(docs/pipeline.md); used with pipeline.stages > 1"},
+      {"pipeline.virtual_stages", T::INT, 1,
+       "model chunks per pipeline stage: >= 2 with interleaved, 2 with zb-v (its default), 1 "
+       "otherwise",
+       ints(1, 65536)},
+      {"pipeline.memory_limit", T::FLOAT, 0.0,
+       "zb-auto's activation memory limit per stage, in micro-batches' activations (M_B), as "
+       "`tide schedule --memory-limit`; 0 = 1F1B's peak (p M_B)",
+       nums(0, false, 1048576)},
       {"model.preset", T::STRING, "",
        "gpt2-124m, gpt2-350m, gpt2-774m or gpt2-1.5b; sets the shape (a shape key given too "
        "must equal the preset's)"},
@@ -566,11 +573,17 @@ TrainConfig parse_checked(const json& j, std::vector<std::string> unknown, bool 
              "zero_optimization.offload_optimizer.device to \"cpu\"");
   c.world_size = static_cast<int>(i("world_size"));
   c.tensor_parallel = static_cast<int>(i("parallel.tp"));
-  c.pipeline_stages = static_cast<int>(i("parallel.pp"));
   c.sequence_parallel = b("parallel.sp");
-  c.pipeline_schedule = to_string(parse_schedule(s("pipeline.schedule")));
+  c.pipeline_stages = static_cast<int>(i("pipeline.stages"));
+  c.pipeline_schedule = canonical_schedule_name(s("pipeline.schedule"));
   v["pipeline.schedule"] = c.pipeline_schedule;
   c.virtual_stages = static_cast<int>(i("pipeline.virtual_stages"));
+  // zb-v always runs two chunks per stage: the key may say so, or be left at 1.
+  if (c.pipeline_schedule == "zb-v" && c.pipeline_stages > 1 &&
+      !is_given("pipeline.virtual_stages"))
+    c.virtual_stages = 2;
+  v["pipeline.virtual_stages"] = c.virtual_stages;
+  c.pipeline_memory_limit = f("pipeline.memory_limit");
 
   c.model_preset = s("model.preset");
   if (!c.model_preset.empty()) {
@@ -642,6 +655,7 @@ TrainConfig parse_checked(const json& j, std::vector<std::string> unknown, bool 
   c.trace_steps = i("trace.steps");
   c.trace_path = s("trace.path");
   c.is_default_run = c.data_dir.empty() && c.train_data.empty();
+  check_pipeline_settings(c);  // needs the shape, the batch and ZeRO: last
   c.values = json(v);
 
   if (!check_paths) return c;

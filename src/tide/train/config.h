@@ -70,8 +70,11 @@ struct TrainConfig {
   int world_size = 0;                                              // 0: as launched
   int tensor_parallel = 1, pipeline_stages = 1;
   bool sequence_parallel = false;
-  std::string pipeline_schedule = "1f1b";  // canonical name (estimate/train_setup.h)
+  // pipeline.*: the schedule's canonical name (pipeline/generators.h; pipeline_setup.h checks
+  // the combination), model chunks per stage, zb-auto's memory limit in M_B (0: 1F1B's peak).
+  std::string pipeline_schedule = "1f1b";
   int virtual_stages = 1;
+  double pipeline_memory_limit = 0;
   // model
   std::string model_preset;
   GPTConfig model;  // vocab_size 0 here means "from the data's tokenizer"

@@ -1,5 +1,6 @@
 #include "tide/train/estimate_setup.h"
 
+#include "tide/core/error.h"
 #include "tide/data/prepare.h"
 #include "tide/model/activations.h"
 
@@ -40,7 +41,17 @@ TrainSetup setup_from_train_config(const TrainConfig& c) {
   s.recompute = recompute_of(c.activation_policy);
   s.precision = c.bf16 ? Precision::BF16 : c.fp16 ? Precision::FP16 : Precision::FP32;
   s.optimizer = parse_optimizer(c.optimizer_type);
-  s.schedule = parse_schedule(c.pipeline_schedule);
+  // The estimator sizes the handcrafted schedules' activations; the automatic ones and ZB-V
+  // (pipeline/generators.h) it does not model yet (with one stage the schedule does not matter).
+  const std::string& name = c.pipeline_schedule;
+  const bool sized = name == "1f1b" || name == "gpipe" || name == "interleaved" ||
+                     name == "zb-h1" || name == "zb-h2";
+  TIDE_CHECK(c.pipeline_stages == 1 || sized,
+             "tide estimate does not size pipeline.schedule={} yet (it sizes 1f1b, gpipe, "
+             "interleaved, zb-h1 and zb-h2); estimate with one of those (zb-auto, zb-1p and zb-v "
+             "keep 1F1B's peak of p micro-batches: use 1f1b)",
+             name);
+  s.schedule = sized ? parse_schedule(name) : Schedule::OneFOneB;
   s.virtual_stages = c.virtual_stages;
   s.chunk_mib = c.chunk_size_mb;
   return s;

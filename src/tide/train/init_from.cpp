@@ -50,9 +50,11 @@ void init_weights_from(const std::string& path, GPT& model) {
   // The tensor read for each slot, checked before any is copied.
   std::vector<const SafetensorsEntry*> src;
   for (const TensorSlot& s : lay.slots()) {
-    const std::string name = r.contains("master." + s.name) ? "master." + s.name : s.name;
+    // A pipeline's last stage holds lm_head.weight, its copy of the tied wte: read wte.
+    const std::string base = s.name == "lm_head.weight" ? "wte" : s.name;
+    const std::string name = r.contains("master." + base) ? "master." + base : base;
     TIDE_CHECK(r.contains(name), "init_from: checkpoint '{}' has no tensor '{}'; it is damaged",
-               path, s.name);
+               path, base);
     const SafetensorsEntry& e = r.entry(name);
     TIDE_CHECK(e.shape == s.shape, "init_from: checkpoint '{}': tensor '{}' has shape {} but {}",
                path, name, e.shape.str(), s.shape.str());

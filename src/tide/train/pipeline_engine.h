@@ -136,6 +136,12 @@ class PipelineEngine {
   // schedule).
   int micro_batch_slots() const { return static_cast<int>(mbs_.size()); }
   int stash_slots() const { return stash_.slots(); }
+  // Bytes of the activation arenas and the W stash pool (as Engine::activation_bytes).
+  size_t activation_bytes() const {
+    size_t b = stash_.bytes();
+    for (const auto& mb : mbs_) b += mb->saved.capacity() + mb->workspace.capacity();
+    return b;
+  }
 
  private:
   struct Transfer;

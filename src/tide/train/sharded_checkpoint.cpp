@@ -78,11 +78,19 @@ struct Item {
 // The tensors of a checkpoint of a model laid out as `layout`, in file order: the parameters,
 // then (with the optimizer state) the master weights when they are not the parameters, Adam's
 // m and v. The same names and order as checkpoint.cpp.
+// A pipeline's last stage holds lm_head.weight, its copy of the tied wte (bitwise equal to it,
+// Adam state included: the executor gives both copies the same summed gradient); the
+// checkpoint holds the model's tensors, so that copy is stored, and read back, as "wte".
+std::string checkpoint_name(const std::string& tensor) {
+  return tensor == "lm_head.weight" ? "wte" : tensor;
+}
+
 std::vector<Item> items_of(const ChunkLayout& layout, DType compute, bool optimizer_state) {
   std::vector<Item> items;
   auto add = [&](ChunkKind kind, const std::string& prefix, DType t) {
     for (int id = 0; id < layout.num_tensors(); ++id)
-      items.push_back({prefix + layout.slot(id).name, kind, id, layout.slot(id).numel, t});
+      items.push_back(
+          {prefix + checkpoint_name(layout.slot(id).name), kind, id, layout.slot(id).numel, t});
   };
   add(ChunkKind::PARAM, "", compute);
   if (optimizer_state) {
@@ -104,6 +112,21 @@ void check_layout(const ChunkLayout& layout, const GPTConfig& config, const std:
              "{}: the store's tensors are not those of a {} model; pass the config the store "
              "was built from",
              subject, config.str());
+}
+
+// A pipeline stage's layout (or the whole model's): every tensor is one of the model's, under
+// its checkpoint name, with the model's shape.
+void check_stage_layout(const ChunkLayout& layout, const GPTConfig& config,
+                        const std::string& subject) {
+  const ChunkLayout whole = make_layout(config);
+  for (int id = 0; id < layout.num_tensors(); ++id) {
+    const std::string name = checkpoint_name(layout.slot(id).name);
+    const int w = whole.find(name);
+    TIDE_CHECK(w >= 0 && whole.slot(w).shape == layout.slot(id).shape,
+               "{}: the store's tensor '{}' is not one of a {} model's; pass the config the "
+               "store was built from",
+               subject, layout.slot(id).name, config.str());
+  }
 }
 
 // A piece of a tensor in a shard file: elements [begin, end) of the flattened tensor.
@@ -439,6 +462,45 @@ void save_checkpoint_shard(const std::string& dir, const ChunkStore& store,
                     shard_meta(info, with_optimizer_state, rank, world, compute, pieces));
 }
 
+void save_pipeline_stage_shard(const std::string& dir, const std::vector<const ChunkStore*>& stores,
+                               const CheckpointInfo& info, bool with_optimizer_state, int rank,
+                               int world) {
+  const std::string subject = fmt::format("cannot save stage {}'s shard of '{}'", rank, dir);
+  TIDE_CHECK(world >= 1 && world <= kMaxWorld && rank >= 0 && rank < world,
+             "{}: rank {} is outside a world of {}", subject, rank, world);
+  std::vector<SafetensorsTensor> tensors;
+  json pieces = json::object();
+  DType compute = DType::F32;
+  for (size_t k = 0; k < stores.size(); ++k) {
+    const ChunkStore& store = *stores[k];
+    const ChunkLayout& layout = store.layout();
+    check_stage_layout(layout, info.config, subject);
+    TIDE_CHECK(
+        !with_optimizer_state || (store.has(ChunkKind::ADAM_M) && store.has(ChunkKind::ADAM_V)),
+        "{}: the model was built without optimizer state", subject);
+    TIDE_CHECK(k == 0 || store.compute_dtype() == compute,
+               "{}: the stage's model chunks compute in different dtypes", subject);
+    compute = store.compute_dtype();
+    for (const Item& it : items_of(layout, compute, with_optimizer_state)) {
+      const TensorSlot& s = layout.slot(it.id);
+      if (s.name == "lm_head.weight") continue;  // wte's copy: the first stage saves wte
+      TIDE_CHECK(!store.sliced(it.kind), "{}: the store holds a slice of its {} chunks", subject,
+                 chunk_kind_name(it.kind));
+      const Chunk& ch = store.chunk_info(it.kind, s.chunk);
+      TIDE_CHECK(ch.data != nullptr && store.chunk(it.kind, s.chunk).device.is_cpu(),
+                 "{}: {} chunk {} is not resident in host memory", subject,
+                 chunk_kind_name(it.kind), s.chunk);
+      const char* data =
+          static_cast<const char*>(ch.data) + (s.offset - ch.begin) * int64_t(dtype_size(ch.dtype));
+      tensors.push_back({it.name, ch.dtype, Shape{s.numel}, data});
+      pieces[it.name] = {{"tensor", it.name}, {"begin", 0}, {"end", s.numel}};
+    }
+  }
+  const std::string path = (fs::path(partial_of(dir)) / shard_file_name(rank, world)).string();
+  write_safetensors(path, tensors,
+                    shard_meta(info, with_optimizer_state, rank, world, compute, pieces));
+}
+
 void commit_sharded_checkpoint(const std::string& dir, int world) {
   const std::string target = clean_dir(dir), partial = partial_of(dir);
   const std::string subject = fmt::format("cannot commit sharded checkpoint '{}'", target);
@@ -636,7 +698,7 @@ void load_checkpoint_shard(const std::string& dir, ChunkStore& store, const GPTC
              "{} holds a model {} but this model is {}; build the model with the checkpoint's "
              "shape (read_sharded_checkpoint_info)",
              w, x.info.config.str(), config.str());
-  check_layout(store.layout(), config, w);
+  check_stage_layout(store.layout(), config, w);
   TIDE_CHECK(x.compute_dtype == store.compute_dtype(),
              "{} holds {} parameters but this model computes in {}; load it into a model of the "
              "checkpoint's compute dtype",

@@ -41,6 +41,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "tide/memory/chunk_store.h"
 #include "tide/train/checkpoint.h"
@@ -73,6 +74,17 @@ void save_checkpoint_shard(const std::string& dir, const ChunkStore& store,
                            const CheckpointInfo& info, bool with_optimizer_state, int rank,
                            int world);
 
+// Pipeline parallelism: rank `rank` of a pipeline of `world` stages writes every tensor its
+// stage's stores (one per model chunk, each holding its tensors whole) hold, whole, to
+// "<dir>.partial/shard-<rank>-of-<world>.safetensors": the stages' tensors are disjoint, so the
+// shards tile the model and commit_sharded_checkpoint, load_checkpoint_shard (any store: a whole
+// model, ZeRO slices, another pipeline split), tide sample and tide export read it as any
+// sharded checkpoint. The last stage's lm_head.weight (the tied wte's copy, equal to it with its
+// Adam state) is not written: loading a stage that holds it reads wte.
+void save_pipeline_stage_shard(const std::string& dir, const std::vector<const ChunkStore*>& stores,
+                               const CheckpointInfo& info, bool with_optimizer_state, int rank,
+                               int world);
+
 // After every rank's save_checkpoint_shard returned: checks that "<dir>.partial/" holds the
 // `world` shards of one save (their headers; the data is not read again), writes index.json
 // into it and swaps it into place as `dir` (an existing checkpoint at `dir` is replaced
@@ -86,7 +98,8 @@ ShardedCheckpointInfo read_sharded_checkpoint_info(const std::string& dir, bool 
 // Loads what `store` holds from the sharded checkpoint `dir`: the parameters, and with
 // `with_optimizer_state` the master weights (compute dtype not f32) and Adam's moments, which
 // the checkpoint must hold. `store`'s layout must be make_layout(config) packed for any group
-// size M, its kinds whole or sliced; config must have the checkpoint's shape and the store its
+// size M, its kinds whole or sliced, or a pipeline stage's (make_layout(config, {.pp, .stage}):
+// lm_head.weight is read from wte); config must have the checkpoint's shape and the store its
 // compute dtype. Everything is checked before anything is copied.
 void load_checkpoint_shard(const std::string& dir, ChunkStore& store, const GPTConfig& config,
                            bool with_optimizer_state = false);

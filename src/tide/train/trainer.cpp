@@ -13,6 +13,7 @@
 #include "tide/comm/distributed.h"
 #include "tide/comm/local_process_group.h"
 #include "tide/data/prepare.h"
+#include "tide/model/layout.h"
 #include "tide/train/checkpoint.h"
 #include "tide/train/init_from.h"
 #include "tide/train/preemption.h"
@@ -106,7 +107,7 @@ Trainer::Trainer(TrainConfig config, std::shared_ptr<ProcessGroup> world)
              "(set them to false)");
   check_trainer_can_honour(cfg_, world_->size());  // nothing the schema takes is dropped
   if (cfg_.threads > 0) omp_set_num_threads(cfg_.threads);
-  const int dp = world_->size();
+  const int dp = data_parallel_ranks();
   if (cfg_.train_batch_size > 0)
     TIDE_CHECK(cfg_.train_batch_size == int64_t{cfg_.micro_batch} * cfg_.grad_accum * dp,
                "train_batch_size {} != train_micro_batch_size_per_gpu {} x "
@@ -123,20 +124,6 @@ Trainer::Trainer(TrainConfig config, std::shared_ptr<ProcessGroup> world)
   const bool init_from = resume_at == std::nullopt && !cfg_.init_from.empty();
   if (init_from) check_init_from(cfg_.init_from, cfg_.model);
 
-  ModelOptions mo;
-  mo.chunk_elems = chunk_elems_from_mib(cfg_.chunk_size_mb);
-  mo.group_size = dp;  // chunks slice evenly over the DP group (ZeRO partitions by slice)
-  mo.store.group_rank = world_->rank();
-  mo.store.sliced_kinds = zero_sliced_kinds(cfg_.zero.stage);
-  model_ = std::make_unique<GPT>(cfg_.model, cfg_.activation_policy, mo);
-  model_->init_weights(cfg_.seed);
-  if (init_from) init_weights_from(cfg_.init_from, *model_);  // before the engine reads them
-  // Second round, now that the data is open and the model laid out: the same data and layout.
-  check_ranks_agree(
-      *world_, {{"data.train (contents)", data_fingerprint(train_loader_->files())},
-                {"data.val (contents)", val_loader_ ? data_fingerprint(val_loader_->files()) : 0},
-                {"model.vocab_size (resolved)", static_cast<uint64_t>(cfg_.model.vocab_size)},
-                {"model layout", layout_fingerprint(model_->store().layout())}});
   OptimizerSettings opt;
   opt.adamw.beta1 = cfg_.beta1;
   opt.adamw.beta2 = cfg_.beta2;
@@ -144,16 +131,46 @@ Trainer::Trainer(TrainConfig config, std::shared_ptr<ProcessGroup> world)
   opt.adamw.weight_decay = cfg_.weight_decay;
   opt.lr = cfg_.lr_schedule;
   opt.grad_clip = cfg_.grad_clip;
-  engine_ = std::make_unique<Engine>(*model_, world_, data_parallel_schedule(cfg_.grad_accum),
-                                     cfg_.micro_batch, cfg_.seq_len, opt, cfg_.zero);
-  eval_mb_ = model_->make_micro_batch(1, cfg_.seq_len);
+  // Second round, now that the data is open: the same data and model on every rank (under pp
+  // the stages hold different tensors: the whole model's layout is compared).
+  auto check_same_data_and_layout = [&](const ChunkLayout& layout) {
+    check_ranks_agree(
+        *world_, {{"data.train (contents)", data_fingerprint(train_loader_->files())},
+                  {"data.val (contents)", val_loader_ ? data_fingerprint(val_loader_->files()) : 0},
+                  {"model.vocab_size (resolved)", static_cast<uint64_t>(cfg_.model.vocab_size)},
+                  {"model layout", layout_fingerprint(layout)}});
+  };
+  if (cfg_.pipeline_stages > 1) {
+    check_same_data_and_layout(make_layout(cfg_.model));
+    pipeline_ = std::make_unique<PipelineRun>(cfg_, world_, opt);
+    if (init_from)
+      for (const auto& chunk : pipeline_->chunks()) init_weights_from(cfg_.init_from, *chunk);
+    runner_ = pipeline_.get();
+  } else {
+    ModelOptions mo;
+    mo.chunk_elems = chunk_elems_from_mib(cfg_.chunk_size_mb);
+    mo.group_size = dp;  // chunks slice evenly over the DP group (ZeRO partitions by slice)
+    mo.store.group_rank = world_->rank();
+    mo.store.sliced_kinds = zero_sliced_kinds(cfg_.zero.stage);
+    model_ = std::make_unique<GPT>(cfg_.model, cfg_.activation_policy, mo);
+    model_->init_weights(cfg_.seed);
+    if (init_from) init_weights_from(cfg_.init_from, *model_);  // before the engine reads them
+    check_same_data_and_layout(model_->store().layout());
+    engine_ = std::make_unique<Engine>(*model_, world_, data_parallel_schedule(cfg_.grad_accum),
+                                       cfg_.micro_batch, cfg_.seq_len, opt, cfg_.zero);
+    engine_runner_ = std::make_unique<EngineRunner>(*engine_);
+    runner_ = engine_runner_.get();
+    eval_mb_ = model_->make_micro_batch(1, cfg_.seq_len);
+  }
   if (resume_at) {
-    if (is_sharded_checkpoint(cfg_.resume))
+    if (pipeline_)
+      pipeline_->load(cfg_.resume);
+    else if (is_sharded_checkpoint(cfg_.resume))
       load_checkpoint_shard(cfg_.resume, model_->store(), model_->config(),
                             /*with_optimizer_state=*/true);
     else
       load_checkpoint(cfg_.resume, *model_, /*with_optimizer_state=*/true);
-    engine_->sync_params();
+    if (engine_) engine_->sync_params();
     step_ = resume_at->step;
     train_loader_->seek(resume_at->data_epoch, resume_at->data_batch);
   }
@@ -208,7 +225,8 @@ void Trainer::resolve_data() {
              "no training data: set data.dir (from `tide prepare`) or data.train");
   TIDE_CHECK(cfg_.model.vocab_size > 0,
              "model.vocab_size is unknown: set it, or use a data.dir whose meta.json gives it");
-  const int dp = world_->size(), rank = world_->rank();
+  // Under pp every stage reads the global batch as one data-parallel rank would.
+  const int dp = data_parallel_ranks(), rank = cfg_.pipeline_stages > 1 ? 0 : world_->rank();
   train_loader_ =
       std::make_unique<DataLoader>(expand_shard_paths({cfg_.train_data}), cfg_.micro_batch,
                                    cfg_.seq_len, rank, dp, cfg_.seed, cfg_.shuffle);
@@ -233,26 +251,48 @@ StepStats Trainer::train_step() {
   StepStats st;
   {
     const TraceSpan span(tracer, "step", "step", {{"step", step_ + 1}});
-    st = engine_->step(
-        step_, cfg_.seed,
-        [&](int micro, int32_t* in, int32_t* tgt) {
-          if (batch_source) return batch_source(step_, micro, in, tgt);
-          train_loader_->next_batch();
-          std::memcpy(in, train_loader_->inputs().data(), train_loader_->inputs().size_bytes());
-          std::memcpy(tgt, train_loader_->targets().data(), train_loader_->targets().size_bytes());
-        },
-        tracer);
-    // The mean loss over the ranks, and whether any rank was asked to stop (preemption.h): one
-    // all-reduce, so all ranks stop after the same step.
+    Engine::BatchFn batch = [&](int micro, int32_t* in, int32_t* tgt) {
+      if (batch_source) return batch_source(step_, micro, in, tgt);
+      train_loader_->next_batch();
+      std::memcpy(in, train_loader_->inputs().data(), train_loader_->inputs().size_bytes());
+      std::memcpy(tgt, train_loader_->targets().data(), train_loader_->targets().size_bytes());
+    };
+    if (pipeline_ && !batch_source) {
+      // The pipeline asks for a micro-batch on every stage, once per model chunk, in schedule
+      // order: read the step's micro-batches first (every stage, so that every rank's loader
+      // position is the run's), keep them where a chunk needs tokens or targets.
+      const size_t n = static_cast<size_t>(cfg_.micro_batch) * cfg_.seq_len;
+      const bool keep = pipeline_->needs_data();
+      step_inputs_.assign(keep ? n * cfg_.grad_accum : 0, 0);
+      step_targets_.assign(keep ? n * cfg_.grad_accum : 0, 0);
+      for (int k = 0; k < cfg_.grad_accum; ++k) {
+        train_loader_->next_batch();
+        if (!keep) continue;
+        std::memcpy(step_inputs_.data() + k * n, train_loader_->inputs().data(), n * 4);
+        std::memcpy(step_targets_.data() + k * n, train_loader_->targets().data(), n * 4);
+      }
+      batch = [&, n, keep](int micro, int32_t* in, int32_t* tgt) {
+        if (!keep) return;  // a middle stage reads neither
+        std::memcpy(in, step_inputs_.data() + micro * n, n * 4);
+        std::memcpy(tgt, step_targets_.data() + micro * n, n * 4);
+      };
+    }
+    st = runner_->step(step_, cfg_.seed, batch, tracer);
+    // The mean loss over the data-parallel ranks, and whether any rank was asked to stop
+    // (preemption.h): one all-reduce, so all ranks stop after the same step. (The pipeline's
+    // stages all hold the same loss already: only the flag is summed.)
     float reduced[2] = {st.loss, stop_requested() ? 1.0f : 0.0f};
     if (world_->size() > 1) {
       const TraceSpan loss_span(tracer, "all-reduce loss", "comm");
-      world_->all_reduce_async(Tensor(reduced, Shape{2}), ReduceOp::Avg)->wait();
+      if (pipeline_)
+        world_->all_reduce_async(Tensor(reduced + 1, Shape{1}), ReduceOp::Sum)->wait();
+      else
+        world_->all_reduce_async(Tensor(reduced, Shape{2}), ReduceOp::Avg)->wait();
     }
     st.loss = reduced[0];
     stop_agreed_ = reduced[1] > 0;
   }
-  st.tokens = int64_t{cfg_.micro_batch} * cfg_.seq_len * cfg_.grad_accum * world_->size();
+  st.tokens = int64_t{cfg_.micro_batch} * cfg_.seq_len * cfg_.grad_accum * data_parallel_ranks();
   step_ = st.step;
   if (tracer && step_ == first_traced_ + cfg_.trace_steps - 1) write_trace();
   return st;
@@ -313,6 +353,7 @@ float Trainer::evaluate() {
   if (!val_loader_) return NAN;
   const int64_t n =
       std::min<int64_t>(cfg_.eval_sequences, static_cast<int64_t>(val_loader_->num_sequences()));
+  if (pipeline_) return pipeline_->evaluate(*val_loader_, n);
   const int dp = world_->size(), rank = world_->rank();
   const int64_t share = (n + dp - 1) / dp;  // sequences per rank (the last share may be short)
   // Per sequence of this rank's share: (sum of its position losses, positions with a target),
@@ -347,19 +388,27 @@ float Trainer::evaluate() {
   return count > 0 ? static_cast<float>(sum / count) : NAN;
 }
 
+size_t Trainer::model_state_bytes() const {
+  if (!pipeline_) return model_->store().total_bytes();
+  size_t b = 0;
+  for (const auto& chunk : pipeline_->chunks()) b += chunk->store().total_bytes();
+  return b;
+}
+
 size_t Trainer::memory_bytes() const {
-  return model_->store().total_bytes() + engine_->comm_buffer_bytes() +
-         engine_->activation_bytes() + eval_mb_->saved.capacity() + eval_mb_->workspace.capacity();
+  size_t b = model_state_bytes() + runner_->activation_bytes();
+  if (eval_mb_) b += eval_mb_->saved.capacity() + eval_mb_->workspace.capacity();
+  return b;
 }
 
 std::string Trainer::save(const std::string& name) const {
   const fs::path dir(cfg_.out_dir);
-  const bool rank0 = world_->rank() == 0, sharded = cfg_.zero.stage > 0;
+  const bool rank0 = world_->rank() == 0, sharded = cfg_.zero.stage > 0 || pipeline_;
   const std::string path = (dir / name).string();
   if (!rank0 && !sharded) return path;  // stage 0: every rank holds everything; rank 0 writes
   fs::create_directories(dir);
   CheckpointInfo info;
-  info.config = model_->config();
+  info.config = cfg_.model;
   info.step = step_;
   // The tokenizer goes next to the checkpoint (a relative path: to the folder holding it).
   if (!tokenizer_path_.empty() && fs::exists(tokenizer_path_)) {
@@ -369,15 +418,20 @@ std::string Trainer::save(const std::string& name) const {
   }
   // Everything a step needs besides the tensors. Dropout masks and the data order are pure
   // functions of (seed, step) and (seed, epoch), so the run position is their whole RNG state.
-  info.extra = {{"config", config_to_json(cfg_)},
-                {"run",
-                 {{"step", step_},
-                  {"seed", cfg_.seed},
-                  {"global_batch", int64_t{cfg_.micro_batch} * cfg_.grad_accum * world_->size()},
-                  {"data_epoch", train_loader_->epoch()},
-                  {"data_batch", train_loader_->next_batch_index()}}}};
+  info.extra = {
+      {"config", config_to_json(cfg_)},
+      {"run",
+       {{"step", step_},
+        {"seed", cfg_.seed},
+        {"global_batch", int64_t{cfg_.micro_batch} * cfg_.grad_accum * data_parallel_ranks()},
+        {"data_epoch", train_loader_->epoch()},
+        {"data_batch", train_loader_->next_batch_index()}}}};
   if (!sharded) {
     save_checkpoint(path, *model_, info, /*with_optimizer_state=*/true);
+    return path;
+  }
+  if (pipeline_) {  // each stage writes its tensors (collective)
+    pipeline_->save(path, info);
     return path;
   }
   // ZeRO: no rank holds everything, so each writes its own shard; once all have (a rank that
@@ -392,6 +446,12 @@ std::string Trainer::save(const std::string& name) const {
 
 Trainer::RunPosition Trainer::check_resume(const std::string& path) const {
   const bool sharded = is_sharded_checkpoint(path);
+  TIDE_CHECK(sharded || cfg_.pipeline_stages == 1,
+             "checkpoint '{}' is a single file (written by a ZeRO stage 0 run); a run with "
+             "pipeline.stages {} resumes from a sharded checkpoint directory (what ZeRO and "
+             "pipeline runs write); resume with pipeline.stages=1, or initialise the run from it "
+             "with init_from (weights only)",
+             path, cfg_.pipeline_stages);
   TIDE_CHECK(sharded || cfg_.zero.stage == 0,
              "checkpoint '{}' is a single file (written by a ZeRO stage 0 run); a run with "
              "zero_optimization.stage {} resumes from the sharded checkpoint directory that ZeRO "
@@ -409,7 +469,7 @@ Trainer::RunPosition Trainer::check_resume(const std::string& path) const {
                path, key);
     return run[key].get<int64_t>();
   };
-  const int64_t global_batch = int64_t{cfg_.micro_batch} * cfg_.grad_accum * world_->size();
+  const int64_t global_batch = int64_t{cfg_.micro_batch} * cfg_.grad_accum * data_parallel_ranks();
   TIDE_CHECK(field("global_batch") == global_batch,
              "checkpoint '{}' was trained with a global batch of {} sequences, this run has {}; "
              "resume with the same train_micro_batch_size_per_gpu x gradient_accumulation_steps x "
@@ -455,20 +515,27 @@ void Trainer::run() {
     TIDE_CHECK(metrics.good(), "{}: cannot open for writing; check that out_dir is writable",
                metrics_path);
     if (!cfg_.resume.empty()) fmt::print("tide: resumed from {} at step {}\n", cfg_.resume, step_);
-    const size_t act = engine_->activation_bytes();
+    const size_t act = runner_->activation_bytes();
+    const std::string ranks =
+        pipeline_ ? fmt::format("{} pipeline stages, schedule {}{}", cfg_.pipeline_stages,
+                                cfg_.pipeline_schedule,
+                                cfg_.virtual_stages > 1
+                                    ? fmt::format(" ({} chunks per stage)", cfg_.virtual_stages)
+                                    : "")
+                  : fmt::format("{} DP rank(s)", world_->size());
     fmt::print(
-        "tide: model {} | {} DP rank(s) | micro-batch {} x {} tokens, accum {} | "
+        "tide: model {} | {} | micro-batch {} x {} tokens, accum {} | "
         "activations: {}\n",
-        cfg_.model.str(), world_->size(), cfg_.micro_batch, cfg_.seq_len, cfg_.grad_accum,
+        cfg_.model.str(), ranks, cfg_.micro_batch, cfg_.seq_len, cfg_.grad_accum,
         activation_policy_name(cfg_.activation_policy));
     fmt::print(
         "tide: data {} ({} tokens){} | chunks: {} (largest {:.2f} MiB) | memory: {:.1f} MiB model "
-        "states + {:.1f} MiB activations\n",
+        "states + {:.1f} MiB activations{}\n",
         cfg_.train_data, train_loader_->num_tokens(),
         unigram_ ? fmt::format(", unigram baseline {:.3f} nats", *unigram_) : "",
-        model_->store().layout().num_chunks(),
-        model_->store().layout().max_chunk_elems() * 4 / 1048576.0,
-        model_->store().total_bytes() / 1048576.0, act / 1048576.0);
+        model().store().layout().num_chunks(),
+        model().store().layout().max_chunk_elems() * 4 / 1048576.0, model_state_bytes() / 1048576.0,
+        act / 1048576.0, pipeline_ ? " (rank 0's stage)" : "");
     std::fflush(stdout);
   }
   auto log_eval = [&](float val) {

@@ -1,7 +1,10 @@
 #pragma once
-// Trainer: the loop around the engine. The Engine runs a step (micro-batches, F/B/W, gradient
-// reduction, optimizer); the trainer feeds it data and does what happens between steps:
-// logging, periodic validation, checkpoints and resuming from one.
+// Trainer: the loop around a step runner (step_runner.h). With pipeline.stages = 1 that is the
+// data-parallel Engine over all ranks (one GPT each); with pipeline.stages = p > 1 it is a
+// PipelineRun (one stage per rank: its model chunks and a PipelineEngine running the
+// configured schedule). The runner runs a step (micro-batches, F/B/W, gradient reduction,
+// optimizer); the trainer feeds it data and does what happens between steps: logging, periodic
+// validation, checkpoints and resuming from one.
 
 #include <functional>
 #include <memory>
@@ -16,13 +19,16 @@
 #include "tide/model/gpt.h"
 #include "tide/train/config.h"
 #include "tide/train/engine.h"
+#include "tide/train/pipeline_run.h"
+#include "tide/train/step_runner.h"
 #include "tide/train/tensorboard_writer.h"
 
 namespace tide {
 
 class Trainer {
  public:
-  // `world` = nullptr: single process. With a world of N ranks, each is one DP rank.
+  // `world` = nullptr: single process. With a world of N ranks, each is one DP rank, or with
+  // pipeline.stages = N one pipeline stage.
   Trainer(TrainConfig config, std::shared_ptr<ProcessGroup> world = nullptr);
   ~Trainer();
 
@@ -35,11 +41,15 @@ class Trainer {
   StepStats train_step();
   // Mean validation loss over the fixed validation set: its first eval.sequences sequences,
   // whatever the DP degree, micro-batch or accumulation (each rank scores a share; the mean
-  // adds the per-sequence sums in sequence order, so it is the same to the bit).
+  // adds the per-sequence sums in sequence order, so it is the same to the bit). Under pp each
+  // sequence goes through the stages (PipelineRun::evaluate): the same to the bit too.
   float evaluate();
 
-  GPT& model() { return *model_; }
+  // The model (under pp: this rank's first model chunk).
+  GPT& model() { return pipeline_ ? *pipeline_->chunks()[0] : *model_; }
+  // The data-parallel engine (pipeline.stages = 1 only) and the pipeline (> 1 only).
   const Engine& engine() const { return *engine_; }
+  const PipelineRun* pipeline() const { return pipeline_.get(); }
   const TrainConfig& config() const { return cfg_; }
   int64_t step() const { return step_; }
   // True when, at the last step, some rank had been asked to stop (preemption.h); run() then
@@ -54,12 +64,17 @@ class Trainer {
 
   // Writes a checkpoint `name` in out_dir (weights, optimizer state, run position; with
   // tokenizer.json beside it) that `checkpoint.resume` can continue from; returns its path.
-  // ZeRO stage 0: one file, written by rank 0 (other ranks' calls write nothing). Stages 1-3: a
-  // sharded directory (sharded_checkpoint.h), and every rank must call it (collective).
+  // ZeRO stage 0: one file, written by rank 0 (other ranks' calls write nothing). Stages 1-3 and
+  // pipeline parallelism: a sharded directory (sharded_checkpoint.h), and every rank must call
+  // it (collective).
   std::string save(const std::string& name = "model.ckpt") const;
 
  private:
   void resolve_data();
+  // Data-parallel ranks: the world divided by the pipeline stages.
+  int data_parallel_ranks() const { return world_->size() / cfg_.pipeline_stages; }
+  // Bytes of this rank's model states (every model chunk).
+  size_t model_state_bytes() const;
   // Where a checkpoint left its run: the step and the data loader's position.
   struct RunPosition {
     int64_t step = 0;
@@ -78,8 +93,14 @@ class Trainer {
 
   TrainConfig cfg_;
   std::shared_ptr<ProcessGroup> world_;
-  std::unique_ptr<GPT> model_;
-  std::unique_ptr<Engine> engine_;
+  std::unique_ptr<GPT> model_;      // data parallel
+  std::unique_ptr<Engine> engine_;  // data parallel
+  std::unique_ptr<PipelineRun> pipeline_;
+  std::unique_ptr<StepRunner> engine_runner_;  // wraps engine_
+  StepRunner* runner_ = nullptr;               // engine_runner_ or pipeline_
+  // Under pp: the step's micro-batches, read before the step ((B,T) each, in order), since the
+  // executor asks for a micro-batch once per model chunk, in schedule order.
+  std::vector<int32_t> step_inputs_, step_targets_;
   std::unique_ptr<MicroBatch> eval_mb_;  // one sequence: validation does not depend on batching
   std::unique_ptr<DataLoader> train_loader_, val_loader_;
   std::string tokenizer_path_;

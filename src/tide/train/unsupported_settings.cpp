@@ -16,16 +16,23 @@ void check_trainer_can_honour(const TrainConfig& c, int world_size) {
   TIDE_CHECK(!c.sequence_parallel,
              "parallel.sp=true: sequence parallelism is not implemented in tide train yet (issue "
              "#12); set it to false");
-  TIDE_CHECK(c.pipeline_stages == 1,
-             "parallel.pp={}: pipeline parallelism is not implemented in tide train yet (issue "
-             "#13); set it to 1 (tide estimate sizes pp > 1)",
-             c.pipeline_stages);
-  // With one stage every schedule runs the same steps, so pipeline.schedule is honoured; more
-  // than one model chunk per stage needs stages.
-  TIDE_CHECK(c.virtual_stages == 1,
-             "pipeline.virtual_stages={}: model chunks per stage need pipeline parallelism, which "
-             "tide train does not have yet (issue #13); set it to 1",
-             c.virtual_stages);
+  // Pipeline parallelism: one stage per rank. (The pipeline.* combinations are checked with
+  // the config, pipeline_setup.h; what depends on the ranks launched is checked here.)
+  const int p = c.pipeline_stages;
+  TIDE_CHECK(world_size % p == 0,
+             "pipeline.stages={}: this run has {} rank{}, not a multiple of the stages (each "
+             "stage runs on world/stages ranks); launch `mpirun -np {}` or change pipeline.stages",
+             p, world_size, world_size == 1 ? "" : "s", (world_size + p - 1) / p * p);
+  TIDE_CHECK(p == 1 || world_size == p,
+             "pipeline.stages={} on {} ranks would need data parallelism inside each stage ({} "
+             "ranks per stage), which tide train does not have yet (issue #13); launch `mpirun "
+             "-np {}`",
+             p, world_size, world_size / p, p);
+  TIDE_CHECK(p == 1 || c.zero.stage < 3,
+             "zero_optimization.stage=3 with pipeline.stages={}: ZeRO-3 under pipeline "
+             "parallelism is not supported by tide train (each stage already holds only its "
+             "layers); use zero_optimization.stage 0, 1 or 2 (tide estimate sizes it)",
+             p);
   TIDE_CHECK(c.offload_optimizer == "none",
              "zero_optimization.offload_optimizer.device=\"{}\": tide train does not offload "
              "yet (issue #15); set it to \"none\" (tide estimate sizes offload)",

@@ -42,7 +42,7 @@ TEST(SetupErrors, HiddenNotDivisibleByTensorParallel) {
 
 TEST(SetupErrors, LayersNotDivisibleByPipelineStages) {
   const std::string e = error_of(gpt2_xl(5, 1, 5));
-  EXPECT_NE(e.find("model.n_layer (48) is not divisible by parallel.pp (5)"), std::string::npos)
+  EXPECT_NE(e.find("model.n_layer (48) is not divisible by pipeline.stages (5)"), std::string::npos)
       << e;
 }
 
@@ -80,7 +80,7 @@ TEST(SetupErrors, InterleavedNeedsMicroBatchesAMultipleOfStages) {
   s.schedule = Schedule::Interleaved;
   s.virtual_stages = 2;
   s.grad_accum = 6;
-  EXPECT_NE(error_of(s).find("gradient_accumulation_steps (6) to be a multiple of parallel.pp (4)"),
+  EXPECT_NE(error_of(s).find("gradient_accumulation_steps (6) to be a multiple of pipeline.stages (4)"),
             std::string::npos);
   s.grad_accum = 8;
   EXPECT_EQ(error_of(s), "");

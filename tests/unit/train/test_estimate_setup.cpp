@@ -38,9 +38,9 @@ TEST(EstimateSetup, EveryKeyEstimateSizesComesFromTheSchema) {
                           "offload_param": {"device": "cpu"}, "reduce_bucket_size": 123456789,
                           "stage3_max_live_parameters": 987654321},
     "bf16": {"enabled": true}, "model": {"preset": "gpt2-774m"}, "seq_len": 512,
-    "parallel": {"tp": 2, "pp": 2, "sp": true}, "world_size": 16,
+    "parallel": {"tp": 2, "sp": true}, "world_size": 16,
     "activation_checkpointing": {"policy": "selective"}, "optimizer": {"type": "SGD"},
-    "pipeline": {"schedule": "zb-h1"}, "chunk_size_mb": 256 })");
+    "pipeline": {"stages": 2, "schedule": "zb-h1"}, "chunk_size_mb": 256 })");
   EXPECT_EQ(s.micro_batch, 4);
   EXPECT_EQ(s.grad_accum, 8);
   EXPECT_EQ(s.zero_stage, 3);
@@ -64,7 +64,8 @@ TEST(EstimateSetup, EveryKeyEstimateSizesComesFromTheSchema) {
   // Offload of the optimizer alone; interleaved with its virtual stages; fp16; fp32.
   const TrainSetup o = setup_of(R"({"zero_optimization": {"stage": 2,
     "offload_optimizer": {"device": "cpu"}}, "fp16": {"enabled": true},
-    "parallel": {"pp": 2}, "pipeline": {"schedule": "interleaved", "virtual_stages": 2},
+    "pipeline": {"stages": 2, "schedule": "interleaved", "virtual_stages": 2},
+    "gradient_accumulation_steps": 2,
     "world_size": 4})");
   EXPECT_EQ(o.offload, Offload::Optimizer);
   EXPECT_EQ(o.precision, Precision::FP16);
@@ -165,7 +166,7 @@ TEST(TrainerRefuses, EverySettingItCannotHonourByKeyAndValue) {
   EXPECT_EQ(refusal({"parallel.tp=2"}),
             "parallel.tp=2: tensor parallelism is not implemented in tide train yet (issue #12); "
             "set it to 1 (tide estimate sizes tp > 1)");
-  EXPECT_HAS(refusal({"parallel.pp=4"}), "parallel.pp=4: pipeline parallelism is not implemented");
+  EXPECT_HAS(refusal({"pipeline.stages=4"}), "pipeline.stages=4: this run has 1 rank");
   EXPECT_HAS(refusal({"parallel.sp=true"}), "parallel.sp=true: sequence parallelism");
   EXPECT_HAS(refusal({"world_size=8"}, 2),
              "world_size=8: this run has 2 ranks (launch it with `mpirun -np 8`)");
@@ -173,9 +174,9 @@ TEST(TrainerRefuses, EverySettingItCannotHonourByKeyAndValue) {
       refusal({"zero_optimization.stage=2", "zero_optimization.offload_optimizer.device=cpu"}),
       "zero_optimization.offload_optimizer.device=\"cpu\": tide train does not offload");
   EXPECT_HAS(refusal({"optimizer.type=SGD"}), "optimizer.type=\"SGD\": tide train has only AdamW");
-  EXPECT_HAS(
-      refusal({"parallel.pp=2", "pipeline.schedule=interleaved", "pipeline.virtual_stages=2"}),
-      "parallel.pp=2");
+  EXPECT_HAS(refusal({"pipeline.stages=2", "pipeline.schedule=interleaved",
+                      "pipeline.virtual_stages=2", "gradient_accumulation_steps=2"}),
+             "pipeline.stages=2");
   // The Trainer itself refuses, before it prepares or writes anything.
   EXPECT_HAS(error_of([] { Trainer t(load_train_config("", {"parallel.tp=2"})); }),
              "parallel.tp=2: tensor parallelism is not implemented");
