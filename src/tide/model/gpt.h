@@ -89,6 +89,7 @@ class GPT {
   // Tensor parallelism: the group's size and this rank's index in it (1 and 0 without).
   int tp() const { return env_.tp_size(); }
   int tp_rank() const { return env_.tp_rank(); }
+  ProcessGroup* tp_group() const { return env_.tp; }  // nullptr without tensor parallelism
   bool sequence_parallel() const { return env_.sp; }
   bool partition_activations() const { return env_.partition_activations; }
   bool cpu_checkpointing() const { return env_.cpu_checkpointing; }

@@ -35,6 +35,13 @@ int64_t tp_global_index(const GPTConfig& c, RankCoords at, const std::string& na
   return i;  // replicated
 }
 
+bool tp_sharded(const std::string& name) {
+  for (const char* suffix : {"attn.c_attn.weight", "attn.c_attn.bias", "mlp.c_fc.weight",
+                             "mlp.c_fc.bias", "c_proj.weight"})
+    if (name.ends_with(suffix)) return true;
+  return name == "wte" || name == "lm_head.weight";
+}
+
 ChunkLayout make_layout(const GPTConfig& c, RankCoords at) {
   c.validate();
   TIDE_CHECK(at.tp >= 1 && at.tp_rank >= 0 && at.tp_rank < at.tp,

@@ -45,6 +45,11 @@ int64_t vocab_rows_per_rank(const GPTConfig& config, int tp);
 // [r C/t, ..) and [r 4C/t, ..); every other tensor whole. init_weights draws the single-rank
 // values through it, and tests gather shards with it.
 int64_t tp_global_index(const GPTConfig& config, RankCoords at, const std::string& name, int64_t i);
+// Tensor parallelism: whether tensor `name` is split over the tp ranks (wte / lm_head.weight,
+// c_attn, c_fc, the two c_proj weights) rather than held whole and bitwise equal on every tp
+// rank (wpe, the layernorms, the two c_proj biases). The global gradient norm sums the first
+// over the ranks and counts the second once.
+bool tp_sharded(const std::string& name);
 
 // The unpacked layout of rank `at`. Throws a tide::Error naming the fix when the model does
 // not divide over tp or pp (heads, hidden size, layers).

@@ -136,6 +136,59 @@ double sum_over_ranks(ProcessGroup& g, double x) {
 }
 }  // namespace
 
+namespace {
+// Per-tensor values of every rank of `g`, gathered: all[r * G + id] (doubles as int32 pairs).
+std::vector<double> gather_per_tensor(ProcessGroup& g, std::vector<double>& mine) {
+  const int64_t G = static_cast<int64_t>(mine.size()), n = g.size();
+  std::vector<double> all(static_cast<size_t>(G * n));
+  g.all_gather(Tensor(mine.data(), Shape{2 * G}, DType::I32),
+               Tensor(all.data(), Shape{2 * G * n}, DType::I32));
+  return all;
+}
+}  // namespace
+
+double Engine::tp_grad_norm_squared() const {
+  const ChunkStore& store = model_.store();
+  const ChunkLayout& lay = store.layout();
+  const int64_t G = lay.num_tensors();
+  // This rank's sum of squares of each tensor: whole (stage 0: every replica holds the averaged
+  // gradients) or the part inside its owned slice (ZeRO).
+  std::vector<double> mine(static_cast<size_t>(G), 0.0);
+  for (int id = 0; id < G; ++id) {
+    const TensorSlot& slot = lay.slot(id);
+    if (!zero_) {
+      mine[id] = grad_norm_squared(store.chunk(ChunkKind::GRAD, slot.chunk).f32() + slot.offset,
+                                   DType::F32, slot.numel);
+      continue;
+    }
+    const Tensor s = store.slice(ChunkKind::GRAD, slot.chunk);
+    const int64_t lo = dp_->rank() * lay.slice_elems(slot.chunk), hi = lo + s.numel();
+    const int64_t b = std::max(slot.offset, lo), e = std::min(slot.offset + slot.numel, hi);
+    if (b < e) mine[id] = grad_norm_squared(s.f32() + (b - lo), DType::F32, e - b);
+  }
+  // ZeRO: a tensor's sum is split over the replicas; add the parts in dp rank order.
+  if (zero_ && dp_->size() > 1) {
+    const std::vector<double> all = gather_per_tensor(*dp_, mine);
+    for (int64_t id = 0; id < G; ++id) {
+      double t = 0;
+      for (int r = 0; r < dp_->size(); ++r) t += all[r * G + id];
+      mine[id] = t;
+    }
+  }
+  // Over tp: a shard's sums added in tp rank order, a replicated tensor's taken from tp rank 0
+  // (every rank holds the same bits), then the tensors in model order.
+  ProcessGroup& tp = *model_.tp_group();
+  const std::vector<double> all = gather_per_tensor(tp, mine);
+  double sum = 0;
+  for (int64_t id = 0; id < G; ++id) {
+    double t = all[id];
+    if (tp_sharded(lay.slot(static_cast<int>(id)).name))
+      for (int r = 1; r < tp.size(); ++r) t += all[r * G + id];
+    sum += t;
+  }
+  return sum;
+}
+
 Engine::Engine(GPT& model, std::shared_ptr<ProcessGroup> dp, pipeline::Schedule schedule, int B,
                int T, OptimizerSettings optimizer, ZeroSettings zero)
     : model_(model),
@@ -150,6 +203,14 @@ Engine::Engine(GPT& model, std::shared_ptr<ProcessGroup> dp, pipeline::Schedule 
              "executor runs the others)",
              schedule_.name, schedule_.stages, schedule_.chunks);
   check_lr_schedule(opt_.lr);
+  // Under tensor parallelism the dp group is one axis of a mesh, easy to confuse with the
+  // world: a store packed for another group size means the wrong group was passed.
+  TIDE_CHECK(model_.tp() == 1 || model_.store().layout().group_size() == dp_->size(),
+             "the tensor-parallel model's chunks are sliced over {} ranks (ModelOptions::"
+             "group_size) but the engine's data-parallel group has {}: pass the mesh's dp group "
+             "(Topology::group_ptr(MeshAxis::DP)), not the world, and build the model with "
+             "group_size = its size",
+             model_.store().layout().group_size(), dp_->size());
   const auto [mbs, stashes] = in_flight(schedule_, model_.num_blocks());
   b_parts_ = pipeline::block_parts(Op::B, model_.num_blocks(), schedule_.split_backward);
   w_parts_ = pipeline::block_parts(Op::W, model_.num_blocks(), schedule_.split_backward);
@@ -269,8 +330,13 @@ StepStats Engine::step(int64_t step, uint64_t seed, const BatchFn& batch, Tracer
     const Tensor g = zero_ ? store.slice(ChunkKind::GRAD, c) : store.chunk(ChunkKind::GRAD, c);
     bufs.push_back({g.data, g.dtype, g.numel()});
   }
-  double norm2 = grad_norm_squared(bufs);
-  if (zero_) norm2 = sum_over_ranks(*dp_, norm2);
+  double norm2 = 0;
+  if (model_.tp() > 1) {
+    norm2 = tp_grad_norm_squared();
+  } else {
+    norm2 = grad_norm_squared(bufs);
+    if (zero_) norm2 = sum_over_ranks(*dp_, norm2);
+  }
   st.grad_norm = std::sqrt(norm2);
   norm_span.reset();
   ChunkStore* stores[] = {&store};

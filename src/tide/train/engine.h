@@ -92,6 +92,22 @@ void run_update(std::span<ChunkStore* const> stores, const OptimizerSettings& op
 void apply_update(std::span<ChunkStore* const> stores, const OptimizerSettings& opt, int64_t step,
                   StepStats& st, Tracer* tracer);
 
+// Tensor parallelism (Megatron-LM) x data parallelism: the engine takes the tp group from the
+// model (ModelOptions::tp) and the dp group here. What a caller (the Trainer) passes:
+//
+//   Topology mesh(world, MeshShape{.tp = t, .dp = world->size() / t});  // comm/topology.h
+//   ModelOptions mo;  mo.tp = mesh.group_ptr(MeshAxis::TP);  mo.sequence_parallel = sp;
+//   mo.group_size = mesh.dp().size();  // the store is sliced over dp only (ZeRO)
+//   GPT model(config, policy, mo);
+//   Engine engine(model, mesh.group_ptr(MeshAxis::DP), schedule, B, T, opt, zero);
+//
+// and a BatchFn that gives every tp rank of a data-parallel replica the same micro-batches
+// (the replica's: dp rank r of mesh.coord().dp). Gradient reductions (stage 0's all-reduce,
+// ZeroPolicy) run over dp only; the model's own collectives run over tp. The global gradient
+// norm sums each tensor's squares over the dp slices and, for tensors split over tp
+// (tp_sharded), over the tp ranks; a replicated tensor (bitwise equal on every tp rank) is
+// counted once. The per-tensor sums are added in the model's tensor order, so every rank gets
+// the same bits for any thread count.
 class Engine {
  public:
   // `dp` is the data-parallel group (size 1: a single rank). Micro-batches are (B,T).
@@ -119,6 +135,9 @@ class Engine {
  private:
   class GradReduction;
   MicroBatch& micro_batch(int mb);  // the MicroBatch running micro-batch mb
+
+  // Squared global gradient norm under tensor parallelism (see the class comment).
+  double tp_grad_norm_squared() const;
 
   GPT& model_;
   std::shared_ptr<ProcessGroup> dp_;

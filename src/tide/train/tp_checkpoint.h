@@ -1,0 +1,37 @@
+#pragma once
+// Checkpoints of a tensor-parallel model (Megatron-LM sharding, model/layout.h) in the ordinary
+// single-file format (checkpoint.h) of the unsharded model. Why whole tensors: every reader
+// (`tide sample`, `tide export`, init_from, a resume at any tp) reads whole tensors, so a
+// tensor-parallel run writes what a single-rank run writes, and nothing downstream has to know
+// about the column / row / vocabulary split.
+//
+// Saving is collective over the model's tp group: for each saved tensor (the parameters, and
+// with the optimizer state Adam's moments) the ranks all-gather their shards and tp rank 0
+// places every element at tp_global_index in the unsharded tensor (a replicated tensor is
+// taken from rank 0, the vocabulary padding rows are dropped), then writes the file. Loading
+// needs no communication: every rank reads the file and keeps the elements of its shard, so a
+// resume at the same tp is bitwise and a load at a different tp (or none) works too.
+//
+// Memory: tp rank 0 holds the whole unsharded model (and moments) once while saving, every
+// rank while loading. Data parallelism: the store must hold every kind whole (ZeRO stage 0;
+// a sliced store is refused with a clear error); the dp replicas are equal, so one tp group
+// saves (call it on the ranks of dp replica 0 only).
+
+#include <string>
+
+#include "tide/model/gpt.h"
+#include "tide/train/checkpoint.h"
+
+namespace tide {
+
+// Collective over model.tp_group() (a plain save_checkpoint without one). Only tp rank 0
+// writes `path`; info.config is set from the model.
+void save_checkpoint_tp(const std::string& path, const GPT& model, const CheckpointInfo& info,
+                        bool with_optimizer_state);
+
+// Loads the unsharded checkpoint `path` into this rank's shards (the parameters, and with
+// `with_optimizer_state` Adam's moments). The checkpoint must have the model's shape; all of
+// load_checkpoint's checks apply.
+void load_checkpoint_tp(const std::string& path, GPT& model, bool with_optimizer_state);
+
+}  // namespace tide
