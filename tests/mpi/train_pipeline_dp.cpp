@@ -21,6 +21,7 @@
 
 #include "dp_runs.h"
 #include "mpi_test.h"
+#include "test_batches.h"
 #include "tide/comm/local_process_group.h"
 #include "tide/comm/ring_traffic.h"
 #include "tide/comm/topology.h"
@@ -60,15 +61,7 @@ OptimizerSettings optimizer() {
 // Global micro-batch g: tokens next = 7*prev+2 (mod V) with 25% noise, the same every step.
 void fill(int g, int32_t* inputs, int32_t* targets) {
   const PhiloxStream rng{41, static_cast<uint64_t>(g)};
-  uint32_t prev = rng.uint(0) % kVocab;
-  for (int i = 0; i < kB * (kT + 1); ++i) {
-    const uint32_t next =
-        rng.uint(2 * i + 1) % 4 == 0 ? rng.uint(2 * i + 2) % kVocab : (7 * prev + 2) % kVocab;
-    const int b = i / (kT + 1), t = i % (kT + 1);
-    if (t < kT) inputs[b * kT + t] = static_cast<int32_t>(next);
-    if (t > 0) targets[b * kT + t - 1] = static_cast<int32_t>(next);
-    prev = next;
-  }
+  test::fill_noisy_chain(rng, kB, kT, kVocab, 7, 2, inputs, targets);
 }
 
 struct ReplicaRun {

@@ -23,6 +23,7 @@
 #include <string>
 
 #include "mpi_test.h"
+#include "test_batches.h"
 #include "tide/core/rng.h"
 #include "tide/core/trace.h"
 #include "tide/pipeline/generators.h"
@@ -51,15 +52,7 @@ GPTConfig config() {
 // Micro-batch mb of step s: tokens next = 3*prev+1 (mod V) with 25% noise.
 void fill(int64_t s, int mb, int32_t* inputs, int32_t* targets) {
   const PhiloxStream rng{31, static_cast<uint64_t>(s * 1000 + mb)};
-  uint32_t prev = rng.uint(0) % kVocab;
-  for (int i = 0; i < kB * (kT + 1); ++i) {
-    const uint32_t next =
-        rng.uint(2 * i + 1) % 4 == 0 ? rng.uint(2 * i + 2) % kVocab : (3 * prev + 1) % kVocab;
-    const int b = i / (kT + 1), t = i % (kT + 1);
-    if (t < kT) inputs[b * kT + t] = static_cast<int32_t>(next);
-    if (t > 0) targets[b * kT + t - 1] = static_cast<int32_t>(next);
-    prev = next;
-  }
+  test::fill_noisy_chain(rng, kB, kT, kVocab, 3, 1, inputs, targets);
 }
 
 struct Setup {
