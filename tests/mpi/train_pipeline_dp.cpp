@@ -50,12 +50,7 @@ GPTConfig config() {
 }
 
 OptimizerSettings optimizer() {
-  OptimizerSettings o;
-  o.adamw.weight_decay = 0.1;
-  o.lr.type = LrScheduleType::CONSTANT;
-  o.lr.lr = 3e-3;
-  o.grad_clip = 1.0f;
-  return o;
+  return dp_runs::pipeline_test_optimizer();
 }
 
 // Global micro-batch g: tokens next = 7*prev+2 (mod V) with 25% noise, the same every step.

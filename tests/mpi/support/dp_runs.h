@@ -22,6 +22,17 @@ constexpr int kMicro = 2;  // b: sequences per micro-batch on each DP rank
 constexpr int kSeqLen = 16, kVocab = 64;
 constexpr int kEpochSteps = 8;  // global batches per epoch: 20 steps cross two epoch boundaries
 
+// The engine-level pipeline tests' optimizer: AdamW at a constant lr 3e-3, weight decay 0.1,
+// clipping at norm 1.
+inline OptimizerSettings pipeline_test_optimizer() {
+  OptimizerSettings o;
+  o.adamw.weight_decay = 0.1;
+  o.lr.type = LrScheduleType::CONSTANT;
+  o.lr.lr = 3e-3;
+  o.grad_clip = 1.0f;
+  return o;
+}
+
 // A directory every rank sees: rank 0 creates it and broadcasts the name.
 inline std::string shared_temp_dir(ProcessGroup& world) {
   std::vector<int32_t> name(256, 0);

@@ -80,8 +80,9 @@ TEST(SetupErrors, InterleavedNeedsMicroBatchesAMultipleOfStages) {
   s.schedule = Schedule::Interleaved;
   s.virtual_stages = 2;
   s.grad_accum = 6;
-  EXPECT_NE(error_of(s).find("gradient_accumulation_steps (6) to be a multiple of pipeline.stages (4)"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of(s).find("gradient_accumulation_steps (6) to be a multiple of pipeline.stages (4)"),
+      std::string::npos);
   s.grad_accum = 8;
   EXPECT_EQ(error_of(s), "");
 }
