@@ -31,7 +31,7 @@ if [ "${FUZZ_NO_BUILD:-0}" != 1 ]; then
 fi
 
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
-export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1"
+export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:intercept_tls_get_addr=0"  # see sanitize.sh
 export OMP_NUM_THREADS=1
 
 run_one() {
