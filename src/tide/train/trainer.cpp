@@ -488,13 +488,13 @@ std::string Trainer::save(const std::string& name) const {
 
 Trainer::RunPosition Trainer::check_resume(const std::string& path) const {
   const bool sharded = is_sharded_checkpoint(path);
-  TIDE_CHECK(!sharded || cfg_.tensor_parallel == 1,
-             "checkpoint '{}' is a sharded directory (written by a ZeRO stage 1-3 or pipeline "
-             "run without tensor parallelism), which a run with tensor_parallel.size {} cannot "
-             "resume yet (it reads the single whole-model file that tensor-parallel runs "
-             "write); resume with tensor_parallel.size=1, or start from its weights with a "
-             "single-file checkpoint",
-             path, cfg_.tensor_parallel);
+  TIDE_CHECK(
+      !sharded || cfg_.tensor_parallel == 1,
+      "checkpoint '{}' is a sharded checkpoint directory (written by a ZeRO stage 1-3 or "
+      "pipeline run without tensor parallelism), which a run with tensor_parallel.size {} cannot "
+      "resume yet (it reads the single whole-model file that tensor-parallel runs "
+      "write); resume with tensor_parallel.size=1",
+      path, cfg_.tensor_parallel);
   TIDE_CHECK(sharded || cfg_.pipeline_stages == 1,
              "checkpoint '{}' is a single file (written by a ZeRO stage 0 run); a run with "
              "pipeline.stages {} resumes from a sharded checkpoint directory (what ZeRO and "
