@@ -31,7 +31,8 @@ namespace tide {
 class Trainer {
  public:
   // `world` = nullptr: single process. With a world of N ranks, each is one DP rank, or with
-  // pipeline.stages = N one pipeline stage.
+  // pipeline.stages = N one pipeline stage, or with tensor_parallel.size = t one tp rank of
+  // data-parallel replica rank / t.
   Trainer(TrainConfig config, std::shared_ptr<ProcessGroup> world = nullptr);
   ~Trainer();
 
@@ -69,7 +70,8 @@ class Trainer {
   // tokenizer.json beside it) that `checkpoint.resume` can continue from; returns its path.
   // ZeRO stage 0: one file, written by rank 0 (other ranks' calls write nothing). Stages 1-3 and
   // pipeline parallelism: a sharded directory (sharded_checkpoint.h), and every rank must call
-  // it (collective).
+  // it (collective). Tensor parallelism (any ZeRO stage): one whole-model file (tp_checkpoint.h;
+  // shards and ZeRO slices gathered, rank 0 writes), collective.
   std::string save(const std::string& name = "model.ckpt") const;
 
  private:
