@@ -641,12 +641,16 @@ void Trainer::run() {
                                     : ", partitioned over tp (P_a)");
     fmt::print(
         "tide: data {} ({} tokens){} | chunks: {} (largest {:.2f} MiB) | memory: {:.1f} MiB model "
-        "states + {:.1f} MiB activations{}\n",
+        "states + {:.1f} MiB activations{}{}\n",
         cfg_.train_data, train_loader_->num_tokens(),
         unigram_ ? fmt::format(", unigram baseline {:.3f} nats", *unigram_) : "",
         model().store().layout().num_chunks(),
         model().store().layout().max_chunk_elems() * 4 / 1048576.0, model_state_bytes() / 1048576.0,
         act / 1048576.0,
+        engine_ && cfg_.cpu_checkpointing
+            ? fmt::format(" + {:.1f} MiB host checkpoints",
+                          engine_->host_checkpoint_bytes() / 1048576.0)
+            : "",
         pipeline_ ? " (rank 0's stage)"
         : mesh_   ? " (rank 0's shards)"
                   : "");
