@@ -10,7 +10,8 @@
 //        same losses and parameters bitwise.
 //   np3: t = 3, SP, selective.
 //   np4: t x dp = 2 x 2 with accumulation 2 at ZeRO stages 0-3 (each with another policy / SP /
-//        P_a), resumed bitwise from a ZeRO-2 checkpoint; t = 4 with SP and with P_a + CPU.
+//        P_a), resumed bitwise from ZeRO-2 and ZeRO-3 checkpoints; t = 4 with SP and with P_a +
+//        CPU.
 //   np8: t x dp = 2 x 4, ZeRO-3, SP, selective.
 #include <gtest/gtest.h>
 
@@ -190,13 +191,15 @@ TEST(TensorParallelTrainer, MatchesTheSingleRankTrainerAndResumes) {
   }
 
   // A mid-run checkpoint resumed at the same t x dp: the same losses and parameters, bitwise.
-  // np2: tp 2 with SP (selective); np4: tp 2 x dp 2 under ZeRO-2 (the slices gathered into the
-  // file, each rank's read back).
-  const size_t resumed = n == 2 ? 4 : n == 4 ? 2 : cases.size();
-  if (resumed < cases.size()) {
-    const Case& c = cases[resumed];
+  // np2: tp 2 with SP (selective); np4: tp 2 x dp 2 under ZeRO-2 and ZeRO-3 (the slices gathered
+  // into the file, each rank's read back: Adam moments at ZeRO-2, parameters too at ZeRO-3).
+  std::vector<size_t> resumed;
+  if (n == 2) resumed = {4};
+  if (n == 4) resumed = {2, 3};
+  for (size_t i : resumed) {
+    const Case& c = cases[i];
     const int dp = n / c.tp;
-    const std::string out = fmt::format("{}/mid", dir), what = describe(c, dp);
+    const std::string out = fmt::format("{}/mid{}", dir, i), what = describe(c, dp);
     {
       Trainer t(config(shard, out, accum, keys_of(c)), world);
       run(t, kRunSteps / 2, "model_step10.ckpt");
@@ -207,7 +210,7 @@ TEST(TensorParallelTrainer, MatchesTheSingleRankTrainerAndResumes) {
     Trainer t(config(shard, out, accum, keys), world);
     ASSERT_EQ(t.step(), kRunSteps / 2);
     const TpRun r = run(t, kRunSteps / 2, "model.ckpt");
-    const TpRun& full = runs[resumed];
+    const TpRun& full = runs[i];
     for (int s = 0; s < kRunSteps / 2; ++s)
       EXPECT_EQ(r.r.losses[s], full.r.losses[kRunSteps / 2 + s])
           << what << ", resumed step " << kRunSteps / 2 + s + 1;
