@@ -156,6 +156,30 @@ TEST(EstimateSetup, ConfigErrorsAreTideTrainsErrors) {
              "data.dir '/nonexistent/tokens' does not exist");
 }
 
+TEST(EstimateSetup, PartitionActivationsAreSized) {
+  // 4 layers, C = 64, T = 32, b = 4 at f32: a layer input is 32 KiB, 16 KiB per rank at t = 2.
+  const std::string base =
+      R"({"model": {"n_layer": 4, "n_embd": 64, "n_head": 4, "vocab_size": 256},
+    "seq_len": 32, "train_micro_batch_size_per_gpu": 4, "world_size": 2,
+    "tensor_parallel": {"size": 2}, "activation_checkpointing": {"policy": "full")";
+  const TrainSetup plain = setup_of((base + "}}").c_str());
+  const TrainSetup pa = setup_of((base + R"(, "partition_activations": true}})").c_str());
+  const TrainSetup cpu =
+      setup_of((base + R"(, "partition_activations": true, "cpu_checkpointing": true}})").c_str());
+  EXPECT_FALSE(plain.partition_activations);
+  EXPECT_TRUE(pa.partition_activations);
+  EXPECT_TRUE(cpu.partition_activations && cpu.cpu_checkpointing);
+  const MemoryEstimate e0 = estimate_memory(plain), e1 = estimate_memory(pa),
+                       e2 = estimate_memory(cpu);
+  const int64_t input = 32 * 4 * 64 * 4;  // s b h e
+  // 4 whole inputs -> 4 halves + the whole residual buffer: 1 input less.
+  EXPECT_EQ(e0.device.activations - e1.device.activations, input);
+  // CPU checkpointing: the 4 halves move to the host.
+  EXPECT_EQ(e1.device.activations - e2.device.activations, 4 * input / 2);
+  EXPECT_EQ(e2.host_per_rank.activations, 4 * input / 2);
+  EXPECT_EQ(e1.host_per_rank.activations, 0);
+}
+
 TEST(TrainerRefuses, EverySettingItCannotHonourByKeyAndValue) {
   auto refusal = [](const std::vector<std::string>& overrides, int world = 1) {
     return error_of([&] { check_trainer_can_honour(load_train_config("", overrides), world); });
