@@ -21,7 +21,7 @@ struct EstimateArgs {
   int layers = 0, heads = 0, hidden = 0, vocab = 0, seq = 0;
   int world_size = 1, tp = 1, pp = 1, micro_batch = 1, grad_accum = 1, zero_stage = 0;
   int virtual_stages = 1, gpus_per_host = 0;
-  double chunk_mb = 0;
+  double chunk_mb = 0, memory_limit = 0;
   bool sp = false, json = false, max_model = false;
 };
 
@@ -50,6 +50,10 @@ TrainSetup build_setup(const EstimateArgs& a, const CLI::App& cmd) {
   if (given("--precision")) s.precision = parse_precision(a.precision);
   if (given("--schedule")) s.schedule = parse_schedule(a.schedule);
   if (given("--virtual-stages")) s.virtual_stages = a.virtual_stages;
+  // zb-v always runs two chunks per stage (as pipeline.virtual_stages defaults to in a config).
+  if (given("--schedule") && s.schedule == Schedule::ZBV && s.pp > 1 && !given("--virtual-stages"))
+    s.virtual_stages = 2;
+  if (given("--memory-limit")) s.memory_limit = a.memory_limit;
   if (given("--chunk-mb")) s.chunk_mib = a.chunk_mb;
   if (given("--gpus-per-host")) s.gpus_per_host = a.gpus_per_host;
   TIDE_CHECK(a.config.empty() || s.model.vocab_size > 0,
@@ -115,7 +119,10 @@ void add_estimate_command(CLI::App& app) {
   cmd->add_option("--recompute", args->recompute, "the configured policy: none, selective, full");
   cmd->add_option("--precision", args->precision, "bf16 (default), fp16 or fp32");
   cmd->add_option("--schedule", args->schedule,
-                  "pipeline schedule: 1f1b (default), gpipe, interleaved, zb-h1, zb-h2");
+                  "pipeline schedule: 1f1b (default), gpipe, interleaved, zb-h1, zb-h2, zb-auto, "
+                  "zb-1p, zb-2p, zb-v");
+  cmd->add_option("--memory-limit", args->memory_limit,
+                  "zb-auto's activation limit per stage in micro-batches (0: p)");
   cmd->add_option("--virtual-stages", args->virtual_stages,
                   "model chunks per stage for the interleaved schedule");
   cmd->add_option("--chunk-mb", args->chunk_mb,

@@ -41,6 +41,32 @@ vocab=$(sed -n 's/.*"vocab_size": *\([0-9]*\).*/\1/p' data/meta.json)
   --grad-accum 2 --precision fp32 --recompute selective --chunk-mb 0.01 --json > from_flags.json
 same_file from_file.json from_flags.json "estimate of shared.json = estimate from its flags"
 
+# The schedules tide train builds itself: a zb-v config (two chunks per stage, embedding and
+# head on stage 0) and a zb-auto one with its memory limit serve both commands too (tide train
+# on 2 ranks under mpirun), and their estimates equal the ones from the flags.
+mpirun=${TIDE_MPIRUN:-mpirun}
+for sched in '"zb-v"' '"zb-auto", "memory_limit": 1.5'; do
+  name=$(cut -d'"' -f2 <<<"$sched")
+  sed "s|\"n_layer\": 1,|\"n_layer\": 4,|; s|\"world_size\": 1,|\"world_size\": 2,|;
+       s|\"stages\": 1, \"schedule\": \"1f1b\", \"virtual_stages\": 1|\"stages\": 2, \"schedule\": $sched|;
+       s|runs/shared|runs/$name|" shared.json > "$name.json"
+  "$mpirun" --oversubscribe --allow-run-as-root -np 2 "$tide" train "$name.json" > "$name.log" 2>&1 \
+    || { echo "FAILED: tide train $name.json"; cat "$name.log"; fail=1; }
+  grep -qF "\"schedule\": \"$name\"" "runs/$name/config.json" \
+    || { echo "FAILED: runs/$name/config.json lacks the schedule"; fail=1; }
+  "$tide" estimate --config "$name.json" --json > "${name}_file.json" \
+    || { echo "FAILED: tide estimate --config $name.json"; fail=1; }
+  limit=(); [ "$name" = zb-auto ] && limit=(--memory-limit 1.5)
+  "$tide" estimate --layers 4 --heads 2 --hidden 8 --vocab "$vocab" --seq 8 --micro-batch 2 \
+    --grad-accum 2 --precision fp32 --recompute selective --chunk-mb 0.01 --world-size 2 --pp 2 \
+    --schedule "$name" "${limit[@]}" --json > "${name}_flags.json"
+  same_file "${name}_file.json" "${name}_flags.json" "estimate of $name.json = estimate from its flags"
+done
+grep -q '"activations_at_most":true' zb-auto_file.json \
+  || { echo "FAILED: the zb-auto estimate does not say it is a bound"; fail=1; }
+grep -q '"virtual_stages":2' zb-v_file.json \
+  || { echo "FAILED: the zb-v estimate does not run two chunks per stage"; fail=1; }
+
 # A config for a cluster: tide estimate sizes it, tide train refuses what it cannot run.
 cat > cluster.json <<'JSON'
 {"model": {"preset": "gpt2-774m"}, "seq_len": 1024, "world_size": 16,

@@ -76,9 +76,42 @@ int64_t chunk_buffers(const TrainSetup& setup, const ChunkLayout& layout, StageE
   if (setup.zero_stage < 2) return 0;
   const std::vector<ModelBlock> blocks = model_blocks(layout);
   const ZeroSettings s = runnable_zero_settings(setup.zero, layout, blocks);
-  st.comm_buffers = simulate_zero_buffers(layout, blocks, setup.zero_stage, s, setup.grad_accum,
-                                          bytes_per_param(setup.precision));
-  return st.comm_buffers.bytes;
+  const ZeroBufferPeak b = simulate_zero_buffers(
+      layout, blocks, setup.zero_stage, s, setup.grad_accum, bytes_per_param(setup.precision));
+  // A stage of zb-v holds two models, each with its own buffers.
+  st.comm_buffers.bytes += b.bytes;
+  st.comm_buffers.buffers += b.buffers;
+  st.comm_buffers.grad_buffers += b.grad_buffers;
+  st.comm_buffers.param_buffers += b.param_buffers;
+  st.comm_buffers.persistent += b.persistent;
+  return b.bytes;
+}
+
+// The chunk stores of one rank of stage `s`, as the runtime builds them: one model (one store)
+// per stage; under zb-v two, virtual stages s and 2p-1-s of 2p, so that stage 0 holds the
+// embedding and the final norm and head. (The interleaved schedule is sized as one store of the
+// stage's layers, the embedding on stage 0 and the head on stage p-1, as before.)
+std::vector<ChunkLayout> stage_layouts(const TrainSetup& setup, int s) {
+  const int p = setup.pp;
+  std::vector<RankCoords> at = {{setup.tp, 0, p, s}};
+  if (p > 1 && setup.schedule == Schedule::ZBV)
+    at = {{setup.tp, 0, 2 * p, s}, {setup.tp, 0, 2 * p, 2 * p - 1 - s}};
+  std::vector<ChunkLayout> layouts;
+  for (const RankCoords& c : at) {
+    layouts.push_back(make_layout(setup.model, c));
+    layouts.back().pack(setup.chunk_target_elems(), setup.dp());
+  }
+  return layouts;
+}
+
+// Two stores' chunk plans as one (zb-v's two model chunks on a stage).
+ChunkPlan merge(ChunkPlan a, const ChunkPlan& b) {
+  a.chunks += b.chunks;
+  a.largest_chunk_elems = std::max(a.largest_chunk_elems, b.largest_chunk_elems);
+  a.total_elems += b.total_elems;
+  a.owned_elems += b.owned_elems;
+  a.payload_elems += b.payload_elems;
+  return a;
 }
 
 ActivationShape activation_shape(const TrainSetup& setup) {
@@ -112,24 +145,31 @@ MemoryEstimate estimate_memory(const TrainSetup& setup) {
     st.layers = layers;
     // The tensors of a rank of this stage and their chunks, exactly as the runtime's chunk store
     // lays them out (every tp rank of a stage holds the same sizes; tp rank 0 stands for all).
-    ChunkLayout layout = make_layout(setup.model, {setup.tp, 0, p, s});
-    layout.pack(setup.chunk_target_elems(), setup.dp());
-    st.chunks = chunk_plan(layout);
-    st.params = layout.num_params();
-    place_model_states(setup, layout, st);
+    const std::vector<ChunkLayout> layouts = stage_layouts(setup, s);
+    int64_t buffers = 0;
+    for (size_t i = 0; i < layouts.size(); ++i) {
+      st.chunks = i == 0 ? chunk_plan(layouts[i]) : merge(st.chunks, chunk_plan(layouts[i]));
+      st.params += layouts[i].num_params();
+      place_model_states(setup, layouts[i], st);
+      buffers += chunk_buffers(setup, layouts[i], st);
+    }
 
-    st.inflight_microbatches = inflight_microbatches(setup.schedule, p, s, setup.grad_accum, v);
-    st.inflight_layer_microbatches =
-        inflight_layer_microbatches(setup.schedule, p, s, setup.grad_accum, v, layers);
+    const int m = setup.grad_accum;
+    const Schedule sched = setup.schedule;
+    const double limit = setup.memory_limit;
+    st.inflight_microbatches = inflight_microbatches(sched, p, s, m, v, limit);
+    st.inflight_layer_microbatches = inflight_layer_microbatches(sched, p, s, m, v, layers, limit);
     int64_t act = layer_activation_bytes(shape, setup.recompute) * st.inflight_layer_microbatches;
-    if (s == 0) act += input_layer_activation_bytes(shape) * st.inflight_microbatches;
-    if (s == p - 1) act += output_layer_activation_bytes(shape) * st.inflight_microbatches;
+    if (s == input_layer_stage(sched, p))
+      act += input_layer_activation_bytes(shape) * input_layer_microbatches(sched, p, m, v, limit);
+    if (s == output_layer_stage(sched, p))
+      act +=
+          output_layer_activation_bytes(shape) * output_layer_microbatches(sched, p, m, v, limit);
     act += partition_buffer_bytes(shape, setup.recompute) * st.inflight_microbatches;  // P_a
     st.device.activations = act;
     st.host.activations =
         host_checkpoint_bytes(shape, setup.recompute) * st.inflight_layer_microbatches;
-    st.device.temp_buffers =
-        chunk_buffers(setup, layout, st) + recompute_workspace_bytes(shape, setup.recompute);
+    st.device.temp_buffers = buffers + recompute_workspace_bytes(shape, setup.recompute);
     est.stages.push_back(st);
   }
   for (const StageEstimate& st : est.stages) {

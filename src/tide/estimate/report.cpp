@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "tide/estimate/byte_size.h"
+#include "tide/estimate/pipeline_inflight.h"
 
 namespace tide {
 
@@ -41,6 +42,10 @@ nlohmann::json setup_json(const TrainSetup& s) {
           {"optimizer", to_string(s.optimizer)},
           {"schedule", to_string(s.schedule)},
           {"virtual_stages", s.virtual_stages},
+          {"memory_limit", s.memory_limit},
+          // true: the activations are an upper bound (zb-auto, zb-1p, zb-2p: the schedule is
+          // built from measured times under a memory limit), not the schedule's exact peak.
+          {"activations_at_most", inflight_is_bound(s.schedule, s.pp)},
           {"chunk_size_mb", s.chunk_mib},
           {"ranks_per_host", s.ranks_per_host()}};
 }
@@ -116,6 +121,12 @@ std::string options_table_text(const TrainSetup& setup, const MachineBudget& bud
                                const std::vector<OptionResult>& rows) {
   std::string out = setup.str() + "\n" + budget_line(budget, setup.ranks_per_host()) + "\n";
   if (!rows.empty()) out += chunk_lines(setup, rows.front().estimate) + buffer_line(rows);
+  if (inflight_is_bound(setup.schedule, setup.pp))
+    out += fmt::format(
+        "activations: at most {} micro-batches in flight per stage ({} builds its order from the "
+        "times tide train measures; this is its memory limit, the true peak can be lower)\n",
+        inflight_microbatches(setup.schedule, setup.pp, 0, setup.grad_accum, 1, setup.memory_limit),
+        to_string(setup.schedule));
   out += "GiB; per-GPU columns are the busiest pipeline stage; * = the configured option\n\n";
   const auto line = [](auto&&... cols) {
     return fmt::format("{:<1}{:<20} {:<9} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9} {:>9}  {}\n",

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "tide/core/error.h"
 #include "tide/memory/chunk_layout.h"
@@ -64,6 +65,10 @@ void TrainSetup::validate() const {
              "offload_param needs zero_optimization.stage 3 (only stage 3 partitions the "
              "parameters); set stage 3 or set offload_param.device to \"none\"");
   TIDE_CHECK(chunk_mib >= 0, "chunk_size_mb must be >= 0, 0 being automatic (got {})", chunk_mib);
+  TIDE_CHECK(std::isfinite(memory_limit) && (memory_limit == 0 || memory_limit >= 1),
+             "pipeline.memory_limit must be 0 (1F1B's peak, p micro-batches) or at least 1 "
+             "micro-batch's activations (got {})",
+             memory_limit);
   TIDE_CHECK(gpus_per_host >= 0, "gpus per host must be positive (got {})", gpus_per_host);
   if (schedule == Schedule::Interleaved && pp > 1) {
     TIDE_CHECK(virtual_stages >= 2,
@@ -78,6 +83,15 @@ void TrainSetup::validate() const {
                "the interleaved schedule needs gradient_accumulation_steps ({}) to be a multiple "
                "of pipeline.stages ({}) (as in Megatron-LM); change either",
                grad_accum, pp);
+  } else if (schedule == Schedule::ZBV && pp > 1) {
+    TIDE_CHECK(virtual_stages == 2,
+               "the zb-v schedule runs two model chunks per stage, so pipeline.virtual_stages "
+               "must be 2 (got {}); remove the key or set it to 2",
+               virtual_stages);
+    TIDE_CHECK(model.n_layer % (2 * pp) == 0,
+               "model.n_layer ({}) is not divisible by 2*pipeline.stages = {}: zb-v's model "
+               "chunks hold n_layer/(2*stages) layers each; change one of them",
+               model.n_layer, 2 * pp);
   } else {
     TIDE_CHECK(virtual_stages == 1,
                "pipeline.virtual_stages ({}) only applies to the interleaved schedule with pp > 1; "
@@ -98,6 +112,8 @@ std::string TrainSetup::str() const {
       to_string(precision), to_string(optimizer));
   if (pp > 1) s += fmt::format(" | schedule {}", to_string(schedule));
   if (schedule == Schedule::Interleaved && pp > 1) s += fmt::format(" (v={})", virtual_stages);
+  if (schedule == Schedule::ZBAuto && pp > 1 && memory_limit > 0)
+    s += fmt::format(" (memory limit {} M_B)", memory_limit);
   return s;
 }
 
@@ -150,6 +166,14 @@ std::string to_string(Schedule s) {
       return "zb-h1";
     case Schedule::ZBH2:
       return "zb-h2";
+    case Schedule::ZBAuto:
+      return "zb-auto";
+    case Schedule::ZB1P:
+      return "zb-1p";
+    case Schedule::ZB2P:
+      return "zb-2p";
+    case Schedule::ZBV:
+      return "zb-v";
   }
   TIDE_ASSERT(false);
 }
@@ -181,7 +205,14 @@ Schedule parse_schedule(const std::string& s) {
   if (s == "interleaved" || s == "interleaved-1f1b") return Schedule::Interleaved;
   if (s == "zb-h1" || s == "zb_h1") return Schedule::ZBH1;
   if (s == "zb-h2" || s == "zb_h2") return Schedule::ZBH2;
-  TIDE_FAIL("unknown pipeline.schedule '{}'; use 1f1b, gpipe, interleaved, zb-h1 or zb-h2", s);
+  if (s == "zb-auto" || s == "zb_auto") return Schedule::ZBAuto;
+  if (s == "zb-1p" || s == "zb_1p") return Schedule::ZB1P;
+  if (s == "zb-2p" || s == "zb_2p") return Schedule::ZB2P;
+  if (s == "zb-v" || s == "zb_v") return Schedule::ZBV;
+  TIDE_FAIL(
+      "unknown pipeline.schedule '{}'; use 1f1b, gpipe, interleaved, zb-h1, zb-h2, zb-auto, "
+      "zb-1p, zb-2p or zb-v",
+      s);
 }
 Optimizer parse_optimizer(const std::string& s) {
   if (s == "adamw" || s == "adam" || s == "AdamW" || s == "Adam") return Optimizer::AdamW;

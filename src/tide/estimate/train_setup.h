@@ -31,7 +31,10 @@ enum class Offload { None, Optimizer, All };
 // Activation policy (Korthikanti et al.): keep all, recompute the attention core, or keep
 // only each block's input and recompute the whole block in backward.
 enum class Recompute { None, Selective, Full };
-enum class Schedule { OneFOneB, GPipe, Interleaved, ZBH1, ZBH2 };
+// The schedules tide train runs (pipeline/generators.h). ZBAuto, ZB1P and ZB2P are built by
+// the zero-bubble heuristic under a memory limit (ZBAuto from measured times: sized as a bound);
+// ZBV runs two model chunks per stage in a V.
+enum class Schedule { OneFOneB, GPipe, Interleaved, ZBH1, ZBH2, ZBAuto, ZB1P, ZB2P, ZBV };
 
 struct TrainSetup {
   GPTConfig model;      // model.max_seq_len: positions (rows of wpe)
@@ -54,7 +57,9 @@ struct TrainSetup {
   Precision precision = Precision::BF16;
   Optimizer optimizer = Optimizer::AdamW;
   Schedule schedule = Schedule::OneFOneB;
-  int virtual_stages = 1;  // model chunks per pipeline stage (interleaved schedule only)
+  int virtual_stages = 1;  // model chunks per pipeline stage (interleaved; 2 with zb-v)
+  // zb-auto's activation limit per stage in micro-batches (pipeline.memory_limit); 0 = p.
+  double memory_limit = 0;
   // Target chunk size in MiB of f32 elements (tide train's chunk_size_mb, same unit);
   // 0 = the largest tensor of the stage.
   double chunk_mib = 0;

@@ -43,17 +43,9 @@ TrainSetup setup_from_train_config(const TrainConfig& c) {
   s.cpu_checkpointing = c.cpu_checkpointing;
   s.precision = c.bf16 ? Precision::BF16 : c.fp16 ? Precision::FP16 : Precision::FP32;
   s.optimizer = parse_optimizer(c.optimizer_type);
-  // The estimator sizes the handcrafted schedules' activations; the automatic ones and ZB-V
-  // (pipeline/generators.h) it does not model yet (with one stage the schedule does not matter).
-  const std::string& name = c.pipeline_schedule;
-  const bool sized = name == "1f1b" || name == "gpipe" || name == "interleaved" ||
-                     name == "zb-h1" || name == "zb-h2";
-  TIDE_CHECK(c.pipeline_stages == 1 || sized,
-             "tide estimate does not size pipeline.schedule={} yet (it sizes 1f1b, gpipe, "
-             "interleaved, zb-h1 and zb-h2); estimate with one of those (zb-auto, zb-1p and zb-v "
-             "keep 1F1B's peak of p micro-batches: use 1f1b)",
-             name);
-  s.schedule = sized ? parse_schedule(name) : Schedule::OneFOneB;
+  // Every schedule tide train runs (with one stage the schedule does not matter).
+  s.schedule = parse_schedule(c.pipeline_schedule);
+  s.memory_limit = c.pipeline_memory_limit;
   s.virtual_stages = c.virtual_stages;
   s.chunk_mib = c.chunk_size_mb;
   return s;

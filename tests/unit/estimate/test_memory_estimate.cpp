@@ -159,9 +159,9 @@ TEST(Pipeline, InflightMicrobatchesBySchedule) {
   const int p = 4, m = 8;
   for (int s = 0; s < p; ++s) {
     EXPECT_EQ(inflight_microbatches(Schedule::OneFOneB, p, s, m, 1), p - s);
-    EXPECT_EQ(inflight_microbatches(Schedule::ZBH1, p, s, m, 1), p - s);
+    EXPECT_EQ(inflight_microbatches(Schedule::ZBH1, p, s, m, 1), p);  // W deferred: until W
     EXPECT_EQ(inflight_microbatches(Schedule::GPipe, p, s, m, 1), m);
-    EXPECT_EQ(inflight_microbatches(Schedule::ZBH2, p, s, m, 1), 2 * (p - s) - 1);
+    EXPECT_EQ(inflight_microbatches(Schedule::ZBH2, p, s, m, 1), 2 * p - 1);
   }
   EXPECT_EQ(inflight_microbatches(Schedule::OneFOneB, p, 0, 2, 1), 2);  // fewer micro-batches
   EXPECT_EQ(inflight_microbatches(Schedule::GPipe, 1, 0, m, 1), 1);     // no pipeline

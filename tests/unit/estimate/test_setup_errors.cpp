@@ -88,3 +88,36 @@ TEST(SetupErrors, InterleavedNeedsMicroBatchesAMultipleOfStages) {
   s.grad_accum = 8;
   EXPECT_EQ(error_of(s), "");
 }
+
+TEST(SetupErrors, ZbVNeedsTwoChunksOfWholeLayers) {
+  TrainSetup s = gpt2_xl(4, 1, 4);  // 48 layers
+  s.schedule = Schedule::ZBV;
+  s.virtual_stages = 3;
+  std::string e = error_of(s);
+  EXPECT_NE(e.find("zb-v schedule runs two model chunks per stage, so pipeline.virtual_stages "
+                   "must be 2 (got 3)"),
+            std::string::npos)
+      << e;
+  s.virtual_stages = 2;
+  s.world_size = 5, s.pp = 5;
+  s.model.n_layer = 45;  // divides over 5 stages, not over their 10 chunks
+  e = error_of(s);
+  EXPECT_NE(e.find("model.n_layer (45) is not divisible by 2*pipeline.stages = 10"),
+            std::string::npos)
+      << e;
+  s.model.n_layer = 40;
+  EXPECT_EQ(error_of(s), "");
+}
+
+TEST(SetupErrors, MemoryLimitBelowOneMicroBatch) {
+  TrainSetup s = gpt2_xl(4, 1, 4);
+  s.schedule = Schedule::ZBAuto;
+  s.memory_limit = 0.5;
+  const std::string e = error_of(s);
+  EXPECT_NE(e.find("pipeline.memory_limit must be 0 (1F1B's peak, p micro-batches) or at least 1 "
+                   "micro-batch's activations (got 0.5)"),
+            std::string::npos)
+      << e;
+  s.memory_limit = 1;
+  EXPECT_EQ(error_of(s), "");
+}

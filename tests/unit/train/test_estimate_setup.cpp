@@ -156,6 +156,27 @@ TEST(EstimateSetup, ConfigErrorsAreTideTrainsErrors) {
              "data.dir '/nonexistent/tokens' does not exist");
 }
 
+TEST(EstimateSetup, EverySchedulesTideTrainRunsIsSized) {
+  // zb-v: two chunks per stage (pipeline.virtual_stages defaults to 2), embedding and head on
+  // stage 0.
+  const TrainSetup v = setup_of(R"({"model": {"n_layer": 8, "vocab_size": 512}, "world_size": 4,
+    "gradient_accumulation_steps": 8, "pipeline": {"stages": 4, "schedule": "zb-v"}})");
+  EXPECT_EQ(v.schedule, Schedule::ZBV);
+  EXPECT_EQ(v.virtual_stages, 2);
+  const MemoryEstimate e = estimate_memory(v);
+  EXPECT_GT(e.stages[0].params, e.stages[3].params);
+  EXPECT_EQ(e.stages[0].inflight_microbatches, 4);  // p M_B at m = 2p
+  // zb-auto with its memory limit; zb-1p and zb-2p by name.
+  const TrainSetup a = setup_of(R"({"model": {"n_layer": 4, "vocab_size": 512}, "world_size": 4,
+    "gradient_accumulation_steps": 8,
+    "pipeline": {"stages": 4, "schedule": "zb-auto", "memory_limit": 2.5}})");
+  EXPECT_EQ(a.schedule, Schedule::ZBAuto);
+  EXPECT_EQ(a.memory_limit, 2.5);
+  EXPECT_EQ(estimate_memory(a).stages[0].inflight_microbatches, 2);
+  EXPECT_EQ(setup_of(R"({"pipeline": {"schedule": "zb-1p"}})").schedule, Schedule::ZB1P);
+  EXPECT_EQ(setup_of(R"({"pipeline": {"schedule": "zb-2p"}})").schedule, Schedule::ZB2P);
+}
+
 TEST(EstimateSetup, PartitionActivationsAreSized) {
   // 4 layers, C = 64, T = 32, b = 4 at f32: a layer input is 32 KiB, 16 KiB per rank at t = 2.
   const std::string base =
