@@ -150,7 +150,13 @@ PipelineEngine::PipelineEngine(std::vector<GPT*> models, std::shared_ptr<Process
   TIDE_CHECK(2 * M * V <= 32768,
              "{} micro-batches x {} virtual stages are too many message tags; use fewer", M, V);
   check_lr_schedule(opt_.lr);
+  tp_ = models_[0]->tp() > 1 ? models_[0]->tp_group() : nullptr;
   for (int c = 0; c < chunks_; ++c) {
+    TIDE_CHECK(models_[c]->tp() == models_[0]->tp() &&
+                   (models_[c]->tp() == 1 || models_[c]->tp_group() == tp_),
+               "chunk {} of stage {} is built with tensor parallelism over {} ranks but chunk 0 "
+               "over {}; build every chunk with the same ModelOptions::tp group",
+               c, stage, models_[c]->tp(), models_[0]->tp());
     virtual_.push_back(schedule_.virtual_stage(stage, c));
     TIDE_CHECK(models_[c]->pp() == V && models_[c]->stage() == virtual_[c],
                "chunk {} of stage {} runs virtual stage {} of {} but holds a model built for "
@@ -164,6 +170,7 @@ PipelineEngine::PipelineEngine(std::vector<GPT*> models, std::shared_ptr<Process
   // last virtual stage's copy of wte, is left out so that the tied weight counts once.
   const ChunkLayout whole = make_layout(models_[0]->config());
   model_tensors_ = whole.num_tensors();
+  for (int g = 0; g < model_tensors_; ++g) tp_sharded_.push_back(tp_sharded(whole.slot(g).name));
   for (int c = 0; c < chunks_; ++c) {
     const ChunkLayout& mine = models_[c]->store().layout();
     norm_index_.emplace_back();
@@ -179,6 +186,7 @@ PipelineEngine::PipelineEngine(std::vector<GPT*> models, std::shared_ptr<Process
   const int emb_rank = schedule_.locate(0).first, head_rank = schedule_.locate(V - 1).first;
   if (V > 1 && emb_rank != head_rank) tied_ = pp_->new_group({emb_rank, head_rank});
   check_dp_group();
+  check_tp_group();
   // ZeRO-1 when the stores slice the optimizer state (zero_sliced_kinds(1)) over dp.
   const ChunkStore& first = models_[0]->store();
   zero1_ = dp_->size() > 1 && first.sliced(ChunkKind::MASTER);
@@ -237,6 +245,45 @@ void PipelineEngine::check_dp_group() {
                "Topology: group_ptr(MeshAxis::DP)), and the replicas the same schedule and shapes",
                dp_->rank(), mine[0], mine[1], mine[2], mine[3], mine[4], mine[5], r, o[0], o[1],
                o[2], o[3], o[4], o[5]);
+  }
+}
+
+void PipelineEngine::check_tp_group() {
+  if (!tp_) return;
+  // The tp ranks of a stage run every block part together: the same stage of the same replica,
+  // the same schedule and shapes (gathered, so that every member reaches the same verdict).
+  std::vector<int32_t> mine = {pp_->rank(), pp_->size(), dp_->rank(), schedule_.microbatches,
+                               chunks_,     B_,          T_};
+  const int64_t K = static_cast<int64_t>(mine.size());
+  std::vector<int32_t> all(static_cast<size_t>(K * tp_->size()));
+  tp_->all_gather(Tensor(mine.data(), Shape{K}, DType::I32),
+                  Tensor(all.data(), Shape{K * tp_->size()}, DType::I32));
+  for (int r = 0; r < tp_->size(); ++r) {
+    const int32_t* o = &all[static_cast<size_t>(r * K)];
+    TIDE_CHECK(std::equal(mine.begin(), mine.end(), o),
+               "tensor-parallel rank {} runs stage {} of {} as dp rank {} ({} micro-batches, {} "
+               "chunks, B={}, T={}) but tp rank {} runs stage {} of {} as dp rank {} ({} "
+               "micro-batches, {} chunks, B={}, T={}); the tp group must hold the same stage of "
+               "the same replica (with a Topology: the models' ModelOptions::tp = "
+               "group_ptr(MeshAxis::TP), the pipeline group group_ptr(MeshAxis::PP))",
+               tp_->rank(), mine[0], mine[1], mine[2], mine[3], mine[4], mine[5], mine[6], r, o[0],
+               o[1], o[2], o[3], o[4], o[5], o[6]);
+  }
+}
+
+void PipelineEngine::sum_over_tp(std::vector<double>& norms2) {
+  if (!tp_) return;
+  // As Engine::tp_grad_norm_squared: a shard's sums added in tp rank order, a replicated
+  // tensor's (bitwise equal on every tp rank) taken from tp rank 0.
+  const int64_t G = static_cast<int64_t>(norms2.size()), n = tp_->size();
+  std::vector<double> all(static_cast<size_t>(G * n));
+  tp_->all_gather(Tensor(norms2.data(), Shape{2 * G}, DType::I32),
+                  Tensor(all.data(), Shape{2 * G * n}, DType::I32));
+  for (int64_t g = 0; g < G; ++g) {
+    double t = all[g];
+    if (tp_sharded_[g])
+      for (int64_t r = 1; r < n; ++r) t += all[r * G + g];
+    norms2[g] = t;
   }
 }
 
@@ -601,6 +648,7 @@ StepStats PipelineEngine::step(int64_t step, uint64_t seed, const BatchFn& batch
   // ZeRO-1: a tensor's sum is split over the replicas: add the parts in dp rank order (the
   // same bits on every replica), then over the pipeline as without ZeRO.
   if (zero1_) norms2 = sum_over_dp(*dp_, norms2);
+  sum_over_tp(norms2);
   const WorkPtr norm_work = gather_norms(*pp_, norms2, all_norms2);
   // If anything below throws, the gather must not go on writing into freed vectors.
   struct WaitOnUnwind {

@@ -50,7 +50,19 @@
 // Data parallelism inside a stage (pp x dp): each stage's gradients are averaged over its dp
 // group (the same stage of every pipeline replica) before the norm, ZeRO stage 0 or 1.
 //
-// Not yet: tensor parallelism inside a stage, ZeRO stages 2-3 under pp.
+// Tensor parallelism inside a stage (pp x dp x tp): the models are built with ModelOptions::tp
+// (the stage's tp group, e.g. Topology's; every chunk the same group) and every block part
+// communicates over it, so the tp ranks of a stage must run the same schedule (they do: the
+// same object, the same order). The pipeline group is the mesh's pp group, whose members share
+// the tp (and dp) coordinate: activations and gradients, with sequence parallelism the (B,T/t,C)
+// shards, go between the same tp rank of adjacent stages, and the tied embedding's gradient is
+// summed per tp rank (wte's and lm_head.weight's vocabulary shards are the same rows). The
+// gradient norm's per-tensor sums are combined over dp (ZeRO slices), then over tp as
+// Engine::tp_grad_norm_squared does (a tp_sharded tensor's sums added in tp rank order, a
+// replicated one taken from tp rank 0), then over the pipeline in whole-model tensor order:
+// the same bits on every rank, for every schedule.
+//
+// Not yet: ZeRO stages 2-3 under pp.
 
 #include <functional>
 #include <memory>
@@ -155,6 +167,10 @@ class PipelineEngine {
   void sum_tied_gradient();
   // Collective over dp: every member holds the same stage, schedule size and shapes.
   void check_dp_group();
+  // Collective over the models' tp group: every member holds the same stage and dp replica.
+  void check_tp_group();
+  // Combines the per-tensor squared norms (whole-model index) over the tp group in place.
+  void sum_over_tp(std::vector<double>& norms2);
   // While the stage idles until `until` completes: copy pieces of the optimizer snapshot.
   void fill_bubble(Work& until);
   void release(Slot& s);
@@ -174,6 +190,7 @@ class PipelineEngine {
   std::shared_ptr<ProcessGroup> pp_;
   std::shared_ptr<ProcessGroup> tied_;  // the embedding's and the head's ranks, when they differ
   std::shared_ptr<ProcessGroup> dp_;    // the stage's data-parallel group (size 1: none)
+  ProcessGroup* tp_ = nullptr;          // the models' tensor-parallel group (nullptr: none)
   bool zero1_ = false;  // ZeRO-1 over dp_: the stores slice MASTER, ADAM_M and ADAM_V
   pipeline::Schedule schedule_;
   OptimizerSettings opt_;
@@ -186,8 +203,9 @@ class PipelineEngine {
   std::vector<std::vector<pipeline::BlockPart>> b_parts_, w_parts_;  // per chunk
   // Per chunk and tensor: its whole-model index (the norm's order), -1: skip (lm_head).
   std::vector<std::vector<int>> norm_index_;
-  int model_tensors_ = 0;     // tensors in the whole model
-  Tracer* tracer_ = nullptr;  // the running step's (nullptr: not traced)
+  int model_tensors_ = 0;         // tensors in the whole model
+  std::vector<bool> tp_sharded_;  // per whole-model tensor: split over the tp ranks
+  Tracer* tracer_ = nullptr;      // the running step's (nullptr: not traced)
   // The tied embedding: (chunk, tensor id) of wte and of lm_head.weight on this rank, -1 when
   // not here.
   int wte_chunk_ = -1, wte_id_ = -1, head_chunk_ = -1, head_id_ = -1;
