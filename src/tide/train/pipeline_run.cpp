@@ -12,18 +12,27 @@
 namespace tide {
 
 PipelineRun::PipelineRun(const TrainConfig& cfg, std::shared_ptr<ProcessGroup> world,
-                         const OptimizerSettings& opt)
+                         const OptimizerSettings& opt, PipelineTensorParallel tp)
     : world_(std::move(world)) {
   pipeline::Schedule schedule = make_pipeline_schedule(cfg);
-  const int dp = world_->size() / schedule.stages;
-  TIDE_ASSERT(schedule.stages * dp == world_->size());
-  if (dp == 1) {
+  const int p = schedule.stages, n = world_->size();
+  TIDE_CHECK(tp.size >= 1 && n % (p * tp.size) == 0,
+             "pipeline.stages={} x tensor_parallel.size={} does not divide the {} ranks of this "
+             "run (each data-parallel replica holds stages x tp ranks); launch a multiple of {} "
+             "ranks or change one of them",
+             p, tp.size, n, p * std::max(tp.size, 1));
+  TIDE_CHECK(tp.size > 1 || !tp.sequence_parallel,
+             "sequence parallelism needs tensor_parallel.size > 1 (it splits the sequence over "
+             "the tp ranks); set tensor_parallel.size or turn sequence_parallel off");
+  const int dp = n / (p * tp.size);
+  if (dp == 1 && tp.size == 1) {
     pp_ = world_;
-    dp_ = std::make_shared<LocalProcessGroup>();
+    dp_ = tp_ = std::make_shared<LocalProcessGroup>();
   } else {
-    const Topology topo(world_, MeshShape{.tp = 1, .dp = dp, .pp = schedule.stages});
+    const Topology topo(world_, MeshShape{.tp = tp.size, .dp = dp, .pp = p});
     pp_ = topo.group_ptr(MeshAxis::PP);
     dp_ = topo.group_ptr(MeshAxis::DP);
+    tp_ = topo.group_ptr(MeshAxis::TP);
   }
   zero_sliced_ = dp > 1 && cfg.zero.stage >= 1;
   if (cfg.pipeline_schedule == "zb-auto") {
@@ -40,6 +49,10 @@ PipelineRun::PipelineRun(const TrainConfig& cfg, std::shared_ptr<ProcessGroup> w
     o.chunk_elems = chunk_elems_from_mib(cfg.chunk_size_mb);
     o.pp = schedule.virtual_stages();
     o.stage = schedule.virtual_stage(pp_->rank(), c);
+    if (tp.size > 1) {
+      o.tp = tp_;
+      o.sequence_parallel = tp.sequence_parallel;
+    }
     if (zero_sliced_) {  // ZeRO-1: the optimizer state sliced over the stage's replicas
       o.group_size = dp;
       o.store.group_rank = dp_->rank();
@@ -60,14 +73,15 @@ StepStats PipelineRun::step(int64_t step, uint64_t seed, const Engine::BatchFn& 
   measure_pending_ = false;
   StepMeasurement m;
   const StepStats st = auto_schedule_step(*engine_, *pp_, step, seed, batch, memory_limit_, &m);
-  if (dp_->size() > 1) {
-    // The replicas measured separately; their gradient all-reduces pair up chunk by chunk only
-    // if every replica runs the same schedule: all take replica 0's figures.
+  if (world_->size() > pp_->size()) {
+    // The replicas, and the tp ranks of a stage, measured separately; their gradient
+    // reductions (dp) and block collectives (tp) pair up only if every rank runs the same
+    // schedule: all take world rank 0's figures (every pipeline gathered its stages').
     std::vector<double> f;
     for (const pipeline::CostModel& c : m.stages)
       f.insert(f.end(), {c.t_f, c.t_b, c.t_w, c.t_comm});
     f.push_back(m.t_comm);
-    dp_->broadcast(Tensor(f.data(), Shape{2 * static_cast<int64_t>(f.size())}, DType::I32), 0);
+    world_->broadcast(Tensor(f.data(), Shape{2 * static_cast<int64_t>(f.size())}, DType::I32), 0);
     for (size_t i = 0; i < m.stages.size(); ++i) {
       pipeline::CostModel& c = m.stages[i];
       c.t_f = f[4 * i];
@@ -142,6 +156,11 @@ float PipelineRun::evaluate(DataLoader& val, int64_t n) {
 }
 
 void PipelineRun::save(const std::string& path, const CheckpointInfo& info) const {
+  TIDE_CHECK(tp_->size() == 1,
+             "checkpoints of a pipeline run with tensor parallelism (tensor_parallel.size={}) "
+             "are not written yet: each stage would have to gather its tp shards first; run "
+             "without checkpoints, or with tensor_parallel.size=1",
+             tp_->size());
   std::vector<const ChunkStore*> stores;
   for (const auto& c : chunks_) stores.push_back(&c->store());
   const int dp = zero_sliced_ ? dp_->size() : 1;  // ZeRO-0: replica 0 writes the stage whole
@@ -154,6 +173,11 @@ void PipelineRun::save(const std::string& path, const CheckpointInfo& info) cons
 }
 
 void PipelineRun::load(const std::string& path) {
+  TIDE_CHECK(tp_->size() == 1,
+             "resuming a pipeline run with tensor parallelism (tensor_parallel.size={}) is not "
+             "supported yet: its stages hold tp shards, the checkpoint whole tensors; resume "
+             "with tensor_parallel.size=1",
+             tp_->size());
   for (const auto& c : chunks_)
     load_checkpoint_shard(path, c->store(), c->config(), /*with_optimizer_state=*/true);
 }
