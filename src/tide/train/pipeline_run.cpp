@@ -64,7 +64,8 @@ PipelineRun::PipelineRun(const TrainConfig& cfg, std::shared_ptr<ProcessGroup> w
     eval_mbs_.push_back(chunks_.back()->make_micro_batch(1, cfg.seq_len));
   }
   engine_ = std::make_unique<PipelineEngine>(models, pp_, std::move(schedule), cfg.micro_batch,
-                                             cfg.seq_len, opt, dp > 1 ? dp_ : nullptr);
+                                             cfg.seq_len, opt, dp > 1 ? dp_ : nullptr,
+                                             zero_sliced_ ? cfg.zero : ZeroSettings{});
 }
 
 StepStats PipelineRun::step(int64_t step, uint64_t seed, const Engine::BatchFn& batch,
@@ -99,7 +100,7 @@ StepStats PipelineRun::step(int64_t step, uint64_t seed, const Engine::BatchFn& 
 }
 
 size_t PipelineRun::activation_bytes() const {
-  size_t b = engine_->activation_bytes();
+  size_t b = engine_->activation_bytes() + engine_->comm_buffer_bytes();
   for (const auto& mb : eval_mbs_) b += mb->saved.capacity() + mb->workspace.capacity();
   return b;
 }

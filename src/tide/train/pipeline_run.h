@@ -47,7 +47,8 @@ class PipelineRun final : public StepRunner {
   // from the topology mesh (comm/topology.h, Megatron order: rank = tp_idx + tp * (dp_idx + dp *
   // stage), as train_pipeline_dp's and train_pipeline_tp's tests build them). Each dp replica
   // runs the schedule's micro-batches of its own (replica d's micro-batch mb is global
-  // micro-batch mb * dp + d); ZeRO-1 slices the optimizer state over dp. With tp.size > 1 every
+  // micro-batch mb * dp + d); ZeRO-1 slices the optimizer state over dp, ZeRO-2 the gradients
+  // too (ZeRO-3 is refused: pipeline_engine.h says why). With tp.size > 1 every
   // chunk is built with ModelOptions::tp = the mesh's tp group (and tp.sequence_parallel), and
   // the `batch` of step() must give every tp rank of replica d the same micro-batches:
   // replica d = dp().rank(), the mesh's dp coordinate, not the world rank. The chunks are
@@ -67,7 +68,7 @@ class PipelineRun final : public StepRunner {
   float evaluate(DataLoader& val, int64_t n);
   // Every rank writes its shard into `path` (a sharded directory), rank 0 commits it
   // (collective over the world). ZeRO-0: replica 0 of each stage writes the stage whole (the
-  // replicas are equal); ZeRO-1: every (stage, replica) writes its slices. Not yet under
+  // replicas are equal); ZeRO-1/2: every (stage, replica) writes its slices. Not yet under
   // tensor parallelism (a clear error; as load).
   void save(const std::string& path, const CheckpointInfo& info) const;
   // Loads this rank's tensors (and Adam state) from the sharded checkpoint `path`.
@@ -101,7 +102,7 @@ class PipelineRun final : public StepRunner {
 
  private:
   std::shared_ptr<ProcessGroup> world_, pp_, dp_, tp_;  // pp_, dp_, tp_: the topology mesh's
-  bool zero_sliced_ = false;                            // ZeRO-1 with dp > 1
+  bool zero_sliced_ = false;                            // ZeRO-1 or 2 with dp > 1
   std::vector<std::unique_ptr<GPT>> chunks_;
   std::unique_ptr<PipelineEngine> engine_;
   std::vector<std::unique_ptr<MicroBatch>> eval_mbs_;  // per chunk, one sequence

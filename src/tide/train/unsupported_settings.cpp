@@ -23,20 +23,15 @@ void check_trainer_can_honour(const TrainConfig& c, int world_size) {
              "pipeline.stages={}: this run has {} rank{}, not a multiple of the stages (each "
              "stage runs on world/stages ranks); launch `mpirun -np {}` or change pipeline.stages",
              p, world_size, world_size == 1 ? "" : "s", (world_size + p - 1) / p * p);
-  // Data parallelism inside the stages (world = p x dp): ZeRO 0 and 1 (PipelineEngine's
-  // gradient/optimizer tail); ZeRO-2/3 would partition gradients or parameters that the
-  // pipeline's B/W passes accumulate whole.
+  // Data parallelism inside the stages (world = p x dp): ZeRO 0-2 (PipelineEngine's gradient/
+  // optimizer tail; ZeRO-1 and 2 share the data-parallel Engine's ZeroPolicy). ZeRO-3 would
+  // gather the stage's parameters again for every F, B and W of every micro-batch.
   TIDE_CHECK(p == 1 || c.zero.stage < 3,
              "zero_optimization.stage=3 with pipeline.stages={}: ZeRO-3 under pipeline "
-             "parallelism is not supported by tide train (each stage already holds only its "
-             "layers); use zero_optimization.stage 0 or 1 (tide estimate sizes it)",
+             "parallelism is not supported by tide train (every F, B and W of every micro-batch "
+             "would all-gather the stage's parameters again, and each stage already holds only "
+             "its layers); use zero_optimization.stage 0, 1 or 2 (tide estimate sizes it)",
              p);
-  TIDE_CHECK(p == 1 || world_size == p || c.zero.stage < 2,
-             "zero_optimization.stage={} with pipeline.stages={} on {} ranks ({} data-parallel "
-             "replicas per stage): under pipeline parallelism tide train runs ZeRO stage 0 "
-             "(gradients averaged over the replicas) or 1 (the optimizer state sliced over "
-             "them); set zero_optimization.stage to 0 or 1",
-             c.zero.stage, p, world_size, world_size / p);
   TIDE_CHECK(c.offload_optimizer == "none",
              "zero_optimization.offload_optimizer.device=\"{}\": tide train does not offload "
              "yet (issue #15); set it to \"none\" (tide estimate sizes offload)",
