@@ -16,7 +16,11 @@
 //     oracle too;
 //   * replicated tensors stay bitwise equal over the tp ranks, and the last stage's lm_head
 //     shard equals stage 0's wte shard bitwise.
-// Bad input: a tp group whose ranks hold different stages is a clear error.
+//   * np 8: ZeRO-1 inside the stages matches the oracle, ZeRO-2 is ZeRO-1 bit for bit.
+// PipelineRun given a tp size (what the Trainer will pass) builds the mesh and matches the oracle
+// (zb-auto, interleaved; with SP).
+// Bad input: a tp group whose ranks hold different stages, a tp size that does not divide the
+// world: clear errors.
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -381,4 +385,24 @@ TEST(PipelineTensorParallel, PipelineRunWithATpSizeThatDoesNotDivideTheWorldIsAC
     EXPECT_NE(std::string(e.what()).find("does not divide the"), std::string::npos) << e.what();
   }
   world->barrier();
+}
+
+// pp x dp x tp with ZeRO inside the stages: ZeRO-1 matches the oracle, ZeRO-2 is ZeRO-1's
+// training bit for bit, for one chunk per stage (the tied gradient summed between two ranks)
+// and ZB-V (both ends of the tie on one rank, in different chunks).
+TEST(PipelineTensorParallel, ZeroOneAndTwoInsideTheStages) {
+  std::shared_ptr<ProcessGroup> world = mpi_test::world_ptr();
+  if (world->size() != 2 * kPP * kTP) GTEST_SKIP() << "pp 2 x dp 2 x tp 2 (np 8)";
+  omp_set_num_threads(1);
+  const int dp = 2, M = 2 * kPP;
+  const Topology mesh(world, MeshShape{.tp = kTP, .dp = dp, .pp = kPP});
+  const StageRun one = single_rank(dp * M);
+  for (const pipeline::Schedule& s : {pipeline::zb_h1(kPP, M), pipeline::zb_v(kPP, M)}) {
+    const std::string where = mesh.shape().str() + ", " + s.name;
+    const StageRun z1 = pipelined(mesh, s, false, ActivationPolicy::SAVE_ALL, 1);
+    expect_matches_oracle(z1, one, where + ", ZeRO-1");
+    const StageRun z2 = pipelined(mesh, s, false, ActivationPolicy::SAVE_ALL, 2);
+    expect_bitwise_equal(z2, z1, mesh, where + ", ZeRO-2 vs ZeRO-1");
+    expect_replicas_equal(z2, mesh.tp(), where + ", ZeRO-2");
+  }
 }
