@@ -37,7 +37,7 @@ using namespace tide;
 
 namespace {
 
-constexpr int kB = 2, kT = 16, kSteps = 5, kVocab = 37, kPP = 2;
+constexpr int kB = 2, kT = 16, kSteps = 20, kVocab = 37, kPP = 2;
 constexpr uint64_t kInitSeed = 29, kRunSeed = 3;
 
 GPTConfig config() {
