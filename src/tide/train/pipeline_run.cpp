@@ -7,6 +7,7 @@
 #include "tide/pipeline/generators.h"
 #include "tide/train/pipeline_setup.h"
 #include "tide/train/sharded_checkpoint.h"
+#include "tide/train/tp_checkpoint.h"
 #include "tide/train/zero.h"
 
 namespace tide {
@@ -35,6 +36,7 @@ PipelineRun::PipelineRun(const TrainConfig& cfg, std::shared_ptr<ProcessGroup> w
     tp_ = topo.group_ptr(MeshAxis::TP);
   }
   zero_sliced_ = dp > 1 && cfg.zero.stage >= 1;
+  zero_stage_ = cfg.zero.stage;
   if (cfg.pipeline_schedule == "zb-auto") {
     // The warm-up step runs 1F1B (within its peak of p micro-batches in flight); a tighter
     // memory limit warms up with the limit's zb-auto from unit costs, which fits it.
@@ -157,15 +159,25 @@ float PipelineRun::evaluate(DataLoader& val, int64_t n) {
 }
 
 void PipelineRun::save(const std::string& path, const CheckpointInfo& info) const {
-  TIDE_CHECK(tp_->size() == 1,
-             "checkpoints of a pipeline run with tensor parallelism (tensor_parallel.size={}) "
-             "are not written yet: each stage would have to gather its tp shards first; run "
-             "without checkpoints, or with tensor_parallel.size=1",
-             tp_->size());
   std::vector<const ChunkStore*> stores;
-  for (const auto& c : chunks_) stores.push_back(&c->store());
+  // Tensor parallelism: each chunk's tp shards gathered into its unsharded stage layout on tp
+  // rank 0 (tp_checkpoint.h), which writes the stage as a run without tp would.
+  std::vector<std::unique_ptr<ChunkStore>> whole;
+  if (tp_->size() > 1) {
+    TIDE_CHECK(!zero_sliced_,
+               "checkpoints of a pipeline run with tensor parallelism (tensor_parallel.size={}) "
+               "and ZeRO stage {} over {} replicas are not written yet (the optimizer state is "
+               "sliced over dp and split over tp); use zero_optimization.stage 0 with "
+               "tensor parallelism for runs that save",
+               tp_->size(), zero_stage_, dp_->size());
+    for (const auto& c : chunks_)
+      whole.push_back(gather_tp_shards(*c, /*with_optimizer_state=*/true));
+    for (const auto& w : whole) stores.push_back(w.get());
+  } else {
+    for (const auto& c : chunks_) stores.push_back(&c->store());
+  }
   const int dp = zero_sliced_ ? dp_->size() : 1;  // ZeRO-0: replica 0 writes the stage whole
-  if (zero_sliced_ || dp_->rank() == 0)
+  if ((zero_sliced_ || dp_->rank() == 0) && tp_->rank() == 0)
     save_pipeline_stage_shard(path, stores, info, /*with_optimizer_state=*/true, pp_->rank(),
                               pp_->size(), zero_sliced_ ? dp_->rank() : 0, dp);
   world_->barrier();  // every shard is written (a rank that failed ended the job)
@@ -174,13 +186,21 @@ void PipelineRun::save(const std::string& path, const CheckpointInfo& info) cons
 }
 
 void PipelineRun::load(const std::string& path) {
-  TIDE_CHECK(tp_->size() == 1,
-             "resuming a pipeline run with tensor parallelism (tensor_parallel.size={}) is not "
-             "supported yet: its stages hold tp shards, the checkpoint whole tensors; resume "
-             "with tensor_parallel.size=1",
-             tp_->size());
-  for (const auto& c : chunks_)
-    load_checkpoint_shard(path, c->store(), c->config(), /*with_optimizer_state=*/true);
+  TIDE_CHECK(tp_->size() == 1 || !zero_sliced_,
+             "resuming a pipeline run with tensor parallelism (tensor_parallel.size={}) under "
+             "ZeRO stage {} is not supported yet (its checkpoints are not written either); use "
+             "zero_optimization.stage 0 with tensor parallelism",
+             tp_->size(), zero_stage_);
+  for (const auto& c : chunks_) {
+    if (tp_->size() == 1) {
+      load_checkpoint_shard(path, c->store(), c->config(), /*with_optimizer_state=*/true);
+      continue;
+    }
+    // Every tp rank reads the stage's tensors whole and keeps its shard's elements.
+    const std::unique_ptr<ChunkStore> whole = unsharded_store(*c, /*with_optimizer_state=*/true);
+    load_checkpoint_shard(path, *whole, c->config(), /*with_optimizer_state=*/true);
+    scatter_to_tp_shard(*whole, *c, /*with_optimizer_state=*/true);
+  }
 }
 
 }  // namespace tide

@@ -68,10 +68,13 @@ class PipelineRun final : public StepRunner {
   float evaluate(DataLoader& val, int64_t n);
   // Every rank writes its shard into `path` (a sharded directory), rank 0 commits it
   // (collective over the world). ZeRO-0: replica 0 of each stage writes the stage whole (the
-  // replicas are equal); ZeRO-1/2: every (stage, replica) writes its slices. Not yet under
-  // tensor parallelism (a clear error; as load).
+  // replicas are equal); ZeRO-1/2: every (stage, replica) writes its slices. With tensor
+  // parallelism each chunk's tp shards are gathered to tp rank 0 (tp_checkpoint.h), which
+  // writes the stage's tensors whole: the same checkpoint as without tp. Not yet with tp and
+  // ZeRO-1/2 together (a clear error; as load).
   void save(const std::string& path, const CheckpointInfo& info) const;
-  // Loads this rank's tensors (and Adam state) from the sharded checkpoint `path`.
+  // Loads this rank's tensors (and Adam state) from the sharded checkpoint `path` (with tp:
+  // each rank reads its stage's tensors whole and keeps its shard's elements).
   void load(const std::string& path);
 
   const std::vector<std::unique_ptr<GPT>>& chunks() const { return chunks_; }
@@ -103,6 +106,7 @@ class PipelineRun final : public StepRunner {
  private:
   std::shared_ptr<ProcessGroup> world_, pp_, dp_, tp_;  // pp_, dp_, tp_: the topology mesh's
   bool zero_sliced_ = false;                            // ZeRO-1 or 2 with dp > 1
+  int zero_stage_ = 0;                                  // zero_optimization.stage
   std::vector<std::unique_ptr<GPT>> chunks_;
   std::unique_ptr<PipelineEngine> engine_;
   std::vector<std::unique_ptr<MicroBatch>> eval_mbs_;  // per chunk, one sequence

@@ -17,6 +17,7 @@
 // a sliced store is refused with a clear error); the dp replicas are equal, so one tp group
 // saves (call it on the ranks of dp replica 0 only).
 
+#include <memory>
 #include <string>
 
 #include "tide/model/gpt.h"
@@ -33,5 +34,15 @@ void save_checkpoint_tp(const std::string& path, const GPT& model, const Checkpo
 // `with_optimizer_state` Adam's moments). The checkpoint must have the model's shape; all of
 // load_checkpoint's checks apply.
 void load_checkpoint_tp(const std::string& path, GPT& model, bool with_optimizer_state);
+
+// The two halves of the above, for writers and readers of other formats (the pipeline's
+// sharded checkpoints, pipeline_run.h). gather_tp_shards: collective over model.tp_group();
+// on tp rank 0 a store of the model's unsharded layout (t = 1, the model's pp and stage, one
+// rank) holding the gathered parameters (and Adam moments), nullptr on the others.
+// unsharded_store: an empty such store, to load into; scatter_to_tp_shard then copies this
+// rank's elements of it into the model's shards (local, no communication).
+std::unique_ptr<ChunkStore> gather_tp_shards(const GPT& model, bool with_optimizer_state);
+std::unique_ptr<ChunkStore> unsharded_store(const GPT& model, bool with_optimizer_state);
+void scatter_to_tp_shard(const ChunkStore& whole, GPT& model, bool with_optimizer_state);
 
 }  // namespace tide
