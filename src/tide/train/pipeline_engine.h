@@ -48,7 +48,8 @@
 // norm's blocking differ (float rounding).
 //
 // Data parallelism inside a stage (pp x dp): each stage's gradients are averaged over its dp
-// group (the same stage of every pipeline replica) before the norm, ZeRO stage 0 or 1.
+// group (the same stage of every pipeline replica) before the norm (ZeRO stage 0; 1 and 2:
+// below).
 //
 // Tensor parallelism inside a stage (pp x dp x tp): the models are built with ModelOptions::tp
 // (the stage's tp group, e.g. Topology's; every chunk the same group) and every block part
