@@ -18,16 +18,16 @@
 //     shard equals stage 0's wte shard bitwise.
 //   * np 8: ZeRO-1 inside the stages matches the oracle, ZeRO-2 is ZeRO-1 bit for bit.
 // PipelineRun given a tp size (what the Trainer will pass) builds the mesh and matches the oracle
-// (zb-auto, interleaved; with SP).
+// (zb-auto, interleaved; with SP); its checkpoint holds every shard's elements exactly and a
+// run resumed from it continues bitwise.
 // Bad input: a tp group whose ranks hold different stages, a tp size that does not divide the
-// world: clear errors.
+// world, checkpoints of tp with ZeRO-1: clear errors.
 #include <gtest/gtest.h>
 #include <omp.h>
 
 #include <cmath>
 #include <cstring>
 #include <filesystem>
-#include <map>
 #include <string>
 #include <vector>
 
