@@ -139,8 +139,7 @@ const std::vector<ConfigKey>& config_schema() {
        ints(0, 16777216)},
       {"tensor_parallel.size", T::INT, 1,
        "tensor-parallel degree t (Megatron-LM, docs/tensor-parallel.md): ranks = t x "
-       "data-parallel replicas; model.n_head must divide by t; not yet with pipeline.stages > 1 "
-       "in tide train (issue #13)",
+       "data-parallel replicas (x pipeline.stages); model.n_head must divide by t",
        ints(1, 65536)},
       {"tensor_parallel.sequence_parallel", T::BOOL, false,
        "sequence parallelism over the tensor-parallel ranks (needs tensor_parallel.size > 1 and "

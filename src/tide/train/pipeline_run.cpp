@@ -36,7 +36,6 @@ PipelineRun::PipelineRun(const TrainConfig& cfg, std::shared_ptr<ProcessGroup> w
     tp_ = topo.group_ptr(MeshAxis::TP);
   }
   zero_sliced_ = dp > 1 && cfg.zero.stage >= 1;
-  zero_stage_ = cfg.zero.stage;
   if (cfg.pipeline_schedule == "zb-auto") {
     // The warm-up step runs 1F1B (within its peak of p micro-batches in flight); a tighter
     // memory limit warms up with the limit's zb-auto from unit costs, which fits it.
@@ -160,43 +159,38 @@ float PipelineRun::evaluate(DataLoader& val, int64_t n) {
 
 void PipelineRun::save(const std::string& path, const CheckpointInfo& info) const {
   std::vector<const ChunkStore*> stores;
-  // Tensor parallelism: each chunk's tp shards gathered into its unsharded stage layout on tp
-  // rank 0 (tp_checkpoint.h), which writes the stage as a run without tp would.
+  // Tensor parallelism: each chunk's tp shards (under ZeRO-1/2 first its slices, over dp)
+  // gathered into its unsharded stage layout on (tp 0, dp 0) (tp_checkpoint.h), which writes
+  // the stage whole, as a ZeRO-0 run without tp would.
+  const bool gathered = tp_->size() > 1;
   std::vector<std::unique_ptr<ChunkStore>> whole;
-  if (tp_->size() > 1) {
-    TIDE_CHECK(!zero_sliced_,
-               "checkpoints of a pipeline run with tensor parallelism (tensor_parallel.size={}) "
-               "and ZeRO stage {} over {} replicas are not written yet (the optimizer state is "
-               "sliced over dp and split over tp); use zero_optimization.stage 0 with "
-               "tensor parallelism for runs that save",
-               tp_->size(), zero_stage_, dp_->size());
+  if (gathered) {
     for (const auto& c : chunks_)
-      whole.push_back(gather_tp_shards(*c, /*with_optimizer_state=*/true));
+      whole.push_back(
+          gather_tp_shards(*c, /*with_optimizer_state=*/true, zero_sliced_ ? dp_.get() : nullptr));
     for (const auto& w : whole) stores.push_back(w.get());
   } else {
     for (const auto& c : chunks_) stores.push_back(&c->store());
   }
-  const int dp = zero_sliced_ ? dp_->size() : 1;  // ZeRO-0: replica 0 writes the stage whole
-  if ((zero_sliced_ || dp_->rank() == 0) && tp_->rank() == 0)
+  // Without tp, ZeRO-1/2: every replica writes its slices; otherwise replica 0 the stage whole.
+  const bool slices = zero_sliced_ && !gathered;
+  const int dp = slices ? dp_->size() : 1;
+  if ((slices || dp_->rank() == 0) && tp_->rank() == 0)
     save_pipeline_stage_shard(path, stores, info, /*with_optimizer_state=*/true, pp_->rank(),
-                              pp_->size(), zero_sliced_ ? dp_->rank() : 0, dp);
+                              pp_->size(), slices ? dp_->rank() : 0, dp);
   world_->barrier();  // every shard is written (a rank that failed ended the job)
   if (world_->rank() == 0) commit_sharded_checkpoint(path, pp_->size() * dp);
   world_->barrier();
 }
 
 void PipelineRun::load(const std::string& path) {
-  TIDE_CHECK(tp_->size() == 1 || !zero_sliced_,
-             "resuming a pipeline run with tensor parallelism (tensor_parallel.size={}) under "
-             "ZeRO stage {} is not supported yet (its checkpoints are not written either); use "
-             "zero_optimization.stage 0 with tensor parallelism",
-             tp_->size(), zero_stage_);
   for (const auto& c : chunks_) {
     if (tp_->size() == 1) {
       load_checkpoint_shard(path, c->store(), c->config(), /*with_optimizer_state=*/true);
       continue;
     }
-    // Every tp rank reads the stage's tensors whole and keeps its shard's elements.
+    // Every tp rank reads the stage's tensors whole and keeps its shard's elements (under
+    // ZeRO-1/2 of the sliced kinds only its slice).
     const std::unique_ptr<ChunkStore> whole = unsharded_store(*c, /*with_optimizer_state=*/true);
     load_checkpoint_shard(path, *whole, c->config(), /*with_optimizer_state=*/true);
     scatter_to_tp_shard(*whole, *c, /*with_optimizer_state=*/true);

@@ -33,9 +33,9 @@
 
 namespace tide {
 
-// Tensor parallelism inside the pipeline's stages (what the Trainer passes once the
-// tensor_parallel.* keys reach tide train): `size` ranks per stage (1: none), Megatron's
-// sequence parallelism over them.
+// Tensor parallelism inside the pipeline's stages (the Trainer passes tensor_parallel.size and
+// .sequence_parallel): `size` ranks per stage (1: none), Megatron's sequence parallelism over
+// them.
 struct PipelineTensorParallel {
   int size = 1;
   bool sequence_parallel = false;
@@ -69,12 +69,13 @@ class PipelineRun final : public StepRunner {
   // Every rank writes its shard into `path` (a sharded directory), rank 0 commits it
   // (collective over the world). ZeRO-0: replica 0 of each stage writes the stage whole (the
   // replicas are equal); ZeRO-1/2: every (stage, replica) writes its slices. With tensor
-  // parallelism each chunk's tp shards are gathered to tp rank 0 (tp_checkpoint.h), which
-  // writes the stage's tensors whole: the same checkpoint as without tp. Not yet with tp and
-  // ZeRO-1/2 together (a clear error; as load).
+  // parallelism each chunk's tp shards (under ZeRO-1/2 its dp slices first) are gathered to
+  // (tp 0, dp 0) (tp_checkpoint.h), which writes the stage's tensors whole: the checkpoint of
+  // a ZeRO-0 run without tp.
   void save(const std::string& path, const CheckpointInfo& info) const;
   // Loads this rank's tensors (and Adam state) from the sharded checkpoint `path` (with tp:
-  // each rank reads its stage's tensors whole and keeps its shard's elements).
+  // each rank reads its stage's tensors whole and keeps its shard's elements, under ZeRO-1/2
+  // its slice of them).
   void load(const std::string& path);
 
   const std::vector<std::unique_ptr<GPT>>& chunks() const { return chunks_; }
@@ -106,7 +107,6 @@ class PipelineRun final : public StepRunner {
  private:
   std::shared_ptr<ProcessGroup> world_, pp_, dp_, tp_;  // pp_, dp_, tp_: the topology mesh's
   bool zero_sliced_ = false;                            // ZeRO-1 or 2 with dp > 1
-  int zero_stage_ = 0;                                  // zero_optimization.stage
   std::vector<std::unique_ptr<GPT>> chunks_;
   std::unique_ptr<PipelineEngine> engine_;
   std::vector<std::unique_ptr<MicroBatch>> eval_mbs_;  // per chunk, one sequence
