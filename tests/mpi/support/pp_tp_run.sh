@@ -5,7 +5,7 @@
 # (metrics.jsonl, |diff| <= 1e-5); the periodic checkpoint is the pipeline's sharded directory
 # (one shard per stage, the tp shards gathered), resumed under pp x tp and on one rank with the
 # uninterrupted run's losses; `tide sample` reads the final one; init_from under pp x tp is a
-# clear error.
+# clear error. Then pp x dp x tp on 8 ranks under ZeRO-1 (below).
 set -uo pipefail
 mpiexec=$1 tide=$2 src=$3 dir=$4
 rm -rf "$dir" && mkdir -p "$dir" && cd "$dir" || exit 1
@@ -61,4 +61,19 @@ close "$(late c/metrics.jsonl)" "$(late a/metrics.jsonl)" 3 || fail "the 1-rank 
 grep -q "initialising a pipeline run with tensor parallelism from a checkpoint is not in tide" \
   d.log || { cat d.log; fail "init_from under pp x tp: no clear error"; }
 [ ! -e d ] || fail "the refused init_from run wrote out_dir"
+# pp x dp x tp on 8 ranks (2 x 2 x 2, ZeRO-1): each replica's tp ranks read the replica's
+# batches; the losses equal one rank's on the same global batch (accumulation 2 x 2), and its
+# ZeRO-1 checkpoint (slices gathered over dp, shards over tp) resumes on one rank.
+mpi8=(timeout 300 "$mpiexec" --oversubscribe --allow-run-as-root -np 8)
+"${mpi8[@]}" "$tide" train "${common[@]}" "${pptp[@]}" zero_optimization.stage=1 \
+  checkpoint.interval=2 out_dir=e > e.log 2>&1 || { cat e.log; fail "2 x 2 x 2 run"; }
+grep -q "2 pipeline stages x 2 tensor-parallel ranks (sequence parallel) x 2 data-parallel \
+replicas (ZeRO-1), schedule 1f1b" e.log || { cat e.log; fail "the startup line lacks pp x tp x dp"; }
+timeout 300 "$tide" train "${common[@]}" gradient_accumulation_steps=4 out_dir=f > f.log 2>&1 \
+  || { cat f.log; fail "1-rank run, accumulation 4"; }
+close e/metrics.jsonl f/metrics.jsonl 7 || fail "the pp x dp x tp losses differ from one rank's"
+timeout 300 "$tide" train "${common[@]}" gradient_accumulation_steps=4 out_dir=g \
+  checkpoint.resume=e/model_step2.ckpt > g.log 2>&1 || { cat g.log; fail "ZeRO-1 resume, 1 rank"; }
+close "$(late g/metrics.jsonl)" "$(late e/metrics.jsonl)" 3 || fail "the ZeRO-1 resume differs"
+echo "OK: pp 2 x dp 2 x tp 2 (ZeRO-1) on 8 ranks equals 1 rank, resumed on 1 rank"
 echo "OK: pp 2 x tp 2 (+SP) on 4 ranks equals 1 rank (1e-5), resumed under pp x tp and on 1 rank"
