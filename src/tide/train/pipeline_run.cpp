@@ -5,6 +5,7 @@
 
 #include "tide/comm/local_process_group.h"
 #include "tide/pipeline/generators.h"
+#include "tide/train/init_from.h"
 #include "tide/train/pipeline_setup.h"
 #include "tide/train/sharded_checkpoint.h"
 #include "tide/train/tp_checkpoint.h"
@@ -194,6 +195,24 @@ void PipelineRun::load(const std::string& path) {
     const std::unique_ptr<ChunkStore> whole = unsharded_store(*c, /*with_optimizer_state=*/true);
     load_checkpoint_shard(path, *whole, c->config(), /*with_optimizer_state=*/true);
     scatter_to_tp_shard(*whole, *c, /*with_optimizer_state=*/true);
+  }
+}
+
+void PipelineRun::init_from(const std::string& path) {
+  for (const auto& c : chunks_) {
+    if (tp_->size() == 1) {
+      init_weights_from(path, *c);
+      continue;
+    }
+    // The chunk's virtual stage unsharded (t = 1, parameters only), read as a run without tp
+    // reads it, then this rank's shard of it kept.
+    ModelOptions o;
+    o.pp = c->pp();
+    o.stage = c->stage();
+    o.store.with_optimizer = false;
+    GPT whole(c->config(), ActivationPolicy::SAVE_ALL, o);
+    init_weights_from(path, whole);
+    scatter_to_tp_shard(whole.store(), *c, /*with_optimizer_state=*/false);
   }
 }
 

@@ -77,6 +77,9 @@ class PipelineRun final : public StepRunner {
   // each rank reads its stage's tensors whole and keeps its shard's elements, under ZeRO-1/2
   // its slice of them).
   void load(const std::string& path);
+  // init_from: the parameters of checkpoint `path` (a single file or a sharded directory, any
+  // writer; init_from.h checks the shape) into every chunk, with tp each rank's shard of them.
+  void init_from(const std::string& path);
 
   const std::vector<std::unique_ptr<GPT>>& chunks() const { return chunks_; }
   const PipelineEngine& engine() const { return *engine_; }

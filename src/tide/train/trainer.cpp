@@ -130,12 +130,6 @@ Trainer::Trainer(TrainConfig config, std::shared_ptr<ProcessGroup> world)
   // included, before the model is built or anything is written to out_dir.
   const bool init_from = resume_at == std::nullopt && !cfg_.init_from.empty();
   if (init_from) check_init_from(cfg_.init_from, cfg_.model);
-  TIDE_CHECK(!init_from || cfg_.tensor_parallel == 1 || cfg_.pipeline_stages == 1,
-             "init_from '{}' with pipeline.stages={} and tensor_parallel.size={}: initialising "
-             "a pipeline run with tensor parallelism from a checkpoint is not in tide train yet; "
-             "set tensor_parallel.size=1 or pipeline.stages=1 (both can init_from), or resume "
-             "a pp x tp run from its own checkpoint",
-             cfg_.init_from, cfg_.pipeline_stages, cfg_.tensor_parallel);
   TIDE_CHECK(!init_from || !mesh_ || !is_sharded_checkpoint(cfg_.init_from),
              "init_from '{}' is a sharded checkpoint directory, which a tensor-parallel run "
              "cannot read yet; initialise from a single-file checkpoint (a ZeRO stage 0 or "
@@ -164,8 +158,7 @@ Trainer::Trainer(TrainConfig config, std::shared_ptr<ProcessGroup> world)
         cfg_, world_, opt,
         PipelineTensorParallel{.size = cfg_.tensor_parallel,
                                .sequence_parallel = cfg_.sequence_parallel});
-    if (init_from)
-      for (const auto& chunk : pipeline_->chunks()) init_weights_from(cfg_.init_from, *chunk);
+    if (init_from) pipeline_->init_from(cfg_.init_from);
     runner_ = pipeline_.get();
   } else {
     ModelOptions mo;
