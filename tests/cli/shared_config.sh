@@ -91,8 +91,6 @@ grep -q '"world_size":64' override.json || { echo "FAILED: --world-size does not
 # tide train refuses, by key and value, every setting it cannot honour; nothing is written.
 expect_error "tensor_parallel.size=2: this run has 1 rank, not a multiple of it" \
   train shared.json tensor_parallel.size=2 out_dir=runs/refused
-expect_error "tensor_parallel.size=2 with pipeline.stages=2: tensor parallelism inside pipeline stages is not in tide train yet (issue #13)" \
-  train shared.json tensor_parallel.size=2 pipeline.stages=2 model.n_layer=2 out_dir=runs/refused
 expect_error "pipeline.stages=2: this run has 1 rank, not a multiple of the stages" \
   train shared.json pipeline.stages=2 model.n_layer=2 out_dir=runs/refused
 expect_error "world_size=4: this run has 1 rank (launch it with \`mpirun -np 4\`)" \

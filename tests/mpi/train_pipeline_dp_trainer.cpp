@@ -2,13 +2,14 @@
 // dp = world/2 replicas (np 4: 2 x 2, np 8: 2 x 4; np 2 is dp = 1; odd worlds skip), dropout
 // 0.1, m = 4 micro-batches per replica, so the global batch is micro x m x dp sequences.
 //
-//   * ZeRO 0 and 1 (the optimizer state sliced over the replicas) train like the single-rank
+//   * ZeRO 0, 1 (the optimizer state sliced over the replicas) and 2 (the gradients too; bitwise
+//     ZeRO-1's training) train like the single-rank
 //     Trainer on the same global batch (accum m x dp): losses (the replicas' mean) to 1e-5,
 //     every stage's parameters to 1e-4; the validation loss equals the single-rank evaluate()
 //     to the bit at step 0 and to 1e-5 after training. zb-auto (measured first step, the
 //     replicas agreeing on replica 0's figures) and interleaved (two chunks per stage) train
 //     bitwise like 1F1B under ZeRO-1.
-//   * A checkpoint written mid-run (ZeRO-1: every (stage, replica) writes its slices) resumed
+//   * A checkpoint written mid-run (ZeRO-1/2: every (stage, replica) writes its slices) resumed
 //     at the same pp x dp continues to the bit (losses and parameters); resumed on one rank
 //     (pp = 1, accum m x dp) it continues to 1e-5.
 #include <gtest/gtest.h>
@@ -100,7 +101,7 @@ TEST(PipelineDataParallelTrainer, MatchesTheSingleRankTrainerAndResumesBitwise) 
   }
   EXPECT_LT(base.losses.back(), base.losses.front() - 0.05f) << "training must move";
   std::map<int, TrainerRun> runs;  // by ZeRO stage
-  for (int zero : {0, 1}) {
+  for (int zero : {0, 1, 2}) {
     Trainer t(config(shard, fmt::format("{}/z{}", dir, zero), kPP, kM, zero, "1f1b"), world);
     const TrainerRun r = runs[zero] = train_run(t, kRunSteps);
     EXPECT_EQ(r.val0, base.val0) << "ZeRO-" << zero << ": validation at step 0 not bitwise";
@@ -119,6 +120,11 @@ TEST(PipelineDataParallelTrainer, MatchesTheSingleRankTrainerAndResumesBitwise) 
           << "ZeRO-" << zero << ", rank " << world->rank() << ", " << tensor;
     }
   }
+  // ZeRO-2 shares ZeRO-1's gradient path: the same bits.
+  EXPECT_TRUE(same_bits(runs[2].losses, runs[1].losses)) << "ZeRO-2 differs from ZeRO-1";
+  EXPECT_EQ(runs[2].val_end, runs[1].val_end);
+  for (const auto& [tensor, v] : runs[2].params)
+    EXPECT_TRUE(same_bits(v, runs[1].params.at(tensor))) << "ZeRO-2, " << tensor;
   {  // zb-auto from the measured first step: bitwise like 1F1B
     Trainer t(config(shard, dir + "/auto", kPP, kM, 1, "zb-auto"), world);
     const TrainerRun r = train_run(t, kRunSteps);
@@ -138,7 +144,7 @@ TEST(PipelineDataParallelTrainer, MatchesTheSingleRankTrainerAndResumesBitwise) 
   }
 
   // Checkpoints at step 3, resumed at the same pp x dp: bitwise.
-  for (int zero : {0, 1}) {
+  for (int zero : {0, 1, 2}) {
     const std::string out = fmt::format("{}/mid{}", dir, zero);
     const std::string ck = out + "/model_step3.ckpt";
     {
@@ -147,7 +153,7 @@ TEST(PipelineDataParallelTrainer, MatchesTheSingleRankTrainerAndResumesBitwise) 
       EXPECT_EQ(t.save("model_step3.ckpt"), ck);
     }
     ASSERT_TRUE(is_sharded_checkpoint(ck));
-    EXPECT_EQ(read_sharded_checkpoint_info(ck).world_size, zero == 1 ? kPP * dp : kPP);
+    EXPECT_EQ(read_sharded_checkpoint_info(ck).world_size, zero >= 1 ? kPP * dp : kPP);
     Trainer t(config(shard, out, kPP, kM, zero, "1f1b", {"checkpoint.resume=" + ck}), world);
     ASSERT_EQ(t.step(), kRunSteps / 2);
     const TrainerRun r = train_run(t, kRunSteps / 2);

@@ -34,7 +34,7 @@ using namespace tide;
 
 namespace {
 
-constexpr int kB = 2, kT = 16, kSteps = 5, kVocab = 37;
+constexpr int kB = 2, kT = 16, kSteps = 20, kVocab = 37;
 constexpr uint64_t kInitSeed = 23, kRunSeed = 9;
 constexpr int kNanStep = 2;  // the step whose gradient gets a NaN
 

@@ -139,15 +139,14 @@ const std::vector<ConfigKey>& config_schema() {
        ints(0, 16777216)},
       {"tensor_parallel.size", T::INT, 1,
        "tensor-parallel degree t (Megatron-LM, docs/tensor-parallel.md): ranks = t x "
-       "data-parallel replicas; model.n_head must divide by t; not yet with pipeline.stages > 1 "
-       "in tide train (issue #13)",
+       "data-parallel replicas (x pipeline.stages); model.n_head must divide by t",
        ints(1, 65536)},
       {"tensor_parallel.sequence_parallel", T::BOOL, false,
        "sequence parallelism over the tensor-parallel ranks (needs tensor_parallel.size > 1 and "
        "seq_len divisible by it)"},
       {"pipeline.stages", T::INT, 1,
        "pipeline stages p (tide train: one stage per rank, ranks = p x data-parallel replicas "
-       "with ZeRO 0-1 inside the stages; model.n_layer must divide over p x "
+       "with ZeRO 0-2 inside the stages; model.n_layer must divide over p x "
        "pipeline.virtual_stages)",
        ints(1, 65536)},
       {"pipeline.schedule", T::STRING, "1f1b",

@@ -127,7 +127,8 @@ void copy(Tensor dst, const Tensor& src) {
 
 PipelineEngine::PipelineEngine(std::vector<GPT*> models, std::shared_ptr<ProcessGroup> pipeline,
                                pipeline::Schedule schedule, int B, int T,
-                               OptimizerSettings optimizer, std::shared_ptr<ProcessGroup> dp)
+                               OptimizerSettings optimizer, std::shared_ptr<ProcessGroup> dp,
+                               ZeroSettings zero)
     : models_(std::move(models)),
       pp_(std::move(pipeline)),
       dp_(dp ? std::move(dp) : std::make_shared<LocalProcessGroup>()),
@@ -150,7 +151,13 @@ PipelineEngine::PipelineEngine(std::vector<GPT*> models, std::shared_ptr<Process
   TIDE_CHECK(2 * M * V <= 32768,
              "{} micro-batches x {} virtual stages are too many message tags; use fewer", M, V);
   check_lr_schedule(opt_.lr);
+  tp_ = models_[0]->tp() > 1 ? models_[0]->tp_group() : nullptr;
   for (int c = 0; c < chunks_; ++c) {
+    TIDE_CHECK(models_[c]->tp() == models_[0]->tp() &&
+                   (models_[c]->tp() == 1 || models_[c]->tp_group() == tp_),
+               "chunk {} of stage {} is built with tensor parallelism over {} ranks but chunk 0 "
+               "over {}; build every chunk with the same ModelOptions::tp group",
+               c, stage, models_[c]->tp(), models_[0]->tp());
     virtual_.push_back(schedule_.virtual_stage(stage, c));
     TIDE_CHECK(models_[c]->pp() == V && models_[c]->stage() == virtual_[c],
                "chunk {} of stage {} runs virtual stage {} of {} but holds a model built for "
@@ -164,6 +171,7 @@ PipelineEngine::PipelineEngine(std::vector<GPT*> models, std::shared_ptr<Process
   // last virtual stage's copy of wte, is left out so that the tied weight counts once.
   const ChunkLayout whole = make_layout(models_[0]->config());
   model_tensors_ = whole.num_tensors();
+  for (int g = 0; g < model_tensors_; ++g) tp_sharded_.push_back(tp_sharded(whole.slot(g).name));
   for (int c = 0; c < chunks_; ++c) {
     const ChunkLayout& mine = models_[c]->store().layout();
     norm_index_.emplace_back();
@@ -179,19 +187,27 @@ PipelineEngine::PipelineEngine(std::vector<GPT*> models, std::shared_ptr<Process
   const int emb_rank = schedule_.locate(0).first, head_rank = schedule_.locate(V - 1).first;
   if (V > 1 && emb_rank != head_rank) tied_ = pp_->new_group({emb_rank, head_rank});
   check_dp_group();
-  // ZeRO-1 when the stores slice the optimizer state (zero_sliced_kinds(1)) over dp.
+  check_tp_group();
+  // ZeRO-1 when the stores slice the optimizer state (zero_sliced_kinds(1)) over dp, ZeRO-2
+  // when they slice the gradients too (zero_sliced_kinds(2)).
   const ChunkStore& first = models_[0]->store();
-  zero1_ = dp_->size() > 1 && first.sliced(ChunkKind::MASTER);
+  const int sliced_stage = first.sliced(ChunkKind::PARAM)    ? 3
+                           : first.sliced(ChunkKind::GRAD)   ? 2
+                           : first.sliced(ChunkKind::MASTER) ? 1
+                                                             : 0;
   for (GPT* m : models_) {
     const ChunkStore& st = m->store();
-    TIDE_CHECK(!st.sliced(ChunkKind::GRAD) && !st.sliced(ChunkKind::PARAM),
-               "ZeRO stages 2-3 (sliced gradients or parameters) are not supported under "
-               "pipeline parallelism yet; use zero stage 0 or 1");
-    TIDE_CHECK(st.sliced(ChunkKind::MASTER) == first.sliced(ChunkKind::MASTER) &&
-                   st.sliced(ChunkKind::ADAM_M) == st.sliced(ChunkKind::MASTER) &&
-                   st.sliced(ChunkKind::ADAM_V) == st.sliced(ChunkKind::MASTER),
-               "the chunks of stage {} slice the optimizer state differently; build every "
-               "chunk's model with the same ZeRO stage",
+    TIDE_CHECK(!st.sliced(ChunkKind::PARAM),
+               "ZeRO-3 (parameters sliced over dp) is not supported under pipeline parallelism: "
+               "every F, B and W of every micro-batch would all-gather the stage's parameters "
+               "again (per micro-batch, not once per step), and a stage already holds only its "
+               "1/p of the layers; use ZeRO stage 0, 1 or 2 (zero_sliced_kinds(2) slices the "
+               "gradients and the optimizer state)");
+    TIDE_CHECK(st.options().sliced_kinds == first.options().sliced_kinds &&
+                   st.options().sliced_kinds == zero_sliced_kinds(sliced_stage),
+               "the chunks of stage {} slice their kinds differently, or not as a ZeRO stage "
+               "does; build every chunk's model with store.sliced_kinds = zero_sliced_kinds(the "
+               "same stage)",
                stage);
     if (st.sliced(ChunkKind::MASTER))
       TIDE_CHECK(st.layout().group_size() == dp_->size() && st.options().group_rank == dp_->rank(),
@@ -200,6 +216,25 @@ PipelineEngine::PipelineEngine(std::vector<GPT*> models, std::shared_ptr<Process
                  "ModelOptions::group_size = {} and store.group_rank = the dp rank",
                  stage, st.layout().group_size(), st.options().group_rank, dp_->size(), dp_->rank(),
                  dp_->size());
+  }
+  TIDE_CHECK(zero.stage == 0 || zero.stage == sliced_stage,
+             "ZeroSettings::stage is {} but the models' stores are sliced for ZeRO stage {}; "
+             "build them with store.sliced_kinds = zero_sliced_kinds({}) or pass that stage",
+             zero.stage, sliced_stage, zero.stage);
+  if (dp_->size() > 1 && sliced_stage > 0) {
+    // The data-parallel Engine's policy on every chunk's store (zero.h): per-micro-batch
+    // reduce-scatter into the owned slice, the mean after the last W, the gather after the
+    // update. Its bucket settings are checked against each chunk's layout.
+    zero_stage_ = sliced_stage;
+    zero.stage = sliced_stage;
+    for (GPT* m : models_) {
+      std::vector<std::vector<int>> block_params;
+      for (int i = 0; i < m->num_blocks(); ++i) block_params.push_back(m->block(i).param_ids());
+      ChunkStore& st = m->store();
+      zero_.push_back(std::make_unique<ZeroPolicy>(st, *dp_, zero, std::move(block_params),
+                                                   *st.options().compute));
+      st.set_policy(zero_.back().get());
+    }
   }
 }
 
@@ -217,6 +252,42 @@ void PipelineEngine::sum_tied_gradient() {
                                   : models_[head_chunk_]->store().tensor(ChunkKind::GRAD, head_id_);
     tied_->all_reduce(g, ReduceOp::Sum);
   }
+}
+
+void PipelineEngine::sum_tied_gradient_sliced() {
+  if (!(wte_id_ >= 0 && head_id_ >= 0) && !tied_) return;
+  // The owned slices hold the replicas' mean; a tensor spans the slices of several replicas,
+  // at other offsets on the other end of the tie. Each end gathers its chunk whole (one
+  // all-gather over dp), the whole copies are summed as without ZeRO (a + b: the same bits on
+  // both ends), and each replica keeps its slice.
+  auto gather = [&](int chunk, int id, std::vector<float>& buf) -> Tensor {
+    const ChunkStore& st = models_[chunk]->store();
+    const TensorSlot& slot = st.layout().slot(id);
+    buf.resize(static_cast<size_t>(st.layout().chunk_elems(slot.chunk)));
+    dp_->all_gather(st.slice(ChunkKind::GRAD, slot.chunk),
+                    Tensor(buf.data(), Shape{static_cast<int64_t>(buf.size())}));
+    return Tensor(buf.data() + slot.offset, Shape{slot.numel});
+  };
+  auto keep_slice = [&](int chunk, int id, const std::vector<float>& buf) {
+    const ChunkStore& st = models_[chunk]->store();
+    const int c = st.layout().slot(id).chunk;
+    const Tensor mine = st.slice(ChunkKind::GRAD, c);
+    std::memcpy(mine.data, buf.data() + dp_->rank() * st.layout().slice_elems(c), mine.nbytes());
+  };
+  std::vector<float> wte_buf, head_buf;
+  if (wte_id_ >= 0 && head_id_ >= 0) {
+    const Tensor a = gather(wte_chunk_, wte_id_, wte_buf);
+    const Tensor b = gather(head_chunk_, head_id_, head_buf);
+    float* pa = a.f32();
+    float* pb = b.f32();
+    for (int64_t j = 0; j < a.numel(); ++j) pa[j] = pb[j] = pa[j] + pb[j];
+  } else {
+    const Tensor g = wte_id_ >= 0 ? gather(wte_chunk_, wte_id_, wte_buf)
+                                  : gather(head_chunk_, head_id_, head_buf);
+    tied_->all_reduce(g, ReduceOp::Sum);
+  }
+  if (wte_id_ >= 0) keep_slice(wte_chunk_, wte_id_, wte_buf);
+  if (head_id_ >= 0) keep_slice(head_chunk_, head_id_, head_buf);
 }
 
 void PipelineEngine::check_dp_group() {
@@ -237,6 +308,45 @@ void PipelineEngine::check_dp_group() {
                "Topology: group_ptr(MeshAxis::DP)), and the replicas the same schedule and shapes",
                dp_->rank(), mine[0], mine[1], mine[2], mine[3], mine[4], mine[5], r, o[0], o[1],
                o[2], o[3], o[4], o[5]);
+  }
+}
+
+void PipelineEngine::check_tp_group() {
+  if (!tp_) return;
+  // The tp ranks of a stage run every block part together: the same stage of the same replica,
+  // the same schedule and shapes (gathered, so that every member reaches the same verdict).
+  std::vector<int32_t> mine = {pp_->rank(), pp_->size(), dp_->rank(), schedule_.microbatches,
+                               chunks_,     B_,          T_};
+  const int64_t K = static_cast<int64_t>(mine.size());
+  std::vector<int32_t> all(static_cast<size_t>(K * tp_->size()));
+  tp_->all_gather(Tensor(mine.data(), Shape{K}, DType::I32),
+                  Tensor(all.data(), Shape{K * tp_->size()}, DType::I32));
+  for (int r = 0; r < tp_->size(); ++r) {
+    const int32_t* o = &all[static_cast<size_t>(r * K)];
+    TIDE_CHECK(std::equal(mine.begin(), mine.end(), o),
+               "tensor-parallel rank {} runs stage {} of {} as dp rank {} ({} micro-batches, {} "
+               "chunks, B={}, T={}) but tp rank {} runs stage {} of {} as dp rank {} ({} "
+               "micro-batches, {} chunks, B={}, T={}); the tp group must hold the same stage of "
+               "the same replica (with a Topology: the models' ModelOptions::tp = "
+               "group_ptr(MeshAxis::TP), the pipeline group group_ptr(MeshAxis::PP))",
+               tp_->rank(), mine[0], mine[1], mine[2], mine[3], mine[4], mine[5], mine[6], r, o[0],
+               o[1], o[2], o[3], o[4], o[5], o[6]);
+  }
+}
+
+void PipelineEngine::sum_over_tp(std::vector<double>& norms2) {
+  if (!tp_) return;
+  // As Engine::tp_grad_norm_squared: a shard's sums added in tp rank order, a replicated
+  // tensor's (bitwise equal on every tp rank) taken from tp rank 0.
+  const int64_t G = static_cast<int64_t>(norms2.size()), n = tp_->size();
+  std::vector<double> all(static_cast<size_t>(G * n));
+  tp_->all_gather(Tensor(norms2.data(), Shape{2 * G}, DType::I32),
+                  Tensor(all.data(), Shape{2 * G * n}, DType::I32));
+  for (int64_t g = 0; g < G; ++g) {
+    double t = all[g];
+    if (tp_sharded_[g])
+      for (int64_t r = 1; r < n; ++r) t += all[r * G + g];
+    norms2[g] = t;
   }
 }
 
@@ -299,6 +409,10 @@ PipelineEngine::~PipelineEngine() {
     if (s.recv) s.recv.work->wait();
     for (Transfer& t : s.sends) t.work->wait();
   }
+  // The policies wait for their reductions and give their buffers back.
+  if (!zero_.empty())
+    for (GPT* m : models_) m->store().set_policy(nullptr);
+  zero_.clear();
 }
 
 int PipelineEngine::tag(int mb, int consumer, bool grad) const {
@@ -422,6 +536,14 @@ StepStats PipelineEngine::step(int64_t step, uint64_t seed, const BatchFn& batch
   std::vector<int> first(sp.size());
   for (size_t j = 0; j < sp.size(); ++j) first[j] = sp[j].first;
   for (GPT* m : models_) m->store().zero(ChunkKind::GRAD);
+  // ZeRO: each chunk's gradients are reduced as soon as a micro-batch completes them.
+  for (size_t c = 0; c < zero_.size(); ++c) {
+    models_[c]->store().begin_step(M);
+    zero_[c]->begin_step({});
+  }
+  const bool mark_grads = !zero_.empty();
+  // dp traffic from here (ZeRO reduces during the schedule), not the norm's few bytes.
+  const uint64_t dp_sent = dp_->counters().bytes_sent;
   std::vector<ChunkStore*> stores;
   for (GPT* m : models_) stores.push_back(&m->store());
   // Post-validation's copy of the optimizer state: taken in this step's bubbles, finished
@@ -501,7 +623,7 @@ StepStats PipelineEngine::step(int64_t step, uint64_t seed, const BatchFn& batch
             if (part.op == Op::B)
               model.backward_input_block(mb, part.block);
             else
-              model.backward_weight_block(mb, part.block, /*mark_grads=*/false);
+              model.backward_weight_block(mb, part.block, mark_grads);
         }
         // The input gradient goes to the previous virtual stage: by a copy when it is here
         // (its slot is in flight: its F came before this chunk's, its B comes after).
@@ -528,47 +650,42 @@ StepStats PipelineEngine::step(int64_t step, uint64_t seed, const BatchFn& batch
   StepStats st;
   // Data parallelism: every chunk's gradients are complete (the last W is done). ZeRO stage 0
   // averages them over the stage's replicas while the last sends finish, then sums the tied
-  // copies; ZeRO-1 sums the tied copies first (whole gradients), then reduce-scatters each
-  // chunk in place (average) so each replica holds the owned slice its AdamW updates.
-  const uint64_t dp_sent = dp_->counters().bytes_sent;
+  // copies. ZeRO-1/2 reduced each micro-batch's already (the policies): they finish the
+  // reductions and the mean, then sum the tied copies from their slices.
+  const bool zero = !zero_.empty();
   std::vector<Transfer> reductions;
-  auto start_reductions = [&] {
-    if (dp_->size() == 1) return;
+  if (!zero && dp_->size() > 1)
     for (GPT* m : models_) {
       const ChunkStore& store = m->store();
       for (int c = 0; c < store.layout().num_chunks(); ++c) {
-        const Tensor whole = store.chunk(ChunkKind::GRAD, c);
-        Transfer t{nullptr,
-                   AsyncTrace::start(tracer, zero1_ ? "reduce-scatter grads" : "all-reduce grads",
-                                     {{"chunk", c}}),
-                   -1};
-        t.work = zero1_ ? dp_->reduce_scatter_async(whole, store.slice(ChunkKind::GRAD, c),
-                                                    ReduceOp::Avg)
-                        : dp_->all_reduce_async(whole, ReduceOp::Avg);
+        Transfer t{nullptr, AsyncTrace::start(tracer, "all-reduce grads", {{"chunk", c}}), -1};
+        t.work = dp_->all_reduce_async(store.chunk(ChunkKind::GRAD, c), ReduceOp::Avg);
         reductions.push_back(std::move(t));
       }
     }
-  };
-  if (!zero1_) start_reductions();
   {
     const TraceSpan span(tracer, "finish gradients", "comm");
     for (Slot& s : slots_) {
       for (Transfer& t : s.sends) t.wait();
       s.sends.clear();
     }
-    if (zero1_) {
-      sum_tied_gradient();
-      start_reductions();
-    }
-    for (Transfer& t : reductions) {
-      if (!t.work->is_completed()) {
-        const TraceSpan wait(tracer, zero1_ ? "wait reduce-scatter" : "wait all-reduce", "comm");
-        t.work->wait();
+    if (zero) {
+      for (auto& z : zero_) {
+        z->finish_gradients();
+        st.grad_reductions += z->counters().reduce_scatters;
       }
-      t.wait();
+      sum_tied_gradient_sliced();
+    } else {
+      for (Transfer& t : reductions) {
+        if (!t.work->is_completed()) {
+          const TraceSpan wait(tracer, "wait all-reduce", "comm");
+          t.work->wait();
+        }
+        t.wait();
+      }
+      st.grad_reductions = static_cast<int>(reductions.size());
+      sum_tied_gradient();
     }
-    st.grad_reductions = static_cast<int>(reductions.size());
-    if (!zero1_) sum_tied_gradient();
   }
   uint64_t dp_bytes = dp_->counters().bytes_sent - dp_sent;  // not the norm's few bytes
   st.comm_seconds = std::chrono::duration<double>(Clock::now() - t_comm).count();
@@ -583,24 +700,25 @@ StepStats PipelineEngine::step(int64_t step, uint64_t seed, const BatchFn& batch
     const ChunkLayout& lay = store.layout();
     for (int id = 0; id < static_cast<int>(norm_index_[c].size()); ++id) {
       if (norm_index_[c][id] < 0) continue;
-      if (!zero1_) {
+      if (!zero) {
         const Tensor g = store.tensor(ChunkKind::GRAD, id);
         norms2[norm_index_[c][id]] = grad_norm_squared(g.data, g.dtype, g.numel());
         continue;
       }
-      // ZeRO-1: the part of the tensor inside this replica's (reduced) slice of its chunk.
+      // ZeRO: the part of the tensor inside this replica's (reduced) slice of its chunk.
       const TensorSlot& slot = lay.slot(id);
       const int64_t lo = dp_->rank() * lay.slice_elems(slot.chunk),
                     hi = lo + lay.slice_elems(slot.chunk);
       const int64_t b = std::max(slot.offset, lo), e = std::min(slot.offset + slot.numel, hi);
       if (b < e)
         norms2[norm_index_[c][id]] = grad_norm_squared(
-            store.chunk(ChunkKind::GRAD, slot.chunk).f32() + b, DType::F32, e - b);
+            store.slice(ChunkKind::GRAD, slot.chunk).f32() + (b - lo), DType::F32, e - b);
     }
   }
-  // ZeRO-1: a tensor's sum is split over the replicas: add the parts in dp rank order (the
+  // ZeRO: a tensor's sum is split over the replicas: add the parts in dp rank order (the
   // same bits on every replica), then over the pipeline as without ZeRO.
-  if (zero1_) norms2 = sum_over_dp(*dp_, norms2);
+  if (zero) norms2 = sum_over_dp(*dp_, norms2);
+  sum_over_tp(norms2);
   const WorkPtr norm_work = gather_norms(*pp_, norms2, all_norms2);
   // If anything below throws, the gather must not go on writing into freed vectors.
   struct WaitOnUnwind {
@@ -651,19 +769,14 @@ StepStats PipelineEngine::step(int64_t step, uint64_t seed, const BatchFn& batch
     st.skipped = plan.skip;
   }
 
-  // ZeRO-1: each replica updated its own slice of every chunk; gather the whole parameters.
-  if (zero1_ && dp_->size() > 1 && !st.skipped) {
+  // ZeRO: each replica updated its own slice of every chunk; gather the whole parameters.
+  if (zero && !st.skipped) {
     const TraceSpan span(tracer, "gather params", "comm");
     const uint64_t before = dp_->counters().bytes_sent;
-    std::vector<WorkPtr> gathers;
-    for (GPT* m : models_) {
-      const ChunkStore& store = m->store();
-      for (int c = 0; c < store.layout().num_chunks(); ++c)
-        gathers.push_back(dp_->all_gather_async(store.slice(ChunkKind::PARAM, c),
-                                                store.chunk(ChunkKind::PARAM, c)));
+    for (auto& z : zero_) {
+      z->after_update();
+      st.param_gathers += z->counters().all_gathers;
     }
-    for (WorkPtr& w : gathers) w->wait();
-    st.param_gathers = static_cast<int>(gathers.size());
     dp_bytes += dp_->counters().bytes_sent - before;
   }
   st.bytes_sent = dp_bytes;

@@ -48,9 +48,36 @@
 // norm's blocking differ (float rounding).
 //
 // Data parallelism inside a stage (pp x dp): each stage's gradients are averaged over its dp
-// group (the same stage of every pipeline replica) before the norm, ZeRO stage 0 or 1.
+// group (the same stage of every pipeline replica) before the norm (ZeRO stage 0; 1 and 2:
+// below).
 //
-// Not yet: tensor parallelism inside a stage, ZeRO stages 2-3 under pp.
+// Tensor parallelism inside a stage (pp x dp x tp): the models are built with ModelOptions::tp
+// (the stage's tp group, e.g. Topology's; every chunk the same group) and every block part
+// communicates over it, so the tp ranks of a stage must run the same schedule (they do: the
+// same object, the same order). The pipeline group is the mesh's pp group, whose members share
+// the tp (and dp) coordinate: activations and gradients, with sequence parallelism the (B,T/t,C)
+// shards, go between the same tp rank of adjacent stages, and the tied embedding's gradient is
+// summed per tp rank (wte's and lm_head.weight's vocabulary shards are the same rows). The
+// gradient norm's per-tensor sums are combined over dp (ZeRO slices), then over tp as
+// Engine::tp_grad_norm_squared does (a tp_sharded tensor's sums added in tp rank order, a
+// replicated one taken from tp rank 0), then over the pipeline in whole-model tensor order:
+// the same bits on every rank, for every schedule.
+//
+// ZeRO stages 1 and 2 inside a stage (the stores slice the optimizer state, and with stage 2
+// the gradients, over dp): each chunk's store gets the ZeroPolicy of the data-parallel Engine
+// (zero.h), so both stages run its one gradient path: a chunk's gradients are reduce-scattered
+// (sum) over dp as soon as a micro-batch's W completes them (asynchronously, overlapping the
+// schedule), accumulated in the owned slice, and divided by dp after the last W; stage 2 holds
+// only the slice plus the in-flight buffers. ZeRO-1 and ZeRO-2 therefore train bitwise alike
+// (M reduce-scatters per chunk per step instead of one, as in the Engine). The tied
+// embedding's gradient lies in different slices on its two stages (wte's and lm_head's chunks
+// differ): each end gathers its chunk's reduced gradient over dp, the two whole copies are
+// summed as without ZeRO, and each replica keeps its slice. After the update the parameters
+// are all-gathered (ZeroPolicy::after_update).
+//
+// Not under pp: ZeRO-3 (every F, B and W of every micro-batch would gather the stage's
+// parameters again, per micro-batch rather than once per step, and a stage already holds only
+// its 1/p of the layers).
 
 #include <functional>
 #include <memory>
@@ -80,14 +107,17 @@ class PipelineEngine {
   // the optimizer state over dp (ModelOptions group_size = dp size, store.group_rank = dp
   // rank, store.sliced_kinds = zero_sliced_kinds(1)): the gradients are reduce-scattered,
   // each replica updates its slice, and the parameters are all-gathered after the update.
+  // ZeRO-2 the same with zero_sliced_kinds(2) (gradients sliced too); ZeRO-3 is refused.
+  // `zero`: the ZeRO bucket and overlap settings (the stage itself is the stores' slicing; a
+  // non-zero zero.stage must agree with it).
   PipelineEngine(std::vector<GPT*> models, std::shared_ptr<ProcessGroup> pipeline,
                  pipeline::Schedule schedule, int B, int T, OptimizerSettings optimizer,
-                 std::shared_ptr<ProcessGroup> dp = nullptr);
+                 std::shared_ptr<ProcessGroup> dp = nullptr, ZeroSettings zero = {});
   PipelineEngine(GPT& model, std::shared_ptr<ProcessGroup> pipeline, pipeline::Schedule schedule,
                  int B, int T, OptimizerSettings optimizer,
-                 std::shared_ptr<ProcessGroup> dp = nullptr)
+                 std::shared_ptr<ProcessGroup> dp = nullptr, ZeroSettings zero = {})
       : PipelineEngine(std::vector<GPT*>{&model}, std::move(pipeline), std::move(schedule), B, T,
-                       optimizer, std::move(dp)) {}
+                       optimizer, std::move(dp), zero) {}
   ~PipelineEngine();
 
   using BatchFn = Engine::BatchFn;
@@ -142,6 +172,14 @@ class PipelineEngine {
     for (const auto& mb : mbs_) b += mb->saved.capacity() + mb->workspace.capacity();
     return b;
   }
+  // Bytes of ZeRO's communication buffers (0 without ZeRO; as Engine::comm_buffer_bytes).
+  size_t comm_buffer_bytes() const {
+    size_t b = 0;
+    for (const auto& z : zero_) b += z->buffer_bytes();
+    return b;
+  }
+  // The ZeRO stage the stages run over dp (0: none, or no dp).
+  int zero_stage() const { return zero_stage_; }
 
  private:
   struct Transfer;
@@ -153,8 +191,15 @@ class PipelineEngine {
   void wait_recv(Slot& s);
   // Sums wte's and lm_head.weight's gradients into both copies.
   void sum_tied_gradient();
+  // The same under ZeRO, once the owned slices hold the reduced gradients (collective over dp
+  // and the tied group).
+  void sum_tied_gradient_sliced();
   // Collective over dp: every member holds the same stage, schedule size and shapes.
   void check_dp_group();
+  // Collective over the models' tp group: every member holds the same stage and dp replica.
+  void check_tp_group();
+  // Combines the per-tensor squared norms (whole-model index) over the tp group in place.
+  void sum_over_tp(std::vector<double>& norms2);
   // While the stage idles until `until` completes: copy pieces of the optimizer snapshot.
   void fill_bubble(Work& until);
   void release(Slot& s);
@@ -174,7 +219,11 @@ class PipelineEngine {
   std::shared_ptr<ProcessGroup> pp_;
   std::shared_ptr<ProcessGroup> tied_;  // the embedding's and the head's ranks, when they differ
   std::shared_ptr<ProcessGroup> dp_;    // the stage's data-parallel group (size 1: none)
-  bool zero1_ = false;  // ZeRO-1 over dp_: the stores slice MASTER, ADAM_M and ADAM_V
+  ProcessGroup* tp_ = nullptr;          // the models' tensor-parallel group (nullptr: none)
+  // ZeRO over dp_ (stage 1: the stores slice MASTER, ADAM_M and ADAM_V; 2: and GRAD): one
+  // policy per chunk's store; empty without.
+  int zero_stage_ = 0;
+  std::vector<std::unique_ptr<ZeroPolicy>> zero_;
   pipeline::Schedule schedule_;
   OptimizerSettings opt_;
   int B_, T_;
@@ -186,8 +235,9 @@ class PipelineEngine {
   std::vector<std::vector<pipeline::BlockPart>> b_parts_, w_parts_;  // per chunk
   // Per chunk and tensor: its whole-model index (the norm's order), -1: skip (lm_head).
   std::vector<std::vector<int>> norm_index_;
-  int model_tensors_ = 0;     // tensors in the whole model
-  Tracer* tracer_ = nullptr;  // the running step's (nullptr: not traced)
+  int model_tensors_ = 0;         // tensors in the whole model
+  std::vector<bool> tp_sharded_;  // per whole-model tensor: split over the tp ranks
+  Tracer* tracer_ = nullptr;      // the running step's (nullptr: not traced)
   // The tied embedding: (chunk, tensor id) of wte and of lm_head.weight on this rank, -1 when
   // not here.
   int wte_chunk_ = -1, wte_id_ = -1, head_chunk_ = -1, head_id_ = -1;

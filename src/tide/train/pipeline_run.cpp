@@ -5,25 +5,36 @@
 
 #include "tide/comm/local_process_group.h"
 #include "tide/pipeline/generators.h"
+#include "tide/train/init_from.h"
 #include "tide/train/pipeline_setup.h"
 #include "tide/train/sharded_checkpoint.h"
+#include "tide/train/tp_checkpoint.h"
 #include "tide/train/zero.h"
 
 namespace tide {
 
 PipelineRun::PipelineRun(const TrainConfig& cfg, std::shared_ptr<ProcessGroup> world,
-                         const OptimizerSettings& opt)
+                         const OptimizerSettings& opt, PipelineTensorParallel tp)
     : world_(std::move(world)) {
   pipeline::Schedule schedule = make_pipeline_schedule(cfg);
-  const int dp = world_->size() / schedule.stages;
-  TIDE_ASSERT(schedule.stages * dp == world_->size());
-  if (dp == 1) {
+  const int p = schedule.stages, n = world_->size();
+  TIDE_CHECK(tp.size >= 1 && n % (p * tp.size) == 0,
+             "pipeline.stages={} x tensor_parallel.size={} does not divide the {} ranks of this "
+             "run (each data-parallel replica holds stages x tp ranks); launch a multiple of {} "
+             "ranks or change one of them",
+             p, tp.size, n, p * std::max(tp.size, 1));
+  TIDE_CHECK(tp.size > 1 || !tp.sequence_parallel,
+             "sequence parallelism needs tensor_parallel.size > 1 (it splits the sequence over "
+             "the tp ranks); set tensor_parallel.size or turn sequence_parallel off");
+  const int dp = n / (p * tp.size);
+  if (dp == 1 && tp.size == 1) {
     pp_ = world_;
-    dp_ = std::make_shared<LocalProcessGroup>();
+    dp_ = tp_ = std::make_shared<LocalProcessGroup>();
   } else {
-    const Topology topo(world_, MeshShape{.tp = 1, .dp = dp, .pp = schedule.stages});
+    const Topology topo(world_, MeshShape{.tp = tp.size, .dp = dp, .pp = p});
     pp_ = topo.group_ptr(MeshAxis::PP);
     dp_ = topo.group_ptr(MeshAxis::DP);
+    tp_ = topo.group_ptr(MeshAxis::TP);
   }
   zero_sliced_ = dp > 1 && cfg.zero.stage >= 1;
   if (cfg.pipeline_schedule == "zb-auto") {
@@ -40,6 +51,10 @@ PipelineRun::PipelineRun(const TrainConfig& cfg, std::shared_ptr<ProcessGroup> w
     o.chunk_elems = chunk_elems_from_mib(cfg.chunk_size_mb);
     o.pp = schedule.virtual_stages();
     o.stage = schedule.virtual_stage(pp_->rank(), c);
+    if (tp.size > 1) {
+      o.tp = tp_;
+      o.sequence_parallel = tp.sequence_parallel;
+    }
     if (zero_sliced_) {  // ZeRO-1: the optimizer state sliced over the stage's replicas
       o.group_size = dp;
       o.store.group_rank = dp_->rank();
@@ -51,7 +66,8 @@ PipelineRun::PipelineRun(const TrainConfig& cfg, std::shared_ptr<ProcessGroup> w
     eval_mbs_.push_back(chunks_.back()->make_micro_batch(1, cfg.seq_len));
   }
   engine_ = std::make_unique<PipelineEngine>(models, pp_, std::move(schedule), cfg.micro_batch,
-                                             cfg.seq_len, opt, dp > 1 ? dp_ : nullptr);
+                                             cfg.seq_len, opt, dp > 1 ? dp_ : nullptr,
+                                             zero_sliced_ ? cfg.zero : ZeroSettings{});
 }
 
 StepStats PipelineRun::step(int64_t step, uint64_t seed, const Engine::BatchFn& batch,
@@ -60,14 +76,15 @@ StepStats PipelineRun::step(int64_t step, uint64_t seed, const Engine::BatchFn& 
   measure_pending_ = false;
   StepMeasurement m;
   const StepStats st = auto_schedule_step(*engine_, *pp_, step, seed, batch, memory_limit_, &m);
-  if (dp_->size() > 1) {
-    // The replicas measured separately; their gradient all-reduces pair up chunk by chunk only
-    // if every replica runs the same schedule: all take replica 0's figures.
+  if (world_->size() > pp_->size()) {
+    // The replicas, and the tp ranks of a stage, measured separately; their gradient
+    // reductions (dp) and block collectives (tp) pair up only if every rank runs the same
+    // schedule: all take world rank 0's figures (every pipeline gathered its stages').
     std::vector<double> f;
     for (const pipeline::CostModel& c : m.stages)
       f.insert(f.end(), {c.t_f, c.t_b, c.t_w, c.t_comm});
     f.push_back(m.t_comm);
-    dp_->broadcast(Tensor(f.data(), Shape{2 * static_cast<int64_t>(f.size())}, DType::I32), 0);
+    world_->broadcast(Tensor(f.data(), Shape{2 * static_cast<int64_t>(f.size())}, DType::I32), 0);
     for (size_t i = 0; i < m.stages.size(); ++i) {
       pipeline::CostModel& c = m.stages[i];
       c.t_f = f[4 * i];
@@ -85,7 +102,7 @@ StepStats PipelineRun::step(int64_t step, uint64_t seed, const Engine::BatchFn& 
 }
 
 size_t PipelineRun::activation_bytes() const {
-  size_t b = engine_->activation_bytes();
+  size_t b = engine_->activation_bytes() + engine_->comm_buffer_bytes();
   for (const auto& mb : eval_mbs_) b += mb->saved.capacity() + mb->workspace.capacity();
   return b;
 }
@@ -143,19 +160,60 @@ float PipelineRun::evaluate(DataLoader& val, int64_t n) {
 
 void PipelineRun::save(const std::string& path, const CheckpointInfo& info) const {
   std::vector<const ChunkStore*> stores;
-  for (const auto& c : chunks_) stores.push_back(&c->store());
-  const int dp = zero_sliced_ ? dp_->size() : 1;  // ZeRO-0: replica 0 writes the stage whole
-  if (zero_sliced_ || dp_->rank() == 0)
+  // Tensor parallelism: each chunk's tp shards (under ZeRO-1/2 first its slices, over dp)
+  // gathered into its unsharded stage layout on (tp 0, dp 0) (tp_checkpoint.h), which writes
+  // the stage whole, as a ZeRO-0 run without tp would.
+  const bool gathered = tp_->size() > 1;
+  std::vector<std::unique_ptr<ChunkStore>> whole;
+  if (gathered) {
+    for (const auto& c : chunks_)
+      whole.push_back(
+          gather_tp_shards(*c, /*with_optimizer_state=*/true, zero_sliced_ ? dp_.get() : nullptr));
+    for (const auto& w : whole) stores.push_back(w.get());
+  } else {
+    for (const auto& c : chunks_) stores.push_back(&c->store());
+  }
+  // Without tp, ZeRO-1/2: every replica writes its slices; otherwise replica 0 the stage whole.
+  const bool slices = zero_sliced_ && !gathered;
+  const int dp = slices ? dp_->size() : 1;
+  if ((slices || dp_->rank() == 0) && tp_->rank() == 0)
     save_pipeline_stage_shard(path, stores, info, /*with_optimizer_state=*/true, pp_->rank(),
-                              pp_->size(), zero_sliced_ ? dp_->rank() : 0, dp);
+                              pp_->size(), slices ? dp_->rank() : 0, dp);
   world_->barrier();  // every shard is written (a rank that failed ended the job)
   if (world_->rank() == 0) commit_sharded_checkpoint(path, pp_->size() * dp);
   world_->barrier();
 }
 
 void PipelineRun::load(const std::string& path) {
-  for (const auto& c : chunks_)
-    load_checkpoint_shard(path, c->store(), c->config(), /*with_optimizer_state=*/true);
+  for (const auto& c : chunks_) {
+    if (tp_->size() == 1) {
+      load_checkpoint_shard(path, c->store(), c->config(), /*with_optimizer_state=*/true);
+      continue;
+    }
+    // Every tp rank reads the stage's tensors whole and keeps its shard's elements (under
+    // ZeRO-1/2 of the sliced kinds only its slice).
+    const std::unique_ptr<ChunkStore> whole = unsharded_store(*c, /*with_optimizer_state=*/true);
+    load_checkpoint_shard(path, *whole, c->config(), /*with_optimizer_state=*/true);
+    scatter_to_tp_shard(*whole, *c, /*with_optimizer_state=*/true);
+  }
+}
+
+void PipelineRun::init_from(const std::string& path) {
+  for (const auto& c : chunks_) {
+    if (tp_->size() == 1) {
+      init_weights_from(path, *c);
+      continue;
+    }
+    // The chunk's virtual stage unsharded (t = 1, parameters only), read as a run without tp
+    // reads it, then this rank's shard of it kept.
+    ModelOptions o;
+    o.pp = c->pp();
+    o.stage = c->stage();
+    o.store.with_optimizer = false;
+    GPT whole(c->config(), ActivationPolicy::SAVE_ALL, o);
+    init_weights_from(path, whole);
+    scatter_to_tp_shard(whole.store(), *c, /*with_optimizer_state=*/false);
+  }
 }
 
 }  // namespace tide

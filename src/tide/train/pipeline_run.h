@@ -33,16 +33,29 @@
 
 namespace tide {
 
+// Tensor parallelism inside the pipeline's stages (the Trainer passes tensor_parallel.size and
+// .sequence_parallel): `size` ranks per stage (1: none), Megatron's sequence parallelism over
+// them.
+struct PipelineTensorParallel {
+  int size = 1;
+  bool sequence_parallel = false;
+};
+
 class PipelineRun final : public StepRunner {
  public:
-  // Collective over `world` = pipeline.stages x dp ranks: the (pp, dp) groups come from the
-  // topology mesh (comm/topology.h, Megatron order: the stages of one replica are ranks
-  // d*1 + ..., as train_pipeline_dp's tests build them). Each dp replica runs the schedule's
-  // micro-batches of its own (replica d's micro-batch mb is global micro-batch mb * dp + d);
-  // ZeRO-1 slices the optimizer state over dp. The chunks are initialised from cfg.seed as the
-  // whole model would be (the same values tensor by tensor).
+  // Collective over `world` = pipeline.stages x dp x tp.size ranks: the (pp, dp, tp) groups come
+  // from the topology mesh (comm/topology.h, Megatron order: rank = tp_idx + tp * (dp_idx + dp *
+  // stage), as train_pipeline_dp's and train_pipeline_tp's tests build them). Each dp replica
+  // runs the schedule's micro-batches of its own (replica d's micro-batch mb is global
+  // micro-batch mb * dp + d); ZeRO-1 slices the optimizer state over dp, ZeRO-2 the gradients
+  // too (ZeRO-3 is refused: pipeline_engine.h says why). With tp.size > 1 every
+  // chunk is built with ModelOptions::tp = the mesh's tp group (and tp.sequence_parallel), and
+  // the `batch` of step() must give every tp rank of replica d the same micro-batches:
+  // replica d = dp().rank(), the mesh's dp coordinate, not the world rank. The chunks are
+  // initialised from cfg.seed as the whole model would be (the same values element by element).
+  // A world that is not stages x tp x (a whole number of replicas) is a clear error.
   PipelineRun(const TrainConfig& cfg, std::shared_ptr<ProcessGroup> world,
-              const OptimizerSettings& opt);
+              const OptimizerSettings& opt, PipelineTensorParallel tp = {});
 
   // (The zb-auto warm-up step traces itself: `tracer` does not record that step.)
   StepStats step(int64_t step, uint64_t seed, const Engine::BatchFn& batch,
@@ -55,10 +68,18 @@ class PipelineRun final : public StepRunner {
   float evaluate(DataLoader& val, int64_t n);
   // Every rank writes its shard into `path` (a sharded directory), rank 0 commits it
   // (collective over the world). ZeRO-0: replica 0 of each stage writes the stage whole (the
-  // replicas are equal); ZeRO-1: every (stage, replica) writes its slices.
+  // replicas are equal); ZeRO-1/2: every (stage, replica) writes its slices. With tensor
+  // parallelism each chunk's tp shards (under ZeRO-1/2 its dp slices first) are gathered to
+  // (tp 0, dp 0) (tp_checkpoint.h), which writes the stage's tensors whole: the checkpoint of
+  // a ZeRO-0 run without tp.
   void save(const std::string& path, const CheckpointInfo& info) const;
-  // Loads this rank's tensors (and Adam state) from the sharded checkpoint `path`.
+  // Loads this rank's tensors (and Adam state) from the sharded checkpoint `path` (with tp:
+  // each rank reads its stage's tensors whole and keeps its shard's elements, under ZeRO-1/2
+  // its slice of them).
   void load(const std::string& path);
+  // init_from: the parameters of checkpoint `path` (a single file or a sharded directory, any
+  // writer; init_from.h checks the shape) into every chunk, with tp each rank's shard of them.
+  void init_from(const std::string& path);
 
   const std::vector<std::unique_ptr<GPT>>& chunks() const { return chunks_; }
   const PipelineEngine& engine() const { return *engine_; }
@@ -66,6 +87,8 @@ class PipelineRun final : public StepRunner {
   // pipeline group.
   ProcessGroup& dp() const { return *dp_; }
   ProcessGroup& pp() const { return *pp_; }
+  // The stage's tensor-parallel group (size 1 without tensor parallelism).
+  ProcessGroup& tp() const { return *tp_; }
   // Whether this rank's chunks read the micro-batches' tokens (the first virtual stage) or
   // targets (the last).
   bool needs_data() const;
@@ -85,8 +108,8 @@ class PipelineRun final : public StepRunner {
   }
 
  private:
-  std::shared_ptr<ProcessGroup> world_, pp_, dp_;  // pp_, dp_: from the topology mesh
-  bool zero_sliced_ = false;                       // ZeRO-1 with dp > 1
+  std::shared_ptr<ProcessGroup> world_, pp_, dp_, tp_;  // pp_, dp_, tp_: the topology mesh's
+  bool zero_sliced_ = false;                            // ZeRO-1 or 2 with dp > 1
   std::vector<std::unique_ptr<GPT>> chunks_;
   std::unique_ptr<PipelineEngine> engine_;
   std::vector<std::unique_ptr<MicroBatch>> eval_mbs_;  // per chunk, one sequence

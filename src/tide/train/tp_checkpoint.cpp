@@ -64,10 +64,10 @@ std::unique_ptr<ChunkStore> whole_store(const GPTConfig& config, const GPT& mode
 
 }  // namespace
 
-void save_checkpoint_tp(const std::string& path, const GPT& model, const CheckpointInfo& info,
-                        bool with_optimizer_state, ProcessGroup* dp) {
+std::unique_ptr<ChunkStore> gather_tp_shards(const GPT& model, bool with_optimizer_state,
+                                             ProcessGroup* dp) {
   ProcessGroup* tp = model.tp_group();
-  if (!tp || tp->size() == 1) return save_checkpoint(path, model, info, with_optimizer_state);
+  TIDE_CHECK(tp != nullptr, "gather_tp_shards: the model has no tensor-parallel group");
   check_store(model, with_optimizer_state, true, dp, "cannot save");
   const GPTConfig& cfg = model.config();
   // ZeRO 1-3: every sliced kind's chunks all-gathered over dp first (each slice r of chunk c
@@ -110,22 +110,39 @@ void save_checkpoint_tp(const std::string& path, const GPT& model, const Checkpo
         }
       }
     }
-  if (!root) return;
+  return whole;
+}
+
+void save_checkpoint_tp(const std::string& path, const GPT& model, const CheckpointInfo& info,
+                        bool with_optimizer_state, ProcessGroup* dp) {
+  ProcessGroup* tp = model.tp_group();
+  if (!tp || tp->size() == 1) return save_checkpoint(path, model, info, with_optimizer_state);
+  const std::unique_ptr<ChunkStore> whole = gather_tp_shards(model, with_optimizer_state, dp);
+  if (!whole) return;  // not the writing rank
   CheckpointInfo with_shape = info;
-  with_shape.config = cfg;
+  with_shape.config = model.config();
   save_checkpoint(path, *whole, with_shape, with_optimizer_state);
+}
+
+std::unique_ptr<ChunkStore> unsharded_store(const GPT& model, bool with_optimizer_state) {
+  check_store(model, with_optimizer_state, false, nullptr, "cannot load");
+  return whole_store(model.config(), model, with_optimizer_state);
 }
 
 void load_checkpoint_tp(const std::string& path, GPT& model, bool with_optimizer_state) {
   ProcessGroup* tp = model.tp_group();
   if (!tp || tp->size() == 1) return load_checkpoint(path, model, with_optimizer_state);
-  ChunkStore& store = model.store();
-  const bool sliced = any_sliced(store, with_optimizer_state);
-  check_store(model, with_optimizer_state, false, nullptr, "cannot load");
+  const std::unique_ptr<ChunkStore> whole = unsharded_store(model, with_optimizer_state);
+  load_checkpoint(path, *whole, model.config(),
+                  with_optimizer_state);  // every check, nothing copied yet
+  scatter_to_tp_shard(*whole, model, with_optimizer_state);
+}
+
+void scatter_to_tp_shard(const ChunkStore& whole, GPT& model, bool with_optimizer_state) {
   const GPTConfig& cfg = model.config();
-  const std::unique_ptr<ChunkStore> whole = whole_store(cfg, model, with_optimizer_state);
-  load_checkpoint(path, *whole, cfg, with_optimizer_state);  // every check, nothing copied yet
+  ChunkStore& store = model.store();
   // ZeRO 1-3: the whole shard is built first, then each sliced chunk keeps its own slice.
+  const bool sliced = any_sliced(store, with_optimizer_state);
   const std::unique_ptr<ChunkStore> local =
       sliced ? unsliced_copy_of(store, with_optimizer_state) : nullptr;
   ChunkStore& shard = sliced ? *local : store;
@@ -134,7 +151,7 @@ void load_checkpoint_tp(const std::string& path, GPT& model, bool with_optimizer
     for (int id = 0; id < lay.num_tensors(); ++id) {
       const std::string& name = lay.slot(id).name;
       const Tensor dst = shard.tensor(k, id);
-      const Tensor src = whole->tensor(k, whole->layout().find(name));
+      const Tensor src = whole.tensor(k, whole.layout().find(name));
       for (int64_t i = 0; i < dst.numel(); ++i) {
         const int64_t g = tp_global_index(cfg, model.coords(), name, i);
         dst.f32()[i] = g < 0 ? 0.0f : src.f32()[g];

@@ -109,8 +109,9 @@ Trainer::Trainer(TrainConfig config, std::shared_ptr<ProcessGroup> world)
   check_trainer_can_honour(cfg_, world_->size());  // nothing the schema takes is dropped
   if (cfg_.threads > 0) omp_set_num_threads(cfg_.threads);
   // Tensor parallelism: the world as a tp x dp mesh (Megatron order, tp fastest: the ranks of
-  // a replica are contiguous). Collective, so built before anything else talks.
-  if (cfg_.tensor_parallel > 1)
+  // a replica are contiguous). Collective, so built before anything else talks. (Under pp the
+  // PipelineRun builds the tp x dp x pp mesh.)
+  if (cfg_.tensor_parallel > 1 && cfg_.pipeline_stages == 1)
     mesh_ = std::make_unique<Topology>(
         world_, MeshShape{.tp = cfg_.tensor_parallel, .dp = data_parallel_ranks()});
   const int dp = data_parallel_ranks();
@@ -153,9 +154,11 @@ Trainer::Trainer(TrainConfig config, std::shared_ptr<ProcessGroup> world)
   };
   if (cfg_.pipeline_stages > 1) {
     check_same_data_and_layout(make_layout(cfg_.model));
-    pipeline_ = std::make_unique<PipelineRun>(cfg_, world_, opt);
-    if (init_from)
-      for (const auto& chunk : pipeline_->chunks()) init_weights_from(cfg_.init_from, *chunk);
+    pipeline_ = std::make_unique<PipelineRun>(
+        cfg_, world_, opt,
+        PipelineTensorParallel{.size = cfg_.tensor_parallel,
+                               .sequence_parallel = cfg_.sequence_parallel});
+    if (init_from) pipeline_->init_from(cfg_.init_from);
     runner_ = pipeline_.get();
   } else {
     ModelOptions mo;
@@ -489,7 +492,7 @@ std::string Trainer::save(const std::string& name) const {
 Trainer::RunPosition Trainer::check_resume(const std::string& path) const {
   const bool sharded = is_sharded_checkpoint(path);
   TIDE_CHECK(
-      !sharded || cfg_.tensor_parallel == 1,
+      !sharded || cfg_.tensor_parallel == 1 || cfg_.pipeline_stages > 1,
       "checkpoint '{}' is a sharded checkpoint directory (written by a ZeRO stage 1-3 or "
       "pipeline run without tensor parallelism), which a run with tensor_parallel.size {} cannot "
       "resume yet (it reads the single whole-model file that tensor-parallel runs "
@@ -616,12 +619,19 @@ void Trainer::run() {
                metrics_path);
     if (!cfg_.resume.empty()) fmt::print("tide: resumed from {} at step {}\n", cfg_.resume, step_);
     const size_t act = runner_->activation_bytes();
+    // Under pp: the mesh the PipelineRun built (its groups' sizes, not the config's).
+    const int pp_tp = pipeline_ ? pipeline_->tp().size() : 1,
+              pp_dp = pipeline_ ? pipeline_->dp().size() : 1;
     const std::string ranks =
-        pipeline_ ? fmt::format("{} pipeline stages{}, schedule {}{}", cfg_.pipeline_stages,
-                                data_parallel_ranks() > 1
-                                    ? fmt::format(" x {} data-parallel replicas (ZeRO-{})",
-                                                  data_parallel_ranks(), cfg_.zero.stage)
-                                    : "",
+        pipeline_ ? fmt::format("{} pipeline stages{}{}, schedule {}{}", pipeline_->pp().size(),
+                                pp_tp > 1 ? fmt::format(" x {} tensor-parallel ranks{}", pp_tp,
+                                                        pipeline_->chunks()[0]->sequence_parallel()
+                                                            ? " (sequence parallel)"
+                                                            : "")
+                                          : "",
+                                pp_dp > 1 ? fmt::format(" x {} data-parallel replicas (ZeRO-{})",
+                                                        pp_dp, cfg_.zero.stage)
+                                          : "",
                                 cfg_.pipeline_schedule,
                                 cfg_.virtual_stages > 1
                                     ? fmt::format(" ({} chunks per stage)", cfg_.virtual_stages)
@@ -651,7 +661,7 @@ void Trainer::run() {
             ? fmt::format(" + {:.1f} MiB host checkpoints",
                           engine_->host_checkpoint_bytes() / 1048576.0)
             : "",
-        pipeline_ ? " (rank 0's stage)"
+        pipeline_ ? (cfg_.tensor_parallel > 1 ? " (rank 0's stage shards)" : " (rank 0's stage)")
         : mesh_   ? " (rank 0's shards)"
                   : "");
     std::fflush(stdout);

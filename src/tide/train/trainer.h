@@ -80,12 +80,10 @@ class Trainer {
   int data_parallel_ranks() const {
     return world_->size() / (cfg_.pipeline_stages * cfg_.tensor_parallel);
   }
-  // This rank's data-parallel rank, its dp coordinate in Megatron's order (comm/topology.h):
-  // under pp (tp = 1: rank = d + dp * stage) its replica; under tp (pp = 1: rank = tp_idx + t d)
-  // the replica its tp group belongs to.
+  // This rank's data-parallel rank, its dp coordinate in Megatron's order (comm/topology.h:
+  // rank = tp_idx + t (d + dp stage)): the replica its tp group and pipeline belong to.
   int data_parallel_rank() const {
-    return cfg_.tensor_parallel > 1 ? world_->rank() / cfg_.tensor_parallel
-                                    : world_->rank() % data_parallel_ranks();
+    return world_->rank() / cfg_.tensor_parallel % data_parallel_ranks();
   }
   // Bytes of this rank's model states (every model chunk).
   size_t model_state_bytes() const;

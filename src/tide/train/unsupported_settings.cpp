@@ -9,13 +9,9 @@ void check_trainer_can_honour(const TrainConfig& c, int world_size) {
              "world_size={}: this run has {} rank{} (launch it with `mpirun -np {}`), or set "
              "world_size to 0 (= the ranks launched)",
              c.world_size, world_size, world_size == 1 ? "" : "s", c.world_size);
-  // Tensor parallelism: t ranks per data-parallel replica (the mesh tp x dp, comm/topology.h).
+  // Tensor parallelism: t ranks per stage of each data-parallel replica (the mesh tp x dp x
+  // pp, comm/topology.h).
   const int t = c.tensor_parallel;
-  TIDE_CHECK(t == 1 || c.pipeline_stages == 1,
-             "tensor_parallel.size={} with pipeline.stages={}: tensor parallelism inside "
-             "pipeline stages is not in tide train yet (issue #13); set one of them to 1 (tide "
-             "estimate sizes tp x pp)",
-             t, c.pipeline_stages);
   TIDE_CHECK(world_size % t == 0,
              "tensor_parallel.size={}: this run has {} rank{}, not a multiple of it (ranks = "
              "tensor_parallel.size x pipeline.stages x data-parallel replicas); launch `mpirun "
@@ -28,20 +24,26 @@ void check_trainer_can_honour(const TrainConfig& c, int world_size) {
              "pipeline.stages={}: this run has {} rank{}, not a multiple of the stages (each "
              "stage runs on world/stages ranks); launch `mpirun -np {}` or change pipeline.stages",
              p, world_size, world_size == 1 ? "" : "s", (world_size + p - 1) / p * p);
-  // Data parallelism inside the stages (world = p x dp): ZeRO 0 and 1 (PipelineEngine's
-  // gradient/optimizer tail); ZeRO-2/3 would partition gradients or parameters that the
-  // pipeline's B/W passes accumulate whole.
+  TIDE_CHECK(world_size % (p * t) == 0,
+             "pipeline.stages={} x tensor_parallel.size={}: this run has {} ranks, not a "
+             "multiple of {} (each data-parallel replica holds stages x tp ranks); launch "
+             "`mpirun -np {}` or change one of them",
+             p, t, world_size, p * t, (world_size + p * t - 1) / (p * t) * (p * t));
+  // The pipeline's chunks keep whole block inputs (no P_a slicing inside the stages yet).
+  TIDE_CHECK(p == 1 || !c.partition_activations,
+             "activation_checkpointing.partition_activations with pipeline.stages={}: "
+             "partitioned activations inside pipeline stages are not in tide train yet; set "
+             "partition_activations to false (and cpu_checkpointing), or pipeline.stages to 1",
+             p);
+  // Data parallelism inside the stages (world = p x dp): ZeRO 0-2 (PipelineEngine's gradient/
+  // optimizer tail; ZeRO-1 and 2 share the data-parallel Engine's ZeroPolicy). ZeRO-3 would
+  // gather the stage's parameters again for every F, B and W of every micro-batch.
   TIDE_CHECK(p == 1 || c.zero.stage < 3,
              "zero_optimization.stage=3 with pipeline.stages={}: ZeRO-3 under pipeline "
-             "parallelism is not supported by tide train (each stage already holds only its "
-             "layers); use zero_optimization.stage 0 or 1 (tide estimate sizes it)",
+             "parallelism is not supported by tide train (every F, B and W of every micro-batch "
+             "would all-gather the stage's parameters again, and each stage already holds only "
+             "its layers); use zero_optimization.stage 0, 1 or 2 (tide estimate sizes it)",
              p);
-  TIDE_CHECK(p == 1 || world_size == p || c.zero.stage < 2,
-             "zero_optimization.stage={} with pipeline.stages={} on {} ranks ({} data-parallel "
-             "replicas per stage): under pipeline parallelism tide train runs ZeRO stage 0 "
-             "(gradients averaged over the replicas) or 1 (the optimizer state sliced over "
-             "them); set zero_optimization.stage to 0 or 1",
-             c.zero.stage, p, world_size, world_size / p);
   TIDE_CHECK(c.offload_optimizer == "none",
              "zero_optimization.offload_optimizer.device=\"{}\": tide train does not offload "
              "yet (issue #15); set it to \"none\" (tide estimate sizes offload)",
