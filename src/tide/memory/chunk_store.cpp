@@ -25,7 +25,7 @@ ChunkStore::ChunkStore(ChunkLayout layout, StoreOptions options)
              "chunk group rank {} is outside a group of {}", opt_.group_rank, N);
   if (!opt_.compute) opt_.compute = host_.get();
   if (!opt_.optimizer) opt_.optimizer = host_.get();
-  const bool alias_master = opt_.compute_dtype == DType::F32;
+  const bool alias_master = opt_.compute_dtype == DType::F32 && !opt_.separate_master;
   for (int k = 0; k < kNumChunkKinds; ++k) {
     const auto kind = static_cast<ChunkKind>(k);
     const bool optimizer_kind = k >= static_cast<int>(ChunkKind::MASTER);

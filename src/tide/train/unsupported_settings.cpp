@@ -37,13 +37,19 @@ void check_trainer_can_honour(const TrainConfig& c, int world_size) {
              "(gradients averaged over the replicas) or 1 (the optimizer state sliced over "
              "them); set zero_optimization.stage to 0 or 1",
              c.zero.stage, p, world_size, world_size / p);
-  TIDE_CHECK(c.offload_optimizer == "none",
-             "zero_optimization.offload_optimizer.device=\"{}\": tide train does not offload "
-             "yet (issue #15); set it to \"none\" (tide estimate sizes offload)",
-             c.offload_optimizer);
+  TIDE_CHECK(c.offload_optimizer == "none" || c.zero.stage >= 1,
+             "zero_optimization.offload_optimizer.device=\"cpu\" with zero_optimization.stage=0: "
+             "ZeRO-Offload offloads the partitioned optimizer state of stages 1-3 (as DeepSpeed "
+             "does); set zero_optimization.stage to 1, 2 or 3");
+  TIDE_CHECK(c.offload_optimizer == "none" || p == 1,
+             "zero_optimization.offload_optimizer.device=\"cpu\" with pipeline.stages={}: tide "
+             "train offloads the optimizer of data-parallel runs only; set pipeline.stages=1 or "
+             "offload_optimizer.device=\"none\"",
+             p);
   TIDE_CHECK(c.offload_param == "none",
-             "zero_optimization.offload_param.device=\"{}\": tide train does not offload yet "
-             "(issue #15); set it to \"none\"",
+             "zero_optimization.offload_param.device=\"{}\": tide train does not offload the "
+             "parameters yet (issue #15; offload_optimizer.device=cpu is built); set it to "
+             "\"none\"",
              c.offload_param);
   TIDE_CHECK(c.optimizer_type == "AdamW",
              "optimizer.type=\"{}\": tide train has only AdamW; set optimizer.type to \"AdamW\" "

@@ -170,9 +170,23 @@ TEST(TrainerRefuses, EverySettingItCannotHonourByKeyAndValue) {
   EXPECT_HAS(refusal({"parallel.sp=true"}), "parallel.sp=true: sequence parallelism");
   EXPECT_HAS(refusal({"world_size=8"}, 2),
              "world_size=8: this run has 2 ranks (launch it with `mpirun -np 8`)");
-  EXPECT_HAS(
-      refusal({"zero_optimization.stage=2", "zero_optimization.offload_optimizer.device=cpu"}),
-      "zero_optimization.offload_optimizer.device=\"cpu\": tide train does not offload");
+  // ZeRO-Offload runs at stages 1-3 of a data-parallel run (train/offload_policy.h).
+  EXPECT_EQ(refusal({"zero_optimization.stage=2", "zero_optimization.offload_optimizer.device=cpu",
+                     "zero_optimization.offload_optimizer.pin_memory=true"}),
+            "");
+  EXPECT_EQ(refusal({"zero_optimization.offload_optimizer.device=cpu"}),
+            "zero_optimization.offload_optimizer.device=\"cpu\" with zero_optimization.stage=0: "
+            "ZeRO-Offload offloads the partitioned optimizer state of stages 1-3 (as DeepSpeed "
+            "does); set zero_optimization.stage to 1, 2 or 3");
+  EXPECT_HAS(refusal({"zero_optimization.stage=1", "zero_optimization.offload_optimizer.device=cpu",
+                      "pipeline.stages=2", "model.n_layer=2"},
+                     2),
+             "zero_optimization.offload_optimizer.device=\"cpu\" with pipeline.stages=2: tide "
+             "train offloads the optimizer of data-parallel runs only");
+  EXPECT_HAS(refusal({"zero_optimization.stage=3", "zero_optimization.offload_optimizer.device=cpu",
+                      "zero_optimization.offload_param.device=cpu"}),
+             "zero_optimization.offload_param.device=\"cpu\": tide train does not offload the "
+             "parameters yet (issue #15; offload_optimizer.device=cpu is built)");
   EXPECT_HAS(refusal({"optimizer.type=SGD"}), "optimizer.type=\"SGD\": tide train has only AdamW");
   EXPECT_HAS(refusal({"pipeline.stages=2", "pipeline.schedule=interleaved",
                       "pipeline.virtual_stages=2", "gradient_accumulation_steps=2"}),
