@@ -121,6 +121,11 @@ const std::vector<ConfigKey>& config_schema() {
       {"zero_optimization.offload_optimizer.pin_memory", T::BOOL, false,
        "with offload_optimizer cpu: page-locked host buffers for the copies on a GPU; a no-op "
        "on CPU (accepted, changes nothing)"},
+      {"zero_optimization.offload_optimizer.delayed_update", T::BOOL, false,
+       "with offload_optimizer cpu: one-step delayed parameter update (DPU): after the warm-up, "
+       "step t's CPU Adam runs during step t+1, which uses the parameters of step t-1"},
+      {"zero_optimization.offload_optimizer.dpu_warmup_steps", T::INT, 40,
+       "with delayed_update: the first steps, updated synchronously", ints(0)},
       {"zero_optimization.offload_param.device", T::STRING, "none",
        "none or cpu (parameters on the host too, needs stage 3 and offload_optimizer cpu); "
        "cpu only for tide estimate (issue #15)"},
@@ -584,6 +589,13 @@ TrainConfig parse_checked(const json& j, std::vector<std::string> unknown, bool 
   // ZeRO-Offload (train/offload_policy.h) and the compute tier's budget.
   c.zero.offload_optimizer.enabled = c.offload_optimizer == "cpu";
   c.zero.offload_optimizer.pin_memory = b("zero_optimization.offload_optimizer.pin_memory");
+  c.zero.offload_optimizer.delayed_update = b("zero_optimization.offload_optimizer.delayed_update");
+  c.zero.offload_optimizer.dpu_warmup_steps =
+      i("zero_optimization.offload_optimizer.dpu_warmup_steps");
+  TIDE_CHECK(!c.zero.offload_optimizer.delayed_update || c.zero.offload_optimizer.enabled,
+             "zero_optimization.offload_optimizer.delayed_update=true needs "
+             "zero_optimization.offload_optimizer.device=\"cpu\" (the delayed update is the CPU "
+             "optimizer's); set the device or remove delayed_update");
   c.device_memory_limit = i("placement.device_memory_limit");
   c.world_size = static_cast<int>(i("world_size"));
   c.tensor_parallel = static_cast<int>(i("parallel.tp"));

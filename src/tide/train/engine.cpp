@@ -235,6 +235,7 @@ Engine::Engine(GPT& model, std::shared_ptr<ProcessGroup> dp, pipeline::Schedule 
                                        *store.options().compute);
   accesses_ = block_accesses(schedule_, model_.num_blocks());
   store.set_policy(zero_.get());
+  zero_settings_ = zero;
   if (zero.offload_optimizer.enabled) {
     TIDE_CHECK(model_.tp() == 1,
                "zero_optimization.offload_optimizer.device=cpu with tensor parallelism is not "
@@ -255,6 +256,12 @@ Engine::~Engine() {
   model_.store().set_policy(nullptr);
   zero_.reset();
   offload_.reset();  // joins the offload thread
+}
+
+void Engine::flush_update() {
+  if (!offload_ || !offload_->update_pending()) return;
+  offload_->finish_update();
+  zero_->after_update();
 }
 
 void Engine::sync_params() {
@@ -292,7 +299,12 @@ StepStats Engine::step(int64_t step, uint64_t seed, const BatchFn& batch, Tracer
   if (zero_) zero_->begin_step(accesses_);
   // ZeRO-Offload: without clipping (and with non-finite norms an error) the update is known
   // before the norm, so the CPU Adam of each chunk runs as soon as its gradients arrive.
-  const bool early_adam = offload_ && opt_.grad_clip <= 0 && !opt_.skip_non_finite;
+  // With the delayed update (DPU, after its warm-up) the update of this step starts after it and
+  // runs during the next one.
+  const OffloadSettings& os = zero_settings_.offload_optimizer;
+  const bool delayed = offload_ && os.delayed_update && step >= os.dpu_warmup_steps;
+  const bool early_adam = offload_ && !delayed && !offload_->update_pending() &&
+                          opt_.grad_clip <= 0 && !opt_.skip_non_finite;
   AdamWHyper early_hyper = opt_.adamw;
   early_hyper.lr = static_cast<float>(lr_at(step, opt_.lr));  // as plan_update rounds it
   if (offload_)
@@ -371,11 +383,16 @@ StepStats Engine::step(int64_t step, uint64_t seed, const BatchFn& batch, Tracer
     const UpdatePlan plan = plan_update(opt_, step, st.grad_norm);
     st.lr = plan.lr;
     st.skipped = plan.skip;
+    const TraceSpan span(tracer, "offloaded optimizer", "optimizer");
+    // DPU: the previous step's update, which ran during this step, lands first.
+    if (offload_->update_pending()) offload_->finish_update();
     if (!plan.skip) {
       AdamWHyper h = opt_.adamw;
       h.lr = plan.lr;
-      const TraceSpan span(tracer, "offloaded optimizer", "optimizer");
-      offload_->update(h, AdamWStep{step + 1, plan.clip});
+      if (delayed)
+        offload_->start_update(h, AdamWStep{step + 1, plan.clip});
+      else
+        offload_->update(h, AdamWStep{step + 1, plan.clip});
     }
     st.offload = offload_->counters();
   } else {

@@ -141,6 +141,10 @@ class Engine {
   // The owned parameter slices changed outside a step (a checkpoint was loaded): bring the
   // whole copies ZeRO keeps up to date.
   void sync_params();
+  // ZeRO-Offload's delayed update (DPU): apply the update still running on the host now, so
+  // that the parameters include every step taken (before a checkpoint is written). The next
+  // step then has no update in flight. A no-op otherwise.
+  void flush_update();
 
  private:
   class GradReduction;
@@ -161,7 +165,8 @@ class Engine {
   std::unique_ptr<ZeroPolicy> zero_;              // stages 1-3
   std::unique_ptr<HostAllocator> offload_host_;   // ZeRO-Offload's host gradient buffers
   std::unique_ptr<OffloadPolicy> offload_;        // ZeRO-Offload
-  std::vector<BlockAccess> accesses_;             // the blocks' parameter uses in one step
+  ZeroSettings zero_settings_;
+  std::vector<BlockAccess> accesses_;  // the blocks' parameter uses in one step
   // The block parts a B and a W action run (pipeline/block_parts.h), built once.
   std::vector<pipeline::BlockPart> b_parts_, w_parts_;
 };

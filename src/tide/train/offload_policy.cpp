@@ -127,7 +127,8 @@ void OffloadPolicy::sync_master() {
 
 void OffloadPolicy::begin_step(const AdamWHyper* early, const AdamWStep& early_step) {
   std::lock_guard<std::mutex> lock(mu_);
-  TIDE_ASSERT(jobs_.empty());
+  TIDE_ASSERT(pending_ || jobs_.empty());
+  TIDE_CHECK(!(pending_ && early), "ZeRO-Offload: Adam as chunks arrive with a delayed update");
   if (error_) std::rethrow_exception(error_);
   early_ = early != nullptr;
   if (early) {
@@ -135,9 +136,11 @@ void OffloadPolicy::begin_step(const AdamWHyper* early, const AdamWStep& early_s
     step_ = early_step;
   }
   std::fill(grad_done_.begin(), grad_done_.end(), 0);
-  std::fill(adam_done_.begin(), adam_done_.end(), 0);
   std::fill(copy_span_.begin(), copy_span_.end(), Span{});
-  std::fill(adam_span_.begin(), adam_span_.end(), Span{});
+  if (!pending_) {  // a delayed update keeps its flags and spans until finish_update()
+    std::fill(adam_done_.begin(), adam_done_.end(), 0);
+    std::fill(adam_span_.begin(), adam_span_.end(), Span{});
+  }
   counters_ = {};
   step_begin_ = Clock::now();
 }
@@ -171,17 +174,29 @@ double OffloadPolicy::finish_gradients() {
 }
 
 void OffloadPolicy::update(const AdamWHyper& hyper, const AdamWStep& step) {
-  const int n = store_.layout().num_chunks();
-  if (!early_) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      hyper_ = hyper;
-      step_ = step;
-    }
-    for (int c = 0; c < n; ++c) push({JobKind::ADAM, c});
-  } else {
-    TIDE_ASSERT(hyper_.lr == hyper.lr && step_.t == step.t && step_.grad_scale == step.grad_scale);
+  if (!early_) start_update(hyper, step);
+  TIDE_ASSERT(!early_ ||
+              (hyper_.lr == hyper.lr && step_.t == step.t && step_.grad_scale == step.grad_scale));
+  pending_ = true;
+  finish_update();
+}
+
+void OffloadPolicy::start_update(const AdamWHyper& hyper, const AdamWStep& step) {
+  TIDE_ASSERT(!early_ && !pending_);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    hyper_ = hyper;
+    step_ = step;
+    std::fill(adam_done_.begin(), adam_done_.end(), 0);
+    std::fill(adam_span_.begin(), adam_span_.end(), Span{});
   }
+  for (int c = 0; c < store_.layout().num_chunks(); ++c) push({JobKind::ADAM, c});
+  pending_ = true;
+}
+
+void OffloadPolicy::finish_update() {
+  TIDE_ASSERT(pending_);
+  const int n = store_.layout().num_chunks();
   // Chunk c goes back to the compute tier while the offload thread updates chunk c+1.
   for (int c = 0; c < n; ++c) {
     wait_done(adam_done_, c);
@@ -190,10 +205,14 @@ void OffloadPolicy::update(const AdamWHyper& hyper, const AdamWStep& step) {
     counters_.bytes_to_compute += static_cast<uint64_t>(m.nbytes());
     counters_.moves_to_compute += 1;
   }
+  pending_ = false;
+  // Hidden: the part of Adam that ran inside this step's forward and backward (a delayed
+  // update's Adam started in the previous step; a synchronous one after backward: none).
   for (int c = 0; c < n; ++c) {
     const Span& s = adam_span_[c];
     counters_.adam_seconds += seconds(s.end - s.begin);
-    counters_.hidden_seconds += std::max(0.0, seconds(std::min(s.end, backward_end_) - s.begin));
+    const auto b = std::max(s.begin, step_begin_), e = std::min(s.end, backward_end_);
+    counters_.hidden_seconds += std::max(0.0, seconds(e - b));
   }
 }
 

@@ -88,7 +88,15 @@ class OffloadPolicy final : public ReducedGradSink {
   double finish_gradients();
   // The update (skipped steps do not call it): Adam per chunk on the offload thread (unless it
   // ran early), each chunk's master slice copied into its PARAM slice as soon as it is done.
+  // update() = start_update() + finish_update().
   void update(const AdamWHyper& hyper, const AdamWStep& step);
+  // One-step delayed update (DPU): start_update() queues Adam of every chunk and returns; it
+  // runs while the next step's forward and backward compute (that step's gradient copies queue
+  // behind it, so they find Adam done with the host gradients). finish_update() waits for it
+  // and copies the parameters back.
+  void start_update(const AdamWHyper& hyper, const AdamWStep& step);
+  void finish_update();
+  bool update_pending() const { return pending_; }
 
   const OffloadStepCounters& counters() const { return counters_; }
   // Bytes of the host gradient buffers.
@@ -129,6 +137,7 @@ class OffloadPolicy final : public ReducedGradSink {
   std::vector<char> grad_done_, adam_done_;
   std::vector<Span> copy_span_, adam_span_;
   bool early_ = false;
+  bool pending_ = false;  // start_update() ran, finish_update() has not
   AdamWHyper hyper_;
   AdamWStep step_;
 

@@ -436,6 +436,9 @@ size_t Trainer::memory_bytes() const {
 }
 
 std::string Trainer::save(const std::string& name) const {
+  // ZeRO-Offload's delayed update: the checkpoint holds every step taken (the run goes on
+  // from there as a run resumed from it does, with no update in flight).
+  if (engine_) engine_->flush_update();
   const fs::path dir(cfg_.out_dir);
   const bool rank0 = world_->rank() == 0, sharded = cfg_.zero.stage > 0 || pipeline_;
   const std::string path = (dir / name).string();

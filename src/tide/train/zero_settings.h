@@ -10,6 +10,10 @@ namespace tide {
 struct OffloadSettings {
   bool enabled = false;     // device = "cpu": fp32 master weights and Adam m, v on the host
   bool pin_memory = false;  // page-locked host buffers for the copies (GPU); a no-op on CPU
+  // One-step delayed parameter update (DPU): after dpu_warmup_steps synchronous steps, step t's
+  // CPU Adam runs during step t+1's forward and backward, which use the parameters of step t-1.
+  bool delayed_update = false;
+  int64_t dpu_warmup_steps = 40;
   bool operator==(const OffloadSettings&) const = default;
 };
 

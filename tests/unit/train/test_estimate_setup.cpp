@@ -183,6 +183,11 @@ TEST(TrainerRefuses, EverySettingItCannotHonourByKeyAndValue) {
                      2),
              "zero_optimization.offload_optimizer.device=\"cpu\" with pipeline.stages=2: tide "
              "train offloads the optimizer of data-parallel runs only");
+  EXPECT_HAS(error_of([] {
+               load_train_config("", {"zero_optimization.offload_optimizer.delayed_update=true"});
+             }),
+             "zero_optimization.offload_optimizer.delayed_update=true needs "
+             "zero_optimization.offload_optimizer.device=\"cpu\"");
   EXPECT_HAS(refusal({"zero_optimization.stage=3", "zero_optimization.offload_optimizer.device=cpu",
                       "zero_optimization.offload_param.device=cpu"}),
              "zero_optimization.offload_param.device=\"cpu\": tide train does not offload the "

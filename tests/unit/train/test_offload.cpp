@@ -3,6 +3,7 @@
 // traffic and memory are in tests/mpi/train_offload.cpp.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <vector>
 
@@ -73,6 +74,101 @@ TEST(OffloadNorm, BlockSumsInChunkOrderAreTheGlobalNormBitwise) {
     for (double x : s) total += x;
   const double expected = grad_norm_squared(bufs, 2);
   EXPECT_EQ(std::memcmp(&total, &expected, sizeof(double)), 0) << total << " vs " << expected;
+}
+
+// The one-step delayed update (DPU) against a reference built from plain parts: model A (no
+// offload) only computes each step's loss and gradients on parameters copied in from model B;
+// B holds the parameters and Adam state and takes the updates, each step's one step late
+// after the warm-up (apply_update, the synchronous update). DPU's losses and, once its
+// pending update is flushed, its parameters equal the reference's bitwise; and they differ
+// from the synchronous offloaded run's, so the delay is really there.
+TEST(OffloadDelayedUpdate, EqualsAReferenceThatAppliesEachUpdateOneStepLate) {
+  constexpr int B = 2, T = 16, kSteps = 7, kWarmup = 2;
+  const TrainConfig tc = tiny();
+  OptimizerSettings opt;
+  opt.adamw.weight_decay = 0.1;
+  opt.lr.type = LrScheduleType::CONSTANT;
+  opt.lr.lr = 1e-2;
+  opt.grad_clip = 1.0f;
+  const int vocab = tc.model.vocab_size;
+  int64_t cur = 0;  // the step being filled
+  auto fill = [&](int mb, int32_t* in, int32_t* tg) {
+    for (int i = 0; i < B * T; ++i) {
+      in[i] = static_cast<int32_t>((i * 7 + mb * 3 + cur * 5) % vocab);
+      tg[i] = static_cast<int32_t>((in[i] * 5 + 3) % vocab);
+    }
+  };
+  auto offloaded = [&](bool delayed, std::vector<float>& losses) {
+    ModelOptions o;
+    o.store.sliced_kinds = zero_sliced_kinds(1);
+    o.store.separate_master = true;
+    auto gpt = std::make_unique<GPT>(tc.model, tc.activation_policy, o);
+    gpt->init_weights(7);
+    ZeroSettings z;
+    z.stage = 1;
+    z.offload_optimizer.enabled = true;
+    z.offload_optimizer.delayed_update = delayed;
+    z.offload_optimizer.dpu_warmup_steps = kWarmup;
+    Engine e(*gpt, std::make_shared<LocalProcessGroup>(), data_parallel_schedule(1), B, T, opt, z);
+    for (cur = 0; cur < kSteps; ++cur) losses.push_back(e.step(cur, 1, fill).loss);
+    e.flush_update();
+    return gpt;
+  };
+  std::vector<float> dpu, sync;
+  const auto dpu_model = offloaded(true, dpu);
+  offloaded(false, sync);
+
+  GPT a(tc.model, tc.activation_policy), b(tc.model, tc.activation_policy);
+  a.init_weights(7);
+  b.init_weights(7);
+  Engine ea(a, std::make_shared<LocalProcessGroup>(), data_parallel_schedule(1), B, T, opt);
+  const ChunkLayout& lay = a.store().layout();
+  using Grads = std::vector<std::vector<float>>;
+  auto apply = [&](const Grads& g, int64_t step) {  // B takes step `step`'s update from g
+    std::vector<GradBuffer> bufs;
+    for (int c = 0; c < lay.num_chunks(); ++c) {
+      const Tensor t = b.store().chunk(ChunkKind::GRAD, c);
+      std::memcpy(t.data, g[c].data(), t.nbytes());
+      bufs.push_back({t.data, DType::F32, t.numel()});
+    }
+    StepStats st;
+    st.grad_norm = std::sqrt(grad_norm_squared(bufs));
+    ChunkStore* stores[] = {&b.store()};
+    apply_update(stores, opt, step, st, nullptr);
+  };
+  std::vector<float> ref;
+  Grads pending;
+  for (cur = 0; cur < kSteps; ++cur) {
+    for (int c = 0; c < lay.num_chunks(); ++c)
+      std::memcpy(a.store().chunk(ChunkKind::PARAM, c).data,
+                  b.store().chunk(ChunkKind::PARAM, c).data,
+                  a.store().chunk(ChunkKind::PARAM, c).nbytes());
+    ref.push_back(ea.step(cur, 1, fill).loss);  // A's own update is overwritten next step
+    Grads g(lay.num_chunks());
+    for (int c = 0; c < lay.num_chunks(); ++c) {
+      const Tensor t = a.store().chunk(ChunkKind::GRAD, c);
+      g[c].assign(t.f32(), t.f32() + t.numel());
+    }
+    if (cur < kWarmup) {
+      apply(g, cur);
+      continue;
+    }
+    if (!pending.empty()) apply(pending, cur - 1);
+    pending = std::move(g);
+  }
+  apply(pending, kSteps - 1);  // what flush_update() applies
+  for (int s = 0; s < kSteps; ++s)
+    EXPECT_EQ(std::memcmp(&dpu[s], &ref[s], 4), 0)
+        << "step " << s + 1 << ": " << dpu[s] << " vs " << ref[s];
+  for (int c = 0; c < lay.num_chunks(); ++c)
+    EXPECT_EQ(std::memcmp(dpu_model->store().chunk(ChunkKind::PARAM, c).data,
+                          b.store().chunk(ChunkKind::PARAM, c).data,
+                          b.store().chunk(ChunkKind::PARAM, c).nbytes()),
+              0)
+        << "chunk " << c << " after the flush";
+  // Synchronous until the first update that DPU delays takes effect: step kWarmup + 2.
+  for (int s = 0; s <= kWarmup; ++s) EXPECT_EQ(dpu[s], sync[s]) << "step " << s + 1;
+  EXPECT_NE(dpu[kWarmup + 1], sync[kWarmup + 1]);
 }
 
 }  // namespace
