@@ -5,10 +5,13 @@
 //
 //   [mpirun -np N] bench_offload [--layers 6] [--embd 384] [--heads 6] [--vocab 2048]
 //                                [--seq-len 64] [--micro-batch 2] [--steps 5] [--threads 1]
-//                                [--zero-stages 1,2,3] [--clip 1,0]
+//                                [--zero-stages 1,2,3] [--clip 1,0] [--dpu true]
 //
-// clip            gradient_clipping: 1 (Adam waits for the global norm, after backward) or 0
-//                 (Adam runs on each chunk as soon as its gradients reach the host)
+// mode            "after-backward" (gradient_clipping 1: Adam waits for the global norm),
+//                 "as-chunks-arrive" (gradient_clipping 0: Adam runs on each chunk as soon as its
+//                 gradients reach the host), or "dpu" (clipping 1 with the one-step delayed update
+//                 from the first step: step t's Adam runs during step t+1)
+// clip            gradient_clipping
 // psi             elements of every chunk, padding included
 // base_step_s     mean step time without offload (same stage, same clip)
 // step_s          mean step time with offload; ratio = step_s / base_step_s
@@ -46,6 +49,7 @@ struct Args {
   int steps = 5, threads = 1;
   std::vector<int> zero_stages = {1, 2, 3};
   std::vector<double> clips = {1.0, 0.0};
+  bool dpu = true;
 };
 
 Args parse(int argc, char** argv) {
@@ -67,6 +71,7 @@ Args parse(int argc, char** argv) {
   app.add_option("--clip", a.clips, "gradient_clipping values, e.g. 1,0")
       ->delimiter(',')
       ->capture_default_str();
+  app.add_option("--dpu", a.dpu, "also measure the delayed update (clip 1)")->capture_default_str();
   bench::parse_args(app, argc, argv);
   TIDE_CHECK(a.steps >= 1 && a.vocab >= 2 && a.vocab <= 65536,
              "--steps must be >= 1 and --vocab in [2, 65536] (got {} and {})", a.steps, a.vocab);
@@ -99,7 +104,7 @@ struct Measured {
 };
 
 Measured measure(const Args& a, std::shared_ptr<ProcessGroup> world, const std::string& shard,
-                 int stage, double clip, bool offload) {
+                 int stage, double clip, bool offload, bool dpu = false) {
   const TrainConfig cfg = load_train_config(
       "", {"data.train=" + shard, "out_dir=/tmp", fmt::format("model.n_layer={}", a.layers),
            fmt::format("model.n_embd={}", a.embd), fmt::format("model.n_head={}", a.heads),
@@ -108,7 +113,9 @@ Measured measure(const Args& a, std::shared_ptr<ProcessGroup> world, const std::
            fmt::format("train_steps={}", a.steps + 1), fmt::format("threads={}", a.threads),
            "log.progress=false", fmt::format("gradient_clipping={}", clip),
            fmt::format("zero_optimization.stage={}", stage),
-           fmt::format("zero_optimization.offload_optimizer.device={}", offload ? "cpu" : "none")});
+           fmt::format("zero_optimization.offload_optimizer.device={}", offload ? "cpu" : "none"),
+           fmt::format("zero_optimization.offload_optimizer.delayed_update={}", dpu),
+           "zero_optimization.offload_optimizer.dpu_warmup_steps=0"});
   Trainer trainer(cfg, world);
   Measured m;
   m.psi = trainer.model().store().layout().total_elems();
@@ -142,10 +149,17 @@ int main(int argc, char** argv) {
     std::shared_ptr<ProcessGroup> world = init_distributed({CommAlgorithm::Mpi});
     const int N = world->size();
     const std::string shard = write_random_shard(a, N, world->rank());
+    struct Mode {
+      double clip;
+      bool dpu;
+    };
+    std::vector<Mode> modes;
+    for (double clip : a.clips) modes.push_back({clip, false});
+    if (a.dpu) modes.push_back({1.0, true});
     for (int stage : a.zero_stages)
-      for (double clip : a.clips) {
+      for (const auto [clip, dpu] : modes) {
         const Measured base = measure(a, world, shard, stage, clip, false);
-        const Measured off = measure(a, world, shard, stage, clip, true);
+        const Measured off = measure(a, world, shard, stage, clip, true, dpu);
         if (world->rank() != 0) continue;
         const OffloadStepCounters& o = off.o;
         const double work = o.copy_seconds + o.adam_seconds;
@@ -154,13 +168,18 @@ int main(int argc, char** argv) {
                 ? std::clamp((o.hidden_seconds - o.copy_seconds) / o.adam_seconds, 0.0, 1.0)
                 : 0.0;
         std::printf(
-            "{\"bench\":\"offload\",\"zero_stage\":%d,\"world\":%d,\"clip\":%g,\"model\":\"%s\","
+            "{\"bench\":\"offload\",\"zero_stage\":%d,\"world\":%d,\"mode\":\"%s\",\"clip\":%g,"
+            "\"model\":\"%s\","
             "\"params\":%lld,\"psi\":%lld,\"micro_batch\":%d,\"seq_len\":%d,\"threads\":%d,"
             "\"steps\":%d,\"base_step_s\":%.4f,\"step_s\":%.4f,\"ratio\":%.3f,"
             "\"bytes_to_host\":%llu,\"bytes_to_device\":%llu,\"theory_bytes\":%lld,"
             "\"copy_s\":%.4f,\"adam_s\":%.4f,\"hidden_s\":%.4f,\"hidden\":%.3f,"
             "\"adam_hidden\":%.3f,\"wait_s\":%.4f}\n",
-            stage, N, clip, off.model.c_str(), static_cast<long long>(off.params),
+            stage, N,
+            dpu        ? "dpu"
+            : clip > 0 ? "after-backward"
+                       : "as-chunks-arrive",
+            clip, off.model.c_str(), static_cast<long long>(off.params),
             static_cast<long long>(off.psi), a.micro_batch, a.seq_len, a.threads, a.steps,
             base.step_s, off.step_s, off.step_s / base.step_s,
             static_cast<unsigned long long>(o.bytes_to_host),
