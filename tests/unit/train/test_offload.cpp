@@ -5,15 +5,19 @@
 
 #include <cmath>
 #include <cstring>
+#include <fstream>
 #include <vector>
 
 #include "error_of.h"
+#include "test_files.h"
 #include "tide/comm/local_process_group.h"
 #include "tide/core/rng.h"
+#include "tide/data/shard.h"
 #include "tide/model/gpt.h"
 #include "tide/optim/grad_norm.h"
 #include "tide/train/config.h"
 #include "tide/train/engine.h"
+#include "tide/train/trainer.h"
 
 using namespace tide;
 using tide::test::error_of;
@@ -169,6 +173,41 @@ TEST(OffloadDelayedUpdate, EqualsAReferenceThatAppliesEachUpdateOneStepLate) {
   // Synchronous until the first update that DPU delays takes effect: step kWarmup + 2.
   for (int s = 0; s <= kWarmup; ++s) EXPECT_EQ(dpu[s], sync[s]) << "step " << s + 1;
   EXPECT_NE(dpu[kWarmup + 1], sync[kWarmup + 1]);
+}
+
+// tide train's metrics.jsonl carries the offload counters of every logged step (and the
+// progress line their short form); without offload they are absent.
+TEST(OffloadMetrics, EveryTrainingRecordCarriesTheCounters) {
+  for (bool offload : {true, false}) {
+    const std::string dir = test::temp_dir(offload ? "offload_metrics" : "offload_metrics_off");
+    std::vector<uint16_t> tokens(2000);
+    for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<uint16_t>(i * 7 % 50);
+    write_token_shard(dir + "/train.bin", std::span<const uint16_t>(tokens));
+    Trainer t(load_train_config(
+        "",
+        {"data.train=" + dir + "/train.bin", "model.vocab_size=50", "model.n_layer=2",
+         "model.n_head=2", "model.n_embd=16", "seq_len=8", "train_steps=3", "log.interval=1",
+         "out_dir=" + dir, "log.progress=false", "zero_optimization.stage=2",
+         std::string("zero_optimization.offload_optimizer.device=") + (offload ? "cpu" : "none")}));
+    t.run();
+    const uint64_t psi = static_cast<uint64_t>(t.model().store().layout().total_elems());
+    std::ifstream f(dir + "/metrics.jsonl");
+    int records = 0;
+    for (std::string line; std::getline(f, line);) {
+      const nlohmann::json j = nlohmann::json::parse(line);
+      if (!j.contains("loss")) continue;
+      ++records;
+      EXPECT_EQ(j.contains("offload_wait_seconds"), offload) << line;
+      if (!offload) continue;
+      EXPECT_EQ(j["offload_bytes_to_host"].get<uint64_t>(), 4 * psi) << line;
+      EXPECT_EQ(j["offload_bytes_to_device"].get<uint64_t>(), 4 * psi) << line;
+      EXPECT_EQ(j["offload_moves"].get<int>(), 2 * t.model().store().layout().num_chunks());
+      for (const char* k :
+           {"offload_copy_seconds", "offload_adam_seconds", "offload_hidden_seconds"})
+        EXPECT_GE(j[k].get<double>(), 0.0) << k;
+    }
+    EXPECT_EQ(records, 3);
+  }
 }
 
 }  // namespace
