@@ -13,7 +13,8 @@
 // World sizes: 2 ranks: tp = 2 with each activation policy, SP on and off; 3: tp = 3; 4: tp = 4
 // with each policy, SP on and off, and tp x dp = 2 x 2 with accumulation 2 at ZeRO stages 0-3;
 // 8: 4 x 2. Checkpoints (tp_checkpoint.h): a resume at the same tp is bitwise, the single-rank
-// model reads the shards' elements exactly, tp 4 -> 2 loads; a ZeRO-sliced store is refused.
+// model reads the shards' elements exactly, tp 4 -> 2 loads; a ZeRO-sliced store without its dp
+// group is refused.
 
 #include <gtest/gtest.h>
 #include <omp.h>
@@ -352,7 +353,7 @@ TEST(EngineTensorParallelCheckpoint, ResumeIsBitwiseAndOneRankReadsTheWholeModel
   if (world->rank() == 0) std::filesystem::remove_all(dir);
 }
 
-TEST(EngineTensorParallelCheckpoint, ZeroSlicedStoreIsRefused) {
+TEST(EngineTensorParallelCheckpoint, ZeroSlicedStoreWithoutTheDpGroupIsRefused) {
   std::shared_ptr<ProcessGroup> world = mpi_test::world_ptr();
   if (world->size() != 4) GTEST_SKIP() << "tp 2 x dp 2";
   Topology mesh(world, MeshShape{.tp = 2, .dp = 2});

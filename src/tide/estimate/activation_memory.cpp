@@ -29,10 +29,16 @@ int64_t attention_core(const ActivationShape& x) {
   return as2b * (2 * x.elem_bytes + 1) / x.t;
 }
 
-// Full recompute keeps the layer input, which is sequence-split under SP.
+// Full recompute keeps the layer input, which is sequence-split under SP; P_a keeps the rank's
+// 1/t slice of it (on the host with CPU checkpointing).
 int64_t layer_input(const ActivationShape& x) {
   const int64_t bytes = x.s * x.b * x.h * x.elem_bytes;
+  if (x.partition) return x.cpu_checkpointing ? 0 : bytes / x.t;
   return x.sp ? bytes / x.t : bytes;
+}
+
+bool partitioned(const ActivationShape& x, Recompute policy) {
+  return x.partition && policy == Recompute::Full;
 }
 
 }  // namespace
@@ -57,10 +63,18 @@ int64_t recompute_workspace_bytes(const ActivationShape& x, Recompute policy) {
       return 0;
     case Recompute::Selective:
       return attention_core(x);
-    case Recompute::Full:
-      return layer_activation_bytes(x, Recompute::None);
+    case Recompute::Full:  // under P_a also the gathered layer input
+      return layer_activation_bytes(x, Recompute::None) + partition_buffer_bytes(x, policy);
   }
   TIDE_ASSERT(false);
+}
+
+int64_t partition_buffer_bytes(const ActivationShape& x, Recompute policy) {
+  return partitioned(x, policy) ? x.s * x.b * x.h * x.elem_bytes : 0;
+}
+
+int64_t host_checkpoint_bytes(const ActivationShape& x, Recompute policy) {
+  return partitioned(x, policy) && x.cpu_checkpointing ? x.s * x.b * x.h * x.elem_bytes / x.t : 0;
 }
 
 int64_t input_layer_activation_bytes(const ActivationShape& x) {

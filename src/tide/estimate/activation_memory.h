@@ -22,6 +22,13 @@
 // parallelism splits the replicated part over t as well. Selective recompute drops the
 // attention core; full recompute keeps only the layer input (sbh e), which under SP is
 // already split over t (the table's 2sbh row is without SP).
+//
+// ZeRO-R P_a (`partition`: activation_checkpointing.partition_activations; full recompute,
+// t > 1, no SP) keeps only the rank's 1/t of each layer input, sbh e / t, plus one whole input
+// per micro-batch (the residual buffer the forward writes while the slices are kept; tide's
+// runtime holds two whole boundaries instead of L + 1, docs/tensor-parallel.md) and one whole
+// input in the recompute workspace (the slices all-gathered). With `cpu_checkpointing` the
+// slices are on the host (host_checkpoint_bytes), none on the device.
 
 #include <cstdint>
 
@@ -37,7 +44,9 @@ struct ActivationShape {
   int64_t v = 0;  // vocabulary size
   int t = 1;      // tensor-parallel degree
   bool sp = false;
-  int elem_bytes = 2;  // bytes of one activation element (2 for bf16/fp16, 4 for fp32)
+  int elem_bytes = 2;              // bytes of one activation element (2 for bf16/fp16, 4 for fp32)
+  bool partition = false;          // ZeRO-R P_a (full recompute, t > 1, no SP; see above)
+  bool cpu_checkpointing = false;  // with partition: the slices on the host
 };
 
 // Bytes one rank keeps between forward and backward for one layer and one micro-batch.
@@ -46,6 +55,12 @@ int64_t layer_activation_bytes(const ActivationShape& x, Recompute policy);
 // Bytes that exist only while a layer's backward recomputes what was not kept: the whole
 // layer's activations (full) or its attention core (selective); 0 when nothing is recomputed.
 int64_t recompute_workspace_bytes(const ActivationShape& x, Recompute policy);
+
+// P_a under full recompute: the whole residual buffer one micro-batch keeps besides the
+// partitioned slices (sbh e; 0 without P_a), and the host bytes of one layer's slice with
+// cpu_checkpointing (sbh e / t; 0 otherwise).
+int64_t partition_buffer_bytes(const ActivationShape& x, Recompute policy);
+int64_t host_checkpoint_bytes(const ActivationShape& x, Recompute policy);
 
 // Input layer (first pipeline stage): the embedding dropout mask, sbh bytes (sbh/t under SP),
 // as in Korthikanti et al. section 4.3.

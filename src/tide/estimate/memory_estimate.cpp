@@ -91,6 +91,8 @@ ActivationShape activation_shape(const TrainSetup& setup) {
   x.t = setup.tp;
   x.sp = setup.sp && setup.tp > 1;
   x.elem_bytes = bytes_per_param(setup.precision);
+  x.partition = setup.partition_activations && setup.tp > 1 && !x.sp;
+  x.cpu_checkpointing = x.partition && setup.cpu_checkpointing;
   return x;
 }
 
@@ -122,7 +124,10 @@ MemoryEstimate estimate_memory(const TrainSetup& setup) {
     int64_t act = layer_activation_bytes(shape, setup.recompute) * st.inflight_layer_microbatches;
     if (s == 0) act += input_layer_activation_bytes(shape) * st.inflight_microbatches;
     if (s == p - 1) act += output_layer_activation_bytes(shape) * st.inflight_microbatches;
+    act += partition_buffer_bytes(shape, setup.recompute) * st.inflight_microbatches;  // P_a
     st.device.activations = act;
+    st.host.activations =
+        host_checkpoint_bytes(shape, setup.recompute) * st.inflight_layer_microbatches;
     st.device.temp_buffers =
         chunk_buffers(setup, layout, st) + recompute_workspace_bytes(shape, setup.recompute);
     est.stages.push_back(st);

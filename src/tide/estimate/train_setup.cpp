@@ -17,7 +17,7 @@ int TrainSetup::ranks_per_host() const {
 void TrainSetup::validate() const {
   model.validate();
   TIDE_CHECK(world_size >= 1, "world size must be at least 1 (got {})", world_size);
-  TIDE_CHECK(tp >= 1, "parallel.tp must be at least 1 (got {})", tp);
+  TIDE_CHECK(tp >= 1, "tensor_parallel.size must be at least 1 (got {})", tp);
   TIDE_CHECK(pp >= 1, "pipeline.stages must be at least 1 (got {})", pp);
   TIDE_CHECK(world_size % (tp * pp) == 0,
              "world size {} is not divisible by tp*pp = {}*{} = {}; the data-parallel degree is "
@@ -25,14 +25,16 @@ void TrainSetup::validate() const {
              world_size, tp, pp, tp * pp, tp * pp);
   // Hidden first: n_embd = n_head * head_size, so a tp that fails here fails for heads too
   // and this message is the more direct one.
-  TIDE_CHECK(model.n_embd % tp == 0,
-             "model.n_embd ({}) is not divisible by parallel.tp ({}): the hidden size is split "
-             "evenly across tp ranks; choose a tp that divides {}",
-             model.n_embd, tp, model.n_embd);
-  TIDE_CHECK(model.n_head % tp == 0,
-             "model.n_head ({}) is not divisible by parallel.tp ({}): tensor parallelism gives "
-             "each rank n_head/tp whole heads; choose a tp that divides {}",
-             model.n_head, tp, model.n_head);
+  TIDE_CHECK(
+      model.n_embd % tp == 0,
+      "model.n_embd ({}) is not divisible by tensor_parallel.size ({}): the hidden size is split "
+      "evenly across tp ranks; choose a tp that divides {}",
+      model.n_embd, tp, model.n_embd);
+  TIDE_CHECK(
+      model.n_head % tp == 0,
+      "model.n_head ({}) is not divisible by tensor_parallel.size ({}): tensor parallelism gives "
+      "each rank n_head/tp whole heads; choose a tp that divides {}",
+      model.n_head, tp, model.n_head);
   TIDE_CHECK(
       model.n_layer % pp == 0,
       "model.n_layer ({}) is not divisible by pipeline.stages ({}): every pipeline stage holds "
@@ -44,9 +46,10 @@ void TrainSetup::validate() const {
              "seq_len {} exceeds model.max_seq_len {}; lower seq_len or raise model.max_seq_len",
              seq(), model.max_seq_len);
   TIDE_CHECK(!sp || seq() % tp == 0,
-             "sequence length {} is not divisible by parallel.tp ({}) under sequence parallelism, "
-             "which splits the sequence across tp ranks; use a multiple of {} or turn parallel.sp "
-             "off",
+             "sequence length {} is not divisible by tensor_parallel.size ({}) under sequence "
+             "parallelism, "
+             "which splits the sequence across tp ranks; use a multiple of {} or turn "
+             "tensor_parallel.sequence_parallel off",
              seq(), tp, tp);
   TIDE_CHECK(micro_batch >= 1, "train_micro_batch_size_per_gpu must be at least 1 (got {})",
              micro_batch);

@@ -48,6 +48,9 @@ struct TrainSetup {
   ZeroSettings zero;
   Offload offload = Offload::None;
   Recompute recompute = Recompute::None;
+  // ZeRO-R P_a (activation_checkpointing.partition_activations; sized under full recompute with
+  // tp > 1 and no sp, as tide train requires) and its CPU checkpointing.
+  bool partition_activations = false, cpu_checkpointing = false;
   Precision precision = Precision::BF16;
   Optimizer optimizer = Optimizer::AdamW;
   Schedule schedule = Schedule::OneFOneB;

@@ -15,6 +15,7 @@
 #include "tide/optim/lr_schedule.h"
 #include "tide/train/pipeline_setup.h"
 #include "tide/train/sharded_checkpoint.h"
+#include "tide/train/tensor_parallel_settings.h"
 
 namespace tide {
 
@@ -136,6 +137,11 @@ const std::vector<ConfigKey>& config_schema() {
        ints(0)},
       {"activation_checkpointing.policy", T::STRING, "none",
        "none (save all), selective (recompute attention core) or full (recompute blocks)"},
+      {"activation_checkpointing.partition_activations", T::BOOL, false,
+       "ZeRO-R P_a: each tensor-parallel rank keeps only its 1/t slice of every block input "
+       "(needs policy full, tensor_parallel.size > 1, no sequence_parallel)"},
+      {"activation_checkpointing.cpu_checkpointing", T::BOOL, false,
+       "the partitioned block inputs go to host memory (needs partition_activations)"},
       {"chunk_size_mb", T::FLOAT, 0.0,
        "target chunk size (= communication bucket) in MiB of f32; a larger tensor gets a chunk "
        "of its own; 0 = the largest tensor's size",
@@ -144,11 +150,14 @@ const std::vector<ConfigKey>& config_schema() {
        "ranks in the job; 0 = as launched (tide train: the mpirun ranks; tide estimate: 1); "
        "tide train refuses a value other than the ranks it runs on",
        ints(0, 16777216)},
-      {"parallel.tp", T::INT, 1,
-       "tensor-parallel degree; > 1 only for tide estimate: tide train refuses it (issue #12)",
+      {"tensor_parallel.size", T::INT, 1,
+       "tensor-parallel degree t (Megatron-LM, docs/tensor-parallel.md): ranks = t x "
+       "data-parallel replicas; model.n_head must divide by t; not yet with pipeline.stages > 1 "
+       "in tide train (issue #13)",
        ints(1, 65536)},
-      {"parallel.sp", T::BOOL, false,
-       "sequence parallelism (with parallel.tp > 1); true only for tide estimate (issue #12)"},
+      {"tensor_parallel.sequence_parallel", T::BOOL, false,
+       "sequence parallelism over the tensor-parallel ranks (needs tensor_parallel.size > 1 and "
+       "seq_len divisible by it)"},
       {"pipeline.stages", T::INT, 1,
        "pipeline stages p (tide train: one stage per rank, ranks = p x data-parallel replicas "
        "with ZeRO 0-1 inside the stages; model.n_layer must divide over p x "
@@ -598,8 +607,10 @@ TrainConfig parse_checked(const json& j, std::vector<std::string> unknown, bool 
              "optimizer's); set the device or remove delayed_update");
   c.device_memory_limit = i("placement.device_memory_limit");
   c.world_size = static_cast<int>(i("world_size"));
-  c.tensor_parallel = static_cast<int>(i("parallel.tp"));
-  c.sequence_parallel = b("parallel.sp");
+  c.tensor_parallel = static_cast<int>(i("tensor_parallel.size"));
+  c.sequence_parallel = b("tensor_parallel.sequence_parallel");
+  c.partition_activations = b("activation_checkpointing.partition_activations");
+  c.cpu_checkpointing = b("activation_checkpointing.cpu_checkpointing");
   c.pipeline_stages = static_cast<int>(i("pipeline.stages"));
   c.pipeline_schedule = canonical_schedule_name(s("pipeline.schedule"));
   v["pipeline.schedule"] = c.pipeline_schedule;
@@ -681,7 +692,8 @@ TrainConfig parse_checked(const json& j, std::vector<std::string> unknown, bool 
   c.trace_steps = i("trace.steps");
   c.trace_path = s("trace.path");
   c.is_default_run = c.data_dir.empty() && c.train_data.empty();
-  check_pipeline_settings(c);  // needs the shape, the batch and ZeRO: last
+  check_tensor_parallel_settings(c);  // needs the shape and the activation policy
+  check_pipeline_settings(c);         // needs the shape, the batch and ZeRO: last
   c.values = json(v);
 
   if (!check_paths) return c;

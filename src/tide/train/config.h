@@ -63,14 +63,16 @@ struct TrainConfig {
   int64_t device_memory_limit = 0;  // placement.device_memory_limit: bytes, 0 = unlimited
   ActivationPolicy activation_policy = ActivationPolicy::SAVE_ALL;
   double chunk_size_mb = 0;  // 0: smallest legal chunk (the largest tensor)
-  // What `tide estimate` sizes and `tide train` cannot run yet (offload, tensor/pipeline
-  // parallelism, SGD): parsed for both commands; the Trainer refuses what it cannot honour
-  // (train/unsupported_settings.h).
+  // What `tide estimate` sizes and `tide train` cannot run yet (offload, tensor parallelism
+  // inside pipeline stages, SGD): parsed for both commands; the Trainer refuses what it cannot
+  // honour (train/unsupported_settings.h).
   std::string optimizer_type = "AdamW";                            // "AdamW" or "SGD"
   std::string offload_optimizer = "none", offload_param = "none";  // "none" or "cpu"
   int world_size = 0;                                              // 0: as launched
   int tensor_parallel = 1, pipeline_stages = 1;
   bool sequence_parallel = false;
+  // activation_checkpointing.partition_activations / cpu_checkpointing (ZeRO-R P_a).
+  bool partition_activations = false, cpu_checkpointing = false;
   // pipeline.*: the schedule's canonical name (pipeline/generators.h; pipeline_setup.h checks
   // the combination), model chunks per stage, zb-auto's memory limit in M_B (0: 1F1B's peak).
   std::string pipeline_schedule = "1f1b";

@@ -275,6 +275,12 @@ MicroBatch& Engine::micro_batch(int mb) {
   TIDE_FAIL("micro-batch {} is not in flight", mb);
 }
 
+size_t Engine::host_checkpoint_bytes() const {
+  size_t b = 0;
+  for (const auto& mb : mbs_) b += mb->host_checkpoints.capacity();
+  return b;
+}
+
 size_t Engine::activation_bytes() const {
   size_t b = stash_.bytes();
   for (const auto& mb : mbs_) b += mb->saved.capacity() + mb->workspace.capacity();

@@ -134,6 +134,9 @@ class Engine {
   const pipeline::Schedule& schedule() const { return schedule_; }
   // Bytes of the activation arenas and the stash pool (allocated up front).
   size_t activation_bytes() const;
+  // Bytes of the micro-batches' host pools of partitioned block inputs (cpu_checkpointing; 0
+  // without), not counted in activation_bytes().
+  size_t host_checkpoint_bytes() const;
   // Bytes of ZeRO's communication buffers (0 at stage 0, whose reductions work in place).
   size_t comm_buffer_bytes() const { return zero_ ? zero_->buffer_bytes() : 0; }
   // ZeRO-Offload: the host allocator of the offloaded gradient slices (nullptr without offload).

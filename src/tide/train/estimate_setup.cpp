@@ -39,6 +39,8 @@ TrainSetup setup_from_train_config(const TrainConfig& c) {
               : c.offload_optimizer == "cpu" ? Offload::Optimizer
                                              : Offload::None;
   s.recompute = recompute_of(c.activation_policy);
+  s.partition_activations = c.partition_activations;
+  s.cpu_checkpointing = c.cpu_checkpointing;
   s.precision = c.bf16 ? Precision::BF16 : c.fp16 ? Precision::FP16 : Precision::FP32;
   s.optimizer = parse_optimizer(c.optimizer_type);
   // The estimator sizes the handcrafted schedules' activations; the automatic ones and ZB-V

@@ -15,7 +15,8 @@ std::vector<ChunkKind> saved_kinds(bool with_optimizer_state) {
   return {ChunkKind::PARAM, ChunkKind::ADAM_M, ChunkKind::ADAM_V};
 }
 
-void check_store(const GPT& model, bool with_optimizer_state, const char* what) {
+void check_store(const GPT& model, bool with_optimizer_state, bool saving, ProcessGroup* dp,
+                 const char* what) {
   const ChunkStore& s = model.store();
   TIDE_CHECK(s.compute_dtype() == DType::F32,
              "{} a tensor-parallel checkpoint: the compute dtype is {}, and only f32 is "
@@ -26,11 +27,28 @@ void check_store(const GPT& model, bool with_optimizer_state, const char* what) 
                "{} the optimizer state of a tensor-parallel checkpoint: the model was "
                "built without one",
                what);
-    TIDE_CHECK(!s.sliced(k) || s.layout().group_size() == 1,
-               "{} a tensor-parallel checkpoint from a ZeRO-sliced store (stages 1-3) is not "
-               "supported yet; use ZeRO stage 0 with tensor parallelism for runs that save",
+    // Saving gathers the slices over dp; loading keeps its own (dp = nullptr: no check).
+    TIDE_CHECK(!saving || !s.sliced(k) || s.layout().group_size() == 1 ||
+                   (dp && dp->size() == s.layout().group_size()),
+               "{} a tensor-parallel checkpoint from a ZeRO-sliced store (stages 1-3) needs "
+               "the data-parallel group the store is sliced over (pass it as `dp`)",
                what);
   }
+}
+
+bool any_sliced(const ChunkStore& s, bool with_optimizer_state) {
+  if (s.layout().group_size() == 1) return false;
+  for (ChunkKind k : saved_kinds(with_optimizer_state))
+    if (s.sliced(k)) return true;
+  return false;
+}
+
+// An unsliced store with the layout of `s` (this tp rank's shard) and the kinds a checkpoint
+// holds, zero-filled.
+std::unique_ptr<ChunkStore> unsliced_copy_of(const ChunkStore& s, bool with_optimizer_state) {
+  StoreOptions o;
+  o.with_optimizer = with_optimizer_state;
+  return std::make_unique<ChunkStore>(ChunkLayout(s.layout()), o);
 }
 
 // The unsharded (t = 1) model's store of `config`, with the kinds a checkpoint holds.
@@ -47,14 +65,29 @@ std::unique_ptr<ChunkStore> whole_store(const GPTConfig& config, const GPT& mode
 }  // namespace
 
 void save_checkpoint_tp(const std::string& path, const GPT& model, const CheckpointInfo& info,
-                        bool with_optimizer_state) {
+                        bool with_optimizer_state, ProcessGroup* dp) {
   ProcessGroup* tp = model.tp_group();
   if (!tp || tp->size() == 1) return save_checkpoint(path, model, info, with_optimizer_state);
-  check_store(model, with_optimizer_state, "cannot save");
+  check_store(model, with_optimizer_state, true, dp, "cannot save");
   const GPTConfig& cfg = model.config();
-  const ChunkStore& shard = model.store();
+  // ZeRO 1-3: every sliced kind's chunks all-gathered over dp first (each slice r of chunk c
+  // is dp rank r's), so the tp ranks see their whole shards.
+  std::unique_ptr<ChunkStore> gathered;
+  if (any_sliced(model.store(), with_optimizer_state)) {
+    const ChunkStore& s = model.store();
+    gathered = unsliced_copy_of(s, with_optimizer_state);
+    for (ChunkKind k : saved_kinds(with_optimizer_state))
+      for (int c = 0; c < s.layout().num_chunks(); ++c) {
+        const Tensor dst = gathered->chunk(k, c);
+        if (s.sliced(k))
+          dp->all_gather(s.slice(k, c), dst);
+        else
+          std::memcpy(dst.data, s.chunk(k, c).data, dst.nbytes());
+      }
+  }
+  const ChunkStore& shard = gathered ? *gathered : model.store();
   const ChunkLayout& lay = shard.layout();
-  const bool root = tp->rank() == 0;
+  const bool root = tp->rank() == 0 && (!dp || dp->rank() == 0);
   std::unique_ptr<ChunkStore> whole;
   if (root) whole = whole_store(cfg, model, with_optimizer_state);
   std::vector<float> all;
@@ -86,11 +119,16 @@ void save_checkpoint_tp(const std::string& path, const GPT& model, const Checkpo
 void load_checkpoint_tp(const std::string& path, GPT& model, bool with_optimizer_state) {
   ProcessGroup* tp = model.tp_group();
   if (!tp || tp->size() == 1) return load_checkpoint(path, model, with_optimizer_state);
-  check_store(model, with_optimizer_state, "cannot load");
+  ChunkStore& store = model.store();
+  const bool sliced = any_sliced(store, with_optimizer_state);
+  check_store(model, with_optimizer_state, false, nullptr, "cannot load");
   const GPTConfig& cfg = model.config();
   const std::unique_ptr<ChunkStore> whole = whole_store(cfg, model, with_optimizer_state);
   load_checkpoint(path, *whole, cfg, with_optimizer_state);  // every check, nothing copied yet
-  ChunkStore& shard = model.store();
+  // ZeRO 1-3: the whole shard is built first, then each sliced chunk keeps its own slice.
+  const std::unique_ptr<ChunkStore> local =
+      sliced ? unsliced_copy_of(store, with_optimizer_state) : nullptr;
+  ChunkStore& shard = sliced ? *local : store;
   const ChunkLayout& lay = shard.layout();
   for (ChunkKind k : saved_kinds(with_optimizer_state))
     for (int id = 0; id < lay.num_tensors(); ++id) {
@@ -101,6 +139,15 @@ void load_checkpoint_tp(const std::string& path, GPT& model, bool with_optimizer
         const int64_t g = tp_global_index(cfg, model.coords(), name, i);
         dst.f32()[i] = g < 0 ? 0.0f : src.f32()[g];
       }
+    }
+  if (!sliced) return;
+  const int r = store.options().group_rank;
+  for (ChunkKind k : saved_kinds(with_optimizer_state))
+    for (int c = 0; c < lay.num_chunks(); ++c) {
+      const Tensor from = local->chunk(k, c);
+      const Tensor to = store.sliced(k) ? store.slice(k, c) : store.chunk(k, c);
+      const int64_t begin = store.sliced(k) ? r * lay.slice_elems(c) : 0;
+      std::memcpy(to.data, from.f32() + begin, to.nbytes());
     }
 }
 

@@ -13,9 +13,12 @@
 // resume at the same tp is bitwise and a load at a different tp (or none) works too.
 //
 // Memory: tp rank 0 holds the whole unsharded model (and moments) once while saving, every
-// rank while loading. Data parallelism: the store must hold every kind whole (ZeRO stage 0;
-// a sliced store is refused with a clear error); the dp replicas are equal, so one tp group
-// saves (call it on the ranks of dp replica 0 only).
+// rank while loading. Data parallelism: at ZeRO stage 0 the dp replicas are equal, so one tp
+// group can save (call it on the ranks of dp replica 0 only, dp = nullptr), or every rank
+// calls it with its dp group and only (tp 0, dp 0) writes. A ZeRO-sliced store (stages 1-3,
+// the kinds sliced over dp) needs the dp group: the owned slices are all-gathered over it
+// first (collective over tp x dp), so the file is the same whole-model file; loading keeps
+// each rank's own slices (no communication).
 
 #include <string>
 
@@ -24,14 +27,16 @@
 
 namespace tide {
 
-// Collective over model.tp_group() (a plain save_checkpoint without one). Only tp rank 0
-// writes `path`; info.config is set from the model.
+// Collective over model.tp_group() (a plain save_checkpoint without one) and, when given, over
+// `dp` (the group the store's chunks are sliced over; required for a ZeRO-sliced store).
+// Only tp rank 0 (of dp rank 0 when dp is given) writes `path`; info.config is set from the
+// model.
 void save_checkpoint_tp(const std::string& path, const GPT& model, const CheckpointInfo& info,
-                        bool with_optimizer_state);
+                        bool with_optimizer_state, ProcessGroup* dp = nullptr);
 
 // Loads the unsharded checkpoint `path` into this rank's shards (the parameters, and with
-// `with_optimizer_state` Adam's moments). The checkpoint must have the model's shape; all of
-// load_checkpoint's checks apply.
+// `with_optimizer_state` Adam's moments; of a ZeRO-sliced kind only this rank's slice). The
+// checkpoint must have the model's shape; all of load_checkpoint's checks apply.
 void load_checkpoint_tp(const std::string& path, GPT& model, bool with_optimizer_state);
 
 }  // namespace tide

@@ -19,6 +19,7 @@
 #include "tide/train/preemption.h"
 #include "tide/train/rank_consistency.h"
 #include "tide/train/sharded_checkpoint.h"
+#include "tide/train/tp_checkpoint.h"
 #include "tide/train/unsupported_settings.h"
 
 namespace tide {
@@ -123,6 +124,11 @@ Trainer::Trainer(TrainConfig config, std::shared_ptr<ProcessGroup> world)
              "(set them to false)");
   check_trainer_can_honour(cfg_, world_->size());  // nothing the schema takes is dropped
   if (cfg_.threads > 0) omp_set_num_threads(cfg_.threads);
+  // Tensor parallelism: the world as a tp x dp mesh (Megatron order, tp fastest: the ranks of
+  // a replica are contiguous). Collective, so built before anything else talks.
+  if (cfg_.tensor_parallel > 1)
+    mesh_ = std::make_unique<Topology>(
+        world_, MeshShape{.tp = cfg_.tensor_parallel, .dp = data_parallel_ranks()});
   const int dp = data_parallel_ranks();
   if (cfg_.train_batch_size > 0)
     TIDE_CHECK(cfg_.train_batch_size == int64_t{cfg_.micro_batch} * cfg_.grad_accum * dp,
@@ -139,6 +145,11 @@ Trainer::Trainer(TrainConfig config, std::shared_ptr<ProcessGroup> world)
   // included, before the model is built or anything is written to out_dir.
   const bool init_from = resume_at == std::nullopt && !cfg_.init_from.empty();
   if (init_from) check_init_from(cfg_.init_from, cfg_.model);
+  TIDE_CHECK(!init_from || !mesh_ || !is_sharded_checkpoint(cfg_.init_from),
+             "init_from '{}' is a sharded checkpoint directory, which a tensor-parallel run "
+             "cannot read yet; initialise from a single-file checkpoint (a ZeRO stage 0 or "
+             "tensor-parallel run's, or `tide import`'s), or set tensor_parallel.size=1",
+             cfg_.init_from);
 
   OptimizerSettings opt;
   opt.adamw.beta1 = cfg_.beta1;
@@ -166,15 +177,28 @@ Trainer::Trainer(TrainConfig config, std::shared_ptr<ProcessGroup> world)
     ModelOptions mo;
     mo.chunk_elems = chunk_elems_from_mib(cfg_.chunk_size_mb);
     mo.group_size = dp;  // chunks slice evenly over the DP group (ZeRO partitions by slice)
-    mo.store.group_rank = world_->rank();
+    mo.store.group_rank = data_parallel_rank();
     mo.store.sliced_kinds = zero_sliced_kinds(cfg_.zero.stage);
     configure_placement(mo.store);
+    if (mesh_) {  // this rank's shards; the model's collectives run over the tp group
+      mo.tp = mesh_->group_ptr(MeshAxis::TP);
+      mo.sequence_parallel = cfg_.sequence_parallel;
+    }
+    mo.partition_activations = cfg_.partition_activations;
+    mo.cpu_checkpointing = cfg_.cpu_checkpointing;
     model_ = std::make_unique<GPT>(cfg_.model, cfg_.activation_policy, mo);
     model_->init_weights(cfg_.seed);
-    if (init_from) init_weights_from(cfg_.init_from, *model_);  // before the engine reads them
-    check_same_data_and_layout(model_->store().layout());
-    engine_ = std::make_unique<Engine>(*model_, world_, data_parallel_schedule(cfg_.grad_accum),
-                                       cfg_.micro_batch, cfg_.seq_len, opt, cfg_.zero);
+    if (init_from) {  // before the engine reads them
+      if (mesh_)
+        load_checkpoint_tp(cfg_.init_from, *model_, /*with_optimizer_state=*/false);
+      else
+        init_weights_from(cfg_.init_from, *model_);
+    }
+    // Under tp the ranks hold different shards: the whole model's layout is compared.
+    check_same_data_and_layout(mesh_ ? make_layout(cfg_.model) : model_->store().layout());
+    engine_ = std::make_unique<Engine>(*model_, mesh_ ? mesh_->group_ptr(MeshAxis::DP) : world_,
+                                       data_parallel_schedule(cfg_.grad_accum), cfg_.micro_batch,
+                                       cfg_.seq_len, opt, cfg_.zero);
     engine_runner_ = std::make_unique<EngineRunner>(*engine_);
     runner_ = engine_runner_.get();
     eval_mb_ = model_->make_micro_batch(1, cfg_.seq_len);
@@ -182,6 +206,8 @@ Trainer::Trainer(TrainConfig config, std::shared_ptr<ProcessGroup> world)
   if (resume_at) {
     if (pipeline_)
       pipeline_->load(cfg_.resume);
+    else if (mesh_)  // the whole-model file, into this rank's shards (and ZeRO slices)
+      load_checkpoint_tp(cfg_.resume, *model_, /*with_optimizer_state=*/true);
     else if (is_sharded_checkpoint(cfg_.resume))
       load_checkpoint_shard(cfg_.resume, model_->store(), model_->config(),
                             /*with_optimizer_state=*/true);
@@ -315,10 +341,12 @@ StepStats Trainer::train_step() {
     float reduced[2] = {st.loss, stop_requested() ? 1.0f : 0.0f};
     if (world_->size() > 1) {
       const TraceSpan loss_span(tracer, "all-reduce loss", "comm");
-      if (pipeline_) {
-        // The replicas' mean (each replica's stages hold its loss already), then the flag.
-        if (pipeline_->dp().size() > 1)
-          pipeline_->dp().all_reduce_async(Tensor(reduced, Shape{1}), ReduceOp::Avg)->wait();
+      ProcessGroup* replicas = pipeline_ ? &pipeline_->dp() : mesh_ ? &mesh_->dp() : nullptr;
+      if (replicas) {
+        // The replicas' mean (each replica's stages / tp ranks hold its loss already), then
+        // the flag.
+        if (replicas->size() > 1)
+          replicas->all_reduce_async(Tensor(reduced, Shape{1}), ReduceOp::Avg)->wait();
         world_->all_reduce_async(Tensor(reduced + 1, Shape{1}), ReduceOp::Sum)->wait();
       } else
         world_->all_reduce_async(Tensor(reduced, Shape{2}), ReduceOp::Avg)->wait();
@@ -388,7 +416,9 @@ float Trainer::evaluate() {
   const int64_t n =
       std::min<int64_t>(cfg_.eval_sequences, static_cast<int64_t>(val_loader_->num_sequences()));
   if (pipeline_) return pipeline_->evaluate(*val_loader_, n);
-  const int dp = world_->size(), rank = world_->rank();
+  // Each data-parallel replica scores a share (under tp its ranks run the same forwards).
+  const int dp = data_parallel_ranks(), rank = data_parallel_rank();
+  ProcessGroup& replicas = mesh_ ? mesh_->dp() : *world_;
   const int64_t share = (n + dp - 1) / dp;  // sequences per rank (the last share may be short)
   // Per sequence of this rank's share: (sum of its position losses, positions with a target),
   // as doubles carried bit for bit through an all-gather of int32 words.
@@ -409,8 +439,8 @@ float Trainer::evaluate() {
     mine[2 * k + 1] = static_cast<double>(eval_mb_->seq_targets[0]);
   }
   if (dp > 1) {
-    world_->all_gather(Tensor(mine.data(), Shape{4 * share}, DType::I32),
-                       Tensor(all.data(), Shape{4 * share * dp}, DType::I32));
+    replicas.all_gather(Tensor(mine.data(), Shape{4 * share}, DType::I32),
+                        Tensor(all.data(), Shape{4 * share * dp}, DType::I32));
   } else {
     all = mine;
   }
@@ -440,9 +470,11 @@ std::string Trainer::save(const std::string& name) const {
   // from there as a run resumed from it does, with no update in flight).
   if (engine_) engine_->flush_update();
   const fs::path dir(cfg_.out_dir);
-  const bool rank0 = world_->rank() == 0, sharded = cfg_.zero.stage > 0 || pipeline_;
+  // Under tp every rank takes part (the shards and ZeRO slices are gathered) and rank 0
+  // writes one whole-model file, whatever the ZeRO stage.
+  const bool rank0 = world_->rank() == 0, sharded = !mesh_ && (cfg_.zero.stage > 0 || pipeline_);
   const std::string path = (dir / name).string();
-  if (!rank0 && !sharded) return path;  // stage 0: every rank holds everything; rank 0 writes
+  if (!rank0 && !sharded && !mesh_) return path;  // stage 0: rank 0 holds everything, writes
   fs::create_directories(dir);
   CheckpointInfo info;
   info.config = cfg_.model;
@@ -465,6 +497,11 @@ std::string Trainer::save(const std::string& name) const {
         {"data_batch", train_loader_->next_batch_index()},
         // data_batch counts the loader's batches of this many sequences (ranks x micro-batch)
         {"data_batch_sequences", int64_t{data_parallel_ranks()} * cfg_.micro_batch}}}};
+  if (mesh_) {
+    save_checkpoint_tp(path, *model_, info, /*with_optimizer_state=*/true, &mesh_->dp());
+    world_->barrier();  // the file is complete before any rank goes on (and may read it)
+    return path;
+  }
   if (!sharded) {
     save_checkpoint(path, *model_, info, /*with_optimizer_state=*/true);
     return path;
@@ -485,13 +522,20 @@ std::string Trainer::save(const std::string& name) const {
 
 Trainer::RunPosition Trainer::check_resume(const std::string& path) const {
   const bool sharded = is_sharded_checkpoint(path);
+  TIDE_CHECK(
+      !sharded || cfg_.tensor_parallel == 1,
+      "checkpoint '{}' is a sharded checkpoint directory (written by a ZeRO stage 1-3 or "
+      "pipeline run without tensor parallelism), which a run with tensor_parallel.size {} cannot "
+      "resume yet (it reads the single whole-model file that tensor-parallel runs "
+      "write); resume with tensor_parallel.size=1",
+      path, cfg_.tensor_parallel);
   TIDE_CHECK(sharded || cfg_.pipeline_stages == 1,
              "checkpoint '{}' is a single file (written by a ZeRO stage 0 run); a run with "
              "pipeline.stages {} resumes from a sharded checkpoint directory (what ZeRO and "
              "pipeline runs write); resume with pipeline.stages=1, or initialise the run from it "
              "with init_from (weights only)",
              path, cfg_.pipeline_stages);
-  TIDE_CHECK(sharded || cfg_.zero.stage == 0,
+  TIDE_CHECK(sharded || cfg_.zero.stage == 0 || cfg_.tensor_parallel > 1,
              "checkpoint '{}' is a single file (written by a ZeRO stage 0 run); a run with "
              "zero_optimization.stage {} resumes from the sharded checkpoint directory that ZeRO "
              "runs write; resume with zero_optimization.stage=0",
@@ -616,20 +660,34 @@ void Trainer::run() {
                                 cfg_.virtual_stages > 1
                                     ? fmt::format(" ({} chunks per stage)", cfg_.virtual_stages)
                                     : "")
+        : mesh_   ? fmt::format("{} tensor-parallel ranks{} x {} DP replica(s) (ZeRO-{})",
+                                cfg_.tensor_parallel,
+                              cfg_.sequence_parallel ? " (sequence parallel)" : "",
+                                data_parallel_ranks(), cfg_.zero.stage)
                   : fmt::format("{} DP rank(s)", world_->size());
     fmt::print(
         "tide: model {} | {} | micro-batch {} x {} tokens, accum {} | "
-        "activations: {}\n",
+        "activations: {}{}\n",
         cfg_.model.str(), ranks, cfg_.micro_batch, cfg_.seq_len, cfg_.grad_accum,
-        activation_policy_name(cfg_.activation_policy));
+        activation_policy_name(cfg_.activation_policy),
+        !cfg_.partition_activations ? ""
+        : cfg_.cpu_checkpointing    ? ", partitioned over tp (P_a), on the host (cpu_checkpointing)"
+                                    : ", partitioned over tp (P_a)");
     fmt::print(
         "tide: data {} ({} tokens){} | chunks: {} (largest {:.2f} MiB) | memory: {:.1f} MiB model "
-        "states + {:.1f} MiB activations{}\n",
+        "states + {:.1f} MiB activations{}{}\n",
         cfg_.train_data, train_loader_->num_tokens(),
         unigram_ ? fmt::format(", unigram baseline {:.3f} nats", *unigram_) : "",
         model().store().layout().num_chunks(),
         model().store().layout().max_chunk_elems() * 4 / 1048576.0, model_state_bytes() / 1048576.0,
-        act / 1048576.0, pipeline_ ? " (rank 0's stage)" : "");
+        act / 1048576.0,
+        engine_ && cfg_.cpu_checkpointing
+            ? fmt::format(" + {:.1f} MiB host checkpoints",
+                          engine_->host_checkpoint_bytes() / 1048576.0)
+            : "",
+        pipeline_ ? " (rank 0's stage)"
+        : mesh_   ? " (rank 0's shards)"
+                  : "");
     std::fflush(stdout);
   }
   auto log_eval = [&](float val) {

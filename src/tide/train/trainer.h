@@ -1,6 +1,8 @@
 #pragma once
 // Trainer: the loop around a step runner (step_runner.h). With pipeline.stages = 1 that is the
-// data-parallel Engine over all ranks (one GPT each); with pipeline.stages = p > 1 it is a
+// data-parallel Engine over all ranks (one GPT each; with tensor_parallel.size = t > 1 the
+// world is a t x dp mesh, each GPT holds its tp rank's shards, and the Engine runs over the
+// dp group); with pipeline.stages = p > 1 it is a
 // PipelineRun (one stage per rank: its model chunks and a PipelineEngine running the
 // configured schedule). The runner runs a step (micro-batches, F/B/W, gradient reduction,
 // optimizer); the trainer feeds it data and does what happens between steps: logging, periodic
@@ -14,6 +16,7 @@
 #include <vector>
 
 #include "tide/comm/process_group.h"
+#include "tide/comm/topology.h"
 #include "tide/core/trace.h"
 #include "tide/data/loader.h"
 #include "tide/model/gpt.h"
@@ -28,7 +31,8 @@ namespace tide {
 class Trainer {
  public:
   // `world` = nullptr: single process. With a world of N ranks, each is one DP rank, or with
-  // pipeline.stages = N one pipeline stage.
+  // pipeline.stages = N one pipeline stage, or with tensor_parallel.size = t one tp rank of
+  // data-parallel replica rank / t.
   Trainer(TrainConfig config, std::shared_ptr<ProcessGroup> world = nullptr);
   ~Trainer();
 
@@ -69,16 +73,23 @@ class Trainer {
   // tokenizer.json beside it) that `checkpoint.resume` can continue from; returns its path.
   // ZeRO stage 0: one file, written by rank 0 (other ranks' calls write nothing). Stages 1-3 and
   // pipeline parallelism: a sharded directory (sharded_checkpoint.h), and every rank must call
-  // it (collective).
+  // it (collective). Tensor parallelism (any ZeRO stage): one whole-model file (tp_checkpoint.h;
+  // shards and ZeRO slices gathered, rank 0 writes), collective.
   std::string save(const std::string& name = "model.ckpt") const;
 
  private:
   void resolve_data();
-  // Data-parallel ranks: the world divided by the pipeline stages.
-  int data_parallel_ranks() const { return world_->size() / cfg_.pipeline_stages; }
-  // This rank's data-parallel rank: under pp its replica, the dp coordinate of the topology
-  // mesh PipelineRun builds (comm/topology.h, Megatron order with tp = 1: rank = d + dp * stage).
-  int data_parallel_rank() const { return world_->rank() % data_parallel_ranks(); }
+  // Data-parallel ranks: the world divided by the pipeline stages and the tensor-parallel size.
+  int data_parallel_ranks() const {
+    return world_->size() / (cfg_.pipeline_stages * cfg_.tensor_parallel);
+  }
+  // This rank's data-parallel rank, its dp coordinate in Megatron's order (comm/topology.h):
+  // under pp (tp = 1: rank = d + dp * stage) its replica; under tp (pp = 1: rank = tp_idx + t d)
+  // the replica its tp group belongs to.
+  int data_parallel_rank() const {
+    return cfg_.tensor_parallel > 1 ? world_->rank() / cfg_.tensor_parallel
+                                    : world_->rank() % data_parallel_ranks();
+  }
   // Bytes of this rank's model states (every model chunk).
   size_t model_state_bytes() const;
   // Where a checkpoint left its run: the step and the data loader's position.
@@ -108,6 +119,7 @@ class Trainer {
   std::shared_ptr<ProcessGroup> world_;
   // Declared before the model, whose chunks they hold (nullptr: the store's own host memory).
   std::unique_ptr<Allocator> compute_alloc_, host_alloc_;
+  std::unique_ptr<Topology> mesh_;  // tensor_parallel.size > 1: the tp x dp mesh
   std::unique_ptr<GPT> model_;      // data parallel
   std::unique_ptr<Engine> engine_;  // data parallel
   std::unique_ptr<PipelineRun> pipeline_;

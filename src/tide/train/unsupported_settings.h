@@ -1,8 +1,8 @@
 #pragma once
 // Why: one config file serves `tide train` and `tide estimate`, so the schema holds settings
-// that `tide estimate` sizes but the trainer cannot run yet (offload, tensor and pipeline
-// parallelism, SGD, a world size other than the ranks launched). The trainer must never drop
-// one silently: each is an error naming the key, the value and what tide supports today.
+// that `tide estimate` sizes but the trainer cannot run yet (offload, tensor parallelism
+// inside pipeline stages, SGD, a world size other than the ranks launched). The trainer must never
+// drop one silently: each is an error naming the key, the value and what tide supports today.
 
 #include "tide/train/config.h"
 

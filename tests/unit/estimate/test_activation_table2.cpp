@@ -97,3 +97,27 @@ TEST(KorthikantiTable2, Fp32ActivationsDoubleEverythingButTheMasks) {
   EXPECT_EQ(layer_activation_bytes(x, Recompute::None), sbh(x) * 66 + as2b * 9);
   EXPECT_EQ(recompute_workspace_bytes(x, Recompute::Selective), as2b * 9);
 }
+
+TEST(PartitionedActivations, DivideTheFullRecomputeInputByTAndMoveItToTheHost) {
+  for (int t : {2, 8}) {
+    ActivationShape x = gpt3(t, false);
+    x.partition = true;
+    // ZeRO-R P_a: the rank's 1/t of the layer input (2sbh bytes at e = 2), plus one whole
+    // input per micro-batch and one in the recompute workspace.
+    EXPECT_EQ(layer_activation_bytes(x, Recompute::Full), 2 * sbh(x) / t) << "t=" << t;
+    EXPECT_EQ(partition_buffer_bytes(x, Recompute::Full), 2 * sbh(x));
+    EXPECT_EQ(recompute_workspace_bytes(x, Recompute::Full),
+              layer_activation_bytes(gpt3(t, false), Recompute::None) + 2 * sbh(x));
+    EXPECT_EQ(host_checkpoint_bytes(x, Recompute::Full), 0);
+    x.cpu_checkpointing = true;  // the slices leave the device for the host
+    EXPECT_EQ(layer_activation_bytes(x, Recompute::Full), 0) << "t=" << t;
+    EXPECT_EQ(host_checkpoint_bytes(x, Recompute::Full), 2 * sbh(x) / t) << "t=" << t;
+    EXPECT_EQ(partition_buffer_bytes(x, Recompute::Full), 2 * sbh(x));
+  }
+  // Without P_a nothing changes, and P_a means nothing without full recompute.
+  ActivationShape x = gpt3(8, false);
+  EXPECT_EQ(partition_buffer_bytes(x, Recompute::Full), 0);
+  x.partition = x.cpu_checkpointing = true;
+  EXPECT_EQ(partition_buffer_bytes(x, Recompute::Selective), 0);
+  EXPECT_EQ(host_checkpoint_bytes(x, Recompute::Selective), 0);
+}

@@ -29,14 +29,16 @@ std::string error_of(const TrainSetup& s) {
 
 TEST(SetupErrors, HeadsNotDivisibleByTensorParallel) {
   const std::string e = error_of(gpt2_xl(2, 2, 1));  // 25 heads over 2 ranks
-  EXPECT_NE(e.find("model.n_head (25) is not divisible by parallel.tp (2)"), std::string::npos)
+  EXPECT_NE(e.find("model.n_head (25) is not divisible by tensor_parallel.size (2)"),
+            std::string::npos)
       << e;
   EXPECT_NE(e.find("choose a tp that divides 25"), std::string::npos) << e;
 }
 
 TEST(SetupErrors, HiddenNotDivisibleByTensorParallel) {
   const std::string e = error_of(gpt2_xl(3, 3, 1));  // hidden 1600 over 3 ranks
-  EXPECT_NE(e.find("model.n_embd (1600) is not divisible by parallel.tp (3)"), std::string::npos)
+  EXPECT_NE(e.find("model.n_embd (1600) is not divisible by tensor_parallel.size (3)"),
+            std::string::npos)
       << e;
 }
 
@@ -51,8 +53,8 @@ TEST(SetupErrors, SequenceNotDivisibleByTensorParallelUnderSequenceParallelism) 
   EXPECT_EQ(error_of(s), "");
   s.sp = true;
   const std::string e = error_of(s);
-  EXPECT_NE(e.find("sequence length 1024 is not divisible by parallel.tp (5) under sequence "
-                   "parallelism"),
+  EXPECT_NE(e.find("sequence length 1024 is not divisible by tensor_parallel.size (5) under "
+                   "sequence parallelism"),
             std::string::npos)
       << e;
 }

@@ -38,7 +38,7 @@ TEST(EstimateSetup, EveryKeyEstimateSizesComesFromTheSchema) {
                           "offload_param": {"device": "cpu"}, "reduce_bucket_size": 123456789,
                           "stage3_max_live_parameters": 987654321},
     "bf16": {"enabled": true}, "model": {"preset": "gpt2-774m"}, "seq_len": 512,
-    "parallel": {"tp": 2, "sp": true}, "world_size": 16,
+    "tensor_parallel": {"size": 2, "sequence_parallel": true}, "world_size": 16,
     "activation_checkpointing": {"policy": "selective"}, "optimizer": {"type": "SGD"},
     "pipeline": {"stages": 2, "schedule": "zb-h1"}, "chunk_size_mb": 256 })");
   EXPECT_EQ(s.micro_batch, 4);
@@ -116,16 +116,16 @@ TEST(EstimateSetup, ConfigErrorsAreTideTrainsErrors) {
     "optimizer": {"type": "AdamW", "params": {"lrr": 1e-3}},
     "zero_optimization": {"stage": 1, "sub_group_size": 1000000000,
                           "offload_optimizer": {"devise": "cpu"}},
-    "paralel": {"tp": 2}})");
+    "tensor_paralel": {"size": 2}})");
   EXPECT_HAS(five, "5 unknown config keys");
   for (const char* key :
        {"'wall_clock_breakdown'", "'optimizer.params.lrr'", "'zero_optimization.sub_group_size'",
         "'zero_optimization.offload_optimizer.devise' (did you mean "
         "'zero_optimization.offload_optimizer.device'?)",
-        "'paralel' (did you mean 'parallel'?)"})
+        "'tensor_paralel' (did you mean 'tensor_parallel'?)"})
     EXPECT_HAS(five, key);
-  EXPECT_HAS(estimate_error(R"({"parallel": {"tp": "2"}})"),
-             "config key 'parallel.tp' must be an integer in [1, 65536] (got \"2\")");
+  EXPECT_HAS(estimate_error(R"({"tensor_parallel": {"size": "2"}})"),
+             "config key 'tensor_parallel.size' must be an integer in [1, 65536] (got \"2\")");
   EXPECT_HAS(estimate_error(R"({"world_size": -1})"), "config key 'world_size' must be");
   EXPECT_HAS(estimate_error(R"({"zero_optimization": {"offload_optimizer": {"device": "nvme"}}})"),
              "must be \"cpu\" or \"none\" (got \"nvme\"); tide has no NVMe offload");
@@ -156,6 +156,30 @@ TEST(EstimateSetup, ConfigErrorsAreTideTrainsErrors) {
              "data.dir '/nonexistent/tokens' does not exist");
 }
 
+TEST(EstimateSetup, PartitionActivationsAreSized) {
+  // 4 layers, C = 64, T = 32, b = 4 at f32: a layer input is 32 KiB, 16 KiB per rank at t = 2.
+  const std::string base =
+      R"({"model": {"n_layer": 4, "n_embd": 64, "n_head": 4, "vocab_size": 256},
+    "seq_len": 32, "train_micro_batch_size_per_gpu": 4, "world_size": 2,
+    "tensor_parallel": {"size": 2}, "activation_checkpointing": {"policy": "full")";
+  const TrainSetup plain = setup_of((base + "}}").c_str());
+  const TrainSetup pa = setup_of((base + R"(, "partition_activations": true}})").c_str());
+  const TrainSetup cpu =
+      setup_of((base + R"(, "partition_activations": true, "cpu_checkpointing": true}})").c_str());
+  EXPECT_FALSE(plain.partition_activations);
+  EXPECT_TRUE(pa.partition_activations);
+  EXPECT_TRUE(cpu.partition_activations && cpu.cpu_checkpointing);
+  const MemoryEstimate e0 = estimate_memory(plain), e1 = estimate_memory(pa),
+                       e2 = estimate_memory(cpu);
+  const int64_t input = 32 * 4 * 64 * 4;  // s b h e
+  // 4 whole inputs -> 4 halves + the whole residual buffer: 1 input less.
+  EXPECT_EQ(e0.device.activations - e1.device.activations, input);
+  // CPU checkpointing: the 4 halves move to the host.
+  EXPECT_EQ(e1.device.activations - e2.device.activations, 4 * input / 2);
+  EXPECT_EQ(e2.host_per_rank.activations, 4 * input / 2);
+  EXPECT_EQ(e1.host_per_rank.activations, 0);
+}
+
 TEST(TrainerRefuses, EverySettingItCannotHonourByKeyAndValue) {
   auto refusal = [](const std::vector<std::string>& overrides, int world = 1) {
     return error_of([&] { check_trainer_can_honour(load_train_config("", overrides), world); });
@@ -163,11 +187,16 @@ TEST(TrainerRefuses, EverySettingItCannotHonourByKeyAndValue) {
   EXPECT_EQ(refusal({}), "");
   EXPECT_EQ(refusal({"world_size=4"}, 4), "");
   EXPECT_EQ(refusal({"pipeline.schedule=gpipe"}), "");  // one stage: every schedule is the same
-  EXPECT_EQ(refusal({"parallel.tp=2"}),
-            "parallel.tp=2: tensor parallelism is not implemented in tide train yet (issue #12); "
-            "set it to 1 (tide estimate sizes tp > 1)");
+  EXPECT_EQ(refusal({"tensor_parallel.size=2"}, 4), "");
+  EXPECT_HAS(refusal({"tensor_parallel.size=2"}, 3),
+             "tensor_parallel.size=2: this run has 3 ranks, not a multiple of it (ranks = "
+             "tensor_parallel.size x pipeline.stages x data-parallel replicas); launch `mpirun "
+             "-np 4`");
+  EXPECT_EQ(refusal({"tensor_parallel.size=2", "pipeline.stages=2", "model.n_layer=2"}, 4),
+            "tensor_parallel.size=2 with pipeline.stages=2: tensor parallelism inside pipeline "
+            "stages is not in tide train yet (issue #13); set one of them to 1 (tide estimate "
+            "sizes tp x pp)");
   EXPECT_HAS(refusal({"pipeline.stages=4"}), "pipeline.stages=4: this run has 1 rank");
-  EXPECT_HAS(refusal({"parallel.sp=true"}), "parallel.sp=true: sequence parallelism");
   EXPECT_HAS(refusal({"world_size=8"}, 2),
              "world_size=8: this run has 2 ranks (launch it with `mpirun -np 8`)");
   // ZeRO-Offload runs at stages 1-3 of a data-parallel run (train/offload_policy.h).
@@ -183,6 +212,11 @@ TEST(TrainerRefuses, EverySettingItCannotHonourByKeyAndValue) {
                      2),
              "zero_optimization.offload_optimizer.device=\"cpu\" with pipeline.stages=2: tide "
              "train offloads the optimizer of data-parallel runs only");
+  EXPECT_HAS(refusal({"zero_optimization.stage=1", "zero_optimization.offload_optimizer.device=cpu",
+                      "tensor_parallel.size=2"},
+                     2),
+             "zero_optimization.offload_optimizer.device=\"cpu\" with tensor_parallel.size=2: "
+             "tide train offloads the optimizer of data-parallel runs without tensor parallelism");
   EXPECT_HAS(error_of([] {
                load_train_config("", {"zero_optimization.offload_optimizer.delayed_update=true"});
              }),
@@ -197,6 +231,6 @@ TEST(TrainerRefuses, EverySettingItCannotHonourByKeyAndValue) {
                       "pipeline.virtual_stages=2", "gradient_accumulation_steps=2"}),
              "pipeline.stages=2");
   // The Trainer itself refuses, before it prepares or writes anything.
-  EXPECT_HAS(error_of([] { Trainer t(load_train_config("", {"parallel.tp=2"})); }),
-             "parallel.tp=2: tensor parallelism is not implemented");
+  EXPECT_HAS(error_of([] { Trainer t(load_train_config("", {"tensor_parallel.size=2"})); }),
+             "tensor_parallel.size=2: this run has 1 rank, not a multiple of it");
 }
