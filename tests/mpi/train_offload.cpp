@@ -134,6 +134,55 @@ TEST(Offload, TrafficAndMemoryAreWhatThePaperStates) {
   if (world->rank() == 0) std::filesystem::remove_all(dir);
 }
 
+// offload_param (stage 3, 2 or more ranks): the parameter slices live on the host and each
+// block's chunks are gathered into the compute tier on use. Same bits as the run without any
+// offload; the compute tier never holds a parameter slice, and a budget of a quarter of the
+// model states (16 Psi bytes: f32 params, grads, Adam m, v) is enough to train.
+TEST(Offload, ParamOffloadReproducesTheRunBitwiseWithinAQuarterOfTheStates) {
+  std::shared_ptr<ProcessGroup> world = mpi_test::world_ptr(CommAlgorithm::Mpi);
+  const int64_t N = world->size();
+  const std::string dir = shared_temp_dir(*world);
+  const std::string shard = write_shared_shard(*world, dir);
+  // A model large enough for its states to outweigh the fixed ZeRO buffers 4 to 1.
+  const auto wider = [](TrainConfig t) {
+    t.model.n_embd = 64;
+    t.model.n_layer = 8;
+    t.zero.max_live_parameters = 8 * 16416;  // two blocks
+    // Buckets of the largest chunk (64 x 256 f32, padded to a multiple of 3 ranks).
+    t.zero.reduce_bucket_size = t.zero.allgather_bucket_size = 16416;
+    t.zero.prefetch_bucket_size = 16416;
+    return t;
+  };
+  TrainConfig c = wider(offload_config(shard, dir, 3, true));
+  c.offload_param = "cpu";
+  const RunResult base = train(wider(offload_config(shard, dir, 3, false)), world, kOffloadSteps);
+  const RunResult off = train(c, world, kOffloadSteps);
+  EXPECT_EQ(differs(off, base), "") << "offload_param on " << N << " ranks";
+  size_t peak = 0;
+  uint64_t psi = 0;
+  {
+    Trainer t(c, world);
+    const ChunkStore& store = t.model().store();
+    psi = static_cast<uint64_t>(store.layout().total_elems());
+    t.train_step();
+    t.train_step();
+    // The host holds master, Adam m, v and the parameter slices: 16 Psi / N bytes.
+    EXPECT_EQ(t.host_allocator()->allocated(), 16 * psi / N);
+    // The compute tier: the gradient slices and the ZeRO buffers (gathers among them), no
+    // parameter slice.
+    EXPECT_EQ(t.compute_allocator()->allocated(),
+              store.bytes(ChunkKind::GRAD) + t.engine().comm_buffer_bytes());
+    peak = t.compute_allocator()->peak();
+  }
+  EXPECT_LE(4 * peak, 16 * psi) << "the compute tier's peak " << peak << " is over a quarter of "
+                                << "the states' " << 16 * psi << " bytes";
+  c.device_memory_limit = static_cast<int64_t>(16 * psi / 4);
+  const RunResult budgeted = train(c, world, kOffloadSteps);
+  EXPECT_EQ(differs(budgeted, base), "") << "offload_param within 4 Psi bytes";
+  world->barrier();
+  if (world->rank() == 0) std::filesystem::remove_all(dir);
+}
+
 // A sharded checkpoint written with offload resumes (with or without offload) to the same bits
 // as the uninterrupted run: the master weights are the saved parameters, Adam's m and v the
 // saved optimizer state; the format is the one ZeRO writes.

@@ -45,7 +45,11 @@ ChunkStore::ChunkStore(ChunkLayout layout, StoreOptions options)
         continue;  // filled in below, once PARAM chunks exist
       }
       if (kind == ChunkKind::PARAM && !opt_.params_resident) continue;
-      Allocator& a = optimizer_kind ? *opt_.optimizer : *opt_.compute;
+      const bool offloaded_param =
+          kind == ChunkKind::PARAM && sliced(kind) && opt_.param_slices != nullptr;
+      Allocator& a = optimizer_kind    ? *opt_.optimizer
+                     : offloaded_param ? *opt_.param_slices
+                                       : *opt_.compute;
       ch.alloc = &a;
       ch.bytes = chunk_bytes(ch.elems, t);
       ch.data = a.allocate(ch.bytes, fmt::format("{} chunk {}", chunk_kind_name(kind), c));

@@ -46,6 +46,10 @@ struct StoreOptions {
   // store's own host allocator. Not owned.
   Allocator* compute = nullptr;
   Allocator* optimizer = nullptr;
+  // Where this rank's slices of a sliced PARAM kind live; nullptr: `compute`. ZeRO-3 with
+  // offload_param: the slices on the host; the policy gathers each chunk on use into a buffer
+  // of the compute tier and frees it after use.
+  Allocator* param_slices = nullptr;
   // false: PARAM chunks start unallocated; the placement policy's fetch() brings them in.
   // (A sliced PARAM kind starts with only this rank's slice; fetch() gathers the rest.)
   bool params_resident = true;

@@ -239,7 +239,7 @@ Engine::Engine(GPT& model, std::shared_ptr<ProcessGroup> dp, pipeline::Schedule 
   if (zero.offload_optimizer.enabled) {
     TIDE_CHECK(model_.tp() == 1,
                "zero_optimization.offload_optimizer.device=cpu with tensor parallelism is not "
-               "built; set parallel.tp=1 or offload_optimizer.device=none");
+               "built; set tensor_parallel.size=1 or offload_optimizer.device=none");
     offload_host_ = std::make_unique<HostAllocator>();
     offload_ = std::make_unique<OffloadPolicy>(store, dp_->size(), zero.offload_optimizer,
                                                omp_get_max_threads(), *offload_host_);

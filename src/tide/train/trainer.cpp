@@ -237,6 +237,9 @@ void Trainer::configure_placement(StoreOptions& so) {
   host_alloc_ = std::make_unique<HostAllocator>();
   so.optimizer = host_alloc_.get();
   so.separate_master = true;
+  // offload_param (stage 3): this rank's parameter slices on the host too; the ZeRO-3 gathers
+  // bring each block's chunks into the compute tier on use (prefetched ahead) and free them.
+  if (cfg_.offload_param == "cpu") so.param_slices = host_alloc_.get();
 }
 
 void Trainer::resolve_data() {

@@ -222,10 +222,19 @@ TEST(TrainerRefuses, EverySettingItCannotHonourByKeyAndValue) {
              }),
              "zero_optimization.offload_optimizer.delayed_update=true needs "
              "zero_optimization.offload_optimizer.device=\"cpu\"");
+  EXPECT_EQ(refusal({"zero_optimization.stage=3", "zero_optimization.offload_optimizer.device=cpu",
+                     "zero_optimization.offload_param.device=cpu"},
+                    2),
+            "");
   EXPECT_HAS(refusal({"zero_optimization.stage=3", "zero_optimization.offload_optimizer.device=cpu",
                       "zero_optimization.offload_param.device=cpu"}),
-             "zero_optimization.offload_param.device=\"cpu\": tide train does not offload the "
-             "parameters yet (issue #15; offload_optimizer.device=cpu is built)");
+             "zero_optimization.offload_param.device=\"cpu\" on 1 data-parallel rank: tide "
+             "train offloads the parameters through the ZeRO-3 gathers of 2 or more ranks only");
+  EXPECT_HAS(refusal({"zero_optimization.stage=2", "zero_optimization.offload_optimizer.device=cpu",
+                      "zero_optimization.offload_param.device=cpu"},
+                     2),
+             "zero_optimization.offload_param.device=\"cpu\" with zero_optimization.stage=2: "
+             "parameter offload needs ZeRO stage 3 (as in DeepSpeed)");
   EXPECT_HAS(refusal({"optimizer.type=SGD"}), "optimizer.type=\"SGD\": tide train has only AdamW");
   EXPECT_HAS(refusal({"pipeline.stages=2", "pipeline.schedule=interleaved",
                       "pipeline.virtual_stages=2", "gradient_accumulation_steps=2"}),
