@@ -25,7 +25,7 @@ ChunkStore::ChunkStore(ChunkLayout layout, StoreOptions options)
              "chunk group rank {} is outside a group of {}", opt_.group_rank, N);
   if (!opt_.compute) opt_.compute = host_.get();
   if (!opt_.optimizer) opt_.optimizer = host_.get();
-  const bool alias_master = opt_.compute_dtype == DType::F32;
+  const bool alias_master = opt_.compute_dtype == DType::F32 && !opt_.separate_master;
   for (int k = 0; k < kNumChunkKinds; ++k) {
     const auto kind = static_cast<ChunkKind>(k);
     const bool optimizer_kind = k >= static_cast<int>(ChunkKind::MASTER);
@@ -45,7 +45,11 @@ ChunkStore::ChunkStore(ChunkLayout layout, StoreOptions options)
         continue;  // filled in below, once PARAM chunks exist
       }
       if (kind == ChunkKind::PARAM && !opt_.params_resident) continue;
-      Allocator& a = optimizer_kind ? *opt_.optimizer : *opt_.compute;
+      const bool offloaded_param =
+          kind == ChunkKind::PARAM && sliced(kind) && opt_.param_slices != nullptr;
+      Allocator& a = optimizer_kind    ? *opt_.optimizer
+                     : offloaded_param ? *opt_.param_slices
+                                       : *opt_.compute;
       ch.alloc = &a;
       ch.bytes = chunk_bytes(ch.elems, t);
       ch.data = a.allocate(ch.bytes, fmt::format("{} chunk {}", chunk_kind_name(kind), c));

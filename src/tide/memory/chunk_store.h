@@ -4,7 +4,8 @@
 //
 //   PARAM   the parameters the kernels compute with (compute dtype: f32, bf16 or f16)
 //   GRAD    their gradients (same dtype)
-//   MASTER  fp32 master parameters; with an f32 compute dtype this IS the PARAM list
+//   MASTER  fp32 master parameters; with an f32 compute dtype this IS the PARAM list (unless
+//           StoreOptions::separate_master: ZeRO-Offload keeps it on the host)
 //   ADAM_M, ADAM_V  Adam's first and second moments (f32)
 //
 // Each chunk of each kind is a separate allocation from an Allocator, so placement policies
@@ -45,9 +46,17 @@ struct StoreOptions {
   // store's own host allocator. Not owned.
   Allocator* compute = nullptr;
   Allocator* optimizer = nullptr;
+  // Where this rank's slices of a sliced PARAM kind live; nullptr: `compute`. ZeRO-3 with
+  // offload_param: the slices on the host; the policy gathers each chunk on use into a buffer
+  // of the compute tier and frees it after use.
+  Allocator* param_slices = nullptr;
   // false: PARAM chunks start unallocated; the placement policy's fetch() brings them in.
   // (A sliced PARAM kind starts with only this rank's slice; fetch() gathers the rest.)
   bool params_resident = true;
+  // true: MASTER gets its own f32 chunks from `optimizer` even when the compute dtype is f32
+  // (ZeRO-Offload: the master weights live on the host tier, the parameters on the compute
+  // tier); false: f32 MASTER aliases PARAM.
+  bool separate_master = false;
 };
 
 struct Chunk {

@@ -117,11 +117,25 @@ const std::vector<ConfigKey>& config_schema() {
       // Offload and the parallel layout: `tide estimate` sizes them; `tide train` refuses a
       // value it cannot run yet, naming it (train/unsupported_settings.h).
       {"zero_optimization.offload_optimizer.device", T::STRING, "none",
-       "none or cpu (ZeRO-Offload: optimizer states on the host, needs stage >= 1); cpu only "
-       "for tide estimate: tide train does not offload yet (issue #15)"},
+       "none or cpu (ZeRO-Offload: fp32 master weights and Adam states on the host, CPU Adam; "
+       "needs stage >= 1; docs/zero.md#offload)"},
+      {"zero_optimization.offload_optimizer.pin_memory", T::BOOL, false,
+       "with offload_optimizer cpu: page-locked host buffers for the copies on a GPU; a no-op "
+       "on CPU (accepted, changes nothing)"},
+      {"zero_optimization.offload_optimizer.delayed_update", T::BOOL, false,
+       "with offload_optimizer cpu: one-step delayed parameter update (DPU): after the warm-up, "
+       "step t's CPU Adam runs during step t+1, which uses the parameters of step t-1"},
+      {"zero_optimization.offload_optimizer.dpu_warmup_steps", T::INT, 40,
+       "with delayed_update: the first steps, updated synchronously", ints(0)},
       {"zero_optimization.offload_param.device", T::STRING, "none",
-       "none or cpu (parameters on the host too, needs stage 3 and offload_optimizer cpu); "
-       "cpu only for tide estimate (issue #15)"},
+       "none or cpu (parameters on the host too, gathered per block into the compute tier on "
+       "use; needs stage 3 and offload_optimizer cpu; tide train: 2 or more data-parallel "
+       "ranks)"},
+      {"placement.device_memory_limit", T::INT, 0,
+       "bytes the compute tier (the device; on CPU a budgeted host allocator standing in for "
+       "it) may hold: parameters, gradients, ZeRO buffers and, without offload, the optimizer "
+       "state; exceeding it is an out-of-memory error; 0 = unlimited",
+       ints(0)},
       {"activation_checkpointing.policy", T::STRING, "none",
        "none (save all), selective (recompute attention core) or full (recompute blocks)"},
       {"activation_checkpointing.partition_activations", T::BOOL, false,
@@ -581,6 +595,17 @@ TrainConfig parse_checked(const json& j, std::vector<std::string> unknown, bool 
              "zero_optimization.offload_param.device is \"cpu\" but offload_optimizer is not; "
              "offloading the parameters needs the optimizer on the host too, so set "
              "zero_optimization.offload_optimizer.device to \"cpu\"");
+  // ZeRO-Offload (train/offload_policy.h) and the compute tier's budget.
+  c.zero.offload_optimizer.enabled = c.offload_optimizer == "cpu";
+  c.zero.offload_optimizer.pin_memory = b("zero_optimization.offload_optimizer.pin_memory");
+  c.zero.offload_optimizer.delayed_update = b("zero_optimization.offload_optimizer.delayed_update");
+  c.zero.offload_optimizer.dpu_warmup_steps =
+      i("zero_optimization.offload_optimizer.dpu_warmup_steps");
+  TIDE_CHECK(!c.zero.offload_optimizer.delayed_update || c.zero.offload_optimizer.enabled,
+             "zero_optimization.offload_optimizer.delayed_update=true needs "
+             "zero_optimization.offload_optimizer.device=\"cpu\" (the delayed update is the CPU "
+             "optimizer's); set the device or remove delayed_update");
+  c.device_memory_limit = i("placement.device_memory_limit");
   c.world_size = static_cast<int>(i("world_size"));
   c.tensor_parallel = static_cast<int>(i("tensor_parallel.size"));
   c.sequence_parallel = b("tensor_parallel.sequence_parallel");

@@ -59,7 +59,8 @@ struct TrainConfig {
   LrSchedule lr_schedule;  // scheduler.*, resolved (total_num_steps 0 -> train_steps, ...)
   float grad_clip = 1.0f;  // 0: off
   bool bf16 = false, fp16 = false;
-  ZeroSettings zero;  // zero_optimization.*
+  ZeroSettings zero;  // zero_optimization.* (offload_optimizer: from offload_optimizer below)
+  int64_t device_memory_limit = 0;  // placement.device_memory_limit: bytes, 0 = unlimited
   ActivationPolicy activation_policy = ActivationPolicy::SAVE_ALL;
   double chunk_size_mb = 0;  // 0: smallest legal chunk (the largest tensor)
   // What `tide estimate` sizes and `tide train` cannot run yet (offload, tensor parallelism

@@ -6,6 +6,8 @@
 #include <cstring>
 #include <optional>
 
+#include <omp.h>
+
 #include "tide/optim/grad_norm.h"
 #include "tide/train/optimizer_step.h"
 
@@ -218,6 +220,10 @@ Engine::Engine(GPT& model, std::shared_ptr<ProcessGroup> dp, pipeline::Schedule 
   for (int i = 0; i < mbs; ++i) mbs_.push_back(model_.make_micro_batch(B, T, &stash_));
   running_.assign(mbs, -1);
   ChunkStore& store = model_.store();
+  TIDE_CHECK(!zero.offload_optimizer.enabled || zero.stage >= 1,
+             "zero_optimization.offload_optimizer.device=cpu needs zero_optimization.stage 1, 2 "
+             "or 3 (ZeRO-Offload partitions the optimizer state it offloads, as DeepSpeed "
+             "does); set zero_optimization.stage to 1 or more");
   if (zero.stage == 0) {
     reduction_ = std::make_unique<GradReduction>(*dp_);
     store.set_policy(reduction_.get());
@@ -229,6 +235,17 @@ Engine::Engine(GPT& model, std::shared_ptr<ProcessGroup> dp, pipeline::Schedule 
                                        *store.options().compute);
   accesses_ = block_accesses(schedule_, model_.num_blocks());
   store.set_policy(zero_.get());
+  zero_settings_ = zero;
+  if (zero.offload_optimizer.enabled) {
+    TIDE_CHECK(model_.tp() == 1,
+               "zero_optimization.offload_optimizer.device=cpu with tensor parallelism is not "
+               "built; set tensor_parallel.size=1 or offload_optimizer.device=none");
+    offload_host_ = std::make_unique<HostAllocator>();
+    offload_ = std::make_unique<OffloadPolicy>(store, dp_->size(), zero.offload_optimizer,
+                                               omp_get_max_threads(), *offload_host_);
+    offload_->sync_master();
+    zero_->set_grad_sink(offload_.get());
+  }
 }
 
 Engine::~Engine() {
@@ -238,9 +255,17 @@ Engine::~Engine() {
     for (auto& r : reduction_->pending) r.work->wait();
   model_.store().set_policy(nullptr);
   zero_.reset();
+  offload_.reset();  // joins the offload thread
+}
+
+void Engine::flush_update() {
+  if (!offload_ || !offload_->update_pending()) return;
+  offload_->finish_update();
+  zero_->after_update();
 }
 
 void Engine::sync_params() {
+  if (offload_) offload_->sync_master();  // the master weights follow the loaded parameters
   if (zero_) zero_->after_update();
 }
 
@@ -278,6 +303,18 @@ StepStats Engine::step(int64_t step, uint64_t seed, const BatchFn& batch, Tracer
   const uint64_t sent_before = dp_->counters().bytes_sent;
   store.begin_step(M);
   if (zero_) zero_->begin_step(accesses_);
+  // ZeRO-Offload: without clipping (and with non-finite norms an error) the update is known
+  // before the norm, so the CPU Adam of each chunk runs as soon as its gradients arrive.
+  // With the delayed update (DPU, after its warm-up) the update of this step starts after it and
+  // runs during the next one.
+  const OffloadSettings& os = zero_settings_.offload_optimizer;
+  const bool delayed = offload_ && os.delayed_update && step >= os.dpu_warmup_steps;
+  const bool early_adam = offload_ && !delayed && !offload_->update_pending() &&
+                          opt_.grad_clip <= 0 && !opt_.skip_non_finite;
+  AdamWHyper early_hyper = opt_.adamw;
+  early_hyper.lr = static_cast<float>(lr_at(step, opt_.lr));  // as plan_update rounds it
+  if (offload_)
+    offload_->begin_step(early_adam ? &early_hyper : nullptr, AdamWStep{step + 1, 1.0f});
   double loss_sum = 0;
   for (const pipeline::Action& a : schedule_.actions[0]) {
     if (a.op == Op::F) {
@@ -332,12 +369,14 @@ StepStats Engine::step(int64_t step, uint64_t seed, const BatchFn& batch, Tracer
   std::optional<TraceSpan> norm_span;
   norm_span.emplace(tracer, "grad norm", "optimizer");
   std::vector<GradBuffer> bufs;
-  for (int c = 0; c < store.layout().num_chunks(); ++c) {
+  for (int c = 0; c < store.layout().num_chunks() && !offload_; ++c) {
     const Tensor g = zero_ ? store.slice(ChunkKind::GRAD, c) : store.chunk(ChunkKind::GRAD, c);
     bufs.push_back({g.data, g.dtype, g.numel()});
   }
   double norm2 = 0;
-  if (model_.tp() > 1) {
+  if (offload_) {
+    norm2 = sum_over_ranks(*dp_, offload_->finish_gradients());
+  } else if (model_.tp() > 1) {
     norm2 = tp_grad_norm_squared();
   } else {
     norm2 = grad_norm_squared(bufs);
@@ -346,7 +385,25 @@ StepStats Engine::step(int64_t step, uint64_t seed, const BatchFn& batch, Tracer
   st.grad_norm = std::sqrt(norm2);
   norm_span.reset();
   ChunkStore* stores[] = {&store};
-  apply_update(stores, opt_, step, st, tracer);
+  if (offload_) {
+    const UpdatePlan plan = plan_update(opt_, step, st.grad_norm);
+    st.lr = plan.lr;
+    st.skipped = plan.skip;
+    const TraceSpan span(tracer, "offloaded optimizer", "optimizer");
+    // DPU: the previous step's update, which ran during this step, lands first.
+    if (offload_->update_pending()) offload_->finish_update();
+    if (!plan.skip) {
+      AdamWHyper h = opt_.adamw;
+      h.lr = plan.lr;
+      if (delayed)
+        offload_->start_update(h, AdamWStep{step + 1, plan.clip});
+      else
+        offload_->update(h, AdamWStep{step + 1, plan.clip});
+    }
+    st.offload = offload_->counters();
+  } else {
+    apply_update(stores, opt_, step, st, tracer);
+  }
   if (zero_) {
     const uint64_t before_gather = dp_->counters().bytes_sent;
     const TraceSpan span(tracer, "gather params", "comm");

@@ -12,7 +12,10 @@
 //     DP group as soon as they are complete for the step's last micro-batch, overlapping
 //     backward; stages 1-3 are the ZeroPolicy (zero.h: reduce-scatter, owned-slice update,
 //     parameter gathering);
-//   * the optimizer: global gradient norm, clipping, learning rate, AdamW.
+//   * the optimizer: global gradient norm, clipping, learning rate, AdamW; with
+//     zero.offload_optimizer.enabled (ZeRO-Offload, stages 1-3) on the host, through the
+//     OffloadPolicy (offload_policy.h): the store must then be built with
+//     StoreOptions::separate_master, its MASTER/ADAM chunks on a host-tier allocator.
 //
 // The model does all parameter access through store.acquire/release; the engine never sets a
 // tensor state.
@@ -28,6 +31,7 @@
 #include "tide/optim/lr_schedule.h"
 #include "tide/pipeline/block_parts.h"
 #include "tide/pipeline/schedule.h"
+#include "tide/train/offload_policy.h"
 #include "tide/train/zero.h"
 
 namespace tide {
@@ -69,6 +73,10 @@ struct StepStats {
   // Optimizer post-validation (PipelineEngine): 1 when the optimistic update was rolled back
   // (clipping was active, or the step was skipped), else 0.
   int rollbacks = 0;
+  // ZeRO-Offload (zero_optimization.offload_optimizer.device=cpu): bytes and moves each way,
+  // the seconds the compute thread waited on the offload thread, and the offload thread's copy
+  // and CPU Adam seconds with the part of them hidden behind backward. All zero without offload.
+  OffloadStepCounters offload;
 };
 
 // What the update of step `step` (0-based) does, decided from the global gradient norm alone:
@@ -131,9 +139,15 @@ class Engine {
   size_t host_checkpoint_bytes() const;
   // Bytes of ZeRO's communication buffers (0 at stage 0, whose reductions work in place).
   size_t comm_buffer_bytes() const { return zero_ ? zero_->buffer_bytes() : 0; }
+  // ZeRO-Offload: the host allocator of the offloaded gradient slices (nullptr without offload).
+  const Allocator* offload_grad_allocator() const { return offload_host_.get(); }
   // The owned parameter slices changed outside a step (a checkpoint was loaded): bring the
   // whole copies ZeRO keeps up to date.
   void sync_params();
+  // ZeRO-Offload's delayed update (DPU): apply the update still running on the host now, so
+  // that the parameters include every step taken (before a checkpoint is written). The next
+  // step then has no update in flight. A no-op otherwise.
+  void flush_update();
 
  private:
   class GradReduction;
@@ -152,7 +166,10 @@ class Engine {
   std::vector<int> running_;                      // [pool index] -> micro-batch, -1 when free
   std::unique_ptr<GradReduction> reduction_;      // stage 0
   std::unique_ptr<ZeroPolicy> zero_;              // stages 1-3
-  std::vector<BlockAccess> accesses_;             // the blocks' parameter uses in one step
+  std::unique_ptr<HostAllocator> offload_host_;   // ZeRO-Offload's host gradient buffers
+  std::unique_ptr<OffloadPolicy> offload_;        // ZeRO-Offload
+  ZeroSettings zero_settings_;
+  std::vector<BlockAccess> accesses_;  // the blocks' parameter uses in one step
   // The block parts a B and a W action run (pipeline/block_parts.h), built once.
   std::vector<pipeline::BlockPart> b_parts_, w_parts_;
 };

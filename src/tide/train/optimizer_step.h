@@ -12,5 +12,10 @@ namespace tide {
 // `hyper.weight_decay` is the decay of decayed tensors. The gradients must be known finite
 // (the caller checks the gradient norm), so the update runs without its own NaN scan.
 void adamw_step(ChunkStore& store, const AdamWHyper& hyper, const AdamWStep& step);
+// The same step for chunk c alone. `grad`: the gradients of the range updated (the owned slice,
+// or the whole chunk), f32, taken from there instead of the store's GRAD (ZeRO-Offload passes
+// its host copy); nullptr: the store's. `threads` as AdamWCpuOptions::threads.
+void adamw_step_chunk(ChunkStore& store, int c, const float* grad, const AdamWHyper& hyper,
+                      const AdamWStep& step, int threads = 0);
 
 }  // namespace tide

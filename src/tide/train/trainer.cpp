@@ -30,6 +30,22 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
+// ZeRO-Offload's counters of the step (offload_policy.h): in metrics.jsonl, and in short on the
+// progress line.
+void add_offload_metrics(json& record, const OffloadStepCounters& o) {
+  record["offload_bytes_to_host"] = o.bytes_to_host;
+  record["offload_bytes_to_device"] = o.bytes_to_compute;
+  record["offload_moves"] = o.moves_to_host + o.moves_to_compute;
+  record["offload_wait_seconds"] = o.wait_seconds;
+  record["offload_copy_seconds"] = o.copy_seconds;
+  record["offload_adam_seconds"] = o.adam_seconds;
+  record["offload_hidden_seconds"] = o.hidden_seconds;
+}
+std::string offload_progress(const OffloadStepCounters& o) {
+  return fmt::format(" | offload {:.1f}+{:.1f} MiB, wait {:.3f} s", o.bytes_to_host / 1048576.0,
+                     o.bytes_to_compute / 1048576.0, o.wait_seconds);
+}
+
 double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
@@ -166,6 +182,7 @@ Trainer::Trainer(TrainConfig config, std::shared_ptr<ProcessGroup> world)
     mo.group_size = dp;  // chunks slice evenly over the DP group (ZeRO partitions by slice)
     mo.store.group_rank = data_parallel_rank();
     mo.store.sliced_kinds = zero_sliced_kinds(cfg_.zero.stage);
+    configure_placement(mo.store);
     if (mesh_) {  // this rank's shards; the model's collectives run over the tp group
       mo.tp = mesh_->group_ptr(MeshAxis::TP);
       mo.sequence_parallel = cfg_.sequence_parallel;
@@ -210,6 +227,23 @@ Trainer::Trainer(TrainConfig config, std::shared_ptr<ProcessGroup> world)
 }
 
 Trainer::~Trainer() = default;
+
+void Trainer::configure_placement(StoreOptions& so) {
+  const bool offload = cfg_.zero.offload_optimizer.enabled;
+  if (cfg_.device_memory_limit == 0 && !offload) return;
+  // On a CPU-only machine the device is a budgeted host allocator (memory/allocator.h).
+  compute_alloc_ =
+      std::make_unique<BudgetedAllocator>(static_cast<size_t>(cfg_.device_memory_limit));
+  so.compute = so.optimizer = compute_alloc_.get();
+  if (!offload) return;
+  // ZeRO-Offload: fp32 master weights (their own copy, also in f32) and Adam m, v on the host.
+  host_alloc_ = std::make_unique<HostAllocator>();
+  so.optimizer = host_alloc_.get();
+  so.separate_master = true;
+  // offload_param (stage 3): this rank's parameter slices on the host too; the ZeRO-3 gathers
+  // bring each block's chunks into the compute tier on use (prefetched ahead) and free them.
+  if (cfg_.offload_param == "cpu") so.param_slices = host_alloc_.get();
+}
 
 void Trainer::resolve_data() {
   const bool rank0 = world_->rank() == 0;
@@ -438,6 +472,9 @@ size_t Trainer::memory_bytes() const {
 }
 
 std::string Trainer::save(const std::string& name) const {
+  // ZeRO-Offload's delayed update: the checkpoint holds every step taken (the run goes on
+  // from there as a run resumed from it does, with no update in flight).
+  if (engine_) engine_->flush_update();
   const fs::path dir(cfg_.out_dir);
   // Under tp every rank takes part (the shards and ZeRO slices are gathered) and rank 0
   // writes one whole-model file, whatever the ZeRO stage.
@@ -697,23 +734,25 @@ void Trainer::run() {
       const double elapsed = seconds_since(t_start);
       const double tok_s = tokens_done / elapsed;
       const double eta = elapsed / step_ * (cfg_.train_steps - step_);
-      const std::string line = fmt::format(
+      std::string line = fmt::format(
           "step {:>6}/{} | loss {:.4f} | lr {:.2e} | norm {:.3f} | {:.0f} tok/s | mem {:.0f} MiB | "
           "ETA {}",
           step_, cfg_.train_steps, st.loss, st.lr, st.grad_norm, tok_s, memory_bytes() / 1048576.0,
           human_duration(eta));
+      if (cfg_.zero.offload_optimizer.enabled) line += offload_progress(st.offload);
       if (step_ % cfg_.log_interval == 0 || step_ == cfg_.train_steps) {
         const double interval_tok_s = tokens_interval / seconds_interval;
-        write_metrics(metrics, metrics_path,
-                      json{{"step", step_},
-                           {"loss", st.loss},
-                           {"lr", st.lr},
-                           {"grad_norm", st.grad_norm},
-                           {"step_seconds", st.seconds},
-                           {"comm_wait_seconds", st.comm_seconds},
-                           {"tokens_per_s", tok_s},
-                           {"tokens_per_s_interval", interval_tok_s},
-                           {"time", unix_seconds()}});
+        json record{{"step", step_},
+                    {"loss", st.loss},
+                    {"lr", st.lr},
+                    {"grad_norm", st.grad_norm},
+                    {"step_seconds", st.seconds},
+                    {"comm_wait_seconds", st.comm_seconds},
+                    {"tokens_per_s", tok_s},
+                    {"tokens_per_s_interval", interval_tok_s},
+                    {"time", unix_seconds()}};
+        if (cfg_.zero.offload_optimizer.enabled) add_offload_metrics(record, st.offload);
+        write_metrics(metrics, metrics_path, record);
         if (!tty) fmt::print("{}\n", line);
         seconds_interval = 0;
         tokens_interval = 0;

@@ -53,6 +53,9 @@ class Trainer {
   GPT& model() { return pipeline_ ? *pipeline_->chunks()[0] : *model_; }
   // The data-parallel engine (pipeline.stages = 1 only) and the pipeline (> 1 only).
   const Engine& engine() const { return *engine_; }
+  // The allocators configure_placement made (nullptr when the store uses its own).
+  const Allocator* compute_allocator() const { return compute_alloc_.get(); }
+  const Allocator* host_allocator() const { return host_alloc_.get(); }
   const PipelineRun* pipeline() const { return pipeline_.get(); }
   const TrainConfig& config() const { return cfg_; }
   int64_t step() const { return step_; }
@@ -106,8 +109,14 @@ class Trainer {
   void log_pipeline_measurement(const PipelineRun::Measured& pm, std::ofstream& metrics,
                                 const std::string& metrics_path, bool tty);
 
+  // The compute tier of the model state (placement.device_memory_limit) and, with ZeRO-Offload,
+  // the host tier of the optimizer state: set in `so` when either is configured.
+  void configure_placement(StoreOptions& so);
+
   TrainConfig cfg_;
   std::shared_ptr<ProcessGroup> world_;
+  // Declared before the model, whose chunks they hold (nullptr: the store's own host memory).
+  std::unique_ptr<Allocator> compute_alloc_, host_alloc_;
   std::unique_ptr<Topology> mesh_;  // tensor_parallel.size > 1: the tp x dp mesh
   std::unique_ptr<GPT> model_;      // data parallel
   std::unique_ptr<Engine> engine_;  // data parallel

@@ -214,6 +214,7 @@ bool ZeroPolicy::needed_soon(int c) const {
 
 void ZeroPolicy::on_acquire(ChunkStore& store, std::span<const int> ids, Use use) {
   const ChunkLayout& lay = store.layout();
+  if (sink_) poll_reductions();
   if (use == Use::WEIGHT)  // W adds to gradients: an earlier micro-batch's reduction must land
     for (int id : ids) complete_reductions_of(lay.slot(id).chunk);
   if (s_.stage < 3) return;
@@ -272,7 +273,7 @@ void ZeroPolicy::on_grads_ready(ChunkStore& store, int c, int micro_batch) {
   Pending p{c,
             dp_.reduce_scatter_async(whole, own_part(whole, lay.slice_elems(c), dp_.rank()),
                                      ReduceOp::Sum),
-            trace};
+            trace, store.grads_complete(c)};
   counters_.reduce_scatters += 1;
   if (!s_.overlap_comm) {
     complete_reduction(p);
@@ -280,6 +281,15 @@ void ZeroPolicy::on_grads_ready(ChunkStore& store, int c, int micro_batch) {
   }
   reductions_.push_back(std::move(p));
   reducing_elems_ += elems;
+  if (sink_) poll_reductions();
+}
+
+void ZeroPolicy::poll_reductions() {
+  while (!reductions_.empty() && reductions_.front().work->is_completed()) {
+    Pending p = std::move(reductions_.front());
+    reductions_.pop_front();
+    complete_reduction(p);
+  }
 }
 
 void ZeroPolicy::complete_reduction(Pending& p) {
@@ -295,12 +305,12 @@ void ZeroPolicy::complete_reduction(Pending& p) {
     // for the next micro-batch (the reduce-scatter left partial sums there).
     std::memset(whole, 0, static_cast<size_t>(r * slice) * sizeof(float));
     std::memset(whole + (r + 1) * slice, 0, static_cast<size_t>(elems - (r + 1) * slice) * 4);
-    return;
+  } else if (store_.attached(ChunkKind::GRAD, c)) {  // one rank: the slice is the whole chunk
+    std::memcpy(store_.slice(ChunkKind::GRAD, c).data, whole + r * slice,
+                static_cast<size_t>(slice) * sizeof(float));
+    detach(ChunkKind::GRAD, c);
   }
-  if (!store_.attached(ChunkKind::GRAD, c)) return;  // one rank: the slice is the whole chunk
-  std::memcpy(store_.slice(ChunkKind::GRAD, c).data, whole + r * slice,
-              static_cast<size_t>(slice) * sizeof(float));
-  detach(ChunkKind::GRAD, c);
+  if (p.last && sink_) sink_->on_reduced(c);
 }
 
 void ZeroPolicy::complete_reductions_of(int c) {
@@ -328,7 +338,7 @@ void ZeroPolicy::finish_gradients() {
     for (int c = 0; c < store_.layout().num_chunks(); ++c)
       if (!persistent_[c] && gathered_[c] != Gathered::NO) release_gathered(c);
   const int N = dp_.size();
-  if (N == 1) return;
+  if (N == 1 || sink_) return;
   // The mean over ranks, divided as the process groups' ReduceOp::Avg divides.
   for (int c = 0; c < store_.layout().num_chunks(); ++c) {
     const Tensor g = store_.slice(ChunkKind::GRAD, c);

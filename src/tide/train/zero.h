@@ -67,6 +67,15 @@ struct ZeroStepCounters {
   double wait_seconds = 0;  // time the step blocked on communication (not hidden by compute)
 };
 
+// Told when a chunk's owned gradient slice is final for the step: reduced over the ranks for
+// the last micro-batch, summed, not yet divided by N. ZeRO-Offload (offload_policy.h) copies it
+// to the host from store.slice(GRAD, chunk), which nothing writes again until the next step.
+class ReducedGradSink {
+ public:
+  virtual ~ReducedGradSink() = default;
+  virtual void on_reduced(int chunk) = 0;
+};
+
 class ZeroPolicy final : public PlacementPolicy {
  public:
   // `block_params[i]`: the tensor ids block i acquires. Buffers come from `buffers` (the
@@ -85,6 +94,11 @@ class ZeroPolicy final : public PlacementPolicy {
   void after_update();
 
   const ZeroStepCounters& counters() const { return counters_; }
+  // With a sink: on_reduced(c) once chunk c's last reduction of the step is complete; finished
+  // reductions are completed as soon as they are seen done (on every acquire and gradient
+  // completion), so the sink hears of each chunk during backward; and finish_gradients leaves
+  // the division by N to the sink (which divides its copy). nullptr: none.
+  void set_grad_sink(ReducedGradSink* sink) { sink_ = sink; }
   // Bytes of the communication buffers (all allocated so far; reused every step).
   size_t buffer_bytes() const { return pool_.allocated_bytes(); }
 
@@ -98,7 +112,8 @@ class ZeroPolicy final : public PlacementPolicy {
   struct Pending {
     int chunk;
     WorkPtr work;
-    AsyncTrace trace;  // the reduce-scatter in flight, when the step is traced
+    AsyncTrace trace;   // the reduce-scatter in flight, when the step is traced
+    bool last = false;  // the step's last micro-batch for this chunk
   };
   enum class Gathered : uint8_t { NO, IN_FLIGHT, YES };
 
@@ -121,6 +136,8 @@ class ZeroPolicy final : public PlacementPolicy {
   }
   void complete_reduction(Pending& p);
   void complete_reductions_of(int c);
+  // Completes the reductions at the front of the queue that are already done (no waiting).
+  void poll_reductions();
 
   ChunkStore& store_;
   ProcessGroup& dp_;
@@ -143,6 +160,7 @@ class ZeroPolicy final : public PlacementPolicy {
   size_t prefetched_to_ = 0;  // accesses before this index have their chunks gathering
   bool in_step_ = false;
   ZeroStepCounters counters_;
+  ReducedGradSink* sink_ = nullptr;
 };
 
 }  // namespace tide

@@ -6,6 +6,17 @@
 
 namespace tide {
 
+// zero_optimization.offload_optimizer.* (ZeRO-Offload: train/offload_policy.h, docs/zero.md).
+struct OffloadSettings {
+  bool enabled = false;     // device = "cpu": fp32 master weights and Adam m, v on the host
+  bool pin_memory = false;  // page-locked host buffers for the copies (GPU); a no-op on CPU
+  // One-step delayed parameter update (DPU): after dpu_warmup_steps synchronous steps, step t's
+  // CPU Adam runs during step t+1's forward and backward, which use the parameters of step t-1.
+  bool delayed_update = false;
+  int64_t dpu_warmup_steps = 40;
+  bool operator==(const OffloadSettings&) const = default;
+};
+
 // Sizes are in elements, as in DeepSpeed.
 struct ZeroSettings {
   int stage = 0;
@@ -15,6 +26,7 @@ struct ZeroSettings {
   int64_t prefetch_bucket_size = 50'000'000;      // stage 3: elements gathered ahead of use
   int64_t max_live_parameters = 1'000'000'000;    // stage 3: gathered elements at most
   int64_t param_persistence_threshold = 100'000;  // stage 3: smaller chunks stay gathered
+  OffloadSettings offload_optimizer;
 
   bool operator==(const ZeroSettings&) const = default;
 };

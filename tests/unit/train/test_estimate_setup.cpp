@@ -229,9 +229,42 @@ TEST(TrainerRefuses, EverySettingItCannotHonourByKeyAndValue) {
   EXPECT_HAS(refusal({"pipeline.stages=4"}), "pipeline.stages=4: this run has 1 rank");
   EXPECT_HAS(refusal({"world_size=8"}, 2),
              "world_size=8: this run has 2 ranks (launch it with `mpirun -np 8`)");
-  EXPECT_HAS(
-      refusal({"zero_optimization.stage=2", "zero_optimization.offload_optimizer.device=cpu"}),
-      "zero_optimization.offload_optimizer.device=\"cpu\": tide train does not offload");
+  // ZeRO-Offload runs at stages 1-3 of a data-parallel run (train/offload_policy.h).
+  EXPECT_EQ(refusal({"zero_optimization.stage=2", "zero_optimization.offload_optimizer.device=cpu",
+                     "zero_optimization.offload_optimizer.pin_memory=true"}),
+            "");
+  EXPECT_EQ(refusal({"zero_optimization.offload_optimizer.device=cpu"}),
+            "zero_optimization.offload_optimizer.device=\"cpu\" with zero_optimization.stage=0: "
+            "ZeRO-Offload offloads the partitioned optimizer state of stages 1-3 (as DeepSpeed "
+            "does); set zero_optimization.stage to 1, 2 or 3");
+  EXPECT_HAS(refusal({"zero_optimization.stage=1", "zero_optimization.offload_optimizer.device=cpu",
+                      "pipeline.stages=2", "model.n_layer=2"},
+                     2),
+             "zero_optimization.offload_optimizer.device=\"cpu\" with pipeline.stages=2: tide "
+             "train offloads the optimizer of data-parallel runs only");
+  EXPECT_HAS(refusal({"zero_optimization.stage=1", "zero_optimization.offload_optimizer.device=cpu",
+                      "tensor_parallel.size=2"},
+                     2),
+             "zero_optimization.offload_optimizer.device=\"cpu\" with tensor_parallel.size=2: "
+             "tide train offloads the optimizer of data-parallel runs without tensor parallelism");
+  EXPECT_HAS(error_of([] {
+               load_train_config("", {"zero_optimization.offload_optimizer.delayed_update=true"});
+             }),
+             "zero_optimization.offload_optimizer.delayed_update=true needs "
+             "zero_optimization.offload_optimizer.device=\"cpu\"");
+  EXPECT_EQ(refusal({"zero_optimization.stage=3", "zero_optimization.offload_optimizer.device=cpu",
+                     "zero_optimization.offload_param.device=cpu"},
+                    2),
+            "");
+  EXPECT_HAS(refusal({"zero_optimization.stage=3", "zero_optimization.offload_optimizer.device=cpu",
+                      "zero_optimization.offload_param.device=cpu"}),
+             "zero_optimization.offload_param.device=\"cpu\" on 1 data-parallel rank: tide "
+             "train offloads the parameters through the ZeRO-3 gathers of 2 or more ranks only");
+  EXPECT_HAS(refusal({"zero_optimization.stage=2", "zero_optimization.offload_optimizer.device=cpu",
+                      "zero_optimization.offload_param.device=cpu"},
+                     2),
+             "zero_optimization.offload_param.device=\"cpu\" with zero_optimization.stage=2: "
+             "parameter offload needs ZeRO stage 3 (as in DeepSpeed)");
   EXPECT_HAS(refusal({"optimizer.type=SGD"}), "optimizer.type=\"SGD\": tide train has only AdamW");
   EXPECT_HAS(refusal({"pipeline.stages=2", "pipeline.schedule=interleaved",
                       "pipeline.virtual_stages=2", "gradient_accumulation_steps=2"}),

@@ -1,0 +1,214 @@
+// ZeRO-Offload (zero_optimization.offload_optimizer.device=cpu; train/offload_policy.h) through
+// `tide train`'s Trainer, on N ranks and on one: the same training as without offload to the
+// bit, the traffic the paper states (f32 on CPU: 4 Psi/N bytes down and 4 Psi/N up per step),
+// and the optimizer state off the compute tier, measured by the allocators.
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "dp_runs.h"
+#include "error_of.h"
+#include "mpi_test.h"
+#include "tide/train/unsupported_settings.h"
+
+using namespace tide;
+using namespace tide::dp_runs;
+
+namespace {
+
+constexpr int64_t kOffloadSteps = 6;
+
+TrainConfig offload_config(const std::string& shard, const std::string& dir, int stage,
+                           bool offload, int accum = 1) {
+  TrainConfig c = dp_config(shard, dir, kMicro, accum, kOffloadSteps);
+  c.zero.stage = stage;
+  c.zero.param_persistence_threshold = 0;
+  c.zero.reduce_bucket_size = 3 * 4096;
+  c.zero.allgather_bucket_size = 3 * 4096;
+  c.zero.prefetch_bucket_size = 8192;
+  c.offload_optimizer = offload ? "cpu" : "none";
+  c.zero.offload_optimizer.enabled = offload;
+  return c;
+}
+
+std::string differs(const RunResult& a, const RunResult& b) {
+  for (size_t s = 0; s < a.losses.size(); ++s) {
+    if (std::memcmp(&a.losses[s], &b.losses[s], 4) != 0)
+      return fmt::format("loss of step {}: {} vs {}", s + 1, a.losses[s], b.losses[s]);
+    if (std::memcmp(&a.grad_norms[s], &b.grad_norms[s], 4) != 0)
+      return fmt::format("grad norm of step {}: {} vs {}", s + 1, a.grad_norms[s], b.grad_norms[s]);
+  }
+  for (size_t i = 0; i < a.params.size(); ++i)
+    if (std::memcmp(a.params[i].data(), b.params[i].data(), a.params[i].size() * 4) != 0)
+      return "final values of " + a.names[i];
+  return "";
+}
+
+// Offload changes where the optimizer runs and its state lives, never the arithmetic: losses,
+// gradient norms and final parameters equal the non-offloaded run's bitwise, at stages 1-3, on
+// N ranks and on one (rank 0 alone), with clipping (Adam after backward) and without it (Adam
+// as each chunk arrives), with and without gradient accumulation.
+TEST(Offload, ReproducesTheRunWithoutOffloadBitwise) {
+  std::shared_ptr<ProcessGroup> world = mpi_test::world_ptr(CommAlgorithm::Mpi);
+  const std::string dir = shared_temp_dir(*world);
+  const std::string shard = write_shared_shard(*world, dir);
+  struct Variant {
+    int stage, accum;
+    float clip;
+  };
+  const Variant variants[] = {{1, 1, 1.0f}, {2, 2, 1.0f}, {3, 1, 1.0f}, {2, 1, 0.0f}, {3, 2, 0.0f}};
+  for (const Variant& v : variants) {
+    TrainConfig base = offload_config(shard, dir, v.stage, false, v.accum);
+    base.grad_clip = v.clip;
+    TrainConfig off = offload_config(shard, dir, v.stage, true, v.accum);
+    off.grad_clip = v.clip;
+    const std::string what = fmt::format("stage {} accum {} clip {} on {} ranks", v.stage, v.accum,
+                                         v.clip, world->size());
+    const RunResult a = train(off, world, kOffloadSteps), b = train(base, world, kOffloadSteps);
+    EXPECT_EQ(differs(a, b), "") << what;
+    EXPECT_LT(a.losses.back(), a.losses.front()) << what;
+  }
+  if (world->rank() == 0)
+    for (int stage : {1, 3}) {
+      const RunResult a = train(offload_config(shard, dir, stage, true), nullptr, kOffloadSteps);
+      const RunResult b = train(offload_config(shard, dir, stage, false), nullptr, kOffloadSteps);
+      EXPECT_EQ(differs(a, b), "") << "stage " << stage << " on one rank";
+    }
+  world->barrier();
+  if (world->rank() == 0) std::filesystem::remove_all(dir);
+}
+
+// Per step and rank: the owned f32 gradient slice of every chunk down, the updated parameter
+// slice up (4 Psi/N bytes each way, Psi the padded parameters, exact), one move per chunk each
+// way. The host holds the master weights and Adam m, v (12 Psi/N bytes) and the gradient copies
+// (4 Psi/N); the compute tier holds parameters, gradients and ZeRO's buffers only, and a run
+// whose budget is exactly its measured peak trains while one byte less does not start.
+TEST(Offload, TrafficAndMemoryAreWhatThePaperStates) {
+  std::shared_ptr<ProcessGroup> world = mpi_test::world_ptr(CommAlgorithm::Mpi);
+  const int64_t N = world->size();
+  const std::string dir = shared_temp_dir(*world);
+  const std::string shard = write_shared_shard(*world, dir);
+  for (int stage : {1, 2, 3}) {
+    TrainConfig c = offload_config(shard, dir, stage, true);
+    size_t peak = 0;
+    {
+      Trainer t(c, world);
+      const ChunkStore& store = t.model().store();
+      const ChunkLayout& lay = store.layout();
+      const uint64_t psi = static_cast<uint64_t>(lay.total_elems());
+      ASSERT_EQ(psi % N, 0u);
+      for (int s = 0; s < 2; ++s) {
+        const StepStats st = t.train_step();
+        EXPECT_EQ(st.offload.bytes_to_host, 4 * psi / N) << "stage " << stage;
+        EXPECT_EQ(st.offload.bytes_to_compute, 4 * psi / N) << "stage " << stage;
+        EXPECT_EQ(st.offload.moves_to_host, lay.num_chunks());
+        EXPECT_EQ(st.offload.moves_to_compute, lay.num_chunks());
+        EXPECT_GT(st.offload.adam_seconds, 0.0);
+      }
+      ASSERT_NE(t.host_allocator(), nullptr);
+      ASSERT_NE(t.compute_allocator(), nullptr);
+      EXPECT_EQ(t.host_allocator()->allocated(), 12 * psi / N) << "stage " << stage;
+      EXPECT_EQ(t.engine().offload_grad_allocator()->allocated(), 4 * psi / N);
+      const size_t on_compute = store.bytes(ChunkKind::PARAM) + store.bytes(ChunkKind::GRAD) +
+                                t.engine().comm_buffer_bytes();
+      EXPECT_EQ(t.compute_allocator()->allocated(), on_compute) << "stage " << stage;
+      peak = t.compute_allocator()->peak();
+    }
+    c.device_memory_limit = static_cast<int64_t>(peak);
+    {
+      Trainer t(c, world);
+      t.train_step();
+      t.train_step();
+      EXPECT_LE(t.compute_allocator()->peak(), peak);
+    }
+    if (stage == 1) {  // the model states alone exceed the budget: a clear error at the start
+      c.device_memory_limit = static_cast<int64_t>(peak) / 4;
+      EXPECT_NE(test::error_of([&] {
+                  Trainer t(c, world);
+                }).find("out of budgeted device memory: param chunk"),
+                std::string::npos);
+    }
+  }
+  world->barrier();
+  if (world->rank() == 0) std::filesystem::remove_all(dir);
+}
+
+// offload_param (stage 3, 2 or more ranks): the parameter slices live on the host and each
+// block's chunks are gathered into the compute tier on use. Same bits as the run without any
+// offload; the compute tier never holds a parameter slice, and a budget of a quarter of the
+// model states (16 Psi bytes: f32 params, grads, Adam m, v) is enough to train.
+TEST(Offload, ParamOffloadReproducesTheRunBitwiseWithinAQuarterOfTheStates) {
+  std::shared_ptr<ProcessGroup> world = mpi_test::world_ptr(CommAlgorithm::Mpi);
+  const int64_t N = world->size();
+  const std::string dir = shared_temp_dir(*world);
+  const std::string shard = write_shared_shard(*world, dir);
+  // A model large enough for its states to outweigh the fixed ZeRO buffers 4 to 1.
+  const auto wider = [](TrainConfig t) {
+    t.model.n_embd = 64;
+    t.model.n_layer = 8;
+    t.zero.max_live_parameters = 8 * 16416;  // two blocks
+    // Buckets of the largest chunk (64 x 256 f32, padded to a multiple of 3 ranks).
+    t.zero.reduce_bucket_size = t.zero.allgather_bucket_size = 16416;
+    t.zero.prefetch_bucket_size = 16416;
+    return t;
+  };
+  TrainConfig c = wider(offload_config(shard, dir, 3, true));
+  c.offload_param = "cpu";
+  const RunResult base = train(wider(offload_config(shard, dir, 3, false)), world, kOffloadSteps);
+  const RunResult off = train(c, world, kOffloadSteps);
+  EXPECT_EQ(differs(off, base), "") << "offload_param on " << N << " ranks";
+  size_t peak = 0;
+  uint64_t psi = 0;
+  {
+    Trainer t(c, world);
+    const ChunkStore& store = t.model().store();
+    psi = static_cast<uint64_t>(store.layout().total_elems());
+    t.train_step();
+    t.train_step();
+    // The host holds master, Adam m, v and the parameter slices: 16 Psi / N bytes.
+    EXPECT_EQ(t.host_allocator()->allocated(), 16 * psi / N);
+    // The compute tier: the gradient slices and the ZeRO buffers (gathers among them), no
+    // parameter slice.
+    EXPECT_EQ(t.compute_allocator()->allocated(),
+              store.bytes(ChunkKind::GRAD) + t.engine().comm_buffer_bytes());
+    peak = t.compute_allocator()->peak();
+  }
+  EXPECT_LE(4 * peak, 16 * psi) << "the compute tier's peak " << peak << " is over a quarter of "
+                                << "the states' " << 16 * psi << " bytes";
+  c.device_memory_limit = static_cast<int64_t>(16 * psi / 4);
+  const RunResult budgeted = train(c, world, kOffloadSteps);
+  EXPECT_EQ(differs(budgeted, base), "") << "offload_param within 4 Psi bytes";
+  world->barrier();
+  if (world->rank() == 0) std::filesystem::remove_all(dir);
+}
+
+// A sharded checkpoint written with offload resumes (with or without offload) to the same bits
+// as the uninterrupted run: the master weights are the saved parameters, Adam's m and v the
+// saved optimizer state; the format is the one ZeRO writes.
+TEST(Offload, CheckpointsResumeBitwise) {
+  std::shared_ptr<ProcessGroup> world = mpi_test::world_ptr(CommAlgorithm::Mpi);
+  const std::string dir = shared_temp_dir(*world);
+  const std::string shard = write_shared_shard(*world, dir);
+  const RunResult whole = train(offload_config(shard, dir, 2, true), world, kOffloadSteps);
+  std::string ckpt;
+  {
+    Trainer t(offload_config(shard, dir + "/first", 2, true), world);
+    for (int s = 0; s < 3; ++s) t.train_step();
+    ckpt = t.save("step3.ckpt");
+  }
+  for (bool offload : {true, false}) {
+    TrainConfig c =
+        offload_config(shard, dir + (offload ? "/resumed" : "/resumed_plain"), 2, offload);
+    c.resume = ckpt;
+    Trainer t(c, world);
+    std::vector<float> losses;
+    for (int64_t s = 3; s < kOffloadSteps; ++s) losses.push_back(t.train_step().loss);
+    for (size_t i = 0; i < losses.size(); ++i)
+      EXPECT_EQ(losses[i], whole.losses[3 + i]) << "step " << 4 + i << " offload " << offload;
+  }
+  world->barrier();
+  if (world->rank() == 0) std::filesystem::remove_all(dir);
+}
+
+}  // namespace

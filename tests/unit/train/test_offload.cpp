@@ -1,0 +1,213 @@
+// ZeRO-Offload's bad input at the Engine (the Trainer's refusals are in test_estimate_setup.cpp)
+// and the norm partials it sums as chunks arrive (grad_norm_block_sums). Training equivalence,
+// traffic and memory are in tests/mpi/train_offload.cpp.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <vector>
+
+#include "error_of.h"
+#include "test_files.h"
+#include "tide/comm/local_process_group.h"
+#include "tide/core/rng.h"
+#include "tide/data/shard.h"
+#include "tide/model/gpt.h"
+#include "tide/optim/grad_norm.h"
+#include "tide/train/config.h"
+#include "tide/train/engine.h"
+#include "tide/train/trainer.h"
+
+using namespace tide;
+using tide::test::error_of;
+
+namespace {
+
+TrainConfig tiny() {
+  return parse_train_config(
+      {{"model", {{"n_layer", 2}, {"n_embd", 32}, {"n_head", 2}, {"vocab_size", 64}}},
+       {"seq_len", 16},
+       {"train_micro_batch_size_per_gpu", 2}},
+      /*check_paths=*/false);
+}
+
+std::string engine_error(int stage, bool separate_master) {
+  const TrainConfig tc = tiny();
+  ModelOptions o;
+  o.store.sliced_kinds = zero_sliced_kinds(stage);
+  o.store.separate_master = separate_master;
+  GPT gpt(tc.model, tc.activation_policy, o);
+  ZeroSettings z;
+  z.stage = stage;
+  z.offload_optimizer.enabled = true;
+  return error_of([&] {
+    Engine e(gpt, std::make_shared<LocalProcessGroup>(), data_parallel_schedule(1), 2, 16,
+             OptimizerSettings{}, z);
+  });
+}
+
+TEST(OffloadErrors, StageZeroAndAStoreWithoutItsOwnMasterAreRefused) {
+  EXPECT_EQ(engine_error(0, true),
+            "zero_optimization.offload_optimizer.device=cpu needs zero_optimization.stage 1, 2 "
+            "or 3 (ZeRO-Offload partitions the optimizer state it offloads, as DeepSpeed does); "
+            "set zero_optimization.stage to 1 or more");
+  EXPECT_EQ(engine_error(1, false),
+            "ZeRO-Offload needs the fp32 master weights in their own chunks on the host: build "
+            "the model with ModelOptions::store.separate_master = true");
+  EXPECT_EQ(engine_error(2, true), "");
+}
+
+// Adding every buffer's block sums in buffer order is grad_norm_squared to the bit, whatever
+// order the buffers' sums were computed in (the offload thread gets chunks in backward order).
+TEST(OffloadNorm, BlockSumsInChunkOrderAreTheGlobalNormBitwise) {
+  const int64_t sizes[] = {3 * kNormBlock + 17, 5, kNormBlock, 2 * kNormBlock - 1};
+  std::vector<std::vector<float>> data;
+  std::vector<GradBuffer> bufs;
+  const PhiloxStream rng{3, 4};
+  uint64_t k = 0;
+  for (int64_t n : sizes) {
+    data.emplace_back(n);
+    for (float& x : data.back()) x = static_cast<float>(rng.uint(k++) % 20001) * 1e-4f - 1.0f;
+  }
+  for (const auto& d : data) bufs.push_back({d.data(), DType::F32, static_cast<int64_t>(d.size())});
+  std::vector<std::vector<double>> sums(bufs.size());
+  for (size_t i = bufs.size(); i-- > 0;) grad_norm_block_sums(bufs[i], sums[i]);
+  double total = 0;
+  for (const auto& s : sums)
+    for (double x : s) total += x;
+  const double expected = grad_norm_squared(bufs, 2);
+  EXPECT_EQ(std::memcmp(&total, &expected, sizeof(double)), 0) << total << " vs " << expected;
+}
+
+// The one-step delayed update (DPU) against a reference built from plain parts: model A (no
+// offload) only computes each step's loss and gradients on parameters copied in from model B;
+// B holds the parameters and Adam state and takes the updates, each step's one step late
+// after the warm-up (apply_update, the synchronous update). DPU's losses and, once its
+// pending update is flushed, its parameters equal the reference's bitwise; and they differ
+// from the synchronous offloaded run's, so the delay is really there.
+TEST(OffloadDelayedUpdate, EqualsAReferenceThatAppliesEachUpdateOneStepLate) {
+  constexpr int B = 2, T = 16, kSteps = 7, kWarmup = 2;
+  const TrainConfig tc = tiny();
+  OptimizerSettings opt;
+  opt.adamw.weight_decay = 0.1;
+  opt.lr.type = LrScheduleType::CONSTANT;
+  opt.lr.lr = 1e-2;
+  opt.grad_clip = 1.0f;
+  const int vocab = tc.model.vocab_size;
+  int64_t cur = 0;  // the step being filled
+  auto fill = [&](int mb, int32_t* in, int32_t* tg) {
+    for (int i = 0; i < B * T; ++i) {
+      in[i] = static_cast<int32_t>((i * 7 + mb * 3 + cur * 5) % vocab);
+      tg[i] = static_cast<int32_t>((in[i] * 5 + 3) % vocab);
+    }
+  };
+  auto offloaded = [&](bool delayed, std::vector<float>& losses) {
+    ModelOptions o;
+    o.store.sliced_kinds = zero_sliced_kinds(1);
+    o.store.separate_master = true;
+    auto gpt = std::make_unique<GPT>(tc.model, tc.activation_policy, o);
+    gpt->init_weights(7);
+    ZeroSettings z;
+    z.stage = 1;
+    z.offload_optimizer.enabled = true;
+    z.offload_optimizer.delayed_update = delayed;
+    z.offload_optimizer.dpu_warmup_steps = kWarmup;
+    Engine e(*gpt, std::make_shared<LocalProcessGroup>(), data_parallel_schedule(1), B, T, opt, z);
+    for (cur = 0; cur < kSteps; ++cur) losses.push_back(e.step(cur, 1, fill).loss);
+    e.flush_update();
+    return gpt;
+  };
+  std::vector<float> dpu, sync;
+  const auto dpu_model = offloaded(true, dpu);
+  offloaded(false, sync);
+
+  GPT a(tc.model, tc.activation_policy), b(tc.model, tc.activation_policy);
+  a.init_weights(7);
+  b.init_weights(7);
+  Engine ea(a, std::make_shared<LocalProcessGroup>(), data_parallel_schedule(1), B, T, opt);
+  const ChunkLayout& lay = a.store().layout();
+  using Grads = std::vector<std::vector<float>>;
+  auto apply = [&](const Grads& g, int64_t step) {  // B takes step `step`'s update from g
+    std::vector<GradBuffer> bufs;
+    for (int c = 0; c < lay.num_chunks(); ++c) {
+      const Tensor t = b.store().chunk(ChunkKind::GRAD, c);
+      std::memcpy(t.data, g[c].data(), t.nbytes());
+      bufs.push_back({t.data, DType::F32, t.numel()});
+    }
+    StepStats st;
+    st.grad_norm = std::sqrt(grad_norm_squared(bufs));
+    ChunkStore* stores[] = {&b.store()};
+    apply_update(stores, opt, step, st, nullptr);
+  };
+  std::vector<float> ref;
+  Grads pending;
+  for (cur = 0; cur < kSteps; ++cur) {
+    for (int c = 0; c < lay.num_chunks(); ++c)
+      std::memcpy(a.store().chunk(ChunkKind::PARAM, c).data,
+                  b.store().chunk(ChunkKind::PARAM, c).data,
+                  a.store().chunk(ChunkKind::PARAM, c).nbytes());
+    ref.push_back(ea.step(cur, 1, fill).loss);  // A's own update is overwritten next step
+    Grads g(lay.num_chunks());
+    for (int c = 0; c < lay.num_chunks(); ++c) {
+      const Tensor t = a.store().chunk(ChunkKind::GRAD, c);
+      g[c].assign(t.f32(), t.f32() + t.numel());
+    }
+    if (cur < kWarmup) {
+      apply(g, cur);
+      continue;
+    }
+    if (!pending.empty()) apply(pending, cur - 1);
+    pending = std::move(g);
+  }
+  apply(pending, kSteps - 1);  // what flush_update() applies
+  for (int s = 0; s < kSteps; ++s)
+    EXPECT_EQ(std::memcmp(&dpu[s], &ref[s], 4), 0)
+        << "step " << s + 1 << ": " << dpu[s] << " vs " << ref[s];
+  for (int c = 0; c < lay.num_chunks(); ++c)
+    EXPECT_EQ(std::memcmp(dpu_model->store().chunk(ChunkKind::PARAM, c).data,
+                          b.store().chunk(ChunkKind::PARAM, c).data,
+                          b.store().chunk(ChunkKind::PARAM, c).nbytes()),
+              0)
+        << "chunk " << c << " after the flush";
+  // Synchronous until the first update that DPU delays takes effect: step kWarmup + 2.
+  for (int s = 0; s <= kWarmup; ++s) EXPECT_EQ(dpu[s], sync[s]) << "step " << s + 1;
+  EXPECT_NE(dpu[kWarmup + 1], sync[kWarmup + 1]);
+}
+
+// tide train's metrics.jsonl carries the offload counters of every logged step (and the
+// progress line their short form); without offload they are absent.
+TEST(OffloadMetrics, EveryTrainingRecordCarriesTheCounters) {
+  for (bool offload : {true, false}) {
+    const std::string dir = test::temp_dir(offload ? "offload_metrics" : "offload_metrics_off");
+    std::vector<uint16_t> tokens(2000);
+    for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<uint16_t>(i * 7 % 50);
+    write_token_shard(dir + "/train.bin", std::span<const uint16_t>(tokens));
+    Trainer t(load_train_config(
+        "",
+        {"data.train=" + dir + "/train.bin", "model.vocab_size=50", "model.n_layer=2",
+         "model.n_head=2", "model.n_embd=16", "seq_len=8", "train_steps=3", "log.interval=1",
+         "out_dir=" + dir, "log.progress=false", "zero_optimization.stage=2",
+         std::string("zero_optimization.offload_optimizer.device=") + (offload ? "cpu" : "none")}));
+    t.run();
+    const uint64_t psi = static_cast<uint64_t>(t.model().store().layout().total_elems());
+    std::ifstream f(dir + "/metrics.jsonl");
+    int records = 0;
+    for (std::string line; std::getline(f, line);) {
+      const nlohmann::json j = nlohmann::json::parse(line);
+      if (!j.contains("loss")) continue;
+      ++records;
+      EXPECT_EQ(j.contains("offload_wait_seconds"), offload) << line;
+      if (!offload) continue;
+      EXPECT_EQ(j["offload_bytes_to_host"].get<uint64_t>(), 4 * psi) << line;
+      EXPECT_EQ(j["offload_bytes_to_device"].get<uint64_t>(), 4 * psi) << line;
+      EXPECT_EQ(j["offload_moves"].get<int>(), 2 * t.model().store().layout().num_chunks());
+      for (const char* k :
+           {"offload_copy_seconds", "offload_adam_seconds", "offload_hidden_seconds"})
+        EXPECT_GE(j[k].get<double>(), 0.0) << k;
+    }
+    EXPECT_EQ(records, 3);
+  }
+}
+
+}  // namespace
