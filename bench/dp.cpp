@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "bench_cli.h"
+#include "bench_ranks.h"
 #include "tide/comm/distributed.h"
 #include "tide/core/rng.h"
 #include "tide/data/shard.h"
@@ -81,26 +82,6 @@ double now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-// Random tokens: enough sequences for a few global batches (the loader wraps around epochs).
-// Each rank writes its own copy, so no shared file system or barrier is needed.
-std::string write_random_shard(const Args& a, int world, int rank) {
-  const std::string path = fmt::format("/tmp/tide_bench_dp_{}_{}.bin", ::getpid(), rank);
-  const int64_t sequences = int64_t{4} * world * a.micro_batch;
-  std::vector<uint16_t> tokens(static_cast<size_t>(sequences * a.seq_len + 1));
-  const PhiloxStream rng{11, 0};
-  for (size_t i = 0; i < tokens.size(); ++i)
-    tokens[i] = static_cast<uint16_t>(rng.uint(i) % static_cast<uint32_t>(a.vocab));
-  write_token_shard(path, std::span<const uint16_t>(tokens));
-  return path;
-}
-
-// Maximum of a per-rank value over the world (all-gather, then max: no max reduction needed).
-float max_over_ranks(ProcessGroup& world, float v) {
-  std::vector<float> all(static_cast<size_t>(world.size()));
-  world.all_gather(Tensor(&v, {1}), Tensor(all.data(), {world.size()}));
-  return *std::max_element(all.begin(), all.end());
-}
-
 // The step's collectives at `stage`, blocking, one after another, on scratch buffers.
 double blocking_seconds(ProcessGroup& world, const ChunkLayout& lay, int stage) {
   const int r = world.rank();
@@ -125,7 +106,8 @@ void run(const Args& a, CommAlgorithm algo, int stage) {
   const int N = world->size(), rank = world->rank();
   TIDE_CHECK(N >= 2,
              "bench_dp measures data-parallel reductions: run it with mpirun -np N, N >= 2");
-  const std::string shard = write_random_shard(a, N, rank);
+  const std::string shard =
+      bench::write_random_shard("dp", N, rank, a.micro_batch, a.seq_len, a.vocab);
   const TrainConfig cfg = load_train_config(
       "", {"data.train=" + shard, "out_dir=/tmp", fmt::format("model.n_layer={}", a.layers),
            fmt::format("model.n_embd={}", a.embd), fmt::format("model.n_head={}", a.heads),
@@ -165,9 +147,9 @@ void run(const Args& a, CommAlgorithm algo, int stage) {
   }
   blocking_s /= a.steps;
 
-  const float exposed_max = max_over_ranks(*world, static_cast<float>(exposed_s));
-  const float blocking_max = max_over_ranks(*world, static_cast<float>(blocking_s));
-  const float step_max = max_over_ranks(*world, static_cast<float>(step_s));
+  const float exposed_max = bench::max_over_ranks(*world, static_cast<float>(exposed_s));
+  const float blocking_max = bench::max_over_ranks(*world, static_cast<float>(blocking_s));
+  const float step_max = bench::max_over_ranks(*world, static_cast<float>(step_s));
   std::filesystem::remove(shard);
   if (rank != 0) return;
   const double volume = stage == 3 ? 3.0 : 2.0;  // multiples of psi per rank (ZeRO, sec. 7)

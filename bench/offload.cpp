@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "bench_cli.h"
+#include "bench_ranks.h"
 #include "tide/comm/distributed.h"
 #include "tide/core/rng.h"
 #include "tide/data/shard.h"
@@ -78,24 +79,6 @@ Args parse(int argc, char** argv) {
   return a;
 }
 
-std::string write_random_shard(const Args& a, int world, int rank) {
-  const std::string path = fmt::format("/tmp/tide_bench_offload_{}_{}.bin", ::getpid(), rank);
-  const int64_t sequences = int64_t{4} * world * a.micro_batch;
-  std::vector<uint16_t> tokens(static_cast<size_t>(sequences * a.seq_len + 1));
-  const PhiloxStream rng{11, 0};
-  for (size_t i = 0; i < tokens.size(); ++i)
-    tokens[i] = static_cast<uint16_t>(rng.uint(i) % static_cast<uint32_t>(a.vocab));
-  write_token_shard(path, std::span<const uint16_t>(tokens));
-  return path;
-}
-
-double max_over_ranks(ProcessGroup& world, double v) {
-  std::vector<float> all(static_cast<size_t>(world.size()));
-  float f = static_cast<float>(v);
-  world.all_gather(Tensor(&f, {1}), Tensor(all.data(), {world.size()}));
-  return *std::max_element(all.begin(), all.end());
-}
-
 struct Measured {
   double step_s = 0;
   OffloadStepCounters o;  // per-step means (bytes: of the last step)
@@ -133,11 +116,11 @@ Measured measure(const Args& a, std::shared_ptr<ProcessGroup> world, const std::
     m.o.hidden_seconds += st.offload.hidden_seconds / a.steps;
     m.o.wait_seconds += st.offload.wait_seconds / a.steps;
   }
-  m.step_s = max_over_ranks(*world, m.step_s);
-  m.o.copy_seconds = max_over_ranks(*world, m.o.copy_seconds);
-  m.o.adam_seconds = max_over_ranks(*world, m.o.adam_seconds);
-  m.o.hidden_seconds = max_over_ranks(*world, m.o.hidden_seconds);
-  m.o.wait_seconds = max_over_ranks(*world, m.o.wait_seconds);
+  m.step_s = bench::max_over_ranks(*world, m.step_s);
+  m.o.copy_seconds = bench::max_over_ranks(*world, m.o.copy_seconds);
+  m.o.adam_seconds = bench::max_over_ranks(*world, m.o.adam_seconds);
+  m.o.hidden_seconds = bench::max_over_ranks(*world, m.o.hidden_seconds);
+  m.o.wait_seconds = bench::max_over_ranks(*world, m.o.wait_seconds);
   return m;
 }
 
@@ -148,7 +131,8 @@ int main(int argc, char** argv) {
     const Args a = parse(argc, argv);
     std::shared_ptr<ProcessGroup> world = init_distributed({CommAlgorithm::Mpi});
     const int N = world->size();
-    const std::string shard = write_random_shard(a, N, world->rank());
+    const std::string shard =
+        bench::write_random_shard("offload", N, world->rank(), a.micro_batch, a.seq_len, a.vocab);
     struct Mode {
       double clip;
       bool dpu;
