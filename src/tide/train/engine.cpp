@@ -235,7 +235,7 @@ Engine::Engine(GPT& model, std::shared_ptr<ProcessGroup> dp, pipeline::Schedule 
                                        *store.options().compute);
   accesses_ = block_accesses(schedule_, model_.num_blocks());
   store.set_policy(zero_.get());
-  zero_settings_ = zero;
+  offload_settings_ = zero.offload_optimizer;
   if (zero.offload_optimizer.enabled) {
     TIDE_CHECK(model_.tp() == 1,
                "zero_optimization.offload_optimizer.device=cpu with tensor parallelism is not "
@@ -307,12 +307,12 @@ StepStats Engine::step(int64_t step, uint64_t seed, const BatchFn& batch, Tracer
   // before the norm, so the CPU Adam of each chunk runs as soon as its gradients arrive.
   // With the delayed update (DPU, after its warm-up) the update of this step starts after it and
   // runs during the next one.
-  const OffloadSettings& os = zero_settings_.offload_optimizer;
+  const OffloadSettings& os = offload_settings_;
   const bool delayed = offload_ && os.delayed_update && step >= os.dpu_warmup_steps;
   const bool early_adam = offload_ && !delayed && !offload_->update_pending() &&
                           opt_.grad_clip <= 0 && !opt_.skip_non_finite;
   AdamWHyper early_hyper = opt_.adamw;
-  early_hyper.lr = static_cast<float>(lr_at(step, opt_.lr));  // as plan_update rounds it
+  early_hyper.lr = plan_update(opt_, step, 0.0).lr;  // the lr the step's update will take
   if (offload_)
     offload_->begin_step(early_adam ? &early_hyper : nullptr, AdamWStep{step + 1, 1.0f});
   double loss_sum = 0;

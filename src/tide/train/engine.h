@@ -168,7 +168,7 @@ class Engine {
   std::unique_ptr<ZeroPolicy> zero_;              // stages 1-3
   std::unique_ptr<HostAllocator> offload_host_;   // ZeRO-Offload's host gradient buffers
   std::unique_ptr<OffloadPolicy> offload_;        // ZeRO-Offload
-  ZeroSettings zero_settings_;
+  OffloadSettings offload_settings_;
   std::vector<BlockAccess> accesses_;  // the blocks' parameter uses in one step
   // The block parts a B and a W action run (pipeline/block_parts.h), built once.
   std::vector<pipeline::BlockPart> b_parts_, w_parts_;

@@ -478,7 +478,7 @@ std::string Trainer::save(const std::string& name) const {
   const fs::path dir(cfg_.out_dir);
   // Under tp every rank takes part (the shards and ZeRO slices are gathered) and rank 0
   // writes one whole-model file, whatever the ZeRO stage.
-  const bool rank0 = world_->rank() == 0, sharded = !mesh_ && (cfg_.zero.stage > 0 || pipeline_);
+  const bool rank0 = world_->rank() == 0, sharded = cfg_.zero.stage > 0 || pipeline_;
   const std::string path = (dir / name).string();
   if (!rank0 && !sharded && !mesh_) return path;  // stage 0: rank 0 holds everything, writes
   fs::create_directories(dir);
