@@ -97,8 +97,8 @@ expect_error "world_size=4: this run has 1 rank (launch it with \`mpirun -np 4\`
   train shared.json world_size=4 out_dir=runs/refused
 expect_error "zero_optimization.offload_optimizer.device=\"cpu\" with zero_optimization.stage=0: ZeRO-Offload offloads the partitioned optimizer state of stages 1-3" \
   train shared.json zero_optimization.stage=0 zero_optimization.offload_optimizer.device=cpu out_dir=runs/refused
-expect_error "zero_optimization.offload_param.device=\"cpu\" on 1 data-parallel rank: tide train offloads the parameters through the ZeRO-3 gathers of 2 or more ranks only" \
-  train shared.json zero_optimization.stage=3 zero_optimization.offload_optimizer.device=cpu zero_optimization.offload_param.device=cpu out_dir=runs/refused
+expect_error "zero_optimization.offload_param.device=\"cpu\" with zero_optimization.stage=2: parameter offload needs ZeRO stage 3" \
+  train shared.json zero_optimization.stage=2 zero_optimization.offload_optimizer.device=cpu zero_optimization.offload_param.device=cpu out_dir=runs/refused
 test ! -e runs/refused || { echo "FAILED: a refused run wrote runs/refused"; fail=1; }
 
 # A misspelt key: an error in both commands, with the suggestion (estimate used to ignore it).

@@ -134,7 +134,7 @@ TEST(Offload, TrafficAndMemoryAreWhatThePaperStates) {
   if (world->rank() == 0) std::filesystem::remove_all(dir);
 }
 
-// offload_param (stage 3, 2 or more ranks): the parameter slices live on the host and each
+// offload_param (stage 3, on N ranks and on one): the parameter slices live on the host and each
 // block's chunks are gathered into the compute tier on use. Same bits as the run without any
 // offload; the compute tier never holds a parameter slice, and a budget of a quarter of the
 // model states (16 Psi bytes: f32 params, grads, Adam m, v) is enough to train.
@@ -179,6 +179,22 @@ TEST(Offload, ParamOffloadReproducesTheRunBitwiseWithinAQuarterOfTheStates) {
   c.device_memory_limit = static_cast<int64_t>(16 * psi / 4);
   const RunResult budgeted = train(c, world, kOffloadSteps);
   EXPECT_EQ(differs(budgeted, base), "") << "offload_param within 4 Psi bytes";
+  // One rank (rank 0 alone): its slice is the whole chunk; the "gather" copies it from the host
+  // into a compute-tier buffer, and the compute tier holds no parameter chunk.
+  if (world->rank() == 0) {
+    TrainConfig one = wider(offload_config(shard, dir, 3, true));
+    one.offload_param = "cpu";
+    const RunResult plain = train(wider(offload_config(shard, dir, 3, false)), nullptr, kOffloadSteps);
+    EXPECT_EQ(differs(train(one, nullptr, kOffloadSteps), plain), "") << "offload_param on one rank";
+    Trainer t(one, nullptr);
+    t.train_step();
+    const ChunkStore& store = t.model().store();
+    const uint64_t psi1 = static_cast<uint64_t>(store.layout().total_elems());
+    EXPECT_EQ(t.host_allocator()->allocated(), 16 * psi1);
+    EXPECT_GT(t.engine().comm_buffer_bytes(), 0u) << "nothing was copied into the compute tier";
+    EXPECT_EQ(t.compute_allocator()->allocated(),
+              store.bytes(ChunkKind::GRAD) + t.engine().comm_buffer_bytes());
+  }
   world->barrier();
   if (world->rank() == 0) std::filesystem::remove_all(dir);
 }

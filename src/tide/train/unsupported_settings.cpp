@@ -60,18 +60,12 @@ void check_trainer_can_honour(const TrainConfig& c, int world_size) {
              "only (issue #15); set tensor_parallel.size=1 or offload_optimizer.device=\"none\"",
              t);
   // offload_param: DeepSpeed's rule, ZeRO stage 3 (the parameters are partitioned and gathered
-  // per block). Built on the ZeRO-3 gathers, so on 2 or more data-parallel ranks only.
+  // per block; on one rank the "gather" copies the host slice, which is the whole chunk).
   TIDE_CHECK(c.offload_param == "none" || c.zero.stage == 3,
              "zero_optimization.offload_param.device=\"cpu\" with zero_optimization.stage={}: "
              "parameter offload needs ZeRO stage 3 (as in DeepSpeed); set "
              "zero_optimization.stage=3",
              c.zero.stage);
-  TIDE_CHECK(c.offload_param == "none" || world_size / t >= 2,
-             "zero_optimization.offload_param.device=\"cpu\" on {} data-parallel rank: tide "
-             "train offloads the parameters through the ZeRO-3 gathers of 2 or more ranks only "
-             "(issue #15: one rank is not built yet); launch `mpirun -np 2` or set it to "
-             "\"none\"",
-             world_size / t);
   TIDE_CHECK(c.optimizer_type == "AdamW",
              "optimizer.type=\"{}\": tide train has only AdamW; set optimizer.type to \"AdamW\" "
              "(tide estimate sizes SGD)",

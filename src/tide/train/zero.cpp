@@ -68,7 +68,8 @@ ZeroPolicy::ZeroPolicy(ChunkStore& store, ProcessGroup& dp, const ZeroSettings& 
       dp_(dp),
       s_(settings),
       block_params_(std::move(block_params)),
-      pool_(&buffers) {
+      pool_(&buffers),
+      gathers_(dp.size() > 1 || store.options().param_slices != nullptr) {
   const ChunkLayout& lay = store_.layout();
   TIDE_CHECK(s_.stage >= 1 && s_.stage <= 3, "ZeroPolicy runs stages 1-3 (got {})", s_.stage);
   TIDE_CHECK(store_.options().sliced_kinds == zero_sliced_kinds(s_.stage) &&
@@ -163,7 +164,7 @@ void ZeroPolicy::start_gather(int c) {
 }
 
 void ZeroPolicy::wait_gathered(int c) {
-  if (dp_.size() == 1) return;  // one rank: its slice is the whole chunk, nothing to gather
+  if (!gathers_) return;  // one rank: its slice is the whole chunk, where the ops can read it
   if (gathered_[c] == Gathered::NO) start_gather(c);
   if (gathered_[c] == Gathered::IN_FLIGHT) {
     wait(*gather_work_[c], "wait all-gather", c);
@@ -183,7 +184,7 @@ void ZeroPolicy::release_gathered(int c) {
 // Starts gathering the chunks of the accesses from `pos` on, while the accesses looked at stay
 // within stage3_prefetch_bucket_size elements and the gathered ones within the live limit.
 void ZeroPolicy::prefetch_after(size_t pos) {
-  if (dp_.size() == 1) return;
+  if (!gathers_) return;
   const ChunkLayout& lay = store_.layout();
   int64_t ahead = 0;
   for (size_t q = pos; q < accesses_.size(); ++q) {
@@ -364,7 +365,7 @@ void ZeroPolicy::after_update() {
     g.trace.finish();
   };
   for (int c = 0; c < lay.num_chunks(); ++c) {
-    if (s_.stage == 3 && (!persistent_[c] || dp_.size() == 1)) continue;
+    if (s_.stage == 3 && (!persistent_[c] || !gathers_)) continue;
     const int64_t elems = lay.chunk_elems(c);
     while (!gathers.empty() && gathering + elems > s_.allgather_bucket_size) {
       complete(gathers.front());

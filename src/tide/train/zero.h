@@ -149,6 +149,10 @@ class ZeroPolicy final : public PlacementPolicy {
   std::deque<Pending> reductions_;  // in issue order
   int64_t reducing_elems_ = 0;
 
+  // Stage 3 gathers parameter chunks into buffers: on 2 or more ranks, and on one when the
+  // parameter slices live off the compute tier (offload_param: the "gather" copies the host
+  // slice, which is then the whole chunk, into a compute-tier buffer). Else ops read the slice.
+  bool gathers_;
   std::vector<Gathered> gathered_;  // stage 3, per chunk
   std::vector<WorkPtr> gather_work_;
   std::vector<AsyncTrace> gather_trace_;
