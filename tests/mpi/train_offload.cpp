@@ -113,6 +113,12 @@ TEST(Offload, TrafficAndMemoryAreWhatThePaperStates) {
       const size_t on_compute = store.bytes(ChunkKind::PARAM) + store.bytes(ChunkKind::GRAD) +
                                 t.engine().comm_buffer_bytes();
       EXPECT_EQ(t.compute_allocator()->allocated(), on_compute) << "stage " << stage;
+      // The progress line's `mem` counts the host gradient buffers too (and the evaluation's
+      // micro-batch of one sequence).
+      const auto eval = t.model().make_micro_batch(1, c.seq_len);
+      EXPECT_EQ(t.memory_bytes(), store.total_bytes() + t.engine().activation_bytes() +
+                                      t.engine().comm_buffer_bytes() + 4 * psi / N +
+                                      eval->saved.capacity() + eval->workspace.capacity());
       peak = t.compute_allocator()->peak();
     }
     c.device_memory_limit = static_cast<int64_t>(peak);

@@ -468,6 +468,10 @@ size_t Trainer::model_state_bytes() const {
 size_t Trainer::memory_bytes() const {
   size_t b = model_state_bytes() + runner_->activation_bytes();
   if (eval_mb_) b += eval_mb_->saved.capacity() + eval_mb_->workspace.capacity();
+  if (engine_) {  // host memory the engine holds besides the model states and activations
+    b += engine_->host_checkpoint_bytes();  // cpu_checkpointing's pool
+    if (const Allocator* a = engine_->offload_grad_allocator()) b += a->allocated();
+  }
   return b;
 }
 
