@@ -131,8 +131,7 @@ const std::vector<ConfigKey>& config_schema() {
        ints(0)},
       {"zero_optimization.offload_param.device", T::STRING, "none",
        "none or cpu (parameters on the host too, gathered per block into the compute tier on "
-       "use; needs stage 3 and offload_optimizer cpu; tide train: 2 or more data-parallel "
-       "ranks)"},
+       "use; needs stage 3 and offload_optimizer cpu; any number of data-parallel ranks)"},
       {"placement.device_memory_limit", T::INT, 0,
        "bytes the compute tier (the device; on CPU a budgeted host allocator standing in for "
        "it) may hold: parameters, gradients, ZeRO buffers and, without offload, the optimizer "
