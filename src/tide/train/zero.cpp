@@ -326,6 +326,16 @@ void ZeroPolicy::complete_reductions_of(int c) {
   }
 }
 
+bool ZeroPolicy::busy(ChunkKind kind, int c) const {
+  if (kind != ChunkKind::GRAD) return false;
+  return std::any_of(reductions_.begin(), reductions_.end(),
+                     [&](const Pending& p) { return p.chunk == c; });
+}
+
+void ZeroPolicy::settle(ChunkKind kind, int c) {
+  if (kind == ChunkKind::GRAD) complete_reductions_of(c);
+}
+
 void ZeroPolicy::finish_gradients() {
   while (!reductions_.empty()) {
     Pending p = std::move(reductions_.front());

@@ -1,0 +1,158 @@
+// placement.policy=auto (PatrickStar's automatic chunk placement; train/auto_placement.h)
+// through `tide train`'s Trainer, on 1 and 2 ranks, ZeRO stages 0-2: the same training as
+// policy=device to the bit at budgets of 100%, 50% and 25% of this rank's model-state bytes
+// (plus the non-model bytes the warm-up recorded), the compute allocator's peak within the
+// budget, and the bytes moved per step against the least that has to move.
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "dp_runs.h"
+#include "error_of.h"
+#include "mpi_test.h"
+
+using namespace tide;
+using namespace tide::dp_runs;
+
+namespace {
+
+constexpr int64_t kAutoSteps = 5;
+
+TrainConfig auto_config(const std::string& shard, const std::string& dir, int stage,
+                        int64_t budget) {
+  TrainConfig c = dp_config(shard, dir, kMicro, /*accum=*/2, kAutoSteps);
+  c.zero.stage = stage;
+  // Small chunks: many items to place, and buckets of one chunk (reductions complete early).
+  c.chunk_size_mb = 0.01;
+  c.zero.reduce_bucket_size = c.zero.allgather_bucket_size = 4096;
+  if (budget > 0) {
+    c.placement_policy = "auto";
+    c.device_memory_limit = budget;
+  }
+  return c;
+}
+
+std::string differs(const RunResult& a, const RunResult& b) {
+  for (size_t s = 0; s < a.losses.size(); ++s) {
+    if (std::memcmp(&a.losses[s], &b.losses[s], 4) != 0)
+      return fmt::format("loss of step {}: {} vs {}", s + 1, a.losses[s], b.losses[s]);
+    if (std::memcmp(&a.grad_norms[s], &b.grad_norms[s], 4) != 0)
+      return fmt::format("grad norm of step {}: {} vs {}", s + 1, a.grad_norms[s], b.grad_norms[s]);
+  }
+  for (size_t i = 0; i < a.params.size(); ++i)
+    if (std::memcmp(a.params[i].data(), b.params[i].data(), a.params[i].size() * 4) != 0)
+      return "final values of " + a.names[i];
+  return "";
+}
+
+// This rank's model-state bytes (every chunk of every kind it holds) and the non-model bytes
+// auto's warm-up records, from a run whose budget holds everything twice.
+std::pair<size_t, size_t> measure(const std::string& shard, const std::string& dir, int stage,
+                                  std::shared_ptr<ProcessGroup> world) {
+  size_t states = 0;
+  {
+    Trainer t(auto_config(shard, dir, stage, 0), world);
+    states = t.model().store().total_bytes();
+  }
+  Trainer t(auto_config(shard, dir, stage, static_cast<int64_t>(4 * states)), world);
+  t.train_step();
+  return {states, t.engine().auto_placement()->recorded_non_model_bytes()};
+}
+
+struct Budgeted {
+  RunResult run;
+  std::vector<PlacementStepCounters> steps;
+  size_t peak = 0;
+};
+
+Budgeted train_budgeted(const TrainConfig& cfg, std::shared_ptr<ProcessGroup> world) {
+  Budgeted b;
+  Trainer t(cfg, world);
+  for (int64_t s = 0; s < kAutoSteps; ++s) {
+    const StepStats st = t.train_step();
+    b.run.losses.push_back(st.loss);
+    b.run.grad_norms.push_back(static_cast<float>(st.grad_norm));
+    b.steps.push_back(st.placement);
+  }
+  const ChunkLayout& lay = t.model().store().layout();
+  for (int id = 0; id < lay.num_tensors(); ++id) {
+    const TensorSlot& s = lay.slot(id);
+    const float* p = t.model().store().chunk(ChunkKind::PARAM, s.chunk).f32() + s.offset;
+    b.run.names.push_back(s.name);
+    b.run.params.emplace_back(p, p + s.numel);
+  }
+  b.peak = t.compute_allocator()->peak();
+  return b;
+}
+
+void check_stage(int stage, std::shared_ptr<ProcessGroup> world, const std::string& shard,
+                 const std::string& dir) {
+  const int N = world ? world->size() : 1;
+  const auto [states, non_model] = measure(shard, dir, stage, world);
+  ASSERT_GT(non_model, 0u);
+  const RunResult base = train(auto_config(shard, dir, stage, 0), world, kAutoSteps);
+  for (int percent : {100, 50, 25}) {
+    const size_t budget = states * percent / 100 + non_model;
+    const std::string what = fmt::format("stage {}, {}% of {} state bytes + {} non-model, {} rank(s)",
+                                         stage, percent, states, non_model, N);
+    const Budgeted b =
+        train_budgeted(auto_config(shard, dir, stage, static_cast<int64_t>(budget)), world);
+    // Bitwise the policy=device run (stage 0 keeps every chunk whole, so the parameters compare
+    // directly; ZeRO's are whole after the gather too).
+    EXPECT_EQ(differs(b.run, base), "") << what;
+    EXPECT_LE(b.peak, budget) << what;
+    // Traffic after the warm-up, against the least that must move each way to fit.
+    const uint64_t least = states > budget - non_model ? states - (budget - non_model) : 0;
+    const PlacementStepCounters& last = b.steps.back();
+    if (!world || world->rank() == 0)
+      fmt::print(
+          "[auto placement] {}: step {} moved {} B to host, {} B to device ({} moves, {} "
+          "evictions, {:.4f} s), least {} B each way; Adam {} chunks on device, {} on host; peak "
+          "{} of {} B\n",
+          what, kAutoSteps, last.bytes_to_host, last.bytes_to_compute,
+          last.moves_to_host + last.moves_to_compute, last.evictions, last.wait_seconds, least,
+          last.updated_on_compute, last.updated_on_host, b.peak, budget);
+    EXPECT_EQ(last.bytes_to_host, last.bytes_to_compute) << what << ": a steady state";
+    EXPECT_GE(last.bytes_to_host, least) << what;
+    if (percent == 100) {  // everything fits: nothing moves after the warm-up
+      EXPECT_EQ(last.bytes_to_host, 0u) << what;
+      EXPECT_EQ(last.updated_on_host, 0) << what;
+    } else {
+      // Farthest next use first keeps the traffic within a small multiple of the least.
+      EXPECT_LE(last.bytes_to_host, 3 * least) << what;
+      EXPECT_GT(last.evictions, 0) << what;
+    }
+  }
+}
+
+TEST(AutoPlacement, ReproducesPolicyDeviceBitwiseWithinBudgets) {
+  std::shared_ptr<ProcessGroup> world = mpi_test::world_ptr(CommAlgorithm::Mpi);
+  const std::string dir = shared_temp_dir(*world);
+  const std::string shard = write_shared_shard(*world, dir);
+  for (int stage : {0, 1, 2}) check_stage(stage, world, shard, dir);
+  world->barrier();
+  if (world->rank() == 0) std::filesystem::remove_all(dir);
+}
+
+// Settings auto cannot honour are clear errors before anything runs.
+TEST(AutoPlacement, RefusesWhatItCannotRun) {
+  std::shared_ptr<ProcessGroup> world = mpi_test::world_ptr(CommAlgorithm::Mpi);
+  const std::string dir = shared_temp_dir(*world);
+  const std::string shard = write_shared_shard(*world, dir);
+  TrainConfig c = auto_config(shard, dir, 3, 1 << 20);
+  EXPECT_NE(test::error_of([&] { Trainer t(c, world); })
+                .find("placement.policy=\"auto\" with pipeline.stages=1, tensor_parallel.size=1, "
+                      "zero_optimization.stage=3"),
+            std::string::npos);
+  c = auto_config(shard, dir, 1, 1000);  // not even one block's chunks fit
+  EXPECT_NE(test::error_of([&] {
+              Trainer t(c, world);
+              t.train_step();
+            }).find("placement.device_memory_limit (0.00 MiB) is too small"),
+            std::string::npos);
+  world->barrier();
+  if (world->rank() == 0) std::filesystem::remove_all(dir);
+}
+
+}  // namespace
