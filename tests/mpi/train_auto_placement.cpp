@@ -94,8 +94,9 @@ void check_stage(int stage, std::shared_ptr<ProcessGroup> world, const std::stri
   const RunResult base = train(auto_config(shard, dir, stage, 0), world, kAutoSteps);
   for (int percent : {100, 50, 25}) {
     const size_t budget = states * percent / 100 + non_model;
-    const std::string what = fmt::format("stage {}, {}% of {} state bytes + {} non-model, {} rank(s)",
-                                         stage, percent, states, non_model, N);
+    const std::string what =
+        fmt::format("stage {}, {}% of {} state bytes + {} non-model, {} rank(s)", stage, percent,
+                    states, non_model, N);
     const Budgeted b =
         train_budgeted(auto_config(shard, dir, stage, static_cast<int64_t>(budget)), world);
     // Bitwise the policy=device run (stage 0 keeps every chunk whole, so the parameters compare
@@ -119,8 +120,10 @@ void check_stage(int stage, std::shared_ptr<ProcessGroup> world, const std::stri
       EXPECT_EQ(last.bytes_to_host, 0u) << what;
       EXPECT_EQ(last.updated_on_host, 0) << what;
     } else {
-      // Farthest next use first keeps the traffic within a small multiple of the least.
-      EXPECT_LE(last.bytes_to_host, 3 * least) << what;
+      // Farthest next use first keeps the traffic within a small multiple of the least
+      // (measured on 1-2 ranks: 1.3-2.0x at 50%, 2.1-2.9x at 25%; evicting the nearest next
+      // use instead moves 4.5-6.1x at 50%, 3.2-3.8x at 25%).
+      EXPECT_LE(last.bytes_to_host, (percent == 50 ? 2.5 : 4.0) * least) << what;
       EXPECT_GT(last.evictions, 0) << what;
     }
   }
@@ -131,6 +134,41 @@ TEST(AutoPlacement, ReproducesPolicyDeviceBitwiseWithinBudgets) {
   const std::string dir = shared_temp_dir(*world);
   const std::string shard = write_shared_shard(*world, dir);
   for (int stage : {0, 1, 2}) check_stage(stage, world, shard, dir);
+  world->barrier();
+  if (world->rank() == 0) std::filesystem::remove_all(dir);
+}
+
+// A model whose states are 4 times the whole budget (non-model bytes included) trains, bitwise
+// as with policy=device, and the compute allocator's peak stays within the budget.
+TEST(AutoPlacement, TrainsAModelFourTimesTheBudget) {
+  std::shared_ptr<ProcessGroup> world = mpi_test::world_ptr(CommAlgorithm::Mpi);
+  const std::string dir = shared_temp_dir(*world);
+  const std::string shard = write_shared_shard(*world, dir);
+  const auto wider = [](TrainConfig t) {
+    t.model.n_embd = 64;
+    t.model.n_layer = 6;
+    t.zero.reduce_bucket_size = t.zero.allgather_bucket_size = 16384;  // its largest chunk
+    return t;
+  };
+  size_t states = 0;
+  {
+    Trainer t(wider(auto_config(shard, dir, 0, 0)), world);
+    states = t.model().store().total_bytes();
+  }
+  const size_t budget = states / 4;
+  const Budgeted b =
+      train_budgeted(wider(auto_config(shard, dir, 0, static_cast<int64_t>(budget))), world);
+  const RunResult base = train(wider(auto_config(shard, dir, 0, 0)), world, kAutoSteps);
+  EXPECT_EQ(differs(b.run, base), "");
+  EXPECT_LE(b.peak, budget);
+  EXPECT_LT(b.run.losses.back(), b.run.losses.front());
+  if (world->rank() == 0)
+    fmt::print(
+        "[auto placement] ZeRO-0 (16 bytes per parameter), {} rank(s): {} state bytes in a budget "
+        "of {} B (peak {} "
+        "B); step {} moved {} B each way, Adam of {} chunks on device, {} on host\n",
+        world->size(), states, budget, b.peak, kAutoSteps, b.steps.back().bytes_to_host,
+        b.steps.back().updated_on_compute, b.steps.back().updated_on_host);
   world->barrier();
   if (world->rank() == 0) std::filesystem::remove_all(dir);
 }
