@@ -173,6 +173,47 @@ TEST(AutoPlacement, TrainsAModelFourTimesTheBudget) {
   if (world->rank() == 0) std::filesystem::remove_all(dir);
 }
 
+// One chunk holding the whole model: its block accesses fit the budget (the parameters), its
+// optimizer access (parameters, gradients, m, v) does not, so Adam runs on the host; the same
+// bits as policy=device, at ZeRO stages 0 and 1.
+TEST(AutoPlacement, AdamRunsOnTheHostWhenItsChunkDoesNotFit) {
+  std::shared_ptr<ProcessGroup> world = mpi_test::world_ptr(CommAlgorithm::Mpi);
+  const std::string dir = shared_temp_dir(*world);
+  const std::string shard = write_shared_shard(*world, dir);
+  const auto one_chunk = [](TrainConfig t) {
+    t.chunk_size_mb = 1;
+    t.zero.reduce_bucket_size = t.zero.allgather_bucket_size = 1 << 20;
+    return t;
+  };
+  for (int stage : {0, 1}) {
+    size_t states = 0, params = 0;
+    {
+      Trainer t(one_chunk(auto_config(shard, dir, stage, 0)), world);
+      ASSERT_EQ(t.model().store().layout().num_chunks(), 1);
+      states = t.model().store().total_bytes();
+      params = t.model().store().bytes(ChunkKind::PARAM);
+    }
+    size_t non_model = 0;
+    {
+      Trainer t(one_chunk(auto_config(shard, dir, stage, static_cast<int64_t>(4 * states))), world);
+      t.train_step();
+      non_model = t.engine().auto_placement()->recorded_non_model_bytes();
+    }
+    const size_t budget = params + (states - params) / 4 + non_model;  // < states + non_model
+    const Budgeted b = train_budgeted(
+        one_chunk(auto_config(shard, dir, stage, static_cast<int64_t>(budget))), world);
+    const RunResult base = train(one_chunk(auto_config(shard, dir, stage, 0)), world, kAutoSteps);
+    EXPECT_EQ(differs(b.run, base), "") << "stage " << stage;
+    EXPECT_LE(b.peak, budget) << "stage " << stage;
+    for (const PlacementStepCounters& st : b.steps) {
+      EXPECT_EQ(st.updated_on_host, 1) << "stage " << stage;
+      EXPECT_EQ(st.updated_on_compute, 0) << "stage " << stage;
+    }
+  }
+  world->barrier();
+  if (world->rank() == 0) std::filesystem::remove_all(dir);
+}
+
 // Settings auto cannot honour are clear errors before anything runs.
 TEST(AutoPlacement, RefusesWhatItCannotRun) {
   std::shared_ptr<ProcessGroup> world = mpi_test::world_ptr(CommAlgorithm::Mpi);
