@@ -40,16 +40,16 @@ AutoPlacement::AutoPlacement(ChunkStore& store, Allocator& device, Allocator& ho
       host_(host),
       buffers_(std::make_unique<BufferAllocator>(*this, device)),
       block_chunks_(std::move(block_chunks)),
-      accesses_(accesses),
       activation_bytes_(std::move(activation_bytes)),
       num_chunks_(store.layout().num_chunks()),
-      budget_(device.limit()) {
+      budget_(device.limit()),
+      accesses_(accesses) {
   TIDE_CHECK(budget_ > 0,
              "placement.policy=auto needs a compute tier with a byte limit "
              "(placement.device_memory_limit > 0)");
-  TIDE_CHECK(!store_.sliced(ChunkKind::PARAM),
-             "placement.policy=auto does not move ZeRO-3's parameter slices yet; use "
-             "zero_optimization.stage 0, 1 or 2");
+  // ZeRO-3 on 2 or more ranks: the gathers bring each block's parameters into buffers of the
+  // compute tier (from buffer_allocator()); the owned slices are needed there only by Adam.
+  gathered_params_ = store_.sliced(ChunkKind::PARAM) && store_.layout().group_size() > 1;
   for (ChunkKind k : kKinds)
     for (int c = 0; c < num_chunks_ && store_.has(k); ++c)
       if (movable_kind(k, c)) {
@@ -93,6 +93,7 @@ std::vector<int> AutoPlacement::needs_at(int pos) const {
   if (pos < A) {
     const BlockAccess& a = accesses_[pos];
     const ChunkKind k = a.use == Use::WEIGHT ? ChunkKind::GRAD : ChunkKind::PARAM;
+    if (k == ChunkKind::PARAM && gathered_params_) return need;
     for (int c : block_chunks_[a.block])
       if (movable_kind(k, c)) need.push_back(item_index(k, c));
     return need;
@@ -135,6 +136,8 @@ void AutoPlacement::record(int pos) {
 void AutoPlacement::move(int item, Allocator& to) {
   const auto k = static_cast<ChunkKind>(item / num_chunks_);
   const int c = item % num_chunks_;
+  const TraceSpan span(store_.tracer(), &to == &device_ ? "move to device" : "move to host",
+                       "memory", {{"chunk", c}});
   const auto t0 = std::chrono::steady_clock::now();
   const size_t bytes = store_.move_chunk(k, c, to);
   counters_.wait_seconds +=
@@ -169,7 +172,11 @@ bool AutoPlacement::make_resident(std::span<const int> need, int pos, size_t ext
   auto busy_item = [&](int item) {
     return inner_->busy(static_cast<ChunkKind>(item / num_chunks_), item % num_chunks_);
   };
-  if (allow_fail) {  // all or nothing: the bytes that stay whatever is evicted must fit
+  if (allow_fail) {        // all or nothing: the bytes that stay whatever is evicted must fit
+    for (int item : need)  // ZeRO-3's persistent parameters stay gathered: their slice stays
+      if (!on_device(item) &&
+          store_.attached(static_cast<ChunkKind>(item / num_chunks_), item % num_chunks_))
+        return false;
     size_t fixed = extra;
     for (int item : need) fixed += item_bytes(item);
     for (int item = 0; item < total; ++item)
@@ -212,8 +219,18 @@ bool AutoPlacement::make_resident(std::span<const int> need, int pos, size_t ext
         budget_ / 1048576.0, what, missing / 1048576.0, (budget_ - limit) / 1048576.0,
         on_device_bytes_ / 1048576.0);
   }
-  for (int item : need)
-    if (!on_device(item)) move(item, device_);
+  for (int item : need) {
+    if (on_device(item)) continue;
+    const auto k = static_cast<ChunkKind>(item / num_chunks_);
+    const int c = item % num_chunks_;
+    // A ZeRO-2/3 gradient buffer still attached from an earlier micro-batch's reduction.
+    if (busy_item(item) || store_.attached(k, c)) inner_->settle(k, c);
+    TIDE_CHECK(!store_.attached(k, c),
+               "placement.policy=auto: {} chunk {} is needed on the compute tier but a buffer is "
+               "attached over it",
+               chunk_kind_name(k), c);
+    move(item, device_);
+  }
   return true;
 }
 
@@ -277,7 +294,9 @@ Tier AutoPlacement::prepare_update(int c) {
     return Tier::COMPUTE;
   }
   for (int item : need)
-    if (on_device(item)) move(item, host_);
+    if (on_device(item) &&
+        !store_.attached(static_cast<ChunkKind>(item / num_chunks_), item % num_chunks_))
+      move(item, host_);
   counters_.updated_on_host += 1;
   return Tier::HOST;
 }
@@ -285,7 +304,7 @@ Tier AutoPlacement::prepare_update(int c) {
 void AutoPlacement::on_acquire(ChunkStore& store, std::span<const int> ids, Use use) {
   const ChunkKind k = use == Use::WEIGHT ? ChunkKind::GRAD : ChunkKind::PARAM;
   std::vector<int> need;
-  for (int id : ids) {
+  for (int id : k == ChunkKind::PARAM && gathered_params_ ? std::span<const int>() : ids) {
     const int c = store.layout().slot(id).chunk;
     if (movable_kind(k, c) && std::find(need.begin(), need.end(), item_index(k, c)) == need.end())
       need.push_back(item_index(k, c));

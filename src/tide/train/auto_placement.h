@@ -13,7 +13,10 @@
 // Tiers: every chunk of every kind starts on the host (a HostAllocator); the compute tier is
 // the budgeted allocator of placement.device_memory_limit (on a GPU it would be the device).
 // The item that moves is what this rank holds of one chunk of one kind: the whole chunk, or a
-// sliced kind's own slice (ZeRO). An f32 MASTER aliases PARAM and moves with it.
+// sliced kind's own slice (ZeRO). An f32 MASTER aliases PARAM and moves with it. ZeRO-3 on 2 or
+// more ranks: F and B read the parameters the ZeRO-3 gathers put into buffers of the compute
+// tier (from buffer_allocator()), so the owned PARAM slices are needed there only by Adam; its
+// persistent chunks stay gathered (attached) and their slices where they are.
 //
 // A step is a list of accesses (positions): the block accesses of the engine (F and B need the
 // block's PARAM chunks, W its GRAD chunks), then one optimizer access per chunk c (its PARAM,
@@ -146,6 +149,7 @@ class AutoPlacement final : public PlacementPolicy {
   int pos_ = 0;                         // the access under way (-1: outside a step)
   bool in_step_ = false;
   bool warm_up_ = true;
+  bool gathered_params_ = false;  // ZeRO-3 on 2+ ranks: F and B read gathered buffers
   std::vector<size_t> recorded_;  // per position: the warm-up's non-model bytes
   std::vector<int> current_need_;
   PlacementStepCounters counters_;

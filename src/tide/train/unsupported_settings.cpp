@@ -72,14 +72,12 @@ void check_trainer_can_honour(const TrainConfig& c, int world_size) {
              "(issue #15: one rank is not built yet); launch `mpirun -np 2` or set it to "
              "\"none\"",
              world_size / t);
-  // placement.policy=auto (train/auto_placement.h) wraps the data-parallel Engine's stages 0-2.
-  TIDE_CHECK(c.placement_policy != "auto" || (p == 1 && t == 1 && c.zero.stage <= 2),
-             "placement.policy=\"auto\" with pipeline.stages={}, tensor_parallel.size={}, "
-             "zero_optimization.stage={}: tide train places chunks automatically for data-parallel "
-             "runs at ZeRO stages 0-2 only (stage 3's gathered parameter slices are not moved "
-             "yet); set pipeline.stages=1, tensor_parallel.size=1 and zero_optimization.stage <= "
-             "2, or placement.policy=\"device\"",
-             p, t, c.zero.stage);
+  // placement.policy=auto (train/auto_placement.h) wraps the data-parallel Engine's policy.
+  TIDE_CHECK(c.placement_policy != "auto" || (p == 1 && t == 1),
+             "placement.policy=\"auto\" with pipeline.stages={}, tensor_parallel.size={}: tide "
+             "train places chunks automatically for data-parallel runs only; set "
+             "pipeline.stages=1 and tensor_parallel.size=1, or placement.policy=\"device\"",
+             p, t);
   TIDE_CHECK(c.optimizer_type == "AdamW",
              "optimizer.type=\"{}\": tide train has only AdamW; set optimizer.type to \"AdamW\" "
              "(tide estimate sizes SGD)",
