@@ -154,8 +154,7 @@ void AutoPlacement::move(int item, Allocator& to) {
   }
 }
 
-bool AutoPlacement::make_resident(std::span<const int> need, int pos, size_t extra,
-                                  bool allow_fail) {
+bool AutoPlacement::make_resident(std::span<const int> need, int pos, bool allow_fail) {
   auto needed = [&](int item) { return std::find(need.begin(), need.end(), item) != need.end(); };
   size_t missing = 0;
   for (int item : need)
@@ -177,7 +176,7 @@ bool AutoPlacement::make_resident(std::span<const int> need, int pos, size_t ext
       if (!on_device(item) &&
           store_.attached(static_cast<ChunkKind>(item / num_chunks_), item % num_chunks_))
         return false;
-    size_t fixed = extra;
+    size_t fixed = 0;
     for (int item : need) fixed += item_bytes(item);
     for (int item = 0; item < total; ++item)
       if (!uses_[item].empty() && on_device(item) && !needed(item) &&
@@ -185,7 +184,7 @@ bool AutoPlacement::make_resident(std::span<const int> need, int pos, size_t ext
         fixed += item_bytes(item);
     if (fixed > limit) return false;
   }
-  while (on_device_bytes_ + missing + extra > limit) {
+  while (on_device_bytes_ + missing > limit) {
     int victim = -1, busy_victim = -1;
     int64_t farthest = -1;
     for (int item = 0; item < total; ++item) {
@@ -289,7 +288,7 @@ Tier AutoPlacement::prepare_update(int c) {
   record(pos);
   current_need_.clear();
   const std::vector<int> need = needs_at(pos);
-  if (make_resident(need, pos, 0, /*allow_fail=*/true)) {
+  if (make_resident(need, pos, /*allow_fail=*/true)) {
     counters_.updated_on_compute += 1;
     return Tier::COMPUTE;
   }
@@ -321,7 +320,7 @@ void AutoPlacement::on_acquire(ChunkStore& store, std::span<const int> ids, Use 
     record(pos);
   }
   current_need_.clear();
-  make_resident(need, pos, 0, /*allow_fail=*/false);
+  make_resident(need, pos, /*allow_fail=*/false);
   current_need_ = need;  // pinned while the inner policy attaches its buffers
   inner_->on_acquire(store, ids, use);
 }

@@ -129,7 +129,7 @@ class AutoPlacement final : public PlacementPolicy {
   size_t limit_at(int pos) const;
   // Moves `need` in within the limit of position `pos`, evicting farthest next use first; with
   // `allow_fail`, returns false instead of failing when they cannot fit (nothing moved in).
-  bool make_resident(std::span<const int> need, int pos, size_t extra, bool allow_fail);
+  bool make_resident(std::span<const int> need, int pos, bool allow_fail);
   void move(int item, Allocator& to);
   void record(int pos);
 

@@ -139,7 +139,8 @@ const std::vector<ConfigKey>& config_schema() {
       {"placement.policy", T::STRING, "device",
        "device (every chunk where its kind is allocated, never moved) or auto (PatrickStar: "
        "chunks move between the compute tier and the host on demand within "
-       "placement.device_memory_limit, farthest next use evicted first; docs/zero.md#patrickstar)"},
+       "placement.device_memory_limit, farthest next use evicted first; "
+       "docs/zero.md#patrickstar-automatic-placement)"},
       {"activation_checkpointing.policy", T::STRING, "none",
        "none (save all), selective (recompute attention core) or full (recompute blocks)"},
       {"activation_checkpointing.partition_activations", T::BOOL, false,
