@@ -161,12 +161,14 @@ bool AutoPlacement::make_resident(std::span<const int> need, int pos, bool allow
     if (!on_device(item)) missing += item_bytes(item);
   const size_t limit = limit_at(pos);
   const int total = kNumChunkKinds * num_chunks_;
+  auto attached = [&](int item) {
+    return store_.attached(static_cast<ChunkKind>(item / num_chunks_), item % num_chunks_);
+  };
+  // Never evicted now: needed, or with tensors in use.
   auto pinned = [&](int item) {
-    const auto k = static_cast<ChunkKind>(item / num_chunks_);
-    const int c = item % num_chunks_;
     return needed(item) ||
            std::find(current_need_.begin(), current_need_.end(), item) != current_need_.end() ||
-           !store_.chunk_movable(c) || store_.attached(k, c);
+           !store_.chunk_movable(item % num_chunks_);
   };
   auto busy_item = [&](int item) {
     return inner_->busy(static_cast<ChunkKind>(item / num_chunks_), item % num_chunks_);
@@ -180,7 +182,7 @@ bool AutoPlacement::make_resident(std::span<const int> need, int pos, bool allow
     for (int item : need) fixed += item_bytes(item);
     for (int item = 0; item < total; ++item)
       if (!uses_[item].empty() && on_device(item) && !needed(item) &&
-          (pinned(item) || busy_item(item)))
+          (pinned(item) || busy_item(item) || attached(item)))
         fixed += item_bytes(item);
     if (fixed > limit) return false;
   }
@@ -189,10 +191,12 @@ bool AutoPlacement::make_resident(std::span<const int> need, int pos, bool allow
     int64_t farthest = -1;
     for (int item = 0; item < total; ++item) {
       if (uses_[item].empty() || !on_device(item) || pinned(item)) continue;
+      // A reduction in flight (its ZeRO-2/3 buffer attached): movable once it completes.
       if (busy_item(item)) {
         if (busy_victim < 0) busy_victim = item;
         continue;
       }
+      if (attached(item)) continue;  // ZeRO-3's gathered parameters
       const int64_t nu = next_use(item, pos);
       if (nu > farthest) farthest = nu, victim = item;
     }
@@ -213,8 +217,8 @@ bool AutoPlacement::make_resident(std::span<const int> need, int pos, bool allow
     TIDE_FAIL(
         "placement.policy=auto: placement.device_memory_limit ({:.2f} MiB) is too small: {} "
         "needs {:.2f} MiB of chunks on the compute tier besides {:.2f} MiB of non-model memory "
-        "and {:.2f} MiB of chunks in use; raise placement.device_memory_limit or lower "
-        "chunk_size_mb",
+        "(activations, ZeRO's buffers) and {:.2f} MiB of chunks that cannot move now; raise "
+        "placement.device_memory_limit, or lower chunk_size_mb or ZeRO's bucket sizes",
         budget_ / 1048576.0, what, missing / 1048576.0, (budget_ - limit) / 1048576.0,
         on_device_bytes_ / 1048576.0);
   }
@@ -248,12 +252,13 @@ void AutoPlacement::make_room_for_buffer(size_t bytes) {
       const auto k = static_cast<ChunkKind>(item / num_chunks_);
       const int c = item % num_chunks_;
       if (std::find(current_need_.begin(), current_need_.end(), item) != current_need_.end() ||
-          !store_.chunk_movable(c) || store_.attached(k, c))
+          !store_.chunk_movable(c))
         continue;
       if (inner_->busy(k, c)) {
         if (busy_victim < 0) busy_victim = item;
         continue;
       }
+      if (store_.attached(k, c)) continue;
       const int64_t nu = next_use(item, pos_);
       if (nu > farthest) farthest = nu, victim = item;
     }
