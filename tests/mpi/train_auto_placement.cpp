@@ -227,8 +227,8 @@ TEST(AutoPlacement, AdamRunsOnTheHostWhenItsChunkDoesNotFit) {
 
 // ZeRO-2 with DeepSpeed's default reduce bucket: every reduction of a micro-batch stays in
 // flight (its gradient buffer attached) until backward needs the chunk again or ends, so at a
-// quarter of the states room
-// is made by completing them (settle) before their slices can move. Same bits as policy=device.
+// quarter of the states room is made by completing them (settle) before their slices can move
+// (treating them as pinned instead runs out of room on 2 ranks). Same bits as policy=device.
 TEST(AutoPlacement, ZeroTwoWithEveryReductionInFlight) {
   std::shared_ptr<ProcessGroup> world = mpi_test::world_ptr(CommAlgorithm::Mpi);
   const std::string dir = shared_temp_dir(*world);
