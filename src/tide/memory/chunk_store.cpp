@@ -147,6 +147,31 @@ void ChunkStore::free_chunk(ChunkKind k, int c) {
   ch.bytes = 0;
 }
 
+size_t ChunkStore::move_chunk(ChunkKind k, int c, Allocator& to) {
+  Chunk& ch = at(k, c);
+  TIDE_CHECK(ch.data != nullptr, "{} chunk {} is not resident: there is nothing to move",
+             chunk_kind_name(k), c);
+  TIDE_CHECK(ch.alloc != nullptr,
+             "{} chunk {} aliases the parameters (f32 master weights): move the param chunk",
+             chunk_kind_name(k), c);
+  TIDE_CHECK(chunk_users_[c] == 0, "{} chunk {} cannot move: ops are using its tensors",
+             chunk_kind_name(k), c);
+  TIDE_CHECK(!ch.slice_home, "{} chunk {} cannot move: a whole buffer is attached over its slice",
+             chunk_kind_name(k), c);
+  if (ch.alloc == &to) return 0;
+  void* p = to.allocate(ch.bytes, fmt::format("{} chunk {}", chunk_kind_name(k), c));
+  std::memcpy(p, ch.data, ch.bytes);
+  ch.alloc->free(ch.data, ch.bytes);
+  ch.data = p;
+  ch.alloc = &to;
+  if (k == ChunkKind::PARAM && has(ChunkKind::MASTER)) {
+    Chunk& m = at(ChunkKind::MASTER, c);
+    if (m.alloc == nullptr && m.data != nullptr)  // f32 master weights: the same bytes
+      m.data = static_cast<char*>(p) + (m.begin - ch.begin) * 4;
+  }
+  return ch.bytes;
+}
+
 void ChunkStore::attach_whole(ChunkKind k, int c, void* buffer) {
   Chunk& ch = at(k, c);
   TIDE_CHECK(sliced(k) && ch.data && !ch.slice_home,

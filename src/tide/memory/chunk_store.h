@@ -111,6 +111,12 @@ class ChunkStore {
   // what slice() returns; detach_whole() goes back to the slice. The caller fills the buffer.
   void attach_whole(ChunkKind k, int c, void* buffer);
   void detach_whole(ChunkKind k, int c);
+  // Moves what this rank holds of chunk c of kind k (the whole chunk, or a sliced kind's own
+  // slice) to `to`: allocate there, copy the bytes, free the old allocation. An f32 MASTER that
+  // aliases PARAM follows it. Refused while tensors of chunk c are in COMPUTE, while a whole
+  // buffer is attached, for a chunk not resident, and for an alias (move the kind it aliases).
+  // Returns the bytes copied (0 when the chunk is already in `to`).
+  size_t move_chunk(ChunkKind k, int c, Allocator& to);
   bool attached(ChunkKind k, int c) const { return chunk_info(k, c).slice_home != nullptr; }
 
   // Bytes held per kind (aliases count once) and in total.

@@ -16,6 +16,9 @@
 //   on_grads_ready(c, mb)   every gradient of chunk c is complete for micro-batch mb (the store
 //                           says whether this completes the step: grads_complete(c)); the place
 //                           for gradient reduction and offload.
+//   busy(k, c)              a communication of the policy still reads or writes chunk c of
+//                           kind k (an all-reduce or reduce-scatter in flight): it must not move.
+//   settle(k, c)            waits until busy(k, c) is false (completes what is in flight on it).
 //
 // The default (no policy) keeps everything resident where the store allocated it.
 
@@ -24,6 +27,7 @@
 namespace tide {
 
 class ChunkStore;
+enum class ChunkKind : int;
 
 // FORWARD: F reads parameters. BACKWARD: B reads parameters. WEIGHT: W adds to the parameters'
 // gradients; it reads only what its B stashed, never the parameters (so a W does not make the
@@ -40,6 +44,11 @@ class PlacementPolicy {
   virtual void fetch_grads(ChunkStore& store, int chunk);
   virtual void evict(ChunkStore& store, int chunk, Use use) = 0;
   virtual void on_grads_ready(ChunkStore& store, int chunk, int micro_batch) = 0;
+  virtual bool busy(ChunkKind kind, int chunk) const {
+    (void)kind, (void)chunk;
+    return false;
+  }
+  virtual void settle(ChunkKind kind, int chunk) { (void)kind, (void)chunk; }
 };
 
 }  // namespace tide

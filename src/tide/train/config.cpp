@@ -137,6 +137,11 @@ const std::vector<ConfigKey>& config_schema() {
        "it) may hold: parameters, gradients, ZeRO buffers and, without offload, the optimizer "
        "state; exceeding it is an out-of-memory error; 0 = unlimited",
        ints(0)},
+      {"placement.policy", T::STRING, "device",
+       "device (every chunk where its kind is allocated, never moved) or auto (PatrickStar: "
+       "chunks move between the compute tier and the host on demand within "
+       "placement.device_memory_limit, farthest next use evicted first; "
+       "docs/zero.md#patrickstar-automatic-placement)"},
       {"activation_checkpointing.policy", T::STRING, "none",
        "none (save all), selective (recompute attention core) or full (recompute blocks)"},
       {"activation_checkpointing.partition_activations", T::BOOL, false,
@@ -607,6 +612,20 @@ TrainConfig parse_checked(const json& j, std::vector<std::string> unknown, bool 
              "zero_optimization.offload_optimizer.device=\"cpu\" (the delayed update is the CPU "
              "optimizer's); set the device or remove delayed_update");
   c.device_memory_limit = i("placement.device_memory_limit");
+  c.placement_policy = s("placement.policy");
+  TIDE_CHECK(c.placement_policy == "device" || c.placement_policy == "auto",
+             "placement.policy must be \"device\" or \"auto\" (got \"{}\")", c.placement_policy);
+  // On a GPU auto's budget would default to the device's free memory; on the CPU the device is
+  // the budgeted stand-in, whose size only the key can give.
+  TIDE_CHECK(c.placement_policy != "auto" || c.device_memory_limit > 0,
+             "placement.policy=\"auto\" needs placement.device_memory_limit > 0 on the CPU (the "
+             "bytes of the budgeted allocator standing in for the device, which auto fills and "
+             "evicts from); set placement.device_memory_limit, or placement.policy=\"device\"");
+  TIDE_CHECK(
+      c.placement_policy != "auto" || (c.offload_optimizer == "none" && c.offload_param == "none"),
+      "placement.policy=\"auto\" with zero_optimization.offload_optimizer/offload_param "
+      "\"cpu\": auto decides where the optimizer state and the parameters live itself; "
+      "set both offload devices to \"none\", or placement.policy=\"device\"");
   c.world_size = static_cast<int>(i("world_size"));
   c.tensor_parallel = static_cast<int>(i("tensor_parallel.size"));
   c.sequence_parallel = b("tensor_parallel.sequence_parallel");

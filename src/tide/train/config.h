@@ -60,7 +60,8 @@ struct TrainConfig {
   float grad_clip = 1.0f;  // 0: off
   bool bf16 = false, fp16 = false;
   ZeroSettings zero;  // zero_optimization.* (offload_optimizer: from offload_optimizer below)
-  int64_t device_memory_limit = 0;  // placement.device_memory_limit: bytes, 0 = unlimited
+  int64_t device_memory_limit = 0;          // placement.device_memory_limit: bytes, 0 = unlimited
+  std::string placement_policy = "device";  // placement.policy: "device" or "auto"
   ActivationPolicy activation_policy = ActivationPolicy::SAVE_ALL;
   double chunk_size_mb = 0;  // 0: smallest legal chunk (the largest tensor)
   // What `tide estimate` sizes and `tide train` cannot run yet (offload, tensor parallelism

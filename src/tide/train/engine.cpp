@@ -36,6 +36,18 @@ class Engine::GradReduction : public PlacementPolicy {
     TIDE_FAIL("chunk {} is not resident, and data parallelism keeps every chunk resident", chunk);
   }
   void evict(ChunkStore&, int, Use) override {}
+  // An all-reduce writes chunk c's gradients in place until it completes.
+  bool busy(ChunkKind kind, int chunk) const override {
+    if (kind != ChunkKind::GRAD) return false;
+    for (const Reduction& r : pending)
+      if (r.chunk == chunk && !r.work->is_completed()) return true;
+    return false;
+  }
+  void settle(ChunkKind kind, int chunk) override {
+    if (kind != ChunkKind::GRAD) return;
+    for (const Reduction& r : pending)
+      if (r.chunk == chunk) r.work->wait();
+  }
   void on_grads_ready(ChunkStore& store, int chunk, int) override {
     if (dp_.size() > 1 && store.grads_complete(chunk)) {
       AsyncTrace trace = AsyncTrace::start(store.tracer(), "all-reduce grads", {{"chunk", chunk}});
@@ -192,7 +204,8 @@ double Engine::tp_grad_norm_squared() const {
 }
 
 Engine::Engine(GPT& model, std::shared_ptr<ProcessGroup> dp, pipeline::Schedule schedule, int B,
-               int T, OptimizerSettings optimizer, ZeroSettings zero)
+               int T, OptimizerSettings optimizer, ZeroSettings zero,
+               AutoPlacementSettings placement)
     : model_(model),
       dp_(std::move(dp)),
       schedule_(std::move(schedule)),
@@ -224,17 +237,41 @@ Engine::Engine(GPT& model, std::shared_ptr<ProcessGroup> dp, pipeline::Schedule 
              "zero_optimization.offload_optimizer.device=cpu needs zero_optimization.stage 1, 2 "
              "or 3 (ZeRO-Offload partitions the optimizer state it offloads, as DeepSpeed "
              "does); set zero_optimization.stage to 1 or more");
+  accesses_ = block_accesses(schedule_, model_.num_blocks());
+  if (placement.device) {
+    TIDE_CHECK(!zero.offload_optimizer.enabled && model_.tp() == 1 && placement.host,
+               "placement.policy=auto places the optimizer state itself: it runs without "
+               "ZeRO-Offload and tensor parallelism, with a host allocator for every kind");
+    std::vector<std::vector<int>> block_chunks;
+    for (int i = 0; i < model_.num_blocks(); ++i) {
+      std::vector<int> cs;
+      for (int id : model_.block(i).param_ids()) cs.push_back(store.layout().slot(id).chunk);
+      std::sort(cs.begin(), cs.end());
+      cs.erase(std::unique(cs.begin(), cs.end()), cs.end());
+      block_chunks.push_back(std::move(cs));
+    }
+    // Non-model memory besides ZeRO's buffers: the micro-batches' activations in use.
+    auto activations = [this] {
+      size_t b = 0;
+      for (const auto& mb : mbs_) b += mb->saved.used() + mb->workspace.used();
+      return b;
+    };
+    auto_ = std::make_unique<AutoPlacement>(store, *placement.device, *placement.host,
+                                            std::move(block_chunks), accesses_, activations);
+  }
   if (zero.stage == 0) {
     reduction_ = std::make_unique<GradReduction>(*dp_);
-    store.set_policy(reduction_.get());
+    if (auto_) auto_->set_inner(reduction_.get());
+    store.set_policy(auto_ ? static_cast<PlacementPolicy*>(auto_.get()) : reduction_.get());
     return;
   }
   std::vector<std::vector<int>> block_params;
   for (int i = 0; i < model_.num_blocks(); ++i) block_params.push_back(model_.block(i).param_ids());
-  zero_ = std::make_unique<ZeroPolicy>(store, *dp_, zero, std::move(block_params),
-                                       *store.options().compute);
-  accesses_ = block_accesses(schedule_, model_.num_blocks());
-  store.set_policy(zero_.get());
+  zero_ =
+      std::make_unique<ZeroPolicy>(store, *dp_, zero, std::move(block_params),
+                                   auto_ ? auto_->buffer_allocator() : *store.options().compute);
+  if (auto_) auto_->set_inner(zero_.get());
+  store.set_policy(auto_ ? static_cast<PlacementPolicy*>(auto_.get()) : zero_.get());
   offload_settings_ = zero.offload_optimizer;
   if (zero.offload_optimizer.enabled) {
     TIDE_CHECK(model_.tp() == 1,
@@ -256,6 +293,7 @@ Engine::~Engine() {
   model_.store().set_policy(nullptr);
   zero_.reset();
   offload_.reset();  // joins the offload thread
+  auto_.reset();     // after zero_, whose buffers it allocated
 }
 
 void Engine::flush_update() {
@@ -303,6 +341,7 @@ StepStats Engine::step(int64_t step, uint64_t seed, const BatchFn& batch, Tracer
   const uint64_t sent_before = dp_->counters().bytes_sent;
   store.begin_step(M);
   if (zero_) zero_->begin_step(accesses_);
+  if (auto_) auto_->begin_step();
   // ZeRO-Offload: without clipping (and with non-finite norms an error) the update is known
   // before the norm, so the CPU Adam of each chunk runs as soon as its gradients arrive.
   // With the delayed update (DPU, after its warm-up) the update of this step starts after it and
@@ -401,6 +440,21 @@ StepStats Engine::step(int64_t step, uint64_t seed, const BatchFn& batch, Tracer
         offload_->update(h, AdamWStep{step + 1, plan.clip});
     }
     st.offload = offload_->counters();
+  } else if (auto_) {
+    // placement.policy=auto: chunk by chunk, each where its optimizer access puts it (the same
+    // AdamW calls as adamw_step, in the same order).
+    const UpdatePlan plan = plan_update(opt_, step, st.grad_norm);
+    st.lr = plan.lr;
+    st.skipped = plan.skip;
+    if (!plan.skip) {
+      AdamWHyper h = opt_.adamw;
+      h.lr = plan.lr;
+      const TraceSpan span(tracer, "optimizer", "optimizer");
+      for (int c = 0; c < store.layout().num_chunks(); ++c) {
+        auto_->prepare_update(c);
+        adamw_step_chunk(store, c, nullptr, h, AdamWStep{step + 1, plan.clip});
+      }
+    }
   } else {
     apply_update(stores, opt_, step, st, tracer);
   }
@@ -414,6 +468,10 @@ StepStats Engine::step(int64_t step, uint64_t seed, const BatchFn& batch, Tracer
     st.peak_gathered_param_elems = zero_->counters().peak_live_param_elems;
   }
   st.bytes_sent = sent;
+  if (auto_) {
+    auto_->end_step();
+    st.placement = auto_->counters();
+  }
 
   st.step = step + 1;
   st.loss = static_cast<float>(loss_sum / M);

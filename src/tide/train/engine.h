@@ -12,6 +12,9 @@
 //     DP group as soon as they are complete for the step's last micro-batch, overlapping
 //     backward; stages 1-3 are the ZeroPolicy (zero.h: reduce-scatter, owned-slice update,
 //     parameter gathering);
+//   * with placement.policy=auto (AutoPlacementSettings::device set), AutoPlacement
+//     (auto_placement.h) wraps that policy and moves chunks between the compute tier and the
+//     host; the store must then be built with every kind on `host`;
 //   * the optimizer: global gradient norm, clipping, learning rate, AdamW; with
 //     zero.offload_optimizer.enabled (ZeRO-Offload, stages 1-3) on the host, through the
 //     OffloadPolicy (offload_policy.h): the store must then be built with
@@ -31,6 +34,7 @@
 #include "tide/optim/lr_schedule.h"
 #include "tide/pipeline/block_parts.h"
 #include "tide/pipeline/schedule.h"
+#include "tide/train/auto_placement.h"
 #include "tide/train/offload_policy.h"
 #include "tide/train/zero.h"
 
@@ -77,6 +81,9 @@ struct StepStats {
   // the seconds the compute thread waited on the offload thread, and the offload thread's copy
   // and CPU Adam seconds with the part of them hidden behind backward. All zero without offload.
   OffloadStepCounters offload;
+  // placement.policy=auto (auto_placement.h): bytes and moves each way, evictions, the seconds
+  // the compute waited on moves, chunks updated per tier. All zero with policy=device.
+  PlacementStepCounters placement;
 };
 
 // What the update of step `step` (0-based) does, decided from the global gradient norm alone:
@@ -121,7 +128,7 @@ class Engine {
   // `dp` is the data-parallel group (size 1: a single rank). Micro-batches are (B,T).
   // `zero.stage` 1-3 needs a store sliced by zero_sliced_kinds() over the dp group.
   Engine(GPT& model, std::shared_ptr<ProcessGroup> dp, pipeline::Schedule schedule, int B, int T,
-         OptimizerSettings optimizer, ZeroSettings zero = {});
+         OptimizerSettings optimizer, ZeroSettings zero = {}, AutoPlacementSettings placement = {});
   ~Engine();
 
   // Fills micro-batch `mb`'s tokens and targets (B,T).
@@ -141,6 +148,8 @@ class Engine {
   size_t comm_buffer_bytes() const { return zero_ ? zero_->buffer_bytes() : 0; }
   // ZeRO-Offload: the host allocator of the offloaded gradient slices (nullptr without offload).
   const Allocator* offload_grad_allocator() const { return offload_host_.get(); }
+  // placement.policy=auto's policy (nullptr with policy=device).
+  const AutoPlacement* auto_placement() const { return auto_.get(); }
   // The owned parameter slices changed outside a step (a checkpoint was loaded): bring the
   // whole copies ZeRO keeps up to date.
   void sync_params();
@@ -164,10 +173,13 @@ class Engine {
   StashPool stash_;
   std::vector<std::unique_ptr<MicroBatch>> mbs_;  // pool, one per micro-batch in flight
   std::vector<int> running_;                      // [pool index] -> micro-batch, -1 when free
-  std::unique_ptr<GradReduction> reduction_;      // stage 0
-  std::unique_ptr<ZeroPolicy> zero_;              // stages 1-3
-  std::unique_ptr<HostAllocator> offload_host_;   // ZeRO-Offload's host gradient buffers
-  std::unique_ptr<OffloadPolicy> offload_;        // ZeRO-Offload
+  // placement.policy=auto: wraps reduction_ or zero_, whose buffers it allocates (so it is
+  // destroyed after them).
+  std::unique_ptr<AutoPlacement> auto_;
+  std::unique_ptr<GradReduction> reduction_;     // stage 0
+  std::unique_ptr<ZeroPolicy> zero_;             // stages 1-3
+  std::unique_ptr<HostAllocator> offload_host_;  // ZeRO-Offload's host gradient buffers
+  std::unique_ptr<OffloadPolicy> offload_;       // ZeRO-Offload
   OffloadSettings offload_settings_;
   std::vector<BlockAccess> accesses_;  // the blocks' parameter uses in one step
   // The block parts a B and a W action run (pipeline/block_parts.h), built once.

@@ -41,6 +41,22 @@ void add_offload_metrics(json& record, const OffloadStepCounters& o) {
   record["offload_adam_seconds"] = o.adam_seconds;
   record["offload_hidden_seconds"] = o.hidden_seconds;
 }
+// placement.policy=auto's counters of the step (auto_placement.h), the same way.
+void add_placement_metrics(json& record, const PlacementStepCounters& p) {
+  record["placement_bytes_to_host"] = p.bytes_to_host;
+  record["placement_bytes_to_device"] = p.bytes_to_compute;
+  record["placement_moves"] = p.moves_to_host + p.moves_to_compute;
+  record["placement_evictions"] = p.evictions;
+  record["placement_wait_seconds"] = p.wait_seconds;
+  record["placement_updated_on_device"] = p.updated_on_compute;
+  record["placement_updated_on_host"] = p.updated_on_host;
+}
+std::string placement_progress(const PlacementStepCounters& p) {
+  return fmt::format(" | auto {:.1f}+{:.1f} MiB, {} evictions, wait {:.3f} s, adam {}/{} on dev",
+                     p.bytes_to_host / 1048576.0, p.bytes_to_compute / 1048576.0, p.evictions,
+                     p.wait_seconds, p.updated_on_compute,
+                     p.updated_on_compute + p.updated_on_host);
+}
 std::string offload_progress(const OffloadStepCounters& o) {
   return fmt::format(" | offload {:.1f}+{:.1f} MiB, wait {:.3f} s", o.bytes_to_host / 1048576.0,
                      o.bytes_to_compute / 1048576.0, o.wait_seconds);
@@ -199,9 +215,12 @@ Trainer::Trainer(TrainConfig config, std::shared_ptr<ProcessGroup> world)
     }
     // Under tp the ranks hold different shards: the whole model's layout is compared.
     check_same_data_and_layout(mesh_ ? make_layout(cfg_.model) : model_->store().layout());
-    engine_ = std::make_unique<Engine>(*model_, mesh_ ? mesh_->group_ptr(MeshAxis::DP) : world_,
-                                       data_parallel_schedule(cfg_.grad_accum), cfg_.micro_batch,
-                                       cfg_.seq_len, opt, cfg_.zero);
+    engine_ = std::make_unique<Engine>(
+        *model_, mesh_ ? mesh_->group_ptr(MeshAxis::DP) : world_,
+        data_parallel_schedule(cfg_.grad_accum), cfg_.micro_batch, cfg_.seq_len, opt, cfg_.zero,
+        cfg_.placement_policy == "auto"
+            ? AutoPlacementSettings{compute_alloc_.get(), host_alloc_.get()}
+            : AutoPlacementSettings{});
     engine_runner_ = std::make_unique<EngineRunner>(*engine_);
     runner_ = engine_runner_.get();
     eval_mb_ = model_->make_micro_batch(1, cfg_.seq_len);
@@ -235,6 +254,13 @@ void Trainer::configure_placement(StoreOptions& so) {
   compute_alloc_ =
       std::make_unique<BudgetedAllocator>(static_cast<size_t>(cfg_.device_memory_limit));
   so.compute = so.optimizer = compute_alloc_.get();
+  if (cfg_.placement_policy == "auto") {
+    // PatrickStar (auto_placement.h): every chunk starts on the host; the policy moves them
+    // into the budgeted compute tier on demand.
+    host_alloc_ = std::make_unique<HostAllocator>();
+    so.compute = so.optimizer = host_alloc_.get();
+    return;
+  }
   if (!offload) return;
   // ZeRO-Offload: fp32 master weights (their own copy, also in f32) and Adam m, v on the host.
   host_alloc_ = std::make_unique<HostAllocator>();
@@ -744,6 +770,7 @@ void Trainer::run() {
           step_, cfg_.train_steps, st.loss, st.lr, st.grad_norm, tok_s, memory_bytes() / 1048576.0,
           human_duration(eta));
       if (cfg_.zero.offload_optimizer.enabled) line += offload_progress(st.offload);
+      if (cfg_.placement_policy == "auto") line += placement_progress(st.placement);
       if (step_ % cfg_.log_interval == 0 || step_ == cfg_.train_steps) {
         const double interval_tok_s = tokens_interval / seconds_interval;
         json record{{"step", step_},
@@ -756,6 +783,7 @@ void Trainer::run() {
                     {"tokens_per_s_interval", interval_tok_s},
                     {"time", unix_seconds()}};
         if (cfg_.zero.offload_optimizer.enabled) add_offload_metrics(record, st.offload);
+        if (cfg_.placement_policy == "auto") add_placement_metrics(record, st.placement);
         write_metrics(metrics, metrics_path, record);
         if (!tty) fmt::print("{}\n", line);
         seconds_interval = 0;

@@ -66,6 +66,12 @@ void check_trainer_can_honour(const TrainConfig& c, int world_size) {
              "parameter offload needs ZeRO stage 3 (as in DeepSpeed); set "
              "zero_optimization.stage=3",
              c.zero.stage);
+  // placement.policy=auto (train/auto_placement.h) wraps the data-parallel Engine's policy.
+  TIDE_CHECK(c.placement_policy != "auto" || (p == 1 && t == 1),
+             "placement.policy=\"auto\" with pipeline.stages={}, tensor_parallel.size={}: tide "
+             "train places chunks automatically for data-parallel runs only; set "
+             "pipeline.stages=1 and tensor_parallel.size=1, or placement.policy=\"device\"",
+             p, t);
   TIDE_CHECK(c.optimizer_type == "AdamW",
              "optimizer.type=\"{}\": tide train has only AdamW; set optimizer.type to \"AdamW\" "
              "(tide estimate sizes SGD)",

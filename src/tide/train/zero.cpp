@@ -327,6 +327,20 @@ void ZeroPolicy::complete_reductions_of(int c) {
   }
 }
 
+bool ZeroPolicy::busy(ChunkKind kind, int c) const {
+  // Stage 3: a gather in flight reads the owned parameter slice.
+  if (kind == ChunkKind::PARAM) return s_.stage == 3 && gathered_[c] == Gathered::IN_FLIGHT;
+  if (kind != ChunkKind::GRAD) return false;
+  return std::any_of(reductions_.begin(), reductions_.end(),
+                     [&](const Pending& p) { return p.chunk == c; });
+}
+
+void ZeroPolicy::settle(ChunkKind kind, int c) {
+  if (kind == ChunkKind::GRAD) complete_reductions_of(c);
+  if (kind == ChunkKind::PARAM && s_.stage == 3 && gathered_[c] == Gathered::IN_FLIGHT)
+    wait_gathered(c);
+}
+
 void ZeroPolicy::finish_gradients() {
   while (!reductions_.empty()) {
     Pending p = std::move(reductions_.front());

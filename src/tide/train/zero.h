@@ -107,6 +107,9 @@ class ZeroPolicy final : public PlacementPolicy {
   void fetch_grads(ChunkStore& store, int chunk) override;
   void evict(ChunkStore& store, int chunk, Use use) override;
   void on_grads_ready(ChunkStore& store, int chunk, int micro_batch) override;
+  // A reduce-scatter of chunk c's gradients is in flight (or done but not yet completed).
+  bool busy(ChunkKind kind, int chunk) const override;
+  void settle(ChunkKind kind, int chunk) override;
 
  private:
   struct Pending {

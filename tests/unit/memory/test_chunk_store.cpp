@@ -189,3 +189,70 @@ TEST(ChunkStore, GradientCompletionIsTrackedPerMicroBatch) {
   EXPECT_EQ(store.state(3), TensorState::HOLD);
   EXPECT_FALSE(store.grads_complete(1));
 }
+
+// move_chunk (PatrickStar's placement primitive): the bytes follow the chunk to the new
+// allocator, the old allocation is returned, an f32 master aliasing the parameters follows
+// them, and a chunk in use, with a buffer attached, not resident or an alias is refused.
+TEST(ChunkStore, MoveChunkCopiesTheBytesAndFreesTheOldAllocation) {
+  ChunkLayout lay = five_tensors();
+  lay.pack(16, /*group_size=*/2);  // chunks of 32 elements, slices of 16
+  HostAllocator host;
+  BudgetedAllocator device(1 << 20);
+  StoreOptions o;
+  o.group_rank = 1;
+  o.sliced_kinds = kind_bit(ChunkKind::GRAD) | kind_bit(ChunkKind::MASTER) |
+                   kind_bit(ChunkKind::ADAM_M) | kind_bit(ChunkKind::ADAM_V);
+  o.compute = o.optimizer = &host;
+  ChunkStore store(std::move(lay), o);
+  RecordingPolicy policy(device);
+  policy.free_on_evict = false;
+  store.set_policy(&policy);
+  float* p = store.chunk(ChunkKind::PARAM, 1).f32();
+  for (int i = 0; i < 32; ++i) p[i] = 0.5f * i;
+  store.slice(ChunkKind::ADAM_M, 0).f32()[3] = 7.0f;
+  const size_t host_before = host.allocated();
+
+  EXPECT_EQ(store.move_chunk(ChunkKind::PARAM, 1, device), 32u * 4);
+  EXPECT_EQ(device.allocated(), 32u * 4);
+  EXPECT_EQ(host.allocated(), host_before - 32 * 4);
+  EXPECT_EQ(store.chunk_info(ChunkKind::PARAM, 1).alloc, &device);
+  const float* moved = store.chunk(ChunkKind::PARAM, 1).f32();
+  for (int i = 0; i < 32; ++i) EXPECT_EQ(moved[i], 0.5f * i);
+  // The f32 master slice is still the owned slice of the (moved) parameter chunk.
+  EXPECT_EQ(store.slice(ChunkKind::MASTER, 1).data, store.slice(ChunkKind::PARAM, 1).data);
+  EXPECT_EQ(store.move_chunk(ChunkKind::PARAM, 1, device), 0u);  // already there
+
+  // A sliced kind moves its own slice.
+  EXPECT_EQ(store.move_chunk(ChunkKind::ADAM_M, 0, device), 16u * 4);
+  EXPECT_EQ(store.slice(ChunkKind::ADAM_M, 0).f32()[3], 7.0f);
+  EXPECT_EQ(store.move_chunk(ChunkKind::ADAM_M, 0, host), 16u * 4);
+  EXPECT_EQ(store.slice(ChunkKind::ADAM_M, 0).f32()[3], 7.0f);
+  EXPECT_EQ(device.allocated(), 32u * 4);
+
+  // Refusals, each naming why.
+  auto error_of = [&](auto f) -> std::string {
+    try {
+      f();
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  };
+  EXPECT_NE(error_of([&] { store.move_chunk(ChunkKind::MASTER, 1, host); }).find("aliases"),
+            std::string::npos);
+  std::vector<float> buffer(32);
+  store.attach_whole(ChunkKind::GRAD, 1, buffer.data());
+  EXPECT_NE(error_of([&] { store.move_chunk(ChunkKind::GRAD, 1, device); }).find("attached"),
+            std::string::npos);
+  store.detach_whole(ChunkKind::GRAD, 1);
+  const int ids[] = {4};  // tensor e, in chunk 1
+  store.acquire(ids, Use::FORWARD);
+  EXPECT_NE(error_of([&] { store.move_chunk(ChunkKind::PARAM, 1, host); }).find("ops are using"),
+            std::string::npos);
+  store.release(ids, Use::FORWARD);
+  EXPECT_EQ(store.move_chunk(ChunkKind::PARAM, 1, host), 32u * 4);
+  EXPECT_EQ(device.allocated(), 0u);
+  store.free_chunk(ChunkKind::GRAD, 0);
+  EXPECT_NE(error_of([&] { store.move_chunk(ChunkKind::GRAD, 0, device); }).find("not resident"),
+            std::string::npos);
+}

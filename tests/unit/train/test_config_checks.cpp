@@ -266,3 +266,26 @@ TEST(ConfigChecks, ZeroSettingsThatCannotWorkAreClearErrors) {
   s.max_live_parameters = chunk - 1;
   EXPECT_HAS(error(s), "zero_optimization.stage3_max_live_parameters");
 }
+
+// placement.policy: "device" or "auto"; auto needs a budget on the CPU and places the optimizer
+// state itself (no offload keys with it).
+TEST(ConfigChecks, PlacementPolicyAutoNeedsABudgetAndNoOffload) {
+  EXPECT_NE(error_of([] {
+              load_train_config("", {"placement.policy=gpu"});
+            }).find("placement.policy must be \"device\" or \"auto\" (got \"gpu\")"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { load_train_config("", {"placement.policy=auto"}); })
+                .find("placement.policy=\"auto\" needs placement.device_memory_limit > 0 on the "
+                      "CPU"),
+            std::string::npos);
+  EXPECT_NE(error_of([] {
+              load_train_config("", {"placement.policy=auto", "placement.device_memory_limit=1000",
+                                     "zero_optimization.stage=1",
+                                     "zero_optimization.offload_optimizer.device=cpu"});
+            }).find("auto decides where the optimizer state and the parameters live itself"),
+            std::string::npos);
+  const TrainConfig c =
+      load_train_config("", {"placement.policy=auto", "placement.device_memory_limit=1000"});
+  EXPECT_EQ(c.placement_policy, "auto");
+  EXPECT_EQ(load_train_config("", {}).placement_policy, "device");
+}

@@ -264,6 +264,15 @@ TEST(TrainerRefuses, EverySettingItCannotHonourByKeyAndValue) {
                      2),
              "zero_optimization.offload_param.device=\"cpu\" with zero_optimization.stage=2: "
              "parameter offload needs ZeRO stage 3 (as in DeepSpeed)");
+  EXPECT_HAS(refusal({"placement.policy=auto", "placement.device_memory_limit=1000000",
+                      "pipeline.stages=2", "model.n_layer=2"},
+                     2),
+             "placement.policy=\"auto\" with pipeline.stages=2, tensor_parallel.size=1: tide "
+             "train places chunks automatically for data-parallel runs only");
+  EXPECT_EQ(refusal({"placement.policy=auto", "placement.device_memory_limit=1000000",
+                     "zero_optimization.stage=3"},
+                    2),
+            "");
   EXPECT_HAS(refusal({"optimizer.type=SGD"}), "optimizer.type=\"SGD\": tide train has only AdamW");
   EXPECT_HAS(refusal({"pipeline.stages=2", "pipeline.schedule=interleaved",
                       "pipeline.virtual_stages=2", "gradient_accumulation_steps=2"}),

@@ -1,0 +1,130 @@
+// placement.policy=auto through tide train's run loop on one process: metrics.jsonl carries the
+// placement counters of every logged step (absent with policy=device), and a checkpoint written
+// under auto resumes to the same bits as the uninterrupted run (with policy=device).
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <fstream>
+#include <vector>
+
+#include "test_files.h"
+#include "tide/data/shard.h"
+#include "tide/train/trainer.h"
+
+using namespace tide;
+
+namespace {
+
+std::vector<std::string> overrides(const std::string& dir, int64_t steps) {
+  return {"data.train=" + dir + "/train.bin",
+          "model.vocab_size=50",
+          "model.n_layer=2",
+          "model.n_head=2",
+          "model.n_embd=16",
+          "seq_len=8",
+          "train_steps=" + std::to_string(steps),
+          "log.interval=1",
+          "out_dir=" + dir,
+          "log.progress=false",
+          "chunk_size_mb=0.002",
+          "threads=1"};
+}
+
+std::string write_data(const char* name) {
+  const std::string dir = test::temp_dir(name);
+  std::vector<uint16_t> tokens(2000);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<uint16_t>(i * 7 % 50);
+  write_token_shard(dir + "/train.bin", std::span<const uint16_t>(tokens));
+  return dir;
+}
+
+// Half of the model states plus the non-model bytes of a warm-up with room for everything.
+int64_t half_budget(const std::string& dir) {
+  size_t states = 0;
+  {
+    Trainer t(load_train_config("", overrides(dir, 1)));
+    states = t.model().store().total_bytes();
+  }
+  std::vector<std::string> o = overrides(dir, 1);
+  o.push_back("placement.policy=auto");
+  o.push_back("placement.device_memory_limit=" + std::to_string(4 * states));
+  Trainer t(load_train_config("", o));
+  t.train_step();
+  return static_cast<int64_t>(states / 2 + t.engine().auto_placement()->recorded_non_model_bytes());
+}
+
+std::vector<float> all_params(Trainer& t) {
+  const ChunkStore& store = t.model().store();
+  std::vector<float> p;
+  for (int c = 0; c < store.layout().num_chunks(); ++c) {
+    const Tensor x = store.chunk(ChunkKind::PARAM, c);
+    p.insert(p.end(), x.f32(), x.f32() + x.numel());
+  }
+  return p;
+}
+
+TEST(AutoPlacementMetrics, EveryTrainingRecordCarriesTheCounters) {
+  const std::string dir = write_data("auto_metrics");
+  const int64_t budget = half_budget(dir);
+  for (bool automatic : {true, false}) {
+    std::vector<std::string> o = overrides(dir + (automatic ? "/auto" : "/device"), 3);
+    o[0] = "data.train=" + dir + "/train.bin";
+    if (automatic) {
+      o.push_back("placement.policy=auto");
+      o.push_back("placement.device_memory_limit=" + std::to_string(budget));
+    }
+    Trainer t(load_train_config("", o));
+    t.run();
+    const int chunks = t.model().store().layout().num_chunks();
+    std::ifstream f(dir + (automatic ? "/auto" : "/device") + "/metrics.jsonl");
+    int records = 0;
+    for (std::string line; std::getline(f, line);) {
+      const nlohmann::json j = nlohmann::json::parse(line);
+      if (!j.contains("loss")) continue;
+      ++records;
+      EXPECT_EQ(j.contains("placement_bytes_to_host"), automatic) << line;
+      if (!automatic) continue;
+      EXPECT_GT(j["placement_bytes_to_device"].get<uint64_t>(), 0u) << line;
+      EXPECT_GT(j["placement_evictions"].get<int>(), 0) << line;
+      EXPECT_GT(j["placement_moves"].get<int>(), 0) << line;
+      EXPECT_GE(j["placement_wait_seconds"].get<double>(), 0.0) << line;
+      EXPECT_EQ(
+          j["placement_updated_on_device"].get<int>() + j["placement_updated_on_host"].get<int>(),
+          chunks)
+          << line;
+    }
+    EXPECT_EQ(records, 3);
+  }
+}
+
+TEST(AutoPlacementResume, ACheckpointResumesBitwise) {
+  const std::string dir = write_data("auto_resume");
+  const int64_t budget = half_budget(dir);
+  auto config = [&](const std::string& out, int64_t steps, const std::string& resume,
+                    bool automatic = true) {
+    std::vector<std::string> o = overrides(dir, steps);
+    o[8] = "out_dir=" + out;
+    if (automatic) {
+      o.push_back("placement.policy=auto");
+      o.push_back("placement.device_memory_limit=" + std::to_string(budget));
+    }
+    if (!resume.empty()) o.push_back("checkpoint.resume=" + resume);
+    return load_train_config("", o);
+  };
+  // The uninterrupted run with policy=device: auto changes no bit, resumed or not.
+  Trainer straight(config(dir + "/straight", 4, "", /*automatic=*/false));
+  for (int s = 0; s < 4; ++s) straight.train_step();
+  std::string ckpt;
+  {
+    Trainer first(config(dir + "/first", 4, ""));
+    for (int s = 0; s < 2; ++s) first.train_step();
+    ckpt = first.save("step2.ckpt");
+  }
+  Trainer resumed(config(dir + "/resumed", 4, ckpt));
+  for (int s = 0; s < 2; ++s) resumed.train_step();
+  const std::vector<float> a = all_params(straight), b = all_params(resumed);
+  ASSERT_EQ(a.size(), b.size());
+  EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0);
+}
+
+}  // namespace
