@@ -81,7 +81,7 @@ nlohmann::json budget_json(const MachineBudget& b) {
 }
 
 // "ZeRO buffers (whole chunks in size classes, reused every step; part of temp): ZeRO-2 10
-// buffers, 1.50 GiB (at the peak 10 grad), ZeRO-3 ...", from the first row of each stage >= 2.
+// buffers, 1.42 GiB (at the peak 10 grad), ZeRO-3 ...", from the first row of each stage >= 2.
 std::string buffer_line(const std::vector<OptionResult>& rows) {
   std::string parts;
   for (int stage : {2, 3}) {
