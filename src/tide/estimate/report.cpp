@@ -80,8 +80,8 @@ nlohmann::json budget_json(const MachineBudget& b) {
   return {{"gpu_bytes", b.gpu_bytes}, {"host_bytes", b.host_bytes}};
 }
 
-// "ZeRO buffers (whole chunks of the largest size, reused every step; part of temp): ZeRO-2 10
-// buffers, 1.50 GiB (at the peak 10 grad), ZeRO-3 ...", from the first row of each stage >= 2.
+// "ZeRO buffers (whole chunks in size classes, reused every step; part of temp): ZeRO-2 10
+// buffers, 1.42 GiB (at the peak 10 grad), ZeRO-3 ...", from the first row of each stage >= 2.
 std::string buffer_line(const std::vector<OptionResult>& rows) {
   std::string parts;
   for (int stage : {2, 3}) {
@@ -98,8 +98,7 @@ std::string buffer_line(const std::vector<OptionResult>& rows) {
   }
   if (parts.empty()) return "";
   return fmt::format(
-      "ZeRO buffers (whole chunks of the largest size, reused every step; part of temp): {}\n",
-      parts);
+      "ZeRO buffers (whole chunks in size classes, reused every step; part of temp): {}\n", parts);
 }
 
 std::string budget_line(const MachineBudget& b, int ranks_per_host) {

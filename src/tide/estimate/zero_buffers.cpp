@@ -130,10 +130,9 @@ class Replay {
   }
 
  private:
-  // ZeroPolicy::attach / detach: a pool buffer of chunk c's size.
+  // ZeroPolicy::attach / detach: a pool buffer of chunk c's size class.
   int take(bool grad, int c) {
-    const int b =
-        pool_.take(static_cast<size_t>(lay_.max_chunk_elems()) * dtype_bytes_);  // as zero.cpp
+    const int b = pool_.take(static_cast<size_t>(lay_.buffer_elems(c)) * dtype_bytes_);
     ++(grad ? grads_ : params_);
     if (pool_.in_use() > peak_in_use_) {
       peak_in_use_ = pool_.in_use();

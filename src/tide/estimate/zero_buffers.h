@@ -3,8 +3,9 @@
 // replaying the runtime's rules over one step's block accesses: the estimate's buffer term must
 // describe what ZeroPolicy allocates, not a rule of thumb.
 //
-// Every buffer holds a whole chunk of the largest size in the compute dtype and comes from a
-// BufferPool (allocated on first need; memory/buffer_pool.h), which the replay runs without
+// Every buffer holds a whole chunk in the compute dtype, of the chunk's size class
+// (ChunkLayout::buffer_elems), and comes from a BufferPool (allocated on first need, reused by
+// chunks of the same class; memory/buffer_pool.h), which the replay runs without
 // memory: the bytes it ends with are the bytes the runtime allocates. The rules replayed, as
 // zero.cpp has them:
 //   * stage 2/3 gradients: a chunk's first W access in a micro-batch attaches a buffer; when the

@@ -12,15 +12,13 @@ BufferPool::~BufferPool() {
 
 int BufferPool::take(size_t bytes) {
   bytes = Arena::aligned(bytes);
-  int best = -1;
-  for (int i = 0; i < count(); ++i) {
-    const Buffer& b = buffers_[i];
-    if (b.free && b.bytes >= bytes && (best < 0 || b.bytes < buffers_[best].bytes)) best = i;
-  }
   ++in_use_;
-  if (best >= 0) {
-    buffers_[best].free = false;
-    return best;
+  for (int i = 0; i < count(); ++i) {
+    Buffer& b = buffers_[i];
+    if (b.free && b.bytes == bytes) {  // the size class's free list: first free one
+      b.free = false;
+      return i;
+    }
   }
   void* p = alloc_ ? alloc_->allocate(bytes, "a ZeRO communication buffer") : nullptr;
   buffers_.push_back({p, bytes, false});

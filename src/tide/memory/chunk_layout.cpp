@@ -52,6 +52,18 @@ int64_t ChunkLayout::max_chunk_elems() const {
   return m;
 }
 
+int64_t ChunkLayout::buffer_elems(int c) const {
+  const int64_t granule = kAlignElems * group_size_;
+  const int64_t largest = max_chunk_elems();
+  int64_t cls = largest;
+  for (int64_t d = 2; d <= largest; d *= 2) {
+    const int64_t half = ((largest + d - 1) / d + granule - 1) / granule * granule;
+    if (half < chunk_elems_[c] || half >= cls) break;
+    cls = half;
+  }
+  return cls;
+}
+
 int ChunkLayout::find(const std::string& name) const {
   for (int id = 0; id < num_tensors(); ++id)
     if (slots_[id].name == name) return id;

@@ -118,10 +118,9 @@ void ZeroPolicy::wait(Work& w, const char* what, int chunk) {
 void* ZeroPolicy::attach(ChunkKind k, int c) {
   int& b = (k == ChunkKind::PARAM ? param_buffer_ : grad_buffer_)[c];
   TIDE_ASSERT(b < 0);
-  // Every buffer is as large as the largest chunk: with buffers of each chunk's own size the
-  // pool, handed a larger chunk while only smaller buffers were free, allocated more of them
-  // (7.5B, ZeRO-2: 9 buffers, 2.54 GiB, instead of 6, 1.73 GiB, in the estimator's replay).
-  b = pool_.take(static_cast<size_t>(store_.layout().max_chunk_elems()) *
+  // A buffer of the chunk's size class (the largest chunk halved while the chunk fits;
+  // ChunkLayout::buffer_elems says why not each chunk's own size).
+  b = pool_.take(static_cast<size_t>(store_.layout().buffer_elems(c)) *
                  dtype_size(store_.compute_dtype()));
   store_.attach_whole(k, c, pool_.data(b));
   return pool_.data(b);

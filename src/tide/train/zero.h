@@ -30,7 +30,8 @@
 // most stage3_max_live_parameters elements gathered. Chunks whose payload is at most
 // stage3_param_persistence_threshold elements stay gathered (re-gathered after each update).
 //
-// Buffers, each the size of the largest chunk, come from the compute allocator the first time
+// Buffers, each of its chunk's size class (the largest chunk halved while the chunk fits:
+// ChunkLayout::buffer_elems), come from the compute allocator the first time
 // they are needed and are reused afterwards (memory/buffer_pool.h): after the first step a step
 // allocates nothing (ZeRO-R's constant-size buffers, pre-allocated memory).
 

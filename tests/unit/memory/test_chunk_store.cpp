@@ -69,6 +69,31 @@ TEST(ChunkLayout, ATensorLargerThanTheTargetGetsAChunkOfItsOwn) {
   EXPECT_THROW(lay.find("zzz"), Error);
 }
 
+TEST(ChunkLayout, BufferClassesHalveTheLargestChunkWhileTheChunkFits) {
+  ChunkLayout lay;
+  for (int64_t n : {100, 40, 20, 5}) lay.add("t" + std::to_string(n), {n}, true);
+  lay.pack(1);  // every tensor its own chunk: 112, 48, 32, 16 elements
+  ASSERT_EQ(lay.num_chunks(), 4);
+  // Classes 112, 56 -> 64, 28 -> 32, 14 -> 16 (rounded up to 16 elements).
+  EXPECT_EQ(lay.buffer_elems(0), 112);
+  EXPECT_EQ(lay.buffer_elems(1), 64);
+  EXPECT_EQ(lay.buffer_elems(2), 32);
+  EXPECT_EQ(lay.buffer_elems(3), 16);
+  // Over 2 ranks the granule is 32: 112, 56 -> 64, 28 -> 32 (a chunk of 32 elements).
+  ChunkLayout two;
+  for (int64_t n : {100, 40, 20, 5}) two.add("t" + std::to_string(n), {n}, true);
+  two.pack(1, 2);  // 128, 64, 32, 32
+  EXPECT_EQ(two.buffer_elems(0), 128);
+  EXPECT_EQ(two.buffer_elems(1), 64);
+  EXPECT_EQ(two.buffer_elems(2), 32);
+  EXPECT_EQ(two.buffer_elems(3), 32);
+  for (const ChunkLayout* l : {&lay, &two})
+    for (int c = 0; c < l->num_chunks(); ++c) {
+      EXPECT_GE(l->buffer_elems(c), l->chunk_elems(c));
+      EXPECT_LT(l->buffer_elems(c), 2 * l->chunk_elems(c));
+    }
+}
+
 TEST(ChunkLayout, EveryChunkSplitsIntoEqualAlignedSlicesAndNoChunkIsPadding) {
   for (int N : {1, 2, 3, 8}) {
     ChunkLayout lay = five_tensors();
