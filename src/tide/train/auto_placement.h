@@ -1,7 +1,7 @@
 #pragma once
 // placement.policy=auto: PatrickStar's automatic chunk placement (Fang et al.,
 // ../shared/papers/patrickstar.ja.md) as a PlacementPolicy decorator over the engine's own
-// policy (stage 0's gradient all-reduce or ZeroPolicy, stages 1-2).
+// policy (stage 0's gradient all-reduce or ZeroPolicy, stages 1-3).
 //
 // Why: a model whose states (params, grads, Adam m and v: 16 bytes per parameter in f32) do
 // not fit the device still trains when the chunks move between the device and the host on
