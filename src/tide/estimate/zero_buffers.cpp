@@ -43,14 +43,6 @@ std::vector<ModelBlock> model_blocks(const ChunkLayout& layout) {
 
 namespace {
 
-std::vector<int> chunks_of(const ChunkLayout& layout, const std::vector<int>& ids) {
-  std::vector<int> cs;
-  for (int id : ids) cs.push_back(layout.slot(id).chunk);
-  std::sort(cs.begin(), cs.end());
-  cs.erase(std::unique(cs.begin(), cs.end()), cs.end());
-  return cs;
-}
-
 enum class Access { FORWARD, BACKWARD, WEIGHT };
 
 // ZeroPolicy's bookkeeping without the data: which chunks hold a buffer, and when they give it
@@ -60,7 +52,7 @@ class Replay {
   Replay(const ChunkLayout& layout, const std::vector<ModelBlock>& blocks, int stage,
          const ZeroSettings& s, size_t dtype_bytes)
       : lay_(layout), blocks_(blocks), stage_(stage), s_(s), dtype_bytes_(dtype_bytes) {
-    for (const ModelBlock& b : blocks_) block_chunks_.push_back(chunks_of(lay_, b.params));
+    for (const ModelBlock& b : blocks_) block_chunks_.push_back(lay_.chunks_of(b.params));
     const int n = lay_.num_chunks();
     grad_buffer_.assign(n, -1);
     param_buffer_.assign(n, -1);
@@ -251,7 +243,7 @@ ZeroSettings runnable_zero_settings(ZeroSettings s, const ChunkLayout& layout,
   int64_t block = 0;
   for (const ModelBlock& b : blocks) {
     int64_t elems = 0;
-    for (int c : chunks_of(layout, b.params)) elems += layout.chunk_elems(c);
+    for (int c : layout.chunks_of(b.params)) elems += layout.chunk_elems(c);
     block = std::max(block, elems);
   }
   s.max_live_parameters = std::max(s.max_live_parameters, block);

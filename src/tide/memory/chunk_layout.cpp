@@ -88,4 +88,12 @@ int64_t ChunkLayout::total_elems() const {
   return n;
 }
 
+std::vector<int> ChunkLayout::chunks_of(std::span<const int> ids) const {
+  std::vector<int> cs;
+  for (int id : ids) cs.push_back(slots_[id].chunk);
+  std::sort(cs.begin(), cs.end());
+  cs.erase(std::unique(cs.begin(), cs.end()), cs.end());
+  return cs;
+}
+
 }  // namespace tide

@@ -19,6 +19,7 @@
 // tensors in each of them.
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -75,6 +76,8 @@ class ChunkLayout {
   int find(const std::string& name) const;
   // Ids of the tensors packed into chunk c.
   const std::vector<int>& tensors_in_chunk(int c) const { return chunk_tensors_[c]; }
+  // The chunks tensors `ids` live in, ascending, each once (a block's chunks).
+  std::vector<int> chunks_of(std::span<const int> ids) const;
   // Elements of chunk c holding tensor data (the rest is padding).
   int64_t payload_elems(int c) const;
   // All model parameters (sum of tensor sizes) vs. all chunk elements (with padding).

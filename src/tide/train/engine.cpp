@@ -243,13 +243,8 @@ Engine::Engine(GPT& model, std::shared_ptr<ProcessGroup> dp, pipeline::Schedule 
                "placement.policy=auto places the optimizer state itself: it runs without "
                "ZeRO-Offload and tensor parallelism, with a host allocator for every kind");
     std::vector<std::vector<int>> block_chunks;
-    for (int i = 0; i < model_.num_blocks(); ++i) {
-      std::vector<int> cs;
-      for (int id : model_.block(i).param_ids()) cs.push_back(store.layout().slot(id).chunk);
-      std::sort(cs.begin(), cs.end());
-      cs.erase(std::unique(cs.begin(), cs.end()), cs.end());
-      block_chunks.push_back(std::move(cs));
-    }
+    for (int i = 0; i < model_.num_blocks(); ++i)
+      block_chunks.push_back(store.layout().chunks_of(model_.block(i).param_ids()));
     // Non-model memory besides ZeRO's buffers: the micro-batches' activations in use.
     auto activations = [this] {
       size_t b = 0;

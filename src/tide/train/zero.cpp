@@ -17,14 +17,6 @@ unsigned zero_sliced_kinds(int stage) {
 
 namespace {
 
-std::vector<int> chunks_of_ids(const ChunkLayout& layout, std::span<const int> ids) {
-  std::vector<int> cs;
-  for (int id : ids) cs.push_back(layout.slot(id).chunk);
-  std::sort(cs.begin(), cs.end());
-  cs.erase(std::unique(cs.begin(), cs.end()), cs.end());
-  return cs;
-}
-
 // Rank r's slice of a whole chunk, as a view (in-place reduce-scatter and all-gather).
 Tensor own_part(const Tensor& whole, int64_t slice, int rank) {
   return Tensor(static_cast<char*>(whole.data) + rank * slice * int64_t(dtype_size(whole.dtype)),
@@ -52,7 +44,7 @@ void check_zero_settings(const ZeroSettings& s, const ChunkLayout& layout,
   int64_t need = 0;
   for (const auto& ids : block_params) {
     int64_t elems = 0;
-    for (int c : chunks_of_ids(layout, ids)) elems += layout.chunk_elems(c);
+    for (int c : layout.chunks_of(ids)) elems += layout.chunk_elems(c);
     need = std::max(need, elems);
   }
   TIDE_CHECK(s.max_live_parameters >= need,
@@ -79,7 +71,7 @@ ZeroPolicy::ZeroPolicy(ChunkStore& store, ProcessGroup& dp, const ZeroSettings& 
              "ZeRO on the CPU reduces f32 gradients; the store computes in {}",
              dtype_name(store_.compute_dtype()));
   check_zero_settings(s_, lay, block_params_);
-  for (const auto& ids : block_params_) block_chunks_.push_back(chunks_of_ids(lay, ids));
+  for (const auto& ids : block_params_) block_chunks_.push_back(lay.chunks_of(ids));
   const int n = lay.num_chunks();
   param_buffer_.assign(n, -1);
   grad_buffer_.assign(n, -1);
