@@ -35,19 +35,6 @@ TrainConfig auto_config(const std::string& shard, const std::string& dir, int st
   return c;
 }
 
-std::string differs(const RunResult& a, const RunResult& b) {
-  for (size_t s = 0; s < a.losses.size(); ++s) {
-    if (std::memcmp(&a.losses[s], &b.losses[s], 4) != 0)
-      return fmt::format("loss of step {}: {} vs {}", s + 1, a.losses[s], b.losses[s]);
-    if (std::memcmp(&a.grad_norms[s], &b.grad_norms[s], 4) != 0)
-      return fmt::format("grad norm of step {}: {} vs {}", s + 1, a.grad_norms[s], b.grad_norms[s]);
-  }
-  for (size_t i = 0; i < a.params.size(); ++i)
-    if (std::memcmp(a.params[i].data(), b.params[i].data(), a.params[i].size() * 4) != 0)
-      return "final values of " + a.names[i];
-  return "";
-}
-
 // This rank's model-state bytes (every chunk of every kind it holds) and the non-model bytes
 // auto's warm-up records, from a run whose budget holds everything twice.
 std::pair<size_t, size_t> measure(const std::string& shard, const std::string& dir, int stage,

@@ -32,19 +32,6 @@ TrainConfig offload_config(const std::string& shard, const std::string& dir, int
   return c;
 }
 
-std::string differs(const RunResult& a, const RunResult& b) {
-  for (size_t s = 0; s < a.losses.size(); ++s) {
-    if (std::memcmp(&a.losses[s], &b.losses[s], 4) != 0)
-      return fmt::format("loss of step {}: {} vs {}", s + 1, a.losses[s], b.losses[s]);
-    if (std::memcmp(&a.grad_norms[s], &b.grad_norms[s], 4) != 0)
-      return fmt::format("grad norm of step {}: {} vs {}", s + 1, a.grad_norms[s], b.grad_norms[s]);
-  }
-  for (size_t i = 0; i < a.params.size(); ++i)
-    if (std::memcmp(a.params[i].data(), b.params[i].data(), a.params[i].size() * 4) != 0)
-      return "final values of " + a.names[i];
-  return "";
-}
-
 // Offload changes where the optimizer runs and its state lives, never the arithmetic: losses,
 // gradient norms and final parameters equal the non-offloaded run's bitwise, at stages 1-3, on
 // N ranks and on one (rank 0 alone), with clipping (Adam after backward) and without it (Adam

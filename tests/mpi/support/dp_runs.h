@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "tide/core/rng.h"
 #include "tide/data/shard.h"
 #include "tide/train/trainer.h"
@@ -117,6 +119,21 @@ inline RunResult train(const TrainConfig& cfg, std::shared_ptr<ProcessGroup> wor
     r.params.emplace_back(p, p + s.numel);
   }
   return r;
+}
+
+// The first difference between two runs' bits (a loss, a gradient norm, a final tensor), or ""
+// when they are bitwise equal.
+inline std::string differs(const RunResult& a, const RunResult& b) {
+  for (size_t s = 0; s < a.losses.size(); ++s) {
+    if (std::memcmp(&a.losses[s], &b.losses[s], 4) != 0)
+      return fmt::format("loss of step {}: {} vs {}", s + 1, a.losses[s], b.losses[s]);
+    if (std::memcmp(&a.grad_norms[s], &b.grad_norms[s], 4) != 0)
+      return fmt::format("grad norm of step {}: {} vs {}", s + 1, a.grad_norms[s], b.grad_norms[s]);
+  }
+  for (size_t i = 0; i < a.params.size(); ++i)
+    if (std::memcmp(a.params[i].data(), b.params[i].data(), a.params[i].size() * 4) != 0)
+      return "final values of " + a.names[i];
+  return "";
 }
 
 // ||a - b|| / ||b||
