@@ -177,8 +177,10 @@ TEST(Offload, ParamOffloadReproducesTheRunBitwiseWithinAQuarterOfTheStates) {
   if (world->rank() == 0) {
     TrainConfig one = wider(offload_config(shard, dir, 3, true));
     one.offload_param = "cpu";
-    const RunResult plain = train(wider(offload_config(shard, dir, 3, false)), nullptr, kOffloadSteps);
-    EXPECT_EQ(differs(train(one, nullptr, kOffloadSteps), plain), "") << "offload_param on one rank";
+    const RunResult plain =
+        train(wider(offload_config(shard, dir, 3, false)), nullptr, kOffloadSteps);
+    EXPECT_EQ(differs(train(one, nullptr, kOffloadSteps), plain), "")
+        << "offload_param on one rank";
     Trainer t(one, nullptr);
     t.train_step();
     const ChunkStore& store = t.model().store();
