@@ -17,6 +17,7 @@ namespace {
 
 struct EstimateArgs {
   std::string config, model, offload, recompute, precision, schedule, gpu_mem, host_mem;
+  std::string placement, device_memory_limit;
   std::string grow = "hidden";
   int layers = 0, heads = 0, hidden = 0, vocab = 0, seq = 0;
   int world_size = 1, tp = 1, pp = 1, micro_batch = 1, grad_accum = 1, zero_stage = 0;
@@ -56,6 +57,9 @@ TrainSetup build_setup(const EstimateArgs& a, const CLI::App& cmd) {
   if (given("--memory-limit")) s.memory_limit = a.memory_limit;
   if (given("--chunk-mb")) s.chunk_mib = a.chunk_mb;
   if (given("--gpus-per-host")) s.gpus_per_host = a.gpus_per_host;
+  if (given("--placement")) s.placement = parse_placement(a.placement);
+  if (given("--device-memory-limit"))
+    s.device_memory_limit = parse_byte_size(a.device_memory_limit);
   TIDE_CHECK(a.config.empty() || s.model.vocab_size > 0,
              "model.vocab_size is 0 in {} (the data's tokenizer), and its data.dir has no "
              "meta.json to read it from; set model.vocab_size in the config, or pass --vocab",
@@ -130,6 +134,12 @@ void add_estimate_command(CLI::App& app) {
                   "(0 = the largest tensor)");
   cmd->add_option("--gpus-per-host", args->gpus_per_host,
                   "GPUs sharing one host's memory (default min(world size, 8))");
+  cmd->add_option("--placement", args->placement,
+                  "placement.policy: device (default) or auto (PatrickStar: states beyond the "
+                  "limit on the host)");
+  cmd->add_option("--device-memory-limit", args->device_memory_limit,
+                  "placement.device_memory_limit: bytes one GPU may hold, e.g. 40GiB; the "
+                  "configured option is checked against it");
   cmd->add_option("--gpu-mem", args->gpu_mem, "memory of one GPU, e.g. 80GiB");
   cmd->add_option("--host-mem", args->host_mem, "memory of one host, e.g. 512GiB");
   cmd->add_flag("--json", args->json, "print JSON instead of a table");

@@ -67,6 +67,25 @@ grep -q '"activations_at_most":true' zb-auto_file.json \
 grep -q '"virtual_stages":2' zb-v_file.json \
   || { echo "FAILED: the zb-v estimate does not run two chunks per stage"; fail=1; }
 
+# placement.policy=auto: the estimate from the file equals the one from the flags, and tide
+# train runs the file at the estimate's least limit (non-model + the largest block's chunks).
+sed 's|"chunk_size_mb": 0.01}|"chunk_size_mb": 0.01, "placement": {"policy": "auto", "device_memory_limit": 100000000}}|;
+     s|runs/shared|runs/auto|' shared.json > auto.json
+"$tide" estimate --config auto.json --json > auto_file.json \
+  || { echo "FAILED: tide estimate --config auto.json"; fail=1; }
+"$tide" estimate --layers 1 --heads 2 --hidden 8 --vocab "$vocab" --seq 8 --micro-batch 2 \
+  --grad-accum 2 --precision fp32 --recompute selective --chunk-mb 0.01 --placement auto \
+  --device-memory-limit 100MB --json > auto_flags.json
+same_file auto_file.json auto_flags.json "estimate of auto.json = estimate from its flags"
+least=$(python3 -c 'import json,sys
+o=[o for o in json.load(open(sys.argv[1]))["options"] if o["configured"]][0]
+print(o["device_memory_limit"]["auto"]["least_limit"])' auto_file.json)
+"$tide" train auto.json placement.device_memory_limit="$least" > auto.log 2>&1 \
+  || { echo "FAILED: tide train auto.json at the estimate's least limit $least"; cat auto.log; fail=1; }
+"$tide" estimate --config auto.json --device-memory-limit "$((least - 1)) B" \
+  | grep -q "placement auto: does not fit" \
+  || { echo "FAILED: a limit under the least is not reported as not fitting"; fail=1; }
+
 # A config for a cluster: tide estimate sizes it, tide train refuses what it cannot run.
 cat > cluster.json <<'JSON'
 {"model": {"preset": "gpt2-774m"}, "seq_len": 1024, "world_size": 16,

@@ -26,6 +26,8 @@ TrainSetup with_option(TrainSetup setup, const MemoryOption& option) {
   setup.zero_stage = option.zero_stage;
   setup.offload = option.offload;
   setup.recompute = option.recompute;
+  // placement.policy=auto refuses offload: the offload rows are sized as placement=device.
+  if (option.offload != Offload::None) setup.placement = Placement::Device;
   return setup;
 }
 
@@ -102,6 +104,10 @@ std::vector<MaxModelResult> find_max_models(const TrainSetup& setup, const Machi
   TIDE_CHECK(budget.gpu_bytes > 0,
              "--max-model needs the GPU memory to fit into; give it with --gpu-mem (e.g. 80GiB)");
   setup.validate();
+  // The largest model whose states all fit the GPU: placement=auto would let any model "fit"
+  // a device total it caps at the limit, so the search sizes placement=device.
+  TrainSetup base = setup;
+  base.placement = Placement::Device;
   // k up to 1024: hidden 131072 or 1024 layers per stage, far beyond any machine.
   const int k_max = 1024;
   std::vector<std::pair<int, GPTConfig>> shapes;
@@ -117,7 +123,7 @@ std::vector<MaxModelResult> find_max_models(const TrainSetup& setup, const Machi
     MaxModelResult r;
     r.option = o;
     auto fits = [&](const GPTConfig& c, MemoryEstimate& est) {
-      TrainSetup t = with_option(setup, o);
+      TrainSetup t = with_option(base, o);
       t.model = c;
       est = estimate_memory(t);
       return est.device.total() <= budget.gpu_bytes &&

@@ -152,6 +152,8 @@ MemoryEstimate estimate_memory(const TrainSetup& setup) {
       st.params += layouts[i].num_params();
       place_model_states(setup, layouts[i], st);
       buffers += chunk_buffers(setup, layouts[i], st);
+      st.largest_block_chunks =
+          std::max(st.largest_block_chunks, largest_block_chunk_bytes(setup, layouts[i]));
     }
 
     const int m = setup.grad_accum;
@@ -178,6 +180,7 @@ MemoryEstimate estimate_memory(const TrainSetup& setup) {
   }
   est.device = est.stages[est.peak_stage].device;
   est.host = est.host_per_rank.times(est.ranks_per_host);
+  fit_device_limit(setup, est);
   return est;
 }
 

@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "tide/estimate/limit_fit.h"
 #include "tide/estimate/model_states.h"
 #include "tide/estimate/train_setup.h"
 #include "tide/estimate/zero_buffers.h"
@@ -56,6 +57,8 @@ struct StageEstimate {
   int64_t params = 0;           // parameters one TP rank of the stage holds (Psi)
   ChunkPlan chunks;             // the stage's chunk layout (the runtime's, see model_states.h)
   ZeroBufferPeak comm_buffers;  // ZeRO >= 2: buffers held at once (zero_buffers.h)
+  // Chunk bytes one block access needs on the compute tier, the largest (limit_fit.h).
+  int64_t largest_block_chunks = 0;
   MemoryBreakdown device;
   MemoryBreakdown host;  // host memory used by one rank of this stage
 };
@@ -67,6 +70,9 @@ struct MemoryEstimate {
   MemoryBreakdown device;         // one GPU of the peak stage
   MemoryBreakdown host_per_rank;  // the largest host share of one rank
   MemoryBreakdown host;           // one host: ranks_per_host ranks, each at host_per_rank
+  // placement.device_memory_limit against the device total; under placement=auto the device
+  // and host figures above are auto's split (limit_fit.h).
+  LimitFit limit;
 };
 
 // Validates the setup (throws a tide::Error naming the problem and the fix) and estimates.

@@ -47,7 +47,9 @@ nlohmann::json setup_json(const TrainSetup& s) {
           // built from measured times under a memory limit), not the schedule's exact peak.
           {"activations_at_most", inflight_is_bound(s.schedule, s.pp)},
           {"chunk_size_mb", s.chunk_mib},
-          {"ranks_per_host", s.ranks_per_host()}};
+          {"ranks_per_host", s.ranks_per_host()},
+          {"placement", to_string(s.placement)},
+          {"device_memory_limit", s.device_memory_limit}};
 }
 
 nlohmann::json chunk_plan_json(const ChunkPlan& p) {
@@ -57,6 +59,57 @@ nlohmann::json chunk_plan_json(const ChunkPlan& p) {
           {"total_elems", p.total_elems},
           {"owned_elems_per_rank", p.owned_elems},
           {"param_elems", p.payload_elems}};
+}
+
+nlohmann::json limit_fit_json(const LimitFit& f) {
+  if (f.limit == 0) return nullptr;
+  nlohmann::json j = {{"policy", f.auto_placement ? "auto" : "device"},
+                      {"limit", f.limit},
+                      {"device_total", f.device_total},
+                      {"device_fits", f.device_fits},
+                      {"margin", f.margin()},
+                      {"fits", f.fits()}};
+  if (f.auto_placement)
+    j["auto"] = {{"states", f.states},
+                 {"non_model", f.non_model},
+                 {"states_on_device", f.states_on_device},
+                 {"states_on_host", f.states_on_host},
+                 {"largest_block_chunks", f.largest_block},
+                 {"least_limit", f.least_limit},
+                 {"least_moved_per_step", f.least_moved},
+                 {"fits", f.auto_fits}};
+  return j;
+}
+
+std::string limit_fit_text(const LimitFit& f) {
+  if (f.limit == 0) return "";
+  const std::string by = f.device_fits ? fmt::format("fits, {} under it", format_bytes(f.margin()))
+                                       : fmt::format("over it by {}", format_bytes(-f.margin()));
+  std::string out =
+      fmt::format("device_memory_limit {}: with every state on the GPU the per-GPU total is {}, {}",
+                  format_bytes(f.limit), format_bytes(f.device_total), by);
+  if (!f.auto_placement) {
+    if (!f.device_fits)
+      out += "; tide train (placement=device) fails at its first allocation past the limit";
+    return out + "\n";
+  }
+  out += fmt::format(
+      "\nplacement auto: {} of model states, {} non-model (activations + temp); {} of the states "
+      "on the GPU, {} on the host\n",
+      format_bytes(f.states), format_bytes(f.non_model), format_bytes(f.states_on_device),
+      format_bytes(f.states_on_host));
+  if (!f.auto_fits)
+    return out + fmt::format(
+                     "placement auto: does not fit: the limit {} is under the least auto needs, "
+                     "{} (non-model {} + the largest block's chunks {}); raise "
+                     "placement.device_memory_limit or lower the non-model bytes\n",
+                     format_bytes(f.limit), format_bytes(f.least_limit), format_bytes(f.non_model),
+                     format_bytes(f.largest_block));
+  return out + fmt::format(
+                   "placement auto: fits: least limit {} (non-model + the largest block's chunks "
+                   "{}); moves at least {} each way per step\n",
+                   format_bytes(f.least_limit), format_bytes(f.largest_block),
+                   format_bytes(f.least_moved));
 }
 
 namespace {
@@ -141,6 +194,8 @@ std::string options_table_text(const TrainSetup& setup, const MachineBudget& bud
                 format_gib(d.total()), format_gib(r.estimate.host.total()),
                 fit_mark(r.fits_gpu, r.fits_host));
   }
+  for (const OptionResult& r : rows)
+    if (r.configured && r.estimate.limit.limit > 0) out += "\n" + limit_fit_text(r.estimate.limit);
   return out;
 }
 
@@ -176,6 +231,7 @@ nlohmann::json options_table_json(const TrainSetup& setup, const MachineBudget& 
                        {"fits_gpu", r.fits_gpu},
                        {"fits_host", r.fits_host},
                        {"fits", r.fits()},
+                       {"device_memory_limit", limit_fit_json(r.estimate.limit)},
                        {"stages", stages}});
   }
   return {{"setup", setup_json(setup)}, {"budget", budget_json(budget)}, {"options", options}};

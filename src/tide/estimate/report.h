@@ -14,6 +14,10 @@ nlohmann::json breakdown_json(const MemoryBreakdown& b);  // bytes per category 
 nlohmann::json setup_json(const TrainSetup& s);
 // A stage's chunk facts: count, target, largest, total and per-rank (owned) elements.
 nlohmann::json chunk_plan_json(const ChunkPlan& p);
+// placement.device_memory_limit against the option's device total (and auto's split); null
+// without a limit. The text: one line for placement=device, three for auto; "" without a limit.
+nlohmann::json limit_fit_json(const LimitFit& f);
+std::string limit_fit_text(const LimitFit& f);
 
 std::string options_table_text(const TrainSetup& setup, const MachineBudget& budget,
                                const std::vector<OptionResult>& rows);

@@ -70,6 +70,24 @@ void TrainSetup::validate() const {
              "micro-batch's activations (got {})",
              memory_limit);
   TIDE_CHECK(gpus_per_host >= 0, "gpus per host must be positive (got {})", gpus_per_host);
+  TIDE_CHECK(device_memory_limit >= 0,
+             "placement.device_memory_limit must be >= 0 bytes, 0 being no limit (got {})",
+             device_memory_limit);
+  if (placement == Placement::Auto) {  // what tide train refuses (train/config.cpp)
+    TIDE_CHECK(device_memory_limit > 0,
+               "placement.policy=auto needs placement.device_memory_limit > 0 (the budget auto "
+               "fills and evicts from); give it (--device-memory-limit 40GiB), or use "
+               "placement.policy=device");
+    TIDE_CHECK(offload == Offload::None,
+               "placement.policy=auto places the optimizer state and the parameters itself, so "
+               "it cannot be combined with offload ({}); set the offload devices to \"none\", or "
+               "use placement.policy=device",
+               to_string(offload));
+    TIDE_CHECK(tp == 1 && pp == 1,
+               "placement.policy=auto runs with tensor_parallel.size 1 and pipeline.stages 1 "
+               "(got tp {}, pp {}); set both to 1, or use placement.policy=device",
+               tp, pp);
+  }
   if (schedule == Schedule::Interleaved && pp > 1) {
     TIDE_CHECK(virtual_stages >= 2,
                "the interleaved schedule needs pipeline.virtual_stages >= 2 (got {}); with one "
@@ -114,6 +132,7 @@ std::string TrainSetup::str() const {
   if (schedule == Schedule::Interleaved && pp > 1) s += fmt::format(" (v={})", virtual_stages);
   if (schedule == Schedule::ZBAuto && pp > 1 && memory_limit > 0)
     s += fmt::format(" (memory limit {} M_B)", memory_limit);
+  if (placement == Placement::Auto) s += " | placement auto";
   return s;
 }
 
@@ -180,12 +199,20 @@ std::string to_string(Schedule s) {
 std::string to_string(Optimizer o) {
   return o == Optimizer::AdamW ? "adamw" : "sgd";
 }
+std::string to_string(Placement p) {
+  return p == Placement::Auto ? "auto" : "device";
+}
 
 Precision parse_precision(const std::string& s) {
   if (s == "fp32") return Precision::FP32;
   if (s == "bf16") return Precision::BF16;
   if (s == "fp16") return Precision::FP16;
   TIDE_FAIL("unknown precision '{}'; use fp32, bf16 or fp16", s);
+}
+Placement parse_placement(const std::string& s) {
+  if (s == "device") return Placement::Device;
+  if (s == "auto") return Placement::Auto;
+  TIDE_FAIL("unknown placement.policy '{}'; use device or auto", s);
 }
 Offload parse_offload(const std::string& s) {
   if (s == "none") return Offload::None;

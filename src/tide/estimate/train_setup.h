@@ -35,6 +35,10 @@ enum class Recompute { None, Selective, Full };
 // the zero-bubble heuristic under a memory limit (ZBAuto from measured times: sized as a bound);
 // ZBV runs two model chunks per stage in a V.
 enum class Schedule { OneFOneB, GPipe, Interleaved, ZBH1, ZBH2, ZBAuto, ZB1P, ZB2P, ZBV };
+// placement.policy: Device keeps every chunk where its kind is allocated; Auto is PatrickStar's
+// automatic placement (train/auto_placement.h): chunks move between the device and the host on
+// demand within placement.device_memory_limit (see estimate/limit_fit.h for how it is sized).
+enum class Placement { Device, Auto };
 
 struct TrainSetup {
   GPTConfig model;      // model.max_seq_len: positions (rows of wpe)
@@ -64,6 +68,10 @@ struct TrainSetup {
   // 0 = the largest tensor of the stage.
   double chunk_mib = 0;
   int gpus_per_host = 0;  // ranks sharing one host's memory; 0 = min(world_size, 8)
+  // placement.policy and placement.device_memory_limit (bytes one GPU's compute tier may hold;
+  // 0 = no limit). Auto needs a limit, no offload, tp = pp = 1 (as tide train requires).
+  Placement placement = Placement::Device;
+  int64_t device_memory_limit = 0;
 
   int dp() const { return world_size / (tp * pp); }
   int seq() const { return seq_len > 0 ? seq_len : model.max_seq_len; }
@@ -81,6 +89,7 @@ std::string to_string(Offload o);
 std::string to_string(Recompute r);
 std::string to_string(Schedule s);
 std::string to_string(Optimizer o);
+std::string to_string(Placement p);
 // Parsers accept the names to_string gives (plus DeepSpeed/Megatron spellings, see .cpp) and
 // throw a tide::Error listing the accepted names otherwise.
 Precision parse_precision(const std::string& s);
@@ -88,5 +97,6 @@ Offload parse_offload(const std::string& s);
 Recompute parse_recompute(const std::string& s);
 Schedule parse_schedule(const std::string& s);
 Optimizer parse_optimizer(const std::string& s);
+Placement parse_placement(const std::string& s);
 
 }  // namespace tide

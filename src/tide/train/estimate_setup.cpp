@@ -48,6 +48,8 @@ TrainSetup setup_from_train_config(const TrainConfig& c) {
   s.memory_limit = c.pipeline_memory_limit;
   s.virtual_stages = c.virtual_stages;
   s.chunk_mib = c.chunk_size_mb;
+  s.placement = parse_placement(c.placement_policy);
+  s.device_memory_limit = c.device_memory_limit;
   return s;
 }
 

@@ -3,12 +3,16 @@
 // under auto resumes to the same bits as the uninterrupted run (with policy=device).
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <vector>
 
 #include "test_files.h"
 #include "tide/data/shard.h"
+#include "tide/estimate/memory_estimate.h"
+#include "tide/train/estimate_setup.h"
 #include "tide/train/trainer.h"
 
 using namespace tide;
@@ -125,6 +129,41 @@ TEST(AutoPlacementResume, ACheckpointResumesBitwise) {
   const std::vector<float> a = all_params(straight), b = all_params(resumed);
   ASSERT_EQ(a.size(), b.size());
   EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0);
+}
+
+// `tide estimate`'s least limit for auto (estimate/limit_fit.h: non-model bytes + the largest
+// block's chunks) against the runtime: the same config trains at that budget. The runtime's
+// non-model record (activation arenas in use + ZeRO buffers) must be within the estimate's
+// non-model bytes, or the least would not be enough.
+TEST(AutoPlacementEstimate, TrainsAtTheEstimatesLeastLimit) {
+  const std::string dir = write_data("auto_least");
+  for (int recompute = 0; recompute < 2; ++recompute) {
+    std::vector<std::string> o = overrides(dir, 2);
+    if (recompute) o.push_back("activation_checkpointing.policy=full");
+    o.push_back("placement.policy=auto");
+    o.push_back("placement.device_memory_limit=100000000");
+    TrainSetup s = setup_from_train_config(load_train_config("", o));
+    ASSERT_EQ(s.placement, Placement::Auto);
+    const LimitFit f = estimate_memory(s).limit;
+    ASSERT_GT(f.least_limit, 0);
+    ASSERT_LT(f.least_limit, f.non_model + f.states);  // states do not all fit: chunks move
+    o.back() = "placement.device_memory_limit=" + std::to_string(f.least_limit);
+    Trainer t(load_train_config("", o));
+    const StepStats first = t.train_step();
+    const StepStats second = t.train_step();
+    const size_t recorded = t.engine().auto_placement()->recorded_non_model_bytes();
+    std::printf(
+        "[auto least] recompute %s: estimate non-model %lld B + largest block %lld B = least %lld "
+        "B; runtime recorded non-model %zu B, peak %zu B, %llu B moved to the device in step 2\n",
+        recompute ? "full" : "none", static_cast<long long>(f.non_model),
+        static_cast<long long>(f.largest_block), static_cast<long long>(f.least_limit), recorded,
+        t.compute_allocator()->peak(),
+        static_cast<unsigned long long>(second.placement.bytes_to_compute));
+    EXPECT_LE(recorded, static_cast<size_t>(f.non_model));
+    EXPECT_LE(t.compute_allocator()->peak(), static_cast<size_t>(f.least_limit));
+    EXPECT_TRUE(std::isfinite(first.loss) && std::isfinite(second.loss));
+    EXPECT_GE(second.placement.bytes_to_compute, static_cast<uint64_t>(f.least_moved));
+  }
 }
 
 }  // namespace

@@ -78,6 +78,19 @@ TEST(EstimateSetup, EveryKeyEstimateSizesComesFromTheSchema) {
   EXPECT_EQ(d.optimizer, Optimizer::AdamW);
 }
 
+TEST(EstimateSetup, PlacementKeysAsTideTrainReadsThem) {
+  const TrainSetup a = setup_of(R"({"model": {"vocab_size": 64},
+    "placement": {"policy": "auto", "device_memory_limit": 3000000}})");
+  EXPECT_EQ(a.placement, Placement::Auto);
+  EXPECT_EQ(a.device_memory_limit, 3000000);
+  EXPECT_EQ(estimate_memory(a).limit.limit, 3000000);
+  EXPECT_TRUE(estimate_memory(a).limit.auto_placement);
+  const TrainSetup d = setup_of(R"({"placement": {"device_memory_limit": 5}})");
+  EXPECT_EQ(d.placement, Placement::Device);
+  EXPECT_EQ(d.device_memory_limit, 5);
+  EXPECT_EQ(setup_of("{}").device_memory_limit, 0);
+}
+
 TEST(EstimateSetup, ModelBatchAndChunkKeysAsTideTrainReadsThem) {
   // A tide train config (README's "training your own data"): positions default to seq_len.
   const TrainSetup s = setup_of(R"({
