@@ -177,7 +177,8 @@ double Engine::tp_grad_norm_squared() const {
   } else {
     for (int c = 0; c < lay.num_chunks(); ++c) {
       const Tensor g = zero_ ? store.slice(ChunkKind::GRAD, c) : store.chunk(ChunkKind::GRAD, c);
-      const int64_t begin = zero_ ? dp_->rank() * lay.slice_elems(c) : 0;
+      // The slice the store holds (group_rank: the dp rank), as OffloadPolicy takes it.
+      const int64_t begin = zero_ ? store.options().group_rank * lay.slice_elems(c) : 0;
       tensor_grad_sums(lay, c, g.f32(), begin, g.numel(), mine);
     }
   }

@@ -19,14 +19,14 @@
 //   finish_gradients (compute)     waits for every chunk's copy; the global squared norm is the
 //                                  block sums added in chunk order: bitwise what grad_norm_squared
 //                                  over the owned slices gives without offload
+//   update (both)                  the offload thread runs CPU AdamW on chunk 0, 1, ...; the
+//                                  compute thread copies chunk c's updated master slice into
+//                                  the PARAM slice while the offload thread updates chunk c+1
 //
 // Under tensor parallelism (`tensor_sums`) the offload thread also sums the squares of each
 // tensor's part of the owned slice (tensor_grad_sums.h) on the host copy, after the division:
 // tensor_sums() then holds bitwise what Engine::tp_grad_norm_squared takes from the store's
 // slices without offload (the same function over the same element ranges of the same values).
-//   update (both)                  the offload thread runs CPU AdamW on chunk 0, 1, ...; the
-//                                  compute thread copies chunk c's updated master slice into
-//                                  the PARAM slice while the offload thread updates chunk c+1
 //
 // Adam needs the clip coefficient, hence the global norm, hence every chunk: with clipping (or
 // with skip_non_finite, whose verdict also comes from the norm) Adam starts after backward and
