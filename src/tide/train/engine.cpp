@@ -10,6 +10,7 @@
 
 #include "tide/optim/grad_norm.h"
 #include "tide/train/optimizer_step.h"
+#include "tide/train/tensor_grad_sums.h"
 
 namespace tide {
 
@@ -166,19 +167,20 @@ double Engine::tp_grad_norm_squared() const {
   const ChunkLayout& lay = store.layout();
   const int64_t G = lay.num_tensors();
   // This rank's sum of squares of each tensor: whole (stage 0: every replica holds the averaged
-  // gradients) or the part inside its owned slice (ZeRO).
+  // gradients) or the part inside its owned slice (ZeRO). ZeRO-Offload summed them on its host
+  // copies of the slices (divided there, as ZeroPolicy divides the store's): the same values.
   std::vector<double> mine(static_cast<size_t>(G), 0.0);
-  for (int id = 0; id < G; ++id) {
-    const TensorSlot& slot = lay.slot(id);
-    if (!zero_) {
-      mine[id] = grad_norm_squared(store.chunk(ChunkKind::GRAD, slot.chunk).f32() + slot.offset,
-                                   DType::F32, slot.numel);
-      continue;
+  if (offload_) {
+    const std::span<const double> sums = offload_->tensor_sums();
+    TIDE_ASSERT(static_cast<int64_t>(sums.size()) == G);
+    mine.assign(sums.begin(), sums.end());
+  } else {
+    for (int c = 0; c < lay.num_chunks(); ++c) {
+      const Tensor g = zero_ ? store.slice(ChunkKind::GRAD, c) : store.chunk(ChunkKind::GRAD, c);
+      // The slice the store holds (group_rank: the dp rank), as OffloadPolicy takes it.
+      const int64_t begin = zero_ ? store.options().group_rank * lay.slice_elems(c) : 0;
+      tensor_grad_sums(lay, c, g.f32(), begin, g.numel(), mine);
     }
-    const Tensor s = store.slice(ChunkKind::GRAD, slot.chunk);
-    const int64_t lo = dp_->rank() * lay.slice_elems(slot.chunk), hi = lo + s.numel();
-    const int64_t b = std::max(slot.offset, lo), e = std::min(slot.offset + slot.numel, hi);
-    if (b < e) mine[id] = grad_norm_squared(s.f32() + (b - lo), DType::F32, e - b);
   }
   // ZeRO: a tensor's sum is split over the replicas; add the parts in dp rank order.
   if (zero_ && dp_->size() > 1) {
@@ -269,12 +271,11 @@ Engine::Engine(GPT& model, std::shared_ptr<ProcessGroup> dp, pipeline::Schedule 
   store.set_policy(auto_ ? static_cast<PlacementPolicy*>(auto_.get()) : zero_.get());
   offload_settings_ = zero.offload_optimizer;
   if (zero.offload_optimizer.enabled) {
-    TIDE_CHECK(model_.tp() == 1,
-               "zero_optimization.offload_optimizer.device=cpu with tensor parallelism is not "
-               "built; set tensor_parallel.size=1 or offload_optimizer.device=none");
     offload_host_ = std::make_unique<HostAllocator>();
+    // Under tp the norm is added per tensor: the policy sums per tensor too.
     offload_ = std::make_unique<OffloadPolicy>(store, dp_->size(), zero.offload_optimizer,
-                                               omp_get_max_threads(), *offload_host_);
+                                               omp_get_max_threads(), *offload_host_,
+                                               /*tensor_sums=*/model_.tp() > 1);
     offload_->sync_master();
     zero_->set_grad_sink(offload_.get());
   }
@@ -409,7 +410,8 @@ StepStats Engine::step(int64_t step, uint64_t seed, const BatchFn& batch, Tracer
   }
   double norm2 = 0;
   if (offload_) {
-    norm2 = sum_over_ranks(*dp_, offload_->finish_gradients());
+    const double own = offload_->finish_gradients();
+    norm2 = model_.tp() > 1 ? tp_grad_norm_squared() : sum_over_ranks(*dp_, own);
   } else if (model_.tp() > 1) {
     norm2 = tp_grad_norm_squared();
   } else {

@@ -122,7 +122,9 @@ void apply_update(std::span<ChunkStore* const> stores, const OptimizerSettings& 
 // norm sums each tensor's squares over the dp slices and, for tensors split over tp
 // (tp_sharded), over the tp ranks; a replicated tensor (bitwise equal on every tp rank) is
 // counted once. The per-tensor sums are added in the model's tensor order, so every rank gets
-// the same bits for any thread count.
+// the same bits for any thread count. With ZeRO-Offload the per-tensor sums of the owned slices
+// come from the offload thread's host copies (OffloadPolicy::tensor_sums(), tensor_grad_sums.h:
+// the same function over the same ranges), the rest as without it.
 class Engine {
  public:
   // `dp` is the data-parallel group (size 1: a single rank). Micro-batches are (B,T).

@@ -5,6 +5,7 @@
 
 #include "tide/optim/grad_norm.h"
 #include "tide/train/optimizer_step.h"
+#include "tide/train/tensor_grad_sums.h"
 
 namespace tide {
 
@@ -15,7 +16,7 @@ double seconds(std::chrono::steady_clock::duration d) {
 }  // namespace
 
 OffloadPolicy::OffloadPolicy(ChunkStore& store, int dp_size, const OffloadSettings& settings,
-                             int threads, Allocator& grad_host)
+                             int threads, Allocator& grad_host, bool tensor_sums)
     : store_(store), dp_size_(dp_size), s_(settings), threads_(threads), grad_host_(grad_host) {
   TIDE_CHECK(store_.options().separate_master && store_.has(ChunkKind::MASTER),
              "ZeRO-Offload needs the fp32 master weights in their own chunks on the host: build "
@@ -31,6 +32,7 @@ OffloadPolicy::OffloadPolicy(ChunkStore& store, int dp_size, const OffloadSettin
     grad_bytes_ += bytes;
   }
   block_sums_.resize(n);
+  if (tensor_sums) tensor_sums_.assign(static_cast<size_t>(store_.layout().num_tensors()), 0.0);
   grad_done_.assign(n, 0);
   adam_done_.assign(n, 0);
   copy_span_.resize(n);
@@ -90,6 +92,11 @@ void OffloadPolicy::run(const Job& j) {
     for (int64_t i = 0; i < g.numel(); ++i) h[i] /= static_cast<float>(dp_size_);
   block_sums_[c].clear();
   grad_norm_block_sums({h, DType::F32, g.numel()}, block_sums_[c]);
+  if (!tensor_sums_.empty()) {  // the owned slice: elements [r S, (r + 1) S) of the chunk
+    const ChunkLayout& lay = store_.layout();
+    tensor_grad_sums(lay, c, h, store_.options().group_rank * lay.slice_elems(c), g.numel(),
+                     tensor_sums_, threads_);
+  }
   copy_span_[c].end = Clock::now();
   if (early_) adam(c);
 }

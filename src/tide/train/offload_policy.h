@@ -23,6 +23,11 @@
 //                                  compute thread copies chunk c's updated master slice into
 //                                  the PARAM slice while the offload thread updates chunk c+1
 //
+// Under tensor parallelism (`tensor_sums`) the offload thread also sums the squares of each
+// tensor's part of the owned slice (tensor_grad_sums.h) on the host copy, after the division:
+// tensor_sums() then holds bitwise what Engine::tp_grad_norm_squared takes from the store's
+// slices without offload (the same function over the same element ranges of the same values).
+//
 // Adam needs the clip coefficient, hence the global norm, hence every chunk: with clipping (or
 // with skip_non_finite, whose verdict also comes from the norm) Adam starts after backward and
 // only the gradient copies and norm partials hide behind backward. Without clipping and with
@@ -51,6 +56,7 @@
 #include <deque>
 #include <exception>
 #include <mutex>
+#include <span>
 #include <thread>
 #include <vector>
 
@@ -76,8 +82,9 @@ class OffloadPolicy final : public ReducedGradSink {
   // The store must keep a separate MASTER (StoreOptions::separate_master) sliced like ADAM_M and
   // ADAM_V. `dp_size`: N, the divisor of the mean. `threads`: OpenMP threads of the CPU Adam
   // (0: OpenMP's default). Host gradient buffers (4 Psi/N bytes) come from `grad_host`.
+  // `tensor_sums`: also sum the squares per tensor (tensor_sums(); tensor parallelism).
   OffloadPolicy(ChunkStore& store, int dp_size, const OffloadSettings& settings, int threads,
-                Allocator& grad_host);
+                Allocator& grad_host, bool tensor_sums = false);
   ~OffloadPolicy() override;
   OffloadPolicy(const OffloadPolicy&) = delete;
   OffloadPolicy& operator=(const OffloadPolicy&) = delete;
@@ -92,6 +99,10 @@ class OffloadPolicy final : public ReducedGradSink {
   // After backward: waits for every chunk's gradients on the host; returns this rank's sum of
   // squares of its owned gradient slices (already divided by N).
   double finish_gradients();
+  // After finish_gradients, with `tensor_sums`: per tensor id, the sum of squares of its part
+  // of this rank's owned gradient slice (divided by N; 0 for a tensor outside the slice). Empty
+  // without `tensor_sums`.
+  std::span<const double> tensor_sums() const { return tensor_sums_; }
   // The update (skipped steps do not call it): Adam per chunk on the offload thread (unless it
   // ran early), each chunk's master slice copied into its PARAM slice as soon as it is done.
   // update() = start_update() + finish_update().
@@ -133,6 +144,7 @@ class OffloadPolicy final : public ReducedGradSink {
   size_t grad_bytes_ = 0;
   std::vector<float*> host_grad_;                // per chunk: the owned slice, on the host
   std::vector<std::vector<double>> block_sums_;  // per chunk: its norm block sums
+  std::vector<double> tensor_sums_;              // per tensor id (with `tensor_sums`)
 
   // Shared with the offload thread (under mu_).
   std::mutex mu_;

@@ -53,12 +53,6 @@ void check_trainer_can_honour(const TrainConfig& c, int world_size) {
              "train offloads the optimizer of data-parallel runs only; set pipeline.stages=1 or "
              "offload_optimizer.device=\"none\"",
              p);
-  // Offload under tensor parallelism is untested (the two branches met in a merge): refused.
-  TIDE_CHECK(c.offload_optimizer == "none" || t == 1,
-             "zero_optimization.offload_optimizer.device=\"cpu\" with tensor_parallel.size={}: "
-             "tide train offloads the optimizer of data-parallel runs without tensor parallelism "
-             "only (issue #15); set tensor_parallel.size=1 or offload_optimizer.device=\"none\"",
-             t);
   // offload_param: DeepSpeed's rule, ZeRO stage 3 (the parameters are partitioned and gathered
   // per block; on one rank the "gather" copies the host slice, which is the whole chunk).
   TIDE_CHECK(c.offload_param == "none" || c.zero.stage == 3,

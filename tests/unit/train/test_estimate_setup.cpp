@@ -255,11 +255,21 @@ TEST(TrainerRefuses, EverySettingItCannotHonourByKeyAndValue) {
                      2),
              "zero_optimization.offload_optimizer.device=\"cpu\" with pipeline.stages=2: tide "
              "train offloads the optimizer of data-parallel runs only");
+  // Under tensor parallelism (tp x dp, no pipeline) too, offload_param included.
+  EXPECT_EQ(refusal({"zero_optimization.stage=1", "zero_optimization.offload_optimizer.device=cpu",
+                     "tensor_parallel.size=2"},
+                    2),
+            "");
+  EXPECT_EQ(refusal({"zero_optimization.stage=3", "zero_optimization.offload_optimizer.device=cpu",
+                     "zero_optimization.offload_param.device=cpu", "tensor_parallel.size=2",
+                     "tensor_parallel.sequence_parallel=true"},
+                    4),
+            "");
   EXPECT_HAS(refusal({"zero_optimization.stage=1", "zero_optimization.offload_optimizer.device=cpu",
-                      "tensor_parallel.size=2"},
-                     2),
-             "zero_optimization.offload_optimizer.device=\"cpu\" with tensor_parallel.size=2: "
-             "tide train offloads the optimizer of data-parallel runs without tensor parallelism");
+                      "tensor_parallel.size=2", "pipeline.stages=2", "model.n_layer=2"},
+                     4),
+             "zero_optimization.offload_optimizer.device=\"cpu\" with pipeline.stages=2: tide "
+             "train offloads the optimizer of data-parallel runs only");
   EXPECT_HAS(error_of([] {
                load_train_config("", {"zero_optimization.offload_optimizer.delayed_update=true"});
              }),

@@ -1,6 +1,6 @@
 // ZeRO-Offload's bad input at the Engine (the Trainer's refusals are in test_estimate_setup.cpp)
-// and the norm partials it sums as chunks arrive (grad_norm_block_sums). Training equivalence,
-// traffic and memory are in tests/mpi/train_offload.cpp.
+// and the norm partials it sums as chunks arrive (grad_norm_block_sums; per tensor under tp).
+// Training equivalence, traffic and memory are in tests/mpi/train_offload.cpp.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -17,6 +17,7 @@
 #include "tide/optim/grad_norm.h"
 #include "tide/train/config.h"
 #include "tide/train/engine.h"
+#include "tide/train/offload_policy.h"
 #include "tide/train/trainer.h"
 
 using namespace tide;
@@ -78,6 +79,67 @@ TEST(OffloadNorm, BlockSumsInChunkOrderAreTheGlobalNormBitwise) {
     for (double x : s) total += x;
   const double expected = grad_norm_squared(bufs, 2);
   EXPECT_EQ(std::memcmp(&total, &expected, sizeof(double)), 0) << total << " vs " << expected;
+}
+
+// Under tensor parallelism the offload thread also sums each tensor's part of the owned slice
+// (after the division by N): rank 1 of 2 at ZeRO-2, where tensors straddle the slice bounds.
+// Oracle: the elements of each tensor inside the slice, picked by their chunk offsets, divided
+// and summed with grad_norm_squared here; bitwise equal, and 0 for tensors outside the slice.
+TEST(OffloadNorm, PerTensorSumsOfTheOwnedSliceAreBitwiseTheDirectOnes) {
+  const TrainConfig tc = tiny();
+  ModelOptions o;
+  o.group_size = 2;
+  o.store.group_rank = 1;
+  o.store.sliced_kinds = zero_sliced_kinds(2);
+  o.store.separate_master = true;
+  GPT gpt(tc.model, tc.activation_policy, o);
+  ChunkStore& store = gpt.store();
+  const ChunkLayout& lay = store.layout();
+  const PhiloxStream rng{5, 6};
+  uint64_t k = 0;
+  for (int c = 0; c < lay.num_chunks(); ++c) {
+    const Tensor g = store.slice(ChunkKind::GRAD, c);
+    for (int64_t i = 0; i < g.numel(); ++i)
+      g.f32()[i] = static_cast<float>(rng.uint(k++) % 20001) * 1e-3f - 10.0f;
+  }
+  // What the slices hold before the policy divides them (the policy reads them as they are).
+  std::vector<std::vector<float>> before;
+  for (int c = 0; c < lay.num_chunks(); ++c) {
+    const Tensor g = store.slice(ChunkKind::GRAD, c);
+    before.emplace_back(g.f32(), g.f32() + g.numel());
+  }
+  HostAllocator host;
+  OffloadPolicy policy(store, 2, OffloadSettings{.enabled = true}, 1, host, /*tensor_sums=*/true);
+  policy.begin_step(nullptr, AdamWStep{});
+  for (int c = lay.num_chunks(); c-- > 0;) policy.on_reduced(c);  // backward order
+  policy.finish_gradients();
+  const std::span<const double> sums = policy.tensor_sums();
+  ASSERT_EQ(static_cast<int>(sums.size()), lay.num_tensors());
+  int inside = 0, outside = 0, straddling = 0;
+  for (int id = 0; id < lay.num_tensors(); ++id) {
+    const TensorSlot& s = lay.slot(id);
+    const int64_t S = lay.slice_elems(s.chunk), lo = S;  // rank 1: [S, 2S) of the chunk
+    std::vector<float> part;
+    for (int64_t i = s.offset; i < s.offset + s.numel; ++i)
+      if (i >= lo && i < lo + S) part.push_back(before[s.chunk][i - lo] / 2.0f);
+    const double expected =
+        grad_norm_squared(part.data(), DType::F32, static_cast<int64_t>(part.size()));
+    EXPECT_EQ(std::memcmp(&sums[id], &expected, sizeof(double)), 0)
+        << s.name << ": " << sums[id] << " vs " << expected;
+    if (part.empty())
+      ++outside;
+    else if (static_cast<int64_t>(part.size()) < s.numel)
+      ++straddling;
+    else
+      ++inside;
+  }
+  EXPECT_GT(inside, 0);
+  EXPECT_GT(outside, 0);
+  EXPECT_GT(straddling, 0);
+  // Without tensor parallelism the policy does not sum per tensor.
+  HostAllocator host2;
+  OffloadPolicy plain(store, 2, OffloadSettings{.enabled = true}, 1, host2);
+  EXPECT_TRUE(plain.tensor_sums().empty());
 }
 
 // The one-step delayed update (DPU) against a reference built from plain parts: model A (no

@@ -1,0 +1,28 @@
+#pragma once
+// Per-tensor sums of squares of a chunk's gradients, over the part of each tensor that one
+// buffer holds (the whole chunk, or this rank's ZeRO slice of it).
+//
+// Why: under tensor parallelism the global gradient norm is added per tensor (a replicated
+// tensor counted once, a tp-sharded one summed over the tp ranks; Engine::tp_grad_norm_squared),
+// so each rank needs its sum of squares per tensor, not per chunk. The Engine takes them from
+// the store's gradient slices; ZeRO-Offload (offload_policy.h) from its host copies of the same
+// slices, during backward. Both call this one function over the same element ranges, so their
+// sums are bitwise the same.
+
+#include <cstdint>
+#include <span>
+
+#include "tide/memory/chunk_layout.h"
+
+namespace tide {
+
+// `g` holds elements [begin, begin + n) of chunk `chunk` (f32): the whole chunk (begin 0, n =
+// chunk_elems) or rank r's slice (begin r * slice_elems, n = slice_elems). For every tensor id
+// of that chunk, out[id] = the sum of squares (grad_norm.h, in double) of the tensor's elements
+// inside [begin, begin + n), 0 when none are. out: one entry per tensor of the layout; entries
+// of other chunks are left as they are. threads = 0: OpenMP's default (the sums do not depend
+// on it).
+void tensor_grad_sums(const ChunkLayout& layout, int chunk, const float* g, int64_t begin,
+                      int64_t n, std::span<double> out, int threads = 0);
+
+}  // namespace tide
