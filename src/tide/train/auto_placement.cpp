@@ -154,6 +154,26 @@ void AutoPlacement::move(int item, Allocator& to) {
   }
 }
 
+int AutoPlacement::farthest_victim(int pos, const std::function<bool(int)>& pinned,
+                                   int& busy_victim) const {
+  int victim = -1;
+  int64_t farthest = -1;
+  for (int item = 0; item < kNumChunkKinds * num_chunks_; ++item) {
+    if (uses_[item].empty() || !on_device(item) || pinned(item)) continue;
+    const auto k = static_cast<ChunkKind>(item / num_chunks_);
+    const int c = item % num_chunks_;
+    // A reduction in flight (its ZeRO-2/3 buffer attached): movable once it completes.
+    if (inner_->busy(k, c)) {
+      if (busy_victim < 0) busy_victim = item;
+      continue;
+    }
+    if (store_.attached(k, c)) continue;  // ZeRO-3's gathered parameters
+    const int64_t nu = next_use(item, pos);
+    if (nu > farthest) farthest = nu, victim = item;
+  }
+  return victim;
+}
+
 bool AutoPlacement::make_resident(std::span<const int> need, int pos, bool allow_fail) {
   auto needed = [&](int item) { return std::find(need.begin(), need.end(), item) != need.end(); };
   size_t missing = 0;
@@ -187,19 +207,8 @@ bool AutoPlacement::make_resident(std::span<const int> need, int pos, bool allow
     if (fixed > limit) return false;
   }
   while (on_device_bytes_ + missing > limit) {
-    int victim = -1, busy_victim = -1;
-    int64_t farthest = -1;
-    for (int item = 0; item < total; ++item) {
-      if (uses_[item].empty() || !on_device(item) || pinned(item)) continue;
-      // A reduction in flight (its ZeRO-2/3 buffer attached): movable once it completes.
-      if (busy_item(item)) {
-        if (busy_victim < 0) busy_victim = item;
-        continue;
-      }
-      if (attached(item)) continue;  // ZeRO-3's gathered parameters
-      const int64_t nu = next_use(item, pos);
-      if (nu > farthest) farthest = nu, victim = item;
-    }
+    int busy_victim = -1;
+    const int victim = farthest_victim(pos, pinned, busy_victim);
     if (victim >= 0) {
       move(victim, host_);
       counters_.evictions += 1;
@@ -239,29 +248,18 @@ bool AutoPlacement::make_resident(std::span<const int> need, int pos, bool allow
 
 void AutoPlacement::make_room_for_buffer(size_t bytes) {
   if (device_.available() >= bytes) return;
-  const int total = kNumChunkKinds * num_chunks_;
   const size_t limit = budget_ > device_.allocated() - on_device_bytes_
                            ? budget_ - (device_.allocated() - on_device_bytes_)
                            : 0;
   // The chunks may fill what the buffers leave of the budget, less this buffer.
+  // Never evicted now: the current access's items, chunks with tensors in use.
+  auto pinned = [&](int item) {
+    return std::find(current_need_.begin(), current_need_.end(), item) != current_need_.end() ||
+           !store_.chunk_movable(item % num_chunks_);
+  };
   while (on_device_bytes_ + bytes > limit) {
-    int victim = -1, busy_victim = -1;
-    int64_t farthest = -1;
-    for (int item = 0; item < total; ++item) {
-      if (uses_[item].empty() || !on_device(item)) continue;
-      const auto k = static_cast<ChunkKind>(item / num_chunks_);
-      const int c = item % num_chunks_;
-      if (std::find(current_need_.begin(), current_need_.end(), item) != current_need_.end() ||
-          !store_.chunk_movable(c))
-        continue;
-      if (inner_->busy(k, c)) {
-        if (busy_victim < 0) busy_victim = item;
-        continue;
-      }
-      if (store_.attached(k, c)) continue;
-      const int64_t nu = next_use(item, pos_);
-      if (nu > farthest) farthest = nu, victim = item;
-    }
+    int busy_victim = -1;
+    const int victim = farthest_victim(pos_, pinned, busy_victim);
     if (victim >= 0) {
       move(victim, host_);
       counters_.evictions += 1;
