@@ -21,4 +21,22 @@ inline void parse_args(CLI::App& app, int argc, char** argv) {
   }
 }
 
+// The GPT shape and micro-batch options the training benchmarks share.
+struct ModelShapeArgs {
+  int& layers;
+  int& embd;
+  int& heads;
+  int& vocab;
+  int& seq_len;
+  int& micro_batch;
+};
+inline void add_model_shape_options(CLI::App& app, const ModelShapeArgs& m) {
+  app.add_option("--layers", m.layers)->capture_default_str();
+  app.add_option("--embd", m.embd)->capture_default_str();
+  app.add_option("--heads", m.heads)->capture_default_str();
+  app.add_option("--vocab", m.vocab)->capture_default_str();
+  app.add_option("--seq-len", m.seq_len)->capture_default_str();
+  app.add_option("--micro-batch", m.micro_batch)->capture_default_str();
+}
+
 }  // namespace tide::bench

@@ -56,12 +56,8 @@ struct Args {
 Args parse(int argc, char** argv) {
   Args a;
   CLI::App app{"data-parallel gradient reduction: bytes vs ring theory, overlap", "bench_dp"};
-  app.add_option("--layers", a.layers)->capture_default_str();
-  app.add_option("--embd", a.embd)->capture_default_str();
-  app.add_option("--heads", a.heads)->capture_default_str();
-  app.add_option("--vocab", a.vocab)->capture_default_str();
-  app.add_option("--seq-len", a.seq_len)->capture_default_str();
-  app.add_option("--micro-batch", a.micro_batch)->capture_default_str();
+  bench::add_model_shape_options(app,
+                                 {a.layers, a.embd, a.heads, a.vocab, a.seq_len, a.micro_batch});
   app.add_option("--steps", a.steps)->capture_default_str();
   app.add_option("--threads", a.threads, "OpenMP threads per rank")->capture_default_str();
   app.add_option("--chunk-mb", a.chunk_mb, "chunk size in MiB")->capture_default_str();

@@ -56,12 +56,8 @@ struct Args {
 Args parse(int argc, char** argv) {
   Args a;
   CLI::App app{"ZeRO-Offload: step time vs no offload, traffic, hidden CPU Adam", "bench_offload"};
-  app.add_option("--layers", a.layers)->capture_default_str();
-  app.add_option("--embd", a.embd)->capture_default_str();
-  app.add_option("--heads", a.heads)->capture_default_str();
-  app.add_option("--vocab", a.vocab)->capture_default_str();
-  app.add_option("--seq-len", a.seq_len)->capture_default_str();
-  app.add_option("--micro-batch", a.micro_batch)->capture_default_str();
+  bench::add_model_shape_options(app,
+                                 {a.layers, a.embd, a.heads, a.vocab, a.seq_len, a.micro_batch});
   app.add_option("--steps", a.steps)->capture_default_str();
   app.add_option("--threads", a.threads, "OpenMP threads per rank (compute and CPU Adam)")
       ->capture_default_str();

@@ -66,12 +66,8 @@ int main(int argc, char** argv) try {
   Args a;
   CLI::App app{"pipeline bubbles and activation memory, measured vs simulated",
                "bench_pipeline_measured"};
-  app.add_option("--layers", a.layers)->capture_default_str();
-  app.add_option("--embd", a.embd)->capture_default_str();
-  app.add_option("--heads", a.heads)->capture_default_str();
-  app.add_option("--vocab", a.vocab)->capture_default_str();
-  app.add_option("--seq-len", a.seq_len)->capture_default_str();
-  app.add_option("--micro-batch", a.micro_batch)->capture_default_str();
+  bench::add_model_shape_options(app,
+                                 {a.layers, a.embd, a.heads, a.vocab, a.seq_len, a.micro_batch});
   app.add_option("--microbatches", a.microbatches, "micro-batches per step (0: 2p)");
   app.add_option("--steps", a.steps)->capture_default_str();
   app.add_option("--warmup", a.warmup)->capture_default_str();

@@ -154,9 +154,8 @@ void AutoPlacement::move(int item, Allocator& to) {
   }
 }
 
-int AutoPlacement::farthest_victim(int pos, const std::function<bool(int)>& pinned,
-                                   int& busy_victim) const {
-  int victim = -1;
+bool AutoPlacement::evict_one(int pos, const std::function<bool(int)>& pinned) {
+  int victim = -1, busy_victim = -1;
   int64_t farthest = -1;
   for (int item = 0; item < kNumChunkKinds * num_chunks_; ++item) {
     if (uses_[item].empty() || !on_device(item) || pinned(item)) continue;
@@ -171,7 +170,15 @@ int AutoPlacement::farthest_victim(int pos, const std::function<bool(int)>& pinn
     const int64_t nu = next_use(item, pos);
     if (nu > farthest) farthest = nu, victim = item;
   }
-  return victim;
+  if (victim >= 0) {
+    move(victim, host_);
+    counters_.evictions += 1;
+    return true;
+  }
+  if (busy_victim < 0) return false;
+  // Only chunks under communication are left: wait for one (it is movable next time).
+  inner_->settle(static_cast<ChunkKind>(busy_victim / num_chunks_), busy_victim % num_chunks_);
+  return true;
 }
 
 bool AutoPlacement::make_resident(std::span<const int> need, int pos, bool allow_fail) {
@@ -207,17 +214,7 @@ bool AutoPlacement::make_resident(std::span<const int> need, int pos, bool allow
     if (fixed > limit) return false;
   }
   while (on_device_bytes_ + missing > limit) {
-    int busy_victim = -1;
-    const int victim = farthest_victim(pos, pinned, busy_victim);
-    if (victim >= 0) {
-      move(victim, host_);
-      counters_.evictions += 1;
-      continue;
-    }
-    if (busy_victim >= 0) {  // only chunks under communication are left: wait for one
-      inner_->settle(static_cast<ChunkKind>(busy_victim / num_chunks_), busy_victim % num_chunks_);
-      continue;
-    }
+    if (evict_one(pos, pinned)) continue;
     const int A = static_cast<int>(accesses_.size());
     const std::string what =
         pos < 0   ? std::string("a forward outside the training step (validation)")
@@ -251,24 +248,15 @@ void AutoPlacement::make_room_for_buffer(size_t bytes) {
   const size_t limit = budget_ > device_.allocated() - on_device_bytes_
                            ? budget_ - (device_.allocated() - on_device_bytes_)
                            : 0;
-  // The chunks may fill what the buffers leave of the budget, less this buffer.
   // Never evicted now: the current access's items, chunks with tensors in use.
   auto pinned = [&](int item) {
     return std::find(current_need_.begin(), current_need_.end(), item) != current_need_.end() ||
            !store_.chunk_movable(item % num_chunks_);
   };
-  while (on_device_bytes_ + bytes > limit) {
-    int busy_victim = -1;
-    const int victim = farthest_victim(pos_, pinned, busy_victim);
-    if (victim >= 0) {
-      move(victim, host_);
-      counters_.evictions += 1;
-    } else if (busy_victim >= 0) {
-      inner_->settle(static_cast<ChunkKind>(busy_victim / num_chunks_), busy_victim % num_chunks_);
-    } else {
-      return;  // the allocation reports the shortfall, naming the buffer
-    }
-  }
+  // The chunks may fill what the buffers leave of the budget, less this buffer; when nothing
+  // can move, the allocation reports the shortfall, naming the buffer.
+  while (on_device_bytes_ + bytes > limit)
+    if (!evict_one(pos_, pinned)) return;
 }
 
 void AutoPlacement::begin_step() {

@@ -130,9 +130,10 @@ class AutoPlacement final : public PlacementPolicy {
   // Moves `need` in within the limit of position `pos`, evicting farthest next use first; with
   // `allow_fail`, returns false instead of failing when they cannot fit (nothing moved in).
   bool make_resident(std::span<const int> need, int pos, bool allow_fail);
-  // The movable compute-tier item whose next use after `pos` is farthest, not `pinned` and not
-  // attached (-1: none); the first item under communication (busy()) goes to `busy_victim`.
-  int farthest_victim(int pos, const std::function<bool(int)>& pinned, int& busy_victim) const;
+  // Frees room on the compute tier: moves to the host the item whose next use after `pos` is
+  // farthest (not `pinned`, not attached, no communication in flight); when only items under
+  // communication are left, waits for one (settle()). False: nothing can move.
+  bool evict_one(int pos, const std::function<bool(int)>& pinned);
   void move(int item, Allocator& to);
   void record(int pos);
 
