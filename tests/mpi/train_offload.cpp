@@ -36,23 +36,29 @@ TrainConfig offload_config(const std::string& shard, const std::string& dir, int
 // Offload changes where the optimizer runs and its state lives, never the arithmetic: losses,
 // gradient norms and final parameters equal the non-offloaded run's bitwise, at stages 1-3, on
 // N ranks and on one (rank 0 alone), with clipping (Adam after backward) and without it (Adam
-// as each chunk arrives), with and without gradient accumulation.
+// as each chunk arrives), with and without gradient accumulation, with and without dropout.
 TEST(Offload, ReproducesTheRunWithoutOffloadBitwise) {
   std::shared_ptr<ProcessGroup> world = mpi_test::world_ptr(CommAlgorithm::Mpi);
   const std::string dir = shared_temp_dir(*world);
   const std::string shard = write_shared_shard(*world, dir);
   struct Variant {
     int stage, accum;
-    float clip;
+    float clip, dropout;
   };
-  const Variant variants[] = {{1, 1, 1.0f}, {2, 2, 1.0f}, {3, 1, 1.0f}, {2, 1, 0.0f}, {3, 2, 0.0f}};
+  const Variant variants[] = {{1, 1, 1.0f, 0.0f},
+                              {2, 2, 1.0f, 0.1f},
+                              {3, 1, 1.0f, 0.0f},
+                              {2, 1, 0.0f, 0.0f},
+                              {3, 2, 0.0f, 0.1f}};
   for (const Variant& v : variants) {
     TrainConfig base = offload_config(shard, dir, v.stage, false, v.accum);
-    base.grad_clip = v.clip;
     TrainConfig off = offload_config(shard, dir, v.stage, true, v.accum);
-    off.grad_clip = v.clip;
-    const std::string what = fmt::format("stage {} accum {} clip {} on {} ranks", v.stage, v.accum,
-                                         v.clip, world->size());
+    for (TrainConfig* c : {&base, &off}) {
+      c->grad_clip = v.clip;
+      c->model.dropout = v.dropout;
+    }
+    const std::string what = fmt::format("stage {} accum {} clip {} dropout {} on {} ranks",
+                                         v.stage, v.accum, v.clip, v.dropout, world->size());
     const RunResult a = train(off, world, kOffloadSteps), b = train(base, world, kOffloadSteps);
     EXPECT_EQ(differs(a, b), "") << what;
     EXPECT_LT(a.losses.back(), a.losses.front()) << what;
