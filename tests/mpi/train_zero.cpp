@@ -54,11 +54,13 @@ TEST_P(Zero, StagesMatchOneRankAndEachOtherBitwise) {
     expect_same_on_every_rank(*world, runs.back());
   }
   // Where bytes live and when they move never changes the arithmetic: blocking reductions,
-  // no prefetch, and a prefetch window larger than the model (everything stays gathered).
-  for (int variant = 0; variant < 3; ++variant) {
+  // no prefetch, a prefetch window larger than the model (everything stays gathered), and
+  // buckets smaller than every chunk (each chunk reduced and gathered alone, at once).
+  for (int variant = 0; variant < 4; ++variant) {
     TrainConfig c = zero_config(shard, dir, variant == 0 ? 2 : 3, kMicro, accum, kSteps, dropout);
     if (variant == 0) c.zero.overlap_comm = false;
     c.zero.prefetch_bucket_size = variant == 1 ? 0 : int64_t{1} << 30;
+    if (variant == 3) c.zero.reduce_bucket_size = c.zero.allgather_bucket_size = 16;
     runs.push_back(train(c, world, kSteps));
   }
   const RunResult stage0 =
@@ -154,8 +156,8 @@ TEST(ZeroTraffic, BytesSentPerStepMatchTheZeroFormula) {
 }
 
 // ZeRO-R: buffers are allocated in the first step and reused; later steps allocate nothing
-// from the compute allocator. Stage 3's gathered parameters stay within one block's chunks
-// plus the prefetch window.
+// from the compute allocator. Stage 3's gathered parameters stay within one op's chunks (its
+// parameter group's, model/param_groups.h) plus the prefetch window.
 TEST(ZeroBuffers, StepsAfterTheFirstAllocateNothingAndStage3StaysInItsWindow) {
   std::shared_ptr<ProcessGroup> world = mpi_test::world_ptr(CommAlgorithm::Mpi);
   const std::string dir = shared_temp_dir(*world);
@@ -172,18 +174,19 @@ TEST(ZeroBuffers, StepsAfterTheFirstAllocateNothingAndStage3StaysInItsWindow) {
       EXPECT_EQ(alloc.allocations(), after_first) << "stage " << stage << ", accum " << accum;
       if (stage < 3) continue;
       const ChunkLayout& lay = t.model().store().layout();
-      int64_t block = 0;  // the most elements one block's chunks hold
-      for (int i = 0; i < t.model().num_blocks(); ++i) {
-        std::vector<int> cs;
-        for (int id : t.model().block(i).param_ids()) cs.push_back(lay.slot(id).chunk);
-        std::sort(cs.begin(), cs.end());
-        cs.erase(std::unique(cs.begin(), cs.end()), cs.end());
-        int64_t elems = 0;
-        for (int ch : cs) elems += lay.chunk_elems(ch);
-        block = std::max(block, elems);
-      }
+      int64_t group = 0;  // the most elements one op's chunks hold
+      for (const BlockGroups& b : t.model().all_block_groups())
+        for (const std::vector<int>& ids : b.groups) {
+          std::vector<int> cs;
+          for (int id : ids) cs.push_back(lay.slot(id).chunk);
+          std::sort(cs.begin(), cs.end());
+          cs.erase(std::unique(cs.begin(), cs.end()), cs.end());
+          int64_t elems = 0;
+          for (int ch : cs) elems += lay.chunk_elems(ch);
+          group = std::max(group, elems);
+        }
       EXPECT_GT(peak, 0);
-      EXPECT_LE(peak, block + c.zero.prefetch_bucket_size) << "accum " << accum;
+      EXPECT_LE(peak, group + c.zero.prefetch_bucket_size) << "accum " << accum;
       EXPECT_LT(peak, lay.total_elems()) << "stage 3 gathered the whole model at once";
     }
   }

@@ -69,6 +69,11 @@ int64_t recompute_workspace_bytes(const ActivationShape& x, Recompute policy) {
   TIDE_ASSERT(false);
 }
 
+int64_t backward_workspace_bytes(const ActivationShape& x) {
+  const int64_t sbh = x.s * x.b * x.h;
+  return (5 * sbh / x.t + (x.sp ? 2 * sbh : 0)) * x.elem_bytes;
+}
+
 int64_t partition_buffer_bytes(const ActivationShape& x, Recompute policy) {
   return partitioned(x, policy) ? x.s * x.b * x.h * x.elem_bytes : 0;
 }

@@ -56,6 +56,13 @@ int64_t layer_activation_bytes(const ActivationShape& x, Recompute policy);
 // layer's activations (full) or its attention core (selective); 0 when nothing is recomputed.
 int64_t recompute_workspace_bytes(const ActivationShape& x, Recompute policy);
 
+// Bytes of the temporaries a layer's backward (B) holds while its ops run, whatever the policy:
+// the gradients of the MLP hidden (sbh 4/t) and of the attention output (sbh/t), and under SP
+// the two (s,b,h) partial sums of the layernorm outputs' gradients before their
+// reduce-scatter. The engine acquires parameters op by op (model/param_groups.h), so automatic
+// placement sees them beside the chunks it places.
+int64_t backward_workspace_bytes(const ActivationShape& x);
+
 // P_a under full recompute: the whole residual buffer one micro-batch keeps besides the
 // partitioned slices (sbh e; 0 without P_a), and the host bytes of one layer's slice with
 // cpu_checkpointing (sbh e / t; 0 otherwise).

@@ -11,7 +11,7 @@
 
 namespace tide {
 
-int64_t largest_block_chunk_bytes(const TrainSetup& setup, const ChunkLayout& layout) {
+int64_t largest_group_chunk_bytes(const TrainSetup& setup, const ChunkLayout& layout) {
   const ModelStateBytes k = bytes_per_parameter(setup.precision, setup.optimizer);
   const int stage = setup.zero_stage;
   // ZeRO-3 on 2+ ranks: F and B read the gathered buffers (non-model), not the owned slices.
@@ -21,13 +21,9 @@ int64_t largest_block_chunk_bytes(const TrainSetup& setup, const ChunkLayout& la
     return static_cast<int64_t>(Arena::aligned(static_cast<size_t>(elems * elem_bytes)));
   };
   int64_t most = 0;
-  for (const ModelBlock& b : model_blocks(layout)) {
-    std::vector<int> chunks;
-    for (int id : b.params) chunks.push_back(layout.slot(id).chunk);
-    std::sort(chunks.begin(), chunks.end());
-    chunks.erase(std::unique(chunks.begin(), chunks.end()), chunks.end());
+  for (const std::vector<int>& ids : ParamGroups(block_groups(layout)).ids) {
     int64_t param = 0, grad = 0;
-    for (int c : chunks) {
+    for (int c : layout.chunks_of(ids)) {
       param += bytes(c, stage >= 3, k.param16);
       grad += bytes(c, stage >= 2, k.grads);
     }
@@ -69,8 +65,8 @@ void fit_device_limit(const TrainSetup& setup, MemoryEstimate& est) {
   const MemoryBreakdown& d = st.device;
   f.states = d.model_states() + d.chunk_padding;
   f.non_model = d.activations + d.temp_buffers;
-  f.largest_block = st.largest_block_chunks;
-  f.least_limit = f.non_model + f.largest_block;
+  f.largest_group = st.largest_group_chunks;
+  f.least_limit = f.non_model + f.largest_group;
   f.auto_fits = f.limit >= f.least_limit;
   f.states_on_device = std::min(f.states, std::max<int64_t>(0, f.limit - f.non_model));
   f.states_on_host = f.states - f.states_on_device;

@@ -12,9 +12,10 @@
 //   non_model  = activations + temp buffers (ZeRO's buffers, recompute workspace), as estimated
 //   on device  = min(states, limit - non_model) (0 when the limit is under non_model); the rest
 //                of the states is on the host: auto keeps every chunk item in exactly one place
-//   least      = non_model + the chunks of the block access that needs the most (F and B need
-//                the block's PARAM chunks as this rank holds them, W its GRAD chunks; at ZeRO-3
-//                on 2+ ranks F and B read the gathered buffers instead, already non-model)
+//   least      = non_model + the chunks of the access that needs the most (an op acquires one
+//                parameter group, model/param_groups.h: F and B need the group's PARAM chunks
+//                as this rank holds them, W its GRAD chunks; at ZeRO-3 on 2+ ranks F and B
+//                read the gathered buffers instead, already non-model)
 //   moved      = states - (limit - non_model), 0 when everything fits: the least that must move
 //                each way per step (tests/mpi/train_auto_placement.cpp's "least")
 // A limit under `least` does not fit: auto fails at the first access whose chunks cannot fit.
@@ -36,8 +37,8 @@ struct LimitFit {
   int64_t non_model = 0;         // activations + temp buffers
   int64_t states_on_device = 0;  // min(states, limit - non_model), >= 0
   int64_t states_on_host = 0;    // states - states_on_device
-  int64_t largest_block = 0;     // chunk bytes of the block access that needs the most
-  int64_t least_limit = 0;       // non_model + largest_block
+  int64_t largest_group = 0;     // chunk bytes of the group access that needs the most
+  int64_t least_limit = 0;       // non_model + largest_group
   int64_t least_moved = 0;       // bytes moved each way per step at the least
   bool auto_fits = true;         // limit >= least_limit
 
@@ -45,10 +46,10 @@ struct LimitFit {
   bool fits() const { return auto_placement ? auto_fits : device_fits; }
 };
 
-// Bytes of the chunks that one block access of `layout` needs on the compute tier, the largest
-// over the blocks (see above): F/B the block's PARAM chunks, W its GRAD chunks, each chunk as
+// Bytes of the chunks that one group access of `layout` needs on the compute tier, the largest
+// over the groups (see above): F/B the group's PARAM chunks, W its GRAD chunks, each chunk as
 // this rank allocates it (a ZeRO slice or the whole chunk, rounded to 64 bytes).
-int64_t largest_block_chunk_bytes(const TrainSetup& setup, const ChunkLayout& layout);
+int64_t largest_group_chunk_bytes(const TrainSetup& setup, const ChunkLayout& layout);
 
 struct MemoryEstimate;
 // Sets est.limit from the setup and, under placement=auto, moves the states beyond

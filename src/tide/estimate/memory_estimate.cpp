@@ -69,15 +69,19 @@ void place_model_states(const TrainSetup& setup, const ChunkLayout& layout, Stag
 
 // ZeRO's communication buffers: what the runtime allocates (train/zero.cpp), whole chunks in
 // the compute dtype from a best-fit pool (replayed by simulate_zero_buffers over the step's
-// block accesses; stage 1 reduces in place and needs none). Buckets the runtime would reject as
-// smaller than a chunk or a block are taken at the least it accepts. Offload moves the rank's
+// parameter-group accesses; stage 1 reduces in place and needs none). A live limit the runtime
+// would reject as smaller than a group's chunks is taken at the least it accepts. Offload moves the rank's
 // slices, not the buffers: the same whole chunks are gathered and reduced on the GPU.
 int64_t chunk_buffers(const TrainSetup& setup, const ChunkLayout& layout, StageEstimate& st) {
   if (setup.zero_stage < 2) return 0;
-  const std::vector<ModelBlock> blocks = model_blocks(layout);
+  const std::vector<BlockGroups> blocks = block_groups(layout);
   const ZeroSettings s = runnable_zero_settings(setup.zero, layout, blocks);
-  const ZeroBufferPeak b = simulate_zero_buffers(
-      layout, blocks, setup.zero_stage, s, setup.grad_accum, bytes_per_param(setup.precision));
+  const ActivationPolicy policy = setup.recompute == Recompute::Full  ? ActivationPolicy::FULL
+                                  : setup.recompute == Recompute::None ? ActivationPolicy::SAVE_ALL
+                                                                       : ActivationPolicy::SELECTIVE;
+  const ZeroBufferPeak b =
+      simulate_zero_buffers(layout, blocks, policy, setup.zero_stage, s, setup.grad_accum,
+                            bytes_per_param(setup.precision));
   // A stage of zb-v holds two models, each with its own buffers.
   st.comm_buffers.bytes += b.bytes;
   st.comm_buffers.buffers += b.buffers;
@@ -152,8 +156,8 @@ MemoryEstimate estimate_memory(const TrainSetup& setup) {
       st.params += layouts[i].num_params();
       place_model_states(setup, layouts[i], st);
       buffers += chunk_buffers(setup, layouts[i], st);
-      st.largest_block_chunks =
-          std::max(st.largest_block_chunks, largest_block_chunk_bytes(setup, layouts[i]));
+      st.largest_group_chunks =
+          std::max(st.largest_group_chunks, largest_group_chunk_bytes(setup, layouts[i]));
     }
 
     const int m = setup.grad_accum;
@@ -171,7 +175,8 @@ MemoryEstimate estimate_memory(const TrainSetup& setup) {
     st.device.activations = act;
     st.host.activations =
         host_checkpoint_bytes(shape, setup.recompute) * st.inflight_layer_microbatches;
-    st.device.temp_buffers = buffers + recompute_workspace_bytes(shape, setup.recompute);
+    st.device.temp_buffers = buffers + recompute_workspace_bytes(shape, setup.recompute) +
+                             backward_workspace_bytes(shape);
     est.stages.push_back(st);
   }
   for (const StageEstimate& st : est.stages) {

@@ -57,8 +57,8 @@ struct StageEstimate {
   int64_t params = 0;           // parameters one TP rank of the stage holds (Psi)
   ChunkPlan chunks;             // the stage's chunk layout (the runtime's, see model_states.h)
   ZeroBufferPeak comm_buffers;  // ZeRO >= 2: buffers held at once (zero_buffers.h)
-  // Chunk bytes one block access needs on the compute tier, the largest (limit_fit.h).
-  int64_t largest_block_chunks = 0;
+  // Chunk bytes one parameter-group access needs on the compute tier, the largest (limit_fit.h).
+  int64_t largest_group_chunks = 0;
   MemoryBreakdown device;
   MemoryBreakdown host;  // host memory used by one rank of this stage
 };

@@ -74,7 +74,7 @@ nlohmann::json limit_fit_json(const LimitFit& f) {
                  {"non_model", f.non_model},
                  {"states_on_device", f.states_on_device},
                  {"states_on_host", f.states_on_host},
-                 {"largest_block_chunks", f.largest_block},
+                 {"largest_group_chunks", f.largest_group},
                  {"least_limit", f.least_limit},
                  {"least_moved_per_step", f.least_moved},
                  {"fits", f.auto_fits}};
@@ -101,14 +101,14 @@ std::string limit_fit_text(const LimitFit& f) {
   if (!f.auto_fits)
     return out + fmt::format(
                      "placement auto: does not fit: the limit {} is under the least auto needs, "
-                     "{} (non-model {} + the largest block's chunks {}); raise "
+                     "{} (non-model {} + the largest parameter group's chunks {}); raise "
                      "placement.device_memory_limit or lower the non-model bytes\n",
                      format_bytes(f.limit), format_bytes(f.least_limit), format_bytes(f.non_model),
-                     format_bytes(f.largest_block));
+                     format_bytes(f.largest_group));
   return out + fmt::format(
-                   "placement auto: fits: least limit {} (non-model + the largest block's chunks "
+                   "placement auto: fits: least limit {} (non-model + the largest parameter group's chunks "
                    "{}); moves at least {} each way per step\n",
-                   format_bytes(f.least_limit), format_bytes(f.largest_block),
+                   format_bytes(f.least_limit), format_bytes(f.largest_group),
                    format_bytes(f.least_moved));
 }
 

@@ -12,47 +12,22 @@
 
 namespace tide {
 
-std::vector<ModelBlock> model_blocks(const ChunkLayout& layout) {
-  auto id_of = [&](const std::string& name) {
-    for (int id = 0; id < layout.num_tensors(); ++id)
-      if (layout.slot(id).name == name) return id;
-    return -1;
-  };
-  std::vector<ModelBlock> blocks;
-  const int wte = id_of("wte"), wpe = id_of("wpe");
-  if (wte >= 0) blocks.push_back({{wte, wpe}, {wte, wpe}});
-  std::map<int, ModelBlock> layers;  // by layer index
-  for (int id = 0; id < layout.num_tensors(); ++id) {
-    const std::string& name = layout.slot(id).name;
-    if (!name.starts_with("h.")) continue;
-    const int l = std::stoi(name.substr(2, name.find('.', 2) - 2));
-    layers[l].params.push_back(id);
-    layers[l].grads_done.push_back(id);
-  }
-  for (auto& [l, b] : layers) blocks.push_back(std::move(b));
-  const int lnf_w = id_of("ln_f.weight"), lnf_b = id_of("ln_f.bias");
-  if (lnf_w >= 0) {
-    const int head = id_of("lm_head.weight");
-    ModelBlock b{{lnf_w, lnf_b, head >= 0 ? head : wte}, {lnf_w, lnf_b}};
-    if (head >= 0) b.grads_done.push_back(head);
-    TIDE_ASSERT(b.params.back() >= 0);
-    blocks.push_back(std::move(b));
-  }
-  return blocks;
-}
-
 namespace {
-
-enum class Access { FORWARD, BACKWARD, WEIGHT };
 
 // ZeroPolicy's bookkeeping without the data: which chunks hold a buffer, and when they give it
 // back. Each member mirrors the ZeroPolicy member of the same name.
 class Replay {
  public:
-  Replay(const ChunkLayout& layout, const std::vector<ModelBlock>& blocks, int stage,
-         const ZeroSettings& s, size_t dtype_bytes)
-      : lay_(layout), blocks_(blocks), stage_(stage), s_(s), dtype_bytes_(dtype_bytes) {
-    for (const ModelBlock& b : blocks_) block_chunks_.push_back(lay_.chunks_of(b.params));
+  Replay(const ChunkLayout& layout, const std::vector<BlockGroups>& blocks, ActivationPolicy policy,
+         int stage, const ZeroSettings& s, size_t dtype_bytes)
+      : lay_(layout),
+        blocks_(blocks),
+        groups_(blocks),
+        policy_(policy),
+        stage_(stage),
+        s_(s),
+        dtype_bytes_(dtype_bytes) {
+    for (const std::vector<int>& ids : groups_.ids) group_chunks_.push_back(lay_.chunks_of(ids));
     const int n = lay_.num_chunks();
     grad_buffer_.assign(n, -1);
     param_buffer_.assign(n, -1);
@@ -70,41 +45,44 @@ class Replay {
   ZeroBufferPeak run(int micro_batches) {
     const int n = static_cast<int>(blocks_.size());
     struct Step {
-      int block, mb;
-      Access use;
+      int block, group, mb;  // group: of the block (BlockGroups::groups)
+      Use use;
     };
     std::vector<Step> steps;  // the engine's data-parallel schedule (pipeline/block_parts.h)
     for (int m = 0; m < micro_batches; ++m)
       for (pipeline::Op action : {pipeline::Op::F, pipeline::Op::B})
-        for (const pipeline::BlockPart& p : pipeline::block_parts(action, n, false))
-          steps.push_back({p.block, m,
-                           p.op == pipeline::Op::F   ? Access::FORWARD
-                           : p.op == pipeline::Op::B ? Access::BACKWARD
-                                                     : Access::WEIGHT});
-    for (const Step& st : steps) accesses_.push_back({st.block, st.use == Access::WEIGHT});
+        for (const pipeline::BlockPart& p : pipeline::block_parts(action, n, false)) {
+          const Use use = p.op == pipeline::Op::F   ? Use::FORWARD
+                          : p.op == pipeline::Op::B ? Use::BACKWARD
+                                                    : Use::WEIGHT;
+          for (int g : part_groups(blocks_[p.block], use, policy_))
+            steps.push_back({p.block, g, m, use});
+        }
+    for (const Step& st : steps)
+      accesses_.push_back({groups_.first[st.block] + st.group, st.use == Use::WEIGHT});
     ready_.assign(lay_.num_chunks(), std::vector<int>(micro_batches, 0));
     if (stage_ == 3) prefetch_after(0);
     for (const Step& st : steps) {
-      const std::vector<int>& cs = block_chunks_[st.block];
+      const std::vector<int>& cs = group_chunks_[groups_.first[st.block] + st.group];
       // on_acquire
-      if (st.use == Access::WEIGHT)
+      if (st.use == Use::WEIGHT)
         for (int c : cs) complete_reductions_of(c);
       if (stage_ == 3) {
         ++pos_;
-        if (st.use != Access::WEIGHT)  // a W reads no parameters
+        if (st.use != Use::WEIGHT)  // a W reads no parameters
           for (int c : cs)
             if (!gathered_[c]) start_gather(c);
         prefetch_after(pos_);
       }
       // acquire: a W needs its gradient chunks whole (fetch_grads)
-      if (st.use == Access::WEIGHT && stage_ >= 2)
+      if (st.use == Use::WEIGHT && stage_ >= 2)
         for (int c : cs)
           if (grad_buffer_[c] < 0) grad_buffer_[c] = take(true, c);
-      // release: each chunk of the block is offered to evict
+      // release: each chunk of the group is offered to evict
       for (int c : cs) evict(c);
-      // mark_grad_ready after the W
-      if (st.use == Access::WEIGHT)
-        for (int id : blocks_[st.block].grads_done) {
+      // a W's release reports the group's finished gradients (GroupAccess)
+      if (st.use == Use::WEIGHT)
+        for (int id : blocks_[st.block].grads_done[st.group]) {
           const int c = lay_.slot(id).chunk;
           if (++ready_[c][st.mb] == static_cast<int>(lay_.tensors_in_chunk(c).size()))
             on_grads_ready(c);
@@ -183,12 +161,15 @@ class Replay {
     const int64_t elems = lay_.chunk_elems(c);
     while (!reductions_.empty() && reducing_elems_ + elems > s_.reduce_bucket_size)
       complete_front();
-    if (!s_.overlap_comm) {
+    if (!overlaps(elems)) {  // ZeroPolicy::overlaps
       complete(c);
       return;
     }
     reductions_.push_back(c);
     reducing_elems_ += elems;
+  }
+  bool overlaps(int64_t elems) const {
+    return s_.overlap_comm && elems <= s_.reduce_bucket_size;
   }
   void complete_front() {
     const int c = reductions_.front();
@@ -208,10 +189,12 @@ class Replay {
   }
 
   const ChunkLayout& lay_;
-  const std::vector<ModelBlock>& blocks_;
+  const std::vector<BlockGroups>& blocks_;
+  const ParamGroups groups_;
+  const ActivationPolicy policy_;
   const int stage_;
   const ZeroSettings s_;
-  std::vector<std::vector<int>> block_chunks_;
+  std::vector<std::vector<int>> group_chunks_;
   const size_t dtype_bytes_;
   BufferPool pool_{nullptr};
   std::vector<int> grad_buffer_, param_buffer_;  // per chunk: the pool buffer held, or -1
@@ -219,15 +202,15 @@ class Replay {
   std::vector<std::vector<int>> ready_;  // [chunk][micro-batch]: tensors complete
   std::deque<int> reductions_;
   int64_t reducing_elems_ = 0, live_elems_ = 0;
-  struct BlockAccess {
-    int block;
+  struct GroupAccess {
+    int group;
     bool weight;  // a W: gathers nothing
   };
   std::span<const int> param_chunks(size_t q) const {
     if (accesses_[q].weight) return {};
-    return block_chunks_[accesses_[q].block];
+    return group_chunks_[accesses_[q].group];
   }
-  std::vector<BlockAccess> accesses_;
+  std::vector<GroupAccess> accesses_;
   size_t pos_ = 0, prefetched_to_ = 0;
   int peak_in_use_ = 0, grads_ = 0, params_ = 0;
   ZeroBufferPeak peak_;
@@ -236,28 +219,26 @@ class Replay {
 }  // namespace
 
 ZeroSettings runnable_zero_settings(ZeroSettings s, const ChunkLayout& layout,
-                                    const std::vector<ModelBlock>& blocks) {
-  const int64_t chunk = layout.max_chunk_elems();
-  s.reduce_bucket_size = std::max(s.reduce_bucket_size, chunk);
-  s.allgather_bucket_size = std::max(s.allgather_bucket_size, chunk);
-  int64_t block = 0;
-  for (const ModelBlock& b : blocks) {
+                                    const std::vector<BlockGroups>& blocks) {
+  int64_t group = 0;
+  for (const std::vector<int>& ids : ParamGroups(blocks).ids) {
     int64_t elems = 0;
-    for (int c : layout.chunks_of(b.params)) elems += layout.chunk_elems(c);
-    block = std::max(block, elems);
+    for (int c : layout.chunks_of(ids)) elems += layout.chunk_elems(c);
+    group = std::max(group, elems);
   }
-  s.max_live_parameters = std::max(s.max_live_parameters, block);
+  s.max_live_parameters = std::max(s.max_live_parameters, group);
   return s;
 }
 
 ZeroBufferPeak simulate_zero_buffers(const ChunkLayout& layout,
-                                     const std::vector<ModelBlock>& blocks, int stage,
+                                     const std::vector<BlockGroups>& blocks,
+                                     ActivationPolicy policy, int stage,
                                      const ZeroSettings& settings, int micro_batches,
                                      size_t dtype_bytes) {
   TIDE_CHECK(stage >= 1 && stage <= 3, "ZeRO buffers are simulated for stages 1-3 (got {})", stage);
   TIDE_CHECK(micro_batches >= 1, "a step needs at least one micro-batch (got {})", micro_batches);
   if (stage == 1) return {};  // reduces in place, gathers in place
-  return Replay(layout, blocks, stage, settings, dtype_bytes).run(micro_batches);
+  return Replay(layout, blocks, policy, stage, settings, dtype_bytes).run(micro_batches);
 }
 
 }  // namespace tide

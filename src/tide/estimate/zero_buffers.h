@@ -1,7 +1,7 @@
 #pragma once
 // How many communication buffers the ZeRO runtime (train/zero.cpp) holds at its peak, found by
-// replaying the runtime's rules over one step's block accesses: the estimate's buffer term must
-// describe what ZeroPolicy allocates, not a rule of thumb.
+// replaying the runtime's rules over one step's parameter-group accesses: the estimate's buffer
+// term must describe what ZeroPolicy allocates, not a rule of thumb.
 //
 // Every buffer holds a whole chunk in the compute dtype, of the chunk's size class
 // (ChunkLayout::buffer_elems), and comes from a BufferPool (allocated on first need, reused by
@@ -9,46 +9,36 @@
 // memory: the bytes it ends with are the bytes the runtime allocates. The rules replayed, as
 // zero.cpp has them:
 //   * stage 2/3 gradients: a chunk's first W access in a micro-batch attaches a buffer; when the
-//     micro-batch completes the chunk its reduce-scatter is issued, and the buffer comes back
-//     when that reduction is completed: when the reductions in flight would pass
-//     reduce_bucket_size (oldest first), when a W touches the chunk again, or at the end of the
-//     step (overlap_comm = false completes it at once);
-//   * stage 3 parameters: a block's chunks are gathered when it starts (unless already), the
-//     chunks of the next accesses are prefetched while the accesses looked at stay within
-//     stage3_prefetch_bucket_size elements and the gathered ones within
+//     micro-batch completes the chunk (the W of the last group writing it lets go) its
+//     reduce-scatter is issued, and the buffer comes back when that reduction is completed:
+//     when the reductions in flight would pass reduce_bucket_size (oldest first), when a W
+//     touches the chunk again, or at the end of the step; a chunk larger than the bucket (or
+//     any, with overlap_comm = false) is completed at once;
+//   * stage 3 parameters: a group's chunks are gathered when an op acquires it (unless
+//     already), the chunks of the next accesses are prefetched while the accesses looked at
+//     stay within stage3_prefetch_bucket_size elements and the gathered ones within
 //     stage3_max_live_parameters; a chunk goes back when no op holds it unless the next access
 //     (or one already prefetched for) uses it; chunks whose payload is at most
 //     stage3_param_persistence_threshold stay gathered for good;
 //   * a W gathers no parameters (it reads only its stash);
 //   * stage 1 reduces in place: no buffers.
 // The step is the engine's data-parallel schedule, in the block order of pipeline/block_parts.h
-// (F; then B and W fused per block), for each micro-batch; the blocks are the GPT's (embedding,
-// layers, head with the tied embedding).
+// (F; then B and W fused per block), for each micro-batch; within a part the groups come in
+// the order of model/param_groups.h (part_groups), which depends on the activation policy.
 
 #include <cstdint>
 #include <vector>
 
 #include "tide/memory/chunk_layout.h"
+#include "tide/model/param_groups.h"
 #include "tide/train/zero_settings.h"
 
 namespace tide {
 
-// One block of the model as the runtime's GPT has it: the tensors it acquires, and those whose
-// gradients are complete after its W (the tied embedding is completed by the embedding block).
-struct ModelBlock {
-  std::vector<int> params;
-  std::vector<int> grads_done;
-};
-
-// The blocks of a layout made by make_layout (model/layout.h), found by tensor name: the
-// embedding block (wte, wpe) on the first stage, one block per layer, and the head block
-// (ln_f and wte, or on a later pipeline stage its own lm_head.weight) on the last stage.
-std::vector<ModelBlock> model_blocks(const ChunkLayout& layout);
-
-// The settings the runtime can run: each bucket raised to the least check_zero_settings accepts
-// (the largest chunk; for stage3_max_live_parameters the largest block's chunks).
+// The settings the runtime can run: stage3_max_live_parameters raised to the least
+// check_zero_settings accepts (the chunks of the largest parameter group).
 ZeroSettings runnable_zero_settings(ZeroSettings s, const ChunkLayout& layout,
-                                    const std::vector<ModelBlock>& blocks);
+                                    const std::vector<BlockGroups>& blocks);
 
 struct ZeroBufferPeak {
   int64_t bytes = 0;      // all buffers the runtime allocates
@@ -58,10 +48,12 @@ struct ZeroBufferPeak {
   int persistent = 0;     // stage 3: chunks that stay gathered
 };
 
-// Replays one step of `micro_batches` micro-batches under ZeRO stage `stage` (1-3).
+// Replays one step of `micro_batches` micro-batches under ZeRO stage `stage` (1-3), the blocks
+// of block_groups(layout) run under activation policy `policy`.
 // `dtype_bytes`: bytes per element of the compute dtype.
 ZeroBufferPeak simulate_zero_buffers(const ChunkLayout& layout,
-                                     const std::vector<ModelBlock>& blocks, int stage,
+                                     const std::vector<BlockGroups>& blocks,
+                                     ActivationPolicy policy, int stage,
                                      const ZeroSettings& settings, int micro_batches,
                                      size_t dtype_bytes);
 

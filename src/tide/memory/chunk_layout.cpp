@@ -16,7 +16,16 @@ int ChunkLayout::add(std::string name, Shape shape, bool decay) {
   s.numel = shape.numel();
   s.decay = decay;
   slots_.push_back(std::move(s));
+  unit_start_.push_back(!units_ || pending_start_);
+  own_chunk_.push_back(pending_start_ && pending_own_);
+  pending_start_ = pending_own_ = false;
   return static_cast<int>(slots_.size()) - 1;
+}
+
+void ChunkLayout::begin_unit(bool own_chunk) {
+  TIDE_ASSERT(!packed());
+  units_ = pending_start_ = true;
+  pending_own_ = own_chunk;
 }
 
 void ChunkLayout::pack(int64_t target_elems, int group_size) {
@@ -24,8 +33,19 @@ void ChunkLayout::pack(int64_t target_elems, int group_size) {
   TIDE_CHECK(group_size >= 1, "chunk group size must be at least 1 (got {})", group_size);
   TIDE_CHECK(target_elems >= 0, "chunk size must be >= 0 elements (got {})", target_elems);
   group_size_ = group_size;
+  const int n = num_tensors();
+  auto unit_end = [&](int begin) {
+    int end = begin + 1;
+    while (end < n && !unit_start_[end]) ++end;
+    return end;
+  };
+  auto unit_elems = [&](int begin, int end) {
+    int64_t e = 0;
+    for (int id = begin; id < end; ++id) e += slots_[id].numel;
+    return e;
+  };
   int64_t largest = 0;
-  for (const TensorSlot& s : slots_) largest = std::max(largest, s.numel);
+  for (int b = 0; b < n; b = unit_end(b)) largest = std::max(largest, unit_elems(b, unit_end(b)));
   target_elems_ = target_elems > 0 ? target_elems : largest;
   const int64_t granule = kAlignElems * group_size;
   int64_t used = 0;
@@ -33,15 +53,23 @@ void ChunkLayout::pack(int64_t target_elems, int group_size) {
     chunk_elems_.push_back((used + granule - 1) / granule * granule);
     used = 0;
   };
-  for (int id = 0; id < num_tensors(); ++id) {
-    TensorSlot& s = slots_[id];
-    // Start the next chunk when this tensor would overflow a non-empty one.
-    if (used > 0 && used + s.numel > target_elems_) close_chunk();
-    if (used == 0) chunk_tensors_.emplace_back();
-    s.chunk = static_cast<int>(chunk_tensors_.size()) - 1;
-    s.offset = used;
-    used += s.numel;
-    chunk_tensors_.back().push_back(id);
+  for (int b = 0; b < n; b = unit_end(b)) {
+    const int e = unit_end(b);
+    const int64_t elems = unit_elems(b, e);
+    // A unit that fits in a chunk starts the next one when it would overflow this one.
+    if (used > 0 && (own_chunk_[b] || (elems <= target_elems_ && used + elems > target_elems_)))
+      close_chunk();
+    for (int id = b; id < e; ++id) {
+      TensorSlot& s = slots_[id];
+      // (Only for a unit larger than the target:) a tensor that would overflow a non-empty
+      // chunk starts the next one.
+      if (used > 0 && used + s.numel > target_elems_) close_chunk();
+      if (used == 0) chunk_tensors_.emplace_back();
+      s.chunk = static_cast<int>(chunk_tensors_.size()) - 1;
+      s.offset = used;
+      used += s.numel;
+      chunk_tensors_.back().push_back(id);
+    }
   }
   close_chunk();
 }

@@ -2,9 +2,13 @@
 // ChunkLayout: where every model tensor lives inside chunks (PatrickStar), and how each chunk is
 // sliced across the ranks of a data-parallel group (ColossalAI Gemini's scheme).
 //
-// Tensors are appended in forward-use order and packed greedily: a chunk takes tensors until
-// the next one would push it past the target size; a tensor larger than the target gets a chunk
-// of its own. A tensor never straddles two chunks, so every tensor is one contiguous view.
+// Tensors are appended in forward-use order, in packing units (the tensors one op reads
+// together: model/param_groups.h), and packed greedily: a chunk takes units until the next one
+// would push it past the target size, so that an op's parameters sit in one chunk and ZeRO-3
+// gathers (automatic placement moves) one chunk for it, not two. The default target is the
+// largest unit. A unit larger than an explicit target is packed tensor by tensor; a tensor
+// larger than the target gets a chunk of its own. A tensor never straddles two chunks, so every
+// tensor is one contiguous view.
 // Each chunk is sized to its payload, rounded up to a multiple of 16 x group_size elements, so
 // that it splits into group_size equal slices, each 64-byte aligned in f32:
 //
@@ -47,8 +51,12 @@ class ChunkLayout {
 
   // Appends a tensor; returns its id (its index in forward-use order).
   int add(std::string name, Shape shape, bool decay);
+  // Starts a packing unit: the tensors added from here to the next begin_unit() stay in one
+  // chunk when they fit in one. `own_chunk`: the unit starts a new chunk even when it would fit
+  // in the current one. Without begin_unit() every tensor is a unit of its own.
+  void begin_unit(bool own_chunk = false);
 
-  // Packs the tensors into chunks of about `target_elems` elements (0: the largest tensor's
+  // Packs the tensors into chunks of about `target_elems` elements (0: the largest unit's
   // size), each splittable into `group_size` equal slices.
   void pack(int64_t target_elems, int group_size = 1);
 
@@ -86,6 +94,9 @@ class ChunkLayout {
 
  private:
   std::vector<TensorSlot> slots_;
+  // Per tensor: it starts a packing unit / that unit must start a chunk (begin_unit).
+  std::vector<bool> unit_start_, own_chunk_;
+  bool units_ = false, pending_start_ = false, pending_own_ = false;
   std::vector<std::vector<int>> chunk_tensors_;
   std::vector<int64_t> chunk_elems_;
   int64_t target_elems_ = 0;

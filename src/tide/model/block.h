@@ -25,6 +25,8 @@
 
 namespace tide {
 
+class GroupAccess;
+
 struct MicroBatch {
   int B = 0, T = 0;
   Tensor tokens;         // (B,T) int32 inputs
@@ -46,6 +48,9 @@ struct MicroBatch {
   StashPool* stash = nullptr;    // where B leaves W's inputs (shared by micro-batches)
   std::vector<int> stash_slot;   // per block: the slot held between its B and W, or -1
   Arena* stash_arena = nullptr;  // the slot of the block whose B is running
+  // The running block part's hold on its parameters: a transformer block calls
+  // params->use(group) before each op (model/group_access.h). Set by GPT around each part.
+  GroupAccess* params = nullptr;
   std::vector<Tensor> residual;  // L+1 block boundaries, each (B,T,C); residual[0] = embedding
   Tensor dresidual;              // (B,T,C) gradient flowing down the residual stream
   std::vector<std::vector<Tensor>> block_saved;  // per block, the block's own saved tensors

@@ -72,27 +72,21 @@ GPT::GPT(const GPTConfig& config, ActivationPolicy policy, const ModelOptions& o
   end_layer_ = first_layer_ + per_stage;
 
   const ChunkLayout& lay = store_->layout();
+  groups_ = tide::block_groups(lay);
   if (has_embedding()) {
-    const int wte = lay.find("wte"), wpe = lay.find("wpe");
-    blocks_.push_back(std::make_unique<EmbeddingBlock>(env_, wte, wpe));
-    grads_done_after_.push_back({wte, wpe});
+    const std::vector<int>& g = groups_.front().groups[0];  // wte, wpe
+    blocks_.push_back(std::make_unique<EmbeddingBlock>(env_, g[0], g[1]));
   }
-  for (int l = first_layer_; l < end_layer_; ++l) {
-    std::vector<int> ids;
-    for (const char* name : kLayerParamNames)
-      ids.push_back(lay.find(fmt::format("h.{}.{}", l, name)));
-    grads_done_after_.push_back(ids);
-    blocks_.push_back(std::make_unique<TransformerBlock>(env_, l, std::move(ids)));
-  }
+  for (int l = first_layer_; l < end_layer_; ++l)
+    blocks_.push_back(std::make_unique<TransformerBlock>(
+        env_, l, groups_[blocks_.size()].ids()));  // kLayerParamNames order
   if (has_head()) {
-    const int lnf_w = lay.find("ln_f.weight"), lnf_b = lay.find("ln_f.bias");
     // One stage: the head reads wte itself, whose gradient is complete after the embedding
     // (the last of its two users in backward order). Several: the last stage's own copy.
-    const int head_w = pp_ > 1 ? lay.find("lm_head.weight") : lay.find("wte");
-    blocks_.push_back(std::make_unique<HeadBlock>(env_, head_w, lnf_w, lnf_b));
-    grads_done_after_.push_back({lnf_w, lnf_b});
-    if (pp_ > 1) grads_done_after_.back().push_back(head_w);
+    const std::vector<int>& g = groups_.back().groups[0];  // ln_f w, b, the LM head weight
+    blocks_.push_back(std::make_unique<HeadBlock>(env_, g[2], g[0], g[1]));
   }
+  TIDE_ASSERT(blocks_.size() == groups_.size());
 }
 
 void GPT::init_weights(uint64_t seed) {
@@ -208,14 +202,23 @@ size_t GPT::stash_slot_bytes(int B, int T) const {
   return m;
 }
 
-void GPT::forward_block(MicroBatch& mb, int i) {
+// A block part under `access`: a block that acquires per op (a transformer block) calls
+// access.use(g) before each op; the others read all their parameters, one group acquired
+// around the part.
+void GPT::run_part(MicroBatch& mb, int i, GroupAccess& access, void (Block::*part)(MicroBatch&)) {
   const size_t mark = mb.workspace.mark();
-  const std::vector<int>& ids = blocks_[i]->param_ids();
-  const TraceSpan span(mb.tracer, "forward", "compute", {{"block", i}, {"mb", mb.index}});
-  store_->acquire(ids, Use::FORWARD);
-  blocks_[i]->forward(mb);
-  store_->release(ids, Use::FORWARD);
+  mb.params = &access;
+  if (!groups_[i].per_op) access.use(0);
+  (blocks_[i].get()->*part)(mb);
+  access.finish();
+  mb.params = nullptr;
   mb.workspace.rewind(mark);
+}
+
+void GPT::forward_block(MicroBatch& mb, int i) {
+  const TraceSpan span(mb.tracer, "forward", "compute", {{"block", i}, {"mb", mb.index}});
+  GroupAccess access(*store_, groups_[i], Use::FORWARD);
+  run_part(mb, i, access, &Block::forward);
 }
 
 void GPT::backward_input_block(MicroBatch& mb, int i) {
@@ -226,30 +229,22 @@ void GPT::backward_input_block(MicroBatch& mb, int i) {
   mb.stash_arena = &mb.stash->slot(slot);
   // The head starts the backward pass (a stage without it gets residual_grad from outside).
   if (has_head() && i == num_blocks() - 1) std::memset(mb.dresidual.data, 0, mb.dresidual.nbytes());
-  const size_t mark = mb.workspace.mark();
-  const std::vector<int>& ids = blocks_[i]->param_ids();
   const TraceSpan span(mb.tracer, "backward", "compute", {{"block", i}, {"mb", mb.index}});
-  store_->acquire(ids, Use::BACKWARD);
-  blocks_[i]->backward_input(mb);
-  store_->release(ids, Use::BACKWARD);
-  mb.workspace.rewind(mark);
+  GroupAccess access(*store_, groups_[i], Use::BACKWARD);
+  run_part(mb, i, access, &Block::backward_input);
   mb.stash_arena = nullptr;
 }
 
 void GPT::backward_weight_block(MicroBatch& mb, int i, bool mark_grads) {
   TIDE_CHECK(mb.stash_slot[i] >= 0, "backward_weight of block {} needs its backward_input first",
              i);
-  const size_t mark = mb.workspace.mark();
-  const std::vector<int>& ids = blocks_[i]->param_ids();
   const TraceSpan span(mb.tracer, "weight", "compute", {{"block", i}, {"mb", mb.index}});
-  store_->acquire(ids, Use::WEIGHT);
-  blocks_[i]->backward_weight(mb);
-  store_->release(ids, Use::WEIGHT);
-  mb.workspace.rewind(mark);
+  // With mark_grads each group's gradients are reported complete as the W lets go of it,
+  // inside the span: the gradient reductions this starts are part of W.
+  GroupAccess access(*store_, groups_[i], Use::WEIGHT, mark_grads ? mb.index : -1);
+  run_part(mb, i, access, &Block::backward_weight);
   mb.stash->give_back(mb.stash_slot[i]);
   mb.stash_slot[i] = -1;
-  if (mark_grads)  // inside the span: the gradient reductions this starts are part of W
-    for (int id : grads_done_after_[i]) store_->mark_grad_ready(id, mb.index);
 }
 
 float GPT::forward(MicroBatch& mb) {

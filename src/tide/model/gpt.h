@@ -19,14 +19,16 @@
 // Face's GPT-2 ("h.3.attn.c_attn.weight"), with linear weights stored (out, in) as in PyTorch's
 // nn.Linear.
 //
-// Every block part runs between store.acquire(its params) and store.release(...): the model
-// never moves memory or sets tensor states itself, and runs with parameters that are not
-// resident until acquired (the placement policy fetches them).
+// Every op of a block part runs between store.acquire(its parameter group) and
+// store.release(...) (param_groups.h, group_access.h): the model never moves memory or sets
+// tensor states itself, and runs with parameters that are not resident until acquired (the
+// placement policy fetches them).
 
 #include <memory>
 #include <vector>
 
 #include "tide/model/blocks.h"
+#include "tide/model/group_access.h"
 #include "tide/model/layout.h"
 
 namespace tide {
@@ -79,6 +81,9 @@ class GPT {
   const ChunkStore& store() const { return *store_; }
   int num_blocks() const { return static_cast<int>(blocks_.size()); }
   Block& block(int i) { return *blocks_[i]; }
+  // The groups block i acquires its parameters in (param_groups.h), and all blocks' groups.
+  const BlockGroups& block_groups(int i) const { return groups_[i]; }
+  const std::vector<BlockGroups>& all_block_groups() const { return groups_; }
   // Pipeline placement: stages, this model's stage, its transformer layers [first, end).
   int pp() const { return pp_; }
   int stage() const { return stage_; }
@@ -145,9 +150,12 @@ class GPT {
   BlockEnv env_;
   std::unique_ptr<ChunkStore> store_;
   std::vector<std::unique_ptr<Block>> blocks_;
-  // For each block, the parameters whose gradient is complete once that block's W is done
-  // (wte: only after the embedding, the last of its two users in backward order).
-  std::vector<std::vector<int>> grads_done_after_;
+  // Per block, its parameter groups and the gradients each group's W completes
+  // (param_groups.h; wte: only after the embedding, the last of its two users in backward
+  // order).
+  std::vector<BlockGroups> groups_;
+
+  void run_part(MicroBatch& mb, int i, GroupAccess& access, void (Block::*part)(MicroBatch&));
 };
 
 }  // namespace tide

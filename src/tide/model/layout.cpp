@@ -1,5 +1,8 @@
 #include "tide/model/layout.h"
 
+#include <algorithm>
+#include <iterator>
+
 #include "tide/core/error.h"
 
 namespace tide {
@@ -62,15 +65,19 @@ ChunkLayout make_layout(const GPTConfig& c, RankCoords at) {
   const int64_t vocab_rows = vocab_rows_per_rank(c, at.tp);
   ChunkLayout layout;
   if (at.stage == 0) {
+    layout.begin_unit();
     layout.add("wte", {vocab_rows, C}, true);
     layout.add("wpe", {c.max_seq_len, C}, true);
   }
   const int per_stage = c.n_layer / at.pp;
   for (int l = at.stage * per_stage; l < (at.stage + 1) * per_stage; ++l)
-    for (int i = 0; i < 12; ++i)
+    for (int i = 0; i < 12; ++i) {
+      if (std::ranges::find(kLayerGroupBegin, i) != std::end(kLayerGroupBegin)) layout.begin_unit();
       layout.add(fmt::format("h.{}.{}", l, kLayerParamNames[i]), layer_shapes[i],
                  layer_shapes[i].ndim >= 2);  // decay matrices, not biases or norms
+    }
   if (at.stage == at.pp - 1) {
+    layout.begin_unit(/*own_chunk=*/true);
     layout.add("ln_f.weight", {C}, false);
     layout.add("ln_f.bias", {C}, false);
     if (at.pp > 1) layout.add("lm_head.weight", {vocab_rows, C}, true);

@@ -14,7 +14,10 @@
 //   last stage      ln_f (C); with p > 1 also lm_head.weight, the last stage's copy of the
 //                   tied wte (its gradient is summed with the first stage's)
 // Layers are split evenly over stages, in order. Tensors are declared in forward-use order,
-// which is the chunk packing order, so the next tensor needed is usually in the same chunk.
+// which is the chunk packing order, so the next tensor needed is usually in the same chunk;
+// each parameter group (model/param_groups.h) is a packing unit, kept in one chunk, and the
+// head's ln_f starts a chunk of its own: the head's W, the first in backward, would otherwise
+// hold the last layer's chunk's gradient buffer through that layer's B.
 // With t = p = 1 the sizes add up to GPTConfig::num_parameters().
 
 #include <string>
@@ -33,6 +36,9 @@ struct RankCoords {
 
 // Names of a transformer layer's 12 parameters, in declaration order.
 extern const char* const kLayerParamNames[12];
+// Where a transformer layer's parameter groups begin in kLayerParamNames
+// (model/param_groups.h): ln_1 + attn.c_attn, attn.c_proj, ln_2 + mlp.c_fc, mlp.c_proj.
+inline constexpr int kLayerGroupBegin[4] = {0, 4, 6, 10};
 
 // Rows of the vocabulary-parallel token embedding on each of `tp` ranks.
 int64_t vocab_rows_per_rank(const GPTConfig& config, int tp);

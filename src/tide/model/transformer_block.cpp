@@ -2,11 +2,16 @@
 #include <cstring>
 
 #include "tide/model/blocks.h"
+#include "tide/model/group_access.h"
 
 namespace tide {
 
 // Parameter slots (index into param_ids_).
 enum Param { LN1_W, LN1_B, ATTN_W, ATTN_B, PROJ_W, PROJ_B, LN2_W, LN2_B, FC_W, FC_B, FC2_W, FC2_B };
+
+// The groups the ops acquire their parameters in (param_groups.h): every op below is preceded
+// by use(its group), in the order part_groups() gives for each part.
+enum Group { LN1_ATTN = 0, PROJ = 1, LN2_FC = 2, FC2 = 3 };
 
 // Forward intermediates (index into block_saved), then the B->W gradients appended by
 // backward_input.
@@ -58,6 +63,7 @@ std::vector<Tensor> TransformerBlock::compute_forward(MicroBatch& mb, Tensor x, 
   const int64_t Cl = C / t, NHl = NH / t, Ts = env_.seq_local(T);
   const OpContext& op = env_.op;
   auto p = [&](Param i) { return env_.param(param_ids_[i]); };
+  auto use = [&](Group g) { mb.params->use(g); };
   // Where each intermediate goes: kept for backward in mb.saved, or temporary in the
   // workspace (during evaluation, a recomputation, or when the policy drops it).
   // A full recomputation (inside B) puts them in the stash: W reads them later.
@@ -73,6 +79,7 @@ std::vector<Tensor> TransformerBlock::compute_forward(MicroBatch& mb, Tensor x, 
   s[LN1] = main.alloc_tensor({B, Ts, C});
   s[LN1_MEAN] = main.alloc_tensor({B, Ts});
   s[LN1_RSTD] = main.alloc_tensor({B, Ts});
+  use(LN1_ATTN);
   layernorm_forward(op, s[LN1], s[LN1_MEAN], s[LN1_RSTD], x, p(LN1_W), p(LN1_B));
   s[LN1F] = env_.to_full(s[LN1], whole, mb.workspace);  // (B,T,C)
   s[QKV] = main.alloc_tensor({B, T, 3 * Cl});
@@ -82,6 +89,7 @@ std::vector<Tensor> TransformerBlock::compute_forward(MicroBatch& mb, Tensor x, 
   s[ATTY] = main.alloc_tensor({B, T, Cl});
   attention_forward(op, s[ATTY], s[PREATT], s[ATT], s[QKV], static_cast<int>(NHl),
                     attn_dropout(mb));
+  use(PROJ);
   Tensor proj = row_parallel_forward(mb, s[ATTY], p(PROJ_W), p(PROJ_B));  // (B,Ts,C)
   dropout_forward(op, proj, proj, env_.seq_dropout(mb, layer_, ATTN_RESID, C));
   s[RES2] = main.alloc_tensor({B, Ts, C});
@@ -89,6 +97,7 @@ std::vector<Tensor> TransformerBlock::compute_forward(MicroBatch& mb, Tensor x, 
   s[LN2] = main.alloc_tensor({B, Ts, C});
   s[LN2_MEAN] = main.alloc_tensor({B, Ts});
   s[LN2_RSTD] = main.alloc_tensor({B, Ts});
+  use(LN2_FC);
   layernorm_forward(op, s[LN2], s[LN2_MEAN], s[LN2_RSTD], s[RES2], p(LN2_W), p(LN2_B));
   s[LN2F] = env_.to_full(s[LN2], whole, mb.workspace);  // (B,T,C)
   s[FCH] = main.alloc_tensor({B, T, 4 * Cl});
@@ -96,6 +105,7 @@ std::vector<Tensor> TransformerBlock::compute_forward(MicroBatch& mb, Tensor x, 
   s[FCH_GELU] = main.alloc_tensor({B, T, 4 * Cl});
   gelu_forward(op, s[FCH_GELU], s[FCH]);
   if (!recompute) {  // a recomputation must not touch the block output (already consumed)
+    use(FC2);
     Tensor fc2 = row_parallel_forward(mb, s[FCH_GELU], p(FC2_W), p(FC2_B));  // (B,Ts,C)
     dropout_forward(op, fc2, fc2, env_.seq_dropout(mb, layer_, MLP_RESID, C));
     residual_forward(op, mb.residual[layer_ + 1], s[RES2], fc2);
@@ -146,6 +156,7 @@ void TransformerBlock::backward_input(MicroBatch& mb) {
   const int64_t Cl = C / t, NHl = cfg.n_head / t, Ts = env_.seq_local(T);
   const OpContext& op = env_.op;
   auto p = [&](Param i) { return env_.param(param_ids_[i]); };
+  auto use = [&](Group g) { mb.params->use(g); };
   std::vector<Tensor>& s = mb.block_saved[layer_ + 1];
   Arena& w = *mb.stash_arena;
   Arena& tmp = mb.workspace;
@@ -187,10 +198,12 @@ void TransformerBlock::backward_input(MicroBatch& mb) {
   dropout_forward(op, s[DFC2], dy, env_.seq_dropout(mb, layer_, MLP_RESID, C));
   s[DFC2F] = env_.to_full(s[DFC2], w, tmp);  // (B,T,C)
   Tensor dgelu = tmp.zeros({B, T, 4 * Cl});
+  use(FC2);
   matmul_backward_input(op, dgelu, s[DFC2F], p(FC2_W));
   s[DFCH] = w.zeros({B, T, 4 * Cl});
   gelu_backward(op, s[DFCH], dgelu, s[FCH]);
   Tensor dln2 = env_.sp ? tmp.zeros({B, T, C}) : w.zeros({B, T, C});
+  use(LN2_FC);
   matmul_backward_input(op, dln2, s[DFCH], p(FC_W));
   s[DLN2] = env_.to_shard(dln2, w, tmp);  // f's backward: the ranks' partial d(ln_2 output)
   layernorm_backward_input(op, dy, s[DLN2], s[RES2], p(LN2_W), s[LN2_MEAN], s[LN2_RSTD]);
@@ -199,11 +212,13 @@ void TransformerBlock::backward_input(MicroBatch& mb) {
   dropout_forward(op, s[DPROJ], dy, env_.seq_dropout(mb, layer_, ATTN_RESID, C));  // as DFC2
   s[DPROJF] = env_.to_full(s[DPROJ], w, tmp);
   Tensor datty = tmp.zeros({B, T, Cl});
+  use(PROJ);
   matmul_backward_input(op, datty, s[DPROJF], p(PROJ_W));
   s[DQKV] = w.zeros({B, T, 3 * Cl});
   attention_backward(op, s[DQKV], datty, s[QKV], s[PREATT], s[ATT], static_cast<int>(NHl),
                      attn_dropout(mb));
   Tensor dln1 = env_.sp ? tmp.zeros({B, T, C}) : w.zeros({B, T, C});
+  use(LN1_ATTN);
   matmul_backward_input(op, dln1, s[DQKV], p(ATTN_W));
   s[DLN1] = env_.to_shard(dln1, w, tmp);  // f's backward: the ranks' partial d(ln_1 output)
   layernorm_backward_input(op, dy, s[DLN1], s[XIN], p(LN1_W), s[LN1_MEAN], s[LN1_RSTD]);
@@ -212,22 +227,31 @@ void TransformerBlock::backward_input(MicroBatch& mb) {
 void TransformerBlock::backward_weight(MicroBatch& mb) {
   const OpContext& op = env_.op;
   auto g = [&](Param i) { return env_.grad(param_ids_[i]); };
+  auto use = [&](Group g) { mb.params->use(g); };
   const std::vector<Tensor>& s = mb.block_saved[layer_ + 1];
   // Under SP the layernorms see only this rank's positions: their gradients are partial sums,
-  // computed into `part` and all-reduced (the row-parallel biases' come from the whole
-  // DFC2F / DPROJF, complete on every rank).
+  // computed into `part` and all-reduced while their group is held (the row-parallel biases'
+  // come from the whole DFC2F / DPROJF, complete on every rank).
   const int64_t C = env_.config->n_embd;
   const Tensor part = env_.sp ? mb.workspace.zeros({4 * C}) : Tensor();
   auto ln_grad = [&](Param i, int k) { return env_.sp ? Tensor(part.f32() + k * C, {C}) : g(i); };
+  auto sp_sum = [&](int k, Param w, Param b) {  // the partial sums k, k+1 into w's and b's grads
+    if (env_.sp) env_.add_sp_partial_grads(Tensor(part.f32() + k * C, {2 * C}), {g(w), g(b)});
+  };
+  use(FC2);
   matmul_backward_weight(op, g(FC2_W), g(FC2_B), s[DFC2F], s[FCH_GELU]);
+  use(LN2_FC);
   matmul_backward_weight(op, g(FC_W), g(FC_B), s[DFCH], s[LN2F]);
   layernorm_backward_weight(op, ln_grad(LN2_W, 0), ln_grad(LN2_B, 1), s[DLN2], s[RES2], s[LN2_MEAN],
                             s[LN2_RSTD]);
+  sp_sum(0, LN2_W, LN2_B);
+  use(PROJ);
   matmul_backward_weight(op, g(PROJ_W), g(PROJ_B), s[DPROJF], s[ATTY]);
+  use(LN1_ATTN);
   matmul_backward_weight(op, g(ATTN_W), g(ATTN_B), s[DQKV], s[LN1F]);
   layernorm_backward_weight(op, ln_grad(LN1_W, 2), ln_grad(LN1_B, 3), s[DLN1], s[XIN], s[LN1_MEAN],
                             s[LN1_RSTD]);
-  if (env_.sp) env_.add_sp_partial_grads(part, {g(LN2_W), g(LN2_B), g(LN1_W), g(LN1_B)});
+  sp_sum(2, LN1_W, LN1_B);
 }
 
 // Sizes, per the allocations above, with Cl = C/t, NHl = NH/t over t tensor-parallel ranks

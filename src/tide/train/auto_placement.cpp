@@ -32,14 +32,14 @@ class AutoPlacement::BufferAllocator final : public Allocator {
 };
 
 AutoPlacement::AutoPlacement(ChunkStore& store, Allocator& device, Allocator& host,
-                             std::vector<std::vector<int>> block_chunks,
-                             std::span<const BlockAccess> accesses,
+                             std::vector<std::vector<int>> group_chunks,
+                             std::span<const ParamAccess> accesses,
                              std::function<size_t()> activation_bytes)
     : store_(store),
       device_(device),
       host_(host),
       buffers_(std::make_unique<BufferAllocator>(*this, device)),
-      block_chunks_(std::move(block_chunks)),
+      group_chunks_(std::move(group_chunks)),
       activation_bytes_(std::move(activation_bytes)),
       num_chunks_(store.layout().num_chunks()),
       budget_(device.limit()),
@@ -47,7 +47,7 @@ AutoPlacement::AutoPlacement(ChunkStore& store, Allocator& device, Allocator& ho
   TIDE_CHECK(budget_ > 0,
              "placement.policy=auto needs a compute tier with a byte limit "
              "(placement.device_memory_limit > 0)");
-  // ZeRO-3 on 2 or more ranks: the gathers bring each block's parameters into buffers of the
+  // ZeRO-3 on 2 or more ranks: the gathers bring each group's parameters into buffers of the
   // compute tier (from buffer_allocator()); the owned slices are needed there only by Adam.
   gathered_params_ = store_.sliced(ChunkKind::PARAM) && store_.layout().group_size() > 1;
   for (ChunkKind k : kKinds)
@@ -57,9 +57,9 @@ AutoPlacement::AutoPlacement(ChunkStore& store, Allocator& device, Allocator& ho
                    "placement.policy=auto: {} chunk {} must start on the host tier",
                    chunk_kind_name(k), c);
       }
-  for (const BlockAccess& a : accesses_)
-    TIDE_CHECK(a.block >= 0 && a.block < static_cast<int>(block_chunks_.size()),
-               "access to block {} of {}", a.block, block_chunks_.size());
+  for (const ParamAccess& a : accesses_)
+    TIDE_CHECK(a.group >= 0 && a.group < static_cast<int>(group_chunks_.size()),
+               "access to parameter group {} of {}", a.group, group_chunks_.size());
   uses_.assign(kNumChunkKinds * num_chunks_, {});
   for (int p = 0; p < positions(); ++p)
     for (int item : needs_at(p)) uses_[item].push_back(p);
@@ -91,10 +91,10 @@ std::vector<int> AutoPlacement::needs_at(int pos) const {
   std::vector<int> need;
   const int A = static_cast<int>(accesses_.size());
   if (pos < A) {
-    const BlockAccess& a = accesses_[pos];
+    const ParamAccess& a = accesses_[pos];
     const ChunkKind k = a.use == Use::WEIGHT ? ChunkKind::GRAD : ChunkKind::PARAM;
     if (k == ChunkKind::PARAM && gathered_params_) return need;
-    for (int c : block_chunks_[a.block])
+    for (int c : group_chunks_[a.group])
       if (movable_kind(k, c)) need.push_back(item_index(k, c));
     return need;
   }
@@ -218,7 +218,7 @@ bool AutoPlacement::make_resident(std::span<const int> need, int pos, bool allow
     const int A = static_cast<int>(accesses_.size());
     const std::string what =
         pos < 0   ? std::string("a forward outside the training step (validation)")
-        : pos < A ? fmt::format("access {} of the step (block {})", pos, accesses_[pos].block)
+        : pos < A ? fmt::format("access {} of the step (parameter group {})", pos, accesses_[pos].group)
                   : fmt::format("the optimizer step of chunk {}", pos - A);
     TIDE_FAIL(
         "placement.policy=auto: placement.device_memory_limit ({:.2f} MiB) is too small: {} "

@@ -18,8 +18,8 @@
 // tier (from buffer_allocator()), so the owned PARAM slices are needed there only by Adam; its
 // persistent chunks stay gathered (attached) and their slices where they are.
 //
-// A step is a list of accesses (positions): the block accesses of the engine (F and B need the
-// block's PARAM chunks, W its GRAD chunks), then one optimizer access per chunk c (its PARAM,
+// A step is a list of accesses (positions): the parameter-group accesses of the engine (F and B need the
+// group's PARAM chunks, W its GRAD chunks), then one optimizer access per chunk c (its PARAM,
 // GRAD, ADAM_M, ADAM_V and a separate MASTER). Before each access:
 //   * the limit for chunks on the compute tier is device_memory_limit minus the non-model bytes
 //     of that access: in the warm-up (the first step) the bytes measured now; afterwards the max
@@ -74,11 +74,11 @@ struct AutoPlacementSettings {
 class AutoPlacement final : public PlacementPolicy {
  public:
   // `device`: the budgeted compute tier (its limit is the budget); `host`: where chunks start
-  // and are evicted to (the store's allocator of every kind). `block_chunks[b]`: the chunks of
-  // block b's parameters. `activation_bytes`: the activation bytes in use now.
-  // `accesses`: the block accesses of every step, in order (they must outlive the policy).
+  // and are evicted to (the store's allocator of every kind). `group_chunks[g]`: the chunks of
+  // parameter group g (model/param_groups.h). `activation_bytes`: the activation bytes in use now.
+  // `accesses`: the group accesses of every step, in order (they must outlive the policy).
   AutoPlacement(ChunkStore& store, Allocator& device, Allocator& host,
-                std::vector<std::vector<int>> block_chunks, std::span<const BlockAccess> accesses,
+                std::vector<std::vector<int>> group_chunks, std::span<const ParamAccess> accesses,
                 std::function<size_t()> activation_bytes);
   ~AutoPlacement() override;
   // The engine's own policy, which every hook delegates to.
@@ -121,7 +121,7 @@ class AutoPlacement final : public PlacementPolicy {
   bool movable_kind(ChunkKind k, int c) const;
   bool on_device(int item) const;
   size_t item_bytes(int item) const;
-  // Positions: block accesses 0..A-1, then chunk c's optimizer access at A + c.
+  // Positions: group accesses 0..A-1, then chunk c's optimizer access at A + c.
   int positions() const { return static_cast<int>(accesses_.size()) + num_chunks_; }
   std::vector<int> needs_at(int pos) const;
   int64_t next_use(int item, int pos) const;
@@ -142,13 +142,13 @@ class AutoPlacement final : public PlacementPolicy {
   Allocator& host_;
   PlacementPolicy* inner_ = nullptr;
   std::unique_ptr<BufferAllocator> buffers_;
-  std::vector<std::vector<int>> block_chunks_;
+  std::vector<std::vector<int>> group_chunks_;
   std::function<size_t()> activation_bytes_;
   int num_chunks_ = 0;
   size_t budget_ = 0;
   size_t on_device_bytes_ = 0;
 
-  std::span<const BlockAccess> accesses_;
+  std::span<const ParamAccess> accesses_;
   std::vector<std::vector<int>> uses_;  // per item: the positions that need it, ascending
   int pos_ = 0;                         // the access under way (-1: outside a step)
   bool in_step_ = false;

@@ -126,15 +126,19 @@ std::pair<int, int> in_flight(const pipeline::Schedule& s, int blocks) {
   return {peak_mbs, peak_stashes};
 }
 
-// The order in which a step's block parts use the blocks' parameters (ZeRO-3 prefetches by it).
-std::vector<BlockAccess> block_accesses(const pipeline::Schedule& s, int blocks) {
-  std::vector<BlockAccess> seq;
+// The order in which a step's block parts acquire the model's parameter groups
+// (model/param_groups.h; ZeRO-3 prefetches by it, automatic placement plans by it).
+std::vector<ParamAccess> group_accesses(const pipeline::Schedule& s, const GPT& model) {
+  const ParamGroups groups(model.all_block_groups());
+  std::vector<ParamAccess> seq;
   for (const pipeline::Action& a : s.actions[0]) {
     if (!pipeline::is_compute(a.op)) continue;
-    for (const pipeline::BlockPart& p : pipeline::block_parts(a.op, blocks, s.split_backward))
-      seq.push_back({p.block, p.op == Op::F   ? Use::FORWARD
-                              : p.op == Op::B ? Use::BACKWARD
-                                              : Use::WEIGHT});
+    for (const pipeline::BlockPart& p :
+         pipeline::block_parts(a.op, model.num_blocks(), s.split_backward)) {
+      const Use use = p.op == Op::F ? Use::FORWARD : p.op == Op::B ? Use::BACKWARD : Use::WEIGHT;
+      for (int g : part_groups(model.block_groups(p.block), use, model.policy()))
+        seq.push_back({groups.first[p.block] + g, use});
+    }
   }
   return seq;
 }
@@ -239,14 +243,15 @@ Engine::Engine(GPT& model, std::shared_ptr<ProcessGroup> dp, pipeline::Schedule 
              "zero_optimization.offload_optimizer.device=cpu needs zero_optimization.stage 1, 2 "
              "or 3 (ZeRO-Offload partitions the optimizer state it offloads, as DeepSpeed "
              "does); set zero_optimization.stage to 1 or more");
-  accesses_ = block_accesses(schedule_, model_.num_blocks());
+  accesses_ = group_accesses(schedule_, model_);
+  std::vector<std::vector<int>> group_params = ParamGroups(model_.all_block_groups()).ids;
   if (placement.device) {
     TIDE_CHECK(!zero.offload_optimizer.enabled && model_.tp() == 1 && placement.host,
                "placement.policy=auto places the optimizer state itself: it runs without "
                "ZeRO-Offload and tensor parallelism, with a host allocator for every kind");
-    std::vector<std::vector<int>> block_chunks;
-    for (int i = 0; i < model_.num_blocks(); ++i)
-      block_chunks.push_back(store.layout().chunks_of(model_.block(i).param_ids()));
+    std::vector<std::vector<int>> group_chunks;
+    for (const std::vector<int>& ids : group_params)
+      group_chunks.push_back(store.layout().chunks_of(ids));
     // Non-model memory besides ZeRO's buffers: the micro-batches' activations in use.
     auto activations = [this] {
       size_t b = 0;
@@ -254,7 +259,7 @@ Engine::Engine(GPT& model, std::shared_ptr<ProcessGroup> dp, pipeline::Schedule 
       return b;
     };
     auto_ = std::make_unique<AutoPlacement>(store, *placement.device, *placement.host,
-                                            std::move(block_chunks), accesses_, activations);
+                                            std::move(group_chunks), accesses_, activations);
   }
   if (zero.stage == 0) {
     reduction_ = std::make_unique<GradReduction>(*dp_);
@@ -262,10 +267,8 @@ Engine::Engine(GPT& model, std::shared_ptr<ProcessGroup> dp, pipeline::Schedule 
     store.set_policy(auto_ ? static_cast<PlacementPolicy*>(auto_.get()) : reduction_.get());
     return;
   }
-  std::vector<std::vector<int>> block_params;
-  for (int i = 0; i < model_.num_blocks(); ++i) block_params.push_back(model_.block(i).param_ids());
   zero_ =
-      std::make_unique<ZeroPolicy>(store, *dp_, zero, std::move(block_params),
+      std::make_unique<ZeroPolicy>(store, *dp_, zero, std::move(group_params),
                                    auto_ ? auto_->buffer_allocator() : *store.options().compute);
   if (auto_) auto_->set_inner(zero_.get());
   store.set_policy(auto_ ? static_cast<PlacementPolicy*>(auto_.get()) : zero_.get());

@@ -183,7 +183,7 @@ class Engine {
   std::unique_ptr<HostAllocator> offload_host_;  // ZeRO-Offload's host gradient buffers
   std::unique_ptr<OffloadPolicy> offload_;       // ZeRO-Offload
   OffloadSettings offload_settings_;
-  std::vector<BlockAccess> accesses_;  // the blocks' parameter uses in one step
+  std::vector<ParamAccess> accesses_;  // the parameter groups acquired in one step, in order
   // The block parts a B and a W action run (pipeline/block_parts.h), built once.
   std::vector<pipeline::BlockPart> b_parts_, w_parts_;
 };

@@ -228,10 +228,9 @@ PipelineEngine::PipelineEngine(std::vector<GPT*> models, std::shared_ptr<Process
     zero_stage_ = sliced_stage;
     zero.stage = sliced_stage;
     for (GPT* m : models_) {
-      std::vector<std::vector<int>> block_params;
-      for (int i = 0; i < m->num_blocks(); ++i) block_params.push_back(m->block(i).param_ids());
       ChunkStore& st = m->store();
-      zero_.push_back(std::make_unique<ZeroPolicy>(st, *dp_, zero, std::move(block_params),
+      zero_.push_back(std::make_unique<ZeroPolicy>(st, *dp_, zero,
+                                                   ParamGroups(m->all_block_groups()).ids,
                                                    *st.options().compute));
       st.set_policy(zero_.back().get());
     }

@@ -26,40 +26,31 @@ Tensor own_part(const Tensor& whole, int64_t slice, int rank) {
 }  // namespace
 
 void check_zero_settings(const ZeroSettings& s, const ChunkLayout& layout,
-                         const std::vector<std::vector<int>>& block_params) {
+                         const std::vector<std::vector<int>>& group_params) {
   TIDE_CHECK(s.stage >= 0 && s.stage <= 3, "zero_optimization.stage must be 0, 1, 2 or 3 (got {})",
              s.stage);
-  if (s.stage == 0) return;
-  const int64_t chunk = layout.max_chunk_elems();
-  TIDE_CHECK(s.reduce_bucket_size >= chunk,
-             "zero_optimization.reduce_bucket_size ({}) must hold the largest chunk ({} elements): "
-             "tide reduces gradients a chunk at a time; raise it or lower chunk_size_mb",
-             s.reduce_bucket_size, chunk);
-  TIDE_CHECK(s.allgather_bucket_size >= chunk,
-             "zero_optimization.allgather_bucket_size ({}) must hold the largest chunk ({} "
-             "elements): tide gathers parameters a chunk at a time; raise it or lower "
-             "chunk_size_mb",
-             s.allgather_bucket_size, chunk);
+  // reduce_bucket_size and allgather_bucket_size may be smaller than a chunk: such a chunk is
+  // reduced (gathered) alone and waited for at once.
   if (s.stage < 3) return;
   int64_t need = 0;
-  for (const auto& ids : block_params) {
+  for (const auto& ids : group_params) {
     int64_t elems = 0;
     for (int c : layout.chunks_of(ids)) elems += layout.chunk_elems(c);
     need = std::max(need, elems);
   }
   TIDE_CHECK(s.max_live_parameters >= need,
-             "zero_optimization.stage3_max_live_parameters ({}) is below what one block needs "
-             "gathered at once ({} elements: the chunks of its parameters); raise it or lower "
-             "chunk_size_mb",
+             "zero_optimization.stage3_max_live_parameters ({}) is below what one op needs "
+             "gathered at once ({} elements: the chunks of its parameter group); raise it or "
+             "lower chunk_size_mb",
              s.max_live_parameters, need);
 }
 
 ZeroPolicy::ZeroPolicy(ChunkStore& store, ProcessGroup& dp, const ZeroSettings& settings,
-                       std::vector<std::vector<int>> block_params, Allocator& buffers)
+                       std::vector<std::vector<int>> group_params, Allocator& buffers)
     : store_(store),
       dp_(dp),
       s_(settings),
-      block_params_(std::move(block_params)),
+      group_params_(std::move(group_params)),
       pool_(&buffers),
       gathers_(dp.size() > 1 || store.options().param_slices != nullptr) {
   const ChunkLayout& lay = store_.layout();
@@ -70,8 +61,8 @@ ZeroPolicy::ZeroPolicy(ChunkStore& store, ProcessGroup& dp, const ZeroSettings& 
   TIDE_CHECK(store_.compute_dtype() == DType::F32,
              "ZeRO on the CPU reduces f32 gradients; the store computes in {}",
              dtype_name(store_.compute_dtype()));
-  check_zero_settings(s_, lay, block_params_);
-  for (const auto& ids : block_params_) block_chunks_.push_back(lay.chunks_of(ids));
+  check_zero_settings(s_, lay, group_params_);
+  for (const auto& ids : group_params_) group_chunks_.push_back(lay.chunks_of(ids));
   const int n = lay.num_chunks();
   param_buffer_.assign(n, -1);
   grad_buffer_.assign(n, -1);
@@ -125,10 +116,10 @@ void ZeroPolicy::detach(ChunkKind k, int c) {
   b = -1;
 }
 
-void ZeroPolicy::begin_step(std::span<const BlockAccess> accesses) {
-  for (const BlockAccess& a : accesses)
-    TIDE_CHECK(a.block >= 0 && a.block < static_cast<int>(block_params_.size()),
-               "access to block {} of {}", a.block, block_params_.size());
+void ZeroPolicy::begin_step(std::span<const ParamAccess> accesses) {
+  for (const ParamAccess& a : accesses)
+    TIDE_CHECK(a.group >= 0 && a.group < static_cast<int>(group_params_.size()),
+               "access to parameter group {} of {}", a.group, group_params_.size());
   accesses_ = accesses;
   pos_ = prefetched_to_ = 0;
   in_step_ = true;
@@ -215,11 +206,11 @@ void ZeroPolicy::on_acquire(ChunkStore& store, std::span<const int> ids, Use use
       for (int id : ids) wait_gathered(lay.slot(id).chunk);
     return;
   }
-  const BlockAccess& a = accesses_[pos_];
-  TIDE_CHECK(a.use == use && std::ranges::equal(block_params_[a.block], ids),
+  const ParamAccess& a = accesses_[pos_];
+  TIDE_CHECK(a.use == use && std::ranges::equal(group_params_[a.group], ids),
              "ZeRO-3: the model's parameter accesses do not follow the step's sequence at access "
-             "{} (block {}): the engine's access list is wrong",
-             pos_, a.block);
+             "{} (group {}): the engine's access list is wrong",
+             pos_, a.group);
   ++pos_;
   for (int c : param_chunks(a)) wait_gathered(c);
   prefetch_after(pos_);
@@ -267,7 +258,7 @@ void ZeroPolicy::on_grads_ready(ChunkStore& store, int c, int micro_batch) {
                                      ReduceOp::Sum),
             trace, store.grads_complete(c)};
   counters_.reduce_scatters += 1;
-  if (!s_.overlap_comm) {
+  if (!overlaps(elems)) {
     complete_reduction(p);
     return;
   }
@@ -291,7 +282,7 @@ void ZeroPolicy::complete_reduction(Pending& p) {
   const ChunkLayout& lay = store_.layout();
   const int64_t slice = lay.slice_elems(c), r = dp_.rank(), elems = lay.chunk_elems(c);
   auto* whole = store_.chunk(ChunkKind::GRAD, c).f32();
-  if (s_.overlap_comm) reducing_elems_ -= elems;
+  if (overlaps(elems)) reducing_elems_ -= elems;
   if (s_.stage == 1) {
     // The chunk is the accumulator: its owned part holds the sum so far; the rest must be zero
     // for the next micro-batch (the reduce-scatter left partial sums there).

@@ -13,7 +13,8 @@
 //     elsewhere);
 //   * as soon as a micro-batch completes the chunk, it is reduce-scattered in place (sum) —
 //     asynchronously, overlapping the rest of backward, with at most reduce_bucket_size
-//     elements in flight. The owned slice then holds "accumulated + sum over ranks of this
+//     elements in flight (a chunk larger than the bucket is reduced alone and waited for at
+//     once, as with overlap_comm = false). The owned slice then holds "accumulated + sum over ranks of this
 //     micro-batch"; ZeRO-2/3 copy it back to the slice and return the buffer, ZeRO-1 zeroes the
 //     rest of the chunk for the next micro-batch;
 //   * after the last micro-batch the owned slices are divided by N (the mean over ranks).
@@ -23,9 +24,10 @@
 // from stages 2 and 3 and the stages would no longer agree to the bit.
 //
 // Parameters: stages 1-2 all-gather every updated chunk after the optimizer step (in place).
-// Stage 3 gathers a chunk into a pooled buffer before the first block that uses it and returns
-// the buffer after the last consecutive use; the engine gives the step's sequence of block
-// accesses (begin_step), so the policy prefetches the chunks of the next accesses
+// Stage 3 gathers a chunk into a pooled buffer before the first op that uses it and returns
+// the buffer after the last consecutive use; the engine gives the step's sequence of
+// parameter-group accesses (one per op group of a transformer block, model/param_groups.h;
+// begin_step), so the policy prefetches the chunks of the next accesses
 // (stage3_prefetch_bucket_size elements ahead) while the current block computes, and keeps at
 // most stage3_max_live_parameters elements gathered. Chunks whose payload is at most
 // stage3_param_persistence_threshold elements stay gathered (re-gathered after each update).
@@ -49,14 +51,15 @@ namespace tide {
 // The kinds stage `stage` keeps only as this rank's slice (kind_bit()s).
 unsigned zero_sliced_kinds(int stage);
 
-// Checks the settings against the layout (bucket sizes must hold the largest chunk; stage 3's
-// live limit must hold the largest block's chunks), naming the key and the fix.
+// Checks the settings against the layout (stage 3's live limit must hold the chunks of the
+// largest parameter group, model/param_groups.h), naming the key and the fix.
 void check_zero_settings(const ZeroSettings& s, const ChunkLayout& layout,
-                         const std::vector<std::vector<int>>& block_params);
+                         const std::vector<std::vector<int>>& group_params);
 
-// One block's use of its parameters, in the order the engine runs them in a step.
-struct BlockAccess {
-  int block = 0;
+// One acquire of a parameter group (model/param_groups.h: ParamGroups numbering), in the
+// order the engine's block parts run them in a step.
+struct ParamAccess {
+  int group = 0;
   Use use = Use::FORWARD;
 };
 
@@ -79,14 +82,15 @@ class ReducedGradSink {
 
 class ZeroPolicy final : public PlacementPolicy {
  public:
-  // `block_params[i]`: the tensor ids block i acquires. Buffers come from `buffers` (the
-  // compute tier). The store must be sliced as zero_sliced_kinds(settings.stage) says.
+  // `group_params[g]`: the tensor ids of parameter group g, acquired together
+  // (model/param_groups.h). Buffers come from `buffers` (the compute tier). The store must be
+  // sliced as zero_sliced_kinds(settings.stage) says.
   ZeroPolicy(ChunkStore& store, ProcessGroup& dp, const ZeroSettings& settings,
-             std::vector<std::vector<int>> block_params, Allocator& buffers);
+             std::vector<std::vector<int>> group_params, Allocator& buffers);
   ~ZeroPolicy() override;
 
   // A step of `accesses` begins (store.begin_step has run); they must outlive the step.
-  void begin_step(std::span<const BlockAccess> accesses);
+  void begin_step(std::span<const ParamAccess> accesses);
   // After the last W: completes every reduction and divides by N; the owned GRAD slices then
   // hold this step's gradient averaged over the group.
   void finish_gradients();
@@ -132,11 +136,16 @@ class ZeroPolicy final : public PlacementPolicy {
   void release_gathered(int c);
   void prefetch_after(size_t pos);
   bool needed_soon(int c) const;
-  // The parameter chunks access a needs gathered: its block's, none for a W (weight gradients
+  // The parameter chunks access a needs gathered: its group's, none for a W (weight gradients
   // read only the stash and the gradient chunks).
-  std::span<const int> param_chunks(const BlockAccess& a) const {
+  std::span<const int> param_chunks(const ParamAccess& a) const {
     if (a.use == Use::WEIGHT) return {};
-    return block_chunks_[a.block];
+    return group_chunks_[a.group];
+  }
+  // Whether a reduction of `elems` elements stays in flight behind compute: with overlap_comm,
+  // when the chunk fits in reduce_bucket_size (a larger one is reduced alone, at once).
+  bool overlaps(int64_t elems) const {
+    return s_.overlap_comm && elems <= s_.reduce_bucket_size;
   }
   void complete_reduction(Pending& p);
   void complete_reductions_of(int c);
@@ -146,7 +155,7 @@ class ZeroPolicy final : public PlacementPolicy {
   ChunkStore& store_;
   ProcessGroup& dp_;
   ZeroSettings s_;
-  std::vector<std::vector<int>> block_params_, block_chunks_;
+  std::vector<std::vector<int>> group_params_, group_chunks_;
   BufferPool pool_;
   std::vector<int> param_buffer_, grad_buffer_;  // per chunk: the pool buffer attached, or -1
 
@@ -163,7 +172,7 @@ class ZeroPolicy final : public PlacementPolicy {
   std::vector<bool> persistent_;
   int64_t live_elems_ = 0;
 
-  std::span<const BlockAccess> accesses_;
+  std::span<const ParamAccess> accesses_;
   size_t pos_ = 0;            // next access expected
   size_t prefetched_to_ = 0;  // accesses before this index have their chunks gathering
   bool in_step_ = false;

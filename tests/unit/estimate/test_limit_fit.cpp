@@ -39,7 +39,7 @@ int64_t align64(int64_t bytes) {
 
 struct Hand {
   int64_t states = 0;         // every kind this rank allocates
-  int64_t largest_block = 0;  // chunk bytes of the block access needing the most
+  int64_t largest_group = 0;  // chunk bytes of the group access needing the most
 };
 
 // From the layout the runtime packs: fp32 AdamW keeps PARAM (master aliases it), GRAD, ADAM_M and
@@ -54,21 +54,27 @@ Hand by_hand(const TrainSetup& s) {
   Hand h;
   for (int c = 0; c < lay.num_chunks(); ++c)
     h.states += bytes(c, k >= 3) + bytes(c, k >= 2) + 2 * bytes(c, k >= 1);
-  // Blocks by name: embedding (wte, wpe), layer l (h.l.*), head (ln_f.*, the tied wte).
+  // Groups by name: embedding (wte, wpe), head (ln_f.*, the tied wte), and per layer l the ops'
+  // groups ln_1 + attn.c_attn, attn.c_proj, ln_2 + mlp.c_fc, mlp.c_proj.
   std::map<std::string, std::set<int>> blocks;
   for (int id = 0; id < lay.num_tensors(); ++id) {
     const std::string& n = lay.slot(id).name;
     const int c = lay.slot(id).chunk;
     if (n == "wte" || n == "wpe") blocks["embed"].insert(c);
     if (n == "wte" || n.starts_with("ln_f")) blocks["head"].insert(c);
-    if (n.starts_with("h.")) blocks[n.substr(0, n.find('.', 2))].insert(c);
+    if (!n.starts_with("h.")) continue;
+    const std::string layer = n.substr(0, n.find('.', 2));
+    const bool attn = n.find("ln_1") != std::string::npos || n.find("c_attn") != std::string::npos;
+    const bool fc = n.find("ln_2") != std::string::npos || n.find("c_fc") != std::string::npos;
+    const bool proj = n.find("attn.c_proj") != std::string::npos;
+    blocks[layer + (attn ? "/attn" : proj ? "/proj" : fc ? "/fc" : "/fc2")].insert(c);
   }
-  EXPECT_EQ(blocks.size(), 4u);
+  EXPECT_EQ(blocks.size(), 10u);
   for (const auto& [name, chunks] : blocks) {
     int64_t param = 0, grad = 0;
     for (int c : chunks) param += bytes(c, k >= 3), grad += bytes(c, k >= 2);
     if (k >= 3 && dp >= 2) param = 0;  // F and B read ZeRO-3's gathered buffers
-    h.largest_block = std::max({h.largest_block, param, grad});
+    h.largest_group = std::max({h.largest_group, param, grad});
   }
   return h;
 }
@@ -108,11 +114,11 @@ TEST(LimitFit, AutoSplitsTheStatesByHand) {
     const MemoryEstimate dev = estimate_memory(s);  // placement=device: every state on the GPU
     ASSERT_EQ(dev.device.model_states() + dev.device.chunk_padding, h.states) << what;
     const int64_t non_model = dev.device.activations + dev.device.temp_buffers;
-    ASSERT_GT(h.largest_block, 0) << what;
-    ASSERT_LT(h.largest_block, h.states / 2) << what;
+    ASSERT_GT(h.largest_group, 0) << what;
+    ASSERT_LT(h.largest_group, h.states / 2) << what;
 
     s.placement = Placement::Auto;
-    for (int64_t room : {h.states / 2, h.states + 64, h.largest_block}) {
+    for (int64_t room : {h.states / 2, h.states + 64, h.largest_group}) {
       s.device_memory_limit = non_model + room;
       const MemoryEstimate e = estimate_memory(s);
       const LimitFit& f = e.limit;
@@ -120,8 +126,8 @@ TEST(LimitFit, AutoSplitsTheStatesByHand) {
       EXPECT_TRUE(f.auto_placement) << what;
       EXPECT_EQ(f.states, h.states) << what;
       EXPECT_EQ(f.non_model, non_model) << what;
-      EXPECT_EQ(f.largest_block, h.largest_block) << what;
-      EXPECT_EQ(f.least_limit, non_model + h.largest_block) << what;
+      EXPECT_EQ(f.largest_group, h.largest_group) << what;
+      EXPECT_EQ(f.least_limit, non_model + h.largest_group) << what;
       EXPECT_EQ(f.states_on_device, on_device) << what;
       EXPECT_EQ(f.states_on_host, h.states - on_device) << what;
       EXPECT_EQ(f.least_moved, h.states - on_device) << what;
@@ -182,7 +188,7 @@ TEST(LimitFit, JsonKeys) {
     }
     EXPECT_EQ(l["policy"], "auto");
     for (const char* key : {"states", "non_model", "states_on_device", "states_on_host",
-                            "largest_block_chunks", "least_limit", "least_moved_per_step", "fits"})
+                            "largest_group_chunks", "least_limit", "least_moved_per_step", "fits"})
       EXPECT_TRUE(l["auto"].contains(key)) << key;
     EXPECT_EQ(l["auto"]["states_on_host"].get<int64_t>(), o["host"]["total"].get<int64_t>());
     configured += o["configured"].get<bool>();

@@ -51,17 +51,23 @@ TEST(StageParams, TensorParallelSplitsMatricesNotNormsOrRowParallelBiases) {
 }
 
 TEST(Chunks, TheStagesLayoutAsTheChunkStorePacksIt) {
-  // GPT-2 124M over 64 ranks, automatic chunk size (the largest tensor, wte: 50257 x 768):
-  // [wte] [wpe + h.0-4] [h.5-9] [h.10-11 + ln_f], each rounded up to 16 x 64 elements.
+  // GPT-2 124M over 64 ranks, automatic chunk size: the largest packing unit (an op's
+  // parameter group, model/param_groups.h), here the embedding's wte + wpe (50257 x 768 +
+  // 1024 x 768). A layer's groups are ln_1 + c_attn (3C^2 + 5C), attn.c_proj (C^2 + C), ln_2 +
+  // c_fc (4C^2 + 6C) and mlp.c_proj (4C^2 + C); a chunk takes whole groups while they fit:
+  // [wte wpe] [h.0-4, h.5 g0-g1] [h.5 g2-g3, h.6-9, h.10 g0-g2] [h.10 g3, h.11] [ln_f], the
+  // head's ln_f in a chunk of its own, each rounded up to 16 x 64 elements.
   TrainSetup s = setup("gpt2-124m", 64);
   const ChunkPlan p = estimate_memory(s).stages[0].chunks;
-  const int64_t wte = 50257 * 768, wpe = 1024 * 768, layer = 12 * 768 * 768 + 13 * 768;
+  const int64_t C = 768, wte = 50257 * C, wpe = 1024 * C, layer = 12 * C * C + 13 * C;
+  const int64_t g[4] = {3 * C * C + 5 * C, C * C + C, 4 * C * C + 6 * C, 4 * C * C + C};
   const auto round = [](int64_t n) { return (n + 1023) / 1024 * 1024; };
-  EXPECT_EQ(p.target_elems, wte);
-  EXPECT_EQ(p.chunks, 4);
-  EXPECT_EQ(p.largest_chunk_elems, round(wte));
-  EXPECT_EQ(p.total_elems,
-            round(wte) + round(wpe + 5 * layer) + round(5 * layer) + round(2 * layer + 2 * 768));
+  EXPECT_EQ(p.target_elems, wte + wpe);
+  EXPECT_EQ(p.chunks, 5);
+  EXPECT_EQ(p.largest_chunk_elems, round(wte + wpe));
+  EXPECT_EQ(p.total_elems, round(wte + wpe) + round(5 * layer + g[0] + g[1]) +
+                               round(g[2] + g[3] + 4 * layer + g[0] + g[1] + g[2]) +
+                               round(g[3] + layer) + round(2 * C));
   EXPECT_EQ(p.payload_elems, s.model.num_parameters());
   EXPECT_EQ(p.owned_elems * 64, p.total_elems);  // every chunk sliced, no padding chunks
 }

@@ -69,6 +69,42 @@ TEST(ChunkLayout, ATensorLargerThanTheTargetGetsAChunkOfItsOwn) {
   EXPECT_THROW(lay.find("zzz"), Error);
 }
 
+// Packing units (an op's parameters, model/param_groups.h) stay in one chunk when they fit:
+// units [a b] (11) [c d] (7) [e] (10), the last one starting a chunk of its own.
+TEST(ChunkLayout, UnitsStayInOneChunkAndTheDefaultTargetIsTheLargestUnit) {
+  ChunkLayout lay;
+  lay.begin_unit();
+  lay.add("a", {2, 3}, true);
+  lay.add("b", {5}, false);
+  lay.begin_unit();
+  lay.add("c", {4}, false);
+  lay.add("d", {3}, false);
+  lay.begin_unit(/*own_chunk=*/true);
+  lay.add("e", {10}, true);
+  ChunkLayout automatic = lay;
+  automatic.pack(0);  // the target is the largest unit, 11: [a b] [c d] [e]
+  EXPECT_EQ(automatic.target_elems(), 11);
+  EXPECT_EQ(automatic.num_chunks(), 3);
+  EXPECT_EQ(automatic.tensors_in_chunk(1), std::vector<int>({2, 3}));
+  ChunkLayout wide = lay;
+  wide.pack(20);  // [a b c d] (18) fits; e (28 in all) does not
+  EXPECT_EQ(wide.num_chunks(), 2);
+  EXPECT_EQ(wide.tensors_in_chunk(0), std::vector<int>({0, 1, 2, 3}));
+  ChunkLayout own = lay;
+  own.pack(100);  // everything would fit one chunk, but e starts its own
+  EXPECT_EQ(own.num_chunks(), 2);
+  EXPECT_EQ(own.tensors_in_chunk(1), std::vector<int>({4}));
+  ChunkLayout split = lay;
+  split.pack(15);  // [a b] then [c d] would not fit with it: per unit [a b] [c d] [e]
+  EXPECT_EQ(split.num_chunks(), 3);
+  EXPECT_EQ(split.tensors_in_chunk(0), std::vector<int>({0, 1}));
+  ChunkLayout small = lay;
+  small.pack(8);  // unit [a b] (11) is larger than the target: packed tensor by tensor
+  EXPECT_EQ(small.tensors_in_chunk(0), std::vector<int>({0}));
+  EXPECT_EQ(small.tensors_in_chunk(1), std::vector<int>({1}));
+  EXPECT_EQ(small.tensors_in_chunk(2), std::vector<int>({2, 3}));
+}
+
 TEST(ChunkLayout, BufferClassesHalveTheLargestChunkWhileTheChunkFits) {
   ChunkLayout lay;
   for (int64_t n : {100, 40, 20, 5}) lay.add("t" + std::to_string(n), {n}, true);

@@ -156,7 +156,7 @@ TEST(AutoPlacementEstimate, TrainsAtTheEstimatesLeastLimit) {
         "[auto least] recompute %s: estimate non-model %lld B + largest block %lld B = least %lld "
         "B; runtime recorded non-model %zu B, peak %zu B, %llu B moved to the device in step 2\n",
         recompute ? "full" : "none", static_cast<long long>(f.non_model),
-        static_cast<long long>(f.largest_block), static_cast<long long>(f.least_limit), recorded,
+        static_cast<long long>(f.largest_group), static_cast<long long>(f.least_limit), recorded,
         t.compute_allocator()->peak(),
         static_cast<unsigned long long>(second.placement.bytes_to_compute));
     EXPECT_LE(recorded, static_cast<size_t>(f.non_model));

@@ -1,0 +1,83 @@
+#include "tide/model/param_groups.h"
+
+#include <fmt/format.h>
+
+#include <map>
+#include <string>
+
+#include "tide/core/error.h"
+#include "tide/model/layout.h"
+
+namespace tide {
+
+namespace {
+
+int find_or(const ChunkLayout& layout, const std::string& name) {
+  for (int id = 0; id < layout.num_tensors(); ++id)
+    if (layout.slot(id).name == name) return id;
+  return -1;
+}
+
+}  // namespace
+
+std::vector<int> BlockGroups::ids() const {
+  std::vector<int> all;
+  for (const auto& g : groups) all.insert(all.end(), g.begin(), g.end());
+  return all;
+}
+
+std::vector<BlockGroups> block_groups(const ChunkLayout& layout) {
+  std::vector<BlockGroups> blocks;
+  const int wte = find_or(layout, "wte"), wpe = find_or(layout, "wpe");
+  if (wte >= 0) blocks.push_back({{{wte, wpe}}, {{wte, wpe}}, false});
+  std::map<int, bool> layers;  // the layer indices present (a pipeline stage holds a range)
+  for (int id = 0; id < layout.num_tensors(); ++id) {
+    const std::string& name = layout.slot(id).name;
+    if (name.starts_with("h.")) layers[std::stoi(name.substr(2, name.find('.', 2) - 2))] = true;
+  }
+  for (const auto& [l, present] : layers) {
+    BlockGroups b;
+    b.per_op = true;
+    for (int k = 0; k < 4; ++k) {
+      std::vector<int> g;
+      for (int i = kLayerGroupBegin[k]; i < (k < 3 ? kLayerGroupBegin[k + 1] : 12); ++i)
+        g.push_back(layout.find(fmt::format("h.{}.{}", l, kLayerParamNames[i])));
+      b.groups.push_back(g);
+      b.grads_done.push_back(g);
+    }
+    blocks.push_back(std::move(b));
+  }
+  const int lnf_w = find_or(layout, "ln_f.weight"), lnf_b = find_or(layout, "ln_f.bias");
+  if (lnf_w >= 0) {
+    const int own = find_or(layout, "lm_head.weight");
+    const int head = own >= 0 ? own : wte;
+    TIDE_CHECK(head >= 0, "the layout holds ln_f but neither wte nor lm_head.weight");
+    BlockGroups b{{{lnf_w, lnf_b, head}}, {{lnf_w, lnf_b}}, false};
+    if (own >= 0) b.grads_done[0].push_back(own);
+    blocks.push_back(std::move(b));
+  }
+  return blocks;
+}
+
+std::vector<int> part_groups(const BlockGroups& b, Use use, ActivationPolicy policy) {
+  if (!b.per_op) return {0};
+  switch (use) {
+    case Use::FORWARD:
+      return {0, 1, 2, 3};
+    case Use::BACKWARD:
+      if (policy == ActivationPolicy::FULL) return {0, 1, 2, 3, 2, 1, 0};
+      return {3, 2, 1, 0};
+    case Use::WEIGHT:
+      return {3, 2, 1, 0};
+  }
+  return {};
+}
+
+ParamGroups::ParamGroups(const std::vector<BlockGroups>& blocks) {
+  for (const BlockGroups& b : blocks) {
+    first.push_back(static_cast<int>(ids.size()));
+    ids.insert(ids.end(), b.groups.begin(), b.groups.end());
+  }
+}
+
+}  // namespace tide
