@@ -22,19 +22,32 @@ using json = nlohmann::json;
 
 namespace {
 
+// How far from DeepSpeed's default zero_optimization settings a case goes.
+enum class Settings {
+  DEFAULTS,
+  TIGHT,       // nothing persistent, a reduce bucket of two chunks, a small prefetch window
+  TIGHT_FULL,  // TIGHT under full recomputation: B acquires groups 0 1 2 before 3 2 1 0
+  SMALL_BUCKET,  // a reduce bucket smaller than every chunk: each reduced alone, at once
+};
+
 // A small trainable config (f32, AdamW): 2 layers of 64, vocabulary 256 (the largest tensors,
-// wte and the MLP matrices, have 16384 elements).
-json small_config(double chunk_mb, int stage, int accum, bool tight) {
+// wte and the MLP matrices, have 16384 elements; the largest parameter group, the embedding's
+// wte + wpe, 18432).
+json small_config(double chunk_mb, int stage, int accum, Settings settings) {
   json c = {{"model", {{"n_layer", 2}, {"n_embd", 64}, {"n_head", 4}, {"vocab_size", 256}}},
             {"seq_len", 32},
             {"train_micro_batch_size_per_gpu", 2},
             {"gradient_accumulation_steps", accum},
             {"chunk_size_mb", chunk_mb},
             {"zero_optimization", {{"stage", stage}}}};
-  if (tight)
+  if (settings == Settings::TIGHT || settings == Settings::TIGHT_FULL)
     c["zero_optimization"].update({{"stage3_param_persistence_threshold", 0},
-                                   {"reduce_bucket_size", 2 * 16384 + 64},
+                                   {"reduce_bucket_size", 2 * 18432 + 64},
                                    {"stage3_prefetch_bucket_size", 20000}});
+  if (settings == Settings::TIGHT_FULL) c["activation_checkpointing"] = {{"policy", "full"}};
+  if (settings == Settings::SMALL_BUCKET)
+    c["zero_optimization"].update(
+        {{"stage3_param_persistence_threshold", 0}, {"reduce_bucket_size", 1000}});
   return c;
 }
 
@@ -65,29 +78,34 @@ size_t runtime_buffer_bytes(const json& config, std::shared_ptr<ProcessGroup> wo
 
 }  // namespace
 
-// Stages 2 and 3, two chunk sizes (automatic = the largest tensor; 0.02 MiB = 5242 elements),
-// one and two micro-batches, each with DeepSpeed's default zero_optimization settings and with
-// tight ones. The defaults (at this size every stage-3 chunk is under the persistence threshold and
-// the 500M-element reduce bucket keeps every gradient chunk's buffer until the next W or the end of
-// the step) and tight ones (nothing persistent, a reduce bucket of two chunks, a prefetch window
-// of part of a block).
+// Stages 2 and 3, two chunk sizes (automatic = the largest parameter group; 0.02 MiB = 5242
+// elements), one and two micro-batches, each with DeepSpeed's default zero_optimization
+// settings and with tight ones; with one micro-batch also tight ones under full recomputation
+// and a reduce bucket smaller than every chunk. The defaults (at this size every stage-3 chunk
+// is under the persistence threshold and the 500M-element reduce bucket keeps every gradient
+// chunk's buffer until the next W or the end of the step) and tight ones (nothing persistent, a
+// reduce bucket of two chunks, a prefetch window of part of a block).
 TEST(ZeroBuffers, EstimateIsWhatTheRuntimeAllocates) {
   std::shared_ptr<ProcessGroup> world = mpi_test::world_ptr(CommAlgorithm::Mpi);
   omp_set_num_threads(1);  // as the Trainer with threads=1: up to 8 ranks share 2 cores
   int compared = 0;
   for (int stage : {2, 3}) {
     for (double chunk_mb : {0.0, 0.02}) {
-      for (auto [accum, tight] :
-           {std::pair{1, false}, std::pair{1, true}, std::pair{2, false}, std::pair{2, true}}) {
-        const json config = small_config(chunk_mb, stage, accum, tight);
+      for (auto [accum, settings] :
+           {std::pair{1, Settings::DEFAULTS}, std::pair{1, Settings::TIGHT},
+            std::pair{2, Settings::DEFAULTS}, std::pair{2, Settings::TIGHT},
+            std::pair{1, Settings::TIGHT_FULL}, std::pair{1, Settings::SMALL_BUCKET}}) {
+        const json config = small_config(chunk_mb, stage, accum, settings);
         TrainSetup s = setup_from_train_config(parse_train_config(config));
         s.world_size = world->size();
         ASSERT_EQ(s.precision, Precision::FP32);  // as the CPU runtime computes
         const MemoryEstimate e = estimate_memory(s);
         const StageEstimate& st = e.stages[0];
         const size_t runtime = runtime_buffer_bytes(config, world, 2);
+        static const char* const kNames[] = {"defaults", "tight", "tight, full recompute",
+                                             "reduce bucket under a chunk"};
         const std::string what = fmt::format("stage {}, chunk_size_mb {}, accum {}, {}", stage,
-                                             chunk_mb, accum, tight ? "tight" : "defaults");
+                                             chunk_mb, accum, kNames[static_cast<int>(settings)]);
         if (world->rank() == 0)
           std::printf(
               "N=%d %s: estimate %d buffers (at the peak %d grad + %d param, %d persistent) = "
@@ -101,5 +119,5 @@ TEST(ZeroBuffers, EstimateIsWhatTheRuntimeAllocates) {
       }
     }
   }
-  EXPECT_EQ(compared, 16);
+  EXPECT_EQ(compared, 24);
 }
