@@ -95,12 +95,12 @@ const std::vector<ConfigKey>& config_schema() {
        "3 = + parameters (docs/zero.md)",
        ints(0, 3)},
       {"zero_optimization.reduce_bucket_size", T::INT, 500000000,
-       "stages 1-3: gradient elements being reduce-scattered at once (at least the largest "
-       "chunk)",
+       "stages 1-3: gradient elements being reduce-scattered at once, in flight behind "
+       "backward (a larger chunk is reduced alone, at once)",
        ints(1)},
       {"zero_optimization.allgather_bucket_size", T::INT, 500000000,
-       "stages 1-2: parameter elements being all-gathered at once after the step (at least the "
-       "largest chunk)",
+       "stages 1-2: parameter elements being all-gathered at once after the step (a larger "
+       "chunk is gathered alone)",
        ints(1)},
       {"zero_optimization.overlap_comm", T::BOOL, true,
        "stages 1-3: reduce-scatter gradients asynchronously, overlapping backward; false = "
@@ -108,10 +108,12 @@ const std::vector<ConfigKey>& config_schema() {
       {"zero_optimization.contiguous_gradients", T::BOOL, true,
        "gradients live in contiguous chunks (always; false is refused)"},
       {"zero_optimization.stage3_prefetch_bucket_size", T::INT, 50000000,
-       "stage 3: parameter elements gathered ahead of the block that uses them; 0 = no prefetch",
+       "stage 3: parameter elements gathered ahead of the op that uses them; 0 = no prefetch",
        ints(0)},
       {"zero_optimization.stage3_max_live_parameters", T::INT, 1000000000,
-       "stage 3: most parameter elements gathered at once (at least one block's chunks)", ints(1)},
+       "stage 3: most parameter elements gathered at once (at least the chunks of one op's "
+       "parameters)",
+       ints(1)},
       {"zero_optimization.stage3_param_persistence_threshold", T::INT, 100000,
        "stage 3: chunks of at most this many elements stay gathered", ints(0)},
       // Offload and the parallel layout: `tide estimate` sizes them; `tide train` refuses a
@@ -130,7 +132,7 @@ const std::vector<ConfigKey>& config_schema() {
        "default job 40 costs +3.7% final validation loss, 200 +0.7%: docs/zero.md#offload)",
        ints(0)},
       {"zero_optimization.offload_param.device", T::STRING, "none",
-       "none or cpu (parameters on the host too, gathered per block into the compute tier on "
+       "none or cpu (parameters on the host too, gathered per op into the compute tier on "
        "use; needs stage 3 and offload_optimizer cpu; any number of data-parallel ranks)"},
       {"placement.device_memory_limit", T::INT, 0,
        "bytes the compute tier (the device; on CPU a budgeted host allocator standing in for "
@@ -150,8 +152,9 @@ const std::vector<ConfigKey>& config_schema() {
       {"activation_checkpointing.cpu_checkpointing", T::BOOL, false,
        "the partitioned block inputs go to host memory (needs partition_activations)"},
       {"chunk_size_mb", T::FLOAT, 0.0,
-       "target chunk size (= communication bucket) in MiB of f32; a larger tensor gets a chunk "
-       "of its own; 0 = the largest tensor's size",
+       "target chunk size (= communication bucket) in MiB of f32; the parameters one op reads "
+       "stay in one chunk when they fit, a larger tensor gets a chunk of its own; 0 = the "
+       "largest op's parameters (model/param_groups.h)",
        nums(0, false, 1048576)},
       {"world_size", T::INT, 0,
        "ranks in the job; 0 = as launched (tide train: the mpirun ranks; tide estimate: 1); "
