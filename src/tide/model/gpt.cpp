@@ -203,12 +203,13 @@ size_t GPT::stash_slot_bytes(int B, int T) const {
 }
 
 // A block part under `access`: a block that acquires per op (a transformer block) calls
-// access.use(g) before each op; the others read all their parameters, one group acquired
-// around the part.
+// access.use(g) before each op; the others have their one group (if the part reads any)
+// acquired around the part.
 void GPT::run_part(MicroBatch& mb, int i, GroupAccess& access, void (Block::*part)(MicroBatch&)) {
   const size_t mark = mb.workspace.mark();
   mb.params = &access;
-  if (!groups_[i].per_op) access.use(0);
+  if (!groups_[i].per_op())
+    for (int g : part_groups(groups_[i], access.use_of(), env_.policy)) access.use(g);
   (blocks_[i].get()->*part)(mb);
   access.finish();
   mb.params = nullptr;

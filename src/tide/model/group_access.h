@@ -21,6 +21,7 @@ class GroupAccess {
   void use(int g);
   // The part is done: releases the group held.
   void finish();
+  Use use_of() const { return use_; }
 
  private:
   void release_held();

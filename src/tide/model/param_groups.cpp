@@ -29,7 +29,7 @@ std::vector<int> BlockGroups::ids() const {
 std::vector<BlockGroups> block_groups(const ChunkLayout& layout) {
   std::vector<BlockGroups> blocks;
   const int wte = find_or(layout, "wte"), wpe = find_or(layout, "wpe");
-  if (wte >= 0) blocks.push_back({{{wte, wpe}}, {{wte, wpe}}, false});
+  if (wte >= 0) blocks.push_back({BlockGroups::Kind::EMBEDDING, {{wte, wpe}}, {{wte, wpe}}});
   std::map<int, bool> layers;  // the layer indices present (a pipeline stage holds a range)
   for (int id = 0; id < layout.num_tensors(); ++id) {
     const std::string& name = layout.slot(id).name;
@@ -37,7 +37,6 @@ std::vector<BlockGroups> block_groups(const ChunkLayout& layout) {
   }
   for (const auto& [l, present] : layers) {
     BlockGroups b;
-    b.per_op = true;
     for (int k = 0; k < 4; ++k) {
       std::vector<int> g;
       for (int i = kLayerGroupBegin[k]; i < (k < 3 ? kLayerGroupBegin[k + 1] : 12); ++i)
@@ -52,7 +51,7 @@ std::vector<BlockGroups> block_groups(const ChunkLayout& layout) {
     const int own = find_or(layout, "lm_head.weight");
     const int head = own >= 0 ? own : wte;
     TIDE_CHECK(head >= 0, "the layout holds ln_f but neither wte nor lm_head.weight");
-    BlockGroups b{{{lnf_w, lnf_b, head}}, {{lnf_w, lnf_b}}, false};
+    BlockGroups b{BlockGroups::Kind::HEAD, {{lnf_w, lnf_b, head}}, {{lnf_w, lnf_b}}};
     if (own >= 0) b.grads_done[0].push_back(own);
     blocks.push_back(std::move(b));
   }
@@ -60,7 +59,8 @@ std::vector<BlockGroups> block_groups(const ChunkLayout& layout) {
 }
 
 std::vector<int> part_groups(const BlockGroups& b, Use use, ActivationPolicy policy) {
-  if (!b.per_op) return {0};
+  if (b.kind == BlockGroups::Kind::EMBEDDING && use == Use::BACKWARD) return {};
+  if (!b.per_op()) return {0};
   switch (use) {
     case Use::FORWARD:
       return {0, 1, 2, 3};

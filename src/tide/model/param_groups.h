@@ -7,7 +7,7 @@
 //
 //   transformer block   0: ln_1 + attn.c_attn   1: attn.c_proj   2: ln_2 + mlp.c_fc
 //                       3: mlp.c_proj
-//   embedding           0: wte, wpe
+//   embedding           0: wte, wpe (its B reads no parameter and acquires none)
 //   head                0: ln_f + the LM head weight (wte, or lm_head.weight on a later stage)
 //
 // This file is the one description of the groups and of the order each block part acquires
@@ -26,9 +26,14 @@ namespace tide {
 
 // One block's parameters, in the groups its ops acquire together.
 struct BlockGroups {
+  enum class Kind { EMBEDDING, LAYER, HEAD };
+  Kind kind = Kind::LAYER;
   std::vector<std::vector<int>> groups;      // tensor ids per group, in forward order
   std::vector<std::vector<int>> grads_done;  // per group: the ids whose gradient its W completes
-  bool per_op = false;  // a transformer block (4 groups); else one group for the whole block
+
+  // A transformer block: its ops acquire their groups themselves (GroupAccess::use); the
+  // embedding's and the head's parts run with their one group acquired around them.
+  bool per_op() const { return kind == Kind::LAYER; }
 
   // All of the block's tensor ids, group after group.
   std::vector<int> ids() const;
@@ -44,7 +49,7 @@ std::vector<BlockGroups> block_groups(const ChunkLayout& layout);
 // The groups (indices into b.groups) that part `use` of block b acquires, in order.
 // Transformer block: F 0 1 2 3; B 3 2 1 0, after 0 1 2 under the FULL policy (its
 // recomputation stops before mlp.c_proj: the block output is already consumed); W 3 2 1 0.
-// Embedding and head: 0.
+// Embedding: 0, none in B. Head: 0.
 std::vector<int> part_groups(const BlockGroups& b, Use use, ActivationPolicy policy);
 
 // The groups of all blocks, numbered block after block: what the engine's access list and the
