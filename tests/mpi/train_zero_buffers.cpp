@@ -25,8 +25,8 @@ namespace {
 // How far from DeepSpeed's default zero_optimization settings a case goes.
 enum class Settings {
   DEFAULTS,
-  TIGHT,       // nothing persistent, a reduce bucket of two chunks, a small prefetch window
-  TIGHT_FULL,  // TIGHT under full recomputation: B acquires groups 0 1 2 before 3 2 1 0
+  TIGHT,         // nothing persistent, a reduce bucket of two chunks, a small prefetch window
+  TIGHT_FULL,    // TIGHT under full recomputation: B acquires groups 0 1 2 before 3 2 1 0
   SMALL_BUCKET,  // a reduce bucket smaller than every chunk: each reduced alone, at once
 };
 

@@ -70,15 +70,15 @@ void place_model_states(const TrainSetup& setup, const ChunkLayout& layout, Stag
 // ZeRO's communication buffers: what the runtime allocates (train/zero.cpp), whole chunks in
 // the compute dtype from a best-fit pool (replayed by simulate_zero_buffers over the step's
 // parameter-group accesses; stage 1 reduces in place and needs none). A live limit the runtime
-// would reject as smaller than a group's chunks is taken at the least it accepts. Offload moves the rank's
-// slices, not the buffers: the same whole chunks are gathered and reduced on the GPU.
+// would reject as smaller than a group's chunks is taken at the least it accepts. Offload moves the
+// rank's slices, not the buffers: the same whole chunks are gathered and reduced on the GPU.
 int64_t chunk_buffers(const TrainSetup& setup, const ChunkLayout& layout, StageEstimate& st) {
   if (setup.zero_stage < 2) return 0;
   const std::vector<BlockGroups> blocks = block_groups(layout);
   const ZeroSettings s = runnable_zero_settings(setup.zero, layout, blocks);
-  const ActivationPolicy policy = setup.recompute == Recompute::Full  ? ActivationPolicy::FULL
-                                  : setup.recompute == Recompute::None ? ActivationPolicy::SAVE_ALL
-                                                                       : ActivationPolicy::SELECTIVE;
+  // The policy decides the order B acquires its groups in (the names are shared: none,
+  // selective, full).
+  const ActivationPolicy policy = parse_activation_policy(to_string(setup.recompute));
   const ZeroBufferPeak b =
       simulate_zero_buffers(layout, blocks, policy, setup.zero_stage, s, setup.grad_accum,
                             bytes_per_param(setup.precision));

@@ -106,8 +106,8 @@ std::string limit_fit_text(const LimitFit& f) {
                      format_bytes(f.limit), format_bytes(f.least_limit), format_bytes(f.non_model),
                      format_bytes(f.largest_group));
   return out + fmt::format(
-                   "placement auto: fits: least limit {} (non-model + the largest parameter group's chunks "
-                   "{}); moves at least {} each way per step\n",
+                   "placement auto: fits: least limit {} (non-model + the largest parameter "
+                   "group's chunks {}); moves at least {} each way per step\n",
                    format_bytes(f.least_limit), format_bytes(f.largest_group),
                    format_bytes(f.least_moved));
 }

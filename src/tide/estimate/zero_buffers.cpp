@@ -168,9 +168,7 @@ class Replay {
     reductions_.push_back(c);
     reducing_elems_ += elems;
   }
-  bool overlaps(int64_t elems) const {
-    return s_.overlap_comm && elems <= s_.reduce_bucket_size;
-  }
+  bool overlaps(int64_t elems) const { return s_.overlap_comm && elems <= s_.reduce_bucket_size; }
   void complete_front() {
     const int c = reductions_.front();
     reductions_.pop_front();

@@ -217,9 +217,10 @@ bool AutoPlacement::make_resident(std::span<const int> need, int pos, bool allow
     if (evict_one(pos, pinned)) continue;
     const int A = static_cast<int>(accesses_.size());
     const std::string what =
-        pos < 0   ? std::string("a forward outside the training step (validation)")
-        : pos < A ? fmt::format("access {} of the step (parameter group {})", pos, accesses_[pos].group)
-                  : fmt::format("the optimizer step of chunk {}", pos - A);
+        pos < 0 ? std::string("a forward outside the training step (validation)")
+        : pos < A
+            ? fmt::format("access {} of the step (parameter group {})", pos, accesses_[pos].group)
+            : fmt::format("the optimizer step of chunk {}", pos - A);
     TIDE_FAIL(
         "placement.policy=auto: placement.device_memory_limit ({:.2f} MiB) is too small: {} "
         "needs {:.2f} MiB of chunks on the compute tier besides {:.2f} MiB of non-model memory "

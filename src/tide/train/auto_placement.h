@@ -18,9 +18,9 @@
 // tier (from buffer_allocator()), so the owned PARAM slices are needed there only by Adam; its
 // persistent chunks stay gathered (attached) and their slices where they are.
 //
-// A step is a list of accesses (positions): the parameter-group accesses of the engine (F and B need the
-// group's PARAM chunks, W its GRAD chunks), then one optimizer access per chunk c (its PARAM,
-// GRAD, ADAM_M, ADAM_V and a separate MASTER). Before each access:
+// A step is a list of accesses (positions): the parameter-group accesses of the engine (F and B
+// need the group's PARAM chunks, W its GRAD chunks), then one optimizer access per chunk c (its
+// PARAM, GRAD, ADAM_M, ADAM_V and a separate MASTER). Before each access:
 //   * the limit for chunks on the compute tier is device_memory_limit minus the non-model bytes
 //     of that access: in the warm-up (the first step) the bytes measured now; afterwards the max
 //     of what the warm-up recorded for this access (between it and the next) and what is in use

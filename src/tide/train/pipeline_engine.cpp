@@ -229,9 +229,8 @@ PipelineEngine::PipelineEngine(std::vector<GPT*> models, std::shared_ptr<Process
     zero.stage = sliced_stage;
     for (GPT* m : models_) {
       ChunkStore& st = m->store();
-      zero_.push_back(std::make_unique<ZeroPolicy>(st, *dp_, zero,
-                                                   ParamGroups(m->all_block_groups()).ids,
-                                                   *st.options().compute));
+      zero_.push_back(std::make_unique<ZeroPolicy>(
+          st, *dp_, zero, ParamGroups(m->all_block_groups()).ids, *st.options().compute));
       st.set_policy(zero_.back().get());
     }
   }

@@ -14,9 +14,9 @@
 //   * as soon as a micro-batch completes the chunk, it is reduce-scattered in place (sum) —
 //     asynchronously, overlapping the rest of backward, with at most reduce_bucket_size
 //     elements in flight (a chunk larger than the bucket is reduced alone and waited for at
-//     once, as with overlap_comm = false). The owned slice then holds "accumulated + sum over ranks of this
-//     micro-batch"; ZeRO-2/3 copy it back to the slice and return the buffer, ZeRO-1 zeroes the
-//     rest of the chunk for the next micro-batch;
+//     once, as with overlap_comm = false). The owned slice then holds "accumulated + sum over ranks
+//     of this micro-batch"; ZeRO-2/3 copy it back to the slice and return the buffer, ZeRO-1 zeroes
+//     the rest of the chunk for the next micro-batch;
 //   * after the last micro-batch the owned slices are divided by N (the mean over ranks).
 // So with accumulation every micro-batch is reduced: M reduce-scatters per step instead of one,
 // in exchange for never holding more than the in-flight buffers of gradients (ZeRO-2/3). ZeRO-1
@@ -144,9 +144,7 @@ class ZeroPolicy final : public PlacementPolicy {
   }
   // Whether a reduction of `elems` elements stays in flight behind compute: with overlap_comm,
   // when the chunk fits in reduce_bucket_size (a larger one is reduced alone, at once).
-  bool overlaps(int64_t elems) const {
-    return s_.overlap_comm && elems <= s_.reduce_bucket_size;
-  }
+  bool overlaps(int64_t elems) const { return s_.overlap_comm && elems <= s_.reduce_bucket_size; }
   void complete_reduction(Pending& p);
   void complete_reductions_of(int c);
   // Completes the reductions at the front of the queue that are already done (no waiting).
