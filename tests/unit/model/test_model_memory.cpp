@@ -5,6 +5,7 @@
 
 #include <cstring>
 #include <set>
+#include <span>
 
 #include "tide/core/rng.h"
 #include "tide/model/gpt.h"
@@ -92,8 +93,12 @@ struct FetchOnUse : PlacementPolicy {
   }
   void evict(ChunkStore& s, int c, Use) override { s.free_chunk(ChunkKind::PARAM, c); }
   void on_grads_ready(ChunkStore&, int, int) override {}
+  void on_acquire(ChunkStore&, std::span<const int> ids, Use use) override {
+    acquired.push_back({std::vector<int>(ids.begin(), ids.end()), use});
+  }
   Allocator& device;
   std::vector<std::vector<float>> host;
+  std::vector<std::pair<std::vector<int>, Use>> acquired;  // every acquire, in order
   int fetches = 0;
   size_t peak_param_bytes = 0;
 };
@@ -110,54 +115,77 @@ void fill(MicroBatch& mb) {
 
 }  // namespace
 
+// The model acquires one op's parameter group at a time (model/param_groups.h), in the order
+// part_groups() gives for each policy, so it runs with a budget of the gradients plus the
+// largest group's chunks (a whole block's would not fit), bitwise like the resident model.
 TEST(ModelMemory, RunsWithParametersResidentOnlyWhileAcquired) {
   const int64_t target = 4096;  // several chunks
-  GPT ref(small_config(), ActivationPolicy::SELECTIVE, target, false);
-  ref.init_weights(21);
+  for (ActivationPolicy policy_kind :
+       {ActivationPolicy::SAVE_ALL, ActivationPolicy::SELECTIVE, ActivationPolicy::FULL}) {
+    const char* what = activation_policy_name(policy_kind);
+    GPT ref(small_config(), policy_kind, target, false);
+    ref.init_weights(21);
 
-  const ChunkLayout& lay = ref.store().layout();
-  const size_t param_bytes = lay.total_elems() * 4, grad_bytes = param_bytes;
-  // The budget holds the gradients and the chunks of the block with the largest footprint:
-  // the least that can run with one block's parameters resident at a time.
-  size_t block_bytes = 0;
-  for (int i = 0; i < ref.num_blocks(); ++i) {
-    std::set<int> chunks;
-    for (int id : ref.block(i).param_ids()) chunks.insert(lay.slot(id).chunk);
-    size_t b = 0;
-    for (int c : chunks) b += lay.chunk_elems(c) * 4;
-    block_bytes = std::max(block_bytes, b);
-  }
-  ASSERT_LT(block_bytes, param_bytes / 2) << "the test model should span many chunks";
-  BudgetedAllocator device(grad_bytes + block_bytes);
-  ModelOptions o;
-  o.chunk_elems = target;
-  o.store.with_optimizer = false;
-  o.store.params_resident = false;
-  o.store.compute = &device;
-  GPT gpt(small_config(), ActivationPolicy::SELECTIVE, o);
-  FetchOnUse policy(device, ref.store());
-  gpt.store().set_policy(&policy);
-  for (int c = 0; c < lay.num_chunks(); ++c)
-    EXPECT_FALSE(gpt.store().resident(ChunkKind::PARAM, c));
+    const ChunkLayout& lay = ref.store().layout();
+    const size_t param_bytes = lay.total_elems() * 4, grad_bytes = param_bytes;
+    auto chunk_bytes = [&](const std::vector<int>& ids) {
+      size_t b = 0;
+      for (int c : lay.chunks_of(ids)) b += lay.chunk_elems(c) * 4;
+      return b;
+    };
+    // The budget holds the gradients and the chunks of the largest parameter group: the least
+    // that can run with one op's parameters resident at a time.
+    size_t group_bytes = 0, block_bytes = 0;
+    for (const BlockGroups& b : ref.all_block_groups()) {
+      for (const std::vector<int>& g : b.groups)
+        group_bytes = std::max(group_bytes, chunk_bytes(g));
+      block_bytes = std::max(block_bytes, chunk_bytes(b.ids()));
+    }
+    ASSERT_LT(block_bytes, param_bytes / 2) << "the test model should span many chunks";
+    ASSERT_LT(group_bytes, block_bytes) << "a block's chunks should not fit the budget";
+    BudgetedAllocator device(grad_bytes + group_bytes);
+    ModelOptions o;
+    o.chunk_elems = target;
+    o.store.with_optimizer = false;
+    o.store.params_resident = false;
+    o.store.compute = &device;
+    GPT gpt(small_config(), policy_kind, o);
+    FetchOnUse policy(device, ref.store());
+    gpt.store().set_policy(&policy);
+    for (int c = 0; c < lay.num_chunks(); ++c)
+      EXPECT_FALSE(gpt.store().resident(ChunkKind::PARAM, c));
 
-  auto run = [](GPT& m) {
-    auto mb = m.make_micro_batch(2, 8);
-    fill(*mb);
-    const float loss = m.forward(*mb);
-    m.backward(*mb);
-    return loss;
-  };
-  const float want = run(ref), got = run(gpt);
-  EXPECT_EQ(std::memcmp(&want, &got, 4), 0) << want << " vs " << got;
-  for (int c = 0; c < lay.num_chunks(); ++c) {
-    const Tensor a = ref.store().chunk(ChunkKind::GRAD, c),
-                 b = gpt.store().chunk(ChunkKind::GRAD, c);
-    EXPECT_EQ(std::memcmp(a.data, b.data, a.nbytes()), 0) << "gradients of chunk " << c;
-    EXPECT_FALSE(gpt.store().resident(ChunkKind::PARAM, c)) << "chunk " << c << " left resident";
+    auto run = [](GPT& m) {
+      auto mb = m.make_micro_batch(2, 8);
+      fill(*mb);
+      const float loss = m.forward(*mb);
+      m.backward(*mb);
+      return loss;
+    };
+    const float want = run(ref), got = run(gpt);
+    EXPECT_EQ(std::memcmp(&want, &got, 4), 0) << what << ": " << want << " vs " << got;
+    for (int c = 0; c < lay.num_chunks(); ++c) {
+      const Tensor a = ref.store().chunk(ChunkKind::GRAD, c),
+                   b = gpt.store().chunk(ChunkKind::GRAD, c);
+      EXPECT_EQ(std::memcmp(a.data, b.data, a.nbytes()), 0) << what << ": gradients of chunk " << c;
+      EXPECT_FALSE(gpt.store().resident(ChunkKind::PARAM, c)) << "chunk " << c << " left resident";
+    }
+    EXPECT_GT(policy.fetches, lay.num_chunks()) << what;  // fetched again for backward
+    EXPECT_LE(policy.peak_param_bytes, group_bytes) << what;
+    EXPECT_LE(device.peak(), device.limit()) << what;
+    // The acquires, in the order the engine's access list and the estimator assume: forward
+    // through the blocks, then B and W per block in reverse, each part's groups by part_groups.
+    std::vector<std::pair<std::vector<int>, Use>> expected;
+    auto part = [&](int i, Use use) {
+      const BlockGroups& b = gpt.block_groups(i);
+      for (int g : part_groups(b, use, policy_kind)) expected.push_back({b.groups[g], use});
+    };
+    for (int i = 0; i < gpt.num_blocks(); ++i) part(i, Use::FORWARD);
+    for (int i = gpt.num_blocks() - 1; i >= 0; --i) part(i, Use::BACKWARD), part(i, Use::WEIGHT);
+    EXPECT_TRUE(policy.acquired == expected)
+        << what << ": the model acquired " << policy.acquired.size() << " groups, expected "
+        << expected.size();
   }
-  EXPECT_GT(policy.fetches, lay.num_chunks());  // fetched again for backward
-  EXPECT_LE(policy.peak_param_bytes, block_bytes);
-  EXPECT_LE(device.peak(), device.limit());
 }
 
 // A stage-1 style store (optimizer states sliced) initialises like the plain one: with f32 the
