@@ -2,9 +2,7 @@
 
 #include <algorithm>
 #include <deque>
-#include <map>
 #include <span>
-#include <string>
 
 #include "tide/core/error.h"
 #include "tide/memory/buffer_pool.h"

@@ -2,7 +2,7 @@
 
 #include <fmt/format.h>
 
-#include <map>
+#include <set>
 #include <string>
 
 #include "tide/core/error.h"
@@ -30,12 +30,12 @@ std::vector<BlockGroups> block_groups(const ChunkLayout& layout) {
   std::vector<BlockGroups> blocks;
   const int wte = find_or(layout, "wte"), wpe = find_or(layout, "wpe");
   if (wte >= 0) blocks.push_back({BlockGroups::Kind::EMBEDDING, {{wte, wpe}}, {{wte, wpe}}});
-  std::map<int, bool> layers;  // the layer indices present (a pipeline stage holds a range)
+  std::set<int> layers;  // the layer indices present (a pipeline stage holds a range)
   for (int id = 0; id < layout.num_tensors(); ++id) {
     const std::string& name = layout.slot(id).name;
-    if (name.starts_with("h.")) layers[std::stoi(name.substr(2, name.find('.', 2) - 2))] = true;
+    if (name.starts_with("h.")) layers.insert(std::stoi(name.substr(2, name.find('.', 2) - 2)));
   }
-  for (const auto& [l, present] : layers) {
+  for (int l : layers) {
     BlockGroups b;
     for (int k = 0; k < 4; ++k) {
       std::vector<int> g;
