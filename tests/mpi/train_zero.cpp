@@ -174,15 +174,8 @@ TEST(ZeroBuffers, StepsAfterTheFirstAllocateNothingAndStage3StaysInItsWindow) {
       const ChunkLayout& lay = t.model().store().layout();
       int64_t group = 0;  // the most elements one op's chunks hold
       for (const BlockGroups& b : t.model().all_block_groups())
-        for (const std::vector<int>& ids : b.groups) {
-          std::vector<int> cs;
-          for (int id : ids) cs.push_back(lay.slot(id).chunk);
-          std::sort(cs.begin(), cs.end());
-          cs.erase(std::unique(cs.begin(), cs.end()), cs.end());
-          int64_t elems = 0;
-          for (int ch : cs) elems += lay.chunk_elems(ch);
-          group = std::max(group, elems);
-        }
+        for (const std::vector<int>& ids : b.groups)
+          group = std::max(group, lay.chunk_elems_of(ids));
       EXPECT_GT(peak, 0);
       EXPECT_LE(peak, group + c.zero.prefetch_bucket_size) << "accum " << accum;
       EXPECT_LT(peak, lay.total_elems()) << "stage 3 gathered the whole model at once";

@@ -159,14 +159,13 @@ class Replay {
     const int64_t elems = lay_.chunk_elems(c);
     while (!reductions_.empty() && reducing_elems_ + elems > s_.reduce_bucket_size)
       complete_front();
-    if (!overlaps(elems)) {  // ZeroPolicy::overlaps
+    if (!s_.overlaps(elems)) {
       complete(c);
       return;
     }
     reductions_.push_back(c);
     reducing_elems_ += elems;
   }
-  bool overlaps(int64_t elems) const { return s_.overlap_comm && elems <= s_.reduce_bucket_size; }
   void complete_front() {
     const int c = reductions_.front();
     reductions_.pop_front();
@@ -217,11 +216,8 @@ class Replay {
 ZeroSettings runnable_zero_settings(ZeroSettings s, const ChunkLayout& layout,
                                     const std::vector<BlockGroups>& blocks) {
   int64_t group = 0;
-  for (const std::vector<int>& ids : ParamGroups(blocks).ids) {
-    int64_t elems = 0;
-    for (int c : layout.chunks_of(ids)) elems += layout.chunk_elems(c);
-    group = std::max(group, elems);
-  }
+  for (const std::vector<int>& ids : ParamGroups(blocks).ids)
+    group = std::max(group, layout.chunk_elems_of(ids));
   s.max_live_parameters = std::max(s.max_live_parameters, group);
   return s;
 }

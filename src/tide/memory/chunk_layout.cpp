@@ -92,10 +92,16 @@ int64_t ChunkLayout::buffer_elems(int c) const {
   return cls;
 }
 
-int ChunkLayout::find(const std::string& name) const {
+int ChunkLayout::index_of(const std::string& name) const {
   for (int id = 0; id < num_tensors(); ++id)
     if (slots_[id].name == name) return id;
-  TIDE_FAIL("no model tensor is called '{}'", name);
+  return -1;
+}
+
+int ChunkLayout::find(const std::string& name) const {
+  const int id = index_of(name);
+  TIDE_CHECK(id >= 0, "no model tensor is called '{}'", name);
+  return id;
 }
 
 int64_t ChunkLayout::payload_elems(int c) const {
@@ -122,6 +128,12 @@ std::vector<int> ChunkLayout::chunks_of(std::span<const int> ids) const {
   std::sort(cs.begin(), cs.end());
   cs.erase(std::unique(cs.begin(), cs.end()), cs.end());
   return cs;
+}
+
+int64_t ChunkLayout::chunk_elems_of(std::span<const int> ids) const {
+  int64_t n = 0;
+  for (int c : chunks_of(ids)) n += chunk_elems_[c];
+  return n;
 }
 
 }  // namespace tide

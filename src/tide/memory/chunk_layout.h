@@ -82,10 +82,14 @@ class ChunkLayout {
   const std::vector<TensorSlot>& slots() const { return slots_; }
   // Id of the tensor called `name`; throws a tide::Error if there is none.
   int find(const std::string& name) const;
+  // Id of the tensor called `name`, or -1 if there is none.
+  int index_of(const std::string& name) const;
   // Ids of the tensors packed into chunk c.
   const std::vector<int>& tensors_in_chunk(int c) const { return chunk_tensors_[c]; }
   // The chunks tensors `ids` live in, ascending, each once (a block's chunks).
   std::vector<int> chunks_of(std::span<const int> ids) const;
+  // Elements of those chunks (what gathering them all holds).
+  int64_t chunk_elems_of(std::span<const int> ids) const;
   // Elements of chunk c holding tensor data (the rest is padding).
   int64_t payload_elems(int c) const;
   // All model parameters (sum of tensor sizes) vs. all chunk elements (with padding).

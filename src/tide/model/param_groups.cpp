@@ -10,16 +10,6 @@
 
 namespace tide {
 
-namespace {
-
-int find_or(const ChunkLayout& layout, const std::string& name) {
-  for (int id = 0; id < layout.num_tensors(); ++id)
-    if (layout.slot(id).name == name) return id;
-  return -1;
-}
-
-}  // namespace
-
 std::vector<int> BlockGroups::ids() const {
   std::vector<int> all;
   for (const auto& g : groups) all.insert(all.end(), g.begin(), g.end());
@@ -28,7 +18,7 @@ std::vector<int> BlockGroups::ids() const {
 
 std::vector<BlockGroups> block_groups(const ChunkLayout& layout) {
   std::vector<BlockGroups> blocks;
-  const int wte = find_or(layout, "wte"), wpe = find_or(layout, "wpe");
+  const int wte = layout.index_of("wte"), wpe = layout.index_of("wpe");
   if (wte >= 0) blocks.push_back({BlockGroups::Kind::EMBEDDING, {{wte, wpe}}, {{wte, wpe}}});
   std::set<int> layers;  // the layer indices present (a pipeline stage holds a range)
   for (int id = 0; id < layout.num_tensors(); ++id) {
@@ -46,9 +36,9 @@ std::vector<BlockGroups> block_groups(const ChunkLayout& layout) {
     }
     blocks.push_back(std::move(b));
   }
-  const int lnf_w = find_or(layout, "ln_f.weight"), lnf_b = find_or(layout, "ln_f.bias");
+  const int lnf_w = layout.index_of("ln_f.weight"), lnf_b = layout.index_of("ln_f.bias");
   if (lnf_w >= 0) {
-    const int own = find_or(layout, "lm_head.weight");
+    const int own = layout.index_of("lm_head.weight");
     const int head = own >= 0 ? own : wte;
     TIDE_CHECK(head >= 0, "the layout holds ln_f but neither wte nor lm_head.weight");
     BlockGroups b{BlockGroups::Kind::HEAD, {{lnf_w, lnf_b, head}}, {{lnf_w, lnf_b}}};
@@ -58,19 +48,14 @@ std::vector<BlockGroups> block_groups(const ChunkLayout& layout) {
   return blocks;
 }
 
-std::vector<int> part_groups(const BlockGroups& b, Use use, ActivationPolicy policy) {
+std::span<const int> part_groups(const BlockGroups& b, Use use, ActivationPolicy policy) {
+  static constexpr int kWhole[] = {0}, kForward[] = {0, 1, 2, 3}, kReverse[] = {3, 2, 1, 0},
+                       kRecomputeThenReverse[] = {0, 1, 2, 3, 2, 1, 0};
   if (b.kind == BlockGroups::Kind::EMBEDDING && use == Use::BACKWARD) return {};
-  if (!b.per_op()) return {0};
-  switch (use) {
-    case Use::FORWARD:
-      return {0, 1, 2, 3};
-    case Use::BACKWARD:
-      if (policy == ActivationPolicy::FULL) return {0, 1, 2, 3, 2, 1, 0};
-      return {3, 2, 1, 0};
-    case Use::WEIGHT:
-      return {3, 2, 1, 0};
-  }
-  return {};
+  if (!b.per_op()) return kWhole;
+  if (use == Use::FORWARD) return kForward;
+  if (use == Use::BACKWARD && policy == ActivationPolicy::FULL) return kRecomputeThenReverse;
+  return kReverse;
 }
 
 ParamGroups::ParamGroups(const std::vector<BlockGroups>& blocks) {

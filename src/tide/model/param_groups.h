@@ -16,6 +16,7 @@
 // step's access list (ZeRO-3's prefetch, automatic placement's next-use); the estimator replays
 // ZeRO's buffers over it (estimate/zero_buffers.h).
 
+#include <span>
 #include <vector>
 
 #include "tide/memory/chunk_layout.h"
@@ -50,7 +51,8 @@ std::vector<BlockGroups> block_groups(const ChunkLayout& layout);
 // Transformer block: F 0 1 2 3; B 3 2 1 0, after 0 1 2 under the FULL policy (its
 // recomputation stops before mlp.c_proj: the block output is already consumed); W 3 2 1 0.
 // Embedding: 0, none in B. Head: 0.
-std::vector<int> part_groups(const BlockGroups& b, Use use, ActivationPolicy policy);
+// (Static storage: every part of every step asks, and a step allocates nothing.)
+std::span<const int> part_groups(const BlockGroups& b, Use use, ActivationPolicy policy);
 
 // The groups of all blocks, numbered block after block: what the engine's access list and the
 // ZeRO / placement policies index.

@@ -33,11 +33,7 @@ void check_zero_settings(const ZeroSettings& s, const ChunkLayout& layout,
   // reduced (gathered) alone and waited for at once.
   if (s.stage < 3) return;
   int64_t need = 0;
-  for (const auto& ids : group_params) {
-    int64_t elems = 0;
-    for (int c : layout.chunks_of(ids)) elems += layout.chunk_elems(c);
-    need = std::max(need, elems);
-  }
+  for (const auto& ids : group_params) need = std::max(need, layout.chunk_elems_of(ids));
   TIDE_CHECK(s.max_live_parameters >= need,
              "zero_optimization.stage3_max_live_parameters ({}) is below what one op needs "
              "gathered at once ({} elements: the chunks of its parameter group); raise it or "
@@ -258,7 +254,7 @@ void ZeroPolicy::on_grads_ready(ChunkStore& store, int c, int micro_batch) {
                                      ReduceOp::Sum),
             trace, store.grads_complete(c)};
   counters_.reduce_scatters += 1;
-  if (!overlaps(elems)) {
+  if (!s_.overlaps(elems)) {
     complete_reduction(p);
     return;
   }
@@ -282,7 +278,7 @@ void ZeroPolicy::complete_reduction(Pending& p) {
   const ChunkLayout& lay = store_.layout();
   const int64_t slice = lay.slice_elems(c), r = dp_.rank(), elems = lay.chunk_elems(c);
   auto* whole = store_.chunk(ChunkKind::GRAD, c).f32();
-  if (overlaps(elems)) reducing_elems_ -= elems;
+  if (s_.overlaps(elems)) reducing_elems_ -= elems;
   if (s_.stage == 1) {
     // The chunk is the accumulator: its owned part holds the sum so far; the rest must be zero
     // for the next micro-batch (the reduce-scatter left partial sums there).

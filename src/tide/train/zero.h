@@ -142,9 +142,6 @@ class ZeroPolicy final : public PlacementPolicy {
     if (a.use == Use::WEIGHT) return {};
     return group_chunks_[a.group];
   }
-  // Whether a reduction of `elems` elements stays in flight behind compute: with overlap_comm,
-  // when the chunk fits in reduce_bucket_size (a larger one is reduced alone, at once).
-  bool overlaps(int64_t elems) const { return s_.overlap_comm && elems <= s_.reduce_bucket_size; }
   void complete_reduction(Pending& p);
   void complete_reductions_of(int c);
   // Completes the reductions at the front of the queue that are already done (no waiting).

@@ -30,6 +30,11 @@ struct ZeroSettings {
   int64_t param_persistence_threshold = 100'000;  // stage 3: smaller chunks stay gathered
   OffloadSettings offload_optimizer;
 
+  // Whether the reduction of a chunk of `elems` elements stays in flight behind compute: with
+  // overlap_comm, when the chunk fits in reduce_bucket_size (a larger one is reduced alone and
+  // waited for at once). ZeroPolicy and the estimator's replay of it both ask here.
+  bool overlaps(int64_t elems) const { return overlap_comm && elems <= reduce_bucket_size; }
+
   bool operator==(const ZeroSettings&) const = default;
 };
 

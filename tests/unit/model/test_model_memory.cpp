@@ -129,9 +129,7 @@ TEST(ModelMemory, RunsWithParametersResidentOnlyWhileAcquired) {
     const ChunkLayout& lay = ref.store().layout();
     const size_t param_bytes = lay.total_elems() * 4, grad_bytes = param_bytes;
     auto chunk_bytes = [&](const std::vector<int>& ids) {
-      size_t b = 0;
-      for (int c : lay.chunks_of(ids)) b += lay.chunk_elems(c) * 4;
-      return b;
+      return static_cast<size_t>(lay.chunk_elems_of(ids)) * 4;
     };
     // The budget holds the gradients and the chunks of the largest parameter group: the least
     // that can run with one op's parameters resident at a time.
