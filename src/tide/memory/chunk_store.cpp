@@ -117,6 +117,17 @@ Tensor ChunkStore::slice(ChunkKind k, int c) const {
                 whole.dtype, whole.device);
 }
 
+Chunk ChunkStore::owned(ChunkKind k, int c) const {
+  Chunk ch = chunks_[static_cast<int>(k)].at(c);
+  if (ch.slice_home) {  // as detach_whole leaves it
+    ch.data = ch.slice_home;
+    ch.slice_home = nullptr;
+    ch.elems = layout_.slice_elems(c);
+    ch.begin = opt_.group_rank * ch.elems;
+  }
+  return ch;
+}
+
 void ChunkStore::zero(ChunkKind k) {
   for (Chunk& c : chunks_[static_cast<int>(k)]) {
     if (c.data) std::memset(c.data, 0, static_cast<size_t>(c.elems) * dtype_size(c.dtype));

@@ -95,6 +95,11 @@ class ChunkStore {
   // also while a whole buffer is attached) or whole (a view into the chunk).
   Tensor slice(ChunkKind k, int c) const;
   const Chunk& chunk_info(ChunkKind k, int c) const { return chunks_[static_cast<int>(k)][c]; }
+  // What this rank owns of chunk c of kind k: chunk_info, except that under an attached whole
+  // buffer it is the own slice (data = slice_home). Checkpoints save and load this: the buffer
+  // is a policy's copy (ZeRO-3's gathered parameters), refilled from the slices, so a load
+  // written into it would be overwritten by the stale slices at the next gather.
+  Chunk owned(ChunkKind k, int c) const;
   bool resident(ChunkKind k, int c) const { return chunk_info(k, c).data != nullptr; }
   // Resident and whole (not just this rank's slice): what ops need.
   bool whole(ChunkKind k, int c) const {

@@ -67,7 +67,7 @@ void init_weights_from(const std::string& path, GPT& model) {
   for (int id = 0; id < lay.num_tensors(); ++id) {
     const TensorSlot& s = lay.slot(id);
     const SafetensorsEntry& e = *src[id];
-    const Chunk& ch = store.chunk_info(ChunkKind::PARAM, s.chunk);
+    const Chunk ch = store.owned(ChunkKind::PARAM, s.chunk);
     TIDE_CHECK(ch.data != nullptr, "init_from: cannot load '{}': its chunk is not resident",
                s.name);
     // The elements [lo, hi) of the tensor this rank holds (all, or its ZeRO-3 slice's part).

@@ -443,7 +443,7 @@ void save_checkpoint_shard(const std::string& dir, const ChunkStore& store,
     const int64_t lo = std::max(s.offset, rank * slice);
     const int64_t hi = std::min(s.offset + s.numel, (rank + 1) * slice);
     if (lo >= hi) continue;
-    const Chunk& ch = store.chunk_info(it.kind, s.chunk);
+    const Chunk ch = store.owned(it.kind, s.chunk);
     TIDE_CHECK(ch.data != nullptr, "{}: {} chunk {} is not resident", subject,
                chunk_kind_name(it.kind), s.chunk);
     TIDE_CHECK(lo >= ch.begin && hi <= ch.begin + ch.elems,
@@ -504,7 +504,7 @@ void save_pipeline_stage_shard(const std::string& dir, const std::vector<const C
       TIDE_CHECK(!store.sliced(it.kind) || (dp > 1 && store.options().group_rank == dp_rank),
                  "{}: the store holds a slice of its {} chunks that is not replica {}'s", subject,
                  chunk_kind_name(it.kind), dp_rank);
-      const Chunk& ch = store.chunk_info(it.kind, s.chunk);
+      const Chunk ch = store.owned(it.kind, s.chunk);
       TIDE_CHECK(ch.data != nullptr && store.chunk(it.kind, s.chunk).device.is_cpu(),
                  "{}: {} chunk {} is not resident in host memory", subject,
                  chunk_kind_name(it.kind), s.chunk);
@@ -744,7 +744,7 @@ void load_checkpoint_shard(const std::string& dir, ChunkStore& store, const GPTC
   std::vector<Copy> copies;
   for (const Item& it : items) {
     const TensorSlot& s = layout.slot(it.id);
-    const Chunk& ch = store.chunk_info(it.kind, s.chunk);
+    const Chunk ch = store.owned(it.kind, s.chunk);
     TIDE_CHECK(ch.data != nullptr, "cannot load {}: {} chunk {} is not resident", w,
                chunk_kind_name(it.kind), s.chunk);
     TIDE_CHECK(store.chunk(it.kind, s.chunk).device.is_cpu(),

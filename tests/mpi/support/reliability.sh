@@ -8,9 +8,9 @@
 #   killed    under ZeRO stage 3 (every step gathers parameters from every rank), SIGKILL to
 #             rank 0, then to rank 1 in a second job: every rank exits non-zero within 30 s and
 #             the output names the rank and the signal
-#   preempt   SIGTERM to one rank mid-run: all ranks stop at the same step, exit 0 with a
-#             checkpoint, and the resumed run reproduces the uninterrupted run's losses bitwise;
-#             a second signal exits at once
+#   preempt   SIGTERM to one rank mid-run (ZeRO-0, and ZeRO-3 with default thresholds): all
+#             ranks stop at the same step, exit 0 with a checkpoint, and the resumed run
+#             reproduces the uninterrupted run's losses bitwise; a second signal exits at once
 set -uo pipefail
 mpiexec=$1 tide=$2 src=$3 dir=$4 case=$5
 rm -rf "$dir" && mkdir -p "$dir" && cd "$dir" || exit 1
@@ -88,30 +88,37 @@ frozen)
   ;;
 preempt)
   steps=400
-  timeout 300 "${mpi[@]}" -np 2 "$tide" train "${common[@]}" train_steps=$steps out_dir=a \
-    > a.log 2>&1 || { cat a.log; fail "uninterrupted run"; }
-  "${mpi[@]}" -np 2 "$tide" train "${common[@]}" train_steps=$steps out_dir=b > b.log 2>&1 &
-  mpirun_pid=$!
-  victim=$(rank_pid $mpirun_pid 1) || fail "rank 1 not found"
-  trap 'kill -KILL $mpirun_pid 2>/dev/null' EXIT
-  wait_for b.log "step      5/" 120 || { cat b.log; fail "no step 5"; }
-  kill -TERM "$victim"  # one rank only: the ranks must agree on the step
-  wait $mpirun_pid; rc=$?
-  cat b.log
-  [ $rc -eq 0 ] || fail "the interrupted run exited $rc, not 0"
-  ckpt=$(sed -n 's/^tide: resume with the same command plus checkpoint.resume=//p' b.log)
-  [ -n "$ckpt" ] && [ -s "$ckpt" ] || fail "no resume line with a checkpoint"
-  stop_step=$(sed -n 's/.*model_step\([0-9]*\)\.ckpt$/\1/p' <<<"$ckpt")
-  [ "$stop_step" -lt $steps ] || fail "the run was not interrupted (stopped at $stop_step)"
-  timeout 300 "${mpi[@]}" -np 2 "$tide" train "${common[@]}" train_steps=$steps out_dir=b \
-    checkpoint.resume="$ckpt" > c.log 2>&1 || { cat c.log; fail "resumed run"; }
-  tail -3 c.log
-  # step, grad_norm, loss, lr of every training line (keys are sorted in metrics.jsonl)
-  losses() { sed -n 's/.*"grad_norm":\([^,]*\),"loss":\([^,]*\),"lr":\([^,]*\),"step":\([0-9]*\).*/\4 \1 \2 \3/p' "$1"; }
-  losses a/metrics.jsonl > a.txt; losses b/metrics.jsonl > b.txt
-  [ "$(wc -l < a.txt)" -eq $steps ] || fail "uninterrupted run logged $(wc -l < a.txt) steps"
-  diff a.txt b.txt > /dev/null || { diff a.txt b.txt | head; fail "interrupted + resumed != uninterrupted"; }
-  echo "OK: stopped at step $stop_step, exit 0; resumed run equals the uninterrupted one bitwise"
+  # ZeRO-0, and ZeRO-3 with its default thresholds (persistent chunks stay gathered).
+  for variant in zero0 zero3; do
+    extra=(zero_optimization.stage=${variant#zero})
+    timeout 300 "${mpi[@]}" -np 2 "$tide" train "${common[@]}" "${extra[@]}" train_steps=$steps \
+      out_dir=$variant-a > $variant-a.log 2>&1 || { cat $variant-a.log; fail "$variant: uninterrupted run"; }
+    "${mpi[@]}" -np 2 "$tide" train "${common[@]}" "${extra[@]}" train_steps=$steps \
+      out_dir=$variant-b > $variant-b.log 2>&1 &
+    mpirun_pid=$!
+    victim=$(rank_pid $mpirun_pid 1) || fail "rank 1 not found"
+    trap 'kill -KILL $mpirun_pid 2>/dev/null' EXIT
+    wait_for $variant-b.log "step      5/" 120 || { cat $variant-b.log; fail "$variant: no step 5"; }
+    kill -TERM "$victim"  # one rank only: the ranks must agree on the step
+    wait $mpirun_pid; rc=$?
+    cat $variant-b.log
+    [ $rc -eq 0 ] || fail "$variant: the interrupted run exited $rc, not 0"
+    ckpt=$(sed -n 's/^tide: resume with the same command plus checkpoint.resume=//p' $variant-b.log)
+    [ -n "$ckpt" ] && [ -e "$ckpt" ] || fail "$variant: no resume line with a checkpoint"
+    stop_step=$(sed -n 's/.*model_step\([0-9]*\)\.ckpt$/\1/p' <<<"$ckpt")
+    [ "$stop_step" -lt $steps ] || fail "$variant: the run was not interrupted (stopped at $stop_step)"
+    timeout 300 "${mpi[@]}" -np 2 "$tide" train "${common[@]}" "${extra[@]}" train_steps=$steps \
+      out_dir=$variant-b checkpoint.resume="$ckpt" > $variant-c.log 2>&1 \
+      || { cat $variant-c.log; fail "$variant: resumed run"; }
+    tail -3 $variant-c.log
+    # step, grad_norm, loss, lr of every training line (keys are sorted in metrics.jsonl)
+    losses() { sed -n 's/.*"grad_norm":\([^,]*\),"loss":\([^,]*\),"lr":\([^,]*\),"step":\([0-9]*\).*/\4 \1 \2 \3/p' "$1"; }
+    losses $variant-a/metrics.jsonl > $variant-a.txt; losses $variant-b/metrics.jsonl > $variant-b.txt
+    [ "$(wc -l < $variant-a.txt)" -eq $steps ] || fail "$variant: uninterrupted run logged $(wc -l < $variant-a.txt) steps"
+    diff $variant-a.txt $variant-b.txt > /dev/null \
+      || { diff $variant-a.txt $variant-b.txt | head; fail "$variant: interrupted + resumed != uninterrupted"; }
+    echo "OK: $variant stopped at step $stop_step, exit 0; resumed run equals the uninterrupted one bitwise"
+  done
   # A second signal ends the process at once (single process here).
   # (A model with ~1 s steps, so the second signal comes while the first step is running.)
   "$tide" train "${common[@]}" model.n_layer=4 model.n_embd=256 seq_len=128 \
