@@ -226,7 +226,9 @@ const std::vector<ConfigKey>& config_schema() {
        ints(0)},
       {"checkpoint.resume", T::PATH, "",
        "checkpoint to resume from (weights, optimizer state, step, data position); same seed "
-       "and global batch required; appends to out_dir/metrics.jsonl"},
+       "and global batch required; out_dir/metrics.jsonl keeps its lines up to that step and "
+       "goes on from there; \"auto\" = the newest complete checkpoint in out_dir, or a fresh "
+       "start when there is none (for relaunch loops)"},
       {"init_from", T::PATH, "",
        "checkpoint (file or sharded directory) whose weights start the run at step 0, e.g. "
        "one from `tide import`; its model shape must be this config's; no optimizer state, "
@@ -723,7 +725,7 @@ TrainConfig parse_checked(const json& j, std::vector<std::string> unknown, bool 
   check_path("data.dir", c.data_dir, /*directory=*/true);
   check_path("data.train", c.train_data, false);
   check_path("data.val", c.val_data, false);
-  check_checkpoint_path("checkpoint.resume", c.resume);
+  if (c.resume != "auto") check_checkpoint_path("checkpoint.resume", c.resume);
   check_checkpoint_path("init_from", c.init_from);
   return c;
 }
@@ -796,7 +798,10 @@ std::vector<std::string> earlier_run_files(const std::string& out_dir) {
 }
 
 void check_out_dir(const TrainConfig& cfg) {
-  if (!cfg.resume.empty() || cfg.out_dir_overwrite) return;
+  // resume=auto found no checkpoint: out_dir holds at most an earlier attempt of this run.
+  if (!cfg.resume.empty() || cfg.out_dir_overwrite ||
+      cfg.values.value("checkpoint.resume", "") == "auto")
+    return;
   const std::vector<std::string> files = earlier_run_files(cfg.out_dir);
   if (files.empty()) return;
   std::string list;

@@ -14,6 +14,7 @@
 #include "tide/comm/local_process_group.h"
 #include "tide/data/prepare.h"
 #include "tide/model/layout.h"
+#include "tide/train/auto_resume.h"
 #include "tide/train/checkpoint.h"
 #include "tide/train/init_from.h"
 #include "tide/train/preemption.h"
@@ -122,6 +123,37 @@ void write_metrics_line(std::ofstream& f, const std::string& path, const json& l
              path);
 }
 
+// Rank `root`'s `text` on every rank of `g` (collective): the length, then the bytes as int32
+// words.
+void broadcast_text(ProcessGroup& g, std::string& text, int root) {
+  if (g.size() == 1) return;
+  int64_t len = static_cast<int64_t>(text.size());
+  g.broadcast(Tensor(&len, Shape{2}, DType::I32), root);
+  std::vector<int32_t> words((len + 3) / 4, 0);
+  std::memcpy(words.data(), text.data(), g.rank() == root ? text.size() : 0);
+  if (!words.empty())
+    g.broadcast(Tensor(words.data(), Shape{static_cast<int64_t>(words.size())}, DType::I32), root);
+  text.assign(reinterpret_cast<const char*>(words.data()), static_cast<size_t>(len));
+}
+
+// metrics.jsonl of a run resumed at `step`: the lines of steps after it (logged by the attempt
+// that was cut off, and about to be taken again) and a line torn by a kill are dropped, and a
+// line marks the resume, so every step is logged once, by the run that continues.
+void rewind_metrics(const std::string& path, int64_t step, const std::string& checkpoint) {
+  std::ifstream in(path);
+  std::string kept, line;
+  while (std::getline(in, line)) {
+    const json j = json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (j.is_object() && j.value("step", int64_t{0}) <= step) kept += line + "\n";
+  }
+  kept +=
+      json{
+          {"event", "resume"}, {"step", step}, {"checkpoint", checkpoint}, {"time", unix_seconds()}}
+          .dump() +
+      "\n";
+  write_file_atomically(path, kept);
+}
+
 }  // namespace
 
 Trainer::Trainer(TrainConfig config, std::shared_ptr<ProcessGroup> world)
@@ -153,6 +185,7 @@ Trainer::Trainer(TrainConfig config, std::shared_ptr<ProcessGroup> world)
                "gradient_accumulation_steps {} x data-parallel ranks {}; fix one of them (or set "
                "train_batch_size to 0)",
                cfg_.train_batch_size, cfg_.micro_batch, cfg_.grad_accum, dp);
+  if (cfg_.resume == "auto") resolve_auto_resume();
   // A checkpoint to resume from is checked (whole file, and that it can continue this run)
   // before anything is prepared or written.
   const std::optional<RunPosition> resume_at =
@@ -556,6 +589,27 @@ std::string Trainer::save(const std::string& name) const {
   return path;
 }
 
+void Trainer::resolve_auto_resume() {
+  // Rank 0 looks (the ranks may not share one view of a file system being written) and every
+  // rank takes its choice.
+  std::string path;
+  if (world_->rank() == 0) {
+    const AutoResume found = find_auto_resume(cfg_.out_dir);
+    for (const std::string& s : found.skipped)
+      fmt::print(stderr, "tide: warning: checkpoint.resume=auto skips {}\n", s);
+    if (found.path.empty())
+      fmt::print("tide: checkpoint.resume=auto: no complete checkpoint in {}; starting at step 0\n",
+                 cfg_.out_dir);
+    else
+      fmt::print("tide: checkpoint.resume=auto: the newest complete checkpoint is {} (step {})\n",
+                 found.path, found.step);
+    std::fflush(stdout);
+    path = found.path;
+  }
+  broadcast_text(*world_, path, 0);
+  cfg_.resume = path;
+}
+
 Trainer::RunPosition Trainer::check_resume(const std::string& path) const {
   const bool sharded = is_sharded_checkpoint(path);
   TIDE_CHECK(
@@ -681,6 +735,8 @@ void Trainer::run() {
     }
     write_file_atomically((fs::path(cfg_.out_dir) / "config.json").string(),
                           config_to_json(cfg_).dump(2) + "\n");
+    if (!cfg_.resume.empty() && fs::exists(metrics_path))
+      rewind_metrics(metrics_path, step_, cfg_.resume);
     metrics.open(metrics_path, cfg_.resume.empty() ? std::ios::trunc : std::ios::app);
     TIDE_CHECK(metrics.good(), "{}: cannot open for writing; check that out_dir is writable",
                metrics_path);

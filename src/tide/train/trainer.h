@@ -97,6 +97,9 @@ class Trainer {
     int64_t step = 0;
     uint64_t data_epoch = 0, data_batch = 0;
   };
+  // checkpoint.resume=auto: cfg_.resume becomes the newest complete checkpoint in out_dir, or
+  // empty (auto_resume.h); collective.
+  void resolve_auto_resume();
   // Reads and checks `path` (the whole file, and that it can continue this run's config).
   RunPosition check_resume(const std::string& path) const;
   // The tracer for the step about to be taken (nullptr outside the traced window).

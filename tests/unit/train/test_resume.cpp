@@ -6,10 +6,12 @@
 
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 
 #include "checkpoint_tensors.h"
 #include "tide/core/rng.h"
 #include "tide/data/shard.h"
+#include "tide/train/auto_resume.h"
 #include "tide/train/trainer.h"
 
 using namespace tide;
@@ -111,5 +113,41 @@ TEST(Resume, RefusesWhatCannotContinueTheRun) {
   EXPECT_NE(error_of({"model.n_embd=32"}).find("shape"), std::string::npos)
       << error_of({"model.n_embd=32"});
   EXPECT_EQ(error_of({}), "no error");
+  fs::remove_all(dir);
+}
+
+// checkpoint.resume=auto takes the newest checkpoint that verifies: a damaged newer one is
+// skipped with its reason, a save's leftover "<name>.partial" is never a candidate, and an
+// out_dir without checkpoints starts the run at step 0.
+TEST(Resume, AutoTakesTheNewestCompleteCheckpoint) {
+  const std::string dir = make_dir(), data = write_data(dir), out = dir + "/run";
+  {
+    Trainer fresh(config(data, out, "auto"));
+    EXPECT_EQ(fresh.step(), 0);
+    EXPECT_EQ(find_auto_resume(out).path, "");
+    steps(fresh, 5);
+    fresh.save("model_step5.ckpt");
+    steps(fresh, 10);
+    fresh.save("model_step10.ckpt");
+    steps(fresh, 12);
+    fresh.save("model_step12.ckpt");
+  }
+  // A newer file whose data a disk error changed (its header still reads) and an uncommitted
+  // save.
+  {
+    std::fstream f(out + "/model_step12.ckpt", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(-16, std::ios::end);
+    f.write("damaged damaged!", 16);
+  }
+  fs::create_directories(out + "/model_step15.ckpt.partial");
+  fs::copy_file(out + "/model_step10.ckpt", out + "/model_step15.ckpt.partial/shard.safetensors");
+  const AutoResume found = find_auto_resume(out);
+  EXPECT_EQ(found.path, out + "/model_step10.ckpt");
+  EXPECT_EQ(found.step, 10);
+  ASSERT_EQ(found.skipped.size(), 1u);
+  EXPECT_NE(found.skipped[0].find("model_step12.ckpt"), std::string::npos) << found.skipped[0];
+  Trainer resumed(config(data, out, "auto"));
+  EXPECT_EQ(resumed.step(), 10);
+  EXPECT_EQ(resumed.config().resume, out + "/model_step10.ckpt");
   fs::remove_all(dir);
 }
