@@ -5,8 +5,8 @@
 //
 //   * on the same layout the 20 resumed steps' losses and the final validation loss equal the
 //     reference's bitwise;
-//   * on another layout (another dp degree, ZeRO stage, offload, pipeline -> ZeRO) with the same
-//     global batch, to 1e-5 (sums in another order).
+//   * on another layout (another dp degree, ZeRO stage, offload, tp size, pipeline stages and
+//     schedule) with the same global batch, to 1e-5 (sums in another order).
 //
 // Every layout keeps the loader's batch (data-parallel ranks x micro-batch) at 6 sequences and
 // the global batch at 12, so the data order is the same everywhere; dropout 0.1 (masks keyed by
@@ -120,6 +120,14 @@ std::vector<Case> cases() {
   out.push_back({pp(2, "1f1b"), zero3_3});
   out.push_back({pp(4, "zb-h1", 2), zero3_2});
   out.push_back({zero3_3, dp(2, 2, "offload", {offload})});
+  // Tensor parallelism's whole-model file into other layouts, and sharded directories into tp.
+  const Layout tp_zero3 = tp(4, 3, true);
+  out.push_back({tp_zero3, dp(2, 1)});
+  out.push_back({tp_zero3, pp(2, "1f1b")});
+  out.push_back({tp_zero3, dp(1, 0)});
+  out.push_back({zero3_2, tp(2, 1, false)});
+  out.push_back({pp(2, "zb-h1"), tp_zero3});
+  out.push_back({zero3_2, pp(2, "zb-v")});
   return out;
 }
 

@@ -185,17 +185,10 @@ void PipelineRun::save(const std::string& path, const CheckpointInfo& info) cons
 }
 
 void PipelineRun::load(const std::string& path) {
-  for (const auto& c : chunks_) {
-    if (tp_->size() == 1) {
-      load_checkpoint_shard(path, c->store(), c->config(), /*with_optimizer_state=*/true);
-      continue;
-    }
-    // Every tp rank reads the stage's tensors whole and keeps its shard's elements (under
-    // ZeRO-1/2 of the sliced kinds only its slice).
-    const std::unique_ptr<ChunkStore> whole = unsharded_store(*c, /*with_optimizer_state=*/true);
-    load_checkpoint_shard(path, *whole, c->config(), /*with_optimizer_state=*/true);
-    scatter_to_tp_shard(*whole, *c, /*with_optimizer_state=*/true);
-  }
+  // Any checkpoint (checkpoint_source.h); under tp every rank reads the stage's tensors whole
+  // and keeps its shard's elements (under ZeRO-1/2 of the sliced kinds only its slice).
+  const CheckpointSource source(path);
+  for (const auto& c : chunks_) load_checkpoint_any(source, *c, /*with_optimizer_state=*/true);
 }
 
 void PipelineRun::init_from(const std::string& path) {

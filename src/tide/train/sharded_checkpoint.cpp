@@ -678,9 +678,11 @@ struct ShardedCheckpointReader::Impl {
   }
 };
 
-ShardedCheckpointReader::ShardedCheckpointReader(const std::string& dir, bool verify_data)
+ShardedCheckpointReader::ShardedCheckpointReader(const std::string& dir, bool verify_data,
+                                                 bool open_all)
     : impl_(std::make_unique<Impl>(dir, verify_data)) {
-  for (int r = 0; r < impl_->index.info.world_size; ++r) impl_->shard(r);
+  if (open_all)
+    for (int r = 0; r < impl_->index.info.world_size; ++r) impl_->shard(r);
 }
 
 ShardedCheckpointReader::~ShardedCheckpointReader() = default;
@@ -698,6 +700,14 @@ DType ShardedCheckpointReader::dtype(const std::string& name) const {
   return impl_->index.dtypes.at(name);
 }
 
+int64_t ShardedCheckpointReader::numel(const std::string& name) const {
+  return impl_->pieces(name).back().end;
+}
+
+void ShardedCheckpointReader::prepare(const std::string& name, int64_t begin, int64_t end) const {
+  impl_->prepare(name, begin, end);
+}
+
 void ShardedCheckpointReader::read(const std::string& name, int64_t begin, int64_t end,
                                    void* dst) const {
   const std::vector<Piece>& pieces = impl_->pieces(name);
@@ -711,21 +721,20 @@ ShardedCheckpointInfo read_sharded_checkpoint_info(const std::string& dir, bool 
   return ShardedCheckpointReader(dir, verify_data).info();
 }
 
-void load_checkpoint_shard(const std::string& dir, ChunkStore& store, const GPTConfig& config,
-                           bool with_optimizer_state) {
-  ShardedCheckpointReader::Impl ck(dir, /*verify_data=*/true);
-  const ShardedCheckpointInfo& x = ck.index.info;
-  const std::string w = who(dir);
-  TIDE_CHECK(same_model_shape(x.info.config, config),
+void load_into_store(const CheckpointSource& source, ChunkStore& store, const GPTConfig& config,
+                     bool with_optimizer_state) {
+  const CheckpointInfo& x = source.info();
+  const std::string w = fmt::format("checkpoint '{}'", source.path());
+  TIDE_CHECK(same_model_shape(x.config, config),
              "{} holds a model {} but this model is {}; build the model with the checkpoint's "
-             "shape (read_sharded_checkpoint_info)",
-             w, x.info.config.str(), config.str());
+             "shape",
+             w, x.config.str(), config.str());
   check_stage_layout(store.layout(), config, w);
-  TIDE_CHECK(x.compute_dtype == store.compute_dtype(),
+  TIDE_CHECK(source.compute_dtype() == store.compute_dtype(),
              "{} holds {} parameters but this model computes in {}; load it into a model of the "
              "checkpoint's compute dtype",
-             w, dtype_name(x.compute_dtype), dtype_name(store.compute_dtype()));
-  TIDE_CHECK(!with_optimizer_state || x.info.optimizer_state,
+             w, dtype_name(source.compute_dtype()), dtype_name(store.compute_dtype()));
+  TIDE_CHECK(!with_optimizer_state || x.optimizer_state,
              "{} was saved without optimizer state; it can initialise a run (init) but not "
              "resume one",
              w);
@@ -733,7 +742,7 @@ void load_checkpoint_shard(const std::string& dir, ChunkStore& store, const GPTC
       !with_optimizer_state || (store.has(ChunkKind::ADAM_M) && store.has(ChunkKind::ADAM_V)),
       "cannot load the optimizer state of {}: the model was built without one", w);
 
-  // What this store holds of each tensor: elements [lo, hi), copied to dst.
+  // What this store owns of each tensor: elements [lo, hi), copied to dst.
   struct Copy {
     const Item* item;
     int64_t lo, hi;
@@ -743,6 +752,13 @@ void load_checkpoint_shard(const std::string& dir, ChunkStore& store, const GPTC
   const std::vector<Item> items = items_of(layout, store.compute_dtype(), with_optimizer_state);
   std::vector<Copy> copies;
   for (const Item& it : items) {
+    TIDE_CHECK(source.contains(it.name),
+               "{} has no tensor '{}'; the checkpoint is damaged or not a {} model's", w, it.name,
+               config.str());
+    TIDE_CHECK(source.dtype(it.name) == it.dtype && source.numel(it.name) == it.numel,
+               "{}: tensor '{}' is {} x {} elements, but this model holds {} x {}", w, it.name,
+               dtype_name(source.dtype(it.name)), source.numel(it.name), dtype_name(it.dtype),
+               it.numel);
     const TensorSlot& s = layout.slot(it.id);
     const Chunk ch = store.owned(it.kind, s.chunk);
     TIDE_CHECK(ch.data != nullptr, "cannot load {}: {} chunk {} is not resident", w,
@@ -757,8 +773,15 @@ void load_checkpoint_shard(const std::string& dir, ChunkStore& store, const GPTC
     copies.push_back({&it, lo - s.offset, hi - s.offset, dst});
   }
   // Every file the copies need is opened and checked before the first byte is copied.
-  for (const Copy& c : copies) ck.prepare(c.item->name, c.lo, c.hi);
-  for (const Copy& c : copies) ck.read(c.item->name, c.lo, c.hi, c.dst);
+  for (const Copy& c : copies) source.prepare(c.item->name, c.lo, c.hi);
+  for (const Copy& c : copies) source.read(c.item->name, c.lo, c.hi, c.dst);
+}
+
+void load_checkpoint_shard(const std::string& dir, ChunkStore& store, const GPTConfig& config,
+                           bool with_optimizer_state) {
+  // Anything else (a file, a folder without index.json) is refused with the index reader's words.
+  if (!is_sharded_checkpoint(dir)) read_sharded_checkpoint_info(dir, /*verify_data=*/false);
+  load_into_store(CheckpointSource(dir), store, config, with_optimizer_state);
 }
 
 }  // namespace tide

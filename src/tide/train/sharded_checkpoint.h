@@ -45,6 +45,7 @@
 
 #include "tide/memory/chunk_store.h"
 #include "tide/train/checkpoint.h"
+#include "tide/train/checkpoint_source.h"
 
 namespace tide {
 
@@ -99,21 +100,28 @@ void commit_sharded_checkpoint(const std::string& dir, int world);
 // every shard's checksum (this reads the whole checkpoint once, through a 4 MiB buffer).
 ShardedCheckpointInfo read_sharded_checkpoint_info(const std::string& dir, bool verify_data = true);
 
-// Loads what `store` holds from the sharded checkpoint `dir`: the parameters, and with
-// `with_optimizer_state` the master weights (compute dtype not f32) and Adam's moments, which
-// the checkpoint must hold. `store`'s layout must be make_layout(config) packed for any group
-// size M, its kinds whole or sliced, or a pipeline stage's (make_layout(config, {.pp, .stage}):
-// lm_head.weight is read from wte); config must have the checkpoint's shape and the store its
-// compute dtype. Everything is checked before anything is copied.
+// Loads what `store` owns (ChunkStore::owned) from any checkpoint, by tensor name and element
+// range: the parameters, and with `with_optimizer_state` the master weights (compute dtype not
+// f32) and Adam's moments, which the checkpoint must hold. `store`'s layout must be
+// make_layout(config) packed for any group size M, its kinds whole or sliced, or a pipeline
+// stage's (make_layout(config, {.pp, .stage}): lm_head.weight is read from wte); config must
+// have the checkpoint's shape and the store its compute dtype. Everything is checked before
+// anything is copied. (A tensor-parallel shard: tp_checkpoint.h, which loads the unsharded
+// tensors through this and keeps its shard.)
+void load_into_store(const CheckpointSource& source, ChunkStore& store, const GPTConfig& config,
+                     bool with_optimizer_state = false);
+// load_into_store from the sharded checkpoint `dir`.
 void load_checkpoint_shard(const std::string& dir, ChunkStore& store, const GPTConfig& config,
                            bool with_optimizer_state = false);
 
 // Random access to the tensors of a sharded checkpoint, for tools that consolidate it
-// (`tide export`). The constructor checks the index and every shard (headers and, with
-// `verify_data`, checksums: the whole checkpoint is read once) and keeps the shards open.
+// (`tide export`) and for loads (checkpoint_source.h). The constructor checks the index and,
+// with `open_all`, every shard (headers and, with `verify_data`, checksums: the whole checkpoint
+// is read once); without, each shard when first needed (prepare, read). Shards stay open.
 class ShardedCheckpointReader {
  public:
-  explicit ShardedCheckpointReader(const std::string& dir, bool verify_data = true);
+  explicit ShardedCheckpointReader(const std::string& dir, bool verify_data = true,
+                                   bool open_all = true);
   ~ShardedCheckpointReader();
   ShardedCheckpointReader(const ShardedCheckpointReader&) = delete;
   ShardedCheckpointReader& operator=(const ShardedCheckpointReader&) = delete;
@@ -123,6 +131,9 @@ class ShardedCheckpointReader {
   bool contains(const std::string& name) const;
   // The stored dtype of tensor `name` (the compute dtype for parameters, else f32).
   DType dtype(const std::string& name) const;
+  int64_t numel(const std::string& name) const;
+  // Opens and checks every shard elements [begin, end) of `name` are in.
+  void prepare(const std::string& name, int64_t begin, int64_t end) const;
   // Copies elements [begin, end) of the flattened tensor `name`, in its stored dtype.
   void read(const std::string& name, int64_t begin, int64_t end, void* dst) const;
 

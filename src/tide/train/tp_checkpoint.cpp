@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "tide/core/error.h"
+#include "tide/train/sharded_checkpoint.h"
 
 namespace tide {
 
@@ -129,13 +130,17 @@ std::unique_ptr<ChunkStore> unsharded_store(const GPT& model, bool with_optimize
   return whole_store(model.config(), model, with_optimizer_state);
 }
 
-void load_checkpoint_tp(const std::string& path, GPT& model, bool with_optimizer_state) {
+void load_checkpoint_any(const CheckpointSource& source, GPT& model, bool with_optimizer_state) {
   ProcessGroup* tp = model.tp_group();
-  if (!tp || tp->size() == 1) return load_checkpoint(path, model, with_optimizer_state);
+  if (!tp || tp->size() == 1)
+    return load_into_store(source, model.store(), model.config(), with_optimizer_state);
   const std::unique_ptr<ChunkStore> whole = unsharded_store(model, with_optimizer_state);
-  load_checkpoint(path, *whole, model.config(),
-                  with_optimizer_state);  // every check, nothing copied yet
+  load_into_store(source, *whole, model.config(), with_optimizer_state);
   scatter_to_tp_shard(*whole, model, with_optimizer_state);
+}
+
+void load_checkpoint_tp(const std::string& path, GPT& model, bool with_optimizer_state) {
+  load_checkpoint_any(CheckpointSource(path), model, with_optimizer_state);
 }
 
 void scatter_to_tp_shard(const ChunkStore& whole, GPT& model, bool with_optimizer_state) {

@@ -25,6 +25,7 @@
 
 #include "tide/model/gpt.h"
 #include "tide/train/checkpoint.h"
+#include "tide/train/checkpoint_source.h"
 
 namespace tide {
 
@@ -35,18 +36,19 @@ namespace tide {
 void save_checkpoint_tp(const std::string& path, const GPT& model, const CheckpointInfo& info,
                         bool with_optimizer_state, ProcessGroup* dp = nullptr);
 
-// Loads the unsharded checkpoint `path` into this rank's shards (the parameters, and with
+// Loads any checkpoint (a single file or a sharded directory, checkpoint_source.h) into this
+// rank's shards, or into the model's store without tp (the parameters, and with
 // `with_optimizer_state` Adam's moments; of a ZeRO-sliced kind only this rank's slice). The
-// checkpoint must have the model's shape; all of load_checkpoint's checks apply.
+// checkpoint must have the model's shape; all of load_into_store's checks apply.
+void load_checkpoint_any(const CheckpointSource& source, GPT& model, bool with_optimizer_state);
 void load_checkpoint_tp(const std::string& path, GPT& model, bool with_optimizer_state);
 
-// The two halves of the above, for writers and readers of other formats (the pipeline's
-// sharded checkpoints, pipeline_run.h). gather_tp_shards: collective over model.tp_group()
-// (and `dp` as in save_checkpoint_tp); on the writing rank a store of the model's unsharded layout
-// (t = 1, the model's pp and stage, one rank) holding the gathered parameters (and Adam moments),
-// nullptr on the others. unsharded_store: an empty such store, to load into; scatter_to_tp_shard
-// then copies this rank's elements of it into the model's shards (of a ZeRO-sliced kind only this
-// rank's slice; local, no communication).
+// The two halves of the above, for the pipeline's stages (pipeline_run.h). gather_tp_shards:
+// collective over model.tp_group() (and `dp` as in save_checkpoint_tp); on the writing rank a store
+// of the model's unsharded layout (t = 1, the model's pp and stage, one rank) holding the gathered
+// parameters (and Adam moments), nullptr on the others. unsharded_store: an empty such store, to
+// load into; scatter_to_tp_shard then copies this rank's elements of it into the model's shards (of
+// a ZeRO-sliced kind only this rank's slice; local, no communication).
 std::unique_ptr<ChunkStore> gather_tp_shards(const GPT& model, bool with_optimizer_state,
                                              ProcessGroup* dp = nullptr);
 std::unique_ptr<ChunkStore> unsharded_store(const GPT& model, bool with_optimizer_state);

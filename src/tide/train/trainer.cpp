@@ -195,11 +195,6 @@ Trainer::Trainer(TrainConfig config, std::shared_ptr<ProcessGroup> world)
   // included, before the model is built or anything is written to out_dir.
   const bool init_from = resume_at == std::nullopt && !cfg_.init_from.empty();
   if (init_from) check_init_from(cfg_.init_from, cfg_.model);
-  TIDE_CHECK(!init_from || !mesh_ || !is_sharded_checkpoint(cfg_.init_from),
-             "init_from '{}' is a sharded checkpoint directory, which a tensor-parallel run "
-             "cannot read yet; initialise from a single-file checkpoint (a ZeRO stage 0 or "
-             "tensor-parallel run's, or `tide import`'s), or set tensor_parallel.size=1",
-             cfg_.init_from);
 
   OptimizerSettings opt;
   opt.adamw.beta1 = cfg_.beta1;
@@ -259,15 +254,11 @@ Trainer::Trainer(TrainConfig config, std::shared_ptr<ProcessGroup> world)
     eval_mb_ = model_->make_micro_batch(1, cfg_.seq_len);
   }
   if (resume_at) {
+    // Any checkpoint into any layout: by tensor name and element range (checkpoint_source.h).
     if (pipeline_)
       pipeline_->load(cfg_.resume);
-    else if (mesh_)  // the whole-model file, into this rank's shards (and ZeRO slices)
-      load_checkpoint_tp(cfg_.resume, *model_, /*with_optimizer_state=*/true);
-    else if (is_sharded_checkpoint(cfg_.resume))
-      load_checkpoint_shard(cfg_.resume, model_->store(), model_->config(),
-                            /*with_optimizer_state=*/true);
     else
-      load_checkpoint(cfg_.resume, *model_, /*with_optimizer_state=*/true);
+      load_checkpoint_tp(cfg_.resume, *model_, /*with_optimizer_state=*/true);
     if (engine_) engine_->sync_params();
     step_ = resume_at->step;
     train_loader_->seek(resume_at->data_epoch, resume_at->data_batch);
@@ -612,24 +603,6 @@ void Trainer::resolve_auto_resume() {
 
 Trainer::RunPosition Trainer::check_resume(const std::string& path) const {
   const bool sharded = is_sharded_checkpoint(path);
-  TIDE_CHECK(
-      !sharded || cfg_.tensor_parallel == 1 || cfg_.pipeline_stages > 1,
-      "checkpoint '{}' is a sharded checkpoint directory (written by a ZeRO stage 1-3 or "
-      "pipeline run without tensor parallelism), which a run with tensor_parallel.size {} cannot "
-      "resume yet (it reads the single whole-model file that tensor-parallel runs "
-      "write); resume with tensor_parallel.size=1",
-      path, cfg_.tensor_parallel);
-  TIDE_CHECK(sharded || cfg_.pipeline_stages == 1,
-             "checkpoint '{}' is a single file (written by a ZeRO stage 0 run); a run with "
-             "pipeline.stages {} resumes from a sharded checkpoint directory (what ZeRO and "
-             "pipeline runs write); resume with pipeline.stages=1, or initialise the run from it "
-             "with init_from (weights only)",
-             path, cfg_.pipeline_stages);
-  TIDE_CHECK(sharded || cfg_.zero.stage == 0 || cfg_.tensor_parallel > 1,
-             "checkpoint '{}' is a single file (written by a ZeRO stage 0 run); a run with "
-             "zero_optimization.stage {} resumes from the sharded checkpoint directory that ZeRO "
-             "runs write; resume with zero_optimization.stage=0",
-             path, cfg_.zero.stage);
   const CheckpointInfo info =
       sharded ? read_sharded_checkpoint_info(path).info : read_checkpoint_info(path);
   const json& run =
