@@ -12,7 +12,9 @@
 // the global batch at 12, so the data order is the same everywhere; dropout 0.1 (masks keyed by
 // global coordinates). A checkpoint of a delayed-update run (DPU) flushes the update in flight,
 // and the reference is that run, so DPU is compared with itself through the flush.
-// The same through SIGTERM: tests/mpi/support/reliability.sh (preempt).
+// The same through SIGTERM: on the same layout, a run asked to stop (preemption.h) during step
+// 20 stops there with model_step20.ckpt, and that checkpoint resumes bitwise too (the signal
+// itself: tests/mpi/support/reliability.sh, preempt).
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -20,6 +22,7 @@
 #include "dp_runs.h"
 #include "mpi_test.h"
 #include "tide/comm/local_process_group.h"
+#include "tide/train/preemption.h"
 
 using namespace tide;
 using namespace tide::dp_runs;
@@ -147,8 +150,8 @@ TEST_P(Resume, TwentyPlusTwentyStepsEqualFortyStraight) {
   };
   const std::shared_ptr<ProcessGroup> w = first(c.written.ranks), r = first(c.resumed.ranks);
   const std::string mid = dir + "/w/mid.ckpt";
-  std::vector<float> want, got;
-  float want_val = 0, got_val = 0;
+  std::vector<float> want;
+  float want_val = 0;
   if (w) {
     Trainer t(config(shard, dir + "/w", c.written, ""), w);
     while (t.step() < kHalf) t.train_step();
@@ -156,14 +159,31 @@ TEST_P(Resume, TwentyPlusTwentyStepsEqualFortyStraight) {
     while (t.step() < 2 * kHalf) want.push_back(t.train_step().loss);
     want_val = t.evaluate();
   }
-  world->barrier();  // the checkpoint is committed before anyone reads it
-  if (r) {
-    Trainer t(config(shard, dir + "/r", c.resumed, mid), r);
+  // The same layout through SIGTERM: a run asked to stop on its last rank during step 20
+  // (preemption.h) stops there and writes model_step20.ckpt (Trainer::run's path).
+  const std::string stopped = dir + "/s/model_step20.ckpt";
+  if (w && c.same()) {
+    Trainer t(config(shard, dir + "/s", c.written, ""), w);
+    while (t.step() < kHalf - 1) t.train_step();
+    if (w->rank() == w->size() - 1) request_stop();
+    t.run();
+    clear_stop_request();
+    EXPECT_TRUE(t.stop_agreed());
     EXPECT_EQ(t.step(), kHalf);
-    while (t.step() < 2 * kHalf) got.push_back(t.train_step().loss);
-    got_val = t.evaluate();
   }
-  if (rank == 0) {  // rank 0 is in both groups
+  world->barrier();  // the checkpoints are committed before anyone reads them
+  for (const std::string& from : {mid, stopped}) {
+    if (from == stopped && !c.same()) break;
+    std::vector<float> got;
+    float got_val = 0;
+    if (r) {
+      Trainer t(config(shard, dir + "/r", c.resumed, from), r);
+      EXPECT_EQ(t.step(), kHalf);
+      while (t.step() < 2 * kHalf) got.push_back(t.train_step().loss);
+      got_val = t.evaluate();
+    }
+    if (rank != 0) continue;  // rank 0 is in both groups
+    SCOPED_TRACE("resumed from " + from);
     ASSERT_EQ(got.size(), want.size());
     for (size_t i = 0; i < want.size(); ++i) {
       if (c.same())
