@@ -35,8 +35,12 @@ same runs/a/config.json '{"earlier": true}'
 "$tide" train "${tiny[@]}" out_dir=runs/a out_dir_overwrite=true > over.log 2>&1 \
   || { echo "FAILED: out_dir_overwrite=true"; cat over.log; fail=1; }
 grep -q '"loss": 9' runs/a/metrics.jsonl && { echo "FAILED: not overwritten"; fail=1; }
+# More steps resume in place, on a new lr schedule only when asked (the default cosine spans
+# train_steps).
+expect_error "another learning-rate schedule than this run's (train_steps 2 -> 3, .*checkpoint.new_lr_schedule=true" \
+  train "${tiny[@]}" train_steps=3 out_dir=runs/a checkpoint.resume=runs/a/model.ckpt
 "$tide" train "${tiny[@]}" train_steps=3 out_dir=runs/a checkpoint.resume=runs/a/model.ckpt \
-  > resume.log 2>&1 || { echo "FAILED: resume in place"; cat resume.log; fail=1; }
+  checkpoint.new_lr_schedule=true > resume.log 2>&1 || { echo "FAILED: resume in place"; cat resume.log; fail=1; }
 grep -q '"step":3' runs/a/metrics.jsonl || { echo "FAILED: resume did not append"; fail=1; }
 
 # Narrowing and ranges.

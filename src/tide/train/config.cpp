@@ -229,6 +229,10 @@ const std::vector<ConfigKey>& config_schema() {
        "and global batch required; out_dir/metrics.jsonl keeps its lines up to that step and "
        "goes on from there; \"auto\" = the newest complete checkpoint in out_dir, or a fresh "
        "start when there is none (for relaunch loops)"},
+      {"checkpoint.new_lr_schedule", T::BOOL, false,
+       "with checkpoint.resume: true = continue with this config's learning-rate schedule where "
+       "it differs from the checkpoint's (the lr jumps at the resumed step); false = such a "
+       "resume is refused, naming the keys that differ"},
       {"init_from", T::PATH, "",
        "checkpoint (file or sharded directory) whose weights start the run at step 0, e.g. "
        "one from `tide import`; its model shape must be this config's; no optimizer state, "
@@ -704,6 +708,7 @@ TrainConfig parse_checked(const json& j, std::vector<std::string> unknown, bool 
   c.out_dir_overwrite = b("out_dir_overwrite");
   c.checkpoint_interval = i("checkpoint.interval");
   c.resume = s("checkpoint.resume");
+  c.new_lr_schedule = b("checkpoint.new_lr_schedule");
   c.init_from = s("init_from");
   c.comm_timeout_s = f("comm.timeout_s");
   c.tensorboard = b("tensorboard.enabled");

@@ -94,6 +94,7 @@ struct TrainConfig {
   bool out_dir_overwrite = false;   // replace an earlier run's files in out_dir
   int64_t checkpoint_interval = 0;  // 0: only at the end
   std::string resume;               // checkpoint to resume from
+  bool new_lr_schedule = false;     // a resume may change the checkpoint's lr schedule
   std::string init_from;            // checkpoint whose weights start the run (step 0)
   bool progress = true;
   double comm_timeout_s = 600;  // the collective watchdog (docs/reliability.md)

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <regex>
 
 #include "tide/comm/distributed.h"
 #include "tide/comm/local_process_group.h"
@@ -601,6 +602,43 @@ void Trainer::resolve_auto_resume() {
   cfg_.resume = path;
 }
 
+void Trainer::check_same_lr_schedule(const std::string& path, const CheckpointInfo& info,
+                                     int64_t step) const {
+  // The schedule is a pure function of the step (lr_schedule.h): the checkpoint's, rebuilt from
+  // the config it stored, must be this run's, or the lr jumps at the resumed step (e.g. a
+  // cosine over train_steps, raised on resume).
+  if (cfg_.new_lr_schedule || !info.extra.is_object() || !info.extra.contains("config")) return;
+  LrSchedule theirs;
+  try {
+    theirs = parse_train_config(info.extra["config"], /*check_paths=*/false).lr_schedule;
+  } catch (const Error&) {
+    return;  // a config another tide version wrote: its schedule is not compared
+  }
+  if (theirs == cfg_.lr_schedule) return;
+  const json mine = config_to_json(cfg_);
+  std::string changed;
+  for (const char* key :
+       {"train_steps", "optimizer.params.lr", "scheduler.type", "scheduler.params.warmup_min_lr",
+        "scheduler.params.warmup_max_lr", "scheduler.params.warmup_num_steps",
+        "scheduler.params.warmup_type", "scheduler.params.total_num_steps",
+        "scheduler.params.cos_min_ratio", "scheduler.params.warmup_min_ratio"}) {
+    const json::json_pointer at("/" + std::regex_replace(key, std::regex("\\."), "/"));
+    const json& stored = info.extra["config"];
+    const json old = stored.contains(at) ? stored[at] : json();
+    if (old != mine[at])
+      changed += fmt::format("{}{} {} -> {}", changed.empty() ? "" : ", ", key, old.dump(),
+                             mine[at].dump());
+  }
+  TIDE_FAIL(
+      "checkpoint '{}' was trained with another learning-rate schedule than this run's ({}): "
+      "step {} would run at lr {:.3e}, where the checkpoint's schedule gives {:.3e}. Resume with "
+      "the checkpoint's values to continue its schedule (to train past its end, keep "
+      "scheduler.params.total_num_steps={}: the schedule then stays at its last value), or set "
+      "checkpoint.new_lr_schedule=true to take this run's schedule from step {} on",
+      path, changed, step + 1, lr_at(step, cfg_.lr_schedule), lr_at(step, theirs),
+      theirs.total_num_steps, step + 1);
+}
+
 Trainer::RunPosition Trainer::check_resume(const std::string& path) const {
   const bool sharded = is_sharded_checkpoint(path);
   const CheckpointInfo info =
@@ -625,6 +663,7 @@ Trainer::RunPosition Trainer::check_resume(const std::string& path) const {
              "checkpoint '{}' was trained with seed {}, this run has {}; resume with the same seed "
              "(it fixes the data order and dropout)",
              path, field("seed"), cfg_.seed);
+  check_same_lr_schedule(path, info, field("step"));
   TIDE_CHECK(field("step") <= cfg_.train_steps,
              "checkpoint '{}' is at step {}, past train_steps = {}; raise train_steps", path,
              field("step"), cfg_.train_steps);

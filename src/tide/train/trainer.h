@@ -100,6 +100,10 @@ class Trainer {
   // checkpoint.resume=auto: cfg_.resume becomes the newest complete checkpoint in out_dir, or
   // empty (auto_resume.h); collective.
   void resolve_auto_resume();
+  // Refuses a resume at `step` whose lr schedule differs from the one the checkpoint was trained
+  // with, naming the keys (unless checkpoint.new_lr_schedule).
+  void check_same_lr_schedule(const std::string& path, const CheckpointInfo& info,
+                              int64_t step) const;
   // Reads and checks `path` (the whole file, and that it can continue this run's config).
   RunPosition check_resume(const std::string& path) const;
   // The tracer for the step about to be taken (nullptr outside the traced window).

@@ -9,6 +9,7 @@
 #include <fstream>
 
 #include "checkpoint_tensors.h"
+#include "error_of.h"
 #include "tide/core/rng.h"
 #include "tide/data/shard.h"
 #include "tide/train/auto_resume.h"
@@ -99,6 +100,9 @@ TEST(Resume, RefusesWhatCannotContinueTheRun) {
                                   "threads=1",
                                   "train_micro_batch_size_per_gpu=3",
                                   "gradient_accumulation_steps=2",
+                                  "train_steps=40",
+                                  "scheduler.params.warmup_num_steps=5",
+                                  "optimizer.params.lr=1e-2",
                                   "checkpoint.resume=" + ckpt};
     o.insert(o.end(), extra.begin(), extra.end());
     try {
@@ -149,5 +153,44 @@ TEST(Resume, AutoTakesTheNewestCompleteCheckpoint) {
   Trainer resumed(config(data, out, "auto"));
   EXPECT_EQ(resumed.step(), 10);
   EXPECT_EQ(resumed.config().resume, out + "/model_step10.ckpt");
+  fs::remove_all(dir);
+}
+
+// A resume keeps the checkpoint's learning-rate schedule: raising train_steps (which sets the
+// cosine's length) is refused, naming the keys that changed and both learning rates, unless
+// checkpoint.new_lr_schedule takes the new one on purpose; a longer run that keeps the
+// schedule (total_num_steps given) resumes.
+TEST(Resume, AChangedLrScheduleIsRefusedUnlessAskedFor) {
+  const std::string dir = make_dir(), data = write_data(dir), out = dir + "/run";
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> o = {"data.train=" + data,
+                                  "out_dir=" + out,
+                                  "model.vocab_size=40",
+                                  "model.n_layer=2",
+                                  "model.n_head=2",
+                                  "model.n_embd=16",
+                                  "seq_len=8",
+                                  "train_micro_batch_size_per_gpu=3",
+                                  "gradient_accumulation_steps=2",
+                                  "threads=1",
+                                  "log.progress=false"};
+    o.insert(o.end(), extra.begin(), extra.end());
+    return load_train_config("", o);
+  };
+  {
+    Trainer t(with({"train_steps=20"}));
+    steps(t, 10);
+    t.save("model_step10.ckpt");
+  }
+  const std::string ckpt = "checkpoint.resume=" + out + "/model_step10.ckpt";
+  const std::string e = tide::test::error_of([&] { Trainer t(with({"train_steps=30", ckpt})); });
+  EXPECT_NE(e.find("another learning-rate schedule"), std::string::npos) << e;
+  EXPECT_NE(e.find("scheduler.params.total_num_steps 20 -> 30"), std::string::npos) << e;
+  EXPECT_NE(e.find("checkpoint.new_lr_schedule=true"), std::string::npos) << e;
+  Trainer asked(with({"train_steps=30", ckpt, "checkpoint.new_lr_schedule=true"}));
+  EXPECT_EQ(asked.step(), 10);
+  Trainer kept(with({"train_steps=30", "scheduler.params.total_num_steps=20",
+                     "scheduler.params.warmup_num_steps=2", ckpt}));
+  EXPECT_EQ(kept.step(), 10);
   fs::remove_all(dir);
 }
