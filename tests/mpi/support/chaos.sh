@@ -26,19 +26,7 @@ cmd=(train data.dir=data model.n_layer=2 model.n_head=2 model.n_embd=32 seq_len=
 timeout 300 "${mpi[@]}" -np 3 "$tide" "${cmd[@]}" out_dir=ref > ref.log 2>&1 \
   || { tail ref.log; fail "the uninterrupted run"; }
 
-# The pid of world rank $2 among the children of mpirun $1 (waits until it exists).
-rank_pid() {
-  local p
-  for _ in $(seq 200); do
-    for p in $(pgrep -P "$1"); do
-      if tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$2"; then
-        echo "$p"; return 0
-      fi
-    done
-    sleep 0.1
-  done
-  return 1
-}
+source "$(dirname "${BASH_SOURCE[0]}")/mpi_procs.sh"  # rank_pid
 # The newest step among the committed checkpoints in run/ (0 when none).
 newest_committed() {
   local best=0 s d

@@ -23,19 +23,7 @@ common=(data.dir=data model.n_layer=2 model.n_head=2 model.n_embd=32 seq_len=32
   train_micro_batch_size_per_gpu=2 threads=1 log.progress=false log.interval=1
   eval.interval=0 eval.sequences=4)
 
-# The pid of world rank $2 among the children of mpirun $1 (waits until it exists).
-rank_pid() {
-  local p
-  for _ in $(seq 200); do
-    for p in $(pgrep -P "$1"); do
-      if tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$2"; then
-        echo "$p"; return 0
-      fi
-    done
-    sleep 0.1
-  done
-  return 1
-}
+source "$(dirname "${BASH_SOURCE[0]}")/mpi_procs.sh"  # rank_pid
 # Waits until file $1 contains $2 (at most $3 seconds).
 wait_for() {
   for _ in $(seq $(($3 * 10))); do grep -q -- "$2" "$1" && return 0; sleep 0.1; done

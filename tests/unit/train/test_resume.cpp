@@ -35,13 +35,28 @@ std::string write_data(const std::string& dir) {
   return path;
 }
 
-TrainConfig config(const std::string& data, const std::string& out, const std::string& resume) {
-  return load_train_config(
-      "", {"data.train=" + data, "out_dir=" + out, "model.vocab_size=40", "model.n_layer=2",
-           "model.n_head=2", "model.n_embd=16", "model.dropout=0.1", "seq_len=8",
-           "train_micro_batch_size_per_gpu=3", "gradient_accumulation_steps=2", "train_steps=40",
-           "scheduler.params.warmup_num_steps=5", "optimizer.params.lr=1e-2", "threads=1",
-           "log.progress=false", "checkpoint.resume=" + resume});
+// The run's data, shape and batch.
+std::vector<std::string> base(const std::string& data, const std::string& out) {
+  return {"data.train=" + data,
+          "out_dir=" + out,
+          "model.vocab_size=40",
+          "model.n_layer=2",
+          "model.n_head=2",
+          "model.n_embd=16",
+          "seq_len=8",
+          "train_micro_batch_size_per_gpu=3",
+          "gradient_accumulation_steps=2",
+          "threads=1",
+          "log.progress=false"};
+}
+
+TrainConfig config(const std::string& data, const std::string& out, const std::string& resume,
+                   const std::vector<std::string>& extra = {}) {
+  std::vector<std::string> o = base(data, out);
+  o.insert(o.end(), {"model.dropout=0.1", "train_steps=40", "scheduler.params.warmup_num_steps=5",
+                     "optimizer.params.lr=1e-2", "checkpoint.resume=" + resume});
+  o.insert(o.end(), extra.begin(), extra.end());
+  return load_train_config("", o);
 }
 
 std::vector<float> steps(Trainer& t, int64_t until) {
@@ -90,23 +105,8 @@ TEST(Resume, RefusesWhatCannotContinueTheRun) {
     ckpt = t.save("step2.ckpt");
   }
   auto error_of = [&](std::vector<std::string> extra) {
-    std::vector<std::string> o = {"data.train=" + data,
-                                  "out_dir=" + dir,
-                                  "model.vocab_size=40",
-                                  "model.n_layer=2",
-                                  "model.n_head=2",
-                                  "model.n_embd=16",
-                                  "seq_len=8",
-                                  "threads=1",
-                                  "train_micro_batch_size_per_gpu=3",
-                                  "gradient_accumulation_steps=2",
-                                  "train_steps=40",
-                                  "scheduler.params.warmup_num_steps=5",
-                                  "optimizer.params.lr=1e-2",
-                                  "checkpoint.resume=" + ckpt};
-    o.insert(o.end(), extra.begin(), extra.end());
     try {
-      Trainer t(load_train_config("", o));
+      Trainer t(config(data, dir, ckpt, extra));
     } catch (const Error& e) {
       return std::string(e.what());
     }
@@ -163,20 +163,11 @@ TEST(Resume, AutoTakesTheNewestCompleteCheckpoint) {
 TEST(Resume, AChangedLrScheduleIsRefusedUnlessAskedFor) {
   const std::string dir = make_dir(), data = write_data(dir), out = dir + "/run";
   auto with = [&](std::vector<std::string> extra) {
-    std::vector<std::string> o = {"data.train=" + data,
-                                  "out_dir=" + out,
-                                  "model.vocab_size=40",
-                                  "model.n_layer=2",
-                                  "model.n_head=2",
-                                  "model.n_embd=16",
-                                  "seq_len=8",
-                                  "train_micro_batch_size_per_gpu=3",
-                                  "gradient_accumulation_steps=2",
-                                  "threads=1",
-                                  "log.progress=false"};
+    std::vector<std::string> o = base(data, out);
     o.insert(o.end(), extra.begin(), extra.end());
     return load_train_config("", o);
   };
+
   {
     Trainer t(with({"train_steps=20"}));
     steps(t, 10);
