@@ -10,6 +10,7 @@
 
 #include "commands.h"
 #include "tide/data/tokenizer.h"
+#include "tide/data/utf8_stream.h"
 #include "tide/model/kv_decoder.h"
 #include "tide/train/checkpoint.h"
 #include "tide/train/sharded_checkpoint.h"
@@ -75,10 +76,15 @@ void run_sample(const SampleArgs& a) {
     std::vector<int32_t> ids = {tok.eot_id()};
     const std::vector<int32_t> prompt = tok.encode(a.prompt);
     ids.insert(ids.end(), prompt.begin(), prompt.end());
-    // Tokens go to stdout as they are generated (byte-level BPE: each token's bytes, so the
-    // stream adds up to decode(all), multi-byte characters included).
+    // Tokens go to stdout as they are generated. A byte-level BPE token is any run of bytes: a
+    // character may be split over tokens, and a model may emit bytes that start no character.
+    // `text` holds an incomplete character back until it completes and writes U+FFFD for bytes
+    // that cannot be one, so stdout is always valid UTF-8 (what Hugging Face's decode with
+    // errors="replace" gives for the whole sample). The prompt goes through it too: its last
+    // character may be completed by the first token.
+    Utf8Stream text;
     if (a.samples > 1) fmt::print("--- sample {} ---\n", s + 1);
-    fmt::print("{}", a.prompt);
+    fmt::print("{}", text.push(a.prompt));
     std::fflush(stdout);
     // The KV cache holds the context; each new token costs one position. When it is full
     // (model.max_seq_len positions) it restarts from the last half of the tokens.
@@ -100,14 +106,16 @@ void run_sample(const SampleArgs& a) {
       const int next = sample_token(logits, V, a.temperature, a.top_k, rng.uniform(draw++));
       if (next == tok.eot_id() && !a.ignore_eot) break;
       ids.push_back(next);
+      // --ignore-eot: a blank line between documents; a character left incomplete ends with
+      // its document.
       if (next == tok.eot_id())
-        fmt::print("\n\n");  // --ignore-eot: a blank line between documents
+        fmt::print("{}\n\n", text.finish());
       else
-        fmt::print("{}", tok.decode(std::span<const int32_t>(&ids.back(), 1)));
+        fmt::print("{}", text.push(tok.decode(std::span<const int32_t>(&ids.back(), 1))));
       std::fflush(stdout);
       logits = dec.position() < T ? dec.push(next) : feed(ids.size() - T / 2);
     }
-    fmt::print("\n");
+    fmt::print("{}\n", text.finish());  // U+FFFD for a character the sample left incomplete
   }
 }
 

@@ -4,6 +4,8 @@
 
 #include <fmt/core.h>
 
+#include <optional>
+
 #include "commands.h"
 #include "tide/comm/distributed.h"
 #include "tide/train/preemption.h"
@@ -40,8 +42,12 @@ void add_train_command(CLI::App& app) {
     // SIGTERM / SIGINT: finish the step, checkpoint, exit 0 (docs/reliability.md).
     install_stop_signal_handlers();
     auto body = [&] {
-      TrainConfig cfg = load_train_config(config_path, overrides);
-      Trainer trainer(std::move(cfg), init_distributed());
+      auto world = init_distributed();
+      // A config error is the same on every rank: one line and exit code 1 on each, not a
+      // line per rank and MPI_Abort (agree_on_errors; an error of one rank names it).
+      std::optional<TrainConfig> cfg;
+      agree_on_errors(*world, [&] { cfg = load_train_config(config_path, overrides); });
+      Trainer trainer(std::move(*cfg), world);
       trainer.run();
     };
     // Under mpirun an error on one rank must end every rank at once (no hang).

@@ -18,6 +18,19 @@ expect_error "is a directory" sample --checkpoint .
 expect_error "cannot open checkpoint 'nowhere.ckpt'" train checkpoint.resume=nowhere.ckpt
 expect_error "checkpoint 'junk.ckpt' is truncated" train checkpoint.resume=junk.ckpt
 expect_error "'eval.sequences' must be an integer >= 1" train eval.sequences=0
+# The '.partial' folder of a sharded save that never completed: every command says what it is
+# and names the committed checkpoint instead (issue #24: train suggested X.partial/model.ckpt).
+mkdir -p runs/model_step5.ckpt.partial
+partial="'runs/model_step5.ckpt.partial' is an uncommitted checkpoint: .* never completed, so tide never loads it; name a committed checkpoint instead (an earlier model_step<N>.ckpt or model.ckpt in 'runs')"
+expect_error "checkpoint.resume: $partial" train checkpoint.resume=runs/model_step5.ckpt.partial
+expect_error "init_from: $partial" train init_from=runs/model_step5.ckpt.partial
+expect_error "$partial" sample --checkpoint runs/model_step5.ckpt.partial
+expect_error "$partial" export --checkpoint runs/model_step5.ckpt.partial --out-dir hf
+# ... and when the save did complete later (its index.json is all a directory needs to be
+# taken for a sharded checkpoint by the config check), the message names it.
+mkdir -p runs/done.ckpt runs/done.ckpt.partial && echo '{}' > runs/done.ckpt/index.json
+expect_error "name the committed checkpoint 'runs/done.ckpt' instead" \
+  train checkpoint.resume=runs/done.ckpt.partial/
 expect_error "temperature must be positive" sample --temperature 0
 expect_error "tokens must be at least 1" sample --tokens 0
 expect_error "samples must be at least 1" sample --samples 0

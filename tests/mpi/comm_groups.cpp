@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "mpi_test.h"
+#include "tide/comm/mpi_process_group.h"
 #include "tide/comm/topology.h"
 
 using namespace tide;
@@ -52,6 +53,55 @@ TEST(Groups, NewGroupFromRankListAndNonMembers) {
   }
   auto none = world.split(-1, 0);
   EXPECT_EQ(none, nullptr);
+}
+
+// The operations of a sub-group name world ranks (the watchdog prints these names next to the
+// world ranks that did not arrive): the world in reverse, so every group rank is another
+// process's world rank, and the pair {N-1, 0}.
+TEST(Groups, OperationsNameWorldRanks) {
+  ProcessGroup& world = mpi_test::world();
+  const int N = world.size(), r = world.rank();
+  auto what = [](const WorkPtr& w) {
+    auto mpi = std::dynamic_pointer_cast<MpiWork>(w);
+    EXPECT_NE(mpi, nullptr);
+    return mpi ? mpi->what() : std::string();
+  };
+  auto rev = world.split(0, N - r);
+  ASSERT_NE(rev, nullptr);
+  const int g = rev->rank(), next = (g + 1) % N, prev = (g + N - 1) % N;
+  ASSERT_EQ(g, N - 1 - r);
+  EXPECT_EQ(std::dynamic_pointer_cast<MpiProcessGroup>(rev)->world_ranks()[g], r);
+  std::vector<float> out(4, 1.0f), in(4);
+  WorkPtr send = rev->send_async(Tensor(out.data(), {4}), next, 5);
+  WorkPtr recv = rev->recv_async(Tensor(in.data(), {4}), prev, 5);
+  // Group rank p is world rank N-1-p; said in brackets only where the two differ.
+  auto name = [&](int p) {
+    return N - 1 - p == p ? fmt::format("rank {}", p)
+                          : fmt::format("rank {} (rank {} of a group of {})", N - 1 - p, p, N);
+  };
+  EXPECT_EQ(what(send), fmt::format("send of 16 B to {} (tag 5)", name(next)));
+  EXPECT_EQ(what(recv), fmt::format("recv of 16 B from {} (tag 5)", name(prev)));
+  send->wait();
+  recv->wait();
+  std::string members;
+  for (int w = N - 1; w >= 0; --w) members += fmt::format("{}{}", w == N - 1 ? "" : ", ", w);
+  WorkPtr sum = rev->all_reduce_async(Tensor(out.data(), {4}));
+  EXPECT_EQ(what(sum), "all_reduce of 16 B in the group of ranks " + members);
+  sum->wait();
+  WorkPtr bcast = rev->broadcast_async(Tensor(out.data(), {4}), 0);
+  EXPECT_EQ(what(bcast),
+            fmt::format("broadcast of 16 B from {} in the group of ranks {}", name(0), members));
+  bcast->wait();
+  // The world's own operations stay as they were.
+  WorkPtr all = world.all_reduce_async(Tensor(out.data(), {4}));
+  EXPECT_EQ(what(all), "all_reduce of 16 B");
+  all->wait();
+  auto pair = world.new_group({N - 1, 0});
+  if (pair) {
+    WorkPtr b = pair->barrier_async();
+    EXPECT_EQ(what(b), fmt::format("barrier in the group of ranks {}, 0", N - 1));
+    b->wait();
+  }
 }
 
 TEST(Topology, EveryFactorisationOfTheWorld) {

@@ -1,7 +1,9 @@
 #include "tide/comm/distributed.h"
 
+#include <fmt/format.h>
 #include <mpi.h>
 
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -50,6 +52,58 @@ void abort_world(const std::string& message) {
   if (g_mpi_started) MPI_Abort(MPI_COMM_WORLD, 1);
   // Not yet in MPI: exiting non-zero makes mpirun end the job too.
   std::exit(1);
+}
+
+uint64_t error_hash(const std::string& message) {
+  uint64_t h = 14695981039346656037ull;  // FNV-1a: the same on every rank and every build
+  for (unsigned char c : message) h = (h ^ c) * 1099511628211ull;
+  return h == 0 ? 1 : h;
+}
+
+std::optional<AgreedError> agreed_error(const std::vector<uint64_t>& hashes, int rank,
+                                        const std::string& message) {
+  const uint64_t mine = hashes[static_cast<size_t>(rank)];
+  std::vector<int> failed, same;
+  for (size_t r = 0; r < hashes.size(); ++r) {
+    if (hashes[r] != 0) failed.push_back(static_cast<int>(r));
+    if (mine != 0 && hashes[r] == mine) same.push_back(static_cast<int>(r));
+  }
+  if (failed.empty()) return std::nullopt;
+  if (failed.size() == hashes.size() && same.size() == hashes.size())
+    return AgreedError(message, rank == 0);
+  // Ranks listed as the config disagreement lists them: at most 8, then a count.
+  auto list = [](const std::vector<int>& ranks) {
+    constexpr size_t kShown = 8;
+    std::string s = ranks.size() > 1 ? "ranks " : "rank ";
+    for (size_t k = 0; k < std::min(ranks.size(), kShown); ++k)
+      s += (k ? ", " : "") + std::to_string(ranks[k]);
+    if (ranks.size() > kShown) s += fmt::format(" and {} more", ranks.size() - kShown);
+    return s;
+  };
+  if (mine == 0) return AgreedError(list(failed) + " failed", false);
+  return AgreedError(list(same) + ": " + message, rank == same.front());
+}
+
+void agree_on_errors(ProcessGroup& world, const std::function<void()>& fn) {
+  if (world.size() == 1) {
+    fn();
+    return;
+  }
+  std::string message;
+  try {
+    fn();
+  } catch (const std::exception& e) {
+    message = *e.what() ? e.what() : "unknown error";
+  } catch (...) {
+    message = "unknown error";
+  }
+  const int n = world.size();
+  uint64_t mine = message.empty() ? 0 : error_hash(message);
+  std::vector<uint64_t> all(static_cast<size_t>(n));
+  // 64-bit hashes moved bit for bit as pairs of 32-bit words.
+  world.all_gather(Tensor(&mine, Shape{2}, DType::I32),
+                   Tensor(all.data(), Shape{2 * int64_t{n}}, DType::I32));
+  if (auto e = agreed_error(all, world.rank(), message)) throw *e;
 }
 
 int run_ranks(const std::function<void()>& fn) {

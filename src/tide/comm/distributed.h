@@ -17,9 +17,12 @@
 // whole job: it prints `rank R: <message>` to stderr and calls MPI_Abort, which makes mpirun
 // kill every rank (otherwise the other ranks would wait forever in their next collective).
 
+#include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "tide/comm/process_group.h"
 #include "tide/core/error.h"
@@ -37,6 +40,25 @@ class AgreedError : public Error {
  private:
   bool report_;
 };
+
+// Runs `fn` on every rank of `world`, then has the ranks compare how it went (one fixed-size
+// all-gather), so that an error in it ends the job with one line and exit code 1 on every rank
+// instead of a line per rank and MPI_Abort. For the checks before a run starts (the config,
+// the checkpoint to resume), which the ranks usually fail alike. `fn` must not talk to the
+// other ranks: one may fail before a collective the others are waiting in. Throws, on every
+// rank, when fn threw on any rank (agreed_error says what each rank reports). With one rank
+// it simply runs fn.
+void agree_on_errors(ProcessGroup& world, const std::function<void()>& fn);
+
+// The error rank `rank` raises after the all-gather of agree_on_errors: `hashes[r]` is
+// error_hash of rank r's message (0: fn returned there), `message` this rank's (empty if none).
+// nullopt when no rank failed. Every rank failed with the same message: the message, reported
+// by rank 0. Otherwise the lowest rank of each group of ranks with the same message reports
+// "rank 1: <message>" ("ranks 1, 3: ..."); the ranks that did not fail report nothing.
+std::optional<AgreedError> agreed_error(const std::vector<uint64_t>& hashes, int rank,
+                                        const std::string& message);
+// A hash of an error message, never 0.
+uint64_t error_hash(const std::string& message);
 
 struct DistributedOptions {
   CommAlgorithm algorithm = CommAlgorithm::Mpi;

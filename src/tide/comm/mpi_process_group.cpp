@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <numeric>
 
 #include "tide/comm/mpi_ring_ops.h"
 #include "tide/comm/ring_traffic.h"
@@ -76,7 +77,18 @@ MpiProcessGroup::MpiProcessGroup(std::shared_ptr<MpiEngine> engine, MPI_Comm com
     MPI_Comm_rank(comm_, &rank_);
     MPI_Comm_size(comm_, &size_);
     MPI_Comm_dup(comm_, &ring_comm_);
+    // The members' world ranks, for messages (local, no communication).
+    MPI_Group group = MPI_GROUP_NULL, world = MPI_GROUP_NULL;
+    MPI_Comm_group(comm_, &group);
+    MPI_Comm_group(MPI_COMM_WORLD, &world);
+    std::vector<int> ranks(static_cast<size_t>(size_));
+    std::iota(ranks.begin(), ranks.end(), 0);
+    world_ranks_.resize(static_cast<size_t>(size_));
+    MPI_Group_translate_ranks(group, size_, ranks.data(), world, world_ranks_.data());
+    MPI_Group_free(&group);
+    MPI_Group_free(&world);
   });
+  in_group_ = group_suffix(world_ranks_, engine_->world_size());
 }
 
 MpiProcessGroup::~MpiProcessGroup() {
@@ -110,7 +122,6 @@ WorkPtr MpiProcessGroup::submit(std::unique_ptr<MpiOp> op, std::string what) {
     auto s = w.lock();
     return !s || s->is_completed();
   });
-  if (size_ != engine_->world_size()) what += fmt::format(" (group of {} ranks)", size_);
   auto work = engine_->submit(std::move(op), std::move(what));
   outstanding_.push_back(work);
   return work;
@@ -125,7 +136,7 @@ WorkPtr MpiProcessGroup::all_reduce_async(Tensor buf, ReduceOp op) {
   check_reducible(buf, "all_reduce");
   const int64_t n = buf.numel();
   const int count = mpi_count(n, "all_reduce");
-  const std::string what = "all_reduce of " + human_bytes(buf.nbytes());
+  const std::string what = "all_reduce of " + human_bytes(buf.nbytes()) + in_group();
   if (algorithm_ == CommAlgorithm::Ring) {
     count_only_call();  // bytes are counted per message by the ring op
     return submit(make_ring_all_reduce(this, ring_comm_, next_ring_tag(), buf, op), what);
@@ -147,7 +158,7 @@ WorkPtr MpiProcessGroup::reduce_scatter_async(Tensor in, Tensor out, ReduceOp op
   check_reducible(in, "reduce_scatter");
   const int64_t k = out.numel();
   mpi_count(in.numel(), "reduce_scatter");
-  const std::string what = "reduce_scatter of " + human_bytes(in.nbytes());
+  const std::string what = "reduce_scatter of " + human_bytes(in.nbytes()) + in_group();
   const char* in_begin = static_cast<const char*>(in.data);
   const char* out_begin = static_cast<const char*>(out.data);
   // In place: the output is this rank's own slice of the input (a sliced chunk reduced where it
@@ -189,7 +200,7 @@ WorkPtr MpiProcessGroup::all_gather_async(Tensor in, Tensor out) {
   comm_check::all_gather_sizes(in, out, size_);
   check_host(in, "all_gather");
   mpi_count(out.numel(), "all_gather");
-  const std::string what = "all_gather of " + human_bytes(out.nbytes());
+  const std::string what = "all_gather of " + human_bytes(out.nbytes()) + in_group();
   if (algorithm_ == CommAlgorithm::Ring) {
     count_only_call();
     return submit(make_ring_all_gather(this, ring_comm_, next_ring_tag(), in, out), what);
@@ -225,7 +236,8 @@ WorkPtr MpiProcessGroup::broadcast_async(Tensor buf, int root) {
                   r.resize(1);
                   MPI_Ibcast(x, count, type, root, comm_, &r[0]);
                 }),
-                fmt::format("broadcast of {} from rank {}", human_bytes(buf.nbytes()), root));
+                fmt::format("broadcast of {} from {}{}", human_bytes(buf.nbytes()),
+                            peer_name(world_ranks_, root), in_group()));
 }
 
 WorkPtr MpiProcessGroup::send_async(Tensor buf, int dst, int tag) {
@@ -240,7 +252,8 @@ WorkPtr MpiProcessGroup::send_async(Tensor buf, int dst, int tag) {
                   r.resize(1);
                   MPI_Isend(x, count, type, dst, tag, comm_, &r[0]);
                 }),
-                fmt::format("send of {} to rank {} (tag {})", human_bytes(buf.nbytes()), dst, tag));
+                fmt::format("send of {} to {} (tag {})", human_bytes(buf.nbytes()),
+                            peer_name(world_ranks_, dst), tag));
 }
 
 WorkPtr MpiProcessGroup::recv_async(Tensor buf, int src, int tag) {
@@ -251,12 +264,12 @@ WorkPtr MpiProcessGroup::recv_async(Tensor buf, int src, int tag) {
   count_call(0, buf.nbytes());
   void* x = buf.data;
   const MPI_Datatype type = move_type(buf.dtype);
-  return submit(
-      std::make_unique<RequestOp>([=, this](std::vector<MPI_Request>& r) {
-        r.resize(1);
-        MPI_Irecv(x, count, type, src, tag, comm_, &r[0]);
-      }),
-      fmt::format("recv of {} from rank {} (tag {})", human_bytes(buf.nbytes()), src, tag));
+  return submit(std::make_unique<RequestOp>([=, this](std::vector<MPI_Request>& r) {
+                  r.resize(1);
+                  MPI_Irecv(x, count, type, src, tag, comm_, &r[0]);
+                }),
+                fmt::format("recv of {} from {} (tag {})", human_bytes(buf.nbytes()),
+                            peer_name(world_ranks_, src), tag));
 }
 
 WorkPtr MpiProcessGroup::barrier_async() {
@@ -265,7 +278,7 @@ WorkPtr MpiProcessGroup::barrier_async() {
                   r.resize(1);
                   MPI_Ibarrier(comm_, &r[0]);
                 }),
-                "barrier");
+                "barrier" + in_group_);
 }
 
 std::shared_ptr<ProcessGroup> MpiProcessGroup::split(int color, int key) {

@@ -21,6 +21,7 @@
 
 #include "tide/comm/mpi_engine.h"
 #include "tide/comm/process_group.h"
+#include "tide/comm/watchdog.h"
 
 namespace tide {
 
@@ -41,6 +42,9 @@ class MpiProcessGroup final : public ProcessGroup {
   CommAlgorithm algorithm() const { return algorithm_; }
   void set_algorithm(CommAlgorithm a) { algorithm_ = a; }
   MPI_Comm comm() const { return comm_; }
+  // The world rank of each group rank (MPI_COMM_WORLD's numbering): the watchdog's messages
+  // name ranks by world rank.
+  const std::vector<int>& world_ranks() const { return world_ranks_; }
 
   WorkPtr all_reduce_async(Tensor buf, ReduceOp op) override;
   WorkPtr reduce_scatter_async(Tensor in, Tensor out, ReduceOp op) override;
@@ -60,6 +64,8 @@ class MpiProcessGroup final : public ProcessGroup {
 
  private:
   WorkPtr submit(std::unique_ptr<MpiOp> op, std::string what);
+  // " in the group of ranks 0, 2" for a collective of a sub-group ("" for the world).
+  const std::string& in_group() const { return in_group_; }
   // The tag of the next ring op. Ops are issued in the same order on every rank, so the same
   // op gets the same tag everywhere and concurrent ring ops never match each other's messages.
   int next_ring_tag();
@@ -68,6 +74,8 @@ class MpiProcessGroup final : public ProcessGroup {
   MPI_Comm comm_ = MPI_COMM_NULL;       // MPI collectives and user send/recv
   MPI_Comm ring_comm_ = MPI_COMM_NULL;  // the ring algorithm's messages
   int rank_ = 0, size_ = 1;
+  std::vector<int> world_ranks_;
+  std::string in_group_;  // group_suffix(world_ranks_), made once
   CommAlgorithm algorithm_;
   int ring_seq_ = 0;
   std::vector<std::weak_ptr<MpiWork>> outstanding_;

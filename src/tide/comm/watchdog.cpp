@@ -17,7 +17,7 @@ constexpr int kRollCallTag = 7;
 struct Wire {
   int64_t step;
   double waited_s;
-  char what[112];
+  char what[256];  // the longest operation names a peer and a group of 8
 };
 
 std::string rank_list(const std::vector<int>& ranks) {
@@ -61,6 +61,27 @@ std::string watchdog_message(const WatchdogNote& self, const std::vector<Watchdo
     if (n.what != self.what || n.step != self.step)
       s += fmt::format(" (rank {} in {}{})", n.rank, n.what, at_step(n.step));
   return s;
+}
+
+std::string peer_name(const std::vector<int>& world_ranks, int group_rank) {
+  const int n = static_cast<int>(world_ranks.size());
+  if (group_rank < 0 || group_rank >= n ||
+      world_ranks[static_cast<size_t>(group_rank)] == group_rank)
+    return fmt::format("rank {}", group_rank);
+  return fmt::format("rank {} (rank {} of a group of {})",
+                     world_ranks[static_cast<size_t>(group_rank)], group_rank, n);
+}
+
+std::string group_suffix(const std::vector<int>& world_ranks, int world_size) {
+  bool world = static_cast<int>(world_ranks.size()) == world_size;
+  for (size_t g = 0; g < world_ranks.size() && world; ++g)
+    world = world_ranks[g] == static_cast<int>(g);
+  if (world) return "";
+  constexpr size_t kShown = 8;
+  if (world_ranks.size() <= kShown) return " in the group of ranks " + rank_list(world_ranks);
+  const std::vector<int> shown(world_ranks.begin(), world_ranks.begin() + kShown);
+  return fmt::format(" in a group of {} ranks ({} and {} more)", world_ranks.size(),
+                     rank_list(shown), world_ranks.size() - kShown);
 }
 
 std::vector<WatchdogNote> watchdog_roll_call(MPI_Comm comm, const WatchdogNote& self,

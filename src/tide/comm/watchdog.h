@@ -44,6 +44,16 @@ std::string watchdog_message(const WatchdogNote& self, const std::vector<Watchdo
 std::vector<WatchdogNote> watchdog_roll_call(MPI_Comm comm, const WatchdogNote& self,
                                              double window_s);
 
+// How an operation of a sub-group names ranks: by world rank, as the watchdog's line lists
+// the ranks that did not arrive (a group rank there pointed at the wrong process).
+// `world_ranks[g]` is the world rank of group rank g.
+//   peer_name:    "rank 2 (rank 1 of a group of 2)"; just "rank 1" where the group rank is
+//                 the world rank (the world, or a group of its first ranks)
+//   group_suffix: "" for the world itself; " in the group of ranks 0, 2"; past 8 members
+//                 " in a group of 16 ranks (0, 2, 4, 6, 8, 10, 12, 14 and 8 more)"
+std::string peer_name(const std::vector<int>& world_ranks, int group_rank);
+std::string group_suffix(const std::vector<int>& world_ranks, int world_size);
+
 // "3.0 MiB", "12 B": sizes in the watchdog's messages.
 std::string human_bytes(uint64_t bytes);
 

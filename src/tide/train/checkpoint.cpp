@@ -50,6 +50,7 @@ std::string who(const std::string& path) {
 
 // A sharded checkpoint (a directory) given where a file is expected gets its own message.
 void check_not_sharded(const std::string& path) {
+  TIDE_CHECK(!is_uncommitted_checkpoint(path), "{}", uncommitted_checkpoint_message(path));
   TIDE_CHECK(!is_sharded_checkpoint(path),
              "'{}' is a sharded checkpoint (a directory with an index.json), not a single-file "
              "checkpoint; load it with load_checkpoint_shard (sharded_checkpoint.h), or make one "

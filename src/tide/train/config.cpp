@@ -448,6 +448,7 @@ void check_checkpoint_path(const char* key, const std::string& path) {
   std::error_code ec;
   TIDE_CHECK(fs::exists(path, ec), "{}: cannot open checkpoint '{}' (no such file); check the path",
              key, path);
+  TIDE_CHECK(!is_uncommitted_checkpoint(path), "{}: {}", key, uncommitted_checkpoint_message(path));
   TIDE_CHECK(!fs::is_directory(path, ec) || is_sharded_checkpoint(path),
              "{}: '{}' is a directory but not a sharded checkpoint (it has no index.json); name "
              "a checkpoint such as {}/model.ckpt",

@@ -274,6 +274,7 @@ Index parse_index(const json& j, const std::string& dir) {
 // Reads index.json of `dir`, with a clear error for a file or a folder that is not one.
 Index read_index(const std::string& dir) {
   const std::string w = who(dir);
+  TIDE_CHECK(!is_uncommitted_checkpoint(dir), "{}", uncommitted_checkpoint_message(dir));
   std::error_code ec;
   const fs::file_status st = fs::status(dir, ec);
   TIDE_CHECK(fs::exists(st), "{} does not exist; check the path", w);
@@ -409,6 +410,36 @@ std::string shard_file_name(int rank, int world) {
 bool is_sharded_checkpoint(const std::string& path) {
   std::error_code ec;
   return fs::is_directory(path, ec) && fs::is_regular_file(fs::path(path) / kIndexName, ec);
+}
+
+bool is_uncommitted_checkpoint(const std::string& path) {
+  // By name: a '.partial' folder can hold an index.json too (a commit interrupted between
+  // writing it and the rename), and is still not a checkpoint.
+  const std::string d = clean_dir(path);
+  constexpr std::string_view kSuffix = ".partial";
+  std::error_code ec;
+  return d.size() > kSuffix.size() && d.ends_with(kSuffix) && fs::is_directory(d, ec);
+}
+
+std::string uncommitted_checkpoint_message(const std::string& path) {
+  const std::string partial = clean_dir(path);
+  const std::string target =
+      partial.substr(0, partial.size() - std::string_view(".partial").size());
+  std::string instead;
+  if (is_sharded_checkpoint(target)) {
+    instead = fmt::format("name the committed checkpoint '{}' instead", target);
+  } else {
+    const std::string parent = fs::path(target).parent_path().string();
+    instead = fmt::format(
+        "name a committed checkpoint instead (an earlier model_step<N>.ckpt or model.ckpt in "
+        "'{}')",
+        parent.empty() ? "." : parent);
+  }
+  return fmt::format(
+      "'{}' is an uncommitted checkpoint: the folder a sharded save writes its shards into, "
+      "which becomes the checkpoint '{}' only when every rank has finished; this save never "
+      "completed, so tide never loads it; {}",
+      path, target, instead);
 }
 
 void save_checkpoint_shard(const std::string& dir, const ChunkStore& store,

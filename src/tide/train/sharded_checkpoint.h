@@ -57,6 +57,17 @@ std::string shard_file_name(int rank, int world);
 // checkpoint, not a file" (and the reverse) instead of a confusing parse error.
 bool is_sharded_checkpoint(const std::string& path);
 
+// True when `path` is the "<dir>.partial" folder of a sharded save: save_checkpoint_shard
+// writes there, and only commit_sharded_checkpoint, once every shard is written, makes it the
+// checkpoint <dir>. One found on disk is a save that never completed (a rank died, the job was
+// killed) or was caught mid-commit; tide never loads one.
+bool is_uncommitted_checkpoint(const std::string& path);
+
+// The one explanation of such a folder, for every command handed one (tide train's
+// checkpoint.resume and init_from, tide sample, tide export): what it is, and the committed
+// checkpoint to name instead ("<dir>" when it exists).
+std::string uncommitted_checkpoint_message(const std::string& path);
+
 // What a sharded checkpoint holds, beyond the CheckpointInfo of a single file.
 struct ShardedCheckpointInfo {
   CheckpointInfo info;  // info.optimizer_state: the shards hold the optimizer state

@@ -164,38 +164,51 @@ Trainer::Trainer(TrainConfig config, std::shared_ptr<ProcessGroup> world)
   // configs before any other collective.
   world_->set_timeout(cfg_.comm_timeout_s);
   check_ranks_agree(*world_, config_agreement_items(cfg_));
-  TIDE_CHECK(cfg_.device == "cpu" || cfg_.device == "auto",
-             "device '{}' is not available: this build's CUDA kernels are not ready yet; use "
-             "device=cpu",
-             cfg_.device);
-  TIDE_CHECK(!cfg_.bf16 && !cfg_.fp16,
-             "bf16.enabled / fp16.enabled need the CUDA backend; on the CPU tide trains in f32 "
-             "(set them to false)");
-  check_trainer_can_honour(cfg_, world_->size());  // nothing the schema takes is dropped
+  // The checks before anything is built, in two rounds that each rank makes alone and the
+  // ranks then compare (agree_on_errors): an error they all hit (a resume checkpoint that
+  // cannot continue this run, a batch size that does not add up) is one line and exit code 1
+  // on every rank, not a line per rank and MPI_Abort. Nothing inside may talk to other ranks,
+  // so the default corpus's preparation (rank 0 prepares, the others wait) sits between the
+  // rounds and the tp mesh comes after them.
+  if (cfg_.resume == "auto") resolve_auto_resume();  // collective: before the checks below
+  std::optional<RunPosition> resume_at;
+  agree_on_errors(*world_, [&] {
+    TIDE_CHECK(cfg_.device == "cpu" || cfg_.device == "auto",
+               "device '{}' is not available: this build's CUDA kernels are not ready yet; use "
+               "device=cpu",
+               cfg_.device);
+    TIDE_CHECK(!cfg_.bf16 && !cfg_.fp16,
+               "bf16.enabled / fp16.enabled need the CUDA backend; on the CPU tide trains in f32 "
+               "(set them to false)");
+    check_trainer_can_honour(cfg_, world_->size());  // nothing the schema takes is dropped
+    const int dp = data_parallel_ranks();
+    if (cfg_.train_batch_size > 0)
+      TIDE_CHECK(cfg_.train_batch_size == int64_t{cfg_.micro_batch} * cfg_.grad_accum * dp,
+                 "train_batch_size {} != train_micro_batch_size_per_gpu {} x "
+                 "gradient_accumulation_steps {} x data-parallel ranks {}; fix one of them (or "
+                 "set train_batch_size to 0)",
+                 cfg_.train_batch_size, cfg_.micro_batch, cfg_.grad_accum, dp);
+    // A checkpoint to resume from is checked (whole file, and that it can continue this run)
+    // before anything is prepared or written.
+    if (!cfg_.resume.empty()) resume_at = check_resume(cfg_.resume);
+  });
   if (cfg_.threads > 0) omp_set_num_threads(cfg_.threads);
-  // Tensor parallelism: the world as a tp x dp mesh (Megatron order, tp fastest: the ranks of
-  // a replica are contiguous). Collective, so built before anything else talks. (Under pp the
-  // PipelineRun builds the tp x dp x pp mesh.)
-  if (cfg_.tensor_parallel > 1 && cfg_.pipeline_stages == 1)
-    mesh_ = std::make_unique<Topology>(
-        world_, MeshShape{.tp = cfg_.tensor_parallel, .dp = data_parallel_ranks()});
-  const int dp = data_parallel_ranks();
-  if (cfg_.train_batch_size > 0)
-    TIDE_CHECK(cfg_.train_batch_size == int64_t{cfg_.micro_batch} * cfg_.grad_accum * dp,
-               "train_batch_size {} != train_micro_batch_size_per_gpu {} x "
-               "gradient_accumulation_steps {} x data-parallel ranks {}; fix one of them (or set "
-               "train_batch_size to 0)",
-               cfg_.train_batch_size, cfg_.micro_batch, cfg_.grad_accum, dp);
-  if (cfg_.resume == "auto") resolve_auto_resume();
-  // A checkpoint to resume from is checked (whole file, and that it can continue this run)
-  // before anything is prepared or written.
-  const std::optional<RunPosition> resume_at =
-      cfg_.resume.empty() ? std::nullopt : std::optional(check_resume(cfg_.resume));
-  resolve_data();
+  prepare_default_corpus();
   // init_from (ignored when resuming: the run's own checkpoint wins): checked whole, shape
   // included, before the model is built or anything is written to out_dir.
   const bool init_from = resume_at == std::nullopt && !cfg_.init_from.empty();
-  if (init_from) check_init_from(cfg_.init_from, cfg_.model);
+  const bool tp_mesh = cfg_.tensor_parallel > 1 && cfg_.pipeline_stages == 1;
+  agree_on_errors(*world_, [&] {
+    resolve_data();
+    if (init_from) check_init_from(cfg_.init_from, cfg_.model);
+  });
+  // Tensor parallelism: the world as a tp x dp mesh (Megatron order, tp fastest: the ranks of
+  // a replica are contiguous). Collective, so built before anything else talks. (Under pp the
+  // PipelineRun builds the tp x dp x pp mesh.)
+  if (tp_mesh)
+    mesh_ = std::make_unique<Topology>(
+        world_, MeshShape{.tp = cfg_.tensor_parallel, .dp = data_parallel_ranks()});
+  const int dp = data_parallel_ranks();
 
   OptimizerSettings opt;
   opt.adamw.beta1 = cfg_.beta1;
@@ -296,19 +309,18 @@ void Trainer::configure_placement(StoreOptions& so) {
   if (cfg_.offload_param == "cpu") so.param_slices = host_alloc_.get();
 }
 
-void Trainer::resolve_data() {
-  const bool rank0 = world_->rank() == 0;
-  if (cfg_.is_default_run) {
-    cfg_.data_dir = kDefaultDataDir;
-    if (!prepared_corpus_exists(cfg_.data_dir)) {
-      if (rank0) {
-        fmt::print("tide: preparing the default corpus (Debian fortunes) into {} ...\n",
-                   cfg_.data_dir);
-        prepare_corpus(default_corpus_options(cfg_.data_dir));
-      }
-      world_->barrier_async()->wait();
-    }
+void Trainer::prepare_default_corpus() {
+  if (!cfg_.is_default_run) return;
+  cfg_.data_dir = kDefaultDataDir;
+  if (prepared_corpus_exists(cfg_.data_dir)) return;
+  if (world_->rank() == 0) {
+    fmt::print("tide: preparing the default corpus (Debian fortunes) into {} ...\n", cfg_.data_dir);
+    prepare_corpus(default_corpus_options(cfg_.data_dir));
   }
+  world_->barrier_async()->wait();
+}
+
+void Trainer::resolve_data() {
   if (!cfg_.data_dir.empty()) {
     TIDE_CHECK(fs::is_directory(cfg_.data_dir),
                "data.dir '{}' does not exist; create it with `tide prepare --input <text files> "

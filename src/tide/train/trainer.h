@@ -80,6 +80,9 @@ class Trainer {
   std::string save(const std::string& name = "model.ckpt") const;
 
  private:
+  // The embedded default run: rank 0 prepares its corpus if it is missing (collective).
+  void prepare_default_corpus();
+  // Opens the data (no collective).
   void resolve_data();
   // Data-parallel ranks: the world divided by the pipeline stages and the tensor-parallel size.
   int data_parallel_ranks() const {

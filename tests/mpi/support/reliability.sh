@@ -3,6 +3,10 @@
 # on 2 ranks of `tide train` (a tiny model on a corpus prepared from the repository's docs).
 #   mismatch  ranks started with different configs exit non-zero at once, with one line naming
 #             the keys and the ranks that differ (not MPI_ERR_TRUNCATE, not silent divergence)
+#   config_error  a config error that every rank hits (a misspelt key, a resume from an
+#             uncommitted '.partial' save; a batch size that does not add up, found by the
+#             trainer after the ranks agreed on the config) prints one line `tide: error: ...`, as a single process does, and every rank exits 1: no
+#             line per rank, no MPI_ABORT; an error of one rank only (its data.dir) names it
 #   frozen    a rank is SIGSTOPped mid-run: with comm.timeout_s=5 every rank exits non-zero
 #             within 15 s, naming the stalled operation, the step and the missing rank
 #   killed    under ZeRO stage 3 (every step gathers parameters from every rank), SIGKILL to
@@ -45,6 +49,36 @@ mismatch)
   grep -qxF "$want" <<<"$out" || fail "expected the line: $want"
   grep -q "step " <<<"$out" && fail "a step ran although the ranks disagree"
   echo "OK: rc $rc in $(($(date +%s) - start)) s"
+  ;;
+config_error)
+  # expect_one_error "<line pattern>" mpirun-args...: exit code 1 within 60 s, exactly one
+  # line starting `tide: error:`, matching the pattern, no `rank 0:` / `rank 1:` prefix of
+  # the abort path and nothing of MPI_ABORT.
+  expect_one_error() {
+    local pattern=$1 out rc; shift
+    out=$(timeout 60 "${mpi[@]}" "$@" 2>&1); rc=$?
+    echo "$out"
+    [ $rc -eq 124 ] && fail "the job hung"
+    [ $rc -eq 1 ] || fail "exit code $rc, not 1"
+    [ "$(grep -c '^tide: error:' <<<"$out")" -eq 1 ] || fail "expected exactly one 'tide: error:' line"
+    grep -Eq -- "^tide: error: $pattern" <<<"$out" || fail "expected a line: tide: error: $pattern"
+    grep -Eq '^rank [0-9]+:' <<<"$out" && fail "a line with the abort path's 'rank R:' prefix"
+    grep -qi 'MPI_ABORT' <<<"$out" && fail "the job was aborted (MPI_ABORT)"
+    echo "OK: rc $rc, one line"
+  }
+  expect_one_error "unknown config key 'trian_steps'.*did you mean 'train_steps'" \
+    -np 2 "$tide" train "${common[@]}" trian_steps=5 out_dir=c
+  mkdir -p c/model_step3.ckpt.partial
+  expect_one_error "checkpoint.resume: 'c/model_step3.ckpt.partial' is an uncommitted checkpoint" \
+    -np 2 "$tide" train "${common[@]}" train_steps=5 out_dir=c \
+    checkpoint.resume=c/model_step3.ckpt.partial
+  # Found by the trainer (after the ranks compared their configs), not by the config reader.
+  expect_one_error "train_batch_size 3 != train_micro_batch_size_per_gpu 2 x gradient_accumulation_steps 1 x data-parallel ranks 2" \
+    -np 2 "$tide" train "${common[@]}" train_steps=5 out_dir=c train_batch_size=3
+  # One rank's own problem (data.dir may differ per rank): named with its rank, still one line.
+  expect_one_error "rank 1: data.dir 'nowhere' does not exist" \
+    -np 1 "$tide" train "${common[@]}" train_steps=5 out_dir=c \
+    : -np 1 "$tide" train "${common[@]}" train_steps=5 out_dir=c data.dir=nowhere
   ;;
 frozen)
   "${mpi[@]}" -np 2 "$tide" train "${common[@]}" train_steps=100000 out_dir=f \

@@ -329,6 +329,25 @@ TEST_F(ShardedCheckpointErrors, MissingShard) {
   EXPECT_HAS(error_of([&] { read_sharded_checkpoint_info(dir); }), "is missing");
 }
 
+// A '.partial' folder is never loaded, even one whose index.json was written (a commit caught
+// before its rename): every reader says it is an uncommitted save and names the checkpoint.
+TEST_F(ShardedCheckpointErrors, UncommittedPartialFolderIsNeverLoaded) {
+  const std::string partial = dir + ".partial";
+  fs::copy(dir, partial);
+  const std::string e = error_of([&] { load_checkpoint_shard(partial, *target, c, true); });
+  EXPECT_HAS(e, "'" + partial + "' is an uncommitted checkpoint");
+  EXPECT_HAS(e, "name the committed checkpoint '" + dir + "' instead");
+  EXPECT_EQ(snapshot(*target), before);
+  EXPECT_HAS(error_of([&] { read_sharded_checkpoint_info(partial); }), "uncommitted checkpoint");
+  EXPECT_HAS(error_of([&] { read_checkpoint_info(partial); }), "uncommitted checkpoint");
+  // Without a committed one beside it: an earlier checkpoint of the run's folder.
+  fs::remove_all(dir);
+  EXPECT_HAS(error_of([&] { read_sharded_checkpoint_info(partial); }),
+             "name a committed checkpoint instead (an earlier model_step<N>.ckpt or model.ckpt "
+             "in '" +
+                 fs::path(dir).parent_path().string() + "')");
+}
+
 TEST_F(ShardedCheckpointErrors, CorruptShardFailsItsChecksum) {
   flip_byte(dir + "/" + shard_file_name(1, 3), 5);
   EXPECT_HAS(load_error(), "checksum mismatch");
