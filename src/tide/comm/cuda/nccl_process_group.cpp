@@ -1,11 +1,14 @@
-#include "tide/comm/nccl_process_group.h"
-
+// The NCCL process group (see comm/nccl_process_group.h), in the CUDA module
+// (core/cuda_module.h): make_nccl_process_group and set_compute_stream reach it through the comm
+// floor's table. Compiled only when NCCL was found (TIDE_HAVE_NCCL).
 #ifdef TIDE_HAVE_NCCL
 
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include "tide/comm/cuda_table.h"
 #include "tide/comm/ring_traffic.h"
+#include "tide/core/cuda_module.h"
 
 namespace tide {
 
@@ -214,20 +217,13 @@ class NcclProcessGroup final : public ProcessGroup {
   void* barrier_buf_ = nullptr;
 };
 
-}  // namespace
-
-bool nccl_available() {
-  return true;
-}
-
-std::shared_ptr<ProcessGroup> make_nccl_process_group(std::shared_ptr<ProcessGroup> bootstrap,
-                                                      int device, void* compute_stream) {
-  TIDE_CHECK(bootstrap != nullptr, "make_nccl_process_group: the bootstrap group is null");
+std::shared_ptr<ProcessGroup> make_nccl_group(std::shared_ptr<ProcessGroup> bootstrap, int device,
+                                              void* compute_stream) {
   return std::make_shared<NcclProcessGroup>(std::move(bootstrap), device,
                                             static_cast<cudaStream_t>(compute_stream));
 }
 
-void set_compute_stream(ProcessGroup& group, void* cuda_stream) {
+void set_nccl_compute_stream(ProcessGroup& group, void* cuda_stream) {
   auto* g = dynamic_cast<NcclProcessGroup*>(&group);
   TIDE_CHECK(g != nullptr,
              "set_compute_stream: the {} group has no CUDA stream; only NCCL groups take one",
@@ -235,27 +231,13 @@ void set_compute_stream(ProcessGroup& group, void* cuda_stream) {
   g->set_compute_stream(static_cast<cudaStream_t>(cuda_stream));
 }
 
+}  // namespace
 }  // namespace tide
 
-#else  // no NCCL in this build
-
-namespace tide {
-
-bool nccl_available() {
-  return false;
+TIDE_CUDA_MODULE_ENTRY const tide::CudaCommTable* tide_cuda_comm() {
+  static const tide::CudaCommTable table{sizeof(tide::CudaCommTable), &tide::make_nccl_group,
+                                         &tide::set_nccl_compute_stream};
+  return &table;
 }
 
-std::shared_ptr<ProcessGroup> make_nccl_process_group(std::shared_ptr<ProcessGroup>, int, void*) {
-  TIDE_FAIL(
-      "this tide was built without NCCL, so device buffers cannot be communicated; rebuild with "
-      "the CUDA toolkit and NCCL installed (CMake looks for libnccl next to CUDA)");
-}
-
-void set_compute_stream(ProcessGroup& group, void*) {
-  TIDE_FAIL("set_compute_stream: the {} group has no CUDA stream; only NCCL groups take one",
-            group.backend());
-}
-
-}  // namespace tide
-
-#endif
+#endif  // TIDE_HAVE_NCCL
