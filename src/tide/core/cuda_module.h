@@ -5,8 +5,8 @@
 // the NCCL process group) is built into libtide_cuda.so, not into the floors' static libraries.
 // The tide program and the tests never link it, nor cudart, cuBLAS or NCCL: the first request
 // for a GPU loads it with dlopen. A CPU run, `tide --version` or `tide export` so never maps the
-// CUDA libraries, which cost about 220 MB of resident memory at start when they were linked in
-// (bench/RESULTS.md, "CUDA loaded on first use").
+// CUDA libraries, which cost about 217 MB of resident memory at start when they were linked in
+// (bench/RESULTS.md, "CUDA libraries loaded on first use").
 //
 // Each floor with a CUDA side describes it as a table of function pointers (<floor>/cuda_table.h)
 // that the module hands out from an extern "C" entry point tide_cuda_<floor>; the floor's host
