@@ -23,8 +23,9 @@
 // - send/recv: NCCL has no tags; messages between two ranks match in issue order, so only
 //   tag 0 is accepted.
 //
-// Compiled only when NCCL was found (TIDE_HAVE_NCCL); otherwise make_nccl_process_group throws a
-// clear error.
+// The group is in the CUDA module (core/cuda_module.h), compiled there only when NCCL was found
+// (TIDE_HAVE_NCCL): the first make_nccl_process_group loads it; without NCCL it throws a clear
+// error.
 
 #include <memory>
 

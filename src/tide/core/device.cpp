@@ -1,5 +1,7 @@
 #include "tide/core/device.h"
 
+#include "tide/core/cuda_module.h"
+#include "tide/core/cuda_table.h"
 #include "tide/core/error.h"
 
 namespace tide {
@@ -16,10 +18,15 @@ Device parse_device(const std::string& s) {
   TIDE_FAIL("unknown device '{}'; use cpu, cuda or cuda:N", s);
 }
 
-#ifndef TIDE_HAVE_CUDA
+// Asks the CUDA module, loading it: the question is about a GPU. A module that cannot be loaded
+// answers "no GPU" here; make_op_context and the other requests for a device report why.
 bool cuda_available() {
-  return false;
+  if (!cuda_built()) return false;
+  try {
+    return cuda_module_table<CudaCoreTable>("tide_cuda_core", "cuda_available").device_count() > 0;
+  } catch (const Error&) {
+    return false;
+  }
 }
-#endif
 
 }  // namespace tide

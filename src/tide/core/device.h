@@ -25,7 +25,8 @@ struct Device {
 // Parses "cpu", "cuda", "cuda:N"; throws a tide::Error naming the accepted forms otherwise.
 Device parse_device(const std::string& s);
 
-// True when this binary was built with CUDA and a GPU is visible at run time.
+// True when this binary was built with CUDA and a GPU is visible at run time. Loads the CUDA
+// module (core/cuda_module.h) in builds with CUDA; false when it cannot be loaded.
 bool cuda_available();
 
 }  // namespace tide

@@ -6,11 +6,10 @@
 #include <array>
 #include <string>
 
+#include "tide/core/cuda_module.h"
 #include "tide/core/error.h"
 #include "tide/kernels/cpu/cpu_ops.h"
-#ifdef TIDE_HAVE_CUDA
-#include "tide/kernels/cuda/cuda_ops.h"
-#endif
+#include "tide/kernels/cuda_table.h"
 
 namespace tide {
 
@@ -58,7 +57,8 @@ struct OpCheck {
   // The context was made by make_op_context for a CUDA device (which checked, once, that the
   // GPU is visible and made it current): a pointer test, no device query per op.
   void cuda_context() const {
-    TIDE_CHECK(ctx.handles != nullptr,
+    if (!cuda_built()) no_cuda();
+    TIDE_CHECK(ctx.handles != nullptr && ctx.cuda != nullptr,
                "{}: the context says {} but has no CUDA stream or handles; make it with "
                "make_op_context(Device::cuda({}), ...) (a default OpContext is for the CPU)",
                op, ctx.device.str(), ctx.device.index);
@@ -71,20 +71,15 @@ struct OpCheck {
   }
 };
 
-// TIDE_RUN_ON_CUDA(ck, cuda::op(...)): on a CUDA context, runs the CUDA kernel and returns
-// from the op; builds without CUDA fail with ck.no_cuda() instead (the call is then not even
-// compiled, as cuda:: does not exist there).
-#ifdef TIDE_HAVE_CUDA
+// TIDE_RUN_ON_CUDA(ck, ctx.cuda->op(...)): on a CUDA context, runs the CUDA module's kernel
+// (cuda/cuda_ops.h, through the table make_op_context put in the context) and returns from the
+// op; builds without CUDA fail with ck.no_cuda() instead.
 #define TIDE_RUN_ON_CUDA(ck, call) \
   if ((ck).ctx.device.is_cuda()) { \
     (ck).cuda_context();           \
     call;                          \
     return;                        \
   }
-#else
-#define TIDE_RUN_ON_CUDA(ck, call) \
-  if ((ck).ctx.device.is_cuda()) (ck).no_cuda()
-#endif
 
 // The shape of t without its last dimension: (B,T,C) -> (B,T).
 Shape leading(const Tensor& t) {
@@ -113,15 +108,11 @@ OpContext make_op_context(Device device, Arena* scratch) {
     ctx.scratch = scratch;
     return ctx;
   }
-#ifdef TIDE_HAVE_CUDA
-  return cuda::make_context(device.index, scratch);
-#else
-  TIDE_FAIL(
-      "make_op_context: {} was asked for but this build of tide has no CUDA kernels (nvcc was "
-      "not found when it was configured); run with device=cpu, or rebuild with the CUDA "
-      "toolkit installed",
-      device.str());
-#endif
+  const auto& kernels = cuda_module_table<CudaKernelTable>(
+      "tide_cuda_kernels", fmt::format("make_op_context: {} was asked for", device.str()));
+  OpContext ctx = kernels.make_context(device.index, scratch);
+  ctx.cuda = &kernels;
+  return ctx;
 }
 
 // ---- embedding -------------------------------------------------------------------------
@@ -140,8 +131,9 @@ void embedding_forward(const OpContext& ctx, Tensor out, Tensor tokens, Tensor w
              "sequences of at most max_seq_len={} tokens",
              T, wpe.dim(0), wpe.dim(0));
   ck.tensor(out, "out", DType::F32, Shape{B, T, C}, "(B,T,C): B,T from tokens, C from wte");
-  TIDE_RUN_ON_CUDA(ck, cuda::embedding_forward(ctx, out.f32(), tokens.i32(), wte.f32(), wpe.f32(),
-                                               as_int(B), as_int(T), as_int(C), as_int(V)));
+  TIDE_RUN_ON_CUDA(
+      ck, ctx.cuda->embedding_forward(ctx, out.f32(), tokens.i32(), wte.f32(), wpe.f32(), as_int(B),
+                                      as_int(T), as_int(C), as_int(V)));
   cpu::embedding_forward(out.f32(), tokens.i32(), wte.f32(), wpe.f32(), as_int(B), as_int(T),
                          as_int(C), as_int(V));
 }
@@ -162,8 +154,8 @@ void embedding_backward(const OpContext& ctx, Tensor dwte, Tensor dwpe, Tensor d
              T, dwpe.dim(0), dwpe.dim(0));
   ck.tensor(dout, "dout", DType::F32, Shape{B, T, C}, "(B,T,C): B,T from tokens, C from dwte");
   TIDE_RUN_ON_CUDA(
-      ck, cuda::embedding_backward(ctx, dwte.f32(), dwpe.f32(), dout.f32(), tokens.i32(), as_int(B),
-                                   as_int(T), as_int(C), as_int(V)));
+      ck, ctx.cuda->embedding_backward(ctx, dwte.f32(), dwpe.f32(), dout.f32(), tokens.i32(),
+                                       as_int(B), as_int(T), as_int(C), as_int(V)));
   cpu::embedding_backward(dwte.f32(), dwpe.f32(), dout.f32(), tokens.i32(), as_int(B), as_int(T),
                           as_int(C), as_int(V));
 }
@@ -181,7 +173,8 @@ void layernorm_forward(const OpContext& ctx, Tensor out, Tensor mean, Tensor rst
   ck.tensor_numel(rstd, "rstd", DType::F32, N, "one per row of inp");
   ck.tensor(weight, "weight", DType::F32, Shape{C}, "(C), C the last dim of inp");
   ck.tensor(bias, "bias", DType::F32, Shape{C}, "(C), C the last dim of inp");
-  TIDE_RUN_ON_CUDA(ck, cuda::layernorm_forward(ctx, out.f32(), mean.f32(), rstd.f32(), inp.f32(),
+  TIDE_RUN_ON_CUDA(ck,
+                   ctx.cuda->layernorm_forward(ctx, out.f32(), mean.f32(), rstd.f32(), inp.f32(),
                                                weight.f32(), bias.f32(), N, as_int(C)));
   cpu::layernorm_forward(out.f32(), mean.f32(), rstd.f32(), inp.f32(), weight.f32(), bias.f32(), N,
                          as_int(C));
@@ -199,8 +192,8 @@ void layernorm_backward_input(const OpContext& ctx, Tensor dinp, Tensor dout, Te
   ck.tensor_numel(mean, "mean", DType::F32, N, "one per row of inp");
   ck.tensor_numel(rstd, "rstd", DType::F32, N, "one per row of inp");
   TIDE_RUN_ON_CUDA(
-      ck, cuda::layernorm_backward_input(ctx, dinp.f32(), dout.f32(), inp.f32(), weight.f32(),
-                                         mean.f32(), rstd.f32(), N, as_int(C)));
+      ck, ctx.cuda->layernorm_backward_input(ctx, dinp.f32(), dout.f32(), inp.f32(), weight.f32(),
+                                             mean.f32(), rstd.f32(), N, as_int(C)));
   cpu::layernorm_backward_input(dinp.f32(), dout.f32(), inp.f32(), weight.f32(), mean.f32(),
                                 rstd.f32(), N, as_int(C));
 }
@@ -217,8 +210,8 @@ void layernorm_backward_weight(const OpContext& ctx, Tensor dweight, Tensor dbia
   ck.tensor_numel(mean, "mean", DType::F32, N, "one per row of inp");
   ck.tensor_numel(rstd, "rstd", DType::F32, N, "one per row of inp");
   TIDE_RUN_ON_CUDA(
-      ck, cuda::layernorm_backward_weight(ctx, dweight.f32(), dbias.f32(), dout.f32(), inp.f32(),
-                                          mean.f32(), rstd.f32(), N, as_int(C)));
+      ck, ctx.cuda->layernorm_backward_weight(ctx, dweight.f32(), dbias.f32(), dout.f32(),
+                                              inp.f32(), mean.f32(), rstd.f32(), N, as_int(C)));
   cpu::layernorm_backward_weight(dweight.f32(), dbias.f32(), dout.f32(), inp.f32(), mean.f32(),
                                  rstd.f32(), N, as_int(C));
 }
@@ -234,9 +227,9 @@ void matmul_forward(const OpContext& ctx, Tensor out, Tensor inp, Tensor weight,
   ck.tensor(weight, "weight", DType::F32, Shape{OC, C}, "(OC,C), C the last dim of inp");
   if (bias.defined()) ck.tensor(bias, "bias", DType::F32, Shape{OC}, "(OC), OC from weight");
   ck.tensor(out, "out", DType::F32, with_last(inp, OC), "inp's shape with C replaced by OC");
-  TIDE_RUN_ON_CUDA(
-      ck, cuda::matmul_forward(ctx, out.f32(), inp.f32(), weight.f32(),
-                               bias.defined() ? bias.f32() : nullptr, N, as_int(C), as_int(OC)));
+  TIDE_RUN_ON_CUDA(ck, ctx.cuda->matmul_forward(ctx, out.f32(), inp.f32(), weight.f32(),
+                                                bias.defined() ? bias.f32() : nullptr, N, as_int(C),
+                                                as_int(OC)));
   cpu::matmul_forward(out.f32(), inp.f32(), weight.f32(), bias.defined() ? bias.f32() : nullptr, N,
                       as_int(C), as_int(OC));
 }
@@ -249,8 +242,8 @@ void matmul_backward_input(const OpContext& ctx, Tensor dinp, Tensor dout, Tenso
   ck.rank(dout, "dout", 2, "(N,OC) or (B,T,OC)");
   ck.tensor(dout, "dout", DType::F32, with_last(dout, OC), "last dim OC from weight (OC,C)");
   ck.tensor(dinp, "dinp", DType::F32, with_last(dout, C), "dout's shape with OC replaced by C");
-  TIDE_RUN_ON_CUDA(ck, cuda::matmul_backward_input(ctx, dinp.f32(), dout.f32(), weight.f32(),
-                                                   rows(dout), as_int(C), as_int(OC)));
+  TIDE_RUN_ON_CUDA(ck, ctx.cuda->matmul_backward_input(ctx, dinp.f32(), dout.f32(), weight.f32(),
+                                                       rows(dout), as_int(C), as_int(OC)));
   cpu::matmul_backward_input(dinp.f32(), dout.f32(), weight.f32(), rows(dout), as_int(C),
                              as_int(OC));
 }
@@ -265,9 +258,9 @@ void matmul_backward_weight(const OpContext& ctx, Tensor dweight, Tensor dbias, 
   ck.tensor(dweight, "dweight", DType::F32, Shape{OC, C}, "(OC,C), C the last dim of inp");
   if (dbias.defined()) ck.tensor(dbias, "dbias", DType::F32, Shape{OC}, "(OC), OC from dweight");
   ck.tensor(dout, "dout", DType::F32, with_last(inp, OC), "inp's shape with C replaced by OC");
-  TIDE_RUN_ON_CUDA(
-      ck, cuda::matmul_backward_weight(ctx, dweight.f32(), dbias.defined() ? dbias.f32() : nullptr,
-                                       dout.f32(), inp.f32(), N, as_int(C), as_int(OC)));
+  TIDE_RUN_ON_CUDA(ck, ctx.cuda->matmul_backward_weight(
+                           ctx, dweight.f32(), dbias.defined() ? dbias.f32() : nullptr, dout.f32(),
+                           inp.f32(), N, as_int(C), as_int(OC)));
   cpu::matmul_backward_weight(dweight.f32(), dbias.defined() ? dbias.f32() : nullptr, dout.f32(),
                               inp.f32(), N, as_int(C), as_int(OC));
 }
@@ -329,8 +322,9 @@ void attention_forward(const OpContext& ctx, Tensor out, Tensor preatt, Tensor a
   const OpCheck ck{"attention_forward", ctx};
   const auto [B, T, C] = check_attention(ck, qkv, preatt, att, n_head, dropout);
   ck.tensor(out, "out", DType::F32, Shape{B, T, C}, "(B,T,C), C = qkv's last dim / 3");
-  TIDE_RUN_ON_CUDA(ck, cuda::attention_forward(ctx, out.f32(), preatt.f32(), att.f32(), qkv.f32(),
-                                               as_int(B), as_int(T), as_int(C), n_head, dropout));
+  TIDE_RUN_ON_CUDA(
+      ck, ctx.cuda->attention_forward(ctx, out.f32(), preatt.f32(), att.f32(), qkv.f32(), as_int(B),
+                                      as_int(T), as_int(C), n_head, dropout));
   cpu::attention_forward(out.f32(), preatt.f32(), att.f32(), qkv.f32(), as_int(B), as_int(T),
                          as_int(C), n_head, dropout);
 }
@@ -341,9 +335,9 @@ void attention_backward(const OpContext& ctx, Tensor dqkv, Tensor dout, Tensor q
   const auto [B, T, C] = check_attention(ck, qkv, preatt, att, n_head, dropout);
   ck.tensor(dqkv, "dqkv", DType::F32, qkv.shape, "the shape of qkv");
   ck.tensor(dout, "dout", DType::F32, Shape{B, T, C}, "(B,T,C), C = qkv's last dim / 3");
-  TIDE_RUN_ON_CUDA(
-      ck, cuda::attention_backward(ctx, dqkv.f32(), dout.f32(), qkv.f32(), preatt.f32(), att.f32(),
-                                   as_int(B), as_int(T), as_int(C), n_head, dropout));
+  TIDE_RUN_ON_CUDA(ck, ctx.cuda->attention_backward(ctx, dqkv.f32(), dout.f32(), qkv.f32(),
+                                                    preatt.f32(), att.f32(), as_int(B), as_int(T),
+                                                    as_int(C), n_head, dropout));
   cpu::attention_backward(dqkv.f32(), dout.f32(), qkv.f32(), preatt.f32(), att.f32(), as_int(B),
                           as_int(T), as_int(C), n_head, dropout);
 }
@@ -354,7 +348,7 @@ void gelu_forward(const OpContext& ctx, Tensor out, Tensor inp) {
   const OpCheck ck{"gelu_forward", ctx};
   ck.tensor(inp, "inp", DType::F32);
   ck.tensor(out, "out", DType::F32, inp.shape, "the shape of inp");
-  TIDE_RUN_ON_CUDA(ck, cuda::gelu_forward(ctx, out.f32(), inp.f32(), inp.numel()));
+  TIDE_RUN_ON_CUDA(ck, ctx.cuda->gelu_forward(ctx, out.f32(), inp.f32(), inp.numel()));
   cpu::gelu_forward(out.f32(), inp.f32(), inp.numel());
 }
 
@@ -363,7 +357,8 @@ void gelu_backward(const OpContext& ctx, Tensor dinp, Tensor dout, Tensor inp) {
   ck.tensor(inp, "inp", DType::F32);
   ck.tensor(dinp, "dinp", DType::F32, inp.shape, "the shape of inp");
   ck.tensor(dout, "dout", DType::F32, inp.shape, "the shape of inp");
-  TIDE_RUN_ON_CUDA(ck, cuda::gelu_backward(ctx, dinp.f32(), dout.f32(), inp.f32(), inp.numel()));
+  TIDE_RUN_ON_CUDA(ck,
+                   ctx.cuda->gelu_backward(ctx, dinp.f32(), dout.f32(), inp.f32(), inp.numel()));
   cpu::gelu_backward(dinp.f32(), dout.f32(), inp.f32(), inp.numel());
 }
 
@@ -372,7 +367,7 @@ void residual_forward(const OpContext& ctx, Tensor out, Tensor a, Tensor b) {
   ck.tensor(a, "a", DType::F32);
   ck.tensor(b, "b", DType::F32, a.shape, "the shape of a");
   ck.tensor(out, "out", DType::F32, a.shape, "the shape of a");
-  TIDE_RUN_ON_CUDA(ck, cuda::residual_forward(ctx, out.f32(), a.f32(), b.f32(), a.numel()));
+  TIDE_RUN_ON_CUDA(ck, ctx.cuda->residual_forward(ctx, out.f32(), a.f32(), b.f32(), a.numel()));
   cpu::residual_forward(out.f32(), a.f32(), b.f32(), a.numel());
 }
 
@@ -381,7 +376,8 @@ void residual_backward(const OpContext& ctx, Tensor da, Tensor db, Tensor dout) 
   ck.tensor(dout, "dout", DType::F32);
   ck.tensor(da, "da", DType::F32, dout.shape, "the shape of dout");
   ck.tensor(db, "db", DType::F32, dout.shape, "the shape of dout");
-  TIDE_RUN_ON_CUDA(ck, cuda::residual_backward(ctx, da.f32(), db.f32(), dout.f32(), dout.numel()));
+  TIDE_RUN_ON_CUDA(ck,
+                   ctx.cuda->residual_backward(ctx, da.f32(), db.f32(), dout.f32(), dout.numel()));
   cpu::residual_backward(da.f32(), db.f32(), dout.f32(), dout.numel());
 }
 
@@ -408,7 +404,7 @@ void dropout_forward(const OpContext& ctx, Tensor out, Tensor inp, const Dropout
   const OpCheck ck{"dropout_forward", ctx};
   const auto [B, T, W] = check_dropout(ck, inp, "inp", dropout);
   ck.tensor(out, "out", DType::F32, inp.shape, "the shape of inp");
-  TIDE_RUN_ON_CUDA(ck, cuda::dropout_forward(ctx, out.f32(), inp.f32(), B, T, W, dropout));
+  TIDE_RUN_ON_CUDA(ck, ctx.cuda->dropout_forward(ctx, out.f32(), inp.f32(), B, T, W, dropout));
   cpu::dropout_forward(out.f32(), inp.f32(), B, T, W, dropout);
 }
 
@@ -416,7 +412,7 @@ void dropout_backward(const OpContext& ctx, Tensor dinp, Tensor dout, const Drop
   const OpCheck ck{"dropout_backward", ctx};
   const auto [B, T, W] = check_dropout(ck, dout, "dout", dropout);
   ck.tensor(dinp, "dinp", DType::F32, dout.shape, "the shape of dout");
-  TIDE_RUN_ON_CUDA(ck, cuda::dropout_backward(ctx, dinp.f32(), dout.f32(), B, T, W, dropout));
+  TIDE_RUN_ON_CUDA(ck, ctx.cuda->dropout_backward(ctx, dinp.f32(), dout.f32(), B, T, W, dropout));
   cpu::dropout_backward(dinp.f32(), dout.f32(), B, T, W, dropout);
 }
 
@@ -428,7 +424,8 @@ void crossentropy_forward(const OpContext& ctx, Tensor losses, Tensor logits, Te
   ck.tensor(logits, "logits", DType::F32);
   ck.tensor(targets, "targets", DType::I32, leading(logits), "logits' shape without V");
   ck.tensor(losses, "losses", DType::F32, leading(logits), "logits' shape without V");
-  TIDE_RUN_ON_CUDA(ck, cuda::crossentropy_forward(ctx, losses.f32(), logits.f32(), targets.i32(),
+  TIDE_RUN_ON_CUDA(ck,
+                   ctx.cuda->crossentropy_forward(ctx, losses.f32(), logits.f32(), targets.i32(),
                                                   rows(logits), as_int(logits.dim(-1))));
   cpu::crossentropy_forward(losses.f32(), logits.f32(), targets.i32(), rows(logits),
                             as_int(logits.dim(-1)));
@@ -441,7 +438,8 @@ void crossentropy_backward(const OpContext& ctx, Tensor dlogits, Tensor logits, 
   ck.tensor(logits, "logits", DType::F32);
   ck.tensor(targets, "targets", DType::I32, leading(logits), "logits' shape without V");
   ck.tensor(dlogits, "dlogits", DType::F32, logits.shape, "the shape of logits");
-  TIDE_RUN_ON_CUDA(ck, cuda::crossentropy_backward(ctx, dlogits.f32(), logits.f32(), targets.i32(),
+  TIDE_RUN_ON_CUDA(ck,
+                   ctx.cuda->crossentropy_backward(ctx, dlogits.f32(), logits.f32(), targets.i32(),
                                                    rows(logits), as_int(logits.dim(-1)), dloss));
   cpu::crossentropy_backward(dlogits.f32(), logits.f32(), targets.i32(), rows(logits),
                              as_int(logits.dim(-1)), dloss);

@@ -1,7 +1,8 @@
 #pragma once
 // The op API: every computation of a GPT forward and backward pass, as free functions over
 // Tensor views. Each op dispatches on the tensors' device to cpu:: (OpenMP + OpenBLAS, the
-// readable reference) or cuda:: (fused kernels, cuBLASLt).
+// readable reference) or cuda:: (fused kernels, cuBLASLt; in the CUDA module, reached through
+// the context).
 //
 // Conventions (the same as llm.c):
 //  * Shapes: B batch, T time (sequence), C channels (n_embd), NH heads, HS = C/NH head size,
@@ -28,6 +29,8 @@ namespace tide {
 // device scratch buffer). Defined in kernels/cuda/context.h; opaque here so that code without
 // CUDA headers can hold a context.
 struct CudaHandles;
+// The CUDA module's kernels (kernels/cuda_table.h), loaded by the first make_op_context for a GPU.
+struct CudaKernelTable;
 
 // Execution context of an op: everything it needs besides its tensors, passed explicitly.
 // On the CPU a default OpContext{} will do. On a GPU make it with make_op_context: the device
@@ -36,9 +39,10 @@ struct CudaHandles;
 // work meant for another stream needs another make_op_context (handles belong to one stream).
 struct OpContext {
   Device device = Device::cpu();
-  Arena* scratch = nullptr;              // host scratch for CPU ops (rewound when the op returns)
-  void* stream = nullptr;                // cudaStream_t the ops are queued on; nullptr on the CPU
-  std::shared_ptr<CudaHandles> handles;  // nullptr on the CPU
+  Arena* scratch = nullptr;               // host scratch for CPU ops (rewound when the op returns)
+  void* stream = nullptr;                 // cudaStream_t the ops are queued on; nullptr on the CPU
+  std::shared_ptr<CudaHandles> handles;   // nullptr on the CPU
+  const CudaKernelTable* cuda = nullptr;  // the kernels the ops call; nullptr on the CPU
 };
 
 // The context of ops on `device`. CPU: {cpu, scratch}. CUDA: makes `device` the calling
@@ -46,7 +50,8 @@ struct OpContext {
 // to it, a 32 MiB workspace and a growable device scratch buffer; they are released (after the
 // stream drains) with the last copy of the context. Ops on a CUDA context are asynchronous:
 // their results are ready once ctx.stream is synchronised (or waited on by another stream).
-// Throws a one-line tide::Error when no such GPU is visible or the build has no CUDA.
+// The first call for a GPU loads the CUDA module (core/cuda_module.h). Throws a one-line
+// tide::Error when no such GPU is visible, the build has no CUDA or the module cannot be loaded.
 // Ops assume the thread that calls them has ctx.device current (true on the thread that made
 // the context; another thread calls cudaSetDevice first).
 OpContext make_op_context(Device device, Arena* scratch = nullptr);

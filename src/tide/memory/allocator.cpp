@@ -2,7 +2,9 @@
 
 #include <sys/mman.h>
 
+#include "tide/core/cuda_module.h"
 #include "tide/core/error.h"
+#include "tide/memory/cuda_table.h"
 
 namespace tide {
 
@@ -38,11 +40,11 @@ void HostAllocator::do_free(void* p, size_t bytes) {
   munmap(p, bytes);
 }
 
-#ifndef TIDE_HAVE_CUDA
-std::unique_ptr<Allocator> make_cuda_allocator(Device device, size_t) {
-  TIDE_FAIL("device memory on {} needs a build with CUDA; this build has none (use device=cpu)",
-            device.str());
+std::unique_ptr<Allocator> make_cuda_allocator(Device device, size_t limit_bytes) {
+  TIDE_CHECK(device.is_cuda(), "make_cuda_allocator needs a CUDA device (got {})", device.str());
+  return cuda_module_table<CudaMemoryTable>(
+             "tide_cuda_memory", fmt::format("device memory on {} was asked for", device.str()))
+      .make_allocator(device, limit_bytes);
 }
-#endif
 
 }  // namespace tide

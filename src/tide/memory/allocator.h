@@ -8,7 +8,7 @@
 //   BudgetedAllocator  host memory with a byte limit. On a machine without a GPU it plays the
 //                      device, so placement logic (fetch, evict, the budget) runs and is tested
 //                      on CPU exactly as it will run against a GPU's memory.
-//   CudaAllocator      device memory (cudaMalloc), in cuda_allocator.cu when built with CUDA.
+//   CudaAllocator      device memory (cudaMalloc), in cuda_allocator.cu, in the CUDA module.
 //
 // Memory comes back zero-filled from every allocator (chunks start as zero gradients).
 
@@ -72,8 +72,9 @@ class BudgetedAllocator : public HostAllocator {
   std::string name() const override { return "budgeted device"; }
 };
 
-// Device memory on `device` (cudaMalloc + cudaMemset); throws a tide::Error in builds without
-// CUDA.
+// Device memory on `device` (cudaMalloc + cudaMemset), from the CUDA module (loaded by the
+// first call; core/cuda_module.h); throws a tide::Error in builds without CUDA or when the module
+// cannot be loaded.
 std::unique_ptr<Allocator> make_cuda_allocator(Device device, size_t limit_bytes = 0);
 
 }  // namespace tide

@@ -1,9 +1,11 @@
 // Device memory for chunks: cudaMalloc'd and zero-filled, counted like every allocator.
-// Compiled only in CUDA builds (allocator.cpp has the CPU-only fallback).
+// In the CUDA module (core/cuda_module.h); make_cuda_allocator (allocator.cpp) reaches it
+// through the memory floor's table.
 #include <cuda_runtime.h>
 
-#include "tide/core/error.h"
+#include "tide/core/cuda_module.h"
 #include "tide/memory/allocator.h"
+#include "tide/memory/cuda_table.h"
 
 namespace tide {
 namespace {
@@ -38,11 +40,14 @@ class CudaAllocator : public Allocator {
   Device device_;
 };
 
-}  // namespace
-
-std::unique_ptr<Allocator> make_cuda_allocator(Device device, size_t limit_bytes) {
-  TIDE_CHECK(device.is_cuda(), "make_cuda_allocator needs a CUDA device (got {})", device.str());
+std::unique_ptr<Allocator> make_allocator(Device device, size_t limit_bytes) {
   return std::make_unique<CudaAllocator>(device, limit_bytes);
 }
 
+}  // namespace
 }  // namespace tide
+
+TIDE_CUDA_MODULE_ENTRY const tide::CudaMemoryTable* tide_cuda_memory() {
+  static const tide::CudaMemoryTable table{sizeof(tide::CudaMemoryTable), &tide::make_allocator};
+  return &table;
+}

@@ -1,10 +1,12 @@
-// CUDA fused AdamW: see adamw_cuda.h.
+// CUDA fused AdamW: see adamw_cuda.h. In the CUDA module (core/cuda_module.h); adamw_cuda.cpp
+// checks the arguments and calls these through the optim floor's table.
 
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include "tide/core/cuda_module.h"
 #include "tide/core/error.h"
-#include "tide/optim/adamw_cuda.h"
+#include "tide/optim/cuda_table.h"
 
 namespace tide {
 namespace {
@@ -135,13 +137,9 @@ void launch_out(const AdamWChunk& c, const AdamWScalars& k, const int* skip, cud
   }
 }
 
-}  // namespace
-
-void adamw_cuda(const AdamWChunk& c, const AdamWHyper& h, const AdamWStep& s, const int* skip_flag,
-                void* stream) {
-  check_adamw_args(h, s);
-  check_adamw_chunk(c);
-  if (c.n == 0) return;
+// adamw_cuda after adamw_cuda.cpp's checks (valid arguments, n > 0).
+void adamw(const AdamWChunk& c, const AdamWHyper& h, const AdamWStep& s, const int* skip_flag,
+           void* stream) {
   const AdamWScalars k = adamw_scalars(h, s);
   const auto st = static_cast<cudaStream_t>(stream);
   switch (c.grad_dtype) {
@@ -158,8 +156,8 @@ void adamw_cuda(const AdamWChunk& c, const AdamWHyper& h, const AdamWStep& s, co
   check_cuda(cudaGetLastError(), "adamw_cuda launch");
 }
 
-void grad_nonfinite_cuda(const void* grad, DType dtype, int64_t n, int* flag, void* stream) {
-  if (n == 0) return;
+// grad_nonfinite_cuda for n > 0.
+void grad_nonfinite(const void* grad, DType dtype, int64_t n, int* flag, void* stream) {
   const auto st = static_cast<cudaStream_t>(stream);
   const int blocks = blocks_for(n);
   switch (dtype) {
@@ -182,4 +180,11 @@ void grad_nonfinite_cuda(const void* grad, DType dtype, int64_t n, int* flag, vo
   check_cuda(cudaGetLastError(), "grad_nonfinite_cuda launch");
 }
 
+}  // namespace
 }  // namespace tide
+
+TIDE_CUDA_MODULE_ENTRY const tide::CudaOptimTable* tide_cuda_optim() {
+  static const tide::CudaOptimTable table{sizeof(tide::CudaOptimTable), &tide::adamw,
+                                          &tide::grad_nonfinite};
+  return &table;
+}

@@ -13,7 +13,8 @@
 // it is set (as PyTorch's fused Adam does with found_inf). The host learns the verdict later,
 // for the loss scaler, by copying the int back.
 //
-// Only built when CUDA is enabled (TIDE_HAVE_CUDA). C++17-clean: no CUDA headers here.
+// The kernels are in the CUDA module (core/cuda_module.h), loaded by the first call; builds
+// without CUDA throw. C++17-clean: no CUDA headers here.
 
 #include <cstdint>
 

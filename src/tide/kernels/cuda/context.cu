@@ -41,19 +41,6 @@ void* CudaHandles::scratch(size_t bytes) {
 
 namespace cuda {
 
-int device_count() {
-  static const int n = [] {
-    int count = 0;
-    // No driver or no GPU: the runtime reports an error, which here just means "none".
-    if (cudaGetDeviceCount(&count) != cudaSuccess) {
-      cudaGetLastError();  // reset the last-error state so that later checks start clean
-      return 0;
-    }
-    return count;
-  }();
-  return n;
-}
-
 OpContext make_context(int device, Arena* scratch) {
   const int n = device_count();
   TIDE_CHECK(n > 0,

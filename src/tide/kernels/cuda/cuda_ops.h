@@ -16,7 +16,8 @@
 // on the same GPU give the same bits. They are NOT bitwise equal to the CPU results (other
 // summation orders, expf instead of glibc exp); the GPU tests compare within f32 tolerances.
 //
-// Only built with CUDA (TIDE_HAVE_CUDA). C++17-clean and free of CUDA headers.
+// Built into the CUDA module (core/cuda_module.h); ops.cpp reaches these through the module's
+// CudaKernelTable (cuda_table.h). C++17-clean and free of CUDA headers.
 
 #include <cstdint>
 
@@ -24,7 +25,8 @@
 
 namespace tide::cuda {
 
-// Number of GPUs visible to the process (0 without a driver or a GPU); queried once.
+// Number of GPUs visible to the process (0 without a driver or a GPU); queried once
+// (core/device_cuda.cu).
 int device_count();
 // make_op_context for Device::cuda(device) (context.cu): checks that the GPU is visible, sets
 // it current, creates the stream and the handles.

@@ -1,0 +1,33 @@
+// The kernels floor's entry point of the CUDA module: the table of cuda/cuda_ops.h's functions
+// that make_op_context hands to every CUDA OpContext (kernels/cuda_table.h). Designated
+// initializers: an entry misnamed or out of order does not compile; one left out stays nullptr,
+// which test_kernels' CudaModule test catches.
+#include "tide/core/cuda_module.h"
+#include "tide/kernels/cuda_table.h"
+
+TIDE_CUDA_MODULE_ENTRY const tide::CudaKernelTable* tide_cuda_kernels() {
+  namespace cuda = tide::cuda;
+  static const tide::CudaKernelTable table{
+      .size = sizeof(tide::CudaKernelTable),
+      .make_context = &cuda::make_context,
+      .embedding_forward = &cuda::embedding_forward,
+      .embedding_backward = &cuda::embedding_backward,
+      .layernorm_forward = &cuda::layernorm_forward,
+      .layernorm_backward_input = &cuda::layernorm_backward_input,
+      .layernorm_backward_weight = &cuda::layernorm_backward_weight,
+      .matmul_forward = &cuda::matmul_forward,
+      .matmul_backward_input = &cuda::matmul_backward_input,
+      .matmul_backward_weight = &cuda::matmul_backward_weight,
+      .attention_forward = &cuda::attention_forward,
+      .attention_backward = &cuda::attention_backward,
+      .gelu_forward = &cuda::gelu_forward,
+      .gelu_backward = &cuda::gelu_backward,
+      .residual_forward = &cuda::residual_forward,
+      .residual_backward = &cuda::residual_backward,
+      .dropout_forward = &cuda::dropout_forward,
+      .dropout_backward = &cuda::dropout_backward,
+      .crossentropy_forward = &cuda::crossentropy_forward,
+      .crossentropy_backward = &cuda::crossentropy_backward,
+  };
+  return &table;
+}

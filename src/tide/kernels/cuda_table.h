@@ -1,0 +1,36 @@
+#pragma once
+// What the CUDA module (core/cuda_module.h) offers the kernels floor: make_op_context's CUDA
+// half and every op's kernel (cuda/cuda_ops.h), as pointers. make_op_context fetches the table
+// once and keeps it in the OpContext (OpContext::cuda), so an op calls its kernel through the
+// context like everything else it needs. Filled by cuda/module_entry.cpp.
+
+#include <cstddef>
+
+#include "tide/kernels/cuda/cuda_ops.h"
+
+namespace tide {
+
+struct CudaKernelTable {
+  size_t size = sizeof(CudaKernelTable);
+  decltype(&cuda::make_context) make_context = nullptr;
+  decltype(&cuda::embedding_forward) embedding_forward = nullptr;
+  decltype(&cuda::embedding_backward) embedding_backward = nullptr;
+  decltype(&cuda::layernorm_forward) layernorm_forward = nullptr;
+  decltype(&cuda::layernorm_backward_input) layernorm_backward_input = nullptr;
+  decltype(&cuda::layernorm_backward_weight) layernorm_backward_weight = nullptr;
+  decltype(&cuda::matmul_forward) matmul_forward = nullptr;
+  decltype(&cuda::matmul_backward_input) matmul_backward_input = nullptr;
+  decltype(&cuda::matmul_backward_weight) matmul_backward_weight = nullptr;
+  decltype(&cuda::attention_forward) attention_forward = nullptr;
+  decltype(&cuda::attention_backward) attention_backward = nullptr;
+  decltype(&cuda::gelu_forward) gelu_forward = nullptr;
+  decltype(&cuda::gelu_backward) gelu_backward = nullptr;
+  decltype(&cuda::residual_forward) residual_forward = nullptr;
+  decltype(&cuda::residual_backward) residual_backward = nullptr;
+  decltype(&cuda::dropout_forward) dropout_forward = nullptr;
+  decltype(&cuda::dropout_backward) dropout_backward = nullptr;
+  decltype(&cuda::crossentropy_forward) crossentropy_forward = nullptr;
+  decltype(&cuda::crossentropy_backward) crossentropy_backward = nullptr;
+};
+
+}  // namespace tide
