@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Packs the GPU test programs for a machine that has a GPU but not tide's Debian libraries
 # (the project's lent H100/H200 machines: CUDA 13, no OpenBLAS/OpenMPI/fmt, no network):
-#   scripts/gpu_bundle.sh            builds test_gpu_* in ./build (nvcc must be here) and copies
-#                                    them, with every non-CUDA, non-libc library they load,
-#                                    into .gpu/ (git-ignored; about 46 MB)
+#   scripts/gpu_bundle.sh            builds test_gpu_* and libtide_cuda.so (the CUDA module the
+#                                    programs dlopen from their own folder, core/cuda_module.h)
+#                                    in ./build (nvcc must be here) and copies them, with every
+#                                    non-CUDA, non-libc library they load, into .gpu/
+#                                    (git-ignored; about 46 MB)
 # then on the GPU machine, from the repository root (.gpu carried along):
 #   cd .gpu && LD_LIBRARY_PATH=$PWD/lib:/usr/local/cuda/lib64 ./run_gpu_tests.sh
 # The CUDA runtime, cuBLAS and NCCL come from the GPU machine (same major version as here).
@@ -11,10 +13,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tests=(test_gpu_kernels test_gpu_optim test_gpu_comm)
-cmake --build build -j "$(nproc)" --target "${tests[@]}"
+cmake --build build -j "$(nproc)" --target "${tests[@]}" tide_cuda
 rm -rf .gpu && mkdir -p .gpu/lib
 for t in "${tests[@]}"; do cp "$(find build/tests/gpu -name "$t" -type f -executable)" .gpu/; done
-ldd .gpu/test_gpu_* | awk '/=>/ {print $3}' | sort -u |
+cp build/libtide_cuda.so .gpu/
+ldd .gpu/test_gpu_* .gpu/libtide_cuda.so | awk '/=>/ {print $3}' | sort -u |
   grep -v -E '/(libc|libm|libdl|libpthread|librt|libgcc_s|libstdc\+\+)\.so|cuda|nccl' |
   xargs -I{} cp -L {} .gpu/lib/
 cat > .gpu/run_gpu_tests.sh <<'RUN'
@@ -28,5 +31,7 @@ done
 exit $rc
 RUN
 chmod +x .gpu/run_gpu_tests.sh
-grep -qx '/.gpu/' .git/info/exclude 2>/dev/null || echo /.gpu/ >>.git/info/exclude
+exclude=$(git rev-parse --git-path info/exclude)
+mkdir -p "$(dirname "$exclude")"
+grep -qx '/.gpu/' "$exclude" 2>/dev/null || echo /.gpu/ >>"$exclude"
 du -sh .gpu

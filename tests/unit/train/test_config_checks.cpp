@@ -204,12 +204,13 @@ TEST(OutDir, AnEarlierRunIsNeverOverwrittenByAccident) {
   EXPECT_EQ(nlohmann::json::parse(read(out + "/config.json"))["train_steps"], 2);
   for (const auto& e : fs::directory_iterator(out))
     EXPECT_EQ(e.path().filename().string().find(".tmp"), std::string::npos) << e.path();
-  // A resumed run continues in place and appends to metrics.jsonl.
+  // A resumed run continues in place and appends to metrics.jsonl (a longer run: on a new lr
+  // schedule, as the cosine spans train_steps).
   const std::string before = read(out + "/metrics.jsonl");
   {
     Trainer t(load_train_config(
-        "",
-        plus(tiny_run(dir, out), {"train_steps=3", "checkpoint.resume=" + out + "/model.ckpt"})));
+        "", plus(tiny_run(dir, out), {"train_steps=3", "checkpoint.resume=" + out + "/model.ckpt",
+                                      "checkpoint.new_lr_schedule=true"})));
     t.run();
   }
   const std::string after = read(out + "/metrics.jsonl");
