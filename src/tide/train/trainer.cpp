@@ -9,7 +9,6 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <regex>
 
 #include "tide/comm/distributed.h"
 #include "tide/comm/local_process_group.h"
@@ -272,7 +271,7 @@ Trainer::Trainer(TrainConfig config, std::shared_ptr<ProcessGroup> world)
     if (pipeline_)
       pipeline_->load(cfg_.resume);
     else
-      load_checkpoint_tp(cfg_.resume, *model_, /*with_optimizer_state=*/true);
+      load_checkpoint_any(CheckpointSource(cfg_.resume), *model_, /*with_optimizer_state=*/true);
     if (engine_) engine_->sync_params();
     step_ = resume_at->step;
     train_loader_->seek(resume_at->data_epoch, resume_at->data_batch);
@@ -627,15 +626,16 @@ void Trainer::check_same_lr_schedule(const std::string& path, const CheckpointIn
     return;  // a config another tide version wrote: its schedule is not compared
   }
   if (theirs == cfg_.lr_schedule) return;
-  const json mine = config_to_json(cfg_);
+  const json mine = config_to_json(cfg_), &stored = info.extra["config"];
   std::string changed;
-  for (const char* key :
+  for (std::string key :
        {"train_steps", "optimizer.params.lr", "scheduler.type", "scheduler.params.warmup_min_lr",
         "scheduler.params.warmup_max_lr", "scheduler.params.warmup_num_steps",
         "scheduler.params.warmup_type", "scheduler.params.total_num_steps",
         "scheduler.params.cos_min_ratio", "scheduler.params.warmup_min_ratio"}) {
-    const json::json_pointer at("/" + std::regex_replace(key, std::regex("\\."), "/"));
-    const json& stored = info.extra["config"];
+    std::string pointer = "/" + key;
+    std::ranges::replace(pointer, '.', '/');
+    const json::json_pointer at(pointer);
     const json old = stored.contains(at) ? stored[at] : json();
     if (old != mine[at])
       changed += fmt::format("{}{} {} -> {}", changed.empty() ? "" : ", ", key, old.dump(),
