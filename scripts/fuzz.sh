@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Fuzzes tide's parsers with libFuzzer: scripts/fuzz.sh [SECONDS] [TARGET...]
 #   SECONDS  per target (default 600); TARGETs: config_json config_overrides shard tokenizer
-#            checkpoint (default: all). FUZZ_JOBS=N runs N targets at a time (default 1).
+#            checkpoint sharded_index hf_import nanogpt_bin (default: all). FUZZ_JOBS=N runs N
+#            targets at a time (default 1).
 # Builds the fuzzers into build-san (clang, -DTIDE_FUZZ=ON: ASan + UBSan + libFuzzer) unless
 # FUZZ_NO_BUILD=1. Each target starts from its committed corpus (tests/fuzz/corpus/<target>)
 # plus what earlier runs found (build-san/fuzz/corpus/<target>, not committed). A crash, a
@@ -15,7 +16,8 @@ cd "$(dirname "$0")/.."
 seconds="${1:-600}"
 shift || true
 targets=("$@")
-[ ${#targets[@]} -eq 0 ] && targets=(config_json config_overrides shard tokenizer checkpoint)
+[ ${#targets[@]} -eq 0 ] &&
+  targets=(config_json config_overrides shard tokenizer checkpoint sharded_index hf_import nanogpt_bin)
 jobs="${FUZZ_JOBS:-1}"
 build=build-san
 

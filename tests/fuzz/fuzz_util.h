@@ -6,12 +6,14 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "tide/core/error.h"
 #include "tide/model/config.h"
@@ -33,14 +35,36 @@ inline void write_file(const std::string& path, std::string_view bytes) {
 }
 
 // Runs `f`; a tide::Error is the expected way to refuse an input. Returns true when f returned.
+// TIDE_FUZZ_VERBOSE=1 prints each refusal (to see why a seed or a corpus input is refused:
+// fuzz_<target> -runs=0 <files>).
 template <class F>
 bool accepts(F&& f) {
+  static const bool verbose = std::getenv("TIDE_FUZZ_VERBOSE") != nullptr;
   try {
     f();
+    if (verbose) std::fprintf(stderr, "accepted\n");
     return true;
-  } catch (const tide::Error&) {
+  } catch (const tide::Error& e) {
+    if (verbose) std::fprintf(stderr, "refused: %s\n", e.what());
     return false;
   }
+}
+
+// Two files in one input: a u32 little-endian length, that many bytes (fewer if the input
+// ends first), then the rest; join_prefixed makes such an input (for the seeds).
+inline std::pair<std::string_view, std::string_view> split_prefixed(std::string_view in) {
+  if (in.size() < 4) return {in.substr(0, 0), in.substr(0, 0)};
+  uint32_t n = 0;
+  for (int i = 3; i >= 0; --i) n = (n << 8) | static_cast<unsigned char>(in[i]);
+  in.remove_prefix(4);
+  const size_t first = std::min<size_t>(n, in.size());
+  return {in.substr(0, first), in.substr(first)};
+}
+
+inline std::string join_prefixed(std::string_view first, std::string_view rest) {
+  std::string out(4, '\0');
+  for (int i = 0; i < 4; ++i) out[i] = static_cast<char>((first.size() >> (8 * i)) & 0xff);
+  return out.append(first).append(rest);
 }
 
 // The model of the checkpoint target and its seeds (make_seeds): small enough that a whole

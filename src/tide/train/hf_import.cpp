@@ -89,9 +89,10 @@ GPTConfig gpt_config_from_hf(const json& hf, const std::string& where) {
              "{}: 'layer_norm_epsilon' is {}; tide cannot represent it (its LayerNorm uses 1e-05)",
              where, eps.dump());
   const json inner = hf.contains("n_inner") ? hf["n_inner"] : json(nullptr);
-  TIDE_CHECK(inner.is_null() || inner == json(4 * c.n_embd),
+  const int64_t mlp = 4 * int64_t{c.n_embd};  // n_embd may be up to 2^30: not in an int
+  TIDE_CHECK(inner.is_null() || inner == json(mlp),
              "{}: 'n_inner' is {}; tide cannot represent it (its MLP is 4 * n_embd = {} wide)",
-             where, inner.dump(), 4 * c.n_embd);
+             where, inner.dump(), mlp);
   require_field(hf, "scale_attn_weights", true, {true}, where,
                 "tide scales attention scores by 1/sqrt(head size)");
   require_field(hf, "scale_attn_by_inverse_layer_idx", false, {false}, where,
@@ -161,6 +162,13 @@ HfImportResult import_hf_gpt2(const std::string& hf_dir, const std::string& out,
                "{} holds tensor '{}' twice (with and without the 'transformer.' prefix)", who,
                printable_name(n));
   }
+  // A config of more layers than the file has tensors for cannot be its model; refused before
+  // the model's layout is built (a damaged n_layer of 10^8 took minutes and gigabytes). One
+  // missing layer or tensor is named by the checks below.
+  TIDE_CHECK(12 * (int64_t{c.n_layer} - 1) <= static_cast<int64_t>(found.size()),
+             "{}: 'n_layer' is {} but {} holds only {} tensors (a layer has 12); the config and "
+             "the model file do not belong together",
+             cfg_who, c.n_layer, model_path, found.size());
   const ChunkLayout lay = make_layout(c);
   std::set<std::string> names;
   for (const TensorSlot& s : lay.slots()) names.insert(s.name);

@@ -216,9 +216,16 @@ Index parse_index(const json& j, const std::string& dir) {
   }
 
   // The tensors the checkpoint must hold, and only those.
-  const ChunkLayout layout = make_layout(config);
   const json& map = meta_member(j, "weight_map", "weight_map", idx);
   TIDE_CHECK(map.is_object(), "{}: 'weight_map' is a JSON {}, not an object", idx, map.type_name());
+  // A model of more layers than the map has tensors for cannot be the checkpoint's; refused
+  // before its layout is built (a damaged n_layer of 10^8 took minutes and gigabytes). One
+  // missing layer or tensor is named below.
+  TIDE_CHECK(12 * (int64_t{config.n_layer} - 1) <= static_cast<int64_t>(map.size()),
+             "{}: metadata 'model.n_layer' is {} but 'weight_map' lists only {} tensors (a layer "
+             "has 12); the checkpoint is damaged",
+             idx, config.n_layer, map.size());
+  const ChunkLayout layout = make_layout(config);
   std::map<std::string, const Item*> expected;
   const std::vector<Item> items =
       items_of(layout, index.info.compute_dtype, index.info.info.optimizer_state);
