@@ -36,7 +36,9 @@ export OMP_NUM_THREADS="${OMP_NUM_THREADS:-2}"
 # mpi.train_zero at 4 and 8 ranks: under ASan on 2 cores they take minutes (np2: 58 s, np3:
 # 82 s on an idle machine); np2 and np3 run the same code under the sanitizers. mpi.chaos_resume
 # (five 1500-step runs, timed kills): the resume paths it takes run under the sanitizers in
-# mpi.train_resume, mpi.zero_run and mpi.reliability_preempt. The other MPI
+# mpi.train_resume, mpi.zero_run and mpi.reliability_preempt. mpi.train_resume: its first part
+# (9 of the 34 cases, every 4th: ZeRO 0 and 3, offload_param, tp, pipelines, cross-layout);
+# the whole matrix took 466 s under ASan on 2 cores. The other MPI
 # tests run with a 480 s limit here (TIDE_MPI_TEST_TIMEOUT above).
-exclude="${SANITIZE_EXCLUDE-^mpi\.(train_zero\.np[48]|chaos_resume\.np3)$}"
+exclude="${SANITIZE_EXCLUDE-^mpi\.(train_zero\.np[48]|chaos_resume\.np3|train_resume\.np4\.part[234]of4)$}"
 ctest --test-dir build-san --output-on-failure -j 2 --timeout 900 -E "$exclude" "$@"
