@@ -65,8 +65,8 @@ inline std::unique_ptr<ChunkStore> save_tiny_sharded_checkpoint(const std::strin
   info.step = 5;
   info.tokenizer = "tokenizer.json";
   info.extra = {{"note", "seed"}};
-  const unsigned zero1 = kind_bit(ChunkKind::MASTER) | kind_bit(ChunkKind::ADAM_M) |
-                         kind_bit(ChunkKind::ADAM_V);
+  const unsigned zero1 =
+      kind_bit(ChunkKind::MASTER) | kind_bit(ChunkKind::ADAM_M) | kind_bit(ChunkKind::ADAM_V);
   for (int r = 0; r < 2; ++r) {  // ZeRO-1 ranks: the optimizer state sliced, the rest whole
     auto s = sharded_store(2, r, zero1);
     for_each_held(*s, true, [&](ChunkKind k, int id, int64_t lo, int64_t hi, char* p, size_t es) {

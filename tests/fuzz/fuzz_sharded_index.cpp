@@ -18,21 +18,22 @@ struct Fixture {
   std::string dir = fuzz::scratch_path("sharded_index");
   std::unique_ptr<ChunkStore> saved = fuzz::save_tiny_sharded_checkpoint(dir);
   std::unique_ptr<ChunkStore> whole = fuzz::sharded_store(1, 0, 0);
-  std::unique_ptr<ChunkStore> sliced = fuzz::sharded_store(
-      3, 1,
-      kind_bit(ChunkKind::PARAM) | kind_bit(ChunkKind::MASTER) | kind_bit(ChunkKind::ADAM_M) |
-          kind_bit(ChunkKind::ADAM_V));
+  std::unique_ptr<ChunkStore> sliced =
+      fuzz::sharded_store(3, 1,
+                          kind_bit(ChunkKind::PARAM) | kind_bit(ChunkKind::MASTER) |
+                              kind_bit(ChunkKind::ADAM_M) | kind_bit(ChunkKind::ADAM_V));
   ~Fixture() { std::filesystem::remove_all(dir); }
 };
 
 // After an accepted load, every element `s` holds must be the saved one.
 void check_loaded(const ChunkStore& s, const ChunkStore& saved, bool with_optimizer_state) {
-  fuzz::for_each_held(
-      s, with_optimizer_state, [&](ChunkKind k, int id, int64_t lo, int64_t hi, char* p, size_t es) {
-        const char* want = static_cast<const char*>(saved.tensor(k, id).data) + lo * int64_t(es);
-        if (std::memcmp(p, want, static_cast<size_t>(hi - lo) * es) != 0)
-          std::abort();  // accepted, but loaded other bytes than the checkpoint's
-      });
+  fuzz::for_each_held(s, with_optimizer_state,
+                      [&](ChunkKind k, int id, int64_t lo, int64_t hi, char* p, size_t es) {
+                        const char* want =
+                            static_cast<const char*>(saved.tensor(k, id).data) + lo * int64_t(es);
+                        if (std::memcmp(p, want, static_cast<size_t>(hi - lo) * es) != 0)
+                          std::abort();  // accepted, but loaded other bytes than the checkpoint's
+                      });
 }
 
 }  // namespace

@@ -83,13 +83,14 @@ std::string hf_folder(const fs::path& fixture, const std::string& dtype, const s
   for (const TensorSlot& s : layout.slots()) {
     const std::string hf = hf_gpt2_name(s.name);  // "transformer.<name>"
     const int64_t rows = hf_gpt2_transposed(s.name) ? s.shape[1] : s.shape[0];
-    const int64_t cols = s.shape.ndim == 2 ? (hf_gpt2_transposed(s.name) ? s.shape[0] : s.shape[1])
-                                           : 1;
+    const int64_t cols =
+        s.shape.ndim == 2 ? (hf_gpt2_transposed(s.name) ? s.shape[0] : s.shape[1]) : 1;
     json shape = s.shape.ndim == 2 ? json{rows, cols} : json{rows};
     tensors.push_back({prefix + hf.substr(12), shape, values(hf, rows, cols)});
   }
   if (extras) {
-    tensors.push_back({prefix + "h.0.attn.bias", {1, 1, c.max_seq_len, c.max_seq_len},
+    tensors.push_back({prefix + "h.0.attn.bias",
+                       {1, 1, c.max_seq_len, c.max_seq_len},
                        std::vector<float>(c.max_seq_len * c.max_seq_len, 1.0f)});
     const auto wte = std::find_if(tensors.begin(), tensors.end(),
                                   [&](const T& t) { return t.name == prefix + "wte.weight"; });

@@ -29,7 +29,8 @@ std::string file_with(const std::string& name, const std::string& text) {
 
 // tests/fuzz/corpus/<target>/<name>.
 std::string corpus_input(const std::string& target, const std::string& name) {
-  std::ifstream f(fs::path(TIDE_SOURCE_DIR) / "tests/fuzz/corpus" / target / name, std::ios::binary);
+  std::ifstream f(fs::path(TIDE_SOURCE_DIR) / "tests/fuzz/corpus" / target / name,
+                  std::ios::binary);
   return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
 }
 
@@ -102,9 +103,9 @@ TEST(FuzzRegressions, HfConfigOfMoreLayersThanTheFileHolds) {
   // n_layer 10^8 built the model's layout (1.2e9 tensors) before any tensor was compared.
   const std::string dir =
       hf_folder_of("hf_n_layer", corpus_input("hf_import", "crash_n_layer_beyond_the_file"));
-  EXPECT_NE(error_of([&] { import_hf_gpt2(dir, dir + "/out.ckpt"); })
-                .find("'n_layer' is 100000000 but"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of([&] { import_hf_gpt2(dir, dir + "/out.ckpt"); }).find("'n_layer' is 100000000 but"),
+      std::string::npos);
 }
 
 TEST(FuzzRegressions, ShardedIndexOfMoreLayersThanItsWeightMapLists) {
@@ -113,7 +114,8 @@ TEST(FuzzRegressions, ShardedIndexOfMoreLayersThanItsWeightMapLists) {
             corpus_input("sharded_index", "crash_n_layer_beyond_the_map.json"));
   const std::string dir =
       (fs::path(TIDE_BINARY_DIR) / "test_tmp" / "fuzz_regressions" / "sharded").string();
-  EXPECT_NE(error_of([&] { read_sharded_checkpoint_info(dir); })
-                .find("'model.n_layer' is 100000000 but 'weight_map' lists only 0 tensors"),
+  EXPECT_NE(error_of([&] {
+              read_sharded_checkpoint_info(dir);
+            }).find("'model.n_layer' is 100000000 but 'weight_map' lists only 0 tensors"),
             std::string::npos);
 }
