@@ -54,6 +54,15 @@ void abort_world(const std::string& message) {
   std::exit(1);
 }
 
+std::string short_rank_list(const std::vector<int>& ranks) {
+  constexpr size_t kShown = 8;
+  std::string s;
+  for (size_t k = 0; k < std::min(ranks.size(), kShown); ++k)
+    s += (k ? ", " : "") + std::to_string(ranks[k]);
+  if (ranks.size() > kShown) s += fmt::format(" and {} more", ranks.size() - kShown);
+  return s;
+}
+
 uint64_t error_hash(const std::string& message) {
   uint64_t h = 14695981039346656037ull;  // FNV-1a: the same on every rank and every build
   for (unsigned char c : message) h = (h ^ c) * 1099511628211ull;
@@ -71,14 +80,8 @@ std::optional<AgreedError> agreed_error(const std::vector<uint64_t>& hashes, int
   if (failed.empty()) return std::nullopt;
   if (failed.size() == hashes.size() && same.size() == hashes.size())
     return AgreedError(message, rank == 0);
-  // Ranks listed as the config disagreement lists them: at most 8, then a count.
   auto list = [](const std::vector<int>& ranks) {
-    constexpr size_t kShown = 8;
-    std::string s = ranks.size() > 1 ? "ranks " : "rank ";
-    for (size_t k = 0; k < std::min(ranks.size(), kShown); ++k)
-      s += (k ? ", " : "") + std::to_string(ranks[k]);
-    if (ranks.size() > kShown) s += fmt::format(" and {} more", ranks.size() - kShown);
-    return s;
+    return (ranks.size() > 1 ? "ranks " : "rank ") + short_rank_list(ranks);
   };
   if (mine == 0) return AgreedError(list(failed) + " failed", false);
   return AgreedError(list(same) + ": " + message, rank == same.front());

@@ -57,6 +57,8 @@ void agree_on_errors(ProcessGroup& world, const std::function<void()>& fn);
 // "rank 1: <message>" ("ranks 1, 3: ..."); the ranks that did not fail report nothing.
 std::optional<AgreedError> agreed_error(const std::vector<uint64_t>& hashes, int rank,
                                         const std::string& message);
+// "1, 3, 4": ranks in a message, the first 8 and then " and N more".
+std::string short_rank_list(const std::vector<int>& ranks);
 // A hash of an error message, never 0.
 uint64_t error_hash(const std::string& message);
 

@@ -75,11 +75,7 @@ std::string disagreement_message(const std::vector<AgreementItem>& items,
     for (size_t r = 1; r < hashes.size(); ++r)
       if (hashes[r][i] != hashes[0][i]) differ.push_back(static_cast<int>(r));
     if (differ.empty()) continue;
-    std::string ranks;
-    constexpr size_t kShown = 8;
-    for (size_t k = 0; k < std::min(differ.size(), kShown); ++k)
-      ranks += (k ? ", " : "") + std::to_string(differ[k]);
-    if (differ.size() > kShown) ranks += fmt::format(" and {} more", differ.size() - kShown);
+    const std::string ranks = short_rank_list(differ);
     list += fmt::format("{}{} ({} {} from rank 0)", list.empty() ? "" : ", ", items[i].name,
                         differ.size() > 1 ? "ranks " + ranks : "rank " + ranks,
                         differ.size() > 1 ? "differ" : "differs");
