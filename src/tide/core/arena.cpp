@@ -6,21 +6,34 @@
 
 namespace tide {
 
-Arena::Arena(std::string name, size_t capacity) : name_(std::move(name)) {
+Arena::Arena(std::string name, size_t capacity, Allocator* allocator)
+    : name_(std::move(name)), allocator_(allocator) {
   capacity_ = aligned(capacity);
-  if (capacity_ > 0) {
+  if (capacity_ == 0) return;
+  if (allocator_) {
+    base_ = static_cast<char*>(allocator_->allocate(capacity_, "arena '" + name_ + "'"));
+  } else {
     base_ = static_cast<char*>(std::aligned_alloc(kAlign, capacity_));
     TIDE_CHECK(base_ != nullptr, "arena '{}': could not allocate {:.1f} MiB of host memory", name_,
                capacity_ / 1048576.0);
   }
 }
 
+void Arena::release() {
+  if (allocator_)
+    allocator_->free(base_, capacity_);
+  else
+    std::free(base_);
+  base_ = nullptr;
+}
+
 Arena::~Arena() {
-  std::free(base_);
+  release();
 }
 
 Arena::Arena(Arena&& o) noexcept
     : name_(std::move(o.name_)),
+      allocator_(std::exchange(o.allocator_, nullptr)),
       base_(std::exchange(o.base_, nullptr)),
       capacity_(std::exchange(o.capacity_, 0)),
       used_(std::exchange(o.used_, 0)),
@@ -28,8 +41,9 @@ Arena::Arena(Arena&& o) noexcept
 
 Arena& Arena::operator=(Arena&& o) noexcept {
   if (this != &o) {
-    std::free(base_);
+    release();
     name_ = std::move(o.name_);
+    allocator_ = std::exchange(o.allocator_, nullptr);
     base_ = std::exchange(o.base_, nullptr);
     capacity_ = std::exchange(o.capacity_, 0);
     used_ = std::exchange(o.used_, 0);
@@ -51,10 +65,15 @@ void* Arena::alloc(size_t bytes) {
 }
 
 Tensor Arena::alloc_tensor(Shape shape, DType dtype) {
-  return Tensor(alloc(static_cast<size_t>(shape.numel()) * dtype_size(dtype)), shape, dtype);
+  return Tensor(alloc(static_cast<size_t>(shape.numel()) * dtype_size(dtype)), shape, dtype,
+                device());
 }
 
 Tensor Arena::zeros(Shape shape, DType dtype) {
+  TIDE_CHECK(device().is_cpu(),
+             "arena '{}' holds {} memory, which the host must not write; zero it on a stream "
+             "with the mover's fill_zero",
+             name_, device().str());
   Tensor t = alloc_tensor(shape, dtype);
   std::memset(t.data, 0, t.nbytes());
   return t;

@@ -1,5 +1,7 @@
 #include "tide/core/device.h"
 
+#include <utility>
+
 #include "tide/core/cuda_module.h"
 #include "tide/core/cuda_table.h"
 #include "tide/core/error.h"
@@ -8,14 +10,16 @@ namespace tide {
 
 Device parse_device(const std::string& s) {
   if (s == "cpu") return Device::cpu();
-  if (s == "cuda") return Device::cuda(0);
-  if (s.rfind("cuda:", 0) == 0) {
-    try {
-      return Device::cuda(std::stoi(s.substr(5)));
-    } catch (const std::exception&) {
-    }
+  for (const auto& [prefix, type] :
+       {std::pair{"cuda", DeviceType::CUDA}, {"sim", DeviceType::SIM}}) {
+    const std::string p = prefix;
+    if (s == p) return Device{type, 0};
+    if (s.rfind(p + ":", 0) == 0 && s.size() > p.size() + 1 &&
+        s.find_first_not_of("0123456789", p.size() + 1) == std::string::npos &&
+        s.size() < p.size() + 6)
+      return Device{type, std::stoi(s.substr(p.size() + 1))};
   }
-  TIDE_FAIL("unknown device '{}'; use cpu, cuda or cuda:N", s);
+  TIDE_FAIL("unknown device '{}'; use cpu, cuda, cuda:N, sim or sim:N", s);
 }
 
 // Asks the CUDA module, loading it: the question is about a GPU. A module that cannot be loaded

@@ -1,5 +1,8 @@
 #pragma once
 // Where memory lives and where work runs. The CPU is device "cpu"; GPUs are "cuda:N".
+// "sim:N" is the simulated asynchronous device (core/sim_device.h): the CPU kernels run on
+// worker threads standing in for streams, on memory the host reaches only through the mover,
+// so that GPU orchestration (streams, events, copies) is tested on machines without a GPU.
 // Streams and events are opaque handles here so that core/ does not include CUDA headers;
 // kernels/cuda gives them meaning.
 
@@ -7,7 +10,7 @@
 
 namespace tide {
 
-enum class DeviceType : unsigned char { CPU, CUDA };
+enum class DeviceType : unsigned char { CPU, CUDA, SIM };
 
 struct Device {
   DeviceType type = DeviceType::CPU;
@@ -15,14 +18,19 @@ struct Device {
 
   static Device cpu() { return {DeviceType::CPU, 0}; }
   static Device cuda(int i = 0) { return {DeviceType::CUDA, i}; }
+  static Device sim(int i = 0) { return {DeviceType::SIM, i}; }
   bool is_cpu() const { return type == DeviceType::CPU; }
   bool is_cuda() const { return type == DeviceType::CUDA; }
+  bool is_sim() const { return type == DeviceType::SIM; }
   bool operator==(const Device& o) const { return type == o.type && index == o.index; }
   bool operator!=(const Device& o) const { return !(*this == o); }
-  std::string str() const { return is_cpu() ? "cpu" : "cuda:" + std::to_string(index); }
+  std::string str() const {
+    return is_cpu() ? "cpu" : (is_cuda() ? "cuda:" : "sim:") + std::to_string(index);
+  }
 };
 
-// Parses "cpu", "cuda", "cuda:N"; throws a tide::Error naming the accepted forms otherwise.
+// Parses "cpu", "cuda", "cuda:N", "sim", "sim:N"; throws a tide::Error naming the accepted forms
+// otherwise.
 Device parse_device(const std::string& s);
 
 // True when this binary was built with CUDA and a GPU is visible at run time. Loads the CUDA

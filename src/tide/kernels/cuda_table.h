@@ -1,8 +1,8 @@
 #pragma once
 // What the CUDA module (core/cuda_module.h) offers the kernels floor: make_op_context's CUDA
-// half and every op's kernel (cuda/cuda_ops.h), as pointers. make_op_context fetches the table
-// once and keeps it in the OpContext (OpContext::cuda), so an op calls its kernel through the
-// context like everything else it needs. Filled by cuda/module_entry.cpp.
+// half, the mover's (mover.h) and every op's kernel (cuda/cuda_ops.h), as pointers. make_op_context
+// fetches the table once and keeps it in the OpContext (OpContext::cuda), so an op calls its kernel
+// through the context like everything else it needs. Filled by cuda/module_entry.cpp.
 
 #include <cstddef>
 
@@ -13,6 +13,12 @@ namespace tide {
 struct CudaKernelTable {
   size_t size = sizeof(CudaKernelTable);
   decltype(&cuda::make_context) make_context = nullptr;
+  decltype(&cuda::copy_async) copy_async = nullptr;
+  decltype(&cuda::fill_zero_async) fill_zero_async = nullptr;
+  decltype(&cuda::record_event) record_event = nullptr;
+  decltype(&cuda::wait_event) wait_event = nullptr;
+  decltype(&cuda::synchronize_event) synchronize_event = nullptr;
+  decltype(&cuda::synchronize_stream) synchronize_stream = nullptr;
   decltype(&cuda::embedding_forward) embedding_forward = nullptr;
   decltype(&cuda::embedding_backward) embedding_backward = nullptr;
   decltype(&cuda::layernorm_forward) layernorm_forward = nullptr;

@@ -5,9 +5,11 @@
 
 #include <array>
 #include <string>
+#include <utility>
 
 #include "tide/core/cuda_module.h"
 #include "tide/core/error.h"
+#include "tide/core/sim_device.h"
 #include "tide/kernels/cpu/cpu_ops.h"
 #include "tide/kernels/cuda_table.h"
 
@@ -63,6 +65,12 @@ struct OpCheck {
                "make_op_context(Device::cuda({}), ...) (a default OpContext is for the CPU)",
                op, ctx.device.str(), ctx.device.index);
   }
+  void sim_context() const {
+    TIDE_CHECK(ctx.sim != nullptr,
+               "{}: the context says {} but has no stream; make it with "
+               "make_op_context(Device::sim({}), ...) (a default OpContext is for the CPU)",
+               op, ctx.device.str(), ctx.device.index);
+  }
   [[noreturn]] void no_cuda() const {
     TIDE_FAIL(
         "{}: this build of tide has no CUDA kernels (nvcc was not found when it was "
@@ -80,6 +88,18 @@ struct OpCheck {
     call;                          \
     return;                        \
   }
+
+// Runs a CPU kernel: now on the CPU; on the simulated device, queued on the context's stream
+// (the lambda holds the tensors by value, so it outlives the op's arguments).
+template <class Kernel>
+void run_cpu_kernel(const OpCheck& ck, Kernel&& kernel) {
+  if (ck.ctx.device.is_sim()) {
+    ck.sim_context();
+    ck.ctx.sim->enqueue(std::forward<Kernel>(kernel));
+    return;
+  }
+  kernel();
+}
 
 // The shape of t without its last dimension: (B,T,C) -> (B,T).
 Shape leading(const Tensor& t) {
@@ -102,10 +122,12 @@ int as_int(int64_t x) {
 
 }  // namespace
 
-OpContext make_op_context(Device device, Arena* scratch) {
-  if (device.is_cpu()) {
+OpContext make_op_context(Device device, Arena* scratch, int threads) {
+  if (!device.is_cuda()) {
     OpContext ctx;
+    ctx.device = device;
     ctx.scratch = scratch;
+    if (device.is_sim()) ctx.sim = std::make_shared<SimStream>(device, threads);
     return ctx;
   }
   const auto& kernels = cuda_module_table<CudaKernelTable>(
@@ -134,8 +156,10 @@ void embedding_forward(const OpContext& ctx, Tensor out, Tensor tokens, Tensor w
   TIDE_RUN_ON_CUDA(
       ck, ctx.cuda->embedding_forward(ctx, out.f32(), tokens.i32(), wte.f32(), wpe.f32(), as_int(B),
                                       as_int(T), as_int(C), as_int(V)));
-  cpu::embedding_forward(out.f32(), tokens.i32(), wte.f32(), wpe.f32(), as_int(B), as_int(T),
-                         as_int(C), as_int(V));
+  run_cpu_kernel(ck, [=] {
+    cpu::embedding_forward(out.f32(), tokens.i32(), wte.f32(), wpe.f32(), as_int(B), as_int(T),
+                           as_int(C), as_int(V));
+  });
 }
 
 void embedding_backward(const OpContext& ctx, Tensor dwte, Tensor dwpe, Tensor dout,
@@ -156,8 +180,10 @@ void embedding_backward(const OpContext& ctx, Tensor dwte, Tensor dwpe, Tensor d
   TIDE_RUN_ON_CUDA(
       ck, ctx.cuda->embedding_backward(ctx, dwte.f32(), dwpe.f32(), dout.f32(), tokens.i32(),
                                        as_int(B), as_int(T), as_int(C), as_int(V)));
-  cpu::embedding_backward(dwte.f32(), dwpe.f32(), dout.f32(), tokens.i32(), as_int(B), as_int(T),
-                          as_int(C), as_int(V));
+  run_cpu_kernel(ck, [=] {
+    cpu::embedding_backward(dwte.f32(), dwpe.f32(), dout.f32(), tokens.i32(), as_int(B), as_int(T),
+                            as_int(C), as_int(V));
+  });
 }
 
 // ---- layernorm -------------------------------------------------------------------------
@@ -176,8 +202,10 @@ void layernorm_forward(const OpContext& ctx, Tensor out, Tensor mean, Tensor rst
   TIDE_RUN_ON_CUDA(ck,
                    ctx.cuda->layernorm_forward(ctx, out.f32(), mean.f32(), rstd.f32(), inp.f32(),
                                                weight.f32(), bias.f32(), N, as_int(C)));
-  cpu::layernorm_forward(out.f32(), mean.f32(), rstd.f32(), inp.f32(), weight.f32(), bias.f32(), N,
-                         as_int(C));
+  run_cpu_kernel(ck, [=] {
+    cpu::layernorm_forward(out.f32(), mean.f32(), rstd.f32(), inp.f32(), weight.f32(), bias.f32(),
+                           N, as_int(C));
+  });
 }
 
 void layernorm_backward_input(const OpContext& ctx, Tensor dinp, Tensor dout, Tensor inp,
@@ -194,8 +222,10 @@ void layernorm_backward_input(const OpContext& ctx, Tensor dinp, Tensor dout, Te
   TIDE_RUN_ON_CUDA(
       ck, ctx.cuda->layernorm_backward_input(ctx, dinp.f32(), dout.f32(), inp.f32(), weight.f32(),
                                              mean.f32(), rstd.f32(), N, as_int(C)));
-  cpu::layernorm_backward_input(dinp.f32(), dout.f32(), inp.f32(), weight.f32(), mean.f32(),
-                                rstd.f32(), N, as_int(C));
+  run_cpu_kernel(ck, [=] {
+    cpu::layernorm_backward_input(dinp.f32(), dout.f32(), inp.f32(), weight.f32(), mean.f32(),
+                                  rstd.f32(), N, as_int(C));
+  });
 }
 
 void layernorm_backward_weight(const OpContext& ctx, Tensor dweight, Tensor dbias, Tensor dout,
@@ -212,8 +242,10 @@ void layernorm_backward_weight(const OpContext& ctx, Tensor dweight, Tensor dbia
   TIDE_RUN_ON_CUDA(
       ck, ctx.cuda->layernorm_backward_weight(ctx, dweight.f32(), dbias.f32(), dout.f32(),
                                               inp.f32(), mean.f32(), rstd.f32(), N, as_int(C)));
-  cpu::layernorm_backward_weight(dweight.f32(), dbias.f32(), dout.f32(), inp.f32(), mean.f32(),
-                                 rstd.f32(), N, as_int(C));
+  run_cpu_kernel(ck, [=] {
+    cpu::layernorm_backward_weight(dweight.f32(), dbias.f32(), dout.f32(), inp.f32(), mean.f32(),
+                                   rstd.f32(), N, as_int(C));
+  });
 }
 
 // ---- linear ----------------------------------------------------------------------------
@@ -230,8 +262,10 @@ void matmul_forward(const OpContext& ctx, Tensor out, Tensor inp, Tensor weight,
   TIDE_RUN_ON_CUDA(ck, ctx.cuda->matmul_forward(ctx, out.f32(), inp.f32(), weight.f32(),
                                                 bias.defined() ? bias.f32() : nullptr, N, as_int(C),
                                                 as_int(OC)));
-  cpu::matmul_forward(out.f32(), inp.f32(), weight.f32(), bias.defined() ? bias.f32() : nullptr, N,
-                      as_int(C), as_int(OC));
+  run_cpu_kernel(ck, [=] {
+    cpu::matmul_forward(out.f32(), inp.f32(), weight.f32(), bias.defined() ? bias.f32() : nullptr,
+                        N, as_int(C), as_int(OC));
+  });
 }
 
 void matmul_backward_input(const OpContext& ctx, Tensor dinp, Tensor dout, Tensor weight) {
@@ -244,8 +278,10 @@ void matmul_backward_input(const OpContext& ctx, Tensor dinp, Tensor dout, Tenso
   ck.tensor(dinp, "dinp", DType::F32, with_last(dout, C), "dout's shape with OC replaced by C");
   TIDE_RUN_ON_CUDA(ck, ctx.cuda->matmul_backward_input(ctx, dinp.f32(), dout.f32(), weight.f32(),
                                                        rows(dout), as_int(C), as_int(OC)));
-  cpu::matmul_backward_input(dinp.f32(), dout.f32(), weight.f32(), rows(dout), as_int(C),
-                             as_int(OC));
+  run_cpu_kernel(ck, [=] {
+    cpu::matmul_backward_input(dinp.f32(), dout.f32(), weight.f32(), rows(dout), as_int(C),
+                               as_int(OC));
+  });
 }
 
 void matmul_backward_weight(const OpContext& ctx, Tensor dweight, Tensor dbias, Tensor dout,
@@ -261,8 +297,10 @@ void matmul_backward_weight(const OpContext& ctx, Tensor dweight, Tensor dbias, 
   TIDE_RUN_ON_CUDA(ck, ctx.cuda->matmul_backward_weight(
                            ctx, dweight.f32(), dbias.defined() ? dbias.f32() : nullptr, dout.f32(),
                            inp.f32(), N, as_int(C), as_int(OC)));
-  cpu::matmul_backward_weight(dweight.f32(), dbias.defined() ? dbias.f32() : nullptr, dout.f32(),
-                              inp.f32(), N, as_int(C), as_int(OC));
+  run_cpu_kernel(ck, [=] {
+    cpu::matmul_backward_weight(dweight.f32(), dbias.defined() ? dbias.f32() : nullptr, dout.f32(),
+                                inp.f32(), N, as_int(C), as_int(OC));
+  });
 }
 
 // ---- attention -------------------------------------------------------------------------
@@ -325,8 +363,10 @@ void attention_forward(const OpContext& ctx, Tensor out, Tensor preatt, Tensor a
   TIDE_RUN_ON_CUDA(
       ck, ctx.cuda->attention_forward(ctx, out.f32(), preatt.f32(), att.f32(), qkv.f32(), as_int(B),
                                       as_int(T), as_int(C), n_head, dropout));
-  cpu::attention_forward(out.f32(), preatt.f32(), att.f32(), qkv.f32(), as_int(B), as_int(T),
-                         as_int(C), n_head, dropout);
+  run_cpu_kernel(ck, [=] {
+    cpu::attention_forward(out.f32(), preatt.f32(), att.f32(), qkv.f32(), as_int(B), as_int(T),
+                           as_int(C), n_head, dropout);
+  });
 }
 
 void attention_backward(const OpContext& ctx, Tensor dqkv, Tensor dout, Tensor qkv, Tensor preatt,
@@ -338,8 +378,10 @@ void attention_backward(const OpContext& ctx, Tensor dqkv, Tensor dout, Tensor q
   TIDE_RUN_ON_CUDA(ck, ctx.cuda->attention_backward(ctx, dqkv.f32(), dout.f32(), qkv.f32(),
                                                     preatt.f32(), att.f32(), as_int(B), as_int(T),
                                                     as_int(C), n_head, dropout));
-  cpu::attention_backward(dqkv.f32(), dout.f32(), qkv.f32(), preatt.f32(), att.f32(), as_int(B),
-                          as_int(T), as_int(C), n_head, dropout);
+  run_cpu_kernel(ck, [=] {
+    cpu::attention_backward(dqkv.f32(), dout.f32(), qkv.f32(), preatt.f32(), att.f32(), as_int(B),
+                            as_int(T), as_int(C), n_head, dropout);
+  });
 }
 
 // ---- pointwise -------------------------------------------------------------------------
@@ -349,7 +391,7 @@ void gelu_forward(const OpContext& ctx, Tensor out, Tensor inp) {
   ck.tensor(inp, "inp", DType::F32);
   ck.tensor(out, "out", DType::F32, inp.shape, "the shape of inp");
   TIDE_RUN_ON_CUDA(ck, ctx.cuda->gelu_forward(ctx, out.f32(), inp.f32(), inp.numel()));
-  cpu::gelu_forward(out.f32(), inp.f32(), inp.numel());
+  run_cpu_kernel(ck, [=] { cpu::gelu_forward(out.f32(), inp.f32(), inp.numel()); });
 }
 
 void gelu_backward(const OpContext& ctx, Tensor dinp, Tensor dout, Tensor inp) {
@@ -359,7 +401,7 @@ void gelu_backward(const OpContext& ctx, Tensor dinp, Tensor dout, Tensor inp) {
   ck.tensor(dout, "dout", DType::F32, inp.shape, "the shape of inp");
   TIDE_RUN_ON_CUDA(ck,
                    ctx.cuda->gelu_backward(ctx, dinp.f32(), dout.f32(), inp.f32(), inp.numel()));
-  cpu::gelu_backward(dinp.f32(), dout.f32(), inp.f32(), inp.numel());
+  run_cpu_kernel(ck, [=] { cpu::gelu_backward(dinp.f32(), dout.f32(), inp.f32(), inp.numel()); });
 }
 
 void residual_forward(const OpContext& ctx, Tensor out, Tensor a, Tensor b) {
@@ -368,7 +410,7 @@ void residual_forward(const OpContext& ctx, Tensor out, Tensor a, Tensor b) {
   ck.tensor(b, "b", DType::F32, a.shape, "the shape of a");
   ck.tensor(out, "out", DType::F32, a.shape, "the shape of a");
   TIDE_RUN_ON_CUDA(ck, ctx.cuda->residual_forward(ctx, out.f32(), a.f32(), b.f32(), a.numel()));
-  cpu::residual_forward(out.f32(), a.f32(), b.f32(), a.numel());
+  run_cpu_kernel(ck, [=] { cpu::residual_forward(out.f32(), a.f32(), b.f32(), a.numel()); });
 }
 
 void residual_backward(const OpContext& ctx, Tensor da, Tensor db, Tensor dout) {
@@ -378,7 +420,7 @@ void residual_backward(const OpContext& ctx, Tensor da, Tensor db, Tensor dout) 
   ck.tensor(db, "db", DType::F32, dout.shape, "the shape of dout");
   TIDE_RUN_ON_CUDA(ck,
                    ctx.cuda->residual_backward(ctx, da.f32(), db.f32(), dout.f32(), dout.numel()));
-  cpu::residual_backward(da.f32(), db.f32(), dout.f32(), dout.numel());
+  run_cpu_kernel(ck, [=] { cpu::residual_backward(da.f32(), db.f32(), dout.f32(), dout.numel()); });
 }
 
 namespace {
@@ -405,7 +447,7 @@ void dropout_forward(const OpContext& ctx, Tensor out, Tensor inp, const Dropout
   const auto [B, T, W] = check_dropout(ck, inp, "inp", dropout);
   ck.tensor(out, "out", DType::F32, inp.shape, "the shape of inp");
   TIDE_RUN_ON_CUDA(ck, ctx.cuda->dropout_forward(ctx, out.f32(), inp.f32(), B, T, W, dropout));
-  cpu::dropout_forward(out.f32(), inp.f32(), B, T, W, dropout);
+  run_cpu_kernel(ck, [=] { cpu::dropout_forward(out.f32(), inp.f32(), B, T, W, dropout); });
 }
 
 void dropout_backward(const OpContext& ctx, Tensor dinp, Tensor dout, const DropoutSpec& dropout) {
@@ -413,7 +455,7 @@ void dropout_backward(const OpContext& ctx, Tensor dinp, Tensor dout, const Drop
   const auto [B, T, W] = check_dropout(ck, dout, "dout", dropout);
   ck.tensor(dinp, "dinp", DType::F32, dout.shape, "the shape of dout");
   TIDE_RUN_ON_CUDA(ck, ctx.cuda->dropout_backward(ctx, dinp.f32(), dout.f32(), B, T, W, dropout));
-  cpu::dropout_backward(dinp.f32(), dout.f32(), B, T, W, dropout);
+  run_cpu_kernel(ck, [=] { cpu::dropout_backward(dinp.f32(), dout.f32(), B, T, W, dropout); });
 }
 
 // ---- cross-entropy ---------------------------------------------------------------------
@@ -427,8 +469,10 @@ void crossentropy_forward(const OpContext& ctx, Tensor losses, Tensor logits, Te
   TIDE_RUN_ON_CUDA(ck,
                    ctx.cuda->crossentropy_forward(ctx, losses.f32(), logits.f32(), targets.i32(),
                                                   rows(logits), as_int(logits.dim(-1))));
-  cpu::crossentropy_forward(losses.f32(), logits.f32(), targets.i32(), rows(logits),
-                            as_int(logits.dim(-1)));
+  run_cpu_kernel(ck, [=] {
+    cpu::crossentropy_forward(losses.f32(), logits.f32(), targets.i32(), rows(logits),
+                              as_int(logits.dim(-1)));
+  });
 }
 
 void crossentropy_backward(const OpContext& ctx, Tensor dlogits, Tensor logits, Tensor targets,
@@ -441,8 +485,10 @@ void crossentropy_backward(const OpContext& ctx, Tensor dlogits, Tensor logits, 
   TIDE_RUN_ON_CUDA(ck,
                    ctx.cuda->crossentropy_backward(ctx, dlogits.f32(), logits.f32(), targets.i32(),
                                                    rows(logits), as_int(logits.dim(-1)), dloss));
-  cpu::crossentropy_backward(dlogits.f32(), logits.f32(), targets.i32(), rows(logits),
-                             as_int(logits.dim(-1)), dloss);
+  run_cpu_kernel(ck, [=] {
+    cpu::crossentropy_backward(dlogits.f32(), logits.f32(), targets.i32(), rows(logits),
+                               as_int(logits.dim(-1)), dloss);
+  });
 }
 
 }  // namespace tide

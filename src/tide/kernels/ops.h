@@ -31,6 +31,8 @@ namespace tide {
 struct CudaHandles;
 // The CUDA module's kernels (kernels/cuda_table.h), loaded by the first make_op_context for a GPU.
 struct CudaKernelTable;
+// A stream of the simulated device (core/sim_device.h).
+class SimStream;
 
 // Execution context of an op: everything it needs besides its tensors, passed explicitly.
 // On the CPU a default OpContext{} will do. On a GPU make it with make_op_context: the device
@@ -43,9 +45,12 @@ struct OpContext {
   void* stream = nullptr;                 // cudaStream_t the ops are queued on; nullptr on the CPU
   std::shared_ptr<CudaHandles> handles;   // nullptr on the CPU
   const CudaKernelTable* cuda = nullptr;  // the kernels the ops call; nullptr on the CPU
+  std::shared_ptr<SimStream> sim;         // the simulated device's stream; nullptr elsewhere
 };
 
-// The context of ops on `device`. CPU: {cpu, scratch}. CUDA: makes `device` the calling
+// The context of ops on `device`. CPU: {cpu, scratch}. SIM: a new stream of the simulated
+// device (a worker thread whose CPU kernels use `threads` OpenMP threads; 0: OpenMP's default);
+// its ops are asynchronous as on a GPU. CUDA: makes `device` the calling
 // thread's current device, creates a non-blocking stream, cuBLAS and cuBLASLt handles bound
 // to it, a 32 MiB workspace and a growable device scratch buffer; they are released (after the
 // stream drains) with the last copy of the context. Ops on a CUDA context are asynchronous:
@@ -54,7 +59,7 @@ struct OpContext {
 // tide::Error when no such GPU is visible, the build has no CUDA or the module cannot be loaded.
 // Ops assume the thread that calls them has ctx.device current (true on the thread that made
 // the context; another thread calls cudaSetDevice first).
-OpContext make_op_context(Device device, Arena* scratch = nullptr);
+OpContext make_op_context(Device device, Arena* scratch = nullptr, int threads = 0);
 
 // One dropout site and where a tensor sits in the step's global activation. The mask of an
 // element depends only on its GLOBAL coordinates, so a recomputation, a data-parallel rank, an

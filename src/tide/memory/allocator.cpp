@@ -1,44 +1,10 @@
 #include "tide/memory/allocator.h"
 
-#include <sys/mman.h>
-
 #include "tide/core/cuda_module.h"
 #include "tide/core/error.h"
 #include "tide/memory/cuda_table.h"
 
 namespace tide {
-
-void* Allocator::allocate(size_t bytes, const std::string& what) {
-  TIDE_CHECK(limit_ == 0 || allocated_ + bytes <= limit_,
-             "out of {} memory: {} needs {:.2f} MiB but only {:.2f} of {:.2f} MiB are free; "
-             "raise the memory budget or pick a policy that keeps less resident",
-             name(), what, bytes / 1048576.0, (limit_ - allocated_) / 1048576.0,
-             limit_ / 1048576.0);
-  void* p = bytes ? do_allocate(bytes) : nullptr;
-  TIDE_CHECK(p != nullptr || bytes == 0, "could not allocate {:.2f} MiB of {} memory for {}",
-             bytes / 1048576.0, name(), what);
-  allocated_ += bytes;
-  ++allocations_;
-  peak_ = std::max(peak_, allocated_);
-  return p;
-}
-
-void Allocator::free(void* p, size_t bytes) {
-  if (!p) return;
-  do_free(p, bytes);
-  allocated_ -= bytes;
-}
-
-// mmap: fresh pages are zero and only cost memory once touched, so a layout can be allocated
-// to measure it (the memory tests allocate GPT-2 124M's states) without filling gigabytes.
-void* HostAllocator::do_allocate(size_t bytes) {
-  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  return p == MAP_FAILED ? nullptr : p;
-}
-
-void HostAllocator::do_free(void* p, size_t bytes) {
-  munmap(p, bytes);
-}
 
 std::unique_ptr<Allocator> make_cuda_allocator(Device device, size_t limit_bytes) {
   TIDE_CHECK(device.is_cuda(), "make_cuda_allocator needs a CUDA device (got {})", device.str());

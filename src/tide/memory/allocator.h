@@ -1,76 +1,12 @@
 #pragma once
-// Allocators for model data. The chunk store asks an allocator for each chunk, so where a chunk
-// lives (host, device, or a budgeted stand-in for a device) is a choice made per chunk, and
-// every allocator counts its bytes: the memory tests compare these counters with the papers'
-// formulas instead of recomputing the formulas.
-//
-//   HostAllocator      host memory from mmap: zero-filled, page-aligned, committed on first touch
-//   BudgetedAllocator  host memory with a byte limit. On a machine without a GPU it plays the
-//                      device, so placement logic (fetch, evict, the budget) runs and is tested
-//                      on CPU exactly as it will run against a GPU's memory.
-//   CudaAllocator      device memory (cudaMalloc), in cuda_allocator.cu, in the CUDA module.
-//
-// Memory comes back zero-filled from every allocator (chunks start as zero gradients).
+// Device memory for model data: the allocators of core/allocator.h, plus the CUDA allocator,
+// which lives in the CUDA module (memory/cuda_allocator.cu).
 
-#include <cstddef>
 #include <memory>
-#include <string>
 
-#include "tide/core/device.h"
+#include "tide/core/allocator.h"
 
 namespace tide {
-
-// Where a chunk is relative to the ops: the compute tier is what kernels read (the device, or
-// its budgeted stand-in); the host tier is the large, slower pool (offload targets).
-enum class Tier { HOST, COMPUTE };
-
-class Allocator {
- public:
-  virtual ~Allocator() = default;
-  // `bytes` zero-filled bytes, 64-byte aligned; throws a tide::Error naming `what` when the
-  // memory cannot be had.
-  void* allocate(size_t bytes, const std::string& what);
-  void free(void* p, size_t bytes);
-
-  virtual Device device() const = 0;  // the device ops dispatch on for this memory
-  virtual Tier tier() const = 0;
-  virtual std::string name() const = 0;
-  size_t limit() const { return limit_; }  // 0: no limit
-  size_t allocated() const { return allocated_; }
-  size_t peak() const { return peak_; }
-  // allocate() calls so far: a step that allocates nothing leaves it unchanged.
-  uint64_t allocations() const { return allocations_; }
-  size_t available() const { return limit_ ? limit_ - allocated_ : SIZE_MAX; }
-
- protected:
-  virtual void* do_allocate(size_t bytes) = 0;  // nullptr when out of memory
-  virtual void do_free(void* p, size_t bytes) = 0;
-  size_t limit_ = 0;
-
- private:
-  size_t allocated_ = 0, peak_ = 0;
-  uint64_t allocations_ = 0;
-};
-
-class HostAllocator : public Allocator {
- public:
-  Device device() const override { return Device::cpu(); }
-  Tier tier() const override { return Tier::HOST; }
-  std::string name() const override { return "host"; }
-
- protected:
-  void* do_allocate(size_t bytes) override;
-  void do_free(void* p, size_t bytes) override;
-};
-
-// Host memory standing in for a device of `limit_bytes`: ops run on the CPU, but allocations
-// past the limit fail like a device out-of-memory.
-class BudgetedAllocator : public HostAllocator {
- public:
-  explicit BudgetedAllocator(size_t limit_bytes) { limit_ = limit_bytes; }
-  Tier tier() const override { return Tier::COMPUTE; }
-  std::string name() const override { return "budgeted device"; }
-};
 
 // Device memory on `device` (cudaMalloc + cudaMemset), from the CUDA module (loaded by the
 // first call; core/cuda_module.h); throws a tide::Error in builds without CUDA or when the module

@@ -19,7 +19,9 @@
 // Built into the CUDA module (core/cuda_module.h); ops.cpp reaches these through the module's
 // CudaKernelTable (cuda_table.h). C++17-clean and free of CUDA headers.
 
+#include <cstddef>
 #include <cstdint>
+#include <memory>
 
 #include "tide/kernels/ops.h"
 
@@ -31,6 +33,16 @@ int device_count();
 // make_op_context for Device::cuda(device) (context.cu): checks that the GPU is visible, sets
 // it current, creates the stream and the handles.
 OpContext make_context(int device, Arena* scratch);
+
+// The mover's CUDA half (mover.cu; kernels/mover.h): copies and zeroing queued on ctx's stream,
+// events on it, and the host's waits.
+void copy_async(const OpContext& ctx, void* dst, const void* src, size_t bytes);
+void fill_zero_async(const OpContext& ctx, void* p, size_t bytes);
+// A cudaEvent_t recorded on ctx's stream, destroyed with the last copy of the pointer.
+std::shared_ptr<void> record_event(const OpContext& ctx);
+void wait_event(const OpContext& ctx, void* event);
+void synchronize_event(void* event);
+void synchronize_stream(const OpContext& ctx);
 
 // out(B,T,C) = wte[tokens(B,T)] + wpe[t]; a token outside [0, V) gives a NaN row.
 void embedding_forward(const OpContext& ctx, float* out, const int32_t* tokens, const float* wte,

@@ -10,6 +10,12 @@ TIDE_CUDA_MODULE_ENTRY const tide::CudaKernelTable* tide_cuda_kernels() {
   static const tide::CudaKernelTable table{
       .size = sizeof(tide::CudaKernelTable),
       .make_context = &cuda::make_context,
+      .copy_async = &cuda::copy_async,
+      .fill_zero_async = &cuda::fill_zero_async,
+      .record_event = &cuda::record_event,
+      .wait_event = &cuda::wait_event,
+      .synchronize_event = &cuda::synchronize_event,
+      .synchronize_stream = &cuda::synchronize_stream,
       .embedding_forward = &cuda::embedding_forward,
       .embedding_backward = &cuda::embedding_backward,
       .layernorm_forward = &cuda::layernorm_forward,

@@ -1,0 +1,92 @@
+#include "tide/kernels/mover.h"
+
+#include <cstring>
+
+#include "tide/core/error.h"
+#include "tide/core/sim_device.h"
+#include "tide/kernels/cuda_table.h"
+
+namespace tide {
+
+namespace {
+
+// A tensor the context may read or write: on the host or on the context's device.
+void check_reachable(const OpContext& ctx, const Tensor& t, const char* op, const char* name) {
+  TIDE_CHECK(t.defined() || t.nbytes() == 0, "{}: tensor '{}' is undefined (null data)", op, name);
+  TIDE_CHECK(t.device.is_cpu() || t.device == ctx.device,
+             "{}: tensor '{}' is on {} but the stream belongs to {}; copy through the host or "
+             "use a context for {}",
+             op, name, t.device.str(), ctx.device.str(), t.device.str());
+}
+
+void check_stream(const OpContext& ctx, const char* op) {
+  TIDE_CHECK(!ctx.device.is_sim() || ctx.sim,
+             "{}: the context says {} but has no stream; make it "
+             "with make_op_context",
+             op, ctx.device.str());
+  TIDE_CHECK(!ctx.device.is_cuda() || (ctx.cuda && ctx.handles),
+             "{}: the context says {} but has no CUDA stream; make it with make_op_context", op,
+             ctx.device.str());
+}
+
+}  // namespace
+
+void copy(const OpContext& ctx, Tensor dst, Tensor src) {
+  check_stream(ctx, "copy");
+  TIDE_CHECK(dst.dtype == src.dtype && dst.numel() == src.numel(),
+             "copy: destination {} {} and source {} {} differ in dtype or element count",
+             dtype_name(dst.dtype), dst.shape.str(), dtype_name(src.dtype), src.shape.str());
+  check_reachable(ctx, dst, "copy", "dst");
+  check_reachable(ctx, src, "copy", "src");
+  const size_t bytes = src.nbytes();
+  if (bytes == 0) return;
+  if (ctx.device.is_cuda()) return ctx.cuda->copy_async(ctx, dst.data, src.data, bytes);
+  if (ctx.device.is_sim())
+    return ctx.sim->enqueue([dst, src, bytes] { std::memmove(dst.data, src.data, bytes); });
+  std::memmove(dst.data, src.data, bytes);
+}
+
+void fill_zero(const OpContext& ctx, Tensor t) {
+  check_stream(ctx, "fill_zero");
+  check_reachable(ctx, t, "fill_zero", "t");
+  const size_t bytes = t.nbytes();
+  if (bytes == 0) return;
+  if (ctx.device.is_cuda()) return ctx.cuda->fill_zero_async(ctx, t.data, bytes);
+  if (ctx.device.is_sim()) return ctx.sim->enqueue([t, bytes] { std::memset(t.data, 0, bytes); });
+  std::memset(t.data, 0, bytes);
+}
+
+StreamEvent record_event(const OpContext& ctx) {
+  check_stream(ctx, "record_event");
+  StreamEvent e;
+  e.device = ctx.device;
+  if (ctx.device.is_sim()) e.sim = ctx.sim->record();
+  if (ctx.device.is_cuda()) {
+    e.cuda = ctx.cuda->record_event(ctx);
+    e.kernels = ctx.cuda;
+  }
+  return e;
+}
+
+void wait_event(const OpContext& ctx, const StreamEvent& event) {
+  check_stream(ctx, "wait_event");
+  TIDE_CHECK(event.device.is_cpu() || event.device == ctx.device,
+             "wait_event: the event belongs to {} but the stream to {}; a stream waits only on "
+             "events of its own device (synchronize the host on the other one)",
+             event.device.str(), ctx.device.str());
+  if (event.sim) ctx.sim->wait(event.sim);
+  if (event.cuda) ctx.cuda->wait_event(ctx, event.cuda.get());
+}
+
+void synchronize(const StreamEvent& event) {
+  if (event.sim) event.sim->wait();
+  if (event.cuda) event.kernels->synchronize_event(event.cuda.get());
+}
+
+void synchronize(const OpContext& ctx) {
+  check_stream(ctx, "synchronize");
+  if (ctx.device.is_sim()) ctx.sim->synchronize();
+  if (ctx.device.is_cuda()) ctx.cuda->synchronize_stream(ctx);
+}
+
+}  // namespace tide

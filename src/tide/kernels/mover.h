@@ -1,0 +1,46 @@
+#pragma once
+// The mover: the one way bytes move between memories (host, the simulated device, a GPU),
+// queued on a context's stream and ordered by events. Why one path: on a GPU every copy of
+// chunk or activation data is a stream operation that later work must wait for; a memcpy
+// that bypasses the stream is a race the CPU never shows. Routing every copy through here lets
+// the simulated device (and ThreadSanitizer) catch a missing wait in CI.
+//
+// On the CPU context everything happens at once and events are already done. On the simulated
+// device copies run on the stream's worker thread. On a GPU they are cudaMemcpyAsync /
+// cudaMemsetAsync on the context's stream (host memory should be pinned for the copy to
+// overlap compute). A copy is asynchronous: neither its source nor its destination may be
+// touched by the host until an event recorded after it has been waited for.
+
+#include <memory>
+
+#include "tide/kernels/ops.h"
+
+namespace tide {
+
+class SimEvent;
+
+// A point in a context's stream (record_event): every operation queued before it has run once
+// it is done.
+struct StreamEvent {
+  Device device = Device::cpu();
+  std::shared_ptr<SimEvent> sim;  // the simulated device's event
+  std::shared_ptr<void> cuda;     // a cudaEvent_t, destroyed with the last copy
+  const CudaKernelTable* kernels = nullptr;
+};
+
+// dst = src (same dtype and element count). Each tensor is on the host or on the context's
+// device; on the CPU context both are on the host.
+void copy(const OpContext& ctx, Tensor dst, Tensor src);
+// t = 0 (its bytes).
+void fill_zero(const OpContext& ctx, Tensor t);
+
+StreamEvent record_event(const OpContext& ctx);
+// Work queued on ctx's stream after this call starts only once `event` is done (the event may
+// come from another stream of the same device).
+void wait_event(const OpContext& ctx, const StreamEvent& event);
+// The host waits for the event, or for everything queued on ctx's stream so far. Both rethrow
+// an error raised asynchronously on the stream (e.g. a token id outside the vocabulary).
+void synchronize(const StreamEvent& event);
+void synchronize(const OpContext& ctx);
+
+}  // namespace tide

@@ -1,0 +1,144 @@
+// The simulated asynchronous device (core/sim_device.h) and the mover (kernels/mover.h):
+// streams run their work in order and later than the host asks, events order streams and the
+// host, errors raised on a stream reach the host at its next wait, and the mover refuses
+// memory its stream cannot reach.
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+#include <vector>
+
+#include "error_of.h"
+#include "tide/core/arena.h"
+#include "tide/core/sim_device.h"
+#include "tide/kernels/mover.h"
+#include "tide/kernels/ops.h"
+
+using namespace tide;
+using tide::test::error_of;
+
+namespace {
+
+// A task that holds its stream for a while, so that work queued behind it is visibly late.
+void stall(const OpContext& ctx, std::atomic<bool>& released) {
+  ctx.sim->enqueue([&released] {
+    while (!released.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  });
+}
+
+}  // namespace
+
+TEST(SimDevice, OpsAreQueuedAndRunInOrder) {
+  SimAllocator memory(Device::sim(0));
+  const OpContext ctx = make_op_context(Device::sim(0), nullptr, 1);
+  Arena arena("test", 3 * 64 * sizeof(float), &memory);
+  const Tensor x = arena.alloc_tensor({64}), y = arena.alloc_tensor({64}),
+               z = arena.alloc_tensor({64});
+  EXPECT_EQ(x.device, Device::sim(0));
+  std::vector<float> in(64, 2.0f), out(64, -1.0f);
+  std::atomic<bool> released{false};
+  stall(ctx, released);
+  copy(ctx, x, Tensor(in.data(), {64}));
+  residual_forward(ctx, y, x, x);  // y = 4
+  residual_forward(ctx, z, y, x);  // z = 6: needs y first
+  copy(ctx, Tensor(out.data(), {64}), z);
+  const StreamEvent done = record_event(ctx);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_FALSE(done.sim->done()) << "the stream ran past a task that had not finished";
+  released = true;
+  synchronize(done);
+  for (float v : out) ASSERT_EQ(v, 6.0f);
+}
+
+// Stream b waits for an event of stream a: its read sees a's write, though a ran late.
+TEST(SimDevice, EventsOrderStreams) {
+  SimAllocator memory(Device::sim(0));
+  const OpContext a = make_op_context(Device::sim(0), nullptr, 1);
+  const OpContext b = make_op_context(Device::sim(0), nullptr, 1);
+  ASSERT_NE(a.sim, b.sim);
+  Arena arena("test", 2 * 256 * sizeof(float), &memory);
+  const Tensor x = arena.alloc_tensor({256}), y = arena.alloc_tensor({256});
+  std::vector<float> in(256, 1.5f), out(256, 0.0f);
+  std::atomic<bool> released{false};
+  stall(a, released);
+  copy(a, x, Tensor(in.data(), {256}));
+  wait_event(b, record_event(a));
+  gelu_forward(b, y, x);
+  copy(b, Tensor(out.data(), {256}), y);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  released = true;
+  synchronize(b);
+  std::vector<float> ref(256);
+  gelu_forward(OpContext{}, Tensor(ref.data(), {256}), Tensor(in.data(), {256}));
+  EXPECT_EQ(out, ref);
+}
+
+// A kernel's error on the stream (a target outside the vocabulary) reaches the host at its
+// next wait, with the kernel's message; the stream skips the work queued after it.
+TEST(SimDevice, StreamErrorsAreStickyAndReachTheHost) {
+  SimAllocator memory(Device::sim(0));
+  const OpContext ctx = make_op_context(Device::sim(0), nullptr, 1);
+  Arena arena("test", 4096, &memory);
+  const Tensor losses = arena.alloc_tensor({2}), logits = arena.alloc_tensor({2, 5});
+  const Tensor targets = arena.alloc_tensor({2}, DType::I32);
+  std::vector<int32_t> bad = {1, 9};
+  std::vector<float> marker(2, 7.0f);
+  fill_zero(ctx, logits);
+  copy(ctx, targets, Tensor(bad.data(), {2}, DType::I32));
+  crossentropy_forward(ctx, losses, logits, targets);  // queued: no error yet
+  copy(ctx, Tensor(marker.data(), {2}), losses);       // skipped after the error
+  const std::string msg = error_of([&] { synchronize(ctx); });
+  EXPECT_NE(msg.find("9"), std::string::npos) << msg;
+  EXPECT_EQ(marker, std::vector<float>(2, 7.0f));
+  // The error is sticky: a later wait on the same stream reports it again.
+  EXPECT_FALSE(error_of([&] { synchronize(ctx); }).empty());
+}
+
+TEST(SimDevice, MoverRefusesMemoryTheStreamCannotReach) {
+  SimAllocator sim0(Device::sim(0)), sim1(Device::sim(1));
+  const OpContext ctx = make_op_context(Device::sim(0), nullptr, 1);
+  Arena a("a", 256, &sim0), b("b", 256, &sim1);
+  const Tensor x = a.alloc_tensor({8}), y = b.alloc_tensor({8});
+  const std::string msg = error_of([&] { copy(ctx, x, y); });
+  EXPECT_NE(msg.find("tensor 'src' is on sim:1 but the stream belongs to sim:0"), std::string::npos)
+      << msg;
+  EXPECT_NE(error_of([&] { copy(ctx, x, a.alloc_tensor({4})); }).find("element count"),
+            std::string::npos);
+  // The host must not write device memory directly.
+  EXPECT_NE(error_of([&] { a.zeros({4}); }).find("fill_zero"), std::string::npos);
+  // An op on the simulated device needs a context with a stream.
+  OpContext no_stream;
+  no_stream.device = Device::sim(0);
+  EXPECT_NE(error_of([&] { gelu_forward(no_stream, x, x); }).find("has no stream"),
+            std::string::npos);
+  synchronize(ctx);
+}
+
+TEST(SimDevice, DevicesParse) {
+  EXPECT_EQ(parse_device("sim"), Device::sim(0));
+  EXPECT_EQ(parse_device("sim:3"), Device::sim(3));
+  EXPECT_EQ(parse_device("cuda:2"), Device::cuda(2));
+  EXPECT_EQ(Device::sim(3).str(), "sim:3");
+  EXPECT_NE(error_of([] { parse_device("sim:x"); }).find("sim:N"), std::string::npos);
+  EXPECT_NE(error_of([] { parse_device("cuda:"); }).find("cuda:N"), std::string::npos);
+}
+
+// The deliberately missing wait: the host reads a download before waiting for the stream.
+// Disabled in the suite; sim.tsan_catches_missing_wait (scripts/tsan.sh) runs it under
+// ThreadSanitizer and passes only when TSan reports the race, which shows that a wait left
+// out anywhere in the orchestration would fail CI.
+TEST(SimDeviceRace, DISABLED_HostReadsBeforeTheWait) {
+  SimAllocator memory(Device::sim(0));
+  const OpContext ctx = make_op_context(Device::sim(0), nullptr, 1);
+  Arena arena("test", 1024 * sizeof(float), &memory);
+  const Tensor x = arena.alloc_tensor({1024});
+  std::vector<float> out(1024, 0.0f);
+  fill_zero(ctx, x);
+  copy(ctx, Tensor(out.data(), {1024}), x);
+  float sum = 0.0f;
+  for (float v : out) sum += v;  // no synchronize(ctx) before this read: the bug
+  synchronize(ctx);
+  EXPECT_EQ(sum, 0.0f);
+}
