@@ -744,7 +744,8 @@ TrainConfig parse_checked(const json& j, std::vector<std::string> unknown, bool 
   // One spelling per value (2 and 2.0 are the same rate), so that config.json and the ranks'
   // agreement hashes see values, not spellings.
   for (const ConfigKey& k : config_schema()) {
-    if (k.type == ConfigType::FLOAT) v[k.path] = v[k.path].get<double>();
+    if (k.type == ConfigType::FLOAT && !v[k.path].is_null())  // null: an ignored key unset
+      v[k.path] = v[k.path].get<double>();
     if (k.type == ConfigType::FLOAT_PAIR)
       v[k.path] = json::array({v[k.path][0].get<double>(), v[k.path][1].get<double>()});
   }
