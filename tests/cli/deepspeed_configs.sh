@@ -70,6 +70,18 @@ grep -q '"device": "cpu"' runs/megatron_ds_zero-offload_config/config.json \
   && echo "ok: cpu_offload=true is offload_optimizer.device=cpu" \
   || { echo "FAILED: cpu_offload did not offload"; fail=1; }
 
+# tide estimate reads the same files with the same warning (fp16 it sizes), deriving the batch
+# with --world-size: 256 / (4 x 8 ranks) = 8 micro-batches.
+if "$tide" estimate --config "$fixtures/megatron_3d_ds_config.json" --world-size 8 --layers 2 \
+    --heads 2 --hidden 16 --vocab 300 --seq 8 --json > estimate.json 2> estimate.err \
+    && [ "$(grep -c 'tide: warning: ignoring 2 DeepSpeed config keys' estimate.err)" -eq 1 ] \
+    && grep -q '"gradient_accumulation_steps":8,' estimate.json; then
+  echo "ok: tide estimate --config megatron_3d_ds_config.json: one warning, accumulation 8"
+else
+  echo "FAILED: tide estimate --config megatron_3d_ds_config.json:"; cat estimate.err; head -c 400 estimate.json
+  fail=1
+fi
+
 # DeepSpeed refuses optimizer.params.max_grad_norm; so does tide, saying what to use.
 expect_error "optimizer.params.max_grad_norm' is refused.*gradient_clipping" train \
   "$fixtures/megatron_zero3_ds_zero_stage_2_config.json" "${small[@]}" fp16.enabled=false
