@@ -296,7 +296,8 @@ TEST(TrainerRefuses, EverySettingItCannotHonourByKeyAndValue) {
                      "zero_optimization.stage=3"},
                     2),
             "");
-  EXPECT_HAS(refusal({"optimizer.type=SGD"}), "optimizer.type=\"SGD\": tide train has only AdamW");
+  EXPECT_HAS(refusal({"optimizer.type=SGD"}),
+             "optimizer.type=\"SGD\": tide train has only Adam and AdamW");
   EXPECT_HAS(refusal({"pipeline.stages=2", "pipeline.schedule=interleaved",
                       "pipeline.virtual_stages=2", "gradient_accumulation_steps=2"}),
              "pipeline.stages=2");
