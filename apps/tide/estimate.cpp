@@ -32,7 +32,13 @@ TrainSetup build_setup(const EstimateArgs& a, const CLI::App& cmd) {
   auto given = [&](const char* flag) { return cmd.get_option(flag)->count() > 0; };
   TrainSetup s;
   s.model = GPTConfig::preset("gpt2-124m");
-  if (!a.config.empty()) s = read_estimate_config(a.config);
+  if (!a.config.empty()) {
+    // --world-size is the ranks that derive a batch size the config leaves out (DeepSpeed's rule).
+    const TrainConfig tc = load_train_config(a.config, {}, /*check_paths=*/false,
+                                             given("--world-size") ? a.world_size : 0);
+    if (const std::string w = ignored_keys_warning(tc); !w.empty()) fmt::print(stderr, "{}\n", w);
+    s = setup_from_train_config(tc);
+  }
   if (given("--model")) s.model = GPTConfig::preset(a.model);
   if (given("--layers")) s.model.n_layer = a.layers;
   if (given("--heads")) s.model.n_head = a.heads;

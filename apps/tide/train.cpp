@@ -46,7 +46,12 @@ void add_train_command(CLI::App& app) {
       // A config error is the same on every rank: one line and exit code 1 on each, not a
       // line per rank and MPI_Abort (agree_on_errors; an error of one rank names it).
       std::optional<TrainConfig> cfg;
-      agree_on_errors(*world, [&] { cfg = load_train_config(config_path, overrides); });
+      agree_on_errors(*world, [&] {
+        cfg = load_train_config(config_path, overrides, /*check_paths=*/true, world->size());
+      });
+      // DeepSpeed keys that cannot change the run: named once, in one line (rank 0).
+      if (const std::string w = ignored_keys_warning(*cfg); !w.empty() && world->rank() == 0)
+        fmt::print(stderr, "{}\n", w);
       Trainer trainer(std::move(*cfg), world);
       trainer.run();
     };

@@ -65,11 +65,11 @@ expect_error "config file 'data' is a directory" train data
 # A DeepSpeed config with four keys tide does not know (steps_per_print it knows): one error
 # lists them all.
 cat > ds.json <<'JSON'
-{"train_micro_batch_size_per_gpu": 2, "steps_per_print": 10, "wall_clock_breakdown": false,
+{"train_micro_batch_size_per_gpu": 2, "steps_per_print": 10, "prescale_gradients": false,
  "optimizer": {"type": "AdamW", "params": {"lrr": 1e-3, "beta": [0.9, 0.95]}},
- "zero_optimization": {"stage": 0, "sub_group_size": 1000000000}}
+ "zero_optimization": {"stage": 0, "elastic_checkpoint": true}}
 JSON
-expect_error "4 unknown config keys: .*'optimizer.params.lrr' (did you mean 'optimizer.params.lr'?).*'zero_optimization.sub_group_size'" \
+expect_error "4 unknown config keys: .*'optimizer.params.lrr' (did you mean 'optimizer.params.lr'?).*'zero_optimization.elastic_checkpoint'" \
   train ds.json
 
 # Broken files inside a data directory.

@@ -133,19 +133,19 @@ done
 
 # A DeepSpeed-style config with five wrong keys: one error listing all five, in both commands.
 cat > ds.json <<'JSON'
-{"train_micro_batch_size_per_gpu": 2, "steps_per_print": 10, "wall_clock_breakdown": false,
+{"train_micro_batch_size_per_gpu": 2, "steps_per_print": 10, "prescale_gradients": false,
  "optimizer": {"type": "AdamW", "params": {"lrr": 1e-3, "betas": [0.9, 0.95]}},
  "scheduler": {"type": "WarmupLR", "params": {"warmup_num_step": 10}},
- "zero_optimization": {"stage": 1, "sub_group_size": 1000000000,
+ "zero_optimization": {"stage": 1, "elastic_checkpoint": true,
                        "offload_optimizer": {"devise": "cpu"}},
  "gradient_clipping": 1.0}
 JSON
 for cmd in "train ds.json" "estimate --config ds.json"; do
   expect_error "5 unknown config keys: " $cmd
   out=$("$tide" $cmd 2>&1)
-  for key in "'wall_clock_breakdown'" "'optimizer.params.lrr' (did you mean 'optimizer.params.lr'?)" \
+  for key in "'prescale_gradients'" "'optimizer.params.lrr' (did you mean 'optimizer.params.lr'?)" \
       "'scheduler.params.warmup_num_step' (did you mean 'scheduler.params.warmup_num_steps'?)" \
-      "'zero_optimization.sub_group_size'" \
+      "'zero_optimization.elastic_checkpoint'" \
       "'zero_optimization.offload_optimizer.devise' (did you mean 'zero_optimization.offload_optimizer.device'?)"; do
     grep -qF -- "$key" <<<"$out" || { echo "FAILED: tide $cmd does not list $key: $out"; fail=1; }
   done

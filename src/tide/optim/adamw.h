@@ -4,6 +4,14 @@
 //
 //   g = grad * grad_scale                 (fp16 loss-scale unscale and clip factor, one multiply)
 //   p = p * (1 - lr*wd)                   (decoupled weight decay, before the Adam update)
+//
+// With AdamWHyper::decoupled = false it is classic Adam with L2 regularisation instead
+// (torch.optim.Adam's weight_decay; DeepSpeed's Adam with adam_w_mode false): the decay is
+// folded into the gradient, so it goes through the moments, and p is not decayed:
+//
+//   g = grad * grad_scale + wd * p        (p before this step's update; two roundings, no FMA)
+//
+// and the lines below are the same.
 //   m = b1*m + (1-b1)*g
 //   v = b2*v + (1-b2)*g*g
 //   p = p - lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps)
@@ -33,6 +41,8 @@ struct AdamWHyper {
   double beta2 = 0.95;
   double eps = 1e-8;
   double weight_decay = 0.0;
+  // true: AdamW's decoupled decay; false: classic Adam, the decay added to the gradient (L2).
+  bool decoupled = true;
 };
 
 struct AdamWStep {
@@ -46,7 +56,8 @@ struct AdamWScalars {
   float beta1, one_minus_beta1;
   float beta2, one_minus_beta2;
   float eps;
-  float decay;      // 1 - lr*wd
+  float decay;      // 1 - lr*wd (decoupled), 1 (classic Adam)
+  float l2;         // 0 (decoupled), wd (classic Adam: g += wd * p)
   float step_size;  // lr / (1 - b1^t)
   float bc2_sqrt;   // sqrt(1 - b2^t)
   float grad_scale;
@@ -64,7 +75,8 @@ inline AdamWScalars adamw_scalars(const AdamWHyper& h, const AdamWStep& s) {
   k.beta2 = static_cast<float>(b2);
   k.one_minus_beta2 = static_cast<float>(1.0 - b2);
   k.eps = static_cast<float>(h.eps);
-  k.decay = static_cast<float>(1.0 - h.lr * h.weight_decay);
+  k.decay = h.decoupled ? static_cast<float>(1.0 - h.lr * h.weight_decay) : 1.0f;
+  k.l2 = h.decoupled ? 0.0f : static_cast<float>(h.weight_decay);
   k.step_size = static_cast<float>(h.lr / (1.0 - std::pow(b1, t)));
   k.bc2_sqrt = static_cast<float>(std::sqrt(1.0 - std::pow(b2, t)));
   k.grad_scale = s.grad_scale;

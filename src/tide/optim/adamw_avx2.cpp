@@ -73,6 +73,8 @@ TIDE_AVX2 inline void store8_16(uint16_t* p, __m128i x) {
 template <DType G, Out O, int NT>
 TIDE_AVX2 void range(const AdamWChunk& c, const AdamWScalars& k, int64_t begin, int64_t end) {
   const __m256 gs = _mm256_set1_ps(k.grad_scale), decay = _mm256_set1_ps(k.decay);
+  const __m256 l2 = _mm256_set1_ps(k.l2);
+  const bool classic = k.l2 != 0.0f;  // classic Adam's L2 term: g += wd*p (adamw.h)
   const __m256 b1 = _mm256_set1_ps(k.beta1), omb1 = _mm256_set1_ps(k.one_minus_beta1);
   const __m256 b2 = _mm256_set1_ps(k.beta2), omb2 = _mm256_set1_ps(k.one_minus_beta2);
   const __m256 bc2 = _mm256_set1_ps(k.bc2_sqrt), eps = _mm256_set1_ps(k.eps);
@@ -82,8 +84,10 @@ TIDE_AVX2 void range(const AdamWChunk& c, const AdamWScalars& k, int64_t begin, 
   float* __restrict vv = c.v;
   int64_t i = begin;
   for (; i + 8 <= end; i += 8) {
-    const __m256 g = _mm256_mul_ps(load_grad8<G>(c.grad, i), gs);
-    const __m256 p = _mm256_mul_ps(_mm256_loadu_ps(master + i), decay);
+    const __m256 p0 = _mm256_loadu_ps(master + i);
+    __m256 g = _mm256_mul_ps(load_grad8<G>(c.grad, i), gs);
+    if (classic) g = _mm256_add_ps(g, _mm256_mul_ps(l2, p0));
+    const __m256 p = _mm256_mul_ps(p0, decay);
     const __m256 m =
         _mm256_add_ps(_mm256_mul_ps(b1, _mm256_loadu_ps(mm + i)), _mm256_mul_ps(omb1, g));
     const __m256 v = _mm256_add_ps(_mm256_mul_ps(b2, _mm256_loadu_ps(vv + i)),

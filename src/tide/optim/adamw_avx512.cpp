@@ -68,6 +68,8 @@ TIDE_AVX512 inline void store16_16(uint16_t* p, __m256i x) {
 template <DType G, Out O, int NT>
 TIDE_AVX512 void range(const AdamWChunk& c, const AdamWScalars& k, int64_t begin, int64_t end) {
   const __m512 gs = _mm512_set1_ps(k.grad_scale), decay = _mm512_set1_ps(k.decay);
+  const __m512 l2 = _mm512_set1_ps(k.l2);
+  const bool classic = k.l2 != 0.0f;  // classic Adam's L2 term: g += wd*p (adamw.h)
   const __m512 b1 = _mm512_set1_ps(k.beta1), omb1 = _mm512_set1_ps(k.one_minus_beta1);
   const __m512 b2 = _mm512_set1_ps(k.beta2), omb2 = _mm512_set1_ps(k.one_minus_beta2);
   const __m512 bc2 = _mm512_set1_ps(k.bc2_sqrt), eps = _mm512_set1_ps(k.eps);
@@ -77,8 +79,10 @@ TIDE_AVX512 void range(const AdamWChunk& c, const AdamWScalars& k, int64_t begin
   float* __restrict vv = c.v;
   int64_t i = begin;
   for (; i + 16 <= end; i += 16) {
-    const __m512 g = _mm512_mul_ps(load_grad16<G>(c.grad, i), gs);
-    const __m512 p = _mm512_mul_ps(_mm512_loadu_ps(master + i), decay);
+    const __m512 p0 = _mm512_loadu_ps(master + i);
+    __m512 g = _mm512_mul_ps(load_grad16<G>(c.grad, i), gs);
+    if (classic) g = _mm512_add_ps(g, _mm512_mul_ps(l2, p0));
+    const __m512 p = _mm512_mul_ps(p0, decay);
     const __m512 m =
         _mm512_add_ps(_mm512_mul_ps(b1, _mm512_loadu_ps(mm + i)), _mm512_mul_ps(omb1, g));
     const __m512 v = _mm512_add_ps(_mm512_mul_ps(b2, _mm512_loadu_ps(vv + i)),

@@ -36,6 +36,7 @@ __device__ __forceinline__ uint16_t to_bf16(float f) {
 __device__ __forceinline__ void adamw_element(float& p, float g, float& m, float& v,
                                               const AdamWScalars& k) {
   g = __fmul_rn(g, k.grad_scale);
+  if (k.l2 != 0.0f) g = __fadd_rn(g, __fmul_rn(k.l2, p));  // classic Adam's L2 term (adamw.h)
   const float decayed = __fmul_rn(p, k.decay);
   m = __fadd_rn(__fmul_rn(k.beta1, m), __fmul_rn(k.one_minus_beta1, g));
   v = __fadd_rn(__fmul_rn(k.beta2, v), __fmul_rn(__fmul_rn(k.one_minus_beta2, g), g));

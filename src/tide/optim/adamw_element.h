@@ -16,6 +16,7 @@ namespace tide::optim_detail {
 // p, m, v: one element of master, m, v (updated in place); g: the raw gradient.
 inline void adamw_element(float& p, float g, float& m, float& v, const AdamWScalars& k) {
   g = g * k.grad_scale;
+  if (k.l2 != 0.0f) g = g + k.l2 * p;  // classic Adam's L2 term (adamw.h)
   const float decayed = p * k.decay;
   m = k.beta1 * m + k.one_minus_beta1 * g;
   v = k.beta2 * v + (k.one_minus_beta2 * g) * g;

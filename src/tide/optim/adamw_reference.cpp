@@ -53,7 +53,8 @@ void adamw_reference(float* master, const float* grad, float* m, float* v, int64
   check_adamw_args(h, s);
   const AdamWScalars k = adamw_scalars(h, s);
   for (int64_t i = 0; i < n; ++i) {
-    const float g = grad[i] * k.grad_scale;
+    float g = grad[i] * k.grad_scale;
+    if (k.l2 != 0.0f) g = g + k.l2 * master[i];                // classic Adam: g += wd*p (L2)
     float p = master[i] * k.decay;                             // p = p - lr*wd*p
     m[i] = k.beta1 * m[i] + k.one_minus_beta1 * g;             // m = b1*m + (1-b1)*g
     v[i] = k.beta2 * v[i] + (k.one_minus_beta2 * g) * g;       // v = b2*v + (1-b2)*g*g

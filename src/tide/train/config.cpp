@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 
 #include "tide/core/error.h"
 #include "tide/core/json_error.h"
@@ -36,18 +37,27 @@ ConfigRange ints(double lo, double hi = kNoMax) {
 ConfigRange nums(double lo, bool lo_open, double hi = kNumMax, bool hi_open = false) {
   return {lo, hi, lo_open, hi_open};
 }
+// KeyUse of DeepSpeed's keys that cannot change a tide run, and of those DeepSpeed refuses.
+constexpr KeyUse kIgnored = KeyUse::IGNORED, kRefused = KeyUse::REFUSED;
 
 }  // namespace
 
 const std::vector<ConfigKey>& config_schema() {
   using T = ConfigType;
   static const std::vector<ConfigKey> keys = {
-      {"train_micro_batch_size_per_gpu", T::INT, 8, "sequences per micro-batch on each rank",
+      {"train_micro_batch_size_per_gpu", T::INT, 8,
+       "sequences per micro-batch on each rank; when left out and train_batch_size is given: "
+       "train_batch_size / (data-parallel ranks x gradient_accumulation_steps), as in DeepSpeed",
        ints(1, 65536)},
-      {"gradient_accumulation_steps", T::INT, 1, "micro-batches accumulated per optimizer step",
+      {"gradient_accumulation_steps", T::INT, 1,
+       "micro-batches accumulated per optimizer step; when left out and train_batch_size and "
+       "the micro-batch are given: train_batch_size / (micro-batch x data-parallel ranks), as "
+       "in DeepSpeed",
        ints(1, 65536)},
       {"train_batch_size", T::INT, 0,
-       "global batch in sequences; 0 = not checked, else must equal micro * accum * dp",
+       "sequences per optimizer step over all ranks: must equal micro-batch x "
+       "gradient_accumulation_steps x data-parallel ranks (a left-out one of those two is "
+       "derived from it, as in DeepSpeed); 0 = not given",
        ints(0, 2147483647)},
       {"seq_len", T::INT, 128, "tokens per sequence (at most model.max_seq_len)", ints(1, 1048576)},
       {"train_steps", T::INT, 600, "optimizer steps to run", ints(1)},
@@ -55,13 +65,33 @@ const std::vector<ConfigKey>& config_schema() {
       {"device", T::STRING, "cpu", "cpu, cuda, cuda:N or auto"},
       {"threads", T::INT, 0, "OpenMP threads per rank; 0 = OpenMP's default", ints(0, 4096)},
       {"optimizer.type", T::STRING, "AdamW",
-       "AdamW; SGD (no optimizer state) only for tide estimate: tide train refuses it"},
+       "Adam or AdamW, in any case (as DeepSpeed reads them): Adam is AdamW unless "
+       "optimizer.params.adam_w_mode is false; SGD (no optimizer state) only for tide estimate: "
+       "tide train refuses it"},
+      {"optimizer.params.adam_w_mode", T::BOOL, true,
+       "with optimizer.type Adam: true = AdamW's decoupled weight decay, false = classic Adam "
+       "with L2 regularisation (the decay added to the gradient); type AdamW is AdamW whatever "
+       "this says (as in DeepSpeed)"},
+      {"optimizer.params.torch_adam",
+       T::BOOL,
+       false,
+       "DeepSpeed: torch's Adam instead of its fused kernel, the same update; ignored",
+       {},
+       kIgnored},
+      {"optimizer.params.max_grad_norm",
+       T::FLOAT,
+       0.0,
+       "refused, as DeepSpeed refuses it: not an optimizer parameter; clip with "
+       "gradient_clipping instead",
+       {},
+       kRefused},
       {"optimizer.params.lr", T::FLOAT, 1e-3, "peak learning rate", nums(0, true)},
       {"optimizer.params.betas", T::FLOAT_PAIR, json::array({0.9, 0.95}), "Adam beta1, beta2",
        nums(0, false, 1, true)},
       {"optimizer.params.eps", T::FLOAT, 1e-8, "Adam epsilon", nums(0, true)},
       {"optimizer.params.weight_decay", T::FLOAT, 0.1,
-       "decoupled weight decay (matrices and embeddings only)", nums(0, false)},
+       "weight decay of the matrices and embeddings (decoupled; L2 with adam_w_mode false)",
+       nums(0, false)},
       {"scheduler.type", T::STRING, "WarmupCosineLR",
        "WarmupCosineLR, WarmupDecayLR or WarmupLR (DeepSpeed's formulas and defaults, see "
        "docs/optimizer.md), or none: constant optimizer.params.lr"},
@@ -89,7 +119,23 @@ const std::vector<ConfigKey>& config_schema() {
       {"gradient_clipping", T::FLOAT, 1.0, "clip the global gradient norm to this; 0 = off",
        nums(0, false)},
       {"bf16.enabled", T::BOOL, false, "bf16 compute (needs device=cuda)"},
-      {"fp16.enabled", T::BOOL, false, "fp16 compute with dynamic loss scaling (needs cuda)"},
+      {"fp16.enabled", T::BOOL, false,
+       "fp16 compute with loss scaling (the fp16.* keys below); tide estimate sizes it, tide "
+       "train refuses it until fp16 training lands (issue #26): use false (f32) or bf16"},
+      {"fp16.auto_cast", T::BOOL, false, "with fp16.enabled: cast the inputs to fp16 (DeepSpeed)"},
+      {"fp16.loss_scale", T::FLOAT, 0.0,
+       "with fp16.enabled: 0 = dynamic loss scaling, else this fixed scale", nums(0, false)},
+      {"fp16.initial_scale_power", T::INT, 16,
+       "with fp16.enabled: dynamic loss scaling starts at 2^initial_scale_power", ints(0, 127)},
+      {"fp16.loss_scale_window", T::INT, 1000,
+       "with fp16.enabled: steps without overflow before the dynamic scale doubles", ints(1)},
+      {"fp16.hysteresis", T::INT, 2,
+       "with fp16.enabled: overflows tolerated before the dynamic scale halves (delayed shift)",
+       ints(1, 65536)},
+      {"fp16.consecutive_hysteresis", T::BOOL, false,
+       "with fp16.enabled: refill the hysteresis after every step without overflow"},
+      {"fp16.min_loss_scale", T::FLOAT, 1.0,
+       "with fp16.enabled: the floor of the dynamic loss scale", nums(0, true)},
       {"zero_optimization.stage", T::INT, 0,
        "ZeRO stage: 0 = data parallel (DDP), 1 = partition optimizer states, 2 = + gradients, "
        "3 = + parameters (docs/zero.md)",
@@ -107,6 +153,79 @@ const std::vector<ConfigKey>& config_schema() {
        "each reduction blocks"},
       {"zero_optimization.contiguous_gradients", T::BOOL, true,
        "gradients live in contiguous chunks (always; false is refused)"},
+      {"zero_optimization.allgather_partitions",
+       T::BOOL,
+       true,
+       "DeepSpeed: all-gather (true) or broadcasts (false) of the updated partitions, the same "
+       "parameters either way; ignored (tide all-gathers)",
+       {},
+       kIgnored},
+      {"zero_optimization.reduce_scatter",
+       T::BOOL,
+       true,
+       "DeepSpeed: reduce-scatter (true) or all-reduce (false) of the gradients, the same "
+       "averages either way; ignored (tide reduce-scatters)",
+       {},
+       kIgnored},
+      {"zero_optimization.stage3_max_reuse_distance", T::INT, 1000000000,
+       "DeepSpeed: keep a gathered parameter reused within this many elements, a memory/speed "
+       "trade; ignored (tide's stage 3 keeps stage3_max_live_parameters)",
+       ints(0), kIgnored},
+      {"zero_optimization.sub_group_size", T::INT, 1000000000,
+       "DeepSpeed: parameter elements per optimizer-step group, a memory/speed trade; ignored "
+       "(tide steps chunk by chunk)",
+       ints(0), kIgnored},
+      {"zero_optimization.round_robin_gradients",
+       T::BOOL,
+       false,
+       "DeepSpeed: order of the gradient copies to the host with offload; ignored",
+       {},
+       kIgnored},
+      {"zero_optimization.load_from_fp32_weights",
+       T::BOOL,
+       true,
+       "DeepSpeed: restore the master weights from fp32 copies; ignored (tide's checkpoints "
+       "always hold the f32 master weights)",
+       {},
+       kIgnored},
+      {"zero_optimization.ignore_unused_parameters",
+       T::BOOL,
+       true,
+       "DeepSpeed: tolerate parameters without gradients; ignored (the GPT uses them all)",
+       {},
+       kIgnored},
+      {"zero_optimization.grad_hooks",
+       T::BOOL,
+       true,
+       "DeepSpeed: stage 1 reduces during backward; ignored (tide reduces behind backward with "
+       "overlap_comm)",
+       {},
+       kIgnored},
+      {"zero_optimization.stage3_gather_16bit_weights_on_model_save",
+       T::BOOL,
+       false,
+       "DeepSpeed: gather the 16-bit weights into save_16bit_model(); ignored (tide export "
+       "gathers every checkpoint)",
+       {},
+       kIgnored},
+      {"zero_optimization.cpu_offload", T::BOOL, false,
+       "DeepSpeed's deprecated spelling of offload_optimizer.device: true = \"cpu\" (giving "
+       "both is an error, as in DeepSpeed)"},
+      {"zero_optimization.cpu_offload_params", T::BOOL, false,
+       "DeepSpeed's deprecated spelling of offload_param.device: true = \"cpu\" (giving both "
+       "is an error, as in DeepSpeed)"},
+      {"zero_allow_untested_optimizer",
+       T::BOOL,
+       false,
+       "DeepSpeed: allow a client optimizer under ZeRO; ignored (tide's optimizers are its own)",
+       {},
+       kIgnored},
+      {"zero_force_ds_cpu_optimizer",
+       T::BOOL,
+       true,
+       "DeepSpeed: insist on its CPU Adam with offload; ignored (tide's offload runs its own)",
+       {},
+       kIgnored},
       {"zero_optimization.stage3_prefetch_bucket_size", T::INT, 50000000,
        "stage 3: parameter elements gathered ahead of the op that uses them; 0 = no prefetch",
        ints(0)},
@@ -151,6 +270,27 @@ const std::vector<ConfigKey>& config_schema() {
        "(needs policy full, tensor_parallel.size > 1, no sequence_parallel)"},
       {"activation_checkpointing.cpu_checkpointing", T::BOOL, false,
        "the partitioned block inputs go to host memory (needs partition_activations)"},
+      {"activation_checkpointing.contiguous_memory_optimization",
+       T::BOOL,
+       false,
+       "DeepSpeed: copy the partitioned activations into one buffer, a memory layout; ignored",
+       {},
+       kIgnored},
+      {"activation_checkpointing.number_checkpoints", T::INT, nullptr,
+       "DeepSpeed: checkpoints per step, sizing that buffer; ignored", ints(0), kIgnored},
+      {"activation_checkpointing.synchronize_checkpoint_boundary",
+       T::BOOL,
+       false,
+       "DeepSpeed: a device synchronize at each checkpoint; ignored",
+       {},
+       kIgnored},
+      {"activation_checkpointing.profile",
+       T::BOOL,
+       false,
+       "DeepSpeed: log each checkpointed block's forward and backward time; ignored (tide: "
+       "trace.steps)",
+       {},
+       kIgnored},
       {"chunk_size_mb", T::FLOAT, 0.0,
        "target chunk size (= communication bucket) in MiB of f32; the parameters one op reads "
        "stay in one chunk when they fit, a larger tensor gets a chunk of its own; 0 = the "
@@ -214,6 +354,18 @@ const std::vector<ConfigKey>& config_schema() {
        "is an error",
        ints(1)},
       {"log.progress", T::BOOL, true, "live progress line on the terminal"},
+      {"wall_clock_breakdown",
+       T::BOOL,
+       false,
+       "DeepSpeed: forward/backward/step timers in its log; ignored (tide: trace.steps)",
+       {},
+       kIgnored},
+      {"dump_state",
+       T::BOOL,
+       false,
+       "DeepSpeed: print the engine's state at start; ignored",
+       {},
+       kIgnored},
       {"out_dir", T::STRING, "runs/default",
        "metrics.jsonl, config.json and checkpoints; tide will not start over an earlier run's "
        "files here (see out_dir_overwrite)"},
@@ -262,16 +414,20 @@ const std::vector<ConfigKey>& config_schema() {
 
 namespace {
 
+// Edits between two keys: insertions, deletions, substitutions and swaps of two neighbours
+// ("trian" -> "train" is one edit: the commonest typo).
 size_t edit_distance(const std::string& a, const std::string& b) {
-  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    cur[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j)
-      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] != b[j - 1])});
-    std::swap(prev, cur);
-  }
-  return prev[b.size()];
+  std::vector<std::vector<size_t>> d(a.size() + 1, std::vector<size_t>(b.size() + 1));
+  for (size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+  for (size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+  for (size_t i = 1; i <= a.size(); ++i)
+    for (size_t j = 1; j <= b.size(); ++j) {
+      d[i][j] =
+          std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] != b[j - 1])});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1])
+        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+    }
+  return d[a.size()][b.size()];
 }
 
 const ConfigKey* find_key(const std::string& path) {
@@ -301,7 +457,13 @@ std::string suggestion(const std::string& path) {
       if (end == std::string::npos) break;
     }
   }
-  return best_d <= std::max<size_t>(3, path.size() / 3) ? best : "";
+  // Close means a slip of the keyboard in the key's last part (the part that is wrong when
+  // the sections are right): 1 edit in up to 5 characters, 2 up to 8, at most 3. A longer
+  // distance is another word ("profile" is not "policy"): no suggestion beats a wrong one.
+  const size_t dot = path.rfind('.');
+  const size_t last = dot == std::string::npos ? path.size() : path.size() - dot - 1;
+  const size_t limit = std::clamp<size_t>(last / 3, 1, 3);
+  return best_d <= limit ? best : "";
 }
 
 // One error for all the unknown keys of a config, each with its suggestion.
@@ -356,6 +518,24 @@ std::string describe(const ConfigKey& k) {
   return "?";
 }
 
+// The value of an integer written as a JSON number: 200000000, 2e8 or 200000000.0 (DeepSpeed's
+// configs write bucket sizes as 5e8, which JSON reads as a float); none for 2.5, for a value
+// outside int64 and for anything else.
+std::optional<int64_t> integral(const json& v) {
+  if (v.is_number_unsigned())
+    return v.get<uint64_t>() <= static_cast<uint64_t>(INT64_MAX)
+               ? std::optional<int64_t>(static_cast<int64_t>(v.get<uint64_t>()))
+               : std::nullopt;
+  if (v.is_number_integer()) return v.get<int64_t>();
+  if (!v.is_number_float()) return std::nullopt;
+  const double x = v.get<double>();
+  // 2^63 is the first double beyond int64 (every double from 2^53 up is integral).
+  if (!std::isfinite(x) || x != std::floor(x) || x < -9223372036854775808.0 ||
+      x >= 9223372036854775808.0)
+    return std::nullopt;
+  return static_cast<int64_t>(x);
+}
+
 bool number_in_range(const json& v, const ConfigRange& r) {
   if (!v.is_number()) return false;
   const double x = v.get<double>();
@@ -367,17 +547,20 @@ bool number_in_range(const json& v, const ConfigRange& r) {
 // on the JSON value, before anything is narrowed to the field's type).
 bool valid_value(const json& v, const ConfigKey& k) {
   const ConfigRange& r = k.range;
+  // DeepSpeed writes null for "not set" (number_checkpoints): fine where the key changes nothing.
+  if (k.use == KeyUse::IGNORED && v.is_null()) return true;
   switch (k.type) {
     case ConfigType::INT: {
       // Without an upper bound (kNoMax) an integer key takes any int64.
-      if (!v.is_number_integer()) return false;
-      if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
-        return false;
-      const int64_t x = v.get<int64_t>();
-      return static_cast<double>(x) >= r.lo && (r.hi >= kNoMax || static_cast<double>(x) <= r.hi);
+      const std::optional<int64_t> x = integral(v);
+      if (!x) return false;
+      return static_cast<double>(*x) >= r.lo && (r.hi >= kNoMax || static_cast<double>(*x) <= r.hi);
     }
     case ConfigType::UINT:
-      return v.is_number_unsigned() || (v.is_number_integer() && v.get<int64_t>() >= 0);
+      if (v.is_number_unsigned()) return true;
+      if (v.is_number_float())  // 1e3; a float is integral from 2^53 on, but no longer exact
+        return integral(v).has_value() && v.get<double>() >= 0 && v.get<double>() < 0x1p53;
+      return v.is_number_integer() && v.get<int64_t>() >= 0;
     case ConfigType::FLOAT:
       return number_in_range(v, r);
     case ConfigType::BOOL:
@@ -409,10 +592,15 @@ void flatten(const json& j, const std::string& prefix, std::map<std::string, jso
   for (auto it = j.begin(); it != j.end(); ++it) {
     const std::string path = prefix.empty() ? it.key() : prefix + "." + it.key();
     if (const ConfigKey* k = find_key(path)) {
-      if (valid_value(it.value(), *k))
-        flat[path] = it.value();
-      else
+      if (k->use == KeyUse::REFUSED)
+        problems.push_back(fmt::format("config key '{}' is {}; remove it", path, k->doc));
+      else if (!valid_value(it.value(), *k))
         problems.push_back(invalid_value(path, *k, it.value()));
+      else if ((k->type == ConfigType::INT || k->type == ConfigType::UINT) &&
+               it.value().is_number_float())
+        flat[path] = *integral(it.value());  // 2e8 -> 200000000: one spelling per value
+      else
+        flat[path] = it.value();
     } else if (is_section(path)) {
       if (it.value().is_object())
         flatten(it.value(), path, flat, unknown, problems);
@@ -485,7 +673,56 @@ void check_path(const char* key, const std::string& path, bool directory) {
 
 namespace {
 
-TrainConfig parse_checked(const json& j, std::vector<std::string> unknown, bool check_paths) {
+// DeepSpeed's batch rule (deepspeed/runtime/config.py, _set_batch_related_parameters and
+// _batch_assertion): train_batch_size = micro-batch x accumulation x data-parallel ranks. Of the
+// three, the ones left out are derived from the ones given, with DeepSpeed's integer divisions;
+// then the three must agree. With neither train_batch_size nor the micro-batch given (DeepSpeed
+// refuses that), tide's default micro-batch applies. `dp`: the data-parallel ranks; 0 = not
+// known (then nothing is derived, and all three given are not compared: the Trainer does it).
+void resolve_batch(TrainConfig& c, bool micro_given, bool accum_given, int64_t dp) {
+  const int64_t tb = c.train_batch_size;
+  if (tb == 0 || dp == 0) return;  // nothing to derive, or the ranks are not known here
+  int64_t micro = c.micro_batch, accum = c.grad_accum;
+  if (!micro_given || !accum_given) {
+    const char* derived =
+        micro_given ? "gradient_accumulation_steps" : "train_micro_batch_size_per_gpu";
+    std::string unit_text;  // what train_batch_size must be a multiple of
+    int64_t unit = dp;
+    if (micro_given) {
+      accum = tb / micro / dp;
+      unit = micro * dp;
+      unit_text = fmt::format("train_micro_batch_size_per_gpu {} x ", micro);
+    } else if (accum_given) {
+      micro = tb / dp / accum;
+      unit = accum * dp;
+      unit_text = fmt::format("gradient_accumulation_steps {} x ", accum);
+    } else {
+      accum = 1;
+      micro = tb / dp;
+    }
+    unit_text += fmt::format("{} data-parallel rank{}", dp, dp == 1 ? "" : "s");
+    TIDE_CHECK(micro >= 1 && accum >= 1 && micro * accum * dp == tb,
+               "train_batch_size={} is not a multiple of {} = {}, so {} cannot be derived "
+               "(DeepSpeed's rule: train_batch_size = train_micro_batch_size_per_gpu x "
+               "gradient_accumulation_steps x data-parallel ranks); make train_batch_size a "
+               "multiple of {}, or give {}",
+               tb, unit_text, unit, derived, unit, derived);
+    TIDE_CHECK(micro <= 65536 && accum <= 65536,
+               "train_batch_size={} over {} data-parallel rank{} gives {}={}, above its limit of "
+               "65536; give train_micro_batch_size_per_gpu and gradient_accumulation_steps",
+               tb, dp, dp == 1 ? "" : "s", derived, micro_given ? accum : micro);
+    c.micro_batch = static_cast<int>(micro);
+    c.grad_accum = static_cast<int>(accum);
+  }
+  TIDE_CHECK(micro * accum * dp == tb,
+             "train_batch_size {} != train_micro_batch_size_per_gpu {} x "
+             "gradient_accumulation_steps {} x data-parallel ranks {}; fix one of them, or leave "
+             "one of the last two out to have it derived (DeepSpeed's rule)",
+             tb, micro, accum, dp);
+}
+
+TrainConfig parse_checked(const json& j, std::vector<std::string> unknown, bool check_paths,
+                          int ranks) {
   TIDE_CHECK(j.is_object(), "the config must be a JSON object {{...}} (got {})", j.type_name());
   std::map<std::string, json> given, v;
   std::vector<std::string> problems;
@@ -501,10 +738,14 @@ TrainConfig parse_checked(const json& j, std::vector<std::string> unknown, bool 
   auto is_given = [&](const char* p) { return given.count(p) > 0; };
   for (const ConfigKey& k : config_schema()) v[k.path] = k.default_value;
   for (const auto& [key, value] : given) v[key] = value;
+  std::vector<std::string> ignored;
+  for (const ConfigKey& k : config_schema())
+    if (k.use == KeyUse::IGNORED && is_given(k.path)) ignored.push_back(k.path);
   // One spelling per value (2 and 2.0 are the same rate), so that config.json and the ranks'
   // agreement hashes see values, not spellings.
   for (const ConfigKey& k : config_schema()) {
-    if (k.type == ConfigType::FLOAT) v[k.path] = v[k.path].get<double>();
+    if (k.type == ConfigType::FLOAT && !v[k.path].is_null())  // null: an ignored key unset
+      v[k.path] = v[k.path].get<double>();
     if (k.type == ConfigType::FLOAT_PAIR)
       v[k.path] = json::array({v[k.path][0].get<double>(), v[k.path][1].get<double>()});
   }
@@ -515,6 +756,7 @@ TrainConfig parse_checked(const json& j, std::vector<std::string> unknown, bool 
   auto b = [&](const char* p) { return v.at(p).get<bool>(); };
 
   TrainConfig c;
+  c.ignored_keys = ignored;
   c.micro_batch = static_cast<int>(i("train_micro_batch_size_per_gpu"));
   c.grad_accum = static_cast<int>(i("gradient_accumulation_steps"));
   c.train_batch_size = static_cast<int>(i("train_batch_size"));
@@ -527,13 +769,22 @@ TrainConfig parse_checked(const json& j, std::vector<std::string> unknown, bool 
                   c.device.find_first_not_of("0123456789", 5) == std::string::npos),
              "device '{}' is not a device; use cpu, cuda, cuda:N or auto", c.device);
   c.threads = static_cast<int>(i("threads"));
-  // SGD is a name tide estimate sizes (no optimizer state); tide train refuses it
-  // (unsupported_settings.h).
-  const std::string opt = s("optimizer.type");
-  TIDE_CHECK(opt == "AdamW" || opt == "adamw" || opt == "SGD" || opt == "sgd",
-             "optimizer.type '{}' is not supported; use AdamW", opt);
-  c.optimizer_type = opt == "SGD" || opt == "sgd" ? "SGD" : "AdamW";
-  v["optimizer.type"] = c.optimizer_type;
+  // DeepSpeed lower-cases the names of its own optimizers (adam, adamw, ...) and takes any other
+  // name from torch.optim (SGD). Adam is AdamW unless adam_w_mode is false (its engine's
+  // effective_adam_w_mode). SGD is a name tide estimate sizes (no optimizer state); tide train
+  // refuses it (unsupported_settings.h).
+  std::string opt = s("optimizer.type");
+  std::transform(opt.begin(), opt.end(), opt.begin(),
+                 [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
+  TIDE_CHECK(opt == "adam" || opt == "adamw" || opt == "sgd",
+             "optimizer.type '{}' is not supported; tide has Adam and AdamW (DeepSpeed's "
+             "spellings, any case; Adam with optimizer.params.adam_w_mode=false is classic Adam "
+             "with L2), and SGD for tide estimate only",
+             s("optimizer.type"));
+  c.optimizer_type = opt == "sgd" ? "SGD" : "AdamW";
+  c.adam_w_mode = opt != "adam" || b("optimizer.params.adam_w_mode");
+  v["optimizer.type"] = opt == "adam" ? "Adam" : c.optimizer_type;
+  v["optimizer.params.adam_w_mode"] = c.adam_w_mode;
   c.lr = f("optimizer.params.lr");
   c.beta1 = v.at("optimizer.params.betas")[0].get<double>();
   c.beta2 = v.at("optimizer.params.betas")[1].get<double>();
@@ -580,11 +831,20 @@ TrainConfig parse_checked(const json& j, std::vector<std::string> unknown, bool 
   h.beta2 = c.beta2;
   h.eps = c.eps;
   h.weight_decay = c.weight_decay;
+  h.decoupled = c.adam_w_mode;
   check_adamw_args(h, AdamWStep{1, 1.0f});
   check_lr_schedule(c.lr_schedule);
   c.bf16 = b("bf16.enabled");
   c.fp16 = b("fp16.enabled");
   TIDE_CHECK(!(c.bf16 && c.fp16), "bf16.enabled and fp16.enabled cannot both be true");
+  TrainConfig::Fp16LossScale& ls16 = c.fp16_loss_scale;
+  ls16.auto_cast = b("fp16.auto_cast");
+  ls16.loss_scale = f("fp16.loss_scale");
+  ls16.initial_scale_power = static_cast<int>(i("fp16.initial_scale_power"));
+  ls16.loss_scale_window = i("fp16.loss_scale_window");
+  ls16.hysteresis = static_cast<int>(i("fp16.hysteresis"));
+  ls16.consecutive_hysteresis = b("fp16.consecutive_hysteresis");
+  ls16.min_loss_scale = f("fp16.min_loss_scale");
   c.zero.stage = static_cast<int>(i("zero_optimization.stage"));
   c.zero.reduce_bucket_size = i("zero_optimization.reduce_bucket_size");
   c.zero.allgather_bucket_size = i("zero_optimization.allgather_bucket_size");
@@ -600,6 +860,20 @@ TrainConfig parse_checked(const json& j, std::vector<std::string> unknown, bool 
   c.chunk_size_mb = f("chunk_size_mb");
   // Offload and the parallel layout: the names and combinations are checked here, for both
   // commands; what tide train cannot run yet, it refuses (unsupported_settings.h).
+  // DeepSpeed's deprecated booleans, read as its pydantic model reads them: true sets the new
+  // key's device to "cpu", and giving the new key as well is an error. Recorded in the new key
+  // (and the old one false), so that config.json holds one spelling.
+  for (const auto& [old_key, new_key] :
+       {std::pair{"zero_optimization.cpu_offload", "zero_optimization.offload_optimizer.device"},
+        std::pair{"zero_optimization.cpu_offload_params",
+                  "zero_optimization.offload_param.device"}}) {
+    if (!b(old_key)) continue;
+    TIDE_CHECK(!is_given(new_key),
+               "{} (deprecated in DeepSpeed) and {} are the same setting; give only {}", old_key,
+               new_key, new_key);
+    v[new_key] = "cpu";
+    v[old_key] = false;
+  }
   c.offload_optimizer = s("zero_optimization.offload_optimizer.device");
   c.offload_param = s("zero_optimization.offload_param.device");
   for (const char* key :
@@ -723,6 +997,21 @@ TrainConfig parse_checked(const json& j, std::vector<std::string> unknown, bool 
   c.trace_steps = i("trace.steps");
   c.trace_path = s("trace.path");
   c.is_default_run = c.data_dir.empty() && c.train_data.empty();
+  // The batch, now that the layout is known: data-parallel ranks = ranks / (tp x pp) (what
+  // DeepSpeed's world_size is under Megatron's mpu). A layout that does not divide the ranks is
+  // refused by the Trainer and by tide estimate, with its own message.
+  const int64_t world = ranks > 0 ? ranks : c.world_size;
+  const int64_t replica = int64_t{c.tensor_parallel} * c.pipeline_stages;
+  const bool world_known = world > 0;
+  int64_t dp = world_known ? std::max<int64_t>(1, world / replica) : 1;
+  // All three given and the ranks not known: the Trainer compares them against its ranks.
+  if (!world_known && is_given("train_micro_batch_size_per_gpu") &&
+      is_given("gradient_accumulation_steps"))
+    dp = 0;
+  resolve_batch(c, is_given("train_micro_batch_size_per_gpu"),
+                is_given("gradient_accumulation_steps"), dp);
+  v["train_micro_batch_size_per_gpu"] = c.micro_batch;
+  v["gradient_accumulation_steps"] = c.grad_accum;
   check_tensor_parallel_settings(c);  // needs the shape and the activation policy
   check_pipeline_settings(c);         // needs the shape, the batch and ZeRO: last
   c.values = json(v);
@@ -738,12 +1027,12 @@ TrainConfig parse_checked(const json& j, std::vector<std::string> unknown, bool 
 
 }  // namespace
 
-TrainConfig parse_train_config(const json& j, bool check_paths) {
-  return parse_checked(j, {}, check_paths);
+TrainConfig parse_train_config(const json& j, bool check_paths, int ranks) {
+  return parse_checked(j, {}, check_paths, ranks);
 }
 
 TrainConfig load_train_config(const std::string& path, const std::vector<std::string>& overrides,
-                              bool check_paths) {
+                              bool check_paths, int ranks) {
   json j = path.empty() ? default_config() : json::object();
   if (!path.empty()) {
     std::error_code ec;
@@ -784,7 +1073,7 @@ TrainConfig load_train_config(const std::string& path, const std::vector<std::st
     }
     set_path(j, key, value);
   }
-  return parse_checked(j, unknown, check_paths);
+  return parse_checked(j, unknown, check_paths, ranks);
 }
 
 std::vector<std::string> earlier_run_files(const std::string& out_dir) {
@@ -822,8 +1111,27 @@ void check_out_dir(const TrainConfig& cfg) {
 
 json config_to_json(const TrainConfig& c) {
   json j = json::object();
-  for (const auto& [key, value] : c.values.items()) set_path(j, key, value);
+  for (const auto& [key, value] : c.values.items()) {
+    // A key that cannot change the run is recorded only when the config gave it; a refused
+    // key never is (reading it back would be refused).
+    const ConfigKey* k = find_key(key);
+    if (k && k->use == KeyUse::REFUSED) continue;
+    if (k && k->use == KeyUse::IGNORED &&
+        std::find(c.ignored_keys.begin(), c.ignored_keys.end(), key) == c.ignored_keys.end())
+      continue;
+    set_path(j, key, value);
+  }
   return j;
+}
+
+std::string ignored_keys_warning(const TrainConfig& c) {
+  if (c.ignored_keys.empty()) return "";
+  std::string list;
+  for (const std::string& k : c.ignored_keys) list += (list.empty() ? "" : ", ") + k;
+  return fmt::format(
+      "tide: warning: ignoring {} DeepSpeed config key{} that cannot change a tide run: {} "
+      "(docs/config.md, \"Coming from DeepSpeed\")",
+      c.ignored_keys.size(), c.ignored_keys.size() == 1 ? "" : "s", list);
 }
 
 void set_resolved_value(TrainConfig& c, const std::string& key, const json& value) {

@@ -33,21 +33,35 @@ struct ConfigRange {
   bool lo_open = false, hi_open = false;
 };
 
+// What tide does with a key. DeepSpeed's keys that tide cannot use are declared too, so that a
+// DeepSpeed config runs as written instead of failing on them (docs/config.md, "Coming from
+// DeepSpeed").
+enum class KeyUse {
+  HONOURED,  // the key changes the run (most keys)
+  IGNORED,   // a DeepSpeed key that cannot change a tide run (timers, a collective's choice of
+             // algorithm, ...): accepted, and named in one warning line (ignored_keys_warning)
+  REFUSED,   // a DeepSpeed key that DeepSpeed itself refuses: an error whatever its value, with
+             // `doc` as the reason and the fix
+};
+
 struct ConfigKey {
   const char* path;  // dotted: "optimizer.params.lr"
   ConfigType type;
   nlohmann::json default_value;
   const char* doc;
   ConfigRange range = {};  // INT, FLOAT and FLOAT_PAIR only
+  KeyUse use = KeyUse::HONOURED;
 };
 
 const std::vector<ConfigKey>& config_schema();
 
 struct TrainConfig {
   // batch and schedule
+  // DeepSpeed's rule: train_batch_size = micro_batch * grad_accum * data-parallel ranks; a
+  // config may give any two and the third is derived (resolve_batch in config.cpp).
   int micro_batch = 8;
   int grad_accum = 1;
-  int train_batch_size = 0;  // 0: not checked; else must equal micro * accum * dp
+  int train_batch_size = 0;  // as given; 0: not given (then micro * accum * dp)
   int seq_len = 128;
   int64_t train_steps = 600;
   uint64_t seed = 1337;
@@ -56,9 +70,24 @@ struct TrainConfig {
   // optimizer
   // Doubles, like PyTorch's Python floats: 1 - beta2 must be 0.05, not 1 - 0.95f.
   double lr = 1e-3, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.1;
+  // false: classic Adam, the weight decay added to the gradient (DeepSpeed's "Adam" with
+  // optimizer.params.adam_w_mode false); true: AdamW's decoupled decay.
+  bool adam_w_mode = true;
   LrSchedule lr_schedule;  // scheduler.*, resolved (total_num_steps 0 -> train_steps, ...)
   float grad_clip = 1.0f;  // 0: off
   bool bf16 = false, fp16 = false;
+  // fp16.*: DeepSpeed's loss scaling, with its defaults (fp16 training itself is not in tide
+  // train yet: fp16.enabled=true is refused).
+  struct Fp16LossScale {
+    double loss_scale = 0;  // 0: dynamic; else a fixed scale
+    int initial_scale_power = 16;
+    int64_t loss_scale_window = 1000;
+    int hysteresis = 2;
+    bool consecutive_hysteresis = false;
+    double min_loss_scale = 1;
+    bool auto_cast = false;
+    bool operator==(const Fp16LossScale&) const = default;
+  } fp16_loss_scale;
   ZeroSettings zero;  // zero_optimization.* (offload_optimizer: from offload_optimizer below)
   int64_t device_memory_limit = 0;          // placement.device_memory_limit: bytes, 0 = unlimited
   std::string placement_policy = "device";  // placement.policy: "device" or "auto"
@@ -111,6 +140,9 @@ struct TrainConfig {
   // config.json, the checkpoints' config and the ranks' agreement check are written from it,
   // and parsing it back gives this config again.
   nlohmann::json values = nlohmann::json::object();
+  // The KeyUse::IGNORED keys the config gave, in schema order (config_to_json writes these and
+  // no other ignored key, so that reading config.json back gives the same list).
+  std::vector<std::string> ignored_keys;
 
   bool operator==(const TrainConfig&) const = default;
 };
@@ -121,10 +153,18 @@ struct TrainConfig {
 // of them in one error), types, ranges (before narrowing), the optimizer and the LR schedule,
 // the model shape, and that every path given exists.
 // check_paths = false (`tide estimate`, which reads no data): the paths are not checked.
+// ranks: the processes of the run (tide train: the ranks launched), which with the
+// tensor-parallel and pipeline sizes give the data-parallel ranks that derive a batch size the
+// config leaves out (DeepSpeed's rule). 0 = not known here: the world_size key when set, else 1
+// (tide estimate's world); the Trainer checks the batch again against the ranks it runs on.
 TrainConfig load_train_config(const std::string& path, const std::vector<std::string>& overrides,
-                              bool check_paths = true);
+                              bool check_paths = true, int ranks = 0);
 // Same, from JSON already parsed (tests).
-TrainConfig parse_train_config(const nlohmann::json& j, bool check_paths = true);
+TrainConfig parse_train_config(const nlohmann::json& j, bool check_paths = true, int ranks = 0);
+
+// One warning line naming the KeyUse::IGNORED keys the config gave ("" when none): printed
+// once by `tide train` (rank 0) and `tide estimate`.
+std::string ignored_keys_warning(const TrainConfig& c);
 
 // The files of an earlier run in `out_dir` (metrics.jsonl, config.json, model.ckpt,
 // model_step<N>.ckpt); empty when there are none.
@@ -133,8 +173,9 @@ std::vector<std::string> earlier_run_files(const std::string& out_dir);
 // continues that run (checkpoint.resume) or cfg.out_dir_overwrite is set.
 void check_out_dir(const TrainConfig& cfg);
 
-// The config as nested JSON (every schema key, from c.values): config.json and the checkpoints'
-// config. parse_train_config(config_to_json(c)) == c.
+// The config as nested JSON (every schema key, from c.values, except the KeyUse::IGNORED keys
+// the config did not give): config.json and the checkpoints' config.
+// parse_train_config(config_to_json(c)) == c.
 nlohmann::json config_to_json(const TrainConfig& c);
 
 // Sets a key of c.values to a value a component resolved after parsing (the trainer: the

@@ -67,8 +67,8 @@ void check_trainer_can_honour(const TrainConfig& c, int world_size) {
              "pipeline.stages=1 and tensor_parallel.size=1, or placement.policy=\"device\"",
              p, t);
   TIDE_CHECK(c.optimizer_type == "AdamW",
-             "optimizer.type=\"{}\": tide train has only AdamW; set optimizer.type to \"AdamW\" "
-             "(tide estimate sizes SGD)",
+             "optimizer.type=\"{}\": tide train has only Adam and AdamW; set optimizer.type to "
+             "\"AdamW\" (tide estimate sizes SGD)",
              c.optimizer_type);
 }
 

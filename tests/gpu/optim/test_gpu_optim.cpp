@@ -102,6 +102,27 @@ TEST(AdamWCuda, BitwiseEqualToReferenceForAllDtypes) {
       }
 }
 
+// Classic Adam with L2 (DeepSpeed's Adam with adam_w_mode false): the kernel's L2 term rounds
+// as the reference's does.
+TEST(AdamWCuda, ClassicAdamBitwiseEqualToReference) {
+  SKIP_WITHOUT_GPU();
+  const AdamWHyper h{1e-3, 0.9, 0.95, 1e-8, 0.1, /*decoupled=*/false};
+  for (int64_t n : {1, 5, 1023, 1 << 20}) {
+    HostState ref(n, 200 + n);
+    DeviceArray<float> master(ref.master), g(ref.grad), m(ref.m), v(ref.v);
+    const AdamWChunk c{master.p, g.p, DType::F32, m.p, v.p, nullptr, DType::BF16, n};
+    for (int64_t t = 1; t <= 3; ++t) {
+      const AdamWStep s{t, t == 2 ? 0.5f : 1.0f};
+      adamw_reference(ref.master.data(), ref.grad.data(), ref.m.data(), ref.v.data(), n, h, s);
+      adamw_cuda(c, h, s, nullptr, nullptr);
+    }
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    EXPECT_TRUE(same_bits(master.download(), ref.master)) << "n=" << n;
+    EXPECT_TRUE(same_bits(m.download(), ref.m)) << "n=" << n;
+    EXPECT_TRUE(same_bits(v.download(), ref.v)) << "n=" << n;
+  }
+}
+
 TEST(AdamWCuda, UnalignedChunkTakesTheScalarPathWithTheSameBits) {
   SKIP_WITHOUT_GPU();
   const int64_t n = 10001;

@@ -72,9 +72,15 @@ config_error)
   expect_one_error "checkpoint.resume: 'c/model_step3.ckpt.partial' is an uncommitted checkpoint" \
     -np 2 "$tide" train "${common[@]}" train_steps=5 out_dir=c \
     checkpoint.resume=c/model_step3.ckpt.partial
-  # Found by the trainer (after the ranks compared their configs), not by the config reader.
+  # Found by the config reader, which knows the ranks (DeepSpeed's batch rule) ...
   expect_one_error "train_batch_size 3 != train_micro_batch_size_per_gpu 2 x gradient_accumulation_steps 1 x data-parallel ranks 2" \
+    -np 2 "$tide" train "${common[@]}" train_steps=5 out_dir=c train_batch_size=3 \
+    gradient_accumulation_steps=1
+  expect_one_error "train_batch_size=3 is not a multiple of train_micro_batch_size_per_gpu 2 x 2 data-parallel ranks = 4" \
     -np 2 "$tide" train "${common[@]}" train_steps=5 out_dir=c train_batch_size=3
+  # ... and by the trainer (after the ranks compared their configs), not by the config reader.
+  expect_one_error "world_size=3: this run has 2 ranks" \
+    -np 2 "$tide" train "${common[@]}" train_steps=5 out_dir=c world_size=3
   # One rank's own problem (data.dir may differ per rank): named with its rank, still one line.
   expect_one_error "rank 1: data.dir 'nowhere' does not exist" \
     -np 1 "$tide" train "${common[@]}" train_steps=5 out_dir=c \

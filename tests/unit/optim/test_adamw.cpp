@@ -31,7 +31,21 @@ void adamw_textbook(double& p, double g, double& m, double& v, const AdamWHyper&
   p = p - double(h.lr) * mhat / (std::sqrt(vhat) + h.eps);
 }
 
+// Classic Adam with L2 regularisation (AdamWHyper::decoupled = false; DeepSpeed's Adam with
+// adam_w_mode false, torch.optim.Adam's weight_decay), written from the textbook in double:
+// the decay joins the gradient before the moments, and p is not decayed.
+void adam_l2_textbook(double& p, double g, double& m, double& v, const AdamWHyper& h,
+                      const AdamWStep& s) {
+  g = g * s.grad_scale + h.weight_decay * p;
+  m = h.beta1 * m + (1 - h.beta1) * g;
+  v = h.beta2 * v + (1 - h.beta2) * g * g;
+  const double mhat = m / (1 - std::pow(h.beta1, double(s.t)));
+  const double vhat = v / (1 - std::pow(h.beta2, double(s.t)));
+  p = p - h.lr * mhat / (std::sqrt(vhat) + h.eps);
+}
+
 const AdamWHyper kHyper{1e-3, 0.9, 0.95, 1e-8, 0.1};
+const AdamWHyper kAdamL2{1e-3, 0.9, 0.95, 1e-8, 0.1, /*decoupled=*/false};
 
 }  // namespace
 
@@ -51,6 +65,32 @@ TEST(AdamWReference, DecoupledWeightDecayShrinksBeforeTheUpdate) {
   float p = 2.0, g = 0.0, m = 0.0, v = 0.0f;
   adamw_reference(&p, &g, &m, &v, 1, AdamWHyper{0.5, 0.9, 0.95, 1e-8, 0.1}, AdamWStep{3});
   EXPECT_FLOAT_EQ(p, 2.0f * (1.0f - 0.05f));
+}
+
+TEST(AdamWReference, ClassicAdamFoldsTheDecayIntoTheGradient) {
+  // Zero gradient, by hand: g = wd*p = 0.2; at t = 1 mhat = g and vhat = g^2, so p moves by
+  // lr * g / (|g| + eps) = 0.5 (minus 2.5e-8): 2 -> 1.5. AdamW would give 2 * (1 - 0.05) = 1.9.
+  float p = 2.0f, g = 0.0f, m = 0.0f, v = 0.0f;
+  const AdamWHyper h{0.5, 0.9, 0.95, 1e-8, 0.1, /*decoupled=*/false};
+  adamw_reference(&p, &g, &m, &v, 1, h, AdamWStep{1});
+  EXPECT_FLOAT_EQ(p, 1.5f);
+  EXPECT_FLOAT_EQ(m, 0.1f * 0.2f);          // (1 - b1) * g
+  EXPECT_FLOAT_EQ(v, 0.05f * 0.2f * 0.2f);  // (1 - b2) * g^2
+  // Over many steps, against the fp64 textbook (weight decay large enough to matter).
+  const int64_t n = 1000;
+  State st(n, 5, 0.01f);
+  std::vector<double> pd(n), md(n), vd(n);
+  for (int64_t i = 0; i < n; ++i) pd[i] = st.master[i], md[i] = st.m[i], vd[i] = st.v[i];
+  for (int64_t t = 1; t <= 20; ++t) {
+    const AdamWStep s{t, t % 2 ? 1.0f : 0.25f};
+    adamw_reference(st.master.data(), st.grad.data(), st.m.data(), st.v.data(), n, kAdamL2, s);
+    for (int64_t i = 0; i < n; ++i) adam_l2_textbook(pd[i], st.grad[i], md[i], vd[i], kAdamL2, s);
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    ASSERT_NEAR(st.master[i], pd[i], 1e-6 * (1 + std::abs(pd[i]))) << i;
+    ASSERT_NEAR(st.m[i], md[i], 1e-6 * (1 + std::abs(md[i]))) << i;
+    ASSERT_NEAR(st.v[i], vd[i], 1e-5 * vd[i] + 1e-12) << i;
+  }
 }
 
 TEST(AdamWReference, MatchesTextbookFormulasInDoubleOverManySteps) {
@@ -108,46 +148,50 @@ TEST_P(AdamWPaths, BitwiseEqualToReference) {
     GTEST_SKIP() << "this CPU lacks "
                  << (pc.path == SimdPath::kAvx512 ? "avx512f" : "avx2/fma/f16c") << " for path "
                  << simd_path_name(pc.path);
-  for (int64_t n : {0, 1, 7, 8, 9, 15, 16, 17, 31, 33, 1000, 40000 + 13}) {
-    State ref(n, 11 + n, 0.01f), fast(n, 11 + n, 0.01f);
-    // Gradients in the tested dtype; the reference sees the same values widened to f32.
-    Aligned<uint16_t> g16(n);
-    for (int64_t i = 0; i < n; ++i) {
-      if (pc.grad == DType::BF16)
-        g16[i] = f32_to_bf16(ref.grad[i]), ref.grad[i] = bf16_to_f32(g16[i]);
-      if (pc.grad == DType::F16) g16[i] = f32_to_f16(ref.grad[i]), ref.grad[i] = f16_to_f32(g16[i]);
+  // AdamW and classic Adam (L2 folded into the gradient): the same paths, the same bits.
+  for (const AdamWHyper& hyper : {kHyper, kAdamL2})
+    for (int64_t n : {0, 1, 7, 8, 9, 15, 16, 17, 31, 33, 1000, 40000 + 13}) {
+      State ref(n, 11 + n, 0.01f), fast(n, 11 + n, 0.01f);
+      // Gradients in the tested dtype; the reference sees the same values widened to f32.
+      Aligned<uint16_t> g16(n);
+      for (int64_t i = 0; i < n; ++i) {
+        if (pc.grad == DType::BF16)
+          g16[i] = f32_to_bf16(ref.grad[i]), ref.grad[i] = bf16_to_f32(g16[i]);
+        if (pc.grad == DType::F16)
+          g16[i] = f32_to_f16(ref.grad[i]), ref.grad[i] = f16_to_f32(g16[i]);
+      }
+      Aligned<float> out32(n);
+      Aligned<uint16_t> out16(n);
+      AdamWChunk c{fast.master.data(),
+                   pc.grad == DType::F32 ? (void*)fast.grad.data() : g16.data(),
+                   pc.grad,
+                   fast.m.data(),
+                   fast.v.data(),
+                   nullptr,
+                   pc.out,
+                   n};
+      if (pc.out == DType::F32) c.param_out = out32.data();
+      if (pc.out == DType::BF16 || pc.out == DType::F16) c.param_out = out16.data();
+      AdamWCpuOptions opt;
+      opt.path = pc.path;
+      opt.tile = 4096;  // several tiles at n = 40013, so OpenMP splits it
+      for (int64_t t = 1; t <= 3; ++t) {
+        const AdamWStep s{t, t == 2 ? 0.5f : 1.0f};
+        adamw_reference(ref.master.data(), ref.grad.data(), ref.m.data(), ref.v.data(), n, hyper,
+                        s);
+        ASSERT_TRUE(adamw_cpu(c, hyper, s, opt));
+      }
+      int64_t bad = -1;
+      EXPECT_TRUE(test::same_bits(fast.master.data(), ref.master.data(), n, &bad))
+          << "master differs at " << bad << " of n=" << n << (hyper.decoupled ? "" : " (Adam+L2)");
+      EXPECT_TRUE(test::same_bits(fast.m.data(), ref.m.data(), n, &bad)) << "m at " << bad;
+      EXPECT_TRUE(test::same_bits(fast.v.data(), ref.v.data(), n, &bad)) << "v at " << bad;
+      for (int64_t i = 0; i < n; ++i) {
+        if (pc.out == DType::F32) ASSERT_EQ(f32_bits(out32[i]), f32_bits(fast.master[i])) << i;
+        if (pc.out == DType::BF16) ASSERT_EQ(out16[i], f32_to_bf16(fast.master[i])) << i;
+        if (pc.out == DType::F16) ASSERT_EQ(out16[i], f32_to_f16(fast.master[i])) << i;
+      }
     }
-    Aligned<float> out32(n);
-    Aligned<uint16_t> out16(n);
-    AdamWChunk c{fast.master.data(),
-                 pc.grad == DType::F32 ? (void*)fast.grad.data() : g16.data(),
-                 pc.grad,
-                 fast.m.data(),
-                 fast.v.data(),
-                 nullptr,
-                 pc.out,
-                 n};
-    if (pc.out == DType::F32) c.param_out = out32.data();
-    if (pc.out == DType::BF16 || pc.out == DType::F16) c.param_out = out16.data();
-    AdamWCpuOptions opt;
-    opt.path = pc.path;
-    opt.tile = 4096;  // several tiles at n = 40013, so OpenMP splits it
-    for (int64_t t = 1; t <= 3; ++t) {
-      const AdamWStep s{t, t == 2 ? 0.5f : 1.0f};
-      adamw_reference(ref.master.data(), ref.grad.data(), ref.m.data(), ref.v.data(), n, kHyper, s);
-      ASSERT_TRUE(adamw_cpu(c, kHyper, s, opt));
-    }
-    int64_t bad = -1;
-    EXPECT_TRUE(test::same_bits(fast.master.data(), ref.master.data(), n, &bad))
-        << "master differs at " << bad << " of n=" << n;
-    EXPECT_TRUE(test::same_bits(fast.m.data(), ref.m.data(), n, &bad)) << "m at " << bad;
-    EXPECT_TRUE(test::same_bits(fast.v.data(), ref.v.data(), n, &bad)) << "v at " << bad;
-    for (int64_t i = 0; i < n; ++i) {
-      if (pc.out == DType::F32) ASSERT_EQ(f32_bits(out32[i]), f32_bits(fast.master[i])) << i;
-      if (pc.out == DType::BF16) ASSERT_EQ(out16[i], f32_to_bf16(fast.master[i])) << i;
-      if (pc.out == DType::F16) ASSERT_EQ(out16[i], f32_to_f16(fast.master[i])) << i;
-    }
-  }
 }
 
 std::vector<PathCase> all_cases() {

@@ -125,14 +125,14 @@ TEST(EstimateSetup, ConfigErrorsAreTideTrainsErrors) {
             "'train_micro_batch_size_per_gpu'? (`tide train --list-keys` lists all)");
   // A DeepSpeed-style config with five wrong keys: one error names all five.
   const std::string five = estimate_error(R"({
-    "train_micro_batch_size_per_gpu": 2, "wall_clock_breakdown": false,
+    "train_micro_batch_size_per_gpu": 2, "prescale_gradients": false,
     "optimizer": {"type": "AdamW", "params": {"lrr": 1e-3}},
-    "zero_optimization": {"stage": 1, "sub_group_size": 1000000000,
+    "zero_optimization": {"stage": 1, "elastic_checkpoint": true,
                           "offload_optimizer": {"devise": "cpu"}},
     "tensor_paralel": {"size": 2}})");
   EXPECT_HAS(five, "5 unknown config keys");
   for (const char* key :
-       {"'wall_clock_breakdown'", "'optimizer.params.lrr'", "'zero_optimization.sub_group_size'",
+       {"'prescale_gradients'", "'optimizer.params.lrr'", "'zero_optimization.elastic_checkpoint'",
         "'zero_optimization.offload_optimizer.devise' (did you mean "
         "'zero_optimization.offload_optimizer.device'?)",
         "'tensor_paralel' (did you mean 'tensor_parallel'?)"})
@@ -296,7 +296,8 @@ TEST(TrainerRefuses, EverySettingItCannotHonourByKeyAndValue) {
                      "zero_optimization.stage=3"},
                     2),
             "");
-  EXPECT_HAS(refusal({"optimizer.type=SGD"}), "optimizer.type=\"SGD\": tide train has only AdamW");
+  EXPECT_HAS(refusal({"optimizer.type=SGD"}),
+             "optimizer.type=\"SGD\": tide train has only Adam and AdamW");
   EXPECT_HAS(refusal({"pipeline.stages=2", "pipeline.schedule=interleaved",
                       "pipeline.virtual_stages=2", "gradient_accumulation_steps=2"}),
              "pipeline.stages=2");

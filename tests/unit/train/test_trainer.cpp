@@ -150,6 +150,40 @@ TEST(Trainer, ZeroStagesOnOneRankEqualStageZeroBitwise) {
         << "stage " << stage;
 }
 
+// DeepSpeed's optimizer spellings reach the optimizer (config.md, "Coming from DeepSpeed"):
+// "Adam" is AdamW, bit for bit; "Adam" with adam_w_mode false is classic Adam with L2, which
+// differs from AdamW by the weight decay alone (equal without it), and the offloaded CPU Adam
+// gets the mode too.
+TEST(Trainer, DeepSpeedAdamSpellingsReachTheOptimizer) {
+  const std::string dir = temp_dir("adam_modes");
+  auto run = [&](std::vector<std::string> extra) {
+    auto overrides = small_run(dir);
+    overrides.push_back("out_dir_overwrite=true");
+    overrides.insert(overrides.end(), extra.begin(), extra.end());
+    Trainer t(load_train_config("", overrides));
+    std::vector<float> curve;
+    for (int s = 0; s < 4; ++s) curve.push_back(t.train_step().loss);
+    curve.push_back(t.evaluate());
+    return curve;
+  };
+  auto same = [](const std::vector<float>& a, const std::vector<float>& b) {
+    return std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
+  };
+  const std::string wd = "optimizer.params.weight_decay=0.5";
+  const auto adamw = run({"optimizer.type=AdamW", wd});
+  EXPECT_TRUE(same(run({"optimizer.type=Adam", wd}), adamw));
+  const auto l2 = run({"optimizer.type=Adam", "optimizer.params.adam_w_mode=false", wd});
+  EXPECT_FALSE(same(l2, adamw)) << "adam_w_mode=false did not reach the optimizer";
+  EXPECT_TRUE(same(run({"optimizer.type=Adam", "optimizer.params.adam_w_mode=false",
+                        "optimizer.params.weight_decay=0"}),
+                   run({"optimizer.type=AdamW", "optimizer.params.weight_decay=0"})));
+  // ZeRO-Offload's CPU Adam (one rank: the same update on the host).
+  EXPECT_TRUE(
+      same(run({"optimizer.type=Adam", "optimizer.params.adam_w_mode=false", wd,
+                "zero_optimization.stage=1", "zero_optimization.offload_optimizer.device=cpu"}),
+           l2));
+}
+
 TEST(Trainer, CheckpointRoundTripAndCorruption) {
   const std::string dir = temp_dir("ckpt");
   Trainer t(load_train_config("", small_run(dir)));
