@@ -14,7 +14,7 @@
 #include <string>
 
 #include "tide/model/config.h"
-#include "tide/train/zero_settings.h"
+#include "tide/memory/zero_settings.h"
 
 namespace tide {
 

@@ -31,7 +31,7 @@
 
 #include "tide/memory/chunk_layout.h"
 #include "tide/model/param_groups.h"
-#include "tide/train/zero_settings.h"
+#include "tide/memory/zero_settings.h"
 
 namespace tide {
 

@@ -17,7 +17,7 @@
 #include "tide/model/activations.h"
 #include "tide/model/config.h"
 #include "tide/optim/lr_schedule.h"
-#include "tide/train/zero_settings.h"
+#include "tide/memory/zero_settings.h"
 
 namespace tide {
 

@@ -63,7 +63,7 @@
 #include "tide/memory/chunk_store.h"
 #include "tide/optim/adamw.h"
 #include "tide/train/zero.h"
-#include "tide/train/zero_settings.h"
+#include "tide/memory/zero_settings.h"
 
 namespace tide {
 

@@ -44,7 +44,7 @@
 #include "tide/comm/process_group.h"
 #include "tide/memory/buffer_pool.h"
 #include "tide/memory/chunk_store.h"
-#include "tide/train/zero_settings.h"
+#include "tide/memory/zero_settings.h"
 
 namespace tide {
 
