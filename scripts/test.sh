@@ -12,13 +12,15 @@ cd "$(dirname "$0")/.."
 [ -f build/CMakeCache.txt ] || bash scripts/setup.sh
 cmake --build build -j "$(nproc)"
 
-# The venv is rebuilt when tools/requirements-test.txt changes (its hash is kept beside it).
+# pip runs when the venv is new or tools/requirements-test.txt changed (its hash is kept there).
 req=tools/requirements-test.txt
 stamp=.venv/tide-requirements.sha256
 want=$(sha256sum "$req" | cut -d' ' -f1)
-if [ ! -x .venv/bin/python ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
-  python3 -c 'import ensurepip, venv' 2>/dev/null || bash scripts/install_missing.sh python3-venv
+if [ ! -x .venv/bin/python ]; then
+  bash scripts/install_missing.sh python3 python3-venv  # nothing when both are there
   python3 -m venv .venv
+fi
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   .venv/bin/python -m pip install --quiet --disable-pip-version-check -r "$req"
   echo "$want" >"$stamp"
 fi

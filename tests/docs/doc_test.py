@@ -17,7 +17,8 @@ What runs (docs/README.md-level rules; the "Tested docs" section of docs/reliabi
     micro-batch, validation set; train_steps=4 unless the command sets train_steps), so a doc
     may show any size; the step counts it sets (train_steps, checkpoint/eval/log intervals, the
     N of a model_step<N>.ckpt path) are divided by STEP_SCALE (100), and a command without an
-    out_dir may replace the previous one's runs/default (out_dir_overwrite=true). `...` (the reader's other keys) and `[--optional args]` are dropped.
+    out_dir may replace the previous one's runs/default (out_dir_overwrite=true). The
+    benchmarks in build/bench run at the small sizes of SMALL_BENCH. `...` (the reader's other keys) and `[--optional args]` are dropped.
   * a block whose first line is `$ COMMAND` is a sample: COMMAND runs as printed (no small size)
     and the rest of the block must be its output. A line `...` in it keeps only the lines above
     it (the output's first lines) and below it (its last lines). `<!-- docs-test: output of:
@@ -49,6 +50,14 @@ SMALL_TRAIN = ["model.n_layer=4", "model.n_head=2", "model.n_embd=32", "seq_len=
 # Step counts in `tide train` commands are divided by this (README's 600 steps with a checkpoint
 # every 100, resumed from model_step500.ckpt: 6 steps, every 1, from model_step5.ckpt).
 STEP_SCALE = 100
+# The benchmarks' small sizes: these flags replace the command's own (a None value: a flag).
+SMALL_BENCH = {
+    "bench_gpt_cpu": [("--L", "1"), ("--H", "2"), ("--C", "64"), ("--V", "256"), ("--T", "32"),
+                      ("--B", "2"), ("--steps", "1"), ("--warmup", "0"), ("--no-sgemm", None)],
+    "bench_adam": [("--max-params", "1e6"), ("--reps", "1")],
+    "bench_dp": [("--steps", "1"), ("--zero-stages", "0")],
+    "bench_allreduce": [("--max-bytes", "65536"), ("--seconds", "0.01")],
+}
 VOLATILE = [(re.compile(r"\b\d+(\.\d+)? tok/s"), "<n> tok/s"),
             (re.compile(r"\bETA \S+"), "ETA <t>")]
 
@@ -216,9 +225,31 @@ exec "$real" "$@"
         p.write_text(wrapper)
         p.chmod(0o755)
     build = Path(tide).parent
-    for name in ("bench", "tests"):
-        if (build / name).exists():
-            (work / "build" / name).symlink_to(build / name)
+    if (build / "tests").exists():
+        (work / "build" / "tests").symlink_to(build / "tests")
+    (work / "build" / "bench").mkdir()
+    for prog in sorted((build / "bench").glob("bench_*")) if (build / "bench").exists() else []:
+        if not (prog.is_file() and os.access(prog, os.X_OK)):
+            continue
+        dest = work / "build" / "bench" / prog.name
+        small = SMALL_BENCH.get(prog.name)
+        if small is None:
+            dest.symlink_to(prog)
+            continue
+        valued = " ".join(f for f, v in small if v is not None)
+        flags = " ".join(f for f, v in small if v is None)
+        append = " ".join(f if v is None else f"{f} {v}" for f, v in small)
+        dest.write_text(f"""#!/usr/bin/env bash
+# The docs test's {prog.name}: at a small size ({append} replace the command's own).
+args=()
+while [ $# -gt 0 ]; do
+  case " {valued} " in *" $1 "*) shift 2; continue ;; esac
+  case " {flags} " in *" $1 "*) shift; continue ;; esac
+  args+=("$1"); shift
+done
+exec {prog} "${{args[@]}}" {append}
+""")
+        dest.chmod(0o755)
     for name in ("scripts", "tools", "tests", "docs", "bench"):
         (work / name).symlink_to(source / name)
     shutil.copytree(shared / "data", work / "data")
