@@ -17,7 +17,9 @@ packages=(build-essential cmake ninja-build pkg-config ccache
           libgtest-dev libgmock-dev nlohmann-json3-dev libcli11-dev libfmt-dev libxxhash-dev
           zlib1g-dev libpcre2-dev
           fortunes)
+start=$SECONDS
 bash scripts/install_missing.sh "${packages[@]}"
+packages_s=$((SECONDS - start))
 
 case "${TIDE_CUDA:-}" in
   1) cuda=ON ;;
@@ -33,6 +35,7 @@ cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DTIDE_WITH_CUDA="$cuda"
   -DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache \
   -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache >/dev/null
 cmake --build build -j "$(nproc)" --target tide
+echo "setup.sh: packages ${packages_s} s, configure and build $((SECONDS - start - packages_s)) s"
 
 # `tide` on PATH: a link to this build, so a later rebuild is picked up. An existing
 # /usr/local/bin/tide that is not a link is left alone.
