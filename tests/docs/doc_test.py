@@ -59,7 +59,8 @@ SMALL_BENCH = {
     "bench_allreduce": [("--max-bytes", "65536"), ("--seconds", "0.01")],
 }
 VOLATILE = [(re.compile(r"\b\d+(\.\d+)? tok/s"), "<n> tok/s"),
-            (re.compile(r"\bETA \S+"), "ETA <t>")]
+            (re.compile(r"\bETA \S+"), "ETA <t>"),
+            (re.compile(r"\b(steps? in )\d+(m\d+)?s\b"), r"\1<t>")]
 
 
 @dataclass
@@ -309,9 +310,15 @@ def run_file(path, args, source, shared):
     script = ["cd " + sh_quote(str(work)), f"export PATH={sh_quote(str(work / 'bin'))}:$PATH"]
     for k, (_, kind, item) in enumerate(steps):
         text = item.text if kind == "cmd" else item.command
-        prefix = "export DOCS_TEST_AS_PRINTED=1; " if kind == "sample" else ""
+        # A sample runs as printed in a directory of its own (the corpus and build/ linked), so
+        # that the runs before it (runs/default, ...) do not change what it prints.
+        prefix = ""
+        if kind == "sample":
+            prefix = (f"export DOCS_TEST_AS_PRINTED=1; mkdir sample{k} && cd sample{k} && "
+                      "for d in data build bin; do ln -s ../$d $d; done && ")
         script.append(f"t0=$(date +%s.%N)\n{{ {prefix}{text}\n}} >{out}/{k}.out 2>&1 </dev/null\n"
-                      f"echo $? $(date +%s.%N) $t0 >{out}/{k}.rc; unset DOCS_TEST_AS_PRINTED")
+                      f"echo $? $(date +%s.%N) $t0 >{out}/{k}.rc; unset DOCS_TEST_AS_PRINTED; "
+                      f"cd {sh_quote(str(work))}")
     (out / "script.sh").write_text("\n".join(script) + "\n")
     env = dict(os.environ, **MPI_ENV)
     subprocess.run(["bash", str(out / "script.sh")], env=env, check=False)
