@@ -26,8 +26,8 @@ What runs (docs/README.md-level rules; the "Tested docs" section of docs/reliabi
     ETA figures (`123 tok/s`, `ETA 4s`) are not compared.
   * `<!-- docs-test: skip: REASON -->` before a block skips its commands;
     `<!-- docs-test: skip PREFIX: REASON -->` only those that start with PREFIX.
-  * a command (tide, build/..., mpirun, scripts/...) in a block that is not tagged sh is an error:
-    tag the block or skip it, so no command goes untested by accident.
+  * a command (tide, build/..., mpirun, scripts/...) in a block with no language tag is an
+    error: tag the block sh (or text) or skip it, so no command goes untested by accident.
 """
 import argparse
 import os
