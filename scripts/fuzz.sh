@@ -24,7 +24,7 @@ build=build-san
 if [ "${FUZZ_NO_BUILD:-0}" != 1 ]; then
   if [ ! -f "$build/CMakeCache.txt" ]; then
     CC=clang CXX=clang++ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-      -DTIDE_FUZZ=ON >/dev/null || exit 1
+      -DTIDE_FUZZ=ON -DTIDE_BENCHMARKS=OFF >/dev/null || exit 1
   fi
   cmake --build "$build" -j "${FUZZ_BUILD_JOBS:-2}" --target fuzzers >/dev/null || {
     echo "fuzz: building the fuzzers failed (cmake --build $build --target fuzzers)"

@@ -14,8 +14,9 @@ cd "$(dirname "$0")/.."
 packages=(clang libclang-rt-14-dev libomp-dev)
 bash scripts/install_missing.sh "${packages[@]}"
 
+# TIDE_BENCHMARKS=OFF: of bench/ only the program cli.export runs (no docs test here either).
 CC=clang CXX=clang++ cmake -S . -B build-san -G Ninja -DCMAKE_BUILD_TYPE=Release -DTIDE_FUZZ=ON \
-  -DTIDE_MPI_TEST_TIMEOUT=480 >/dev/null
+  -DTIDE_MPI_TEST_TIMEOUT=480 -DTIDE_BENCHMARKS=OFF >/dev/null
 cmake --build build-san -j "${SANITIZE_BUILD_JOBS:-$(nproc)}"
 
 # fast_unwind_on_malloc=0: full allocation stacks through libraries built without frame

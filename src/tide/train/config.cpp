@@ -60,7 +60,7 @@ const std::vector<ConfigKey>& config_schema() {
        "derived from it, as in DeepSpeed); 0 = not given",
        ints(0, 2147483647)},
       {"seq_len", T::INT, 128, "tokens per sequence (at most model.max_seq_len)", ints(1, 1048576)},
-      {"train_steps", T::INT, 600, "optimizer steps to run", ints(1)},
+      {"train_steps", T::INT, 300, "optimizer steps to run", ints(1)},
       {"seed", T::UINT, 1337, "seed of weight initialisation, data order and dropout"},
       {"device", T::STRING, "cpu", "cpu, cuda, cuda:N or auto"},
       {"threads", T::INT, 0, "OpenMP threads per rank; 0 = OpenMP's default", ints(0, 4096)},
@@ -1140,8 +1140,8 @@ void set_resolved_value(TrainConfig& c, const std::string& key, const json& valu
 }
 
 const json& default_config() {
-  // Close to nanoGPT's schedule: a linear warmup over 10% of the steps (60 of the default
-  // 600), then a cosine to 10% of lr.
+  // Close to nanoGPT's schedule: a linear warmup over 10% of the steps (30 of the default
+  // 300), then a cosine to 10% of lr.
   static const json config = json::parse(R"({
     "scheduler": {
       "type": "WarmupCosineLR",

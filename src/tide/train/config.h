@@ -185,7 +185,7 @@ void set_resolved_value(TrainConfig& c, const std::string& key, const nlohmann::
 // The config `tide train` reads when given no config file (the overrides apply on top): the
 // scheduler params of the embedded default run. A config file is read as DeepSpeed reads it,
 // with the schema's (DeepSpeed's) defaults, whose 1000 log-warmup steps would never end in the
-// default 600 steps.
+// default 300 steps.
 const nlohmann::json& default_config();
 
 // Markdown table of the schema (docs/config.md is generated from it).
