@@ -23,6 +23,7 @@
 #include "tide/train/config.h"
 #include "tide/train/engine.h"
 #include "tide/train/pipeline_run.h"
+#include "tide/train/progress_line.h"
 #include "tide/train/step_runner.h"
 #include "tide/train/tensorboard_writer.h"
 
@@ -119,7 +120,9 @@ class Trainer {
   void write_metrics(std::ofstream& f, const std::string& path, const nlohmann::json& line);
   // zb-auto's warm-up step (rank 0): one log line and one metrics record "pipeline_measured".
   void log_pipeline_measurement(const PipelineRun::Measured& pm, std::ofstream& metrics,
-                                const std::string& metrics_path, bool tty);
+                                const std::string& metrics_path);
+  // run() without the handling of an open progress line.
+  void run_steps();
 
   // The compute tier of the model state (placement.device_memory_limit) and, with ZeRO-Offload,
   // the host tier of the optimizer state: set in `so` when either is configured.
@@ -148,6 +151,7 @@ class Trainer {
   std::unique_ptr<Tracer> tracer_;
   int64_t first_traced_ = 0;
   std::unique_ptr<TensorBoardWriter> tensorboard_;  // rank 0, tensorboard.enabled
+  ProgressLine progress_;                           // rank 0's stdout (progress_line.h)
 };
 
 }  // namespace tide
