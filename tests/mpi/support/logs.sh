@@ -12,8 +12,10 @@
 set -uo pipefail
 mpiexec=$1 tide=$2 src=$3 dir=$4
 rm -rf "$dir" && mkdir -p "$dir" && cd "$dir" || exit 1
-fail=0
-bad() { echo "FAILED: $*"; fail=1; }
+fails=0
+bad() { echo "FAILED: $*"; fails=$((fails + 1)); }
+# ok MESSAGE: printed when the section that began at `f0=$fails` found nothing wrong.
+ok() { [ "$fails" -eq "$f0" ] && echo "ok: $*"; }
 "$tide" prepare --input "$src/README.md" "$src/docs" --out-dir data --vocab-size 300 \
   > prepare.log 2>&1 || { cat prepare.log; echo "FAILED: tide prepare"; exit 1; }
 common=(data.dir=data model.n_layer=1 model.n_head=2 model.n_embd=16 seq_len=16 threads=1
@@ -24,28 +26,32 @@ progress_lines() { sed 's/\r$//' "$1" | grep -c '^step \+[0-9]\+/4 | loss'; }
 # '\r' left once the terminal's line ends are removed: a line rewritten in place.
 bare_cr() { sed 's/\r$//' "$1" | grep -c $'\r'; }
 
+f0=$fails
 # 1. mpirun, stdout a file.
 timeout 300 "${mpi[@]}" -np 2 "$tide" train "${common[@]}" out_dir=a > a.log 2> a.err \
   || { cat a.log a.err; bad "2-rank run to a file"; }
 [ "$(bare_cr a.log)" -eq 0 ] || bad "mpirun > file: '\\r' in the log"
 [ "$(progress_lines a.log)" -eq 4 ] || { cat -A a.log; bad "mpirun > file: not one line per step"; }
-echo "ok: mpirun > file: $(wc -l < a.log) lines, 4 progress lines, no '\\r'"
+ok "mpirun > file: $(wc -l < a.log) lines, 4 progress lines, no '\\r'"
 
+f0=$fails
 # 2. mpirun on a terminal: the ranks' stdout is a pty either way; here mpirun's is one too.
 timeout 300 script -qefc "${mpi[*]} -np 2 $tide train ${common[*]} out_dir=b" /dev/null \
   < /dev/null > b.log 2>&1 || { cat b.log; bad "2-rank run under script"; }
 [ "$(bare_cr b.log)" -eq 0 ] || bad "mpirun on a terminal: '\\r' in the output"
 [ "$(progress_lines b.log)" -eq 4 ] || { cat -A b.log; bad "mpirun on a terminal: not one line per step"; }
-echo "ok: mpirun on a terminal: 4 progress lines, no '\\r'"
+ok "mpirun on a terminal: 4 progress lines, no '\\r'"
 
+f0=$fails
 # 3. One process on a terminal: in place, and the final lines on lines of their own.
 timeout 300 script -qefc "$tide train ${common[*]} train_steps=1 out_dir=c" /dev/null \
   < /dev/null > c.log 2>&1 || { cat c.log; bad "1-process run under script"; }
 [ "$(bare_cr c.log)" -ge 1 ] || { cat -A c.log; bad "one process on a terminal: no in-place progress line"; }
 sed 's/\r$//' c.log | grep -q '^tide: trained 1 step in' \
   || { cat -A c.log; bad "one process on a terminal: 'tide: trained 1 step' does not start a line"; }
-echo "ok: one process on a terminal: progress rewritten in place, 'trained 1 step' on its own line"
+ok "one process on a terminal: progress rewritten in place, 'trained 1 step' on its own line"
 
+f0=$fails
 # 4. An error every rank hits in training (placement auto with a limit below the activations):
 #    one copy, no blank line.
 timeout 300 "${mpi[@]}" -np 2 "$tide" train "${common[@]}" placement.policy=auto \
@@ -56,12 +62,13 @@ n=$(grep -c 'placement.device_memory_limit (' d.err)
 [ "$n" -eq 1 ] || { cat d.err; bad "the error is printed $n times"; }
 # (mpirun's own notes have blank lines; tide's lines must not come after one.)
 ! grep -B1 '^rank [0-9]*: \|^tide: ' d.err | grep -q '^$' || { cat -A d.err; bad "a blank line before tide's error"; }
-echo "ok: an error on every rank: one copy: $(grep 'device_memory_limit (' d.err | cut -c1-120)..."
+ok "an error on every rank: one copy: $(grep 'device_memory_limit (' d.err | cut -c1-120)..."
 
+f0=$fails
 # 5. zb-auto at accumulation 1 over 2 stages: the hint.
 timeout 300 "${mpi[@]}" -np 2 "$tide" train "${common[@]}" model.n_layer=2 pipeline.stages=2 \
   pipeline.schedule=zb-auto train_steps=2 out_dir=e > e.log 2>&1 || { cat e.log; bad "zb-auto run"; }
 grep -q 'only 1 micro-batch per step for 2 stages, so the pipeline never fills: it needs at least 2 (gradient_accumulation_steps=2 simulates a bubble of [0-9.]*%' e.log \
   || { cat e.log; bad "zb-auto at 1 micro-batch: no hint"; }
-echo "ok: $(grep -o 'simulated bubble.*' e.log)"
-exit $fail
+ok "$(grep -o 'simulated bubble.*' e.log)"
+[ "$fails" -eq 0 ]
