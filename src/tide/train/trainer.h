@@ -63,9 +63,10 @@ class Trainer {
   // True when, at the last step, some rank had been asked to stop (preemption.h); run() then
   // writes a checkpoint and returns.
   bool stop_agreed() const { return stop_agreed_; }
-  // Bytes of model states (all chunks) plus the activation arenas and W stashes, ZeRO's
-  // communication buffers, cpu_checkpointing's host pool and ZeRO-Offload's host gradient
-  // buffers: the progress line's `mem`.
+  // Bytes of model states (all chunks) plus the activation arenas and W stashes, the validation
+  // micro-batch's arenas, ZeRO's communication buffers, cpu_checkpointing's host pool and
+  // ZeRO-Offload's host gradient buffers: the progress line's `mem` (what `tide estimate`'s
+  // per-GPU total counts: tests/cli/estimate_mem.sh).
   size_t memory_bytes() const;
 
   // Replaces the training data loader (tests feeding fixed batches): called with the step,
