@@ -57,7 +57,7 @@ int main(int argc, char** argv) {
       std::vector<std::string> args(argv + 2, argv + argc);
       args.push_back("--help");
       std::reverse(args.begin(), args.end());  // CLI11 takes a vector in reverse order
-      app.name(argv[0]);                        // as parse(argc, argv) names it in the usage
+      app.name(argv[0]);                       // as parse(argc, argv) names it in the usage
       app.parse(args);
     } else {
       app.parse(argc, argv);

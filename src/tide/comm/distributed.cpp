@@ -52,7 +52,8 @@ void abort_world(const std::string& message) {
   // during which rank 0's MPI_Abort ends them, so such an error is read once. A rank that fails
   // alone still reports it (kAbortGraceSeconds later) and ends the job.
   const int rank = world_rank_for_messages();
-  if (g_mpi_started && rank != 0) std::this_thread::sleep_for(std::chrono::seconds(kAbortGraceSeconds));
+  if (g_mpi_started && rank != 0)
+    std::this_thread::sleep_for(std::chrono::seconds(kAbortGraceSeconds));
   std::fflush(stdout);
   std::fprintf(stderr, "rank %d: %s\n", rank, message.c_str());
   std::fflush(stderr);

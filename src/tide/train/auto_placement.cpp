@@ -229,18 +229,20 @@ bool AutoPlacement::make_resident(std::span<const int> need, int pos, bool allow
     // The non-model figure itself, not the part of the limit it takes (which is the whole limit
     // when the non-model memory alone is over it).
     const size_t non_model = non_model_at(pos);
-    TIDE_CHECK(non_model < budget_,
-               "placement.policy=auto: placement.device_memory_limit ({:.2f} MiB) is below the "
-               "non-model memory alone: {:.2f} MiB (activations, ZeRO's buffers) at {}{}; raise "
-               "placement.device_memory_limit (`tide estimate --config <this config> "
-               "--placement auto --device-memory-limit ...` prints the least limit for the whole "
-               "step), or lower the activations (activation_checkpointing.policy, micro-batch "
-               "size)",
-               budget_ / 1048576.0, non_model / 1048576.0, what,
-               missing > 0 ? fmt::format(", which also needs {:.2f} MiB of chunks on the compute "
-                                         "tier",
-                                         missing / 1048576.0)
-                           : "");
+    TIDE_CHECK(
+        non_model<
+            budget_,
+            "placement.policy=auto: placement.device_memory_limit ({:.2f} MiB) is below the "
+            "non-model memory alone: {:.2f} MiB (activations, ZeRO's buffers) at {}{}; raise "
+            "placement.device_memory_limit (`tide estimate --config <this config> "
+            "--placement auto --device-memory-limit ...` prints the least limit for the whole "
+            "step), or lower the activations (activation_checkpointing.policy, micro-batch "
+            "size)",
+            budget_ / 1048576.0, non_model / 1048576.0, what, missing> 0
+            ? fmt::format(", which also needs {:.2f} MiB of chunks on the compute "
+                          "tier",
+                          missing / 1048576.0)
+            : "");
     TIDE_FAIL(
         "placement.policy=auto: placement.device_memory_limit ({:.2f} MiB) is too small: {} "
         "needs {:.2f} MiB of chunks on the compute tier besides {:.2f} MiB of non-model memory "
