@@ -17,6 +17,7 @@ namespace {
 struct ExportArgs {
   std::string checkpoint;
   std::string out_dir;
+  std::string tokenizer;
   bool overwrite = false;
   bool quiet = false;
 };
@@ -24,6 +25,7 @@ struct ExportArgs {
 void run_export(const ExportArgs& a) {
   HfExportOptions o;
   o.overwrite = a.overwrite;
+  o.tokenizer = a.tokenizer;
   if (!a.quiet)
     o.progress = [](const std::string& line) {
       fmt::print("{}\n", line);
@@ -32,9 +34,15 @@ void run_export(const ExportArgs& a) {
   const HfExportResult r = export_hf_gpt2(a.checkpoint, a.out_dir, o);
   fmt::print(
       "exported {} to {}/model.safetensors ({} tensors in f32 from the checkpoint's {}, {:.1f} "
-      "MiB) and config.json; tensor buffers {:.1f} MiB\n",
+      "MiB) and config.json; tensor buffers {:.1f} MiB\n{}",
       r.config.str(), a.out_dir, r.tensors, r.source, r.file_bytes / 1048576.0,
-      r.buffer_bytes / 1048576.0);
+      r.buffer_bytes / 1048576.0,
+      r.tokenizer.empty()
+          ? "no tokenizer: the checkpoint names none (trained on raw token shards); pass "
+            "--tokenizer <tokenizer.json> for AutoTokenizer and pipeline() to work\n"
+          : fmt::format("tokenizer {} -> tokenizer.json, tokenizer_config.json, "
+                        "special_tokens_map.json, generation_config.json\n",
+                        r.tokenizer));
 }
 
 }  // namespace
@@ -43,13 +51,19 @@ void add_export_command(CLI::App& app) {
   auto a = std::make_shared<ExportArgs>();
   auto* cmd = app.add_subcommand(
       "export",
-      "Write a checkpoint as a Hugging Face GPT-2 folder (model.safetensors + config.json)");
+      "Write a checkpoint as a Hugging Face GPT-2 folder (model.safetensors, config.json and the "
+      "tokenizer files transformers' AutoTokenizer and pipeline() read)");
   cmd->add_option("--checkpoint", a->checkpoint,
                   "checkpoint file or sharded checkpoint directory written by `tide train`")
       ->required();
   cmd->add_option("--out-dir", a->out_dir, "folder to write model.safetensors and config.json to")
       ->required();
-  cmd->add_flag("--overwrite", a->overwrite, "replace an existing model.safetensors in --out-dir");
+  cmd->add_option("--tokenizer", a->tokenizer,
+                  "tokenizer.json to export (default: the one the checkpoint names, beside it)")
+      ->check(CLI::ExistingFile);
+  cmd->add_flag("--overwrite", a->overwrite,
+                "replace an existing export (model.safetensors and the tokenizer files) in "
+                "--out-dir");
   cmd->add_flag("--quiet", a->quiet, "no progress lines");
   cmd->callback([a] { run_export(*a); });
 }

@@ -27,6 +27,8 @@ void run_import(const ImportArgs& a) {
   fmt::print("imported {} from {} ({} tensors, {}) to {}\n", r.config.str(), a.hf_dir, r.tensors,
              r.source_dtype, a.out);
   if (!r.ignored.empty()) fmt::print("not imported: {}\n", fmt::join(r.ignored, ", "));
+  if (!r.tokenizer_skipped.empty())
+    fmt::print("the folder's tokenizer.json is not used: {}\n", r.tokenizer_skipped);
   if (r.tokenizer.empty())
     fmt::print(
         "no tokenizer: `tide sample` needs one (import again with --tokenizer <tokenizer.json>); "
@@ -52,7 +54,9 @@ void add_import_command(CLI::App& app) {
   cmd->add_option("--out", a->out, "checkpoint file to write (e.g. runs/hf/model.ckpt)")
       ->required();
   cmd->add_option("--tokenizer", a->tokenizer,
-                  "a tide tokenizer.json to copy next to the checkpoint (`tide sample` needs one)");
+                  "a tokenizer.json to copy next to the checkpoint (`tide sample` needs one); "
+                  "default: the folder's own tokenizer.json when tide reads it (the one `tide "
+                  "export` writes, or GPT-2's)");
   cmd->add_flag("--overwrite", a->overwrite, "replace an existing checkpoint at --out");
   cmd->callback([a] { run_import(*a); });
 }

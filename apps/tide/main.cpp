@@ -5,8 +5,12 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
+#include <string_view>
+#include <vector>
 
 #include "commands.h"
 #include "tide/comm/distributed.h"
@@ -48,6 +52,13 @@ int main(int argc, char** argv) {
     // `tide` alone runs the embedded default: the same as `tide train`.
     if (argc == 1) {
       app.parse(std::vector<std::string>{"train"});
+    } else if (std::string_view(argv[1]) == "help") {
+      // `tide help` is `tide --help`, `tide help train` is `tide train --help`, as in git.
+      std::vector<std::string> args(argv + 2, argv + argc);
+      args.push_back("--help");
+      std::reverse(args.begin(), args.end());  // CLI11 takes a vector in reverse order
+      app.name(argv[0]);                       // as parse(argc, argv) names it in the usage
+      app.parse(args);
     } else {
       app.parse(argc, argv);
     }
@@ -62,11 +73,11 @@ int main(int argc, char** argv) {
     return 1;
   } catch (const tide::Error& e) {
     std::fflush(stdout);
-    fmt::print(stderr, "\ntide: error: {}\n", e.what());
+    fmt::print(stderr, "tide: error: {}\n", e.what());
     return 1;
   } catch (const std::exception& e) {
     std::fflush(stdout);
-    fmt::print(stderr, "\ntide: error: {}\n", e.what());
+    fmt::print(stderr, "tide: error: {}\n", e.what());
     return 1;
   }
   return 0;

@@ -12,6 +12,9 @@ source "$(dirname "${BASH_SOURCE[0]}")/expect_error.sh"
 "$tide" export --checkpoint fx/ckpt --out-dir hf > export.log || { cat export.log; exit 1; }
 cat export.log
 grep -q "export: 100%" export.log || { echo "FAILED: no progress lines"; fail=1; }
+# The fixture is trained on raw token shards: it names no tokenizer, so none is written.
+grep -q "^no tokenizer: the checkpoint names none" export.log || { echo "FAILED: no word about the tokenizer"; fail=1; }
+test ! -e hf/tokenizer.json -a ! -e hf/generation_config.json || { echo "FAILED: tokenizer files without a tokenizer"; fail=1; }
 test -s hf/model.safetensors -a -s hf/config.json || { echo "FAILED: no output files"; fail=1; }
 python3 - <<'PY' || fail=1
 import json, struct
@@ -26,7 +29,15 @@ assert "lm_head.weight" not in h and len(h) == 1 + 2 + 2 * 12 + 2
 print("ok: export header and config")
 PY
 expect_error "exists; pass --overwrite" export --checkpoint fx/ckpt --out-dir hf
+# An earlier export's tokenizer files do not survive an --overwrite without a tokenizer.
+echo '{}' > hf/tokenizer.json && echo '{}' > hf/tokenizer_config.json
 "$tide" export --quiet --checkpoint fx/ckpt --out-dir hf --overwrite > /dev/null || fail=1
+test ! -e hf/tokenizer.json -a ! -e hf/tokenizer_config.json || { echo "FAILED: stale tokenizer files left"; fail=1; }
+# A tokenizer larger than the model's vocabulary (50) is refused before anything is written.
+for i in $(seq 1 40); do echo "line $i of a small corpus, the quick brown fox $((i * 7))"; done > text.txt
+"$tide" prepare --input text.txt --out-dir data --vocab-size 300 > prepare.log 2>&1 || { cat prepare.log; fail=1; }
+expect_error "tokenizer 'data/tokenizer.json' has [0-9]* tokens but the model's vocab_size is 50" \
+  export --checkpoint fx/ckpt --out-dir out --tokenizer data/tokenizer.json
 expect_error "cannot open checkpoint 'nowhere.ckpt'" export --checkpoint nowhere.ckpt --out-dir out
 expect_error "has no index.json" export --checkpoint fx --out-dir out
 printf 'hello' > junk.ckpt

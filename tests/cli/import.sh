@@ -58,6 +58,15 @@ test ! -e o2 || { echo "FAILED: a refused import created its output"; fail=1; }
   || { cat ia.log; fail=1; }
 "$tide" sample --checkpoint imp_a/model.ckpt --tokens 5 > sample.log 2>&1 \
   || { echo "FAILED: sample of the imported checkpoint"; cat sample.log; fail=1; }
+# Without --tokenizer the exported folder's own tokenizer.json is taken (tide export writes it).
+"$tide" import --hf-dir hf_a --out imp_b/model.ckpt > ib.log || { cat ib.log; fail=1; }
+grep -q "^tokenizer: imp_b/tokenizer.json" ib.log \
+  || { cat ib.log; echo "FAILED: the folder's tokenizer.json was not taken"; fail=1; }
+"$tide" sample --checkpoint imp_b/model.ckpt --tokens 5 --seed 3 > sample_b.log 2>&1 \
+  || { echo "FAILED: sample of the checkpoint imported with the folder's tokenizer"; cat sample_b.log; fail=1; }
+"$tide" sample --checkpoint imp_a/model.ckpt --tokens 5 --seed 3 > sample_a.log 2>&1 || fail=1
+cmp -s sample_a.log sample_b.log \
+  || { echo "FAILED: the two imports sample differently"; cat sample_a.log sample_b.log; fail=1; }
 "$tide" train "${tiny[@]}" train_steps=2 seed=7 init_from=imp_a/model.ckpt out_dir=runs/b \
   > b.log 2>&1 || { cat b.log; fail=1; }
 "$tide" train "${tiny[@]}" train_steps=2 seed=7 out_dir=runs/c > c.log 2>&1 || fail=1

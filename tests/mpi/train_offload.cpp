@@ -220,8 +220,8 @@ TEST(Offload, TrafficAndMemoryAreWhatThePaperStates) {
                                 t.engine().comm_buffer_bytes();
       EXPECT_EQ(t.compute_allocator()->allocated(), on_compute) << "stage " << stage;
       // The progress line's `mem` counts the host gradient buffers too (and the evaluation's
-      // micro-batch of one sequence).
-      const auto eval = t.model().make_micro_batch(1, c.seq_len);
+      // micro-batch of one sequence, sized for evaluation: nothing kept for backward).
+      const auto eval = t.model().make_micro_batch(1, c.seq_len, nullptr, /*training=*/false);
       EXPECT_EQ(t.memory_bytes(), store.total_bytes() + t.engine().activation_bytes() +
                                       t.engine().comm_buffer_bytes() + 4 * psi / N +
                                       eval->saved.capacity() + eval->workspace.capacity());

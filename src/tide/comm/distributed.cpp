@@ -4,9 +4,11 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <thread>
 
 #include "tide/comm/local_process_group.h"
 #include "tide/comm/mpi_process_group.h"
@@ -42,12 +44,19 @@ int world_rank_for_messages() {
 }
 
 void abort_world(const std::string& message) {
-  std::fflush(stdout);
-  std::fprintf(stderr, "rank %d: %s\n", world_rank_for_messages(), message.c_str());
-  std::fflush(stderr);
   // The SIGTERM that comes with the abort ends this process (not a polite stop request).
   std::signal(SIGTERM, SIG_DFL);
   std::signal(SIGINT, SIG_DFL);
+  // An error every rank hits (a shape, a memory limit) reaches the ranks at about the same
+  // moment, and each would print it. Rank 0 reports at once; the others wait a moment first,
+  // during which rank 0's MPI_Abort ends them, so such an error is read once. A rank that fails
+  // alone still reports it (kAbortGraceSeconds later) and ends the job.
+  const int rank = world_rank_for_messages();
+  if (g_mpi_started && rank != 0)
+    std::this_thread::sleep_for(std::chrono::seconds(kAbortGraceSeconds));
+  std::fflush(stdout);
+  std::fprintf(stderr, "rank %d: %s\n", rank, message.c_str());
+  std::fflush(stderr);
   // MPI_Abort kills every rank of the job, including those blocked in a collective with us.
   if (g_mpi_started) MPI_Abort(MPI_COMM_WORLD, 1);
   // Not yet in MPI: exiting non-zero makes mpirun end the job too.

@@ -78,7 +78,10 @@ std::shared_ptr<ProcessGroup> init_distributed(const DistributedOptions& options
 int world_rank_for_messages();
 
 // Prints `rank R: message` to stderr and ends the whole job with exit code 1: MPI_Abort when MPI
-// is running, exit(1) otherwise.
+// is running, exit(1) otherwise. Under MPI a rank other than 0 waits kAbortGraceSeconds before
+// it prints: when rank 0 fails too (the same error, as a whole-job error usually is), rank 0's
+// abort ends this rank first and the message is printed once.
+inline constexpr int kAbortGraceSeconds = 2;
 [[noreturn]] void abort_world(const std::string& message);
 
 // Runs fn. Returns 0 if it returns; if it throws, prints `rank R: <what()>` and aborts the job

@@ -94,6 +94,12 @@ PrepareResult import_nanogpt(const PrepareOptions& options) {
   r.val_path = (fs::path(options.out_dir) / "val.bin").string();
   write_token_shard(r.train_path, std::span<const uint16_t>(train));
   if (!val.empty()) write_token_shard(r.val_path, std::span<const uint16_t>(val));
+  // What this import does not write must not be left from an earlier `tide prepare` into the
+  // same directory: the trainer reads out_dir's val.bin and tokenizer.json when they are there,
+  // and would validate on the old data and copy the old tokenizer next to its checkpoints
+  // (`tide sample` and `tide export` would then decode with it).
+  if (val.empty()) fs::remove(r.val_path, ec);
+  if (!gpt2) fs::remove(r.tokenizer_path, ec);
   r.vocab_size = vocab;
   r.input_bytes = static_cast<int64_t>(2 * (train.size() + val.size()));
   r.train_tokens = static_cast<int64_t>(train.size());

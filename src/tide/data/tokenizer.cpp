@@ -481,6 +481,20 @@ bool is_gpt2_split(const nlohmann::json& j) {
          is_null_or(field(j, "behavior"), "Isolated") && is_null_or(field(j, "invert"), false);
 }
 
+// `tide export`'s post-processor: <|endoftext|> before the text ("single": [<|endoftext|>, A]).
+// It changes what HF's tokenizer(text) returns, not the encoding tide reads from the file, and
+// tide puts <|endoftext|> before a document itself (training, `tide sample`).
+bool is_eot_first_template(const nlohmann::json& p) {
+  const nlohmann::json* single = field(p, "single");
+  if (!single || !single->is_array() || single->size() != 2) return false;
+  const nlohmann::json* special = field((*single)[0], "SpecialToken");
+  const nlohmann::json* sequence = field((*single)[1], "Sequence");
+  const nlohmann::json* special_id = special ? field(*special, "id") : nullptr;
+  const nlohmann::json* sequence_id = sequence ? field(*sequence, "id") : nullptr;
+  return special_id && *special_id == std::string(Tokenizer::kEndOfText) && sequence_id &&
+         *sequence_id == "A";
+}
+
 void check_hf_pipeline(const nlohmann::json& j, const std::string& path) {
   const nlohmann::json* normalizer = field(j, "normalizer");
   TIDE_CHECK(normalizer == nullptr || normalizer->is_null(),
@@ -498,10 +512,12 @@ void check_hf_pipeline(const nlohmann::json& j, const std::string& path) {
              "\"ByteLevel\", \"add_prefix_space\": false, \"use_regex\": true}}, or a Sequence of "
              "a Split with GPT-2's regex (behavior Isolated) and a ByteLevel with use_regex false",
              path, pre ? show(*pre) : "missing");
-  const std::string post = type_of(field(j, "post_processor"));
-  TIDE_CHECK(post.empty() || post == "ByteLevel",
+  const nlohmann::json* post_processor = field(j, "post_processor");
+  const std::string post = type_of(post_processor);
+  TIDE_CHECK(post.empty() || post == "ByteLevel" || is_eot_first_template(*post_processor),
              "{}: \"post_processor\" is {}; tide adds no tokens after encoding (a "
-             "TemplateProcessing adds BOS/EOS ids): set it to null or ByteLevel",
+             "TemplateProcessing adds BOS/EOS ids): set it to null or ByteLevel (or a "
+             "TemplateProcessing that only puts <|endoftext|> first, as `tide export` writes)",
              path, post);
   const std::string decoder = type_of(field(j, "decoder"));
   TIDE_CHECK(decoder.empty() || decoder == "ByteLevel",
@@ -539,6 +555,14 @@ Tables tide_bpe_tables(const nlohmann::json& j, const std::string& path);
 }  // namespace
 
 void Tokenizer::save(const std::string& path) const {
+  const std::string text = to_hf_json();
+  std::ofstream out(path, std::ios::binary);
+  TIDE_CHECK(out.good(), "{}: cannot open for writing; check that the directory exists", path);
+  out << text;
+  TIDE_CHECK(out.good(), "{}: write failed; check free disk space", path);
+}
+
+std::string Tokenizer::to_hf_json() const {
   using OJson = nlohmann::ordered_json;  // keys in HF's order, vocab in id order
   const std::string eot(kEndOfText);
   // Appended to ordered_json's underlying vector: its operator[] searches linearly, which is
@@ -588,10 +612,7 @@ void Tokenizer::save(const std::string& path) const {
                      {"byte_fallback", false},
                      {"vocab", vocab},
                      {"merges", merges}}}};
-  std::ofstream out(path, std::ios::binary);
-  TIDE_CHECK(out.good(), "{}: cannot open for writing; check that the directory exists", path);
-  out << j.dump(1) << "\n";
-  TIDE_CHECK(out.good(), "{}: write failed; check free disk space", path);
+  return j.dump(1) + "\n";
 }
 
 Tokenizer Tokenizer::load(const std::string& path) {

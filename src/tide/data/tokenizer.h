@@ -64,6 +64,8 @@ class Tokenizer {
   static Tokenizer load(const std::string& path);
   // Writes HF's format (see docs/data.md), loadable by `tokenizers.Tokenizer.from_file`.
   void save(const std::string& path) const;
+  // The text save() writes.
+  std::string to_hf_json() const;
 
   std::vector<int32_t> encode(std::string_view text) const;
   // Appends to out (for encoding many documents without reallocating).

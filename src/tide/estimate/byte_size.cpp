@@ -66,4 +66,18 @@ std::string format_gib(int64_t bytes) {
   return fmt::format("{:.2f}", static_cast<double>(bytes) / (1024.0 * 1024 * 1024));
 }
 
+TableUnit table_unit(int64_t largest) {
+  if (largest >= (int64_t{1} << 30)) return {"GiB", 1024.0 * 1024 * 1024, 2};
+  if (largest >= (int64_t{1} << 20)) return {"MiB", 1024.0 * 1024, 1};
+  return {"KiB", 1024.0, 1};
+}
+
+std::string format_in(int64_t bytes, const TableUnit& unit) {
+  if (bytes == 0) return "-";
+  const double x = static_cast<double>(bytes) / unit.bytes;
+  const double least = unit.decimals == 2 ? 0.005 : 0.05;  // what rounds to zero
+  if (x < least) return unit.decimals == 2 ? "<0.01" : "<0.1";
+  return fmt::format("{:.{}f}", x, unit.decimals);
+}
+
 }  // namespace tide

@@ -6,6 +6,7 @@
 #include "tide/estimate/activation_memory.h"
 #include "tide/estimate/pipeline_inflight.h"
 #include "tide/estimate/zero_buffers.h"
+#include "tide/model/arena_bytes.h"
 #include "tide/model/layout.h"
 
 namespace tide {
@@ -13,7 +14,7 @@ namespace tide {
 MemoryBreakdown MemoryBreakdown::times(int64_t n) const {
   MemoryBreakdown r = *this;
   for (int64_t* x : {&r.param16, &r.grads, &r.master, &r.adam_m, &r.adam_v, &r.activations,
-                     &r.temp_buffers, &r.chunk_padding})
+                     &r.temp_buffers, &r.chunk_padding, &r.arenas})
     *x *= n;
   return r;
 }
@@ -73,7 +74,9 @@ void place_model_states(const TrainSetup& setup, const ChunkLayout& layout, Stag
 // would reject as smaller than a group's chunks is taken at the least it accepts. Offload moves the
 // rank's slices, not the buffers: the same whole chunks are gathered and reduced on the GPU.
 int64_t chunk_buffers(const TrainSetup& setup, const ChunkLayout& layout, StageEstimate& st) {
-  if (setup.zero_stage < 2) return 0;
+  // One data-parallel rank: ZeRO's slice is the whole chunk, which the ops read in place (the
+  // runtime gathers and reduces nothing, train/zero.cpp), so there are no buffers.
+  if (setup.zero_stage < 2 || setup.dp() == 1) return 0;
   const std::vector<BlockGroups> blocks = block_groups(layout);
   const ZeroSettings s = runnable_zero_settings(setup.zero, layout, blocks);
   // The policy decides the order B acquires its groups in (the names are shared: none,
@@ -91,17 +94,20 @@ int64_t chunk_buffers(const TrainSetup& setup, const ChunkLayout& layout, StageE
   return b.bytes;
 }
 
-// The chunk stores of one rank of stage `s`, as the runtime builds them: one model (one store)
-// per stage; under zb-v two, virtual stages s and 2p-1-s of 2p, so that stage 0 holds the
+// The models of one rank of stage `s`, as the runtime builds them: one model (one store) per
+// stage; under zb-v two, virtual stages s and 2p-1-s of 2p, so that stage 0 holds the
 // embedding and the final norm and head. (The interleaved schedule is sized as one store of the
 // stage's layers, the embedding on stage 0 and the head on stage p-1, as before.)
-std::vector<ChunkLayout> stage_layouts(const TrainSetup& setup, int s) {
+std::vector<RankCoords> stage_models(const TrainSetup& setup, int s) {
   const int p = setup.pp;
-  std::vector<RankCoords> at = {{setup.tp, 0, p, s}};
   if (p > 1 && setup.schedule == Schedule::ZBV)
-    at = {{setup.tp, 0, 2 * p, s}, {setup.tp, 0, 2 * p, 2 * p - 1 - s}};
+    return {{setup.tp, 0, 2 * p, s}, {setup.tp, 0, 2 * p, 2 * p - 1 - s}};
+  return {{setup.tp, 0, p, s}};
+}
+
+std::vector<ChunkLayout> stage_layouts(const TrainSetup& setup, int s) {
   std::vector<ChunkLayout> layouts;
-  for (const RankCoords& c : at) {
+  for (const RankCoords& c : stage_models(setup, s)) {
     layouts.push_back(make_layout(setup.model, c));
     layouts.back().pack(setup.chunk_target_elems(), setup.dp());
   }
@@ -116,6 +122,44 @@ ChunkPlan merge(ChunkPlan a, const ChunkPlan& b) {
   a.owned_elems += b.owned_elems;
   a.payload_elems += b.payload_elems;
   return a;
+}
+
+// The zero-bubble schedules run B and W as separate actions (W deferred); the others run them
+// together, block by block, so one W stash slot serves the whole step.
+bool splits_backward(Schedule s) {
+  return s == Schedule::ZBH1 || s == Schedule::ZBH2 || s == Schedule::ZB1P || s == Schedule::ZB2P ||
+         s == Schedule::ZBAuto || s == Schedule::ZBV;
+}
+
+// The bytes of the runtime's arenas on one rank of stage `s` (model/arena_bytes.h, the sizes
+// GPT::make_micro_batch gives them): the op workspace of each of the `inflight` micro-batches,
+// the W stash pool (one slot, or under a schedule that defers W up to one per block of each
+// micro-batch in flight) and the validation micro-batch (one sequence, nothing kept for
+// backward; its saved arena holds the residual boundaries).
+int64_t runtime_arena_bytes(const TrainSetup& setup, int s, int inflight) {
+  ArenaShape shape;
+  shape.config = &setup.model;
+  shape.policy = parse_activation_policy(to_string(setup.recompute));
+  shape.tp = setup.tp;
+  shape.sp = setup.sp && setup.tp > 1;
+  shape.partition_activations = setup.partition_activations && setup.tp > 1 && !shape.sp;
+  shape.cpu_checkpointing = shape.partition_activations && setup.cpu_checkpointing;
+  const int B = setup.micro_batch, T = static_cast<int>(setup.seq());
+  int64_t workspace = 0, stash_slot = 0, eval = 0, blocks = 0;
+  for (const RankCoords& c : stage_models(setup, s)) {
+    const int per = setup.model.n_layer / c.pp, first = c.stage * per;
+    const bool embedding = c.stage == 0, head = c.stage == c.pp - 1;
+    const MicroBatchArenas train =
+        micro_batch_arenas(shape, first, first + per, embedding, head, B, T);
+    const MicroBatchArenas val =
+        micro_batch_arenas(shape, first, first + per, embedding, head, 1, T, /*training=*/false);
+    workspace = std::max<int64_t>(workspace, train.workspace);
+    stash_slot = std::max<int64_t>(stash_slot, train.stash_slot);
+    eval += val.saved + val.workspace;
+    blocks += per + embedding + head;
+  }
+  const int64_t slots = splits_backward(setup.schedule) && setup.pp > 1 ? inflight * blocks : 1;
+  return inflight * workspace + slots * stash_slot + eval;
 }
 
 ActivationShape activation_shape(const TrainSetup& setup) {
@@ -177,6 +221,10 @@ MemoryEstimate estimate_memory(const TrainSetup& setup) {
         host_checkpoint_bytes(shape, setup.recompute) * st.inflight_layer_microbatches;
     st.device.temp_buffers = buffers + recompute_workspace_bytes(shape, setup.recompute) +
                              backward_workspace_bytes(shape);
+    // The arenas hold the working set temp counts (recompute, backward temporaries): the rest.
+    st.device.arenas =
+        std::max<int64_t>(0, runtime_arena_bytes(setup, s, st.inflight_microbatches) -
+                                 (st.device.temp_buffers - buffers));
     est.stages.push_back(st);
   }
   for (const StageEstimate& st : est.stages) {

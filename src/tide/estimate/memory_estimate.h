@@ -21,6 +21,13 @@
 //                  alignment padding (chunks are sliced across the Nd ranks, see
 //                  memory/chunk_layout.h), so model_states() + chunk_padding is exactly the
 //                  chunk store's bytes
+//   arenas         what the runtime's arenas reserve beyond activations and temp_buffers: every
+//                  in-flight micro-batch's op workspace (sized for its largest block part,
+//                  evaluation's forward included), the W stash pool and the validation
+//                  micro-batch, all sized by model/arena_bytes.h (the functions
+//                  GPT::make_micro_batch sizes them with), less the working set temp_buffers
+//                  already counts. With it the total is what `tide train` reserves (its
+//                  progress line's `mem` on one rank: tests/cli/estimate_mem.sh)
 
 #include <cstdint>
 #include <vector>
@@ -41,10 +48,13 @@ struct MemoryBreakdown {
   int64_t activations = 0;
   int64_t temp_buffers = 0;
   int64_t chunk_padding = 0;
+  int64_t arenas = 0;
 
   int64_t optimizer_states() const { return master + adam_m + adam_v; }
   int64_t model_states() const { return param16 + grads + optimizer_states(); }
-  int64_t total() const { return model_states() + activations + temp_buffers + chunk_padding; }
+  int64_t total() const {
+    return model_states() + activations + temp_buffers + chunk_padding + arenas;
+  }
   MemoryBreakdown times(int64_t n) const;
 };
 

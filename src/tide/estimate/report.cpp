@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "tide/estimate/byte_size.h"
 #include "tide/estimate/pipeline_inflight.h"
 
@@ -16,6 +18,7 @@ nlohmann::json breakdown_json(const MemoryBreakdown& b) {
           {"activations", b.activations},
           {"temp_buffers", b.temp_buffers},
           {"chunk_padding", b.chunk_padding},
+          {"arenas", b.arenas},
           {"total", b.total()}};
 }
 
@@ -141,6 +144,7 @@ std::string buffer_line(const std::vector<OptionResult>& rows) {
     for (const OptionResult& r : rows) {
       if (r.option.zero_stage != stage) continue;
       const ZeroBufferPeak& b = r.estimate.stages[r.estimate.peak_stage].comm_buffers;
+      if (b.buffers == 0) break;  // one data-parallel rank: ZeRO reduces and gathers nothing
       parts += fmt::format(
           "{}ZeRO-{} {} buffers, {} (at the peak {} grad{})", parts.empty() ? "" : ", ", stage,
           b.buffers, format_bytes(b.bytes), b.grad_buffers,
@@ -179,19 +183,51 @@ std::string options_table_text(const TrainSetup& setup, const MachineBudget& bud
         "times tide train measures; this is its memory limit, the true peak can be lower)\n",
         inflight_microbatches(setup.schedule, setup.pp, 0, setup.grad_accum, 1, setup.memory_limit),
         to_string(setup.schedule));
-  out += "GiB; per-GPU columns are the busiest pipeline stage; * = the configured option\n\n";
+  // With one data-parallel rank ZeRO has nothing to partition over: stages 1-3 without offload
+  // are DDP (the runtime holds the same bytes), so their rows are folded into DDP's.
+  const bool fold = setup.dp() == 1;
+  auto folded = [&](const OptionResult& r) {
+    return fold && r.option.zero_stage > 0 && r.option.offload == Offload::None;
+  };
+  const OptionResult* configured_folded = nullptr;
+  int64_t largest = 0;
+  for (const OptionResult& r : rows) {
+    if (folded(r)) {
+      if (r.configured) configured_folded = &r;
+      continue;
+    }
+    largest = std::max({largest, r.estimate.device.total(), r.estimate.host.total()});
+  }
+  const TableUnit unit = table_unit(largest);
+  out += fmt::format(
+      "{}; per-GPU columns are the busiest pipeline stage; per host = one host's memory for its "
+      "{} GPU{} (the offloaded states; '-' = none: data loading and the program are not "
+      "counted); * = the configured option\n",
+      unit.name, setup.ranks_per_host(), setup.ranks_per_host() == 1 ? "" : "s");
+  if (fold)
+    out += fmt::format(
+        "ZeRO-1/2/3 without offload are not shown: at data-parallel size 1 they partition over "
+        "one rank and equal DDP{}\n",
+        configured_folded ? fmt::format(" (the configured {} is the DDP row marked *)",
+                                        configured_folded->option.name)
+                          : "");
+  out += "\n";
   const auto line = [](auto&&... cols) {
-    return fmt::format("{:<1}{:<20} {:<9} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9} {:>9}  {}\n",
-                       cols...);
+    return fmt::format(
+        "{:<1}{:<20} {:<9} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9} {:>9}  {}\n", cols...);
   };
   out += line("", "option", "recompute", "params", "grads", "optim", "activ", "temp", "padding",
-              "per GPU", "per host", "fits");
+              "arenas", "per GPU", "per host", "fits");
   for (const OptionResult& r : rows) {
+    if (folded(r)) continue;
+    const bool marked = r.configured || (configured_folded && r.option.zero_stage == 0 &&
+                                         r.option.offload == Offload::None &&
+                                         r.option.recompute == configured_folded->option.recompute);
     const MemoryBreakdown& d = r.estimate.device;
-    out += line(r.configured ? "*" : " ", r.option.name, to_string(r.option.recompute),
-                format_gib(d.param16), format_gib(d.grads), format_gib(d.optimizer_states()),
-                format_gib(d.activations), format_gib(d.temp_buffers), format_gib(d.chunk_padding),
-                format_gib(d.total()), format_gib(r.estimate.host.total()),
+    const auto f = [&](int64_t b) { return format_in(b, unit); };
+    out += line(marked ? "*" : " ", r.option.name, to_string(r.option.recompute), f(d.param16),
+                f(d.grads), f(d.optimizer_states()), f(d.activations), f(d.temp_buffers),
+                f(d.chunk_padding), f(d.arenas), f(d.total()), f(r.estimate.host.total()),
                 fit_mark(r.fits_gpu, r.fits_host));
   }
   for (const OptionResult& r : rows)
@@ -224,6 +260,10 @@ nlohmann::json options_table_json(const TrainSetup& setup, const MachineBudget& 
                        {"offload", to_string(r.option.offload)},
                        {"recompute", to_string(r.option.recompute)},
                        {"configured", r.configured},
+                       // ZeRO 1-3 without offload at data-parallel size 1: DDP's bytes (the
+                       // text table folds these rows into DDP's).
+                       {"equal_to_ddp", setup.dp() == 1 && r.option.zero_stage > 0 &&
+                                            r.option.offload == Offload::None},
                        {"peak_stage", r.estimate.peak_stage},
                        {"device", breakdown_json(r.estimate.device)},
                        {"host_per_rank", breakdown_json(r.estimate.host_per_rank)},
@@ -252,16 +292,22 @@ std::string max_model_text(const TrainSetup& setup, const MachineBudget& budget,
   const auto line = [](auto&&... cols) {
     return fmt::format("{:<20} {:<9} {:>7} {:>6} {:>7} {:>11} {:>9} {:>9}\n", cols...);
   };
-  out += line("option", "recompute", "layers", "heads", "hidden", "params", "GPU GiB", "host GiB");
+  int64_t largest = 0;
+  for (const MaxModelResult& r : rows)
+    if (r.found) largest = std::max({largest, r.estimate.device.total(), r.estimate.host.total()});
+  const TableUnit unit = table_unit(largest);
+  out += line("option", "recompute", "layers", "heads", "hidden", "params",
+              fmt::format("GPU {}", unit.name), fmt::format("host {}", unit.name));
   for (const MaxModelResult& r : rows) {
     if (!r.found) {
       out +=
           line(r.option.name, to_string(r.option.recompute), "-", "-", "-", "none fits", "-", "-");
       continue;
     }
-    out += line(r.option.name, to_string(r.option.recompute), r.model.n_layer, r.model.n_head,
-                r.model.n_embd, fmt::format("{:.2f}B", r.model.num_parameters() / 1e9),
-                format_gib(r.estimate.device.total()), format_gib(r.estimate.host.total()));
+    out +=
+        line(r.option.name, to_string(r.option.recompute), r.model.n_layer, r.model.n_head,
+             r.model.n_embd, fmt::format("{:.2f}B", r.model.num_parameters() / 1e9),
+             format_in(r.estimate.device.total(), unit), format_in(r.estimate.host.total(), unit));
   }
   return out;
 }

@@ -29,6 +29,18 @@ DropoutSpec BlockEnv::seq_dropout(const MicroBatch& mb, int layer, int site, int
   return d;
 }
 
+ArenaShape arena_shape(const BlockEnv& env) {
+  ArenaShape s;
+  s.config = env.config;
+  s.policy = env.policy;
+  s.tp = env.tp_size();
+  s.tp_rank = env.tp_rank();
+  s.sp = env.sp;
+  s.partition_activations = env.partition_activations;
+  s.cpu_checkpointing = env.cpu_checkpointing;
+  return s;
+}
+
 size_t BlockEnv::sp_scratch_bytes(int64_t B, int64_t T, int64_t C) {
   return f32_bytes(B * T * C);
 }

@@ -20,6 +20,7 @@
 #include "tide/kernels/ops.h"
 #include "tide/memory/chunk_store.h"
 #include "tide/model/activations.h"
+#include "tide/model/arena_bytes.h"
 #include "tide/model/config.h"
 #include "tide/model/stash.h"
 
@@ -32,11 +33,13 @@ struct MicroBatch {
   Tensor tokens;         // (B,T) int32 inputs
   Tensor targets;        // (B,T) int32 next tokens; entries < 0 are ignored by the loss
   bool training = true;  // dropout on, activations saved for backward
-  uint64_t seed = 0;     // run seed (dropout masks)
-  uint64_t step = 0;     // optimizer step (dropout masks)
-  uint64_t seq0 = 0;     // global index of sequence 0 in the step's global batch (dropout masks)
-  int index = 0;         // micro-batch index within the step (gradient completion)
-  float dloss = 1.0f;    // d(objective)/d(mean loss of this micro-batch): 1/grad_accum * scale
+  // Made by make_micro_batch(training = true): its arenas can hold a training forward.
+  bool sized_for_training = true;
+  uint64_t seed = 0;   // run seed (dropout masks)
+  uint64_t step = 0;   // optimizer step (dropout masks)
+  uint64_t seq0 = 0;   // global index of sequence 0 in the step's global batch (dropout masks)
+  int index = 0;       // micro-batch index within the step (gradient completion)
+  float dloss = 1.0f;  // d(objective)/d(mean loss of this micro-batch): 1/grad_accum * scale
   Tracer* tracer = nullptr;  // where GPT's block parts record their spans (trace.h); nullptr: off
 
   Arena saved;  // activations kept from forward to backward
@@ -136,6 +139,9 @@ class Block {
  protected:
   std::vector<int> param_ids_;
 };
+
+// The shape arena_bytes.h sizes a block's arenas by, from its environment.
+ArenaShape arena_shape(const BlockEnv& env);
 
 // Bytes of `n` f32 values as the arena rounds them (used by the *_bytes functions).
 inline size_t f32_bytes(int64_t n) {

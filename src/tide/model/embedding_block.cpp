@@ -62,19 +62,16 @@ int64_t EmbeddingBlock::vocab_begin() const {
   return env_.tp_rank() * vocab_rows_per_rank(*env_.config, env_.tp_size());
 }
 
-size_t EmbeddingBlock::saved_bytes(int, int) const {
-  return 0;
-}  // output is residual[0]
+size_t EmbeddingBlock::saved_bytes(int B, int T) const {
+  return embedding_saved_bytes(arena_shape(env_), B, T);
+}
 
 size_t EmbeddingBlock::workspace_bytes(int B, int T) const {
-  // Under SP: the partial (B,T,C) and its shard in F, the shard's gradient in B, and the
-  // collectives' permutation scratch.
-  const int64_t N = int64_t{B} * T, C = env_.config->n_embd;
-  return env_.sp ? 2 * f32_bytes(N * C) + BlockEnv::sp_scratch_bytes(B, T, C) : 0;
+  return embedding_workspace_bytes(arena_shape(env_), B, T);
 }
 
 size_t EmbeddingBlock::stash_bytes(int B, int T) const {
-  return f32_bytes(int64_t{B} * T * env_.config->n_embd);
+  return embedding_stash_bytes(arena_shape(env_), B, T);
 }
 
 }  // namespace tide

@@ -137,7 +137,8 @@ void GPT::init_weights(uint64_t seed) {
   }
 }
 
-std::unique_ptr<MicroBatch> GPT::make_micro_batch(int B, int T, StashPool* stash) const {
+std::unique_ptr<MicroBatch> GPT::make_micro_batch(int B, int T, StashPool* stash,
+                                                  bool training) const {
   TIDE_CHECK(B >= 1, "micro-batch size must be at least 1 (got {})", B);
   TIDE_CHECK(T >= 1 && T <= config_.max_seq_len,
              "sequence length {} is outside [1, model.max_seq_len = {}]; lower the sequence "
@@ -152,32 +153,27 @@ std::unique_ptr<MicroBatch> GPT::make_micro_batch(int B, int T, StashPool* stash
   mb->T = T;
   // The residual stream: (B,T,C), or this rank's sequence shard (B,T/t,C) under SP.
   const int64_t Ts = env_.seq_local(T);
-  const int64_t N = int64_t{B} * Ts, C = config_.n_embd;
-  // saved: tokens, targets, the stage's residuals (layer boundaries first..end), dresidual,
-  // then every block's saved tensors.
+  const int64_t C = config_.n_embd;
+  // The arenas' sizes (arena_bytes.h: the blocks' *_bytes, and what tide estimate counts).
+  const MicroBatchArenas sizes = micro_batch_arenas(arena_shape(env_), first_layer_, end_layer_,
+                                                    has_embedding(), has_head(), B, T, training);
+  // P_a: the forward needs only the boundary it reads and the one it writes (ping-pong).
   const int boundaries = end_layer_ - first_layer_ + 1;
-  // P_a: the forward needs only the boundary it reads and the one it writes (ping-pong);
-  // each transformer block's input survives to B as a 1/t slice (in `saved`, or the host pool).
-  const bool pa = env_.partition_activations;
-  const int buffers = pa ? std::min(boundaries, 2) : boundaries;
-  const size_t slices = pa ? (boundaries - 1) * f32_bytes(N * C / env_.tp_size()) : 0;
-  size_t saved = 2 * Arena::aligned(static_cast<size_t>(B) * T * 4) +
-                 (buffers + 1) * f32_bytes(N * C) + (env_.cpu_checkpointing ? 0 : slices);
-  size_t workspace = 0;
-  for (const auto& b : blocks_) {
-    saved += b->saved_bytes(B, T);
-    workspace = std::max(workspace, b->workspace_bytes(B, T));
-  }
-  mb->saved = Arena("activations", saved);
-  if (env_.cpu_checkpointing) mb->host_checkpoints = Arena("host checkpoints", slices);
-  mb->workspace = Arena("workspace", workspace);
-  if (!stash) {
+  const int buffers = env_.partition_activations && training ? std::min(boundaries, 2) : boundaries;
+  mb->training = training;
+  mb->sized_for_training = training;
+  mb->saved = Arena("activations", sizes.saved);
+  if (env_.cpu_checkpointing)
+    mb->host_checkpoints = Arena("host checkpoints", sizes.host_checkpoints);
+  mb->workspace = Arena("workspace", sizes.workspace);
+  // An evaluation micro-batch keeps nothing from F to B: no stash either.
+  if (!stash && training) {
     mb->own_stash = std::make_unique<StashPool>(stash_slot_bytes(B, T), 1);
     stash = mb->own_stash.get();
   }
-  TIDE_CHECK(stash->slot_bytes() >= stash_slot_bytes(B, T),
+  TIDE_CHECK(!stash || stash->slot_bytes() >= stash_slot_bytes(B, T),
              "the W stash pool's slots ({} bytes) are smaller than a ({},{}) micro-batch needs",
-             stash->slot_bytes(), B, T);
+             stash ? stash->slot_bytes() : 0, B, T);
   mb->stash = stash;
   mb->stash_slot.assign(blocks_.size(), -1);
   mb->tokens = mb->saved.alloc_tensor({B, T}, DType::I32);
@@ -217,6 +213,9 @@ void GPT::run_part(MicroBatch& mb, int i, GroupAccess& access, void (Block::*par
 }
 
 void GPT::forward_block(MicroBatch& mb, int i) {
+  TIDE_CHECK(!mb.training || mb.sized_for_training,
+             "a training forward needs a micro-batch made for training (make_micro_batch with "
+             "training = true); this one is sized for evaluation");
   const TraceSpan span(mb.tracer, "forward", "compute", {{"block", i}, {"mb", mb.index}});
   GroupAccess access(*store_, groups_[i], Use::FORWARD);
   run_part(mb, i, access, &Block::forward);

@@ -118,8 +118,12 @@ class GPT {
   // A micro-batch of shape (B,T) with its activation arenas. `stash` is the pool B->W stashes
   // come from (shared by the micro-batches of an engine, sized from its schedule); nullptr
   // gives the micro-batch a pool of its own for one stash (B and W fused per block).
+  // `training` = false: a micro-batch for evaluation only (forward with training = false): its
+  // arenas hold no activations kept for backward and it has no stash (the trainer's validation
+  // micro-batch; a training forward on it is an error).
   // Throws a tide::Error when T exceeds max_seq_len.
-  std::unique_ptr<MicroBatch> make_micro_batch(int B, int T, StashPool* stash = nullptr) const;
+  std::unique_ptr<MicroBatch> make_micro_batch(int B, int T, StashPool* stash = nullptr,
+                                               bool training = true) const;
   // Bytes of the largest (micro-batch, block) stash at (B,T): the slot size of a StashPool.
   size_t stash_slot_bytes(int B, int T) const;
 

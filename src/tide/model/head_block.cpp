@@ -123,26 +123,15 @@ Tensor HeadBlock::head_weight(Tensor w) const {  // (V/t rows with padding, C) -
 }
 
 size_t HeadBlock::saved_bytes(int B, int T) const {
-  const int64_t N = int64_t{B} * T;
-  const size_t lse = env_.tp ? 2 * f32_bytes(N) : 0;                     // LSE_MAX, LSE_SUM
-  const size_t full = env_.sp ? f32_bytes(N * env_.config->n_embd) : 0;  // LNF_FULL
-  return f32_bytes(N * env_.config->n_embd) + 2 * f32_bytes(N) + f32_bytes(N * vocab_cols()) + lse +
-         full;
+  return head_saved_bytes(arena_shape(env_), B, T);
 }
 
 size_t HeadBlock::stash_bytes(int B, int T) const {
-  return f32_bytes(int64_t{B} * T * env_.config->n_embd);
+  return head_stash_bytes(arena_shape(env_), B, T);
 }
 
 size_t HeadBlock::workspace_bytes(int B, int T) const {
-  // Evaluation keeps everything in the workspace: the saved set plus the losses.
-  const int64_t N = int64_t{B} * T;
-  const int64_t C = env_.config->n_embd;
-  const size_t ce = env_.tp ? vocab_parallel_crossentropy_scratch(N, env_.tp_size()) : 0;
-  // Under SP: the partial d(ln_f output) (B,T,C), the collectives' scratch, W's 2C partials.
-  const size_t sp =
-      env_.sp ? f32_bytes(N * C) + BlockEnv::sp_scratch_bytes(B, T, C) + f32_bytes(2 * C) : 0;
-  return saved_bytes(B, T) + f32_bytes(N) + f32_bytes(N * C) + ce + sp;
+  return head_workspace_bytes(arena_shape(env_), B, T);
 }
 
 }  // namespace tide

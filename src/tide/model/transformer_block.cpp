@@ -254,70 +254,16 @@ void TransformerBlock::backward_weight(MicroBatch& mb) {
   sp_sum(2, LN1_W, LN1_B);
 }
 
-// Sizes, per the allocations above, with Cl = C/t, NHl = NH/t over t tensor-parallel ranks
-// and Ns = B Ts positions of the residual stream (B T/t under SP, else N = B T):
-// LN1, RES2, LN2 (Ns,C); under SP LN1F, LN2F (N,C) unless they are not kept (`kept`, F's
-// saved set); ATTY (N,Cl); four (Ns) statistics; QKV (N,3Cl); FCH, FCH_GELU (N,4Cl).
-static size_t main_bytes(int64_t N, int64_t C, int64_t t = 1, int64_t Ns = -1, bool kept = false) {
-  const int64_t Cl = C / t;
-  const bool sp = Ns >= 0 && Ns != N && !kept;
-  if (Ns < 0) Ns = N;
-  return 3 * f32_bytes(Ns * C) + (sp ? 2 * f32_bytes(N * C) : 0) + f32_bytes(N * Cl) +
-         4 * f32_bytes(Ns) + f32_bytes(N * 3 * Cl) + 2 * f32_bytes(N * 4 * Cl);
-}
-// Under SP: what the collectives add to a part's workspace: the (B,T,C) partial sums and
-// permutation scratch, the shards they produce, and W's 4C layernorm partial gradients.
-static size_t sp_workspace_bytes(int64_t N, int64_t Ns, int64_t C) {
-  return 3 * f32_bytes(N * C) + 2 * f32_bytes(Ns * C) + f32_bytes(4 * C);
-}
-static size_t att_bytes(int64_t B, int64_t T, int64_t NHl) {
-  return 2 * f32_bytes(B * NHl * T * T);
-}
-
 size_t TransformerBlock::saved_bytes(int B, int T) const {
-  const int64_t N = int64_t{B} * T, C = env_.config->n_embd, t = env_.tp_size();
-  const int64_t NHl = env_.config->n_head / t, Ns = B * env_.seq_local(T);
-  switch (env_.policy) {
-    case ActivationPolicy::SAVE_ALL:
-      return main_bytes(N, C, t, Ns, true) + att_bytes(B, T, NHl);
-    case ActivationPolicy::SELECTIVE:
-      return main_bytes(N, C, t, Ns, true);
-    case ActivationPolicy::FULL:
-      return 0;
-  }
-  return 0;
-}
-
-// What B leaves for W: DFC2, DLN2, DPROJ, DLN1 (Ns,C); under SP DFC2F, DPROJF (N,C);
-// DFCH (N,4Cl); DQKV (N,3Cl).
-static size_t grad_stash_bytes(int64_t N, int64_t C, int64_t t, int64_t Ns) {
-  const int64_t Cl = C / t;
-  return 4 * f32_bytes(Ns * C) + (Ns != N ? 2 * f32_bytes(N * C) : 0) + f32_bytes(N * 4 * Cl) +
-         f32_bytes(N * 3 * Cl);
+  return transformer_saved_bytes(arena_shape(env_), B, T);
 }
 
 size_t TransformerBlock::workspace_bytes(int B, int T) const {
-  const int64_t N = int64_t{B} * T, C = env_.config->n_embd, t = env_.tp_size();
-  const int64_t NHl = env_.config->n_head / t, Ns = B * env_.seq_local(T);
-  // Worst part: evaluation keeps everything temporary (main + attention + proj, fc2); B needs
-  // the recomputed attention matrices, their output or proj, dgelu (B,T,4Cl) and datty. (With
-  // t = 1 the bound of the single-rank model: 2 (B,T,C) + (B,T,4C).)
-  const size_t sp = env_.sp ? sp_workspace_bytes(N, Ns, C) : 0;
-  const size_t eval = main_bytes(N, C, t, Ns) + att_bytes(B, T, NHl) + 2 * f32_bytes(N * C) + sp;
-  const size_t bwd = att_bytes(B, T, NHl) + 2 * f32_bytes(N * C) + f32_bytes(N * 4 * C / t) + sp;
-  return std::max(eval, bwd);
+  return transformer_workspace_bytes(arena_shape(env_), B, T);
 }
 
 size_t TransformerBlock::stash_bytes(int B, int T) const {
-  const int64_t N = int64_t{B} * T, C = env_.config->n_embd, t = env_.tp_size();
-  const int64_t Ns = B * env_.seq_local(T);
-  // A full recomputation also leaves the block's intermediates for W; under SP the other
-  // policies re-gather LN1F and LN2F (N,C) into it.
-  const bool full = env_.policy == ActivationPolicy::FULL;
-  const size_t recomputed = full ? main_bytes(N, C, t, Ns) : 0;
-  const size_t regathered = env_.sp && !full ? 2 * f32_bytes(N * C) : 0;
-  const size_t input = env_.partition_activations ? f32_bytes(Ns * C) : 0;  // P_a's gather
-  return grad_stash_bytes(N, C, t, Ns) + recomputed + regathered + input;
+  return transformer_stash_bytes(arena_shape(env_), B, T);
 }
 
 }  // namespace tide

@@ -116,10 +116,15 @@ size_t AutoPlacement::non_model_now() const {
   return buffers + (activation_bytes_ ? activation_bytes_() : 0);
 }
 
-size_t AutoPlacement::limit_at(int pos) const {
+size_t AutoPlacement::non_model_at(int pos) const {
   size_t non_model = non_model_now();
   if (!warm_up_ && pos >= 0 && pos < static_cast<int>(recorded_.size()))
     non_model = std::max(non_model, recorded_[pos]);
+  return non_model;
+}
+
+size_t AutoPlacement::limit_at(int pos) const {
+  const size_t non_model = non_model_at(pos);
   return non_model >= budget_ ? 0 : budget_ - non_model;
 }
 
@@ -221,12 +226,29 @@ bool AutoPlacement::make_resident(std::span<const int> need, int pos, bool allow
         : pos < A
             ? fmt::format("access {} of the step (parameter group {})", pos, accesses_[pos].group)
             : fmt::format("the optimizer step of chunk {}", pos - A);
+    // The non-model figure itself, not the part of the limit it takes (which is the whole limit
+    // when the non-model memory alone is over it).
+    const size_t non_model = non_model_at(pos);
+    TIDE_CHECK(
+        non_model<
+            budget_,
+            "placement.policy=auto: placement.device_memory_limit ({:.2f} MiB) is below the "
+            "non-model memory alone: {:.2f} MiB (activations, ZeRO's buffers) at {}{}; raise "
+            "placement.device_memory_limit (`tide estimate --config <this config> "
+            "--placement auto --device-memory-limit ...` prints the least limit for the whole "
+            "step), or lower the activations (activation_checkpointing.policy, micro-batch "
+            "size)",
+            budget_ / 1048576.0, non_model / 1048576.0, what, missing> 0
+            ? fmt::format(", which also needs {:.2f} MiB of chunks on the compute "
+                          "tier",
+                          missing / 1048576.0)
+            : "");
     TIDE_FAIL(
         "placement.policy=auto: placement.device_memory_limit ({:.2f} MiB) is too small: {} "
         "needs {:.2f} MiB of chunks on the compute tier besides {:.2f} MiB of non-model memory "
         "(activations, ZeRO's buffers) and {:.2f} MiB of chunks that cannot move now; raise "
         "placement.device_memory_limit, or lower chunk_size_mb or ZeRO's bucket sizes",
-        budget_ / 1048576.0, what, missing / 1048576.0, (budget_ - limit) / 1048576.0,
+        budget_ / 1048576.0, what, missing / 1048576.0, non_model / 1048576.0,
         on_device_bytes_ / 1048576.0);
   }
   for (int item : need) {

@@ -126,6 +126,8 @@ class AutoPlacement final : public PlacementPolicy {
   std::vector<int> needs_at(int pos) const;
   int64_t next_use(int item, int pos) const;
   size_t non_model_now() const;
+  // The non-model bytes at `pos`: now, or the warm-up's record there when larger.
+  size_t non_model_at(int pos) const;
   size_t limit_at(int pos) const;
   // Moves `need` in within the limit of position `pos`, evicting farthest next use first; with
   // `allow_fail`, returns false instead of failing when they cannot fit (nothing moved in).

@@ -353,7 +353,10 @@ const std::vector<ConfigKey>& config_schema() {
        "DeepSpeed's name for log.interval: either sets both; giving both with different values "
        "is an error",
        ints(1)},
-      {"log.progress", T::BOOL, true, "live progress line on the terminal"},
+      {"log.progress", T::BOOL, true,
+       "a progress line rewritten in place every step when stdout is a terminal of one process "
+       "(not under mpirun); false, or any other stdout (a file, a pipe, mpirun's ranks): one whole "
+       "line every log.interval steps"},
       {"wall_clock_breakdown",
        T::BOOL,
        false,

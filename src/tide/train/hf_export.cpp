@@ -13,9 +13,11 @@
 #include <vector>
 
 #include "tide/core/dtype.h"
+#include "tide/data/tokenizer.h"
 #include "tide/model/layout.h"
 #include "tide/train/checkpoint.h"
 #include "tide/train/checkpoint_meta.h"
+#include "tide/train/hf_tokenizer_files.h"
 #include "tide/train/safetensors.h"
 #include "tide/train/sharded_checkpoint.h"
 
@@ -155,7 +157,7 @@ bool hf_gpt2_transposed(const std::string& name) {
   return false;
 }
 
-json hf_gpt2_config(const GPTConfig& c) {
+json hf_gpt2_config(const GPTConfig& c, std::optional<int> eot_id) {
   json j = {{"architectures", {"GPT2LMHeadModel"}},
             {"model_type", "gpt2"},
             {"activation_function", "gelu_new"},  // tide's GELU is GPT-2's tanh form
@@ -177,9 +179,9 @@ json hf_gpt2_config(const GPTConfig& c) {
             {"tie_word_embeddings", true},
             {"use_cache", true},
             {"torch_dtype", "float32"}};
-  // GPT-2's tokenizer: <|endoftext|> is 50256. Other vocabularies: none (HF's default, 50256,
-  // would be outside them).
-  const json eot = c.vocab_size == 50257 ? json(50256) : json(nullptr);
+  // The tokenizer's <|endoftext|>; without one, GPT-2's tokenizer's (50256) for its vocabulary,
+  // else none (HF's default, 50256, would be outside the vocabulary).
+  const json eot = eot_id ? json(*eot_id) : c.vocab_size == 50257 ? json(50256) : json(nullptr);
   j["bos_token_id"] = eot;
   j["eos_token_id"] = eot;
   return j;
@@ -218,6 +220,27 @@ HfExportResult export_hf_gpt2(const std::string& checkpoint, const std::string& 
     outs.push_back(std::move(o));
   }
 
+  // The tokenizer: given, or the one the checkpoint names (relative to its folder).
+  std::string tok_path = options.tokenizer;
+  if (tok_path.empty() && !src->info.tokenizer.empty()) {
+    fs::path ckpt(checkpoint);
+    if (!ckpt.has_filename()) ckpt = ckpt.parent_path();  // "dir/ckpt/"
+    tok_path = (ckpt.parent_path() / src->info.tokenizer).string();
+    std::error_code tok_ec;
+    TIDE_CHECK(fs::is_regular_file(tok_path, tok_ec),
+               "checkpoint '{}' names the tokenizer '{}', which is not there; copy it back, or "
+               "pass --tokenizer <tokenizer.json>",
+               checkpoint, tok_path);
+  }
+  std::optional<HfTokenizerFiles> tok_files;
+  std::optional<int> eot_id;
+  if (!tok_path.empty()) {
+    const Tokenizer tok = Tokenizer::load(tok_path);
+    tok_files = hf_tokenizer_files(tok, src->info.config, tok_path);
+    eot_id = tok.eot_id();
+    result.tokenizer = tok_path;
+  }
+
   // 2. The output folder.
   const fs::path dir(out_dir);
   const std::string model_path = (dir / "model.safetensors").string();
@@ -225,9 +248,12 @@ HfExportResult export_hf_gpt2(const std::string& checkpoint, const std::string& 
   std::error_code ec;
   TIDE_CHECK(!fs::exists(dir, ec) || fs::is_directory(dir, ec),
              "cannot export to '{}': it is a file; pass a directory", out_dir);
-  TIDE_CHECK(options.overwrite || !fs::exists(model_path, ec),
-             "'{}' exists; pass --overwrite to replace it, or choose another directory",
-             model_path);
+  std::vector<std::string> outputs = {model_path};
+  for (const std::string& name : hf_tokenizer_file_names())
+    outputs.push_back((dir / name).string());
+  for (const std::string& path : outputs)
+    TIDE_CHECK(options.overwrite || !fs::exists(path, ec),
+               "'{}' exists; pass --overwrite to replace it, or choose another directory", path);
   fs::create_directories(dir, ec);
   TIDE_CHECK(!ec, "cannot create '{}': {}", out_dir, ec.message());
 
@@ -312,10 +338,22 @@ HfExportResult export_hf_gpt2(const std::string& checkpoint, const std::string& 
   f.commit(model_path);
   result.file_bytes = 8 + text.size() + total;
 
-  OutFile c = open_out(config_path);
-  const std::string cfg = hf_gpt2_config(src->info.config).dump(2) + "\n";
-  c.write(cfg.data(), cfg.size(), config_path);
-  c.commit(config_path);
+  auto write_text = [](const std::string& path, const std::string& text) {
+    OutFile c = open_out(path);
+    c.write(text.data(), text.size(), path);
+    c.commit(path);
+  };
+  write_text(config_path, hf_gpt2_config(src->info.config, eot_id).dump(2) + "\n");
+  if (tok_files) {
+    const std::vector<std::string> texts = {tok_files->tokenizer_json, tok_files->tokenizer_config,
+                                            tok_files->special_tokens_map,
+                                            tok_files->generation_config};
+    for (size_t i = 0; i < texts.size(); ++i)
+      write_text((dir / hf_tokenizer_file_names()[i]).string(), texts[i]);
+  } else {
+    // An earlier export's tokenizer files would describe another model (--overwrite).
+    for (const std::string& name : hf_tokenizer_file_names()) fs::remove(dir / name, ec);
+  }
   return result;
 }
 

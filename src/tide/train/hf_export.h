@@ -1,6 +1,8 @@
 #pragma once
 // `tide export`: a checkpoint (one file, or a sharded directory) as a Hugging Face GPT-2 model
-// folder, `model.safetensors` + `config.json`, that transformers' GPT2LMHeadModel loads as is.
+// folder, `model.safetensors` + `config.json`, that transformers' GPT2LMHeadModel loads as is,
+// and, when the checkpoint names its tokenizer (or one is given), the tokenizer files
+// (hf_tokenizer_files.h) that make AutoTokenizer and pipeline("text-generation") work on it.
 //
 // Why streaming: consolidating a sharded checkpoint must not need the model in memory (the
 // whole point of sharding is that no machine may hold it: DeepSpeed's zero_to_fp32 needed over
@@ -24,6 +26,7 @@
 #include <cstdint>
 #include <functional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 
 #include "tide/model/config.h"
@@ -34,6 +37,9 @@ struct HfExportOptions {
   bool overwrite = false;                 // replace an existing out_dir/model.safetensors
   size_t buffer_bytes = size_t{4} << 20;  // each of the two fixed buffers
   std::function<void(const std::string&)> progress;  // a line every ~10% (nullptr: silent)
+  // The tokenizer.json to export ("": the one the checkpoint names, beside it, as `tide sample`
+  // reads it; none when it names none).
+  std::string tokenizer;
 };
 
 struct HfExportResult {
@@ -42,18 +48,22 @@ struct HfExportResult {
   uint64_t file_bytes = 0;    // of model.safetensors
   uint64_t buffer_bytes = 0;  // allocated for tensor data: the transpose buffer + 2 fixed
   std::string source;         // "parameters (f32)", "master weights (f32)", ...
+  std::string tokenizer;      // the tokenizer.json exported, "" when none
 };
 
 // The HF name of tide tensor `name` ("h.3.attn.c_attn.weight" ->
 // "transformer.h.3.attn.c_attn.weight"); whether HF stores it transposed.
 std::string hf_gpt2_name(const std::string& name);
 bool hf_gpt2_transposed(const std::string& name);
-// GPT2Config of a tide model.
-nlohmann::json hf_gpt2_config(const GPTConfig& config);
+// GPT2Config of a tide model. bos/eos: `eot_id` (the tokenizer's <|endoftext|>) when given,
+// else GPT-2's 50256 for a 50257-token vocabulary, else null.
+nlohmann::json hf_gpt2_config(const GPTConfig& config, std::optional<int> eot_id = std::nullopt);
 
 // Exports `checkpoint` (a file or a sharded directory) to `out_dir`. The checkpoint is checked
-// whole (every checksum, every tensor) before anything is created in out_dir; an existing
-// model.safetensors is refused unless options.overwrite. Both files are written atomically.
+// whole (every checksum, every tensor), and the tokenizer read, before anything is created in
+// out_dir; an existing model.safetensors (or tokenizer file) is refused unless
+// options.overwrite. Every file is written atomically; an overwrite without a tokenizer removes
+// the tokenizer files an earlier export left (they would not be this model's).
 HfExportResult export_hf_gpt2(const std::string& checkpoint, const std::string& out_dir,
                               const HfExportOptions& options = {});
 

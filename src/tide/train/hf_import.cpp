@@ -218,23 +218,42 @@ HfImportResult import_hf_gpt2(const std::string& hf_dir, const std::string& out,
              "'{}' exists; pass --overwrite to replace it, or choose another path", out);
   const fs::path out_dir = fs::path(out).parent_path();
   const fs::path tok_out = out_dir / "tokenizer.json";
+  // The tokenizer: given, or the folder's own tokenizer.json (what `tide export` writes, and
+  // what HF's GPT-2 folders hold) when tide reads it and it fits the model; otherwise none,
+  // and the result says why.
+  std::string tok_in = options.tokenizer;
+  if (tok_in.empty()) {
+    const std::string own = (fs::path(hf_dir) / "tokenizer.json").string();
+    if (fs::is_regular_file(own, ec)) {
+      try {
+        const int n = Tokenizer::load(own).vocab_size();
+        if (n <= c.vocab_size)
+          tok_in = own;
+        else
+          result.tokenizer_skipped = fmt::format(
+              "{} has {} tokens, more than the model's vocab_size {}", own, n, c.vocab_size);
+      } catch (const Error& e) {
+        result.tokenizer_skipped = e.what();
+      }
+    }
+  }
   std::string tok_text;
-  if (!options.tokenizer.empty()) {
-    TIDE_CHECK(fs::is_regular_file(options.tokenizer, ec),
+  if (!tok_in.empty()) {
+    TIDE_CHECK(fs::is_regular_file(tok_in, ec),
                "cannot read tokenizer '{}': no such file; pass a tokenizer.json written by `tide "
                "prepare`",
-               options.tokenizer);
-    tok_text = slurp(options.tokenizer);
-    const int tok_vocab = Tokenizer::load(options.tokenizer).vocab_size();
+               tok_in);
+    tok_text = slurp(tok_in);
+    const int tok_vocab = Tokenizer::load(tok_in).vocab_size();
     TIDE_CHECK(tok_vocab <= c.vocab_size,
                "tokenizer '{}' has {} tokens but the model's vocab_size is {}; pass the tokenizer "
                "the model was trained with",
-               options.tokenizer, tok_vocab, c.vocab_size);
-    const bool same = fs::exists(tok_out, ec) && fs::equivalent(options.tokenizer, tok_out, ec);
+               tok_in, tok_vocab, c.vocab_size);
+    const bool same = fs::exists(tok_out, ec) && fs::equivalent(tok_in, tok_out, ec);
     TIDE_CHECK(same || options.overwrite || !fs::exists(tok_out, ec) ||
                    slurp(tok_out.string()) == tok_text,
                "'{}' exists and differs from '{}'; pass --overwrite to replace it",
-               tok_out.string(), options.tokenizer);
+               tok_out.string(), tok_in);
   }
 
   // 3. The weights, into the model's store in tide's layout.
@@ -261,9 +280,9 @@ HfImportResult import_hf_gpt2(const std::string& hf_dir, const std::string& out,
   info.config = c;
   info.step = 0;
   info.extra = {{"imported_from", fs::absolute(hf_dir, ec).string()}};
-  if (!options.tokenizer.empty()) {
+  if (!tok_in.empty()) {
     info.tokenizer = "tokenizer.json";
-    const bool same = fs::exists(tok_out, ec) && fs::equivalent(options.tokenizer, tok_out, ec);
+    const bool same = fs::exists(tok_out, ec) && fs::equivalent(tok_in, tok_out, ec);
     if (!same) {
       if (!out_dir.empty()) fs::create_directories(out_dir, ec);
       const std::string tmp = tok_out.string() + ".tmp";

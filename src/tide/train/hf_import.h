@@ -25,7 +25,9 @@ namespace tide {
 
 struct HfImportOptions {
   bool overwrite = false;  // replace an existing output checkpoint (and tokenizer.json)
-  std::string tokenizer;   // a tide tokenizer.json to copy next to the checkpoint ("" = none)
+  // A tokenizer.json to copy next to the checkpoint; "": the folder's own tokenizer.json when
+  // there is one that tide reads and that fits the model (else none).
+  std::string tokenizer;
 };
 
 struct HfImportResult {
@@ -34,6 +36,7 @@ struct HfImportResult {
   std::string source_dtype;          // "F32", or e.g. "BF16 (widened to f32)"
   std::vector<std::string> ignored;  // HF tensors not imported (mask buffers, tied lm_head)
   std::string tokenizer;             // the tokenizer written next to the checkpoint, or ""
+  std::string tokenizer_skipped;     // why the folder's tokenizer.json was not used ("": none)
 };
 
 // The tide model of a GPT2Config; throws a tide::Error naming the first field tide cannot

@@ -2,12 +2,15 @@
 // schedule built from them (see pipeline_measure.h).
 #include "tide/train/pipeline_measure.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
 
 #include "tide/core/error.h"
 #include "tide/pipeline/generators.h"
+#include "tide/pipeline/simulator.h"
 
 namespace tide {
 
@@ -186,6 +189,19 @@ pipeline::Schedule auto_schedule(const StepMeasurement& m, int microbatches, dou
   o.memory_limit = memory_limit;
   // check_options names a bad limit (below one micro-batch) or a time that is not positive.
   return pipeline::build_schedule(o);
+}
+
+std::string microbatch_hint(const StepMeasurement& m, int microbatches, double memory_limit) {
+  const int p = static_cast<int>(m.stages.size());
+  if (microbatches >= p) return "";
+  auto bubble = [&](int mb) {
+    return pipeline::simulate(auto_schedule(m, mb, memory_limit), m.stages).bubble_rate * 100;
+  };
+  return fmt::format(
+      "; only {} micro-batch{} per step for {} stages, so the pipeline never fills: it needs at "
+      "least {} (gradient_accumulation_steps={} simulates a bubble of {:.1f}% with these times, "
+      "={} {:.1f}%)",
+      microbatches, microbatches == 1 ? "" : "es", p, p, p, bubble(p), 4 * p, bubble(4 * p));
 }
 
 StepStats auto_schedule_step(PipelineEngine& engine, ProcessGroup& pipeline, int64_t step,

@@ -19,6 +19,7 @@
 // The warm-up step is a real training step (every schedule trains bitwise alike, so which one
 // it ran does not show in the results).
 
+#include <string>
 #include <vector>
 
 #include "tide/comm/process_group.h"
@@ -65,6 +66,13 @@ StepMeasurement measure_step(const Tracer& trace, const pipeline::Schedule& sche
 // micro-batches in flight per stage (units of M_B, like `tide schedule --memory-limit`; 0:
 // 1F1B's peak, p). The same on every rank given the same measurement.
 pipeline::Schedule auto_schedule(const StepMeasurement& m, int microbatches, double memory_limit);
+
+// The hint the zb-auto log line ends with when `microbatches` (gradient_accumulation_steps) is
+// below the stage count p: with fewer micro-batches than stages the pipeline never fills and
+// most of every stage's time is bubble, which the bubble figure alone does not explain. Names
+// the p micro-batches that fill it and, from the same measured times through the same
+// generator and simulator, the bubbles at p and 4p micro-batches. "" when microbatches >= p.
+std::string microbatch_hint(const StepMeasurement& m, int microbatches, double memory_limit);
 
 // One training step of `engine` (its current schedule, e.g. 1F1B) traced and measured, then the
 // automatic schedule for the measured figures, and the engine switched to it

@@ -63,7 +63,8 @@ PipelineRun::PipelineRun(const TrainConfig& cfg, std::shared_ptr<ProcessGroup> w
     chunks_.push_back(std::make_unique<GPT>(cfg.model, cfg.activation_policy, o));
     chunks_.back()->init_weights(cfg.seed);
     models.push_back(chunks_.back().get());
-    eval_mbs_.push_back(chunks_.back()->make_micro_batch(1, cfg.seq_len));
+    eval_mbs_.push_back(
+        chunks_.back()->make_micro_batch(1, cfg.seq_len, nullptr, /*training=*/false));
   }
   engine_ = std::make_unique<PipelineEngine>(models, pp_, std::move(schedule), cfg.micro_batch,
                                              cfg.seq_len, opt, dp > 1 ? dp_ : nullptr,

@@ -157,7 +157,9 @@ void rewind_metrics(const std::string& path, int64_t step, const std::string& ch
 }  // namespace
 
 Trainer::Trainer(TrainConfig config, std::shared_ptr<ProcessGroup> world)
-    : cfg_(std::move(config)), world_(std::move(world)) {
+    : cfg_(std::move(config)),
+      world_(std::move(world)),
+      progress_(ProgressLine::for_stdout(cfg_.progress)) {
   if (!world_) world_ = std::make_shared<LocalProcessGroup>();
   // Reliability (docs/reliability.md): the watchdog's limit, then the ranks compare their
   // configs before any other collective.
@@ -170,7 +172,10 @@ Trainer::Trainer(TrainConfig config, std::shared_ptr<ProcessGroup> world)
   // so the default corpus's preparation (rank 0 prepares, the others wait) sits between the
   // rounds and the tp mesh comes after them.
   if (cfg_.resume == "auto") resolve_auto_resume();  // collective: before the checks below
-  std::optional<RunPosition> resume_at;
+  // A plain struct and a flag, not std::optional: GCC 12 at -O2 warned (-Wmaybe-uninitialized)
+  // on reading the optional's members after it was set inside the lambda below.
+  RunPosition resume_at;
+  const bool resuming = !cfg_.resume.empty();
   agree_on_errors(*world_, [&] {
     TIDE_CHECK(cfg_.device == "cpu" || cfg_.device == "auto",
                "device '{}' is not available: this build's CUDA kernels are not ready yet; use "
@@ -194,13 +199,13 @@ Trainer::Trainer(TrainConfig config, std::shared_ptr<ProcessGroup> world)
                  cfg_.train_batch_size, cfg_.micro_batch, cfg_.grad_accum, dp);
     // A checkpoint to resume from is checked (whole file, and that it can continue this run)
     // before anything is prepared or written.
-    if (!cfg_.resume.empty()) resume_at = check_resume(cfg_.resume);
+    if (resuming) resume_at = check_resume(cfg_.resume);
   });
   if (cfg_.threads > 0) omp_set_num_threads(cfg_.threads);
   prepare_default_corpus();
   // init_from (ignored when resuming: the run's own checkpoint wins): checked whole, shape
   // included, before the model is built or anything is written to out_dir.
-  const bool init_from = resume_at == std::nullopt && !cfg_.init_from.empty();
+  const bool init_from = !resuming && !cfg_.init_from.empty();
   const bool tp_mesh = cfg_.tensor_parallel > 1 && cfg_.pipeline_stages == 1;
   agree_on_errors(*world_, [&] {
     resolve_data();
@@ -270,17 +275,17 @@ Trainer::Trainer(TrainConfig config, std::shared_ptr<ProcessGroup> world)
             : AutoPlacementSettings{});
     engine_runner_ = std::make_unique<EngineRunner>(*engine_);
     runner_ = engine_runner_.get();
-    eval_mb_ = model_->make_micro_batch(1, cfg_.seq_len);
+    eval_mb_ = model_->make_micro_batch(1, cfg_.seq_len, nullptr, /*training=*/false);
   }
-  if (resume_at) {
+  if (resuming) {
     // Any checkpoint into any layout: by tensor name and element range (checkpoint_source.h).
     if (pipeline_)
       pipeline_->load(cfg_.resume);
     else
       load_checkpoint_any(CheckpointSource(cfg_.resume), *model_, /*with_optimizer_state=*/true);
     if (engine_) engine_->sync_params();
-    step_ = resume_at->step;
-    train_loader_->seek(resume_at->data_epoch, resume_at->data_batch);
+    step_ = resume_at.step;
+    train_loader_->seek(resume_at.data_epoch, resume_at.data_batch);
   }
   if (cfg_.trace_steps > 0) {
     tracer_ = std::make_unique<Tracer>(world_->rank());
@@ -472,12 +477,12 @@ void Trainer::write_trace() {
   const std::string path = trace_file();
   create_parent_directory(path);
   write_file_atomically(path, chrome_trace_file(parts));
-  fmt::print("{}tide: trace of step{} {} written to {} (open it in https://ui.perfetto.dev)\n",
-             isatty(STDOUT_FILENO) && cfg_.progress ? "\n" : "", last > first_traced_ ? "s" : "",
-             last > first_traced_ ? fmt::format("{}-{}", first_traced_, last)
-                                  : fmt::format("{}", first_traced_),
-             path);
-  std::fflush(stdout);
+  progress_.print(
+      fmt::format("tide: trace of step{} {} written to {} (open it in https://ui.perfetto.dev)",
+                  last > first_traced_ ? "s" : "",
+                  last > first_traced_ ? fmt::format("{}-{}", first_traced_, last)
+                                       : fmt::format("{}", first_traced_),
+                  path));
 }
 
 void Trainer::write_metrics(std::ofstream& f, const std::string& path, const json& line) {
@@ -705,7 +710,7 @@ Trainer::RunPosition Trainer::check_resume(const std::string& path) const {
 }
 
 void Trainer::log_pipeline_measurement(const PipelineRun::Measured& pm, std::ofstream& metrics,
-                                       const std::string& metrics_path, bool tty) {
+                                       const std::string& metrics_path) {
   // zb-auto's warm-up step: the measured per-stage figures (seconds per micro-batch) and the
   // generated schedule's bubble when simulated under them.
   const StepMeasurement& m = pm.measurement;
@@ -731,18 +736,28 @@ void Trainer::log_pipeline_measurement(const PipelineRun::Measured& pm, std::ofs
                        {"simulated_bubble_rate", sim.bubble_rate}}},
                      {"time", unix_seconds()}});
   const pipeline::CostModel g = m.generator_costs();  // the slowest stage's figures
-  fmt::print(
-      "{}tide: zb-auto from step {} measured (slowest stage, per micro-batch): T_F {:.3f} ms, T_B "
+  progress_.print(fmt::format(
+      "tide: zb-auto from step {} measured (slowest stage, per micro-batch): T_F {:.3f} ms, T_B "
       "{:.3f} ms, T_W {:.3f} ms, T_comm {:.3f} ms -> schedule {}, simulated bubble {:.1f}% "
-      "({:.3f} ms of {:.3f} ms)\n",
-      tty ? "\n" : "", step_, g.t_f * 1e3, g.t_b * 1e3, g.t_w * 1e3, m.t_comm * 1e3, schedule,
-      sim.bubble_rate * 100, sim.bubble * 1e3, sim.makespan * 1e3);
-  std::fflush(stdout);
+      "({:.3f} ms of {:.3f} ms){}",
+      step_, g.t_f * 1e3, g.t_b * 1e3, g.t_w * 1e3, m.t_comm * 1e3, schedule, sim.bubble_rate * 100,
+      sim.bubble * 1e3, sim.makespan * 1e3,
+      microbatch_hint(m, cfg_.grad_accum, cfg_.pipeline_memory_limit)));
 }
 
 void Trainer::run() {
+  // An error ends an open in-place progress line first, so that its message starts a line.
+  try {
+    run_steps();
+  } catch (...) {
+    progress_.finish();
+    throw;
+  }
+  progress_.finish();
+}
+
+void Trainer::run_steps() {
   const bool rank0 = world_->rank() == 0;
-  const bool tty = isatty(STDOUT_FILENO) && cfg_.progress;
   std::ofstream metrics;
   const std::string metrics_path = (fs::path(cfg_.out_dir) / "metrics.jsonl").string();
   if (rank0) {
@@ -823,10 +838,9 @@ void Trainer::run() {
     if (!rank0) return;
     write_metrics(metrics, metrics_path,
                   json{{"step", step_}, {"val_loss", val}, {"time", unix_seconds()}});
-    if (tty) fmt::print("\n");
-    fmt::print("step {:>6} | val loss {:.4f}{}\n", step_, val,
-               unigram_ ? fmt::format(" (unigram baseline {:.4f})", *unigram_) : "");
-    std::fflush(stdout);
+    progress_.print(
+        fmt::format("step {:>6} | val loss {:.4f}{}", step_, val,
+                    unigram_ ? fmt::format(" (unigram baseline {:.4f})", *unigram_) : ""));
   };
   if (val_loader_ && cfg_.resume.empty()) log_eval(evaluate());
 
@@ -845,7 +859,7 @@ void Trainer::run() {
     tokens_interval += st.tokens;
     if (pipeline_)
       if (const PipelineRun::Measured* pm = pipeline_->take_new_measurement(); pm && rank0)
-        log_pipeline_measurement(*pm, metrics, metrics_path, tty);
+        log_pipeline_measurement(*pm, metrics, metrics_path);
     if (rank0) {
       const double elapsed = seconds_since(t_start);
       const double tok_s = tokens_done / elapsed;
@@ -857,7 +871,8 @@ void Trainer::run() {
           human_duration(eta));
       if (cfg_.zero.offload_optimizer.enabled) line += offload_progress(st.offload);
       if (cfg_.placement_policy == "auto") line += placement_progress(st.placement);
-      if (step_ % cfg_.log_interval == 0 || step_ == cfg_.train_steps) {
+      const bool logged = step_ % cfg_.log_interval == 0 || step_ == cfg_.train_steps;
+      if (logged) {
         const double interval_tok_s = tokens_interval / seconds_interval;
         json record{{"step", step_},
                     {"loss", st.loss},
@@ -871,12 +886,10 @@ void Trainer::run() {
         if (cfg_.zero.offload_optimizer.enabled) add_offload_metrics(record, st.offload);
         if (cfg_.placement_policy == "auto") add_placement_metrics(record, st.placement);
         write_metrics(metrics, metrics_path, record);
-        if (!tty) fmt::print("{}\n", line);
         seconds_interval = 0;
         tokens_interval = 0;
       }
-      if (tty) fmt::print("\r{}   ", line);
-      std::fflush(stdout);
+      progress_.update(line, logged);
     }
     const bool eval_now = cfg_.eval_interval > 0 && step_ % cfg_.eval_interval == 0;
     if (val_loader_ && (eval_now || step_ == cfg_.train_steps)) log_eval(evaluate());
@@ -884,28 +897,27 @@ void Trainer::run() {
         step_ < cfg_.train_steps) {
       const std::string path = save(fmt::format("model_step{}.ckpt", step_));
       if (rank0)
-        fmt::print("{}tide: checkpoint {} (resume with checkpoint.resume=<it>)\n", tty ? "\n" : "",
-                   path);
+        progress_.print(
+            fmt::format("tide: checkpoint {} (resume with checkpoint.resume=<it>)", path));
     }
     if (stop_agreed_ && step_ < cfg_.train_steps) {  // preemption: every rank stops here
       write_trace();
       const std::string path = save(fmt::format("model_step{}.ckpt", step_));
-      if (rank0) {
-        fmt::print(
-            "{}tide: stopped at step {}/{} on request (signal); checkpoint {}\n"
-            "tide: resume with the same command plus checkpoint.resume={}\n",
-            tty ? "\n" : "", step_, cfg_.train_steps, path, path);
-        std::fflush(stdout);
-      }
+      if (rank0)
+        progress_.print(
+            fmt::format("tide: stopped at step {}/{} on request (signal); checkpoint {}\n"
+                        "tide: resume with the same command plus checkpoint.resume={}",
+                        step_, cfg_.train_steps, path, path));
       return;
     }
   }
   write_trace();  // a window cut short by train_steps (collective: every rank gets here)
   const std::string path = save();
   if (rank0) {
-    fmt::print("tide: trained {} steps in {}; checkpoint {}\n", step_,
-               human_duration(seconds_since(t_start)), path);
-    fmt::print("tide: try `tide sample --checkpoint {}`\n", path);
+    progress_.print(fmt::format("tide: trained {} step{} in {}; checkpoint {}", step_,
+                                step_ == 1 ? "" : "s", human_duration(seconds_since(t_start)),
+                                path));
+    progress_.print(fmt::format("tide: try `tide sample --checkpoint {}`", path));
   }
 }
 

@@ -23,6 +23,7 @@
 #include "tide/train/config.h"
 #include "tide/train/engine.h"
 #include "tide/train/pipeline_run.h"
+#include "tide/train/progress_line.h"
 #include "tide/train/step_runner.h"
 #include "tide/train/tensorboard_writer.h"
 
@@ -62,9 +63,10 @@ class Trainer {
   // True when, at the last step, some rank had been asked to stop (preemption.h); run() then
   // writes a checkpoint and returns.
   bool stop_agreed() const { return stop_agreed_; }
-  // Bytes of model states (all chunks) plus the activation arenas and W stashes, ZeRO's
-  // communication buffers, cpu_checkpointing's host pool and ZeRO-Offload's host gradient
-  // buffers: the progress line's `mem`.
+  // Bytes of model states (all chunks) plus the activation arenas and W stashes, the validation
+  // micro-batch's arenas, ZeRO's communication buffers, cpu_checkpointing's host pool and
+  // ZeRO-Offload's host gradient buffers: the progress line's `mem` (what `tide estimate`'s
+  // per-GPU total counts: tests/cli/estimate_mem.sh).
   size_t memory_bytes() const;
 
   // Replaces the training data loader (tests feeding fixed batches): called with the step,
@@ -119,7 +121,9 @@ class Trainer {
   void write_metrics(std::ofstream& f, const std::string& path, const nlohmann::json& line);
   // zb-auto's warm-up step (rank 0): one log line and one metrics record "pipeline_measured".
   void log_pipeline_measurement(const PipelineRun::Measured& pm, std::ofstream& metrics,
-                                const std::string& metrics_path, bool tty);
+                                const std::string& metrics_path);
+  // run() without the handling of an open progress line.
+  void run_steps();
 
   // The compute tier of the model state (placement.device_memory_limit) and, with ZeRO-Offload,
   // the host tier of the optimizer state: set in `so` when either is configured.
@@ -148,6 +152,7 @@ class Trainer {
   std::unique_ptr<Tracer> tracer_;
   int64_t first_traced_ = 0;
   std::unique_ptr<TensorBoardWriter> tensorboard_;  // rank 0, tensorboard.enabled
+  ProgressLine progress_;                           // rank 0's stdout (progress_line.h)
 };
 
 }  // namespace tide

@@ -41,6 +41,22 @@ std::vector<uint16_t> ids_of(const std::string& shard) {
   return {s.tokens().begin(), s.tokens().end()};
 }
 
+// An earlier `tide prepare` into the same directory leaves val.bin and tokenizer.json; an
+// import without val.bin or a tokenizer removes them rather than let the trainer read them.
+TEST(NanoGptImport, LeavesNoStaleValOrTokenizer) {
+  TempDir dir;
+  std::filesystem::create_directories(dir / "shakespeare");
+  write_nanogpt_bin(dir / "shakespeare/train.bin", 5000, 65, 1);
+  std::filesystem::create_directories(dir / "out");
+  write_file(dir / "out/val.bin", "an earlier prepare's val.bin");
+  write_file(dir / "out/tokenizer.json", "{}");
+  const PrepareResult r = prepare_corpus(nanogpt_options(dir));
+  EXPECT_TRUE(std::filesystem::exists(r.train_path));
+  EXPECT_FALSE(std::filesystem::exists(dir / "out/val.bin"));
+  EXPECT_FALSE(std::filesystem::exists(dir / "out/tokenizer.json"));
+  EXPECT_EQ(read_prepared_corpus(dir / "out").val_tokens, 0);
+}
+
 TEST(NanoGptImport, SameIdsInTideShards) {
   TempDir dir;
   std::filesystem::create_directories(dir / "shakespeare");

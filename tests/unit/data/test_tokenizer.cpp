@@ -356,6 +356,14 @@ TEST(Tokenizer, HfSettingsTideCannotReproduceAreRefused) {
          j["post_processor"] = {{"type", "TemplateProcessing"}};
        },
        "\"post_processor\" is TemplateProcessing"},
+      // <|endoftext|> after the text (an EOS template), not the BOS-only one `tide export` writes.
+      {[](nlohmann::json& j) {
+         j["post_processor"] = {{"type", "TemplateProcessing"},
+                                {"single",
+                                 {{{"Sequence", {{"id", "A"}, {"type_id", 0}}}},
+                                  {{"SpecialToken", {{"id", "<|endoftext|>"}, {"type_id", 0}}}}}}};
+       },
+       "\"post_processor\" is TemplateProcessing"},
       {[](nlohmann::json& j) {
          j["decoder"] = {{"type", "Metaspace"}};
        },

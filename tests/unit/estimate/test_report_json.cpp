@@ -27,7 +27,7 @@ TEST(ReportJson, OneRowPerOptionWithCategoriesThatAddUp) {
               d["param16"].get<int64_t>() + d["grads"].get<int64_t>() + d["master"].get<int64_t>() +
                   d["adam_m"].get<int64_t>() + d["adam_v"].get<int64_t>() +
                   d["activations"].get<int64_t>() + d["temp_buffers"].get<int64_t>() +
-                  d["chunk_padding"].get<int64_t>());
+                  d["chunk_padding"].get<int64_t>() + d["arenas"].get<int64_t>());
     EXPECT_EQ(o["fits_gpu"].get<bool>(), d["total"].get<int64_t>() <= (16LL << 30));
     EXPECT_EQ(o["fits"].get<bool>(), o["fits_gpu"].get<bool>() && o["fits_host"].get<bool>());
     configured += o["configured"].get<bool>();

@@ -15,9 +15,11 @@
 #include "error_of.h"
 #include "test_files.h"
 #include "tide/core/rng.h"
+#include "tide/data/tokenizer.h"
 #include "tide/model/layout.h"
 #include "tide/train/checkpoint.h"
 #include "tide/train/hf_export.h"
+#include "tide/train/hf_tokenizer_files.h"
 #include "tide/train/sharded_checkpoint.h"
 
 using namespace tide;
@@ -230,4 +232,48 @@ TEST(HfExport, ChecksInputFirstAndNeverOverwritesSilently) {
   int files = 0;
   for (const auto& e : fs::directory_iterator(d + "/out")) files += e.is_regular_file();
   EXPECT_EQ(files, 2);  // no temporaries left
+}
+
+namespace {
+std::string english(int repeats) {
+  std::string s;
+  for (int i = 0; i < repeats; ++i)
+    s += "the quick brown fox jumps over the lazy dog, and the dog sleeps in the sun. ";
+  return s;
+}
+}  // namespace
+
+// The tokenizer files of an export (hf_tokenizer_files.h): tokenizer.json is the run's BPE with
+// <|endoftext|> put before the text by its post-processor, which tide itself reads back with the
+// same encoding; bos/eos/pad name <|endoftext|> everywhere; a tokenizer larger than the model's
+// vocabulary is refused.
+TEST(HfTokenizerFiles, BosFirstTemplateAndSpecialTokens) {
+  const std::string dir = temp_dir("hf_tokenizer_files");
+  const Tokenizer tok = Tokenizer::train(english(20), 300);
+  GPTConfig c = small();
+  c.vocab_size = tok.vocab_size();
+  const HfTokenizerFiles f = hf_tokenizer_files(tok, c, "t.json");
+  const json j = json::parse(f.tokenizer_json);
+  const std::string eot(Tokenizer::kEndOfText);
+  EXPECT_EQ(j["post_processor"]["type"], "TemplateProcessing");
+  EXPECT_EQ(j["post_processor"]["single"][0]["SpecialToken"]["id"], eot);
+  EXPECT_EQ(j["post_processor"]["single"][1]["Sequence"]["id"], "A");
+  EXPECT_EQ(j["post_processor"]["special_tokens"][eot]["ids"], json::array({tok.eot_id()}));
+  EXPECT_EQ(j["model"], json::parse(tok.to_hf_json())["model"]);  // the same BPE
+  std::ofstream(dir + "/tokenizer.json") << f.tokenizer_json;
+  EXPECT_EQ(Tokenizer::load(dir + "/tokenizer.json").encode(english(2)), tok.encode(english(2)));
+  const json cfg = json::parse(f.tokenizer_config);
+  EXPECT_EQ(cfg["tokenizer_class"], "GPT2Tokenizer");
+  EXPECT_EQ(cfg["bos_token"], eot);
+  EXPECT_EQ(cfg["eos_token"], eot);
+  EXPECT_EQ(cfg["clean_up_tokenization_spaces"], false);
+  EXPECT_EQ(json::parse(f.special_tokens_map)["eos_token"]["content"], eot);
+  const json gen = json::parse(f.generation_config);
+  EXPECT_EQ(gen["bos_token_id"], tok.eot_id());
+  EXPECT_EQ(gen["eos_token_id"], tok.eot_id());
+  EXPECT_EQ(hf_gpt2_config(c, tok.eot_id())["eos_token_id"], tok.eot_id());
+  c.vocab_size = tok.vocab_size() - 1;
+  const std::string want = "tokenizer 't.json' has " + std::to_string(tok.vocab_size()) +
+                           " tokens but the model's vocab_size is " + std::to_string(c.vocab_size);
+  EXPECT_NE(error_of([&] { hf_tokenizer_files(tok, c, "t.json"); }).find(want), std::string::npos);
 }
