@@ -358,7 +358,9 @@ AttentionDims check_attention(const OpCheck& ck, const Tensor& qkv, const Tensor
 void attention_forward(const OpContext& ctx, Tensor out, Tensor preatt, Tensor att, Tensor qkv,
                        int n_head, const DropoutSpec& dropout) {
   const OpCheck ck{"attention_forward", ctx};
-  const auto [B, T, C] = check_attention(ck, qkv, preatt, att, n_head, dropout);
+  // Plain variables, not a structured binding: clang < 16 cannot capture bindings in lambdas.
+  const AttentionDims dims = check_attention(ck, qkv, preatt, att, n_head, dropout);
+  const int64_t B = dims.B, T = dims.T, C = dims.C;
   ck.tensor(out, "out", DType::F32, Shape{B, T, C}, "(B,T,C), C = qkv's last dim / 3");
   TIDE_RUN_ON_CUDA(
       ck, ctx.cuda->attention_forward(ctx, out.f32(), preatt.f32(), att.f32(), qkv.f32(), as_int(B),
@@ -372,7 +374,9 @@ void attention_forward(const OpContext& ctx, Tensor out, Tensor preatt, Tensor a
 void attention_backward(const OpContext& ctx, Tensor dqkv, Tensor dout, Tensor qkv, Tensor preatt,
                         Tensor att, int n_head, const DropoutSpec& dropout) {
   const OpCheck ck{"attention_backward", ctx};
-  const auto [B, T, C] = check_attention(ck, qkv, preatt, att, n_head, dropout);
+  // Plain variables, not a structured binding: clang < 16 cannot capture bindings in lambdas.
+  const AttentionDims dims = check_attention(ck, qkv, preatt, att, n_head, dropout);
+  const int64_t B = dims.B, T = dims.T, C = dims.C;
   ck.tensor(dqkv, "dqkv", DType::F32, qkv.shape, "the shape of qkv");
   ck.tensor(dout, "dout", DType::F32, Shape{B, T, C}, "(B,T,C), C = qkv's last dim / 3");
   TIDE_RUN_ON_CUDA(ck, ctx.cuda->attention_backward(ctx, dqkv.f32(), dout.f32(), qkv.f32(),
@@ -444,7 +448,8 @@ std::array<int64_t, 3> check_dropout(const OpCheck& ck, const Tensor& x, const c
 
 void dropout_forward(const OpContext& ctx, Tensor out, Tensor inp, const DropoutSpec& dropout) {
   const OpCheck ck{"dropout_forward", ctx};
-  const auto [B, T, W] = check_dropout(ck, inp, "inp", dropout);
+  const std::array<int64_t, 3> dims = check_dropout(ck, inp, "inp", dropout);
+  const int64_t B = dims[0], T = dims[1], W = dims[2];  // captured below (no bindings: clang < 16)
   ck.tensor(out, "out", DType::F32, inp.shape, "the shape of inp");
   TIDE_RUN_ON_CUDA(ck, ctx.cuda->dropout_forward(ctx, out.f32(), inp.f32(), B, T, W, dropout));
   run_cpu_kernel(ck, [=] { cpu::dropout_forward(out.f32(), inp.f32(), B, T, W, dropout); });
@@ -452,7 +457,8 @@ void dropout_forward(const OpContext& ctx, Tensor out, Tensor inp, const Dropout
 
 void dropout_backward(const OpContext& ctx, Tensor dinp, Tensor dout, const DropoutSpec& dropout) {
   const OpCheck ck{"dropout_backward", ctx};
-  const auto [B, T, W] = check_dropout(ck, dout, "dout", dropout);
+  const std::array<int64_t, 3> dims = check_dropout(ck, dout, "dout", dropout);
+  const int64_t B = dims[0], T = dims[1], W = dims[2];  // captured below (no bindings: clang < 16)
   ck.tensor(dinp, "dinp", DType::F32, dout.shape, "the shape of dout");
   TIDE_RUN_ON_CUDA(ck, ctx.cuda->dropout_backward(ctx, dinp.f32(), dout.f32(), B, T, W, dropout));
   run_cpu_kernel(ck, [=] { cpu::dropout_backward(dinp.f32(), dout.f32(), B, T, W, dropout); });
