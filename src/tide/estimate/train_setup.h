@@ -13,8 +13,8 @@
 #include <cstdint>
 #include <string>
 
-#include "tide/model/config.h"
 #include "tide/memory/zero_settings.h"
+#include "tide/model/config.h"
 
 namespace tide {
 

@@ -30,8 +30,8 @@
 #include <vector>
 
 #include "tide/memory/chunk_layout.h"
-#include "tide/model/param_groups.h"
 #include "tide/memory/zero_settings.h"
+#include "tide/model/param_groups.h"
 
 namespace tide {
 

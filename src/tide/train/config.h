@@ -14,10 +14,10 @@
 #include <string>
 #include <vector>
 
+#include "tide/memory/zero_settings.h"
 #include "tide/model/activations.h"
 #include "tide/model/config.h"
 #include "tide/optim/lr_schedule.h"
-#include "tide/memory/zero_settings.h"
 
 namespace tide {
 

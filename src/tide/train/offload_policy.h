@@ -61,9 +61,9 @@
 #include <vector>
 
 #include "tide/memory/chunk_store.h"
+#include "tide/memory/zero_settings.h"
 #include "tide/optim/adamw.h"
 #include "tide/train/zero.h"
-#include "tide/memory/zero_settings.h"
 
 namespace tide {
 
