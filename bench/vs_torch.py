@@ -12,7 +12,8 @@ Both children get OMP_WAIT_POLICY=passive (what `tide` itself sets by re-executi
 apps/tide/main.cpp) unless the caller set OMP_WAIT_POLICY already; the policy used is printed.
 
 Shapes (--shapes, comma-separated):
-  default  the embedded default config of `tide train`: L4 H4 C192 V4096 T128 B8
+  l4       L4 H4 C192 V4096 T128 B8: `tide train`'s default shape until 2026-11-26 (called
+           `default` in the earlier rows of bench/RESULTS.md)
   l6       L6 H6 C384 V8192 T256 B8
   or L,H,C,V,T,B separated by 'x', e.g. 2x2x64x512x32x4
 
@@ -29,7 +30,7 @@ On a shared machine quote ratio_median: each per-round ratio compares runs taken
 apart, while the medians of two programs over rounds can come from different load levels.
 
 Usage: bench/vs_torch.py --tide build/bench/bench_gpt_cpu [--tide-before OLD/bench_gpt_cpu]
-       [--shapes default,l6] [--threads 1,2] [--rounds 5] [--steps 6] [--warmup 2]
+       [--shapes l4,l6] [--threads 1,2] [--rounds 5] [--steps 6] [--warmup 2]
        [--attn sdpa]
 """
 import argparse
@@ -39,7 +40,7 @@ import statistics
 import subprocess
 import sys
 
-SHAPES = {"default": (4, 4, 192, 4096, 128, 8), "l6": (6, 6, 384, 8192, 256, 8)}
+SHAPES = {"l4": (4, 4, 192, 4096, 128, 8), "l6": (6, 6, 384, 8192, 256, 8)}
 
 
 def loadavg():
@@ -66,7 +67,7 @@ def main():
     ap.add_argument("--tide-before", help="a second bench_gpt_cpu, measured in the same rounds")
     ap.add_argument("--torch-script", default=os.path.join(os.path.dirname(__file__),
                                                            "torch_gpt.py"))
-    ap.add_argument("--shapes", default="default,l6")
+    ap.add_argument("--shapes", default="l4,l6")
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--steps", type=int, default=6)

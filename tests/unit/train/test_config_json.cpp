@@ -85,7 +85,7 @@ TEST(ConfigJson, EveryKeyWrittenAndReadBackEqual) {
 TEST(ConfigJson, DefaultConfigSetsTheDefaultRunsSchedule) {
   // No config file: the embedded default config's schedule; a file: DeepSpeed's defaults.
   const LrSchedule run = load_train_config("", {}).lr_schedule;
-  EXPECT_EQ(run.warmup_num_steps, 30);  // -1: 10% of the 300 steps
+  EXPECT_EQ(run.warmup_num_steps, 20);  // -1: 10% of the 200 steps
   EXPECT_EQ(load_train_config("", {"train_steps=50"}).lr_schedule.warmup_num_steps, 5);
   EXPECT_EQ(load_train_config("", {"train_steps=5"}).lr_schedule.warmup_num_steps, 1);
   EXPECT_EQ(run.warmup_type, WarmupType::LINEAR);
