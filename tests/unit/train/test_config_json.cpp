@@ -85,7 +85,7 @@ TEST(ConfigJson, EveryKeyWrittenAndReadBackEqual) {
 TEST(ConfigJson, DefaultConfigSetsTheDefaultRunsSchedule) {
   // No config file: the embedded default config's schedule; a file: DeepSpeed's defaults.
   const LrSchedule run = load_train_config("", {}).lr_schedule;
-  EXPECT_EQ(run.warmup_num_steps, 20);  // -1: 10% of the 200 steps
+  EXPECT_EQ(run.warmup_num_steps, 15);  // -1: 10% of the 150 steps
   EXPECT_EQ(load_train_config("", {"train_steps=50"}).lr_schedule.warmup_num_steps, 5);
   EXPECT_EQ(load_train_config("", {"train_steps=5"}).lr_schedule.warmup_num_steps, 1);
   EXPECT_EQ(run.warmup_type, WarmupType::LINEAR);
@@ -93,6 +93,8 @@ TEST(ConfigJson, DefaultConfigSetsTheDefaultRunsSchedule) {
   EXPECT_EQ(
       load_train_config("", {"scheduler.params.warmup_num_steps=7"}).lr_schedule.warmup_num_steps,
       7);
+  EXPECT_DOUBLE_EQ(load_train_config("", {}).lr, 3e-3);
+  EXPECT_DOUBLE_EQ(parse_train_config(json::object()).lr, 1e-3);  // DeepSpeed's (Adam's)
   const LrSchedule file = parse_train_config(json::object()).lr_schedule;
   EXPECT_EQ(file.warmup_num_steps, 1000);
   EXPECT_EQ(file.warmup_type, WarmupType::LOG);

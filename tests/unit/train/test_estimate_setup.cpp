@@ -105,8 +105,8 @@ TEST(EstimateSetup, ModelBatchAndChunkKeysAsTideTrainReadsThem) {
   EXPECT_EQ(setup_of(R"({"seq_len": 64, "model": {"max_seq_len": 0}})").model.max_seq_len, 64);
   // Without model keys: tide train's default model, not GPT-2 124M.
   const TrainSetup d = setup_of("{}");
-  EXPECT_EQ(d.model.n_layer, 2);
-  EXPECT_EQ(d.model.n_embd, 128);
+  EXPECT_EQ(d.model.n_layer, 4);
+  EXPECT_EQ(d.model.n_embd, 96);
   EXPECT_EQ(d.model.vocab_size, 0);  // the data's: `tide estimate` asks for --vocab
   // With a preset the positions are the preset's and seq_len only sets the training length,
   // which is what the activations scale with.
