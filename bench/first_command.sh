@@ -6,7 +6,8 @@
 # build), the training line, and the load average before and after (other work on the machine
 # slows every stage; the training most).
 #
-#   bench/first_command.sh [CHROOT_DIR]     (default /tmp/tide-first-command; made fresh, removed)
+#   bench/first_command.sh [CHROOT_DIR]     (default /tmp/tide-first-command; made fresh, removed
+#                                            unless TIDE_KEEP_CHROOT=1, to look inside after)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(realpath -m "${1:-/tmp/tide-first-command}")
@@ -35,5 +36,6 @@ printf '{"bench":"first_command","wall_s":%.1f,"packages_s":%s,"build_s":%s,"tra
   "$(awk "BEGIN{print $end - $start}")" "$(echo "$stages" | awk '{print $2}')" \
   "$(echo "$stages" | awk '{print $7}')" "$trained" "${val:-null}" "$load0" \
   "$(cut -d' ' -f1 /proc/loadavg)" "$(nproc)"
+[ "${TIDE_KEEP_CHROOT:-0}" = 1 ] && { echo "chroot kept: $root" >&2; exit 0; }
 umount_all
 rm -rf "$root"
