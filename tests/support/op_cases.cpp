@@ -32,6 +32,20 @@ HostTensor ids(const std::string& name, Shape shape, int32_t hi, uint64_t seed, 
   return t;
 }
 
+HostTensor narrowed(const HostTensor& t, DType dtype) {
+  HostTensor n{t.name, t.shape, dtype, {}, {}, std::vector<uint16_t>(t.f.size())};
+  for (size_t i = 0; i < t.f.size(); ++i)
+    n.h[i] = dtype == DType::BF16 ? f32_to_bf16(t.f[i]) : f32_to_f16(t.f[i]);
+  return n;
+}
+
+HostTensor widened(const HostTensor& t) {
+  HostTensor w{t.name, t.shape, DType::F32, std::vector<float>(t.h.size()), {}, {}};
+  for (size_t i = 0; i < t.h.size(); ++i)
+    w.f[i] = t.dtype == DType::BF16 ? bf16_to_f32(t.h[i]) : f16_to_f32(t.h[i]);
+  return w;
+}
+
 std::vector<Tensor> host_views(std::vector<HostTensor>& ts) {
   std::vector<Tensor> v;
   for (auto& t : ts) v.emplace_back(t.data(), t.shape, t.dtype, Device::cpu());
@@ -68,8 +82,8 @@ void expect_close(const std::string& what, const HostTensor& got, const HostTens
 }
 
 void expect_bitwise(const std::string& what, const HostTensor& a, const HostTensor& b) {
-  const bool same =
-      a.dtype == DType::F32 ? std::memcmp(a.f.data(), b.f.data(), a.bytes()) == 0 : a.ids == b.ids;
+  const bool same = a.dtype == b.dtype && a.bytes() == b.bytes() &&
+                    std::memcmp(a.data(), b.data(), a.bytes()) == 0;
   EXPECT_TRUE(same) << what << ": two runs of the same op on the same inputs differ";
 }
 
@@ -311,6 +325,16 @@ std::vector<OpCase> all_op_cases() {
                        pointwise_cases(), crossentropy_cases()})
     all.insert(all.end(), cases.begin(), cases.end());
   return all;
+}
+
+OpCase in_dtype(const OpCase& c, DType dtype) {
+  OpCase n = c;
+  n.name += " " + std::string(dtype_name(dtype));
+  for (HostTensor& t : n.tensors) {
+    const bool statistic = t.name == "mean" || t.name == "rstd" || t.name == "losses";
+    if (t.dtype == DType::F32 && !statistic) t = narrowed(t, dtype);
+  }
+  return n;
 }
 
 }  // namespace tide::testing

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tide/core/tensor.h"
@@ -32,11 +33,14 @@ struct HostTensor {
   DType dtype = DType::F32;
   std::vector<float> f;      // dtype F32
   std::vector<int32_t> ids;  // dtype I32
+  std::vector<uint16_t> h;   // dtype BF16 or F16 (bit patterns)
 
-  void* data() { return dtype == DType::F32 ? static_cast<void*>(f.data()) : ids.data(); }
-  size_t bytes() const {
-    return static_cast<size_t>(shape.numel()) * (dtype == DType::F32 ? sizeof(float) : 4);
+  const void* data() const {
+    if (dtype == DType::F32) return f.data();
+    return dtype == DType::I32 ? static_cast<const void*>(ids.data()) : h.data();
   }
+  void* data() { return const_cast<void*>(std::as_const(*this).data()); }
+  size_t bytes() const { return static_cast<size_t>(shape.numel()) * dtype_size(dtype); }
 };
 
 HostTensor randn(const std::string& name, Shape shape, uint64_t seed, float scale = 1.0f);
@@ -44,6 +48,11 @@ HostTensor zeros(const std::string& name, Shape shape);
 // Ids uniform in [0, hi); every `ignore_every`-th one (if > 0) set to -1 (ignored target).
 HostTensor ids(const std::string& name, Shape shape, int32_t hi, uint64_t seed,
                int ignore_every = 0);
+
+// A float tensor stored in `dtype` (bf16 or f16: each value rounded to nearest-even), and a
+// 16-bit one widened back to f32 (exactly).
+HostTensor narrowed(const HostTensor& t, DType dtype);
+HostTensor widened(const HostTensor& t);
 
 using OpRun = std::function<void(const OpContext&, const std::vector<Tensor>&)>;
 
@@ -76,5 +85,8 @@ std::vector<OpCase> pointwise_cases();
 std::vector<OpCase> crossentropy_cases();
 // All of the above.
 std::vector<OpCase> all_op_cases();
+// The case with its float tensors stored in `dtype` (bf16 or f16), except the statistics ops.h
+// keeps in f32 (layernorm's mean and rstd, cross-entropy's losses).
+OpCase in_dtype(const OpCase& c, DType dtype);
 
 }  // namespace tide::testing

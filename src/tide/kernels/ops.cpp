@@ -11,38 +11,59 @@
 #include "tide/core/error.h"
 #include "tide/core/sim_device.h"
 #include "tide/kernels/cpu/cpu_ops.h"
+#include "tide/kernels/cpu/f32_buffer.h"
 #include "tide/kernels/cuda_table.h"
 
 namespace tide {
 
 namespace {
 
+// The dtypes a tensor may have: exactly one, or (kFloat) any float storage: f32, bf16 or f16,
+// each tensor on its own. The CPU kernels compute in f32 whatever the storage (cpu::F32Buffer).
+struct DTypeRule {
+  DType dtype = DType::F32;
+  bool any_float = false;
+  DTypeRule(DType d) : dtype(d) {}  // NOLINT(google-explicit-constructor): "exactly d"
+  constexpr DTypeRule(DType d, bool any) : dtype(d), any_float(any) {}
+  bool allows(DType d) const {
+    return any_float ? d == DType::F32 || d == DType::BF16 || d == DType::F16 : d == dtype;
+  }
+  std::string str() const {
+    return any_float ? "a float type (f32, bf16 or f16)" : std::string(dtype_name(dtype));
+  }
+};
+constexpr DTypeRule kFloat{DType::F32, true};
+
 // Checks of one op call; every message starts with the op name.
 struct OpCheck {
   const char* op;
   const OpContext& ctx;
+  mutable bool narrow = false;  // a 16-bit float tensor was checked (the CUDA kernels: f32 only)
 
-  // t must be allocated, of dtype dt, and on the op's device.
-  void tensor(const Tensor& t, const char* name, DType dt) const {
+  // t must be allocated, of a dtype `rule` allows, and on the op's device.
+  void tensor(const Tensor& t, const char* name, DTypeRule rule) const {
     TIDE_CHECK(t.defined(), "{}: tensor '{}' is undefined (null data); pass an allocated buffer",
                op, name);
-    TIDE_CHECK(t.dtype == dt, "{}: tensor '{}' has dtype {} but {} is required; convert it first",
-               op, name, dtype_name(t.dtype), dtype_name(dt));
+    TIDE_CHECK(rule.allows(t.dtype),
+               "{}: tensor '{}' has dtype {} but {} is required; convert it first", op, name,
+               dtype_name(t.dtype), rule.str());
+    narrow = narrow || t.dtype == DType::BF16 || t.dtype == DType::F16;
     TIDE_CHECK(t.device == ctx.device,
                "{}: tensor '{}' is on {} but the op runs on {}; move the tensor or run the op "
                "with a context for {}",
                op, name, t.device.str(), ctx.device.str(), t.device.str());
   }
   // ... and have exactly the shape `expected` (derived from other tensors: `why` says how).
-  void tensor(const Tensor& t, const char* name, DType dt, const Shape& expected,
+  void tensor(const Tensor& t, const char* name, DTypeRule rule, const Shape& expected,
               const char* why) const {
-    tensor(t, name, dt);
+    tensor(t, name, rule);
     TIDE_CHECK(t.shape == expected, "{}: tensor '{}' has shape {} but {} is expected ({})", op,
                name, t.shape.str(), expected.str(), why);
   }
   // ... or, for per-row vectors such as mean(N), exactly `n` elements in any shape.
-  void tensor_numel(const Tensor& t, const char* name, DType dt, int64_t n, const char* why) const {
-    tensor(t, name, dt);
+  void tensor_numel(const Tensor& t, const char* name, DTypeRule rule, int64_t n,
+                    const char* why) const {
+    tensor(t, name, rule);
     TIDE_CHECK(t.numel() == n,
                "{}: tensor '{}' has shape {} ({} elements) but {} elements are "
                "expected ({})",
@@ -60,6 +81,10 @@ struct OpCheck {
   // GPU is visible and made it current): a pointer test, no device query per op.
   void cuda_context() const {
     if (!cuda_built()) no_cuda();
+    TIDE_CHECK(!narrow,
+               "{}: the CUDA kernels take f32 tensors only so far, and this call has bf16 or f16 "
+               "ones; run it with f32 tensors, or on the CPU",
+               op);
     TIDE_CHECK(ctx.handles != nullptr && ctx.cuda != nullptr,
                "{}: the context says {} but has no CUDA stream or handles; make it with "
                "make_op_context(Device::cuda({}), ...) (a default OpContext is for the CPU)",
@@ -144,21 +169,23 @@ void embedding_forward(const OpContext& ctx, Tensor out, Tensor tokens, Tensor w
   ck.rank_exact(tokens, "tokens", 2, "(B,T)");
   ck.tensor(tokens, "tokens", DType::I32);
   ck.rank_exact(wte, "wte", 2, "(V,C)");
-  ck.tensor(wte, "wte", DType::F32);
+  ck.tensor(wte, "wte", kFloat);
   const int64_t B = tokens.dim(0), T = tokens.dim(1), V = wte.dim(0), C = wte.dim(1);
   ck.rank_exact(wpe, "wpe", 2, "(max_seq_len,C)");
-  ck.tensor(wpe, "wpe", DType::F32, Shape{wpe.dim(0), C}, "(max_seq_len,C), C from wte");
+  ck.tensor(wpe, "wpe", kFloat, Shape{wpe.dim(0), C}, "(max_seq_len,C), C from wte");
   TIDE_CHECK(T <= wpe.dim(0),
              "embedding_forward: sequence length T={} exceeds the {} positions of wpe; use "
              "sequences of at most max_seq_len={} tokens",
              T, wpe.dim(0), wpe.dim(0));
-  ck.tensor(out, "out", DType::F32, Shape{B, T, C}, "(B,T,C): B,T from tokens, C from wte");
+  ck.tensor(out, "out", kFloat, Shape{B, T, C}, "(B,T,C): B,T from tokens, C from wte");
   TIDE_RUN_ON_CUDA(
       ck, ctx.cuda->embedding_forward(ctx, out.f32(), tokens.i32(), wte.f32(), wpe.f32(), as_int(B),
                                       as_int(T), as_int(C), as_int(V)));
   run_cpu_kernel(ck, [=] {
-    cpu::embedding_forward(out.f32(), tokens.i32(), wte.f32(), wpe.f32(), as_int(B), as_int(T),
+    const cpu::F32Buffer out_(out), wte_(wte), wpe_(wpe);
+    cpu::embedding_forward(out_.get(), tokens.i32(), wte_.get(), wpe_.get(), as_int(B), as_int(T),
                            as_int(C), as_int(V));
+    out_.store();
   });
 }
 
@@ -168,21 +195,24 @@ void embedding_backward(const OpContext& ctx, Tensor dwte, Tensor dwpe, Tensor d
   ck.rank_exact(tokens, "tokens", 2, "(B,T)");
   ck.tensor(tokens, "tokens", DType::I32);
   ck.rank_exact(dwte, "dwte", 2, "(V,C)");
-  ck.tensor(dwte, "dwte", DType::F32);
+  ck.tensor(dwte, "dwte", kFloat);
   const int64_t B = tokens.dim(0), T = tokens.dim(1), V = dwte.dim(0), C = dwte.dim(1);
   ck.rank_exact(dwpe, "dwpe", 2, "(max_seq_len,C)");
-  ck.tensor(dwpe, "dwpe", DType::F32, Shape{dwpe.dim(0), C}, "(max_seq_len,C), C from dwte");
+  ck.tensor(dwpe, "dwpe", kFloat, Shape{dwpe.dim(0), C}, "(max_seq_len,C), C from dwte");
   TIDE_CHECK(T <= dwpe.dim(0),
              "embedding_backward: sequence length T={} exceeds the {} positions of dwpe; use "
              "sequences of at most max_seq_len={} tokens",
              T, dwpe.dim(0), dwpe.dim(0));
-  ck.tensor(dout, "dout", DType::F32, Shape{B, T, C}, "(B,T,C): B,T from tokens, C from dwte");
+  ck.tensor(dout, "dout", kFloat, Shape{B, T, C}, "(B,T,C): B,T from tokens, C from dwte");
   TIDE_RUN_ON_CUDA(
       ck, ctx.cuda->embedding_backward(ctx, dwte.f32(), dwpe.f32(), dout.f32(), tokens.i32(),
                                        as_int(B), as_int(T), as_int(C), as_int(V)));
   run_cpu_kernel(ck, [=] {
-    cpu::embedding_backward(dwte.f32(), dwpe.f32(), dout.f32(), tokens.i32(), as_int(B), as_int(T),
-                            as_int(C), as_int(V));
+    const cpu::F32Buffer dwte_(dwte), dwpe_(dwpe), dout_(dout);
+    cpu::embedding_backward(dwte_.get(), dwpe_.get(), dout_.get(), tokens.i32(), as_int(B),
+                            as_int(T), as_int(C), as_int(V));
+    dwte_.store();
+    dwpe_.store();
   });
 }
 
@@ -192,19 +222,21 @@ void layernorm_forward(const OpContext& ctx, Tensor out, Tensor mean, Tensor rst
                        Tensor weight, Tensor bias) {
   const OpCheck ck{"layernorm_forward", ctx};
   ck.rank(inp, "inp", 2, "(N,C) or (B,T,C)");
-  ck.tensor(inp, "inp", DType::F32);
+  ck.tensor(inp, "inp", kFloat);
   const int64_t C = inp.dim(-1), N = rows(inp);
-  ck.tensor(out, "out", DType::F32, inp.shape, "the shape of inp");
+  ck.tensor(out, "out", kFloat, inp.shape, "the shape of inp");
   ck.tensor_numel(mean, "mean", DType::F32, N, "one per row of inp");
   ck.tensor_numel(rstd, "rstd", DType::F32, N, "one per row of inp");
-  ck.tensor(weight, "weight", DType::F32, Shape{C}, "(C), C the last dim of inp");
-  ck.tensor(bias, "bias", DType::F32, Shape{C}, "(C), C the last dim of inp");
+  ck.tensor(weight, "weight", kFloat, Shape{C}, "(C), C the last dim of inp");
+  ck.tensor(bias, "bias", kFloat, Shape{C}, "(C), C the last dim of inp");
   TIDE_RUN_ON_CUDA(ck,
                    ctx.cuda->layernorm_forward(ctx, out.f32(), mean.f32(), rstd.f32(), inp.f32(),
                                                weight.f32(), bias.f32(), N, as_int(C)));
   run_cpu_kernel(ck, [=] {
-    cpu::layernorm_forward(out.f32(), mean.f32(), rstd.f32(), inp.f32(), weight.f32(), bias.f32(),
-                           N, as_int(C));
+    const cpu::F32Buffer out_(out), inp_(inp), weight_(weight), bias_(bias);
+    cpu::layernorm_forward(out_.get(), mean.f32(), rstd.f32(), inp_.get(), weight_.get(),
+                           bias_.get(), N, as_int(C));
+    out_.store();
   });
 }
 
@@ -212,19 +244,21 @@ void layernorm_backward_input(const OpContext& ctx, Tensor dinp, Tensor dout, Te
                               Tensor weight, Tensor mean, Tensor rstd) {
   const OpCheck ck{"layernorm_backward_input", ctx};
   ck.rank(inp, "inp", 2, "(N,C) or (B,T,C)");
-  ck.tensor(inp, "inp", DType::F32);
+  ck.tensor(inp, "inp", kFloat);
   const int64_t C = inp.dim(-1), N = rows(inp);
-  ck.tensor(dinp, "dinp", DType::F32, inp.shape, "the shape of inp");
-  ck.tensor(dout, "dout", DType::F32, inp.shape, "the shape of inp");
-  ck.tensor(weight, "weight", DType::F32, Shape{C}, "(C), C the last dim of inp");
+  ck.tensor(dinp, "dinp", kFloat, inp.shape, "the shape of inp");
+  ck.tensor(dout, "dout", kFloat, inp.shape, "the shape of inp");
+  ck.tensor(weight, "weight", kFloat, Shape{C}, "(C), C the last dim of inp");
   ck.tensor_numel(mean, "mean", DType::F32, N, "one per row of inp");
   ck.tensor_numel(rstd, "rstd", DType::F32, N, "one per row of inp");
   TIDE_RUN_ON_CUDA(
       ck, ctx.cuda->layernorm_backward_input(ctx, dinp.f32(), dout.f32(), inp.f32(), weight.f32(),
                                              mean.f32(), rstd.f32(), N, as_int(C)));
   run_cpu_kernel(ck, [=] {
-    cpu::layernorm_backward_input(dinp.f32(), dout.f32(), inp.f32(), weight.f32(), mean.f32(),
+    const cpu::F32Buffer dinp_(dinp), dout_(dout), inp_(inp), weight_(weight);
+    cpu::layernorm_backward_input(dinp_.get(), dout_.get(), inp_.get(), weight_.get(), mean.f32(),
                                   rstd.f32(), N, as_int(C));
+    dinp_.store();
   });
 }
 
@@ -232,19 +266,22 @@ void layernorm_backward_weight(const OpContext& ctx, Tensor dweight, Tensor dbia
                                Tensor inp, Tensor mean, Tensor rstd) {
   const OpCheck ck{"layernorm_backward_weight", ctx};
   ck.rank(inp, "inp", 2, "(N,C) or (B,T,C)");
-  ck.tensor(inp, "inp", DType::F32);
+  ck.tensor(inp, "inp", kFloat);
   const int64_t C = inp.dim(-1), N = rows(inp);
-  ck.tensor(dweight, "dweight", DType::F32, Shape{C}, "(C), C the last dim of inp");
-  ck.tensor(dbias, "dbias", DType::F32, Shape{C}, "(C), C the last dim of inp");
-  ck.tensor(dout, "dout", DType::F32, inp.shape, "the shape of inp");
+  ck.tensor(dweight, "dweight", kFloat, Shape{C}, "(C), C the last dim of inp");
+  ck.tensor(dbias, "dbias", kFloat, Shape{C}, "(C), C the last dim of inp");
+  ck.tensor(dout, "dout", kFloat, inp.shape, "the shape of inp");
   ck.tensor_numel(mean, "mean", DType::F32, N, "one per row of inp");
   ck.tensor_numel(rstd, "rstd", DType::F32, N, "one per row of inp");
   TIDE_RUN_ON_CUDA(
       ck, ctx.cuda->layernorm_backward_weight(ctx, dweight.f32(), dbias.f32(), dout.f32(),
                                               inp.f32(), mean.f32(), rstd.f32(), N, as_int(C)));
   run_cpu_kernel(ck, [=] {
-    cpu::layernorm_backward_weight(dweight.f32(), dbias.f32(), dout.f32(), inp.f32(), mean.f32(),
-                                   rstd.f32(), N, as_int(C));
+    const cpu::F32Buffer dweight_(dweight), dbias_(dbias), dout_(dout), inp_(inp);
+    cpu::layernorm_backward_weight(dweight_.get(), dbias_.get(), dout_.get(), inp_.get(),
+                                   mean.f32(), rstd.f32(), N, as_int(C));
+    dweight_.store();
+    dbias_.store();
   });
 }
 
@@ -253,34 +290,38 @@ void layernorm_backward_weight(const OpContext& ctx, Tensor dweight, Tensor dbia
 void matmul_forward(const OpContext& ctx, Tensor out, Tensor inp, Tensor weight, Tensor bias) {
   const OpCheck ck{"matmul_forward", ctx};
   ck.rank(inp, "inp", 2, "(N,C) or (B,T,C)");
-  ck.tensor(inp, "inp", DType::F32);
+  ck.tensor(inp, "inp", kFloat);
   ck.rank_exact(weight, "weight", 2, "(OC,C)");
   const int64_t C = inp.dim(-1), N = rows(inp), OC = weight.dim(0);
-  ck.tensor(weight, "weight", DType::F32, Shape{OC, C}, "(OC,C), C the last dim of inp");
-  if (bias.defined()) ck.tensor(bias, "bias", DType::F32, Shape{OC}, "(OC), OC from weight");
-  ck.tensor(out, "out", DType::F32, with_last(inp, OC), "inp's shape with C replaced by OC");
+  ck.tensor(weight, "weight", kFloat, Shape{OC, C}, "(OC,C), C the last dim of inp");
+  if (bias.defined()) ck.tensor(bias, "bias", kFloat, Shape{OC}, "(OC), OC from weight");
+  ck.tensor(out, "out", kFloat, with_last(inp, OC), "inp's shape with C replaced by OC");
   TIDE_RUN_ON_CUDA(ck, ctx.cuda->matmul_forward(ctx, out.f32(), inp.f32(), weight.f32(),
                                                 bias.defined() ? bias.f32() : nullptr, N, as_int(C),
                                                 as_int(OC)));
   run_cpu_kernel(ck, [=] {
-    cpu::matmul_forward(out.f32(), inp.f32(), weight.f32(), bias.defined() ? bias.f32() : nullptr,
-                        N, as_int(C), as_int(OC));
+    const cpu::F32Buffer bias_(bias), out_(out), inp_(inp), weight_(weight);
+    cpu::matmul_forward(out_.get(), inp_.get(), weight_.get(), bias_.get(), N, as_int(C),
+                        as_int(OC));
+    out_.store();
   });
 }
 
 void matmul_backward_input(const OpContext& ctx, Tensor dinp, Tensor dout, Tensor weight) {
   const OpCheck ck{"matmul_backward_input", ctx};
   ck.rank_exact(weight, "weight", 2, "(OC,C)");
-  ck.tensor(weight, "weight", DType::F32);
+  ck.tensor(weight, "weight", kFloat);
   const int64_t OC = weight.dim(0), C = weight.dim(1);
   ck.rank(dout, "dout", 2, "(N,OC) or (B,T,OC)");
-  ck.tensor(dout, "dout", DType::F32, with_last(dout, OC), "last dim OC from weight (OC,C)");
-  ck.tensor(dinp, "dinp", DType::F32, with_last(dout, C), "dout's shape with OC replaced by C");
+  ck.tensor(dout, "dout", kFloat, with_last(dout, OC), "last dim OC from weight (OC,C)");
+  ck.tensor(dinp, "dinp", kFloat, with_last(dout, C), "dout's shape with OC replaced by C");
   TIDE_RUN_ON_CUDA(ck, ctx.cuda->matmul_backward_input(ctx, dinp.f32(), dout.f32(), weight.f32(),
                                                        rows(dout), as_int(C), as_int(OC)));
   run_cpu_kernel(ck, [=] {
-    cpu::matmul_backward_input(dinp.f32(), dout.f32(), weight.f32(), rows(dout), as_int(C),
+    const cpu::F32Buffer dinp_(dinp), dout_(dout), weight_(weight);
+    cpu::matmul_backward_input(dinp_.get(), dout_.get(), weight_.get(), rows(dout), as_int(C),
                                as_int(OC));
+    dinp_.store();
   });
 }
 
@@ -288,18 +329,21 @@ void matmul_backward_weight(const OpContext& ctx, Tensor dweight, Tensor dbias, 
                             Tensor inp) {
   const OpCheck ck{"matmul_backward_weight", ctx};
   ck.rank(inp, "inp", 2, "(N,C) or (B,T,C)");
-  ck.tensor(inp, "inp", DType::F32);
+  ck.tensor(inp, "inp", kFloat);
   ck.rank_exact(dweight, "dweight", 2, "(OC,C)");
   const int64_t C = inp.dim(-1), N = rows(inp), OC = dweight.dim(0);
-  ck.tensor(dweight, "dweight", DType::F32, Shape{OC, C}, "(OC,C), C the last dim of inp");
-  if (dbias.defined()) ck.tensor(dbias, "dbias", DType::F32, Shape{OC}, "(OC), OC from dweight");
-  ck.tensor(dout, "dout", DType::F32, with_last(inp, OC), "inp's shape with C replaced by OC");
+  ck.tensor(dweight, "dweight", kFloat, Shape{OC, C}, "(OC,C), C the last dim of inp");
+  if (dbias.defined()) ck.tensor(dbias, "dbias", kFloat, Shape{OC}, "(OC), OC from dweight");
+  ck.tensor(dout, "dout", kFloat, with_last(inp, OC), "inp's shape with C replaced by OC");
   TIDE_RUN_ON_CUDA(ck, ctx.cuda->matmul_backward_weight(
                            ctx, dweight.f32(), dbias.defined() ? dbias.f32() : nullptr, dout.f32(),
                            inp.f32(), N, as_int(C), as_int(OC)));
   run_cpu_kernel(ck, [=] {
-    cpu::matmul_backward_weight(dweight.f32(), dbias.defined() ? dbias.f32() : nullptr, dout.f32(),
-                                inp.f32(), N, as_int(C), as_int(OC));
+    const cpu::F32Buffer dbias_(dbias), dweight_(dweight), dout_(dout), inp_(inp);
+    cpu::matmul_backward_weight(dweight_.get(), dbias_.get(), dout_.get(), inp_.get(), N, as_int(C),
+                                as_int(OC));
+    dweight_.store();
+    dbias_.store();
   });
 }
 
@@ -335,7 +379,7 @@ struct AttentionDims {
 AttentionDims check_attention(const OpCheck& ck, const Tensor& qkv, const Tensor& preatt,
                               const Tensor& att, int n_head, const DropoutSpec& dropout) {
   ck.rank_exact(qkv, "qkv", 3, "(B,T,3C)");
-  ck.tensor(qkv, "qkv", DType::F32);
+  ck.tensor(qkv, "qkv", kFloat);
   const int64_t B = qkv.dim(0), T = qkv.dim(1), C3 = qkv.dim(2);
   TIDE_CHECK(C3 % 3 == 0, "{}: tensor 'qkv' has shape {} but its last dim must be 3*C (q, k, v)",
              ck.op, qkv.shape.str());
@@ -349,8 +393,8 @@ AttentionDims check_attention(const OpCheck& ck, const Tensor& qkv, const Tensor
              dropout.p);
   check_dropout_coordinates(ck, dropout, T, n_head, "heads");
   const Shape att_shape{B, n_head, T, T};
-  ck.tensor(preatt, "preatt", DType::F32, att_shape, "(B,NH,T,T)");
-  ck.tensor(att, "att", DType::F32, att_shape, "(B,NH,T,T)");
+  ck.tensor(preatt, "preatt", kFloat, att_shape, "(B,NH,T,T)");
+  ck.tensor(att, "att", kFloat, att_shape, "(B,NH,T,T)");
   return {B, T, C};
 }
 }  // namespace
@@ -361,13 +405,17 @@ void attention_forward(const OpContext& ctx, Tensor out, Tensor preatt, Tensor a
   // Plain variables, not a structured binding: clang < 16 cannot capture bindings in lambdas.
   const AttentionDims dims = check_attention(ck, qkv, preatt, att, n_head, dropout);
   const int64_t B = dims.B, T = dims.T, C = dims.C;
-  ck.tensor(out, "out", DType::F32, Shape{B, T, C}, "(B,T,C), C = qkv's last dim / 3");
+  ck.tensor(out, "out", kFloat, Shape{B, T, C}, "(B,T,C), C = qkv's last dim / 3");
   TIDE_RUN_ON_CUDA(
       ck, ctx.cuda->attention_forward(ctx, out.f32(), preatt.f32(), att.f32(), qkv.f32(), as_int(B),
                                       as_int(T), as_int(C), n_head, dropout));
   run_cpu_kernel(ck, [=] {
-    cpu::attention_forward(out.f32(), preatt.f32(), att.f32(), qkv.f32(), as_int(B), as_int(T),
+    const cpu::F32Buffer out_(out), preatt_(preatt), att_(att), qkv_(qkv);
+    cpu::attention_forward(out_.get(), preatt_.get(), att_.get(), qkv_.get(), as_int(B), as_int(T),
                            as_int(C), n_head, dropout);
+    out_.store();
+    preatt_.store();
+    att_.store();
   });
 }
 
@@ -377,14 +425,16 @@ void attention_backward(const OpContext& ctx, Tensor dqkv, Tensor dout, Tensor q
   // Plain variables, not a structured binding: clang < 16 cannot capture bindings in lambdas.
   const AttentionDims dims = check_attention(ck, qkv, preatt, att, n_head, dropout);
   const int64_t B = dims.B, T = dims.T, C = dims.C;
-  ck.tensor(dqkv, "dqkv", DType::F32, qkv.shape, "the shape of qkv");
-  ck.tensor(dout, "dout", DType::F32, Shape{B, T, C}, "(B,T,C), C = qkv's last dim / 3");
+  ck.tensor(dqkv, "dqkv", kFloat, qkv.shape, "the shape of qkv");
+  ck.tensor(dout, "dout", kFloat, Shape{B, T, C}, "(B,T,C), C = qkv's last dim / 3");
   TIDE_RUN_ON_CUDA(ck, ctx.cuda->attention_backward(ctx, dqkv.f32(), dout.f32(), qkv.f32(),
                                                     preatt.f32(), att.f32(), as_int(B), as_int(T),
                                                     as_int(C), n_head, dropout));
   run_cpu_kernel(ck, [=] {
-    cpu::attention_backward(dqkv.f32(), dout.f32(), qkv.f32(), preatt.f32(), att.f32(), as_int(B),
-                            as_int(T), as_int(C), n_head, dropout);
+    const cpu::F32Buffer dqkv_(dqkv), dout_(dout), qkv_(qkv), preatt_(preatt), att_(att);
+    cpu::attention_backward(dqkv_.get(), dout_.get(), qkv_.get(), preatt_.get(), att_.get(),
+                            as_int(B), as_int(T), as_int(C), n_head, dropout);
+    dqkv_.store();
   });
 }
 
@@ -392,39 +442,56 @@ void attention_backward(const OpContext& ctx, Tensor dqkv, Tensor dout, Tensor q
 
 void gelu_forward(const OpContext& ctx, Tensor out, Tensor inp) {
   const OpCheck ck{"gelu_forward", ctx};
-  ck.tensor(inp, "inp", DType::F32);
-  ck.tensor(out, "out", DType::F32, inp.shape, "the shape of inp");
+  ck.tensor(inp, "inp", kFloat);
+  ck.tensor(out, "out", kFloat, inp.shape, "the shape of inp");
   TIDE_RUN_ON_CUDA(ck, ctx.cuda->gelu_forward(ctx, out.f32(), inp.f32(), inp.numel()));
-  run_cpu_kernel(ck, [=] { cpu::gelu_forward(out.f32(), inp.f32(), inp.numel()); });
+  run_cpu_kernel(ck, [=] {
+    const cpu::F32Buffer out_(out), inp_(inp);
+    cpu::gelu_forward(out_.get(), inp_.get(), inp.numel());
+    out_.store();
+  });
 }
 
 void gelu_backward(const OpContext& ctx, Tensor dinp, Tensor dout, Tensor inp) {
   const OpCheck ck{"gelu_backward", ctx};
-  ck.tensor(inp, "inp", DType::F32);
-  ck.tensor(dinp, "dinp", DType::F32, inp.shape, "the shape of inp");
-  ck.tensor(dout, "dout", DType::F32, inp.shape, "the shape of inp");
+  ck.tensor(inp, "inp", kFloat);
+  ck.tensor(dinp, "dinp", kFloat, inp.shape, "the shape of inp");
+  ck.tensor(dout, "dout", kFloat, inp.shape, "the shape of inp");
   TIDE_RUN_ON_CUDA(ck,
                    ctx.cuda->gelu_backward(ctx, dinp.f32(), dout.f32(), inp.f32(), inp.numel()));
-  run_cpu_kernel(ck, [=] { cpu::gelu_backward(dinp.f32(), dout.f32(), inp.f32(), inp.numel()); });
+  run_cpu_kernel(ck, [=] {
+    const cpu::F32Buffer dinp_(dinp), dout_(dout), inp_(inp);
+    cpu::gelu_backward(dinp_.get(), dout_.get(), inp_.get(), inp.numel());
+    dinp_.store();
+  });
 }
 
 void residual_forward(const OpContext& ctx, Tensor out, Tensor a, Tensor b) {
   const OpCheck ck{"residual_forward", ctx};
-  ck.tensor(a, "a", DType::F32);
-  ck.tensor(b, "b", DType::F32, a.shape, "the shape of a");
-  ck.tensor(out, "out", DType::F32, a.shape, "the shape of a");
+  ck.tensor(a, "a", kFloat);
+  ck.tensor(b, "b", kFloat, a.shape, "the shape of a");
+  ck.tensor(out, "out", kFloat, a.shape, "the shape of a");
   TIDE_RUN_ON_CUDA(ck, ctx.cuda->residual_forward(ctx, out.f32(), a.f32(), b.f32(), a.numel()));
-  run_cpu_kernel(ck, [=] { cpu::residual_forward(out.f32(), a.f32(), b.f32(), a.numel()); });
+  run_cpu_kernel(ck, [=] {
+    const cpu::F32Buffer out_(out), a_(a), b_(b);
+    cpu::residual_forward(out_.get(), a_.get(), b_.get(), a.numel());
+    out_.store();
+  });
 }
 
 void residual_backward(const OpContext& ctx, Tensor da, Tensor db, Tensor dout) {
   const OpCheck ck{"residual_backward", ctx};
-  ck.tensor(dout, "dout", DType::F32);
-  ck.tensor(da, "da", DType::F32, dout.shape, "the shape of dout");
-  ck.tensor(db, "db", DType::F32, dout.shape, "the shape of dout");
+  ck.tensor(dout, "dout", kFloat);
+  ck.tensor(da, "da", kFloat, dout.shape, "the shape of dout");
+  ck.tensor(db, "db", kFloat, dout.shape, "the shape of dout");
   TIDE_RUN_ON_CUDA(ck,
                    ctx.cuda->residual_backward(ctx, da.f32(), db.f32(), dout.f32(), dout.numel()));
-  run_cpu_kernel(ck, [=] { cpu::residual_backward(da.f32(), db.f32(), dout.f32(), dout.numel()); });
+  run_cpu_kernel(ck, [=] {
+    const cpu::F32Buffer da_(da), db_(db), dout_(dout);
+    cpu::residual_backward(da_.get(), db_.get(), dout_.get(), dout.numel());
+    da_.store();
+    db_.store();
+  });
 }
 
 namespace {
@@ -434,7 +501,7 @@ std::array<int64_t, 3> check_dropout(const OpCheck& ck, const Tensor& x, const c
   TIDE_CHECK(dropout.p >= 0.0f && dropout.p < 1.0f,
              "{}: dropout probability {} must be in [0, 1); set dropout in that range", ck.op,
              dropout.p);
-  ck.tensor(x, name, DType::F32);
+  ck.tensor(x, name, kFloat);
   TIDE_CHECK(x.ndim() == 2 || x.ndim() == 3,
              "{}: tensor '{}' has shape {} but must be (B,T,W) or (N,W) (read as (1,N,W))", ck.op,
              name, x.shape.str());
@@ -450,18 +517,26 @@ void dropout_forward(const OpContext& ctx, Tensor out, Tensor inp, const Dropout
   const OpCheck ck{"dropout_forward", ctx};
   const std::array<int64_t, 3> dims = check_dropout(ck, inp, "inp", dropout);
   const int64_t B = dims[0], T = dims[1], W = dims[2];  // captured below (no bindings: clang < 16)
-  ck.tensor(out, "out", DType::F32, inp.shape, "the shape of inp");
+  ck.tensor(out, "out", kFloat, inp.shape, "the shape of inp");
   TIDE_RUN_ON_CUDA(ck, ctx.cuda->dropout_forward(ctx, out.f32(), inp.f32(), B, T, W, dropout));
-  run_cpu_kernel(ck, [=] { cpu::dropout_forward(out.f32(), inp.f32(), B, T, W, dropout); });
+  run_cpu_kernel(ck, [=] {
+    const cpu::F32Buffer out_(out), inp_(inp);
+    cpu::dropout_forward(out_.get(), inp_.get(), B, T, W, dropout);
+    out_.store();
+  });
 }
 
 void dropout_backward(const OpContext& ctx, Tensor dinp, Tensor dout, const DropoutSpec& dropout) {
   const OpCheck ck{"dropout_backward", ctx};
   const std::array<int64_t, 3> dims = check_dropout(ck, dout, "dout", dropout);
   const int64_t B = dims[0], T = dims[1], W = dims[2];  // captured below (no bindings: clang < 16)
-  ck.tensor(dinp, "dinp", DType::F32, dout.shape, "the shape of dout");
+  ck.tensor(dinp, "dinp", kFloat, dout.shape, "the shape of dout");
   TIDE_RUN_ON_CUDA(ck, ctx.cuda->dropout_backward(ctx, dinp.f32(), dout.f32(), B, T, W, dropout));
-  run_cpu_kernel(ck, [=] { cpu::dropout_backward(dinp.f32(), dout.f32(), B, T, W, dropout); });
+  run_cpu_kernel(ck, [=] {
+    const cpu::F32Buffer dinp_(dinp), dout_(dout);
+    cpu::dropout_backward(dinp_.get(), dout_.get(), B, T, W, dropout);
+    dinp_.store();
+  });
 }
 
 // ---- cross-entropy ---------------------------------------------------------------------
@@ -469,14 +544,15 @@ void dropout_backward(const OpContext& ctx, Tensor dinp, Tensor dout, const Drop
 void crossentropy_forward(const OpContext& ctx, Tensor losses, Tensor logits, Tensor targets) {
   const OpCheck ck{"crossentropy_forward", ctx};
   ck.rank(logits, "logits", 2, "(N,V) or (B,T,V)");
-  ck.tensor(logits, "logits", DType::F32);
+  ck.tensor(logits, "logits", kFloat);
   ck.tensor(targets, "targets", DType::I32, leading(logits), "logits' shape without V");
   ck.tensor(losses, "losses", DType::F32, leading(logits), "logits' shape without V");
   TIDE_RUN_ON_CUDA(ck,
                    ctx.cuda->crossentropy_forward(ctx, losses.f32(), logits.f32(), targets.i32(),
                                                   rows(logits), as_int(logits.dim(-1))));
   run_cpu_kernel(ck, [=] {
-    cpu::crossentropy_forward(losses.f32(), logits.f32(), targets.i32(), rows(logits),
+    const cpu::F32Buffer logits_(logits);
+    cpu::crossentropy_forward(losses.f32(), logits_.get(), targets.i32(), rows(logits),
                               as_int(logits.dim(-1)));
   });
 }
@@ -485,15 +561,17 @@ void crossentropy_backward(const OpContext& ctx, Tensor dlogits, Tensor logits, 
                            float dloss) {
   const OpCheck ck{"crossentropy_backward", ctx};
   ck.rank(logits, "logits", 2, "(N,V) or (B,T,V)");
-  ck.tensor(logits, "logits", DType::F32);
+  ck.tensor(logits, "logits", kFloat);
   ck.tensor(targets, "targets", DType::I32, leading(logits), "logits' shape without V");
-  ck.tensor(dlogits, "dlogits", DType::F32, logits.shape, "the shape of logits");
+  ck.tensor(dlogits, "dlogits", kFloat, logits.shape, "the shape of logits");
   TIDE_RUN_ON_CUDA(ck,
                    ctx.cuda->crossentropy_backward(ctx, dlogits.f32(), logits.f32(), targets.i32(),
                                                    rows(logits), as_int(logits.dim(-1)), dloss));
   run_cpu_kernel(ck, [=] {
-    cpu::crossentropy_backward(dlogits.f32(), logits.f32(), targets.i32(), rows(logits),
+    const cpu::F32Buffer dlogits_(dlogits), logits_(logits);
+    cpu::crossentropy_backward(dlogits_.get(), logits_.get(), targets.i32(), rows(logits),
                                as_int(logits.dim(-1)), dloss);
+    dlogits_.store();
   });
 }
 

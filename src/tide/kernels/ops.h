@@ -14,7 +14,12 @@
 //  * Linear layers split their backward into backward_input ("B", needed right away by the
 //    layer below) and backward_weight ("W", can be deferred) — the split that zero-bubble
 //    pipeline schedules exploit. layernorm is split the same way.
-//  * All CPU kernels compute in f32.
+//  * Storage: every float tensor may be f32, bf16 or f16, each on its own (bf16 activations
+//    with f32 weights, say), except the statistics (layernorm's mean and rstd, cross-entropy's
+//    losses), which are f32. The CPU kernels compute in f32 whatever the storage and round
+//    each written 16-bit tensor to nearest-even once (cpu/f32_buffer.h); backward ops
+//    accumulate into a 16-bit gradient the same way. The CUDA kernels take f32 only so far
+//    (a 16-bit tensor on a GPU context is refused).
 
 #include <cstdint>
 #include <memory>

@@ -50,10 +50,15 @@ TEST(OpCases, RunOnTheCpu) {
   }
 }
 
+// Every case, in f32 and with its float tensors in bf16 and f16 (the dtype axis: in_dtype).
 TEST(SimDevice, EveryOpCaseEqualsTheCpu) {
   SimAllocator memory(Device::sim(0));
   const OpContext ctx = make_op_context(Device::sim(0), nullptr, 1);
-  for (const OpCase& c : all_op_cases()) {
+  std::vector<OpCase> cases;
+  for (const OpCase& c : all_op_cases())
+    for (const OpCase& d : {c, in_dtype(c, DType::BF16), in_dtype(c, DType::F16)})
+      cases.push_back(d);
+  for (const OpCase& c : cases) {
     SCOPED_TRACE(c.name);
     std::vector<HostTensor> cpu = c.tensors;
     c.run(OpContext{}, host_views(cpu));

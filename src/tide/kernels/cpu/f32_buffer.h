@@ -1,0 +1,37 @@
+#pragma once
+// f32 working copies for the CPU kernels, so every op takes bf16, f16 and f32 storage.
+//
+// Why: the CPU kernels are the reference of mixed precision. They read a tensor's storage,
+// compute in f32 and write its storage, rounded to nearest-even, once per op (PyTorch's and
+// the GPU kernels' rule). A tensor already in f32 is used in place; a 16-bit one is widened
+// into an f32 copy and, when the kernel writes it, rounded back by store(). Backward ops
+// accumulate (+=) into a 16-bit gradient as into an f32 one: the widened copy starts from the
+// stored values. Made inside the kernel lambda, so on the simulated device the copy is taken
+// on the stream's worker, after the ops before it.
+
+#include <memory>
+
+#include "tide/core/tensor.h"
+
+namespace tide::cpu {
+
+class F32Buffer {
+ public:
+  // `t` may be undefined (an optional bias): get() is then nullptr.
+  explicit F32Buffer(const Tensor& t);
+  float* get() const { return p_; }
+  // Rounds the working copy back into a 16-bit tensor (nothing for f32: it was written in
+  // place). Call it for every tensor the kernel writes.
+  void store() const;
+
+ private:
+  Tensor t_;
+  std::unique_ptr<float[]> copy_;
+  float* p_ = nullptr;
+};
+
+// dst[i] = src[i] widened to f32 / rounded to the 16-bit storage (n elements).
+void widen_to_f32(float* dst, const Tensor& src);
+void round_from_f32(const Tensor& dst, const float* src);
+
+}  // namespace tide::cpu
