@@ -21,7 +21,15 @@ if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
-  .venv/bin/python -m pip install --quiet --disable-pip-version-check -r "$req"
+  # PyTorch's CPU-only index, only when it answers: pip retries an unreachable index, with
+  # back-off, for every package (minutes in all where only PyPI is reachable).
+  index=()
+  torch_cpu=https://download.pytorch.org/whl/cpu
+  if .venv/bin/python -c "import sys, urllib.request as u; u.urlopen(sys.argv[1], timeout=10)" \
+    "$torch_cpu/torch/" 2>/dev/null; then
+    index=(--extra-index-url "$torch_cpu")
+  fi
+  .venv/bin/python -m pip install --quiet --disable-pip-version-check "${index[@]}" -r "$req"
   echo "$want" >"$stamp"
 fi
 export TIDE_PYTHON="$PWD/.venv/bin/python"
