@@ -2,7 +2,15 @@
 
 #include <cstring>
 
+#include "tide/kernels/mover.h"
+
 namespace tide {
+
+Tensor BlockEnv::zeros(Arena& arena, Shape shape) const {
+  const Tensor t = arena.alloc_tensor(shape);
+  fill_zero(op, t);
+  return t;
+}
 
 // Keyed by global coordinates (see DropoutSpec): the stream names the site and the step, the
 // counter the element's global sequence, position and unsharded feature. A DP rank, an

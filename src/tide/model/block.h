@@ -85,6 +85,10 @@ struct BlockEnv {
   bool partition_activations = false;
   bool cpu_checkpointing = false;
 
+  // A (shape) tensor from `arena`, zeroed by an op on this context's stream (the host never
+  // writes device memory itself: kernels/mover.h).
+  Tensor zeros(Arena& arena, Shape shape) const;
+
   int tp_size() const { return tp ? tp->size() : 1; }
   int tp_rank() const { return tp ? tp->rank() : 0; }
   // Positions of a sequence this rank holds in the residual stream, and the first of them.

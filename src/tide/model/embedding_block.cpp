@@ -1,5 +1,5 @@
-#include <cstring>
 
+#include "tide/kernels/mover.h"
 #include "tide/model/blocks.h"
 #include "tide/model/layout.h"
 #include "tide/model/vocab_parallel.h"
@@ -26,7 +26,7 @@ void EmbeddingBlock::forward(MicroBatch& mb) {
     vocab_parallel_embedding_forward(partial, mb.tokens, env_.param(wte_), vocab_begin(),
                                      env_.config->vocab_size);
     Tensor summed = env_.to_shard(partial, mb.workspace, mb.workspace);
-    if (env_.sp) std::memcpy(x.data, summed.data, x.nbytes());
+    if (env_.sp) copy(env_.op, x, summed);
     add_position_embedding(x, env_.param(wpe_), env_.seq_begin(mb.T));
   } else {
     // wpe is (max_seq_len, C); the op uses its first T rows.

@@ -2,10 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <string>
 
 #include "tide/core/trace.h"
+#include "tide/kernels/mover.h"
 
 namespace tide {
 
@@ -228,7 +228,7 @@ void GPT::backward_input_block(MicroBatch& mb, int i) {
   mb.stash_slot[i] = slot;
   mb.stash_arena = &mb.stash->slot(slot);
   // The head starts the backward pass (a stage without it gets residual_grad from outside).
-  if (has_head() && i == num_blocks() - 1) std::memset(mb.dresidual.data, 0, mb.dresidual.nbytes());
+  if (has_head() && i == num_blocks() - 1) fill_zero(env_.op, mb.dresidual);
   const TraceSpan span(mb.tracer, "backward", "compute", {{"block", i}, {"mb", mb.index}});
   GroupAccess access(*store_, groups_[i], Use::BACKWARD);
   run_part(mb, i, access, &Block::backward_input);

@@ -82,8 +82,7 @@ void HeadBlock::backward_input(MicroBatch& mb) {
     crossentropy_backward(env_.op, dlogits, s[LOGITS], mb.targets, dloss);
   // (B,T,C), for W: the ranks' partial d(ln_f output) summed (f's backward); under SP
   // reduce-scattered to this rank's shard (B,T/t,C).
-  Tensor dlnf =
-      env_.sp ? mb.workspace.zeros(s[LNF_FULL].shape) : mb.stash_arena->zeros(s[LNF_FULL].shape);
+  Tensor dlnf = env_.zeros(env_.sp ? mb.workspace : *mb.stash_arena, s[LNF_FULL].shape);
   matmul_backward_input(env_.op, dlnf, dlogits, head_weight(env_.param(wte_)));
   s[DLNF] = env_.to_shard(dlnf, *mb.stash_arena, mb.workspace);
   // The head starts the backward pass: dresidual = d(loss)/d(residual[L]).
@@ -102,7 +101,7 @@ void HeadBlock::backward_weight(MicroBatch& mb) {
   }
   // Under SP ln_f saw only this rank's positions: partial gradients, all-reduced.
   const int64_t C = cfg.n_embd;
-  Tensor part = mb.workspace.zeros({2 * C});
+  Tensor part = env_.zeros(mb.workspace, {2 * C});
   layernorm_backward_weight(env_.op, Tensor(part.f32(), {C}), Tensor(part.f32() + C, {C}), s[DLNF],
                             mb.residual[cfg.n_layer], s[LNF_MEAN], s[LNF_RSTD]);
   env_.add_sp_partial_grads(part, {env_.grad(lnf_w_), env_.grad(lnf_b_)});

@@ -1,6 +1,6 @@
 #include <algorithm>
-#include <cstring>
 
+#include "tide/kernels/mover.h"
 #include "tide/model/blocks.h"
 #include "tide/model/group_access.h"
 
@@ -124,7 +124,7 @@ void TransformerBlock::forward(MicroBatch& mb) {
     const int64_t n = x.numel() / env_.tp_size();
     Arena& pool = env_.cpu_checkpointing ? mb.host_checkpoints : mb.saved;
     s[XSLICE] = pool.alloc_tensor({n});
-    std::memcpy(s[XSLICE].data, x.f32() + env_.tp_rank() * n, static_cast<size_t>(n) * 4);
+    copy(env_.op, s[XSLICE], Tensor(x.f32() + env_.tp_rank() * n, {n}, x.dtype, x.device));
   }
   mb.block_saved[layer_ + 1] = std::move(s);
 }
@@ -197,12 +197,12 @@ void TransformerBlock::backward_input(MicroBatch& mb) {
   s[DFC2] = w.alloc_tensor({B, Ts, C});
   dropout_forward(op, s[DFC2], dy, env_.seq_dropout(mb, layer_, MLP_RESID, C));
   s[DFC2F] = env_.to_full(s[DFC2], w, tmp);  // (B,T,C)
-  Tensor dgelu = tmp.zeros({B, T, 4 * Cl});
+  Tensor dgelu = env_.zeros(tmp, {B, T, 4 * Cl});
   use(FC2);
   matmul_backward_input(op, dgelu, s[DFC2F], p(FC2_W));
-  s[DFCH] = w.zeros({B, T, 4 * Cl});
+  s[DFCH] = env_.zeros(w, {B, T, 4 * Cl});
   gelu_backward(op, s[DFCH], dgelu, s[FCH]);
-  Tensor dln2 = env_.sp ? tmp.zeros({B, T, C}) : w.zeros({B, T, C});
+  Tensor dln2 = env_.sp ? env_.zeros(tmp, {B, T, C}) : env_.zeros(w, {B, T, C});
   use(LN2_FC);
   matmul_backward_input(op, dln2, s[DFCH], p(FC_W));
   s[DLN2] = env_.to_shard(dln2, w, tmp);  // f's backward: the ranks' partial d(ln_2 output)
@@ -211,13 +211,13 @@ void TransformerBlock::backward_input(MicroBatch& mb) {
   s[DPROJ] = w.alloc_tensor({B, Ts, C});
   dropout_forward(op, s[DPROJ], dy, env_.seq_dropout(mb, layer_, ATTN_RESID, C));  // as DFC2
   s[DPROJF] = env_.to_full(s[DPROJ], w, tmp);
-  Tensor datty = tmp.zeros({B, T, Cl});
+  Tensor datty = env_.zeros(tmp, {B, T, Cl});
   use(PROJ);
   matmul_backward_input(op, datty, s[DPROJF], p(PROJ_W));
-  s[DQKV] = w.zeros({B, T, 3 * Cl});
+  s[DQKV] = env_.zeros(w, {B, T, 3 * Cl});
   attention_backward(op, s[DQKV], datty, s[QKV], s[PREATT], s[ATT], static_cast<int>(NHl),
                      attn_dropout(mb));
-  Tensor dln1 = env_.sp ? tmp.zeros({B, T, C}) : w.zeros({B, T, C});
+  Tensor dln1 = env_.sp ? env_.zeros(tmp, {B, T, C}) : env_.zeros(w, {B, T, C});
   use(LN1_ATTN);
   matmul_backward_input(op, dln1, s[DQKV], p(ATTN_W));
   s[DLN1] = env_.to_shard(dln1, w, tmp);  // f's backward: the ranks' partial d(ln_1 output)
@@ -233,7 +233,7 @@ void TransformerBlock::backward_weight(MicroBatch& mb) {
   // computed into `part` and all-reduced while their group is held (the row-parallel biases'
   // come from the whole DFC2F / DPROJF, complete on every rank).
   const int64_t C = env_.config->n_embd;
-  const Tensor part = env_.sp ? mb.workspace.zeros({4 * C}) : Tensor();
+  const Tensor part = env_.sp ? env_.zeros(mb.workspace, {4 * C}) : Tensor();
   auto ln_grad = [&](Param i, int k) { return env_.sp ? Tensor(part.f32() + k * C, {C}) : g(i); };
   auto sp_sum = [&](int k, Param w, Param b) {  // the partial sums k, k+1 into w's and b's grads
     if (env_.sp) env_.add_sp_partial_grads(Tensor(part.f32() + k * C, {2 * C}), {g(w), g(b)});
