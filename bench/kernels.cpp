@@ -11,8 +11,11 @@
 // tide's fixed tiling (cpu/gemm.h), to show what reproducibility costs:
 //   op = "sgemm_openblas_threads/<product>"
 //
+// With --dtype bf16 or f16 every float tensor but the statistics (layernorm's mean and rstd,
+// the losses) is stored in that dtype (the ops compute in f32: ops.h), and each line says so.
+//
 // Usage: bench_kernels [--B 4] [--T 128] [--C 768] [--NH 12] [--V 50257] [--reps 5]
-//                      [--threads N]
+//                      [--threads N] [--dtype f32|bf16|f16]
 
 #include <cblas.h>
 #include <omp.h>
@@ -34,6 +37,7 @@ using namespace tide;
 namespace {
 
 int g_reps = 5, g_threads = 1;
+DType g_dtype = DType::F32;  // storage of the float tensors (not the statistics)
 
 double best_ms(const std::function<void()>& fn) {
   fn();  // warm-up: first touch, OpenBLAS buffers
@@ -50,22 +54,35 @@ double best_ms(const std::function<void()>& fn) {
 void report(const std::string& op, const Shape& shape, const std::function<void()>& fn,
             double flops = 0.0) {
   const double ms = best_ms(fn);
-  std::printf("{\"bench\":\"kernels\",\"op\":\"%s\",\"shape\":\"%s\",\"threads\":%d,\"ms\":%.3f",
-              op.c_str(), shape.str().c_str(), g_threads, ms);
+  std::printf(
+      "{\"bench\":\"kernels\",\"op\":\"%s\",\"shape\":\"%s\",\"dtype\":\"%s\",\"threads\":%d,"
+      "\"ms\":%.3f",
+      op.c_str(), shape.str().c_str(), std::string(dtype_name(g_dtype)).c_str(), g_threads, ms);
   if (flops > 0) std::printf(",\"gflops\":%.1f", flops / (ms * 1e6));
   std::printf("}\n");
   std::fflush(stdout);
 }
 
+// n values N(0, scale^2), stored in g_dtype: a 16-bit dtype packs them into the vector's
+// first half (zeros read the same in every dtype).
 std::vector<float> randn(int64_t n, uint64_t seed, float scale = 1.0f) {
   std::vector<float> v(n);
   const PhiloxStream rng{seed, 1};
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < n; ++i) v[i] = scale * rng.normal(i);
-  return v;
+  if (g_dtype == DType::F32) return v;
+  std::vector<float> packed(n);
+  auto* h = reinterpret_cast<uint16_t*>(packed.data());
+  for (int64_t i = 0; i < n; ++i)
+    h[i] = g_dtype == DType::BF16 ? f32_to_bf16(v[i]) : f32_to_f16(v[i]);
+  return packed;
 }
 
+// A float tensor in g_dtype, and a statistic (always f32).
 Tensor view(std::vector<float>& v, Shape s) {
+  return Tensor(v.data(), s, g_dtype);
+}
+Tensor stat(std::vector<float>& v, Shape s) {
   return Tensor(v.data(), s, DType::F32);
 }
 Tensor view(std::vector<int32_t>& v, Shape s) {
@@ -85,7 +102,11 @@ int main(int argc, char** argv) try {
   app.add_option("--V", V)->capture_default_str();
   app.add_option("--reps", g_reps)->capture_default_str();
   app.add_option("--threads", g_threads)->capture_default_str();
+  std::string dtype = "f32";
+  app.add_option("--dtype", dtype, "storage of the float tensors: f32, bf16 or f16")
+      ->capture_default_str();
   bench::parse_args(app, argc, argv);
+  g_dtype = parse_dtype(dtype);
 
   TIDE_CHECK(B > 0 && T > 0 && C > 0 && NH > 0 && V > 0 && g_reps > 0 && g_threads > 0,
              "bench_kernels: sizes, --reps and --threads must be positive");
@@ -112,16 +133,16 @@ int main(int argc, char** argv) try {
   auto lw = randn(C, 5), lb = randn(C, 6);
   std::vector<float> ln(N * C), mean(N), rstd(N), dlw(C), dlb(C), dln(N * C);
   report("layernorm_forward", {B, T, C}, [&] {
-    layernorm_forward(ctx, view(ln, {B, T, C}), view(mean, {B, T}), view(rstd, {B, T}),
+    layernorm_forward(ctx, view(ln, {B, T, C}), stat(mean, {B, T}), stat(rstd, {B, T}),
                       view(x, {B, T, C}), view(lw, {C}), view(lb, {C}));
   });
   report("layernorm_backward_input", {B, T, C}, [&] {
     layernorm_backward_input(ctx, view(dln, {B, T, C}), view(dx, {B, T, C}), view(x, {B, T, C}),
-                             view(lw, {C}), view(mean, {B, T}), view(rstd, {B, T}));
+                             view(lw, {C}), stat(mean, {B, T}), stat(rstd, {B, T}));
   });
   report("layernorm_backward_weight", {B, T, C}, [&] {
     layernorm_backward_weight(ctx, view(dlw, {C}), view(dlb, {C}), view(dx, {B, T, C}),
-                              view(x, {B, T, C}), view(mean, {B, T}), view(rstd, {B, T}));
+                              view(x, {B, T, C}), stat(mean, {B, T}), stat(rstd, {B, T}));
   });
 
   // ---- linear layers: qkv (C->3C), fc (C->4C), head (C->V, no bias, tied to wte)
@@ -157,7 +178,7 @@ int main(int argc, char** argv) try {
                                  view(ln, {N, C}));
         },
         flops);
-    if (std::string(l.name) == "qkv") {
+    if (std::string(l.name) == "qkv" && g_dtype == DType::F32) {
       // The same three products with OpenBLAS threading itself (not reproducible bitwise).
       const int n = static_cast<int>(N), c = static_cast<int>(C), oc = static_cast<int>(OC);
       auto raw = [&](const char* what, const std::function<void()>& fn) {
@@ -233,7 +254,7 @@ int main(int argc, char** argv) try {
     std::vector<int32_t> targets(N);
     for (int64_t i = 0; i < N; ++i) targets[i] = static_cast<int32_t>((i * 104729) % V);
     report("crossentropy_forward", {N, V}, [&] {
-      crossentropy_forward(ctx, view(losses, {N}), view(logits, {N, V}), view(targets, {N}));
+      crossentropy_forward(ctx, stat(losses, {N}), view(logits, {N, V}), view(targets, {N}));
     });
     report("crossentropy_backward", {N, V}, [&] {
       crossentropy_backward(ctx, view(dlogits, {N, V}), view(logits, {N, V}), view(targets, {N}),
