@@ -12,18 +12,18 @@
 namespace tide::testing {
 
 HostTensor randn(const std::string& name, Shape shape, uint64_t seed, float scale) {
-  HostTensor t{name, shape, DType::F32, std::vector<float>(shape.numel()), {}};
+  HostTensor t{name, shape, DType::F32, std::vector<float>(shape.numel()), {}, {}};
   const PhiloxStream rng{seed, 11};
   for (int64_t i = 0; i < shape.numel(); ++i) t.f[i] = scale * rng.normal(i);
   return t;
 }
 
 HostTensor zeros(const std::string& name, Shape shape) {
-  return HostTensor{name, shape, DType::F32, std::vector<float>(shape.numel(), 0.0f), {}};
+  return HostTensor{name, shape, DType::F32, std::vector<float>(shape.numel(), 0.0f), {}, {}};
 }
 
 HostTensor ids(const std::string& name, Shape shape, int32_t hi, uint64_t seed, int ignore_every) {
-  HostTensor t{name, shape, DType::I32, {}, std::vector<int32_t>(shape.numel())};
+  HostTensor t{name, shape, DType::I32, {}, std::vector<int32_t>(shape.numel()), {}};
   const PhiloxStream rng{seed, 13};
   for (int64_t i = 0; i < shape.numel(); ++i) {
     t.ids[i] = static_cast<int32_t>(rng.uint(i) % static_cast<uint32_t>(hi));
