@@ -3,47 +3,29 @@
 namespace tide::cpu {
 
 namespace {
+
 // Conversions are cheap per element: split only tensors large enough to pay for the threads.
 constexpr int64_t kParallelFrom = 1 << 16;
-}  // namespace
 
-void widen_to_f32(float* dst, const Tensor& src) {
+// dst = src widened to f32, src bf16 or f16.
+void widen(float* dst, const Tensor& src) {
   const int64_t n = src.numel();
-  if (src.dtype == DType::F32) {
-    const float* s = src.f32();
-#pragma omp parallel for simd if (n >= kParallelFrom)
-    for (int64_t i = 0; i < n; ++i) dst[i] = s[i];
-    return;
-  }
   const uint16_t* s = src.u16();
-  if (src.dtype == DType::BF16) {
-#pragma omp parallel for simd if (n >= kParallelFrom)
-    for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(s[i]);
-  } else {
-    TIDE_ASSERT(src.dtype == DType::F16);
+  const bool bf16 = src.dtype == DType::BF16;
 #pragma omp parallel for if (n >= kParallelFrom)
-    for (int64_t i = 0; i < n; ++i) dst[i] = f16_to_f32(s[i]);
-  }
+  for (int64_t i = 0; i < n; ++i) dst[i] = bf16 ? bf16_to_f32(s[i]) : f16_to_f32(s[i]);
 }
 
-void round_from_f32(const Tensor& dst, const float* src) {
+// dst (bf16 or f16) = src rounded to nearest-even.
+void narrow(const Tensor& dst, const float* src) {
   const int64_t n = dst.numel();
-  if (dst.dtype == DType::F32) {
-    float* d = dst.f32();
-#pragma omp parallel for simd if (n >= kParallelFrom)
-    for (int64_t i = 0; i < n; ++i) d[i] = src[i];
-    return;
-  }
   uint16_t* d = dst.u16();
-  if (dst.dtype == DType::BF16) {
-#pragma omp parallel for simd if (n >= kParallelFrom)
-    for (int64_t i = 0; i < n; ++i) d[i] = f32_to_bf16(src[i]);
-  } else {
-    TIDE_ASSERT(dst.dtype == DType::F16);
+  const bool bf16 = dst.dtype == DType::BF16;
 #pragma omp parallel for if (n >= kParallelFrom)
-    for (int64_t i = 0; i < n; ++i) d[i] = f32_to_f16(src[i]);
-  }
+  for (int64_t i = 0; i < n; ++i) d[i] = bf16 ? f32_to_bf16(src[i]) : f32_to_f16(src[i]);
 }
+
+}  // namespace
 
 F32Buffer::F32Buffer(const Tensor& t) : t_(t) {
   if (!t.defined()) return;
@@ -51,13 +33,14 @@ F32Buffer::F32Buffer(const Tensor& t) : t_(t) {
     p_ = t.f32();
     return;
   }
+  TIDE_ASSERT(t.dtype == DType::BF16 || t.dtype == DType::F16);
   copy_ = std::make_unique<float[]>(static_cast<size_t>(t.numel()));
   p_ = copy_.get();
-  widen_to_f32(p_, t);
+  widen(p_, t);
 }
 
 void F32Buffer::store() const {
-  if (copy_) round_from_f32(t_, p_);
+  if (copy_) narrow(t_, p_);
 }
 
 }  // namespace tide::cpu

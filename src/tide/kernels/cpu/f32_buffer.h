@@ -30,8 +30,4 @@ class F32Buffer {
   float* p_ = nullptr;
 };
 
-// dst[i] = src[i] widened to f32 / rounded to the 16-bit storage (n elements).
-void widen_to_f32(float* dst, const Tensor& src);
-void round_from_f32(const Tensor& dst, const float* src);
-
 }  // namespace tide::cpu
