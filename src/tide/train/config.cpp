@@ -1146,7 +1146,8 @@ const json& default_config() {
   // Close to nanoGPT's schedule: a linear warmup over 10% of the steps (15 of the default
   // 150), then a cosine to 10% of lr. The peak lr is higher than DeepSpeed's (Adam's) 1e-3,
   // which a config file without one keeps: the default model is small, and the first command
-  // has a minute to train it (L2 C128, 200 steps: validation loss 5.80 at 3e-3 against 6.02 at 1e-3).
+  // has a minute to train it (L2 C128, 200 steps: validation loss 5.80 at 3e-3 against 6.02 at
+  // 1e-3).
   static const json config = json::parse(R"({
     "optimizer": {"params": {"lr": 3e-3}},
     "scheduler": {
