@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 
+#include "tide/estimate/byte_size.h"
+
 namespace tide {
 
 namespace {
@@ -229,27 +231,26 @@ bool AutoPlacement::make_resident(std::span<const int> need, int pos, bool allow
     // The non-model figure itself, not the part of the limit it takes (which is the whole limit
     // when the non-model memory alone is over it).
     const size_t non_model = non_model_at(pos);
+    // Figures in the unit that fits each (a few KiB of chunks read "0.00 MiB" before).
+    const auto bytes = [](size_t b) { return format_bytes(static_cast<int64_t>(b)); };
     TIDE_CHECK(
         non_model<
             budget_,
-            "placement.policy=auto: placement.device_memory_limit ({:.2f} MiB) is below the "
-            "non-model memory alone: {:.2f} MiB (activations, ZeRO's buffers) at {}{}; raise "
+            "placement.policy=auto: placement.device_memory_limit ({}) is below the non-model "
+            "memory alone: {} (activations, ZeRO's buffers) at {}{}; raise "
             "placement.device_memory_limit (`tide estimate --config <this config> "
-            "--placement auto --device-memory-limit ...` prints the least limit for the whole "
-            "step), or lower the activations (activation_checkpointing.policy, micro-batch "
-            "size)",
-            budget_ / 1048576.0, non_model / 1048576.0, what, missing> 0
-            ? fmt::format(", which also needs {:.2f} MiB of chunks on the compute "
-                          "tier",
-                          missing / 1048576.0)
+            "--placement auto --device-memory-limit ...` prints the least limit for the "
+            "whole step), or lower the activations (activation_checkpointing.policy, "
+            "micro-batch size)",
+            bytes(budget_), bytes(non_model), what, missing> 0
+            ? fmt::format(", which also needs {} of chunks on the compute tier", bytes(missing))
             : "");
     TIDE_FAIL(
-        "placement.policy=auto: placement.device_memory_limit ({:.2f} MiB) is too small: {} "
-        "needs {:.2f} MiB of chunks on the compute tier besides {:.2f} MiB of non-model memory "
-        "(activations, ZeRO's buffers) and {:.2f} MiB of chunks that cannot move now; raise "
-        "placement.device_memory_limit, or lower chunk_size_mb or ZeRO's bucket sizes",
-        budget_ / 1048576.0, what, missing / 1048576.0, non_model / 1048576.0,
-        on_device_bytes_ / 1048576.0);
+        "placement.policy=auto: placement.device_memory_limit ({}) is too small: {} needs {} "
+        "of chunks on the compute tier besides {} of non-model memory (activations, ZeRO's "
+        "buffers) and {} of chunks that cannot move now; raise placement.device_memory_limit, "
+        "or lower chunk_size_mb or ZeRO's bucket sizes",
+        bytes(budget_), what, bytes(missing), bytes(non_model), bytes(on_device_bytes_));
   }
   for (int item : need) {
     if (on_device(item)) continue;
