@@ -38,7 +38,6 @@ constexpr DTypeRule kFloat{DType::F32, true};
 struct OpCheck {
   const char* op;
   const OpContext& ctx;
-  mutable bool narrow = false;  // a 16-bit float tensor was checked (the CUDA kernels: f32 only)
 
   // t must be allocated, of a dtype `rule` allows, and on the op's device.
   void tensor(const Tensor& t, const char* name, DTypeRule rule) const {
@@ -47,7 +46,10 @@ struct OpCheck {
     TIDE_CHECK(rule.allows(t.dtype),
                "{}: tensor '{}' has dtype {} but {} is required; convert it first", op, name,
                dtype_name(t.dtype), rule.str());
-    narrow = narrow || t.dtype == DType::BF16 || t.dtype == DType::F16;
+    TIDE_CHECK(!ctx.device.is_cuda() || dtype_size(t.dtype) == 4,
+               "{}: tensor '{}' is {}, but the CUDA kernels take f32 tensors only so far; run "
+               "it with f32 tensors, or on the CPU",
+               op, name, dtype_name(t.dtype));
     TIDE_CHECK(t.device == ctx.device,
                "{}: tensor '{}' is on {} but the op runs on {}; move the tensor or run the op "
                "with a context for {}",
@@ -81,10 +83,6 @@ struct OpCheck {
   // GPU is visible and made it current): a pointer test, no device query per op.
   void cuda_context() const {
     if (!cuda_built()) no_cuda();
-    TIDE_CHECK(!narrow,
-               "{}: the CUDA kernels take f32 tensors only so far, and this call has bf16 or f16 "
-               "ones; run it with f32 tensors, or on the CPU",
-               op);
     TIDE_CHECK(ctx.handles != nullptr && ctx.cuda != nullptr,
                "{}: the context says {} but has no CUDA stream or handles; make it with "
                "make_op_context(Device::cuda({}), ...) (a default OpContext is for the CPU)",
@@ -182,7 +180,7 @@ void embedding_forward(const OpContext& ctx, Tensor out, Tensor tokens, Tensor w
       ck, ctx.cuda->embedding_forward(ctx, out.f32(), tokens.i32(), wte.f32(), wpe.f32(), as_int(B),
                                       as_int(T), as_int(C), as_int(V)));
   run_cpu_kernel(ck, [=] {
-    const cpu::F32Buffer out_(out), wte_(wte), wpe_(wpe);
+    const cpu::F32Buffer out_(out, /*widen=*/false), wte_(wte), wpe_(wpe);
     cpu::embedding_forward(out_.get(), tokens.i32(), wte_.get(), wpe_.get(), as_int(B), as_int(T),
                            as_int(C), as_int(V));
     out_.store();
@@ -233,7 +231,7 @@ void layernorm_forward(const OpContext& ctx, Tensor out, Tensor mean, Tensor rst
                    ctx.cuda->layernorm_forward(ctx, out.f32(), mean.f32(), rstd.f32(), inp.f32(),
                                                weight.f32(), bias.f32(), N, as_int(C)));
   run_cpu_kernel(ck, [=] {
-    const cpu::F32Buffer out_(out), inp_(inp), weight_(weight), bias_(bias);
+    const cpu::F32Buffer out_(out, /*widen=*/false), inp_(inp), weight_(weight), bias_(bias);
     cpu::layernorm_forward(out_.get(), mean.f32(), rstd.f32(), inp_.get(), weight_.get(),
                            bias_.get(), N, as_int(C));
     out_.store();
@@ -300,7 +298,7 @@ void matmul_forward(const OpContext& ctx, Tensor out, Tensor inp, Tensor weight,
                                                 bias.defined() ? bias.f32() : nullptr, N, as_int(C),
                                                 as_int(OC)));
   run_cpu_kernel(ck, [=] {
-    const cpu::F32Buffer bias_(bias), out_(out), inp_(inp), weight_(weight);
+    const cpu::F32Buffer bias_(bias), out_(out, /*widen=*/false), inp_(inp), weight_(weight);
     cpu::matmul_forward(out_.get(), inp_.get(), weight_.get(), bias_.get(), N, as_int(C),
                         as_int(OC));
     out_.store();
@@ -410,7 +408,8 @@ void attention_forward(const OpContext& ctx, Tensor out, Tensor preatt, Tensor a
       ck, ctx.cuda->attention_forward(ctx, out.f32(), preatt.f32(), att.f32(), qkv.f32(), as_int(B),
                                       as_int(T), as_int(C), n_head, dropout));
   run_cpu_kernel(ck, [=] {
-    const cpu::F32Buffer out_(out), preatt_(preatt), att_(att), qkv_(qkv);
+    const cpu::F32Buffer out_(out, /*widen=*/false), preatt_(preatt, /*widen=*/false),
+        att_(att, /*widen=*/false), qkv_(qkv);
     cpu::attention_forward(out_.get(), preatt_.get(), att_.get(), qkv_.get(), as_int(B), as_int(T),
                            as_int(C), n_head, dropout);
     out_.store();
@@ -446,7 +445,7 @@ void gelu_forward(const OpContext& ctx, Tensor out, Tensor inp) {
   ck.tensor(out, "out", kFloat, inp.shape, "the shape of inp");
   TIDE_RUN_ON_CUDA(ck, ctx.cuda->gelu_forward(ctx, out.f32(), inp.f32(), inp.numel()));
   run_cpu_kernel(ck, [=] {
-    const cpu::F32Buffer out_(out), inp_(inp);
+    const cpu::F32Buffer out_(out, /*widen=*/false), inp_(inp);
     cpu::gelu_forward(out_.get(), inp_.get(), inp.numel());
     out_.store();
   });
@@ -473,7 +472,7 @@ void residual_forward(const OpContext& ctx, Tensor out, Tensor a, Tensor b) {
   ck.tensor(out, "out", kFloat, a.shape, "the shape of a");
   TIDE_RUN_ON_CUDA(ck, ctx.cuda->residual_forward(ctx, out.f32(), a.f32(), b.f32(), a.numel()));
   run_cpu_kernel(ck, [=] {
-    const cpu::F32Buffer out_(out), a_(a), b_(b);
+    const cpu::F32Buffer out_(out, /*widen=*/false), a_(a), b_(b);
     cpu::residual_forward(out_.get(), a_.get(), b_.get(), a.numel());
     out_.store();
   });
@@ -520,7 +519,7 @@ void dropout_forward(const OpContext& ctx, Tensor out, Tensor inp, const Dropout
   ck.tensor(out, "out", kFloat, inp.shape, "the shape of inp");
   TIDE_RUN_ON_CUDA(ck, ctx.cuda->dropout_forward(ctx, out.f32(), inp.f32(), B, T, W, dropout));
   run_cpu_kernel(ck, [=] {
-    const cpu::F32Buffer out_(out), inp_(inp);
+    const cpu::F32Buffer out_(out, /*widen=*/false), inp_(inp);
     cpu::dropout_forward(out_.get(), inp_.get(), B, T, W, dropout);
     out_.store();
   });
@@ -568,9 +567,12 @@ void crossentropy_backward(const OpContext& ctx, Tensor dlogits, Tensor logits, 
                    ctx.cuda->crossentropy_backward(ctx, dlogits.f32(), logits.f32(), targets.i32(),
                                                    rows(logits), as_int(logits.dim(-1)), dloss));
   run_cpu_kernel(ck, [=] {
-    const cpu::F32Buffer dlogits_(dlogits), logits_(logits);
-    cpu::crossentropy_backward(dlogits_.get(), logits_.get(), targets.i32(), rows(logits),
-                               as_int(logits.dim(-1)), dloss);
+    // In place (dlogits aliasing logits, as the model calls it): one working copy serves both.
+    const bool in_place = dlogits.data == logits.data;
+    const cpu::F32Buffer dlogits_(dlogits, /*widen=*/in_place),
+        logits_(in_place ? Tensor() : logits);
+    cpu::crossentropy_backward(dlogits_.get(), in_place ? dlogits_.get() : logits_.get(),
+                               targets.i32(), rows(logits), as_int(logits.dim(-1)), dloss);
     dlogits_.store();
   });
 }

@@ -101,3 +101,23 @@ TEST(OpDtypes, DtypesMixWithinOneCallAndStatisticsStayF32) {
         << e.what();
   }
 }
+
+// The CUDA kernels are f32 only so far: a 16-bit tensor on a GPU context is refused, naming the
+// tensor, before anything reaches the GPU (so this runs on machines without one).
+TEST(OpDtypes, SixteenBitTensorsOnAGpuContextAreRefused) {
+  OpContext gpu;
+  gpu.device = Device::cuda(0);
+  std::vector<HostTensor> ts = {narrowed(randn("inp", {4, 8}, 1), DType::BF16),
+                                zeros("out", {4, 8})};
+  std::vector<Tensor> v = host_views(ts);
+  for (Tensor& t : v) t.device = gpu.device;  // never dereferenced: the check comes first
+  try {
+    gelu_forward(gpu, v[1], v[0]);
+    ADD_FAILURE() << "a bf16 tensor was accepted on a CUDA context";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("gelu_forward: tensor 'inp' is bf16, but the CUDA "
+                                         "kernels take f32 tensors only so far"),
+              std::string::npos)
+        << e.what();
+  }
+}

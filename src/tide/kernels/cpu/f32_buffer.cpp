@@ -27,16 +27,16 @@ void narrow(const Tensor& dst, const float* src) {
 
 }  // namespace
 
-F32Buffer::F32Buffer(const Tensor& t) : t_(t) {
+F32Buffer::F32Buffer(const Tensor& t, bool widen_it) : t_(t) {
   if (!t.defined()) return;
   if (t.dtype == DType::F32) {
     p_ = t.f32();
     return;
   }
   TIDE_ASSERT(t.dtype == DType::BF16 || t.dtype == DType::F16);
-  copy_ = std::make_unique<float[]>(static_cast<size_t>(t.numel()));
+  copy_ = std::make_unique<float[]>(static_cast<size_t>(t.numel()));  // zeroed
   p_ = copy_.get();
-  widen(p_, t);
+  if (widen_it) widen(p_, t);
 }
 
 void F32Buffer::store() const {

@@ -17,8 +17,9 @@ namespace tide::cpu {
 
 class F32Buffer {
  public:
-  // `t` may be undefined (an optional bias): get() is then nullptr.
-  explicit F32Buffer(const Tensor& t);
+  // `t` may be undefined (an optional bias): get() is then nullptr. widen = false for an output
+  // the kernel overwrites whole (ops.h: forward ops): the copy starts zeroed instead of widened.
+  explicit F32Buffer(const Tensor& t, bool widen = true);
   float* get() const { return p_; }
   // Rounds the working copy back into a 16-bit tensor (nothing for f32: it was written in
   // place). Call it for every tensor the kernel writes.
