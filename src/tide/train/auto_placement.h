@@ -63,6 +63,18 @@ struct PlacementStepCounters {
   double wait_seconds = 0;     // the compute blocked on moves
   int updated_on_compute = 0;  // chunks whose Adam ran on the compute tier
   int updated_on_host = 0;
+
+  PlacementStepCounters& operator+=(const PlacementStepCounters& o) {  // several stores' step
+    bytes_to_host += o.bytes_to_host;
+    bytes_to_compute += o.bytes_to_compute;
+    moves_to_host += o.moves_to_host;
+    moves_to_compute += o.moves_to_compute;
+    evictions += o.evictions;
+    wait_seconds += o.wait_seconds;
+    updated_on_compute += o.updated_on_compute;
+    updated_on_host += o.updated_on_host;
+    return *this;
+  }
 };
 
 // What the Engine needs for placement.policy=auto; device == nullptr: policy=device.

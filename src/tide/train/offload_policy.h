@@ -75,6 +75,18 @@ struct OffloadStepCounters {
   double copy_seconds = 0;    // offload thread: gradient copies and norm partials
   double adam_seconds = 0;    // offload thread: CPU AdamW
   double hidden_seconds = 0;  // of copy + Adam, the part that ran before backward ended
+
+  OffloadStepCounters& operator+=(const OffloadStepCounters& o) {  // several stores' step
+    bytes_to_host += o.bytes_to_host;
+    bytes_to_compute += o.bytes_to_compute;
+    moves_to_host += o.moves_to_host;
+    moves_to_compute += o.moves_to_compute;
+    wait_seconds += o.wait_seconds;
+    copy_seconds += o.copy_seconds;
+    adam_seconds += o.adam_seconds;
+    hidden_seconds += o.hidden_seconds;
+    return *this;
+  }
 };
 
 class OffloadPolicy final : public ReducedGradSink {
@@ -103,6 +115,10 @@ class OffloadPolicy final : public ReducedGradSink {
   // of this rank's owned gradient slice (divided by N; 0 for a tensor outside the slice). Empty
   // without `tensor_sums`.
   std::span<const double> tensor_sums() const { return tensor_sums_; }
+  // The host copy of chunk c's owned gradient slice (after finish_gradients: divided by N).
+  Tensor host_grad(int c) const {
+    return Tensor(host_grad_[c], Shape{store_.layout().slice_elems(c)});
+  }
   // The update (skipped steps do not call it): Adam per chunk on the offload thread (unless it
   // ran early), each chunk's master slice copied into its PARAM slice as soon as it is done.
   // update() = start_update() + finish_update().

@@ -7,9 +7,11 @@
 #include <exception>
 #include <optional>
 
+#include <omp.h>
+
 #include "tide/comm/local_process_group.h"
+#include "tide/model/param_groups.h"
 #include "tide/optim/grad_norm.h"
-#include "tide/train/optimizer_step.h"
 
 namespace tide {
 
@@ -128,7 +130,7 @@ void copy(Tensor dst, const Tensor& src) {
 PipelineEngine::PipelineEngine(std::vector<GPT*> models, std::shared_ptr<ProcessGroup> pipeline,
                                pipeline::Schedule schedule, int B, int T,
                                OptimizerSettings optimizer, std::shared_ptr<ProcessGroup> dp,
-                               ZeroSettings zero)
+                               ZeroSettings zero, AutoPlacementSettings placement)
     : models_(std::move(models)),
       pp_(std::move(pipeline)),
       dp_(dp ? std::move(dp) : std::make_shared<LocalProcessGroup>()),
@@ -186,103 +188,117 @@ PipelineEngine::PipelineEngine(std::vector<GPT*> models, std::shared_ptr<Process
   // a group of the two (collective over the pipeline group: every rank takes part).
   const int emb_rank = schedule_.locate(0).first, head_rank = schedule_.locate(V - 1).first;
   if (V > 1 && emb_rank != head_rank) tied_ = pp_->new_group({emb_rank, head_rank});
-  check_dp_group();
-  check_tp_group();
-  // ZeRO-1 when the stores slice the optimizer state (zero_sliced_kinds(1)) over dp, ZeRO-2
-  // when they slice the gradients too (zero_sliced_kinds(2)).
+  // The ZeRO stage is the stores' slicing (zero_sliced_kinds), the same on every chunk.
   const ChunkStore& first = models_[0]->store();
-  const int sliced_stage = first.sliced(ChunkKind::PARAM)    ? 3
-                           : first.sliced(ChunkKind::GRAD)   ? 2
-                           : first.sliced(ChunkKind::MASTER) ? 1
-                                                             : 0;
+  zero_stage_ = first.sliced(ChunkKind::PARAM)    ? 3
+                : first.sliced(ChunkKind::GRAD)   ? 2
+                : first.sliced(ChunkKind::MASTER) ? 1
+                                                  : 0;
   for (GPT* m : models_) {
     const ChunkStore& st = m->store();
-    TIDE_CHECK(!st.sliced(ChunkKind::PARAM),
-               "ZeRO-3 (parameters sliced over dp) is not supported under pipeline parallelism: "
-               "every F, B and W of every micro-batch would all-gather the stage's parameters "
-               "again (per micro-batch, not once per step), and a stage already holds only its "
-               "1/p of the layers; use ZeRO stage 0, 1 or 2 (zero_sliced_kinds(2) slices the "
-               "gradients and the optimizer state)");
     TIDE_CHECK(st.options().sliced_kinds == first.options().sliced_kinds &&
-                   st.options().sliced_kinds == zero_sliced_kinds(sliced_stage),
+                   st.options().sliced_kinds == zero_sliced_kinds(zero_stage_),
                "the chunks of stage {} slice their kinds differently, or not as a ZeRO stage "
                "does; build every chunk's model with store.sliced_kinds = zero_sliced_kinds(the "
                "same stage)",
                stage);
-    if (st.sliced(ChunkKind::MASTER))
-      TIDE_CHECK(st.layout().group_size() == dp_->size() && st.options().group_rank == dp_->rank(),
-                 "stage {}'s optimizer state is sliced over {} ranks as rank {}, but its dp "
-                 "group has {} ranks and this is rank {}; build the model with "
-                 "ModelOptions::group_size = {} and store.group_rank = the dp rank",
-                 stage, st.layout().group_size(), st.options().group_rank, dp_->size(), dp_->rank(),
-                 dp_->size());
+    // The dp group is one axis of a mesh, easy to confuse with the world: a store packed for
+    // another group size (any but 1 at stage 0) means the wrong group was passed.
+    TIDE_CHECK((zero_stage_ == 0 && st.layout().group_size() == 1) ||
+                   (st.layout().group_size() == dp_->size() &&
+                    (zero_stage_ == 0 || st.options().group_rank == dp_->rank())),
+               "stage {}'s chunks are sliced over {} ranks as rank {} (ModelOptions::group_size, "
+               "store.group_rank), but its data-parallel group has {} ranks and this is rank {}; "
+               "pass the mesh's dp group (Topology::group_ptr(MeshAxis::DP)), not the world, and "
+               "build the model with group_size = {} and store.group_rank = the dp rank",
+               stage, st.layout().group_size(), st.options().group_rank, dp_->size(), dp_->rank(),
+               dp_->size());
   }
-  TIDE_CHECK(zero.stage == 0 || zero.stage == sliced_stage,
+  TIDE_CHECK(zero.stage == 0 || zero.stage == zero_stage_,
              "ZeroSettings::stage is {} but the models' stores are sliced for ZeRO stage {}; "
              "build them with store.sliced_kinds = zero_sliced_kinds({}) or pass that stage",
-             zero.stage, sliced_stage, zero.stage);
-  if (dp_->size() > 1 && sliced_stage > 0) {
-    // The data-parallel Engine's policy on every chunk's store (zero.h): per-micro-batch
-    // reduce-scatter into the owned slice, the mean after the last W, the gather after the
-    // update. Its bucket settings are checked against each chunk's layout.
-    zero_stage_ = sliced_stage;
-    zero.stage = sliced_stage;
-    for (GPT* m : models_) {
-      ChunkStore& st = m->store();
-      zero_.push_back(std::make_unique<ZeroPolicy>(
-          st, *dp_, zero, ParamGroups(m->all_block_groups()).ids, *st.options().compute));
-      st.set_policy(zero_.back().get());
+             zero.stage, zero_stage_, zero.stage);
+  zero.stage = zero_stage_;
+  check_dp_group();
+  check_tp_group();
+  TIDE_CHECK(!placement.device || chunks_ == 1,
+             "placement.policy=auto with {} model chunks per stage (schedule '{}'): the policy "
+             "plans one store against the device budget; use a schedule with one chunk per stage "
+             "(not interleaved or zb-v), or placement.policy=device",
+             chunks_, schedule_.name);
+  build_stacks(zero, placement);
+}
+
+namespace {
+// The order in which chunk `chunk`'s block parts acquire its model's parameter groups in one
+// step of `stage` (model/param_groups.h; ZeRO-3 prefetches by it, auto placement plans by it).
+std::vector<ParamAccess> group_accesses(const pipeline::Schedule& s, int stage, int chunk,
+                                        const GPT& model) {
+  const ParamGroups groups(model.all_block_groups());
+  std::vector<ParamAccess> seq;
+  for (const pipeline::Action& a : s.actions[stage]) {
+    if (!pipeline::is_compute(a.op) || a.chunk != chunk) continue;
+    for (const pipeline::BlockPart& p :
+         pipeline::block_parts(a.op, model.num_blocks(), s.split_backward)) {
+      const Use use = p.op == Op::F ? Use::FORWARD : p.op == Op::B ? Use::BACKWARD : Use::WEIGHT;
+      for (int g : part_groups(model.block_groups(p.block), use, model.policy()))
+        seq.push_back({groups.first[p.block] + g, use});
     }
   }
+  return seq;
+}
+}  // namespace
+
+void PipelineEngine::build_stacks(const ZeroSettings& zero,
+                                  const AutoPlacementSettings& placement) {
+  // Non-model memory for auto placement: the micro-batches' activations in use.
+  auto activations = [this] {
+    size_t b = 0;
+    for (const auto& mb : mbs_) b += mb->saved.used() + mb->workspace.used();
+    return b;
+  };
+  for (int c = 0; c < chunks_; ++c)
+    stacks_.push_back(std::make_unique<PolicyStack>(
+        *models_[c], *dp_, zero, placement, group_accesses(schedule_, pp_->rank(), c, *models_[c]),
+        activations, omp_get_max_threads()));
 }
 
 void PipelineEngine::sum_tied_gradient() {
-  // wte and lm_head.weight both become the sum of the two gradients (a + b = b + a: the same
-  // bits on both copies, wherever they live).
-  if (wte_id_ >= 0 && head_id_ >= 0) {
-    const Tensor a = models_[wte_chunk_]->store().tensor(ChunkKind::GRAD, wte_id_);
-    const Tensor b = models_[head_chunk_]->store().tensor(ChunkKind::GRAD, head_id_);
-    float* pa = a.f32();
-    float* pb = b.f32();
-    for (int64_t j = 0; j < a.numel(); ++j) pa[j] = pb[j] = pa[j] + pb[j];
-  } else if (tied_) {
-    const Tensor g = wte_id_ >= 0 ? models_[wte_chunk_]->store().tensor(ChunkKind::GRAD, wte_id_)
-                                  : models_[head_chunk_]->store().tensor(ChunkKind::GRAD, head_id_);
-    tied_->all_reduce(g, ReduceOp::Sum);
-  }
-}
-
-void PipelineEngine::sum_tied_gradient_sliced() {
   if (!(wte_id_ >= 0 && head_id_ >= 0) && !tied_) return;
-  // The owned slices hold the replicas' mean; a tensor spans the slices of several replicas,
-  // at other offsets on the other end of the tie. Each end gathers its chunk whole (one
-  // all-gather over dp), the whole copies are summed as without ZeRO (a + b: the same bits on
-  // both ends), and each replica keeps its slice.
-  auto gather = [&](int chunk, int id, std::vector<float>& buf) -> Tensor {
+  const bool sliced = stacks_[0]->sliced();
+  // The whole reduced gradient of tensor `id` of chunk `chunk`. Under ZeRO the owned slices
+  // hold the replicas' mean, and a tensor spans the slices of several replicas (at other offsets
+  // on the other end of the tie): its chunk is gathered whole over dp into `buf`.
+  auto whole = [&](int chunk, int id, std::vector<float>& buf) -> Tensor {
     const ChunkStore& st = models_[chunk]->store();
+    if (!sliced) return st.tensor(ChunkKind::GRAD, id);
     const TensorSlot& slot = st.layout().slot(id);
     buf.resize(static_cast<size_t>(st.layout().chunk_elems(slot.chunk)));
-    dp_->all_gather(st.slice(ChunkKind::GRAD, slot.chunk),
+    dp_->all_gather(stacks_[chunk]->grad(slot.chunk),
                     Tensor(buf.data(), Shape{static_cast<int64_t>(buf.size())}));
     return Tensor(buf.data() + slot.offset, Shape{slot.numel});
   };
+  // Under ZeRO each replica keeps its slice of the summed chunk.
   auto keep_slice = [&](int chunk, int id, const std::vector<float>& buf) {
-    const ChunkStore& st = models_[chunk]->store();
-    const int c = st.layout().slot(id).chunk;
-    const Tensor mine = st.slice(ChunkKind::GRAD, c);
-    std::memcpy(mine.data, buf.data() + dp_->rank() * st.layout().slice_elems(c), mine.nbytes());
+    if (!sliced) return;
+    const PolicyStack& stack = *stacks_[chunk];
+    const int c = models_[chunk]->store().layout().slot(id).chunk;
+    const Tensor mine = stack.grad(c);
+    std::memcpy(mine.data, buf.data() + stack.grad_begin(c), mine.nbytes());
   };
+  // wte and lm_head.weight both become the sum of the two gradients (a + b = b + a: the same
+  // bits on both copies, wherever they live).
   std::vector<float> wte_buf, head_buf;
   if (wte_id_ >= 0 && head_id_ >= 0) {
-    const Tensor a = gather(wte_chunk_, wte_id_, wte_buf);
-    const Tensor b = gather(head_chunk_, head_id_, head_buf);
+    const Tensor a = whole(wte_chunk_, wte_id_, wte_buf);
+    const Tensor b = whole(head_chunk_, head_id_, head_buf);
     float* pa = a.f32();
     float* pb = b.f32();
     for (int64_t j = 0; j < a.numel(); ++j) pa[j] = pb[j] = pa[j] + pb[j];
   } else {
-    const Tensor g = wte_id_ >= 0 ? gather(wte_chunk_, wte_id_, wte_buf)
-                                  : gather(head_chunk_, head_id_, head_buf);
-    tied_->all_reduce(g, ReduceOp::Sum);
+    tied_->all_reduce(
+        wte_id_ >= 0 ? whole(wte_chunk_, wte_id_, wte_buf) : whole(head_chunk_, head_id_, head_buf),
+        ReduceOp::Sum);
   }
   if (wte_id_ >= 0) keep_slice(wte_chunk_, wte_id_, wte_buf);
   if (head_id_ >= 0) keep_slice(head_chunk_, head_id_, head_buf);
@@ -399,6 +415,8 @@ void PipelineEngine::reschedule(pipeline::Schedule schedule) {
   f_order_.clear();
   schedule_ = std::move(schedule);
   plan();
+  for (int c = 0; c < chunks_; ++c)
+    stacks_[c]->set_accesses(group_accesses(schedule_, pp_->rank(), c, *models_[c]));
 }
 
 PipelineEngine::~PipelineEngine() {
@@ -408,9 +426,7 @@ PipelineEngine::~PipelineEngine() {
     for (Transfer& t : s.sends) t.work->wait();
   }
   // The policies wait for their reductions and give their buffers back.
-  if (!zero_.empty())
-    for (GPT* m : models_) m->store().set_policy(nullptr);
-  zero_.clear();
+  stacks_.clear();
 }
 
 int PipelineEngine::tag(int mb, int consumer, bool grad) const {
@@ -534,19 +550,22 @@ StepStats PipelineEngine::step(int64_t step, uint64_t seed, const BatchFn& batch
   std::vector<int> first(sp.size());
   for (size_t j = 0; j < sp.size(); ++j) first[j] = sp[j].first;
   for (GPT* m : models_) m->store().zero(ChunkKind::GRAD);
-  // ZeRO: each chunk's gradients are reduced as soon as a micro-batch completes them.
-  for (size_t c = 0; c < zero_.size(); ++c) {
-    models_[c]->store().begin_step(M);
-    zero_[c]->begin_step({});
-  }
-  const bool mark_grads = !zero_.empty();
-  // dp traffic from here (ZeRO reduces during the schedule), not the norm's few bytes.
+  // dp traffic from here (ZeRO-3's begin_step already starts gathering), not the norm's few
+  // bytes.
   const uint64_t dp_sent = dp_->counters().bytes_sent;
+  // A chunk's gradients are reduced as soon as a micro-batch (stage 0: the last) completes them.
+  // The chunks of the tied embedding are still summed after their reduction: no early Adam.
+  for (int c = 0; c < chunks_; ++c)
+    stacks_[c]->begin_step(step, M, opt_, /*early_adam=*/c != wte_chunk_ && c != head_chunk_);
+  // Post-validation rolls back state updated in place (policy_stack.h).
+  bool in_place = true;
+  for (const auto& st : stacks_) in_place = in_place && st->updates_in_place();
+  const bool post_validate = post_validate_ && in_place;
   std::vector<ChunkStore*> stores;
   for (GPT* m : models_) stores.push_back(&m->store());
   // Post-validation's copy of the optimizer state: taken in this step's bubbles, finished
   // before the optimistic update (the state does not change until then).
-  if (post_validate_) snapshot_.begin(stores);
+  if (post_validate) snapshot_.begin(stores);
   next_f_ = 0;
   act_posted_.assign(static_cast<size_t>(M) * chunks_, false);
   grad_posted_.assign(static_cast<size_t>(M) * chunks_, false);
@@ -621,7 +640,7 @@ StepStats PipelineEngine::step(int64_t step, uint64_t seed, const BatchFn& batch
             if (part.op == Op::B)
               model.backward_input_block(mb, part.block);
             else
-              model.backward_weight_block(mb, part.block, mark_grads);
+              model.backward_weight_block(mb, part.block, /*mark_grads=*/true);
         }
         // The input gradient goes to the previous virtual stage: by a copy when it is here
         // (its slot is in flight: its F came before this chunk's, its B comes after).
@@ -646,76 +665,39 @@ StepStats PipelineEngine::step(int64_t step, uint64_t seed, const BatchFn& batch
   }
   const auto t_comm = Clock::now();
   StepStats st;
-  // Data parallelism: every chunk's gradients are complete (the last W is done). ZeRO stage 0
-  // averages them over the stage's replicas while the last sends finish, then sums the tied
-  // copies. ZeRO-1/2 reduced each micro-batch's already (the policies): they finish the
-  // reductions and the mean, then sum the tied copies from their slices.
-  const bool zero = !zero_.empty();
-  std::vector<Transfer> reductions;
-  if (!zero && dp_->size() > 1)
-    for (GPT* m : models_) {
-      const ChunkStore& store = m->store();
-      for (int c = 0; c < store.layout().num_chunks(); ++c) {
-        Transfer t{nullptr, AsyncTrace::start(tracer, "all-reduce grads", {{"chunk", c}}), -1};
-        t.work = dp_->all_reduce_async(store.chunk(ChunkKind::GRAD, c), ReduceOp::Avg);
-        reductions.push_back(std::move(t));
-      }
-    }
+  // Every chunk's gradients are complete (the last W is done): the stacks finish their
+  // reductions over dp while the last sends finish, then the tied copies are summed.
   {
     const TraceSpan span(tracer, "finish gradients", "comm");
     for (Slot& s : slots_) {
       for (Transfer& t : s.sends) t.wait();
       s.sends.clear();
     }
-    if (zero) {
-      for (auto& z : zero_) {
-        z->finish_gradients();
-        st.grad_reductions += z->counters().reduce_scatters;
-      }
-      sum_tied_gradient_sliced();
-    } else {
-      for (Transfer& t : reductions) {
-        if (!t.work->is_completed()) {
-          const TraceSpan wait(tracer, "wait all-reduce", "comm");
-          t.work->wait();
-        }
-        t.wait();
-      }
-      st.grad_reductions = static_cast<int>(reductions.size());
-      sum_tied_gradient();
-    }
+    for (auto& stack : stacks_) stack->finish_gradients(tracer, st);
+    sum_tied_gradient();
   }
   uint64_t dp_bytes = dp_->counters().bytes_sent - dp_sent;  // not the norm's few bytes
   st.comm_seconds = std::chrono::duration<double>(Clock::now() - t_comm).count();
 
   if (gradient_hook_) gradient_hook_(step, models_);
 
+  // The global gradient norm from per-tensor sums of squares: this rank's part of each tensor
+  // (whole, or its ZeRO slice), added over dp in rank order, over tp, then over the pipeline in
+  // whole-model tensor order: the same bits on every rank, for every schedule and placement.
   std::optional<TraceSpan> norm_span;
   norm_span.emplace(tracer, "grad norm", "optimizer");
   std::vector<double> norms2(model_tensors_, 0.0), all_norms2;
   for (int c = 0; c < chunks_; ++c) {
-    const ChunkStore& store = models_[c]->store();
-    const ChunkLayout& lay = store.layout();
-    for (int id = 0; id < static_cast<int>(norm_index_[c].size()); ++id) {
-      if (norm_index_[c][id] < 0) continue;
-      if (!zero) {
-        const Tensor g = store.tensor(ChunkKind::GRAD, id);
-        norms2[norm_index_[c][id]] = grad_norm_squared(g.data, g.dtype, g.numel());
-        continue;
-      }
-      // ZeRO: the part of the tensor inside this replica's (reduced) slice of its chunk.
-      const TensorSlot& slot = lay.slot(id);
-      const int64_t lo = dp_->rank() * lay.slice_elems(slot.chunk),
-                    hi = lo + lay.slice_elems(slot.chunk);
-      const int64_t b = std::max(slot.offset, lo), e = std::min(slot.offset + slot.numel, hi);
-      if (b < e)
-        norms2[norm_index_[c][id]] = grad_norm_squared(
-            store.slice(ChunkKind::GRAD, slot.chunk).f32() + (b - lo), DType::F32, e - b);
-    }
+    const int num = models_[c]->store().layout().num_tensors();
+    std::vector<double> sums(static_cast<size_t>(num), 0.0);
+    std::vector<int> fresh;  // the tied tensors, changed after their reduction
+    if (c == wte_chunk_) fresh.push_back(wte_id_);
+    if (c == head_chunk_) fresh.push_back(head_id_);
+    stacks_[c]->tensor_sums(sums, fresh);
+    for (int id = 0; id < num; ++id)
+      if (norm_index_[c][id] >= 0) norms2[norm_index_[c][id]] = sums[id];
   }
-  // ZeRO: a tensor's sum is split over the replicas: add the parts in dp rank order (the
-  // same bits on every replica), then over the pipeline as without ZeRO.
-  if (zero) norms2 = sum_over_dp(*dp_, norms2);
+  if (stacks_[0]->sliced()) norms2 = sum_over_dp(*dp_, norms2);
   sum_over_tp(norms2);
   const WorkPtr norm_work = gather_norms(*pp_, norms2, all_norms2);
   // If anything below throws, the gather must not go on writing into freed vectors.
@@ -729,11 +711,17 @@ StepStats PipelineEngine::step(int64_t step, uint64_t seed, const BatchFn& batch
       }
     }
   } wait_on_unwind{norm_work};
-  if (!post_validate_) {
+  auto update = [&](const UpdatePlan& plan, const char* what) {
+    for (auto& stack : stacks_) stack->update(opt_, step, plan, tracer, what);
+  };
+  if (!post_validate) {
     norm_work->wait();
     st.grad_norm = std::sqrt(sum_in_model_order(all_norms2, model_tensors_));
     norm_span.reset();
-    apply_update(stores, opt_, step, st, tracer);
+    const UpdatePlan plan = plan_update(opt_, step, st.grad_norm);
+    st.lr = plan.lr;
+    st.skipped = plan.skip;
+    update(plan, "optimizer");
   } else {
     norm_span.reset();
     // The update for a norm that needs no clipping: lr from the schedule, clip 1.
@@ -742,7 +730,7 @@ StepStats PipelineEngine::step(int64_t step, uint64_t seed, const BatchFn& batch
       const TraceSpan span(tracer, "save optimizer state", "optimizer");
       snapshot_.save_rest();
     }
-    run_update(stores, opt_, step, optimistic, tracer, "optimizer (optimistic)");
+    update(optimistic, "optimizer (optimistic)");
     {
       const TraceSpan span(tracer, "wait grad norm", "optimizer");
       norm_work->wait();
@@ -761,23 +749,25 @@ StepStats PipelineEngine::step(int64_t step, uint64_t seed, const BatchFn& batch
         snapshot_.restore();
       }
       st.rollbacks = 1;
-      run_update(stores, opt_, step, plan, tracer, "optimizer (redo)");
+      update(plan, "optimizer (redo)");
     }
     st.lr = plan.lr;
     st.skipped = plan.skip;
   }
 
   // ZeRO: each replica updated its own slice of every chunk; gather the whole parameters.
-  if (zero && !st.skipped) {
+  {
     const TraceSpan span(tracer, "gather params", "comm");
     const uint64_t before = dp_->counters().bytes_sent;
-    for (auto& z : zero_) {
-      z->after_update();
-      st.param_gathers += z->counters().all_gathers;
-    }
+    for (auto& stack : stacks_) stack->after_update(st);
     dp_bytes += dp_->counters().bytes_sent - before;
   }
   st.bytes_sent = dp_bytes;
+  // ZeRO counts every blocking wait (gathers, reductions); stage 0 waits only after backward.
+  if (zero_stage_ > 0) {
+    st.comm_seconds = 0;
+    for (const auto& stack : stacks_) st.comm_seconds += stack->zero()->counters().wait_seconds;
+  }
 
   // The loss lives with the last virtual stage.
   double loss = loss_sum / M;

@@ -63,21 +63,25 @@
 // replicated one taken from tp rank 0), then over the pipeline in whole-model tensor order:
 // the same bits on every rank, for every schedule.
 //
-// ZeRO stages 1 and 2 inside a stage (the stores slice the optimizer state, and with stage 2
-// the gradients, over dp): each chunk's store gets the ZeroPolicy of the data-parallel Engine
-// (zero.h), so both stages run its one gradient path: a chunk's gradients are reduce-scattered
-// (sum) over dp as soon as a micro-batch's W completes them (asynchronously, overlapping the
-// schedule), accumulated in the owned slice, and divided by dp after the last W; stage 2 holds
-// only the slice plus the in-flight buffers. ZeRO-1 and ZeRO-2 therefore train bitwise alike
-// (M reduce-scatters per chunk per step instead of one, as in the Engine). The tied
-// embedding's gradient lies in different slices on its two stages (wte's and lm_head's chunks
-// differ): each end gathers its chunk's reduced gradient over dp, the two whole copies are
-// summed as without ZeRO, and each replica keeps its slice. After the update the parameters
-// are all-gathered (ZeroPolicy::after_update).
+// The policy stack (policy_stack.h) on every chunk's store, the same as for plain data
+// parallelism, which is the one-stage schedule of this executor (Engine, engine.h):
+//   * ZeRO stage 0: a chunk's gradients are all-reduced (mean) over dp as soon as the step's
+//     last W completes them, overlapping the rest of the schedule;
+//   * ZeRO 1-3 (the stores slice the optimizer state, with stage 2 the gradients, with stage 3
+//     the parameters over dp; ZeroPolicy, zero.h): a chunk's gradients are reduce-scattered as
+//     soon as a micro-batch's W completes them, accumulated in the owned slice, divided by dp
+//     after the last W; stage 3 gathers each parameter group before its F or B in the order of
+//     this chunk's accesses in the stage's action list, prefetching ahead;
+//   * ZeRO-Offload (its gradients to the host, CPU AdamW, DPU) and offload_param;
+//   * placement.policy=auto (one model chunk per stage: the budget is one allocator's).
+// The tied embedding's gradient lies in different slices on its two stages (wte's and lm_head's
+// chunks differ): each end gathers its chunk's reduced gradient over dp, the two whole copies
+// are summed as without ZeRO (a + b: the same bits on both ends), and each replica keeps its
+// slice (under offload, of its host copy; the tied chunks then wait for the sum before their
+// CPU Adam). Every ZeRO stage runs one gradient path, so stages 1-3 train bitwise alike.
 //
-// Not under pp: ZeRO-3 (every F, B and W of every micro-batch would gather the stage's
-// parameters again, per micro-batch rather than once per step, and a stage already holds only
-// its 1/p of the layers).
+// Optimizer post-validation snapshots and rolls back state updated in place; under offload or
+// auto placement the state lives elsewhere and the update is synchronous (the same bits).
 
 #include <functional>
 #include <memory>
@@ -88,8 +92,10 @@
 #include "tide/model/gpt.h"
 #include "tide/pipeline/block_parts.h"
 #include "tide/pipeline/schedule.h"
-#include "tide/train/engine.h"
 #include "tide/train/optimizer_snapshot.h"
+#include "tide/train/policy_stack.h"
+#include "tide/train/step_stats.h"
+#include "tide/train/update_plan.h"
 
 namespace tide {
 
@@ -107,20 +113,24 @@ class PipelineEngine {
   // the optimizer state over dp (ModelOptions group_size = dp size, store.group_rank = dp
   // rank, store.sliced_kinds = zero_sliced_kinds(1)): the gradients are reduce-scattered,
   // each replica updates its slice, and the parameters are all-gathered after the update.
-  // ZeRO-2 the same with zero_sliced_kinds(2) (gradients sliced too); ZeRO-3 is refused.
-  // `zero`: the ZeRO bucket and overlap settings (the stage itself is the stores' slicing; a
-  // non-zero zero.stage must agree with it).
+  // ZeRO-2 the same with zero_sliced_kinds(2) (gradients sliced too), ZeRO-3 with
+  // zero_sliced_kinds(3). `zero`: the ZeRO bucket, overlap and offload settings (the stage
+  // itself is the stores' slicing; a non-zero zero.stage must agree with it). `placement`:
+  // placement.policy=auto's allocators (policy_stack.h; one model chunk per stage).
   PipelineEngine(std::vector<GPT*> models, std::shared_ptr<ProcessGroup> pipeline,
                  pipeline::Schedule schedule, int B, int T, OptimizerSettings optimizer,
-                 std::shared_ptr<ProcessGroup> dp = nullptr, ZeroSettings zero = {});
+                 std::shared_ptr<ProcessGroup> dp = nullptr, ZeroSettings zero = {},
+                 AutoPlacementSettings placement = {});
   PipelineEngine(GPT& model, std::shared_ptr<ProcessGroup> pipeline, pipeline::Schedule schedule,
                  int B, int T, OptimizerSettings optimizer,
-                 std::shared_ptr<ProcessGroup> dp = nullptr, ZeroSettings zero = {})
+                 std::shared_ptr<ProcessGroup> dp = nullptr, ZeroSettings zero = {},
+                 AutoPlacementSettings placement = {})
       : PipelineEngine(std::vector<GPT*>{&model}, std::move(pipeline), std::move(schedule), B, T,
-                       optimizer, std::move(dp), zero) {}
+                       optimizer, std::move(dp), zero, placement) {}
   ~PipelineEngine();
 
-  using BatchFn = Engine::BatchFn;
+  // Fills micro-batch `mb`'s tokens and targets (B,T).
+  using BatchFn = std::function<void(int mb, int32_t* inputs, int32_t* targets)>;
   // One optimizer step, `step` 0-based. `batch` is called for every F of every chunk on every
   // stage (the first virtual stage uses the tokens, the last the targets). With data
   // parallelism `batch(mb)` is this replica's micro-batch mb, which is micro-batch
@@ -134,7 +144,7 @@ class PipelineEngine {
 
   // Optimizer post-validation on (the default) or off (the synchronous update: wait for the
   // global gradient norm, then AdamW once). Same results either way; on, the stage holds
-  // snapshot_bytes() more memory.
+  // snapshot_bytes() more memory. Off under offload and auto placement (see above).
   void set_post_validation(bool on) { post_validate_ = on; }
   size_t snapshot_bytes() const { return snapshot_.bytes(); }
   // Test hook: called on every rank each step once its gradients are complete (sends done, tied
@@ -172,14 +182,36 @@ class PipelineEngine {
     for (const auto& mb : mbs_) b += mb->saved.capacity() + mb->workspace.capacity();
     return b;
   }
-  // Bytes of ZeRO's communication buffers (0 without ZeRO; as Engine::comm_buffer_bytes).
-  size_t comm_buffer_bytes() const {
+  // Bytes of the micro-batches' host pools of partitioned block inputs (cpu_checkpointing; 0
+  // without), not counted in activation_bytes().
+  size_t host_checkpoint_bytes() const {
     size_t b = 0;
-    for (const auto& z : zero_) b += z->buffer_bytes();
+    for (const auto& mb : mbs_) b += mb->host_checkpoints.capacity();
     return b;
   }
-  // The ZeRO stage the stages run over dp (0: none, or no dp).
+  // Bytes of ZeRO's communication buffers (0 at stage 0, whose reductions work in place).
+  size_t comm_buffer_bytes() const {
+    size_t b = 0;
+    for (const auto& s : stacks_) b += s->comm_buffer_bytes();
+    return b;
+  }
+  // The ZeRO stage the stores are sliced for (0: none).
   int zero_stage() const { return zero_stage_; }
+  // ZeRO-Offload: the host allocator of chunk 0's offloaded gradient slices (nullptr without).
+  const Allocator* offload_grad_allocator() const { return stacks_[0]->offload_grad_allocator(); }
+  // placement.policy=auto's policy (nullptr with policy=device).
+  const AutoPlacement* auto_placement() const { return stacks_[0]->auto_placement(); }
+  // The owned parameter slices changed outside a step (a checkpoint was loaded): bring the
+  // whole copies ZeRO keeps, and offload's master weights, up to date.
+  void sync_params() {
+    for (auto& s : stacks_) s->sync_params();
+  }
+  // ZeRO-Offload's delayed update (DPU): apply the update still running on the host now, so
+  // that the parameters include every step taken (before a checkpoint is written). A no-op
+  // otherwise.
+  void flush_update() {
+    for (auto& s : stacks_) s->flush_update();
+  }
 
  private:
   struct Transfer;
@@ -189,11 +221,11 @@ class PipelineEngine {
   // The slot running (mb, chunk) (take: a free one of that chunk's).
   Slot& slot_of(int mb, int chunk, bool take);
   void wait_recv(Slot& s);
-  // Sums wte's and lm_head.weight's gradients into both copies.
+  // Sums wte's and lm_head.weight's reduced gradients into both copies (under ZeRO from the
+  // owned slices: collective over dp and the tied group).
   void sum_tied_gradient();
-  // The same under ZeRO, once the owned slices hold the reduced gradients (collective over dp
-  // and the tied group).
-  void sum_tied_gradient_sliced();
+  // The policy stacks of every chunk's store, for the schedule's accesses.
+  void build_stacks(const ZeroSettings& zero, const AutoPlacementSettings& placement);
   // Collective over dp: every member holds the same stage, schedule size and shapes.
   void check_dp_group();
   // Collective over the models' tp group: every member holds the same stage and dp replica.
@@ -220,10 +252,9 @@ class PipelineEngine {
   std::shared_ptr<ProcessGroup> tied_;  // the embedding's and the head's ranks, when they differ
   std::shared_ptr<ProcessGroup> dp_;    // the stage's data-parallel group (size 1: none)
   ProcessGroup* tp_ = nullptr;          // the models' tensor-parallel group (nullptr: none)
-  // ZeRO over dp_ (stage 1: the stores slice MASTER, ADAM_M and ADAM_V; 2: and GRAD): one
-  // policy per chunk's store; empty without.
+  // The ZeRO stage of the stores' slicing, and each chunk's policy stack.
   int zero_stage_ = 0;
-  std::vector<std::unique_ptr<ZeroPolicy>> zero_;
+  std::vector<std::unique_ptr<PolicyStack>> stacks_;
   pipeline::Schedule schedule_;
   OptimizerSettings opt_;
   int B_, T_;

@@ -18,6 +18,8 @@
 #include "tide/train/config.h"
 #include "tide/train/engine.h"
 #include "tide/train/offload_policy.h"
+#include "tide/train/optimizer_step.h"
+#include "tide/train/tensor_grad_sums.h"
 #include "tide/train/trainer.h"
 
 using namespace tide;
@@ -145,9 +147,9 @@ TEST(OffloadNorm, PerTensorSumsOfTheOwnedSliceAreBitwiseTheDirectOnes) {
 // The one-step delayed update (DPU) against a reference built from plain parts: model A (no
 // offload) only computes each step's loss and gradients on parameters copied in from model B;
 // B holds the parameters and Adam state and takes the updates, each step's one step late
-// after the warm-up (apply_update, the synchronous update). DPU's losses and, once its
-// pending update is flushed, its parameters equal the reference's bitwise; and they differ
-// from the synchronous offloaded run's, so the delay is really there.
+// after the warm-up (plan_update and adamw_step, the synchronous update). DPU's losses and, once
+// its pending update is flushed, its parameters equal the reference's bitwise; and they differ from
+// the synchronous offloaded run's, so the delay is really there.
 TEST(OffloadDelayedUpdate, EqualsAReferenceThatAppliesEachUpdateOneStepLate) {
   constexpr int B = 2, T = 16, kSteps = 7, kWarmup = 2;
   const TrainConfig tc = tiny();
@@ -191,16 +193,19 @@ TEST(OffloadDelayedUpdate, EqualsAReferenceThatAppliesEachUpdateOneStepLate) {
   const ChunkLayout& lay = a.store().layout();
   using Grads = std::vector<std::vector<float>>;
   auto apply = [&](const Grads& g, int64_t step) {  // B takes step `step`'s update from g
-    std::vector<GradBuffer> bufs;
+    // The executor's norm: per-tensor sums of squares added in the model's tensor order.
+    std::vector<double> sums(static_cast<size_t>(lay.num_tensors()), 0.0);
     for (int c = 0; c < lay.num_chunks(); ++c) {
       const Tensor t = b.store().chunk(ChunkKind::GRAD, c);
       std::memcpy(t.data, g[c].data(), t.nbytes());
-      bufs.push_back({t.data, DType::F32, t.numel()});
+      tensor_grad_sums(lay, c, t.f32(), 0, t.numel(), sums);
     }
-    StepStats st;
-    st.grad_norm = std::sqrt(grad_norm_squared(bufs));
-    ChunkStore* stores[] = {&b.store()};
-    apply_update(stores, opt, step, st, nullptr);
+    double norm2 = 0;
+    for (double v : sums) norm2 += v;
+    const UpdatePlan plan = plan_update(opt, step, std::sqrt(norm2));
+    AdamWHyper h = opt.adamw;
+    h.lr = plan.lr;
+    adamw_step(b.store(), h, AdamWStep{step + 1, plan.clip});
   };
   std::vector<float> ref;
   Grads pending;
