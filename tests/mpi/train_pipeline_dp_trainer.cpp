@@ -9,6 +9,10 @@
 //     to the bit at step 0 and to 1e-5 after training. zb-auto (measured first step, the
 //     replicas agreeing on replica 0's figures) and interleaved (two chunks per stage) train
 //     bitwise like 1F1B under ZeRO-1.
+//   * ZeRO-3, ZeRO-Offload with the delayed update and offload_param, and placement.policy=auto
+//     (the policy stack on every stage's store): ZeRO-3 trains ZeRO-1's model to the bit, auto
+//     placement ZeRO-0's, offload with DPU the single-rank DPU Trainer's to 1e-5; ZeRO-3 and
+//     offload checkpoints resume at the same pp x dp to the bit.
 //   * A checkpoint written mid-run (ZeRO-1/2: every (stage, replica) writes its slices) resumed
 //     at the same pp x dp continues to the bit (losses and parameters); resumed on one rank
 //     (pp = 1, accum m x dp) it continues to 1e-5.
@@ -61,11 +65,13 @@ struct TrainerRun {
   std::map<std::string, std::vector<float>> params;  // this rank's tensors by name
 };
 
-TrainerRun train_run(Trainer& t, int64_t steps) {
+// `params`: record this rank's parameters (not under ZeRO-3, whose stores hold slices).
+TrainerRun train_run(Trainer& t, int64_t steps, bool params = true) {
   TrainerRun r;
   r.val0 = t.evaluate();
   for (int64_t s = 0; s < steps; ++s) r.losses.push_back(t.train_step().loss);
   r.val_end = t.evaluate();
+  if (!params) return r;
   std::vector<GPT*> models;
   if (t.pipeline())
     for (const auto& c : t.pipeline()->chunks()) models.push_back(c.get());
@@ -170,6 +176,80 @@ TEST(PipelineDataParallelTrainer, MatchesTheSingleRankTrainerAndResumesBitwise) 
       for (int s = 0; s < kRunSteps / 2; ++s)
         EXPECT_NEAR(o.losses[s], full.losses[kRunSteps / 2 + s], 1e-5) << "pp 1, step " << s + 4;
     }
+  }
+  world->barrier();
+  if (world->rank() == 0) std::filesystem::remove_all(dir);
+}
+
+// The policy stack under pp through `tide train`'s keys.
+TEST(PipelineDataParallelTrainer, ZeroThreeOffloadAndAutoPlacementTrainAndResume) {
+  std::shared_ptr<ProcessGroup> world = mpi_test::world_ptr();
+  if (world->size() % kPP != 0) GTEST_SKIP() << "pp = 2 needs an even world";
+  const int dp = world->size() / kPP;
+  const std::string dir = shared_temp_dir(*world);
+  const std::string shard = write_shared_shard(*world, dir);
+  const std::vector<std::string> dpu = {"zero_optimization.offload_optimizer.device=cpu",
+                                        "zero_optimization.offload_optimizer.delayed_update=true",
+                                        "zero_optimization.offload_optimizer.dpu_warmup_steps=2"};
+  std::vector<std::string> dpu_param = dpu;
+  dpu_param.push_back("zero_optimization.offload_param.device=cpu");
+  const std::vector<std::string> placed = {"placement.policy=auto",
+                                           "placement.device_memory_limit=67108864"};
+  auto run = [&](const std::string& name, int zero, const std::vector<std::string>& extra) {
+    Trainer t(config(shard, dir + "/" + name, kPP, kM, zero, "1f1b", extra), world);
+    return train_run(t, kRunSteps, /*params=*/zero < 3);
+  };
+  const TrainerRun z0 = run("z0", 0, {}), z1 = run("z1", 1, {});
+  const TrainerRun z3 = run("z3", 3, {});
+  EXPECT_TRUE(same_bits(z3.losses, z1.losses)) << "ZeRO-3 differs from ZeRO-1";
+  EXPECT_EQ(z3.val_end, z1.val_end);
+  const TrainerRun a = run("auto", 0, placed);
+  EXPECT_TRUE(same_bits(a.losses, z0.losses)) << "auto placement differs from policy=device";
+  for (const auto& [tensor, v] : a.params)
+    EXPECT_TRUE(same_bits(v, z0.params.at(tensor))) << "auto placement, " << tensor;
+  TrainerRun base;  // the single-rank Trainer with the same delayed update
+  {
+    Trainer t(config(shard, fmt::format("{}/base{}", dir, world->rank()), 1, kM * dp, 1, "1f1b",
+                     dpu));
+    base = train_run(t, kRunSteps);
+  }
+  const TrainerRun off = run("dpu", 2, dpu);
+  for (int s = 0; s < kRunSteps; ++s)
+    EXPECT_NEAR(off.losses[s], base.losses[s], 1e-5) << "offload with DPU, step " << s + 1;
+  EXPECT_NEAR(off.val_end, base.val_end, 1e-5);
+
+  // Checkpoints at step 3, resumed at the same pp x dp: the run that wrote the checkpoint and
+  // went on, to the bit. (Saving lands DPU's update in flight, so a run that never saves
+  // differs: the resumed run continues the saved one.)
+  struct Case {
+    std::string name;
+    int zero;
+    std::vector<std::string> extra;
+  };
+  for (const Case& c : {Case{"z3", 3, {}}, Case{"dpu", 2, dpu}, Case{"dpu_param", 3, dpu_param}}) {
+    const std::string out = dir + "/mid_" + c.name, ck = out + "/model_step3.ckpt";
+    TrainerRun saved;
+    {
+      Trainer t(config(shard, out, kPP, kM, c.zero, "1f1b", c.extra), world);
+      for (int s = 0; s < kRunSteps / 2; ++s) t.train_step();
+      t.save("model_step3.ckpt");
+      saved = train_run(t, kRunSteps / 2, /*params=*/false);
+    }
+    std::vector<std::string> extra = c.extra;
+    extra.push_back("checkpoint.resume=" + ck);
+    Trainer t(config(shard, out, kPP, kM, c.zero, "1f1b", extra), world);
+    const TrainerRun r = train_run(t, kRunSteps / 2, /*params=*/false);
+    EXPECT_TRUE(same_bits(r.losses, saved.losses)) << c.name << ": resume at pp x dp not bitwise";
+    EXPECT_EQ(r.val_end, saved.val_end) << c.name;
+  }
+  // ZeRO-3's checkpoint holds the model of the run that never saved (no update in flight).
+  {
+    Trainer t(config(shard, dir + "/mid_z3", kPP, kM, 3, "1f1b",
+                     {"checkpoint.resume=" + dir + "/mid_z3/model_step3.ckpt"}),
+              world);
+    const TrainerRun r = train_run(t, kRunSteps / 2, /*params=*/false);
+    EXPECT_TRUE(same_bits(
+        r.losses, std::vector<float>(z3.losses.begin() + kRunSteps / 2, z3.losses.end())));
   }
   world->barrier();
   if (world->rank() == 0) std::filesystem::remove_all(dir);

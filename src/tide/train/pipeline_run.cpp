@@ -14,7 +14,8 @@
 namespace tide {
 
 PipelineRun::PipelineRun(const TrainConfig& cfg, std::shared_ptr<ProcessGroup> world,
-                         const OptimizerSettings& opt, PipelineTensorParallel tp)
+                         const OptimizerSettings& opt, PipelineTensorParallel tp,
+                         const StoreOptions& store, AutoPlacementSettings placement)
     : world_(std::move(world)) {
   pipeline::Schedule schedule = make_pipeline_schedule(cfg);
   const int p = schedule.stages, n = world_->size();
@@ -36,7 +37,7 @@ PipelineRun::PipelineRun(const TrainConfig& cfg, std::shared_ptr<ProcessGroup> w
     dp_ = topo.group_ptr(MeshAxis::DP);
     tp_ = topo.group_ptr(MeshAxis::TP);
   }
-  zero_sliced_ = dp > 1 && cfg.zero.stage >= 1;
+  zero_sliced_ = cfg.zero.stage >= 1;
   if (cfg.pipeline_schedule == "zb-auto") {
     // The warm-up step runs 1F1B (within its peak of p micro-batches in flight); a tighter
     // memory limit warms up with the limit's zb-auto from unit costs, which fits it.
@@ -48,6 +49,7 @@ PipelineRun::PipelineRun(const TrainConfig& cfg, std::shared_ptr<ProcessGroup> w
   std::vector<GPT*> models;
   for (int c = 0; c < schedule.chunks; ++c) {
     ModelOptions o;
+    o.store = store;
     o.chunk_elems = chunk_elems_from_mib(cfg.chunk_size_mb);
     o.pp = schedule.virtual_stages();
     o.stage = schedule.virtual_stage(pp_->rank(), c);
@@ -55,7 +57,7 @@ PipelineRun::PipelineRun(const TrainConfig& cfg, std::shared_ptr<ProcessGroup> w
       o.tp = tp_;
       o.sequence_parallel = tp.sequence_parallel;
     }
-    if (zero_sliced_) {  // ZeRO-1: the optimizer state sliced over the stage's replicas
+    if (zero_sliced_) {  // ZeRO: the kinds of its stage sliced over the stage's replicas
       o.group_size = dp;
       o.store.group_rank = dp_->rank();
       o.store.sliced_kinds = zero_sliced_kinds(cfg.zero.stage);
@@ -67,8 +69,7 @@ PipelineRun::PipelineRun(const TrainConfig& cfg, std::shared_ptr<ProcessGroup> w
         chunks_.back()->make_micro_batch(1, cfg.seq_len, nullptr, /*training=*/false));
   }
   engine_ = std::make_unique<PipelineEngine>(models, pp_, std::move(schedule), cfg.micro_batch,
-                                             cfg.seq_len, opt, dp > 1 ? dp_ : nullptr,
-                                             zero_sliced_ ? cfg.zero : ZeroSettings{});
+                                             cfg.seq_len, opt, dp_, cfg.zero, placement);
 }
 
 StepStats PipelineRun::step(int64_t step, uint64_t seed, const Engine::BatchFn& batch,
@@ -190,6 +191,7 @@ void PipelineRun::load(const std::string& path) {
   // and keeps its shard's elements (under ZeRO-1/2 of the sliced kinds only its slice).
   const CheckpointSource source(path);
   for (const auto& c : chunks_) load_checkpoint_any(source, *c, /*with_optimizer_state=*/true);
+  engine_->sync_params();  // ZeRO's whole copies and offload's master weights follow
 }
 
 void PipelineRun::init_from(const std::string& path) {

@@ -48,14 +48,17 @@ class PipelineRun final : public StepRunner {
   // stage), as train_pipeline_dp's and train_pipeline_tp's tests build them). Each dp replica
   // runs the schedule's micro-batches of its own (replica d's micro-batch mb is global
   // micro-batch mb * dp + d); ZeRO-1 slices the optimizer state over dp, ZeRO-2 the gradients
-  // too (ZeRO-3 is refused: pipeline_engine.h says why). With tp.size > 1 every
+  // too, ZeRO-3 the parameters too (pipeline_engine.h). With tp.size > 1 every
   // chunk is built with ModelOptions::tp = the mesh's tp group (and tp.sequence_parallel), and
   // the `batch` of step() must give every tp rank of replica d the same micro-batches:
   // replica d = dp().rank(), the mesh's dp coordinate, not the world rank. The chunks are
   // initialised from cfg.seed as the whole model would be (the same values element by element).
   // A world that is not stages x tp x (a whole number of replicas) is a clear error.
+  // `store`: the allocators and offload options of every chunk's store (the Trainer's tiers:
+  // Trainer::configure_placement); `placement`: placement.policy=auto's allocators.
   PipelineRun(const TrainConfig& cfg, std::shared_ptr<ProcessGroup> world,
-              const OptimizerSettings& opt, PipelineTensorParallel tp = {});
+              const OptimizerSettings& opt, PipelineTensorParallel tp = {},
+              const StoreOptions& store = {}, AutoPlacementSettings placement = {});
 
   // (The zb-auto warm-up step traces itself: `tracer` does not record that step.)
   StepStats step(int64_t step, uint64_t seed, const Engine::BatchFn& batch,
@@ -77,6 +80,8 @@ class PipelineRun final : public StepRunner {
   // each rank reads its stage's tensors whole and keeps its shard's elements, under ZeRO-1/2
   // its slice of them).
   void load(const std::string& path);
+  // ZeRO-Offload's delayed update lands now (before a checkpoint is written).
+  void flush_update() { engine_->flush_update(); }
   // init_from: the parameters of checkpoint `path` (a single file or a sharded directory, any
   // writer; init_from.h checks the shape) into every chunk, with tp each rank's shard of them.
   void init_from(const std::string& path);

@@ -539,7 +539,8 @@ void save_pipeline_stage_shard(const std::string& dir, const std::vector<const C
         hi = std::min(hi, (dp_rank + 1) * slice);
         if (lo >= hi) continue;
       }
-      TIDE_CHECK(!store.sliced(it.kind) || (dp > 1 && store.options().group_rank == dp_rank),
+      TIDE_CHECK(!store.sliced(it.kind) ||
+                     (layout.group_size() == dp && store.options().group_rank == dp_rank),
                  "{}: the store holds a slice of its {} chunks that is not replica {}'s", subject,
                  chunk_kind_name(it.kind), dp_rank);
       const Chunk ch = store.owned(it.kind, s.chunk);

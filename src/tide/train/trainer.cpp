@@ -238,10 +238,13 @@ Trainer::Trainer(TrainConfig config, std::shared_ptr<ProcessGroup> world)
   };
   if (cfg_.pipeline_stages > 1) {
     check_same_data_and_layout(make_layout(cfg_.model));
+    StoreOptions so;
+    configure_placement(so);
     pipeline_ = std::make_unique<PipelineRun>(
         cfg_, world_, opt,
         PipelineTensorParallel{.size = cfg_.tensor_parallel,
-                               .sequence_parallel = cfg_.sequence_parallel});
+                               .sequence_parallel = cfg_.sequence_parallel},
+        so, auto_placement_settings());
     if (init_from) pipeline_->init_from(cfg_.init_from);
     runner_ = pipeline_.get();
   } else {
@@ -270,9 +273,7 @@ Trainer::Trainer(TrainConfig config, std::shared_ptr<ProcessGroup> world)
     engine_ = std::make_unique<Engine>(
         *model_, mesh_ ? mesh_->group_ptr(MeshAxis::DP) : world_,
         data_parallel_schedule(cfg_.grad_accum), cfg_.micro_batch, cfg_.seq_len, opt, cfg_.zero,
-        cfg_.placement_policy == "auto"
-            ? AutoPlacementSettings{compute_alloc_.get(), host_alloc_.get()}
-            : AutoPlacementSettings{});
+        auto_placement_settings());
     engine_runner_ = std::make_unique<EngineRunner>(*engine_);
     runner_ = engine_runner_.get();
     eval_mb_ = model_->make_micro_batch(1, cfg_.seq_len, nullptr, /*training=*/false);
@@ -294,6 +295,12 @@ Trainer::Trainer(TrainConfig config, std::shared_ptr<ProcessGroup> world)
 }
 
 Trainer::~Trainer() = default;
+
+AutoPlacementSettings Trainer::auto_placement_settings() const {
+  return cfg_.placement_policy == "auto"
+             ? AutoPlacementSettings{compute_alloc_.get(), host_alloc_.get()}
+             : AutoPlacementSettings{};
+}
 
 void Trainer::configure_placement(StoreOptions& so) {
   const bool offload = cfg_.zero.offload_optimizer.enabled;
@@ -541,10 +548,10 @@ size_t Trainer::model_state_bytes() const {
 size_t Trainer::memory_bytes() const {
   size_t b = model_state_bytes() + runner_->activation_bytes();
   if (eval_mb_) b += eval_mb_->saved.capacity() + eval_mb_->workspace.capacity();
-  if (engine_) {  // host memory the engine holds besides the model states and activations
-    b += engine_->host_checkpoint_bytes();  // cpu_checkpointing's pool
-    if (const Allocator* a = engine_->offload_grad_allocator()) b += a->allocated();
-  }
+  // Host memory the executor holds besides the model states and activations.
+  const PipelineEngine& e = pipeline_ ? pipeline_->engine() : *engine_;
+  b += e.host_checkpoint_bytes();  // cpu_checkpointing's pool
+  if (const Allocator* a = e.offload_grad_allocator()) b += a->allocated();
   return b;
 }
 
@@ -552,6 +559,7 @@ std::string Trainer::save(const std::string& name) const {
   // ZeRO-Offload's delayed update: the checkpoint holds every step taken (the run goes on
   // from there as a run resumed from it does, with no update in flight).
   if (engine_) engine_->flush_update();
+  if (pipeline_) pipeline_->flush_update();
   const fs::path dir(cfg_.out_dir);
   // Under tp every rank takes part (the shards and ZeRO slices are gathered) and rank 0
   // writes one whole-model file, whatever the ZeRO stage.

@@ -128,6 +128,8 @@ class Trainer {
   // The compute tier of the model state (placement.device_memory_limit) and, with ZeRO-Offload,
   // the host tier of the optimizer state: set in `so` when either is configured.
   void configure_placement(StoreOptions& so);
+  // placement.policy=auto's allocators (configure_placement made them); none with policy=device.
+  AutoPlacementSettings auto_placement_settings() const;
 
   TrainConfig cfg_;
   std::shared_ptr<ProcessGroup> world_;

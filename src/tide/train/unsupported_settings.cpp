@@ -35,24 +35,10 @@ void check_trainer_can_honour(const TrainConfig& c, int world_size) {
              "partitioned activations inside pipeline stages are not in tide train yet; set "
              "partition_activations to false (and cpu_checkpointing), or pipeline.stages to 1",
              p);
-  // Data parallelism inside the stages (world = p x dp): ZeRO 0-2 (PipelineEngine's gradient/
-  // optimizer tail; ZeRO-1 and 2 share the data-parallel Engine's ZeroPolicy). ZeRO-3 would
-  // gather the stage's parameters again for every F, B and W of every micro-batch.
-  TIDE_CHECK(p == 1 || c.zero.stage < 3,
-             "zero_optimization.stage=3 with pipeline.stages={}: ZeRO-3 under pipeline "
-             "parallelism is not supported by tide train (every F, B and W of every micro-batch "
-             "would all-gather the stage's parameters again, and each stage already holds only "
-             "its layers); use zero_optimization.stage 0, 1 or 2 (tide estimate sizes it)",
-             p);
   TIDE_CHECK(c.offload_optimizer == "none" || c.zero.stage >= 1,
              "zero_optimization.offload_optimizer.device=\"cpu\" with zero_optimization.stage=0: "
              "ZeRO-Offload offloads the partitioned optimizer state of stages 1-3 (as DeepSpeed "
              "does); set zero_optimization.stage to 1, 2 or 3");
-  TIDE_CHECK(c.offload_optimizer == "none" || p == 1,
-             "zero_optimization.offload_optimizer.device=\"cpu\" with pipeline.stages={}: tide "
-             "train offloads the optimizer of data-parallel runs only; set pipeline.stages=1 or "
-             "offload_optimizer.device=\"none\"",
-             p);
   // offload_param: DeepSpeed's rule, ZeRO stage 3 (the parameters are partitioned and gathered
   // per block; on one rank the "gather" copies the host slice, which is the whole chunk).
   TIDE_CHECK(c.offload_param == "none" || c.zero.stage == 3,
@@ -60,12 +46,22 @@ void check_trainer_can_honour(const TrainConfig& c, int world_size) {
              "parameter offload needs ZeRO stage 3 (as in DeepSpeed); set "
              "zero_optimization.stage=3",
              c.zero.stage);
-  // placement.policy=auto (train/auto_placement.h) wraps the data-parallel Engine's policy.
-  TIDE_CHECK(c.placement_policy != "auto" || (p == 1 && t == 1),
-             "placement.policy=\"auto\" with pipeline.stages={}, tensor_parallel.size={}: tide "
-             "train places chunks automatically for data-parallel runs only; set "
-             "pipeline.stages=1 and tensor_parallel.size=1, or placement.policy=\"device\"",
-             p, t);
+  // placement.policy=auto (train/auto_placement.h) plans one store against the device budget
+  // from the accesses of its first step.
+  TIDE_CHECK(c.placement_policy != "auto" || t == 1,
+             "placement.policy=\"auto\" with tensor_parallel.size={}: tide train places chunks "
+             "automatically without tensor parallelism; set tensor_parallel.size=1, or "
+             "placement.policy=\"device\"",
+             t);
+  TIDE_CHECK(c.placement_policy != "auto" || c.virtual_stages == 1,
+             "placement.policy=\"auto\" with pipeline.virtual_stages={}: the policy plans one "
+             "model chunk per stage against the device budget; use a schedule with one chunk per "
+             "stage (not interleaved or zb-v), or placement.policy=\"device\"",
+             c.virtual_stages);
+  TIDE_CHECK(c.placement_policy != "auto" || c.pipeline_schedule != "zb-auto",
+             "placement.policy=\"auto\" with pipeline.schedule=\"zb-auto\": the placement plan is "
+             "learned from the first step's accesses, and zb-auto changes the schedule after that "
+             "step; pick a fixed schedule (e.g. zb-h1), or placement.policy=\"device\"");
   TIDE_CHECK(c.optimizer_type == "AdamW",
              "optimizer.type=\"{}\": tide train has only Adam and AdamW; set optimizer.type to "
              "\"AdamW\" (tide estimate sizes SGD)",

@@ -242,7 +242,7 @@ TEST(TrainerRefuses, EverySettingItCannotHonourByKeyAndValue) {
   EXPECT_HAS(refusal({"pipeline.stages=4"}), "pipeline.stages=4: this run has 1 rank");
   EXPECT_HAS(refusal({"world_size=8"}, 2),
              "world_size=8: this run has 2 ranks (launch it with `mpirun -np 8`)");
-  // ZeRO-Offload runs at stages 1-3 of a data-parallel run (train/offload_policy.h).
+  // ZeRO-Offload runs at stages 1-3 (train/offload_policy.h), under pp and tp too.
   EXPECT_EQ(refusal({"zero_optimization.stage=2", "zero_optimization.offload_optimizer.device=cpu",
                      "zero_optimization.offload_optimizer.pin_memory=true"}),
             "");
@@ -250,11 +250,10 @@ TEST(TrainerRefuses, EverySettingItCannotHonourByKeyAndValue) {
             "zero_optimization.offload_optimizer.device=\"cpu\" with zero_optimization.stage=0: "
             "ZeRO-Offload offloads the partitioned optimizer state of stages 1-3 (as DeepSpeed "
             "does); set zero_optimization.stage to 1, 2 or 3");
-  EXPECT_HAS(refusal({"zero_optimization.stage=1", "zero_optimization.offload_optimizer.device=cpu",
-                      "pipeline.stages=2", "model.n_layer=2"},
-                     2),
-             "zero_optimization.offload_optimizer.device=\"cpu\" with pipeline.stages=2: tide "
-             "train offloads the optimizer of data-parallel runs only");
+  EXPECT_EQ(refusal({"zero_optimization.stage=1", "zero_optimization.offload_optimizer.device=cpu",
+                     "pipeline.stages=2", "model.n_layer=2"},
+                    2),
+            "");
   // Under tensor parallelism (tp x dp, no pipeline) too, offload_param included.
   EXPECT_EQ(refusal({"zero_optimization.stage=1", "zero_optimization.offload_optimizer.device=cpu",
                      "tensor_parallel.size=2"},
@@ -265,11 +264,10 @@ TEST(TrainerRefuses, EverySettingItCannotHonourByKeyAndValue) {
                      "tensor_parallel.sequence_parallel=true"},
                     4),
             "");
-  EXPECT_HAS(refusal({"zero_optimization.stage=1", "zero_optimization.offload_optimizer.device=cpu",
-                      "tensor_parallel.size=2", "pipeline.stages=2", "model.n_layer=2"},
-                     4),
-             "zero_optimization.offload_optimizer.device=\"cpu\" with pipeline.stages=2: tide "
-             "train offloads the optimizer of data-parallel runs only");
+  EXPECT_EQ(refusal({"zero_optimization.stage=1", "zero_optimization.offload_optimizer.device=cpu",
+                     "tensor_parallel.size=2", "pipeline.stages=2", "model.n_layer=2"},
+                    4),
+            "");
   EXPECT_HAS(error_of([] {
                load_train_config("", {"zero_optimization.offload_optimizer.delayed_update=true"});
              }),
@@ -287,11 +285,15 @@ TEST(TrainerRefuses, EverySettingItCannotHonourByKeyAndValue) {
                      2),
              "zero_optimization.offload_param.device=\"cpu\" with zero_optimization.stage=2: "
              "parameter offload needs ZeRO stage 3 (as in DeepSpeed)");
+  EXPECT_EQ(refusal({"placement.policy=auto", "placement.device_memory_limit=1000000",
+                     "pipeline.stages=2", "model.n_layer=2"},
+                    2),
+            "");
   EXPECT_HAS(refusal({"placement.policy=auto", "placement.device_memory_limit=1000000",
-                      "pipeline.stages=2", "model.n_layer=2"},
+                      "tensor_parallel.size=2"},
                      2),
-             "placement.policy=\"auto\" with pipeline.stages=2, tensor_parallel.size=1: tide "
-             "train places chunks automatically for data-parallel runs only");
+             "placement.policy=\"auto\" with tensor_parallel.size=2: tide train places chunks "
+             "automatically without tensor parallelism");
   EXPECT_EQ(refusal({"placement.policy=auto", "placement.device_memory_limit=1000000",
                      "zero_optimization.stage=3"},
                     2),

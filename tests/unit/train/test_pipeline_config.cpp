@@ -112,16 +112,29 @@ TEST(PipelineConfig, TheRanksMustBeStagesTimesReplicas) {
              "pipeline.stages=2: this run has 3 ranks, not a multiple of the stages");
   EXPECT_HAS(refusal({"pipeline.stages=2"}, 1),
              "pipeline.stages=2: this run has 1 rank, not a multiple of the stages");
-  // ZeRO-3 under pp: tide estimate sizes it, tide train refuses it.
-  EXPECT_EQ(config_error({"pipeline.stages=2", "zero_optimization.stage=3"}), "");
-  EXPECT_HAS(refusal({"pipeline.stages=2", "zero_optimization.stage=3"}, 2),
-             "zero_optimization.stage=3 with pipeline.stages=2: ZeRO-3 under pipeline "
-             "parallelism is not supported by tide train");
-  EXPECT_HAS(refusal({"pipeline.stages=2", "zero_optimization.stage=3"}, 4),
-             "every F, B and W of every micro-batch would all-gather the stage's parameters "
-             "again");
-  // Data parallelism inside the stages: ZeRO 0, 1 and 2.
+  // ZeRO-3, offload and auto placement under pp (the policy stack on every stage's store).
+  EXPECT_EQ(refusal({"pipeline.stages=2", "zero_optimization.stage=3"}, 2), "");
+  EXPECT_EQ(refusal({"pipeline.stages=2", "zero_optimization.stage=3",
+                     "zero_optimization.offload_optimizer.device=cpu",
+                     "zero_optimization.offload_param.device=cpu"},
+                    4),
+            "");
+  EXPECT_EQ(refusal({"pipeline.stages=2", "placement.policy=auto",
+                     "placement.device_memory_limit=100000000"},
+                    2),
+            "");
+  EXPECT_HAS(refusal({"pipeline.stages=2", "pipeline.schedule=zb-v", "placement.policy=auto",
+                      "placement.device_memory_limit=100000000"},
+                     2),
+             "placement.policy=\"auto\" with pipeline.virtual_stages=2: the policy plans one "
+             "model chunk per stage");
+  EXPECT_HAS(refusal({"pipeline.stages=2", "pipeline.schedule=zb-auto", "placement.policy=auto",
+                      "placement.device_memory_limit=100000000"},
+                     2),
+             "placement.policy=\"auto\" with pipeline.schedule=\"zb-auto\"");
+  // Data parallelism inside the stages: ZeRO 0-3.  // Data parallelism inside the stages: ZeRO 0, 1 and 2.
   EXPECT_EQ(refusal({"pipeline.stages=2"}, 4), "");
   EXPECT_EQ(refusal({"pipeline.stages=2", "zero_optimization.stage=1"}, 4), "");
   EXPECT_EQ(refusal({"pipeline.stages=2", "zero_optimization.stage=2"}, 4), "");
+  EXPECT_EQ(refusal({"pipeline.stages=2", "zero_optimization.stage=3"}, 4), "");
 }
