@@ -4,7 +4,11 @@
 //
 //   mpirun -np 4 bench_dp [--layers 6] [--embd 384] [--heads 6] [--vocab 2048] [--seq-len 64]
 //                         [--micro-batch 2] [--steps 3] [--chunk-mb 3] [--algorithm both]
-//                         [--threads 1] [--zero-stages 0,1,2,3]
+//                         [--threads 1] [--zero-stages 0,1,2,3] [--pipeline-stages 1]
+//
+// With --pipeline-stages P > 1 the world is P stages x N/P data-parallel replicas (one executor:
+// the same policy stack on every stage's store), each replica running 2P micro-batches of 1F1B;
+// the figures are rank 0's stage (first stage, dp group of N/P ranks).
 //
 // params          model parameters
 // psi             elements of every chunk, padding at the chunk ends included (that is what goes
@@ -51,6 +55,7 @@ struct Args {
   double chunk_mb = 3.0;  // = the largest tensor (wte, 2048 x 384) at the defaults
   std::string algorithm = "both";
   std::vector<int> zero_stages = {0};
+  int pipeline_stages = 1;
 };
 
 Args parse(int argc, char** argv) {
@@ -68,6 +73,10 @@ Args parse(int argc, char** argv) {
       ->delimiter(',')
       ->check(CLI::Range(0, 3))
       ->capture_default_str();
+  app.add_option("--pipeline-stages", a.pipeline_stages,
+                 "pipeline stages P (the world is P x data-parallel replicas)")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
   bench::parse_args(app, argc, argv);
   TIDE_CHECK(a.steps >= 1 && a.vocab >= 2 && a.vocab <= 65536,
              "--steps must be >= 1 and --vocab in [2, 65536] (got {} and {})", a.steps, a.vocab);
@@ -78,9 +87,10 @@ double now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-// The step's collectives at `stage`, blocking, one after another, on scratch buffers.
-double blocking_seconds(ProcessGroup& world, const ChunkLayout& lay, int stage) {
-  const int r = world.rank();
+// The step's collectives at `stage` over the dp group, blocking, one after another, on scratch
+// buffers.
+double blocking_seconds(ProcessGroup& dp, const ChunkLayout& lay, int stage) {
+  const int r = dp.rank();
   const double t0 = now();
   for (int c = 0; c < lay.num_chunks(); ++c) {
     std::vector<float> whole(static_cast<size_t>(lay.chunk_elems(c)));
@@ -88,20 +98,22 @@ double blocking_seconds(ProcessGroup& world, const ChunkLayout& lay, int stage) 
     const int64_t k = lay.slice_elems(c);
     const Tensor own(whole.data() + r * k, {k});
     if (stage == 0) {
-      world.all_reduce(t, ReduceOp::Avg);
+      dp.all_reduce(t, ReduceOp::Avg);
       continue;
     }
-    world.reduce_scatter(t, own, ReduceOp::Sum);
-    for (int g = 0; g < (stage == 3 ? 2 : 1); ++g) world.all_gather(own, t);
+    dp.reduce_scatter(t, own, ReduceOp::Sum);
+    for (int g = 0; g < (stage == 3 ? 2 : 1); ++g) dp.all_gather(own, t);
   }
   return now() - t0;
 }
 
 void run(const Args& a, CommAlgorithm algo, int stage) {
   std::shared_ptr<ProcessGroup> world = init_distributed({algo});
-  const int N = world->size(), rank = world->rank();
-  TIDE_CHECK(N >= 2,
-             "bench_dp measures data-parallel reductions: run it with mpirun -np N, N >= 2");
+  const int N = world->size(), rank = world->rank(), P = a.pipeline_stages;
+  TIDE_CHECK(N % P == 0 && N / P >= 2,
+             "bench_dp measures data-parallel reductions: run it with mpirun -np N, N a multiple "
+             "of --pipeline-stages {} with at least 2 replicas (N >= {})",
+             P, 2 * P);
   const std::string shard =
       bench::write_random_shard("dp", N, rank, a.micro_batch, a.seq_len, a.vocab);
   const TrainConfig cfg = load_train_config(
@@ -114,11 +126,15 @@ void run(const Args& a, CommAlgorithm algo, int stage) {
            fmt::format("zero_optimization.stage={}", stage),
            // Stage 3 as in the paper: gather one chunk ahead, release after use.
            "zero_optimization.stage3_param_persistence_threshold=0",
+           fmt::format("pipeline.stages={}", P),
+           fmt::format("gradient_accumulation_steps={}", P > 1 ? 2 * P : 1),
            fmt::format("zero_optimization.stage3_prefetch_bucket_size={}",
                        std::max<int64_t>(1, chunk_elems_from_mib(a.chunk_mb)))});
   Trainer trainer(cfg, world);
-  const ChunkStore& store = trainer.model().store();
+  const ChunkStore& store = trainer.model().store();  // this rank's stage under pp
   const ChunkLayout& lay = store.layout();
+  ProcessGroup& dp = P > 1 ? trainer.pipeline()->dp() : *world;
+  const int D = dp.size();
   const int64_t psi = lay.total_elems();
 
   trainer.train_step();  // warm-up: first touch of the activation arenas, MPI connections
@@ -139,7 +155,7 @@ void run(const Args& a, CommAlgorithm algo, int stage) {
   double blocking_s = 0;
   for (int s = 0; s < a.steps; ++s) {
     world->barrier();
-    blocking_s += blocking_seconds(*world, lay, stage);
+    blocking_s += blocking_seconds(dp, lay, stage);
   }
   blocking_s /= a.steps;
 
@@ -149,17 +165,18 @@ void run(const Args& a, CommAlgorithm algo, int stage) {
   std::filesystem::remove(shard);
   if (rank != 0) return;
   const double volume = stage == 3 ? 3.0 : 2.0;  // multiples of psi per rank (ZeRO, sec. 7)
-  const double theory = volume * static_cast<double>(psi) * (N - 1) / N * sizeof(float);
-  const double theory_params = volume * static_cast<double>(lay.num_params()) * (N - 1) / N * 4;
+  const double theory = volume * static_cast<double>(psi) * (D - 1) / D * sizeof(float);
+  const double theory_params = volume * static_cast<double>(lay.num_params()) * (D - 1) / D * 4;
   const double hidden =
       blocking_max > 0 ? std::clamp(1.0 - exposed_max / blocking_max, 0.0, 1.0) : 0.0;
   std::printf(
-      "{\"bench\":\"dp\",\"zero_stage\":%d,\"world\":%d,\"algorithm\":\"%s\",\"model\":\"%s\","
+      "{\"bench\":\"dp\",\"zero_stage\":%d,\"world\":%d,\"pipeline_stages\":%d,\"dp\":%d,"
+      "\"algorithm\":\"%s\",\"model\":\"%s\","
       "\"params\":%lld,\"chunks\":%d,\"reductions\":%d,\"gathers\":%d,\"chunk_elems\":%lld,"
       "\"psi\":%lld,\"micro_batch\":%d,\"seq_len\":%d,\"steps\":%d,\"bytes_sent\":%llu,"
       "\"theory_bytes\":%.0f,\"ratio\":%.5f,\"theory_bytes_params\":%.0f,\"step_s\":%.3f,"
       "\"exposed_s\":%.4f,\"blocking_s\":%.4f,\"hidden\":%.3f}\n",
-      stage, N, algo == CommAlgorithm::Ring ? "ring" : "mpi", cfg.model.str().c_str(),
+      stage, N, P, D, algo == CommAlgorithm::Ring ? "ring" : "mpi", cfg.model.str().c_str(),
       static_cast<long long>(lay.num_params()), lay.num_chunks(), st.grad_reductions,
       st.param_gathers, static_cast<long long>(lay.max_chunk_elems()), static_cast<long long>(psi),
       a.micro_batch, a.seq_len, a.steps, static_cast<unsigned long long>(bytes_sent), theory,

@@ -309,7 +309,8 @@ const std::vector<ConfigKey>& config_schema() {
        "seq_len divisible by it)"},
       {"pipeline.stages", T::INT, 1,
        "pipeline stages p (tide train: one stage per rank, ranks = p x data-parallel replicas "
-       "with ZeRO 0-2 inside the stages; model.n_layer must divide over p x "
+       "with ZeRO 0-3, offload and auto placement inside the stages; model.n_layer must divide "
+       "over p x "
        "pipeline.virtual_stages)",
        ints(1, 65536)},
       {"pipeline.schedule", T::STRING, "1f1b",

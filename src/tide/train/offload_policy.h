@@ -23,10 +23,11 @@
 //                                  compute thread copies chunk c's updated master slice into
 //                                  the PARAM slice while the offload thread updates chunk c+1
 //
-// Under tensor parallelism (`tensor_sums`) the offload thread also sums the squares of each
-// tensor's part of the owned slice (tensor_grad_sums.h) on the host copy, after the division:
-// tensor_sums() then holds bitwise what Engine::tp_grad_norm_squared takes from the store's
-// slices without offload (the same function over the same element ranges of the same values).
+// With `tensor_sums` (the policy stack's; the executor adds the global norm per tensor) the
+// offload thread also sums the squares of each tensor's part of the owned slice
+// (tensor_grad_sums.h) on the host copy, after the division: tensor_sums() then holds bitwise
+// what the policy stack takes from the store's slices without offload (the same function over
+// the same element ranges of the same values).
 //
 // Adam needs the clip coefficient, hence the global norm, hence every chunk: with clipping (or
 // with skip_non_finite, whose verdict also comes from the norm) Adam starts after backward and

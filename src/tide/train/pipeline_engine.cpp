@@ -350,8 +350,8 @@ void PipelineEngine::check_tp_group() {
 
 void PipelineEngine::sum_over_tp(std::vector<double>& norms2) {
   if (!tp_) return;
-  // As Engine::tp_grad_norm_squared: a shard's sums added in tp rank order, a replicated
-  // tensor's (bitwise equal on every tp rank) taken from tp rank 0.
+  // A shard's sums added in tp rank order, a replicated tensor's (bitwise equal on every tp
+  // rank) taken from tp rank 0.
   const int64_t G = static_cast<int64_t>(norms2.size()), n = tp_->size();
   std::vector<double> all(static_cast<size_t>(G * n));
   tp_->all_gather(Tensor(norms2.data(), Shape{2 * G}, DType::I32),
@@ -663,21 +663,22 @@ StepStats PipelineEngine::step(int64_t step, uint64_t seed, const BatchFn& batch
     if (sp[k].last == i) release(s);
     post_next_act(i, first);
   }
-  const auto t_comm = Clock::now();
   StepStats st;
   // Every chunk's gradients are complete (the last W is done): the stacks finish their
-  // reductions over dp while the last sends finish, then the tied copies are summed.
+  // reductions over dp once the last sends are done, then the tied copies are summed.
   {
     const TraceSpan span(tracer, "finish gradients", "comm");
     for (Slot& s : slots_) {
       for (Transfer& t : s.sends) t.wait();
       s.sends.clear();
     }
+    // Stage 0's exposed communication: what of its all-reduces the schedule did not hide.
+    const auto t_reduce = Clock::now();
     for (auto& stack : stacks_) stack->finish_gradients(tracer, st);
+    st.comm_seconds = std::chrono::duration<double>(Clock::now() - t_reduce).count();
     sum_tied_gradient();
   }
   uint64_t dp_bytes = dp_->counters().bytes_sent - dp_sent;  // not the norm's few bytes
-  st.comm_seconds = std::chrono::duration<double>(Clock::now() - t_comm).count();
 
   if (gradient_hook_) gradient_hook_(step, models_);
 

@@ -58,10 +58,10 @@
 // the tp (and dp) coordinate: activations and gradients, with sequence parallelism the (B,T/t,C)
 // shards, go between the same tp rank of adjacent stages, and the tied embedding's gradient is
 // summed per tp rank (wte's and lm_head.weight's vocabulary shards are the same rows). The
-// gradient norm's per-tensor sums are combined over dp (ZeRO slices), then over tp as
-// Engine::tp_grad_norm_squared does (a tp_sharded tensor's sums added in tp rank order, a
-// replicated one taken from tp rank 0), then over the pipeline in whole-model tensor order:
-// the same bits on every rank, for every schedule.
+// gradient norm's per-tensor sums are combined over dp (ZeRO slices), then over tp (a
+// tp_sharded tensor's sums added in tp rank order, a replicated one taken from tp rank 0), then
+// over the pipeline in whole-model tensor order: the same bits on every rank, for every
+// schedule.
 //
 // The policy stack (policy_stack.h) on every chunk's store, the same as for plain data
 // parallelism, which is the one-stage schedule of this executor (Engine, engine.h):

@@ -13,10 +13,12 @@ struct StepStats {
   int64_t step = 0;  // 1-based index of the step just taken
   float loss = 0;    // mean training loss over this rank's micro-batches
   float lr = 0;
-  double grad_norm = 0;     // before clipping
-  double seconds = 0;       // wall time of the step
-  double comm_seconds = 0;  // time blocked on communication (stage 0: after backward)
-  int64_t tokens = 0;       // tokens in the global batch (set by the trainer)
+  double grad_norm = 0;  // before clipping
+  double seconds = 0;    // wall time of the step
+  // Time blocked on data-parallel communication: stage 0, waiting for the all-reduces after the
+  // schedule; ZeRO, every blocking wait of its reductions and gathers.
+  double comm_seconds = 0;
+  int64_t tokens = 0;  // tokens in the global batch (set by the trainer)
   // Data parallelism: gradient reductions issued this step (stage 0: one all-reduce per chunk
   // per step; ZeRO: one reduce-scatter per chunk per micro-batch), parameter all-gathers
   // (ZeRO), and the bytes this rank sent for them (the process group's counters; the few bytes

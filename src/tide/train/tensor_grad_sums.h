@@ -2,10 +2,11 @@
 // Per-tensor sums of squares of a chunk's gradients, over the part of each tensor that one
 // buffer holds (the whole chunk, or this rank's ZeRO slice of it).
 //
-// Why: under tensor parallelism the global gradient norm is added per tensor (a replicated
-// tensor counted once, a tp-sharded one summed over the tp ranks; Engine::tp_grad_norm_squared),
-// so each rank needs its sum of squares per tensor, not per chunk. The Engine takes them from
-// the store's gradient slices; ZeRO-Offload (offload_policy.h) from its host copies of the same
+// Why: the executor adds the global gradient norm per tensor (under tensor parallelism a
+// replicated tensor counted once, a tp-sharded one summed over the tp ranks; under pipeline
+// parallelism in whole-model tensor order, whatever stage holds the tensor), so each rank needs
+// its sum of squares per tensor, not per chunk. The policy stack (policy_stack.h) takes them
+// from the store's gradients; ZeRO-Offload (offload_policy.h) from its host copies of the same
 // slices, during backward. Both call this one function over the same element ranges, so their
 // sums are bitwise the same.
 
