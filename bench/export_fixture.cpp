@@ -20,7 +20,7 @@
 #include "bench_cli.h"
 #include "tide/core/rng.h"
 #include "tide/model/gpt.h"
-#include "tide/train/sharded_checkpoint.h"
+#include "tide/checkpoint/sharded_checkpoint.h"
 
 using namespace tide;
 

@@ -63,7 +63,7 @@
 #include "tide/core/rng.h"
 #include "tide/kernels/ops.h"
 #include "tide/model/gpt.h"
-#include "tide/train/optimizer_step.h"
+#include "tide/parallel/optimizer_step.h"
 
 using namespace tide;
 

@@ -9,7 +9,7 @@
 // zb-auto starts from 1F1B: its first warm-up step is traced and measured, and the zb-auto
 // generator builds the schedule from those figures under --memory-limit (micro-batches in
 // flight, M_B; 0: 1F1B's p); the other warm-up steps and the timed steps run that schedule.
-// Every timed step is traced; per step, measure_step (train/pipeline_measure.h) gives each
+// Every timed step is traced; per step, measure_step (exec/pipeline_measure.h) gives each
 // stage's T_F/T_B/T_W, the link latency T_comm and the measured bubble rate (span - busy) /
 // span, and the simulator times the same schedule with those per-stage figures. Rank 0 prints
 // one JSON line per (schedule, stage) with the medians over the timed steps:
@@ -40,8 +40,8 @@
 #include "tide/core/error.h"
 #include "tide/core/rng.h"
 #include "tide/pipeline/generators.h"
-#include "tide/train/pipeline_engine.h"
-#include "tide/train/pipeline_measure.h"
+#include "tide/exec/pipeline_engine.h"
+#include "tide/exec/pipeline_measure.h"
 
 using namespace tide;
 

@@ -10,7 +10,7 @@
 #include "tide/core/error.h"
 #include "tide/estimate/byte_size.h"
 #include "tide/estimate/report.h"
-#include "tide/train/estimate_setup.h"
+#include "tide/config/estimate_setup.h"
 
 namespace tide::app {
 namespace {
@@ -26,7 +26,7 @@ struct EstimateArgs {
   bool sp = false, json = false, max_model = false;
 };
 
-// Config file first (if any, read by tide train's parser: train/estimate_setup.h), then every
+// Config file first (if any, read by tide train's parser: config/estimate_setup.h), then every
 // flag given on the command line on top of it.
 TrainSetup build_setup(const EstimateArgs& a, const CLI::App& cmd) {
   auto given = [&](const char* flag) { return cmd.get_option(flag)->count() > 0; };

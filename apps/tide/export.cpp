@@ -1,14 +1,14 @@
 // `tide export --checkpoint runs/default/model.ckpt --out-dir hf/`: a checkpoint (one file or a
 // sharded directory) as a Hugging Face GPT-2 folder (model.safetensors + config.json) that
 // transformers' GPT2LMHeadModel.from_pretrained loads. Streams tensor by tensor: the memory it
-// needs is bounded by the largest transposed tensor, not the model (see train/hf_export.h).
+// needs is bounded by the largest transposed tensor, not the model (see checkpoint/hf_export.h).
 
 #include <fmt/core.h>
 
 #include <cstdio>
 
 #include "commands.h"
-#include "tide/train/hf_export.h"
+#include "tide/checkpoint/hf_export.h"
 
 namespace tide::app {
 

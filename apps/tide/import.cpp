@@ -1,12 +1,12 @@
 // `tide import --hf-dir hf/ --out runs/hf/model.ckpt`: a Hugging Face GPT-2 folder
 // (model.safetensors + config.json) as a tide checkpoint, for `tide train` (init_from=<it>) and
-// `tide sample`. The inverse of `tide export` (see train/hf_import.h for what is refused).
+// `tide sample`. The inverse of `tide export` (see checkpoint/hf_import.h for what is refused).
 
 #include <fmt/core.h>
 #include <fmt/ranges.h>
 
 #include "commands.h"
-#include "tide/train/hf_import.h"
+#include "tide/checkpoint/hf_import.h"
 
 namespace tide::app {
 

@@ -12,8 +12,8 @@
 #include "tide/data/tokenizer.h"
 #include "tide/data/utf8_stream.h"
 #include "tide/model/kv_decoder.h"
-#include "tide/train/checkpoint.h"
-#include "tide/train/sharded_checkpoint.h"
+#include "tide/checkpoint/checkpoint.h"
+#include "tide/checkpoint/sharded_checkpoint.h"
 
 namespace tide::app {
 

@@ -3,7 +3,7 @@
 // checksum of inputs in tide's layout is recomputed first (fix_checksum), so mutations reach
 // the checks behind it.
 #include "fuzz_util.h"
-#include "tide/train/checkpoint.h"
+#include "tide/checkpoint/checkpoint.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace tide;

@@ -4,7 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "fuzz_util.h"
-#include "tide/train/config.h"
+#include "tide/config/config.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace tide;

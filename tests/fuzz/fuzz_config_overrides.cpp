@@ -2,7 +2,7 @@
 // (none when empty), every further line one override, as load_train_config gets them from the
 // command line.
 #include "fuzz_util.h"
-#include "tide/train/config.h"
+#include "tide/config/config.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace tide;

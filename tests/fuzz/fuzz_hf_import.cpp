@@ -6,9 +6,9 @@
 
 #include "fuzz_util.h"
 #include "tide/model/layout.h"
-#include "tide/train/checkpoint.h"
-#include "tide/train/checkpoint_meta.h"
-#include "tide/train/hf_import.h"
+#include "tide/checkpoint/checkpoint.h"
+#include "tide/checkpoint/checkpoint_meta.h"
+#include "tide/checkpoint/hf_import.h"
 
 namespace fs = std::filesystem;
 

@@ -10,7 +10,7 @@
 #include "fuzz_util.h"
 #include "tide/memory/chunk_store.h"
 #include "tide/model/layout.h"
-#include "tide/train/sharded_checkpoint.h"
+#include "tide/checkpoint/sharded_checkpoint.h"
 
 namespace tide::fuzz {
 

@@ -8,7 +8,7 @@
 #include <filesystem>
 
 #include "fuzz_sharded.h"
-#include "tide/train/checkpoint_meta.h"
+#include "tide/checkpoint/checkpoint_meta.h"
 
 namespace {
 

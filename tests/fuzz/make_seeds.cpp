@@ -15,9 +15,9 @@
 #include "tide/data/shard.h"
 #include "tide/data/tokenizer.h"
 #include "tide/model/layout.h"
-#include "tide/train/checkpoint.h"
-#include "tide/train/config.h"
-#include "tide/train/hf_export.h"
+#include "tide/checkpoint/checkpoint.h"
+#include "tide/config/config.h"
+#include "tide/checkpoint/hf_export.h"
 
 namespace fs = std::filesystem;
 using namespace tide;

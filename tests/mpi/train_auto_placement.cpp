@@ -1,4 +1,4 @@
-// placement.policy=auto (PatrickStar's automatic chunk placement; train/auto_placement.h)
+// placement.policy=auto (PatrickStar's automatic chunk placement; parallel/auto_placement.h)
 // through `tide train`'s Trainer, on 1 and 2 ranks, ZeRO stages 0-3: the same training as
 // policy=device to the bit at budgets of 100%, 50% and 25% of this rank's model-state bytes
 // (plus the non-model bytes the warm-up recorded), the compute allocator's peak within the

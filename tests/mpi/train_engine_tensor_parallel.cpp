@@ -31,8 +31,8 @@
 #include "tide/comm/topology.h"
 #include "tide/core/rng.h"
 #include "tide/model/gpt.h"
-#include "tide/train/engine.h"
-#include "tide/train/tp_checkpoint.h"
+#include "tide/exec/engine.h"
+#include "tide/checkpoint/tp_checkpoint.h"
 
 using namespace tide;
 

@@ -1,4 +1,4 @@
-// ZeRO-Offload (zero_optimization.offload_optimizer.device=cpu; train/offload_policy.h) through
+// ZeRO-Offload (zero_optimization.offload_optimizer.device=cpu; parallel/offload_policy.h) through
 // `tide train`'s Trainer, on N ranks and on one (and under tensor parallelism, tp 2 x dp 1 and
 // 2 on 2 and 4 ranks): the same training as without offload to the bit, the traffic the paper
 // states (f32 on CPU: 4 Psi/N bytes down and 4 Psi/N up per step), and the optimizer state off the
@@ -11,7 +11,7 @@
 #include "dp_runs.h"
 #include "error_of.h"
 #include "mpi_test.h"
-#include "tide/train/unsupported_settings.h"
+#include "tide/config/unsupported_settings.h"
 
 using namespace tide;
 using namespace tide::dp_runs;

@@ -30,9 +30,9 @@
 #include "tide/comm/topology.h"
 #include "tide/core/rng.h"
 #include "tide/pipeline/generators.h"
-#include "tide/train/engine.h"
-#include "tide/train/pipeline_engine.h"
-#include "tide/train/zero.h"
+#include "tide/exec/engine.h"
+#include "tide/exec/pipeline_engine.h"
+#include "tide/parallel/zero.h"
 
 using namespace tide;
 

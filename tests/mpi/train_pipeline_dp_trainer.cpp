@@ -24,7 +24,7 @@
 
 #include "dp_runs.h"
 #include "mpi_test.h"
-#include "tide/train/sharded_checkpoint.h"
+#include "tide/checkpoint/sharded_checkpoint.h"
 
 using namespace tide;
 using namespace tide::dp_runs;
@@ -195,22 +195,27 @@ TEST(PipelineDataParallelTrainer, ZeroThreeOffloadAndAutoPlacementTrainAndResume
   dpu_param.push_back("zero_optimization.offload_param.device=cpu");
   const std::vector<std::string> placed = {"placement.policy=auto",
                                            "placement.device_memory_limit=67108864"};
-  auto run = [&](const std::string& name, int zero, const std::vector<std::string>& extra) {
-    Trainer t(config(shard, dir + "/" + name, kPP, kM, zero, "1f1b", extra), world);
+  auto run = [&](const std::string& name, int zero, const std::vector<std::string>& extra,
+                 const std::string& schedule = "1f1b") {
+    Trainer t(config(shard, dir + "/" + name, kPP, kM, zero, schedule, extra), world);
     return train_run(t, kRunSteps, /*params=*/zero < 3);
   };
   const TrainerRun z0 = run("z0", 0, {}), z1 = run("z1", 1, {});
   const TrainerRun z3 = run("z3", 3, {});
   EXPECT_TRUE(same_bits(z3.losses, z1.losses)) << "ZeRO-3 differs from ZeRO-1";
   EXPECT_EQ(z3.val_end, z1.val_end);
+  // zb-auto switches schedules after its measured first step: ZeRO-3 prefetches along the new
+  // schedule's accesses from then on.
+  const TrainerRun z3_auto = run("z3_auto", 3, {}, "zb-auto");
+  EXPECT_TRUE(same_bits(z3_auto.losses, z1.losses)) << "ZeRO-3 under zb-auto differs";
   const TrainerRun a = run("auto", 0, placed);
   EXPECT_TRUE(same_bits(a.losses, z0.losses)) << "auto placement differs from policy=device";
   for (const auto& [tensor, v] : a.params)
     EXPECT_TRUE(same_bits(v, z0.params.at(tensor))) << "auto placement, " << tensor;
   TrainerRun base;  // the single-rank Trainer with the same delayed update
   {
-    Trainer t(config(shard, fmt::format("{}/base{}", dir, world->rank()), 1, kM * dp, 1, "1f1b",
-                     dpu));
+    Trainer t(
+        config(shard, fmt::format("{}/base{}", dir, world->rank()), 1, kM * dp, 1, "1f1b", dpu));
     base = train_run(t, kRunSteps);
   }
   const TrainerRun off = run("dpu", 2, dpu);
@@ -248,8 +253,8 @@ TEST(PipelineDataParallelTrainer, ZeroThreeOffloadAndAutoPlacementTrainAndResume
                      {"checkpoint.resume=" + dir + "/mid_z3/model_step3.ckpt"}),
               world);
     const TrainerRun r = train_run(t, kRunSteps / 2, /*params=*/false);
-    EXPECT_TRUE(same_bits(
-        r.losses, std::vector<float>(z3.losses.begin() + kRunSteps / 2, z3.losses.end())));
+    EXPECT_TRUE(same_bits(r.losses,
+                          std::vector<float>(z3.losses.begin() + kRunSteps / 2, z3.losses.end())));
   }
   world->barrier();
   if (world->rank() == 0) std::filesystem::remove_all(dir);

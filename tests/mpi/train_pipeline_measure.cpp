@@ -21,8 +21,8 @@
 #include "tide/core/rng.h"
 #include "tide/core/trace.h"
 #include "tide/pipeline/generators.h"
-#include "tide/train/pipeline_engine.h"
-#include "tide/train/pipeline_measure.h"
+#include "tide/exec/pipeline_engine.h"
+#include "tide/exec/pipeline_measure.h"
 
 using namespace tide;
 

@@ -1,4 +1,4 @@
-// The policy stack (train/policy_stack.h) under pipeline parallelism: ZeRO-3, ZeRO-Offload with
+// The policy stack (exec/policy_stack.h) under pipeline parallelism: ZeRO-3, ZeRO-Offload with
 // and without the delayed update, offload_param and placement.policy=auto inside pipeline
 // stages, with and without data parallelism (pp = 2 on even worlds, 3 on np 3; dp = world/pp).
 //
@@ -23,10 +23,10 @@
 #include "tide/comm/local_process_group.h"
 #include "tide/comm/topology.h"
 #include "tide/core/rng.h"
+#include "tide/exec/engine.h"
+#include "tide/exec/pipeline_engine.h"
+#include "tide/parallel/zero.h"
 #include "tide/pipeline/generators.h"
-#include "tide/train/engine.h"
-#include "tide/train/pipeline_engine.h"
-#include "tide/train/zero.h"
 
 using namespace tide;
 
@@ -148,38 +148,40 @@ Trained single_rank(int global_mbs, const RunSetup& u = {}) {
   return r;
 }
 
-Trained pipelined(const Topology& topo, const pipeline::Schedule& schedule, RunSetup u);
+// This rank's stage of a pipelined run: its tiers, model and executor.
+struct Stage {
+  Tiers tiers;
+  std::unique_ptr<GPT> gpt;
+  std::unique_ptr<PipelineEngine> engine;
+
+  Stage(const Topology& topo, const pipeline::Schedule& schedule, const RunSetup& u) {
+    ModelOptions o = model_options(u, tiers);
+    o.pp = topo.shape().pp;
+    o.stage = topo.coord().pp;
+    o.group_size = topo.shape().dp;
+    o.store.group_rank = topo.coord().dp;
+    gpt = std::make_unique<GPT>(config(), ActivationPolicy::SAVE_ALL, o);
+    gpt->init_weights(kInitSeed);
+    engine = std::make_unique<PipelineEngine>(*gpt, topo.group_ptr(MeshAxis::PP), schedule, kB, kT,
+                                              optimizer(u.grad_clip), topo.group_ptr(MeshAxis::DP),
+                                              zero_settings(u), placement(u, tiers));
+  }
+};
 
 // The budget of `u.budget_states`, from a step under a budget that holds everything.
 size_t measured_budget(const Topology& topo, const pipeline::Schedule& schedule, RunSetup u) {
-  Tiers tiers;
   u.budget = size_t{64} << 20;
-  ModelOptions o = model_options(u, tiers);
-  o.pp = topo.shape().pp;
-  o.stage = topo.coord().pp;
-  o.group_size = topo.shape().dp;
-  o.store.group_rank = topo.coord().dp;
-  GPT gpt(config(), ActivationPolicy::SAVE_ALL, o);
-  gpt.init_weights(kInitSeed);
-  PipelineEngine engine(gpt, topo.group_ptr(MeshAxis::PP), schedule, kB, kT, optimizer(),
-                        topo.group_ptr(MeshAxis::DP), zero_settings(u), placement(u, tiers));
-  engine.step(0, kRunSeed, [&](int mb, int32_t* in, int32_t* tg) { fill(mb, in, tg); });
-  return engine.auto_placement()->recorded_non_model_bytes() +
-         static_cast<size_t>(u.budget_states * static_cast<double>(gpt.store().total_bytes()));
+  Stage st(topo, schedule, u);
+  st.engine->step(0, kRunSeed, [&](int mb, int32_t* in, int32_t* tg) { fill(mb, in, tg); });
+  return st.engine->auto_placement()->recorded_non_model_bytes() +
+         static_cast<size_t>(u.budget_states * static_cast<double>(st.gpt->store().total_bytes()));
 }
 
 Trained pipelined(const Topology& topo, const pipeline::Schedule& schedule, RunSetup u) {
   if (u.budget_states > 0) u.budget = measured_budget(topo, schedule, u);
-  Tiers tiers;
-  ModelOptions o = model_options(u, tiers);
-  o.pp = topo.shape().pp;
-  o.stage = topo.coord().pp;
-  o.group_size = topo.shape().dp;
-  o.store.group_rank = topo.coord().dp;
-  GPT gpt(config(), ActivationPolicy::SAVE_ALL, o);
-  gpt.init_weights(kInitSeed);
-  PipelineEngine engine(gpt, topo.group_ptr(MeshAxis::PP), schedule, kB, kT, optimizer(u.grad_clip),
-                        topo.group_ptr(MeshAxis::DP), zero_settings(u), placement(u, tiers));
+  Stage stage(topo, schedule, u);
+  GPT& gpt = *stage.gpt;
+  PipelineEngine& engine = *stage.engine;
   const int dp = topo.shape().dp, d = topo.coord().dp;
   Trained r;
   for (int64_t s = 0; s < kSteps; ++s) {

@@ -27,8 +27,8 @@
 #include "tide/core/rng.h"
 #include "tide/core/trace.h"
 #include "tide/pipeline/generators.h"
-#include "tide/train/engine.h"
-#include "tide/train/pipeline_engine.h"
+#include "tide/exec/engine.h"
+#include "tide/exec/pipeline_engine.h"
 
 using namespace tide;
 

@@ -28,7 +28,7 @@
 
 #include "dp_runs.h"
 #include "mpi_test.h"
-#include "tide/train/sharded_checkpoint.h"
+#include "tide/checkpoint/sharded_checkpoint.h"
 
 using namespace tide;
 using namespace tide::dp_runs;

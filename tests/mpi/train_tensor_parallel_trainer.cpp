@@ -22,8 +22,8 @@
 #include "dp_runs.h"
 #include "error_of.h"
 #include "mpi_test.h"
-#include "tide/train/checkpoint.h"
-#include "tide/train/sharded_checkpoint.h"
+#include "tide/checkpoint/checkpoint.h"
+#include "tide/checkpoint/sharded_checkpoint.h"
 
 using namespace tide;
 using namespace tide::dp_runs;

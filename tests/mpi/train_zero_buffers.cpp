@@ -13,9 +13,9 @@
 #include "mpi_test.h"
 #include "tide/estimate/memory_estimate.h"
 #include "tide/model/gpt.h"
-#include "tide/train/config.h"
-#include "tide/train/engine.h"
-#include "tide/train/estimate_setup.h"
+#include "tide/config/config.h"
+#include "tide/exec/engine.h"
+#include "tide/config/estimate_setup.h"
 
 using namespace tide;
 using json = nlohmann::json;

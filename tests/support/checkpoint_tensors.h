@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "tide/train/safetensors.h"
+#include "tide/checkpoint/safetensors.h"
 
 namespace tide::test {
 

@@ -2,7 +2,7 @@
 // placement.device_memory_limit and placement.policy=auto in the estimate.
 //
 // Why: a user sizing a run against a device budget, or an auto run (PatrickStar's automatic
-// chunk placement, train/auto_placement.h), needs the figures the runtime will meet, not those of
+// chunk placement, parallel/auto_placement.h), needs the figures the runtime will meet, not those of
 // a run that keeps every state on the device.
 //
 // With a limit and placement=device, the per-GPU total is held against it: over the limit is

@@ -68,14 +68,14 @@ void place_model_states(const TrainSetup& setup, const ChunkLayout& layout, Stag
   }
 }
 
-// ZeRO's communication buffers: what the runtime allocates (train/zero.cpp), whole chunks in
+// ZeRO's communication buffers: what the runtime allocates (parallel/zero.cpp), whole chunks in
 // the compute dtype from a best-fit pool (replayed by simulate_zero_buffers over the step's
 // parameter-group accesses; stage 1 reduces in place and needs none). A live limit the runtime
 // would reject as smaller than a group's chunks is taken at the least it accepts. Offload moves the
 // rank's slices, not the buffers: the same whole chunks are gathered and reduced on the GPU.
 int64_t chunk_buffers(const TrainSetup& setup, const ChunkLayout& layout, StageEstimate& st) {
   // One data-parallel rank: ZeRO's slice is the whole chunk, which the ops read in place (the
-  // runtime gathers and reduces nothing, train/zero.cpp), so there are no buffers.
+  // runtime gathers and reduces nothing, parallel/zero.cpp), so there are no buffers.
   if (setup.zero_stage < 2 || setup.dp() == 1) return 0;
   const std::vector<BlockGroups> blocks = block_groups(layout);
   const ZeroSettings s = runnable_zero_settings(setup.zero, layout, blocks);

@@ -27,7 +27,7 @@
 //                input layer of min(m, 2p) micro-batches, the last chunk runs F, B and W of a
 //                micro-batch back to back, so the output layer holds one.
 // tide counts a micro-batch from its F until its W (m_b = m_w = 1 in the cost model,
-// train/pipeline_measure.cpp): B keeps what W needs.
+// exec/pipeline_measure.cpp): B keeps what W needs.
 // With one stage (p = 1) every schedule holds one micro-batch: gradient accumulation runs the
 // micro-batches one after another.
 //

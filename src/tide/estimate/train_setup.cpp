@@ -73,7 +73,7 @@ void TrainSetup::validate() const {
   TIDE_CHECK(device_memory_limit >= 0,
              "placement.device_memory_limit must be >= 0 bytes, 0 being no limit (got {})",
              device_memory_limit);
-  if (placement == Placement::Auto) {  // what tide train refuses (train/config.cpp)
+  if (placement == Placement::Auto) {  // what tide train refuses (config/config.cpp)
     TIDE_CHECK(device_memory_limit > 0,
                "placement.policy=auto needs placement.device_memory_limit > 0 (the budget auto "
                "fills and evicts from); give it (--device-memory-limit 40GiB), or use "

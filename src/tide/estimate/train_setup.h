@@ -36,7 +36,7 @@ enum class Recompute { None, Selective, Full };
 // ZBV runs two model chunks per stage in a V.
 enum class Schedule { OneFOneB, GPipe, Interleaved, ZBH1, ZBH2, ZBAuto, ZB1P, ZB2P, ZBV };
 // placement.policy: Device keeps every chunk where its kind is allocated; Auto is PatrickStar's
-// automatic placement (train/auto_placement.h): chunks move between the device and the host on
+// automatic placement (parallel/auto_placement.h): chunks move between the device and the host on
 // demand within placement.device_memory_limit (see estimate/limit_fit.h for how it is sized).
 enum class Placement { Device, Auto };
 

@@ -1,5 +1,5 @@
 #pragma once
-// How many communication buffers the ZeRO runtime (train/zero.cpp) holds at its peak, found by
+// How many communication buffers the ZeRO runtime (parallel/zero.cpp) holds at its peak, found by
 // replaying the runtime's rules over one step's parameter-group accesses: the estimate's buffer
 // term must describe what ZeroPolicy allocates, not a rule of thumb.
 //

@@ -6,7 +6,7 @@
 
 namespace tide {
 
-// zero_optimization.offload_optimizer.* (ZeRO-Offload: train/offload_policy.h, docs/zero.md).
+// zero_optimization.offload_optimizer.* (ZeRO-Offload: parallel/offload_policy.h, docs/zero.md).
 struct OffloadSettings {
   bool enabled = false;     // device = "cpu": fp32 master weights and Adam m, v on the host
   bool pin_memory = false;  // page-locked host buffers for the copies (GPU); a no-op on CPU

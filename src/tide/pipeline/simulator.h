@@ -70,7 +70,7 @@ double op_time(const CostModel& c, Op op, int chunks);
 SimResult simulate(const Schedule& s, const CostModel& cost);
 // The same with a cost model per stage (`stage_costs[i]` times stage i's actions and memory; a
 // message takes its sender's t_comm): stages that differ, e.g. times measured on real ranks
-// where the first stage embeds and the last runs the head (train/pipeline_measure.h).
+// where the first stage embeds and the last runs the head (exec/pipeline_measure.h).
 SimResult simulate(const Schedule& s, const std::vector<CostModel>& stage_costs);
 
 }  // namespace tide::pipeline

@@ -5,11 +5,11 @@
 
 #include "tide/comm/local_process_group.h"
 #include "tide/pipeline/generators.h"
-#include "tide/train/init_from.h"
-#include "tide/train/pipeline_setup.h"
-#include "tide/train/sharded_checkpoint.h"
-#include "tide/train/tp_checkpoint.h"
-#include "tide/train/zero.h"
+#include "tide/checkpoint/init_from.h"
+#include "tide/config/pipeline_setup.h"
+#include "tide/checkpoint/sharded_checkpoint.h"
+#include "tide/checkpoint/tp_checkpoint.h"
+#include "tide/parallel/zero.h"
 
 namespace tide {
 

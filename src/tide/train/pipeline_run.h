@@ -25,11 +25,11 @@
 #include "tide/comm/process_group.h"
 #include "tide/comm/topology.h"
 #include "tide/data/loader.h"
-#include "tide/train/checkpoint.h"
-#include "tide/train/config.h"
-#include "tide/train/pipeline_engine.h"
-#include "tide/train/pipeline_measure.h"
-#include "tide/train/step_runner.h"
+#include "tide/checkpoint/checkpoint.h"
+#include "tide/config/config.h"
+#include "tide/exec/pipeline_engine.h"
+#include "tide/exec/pipeline_measure.h"
+#include "tide/exec/step_runner.h"
 
 namespace tide {
 

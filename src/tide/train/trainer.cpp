@@ -14,14 +14,14 @@
 #include "tide/comm/local_process_group.h"
 #include "tide/data/prepare.h"
 #include "tide/model/layout.h"
-#include "tide/train/auto_resume.h"
-#include "tide/train/checkpoint.h"
-#include "tide/train/init_from.h"
+#include "tide/checkpoint/auto_resume.h"
+#include "tide/checkpoint/checkpoint.h"
+#include "tide/checkpoint/init_from.h"
 #include "tide/train/preemption.h"
-#include "tide/train/rank_consistency.h"
-#include "tide/train/sharded_checkpoint.h"
-#include "tide/train/tp_checkpoint.h"
-#include "tide/train/unsupported_settings.h"
+#include "tide/config/rank_consistency.h"
+#include "tide/checkpoint/sharded_checkpoint.h"
+#include "tide/checkpoint/tp_checkpoint.h"
+#include "tide/config/unsupported_settings.h"
 
 namespace tide {
 

@@ -20,11 +20,11 @@
 #include "tide/core/trace.h"
 #include "tide/data/loader.h"
 #include "tide/model/gpt.h"
-#include "tide/train/config.h"
-#include "tide/train/engine.h"
+#include "tide/config/config.h"
+#include "tide/exec/engine.h"
 #include "tide/train/pipeline_run.h"
 #include "tide/train/progress_line.h"
-#include "tide/train/step_runner.h"
+#include "tide/exec/step_runner.h"
 #include "tide/train/tensorboard_writer.h"
 
 namespace tide {

@@ -12,7 +12,7 @@
 #include "test_files.h"
 #include "tide/data/shard.h"
 #include "tide/estimate/memory_estimate.h"
-#include "tide/train/estimate_setup.h"
+#include "tide/config/estimate_setup.h"
 #include "tide/train/trainer.h"
 
 using namespace tide;

@@ -18,8 +18,8 @@
 #include "error_of.h"
 #include "test_files.h"
 #include "tide/core/rng.h"
-#include "tide/train/checkpoint.h"
-#include "tide/train/safetensors.h"
+#include "tide/checkpoint/checkpoint.h"
+#include "tide/checkpoint/safetensors.h"
 
 using namespace tide;
 using tide::test::error_of;

@@ -12,9 +12,9 @@
 #include "test_files.h"
 #include "tide/core/rng.h"
 #include "tide/data/shard.h"
-#include "tide/train/checkpoint.h"
+#include "tide/checkpoint/checkpoint.h"
 #include "tide/train/trainer.h"
-#include "tide/train/zero.h"
+#include "tide/parallel/zero.h"
 
 using namespace tide;
 using tide::test::error_of;

@@ -1,4 +1,4 @@
-// config.json from the one schema (train/config.h): every schema key is written (DeepSpeed's
+// config.json from the one schema (config/config.h): every schema key is written (DeepSpeed's
 // ignored keys only when given), and reading
 // the written config back gives the same config, for the embedded default config, a DeepSpeed
 // style file and a trainer's run directory.

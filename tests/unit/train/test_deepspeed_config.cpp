@@ -6,7 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "error_of.h"
-#include "tide/train/config.h"
+#include "tide/config/config.h"
 
 using namespace tide;
 using tide::test::error_of;

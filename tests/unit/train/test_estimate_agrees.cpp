@@ -7,9 +7,9 @@
 
 #include "tide/estimate/memory_estimate.h"
 #include "tide/model/gpt.h"
-#include "tide/train/config.h"
-#include "tide/train/estimate_setup.h"
-#include "tide/train/zero.h"
+#include "tide/config/config.h"
+#include "tide/config/estimate_setup.h"
+#include "tide/parallel/zero.h"
 
 using namespace tide;
 using json = nlohmann::json;

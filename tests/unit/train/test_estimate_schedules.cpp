@@ -1,7 +1,7 @@
 // tide estimate sizes every schedule tide train runs: its count of micro-batches in flight per
 // stage (estimate/pipeline_inflight.h) against the simulator's peak for the same schedule
 // (pipeline/simulator.h) with tide's memory model, m_b = m_w = 1 (a micro-batch counts from its
-// F until its W, train/pipeline_measure.cpp). Exact for the fixed schedules, an upper bound for
+// F until its W, exec/pipeline_measure.cpp). Exact for the fixed schedules, an upper bound for
 // the ones built under a memory limit (zb-auto, zb-1p, zb-2p), and for ZB-V the embedding and
 // the head both on stage 0.
 #include <gtest/gtest.h>

@@ -9,9 +9,9 @@
 #include "error_of.h"
 #include "test_files.h"
 #include "tide/estimate/memory_estimate.h"
-#include "tide/train/estimate_setup.h"
+#include "tide/config/estimate_setup.h"
 #include "tide/train/trainer.h"
-#include "tide/train/unsupported_settings.h"
+#include "tide/config/unsupported_settings.h"
 
 using namespace tide;
 using json = nlohmann::json;
@@ -242,7 +242,7 @@ TEST(TrainerRefuses, EverySettingItCannotHonourByKeyAndValue) {
   EXPECT_HAS(refusal({"pipeline.stages=4"}), "pipeline.stages=4: this run has 1 rank");
   EXPECT_HAS(refusal({"world_size=8"}, 2),
              "world_size=8: this run has 2 ranks (launch it with `mpirun -np 8`)");
-  // ZeRO-Offload runs at stages 1-3 (train/offload_policy.h), under pp and tp too.
+  // ZeRO-Offload runs at stages 1-3 (parallel/offload_policy.h), under pp and tp too.
   EXPECT_EQ(refusal({"zero_optimization.stage=2", "zero_optimization.offload_optimizer.device=cpu",
                      "zero_optimization.offload_optimizer.pin_memory=true"}),
             "");

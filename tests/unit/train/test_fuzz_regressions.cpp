@@ -9,9 +9,9 @@
 #include "error_of.h"
 #include "tide/data/tokenizer.h"
 #include "tide/model/config.h"
-#include "tide/train/config.h"
-#include "tide/train/hf_import.h"
-#include "tide/train/sharded_checkpoint.h"
+#include "tide/config/config.h"
+#include "tide/checkpoint/hf_import.h"
+#include "tide/checkpoint/sharded_checkpoint.h"
 
 using namespace tide;
 using tide::test::error_of;

@@ -17,10 +17,10 @@
 #include "tide/core/rng.h"
 #include "tide/data/tokenizer.h"
 #include "tide/model/layout.h"
-#include "tide/train/checkpoint.h"
-#include "tide/train/hf_export.h"
-#include "tide/train/hf_tokenizer_files.h"
-#include "tide/train/sharded_checkpoint.h"
+#include "tide/checkpoint/checkpoint.h"
+#include "tide/checkpoint/hf_export.h"
+#include "tide/checkpoint/hf_tokenizer_files.h"
+#include "tide/checkpoint/sharded_checkpoint.h"
 
 using namespace tide;
 using tide::test::error_of;

@@ -16,11 +16,11 @@
 #include "test_files.h"
 #include "tide/model/gpt.h"
 #include "tide/model/layout.h"
-#include "tide/train/checkpoint.h"
-#include "tide/train/hf_export.h"
-#include "tide/train/hf_import.h"
-#include "tide/train/init_from.h"
-#include "tide/train/zero.h"
+#include "tide/checkpoint/checkpoint.h"
+#include "tide/checkpoint/hf_export.h"
+#include "tide/checkpoint/hf_import.h"
+#include "tide/checkpoint/init_from.h"
+#include "tide/parallel/zero.h"
 
 using namespace tide;
 using tide::test::error_of;

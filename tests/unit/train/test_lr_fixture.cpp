@@ -8,7 +8,7 @@
 #include <cmath>
 #include <fstream>
 
-#include "tide/train/config.h"
+#include "tide/config/config.h"
 
 using namespace tide;
 using json = nlohmann::json;

@@ -15,11 +15,11 @@
 #include "tide/data/shard.h"
 #include "tide/model/gpt.h"
 #include "tide/optim/grad_norm.h"
-#include "tide/train/config.h"
-#include "tide/train/engine.h"
-#include "tide/train/offload_policy.h"
-#include "tide/train/optimizer_step.h"
-#include "tide/train/tensor_grad_sums.h"
+#include "tide/config/config.h"
+#include "tide/exec/engine.h"
+#include "tide/parallel/offload_policy.h"
+#include "tide/parallel/optimizer_step.h"
+#include "tide/parallel/tensor_grad_sums.h"
 #include "tide/train/trainer.h"
 
 using namespace tide;

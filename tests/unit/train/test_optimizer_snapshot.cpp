@@ -1,4 +1,4 @@
-// OptimizerSnapshot (train/optimizer_snapshot.h), the copy post-validation rolls back to: taken
+// OptimizerSnapshot (exec/optimizer_snapshot.h), the copy post-validation rolls back to: taken
 // in pieces of any size (as PipelineEngine takes it in pipeline bubbles), then whatever is
 // written into MASTER/PARAM, ADAM_M and ADAM_V, restore() gives the saved bytes back exactly.
 #include <gtest/gtest.h>
@@ -8,7 +8,7 @@
 
 #include "tide/core/rng.h"
 #include "tide/model/gpt.h"
-#include "tide/train/optimizer_snapshot.h"
+#include "tide/exec/optimizer_snapshot.h"
 
 using namespace tide;
 

@@ -5,10 +5,10 @@
 
 #include "error_of.h"
 #include "tide/pipeline/simulator.h"
-#include "tide/train/config.h"
-#include "tide/train/estimate_setup.h"
-#include "tide/train/pipeline_setup.h"
-#include "tide/train/unsupported_settings.h"
+#include "tide/config/config.h"
+#include "tide/config/estimate_setup.h"
+#include "tide/config/pipeline_setup.h"
+#include "tide/config/unsupported_settings.h"
 
 using namespace tide;
 using tide::test::error_of;

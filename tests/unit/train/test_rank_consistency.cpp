@@ -1,4 +1,4 @@
-// Rank consistency (train/rank_consistency.h): every schema key is compared, per-rank keys are
+// Rank consistency (config/rank_consistency.h): every schema key is compared, per-rank keys are
 // exempt, and the message names each differing key with the ranks that differ.
 
 #include <gtest/gtest.h>
@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <fstream>
 
-#include "tide/train/rank_consistency.h"
+#include "tide/config/rank_consistency.h"
 
 using namespace tide;
 

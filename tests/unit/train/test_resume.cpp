@@ -12,7 +12,7 @@
 #include "error_of.h"
 #include "tide/core/rng.h"
 #include "tide/data/shard.h"
-#include "tide/train/auto_resume.h"
+#include "tide/checkpoint/auto_resume.h"
 #include "tide/train/trainer.h"
 
 using namespace tide;

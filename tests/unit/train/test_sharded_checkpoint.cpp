@@ -13,9 +13,9 @@
 #include "test_files.h"
 #include "tide/core/rng.h"
 #include "tide/model/layout.h"
-#include "tide/train/checkpoint.h"
-#include "tide/train/safetensors.h"
-#include "tide/train/sharded_checkpoint.h"
+#include "tide/checkpoint/checkpoint.h"
+#include "tide/checkpoint/safetensors.h"
+#include "tide/checkpoint/sharded_checkpoint.h"
 
 using namespace tide;
 using tide::test::error_of;

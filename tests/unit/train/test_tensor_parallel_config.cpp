@@ -6,8 +6,8 @@
 #include <gtest/gtest.h>
 
 #include "error_of.h"
-#include "tide/train/config.h"
-#include "tide/train/estimate_setup.h"
+#include "tide/config/config.h"
+#include "tide/config/estimate_setup.h"
 
 using namespace tide;
 using tide::test::error_of;

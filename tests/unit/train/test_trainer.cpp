@@ -10,7 +10,7 @@
 #include "error_of.h"
 #include "test_files.h"
 #include "tide/data/shard.h"
-#include "tide/train/checkpoint.h"
+#include "tide/checkpoint/checkpoint.h"
 #include "tide/train/trainer.h"
 
 using namespace tide;

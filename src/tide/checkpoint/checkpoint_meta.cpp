@@ -1,0 +1,106 @@
+// Checkpoint metadata <-> JSON (see checkpoint_meta.h). Everything read is checked before it
+// is used: a missing field, a wrong type or an out-of-range value is one tide::Error line.
+#include "tide/checkpoint/checkpoint_meta.h"
+
+#include <climits>
+
+namespace tide {
+
+using json = nlohmann::json;
+
+json checkpoint_model_json(const GPTConfig& c) {
+  return {{"n_layer", c.n_layer},       {"n_head", c.n_head},           {"n_embd", c.n_embd},
+          {"vocab_size", c.vocab_size}, {"max_seq_len", c.max_seq_len}, {"dropout", c.dropout}};
+}
+
+json checkpoint_meta_json(const CheckpointInfo& info, bool with_optimizer_state) {
+  return {{"model", checkpoint_model_json(info.config)},
+          {"step", info.step},
+          {"tokenizer", info.tokenizer},
+          {"extra", info.extra},
+          {"optimizer_state", with_optimizer_state}};
+}
+
+bool same_model_shape(const GPTConfig& a, const GPTConfig& b) {
+  return a.n_layer == b.n_layer && a.n_head == b.n_head && a.n_embd == b.n_embd &&
+         a.vocab_size == b.vocab_size && a.max_seq_len == b.max_seq_len;
+}
+
+const json& meta_member(const json& obj, const char* key, const std::string& label,
+                        const std::string& who) {
+  const auto it = obj.find(key);
+  TIDE_CHECK(it != obj.end(),
+             "{} has no '{}' in its metadata; the file is damaged or was not written by tide", who,
+             label);
+  return *it;
+}
+
+int64_t meta_integer(const json& obj, const char* key, const std::string& label, int64_t lo,
+                     int64_t hi, const std::string& who) {
+  const json& v = meta_member(obj, key, label, who);
+  TIDE_CHECK(v.is_number_integer(), "{}: metadata '{}' is a JSON {}, not an integer", who, label,
+             v.type_name());
+  bool fits;
+  if (v.is_number_unsigned()) {  // JSON's non-negative integers
+    const uint64_t u = v.get<uint64_t>();
+    fits = u <= static_cast<uint64_t>(hi) && static_cast<int64_t>(u) >= lo;
+  } else {
+    fits = v.get<int64_t>() >= lo && v.get<int64_t>() <= hi;
+  }
+  TIDE_CHECK(fits, "{}: metadata '{}' is {}, outside [{}, {}]; the file is damaged", who, label,
+             v.dump(), lo, hi);
+  return v.get<int64_t>();
+}
+
+const std::string& meta_string(const json& obj, const char* key, const std::string& label,
+                               const std::string& who) {
+  const json& v = meta_member(obj, key, label, who);
+  TIDE_CHECK(v.is_string(), "{}: metadata '{}' is a JSON {}, not a string", who, label,
+             v.type_name());
+  return v.get_ref<const std::string&>();
+}
+
+bool meta_bool(const json& obj, const char* key, const std::string& label, const std::string& who) {
+  const json& v = meta_member(obj, key, label, who);
+  TIDE_CHECK(v.is_boolean(), "{}: metadata '{}' is a JSON {}, not a boolean", who, label,
+             v.type_name());
+  return v.get<bool>();
+}
+
+GPTConfig meta_model(const json& obj, const char* key, const std::string& who) {
+  const std::string k = key;
+  const json& m = meta_member(obj, key, k, who);
+  TIDE_CHECK(m.is_object(), "{}: metadata '{}' is a JSON {}, not an object", who, k, m.type_name());
+  GPTConfig c;
+  c.n_layer = static_cast<int>(meta_integer(m, "n_layer", k + ".n_layer", 1, INT_MAX, who));
+  c.n_head = static_cast<int>(meta_integer(m, "n_head", k + ".n_head", 1, INT_MAX, who));
+  c.n_embd = static_cast<int>(meta_integer(m, "n_embd", k + ".n_embd", 1, INT_MAX, who));
+  c.vocab_size =
+      static_cast<int>(meta_integer(m, "vocab_size", k + ".vocab_size", 1, INT_MAX, who));
+  c.max_seq_len =
+      static_cast<int>(meta_integer(m, "max_seq_len", k + ".max_seq_len", 1, INT_MAX, who));
+  const json& dropout = meta_member(m, "dropout", k + ".dropout", who);
+  TIDE_CHECK(dropout.is_number(), "{}: metadata '{}.dropout' is a JSON {}, not a number", who, k,
+             dropout.type_name());
+  c.dropout = dropout.get<float>();
+  try {
+    c.validate();
+  } catch (const Error& e) {
+    TIDE_FAIL("{} holds an impossible model shape: {}", who, e.what());
+  }
+  return c;
+}
+
+CheckpointInfo checkpoint_info_from_meta(const json& meta, const std::string& who) {
+  TIDE_CHECK(meta.is_object(), "{}: its tide metadata is a JSON {}, not an object", who,
+             meta.type_name());
+  CheckpointInfo info;
+  info.config = meta_model(meta, "model", who);
+  info.step = meta_integer(meta, "step", "step", 0, INT64_MAX, who);
+  info.tokenizer = meta_string(meta, "tokenizer", "tokenizer", who);
+  info.extra = meta_member(meta, "extra", "extra", who);
+  info.optimizer_state = meta_bool(meta, "optimizer_state", "optimizer_state", who);
+  return info;
+}
+
+}  // namespace tide

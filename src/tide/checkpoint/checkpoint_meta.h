@@ -1,0 +1,36 @@
+#pragma once
+// The tide metadata of a checkpoint as JSON: the model shape, step, tokenizer, extra and
+// optimizer_state, written in one place and read back field by field (present, right type, in
+// range). Shared by single-file checkpoints (checkpoint.h) and sharded ones
+// (sharded_checkpoint.h), so both refuse a damaged field with the same messages.
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "tide/checkpoint/checkpoint.h"
+
+namespace tide {
+
+// {n_layer, n_head, n_embd, vocab_size, max_seq_len, dropout}
+nlohmann::json checkpoint_model_json(const GPTConfig& c);
+// {"model", "step", "tokenizer", "extra", "optimizer_state"}
+nlohmann::json checkpoint_meta_json(const CheckpointInfo& info, bool with_optimizer_state);
+// Same shape (dropout aside): what a checkpoint and the model it loads into must share.
+bool same_model_shape(const GPTConfig& a, const GPTConfig& b);
+
+// Field readers for JSON read from a file. `who` is the subject of every message
+// ("checkpoint 'x'"), `label` the field's full name ("model.n_layer").
+const nlohmann::json& meta_member(const nlohmann::json& obj, const char* key,
+                                  const std::string& label, const std::string& who);
+int64_t meta_integer(const nlohmann::json& obj, const char* key, const std::string& label,
+                     int64_t lo, int64_t hi, const std::string& who);
+const std::string& meta_string(const nlohmann::json& obj, const char* key, const std::string& label,
+                               const std::string& who);
+bool meta_bool(const nlohmann::json& obj, const char* key, const std::string& label,
+               const std::string& who);
+GPTConfig meta_model(const nlohmann::json& obj, const char* key, const std::string& who);
+
+// The whole CheckpointInfo from metadata written by checkpoint_meta_json.
+CheckpointInfo checkpoint_info_from_meta(const nlohmann::json& meta, const std::string& who);
+
+}  // namespace tide

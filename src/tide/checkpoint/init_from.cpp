@@ -1,0 +1,90 @@
+// init_from (see init_from.h): the parameters a rank holds, read from a checkpoint.
+#include "tide/checkpoint/init_from.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "tide/core/dtype.h"
+#include "tide/checkpoint/checkpoint.h"
+#include "tide/checkpoint/checkpoint_meta.h"
+#include "tide/checkpoint/safetensors.h"
+#include "tide/checkpoint/sharded_checkpoint.h"
+
+namespace tide {
+
+namespace {
+
+CheckpointInfo info_of(const std::string& path) {
+  return is_sharded_checkpoint(path) ? read_sharded_checkpoint_info(path).info
+                                     : read_checkpoint_info(path);
+}
+
+}  // namespace
+
+void check_init_from(const std::string& path, const GPTConfig& config) {
+  const CheckpointInfo info = info_of(path);
+  TIDE_CHECK(same_model_shape(info.config, config),
+             "init_from: checkpoint '{}' holds a model {} but this config's model is {}; set "
+             "model.* to the checkpoint's shape",
+             path, info.config.str(), config.str());
+}
+
+void init_weights_from(const std::string& path, GPT& model) {
+  ChunkStore& store = model.store();
+  TIDE_CHECK(store.compute_dtype() == DType::F32,
+             "init_from: the model computes in {}; init_from needs f32 parameters",
+             dtype_name(store.compute_dtype()));
+  if (is_sharded_checkpoint(path)) {
+    check_init_from(path, model.config());
+    load_checkpoint_shard(path, store, model.config(), /*with_optimizer_state=*/false);
+    return;
+  }
+  const SafetensorsReader r(path, "checkpoint");  // verifies the checksum
+  const CheckpointInfo info =
+      checkpoint_info_from_meta(r.metadata(), fmt::format("checkpoint '{}'", path));
+  TIDE_CHECK(same_model_shape(info.config, model.config()),
+             "init_from: checkpoint '{}' holds a model {} but this config's model is {}; set "
+             "model.* to the checkpoint's shape",
+             path, info.config.str(), model.config().str());
+  const ChunkLayout& lay = store.layout();
+  // The tensor read for each slot, checked before any is copied.
+  std::vector<const SafetensorsEntry*> src;
+  for (const TensorSlot& s : lay.slots()) {
+    // A pipeline's last stage holds lm_head.weight, its copy of the tied wte: read wte.
+    const std::string base = s.name == "lm_head.weight" ? "wte" : s.name;
+    const std::string name = r.contains("master." + base) ? "master." + base : base;
+    TIDE_CHECK(r.contains(name), "init_from: checkpoint '{}' has no tensor '{}'; it is damaged",
+               path, base);
+    const SafetensorsEntry& e = r.entry(name);
+    TIDE_CHECK(e.shape == s.shape, "init_from: checkpoint '{}': tensor '{}' has shape {} but {}",
+               path, name, e.shape.str(), s.shape.str());
+    TIDE_CHECK(e.dtype == DType::F32 || e.dtype == DType::BF16 || e.dtype == DType::F16,
+               "init_from: checkpoint '{}': tensor '{}' is {}, not a float type", path, name,
+               dtype_name(e.dtype));
+    src.push_back(&e);
+  }
+  std::vector<uint16_t> half;
+  for (int id = 0; id < lay.num_tensors(); ++id) {
+    const TensorSlot& s = lay.slot(id);
+    const SafetensorsEntry& e = *src[id];
+    const Chunk ch = store.owned(ChunkKind::PARAM, s.chunk);
+    TIDE_CHECK(ch.data != nullptr, "init_from: cannot load '{}': its chunk is not resident",
+               s.name);
+    // The elements [lo, hi) of the tensor this rank holds (all, or its ZeRO-3 slice's part).
+    const int64_t lo = std::clamp<int64_t>(ch.begin - s.offset, 0, s.numel);
+    const int64_t hi = std::clamp<int64_t>(ch.begin + ch.elems - s.offset, lo, s.numel);
+    if (hi == lo) continue;
+    float* dst = static_cast<float*>(ch.data) + (s.offset + lo - ch.begin);
+    const auto n = static_cast<size_t>(hi - lo);
+    if (e.dtype == DType::F32) {
+      r.read_bytes(e.name, static_cast<uint64_t>(lo) * 4, n * 4, dst);
+      continue;
+    }
+    half.resize(n);
+    r.read_bytes(e.name, static_cast<uint64_t>(lo) * 2, n * 2, half.data());
+    for (size_t i = 0; i < n; ++i)
+      dst[i] = e.dtype == DType::BF16 ? bf16_to_f32(half[i]) : f16_to_f32(half[i]);
+  }
+}
+
+}  // namespace tide

@@ -1,0 +1,194 @@
+#pragma once
+// Training configuration: a JSON file with DeepSpeed's key names where DeepSpeed has one
+// (train_micro_batch_size_per_gpu, optimizer.params.lr, gradient_clipping, bf16.enabled, ...)
+// and tide's own keys otherwise (model.*, data.*, eval.*). Every key can be overridden from the
+// command line as key=value (nested keys with dots: optimizer.params.lr=3e-4).
+//
+// The schema (config_schema()) lists every key with its type, default and one line of
+// documentation; it drives parsing, validation, `tide train --list-keys` and docs/config.md.
+// An unknown key, a value of the wrong type or an out-of-range value is an error naming the
+// key and the fix (with a "did you mean" suggestion for misspelt keys).
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "tide/memory/zero_settings.h"
+#include "tide/model/activations.h"
+#include "tide/model/config.h"
+#include "tide/optim/lr_schedule.h"
+
+namespace tide {
+
+// UINT: a non-negative integer of up to 64 bits (seed). PATH: a string naming a file or
+// directory that must exist when it is given (checked at parse time).
+enum class ConfigType { INT, UINT, FLOAT, BOOL, STRING, PATH, FLOAT_PAIR };
+
+// The legal values of a numeric key, checked before the value is narrowed to its field:
+// [lo, hi] for INT; lo and hi (each open or closed) for FLOAT and each number of FLOAT_PAIR.
+// Every bound is below 2^53, so it is exact as a double.
+struct ConfigRange {
+  double lo = 0, hi = 0;
+  bool lo_open = false, hi_open = false;
+};
+
+// What tide does with a key. DeepSpeed's keys that tide cannot use are declared too, so that a
+// DeepSpeed config runs as written instead of failing on them (docs/config.md, "Coming from
+// DeepSpeed").
+enum class KeyUse {
+  HONOURED,  // the key changes the run (most keys)
+  IGNORED,   // a DeepSpeed key that cannot change a tide run (timers, a collective's choice of
+             // algorithm, ...): accepted, and named in one warning line (ignored_keys_warning)
+  REFUSED,   // a DeepSpeed key that DeepSpeed itself refuses: an error whatever its value, with
+             // `doc` as the reason and the fix
+};
+
+struct ConfigKey {
+  const char* path;  // dotted: "optimizer.params.lr"
+  ConfigType type;
+  nlohmann::json default_value;
+  const char* doc;
+  ConfigRange range = {};  // INT, FLOAT and FLOAT_PAIR only
+  KeyUse use = KeyUse::HONOURED;
+};
+
+const std::vector<ConfigKey>& config_schema();
+
+struct TrainConfig {
+  // batch and schedule
+  // DeepSpeed's rule: train_batch_size = micro_batch * grad_accum * data-parallel ranks; a
+  // config may give any two and the third is derived (resolve_batch in config.cpp).
+  int micro_batch = 8;
+  int grad_accum = 1;
+  int train_batch_size = 0;  // as given; 0: not given (then micro * accum * dp)
+  int seq_len = 128;
+  int64_t train_steps = 600;
+  uint64_t seed = 1337;
+  std::string device = "cpu";
+  int threads = 0;
+  // optimizer
+  // Doubles, like PyTorch's Python floats: 1 - beta2 must be 0.05, not 1 - 0.95f.
+  double lr = 1e-3, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.1;
+  // false: classic Adam, the weight decay added to the gradient (DeepSpeed's "Adam" with
+  // optimizer.params.adam_w_mode false); true: AdamW's decoupled decay.
+  bool adam_w_mode = true;
+  LrSchedule lr_schedule;  // scheduler.*, resolved (total_num_steps 0 -> train_steps, ...)
+  float grad_clip = 1.0f;  // 0: off
+  bool bf16 = false, fp16 = false;
+  // fp16.*: DeepSpeed's loss scaling, with its defaults (fp16 training itself is not in tide
+  // train yet: fp16.enabled=true is refused).
+  struct Fp16LossScale {
+    double loss_scale = 0;  // 0: dynamic; else a fixed scale
+    int initial_scale_power = 16;
+    int64_t loss_scale_window = 1000;
+    int hysteresis = 2;
+    bool consecutive_hysteresis = false;
+    double min_loss_scale = 1;
+    bool auto_cast = false;
+    bool operator==(const Fp16LossScale&) const = default;
+  } fp16_loss_scale;
+  ZeroSettings zero;  // zero_optimization.* (offload_optimizer: from offload_optimizer below)
+  int64_t device_memory_limit = 0;          // placement.device_memory_limit: bytes, 0 = unlimited
+  std::string placement_policy = "device";  // placement.policy: "device" or "auto"
+  ActivationPolicy activation_policy = ActivationPolicy::SAVE_ALL;
+  double chunk_size_mb = 0;  // 0: smallest legal chunk (the largest tensor)
+  // What `tide estimate` sizes and `tide train` cannot run yet (offload, tensor parallelism
+  // inside pipeline stages, SGD): parsed for both commands; the Trainer refuses what it cannot
+  // honour (config/unsupported_settings.h).
+  std::string optimizer_type = "AdamW";                            // "AdamW" or "SGD"
+  std::string offload_optimizer = "none", offload_param = "none";  // "none" or "cpu"
+  int world_size = 0;                                              // 0: as launched
+  int tensor_parallel = 1, pipeline_stages = 1;
+  bool sequence_parallel = false;
+  // activation_checkpointing.partition_activations / cpu_checkpointing (ZeRO-R P_a).
+  bool partition_activations = false, cpu_checkpointing = false;
+  // pipeline.*: the schedule's canonical name (pipeline/generators.h; pipeline_setup.h checks
+  // the combination), model chunks per stage, zb-auto's memory limit in M_B (0: 1F1B's peak).
+  std::string pipeline_schedule = "1f1b";
+  int virtual_stages = 1;
+  double pipeline_memory_limit = 0;
+  // model
+  std::string model_preset;
+  GPTConfig model;  // vocab_size 0 here means "from the data's tokenizer"
+  // data
+  std::string data_dir;  // with train.bin, val.bin, tokenizer.json, meta.json
+  std::string train_data, val_data;
+  bool shuffle = true;
+  // evaluation, logging, output
+  int64_t eval_interval = 100;
+  int64_t eval_sequences = 128;  // the fixed validation set: the first N val sequences
+  int64_t log_interval = 10;
+  std::string out_dir = "runs/default";
+  bool out_dir_overwrite = false;   // replace an earlier run's files in out_dir
+  int64_t checkpoint_interval = 0;  // 0: only at the end
+  std::string resume;               // checkpoint to resume from
+  bool new_lr_schedule = false;     // a resume may change the checkpoint's lr schedule
+  std::string init_from;            // checkpoint whose weights start the run (step 0)
+  bool progress = true;
+  double comm_timeout_s = 600;  // the collective watchdog (docs/reliability.md)
+  bool is_default_run = false;  // no data given: the embedded default corpus
+
+  // observability (docs/observability.md)
+  bool tensorboard = false;      // tensorboard.enabled
+  std::string tensorboard_path;  // tensorboard.output_path; "" = out_dir/tensorboard
+  std::string tensorboard_job;   // tensorboard.job_name: a subdirectory; "" = none
+  int64_t trace_steps = 0;       // trace.steps: steps traced after one warm-up; 0 = off
+  std::string trace_path;        // trace.path; "" = out_dir/trace.json
+  // Every schema key (dotted path -> value): merged, validated, defaults filled in, resolved
+  // values where the typed fields resolve one (a preset's shape, total_num_steps 0, ...).
+  // config.json, the checkpoints' config and the ranks' agreement check are written from it,
+  // and parsing it back gives this config again.
+  nlohmann::json values = nlohmann::json::object();
+  // The KeyUse::IGNORED keys the config gave, in schema order (config_to_json writes these and
+  // no other ignored key, so that reading config.json back gives the same list).
+  std::vector<std::string> ignored_keys;
+
+  bool operator==(const TrainConfig&) const = default;
+};
+
+// Merges `overrides` (key=value strings) into the JSON of `path` ("" = default_config()), validates
+// everything against the schema and returns the typed config. Everything that can be checked
+// without the data is checked here, before anything is prepared or written: unknown keys (all
+// of them in one error), types, ranges (before narrowing), the optimizer and the LR schedule,
+// the model shape, and that every path given exists.
+// check_paths = false (`tide estimate`, which reads no data): the paths are not checked.
+// ranks: the processes of the run (tide train: the ranks launched), which with the
+// tensor-parallel and pipeline sizes give the data-parallel ranks that derive a batch size the
+// config leaves out (DeepSpeed's rule). 0 = not known here: the world_size key when set, else 1
+// (tide estimate's world); the Trainer checks the batch again against the ranks it runs on.
+TrainConfig load_train_config(const std::string& path, const std::vector<std::string>& overrides,
+                              bool check_paths = true, int ranks = 0);
+// Same, from JSON already parsed (tests).
+TrainConfig parse_train_config(const nlohmann::json& j, bool check_paths = true, int ranks = 0);
+
+// One warning line naming the KeyUse::IGNORED keys the config gave ("" when none): printed
+// once by `tide train` (rank 0) and `tide estimate`.
+std::string ignored_keys_warning(const TrainConfig& c);
+
+// The files of an earlier run in `out_dir` (metrics.jsonl, config.json, model.ckpt,
+// model_step<N>.ckpt); empty when there are none.
+std::vector<std::string> earlier_run_files(const std::string& out_dir);
+// Refuses to start a run that would overwrite an earlier run's files in cfg.out_dir, unless it
+// continues that run (checkpoint.resume) or cfg.out_dir_overwrite is set.
+void check_out_dir(const TrainConfig& cfg);
+
+// The config as nested JSON (every schema key, from c.values, except the KeyUse::IGNORED keys
+// the config did not give): config.json and the checkpoints' config.
+// parse_train_config(config_to_json(c)) == c.
+nlohmann::json config_to_json(const TrainConfig& c);
+
+// Sets a key of c.values to a value a component resolved after parsing (the trainer: the
+// vocabulary and the data paths), so that config.json records what the run used.
+void set_resolved_value(TrainConfig& c, const std::string& key, const nlohmann::json& value);
+
+// The config `tide train` reads when given no config file (the overrides apply on top): the
+// scheduler params of the embedded default run. A config file is read as DeepSpeed reads it,
+// with the schema's (DeepSpeed's) defaults, whose 1000 log-warmup steps would never end in the
+// default 300 steps.
+const nlohmann::json& default_config();
+
+// Markdown table of the schema (docs/config.md is generated from it).
+std::string config_reference_markdown();
+
+}  // namespace tide

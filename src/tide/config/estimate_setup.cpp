@@ -1,0 +1,60 @@
+#include "tide/config/estimate_setup.h"
+
+#include "tide/core/error.h"
+#include "tide/data/prepare.h"
+#include "tide/model/activations.h"
+
+namespace tide {
+namespace {
+
+Recompute recompute_of(ActivationPolicy p) {
+  switch (p) {
+    case ActivationPolicy::SAVE_ALL:
+      return Recompute::None;
+    case ActivationPolicy::SELECTIVE:
+      return Recompute::Selective;
+    case ActivationPolicy::FULL:
+      return Recompute::Full;
+  }
+  return Recompute::None;
+}
+
+}  // namespace
+
+TrainSetup setup_from_train_config(const TrainConfig& c) {
+  TrainSetup s;
+  s.model = c.model;  // the shape the run uses (a preset's; max_seq_len 0 resolved to seq_len)
+  if (s.model.vocab_size == 0 && !c.data_dir.empty() && prepared_corpus_exists(c.data_dir))
+    s.model.vocab_size = read_prepared_corpus(c.data_dir).vocab_size;
+  s.seq_len = c.seq_len;
+  s.world_size = c.world_size > 0 ? c.world_size : 1;
+  s.tp = c.tensor_parallel;
+  s.pp = c.pipeline_stages;
+  s.sp = c.sequence_parallel;
+  s.micro_batch = c.micro_batch;
+  s.grad_accum = c.grad_accum;
+  s.zero_stage = c.zero.stage;
+  s.zero = c.zero;
+  s.offload = c.offload_param == "cpu"       ? Offload::All
+              : c.offload_optimizer == "cpu" ? Offload::Optimizer
+                                             : Offload::None;
+  s.recompute = recompute_of(c.activation_policy);
+  s.partition_activations = c.partition_activations;
+  s.cpu_checkpointing = c.cpu_checkpointing;
+  s.precision = c.bf16 ? Precision::BF16 : c.fp16 ? Precision::FP16 : Precision::FP32;
+  s.optimizer = parse_optimizer(c.optimizer_type);
+  // Every schedule tide train runs (with one stage the schedule does not matter).
+  s.schedule = parse_schedule(c.pipeline_schedule);
+  s.memory_limit = c.pipeline_memory_limit;
+  s.virtual_stages = c.virtual_stages;
+  s.chunk_mib = c.chunk_size_mb;
+  s.placement = parse_placement(c.placement_policy);
+  s.device_memory_limit = c.device_memory_limit;
+  return s;
+}
+
+TrainSetup read_estimate_config(const std::string& path) {
+  return setup_from_train_config(load_train_config(path, {}, /*check_paths=*/false));
+}
+
+}  // namespace tide

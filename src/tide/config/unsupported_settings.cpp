@@ -1,0 +1,71 @@
+#include "tide/config/unsupported_settings.h"
+
+#include "tide/core/error.h"
+
+namespace tide {
+
+void check_trainer_can_honour(const TrainConfig& c, int world_size) {
+  TIDE_CHECK(c.world_size == 0 || c.world_size == world_size,
+             "world_size={}: this run has {} rank{} (launch it with `mpirun -np {}`), or set "
+             "world_size to 0 (= the ranks launched)",
+             c.world_size, world_size, world_size == 1 ? "" : "s", c.world_size);
+  // Tensor parallelism: t ranks per stage of each data-parallel replica (the mesh tp x dp x
+  // pp, comm/topology.h).
+  const int t = c.tensor_parallel;
+  TIDE_CHECK(world_size % t == 0,
+             "tensor_parallel.size={}: this run has {} rank{}, not a multiple of it (ranks = "
+             "tensor_parallel.size x pipeline.stages x data-parallel replicas); launch `mpirun "
+             "-np {}` or change tensor_parallel.size",
+             t, world_size, world_size == 1 ? "" : "s", (world_size + t - 1) / t * t);
+  // Pipeline parallelism: one stage per rank. (The pipeline.* combinations are checked with
+  // the config, pipeline_setup.h; what depends on the ranks launched is checked here.)
+  const int p = c.pipeline_stages;
+  TIDE_CHECK(world_size % p == 0,
+             "pipeline.stages={}: this run has {} rank{}, not a multiple of the stages (each "
+             "stage runs on world/stages ranks); launch `mpirun -np {}` or change pipeline.stages",
+             p, world_size, world_size == 1 ? "" : "s", (world_size + p - 1) / p * p);
+  TIDE_CHECK(world_size % (p * t) == 0,
+             "pipeline.stages={} x tensor_parallel.size={}: this run has {} ranks, not a "
+             "multiple of {} (each data-parallel replica holds stages x tp ranks); launch "
+             "`mpirun -np {}` or change one of them",
+             p, t, world_size, p * t, (world_size + p * t - 1) / (p * t) * (p * t));
+  // The pipeline's chunks keep whole block inputs (no P_a slicing inside the stages yet).
+  TIDE_CHECK(p == 1 || !c.partition_activations,
+             "activation_checkpointing.partition_activations with pipeline.stages={}: "
+             "partitioned activations inside pipeline stages are not in tide train yet; set "
+             "partition_activations to false (and cpu_checkpointing), or pipeline.stages to 1",
+             p);
+  TIDE_CHECK(c.offload_optimizer == "none" || c.zero.stage >= 1,
+             "zero_optimization.offload_optimizer.device=\"cpu\" with zero_optimization.stage=0: "
+             "ZeRO-Offload offloads the partitioned optimizer state of stages 1-3 (as DeepSpeed "
+             "does); set zero_optimization.stage to 1, 2 or 3");
+  // offload_param: DeepSpeed's rule, ZeRO stage 3 (the parameters are partitioned and gathered
+  // per block; on one rank the "gather" copies the host slice, which is the whole chunk).
+  TIDE_CHECK(c.offload_param == "none" || c.zero.stage == 3,
+             "zero_optimization.offload_param.device=\"cpu\" with zero_optimization.stage={}: "
+             "parameter offload needs ZeRO stage 3 (as in DeepSpeed); set "
+             "zero_optimization.stage=3",
+             c.zero.stage);
+  // placement.policy=auto (parallel/auto_placement.h) plans one store against the device budget
+  // from the accesses of its first step.
+  TIDE_CHECK(c.placement_policy != "auto" || t == 1,
+             "placement.policy=\"auto\" with tensor_parallel.size={}: tide train places chunks "
+             "automatically without tensor parallelism; set tensor_parallel.size=1, or "
+             "placement.policy=\"device\"",
+             t);
+  TIDE_CHECK(c.placement_policy != "auto" || c.virtual_stages == 1,
+             "placement.policy=\"auto\" with pipeline.virtual_stages={}: the policy plans one "
+             "model chunk per stage against the device budget; use a schedule with one chunk per "
+             "stage (not interleaved or zb-v), or placement.policy=\"device\"",
+             c.virtual_stages);
+  TIDE_CHECK(c.placement_policy != "auto" || c.pipeline_schedule != "zb-auto",
+             "placement.policy=\"auto\" with pipeline.schedule=\"zb-auto\": the placement plan is "
+             "learned from the first step's accesses, and zb-auto changes the schedule after that "
+             "step; pick a fixed schedule (e.g. zb-h1), or placement.policy=\"device\"");
+  TIDE_CHECK(c.optimizer_type == "AdamW",
+             "optimizer.type=\"{}\": tide train has only Adam and AdamW; set optimizer.type to "
+             "\"AdamW\" (tide estimate sizes SGD)",
+             c.optimizer_type);
+}
+
+}  // namespace tide

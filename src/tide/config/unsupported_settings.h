@@ -1,0 +1,15 @@
+#pragma once
+// Why: one config file serves `tide train` and `tide estimate`, so the schema holds settings
+// that `tide estimate` sizes but the trainer cannot run yet (offload, tensor parallelism
+// inside pipeline stages, SGD, a world size other than the ranks launched). The trainer must never
+// drop one silently: each is an error naming the key, the value and what tide supports today.
+
+#include "tide/config/config.h"
+
+namespace tide {
+
+// Throws a tide::Error for the first setting of `c` that a Trainer on `world_size` ranks
+// cannot honour; returns when it can run them all.
+void check_trainer_can_honour(const TrainConfig& c, int world_size);
+
+}  // namespace tide

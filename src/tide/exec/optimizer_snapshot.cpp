@@ -1,0 +1,71 @@
+#include "tide/exec/optimizer_snapshot.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace tide {
+
+namespace {
+constexpr ChunkKind kOverwritten[] = {ChunkKind::MASTER, ChunkKind::ADAM_M, ChunkKind::ADAM_V};
+}  // namespace
+
+void OptimizerSnapshot::begin(std::span<ChunkStore* const> stores) {
+  // Each range adamw_step writes: per store, kind and chunk, the owned slice of a sliced kind
+  // or the whole chunk.
+  size_t i = 0;
+  for (ChunkStore* s : stores)
+    for (ChunkKind k : kOverwritten) {
+      TIDE_CHECK(s->has(k), "the store has no {} chunks: build it with_optimizer to train",
+                 chunk_kind_name(k));
+      for (int c = 0; c < s->layout().num_chunks(); ++c) {
+        const Tensor t = s->sliced(k) ? s->slice(k, c) : s->chunk(k, c);
+        if (i == ranges_.size()) ranges_.emplace_back();
+        ranges_[i].live = static_cast<std::byte*>(t.data);
+        ranges_[i].saved.resize(t.nbytes());
+        ++i;
+      }
+    }
+  ranges_.resize(i);
+  next_ = 0;
+  done_ = 0;
+}
+
+bool OptimizerSnapshot::save_some(size_t max_bytes) {
+  while (next_ < ranges_.size() && done_ == ranges_[next_].saved.size()) ++next_, done_ = 0;
+  if (next_ == ranges_.size()) return false;
+  Range& r = ranges_[next_];
+  const size_t n = std::min(std::max<size_t>(max_bytes, 1), r.saved.size() - done_);
+  std::memcpy(r.saved.data() + done_, r.live + done_, n);
+  done_ += n;
+  return true;
+}
+
+void OptimizerSnapshot::save_rest() {
+  while (save_some(SIZE_MAX)) {
+  }
+}
+
+size_t OptimizerSnapshot::pending_bytes() const {
+  size_t n = 0;
+  for (size_t i = next_; i < ranges_.size(); ++i)
+    n += ranges_[i].saved.size() - (i == next_ ? done_ : 0);
+  return n;
+}
+
+void OptimizerSnapshot::save(std::span<ChunkStore* const> stores) {
+  begin(stores);
+  save_rest();
+}
+
+void OptimizerSnapshot::restore() const {
+  TIDE_ASSERT(pending_bytes() == 0);
+  for (const Range& r : ranges_) std::memcpy(r.live, r.saved.data(), r.saved.size());
+}
+
+size_t OptimizerSnapshot::bytes() const {
+  size_t n = 0;
+  for (const Range& r : ranges_) n += r.saved.size();
+  return n;
+}
+
+}  // namespace tide

@@ -1,0 +1,783 @@
+#include "tide/exec/pipeline_engine.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <exception>
+#include <optional>
+
+#include <omp.h>
+
+#include "tide/comm/local_process_group.h"
+#include "tide/model/param_groups.h"
+#include "tide/optim/grad_norm.h"
+
+namespace tide {
+
+using pipeline::Op;
+
+// A send or receive in flight, and its span in the trace (from posting to the wait that saw it
+// done).
+struct PipelineEngine::Transfer {
+  WorkPtr work;
+  AsyncTrace trace;
+  int mb = -1;
+
+  explicit operator bool() const { return work != nullptr; }
+  void wait() {
+    work->wait();
+    trace.finish();
+  }
+};
+
+// A (micro-batch, chunk)'s home on this stage from the first action that names it (its RecvAct
+// or F) to the last (its W, or the SendGrad after a fused backward).
+struct PipelineEngine::Slot {
+  int chunk = 0;  // the chunk whose model made `m`
+  int mb = -1;    // the micro-batch it runs, -1 when free
+  MicroBatch* m = nullptr;
+  Transfer recv;                // the activation or gradient being received into it
+  std::vector<Transfer> sends;  // isends reading its buffers: waited before the slot is reused
+  bool live = false;            // from its F until its release: its saved activations count
+};
+
+namespace {
+
+// Per key(mb, chunk) = mb * chunks + chunk, the indices of the first and last action of
+// `actions` that name it.
+struct Span {
+  int first = -1, last = -1;
+};
+std::vector<Span> spans(const std::vector<pipeline::Action>& actions, int M, int chunks) {
+  std::vector<Span> s(static_cast<size_t>(M) * chunks);
+  for (int i = 0; i < static_cast<int>(actions.size()); ++i) {
+    const pipeline::Action& a = actions[i];
+    if (a.op == Op::OptimizerStep) continue;
+    Span& sp = s[a.mb * chunks + a.chunk];
+    if (sp.first < 0) sp.first = i;
+    sp.last = i;
+  }
+  return s;
+}
+
+// Peak (micro-batch) slots per chunk (spans alive at once) and peak W stashes ((micro-batch,
+// block) between its B and W part) of a stage's action list.
+std::pair<std::vector<int>, int> peaks(const pipeline::Schedule& s, int stage,
+                                       const std::vector<int>& blocks) {
+  const std::vector<pipeline::Action>& actions = s.actions[stage];
+  const std::vector<Span> sp = spans(actions, s.microbatches, s.chunks);
+  std::vector<int> slots(s.chunks, 0), peak_slots(s.chunks, 1);
+  int stashes = 0, peak_stashes = 1;
+  for (int i = 0; i < static_cast<int>(actions.size()); ++i) {
+    const pipeline::Action& a = actions[i];
+    if (a.op == Op::OptimizerStep) continue;
+    const Span& span = sp[a.mb * s.chunks + a.chunk];
+    if (span.first == i) peak_slots[a.chunk] = std::max(peak_slots[a.chunk], ++slots[a.chunk]);
+    if (span.last == i) --slots[a.chunk];
+    if (!pipeline::is_compute(a.op)) continue;
+    for (const pipeline::BlockPart& p :
+         pipeline::block_parts(a.op, blocks[a.chunk], s.split_backward)) {
+      if (p.op == Op::B) peak_stashes = std::max(peak_stashes, ++stashes);
+      if (p.op == Op::W) --stashes;
+    }
+  }
+  return {peak_slots, peak_stashes};
+}
+
+// The squared gradient norm of the whole model from per-tensor sums: `mine[g]` is this rank's
+// sum of squares of whole-model tensor g (0 for tensors it does not hold). The ranks' vectors
+// are gathered (asynchronously: `all` is filled when the returned work completes) and added
+// in whole-model tensor order by sum_in_model_order, so the result does not depend on which
+// stage holds which tensor (every placement and schedule gives the same bits).
+WorkPtr gather_norms(ProcessGroup& group, std::vector<double>& mine, std::vector<double>& all) {
+  const int64_t G = static_cast<int64_t>(mine.size()), p = group.size();
+  all.assign(static_cast<size_t>(G * p), 0.0);
+  // Doubles travel as pairs of int32 (the groups reduce f32; this is only a gather).
+  return group.all_gather_async(Tensor(mine.data(), Shape{2 * G}, DType::I32),
+                                Tensor(all.data(), Shape{2 * G * p}, DType::I32));
+}
+double sum_in_model_order(const std::vector<double>& all, int64_t G) {
+  const int64_t p = static_cast<int64_t>(all.size()) / G;
+  double sum = 0;
+  for (int64_t g = 0; g < G; ++g) {
+    double t = 0;  // one rank holds tensor g, the others add exact zeros
+    for (int64_t r = 0; r < p; ++r) t += all[r * G + g];
+    sum += t;
+  }
+  return sum;
+}
+
+// Per-tensor partial sums of squares over the dp group: gathered and added in rank order.
+std::vector<double> sum_over_dp(ProcessGroup& dp, const std::vector<double>& mine) {
+  const int64_t G = static_cast<int64_t>(mine.size()), n = dp.size();
+  std::vector<double> in = mine, all(static_cast<size_t>(G * n));
+  dp.all_gather(Tensor(in.data(), Shape{2 * G}, DType::I32),
+                Tensor(all.data(), Shape{2 * G * n}, DType::I32));
+  std::vector<double> sum(static_cast<size_t>(G), 0.0);
+  for (int64_t g = 0; g < G; ++g)
+    for (int64_t r = 0; r < n; ++r) sum[g] += all[r * G + g];
+  return sum;
+}
+
+void copy(Tensor dst, const Tensor& src) {
+  TIDE_ASSERT(dst.nbytes() == src.nbytes());
+  std::memcpy(dst.data, src.data, src.nbytes());
+}
+
+}  // namespace
+
+PipelineEngine::PipelineEngine(std::vector<GPT*> models, std::shared_ptr<ProcessGroup> pipeline,
+                               pipeline::Schedule schedule, int B, int T,
+                               OptimizerSettings optimizer, std::shared_ptr<ProcessGroup> dp,
+                               ZeroSettings zero, AutoPlacementSettings placement)
+    : models_(std::move(models)),
+      pp_(std::move(pipeline)),
+      dp_(dp ? std::move(dp) : std::make_shared<LocalProcessGroup>()),
+      schedule_(std::move(schedule)),
+      opt_(optimizer),
+      B_(B),
+      T_(T) {
+  pipeline::validate(schedule_);
+  const int p = pp_->size(), stage = pp_->rank();
+  chunks_ = schedule_.chunks;
+  const int V = schedule_.virtual_stages(), M = schedule_.microbatches;
+  TIDE_CHECK(schedule_.stages == p,
+             "schedule '{}' has {} stages but the pipeline group has {} ranks; build the "
+             "schedule for the group's size",
+             schedule_.name, schedule_.stages, p);
+  TIDE_CHECK(static_cast<int>(models_.size()) == chunks_,
+             "schedule '{}' runs {} model chunks per stage but stage {} was given {} models; "
+             "build one GPT per chunk",
+             schedule_.name, chunks_, stage, models_.size());
+  TIDE_CHECK(2 * M * V <= 32768,
+             "{} micro-batches x {} virtual stages are too many message tags; use fewer", M, V);
+  check_lr_schedule(opt_.lr);
+  tp_ = models_[0]->tp() > 1 ? models_[0]->tp_group() : nullptr;
+  for (int c = 0; c < chunks_; ++c) {
+    TIDE_CHECK(models_[c]->tp() == models_[0]->tp() &&
+                   (models_[c]->tp() == 1 || models_[c]->tp_group() == tp_),
+               "chunk {} of stage {} is built with tensor parallelism over {} ranks but chunk 0 "
+               "over {}; build every chunk with the same ModelOptions::tp group",
+               c, stage, models_[c]->tp(), models_[0]->tp());
+    virtual_.push_back(schedule_.virtual_stage(stage, c));
+    TIDE_CHECK(models_[c]->pp() == V && models_[c]->stage() == virtual_[c],
+               "chunk {} of stage {} runs virtual stage {} of {} but holds a model built for "
+               "stage {} of {}; build it with ModelOptions pp = {}, stage = {}",
+               c, stage, virtual_[c], V, models_[c]->stage(), models_[c]->pp(), V, virtual_[c]);
+  }
+
+  plan();
+
+  // Each tensor's place in the whole model (the gradient norm's order); lm_head.weight, the
+  // last virtual stage's copy of wte, is left out so that the tied weight counts once.
+  const ChunkLayout whole = make_layout(models_[0]->config());
+  model_tensors_ = whole.num_tensors();
+  for (int g = 0; g < model_tensors_; ++g) tp_sharded_.push_back(tp_sharded(whole.slot(g).name));
+  for (int c = 0; c < chunks_; ++c) {
+    const ChunkLayout& mine = models_[c]->store().layout();
+    norm_index_.emplace_back();
+    for (int id = 0; id < mine.num_tensors(); ++id) {
+      const std::string& name = mine.slot(id).name;
+      norm_index_[c].push_back(name == "lm_head.weight" ? -1 : whole.find(name));
+      if (name == "wte" && V > 1) wte_chunk_ = c, wte_id_ = id;
+      if (name == "lm_head.weight") head_chunk_ = c, head_id_ = id;
+    }
+  }
+  // The tied embedding's two copies: on one rank (ZB-V) they are summed locally; on two, over
+  // a group of the two (collective over the pipeline group: every rank takes part).
+  const int emb_rank = schedule_.locate(0).first, head_rank = schedule_.locate(V - 1).first;
+  if (V > 1 && emb_rank != head_rank) tied_ = pp_->new_group({emb_rank, head_rank});
+  // The ZeRO stage is the stores' slicing (zero_sliced_kinds), the same on every chunk.
+  const ChunkStore& first = models_[0]->store();
+  zero_stage_ = first.sliced(ChunkKind::PARAM)    ? 3
+                : first.sliced(ChunkKind::GRAD)   ? 2
+                : first.sliced(ChunkKind::MASTER) ? 1
+                                                  : 0;
+  for (GPT* m : models_) {
+    const ChunkStore& st = m->store();
+    TIDE_CHECK(st.options().sliced_kinds == first.options().sliced_kinds &&
+                   st.options().sliced_kinds == zero_sliced_kinds(zero_stage_),
+               "the chunks of stage {} slice their kinds differently, or not as a ZeRO stage "
+               "does; build every chunk's model with store.sliced_kinds = zero_sliced_kinds(the "
+               "same stage)",
+               stage);
+    // The dp group is one axis of a mesh, easy to confuse with the world: a store packed for
+    // another group size (any but 1 at stage 0) means the wrong group was passed.
+    TIDE_CHECK((zero_stage_ == 0 && st.layout().group_size() == 1) ||
+                   (st.layout().group_size() == dp_->size() &&
+                    (zero_stage_ == 0 || st.options().group_rank == dp_->rank())),
+               "stage {}'s chunks are sliced over {} ranks as rank {} (ModelOptions::group_size, "
+               "store.group_rank), but its data-parallel group has {} ranks and this is rank {}; "
+               "pass the mesh's dp group (Topology::group_ptr(MeshAxis::DP)), not the world, and "
+               "build the model with group_size = {} and store.group_rank = the dp rank",
+               stage, st.layout().group_size(), st.options().group_rank, dp_->size(), dp_->rank(),
+               dp_->size());
+  }
+  TIDE_CHECK(zero.stage == 0 || zero.stage == zero_stage_,
+             "ZeroSettings::stage is {} but the models' stores are sliced for ZeRO stage {}; "
+             "build them with store.sliced_kinds = zero_sliced_kinds({}) or pass that stage",
+             zero.stage, zero_stage_, zero.stage);
+  zero.stage = zero_stage_;
+  check_dp_group();
+  check_tp_group();
+  TIDE_CHECK(!placement.device || chunks_ == 1,
+             "placement.policy=auto with {} model chunks per stage (schedule '{}'): the policy "
+             "plans one store against the device budget; use a schedule with one chunk per stage "
+             "(not interleaved or zb-v), or placement.policy=device",
+             chunks_, schedule_.name);
+  build_stacks(zero, placement);
+}
+
+namespace {
+// The order in which chunk `chunk`'s block parts acquire its model's parameter groups in one
+// step of `stage` (model/param_groups.h; ZeRO-3 prefetches by it, auto placement plans by it).
+std::vector<ParamAccess> group_accesses(const pipeline::Schedule& s, int stage, int chunk,
+                                        const GPT& model) {
+  const ParamGroups groups(model.all_block_groups());
+  std::vector<ParamAccess> seq;
+  for (const pipeline::Action& a : s.actions[stage]) {
+    if (!pipeline::is_compute(a.op) || a.chunk != chunk) continue;
+    for (const pipeline::BlockPart& p :
+         pipeline::block_parts(a.op, model.num_blocks(), s.split_backward)) {
+      const Use use = p.op == Op::F ? Use::FORWARD : p.op == Op::B ? Use::BACKWARD : Use::WEIGHT;
+      for (int g : part_groups(model.block_groups(p.block), use, model.policy()))
+        seq.push_back({groups.first[p.block] + g, use});
+    }
+  }
+  return seq;
+}
+}  // namespace
+
+void PipelineEngine::build_stacks(const ZeroSettings& zero,
+                                  const AutoPlacementSettings& placement) {
+  // Non-model memory for auto placement: the micro-batches' activations in use.
+  auto activations = [this] {
+    size_t b = 0;
+    for (const auto& mb : mbs_) b += mb->saved.used() + mb->workspace.used();
+    return b;
+  };
+  for (int c = 0; c < chunks_; ++c)
+    stacks_.push_back(std::make_unique<PolicyStack>(
+        *models_[c], *dp_, zero, placement, group_accesses(schedule_, pp_->rank(), c, *models_[c]),
+        activations, omp_get_max_threads()));
+}
+
+void PipelineEngine::sum_tied_gradient() {
+  if (!(wte_id_ >= 0 && head_id_ >= 0) && !tied_) return;
+  const bool sliced = stacks_[0]->sliced();
+  // The whole reduced gradient of tensor `id` of chunk `chunk`. Under ZeRO the owned slices
+  // hold the replicas' mean, and a tensor spans the slices of several replicas (at other offsets
+  // on the other end of the tie): its chunk is gathered whole over dp into `buf`.
+  auto whole = [&](int chunk, int id, std::vector<float>& buf) -> Tensor {
+    const ChunkStore& st = models_[chunk]->store();
+    if (!sliced) return st.tensor(ChunkKind::GRAD, id);
+    const TensorSlot& slot = st.layout().slot(id);
+    buf.resize(static_cast<size_t>(st.layout().chunk_elems(slot.chunk)));
+    dp_->all_gather(stacks_[chunk]->grad(slot.chunk),
+                    Tensor(buf.data(), Shape{static_cast<int64_t>(buf.size())}));
+    return Tensor(buf.data() + slot.offset, Shape{slot.numel});
+  };
+  // Under ZeRO each replica keeps its slice of the summed chunk.
+  auto keep_slice = [&](int chunk, int id, const std::vector<float>& buf) {
+    if (!sliced) return;
+    const PolicyStack& stack = *stacks_[chunk];
+    const int c = models_[chunk]->store().layout().slot(id).chunk;
+    const Tensor mine = stack.grad(c);
+    std::memcpy(mine.data, buf.data() + stack.grad_begin(c), mine.nbytes());
+  };
+  // wte and lm_head.weight both become the sum of the two gradients (a + b = b + a: the same
+  // bits on both copies, wherever they live).
+  std::vector<float> wte_buf, head_buf;
+  if (wte_id_ >= 0 && head_id_ >= 0) {
+    const Tensor a = whole(wte_chunk_, wte_id_, wte_buf);
+    const Tensor b = whole(head_chunk_, head_id_, head_buf);
+    float* pa = a.f32();
+    float* pb = b.f32();
+    for (int64_t j = 0; j < a.numel(); ++j) pa[j] = pb[j] = pa[j] + pb[j];
+  } else {
+    tied_->all_reduce(
+        wte_id_ >= 0 ? whole(wte_chunk_, wte_id_, wte_buf) : whole(head_chunk_, head_id_, head_buf),
+        ReduceOp::Sum);
+  }
+  if (wte_id_ >= 0) keep_slice(wte_chunk_, wte_id_, wte_buf);
+  if (head_id_ >= 0) keep_slice(head_chunk_, head_id_, head_buf);
+}
+
+void PipelineEngine::check_dp_group() {
+  if (dp_->size() == 1) return;
+  // Every replica of this stage must hold the same stage of the same pipeline: gathered over
+  // the dp group (collective), so that every member reaches the same verdict.
+  std::vector<int32_t> mine = {pp_->rank(), pp_->size(), schedule_.microbatches, chunks_, B_, T_};
+  const int64_t K = static_cast<int64_t>(mine.size());
+  std::vector<int32_t> all(static_cast<size_t>(K * dp_->size()));
+  dp_->all_gather(Tensor(mine.data(), Shape{K}, DType::I32),
+                  Tensor(all.data(), Shape{K * dp_->size()}, DType::I32));
+  for (int r = 0; r < dp_->size(); ++r) {
+    const int32_t* o = &all[static_cast<size_t>(r * K)];
+    TIDE_CHECK(std::equal(mine.begin(), mine.end(), o),
+               "data-parallel rank {} runs stage {} of {} ({} micro-batches, {} chunks, B={}, "
+               "T={}) but dp rank {} runs stage {} of {} ({} micro-batches, {} chunks, B={}, "
+               "T={}); the dp group must hold the same stage of every pipeline replica (with a "
+               "Topology: group_ptr(MeshAxis::DP)), and the replicas the same schedule and shapes",
+               dp_->rank(), mine[0], mine[1], mine[2], mine[3], mine[4], mine[5], r, o[0], o[1],
+               o[2], o[3], o[4], o[5]);
+  }
+}
+
+void PipelineEngine::check_tp_group() {
+  if (!tp_) return;
+  // The tp ranks of a stage run every block part together: the same stage of the same replica,
+  // the same schedule and shapes (gathered, so that every member reaches the same verdict).
+  std::vector<int32_t> mine = {pp_->rank(), pp_->size(), dp_->rank(), schedule_.microbatches,
+                               chunks_,     B_,          T_};
+  const int64_t K = static_cast<int64_t>(mine.size());
+  std::vector<int32_t> all(static_cast<size_t>(K * tp_->size()));
+  tp_->all_gather(Tensor(mine.data(), Shape{K}, DType::I32),
+                  Tensor(all.data(), Shape{K * tp_->size()}, DType::I32));
+  for (int r = 0; r < tp_->size(); ++r) {
+    const int32_t* o = &all[static_cast<size_t>(r * K)];
+    TIDE_CHECK(std::equal(mine.begin(), mine.end(), o),
+               "tensor-parallel rank {} runs stage {} of {} as dp rank {} ({} micro-batches, {} "
+               "chunks, B={}, T={}) but tp rank {} runs stage {} of {} as dp rank {} ({} "
+               "micro-batches, {} chunks, B={}, T={}); the tp group must hold the same stage of "
+               "the same replica (with a Topology: the models' ModelOptions::tp = "
+               "group_ptr(MeshAxis::TP), the pipeline group group_ptr(MeshAxis::PP))",
+               tp_->rank(), mine[0], mine[1], mine[2], mine[3], mine[4], mine[5], mine[6], r, o[0],
+               o[1], o[2], o[3], o[4], o[5], o[6]);
+  }
+}
+
+void PipelineEngine::sum_over_tp(std::vector<double>& norms2) {
+  if (!tp_) return;
+  // A shard's sums added in tp rank order, a replicated tensor's (bitwise equal on every tp
+  // rank) taken from tp rank 0.
+  const int64_t G = static_cast<int64_t>(norms2.size()), n = tp_->size();
+  std::vector<double> all(static_cast<size_t>(G * n));
+  tp_->all_gather(Tensor(norms2.data(), Shape{2 * G}, DType::I32),
+                  Tensor(all.data(), Shape{2 * G * n}, DType::I32));
+  for (int64_t g = 0; g < G; ++g) {
+    double t = all[g];
+    if (tp_sharded_[g])
+      for (int64_t r = 1; r < n; ++r) t += all[r * G + g];
+    norms2[g] = t;
+  }
+}
+
+void PipelineEngine::plan() {
+  const int stage = pp_->rank(), M = schedule_.microbatches;
+  std::vector<int> blocks;
+  size_t stash_bytes = 0;
+  for (int c = 0; c < chunks_; ++c) {
+    GPT& m = *models_[c];
+    blocks.push_back(m.num_blocks());
+    b_parts_.push_back(pipeline::block_parts(Op::B, m.num_blocks(), schedule_.split_backward));
+    w_parts_.push_back(pipeline::block_parts(Op::W, m.num_blocks(), schedule_.split_backward));
+    stash_bytes = std::max(stash_bytes, m.stash_slot_bytes(B_, T_));
+  }
+  const auto [slots, stashes] = peaks(schedule_, stage, blocks);
+  stash_ = StashPool(stash_bytes, stashes);
+  for (int c = 0; c < chunks_; ++c)
+    for (int i = 0; i < slots[c]; ++i) {
+      mbs_.push_back(models_[c]->make_micro_batch(B_, T_, &stash_));
+      Slot& s = slots_.emplace_back();
+      s.chunk = c;
+      s.m = mbs_.back().get();
+    }
+  act_from_.assign(static_cast<size_t>(M) * chunks_, -1);
+  grad_from_.assign(static_cast<size_t>(M) * chunks_, -1);
+  for (const pipeline::Action& a : schedule_.actions[stage]) {
+    if (a.op == Op::RecvAct) act_from_[key(a.mb, a.chunk)] = a.peer;
+    if (a.op == Op::RecvGrad) grad_from_[key(a.mb, a.chunk)] = a.peer;
+    if (a.op == Op::F) f_order_.push_back({a.mb, a.chunk});
+  }
+}
+
+void PipelineEngine::reschedule(pipeline::Schedule schedule) {
+  pipeline::validate(schedule);
+  TIDE_CHECK(schedule.stages == schedule_.stages && schedule.chunks == schedule_.chunks &&
+                 schedule.placement == schedule_.placement &&
+                 schedule.microbatches == schedule_.microbatches,
+             "reschedule: schedule '{}' ({} stages, {} chunks per stage, {} micro-batches) does "
+             "not run the step of '{}' ({} stages, {} chunks, {} micro-batches); the new schedule "
+             "must keep them and the placement (the models, the tied-embedding group and the "
+             "batch are built for them)",
+             schedule.name, schedule.stages, schedule.chunks, schedule.microbatches, schedule_.name,
+             schedule_.stages, schedule_.chunks, schedule_.microbatches);
+  // Between steps nothing is in flight (step() waits every send and consumes every receive).
+  for (const Slot& s : slots_) TIDE_ASSERT(!s.recv);
+  for (Slot& s : slots_)
+    for (Transfer& t : s.sends) t.wait();
+  slots_.clear();
+  mbs_.clear();
+  b_parts_.clear();
+  w_parts_.clear();
+  f_order_.clear();
+  schedule_ = std::move(schedule);
+  plan();
+  for (int c = 0; c < chunks_; ++c)
+    stacks_[c]->set_accesses(group_accesses(schedule_, pp_->rank(), c, *models_[c]));
+}
+
+PipelineEngine::~PipelineEngine() {
+  // Never leave a transfer reading or writing freed activation buffers.
+  for (Slot& s : slots_) {
+    if (s.recv) s.recv.work->wait();
+    for (Transfer& t : s.sends) t.work->wait();
+  }
+  // The policies wait for their reductions and give their buffers back.
+  stacks_.clear();
+}
+
+int PipelineEngine::tag(int mb, int consumer, bool grad) const {
+  return (mb * schedule_.virtual_stages() + consumer) * 2 + (grad ? 1 : 0);
+}
+
+PipelineEngine::Slot& PipelineEngine::slot_of(int mb, int chunk, bool take) {
+  for (Slot& s : slots_)
+    if (s.mb == mb && s.chunk == chunk) return s;
+  TIDE_CHECK(take, "micro-batch {} chunk {} is not in flight on stage {}", mb, chunk, pp_->rank());
+  for (Slot& s : slots_) {
+    if (s.mb >= 0 || s.chunk != chunk) continue;
+    for (Transfer& t : s.sends) {  // its buffers are about to be overwritten
+      const TraceSpan span(tracer_, "wait send", "comm", {{"mb", t.mb}});
+      t.wait();
+    }
+    s.sends.clear();
+    s.mb = mb;
+    return s;
+  }
+  TIDE_FAIL("stage {} has no free slot for micro-batch {} of chunk {}", pp_->rank(), mb, chunk);
+}
+
+void PipelineEngine::wait_recv(Slot& s) {
+  if (!s.recv) return;
+  if (!s.recv.work->is_completed()) {  // the stage idles: a bubble, in the trace
+    const TraceSpan span(tracer_, "wait recv", "comm", {{"mb", s.mb}});
+    fill_bubble(*s.recv.work);
+    s.recv.wait();
+  } else {
+    s.recv.wait();
+  }
+  s.recv = Transfer{};
+}
+
+void PipelineEngine::fill_bubble(Work& until) {
+  // Pieces small enough that the message is noticed soon after it arrives (256 KiB: tens of
+  // microseconds of memcpy), and each poll also lets MPI progress.
+  constexpr size_t kPiece = size_t{256} << 10;
+  if (!post_validate_ || snapshot_.pending_bytes() == 0) return;
+  const TraceSpan span(tracer_, "save optimizer state", "optimizer", {{"bubble", 1}});
+  while (!until.is_completed() && snapshot_.save_some(kPiece)) {
+  }
+}
+
+void PipelineEngine::post_next_act(int done, const std::vector<int>& first) {
+  if (next_f_ >= f_order_.size()) return;
+  const auto [mb, chunk] = f_order_[next_f_];
+  const int k = key(mb, chunk);
+  if (act_from_[k] < 0 || act_posted_[k]) return;
+  // Taking the slot now holds one more slot of this chunk than the schedule does until the
+  // receive's own action; safe when the free slots also cover every other (micro-batch, chunk)
+  // of this chunk whose span starts before then.
+  int free = 0, starts = 0;
+  for (const Slot& s : slots_) free += s.chunk == chunk && s.mb < 0;
+  for (int j = done + 1; j < first[k]; ++j) {
+    const pipeline::Action& a = schedule_.actions[pp_->rank()][j];
+    if (a.op != Op::OptimizerStep && a.chunk == chunk && first[key(a.mb, a.chunk)] == j) ++starts;
+  }
+  if (free < starts + 1) return;
+  // Only a free slot whose sends are done: waiting for a send here could stall this stage
+  // where the schedule does not (the receive is then posted at its own action).
+  for (Slot& s : slots_) {
+    if (s.mb >= 0 || s.chunk != chunk) continue;
+    for (const Transfer& t : s.sends)
+      if (!t.work->is_completed()) return;
+    Slot& mine = slot_of(mb, chunk, /*take=*/true);
+    mine.recv = post_recv(models_[chunk]->input_activation(*mine.m), act_from_[k],
+                          tag(mb, virtual_[chunk], false), mb, "recv act");
+    act_posted_[k] = true;
+    return;
+  }
+}
+
+PipelineEngine::Transfer PipelineEngine::post_recv(Tensor buf, int peer, int tag, int mb,
+                                                   const char* what) {
+  Transfer t{nullptr, AsyncTrace::start(tracer_, what, {{"mb", mb}, {"peer", peer}}), mb};
+  t.work = pp_->recv_async(buf, peer, tag);
+  return t;
+}
+
+PipelineEngine::Transfer PipelineEngine::post_send(Tensor buf, int peer, int tag, int mb,
+                                                   const char* what) {
+  Transfer t{nullptr, AsyncTrace::start(tracer_, what, {{"mb", mb}, {"peer", peer}}), mb};
+  t.work = pp_->send_async(buf, peer, tag);
+  return t;
+}
+
+void PipelineEngine::measure_memory() {
+  size_t saved = 0, stash = 0;
+  for (const Slot& s : slots_)
+    if (s.live) saved += s.m->saved.used();
+  for (int i = 0; i < stash_.slots(); ++i) stash += stash_.slot(i).used();
+  mem_.peak_bytes = std::max(mem_.peak_bytes, saved);
+  mem_.peak_stash_bytes = std::max(mem_.peak_stash_bytes, stash);
+  mem_.peak_total_bytes = std::max(mem_.peak_total_bytes, saved + stash);
+}
+
+void PipelineEngine::release(Slot& s) {
+  TIDE_ASSERT(!s.recv);  // every receive is consumed by a compute of the same micro-batch
+  s.mb = -1;             // its sends are waited when the slot is taken again
+  s.live = false;
+}
+
+StepStats PipelineEngine::step(int64_t step, uint64_t seed, const BatchFn& batch, Tracer* tracer) {
+  using Clock = std::chrono::steady_clock;
+  const auto t0 = Clock::now();
+  // This step is traced (the stores too: chunk moves), and only this step.
+  struct TracerScope {
+    PipelineEngine& e;
+    ~TracerScope() {
+      for (GPT* m : e.models_) m->store().set_tracer(nullptr);
+      e.tracer_ = nullptr;
+    }
+  } tracer_scope{*this};
+  tracer_ = tracer;
+  for (GPT* m : models_) m->store().set_tracer(tracer);
+  const int M = schedule_.microbatches, stage = pp_->rank();
+  const std::vector<pipeline::Action>& actions = schedule_.actions[stage];
+  const std::vector<Span> sp = spans(actions, M, chunks_);
+  std::vector<int> first(sp.size());
+  for (size_t j = 0; j < sp.size(); ++j) first[j] = sp[j].first;
+  for (GPT* m : models_) m->store().zero(ChunkKind::GRAD);
+  // dp traffic from here (ZeRO-3's begin_step already starts gathering), not the norm's few
+  // bytes.
+  const uint64_t dp_sent = dp_->counters().bytes_sent;
+  // A chunk's gradients are reduced as soon as a micro-batch (stage 0: the last) completes them.
+  // The chunks of the tied embedding are still summed after their reduction: no early Adam.
+  for (int c = 0; c < chunks_; ++c)
+    stacks_[c]->begin_step(step, M, opt_, /*early_adam=*/c != wte_chunk_ && c != head_chunk_);
+  // Post-validation rolls back state updated in place (policy_stack.h).
+  bool in_place = true;
+  for (const auto& st : stacks_) in_place = in_place && st->updates_in_place();
+  const bool post_validate = post_validate_ && in_place;
+  std::vector<ChunkStore*> stores;
+  for (GPT* m : models_) stores.push_back(&m->store());
+  // Post-validation's copy of the optimizer state: taken in this step's bubbles, finished
+  // before the optimistic update (the state does not change until then).
+  if (post_validate) snapshot_.begin(stores);
+  next_f_ = 0;
+  act_posted_.assign(static_cast<size_t>(M) * chunks_, false);
+  grad_posted_.assign(static_cast<size_t>(M) * chunks_, false);
+  double loss_sum = 0;
+  mem_ = ActivationMemory{};
+  post_next_act(-1, first);
+  for (int i = 0; i < static_cast<int>(actions.size()); ++i) {
+    const pipeline::Action& a = actions[i];
+    if (a.op == Op::OptimizerStep) continue;  // the rest of this function
+    const int k = key(a.mb, a.chunk), v = virtual_[a.chunk];
+    GPT& model = *models_[a.chunk];
+    // A (micro-batch, chunk)'s slot is taken at its first action (unless its receive took it
+    // early).
+    Slot& s = slot_of(a.mb, a.chunk, /*take=*/sp[k].first == i);
+    MicroBatch& mb = *s.m;
+    switch (a.op) {
+      case Op::RecvAct:  // usually posted already (post_next_act)
+        if (!act_posted_[k])
+          s.recv =
+              post_recv(model.input_activation(mb), a.peer, tag(a.mb, v, false), a.mb, "recv act");
+        act_posted_[k] = true;
+        break;
+      case Op::RecvGrad:  // posted right after F (below)
+        TIDE_ASSERT(grad_posted_[k]);
+        break;
+      case Op::SendAct:
+        s.sends.push_back(post_send(model.output_activation(mb), a.peer, tag(a.mb, v + 1, false),
+                                    a.mb, "send act"));
+        break;
+      case Op::SendGrad:
+        s.sends.push_back(
+            post_send(model.residual_grad(mb), a.peer, tag(a.mb, v - 1, true), a.mb, "send grad"));
+        break;
+      case Op::F: {
+        batch(a.mb, mb.tokens.i32(), mb.targets.i32());
+        mb.training = true;
+        mb.seed = seed;
+        mb.step = static_cast<uint64_t>(step);
+        mb.index = a.mb;
+        // The single-rank run's numbering: micro-batch mb of every replica, then the replica.
+        mb.seq0 = (static_cast<uint64_t>(a.mb) * dp_->size() + dp_->rank()) * B_;
+        mb.dloss = 1.0f / static_cast<float>(M);
+        mb.tracer = tracer;
+        if (v > 0 && act_from_[k] < 0) {  // the previous virtual stage is on this rank
+          const int from = schedule_.locate(v - 1).second;
+          copy(model.input_activation(mb),
+               models_[from]->output_activation(*slot_of(a.mb, from, false).m));
+        }
+        wait_recv(s);
+        {
+          const TraceSpan span(tracer, "F", "action", {{"mb", a.mb}, {"chunk", a.chunk}});
+          const float loss = model.forward(mb);
+          if (model.has_head()) loss_sum += loss;
+        }
+        ++next_f_;
+        // From here until B nothing touches the residual gradient: receive into it now.
+        if (grad_from_[k] >= 0) {
+          s.recv = post_recv(model.residual_grad(mb), grad_from_[k], tag(a.mb, v, true), a.mb,
+                             "recv grad");
+          grad_posted_[k] = true;
+        }
+        break;
+      }
+      case Op::B:
+      case Op::W: {
+        wait_recv(s);
+        {
+          const TraceSpan span(tracer, a.op == Op::B ? "B" : "W", "action",
+                               {{"mb", a.mb}, {"chunk", a.chunk}});
+          for (const pipeline::BlockPart& part :
+               a.op == Op::B ? b_parts_[a.chunk] : w_parts_[a.chunk])
+            if (part.op == Op::B)
+              model.backward_input_block(mb, part.block);
+            else
+              model.backward_weight_block(mb, part.block, /*mark_grads=*/true);
+        }
+        // The input gradient goes to the previous virtual stage: by a copy when it is here
+        // (its slot is in flight: its F came before this chunk's, its B comes after).
+        if (a.op == Op::B && v > 0 && schedule_.locate(v - 1).first == stage) {
+          const int to = schedule_.locate(v - 1).second;
+          copy(models_[to]->residual_grad(*slot_of(a.mb, to, false).m), model.residual_grad(mb));
+        }
+        break;
+      }
+      case Op::OptimizerStep:
+        break;
+    }
+    if (pipeline::is_compute(a.op)) {
+      if (a.op == Op::F) {
+        s.live = true;
+        mem_.micro_batch_bytes = std::max(mem_.micro_batch_bytes, mb.saved.used());
+      }
+      measure_memory();
+    }
+    if (sp[k].last == i) release(s);
+    post_next_act(i, first);
+  }
+  StepStats st;
+  // Every chunk's gradients are complete (the last W is done): the stacks finish their
+  // reductions over dp once the last sends are done, then the tied copies are summed.
+  {
+    const TraceSpan span(tracer, "finish gradients", "comm");
+    for (Slot& s : slots_) {
+      for (Transfer& t : s.sends) t.wait();
+      s.sends.clear();
+    }
+    // Stage 0's exposed communication: what of its all-reduces the schedule did not hide.
+    const auto t_reduce = Clock::now();
+    for (auto& stack : stacks_) stack->finish_gradients(tracer, st);
+    st.comm_seconds = std::chrono::duration<double>(Clock::now() - t_reduce).count();
+    sum_tied_gradient();
+  }
+  uint64_t dp_bytes = dp_->counters().bytes_sent - dp_sent;  // not the norm's few bytes
+
+  if (gradient_hook_) gradient_hook_(step, models_);
+
+  // The global gradient norm from per-tensor sums of squares: this rank's part of each tensor
+  // (whole, or its ZeRO slice), added over dp in rank order, over tp, then over the pipeline in
+  // whole-model tensor order: the same bits on every rank, for every schedule and placement.
+  std::optional<TraceSpan> norm_span;
+  norm_span.emplace(tracer, "grad norm", "optimizer");
+  std::vector<double> norms2(model_tensors_, 0.0), all_norms2;
+  for (int c = 0; c < chunks_; ++c) {
+    const int num = models_[c]->store().layout().num_tensors();
+    std::vector<double> sums(static_cast<size_t>(num), 0.0);
+    std::vector<int> fresh;  // the tied tensors, changed after their reduction
+    if (c == wte_chunk_) fresh.push_back(wte_id_);
+    if (c == head_chunk_) fresh.push_back(head_id_);
+    stacks_[c]->tensor_sums(sums, fresh);
+    for (int id = 0; id < num; ++id)
+      if (norm_index_[c][id] >= 0) norms2[norm_index_[c][id]] = sums[id];
+  }
+  if (stacks_[0]->sliced()) norms2 = sum_over_dp(*dp_, norms2);
+  sum_over_tp(norms2);
+  const WorkPtr norm_work = gather_norms(*pp_, norms2, all_norms2);
+  // If anything below throws, the gather must not go on writing into freed vectors.
+  struct WaitOnUnwind {
+    const WorkPtr& work;
+    ~WaitOnUnwind() {
+      if (std::uncaught_exceptions() == 0) return;
+      try {
+        work->wait();
+      } catch (...) {  // the exception in flight is the one to report
+      }
+    }
+  } wait_on_unwind{norm_work};
+  auto update = [&](const UpdatePlan& plan, const char* what) {
+    for (auto& stack : stacks_) stack->update(opt_, step, plan, tracer, what);
+  };
+  if (!post_validate) {
+    norm_work->wait();
+    st.grad_norm = std::sqrt(sum_in_model_order(all_norms2, model_tensors_));
+    norm_span.reset();
+    const UpdatePlan plan = plan_update(opt_, step, st.grad_norm);
+    st.lr = plan.lr;
+    st.skipped = plan.skip;
+    update(plan, "optimizer");
+  } else {
+    norm_span.reset();
+    // The update for a norm that needs no clipping: lr from the schedule, clip 1.
+    const UpdatePlan optimistic = plan_update(opt_, step, /*grad_norm=*/0.0);
+    if (snapshot_.pending_bytes() > 0) {  // what the bubbles did not copy
+      const TraceSpan span(tracer, "save optimizer state", "optimizer");
+      snapshot_.save_rest();
+    }
+    update(optimistic, "optimizer (optimistic)");
+    {
+      const TraceSpan span(tracer, "wait grad norm", "optimizer");
+      norm_work->wait();
+    }
+    st.grad_norm = std::sqrt(sum_in_model_order(all_norms2, model_tensors_));
+    UpdatePlan plan;
+    try {
+      plan = plan_update(opt_, step, st.grad_norm);
+    } catch (...) {  // as the synchronous update: the error, with nothing changed
+      snapshot_.restore();
+      throw;
+    }
+    if (plan.skip || plan.clip != optimistic.clip) {
+      {
+        const TraceSpan span(tracer, "rollback", "optimizer");
+        snapshot_.restore();
+      }
+      st.rollbacks = 1;
+      update(plan, "optimizer (redo)");
+    }
+    st.lr = plan.lr;
+    st.skipped = plan.skip;
+  }
+
+  // ZeRO: each replica updated its own slice of every chunk; gather the whole parameters.
+  {
+    const TraceSpan span(tracer, "gather params", "comm");
+    const uint64_t before = dp_->counters().bytes_sent;
+    for (auto& stack : stacks_) stack->after_update(st);
+    dp_bytes += dp_->counters().bytes_sent - before;
+  }
+  st.bytes_sent = dp_bytes;
+  // ZeRO counts every blocking wait (gathers, reductions); stage 0 waits only after backward.
+  if (zero_stage_ > 0) {
+    st.comm_seconds = 0;
+    for (const auto& stack : stacks_) st.comm_seconds += stack->zero()->counters().wait_seconds;
+  }
+
+  // The loss lives with the last virtual stage.
+  double loss = loss_sum / M;
+  pp_->broadcast(Tensor(&loss, Shape{2}, DType::I32),
+                 schedule_.locate(schedule_.virtual_stages() - 1).first);
+  st.step = step + 1;
+  st.loss = static_cast<float>(loss);
+  st.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  return st;
+}
+
+}  // namespace tide

@@ -1,0 +1,239 @@
+#include "tide/exec/policy_stack.h"
+
+#include "tide/model/param_groups.h"
+#include "tide/parallel/optimizer_step.h"
+#include "tide/parallel/tensor_grad_sums.h"
+
+namespace tide {
+
+// ZeRO stage 0's gradient hook: a chunk complete for the whole step is averaged over the group
+// asynchronously while backward goes on with earlier blocks.
+class PolicyStack::GradReduction : public PlacementPolicy {
+ public:
+  explicit GradReduction(ProcessGroup& dp) : dp_(dp) {}
+  ~GradReduction() override {
+    // Never leave a collective writing into freed chunks (not wait_all(): after a failed step
+    // the tracer its traces point to may be gone).
+    for (Reduction& r : pending_) r.work->wait();
+  }
+  void fetch(ChunkStore&, int chunk, Use) override {
+    TIDE_FAIL("chunk {} is not resident, and data parallelism keeps every chunk resident", chunk);
+  }
+  void evict(ChunkStore&, int, Use) override {}
+  // An all-reduce writes chunk c's gradients in place until it completes.
+  bool busy(ChunkKind kind, int chunk) const override {
+    if (kind != ChunkKind::GRAD) return false;
+    for (const Reduction& r : pending_)
+      if (r.chunk == chunk && !r.work->is_completed()) return true;
+    return false;
+  }
+  void settle(ChunkKind kind, int chunk) override {
+    if (kind != ChunkKind::GRAD) return;
+    for (const Reduction& r : pending_)
+      if (r.chunk == chunk) r.work->wait();
+  }
+  void on_grads_ready(ChunkStore& store, int chunk, int) override {
+    if (dp_.size() > 1 && store.grads_complete(chunk)) {
+      AsyncTrace trace = AsyncTrace::start(store.tracer(), "all-reduce grads", {{"chunk", chunk}});
+      pending_.push_back(
+          {chunk, dp_.all_reduce_async(store.chunk(ChunkKind::GRAD, chunk), ReduceOp::Avg), trace});
+    }
+  }
+  // Waits for every reduction of the step (the blocking waits traced into `tracer`); returns
+  // how many there were.
+  int wait_all(Tracer* tracer) {
+    for (Reduction& r : pending_) {
+      if (!r.work->is_completed()) {
+        const TraceSpan span(tracer, "wait all-reduce", "comm", {{"chunk", r.chunk}});
+        r.work->wait();
+      }
+      r.work->wait();  // a no-op once done; rethrows a failure
+      r.trace.finish();
+    }
+    const int n = static_cast<int>(pending_.size());
+    pending_.clear();
+    return n;
+  }
+
+ private:
+  struct Reduction {
+    int chunk;
+    WorkPtr work;
+    AsyncTrace trace;  // the all-reduce in flight, when the step is traced
+  };
+  std::vector<Reduction> pending_;
+  ProcessGroup& dp_;
+};
+
+PolicyStack::PolicyStack(GPT& model, ProcessGroup& dp, const ZeroSettings& zero,
+                         const AutoPlacementSettings& placement, std::vector<ParamAccess> accesses,
+                         std::function<size_t()> activation_bytes, int threads)
+    : store_(model.store()), dp_(dp), accesses_(std::move(accesses)) {
+  TIDE_CHECK(!zero.offload_optimizer.enabled || zero.stage >= 1,
+             "zero_optimization.offload_optimizer.device=cpu needs zero_optimization.stage 1, 2 "
+             "or 3 (ZeRO-Offload partitions the optimizer state it offloads, as DeepSpeed "
+             "does); set zero_optimization.stage to 1 or more");
+  std::vector<std::vector<int>> group_params = ParamGroups(model.all_block_groups()).ids;
+  // 2. PatrickStar placement, around the reduction policy built next.
+  if (placement.device) {
+    TIDE_CHECK(!zero.offload_optimizer.enabled && model.tp() == 1 && placement.host,
+               "placement.policy=auto places the optimizer state itself: it runs without "
+               "ZeRO-Offload and tensor parallelism, with a host allocator for every kind");
+    std::vector<std::vector<int>> group_chunks;
+    for (const std::vector<int>& ids : group_params)
+      group_chunks.push_back(store_.layout().chunks_of(ids));
+    auto_ = std::make_unique<AutoPlacement>(store_, *placement.device, *placement.host,
+                                            std::move(group_chunks), accesses_,
+                                            std::move(activation_bytes));
+  }
+  // 1. The gradient reduction.
+  PlacementPolicy* inner = nullptr;
+  if (zero.stage == 0) {
+    reduction_ = std::make_unique<GradReduction>(dp_);
+    inner = reduction_.get();
+  } else {
+    zero_ =
+        std::make_unique<ZeroPolicy>(store_, dp_, zero, std::move(group_params),
+                                     auto_ ? auto_->buffer_allocator() : *store_.options().compute);
+    inner = zero_.get();
+  }
+  if (auto_) auto_->set_inner(inner);
+  store_.set_policy(auto_ ? static_cast<PlacementPolicy*>(auto_.get()) : inner);
+  // 3. The offload sink.
+  offload_settings_ = zero.offload_optimizer;
+  if (zero.offload_optimizer.enabled) {
+    offload_host_ = std::make_unique<HostAllocator>();
+    offload_ = std::make_unique<OffloadPolicy>(store_, dp_.size(), zero.offload_optimizer, threads,
+                                               *offload_host_, /*tensor_sums=*/true);
+    offload_->sync_master();
+    zero_->set_grad_sink(offload_.get());
+  }
+}
+
+PolicyStack::~PolicyStack() {
+  store_.set_policy(nullptr);
+  offload_.reset();  // joins the offload thread
+  zero_.reset();
+  reduction_.reset();
+  auto_.reset();  // after the policies whose buffers it allocated
+}
+
+void PolicyStack::set_accesses(std::vector<ParamAccess> accesses) {
+  TIDE_CHECK(!auto_,
+             "placement.policy=auto learned its plan from the first step's accesses and cannot "
+             "follow a new schedule; keep the schedule (no zb-auto) with placement.policy=auto");
+  accesses_ = std::move(accesses);
+}
+
+void PolicyStack::begin_step(int64_t step, int micro_batches, const OptimizerSettings& opt,
+                             bool early_adam) {
+  store_.begin_step(micro_batches);
+  if (zero_) zero_->begin_step(accesses_);
+  if (auto_) auto_->begin_step();
+  if (!offload_) return;
+  // Without clipping (and with non-finite norms an error) the update is known before the norm,
+  // so the CPU Adam of each chunk runs as soon as its gradients arrive. With the delayed update
+  // (DPU, after its warm-up) the update of this step starts after it and runs during the next.
+  const OffloadSettings& os = offload_settings_;
+  delayed_ = os.delayed_update && step >= os.dpu_warmup_steps;
+  const bool early = early_adam && !delayed_ && !offload_->update_pending() && opt.grad_clip <= 0 &&
+                     !opt.skip_non_finite;
+  AdamWHyper hyper = opt.adamw;
+  hyper.lr = plan_update(opt, step, 0.0).lr;  // the lr the step's update will take
+  offload_->begin_step(early ? &hyper : nullptr, AdamWStep{step + 1, 1.0f});
+}
+
+void PolicyStack::finish_gradients(Tracer* tracer, StepStats& st) {
+  if (zero_) {
+    zero_->finish_gradients();
+    st.grad_reductions += zero_->counters().reduce_scatters;
+  }
+  if (reduction_) st.grad_reductions += reduction_->wait_all(tracer);
+  if (offload_) offload_->finish_gradients();
+}
+
+Tensor PolicyStack::grad(int c) const {
+  if (offload_) return offload_->host_grad(c);
+  return zero_ ? store_.slice(ChunkKind::GRAD, c) : store_.chunk(ChunkKind::GRAD, c);
+}
+
+int64_t PolicyStack::grad_begin(int c) const {
+  return zero_ ? store_.options().group_rank * store_.layout().slice_elems(c) : 0;
+}
+
+void PolicyStack::tensor_sums(std::span<double> out, std::span<const int> fresh) const {
+  const ChunkLayout& lay = store_.layout();
+  if (offload_) {  // summed on the offload thread's host copies during backward
+    const std::span<const double> sums = offload_->tensor_sums();
+    std::copy(sums.begin(), sums.end(), out.begin());
+    std::vector<double> now(out.size());
+    for (int id : fresh) {
+      const int c = lay.slot(id).chunk;
+      const Tensor g = grad(c);
+      tensor_grad_sums(lay, c, g.f32(), grad_begin(c), g.numel(), now);
+      out[id] = now[id];
+    }
+    return;
+  }
+  for (int c = 0; c < lay.num_chunks(); ++c) {
+    const Tensor g = grad(c);
+    tensor_grad_sums(lay, c, g.f32(), grad_begin(c), g.numel(), out);
+  }
+}
+
+void PolicyStack::update(const OptimizerSettings& opt, int64_t step, const UpdatePlan& plan,
+                         Tracer* tracer, const char* what) {
+  AdamWHyper h = opt.adamw;
+  h.lr = plan.lr;
+  const AdamWStep s{step + 1, plan.clip};
+  if (offload_) {
+    const TraceSpan span(tracer, "offloaded optimizer", "optimizer");
+    // DPU: the previous step's update, which ran during this step, lands first.
+    if (offload_->update_pending()) offload_->finish_update();
+    if (plan.skip) return;
+    if (delayed_)
+      offload_->start_update(h, s);
+    else
+      offload_->update(h, s);
+    return;
+  }
+  if (plan.skip) return;
+  const TraceSpan span(tracer, what, "optimizer");
+  if (!auto_) {
+    adamw_step(store_, h, s);
+    return;
+  }
+  // placement.policy=auto: chunk by chunk, each where its optimizer access puts it (the same
+  // AdamW calls as adamw_step, in the same order).
+  for (int c = 0; c < store_.layout().num_chunks(); ++c) {
+    auto_->prepare_update(c);
+    adamw_step_chunk(store_, c, nullptr, h, s);
+  }
+}
+
+void PolicyStack::after_update(StepStats& st) {
+  if (zero_) {
+    zero_->after_update();
+    st.param_gathers += zero_->counters().all_gathers;
+    st.peak_gathered_param_elems =
+        std::max(st.peak_gathered_param_elems, zero_->counters().peak_live_param_elems);
+  }
+  if (offload_) st.offload += offload_->counters();
+  if (auto_) {
+    auto_->end_step();
+    st.placement += auto_->counters();
+  }
+}
+
+void PolicyStack::sync_params() {
+  if (offload_) offload_->sync_master();  // the master weights follow the loaded parameters
+  if (zero_) zero_->after_update();
+}
+
+void PolicyStack::flush_update() {
+  if (!offload_ || !offload_->update_pending()) return;
+  offload_->finish_update();
+  zero_->after_update();
+}
+
+}  // namespace tide

@@ -1,0 +1,176 @@
+#pragma once
+// placement.policy=auto: PatrickStar's automatic chunk placement (Fang et al.,
+// ../shared/papers/patrickstar.ja.md) as a PlacementPolicy decorator over the engine's own
+// policy (stage 0's gradient all-reduce or ZeroPolicy, stages 1-3).
+//
+// Why: a model whose states (params, grads, Adam m and v: 16 bytes per parameter in f32) do
+// not fit the device still trains when the chunks move between the device and the host on
+// demand. PatrickStar's observation is that the non-model memory (activations, communication
+// buffers) varies a lot over a step, so a fixed split (ZeRO-Offload: all optimizer state on the
+// host) wastes the device whenever activations are small; recording the non-model memory per
+// access in a warm-up step lets every later access use exactly what is left.
+//
+// Tiers: every chunk of every kind starts on the host (a HostAllocator); the compute tier is
+// the budgeted allocator of placement.device_memory_limit (on a GPU it would be the device).
+// The item that moves is what this rank holds of one chunk of one kind: the whole chunk, or a
+// sliced kind's own slice (ZeRO). An f32 MASTER aliases PARAM and moves with it. ZeRO-3 on 2 or
+// more ranks: F and B read the parameters the ZeRO-3 gathers put into buffers of the compute
+// tier (from buffer_allocator()), so the owned PARAM slices are needed there only by Adam; its
+// persistent chunks stay gathered (attached) and their slices where they are.
+//
+// A step is a list of accesses (positions): the parameter-group accesses of the engine (F and B
+// need the group's PARAM chunks, W its GRAD chunks), then one optimizer access per chunk c (its
+// PARAM, GRAD, ADAM_M, ADAM_V and a separate MASTER). Before each access:
+//   * the limit for chunks on the compute tier is device_memory_limit minus the non-model bytes
+//     of that access: in the warm-up (the first step) the bytes measured now; afterwards the max
+//     of what the warm-up recorded for this access (between it and the next) and what is in use
+//     now. Non-model bytes = the compute allocator's bytes that are not chunks (ZeRO's buffers)
+//     + the micro-batches' activation arena bytes in use;
+//   * the items the access needs move in; while they do not fit, the movable item on the
+//     compute tier whose next use (in the recorded order, wrapping around to the next step) is
+//     farthest away moves to the host. Not movable: items the access needs, chunks with tensors
+//     in COMPUTE, attached buffers, items the inner policy is communicating on (busy(); when
+//     nothing else can go, settle() waits for the oldest of them).
+// ZeRO's buffers come from buffer_allocator(), which makes room the same way before it takes
+// bytes from the budget, so a buffer the pool adds in any step fits too.
+//
+// Optimizer: Adam of chunk c runs where its state is put by its optimizer access: if all its
+// items fit on the compute tier (evicting farther ones), there ("updated on the compute tier");
+// otherwise every item of chunk c moves to the host and the update runs there. On the CPU both
+// are the same AdamW code on the same values, so the result is bitwise the policy=device run;
+// on a GPU the first is the device Adam, the second the CPU Adam. Simple and always correct;
+// the cost is that a chunk updated on the host brings its PARAM and GRAD back with it.
+//
+// Counters per step (StepStats::placement): bytes and moves each way, evictions, the seconds
+// the compute waited on moves (synchronous copies on the CPU: their whole time), and the
+// chunks updated on each tier.
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "tide/memory/chunk_store.h"
+#include "tide/parallel/zero.h"
+
+namespace tide {
+
+struct PlacementStepCounters {
+  uint64_t bytes_to_host = 0, bytes_to_compute = 0;
+  int moves_to_host = 0, moves_to_compute = 0;
+  int evictions = 0;           // moves to the host to make room
+  double wait_seconds = 0;     // the compute blocked on moves
+  int updated_on_compute = 0;  // chunks whose Adam ran on the compute tier
+  int updated_on_host = 0;
+
+  PlacementStepCounters& operator+=(const PlacementStepCounters& o) {  // several stores' step
+    bytes_to_host += o.bytes_to_host;
+    bytes_to_compute += o.bytes_to_compute;
+    moves_to_host += o.moves_to_host;
+    moves_to_compute += o.moves_to_compute;
+    evictions += o.evictions;
+    wait_seconds += o.wait_seconds;
+    updated_on_compute += o.updated_on_compute;
+    updated_on_host += o.updated_on_host;
+    return *this;
+  }
+};
+
+// What the Engine needs for placement.policy=auto; device == nullptr: policy=device.
+struct AutoPlacementSettings {
+  Allocator* device = nullptr;  // the budgeted compute tier (placement.device_memory_limit)
+  Allocator* host = nullptr;    // the store's allocator of every kind
+};
+
+class AutoPlacement final : public PlacementPolicy {
+ public:
+  // `device`: the budgeted compute tier (its limit is the budget); `host`: where chunks start
+  // and are evicted to (the store's allocator of every kind). `group_chunks[g]`: the chunks of
+  // parameter group g (model/param_groups.h). `activation_bytes`: the activation bytes in use now.
+  // `accesses`: the group accesses of every step, in order (they must outlive the policy).
+  AutoPlacement(ChunkStore& store, Allocator& device, Allocator& host,
+                std::vector<std::vector<int>> group_chunks, std::span<const ParamAccess> accesses,
+                std::function<size_t()> activation_bytes);
+  ~AutoPlacement() override;
+  // The engine's own policy, which every hook delegates to.
+  void set_inner(PlacementPolicy* inner) { inner_ = inner; }
+  // Where ZeRO's buffers come from: the compute tier, room made first.
+  Allocator& buffer_allocator();
+
+  // A step begins (counters reset).
+  void begin_step();
+  // Before Adam of chunk c: puts its items on one tier and says which.
+  Tier prepare_update(int chunk);
+  // The step is done: the first one ends the warm-up.
+  void end_step();
+
+  const PlacementStepCounters& counters() const { return counters_; }
+  bool warmed_up() const { return !warm_up_; }
+  // The largest non-model bytes the warm-up recorded for an access (0 before it ends).
+  size_t recorded_non_model_bytes() const;
+  // Bytes of chunk items on the compute tier now.
+  size_t compute_chunk_bytes() const { return on_device_bytes_; }
+
+  void on_acquire(ChunkStore& store, std::span<const int> ids, Use use) override;
+  void fetch(ChunkStore& store, int chunk, Use use) override;
+  void fetch_grads(ChunkStore& store, int chunk) override;
+  void evict(ChunkStore& store, int chunk, Use use) override;
+  void on_grads_ready(ChunkStore& store, int chunk, int micro_batch) override;
+  bool busy(ChunkKind kind, int chunk) const override;
+  void settle(ChunkKind kind, int chunk) override;
+
+  // Makes `bytes` free on the compute tier (for a buffer), evicting as for an access.
+  void make_room_for_buffer(size_t bytes);
+
+ private:
+  class BufferAllocator;
+  struct Item {
+    ChunkKind kind;
+    int chunk;
+  };
+  int item_index(ChunkKind k, int c) const { return static_cast<int>(k) * num_chunks_ + c; }
+  bool movable_kind(ChunkKind k, int c) const;
+  bool on_device(int item) const;
+  size_t item_bytes(int item) const;
+  // Positions: group accesses 0..A-1, then chunk c's optimizer access at A + c.
+  int positions() const { return static_cast<int>(accesses_.size()) + num_chunks_; }
+  std::vector<int> needs_at(int pos) const;
+  int64_t next_use(int item, int pos) const;
+  size_t non_model_now() const;
+  // The non-model bytes at `pos`: now, or the warm-up's record there when larger.
+  size_t non_model_at(int pos) const;
+  size_t limit_at(int pos) const;
+  // Moves `need` in within the limit of position `pos`, evicting farthest next use first; with
+  // `allow_fail`, returns false instead of failing when they cannot fit (nothing moved in).
+  bool make_resident(std::span<const int> need, int pos, bool allow_fail);
+  // Frees room on the compute tier: moves to the host the item whose next use after `pos` is
+  // farthest (not `pinned`, not attached, no communication in flight); when only items under
+  // communication are left, waits for one (settle()). False: nothing can move.
+  bool evict_one(int pos, const std::function<bool(int)>& pinned);
+  void move(int item, Allocator& to);
+  void record(int pos);
+
+  ChunkStore& store_;
+  Allocator& device_;
+  Allocator& host_;
+  PlacementPolicy* inner_ = nullptr;
+  std::unique_ptr<BufferAllocator> buffers_;
+  std::vector<std::vector<int>> group_chunks_;
+  std::function<size_t()> activation_bytes_;
+  int num_chunks_ = 0;
+  size_t budget_ = 0;
+  size_t on_device_bytes_ = 0;
+
+  std::span<const ParamAccess> accesses_;
+  std::vector<std::vector<int>> uses_;  // per item: the positions that need it, ascending
+  int pos_ = 0;                         // the access under way (-1: outside a step)
+  bool in_step_ = false;
+  bool warm_up_ = true;
+  bool gathered_params_ = false;  // ZeRO-3 on 2+ ranks: F and B read gathered buffers
+  std::vector<size_t> recorded_;  // per position: the warm-up's non-model bytes
+  std::vector<int> current_need_;
+  PlacementStepCounters counters_;
+};
+
+}  // namespace tide

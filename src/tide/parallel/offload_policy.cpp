@@ -1,0 +1,226 @@
+#include "tide/parallel/offload_policy.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "tide/optim/grad_norm.h"
+#include "tide/parallel/optimizer_step.h"
+#include "tide/parallel/tensor_grad_sums.h"
+
+namespace tide {
+
+namespace {
+double seconds(std::chrono::steady_clock::duration d) {
+  return std::chrono::duration<double>(d).count();
+}
+}  // namespace
+
+OffloadPolicy::OffloadPolicy(ChunkStore& store, int dp_size, const OffloadSettings& settings,
+                             int threads, Allocator& grad_host, bool tensor_sums)
+    : store_(store), dp_size_(dp_size), s_(settings), threads_(threads), grad_host_(grad_host) {
+  TIDE_CHECK(store_.options().separate_master && store_.has(ChunkKind::MASTER),
+             "ZeRO-Offload needs the fp32 master weights in their own chunks on the host: build "
+             "the model with ModelOptions::store.separate_master = true");
+  TIDE_CHECK(store_.compute_dtype() == DType::F32,
+             "ZeRO-Offload on the CPU copies f32 gradients; the store computes in {}",
+             dtype_name(store_.compute_dtype()));
+  const int n = store_.layout().num_chunks();
+  for (int c = 0; c < n; ++c) {
+    const size_t bytes = static_cast<size_t>(store_.layout().slice_elems(c)) * sizeof(float);
+    host_grad_.push_back(static_cast<float*>(
+        grad_host_.allocate(bytes, fmt::format("offloaded gradient slice of chunk {}", c))));
+    grad_bytes_ += bytes;
+  }
+  block_sums_.resize(n);
+  if (tensor_sums) tensor_sums_.assign(static_cast<size_t>(store_.layout().num_tensors()), 0.0);
+  grad_done_.assign(n, 0);
+  adam_done_.assign(n, 0);
+  copy_span_.resize(n);
+  adam_span_.resize(n);
+  worker_ = std::thread([this] { worker_loop(); });
+}
+
+OffloadPolicy::~OffloadPolicy() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+    jobs_.clear();  // after a failed step: what has not started never will
+  }
+  work_cv_.notify_all();
+  worker_.join();
+  for (int c = 0; c < static_cast<int>(host_grad_.size()); ++c)
+    grad_host_.free(host_grad_[c],
+                    static_cast<size_t>(store_.layout().slice_elems(c)) * sizeof(float));
+}
+
+void OffloadPolicy::worker_loop() {
+  for (;;) {
+    Job j;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      work_cv_.wait(lock, [&] { return stop_ || !jobs_.empty(); });
+      if (stop_) return;
+      j = jobs_.front();
+      jobs_.pop_front();
+    }
+    try {
+      run(j);
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!error_) error_ = std::current_exception();
+    }
+    {
+      // Marked done even after an error, so that the compute thread never waits forever; it
+      // rethrows the error instead.
+      std::lock_guard<std::mutex> lock(mu_);
+      if (j.kind == JobKind::GRAD) grad_done_[j.chunk] = 1;
+      if (j.kind == JobKind::ADAM || early_) adam_done_[j.chunk] = 1;
+    }
+    done_cv_.notify_all();
+  }
+}
+
+void OffloadPolicy::run(const Job& j) {
+  const int c = j.chunk;
+  if (j.kind == JobKind::ADAM) return adam(c);
+  copy_span_[c].begin = Clock::now();
+  const Tensor g = store_.slice(ChunkKind::GRAD, c);
+  float* h = host_grad_[c];
+  std::memcpy(h, g.data, static_cast<size_t>(g.numel()) * sizeof(float));
+  // The mean over ranks, divided as ZeroPolicy::finish_gradients divides without offload.
+  if (dp_size_ > 1)
+    for (int64_t i = 0; i < g.numel(); ++i) h[i] /= static_cast<float>(dp_size_);
+  block_sums_[c].clear();
+  grad_norm_block_sums({h, DType::F32, g.numel()}, block_sums_[c]);
+  if (!tensor_sums_.empty()) {  // the owned slice: elements [r S, (r + 1) S) of the chunk
+    const ChunkLayout& lay = store_.layout();
+    tensor_grad_sums(lay, c, h, store_.options().group_rank * lay.slice_elems(c), g.numel(),
+                     tensor_sums_, threads_);
+  }
+  copy_span_[c].end = Clock::now();
+  if (early_) adam(c);
+}
+
+void OffloadPolicy::adam(int c) {
+  adam_span_[c].begin = Clock::now();
+  adamw_step_chunk(store_, c, host_grad_[c], hyper_, step_, threads_);
+  adam_span_[c].end = Clock::now();
+}
+
+void OffloadPolicy::push(Job j) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    jobs_.push_back(j);
+  }
+  work_cv_.notify_one();
+}
+
+void OffloadPolicy::wait_done(const std::vector<char>& done, int c) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!done[c]) {
+    const auto t0 = Clock::now();
+    done_cv_.wait(lock, [&] { return done[c] != 0; });
+    counters_.wait_seconds += seconds(Clock::now() - t0);
+  }
+  if (error_) std::rethrow_exception(error_);
+}
+
+void OffloadPolicy::sync_master() {
+  for (int c = 0; c < store_.layout().num_chunks(); ++c) {
+    const Tensor p = store_.slice(ChunkKind::PARAM, c), m = store_.slice(ChunkKind::MASTER, c);
+    std::memcpy(m.data, p.data, p.nbytes());
+  }
+}
+
+void OffloadPolicy::begin_step(const AdamWHyper* early, const AdamWStep& early_step) {
+  std::lock_guard<std::mutex> lock(mu_);
+  TIDE_ASSERT(pending_ || jobs_.empty());
+  TIDE_CHECK(!(pending_ && early), "ZeRO-Offload: Adam as chunks arrive with a delayed update");
+  if (error_) std::rethrow_exception(error_);
+  early_ = early != nullptr;
+  if (early) {
+    hyper_ = *early;
+    step_ = early_step;
+  }
+  std::fill(grad_done_.begin(), grad_done_.end(), 0);
+  std::fill(copy_span_.begin(), copy_span_.end(), Span{});
+  if (!pending_) {  // a delayed update keeps its flags and spans until finish_update()
+    std::fill(adam_done_.begin(), adam_done_.end(), 0);
+    std::fill(adam_span_.begin(), adam_span_.end(), Span{});
+  }
+  counters_ = {};
+  step_begin_ = Clock::now();
+}
+
+void OffloadPolicy::on_reduced(int c) {
+  counters_.bytes_to_host += static_cast<uint64_t>(store_.slice(ChunkKind::GRAD, c).nbytes());
+  counters_.moves_to_host += 1;
+  push({JobKind::GRAD, c});
+}
+
+double OffloadPolicy::finish_gradients() {
+  const Clock::time_point backward_end = Clock::now();
+  const int n = store_.layout().num_chunks();
+  TIDE_CHECK(counters_.moves_to_host == n,
+             "ZeRO-Offload: {} of {} chunks had their gradients reduced this step",
+             counters_.moves_to_host, n);
+  for (int c = 0; c < n; ++c) wait_done(grad_done_, c);
+  double total = 0;
+  for (int c = 0; c < n; ++c)
+    for (double x : block_sums_[c]) total += x;
+  auto hidden = [&](const Span& s) {
+    if (s.end == Clock::time_point{}) return 0.0;
+    return std::max(0.0, seconds(std::min(s.end, backward_end) - s.begin));
+  };
+  for (int c = 0; c < n; ++c) {
+    counters_.copy_seconds += seconds(copy_span_[c].end - copy_span_[c].begin);
+    counters_.hidden_seconds += hidden(copy_span_[c]);
+  }
+  backward_end_ = backward_end;
+  return total;
+}
+
+void OffloadPolicy::update(const AdamWHyper& hyper, const AdamWStep& step) {
+  if (!early_) start_update(hyper, step);
+  TIDE_ASSERT(!early_ ||
+              (hyper_.lr == hyper.lr && step_.t == step.t && step_.grad_scale == step.grad_scale));
+  pending_ = true;
+  finish_update();
+}
+
+void OffloadPolicy::start_update(const AdamWHyper& hyper, const AdamWStep& step) {
+  TIDE_ASSERT(!early_ && !pending_);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    hyper_ = hyper;
+    step_ = step;
+    std::fill(adam_done_.begin(), adam_done_.end(), 0);
+    std::fill(adam_span_.begin(), adam_span_.end(), Span{});
+  }
+  for (int c = 0; c < store_.layout().num_chunks(); ++c) push({JobKind::ADAM, c});
+  pending_ = true;
+}
+
+void OffloadPolicy::finish_update() {
+  TIDE_ASSERT(pending_);
+  const int n = store_.layout().num_chunks();
+  // Chunk c goes back to the compute tier while the offload thread updates chunk c+1.
+  for (int c = 0; c < n; ++c) {
+    wait_done(adam_done_, c);
+    const Tensor m = store_.slice(ChunkKind::MASTER, c), p = store_.slice(ChunkKind::PARAM, c);
+    std::memcpy(p.data, m.data, m.nbytes());
+    counters_.bytes_to_compute += static_cast<uint64_t>(m.nbytes());
+    counters_.moves_to_compute += 1;
+  }
+  pending_ = false;
+  // Hidden: the part of Adam that ran inside this step's forward and backward (a delayed
+  // update's Adam started in the previous step; a synchronous one after backward: none).
+  for (int c = 0; c < n; ++c) {
+    const Span& s = adam_span_[c];
+    counters_.adam_seconds += seconds(s.end - s.begin);
+    const auto b = std::max(s.begin, step_begin_), e = std::min(s.end, backward_end_);
+    counters_.hidden_seconds += std::max(0.0, seconds(e - b));
+  }
+}
+
+}  // namespace tide

@@ -1,0 +1,380 @@
+#include "tide/parallel/zero.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+namespace tide {
+
+unsigned zero_sliced_kinds(int stage) {
+  unsigned k = 0;
+  if (stage >= 1)
+    k |= kind_bit(ChunkKind::MASTER) | kind_bit(ChunkKind::ADAM_M) | kind_bit(ChunkKind::ADAM_V);
+  if (stage >= 2) k |= kind_bit(ChunkKind::GRAD);
+  if (stage >= 3) k |= kind_bit(ChunkKind::PARAM);
+  return k;
+}
+
+namespace {
+
+// Rank r's slice of a whole chunk, as a view (in-place reduce-scatter and all-gather).
+Tensor own_part(const Tensor& whole, int64_t slice, int rank) {
+  return Tensor(static_cast<char*>(whole.data) + rank * slice * int64_t(dtype_size(whole.dtype)),
+                Shape{slice}, whole.dtype, whole.device);
+}
+
+}  // namespace
+
+void check_zero_settings(const ZeroSettings& s, const ChunkLayout& layout,
+                         const std::vector<std::vector<int>>& group_params) {
+  TIDE_CHECK(s.stage >= 0 && s.stage <= 3, "zero_optimization.stage must be 0, 1, 2 or 3 (got {})",
+             s.stage);
+  // reduce_bucket_size and allgather_bucket_size may be smaller than a chunk: such a chunk is
+  // reduced (gathered) alone and waited for at once.
+  if (s.stage < 3) return;
+  int64_t need = 0;
+  for (const auto& ids : group_params) need = std::max(need, layout.chunk_elems_of(ids));
+  TIDE_CHECK(s.max_live_parameters >= need,
+             "zero_optimization.stage3_max_live_parameters ({}) is below what one op needs "
+             "gathered at once ({} elements: the chunks of its parameter group); raise it or "
+             "lower chunk_size_mb",
+             s.max_live_parameters, need);
+}
+
+ZeroPolicy::ZeroPolicy(ChunkStore& store, ProcessGroup& dp, const ZeroSettings& settings,
+                       std::vector<std::vector<int>> group_params, Allocator& buffers)
+    : store_(store),
+      dp_(dp),
+      s_(settings),
+      group_params_(std::move(group_params)),
+      pool_(&buffers),
+      gathers_(dp.size() > 1 || store.options().param_slices != nullptr) {
+  const ChunkLayout& lay = store_.layout();
+  TIDE_CHECK(s_.stage >= 1 && s_.stage <= 3, "ZeroPolicy runs stages 1-3 (got {})", s_.stage);
+  TIDE_CHECK(store_.options().sliced_kinds == zero_sliced_kinds(s_.stage) &&
+                 lay.group_size() == dp_.size() && store_.options().group_rank == dp_.rank(),
+             "the chunk store is not sliced for ZeRO stage {} over {} ranks", s_.stage, dp_.size());
+  TIDE_CHECK(store_.compute_dtype() == DType::F32,
+             "ZeRO on the CPU reduces f32 gradients; the store computes in {}",
+             dtype_name(store_.compute_dtype()));
+  check_zero_settings(s_, lay, group_params_);
+  for (const auto& ids : group_params_) group_chunks_.push_back(lay.chunks_of(ids));
+  const int n = lay.num_chunks();
+  param_buffer_.assign(n, -1);
+  grad_buffer_.assign(n, -1);
+  if (s_.stage == 3) {
+    gathered_.assign(n, Gathered::NO);
+    gather_work_.resize(n);
+    gather_trace_.resize(n);
+    persistent_.assign(n, false);
+    for (int c = 0; c < n; ++c)
+      if (lay.payload_elems(c) <= s_.param_persistence_threshold) {
+        persistent_[c] = true;
+        wait_gathered(c);
+      }
+  }
+}
+
+ZeroPolicy::~ZeroPolicy() {
+  // Never leave a collective writing into a buffer that is about to be freed.
+  for (const Pending& p : reductions_) p.work->wait();
+  for (const WorkPtr& w : gather_work_)
+    if (w) w->wait();
+  for (int c = 0; c < store_.layout().num_chunks(); ++c)
+    for (ChunkKind k : {ChunkKind::PARAM, ChunkKind::GRAD})
+      if (store_.has(k) && store_.attached(k, c)) store_.detach_whole(k, c);
+}
+
+void ZeroPolicy::wait(Work& w, const char* what, int chunk) {
+  if (w.is_completed()) return w.wait();
+  const TraceSpan span(store_.tracer(), what, "comm", {{"chunk", chunk}});
+  const auto t0 = std::chrono::steady_clock::now();
+  w.wait();
+  counters_.wait_seconds +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void* ZeroPolicy::attach(ChunkKind k, int c) {
+  int& b = (k == ChunkKind::PARAM ? param_buffer_ : grad_buffer_)[c];
+  TIDE_ASSERT(b < 0);
+  // A buffer of the chunk's size class (the largest chunk halved while the chunk fits;
+  // ChunkLayout::buffer_elems says why not each chunk's own size).
+  b = pool_.take(static_cast<size_t>(store_.layout().buffer_elems(c)) *
+                 dtype_size(store_.compute_dtype()));
+  store_.attach_whole(k, c, pool_.data(b));
+  return pool_.data(b);
+}
+
+void ZeroPolicy::detach(ChunkKind k, int c) {
+  int& b = (k == ChunkKind::PARAM ? param_buffer_ : grad_buffer_)[c];
+  store_.detach_whole(k, c);
+  pool_.give(b);
+  b = -1;
+}
+
+void ZeroPolicy::begin_step(std::span<const ParamAccess> accesses) {
+  for (const ParamAccess& a : accesses)
+    TIDE_CHECK(a.group >= 0 && a.group < static_cast<int>(group_params_.size()),
+               "access to parameter group {} of {}", a.group, group_params_.size());
+  accesses_ = accesses;
+  pos_ = prefetched_to_ = 0;
+  in_step_ = true;
+  counters_ = {};
+  if (s_.stage == 3) {
+    counters_.peak_live_param_elems = live_elems_;
+    prefetch_after(0);
+  }
+}
+
+// --- stage 3: parameters ------------------------------------------------------------------
+
+void ZeroPolicy::start_gather(int c) {
+  TIDE_ASSERT(gathered_[c] == Gathered::NO);
+  attach(ChunkKind::PARAM, c);
+  gather_trace_[c] = AsyncTrace::start(store_.tracer(), "all-gather params", {{"chunk", c}});
+  gather_work_[c] =
+      dp_.all_gather_async(store_.slice(ChunkKind::PARAM, c), store_.chunk(ChunkKind::PARAM, c));
+  gathered_[c] = Gathered::IN_FLIGHT;
+  const int64_t elems = store_.layout().chunk_elems(c);
+  live_elems_ += elems;
+  counters_.all_gathers += 1;
+  counters_.peak_live_param_elems = std::max(counters_.peak_live_param_elems, live_elems_);
+}
+
+void ZeroPolicy::wait_gathered(int c) {
+  if (!gathers_) return;  // one rank: its slice is the whole chunk, where the ops can read it
+  if (gathered_[c] == Gathered::NO) start_gather(c);
+  if (gathered_[c] == Gathered::IN_FLIGHT) {
+    wait(*gather_work_[c], "wait all-gather", c);
+    gather_work_[c].reset();
+    gather_trace_[c].finish();
+    gathered_[c] = Gathered::YES;
+  }
+}
+
+void ZeroPolicy::release_gathered(int c) {
+  wait_gathered(c);  // a prefetch still in flight must land before its buffer is reused
+  detach(ChunkKind::PARAM, c);
+  gathered_[c] = Gathered::NO;
+  live_elems_ -= store_.layout().chunk_elems(c);
+}
+
+// Starts gathering the chunks of the accesses from `pos` on, while the accesses looked at stay
+// within stage3_prefetch_bucket_size elements and the gathered ones within the live limit.
+void ZeroPolicy::prefetch_after(size_t pos) {
+  if (!gathers_) return;
+  const ChunkLayout& lay = store_.layout();
+  int64_t ahead = 0;
+  for (size_t q = pos; q < accesses_.size(); ++q) {
+    for (int c : param_chunks(accesses_[q])) {
+      const int64_t elems = lay.chunk_elems(c);
+      ahead += elems;
+      if (ahead > s_.prefetch_bucket_size) return;
+      if (gathered_[c] != Gathered::NO) continue;
+      if (live_elems_ + elems > s_.max_live_parameters) return;
+      start_gather(c);
+    }
+    prefetched_to_ = std::max(prefetched_to_, q + 1);
+  }
+}
+
+// Chunk c is used by the next access that reads parameters (W accesses read none) or by one
+// already prefetched for.
+bool ZeroPolicy::needed_soon(int c) const {
+  size_t next = pos_;
+  while (next < accesses_.size() && accesses_[next].use == Use::WEIGHT) ++next;
+  const size_t end = std::min(accesses_.size(), std::max(next + 1, prefetched_to_));
+  for (size_t q = pos_; q < end; ++q) {
+    const auto cs = param_chunks(accesses_[q]);
+    if (std::find(cs.begin(), cs.end(), c) != cs.end()) return true;
+  }
+  return false;
+}
+
+void ZeroPolicy::on_acquire(ChunkStore& store, std::span<const int> ids, Use use) {
+  const ChunkLayout& lay = store.layout();
+  if (sink_) poll_reductions();
+  if (use == Use::WEIGHT)  // W adds to gradients: an earlier micro-batch's reduction must land
+    for (int id : ids) complete_reductions_of(lay.slot(id).chunk);
+  if (s_.stage < 3) return;
+  if (!in_step_ || pos_ >= accesses_.size()) {
+    if (use != Use::WEIGHT)
+      for (int id : ids) wait_gathered(lay.slot(id).chunk);
+    return;
+  }
+  const ParamAccess& a = accesses_[pos_];
+  TIDE_CHECK(a.use == use && std::ranges::equal(group_params_[a.group], ids),
+             "ZeRO-3: the model's parameter accesses do not follow the step's sequence at access "
+             "{} (group {}): the engine's access list is wrong",
+             pos_, a.group);
+  ++pos_;
+  for (int c : param_chunks(a)) wait_gathered(c);
+  prefetch_after(pos_);
+}
+
+void ZeroPolicy::fetch(ChunkStore&, int chunk, Use) {
+  TIDE_CHECK(s_.stage == 3, "param chunk {} is not resident; ZeRO stage {} keeps them all", chunk,
+             s_.stage);
+  wait_gathered(chunk);
+}
+
+void ZeroPolicy::evict(ChunkStore&, int chunk, Use) {
+  if (s_.stage < 3 || persistent_[chunk] || gathered_[chunk] == Gathered::NO) return;
+  if (in_step_ && needed_soon(chunk)) return;
+  release_gathered(chunk);
+}
+
+// --- gradients ------------------------------------------------------------------------------
+
+void ZeroPolicy::fetch_grads(ChunkStore& store, int c) {
+  TIDE_CHECK(s_.stage >= 2, "gradient chunk {} is not resident under ZeRO stage {}", c, s_.stage);
+  const ChunkLayout& lay = store.layout();
+  const int64_t slice = lay.slice_elems(c), r = dp_.rank();
+  auto* buf = static_cast<float*>(attach(ChunkKind::GRAD, c));
+  // Seed: the owned part starts from what this rank accumulated over earlier micro-batches,
+  // the rest from zero, so the reduce-scatter sum adds this micro-batch to the accumulation.
+  std::memset(buf, 0, static_cast<size_t>(lay.chunk_elems(c)) * sizeof(float));
+  std::memcpy(buf + r * slice, store.slice(ChunkKind::GRAD, c).data,
+              static_cast<size_t>(slice) * sizeof(float));
+}
+
+void ZeroPolicy::on_grads_ready(ChunkStore& store, int c, int micro_batch) {
+  const ChunkLayout& lay = store.layout();
+  const int64_t elems = lay.chunk_elems(c);
+  while (!reductions_.empty() && reducing_elems_ + elems > s_.reduce_bucket_size) {
+    Pending p = std::move(reductions_.front());
+    reductions_.pop_front();
+    complete_reduction(p);
+  }
+  const Tensor whole = store.chunk(ChunkKind::GRAD, c);
+  AsyncTrace trace = AsyncTrace::start(store.tracer(), "reduce-scatter grads",
+                                       {{"chunk", c}, {"mb", micro_batch}});
+  Pending p{c,
+            dp_.reduce_scatter_async(whole, own_part(whole, lay.slice_elems(c), dp_.rank()),
+                                     ReduceOp::Sum),
+            trace, store.grads_complete(c)};
+  counters_.reduce_scatters += 1;
+  if (!s_.overlaps(elems)) {
+    complete_reduction(p);
+    return;
+  }
+  reductions_.push_back(std::move(p));
+  reducing_elems_ += elems;
+  if (sink_) poll_reductions();
+}
+
+void ZeroPolicy::poll_reductions() {
+  while (!reductions_.empty() && reductions_.front().work->is_completed()) {
+    Pending p = std::move(reductions_.front());
+    reductions_.pop_front();
+    complete_reduction(p);
+  }
+}
+
+void ZeroPolicy::complete_reduction(Pending& p) {
+  wait(*p.work, "wait reduce-scatter", p.chunk);
+  p.trace.finish();
+  const int c = p.chunk;
+  const ChunkLayout& lay = store_.layout();
+  const int64_t slice = lay.slice_elems(c), r = dp_.rank(), elems = lay.chunk_elems(c);
+  auto* whole = store_.chunk(ChunkKind::GRAD, c).f32();
+  if (s_.overlaps(elems)) reducing_elems_ -= elems;
+  if (s_.stage == 1) {
+    // The chunk is the accumulator: its owned part holds the sum so far; the rest must be zero
+    // for the next micro-batch (the reduce-scatter left partial sums there).
+    std::memset(whole, 0, static_cast<size_t>(r * slice) * sizeof(float));
+    std::memset(whole + (r + 1) * slice, 0, static_cast<size_t>(elems - (r + 1) * slice) * 4);
+  } else if (store_.attached(ChunkKind::GRAD, c)) {  // one rank: the slice is the whole chunk
+    std::memcpy(store_.slice(ChunkKind::GRAD, c).data, whole + r * slice,
+                static_cast<size_t>(slice) * sizeof(float));
+    detach(ChunkKind::GRAD, c);
+  }
+  if (p.last && sink_) sink_->on_reduced(c);
+}
+
+void ZeroPolicy::complete_reductions_of(int c) {
+  auto last = std::find_if(reductions_.rbegin(), reductions_.rend(),
+                           [&](const Pending& p) { return p.chunk == c; });
+  if (last == reductions_.rend()) return;
+  // Complete in issue order up to and including the last reduction of chunk c.
+  const size_t n = reductions_.size() - (last - reductions_.rbegin());
+  for (size_t i = 0; i < n; ++i) {
+    Pending p = std::move(reductions_.front());
+    reductions_.pop_front();
+    complete_reduction(p);
+  }
+}
+
+bool ZeroPolicy::busy(ChunkKind kind, int c) const {
+  // Stage 3: a gather in flight reads the owned parameter slice.
+  if (kind == ChunkKind::PARAM) return s_.stage == 3 && gathered_[c] == Gathered::IN_FLIGHT;
+  if (kind != ChunkKind::GRAD) return false;
+  return std::any_of(reductions_.begin(), reductions_.end(),
+                     [&](const Pending& p) { return p.chunk == c; });
+}
+
+void ZeroPolicy::settle(ChunkKind kind, int c) {
+  if (kind == ChunkKind::GRAD) complete_reductions_of(c);
+  if (kind == ChunkKind::PARAM && s_.stage == 3 && gathered_[c] == Gathered::IN_FLIGHT)
+    wait_gathered(c);
+}
+
+void ZeroPolicy::finish_gradients() {
+  while (!reductions_.empty()) {
+    Pending p = std::move(reductions_.front());
+    reductions_.pop_front();
+    complete_reduction(p);
+  }
+  TIDE_ASSERT(reducing_elems_ == 0);
+  in_step_ = false;
+  if (s_.stage == 3)  // nothing but the persistent chunks stays gathered between steps
+    for (int c = 0; c < store_.layout().num_chunks(); ++c)
+      if (!persistent_[c] && gathered_[c] != Gathered::NO) release_gathered(c);
+  const int N = dp_.size();
+  if (N == 1 || sink_) return;
+  // The mean over ranks, divided as the process groups' ReduceOp::Avg divides.
+  for (int c = 0; c < store_.layout().num_chunks(); ++c) {
+    const Tensor g = store_.slice(ChunkKind::GRAD, c);
+    float* x = g.f32();
+    for (int64_t i = 0; i < g.numel(); ++i) x[i] /= static_cast<float>(N);
+  }
+}
+
+// --- after the optimizer --------------------------------------------------------------------
+
+void ZeroPolicy::after_update() {
+  const ChunkLayout& lay = store_.layout();
+  struct Gather {
+    int chunk;
+    int64_t elems;
+    WorkPtr work;
+    AsyncTrace trace;
+  };
+  std::deque<Gather> gathers;
+  int64_t gathering = 0;
+  auto complete = [&](Gather& g) {
+    wait(*g.work, "wait all-gather", g.chunk);
+    g.trace.finish();
+  };
+  for (int c = 0; c < lay.num_chunks(); ++c) {
+    if (s_.stage == 3 && (!persistent_[c] || !gathers_)) continue;
+    const int64_t elems = lay.chunk_elems(c);
+    while (!gathers.empty() && gathering + elems > s_.allgather_bucket_size) {
+      complete(gathers.front());
+      gathering -= gathers.front().elems;
+      gathers.pop_front();
+    }
+    const Tensor whole = store_.chunk(ChunkKind::PARAM, c);
+    // Stages 1-2 gather in place (the owned part of the whole chunk is the updated slice);
+    // stage 3's persistent chunks gather from the slice into their buffer.
+    const Tensor mine = s_.stage == 3 ? store_.slice(ChunkKind::PARAM, c)
+                                      : own_part(whole, lay.slice_elems(c), dp_.rank());
+    AsyncTrace trace = AsyncTrace::start(store_.tracer(), "all-gather params", {{"chunk", c}});
+    gathers.push_back({c, elems, dp_.all_gather_async(mine, whole), trace});
+    gathering += elems;
+    counters_.all_gathers += 1;
+  }
+  for (Gather& g : gathers) complete(g);
+}
+
+}  // namespace tide
