@@ -88,11 +88,6 @@ double grad_norm_squared(const void* data, DType dtype, int64_t n, int threads) 
   return grad_norm_squared(std::span<const GradBuffer>(&b, 1), threads);
 }
 
-void grad_norm_block_sums(const GradBuffer& b, std::vector<double>& out) {
-  for (int64_t s = 0; s < b.n; s += kNormBlock)
-    out.push_back(block_sum(b, s, std::min(kNormBlock, b.n - s)));
-}
-
 float clip_coefficient(double total_norm, double max_norm) {
   TIDE_CHECK(max_norm > 0.0 && std::isfinite(max_norm),
              "gradient clipping max_norm = {} must be finite and > 0; use e.g. 1.0, or turn "

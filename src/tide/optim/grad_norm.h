@@ -30,11 +30,6 @@ struct GradBuffer {
 // Sum of squares over all buffers, in the order given. threads = 0: OpenMP's default.
 double grad_norm_squared(std::span<const GradBuffer> buffers, int threads = 0);
 double grad_norm_squared(const void* data, DType dtype, int64_t n, int threads = 0);
-// The block sums grad_norm_squared adds for one buffer, in order, appended to `out`. Adding the
-// block sums of every buffer in buffer order, left to right, gives grad_norm_squared's result
-// bitwise: ZeRO-Offload sums each chunk's blocks as the chunk reaches the host, during
-// backward, and adds them once every chunk is in.
-void grad_norm_block_sums(const GradBuffer& b, std::vector<double>& out);
 
 // PyTorch's clip_grad_norm_ factor: min(1, max_norm / (total_norm + 1e-6)). Multiply the
 // gradients (AdamWStep::grad_scale) by it. Throws if max_norm <= 0 or total_norm is not

@@ -16,7 +16,7 @@ double seconds(std::chrono::steady_clock::duration d) {
 }  // namespace
 
 OffloadPolicy::OffloadPolicy(ChunkStore& store, int dp_size, const OffloadSettings& settings,
-                             int threads, Allocator& grad_host, bool tensor_sums)
+                             int threads, Allocator& grad_host)
     : store_(store), dp_size_(dp_size), s_(settings), threads_(threads), grad_host_(grad_host) {
   TIDE_CHECK(store_.options().separate_master && store_.has(ChunkKind::MASTER),
              "ZeRO-Offload needs the fp32 master weights in their own chunks on the host: build "
@@ -31,8 +31,7 @@ OffloadPolicy::OffloadPolicy(ChunkStore& store, int dp_size, const OffloadSettin
         grad_host_.allocate(bytes, fmt::format("offloaded gradient slice of chunk {}", c))));
     grad_bytes_ += bytes;
   }
-  block_sums_.resize(n);
-  if (tensor_sums) tensor_sums_.assign(static_cast<size_t>(store_.layout().num_tensors()), 0.0);
+  tensor_sums_.assign(static_cast<size_t>(store_.layout().num_tensors()), 0.0);
   grad_done_.assign(n, 0);
   adam_done_.assign(n, 0);
   copy_span_.resize(n);
@@ -90,13 +89,10 @@ void OffloadPolicy::run(const Job& j) {
   // The mean over ranks, divided as ZeroPolicy::finish_gradients divides without offload.
   if (dp_size_ > 1)
     for (int64_t i = 0; i < g.numel(); ++i) h[i] /= static_cast<float>(dp_size_);
-  block_sums_[c].clear();
-  grad_norm_block_sums({h, DType::F32, g.numel()}, block_sums_[c]);
-  if (!tensor_sums_.empty()) {  // the owned slice: elements [r S, (r + 1) S) of the chunk
-    const ChunkLayout& lay = store_.layout();
-    tensor_grad_sums(lay, c, h, store_.options().group_rank * lay.slice_elems(c), g.numel(),
-                     tensor_sums_, threads_);
-  }
+  // The owned slice: elements [r S, (r + 1) S) of the chunk.
+  const ChunkLayout& lay = store_.layout();
+  tensor_grad_sums(lay, c, h, store_.options().group_rank * lay.slice_elems(c), g.numel(),
+                   tensor_sums_, threads_);
   copy_span_[c].end = Clock::now();
   if (early_) adam(c);
 }
@@ -158,16 +154,13 @@ void OffloadPolicy::on_reduced(int c) {
   push({JobKind::GRAD, c});
 }
 
-double OffloadPolicy::finish_gradients() {
+void OffloadPolicy::finish_gradients() {
   const Clock::time_point backward_end = Clock::now();
   const int n = store_.layout().num_chunks();
   TIDE_CHECK(counters_.moves_to_host == n,
              "ZeRO-Offload: {} of {} chunks had their gradients reduced this step",
              counters_.moves_to_host, n);
   for (int c = 0; c < n; ++c) wait_done(grad_done_, c);
-  double total = 0;
-  for (int c = 0; c < n; ++c)
-    for (double x : block_sums_[c]) total += x;
   auto hidden = [&](const Span& s) {
     if (s.end == Clock::time_point{}) return 0.0;
     return std::max(0.0, seconds(std::min(s.end, backward_end) - s.begin));
@@ -177,7 +170,6 @@ double OffloadPolicy::finish_gradients() {
     counters_.hidden_seconds += hidden(copy_span_[c]);
   }
   backward_end_ = backward_end;
-  return total;
 }
 
 void OffloadPolicy::update(const AdamWHyper& hyper, const AdamWStep& step) {

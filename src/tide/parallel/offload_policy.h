@@ -14,20 +14,17 @@
 //   backward (compute thread)      ZeroPolicy reduce-scatters chunk c; when its last reduction
 //                                  of the step completes it calls on_reduced(c)
 //   offload thread, during backward  copy the owned GRAD slice of c to its host buffer, divide
-//                                  by N (the mean over ranks), and sum the squares of its
-//                                  kNormBlock blocks (grad_norm.h) for the global norm
-//   finish_gradients (compute)     waits for every chunk's copy; the global squared norm is the
-//                                  block sums added in chunk order: bitwise what grad_norm_squared
-//                                  over the owned slices gives without offload
+//                                  by N (the mean over ranks), and sum the squares of each
+//                                  tensor's part of the slice for the global norm
+//   finish_gradients (compute)     waits for every chunk's copy
 //   update (both)                  the offload thread runs CPU AdamW on chunk 0, 1, ...; the
 //                                  compute thread copies chunk c's updated master slice into
 //                                  the PARAM slice while the offload thread updates chunk c+1
 //
-// With `tensor_sums` (the policy stack's; the executor adds the global norm per tensor) the
-// offload thread also sums the squares of each tensor's part of the owned slice
-// (tensor_grad_sums.h) on the host copy, after the division: tensor_sums() then holds bitwise
-// what the policy stack takes from the store's slices without offload (the same function over
-// the same element ranges of the same values).
+// The executor adds the global norm per tensor: the offload thread's sums (tensor_grad_sums.h,
+// on the host copy, after the division) are bitwise what the policy stack takes from the
+// store's slices without offload (the same function over the same element ranges of the same
+// values).
 //
 // Adam needs the clip coefficient, hence the global norm, hence every chunk: with clipping (or
 // with skip_non_finite, whose verdict also comes from the norm) Adam starts after backward and
@@ -95,9 +92,8 @@ class OffloadPolicy final : public ReducedGradSink {
   // The store must keep a separate MASTER (StoreOptions::separate_master) sliced like ADAM_M and
   // ADAM_V. `dp_size`: N, the divisor of the mean. `threads`: OpenMP threads of the CPU Adam
   // (0: OpenMP's default). Host gradient buffers (4 Psi/N bytes) come from `grad_host`.
-  // `tensor_sums`: also sum the squares per tensor (tensor_sums(); tensor parallelism).
   OffloadPolicy(ChunkStore& store, int dp_size, const OffloadSettings& settings, int threads,
-                Allocator& grad_host, bool tensor_sums = false);
+                Allocator& grad_host);
   ~OffloadPolicy() override;
   OffloadPolicy(const OffloadPolicy&) = delete;
   OffloadPolicy& operator=(const OffloadPolicy&) = delete;
@@ -109,12 +105,10 @@ class OffloadPolicy final : public ReducedGradSink {
   // before the norm (no clipping): Adam runs on each chunk as it arrives; nullptr: update().
   void begin_step(const AdamWHyper* early, const AdamWStep& early_step);
   void on_reduced(int chunk) override;
-  // After backward: waits for every chunk's gradients on the host; returns this rank's sum of
-  // squares of its owned gradient slices (already divided by N).
-  double finish_gradients();
-  // After finish_gradients, with `tensor_sums`: per tensor id, the sum of squares of its part
-  // of this rank's owned gradient slice (divided by N; 0 for a tensor outside the slice). Empty
-  // without `tensor_sums`.
+  // After backward: waits for every chunk's gradients on the host.
+  void finish_gradients();
+  // After finish_gradients: per tensor id, the sum of squares of its part of this rank's owned
+  // gradient slice (divided by N; 0 for a tensor outside the slice).
   std::span<const double> tensor_sums() const { return tensor_sums_; }
   // The host copy of chunk c's owned gradient slice (after finish_gradients: divided by N).
   Tensor host_grad(int c) const {
@@ -159,9 +153,8 @@ class OffloadPolicy final : public ReducedGradSink {
   int threads_;
   Allocator& grad_host_;
   size_t grad_bytes_ = 0;
-  std::vector<float*> host_grad_;                // per chunk: the owned slice, on the host
-  std::vector<std::vector<double>> block_sums_;  // per chunk: its norm block sums
-  std::vector<double> tensor_sums_;              // per tensor id (with `tensor_sums`)
+  std::vector<float*> host_grad_;    // per chunk: the owned slice, on the host
+  std::vector<double> tensor_sums_;  // per tensor id (with `tensor_sums`)
 
   // Shared with the offload thread (under mu_).
   std::mutex mu_;

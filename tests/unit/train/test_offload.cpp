@@ -1,5 +1,5 @@
 // ZeRO-Offload's bad input at the Engine (the Trainer's refusals are in test_estimate_setup.cpp)
-// and the norm partials it sums as chunks arrive (grad_norm_block_sums; per tensor under tp).
+// and the per-tensor norm partials it sums as chunks arrive.
 // Training equivalence, traffic and memory are in tests/mpi/train_offload.cpp.
 #include <gtest/gtest.h>
 
@@ -11,12 +11,12 @@
 #include "error_of.h"
 #include "test_files.h"
 #include "tide/comm/local_process_group.h"
+#include "tide/config/config.h"
 #include "tide/core/rng.h"
 #include "tide/data/shard.h"
+#include "tide/exec/engine.h"
 #include "tide/model/gpt.h"
 #include "tide/optim/grad_norm.h"
-#include "tide/config/config.h"
-#include "tide/exec/engine.h"
 #include "tide/parallel/offload_policy.h"
 #include "tide/parallel/optimizer_step.h"
 #include "tide/parallel/tensor_grad_sums.h"
@@ -61,32 +61,10 @@ TEST(OffloadErrors, StageZeroAndAStoreWithoutItsOwnMasterAreRefused) {
   EXPECT_EQ(engine_error(2, true), "");
 }
 
-// Adding every buffer's block sums in buffer order is grad_norm_squared to the bit, whatever
-// order the buffers' sums were computed in (the offload thread gets chunks in backward order).
-TEST(OffloadNorm, BlockSumsInChunkOrderAreTheGlobalNormBitwise) {
-  const int64_t sizes[] = {3 * kNormBlock + 17, 5, kNormBlock, 2 * kNormBlock - 1};
-  std::vector<std::vector<float>> data;
-  std::vector<GradBuffer> bufs;
-  const PhiloxStream rng{3, 4};
-  uint64_t k = 0;
-  for (int64_t n : sizes) {
-    data.emplace_back(n);
-    for (float& x : data.back()) x = static_cast<float>(rng.uint(k++) % 20001) * 1e-4f - 1.0f;
-  }
-  for (const auto& d : data) bufs.push_back({d.data(), DType::F32, static_cast<int64_t>(d.size())});
-  std::vector<std::vector<double>> sums(bufs.size());
-  for (size_t i = bufs.size(); i-- > 0;) grad_norm_block_sums(bufs[i], sums[i]);
-  double total = 0;
-  for (const auto& s : sums)
-    for (double x : s) total += x;
-  const double expected = grad_norm_squared(bufs, 2);
-  EXPECT_EQ(std::memcmp(&total, &expected, sizeof(double)), 0) << total << " vs " << expected;
-}
-
-// Under tensor parallelism the offload thread also sums each tensor's part of the owned slice
-// (after the division by N): rank 1 of 2 at ZeRO-2, where tensors straddle the slice bounds.
-// Oracle: the elements of each tensor inside the slice, picked by their chunk offsets, divided
-// and summed with grad_norm_squared here; bitwise equal, and 0 for tensors outside the slice.
+// The offload thread sums each tensor's part of the owned slice (after the division by N): rank 1
+// of 2 at ZeRO-2, where tensors straddle the slice bounds. Oracle: the elements of each tensor
+// inside the slice, picked by their chunk offsets, divided and summed with grad_norm_squared here;
+// bitwise equal, and 0 for tensors outside the slice.
 TEST(OffloadNorm, PerTensorSumsOfTheOwnedSliceAreBitwiseTheDirectOnes) {
   const TrainConfig tc = tiny();
   ModelOptions o;
@@ -111,7 +89,7 @@ TEST(OffloadNorm, PerTensorSumsOfTheOwnedSliceAreBitwiseTheDirectOnes) {
     before.emplace_back(g.f32(), g.f32() + g.numel());
   }
   HostAllocator host;
-  OffloadPolicy policy(store, 2, OffloadSettings{.enabled = true}, 1, host, /*tensor_sums=*/true);
+  OffloadPolicy policy(store, 2, OffloadSettings{.enabled = true}, 1, host);
   policy.begin_step(nullptr, AdamWStep{});
   for (int c = lay.num_chunks(); c-- > 0;) policy.on_reduced(c);  // backward order
   policy.finish_gradients();
@@ -138,10 +116,6 @@ TEST(OffloadNorm, PerTensorSumsOfTheOwnedSliceAreBitwiseTheDirectOnes) {
   EXPECT_GT(inside, 0);
   EXPECT_GT(outside, 0);
   EXPECT_GT(straddling, 0);
-  // Without tensor parallelism the policy does not sum per tensor.
-  HostAllocator host2;
-  OffloadPolicy plain(store, 2, OffloadSettings{.enabled = true}, 1, host2);
-  EXPECT_TRUE(plain.tensor_sums().empty());
 }
 
 // The one-step delayed update (DPU) against a reference built from plain parts: model A (no
