@@ -59,21 +59,34 @@ void fit_device_limit(const TrainSetup& setup, MemoryEstimate& est) {
   f.device_total = est.device.total();
   f.device_fits = f.device_total <= f.limit;
   if (!f.auto_placement) return;
-  // auto runs with one pipeline stage (TrainSetup::validate): the device is that stage's.
-  TIDE_ASSERT(est.stages.size() == 1);
-  StageEstimate& st = est.stages.front();
-  const MemoryBreakdown& d = st.device;
-  f.states = d.model_states() + d.chunk_padding;
-  f.non_model = d.activations + d.temp_buffers;
-  f.largest_group = st.largest_group_chunks;
-  f.least_limit = f.non_model + f.largest_group;
-  f.auto_fits = f.limit >= f.least_limit;
-  f.states_on_device = std::min(f.states, std::max<int64_t>(0, f.limit - f.non_model));
-  f.states_on_host = f.states - f.states_on_device;
-  f.least_moved = f.states_on_host;
-  move_states(st.device, st.host, f.states_on_host);
-  est.device = st.device;
-  est.host_per_rank = st.host;
+  // Each pipeline stage's rank places its own store within the same limit; the figures shown
+  // are those of the stage that needs the largest limit (the one that decides whether the run
+  // fits), and the device and host totals the largest over the stages after the move.
+  LimitFit binding;
+  for (StageEstimate& st : est.stages) {
+    LimitFit s = f;
+    const MemoryBreakdown& d = st.device;
+    s.states = d.model_states() + d.chunk_padding;
+    s.non_model = d.activations + d.temp_buffers;
+    s.largest_group = st.largest_group_chunks;
+    s.least_limit = s.non_model + s.largest_group;
+    s.auto_fits = s.limit >= s.least_limit;
+    s.states_on_device = std::min(s.states, std::max<int64_t>(0, s.limit - s.non_model));
+    s.states_on_host = s.states - s.states_on_device;
+    s.least_moved = s.states_on_host;
+    move_states(st.device, st.host, s.states_on_host);
+    if (st.stage == 0 || s.least_limit > binding.least_limit) binding = s;
+  }
+  binding.device_total = f.device_total;
+  binding.device_fits = f.device_fits;
+  f = binding;
+  est.peak_stage = 0;
+  est.host_per_rank = MemoryBreakdown{};
+  for (const StageEstimate& st : est.stages) {
+    if (st.device.total() > est.stages[est.peak_stage].device.total()) est.peak_stage = st.stage;
+    if (st.host.total() > est.host_per_rank.total()) est.host_per_rank = st.host;
+  }
+  est.device = est.stages[est.peak_stage].device;
   est.host = est.host_per_rank.times(est.ranks_per_host);
 }
 

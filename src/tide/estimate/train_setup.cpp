@@ -83,10 +83,17 @@ void TrainSetup::validate() const {
                "it cannot be combined with offload ({}); set the offload devices to \"none\", or "
                "use placement.policy=device",
                to_string(offload));
-    TIDE_CHECK(tp == 1 && pp == 1,
-               "placement.policy=auto runs with tensor_parallel.size 1 and pipeline.stages 1 "
-               "(got tp {}, pp {}); set both to 1, or use placement.policy=device",
-               tp, pp);
+    TIDE_CHECK(tp == 1,
+               "placement.policy=auto runs with tensor_parallel.size 1 (got {}); set it to 1, or "
+               "use placement.policy=device",
+               tp);
+    // As tide train (config/unsupported_settings.cpp): one store per stage, a fixed schedule.
+    TIDE_CHECK(pp == 1 || (schedule != Schedule::Interleaved && schedule != Schedule::ZBV &&
+                           schedule != Schedule::ZBAuto),
+               "placement.policy=auto with pipeline.stages {} runs one model chunk per stage and "
+               "a fixed schedule (not interleaved, zb-v or zb-auto); pick another schedule, or "
+               "use placement.policy=device",
+               pp);
   }
   if (schedule == Schedule::Interleaved && pp > 1) {
     TIDE_CHECK(virtual_stages >= 2,

@@ -169,6 +169,41 @@ TEST(LimitFit, AutoUnderTheLeastDoesNotFit) {
             std::string::npos);
 }
 
+// Under pipeline parallelism every stage's rank places its own store within the limit: the fit
+// shown is the stage that needs the largest limit, each stage's states beyond its room go to
+// its host, and the device figure is the largest stage's after the move.
+TEST(LimitFit, AutoUnderPipelineStagesFitsEachStage) {
+  TrainSetup s = small_setup();
+  s.model.n_layer = 4;
+  s.pp = s.world_size = 2;
+  s.grad_accum = 4;
+  const MemoryEstimate dev = estimate_memory(s);
+  ASSERT_EQ(dev.stages.size(), 2u);
+  int64_t least = 0, states = 0;
+  for (const StageEstimate& st : dev.stages) {
+    const int64_t l = st.device.activations + st.device.temp_buffers + st.largest_group_chunks;
+    if (l > least) least = l, states = st.device.model_states() + st.device.chunk_padding;
+  }
+  s.placement = Placement::Auto;
+  s.device_memory_limit = least;
+  const MemoryEstimate e = estimate_memory(s);
+  EXPECT_EQ(e.limit.least_limit, least);
+  EXPECT_EQ(e.limit.states, states);
+  EXPECT_TRUE(e.limit.fits());
+  for (size_t i = 0; i < e.stages.size(); ++i) {
+    const StageEstimate& st = e.stages[i];
+    const int64_t room = std::max<int64_t>(
+        0, s.device_memory_limit - st.device.activations - st.device.temp_buffers);
+    EXPECT_LE(st.device.model_states() + st.device.chunk_padding, room) << "stage " << i;
+    EXPECT_EQ(st.device.model_states() + st.device.chunk_padding + st.host.model_states() +
+                  st.host.chunk_padding,
+              dev.stages[i].device.model_states() + dev.stages[i].device.chunk_padding)
+        << "stage " << i << ": every state is on one tier";
+  }
+  s.device_memory_limit = least - 1;
+  EXPECT_FALSE(estimate_memory(s).limit.fits());
+}
+
 TEST(LimitFit, JsonKeys) {
   TrainSetup s = small_setup();
   s.placement = Placement::Auto;
@@ -224,7 +259,21 @@ TEST(LimitFit, AutoSettingsErrors) {
   s.offload = Offload::None;
   s.world_size = 4;
   s.tp = 2;
-  EXPECT_NE(error_of(s).find("tensor_parallel.size 1 and pipeline.stages 1"), std::string::npos);
+  EXPECT_NE(error_of(s).find("placement.policy=auto runs with tensor_parallel.size 1 (got 2)"),
+            std::string::npos);
+  s.tp = 1;
+  s.pp = 2;
+  s.model.n_layer = 4;
+  s.schedule = Schedule::ZBV;
+  s.virtual_stages = 2;
+  EXPECT_NE(error_of(s).find("runs one model chunk per stage and a fixed schedule"),
+            std::string::npos);
+  s.schedule = Schedule::ZBAuto;
+  s.virtual_stages = 1;
+  EXPECT_NE(error_of(s).find("runs one model chunk per stage and a fixed schedule"),
+            std::string::npos);
+  s.schedule = Schedule::ZBH1;
+  EXPECT_EQ(error_of(s), "");
   EXPECT_THROW(parse_placement("gpu"), Error);
   EXPECT_EQ(parse_placement("auto"), Placement::Auto);
 }
