@@ -10,18 +10,21 @@
 #include <filesystem>
 #include <fstream>
 
-#include "tide/comm/distributed.h"
-#include "tide/comm/local_process_group.h"
-#include "tide/data/prepare.h"
-#include "tide/model/layout.h"
 #include "tide/checkpoint/auto_resume.h"
 #include "tide/checkpoint/checkpoint.h"
 #include "tide/checkpoint/init_from.h"
-#include "tide/train/preemption.h"
-#include "tide/config/rank_consistency.h"
 #include "tide/checkpoint/sharded_checkpoint.h"
 #include "tide/checkpoint/tp_checkpoint.h"
+#include "tide/comm/distributed.h"
+#include "tide/comm/local_process_group.h"
+#include "tide/config/estimate_setup.h"
+#include "tide/config/rank_consistency.h"
 #include "tide/config/unsupported_settings.h"
+#include "tide/data/prepare.h"
+#include "tide/estimate/byte_size.h"
+#include "tide/estimate/memory_estimate.h"
+#include "tide/model/layout.h"
+#include "tide/train/preemption.h"
 
 namespace tide {
 
@@ -270,10 +273,9 @@ Trainer::Trainer(TrainConfig config, std::shared_ptr<ProcessGroup> world)
     }
     // Under tp the ranks hold different shards: the whole model's layout is compared.
     check_same_data_and_layout(mesh_ ? make_layout(cfg_.model) : model_->store().layout());
-    engine_ = std::make_unique<Engine>(
-        *model_, mesh_ ? mesh_->group_ptr(MeshAxis::DP) : world_,
-        data_parallel_schedule(cfg_.grad_accum), cfg_.micro_batch, cfg_.seq_len, opt, cfg_.zero,
-        auto_placement_settings());
+    engine_ = std::make_unique<Engine>(*model_, mesh_ ? mesh_->group_ptr(MeshAxis::DP) : world_,
+                                       data_parallel_schedule(cfg_.grad_accum), cfg_.micro_batch,
+                                       cfg_.seq_len, opt, cfg_.zero, auto_placement_settings());
     engine_runner_ = std::make_unique<EngineRunner>(*engine_);
     runner_ = engine_runner_.get();
     eval_mb_ = model_->make_micro_batch(1, cfg_.seq_len, nullptr, /*training=*/false);
@@ -764,8 +766,43 @@ void Trainer::run() {
   progress_.finish();
 }
 
+StepStats Trainer::first_placed_step(std::optional<float>& val0) {
+  try {
+    if (val_loader_ && cfg_.resume.empty()) val0 = evaluate();
+    return train_step();
+  } catch (const Error& e) {
+    // The figure tide estimate gives for the same config, as a hint (an estimate: the runtime's
+    // own need was the figure above).
+    std::string hint;
+    try {
+      TrainSetup setup = setup_from_train_config(cfg_);
+      setup.world_size = world_->size();  // the ranks launched (world_size 0 in the config)
+      const int64_t least = estimate_memory(setup).limit.least_limit;
+      if (least > 0)
+        hint = fmt::format("; `tide estimate --config` puts the least limit for this config at {}",
+                           format_bytes(least));
+    } catch (const Error&) {  // the estimate cannot size this config: no hint
+    }
+    throw Error(fmt::format(
+        "{}\ntide: placement.policy=auto stopped in its first step, before anything was written "
+        "to out_dir '{}'{}",
+        e.what(), cfg_.out_dir, hint));
+  }
+}
+
 void Trainer::run_steps() {
   const bool rank0 = world_->rank() == 0;
+  // placement.policy=auto learns its plan in its first step, the step where a
+  // placement.device_memory_limit too small for this run fails: that step runs before anything
+  // is written (the step-0 validation before it, logged after it).
+  std::optional<float> val0;
+  std::optional<StepStats> first;
+  double first_seconds = 0;
+  if (cfg_.placement_policy == "auto" && step_ < cfg_.train_steps) {
+    if (rank0) check_out_dir(cfg_);
+    first = first_placed_step(val0);
+    first_seconds = first->seconds;
+  }
   std::ofstream metrics;
   const std::string metrics_path = (fs::path(cfg_.out_dir) / "metrics.jsonl").string();
   if (rank0) {
@@ -850,9 +887,12 @@ void Trainer::run_steps() {
         fmt::format("step {:>6} | val loss {:.4f}{}", step_, val,
                     unigram_ ? fmt::format(" (unigram baseline {:.4f})", *unigram_) : ""));
   };
-  if (val_loader_ && cfg_.resume.empty()) log_eval(evaluate());
+  if (val_loader_ && cfg_.resume.empty()) log_eval(val0 ? *val0 : evaluate());
 
-  const auto t_start = Clock::now();
+  // The run's time counts the early first step's, not the writes and validation around it.
+  const auto t_start =
+      Clock::now() - std::chrono::duration_cast<Clock::duration>(
+                         std::chrono::duration<double>(first ? first_seconds : 0.0));
   int64_t tokens_done = 0;
   // Throughput over the last log interval (the steps since the previous training metrics
   // line), timed over its training steps only: an evaluation or a checkpoint in between does
@@ -861,8 +901,9 @@ void Trainer::run_steps() {
   int64_t tokens_interval = 0;
   while (step_ < cfg_.train_steps) {
     const auto t_step = Clock::now();
-    const StepStats st = train_step();
-    seconds_interval += seconds_since(t_step);
+    const StepStats st = first ? *first : train_step();
+    seconds_interval += first ? first_seconds : seconds_since(t_step);
+    first.reset();
     tokens_done += st.tokens;
     tokens_interval += st.tokens;
     if (pipeline_)

@@ -17,14 +17,14 @@
 
 #include "tide/comm/process_group.h"
 #include "tide/comm/topology.h"
+#include "tide/config/config.h"
 #include "tide/core/trace.h"
 #include "tide/data/loader.h"
-#include "tide/model/gpt.h"
-#include "tide/config/config.h"
 #include "tide/exec/engine.h"
+#include "tide/exec/step_runner.h"
+#include "tide/model/gpt.h"
 #include "tide/train/pipeline_run.h"
 #include "tide/train/progress_line.h"
-#include "tide/exec/step_runner.h"
 #include "tide/train/tensorboard_writer.h"
 
 namespace tide {
@@ -127,6 +127,10 @@ class Trainer {
 
   // The compute tier of the model state (placement.device_memory_limit) and, with ZeRO-Offload,
   // the host tier of the optimizer state: set in `so` when either is configured.
+  // The step-0 validation (into `val0`) and the first train_step() of a placement.policy=auto
+  // run, whose error (a budget too small) also says that nothing was written and what tide
+  // estimate gives.
+  StepStats first_placed_step(std::optional<float>& val0);
   void configure_placement(StoreOptions& so);
   // placement.policy=auto's allocators (configure_placement made them); none with policy=device.
   AutoPlacementSettings auto_placement_settings() const;

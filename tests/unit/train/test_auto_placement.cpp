@@ -6,13 +6,15 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <vector>
 
 #include "test_files.h"
-#include "tide/data/shard.h"
-#include "tide/estimate/memory_estimate.h"
 #include "tide/config/estimate_setup.h"
+#include "tide/data/shard.h"
+#include "tide/estimate/byte_size.h"
+#include "tide/estimate/memory_estimate.h"
 #include "tide/train/trainer.h"
 
 using namespace tide;
@@ -99,6 +101,38 @@ TEST(AutoPlacementMetrics, EveryTrainingRecordCarriesTheCounters) {
     }
     EXPECT_EQ(records, 3);
   }
+}
+
+// A budget too small for the run fails in auto's first step, which runs before anything is
+// written: out_dir stays empty, and the error says so and gives tide estimate's figure.
+TEST(AutoPlacementBudget, TooSmallIsRefusedBeforeAnythingIsWritten) {
+  const std::string dir = write_data("auto_too_small");
+  std::vector<std::string> o = overrides(dir + "/out", 3);
+  o[0] = "data.train=" + dir + "/train.bin";
+  o.push_back("placement.policy=auto");
+  o.push_back("placement.device_memory_limit=1000");
+  o.push_back("data.val=" + dir + "/train.bin");
+  Trainer t(load_train_config("", o));
+  std::string msg;
+  try {
+    t.run();
+  } catch (const Error& e) {
+    msg = e.what();
+  }
+  EXPECT_NE(msg.find("placement.device_memory_limit (1000 B) is below the non-model memory"),
+            std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("placement.policy=auto stopped in its first step, before anything was "
+                     "written to out_dir '" +
+                     dir + "/out'"),
+            std::string::npos)
+      << msg;
+  const int64_t least =
+      estimate_memory(setup_from_train_config(load_train_config("", o))).limit.least_limit;
+  EXPECT_NE(msg.find("puts the least limit for this config at " + format_bytes(least)),
+            std::string::npos)
+      << msg;
+  EXPECT_FALSE(std::filesystem::exists(dir + "/out")) << "nothing is written";
 }
 
 TEST(AutoPlacementResume, ACheckpointResumesBitwise) {
