@@ -18,9 +18,9 @@
 #include <nlohmann/json.hpp>
 
 #include "bench_cli.h"
+#include "tide/checkpoint/sharded_checkpoint.h"
 #include "tide/core/rng.h"
 #include "tide/model/gpt.h"
-#include "tide/checkpoint/sharded_checkpoint.h"
 
 using namespace tide;
 

@@ -33,8 +33,8 @@
 #include "tide/comm/distributed.h"
 #include "tide/core/rng.h"
 #include "tide/core/trace.h"
-#include "tide/pipeline/generators.h"
 #include "tide/exec/pipeline_engine.h"
+#include "tide/pipeline/generators.h"
 
 using namespace tide;
 

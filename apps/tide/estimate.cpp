@@ -7,10 +7,10 @@
 #include <string>
 
 #include "commands.h"
+#include "tide/config/estimate_setup.h"
 #include "tide/core/error.h"
 #include "tide/estimate/byte_size.h"
 #include "tide/estimate/report.h"
-#include "tide/config/estimate_setup.h"
 
 namespace tide::app {
 namespace {

@@ -9,11 +9,11 @@
 #include <vector>
 
 #include "commands.h"
+#include "tide/checkpoint/checkpoint.h"
+#include "tide/checkpoint/sharded_checkpoint.h"
 #include "tide/data/tokenizer.h"
 #include "tide/data/utf8_stream.h"
 #include "tide/model/kv_decoder.h"
-#include "tide/checkpoint/checkpoint.h"
-#include "tide/checkpoint/sharded_checkpoint.h"
 
 namespace tide::app {
 

@@ -5,10 +5,10 @@
 #include <filesystem>
 
 #include "fuzz_util.h"
-#include "tide/model/layout.h"
 #include "tide/checkpoint/checkpoint.h"
 #include "tide/checkpoint/checkpoint_meta.h"
 #include "tide/checkpoint/hf_import.h"
+#include "tide/model/layout.h"
 
 namespace fs = std::filesystem;
 

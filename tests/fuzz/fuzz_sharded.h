@@ -8,9 +8,9 @@
 #include <memory>
 
 #include "fuzz_util.h"
+#include "tide/checkpoint/sharded_checkpoint.h"
 #include "tide/memory/chunk_store.h"
 #include "tide/model/layout.h"
-#include "tide/checkpoint/sharded_checkpoint.h"
 
 namespace tide::fuzz {
 

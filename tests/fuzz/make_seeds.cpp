@@ -11,13 +11,13 @@
 
 #include "fuzz_sharded.h"
 #include "fuzz_util.h"
+#include "tide/checkpoint/checkpoint.h"
+#include "tide/checkpoint/hf_export.h"
+#include "tide/config/config.h"
 #include "tide/core/dtype.h"
 #include "tide/data/shard.h"
 #include "tide/data/tokenizer.h"
 #include "tide/model/layout.h"
-#include "tide/checkpoint/checkpoint.h"
-#include "tide/config/config.h"
-#include "tide/checkpoint/hf_export.h"
 
 namespace fs = std::filesystem;
 using namespace tide;

@@ -27,12 +27,12 @@
 
 #include "dp_runs.h"
 #include "mpi_test.h"
+#include "tide/checkpoint/tp_checkpoint.h"
 #include "tide/comm/local_process_group.h"
 #include "tide/comm/topology.h"
 #include "tide/core/rng.h"
-#include "tide/model/gpt.h"
 #include "tide/exec/engine.h"
-#include "tide/checkpoint/tp_checkpoint.h"
+#include "tide/model/gpt.h"
 
 using namespace tide;
 

@@ -25,9 +25,9 @@
 #include "tide/comm/local_process_group.h"
 #include "tide/core/rng.h"
 #include "tide/core/trace.h"
-#include "tide/pipeline/generators.h"
 #include "tide/exec/engine.h"
 #include "tide/exec/pipeline_engine.h"
+#include "tide/pipeline/generators.h"
 
 using namespace tide;
 

@@ -29,10 +29,10 @@
 #include "tide/comm/ring_traffic.h"
 #include "tide/comm/topology.h"
 #include "tide/core/rng.h"
-#include "tide/pipeline/generators.h"
 #include "tide/exec/engine.h"
 #include "tide/exec/pipeline_engine.h"
 #include "tide/parallel/zero.h"
+#include "tide/pipeline/generators.h"
 
 using namespace tide;
 

@@ -20,9 +20,9 @@
 #include "tide/core/error.h"
 #include "tide/core/rng.h"
 #include "tide/core/trace.h"
-#include "tide/pipeline/generators.h"
 #include "tide/exec/pipeline_engine.h"
 #include "tide/exec/pipeline_measure.h"
+#include "tide/pipeline/generators.h"
 
 using namespace tide;
 

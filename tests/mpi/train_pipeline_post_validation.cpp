@@ -26,9 +26,9 @@
 #include "test_batches.h"
 #include "tide/core/rng.h"
 #include "tide/core/trace.h"
-#include "tide/pipeline/generators.h"
 #include "tide/exec/engine.h"
 #include "tide/exec/pipeline_engine.h"
+#include "tide/pipeline/generators.h"
 
 using namespace tide;
 

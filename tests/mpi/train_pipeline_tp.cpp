@@ -34,15 +34,15 @@
 
 #include "dp_runs.h"
 #include "mpi_test.h"
+#include "tide/checkpoint/sharded_checkpoint.h"
 #include "tide/comm/local_process_group.h"
 #include "tide/comm/topology.h"
 #include "tide/core/rng.h"
-#include "tide/pipeline/generators.h"
 #include "tide/exec/engine.h"
 #include "tide/exec/pipeline_engine.h"
-#include "tide/train/pipeline_run.h"
-#include "tide/checkpoint/sharded_checkpoint.h"
 #include "tide/parallel/zero.h"
+#include "tide/pipeline/generators.h"
+#include "tide/train/pipeline_run.h"
 
 using namespace tide;
 

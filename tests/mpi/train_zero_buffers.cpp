@@ -11,11 +11,11 @@
 #include <cstdio>
 
 #include "mpi_test.h"
-#include "tide/estimate/memory_estimate.h"
-#include "tide/model/gpt.h"
 #include "tide/config/config.h"
-#include "tide/exec/engine.h"
 #include "tide/config/estimate_setup.h"
+#include "tide/estimate/memory_estimate.h"
+#include "tide/exec/engine.h"
+#include "tide/model/gpt.h"
 
 using namespace tide;
 using json = nlohmann::json;

@@ -4,10 +4,10 @@
 #include <filesystem>
 #include <regex>
 
-#include "tide/core/error.h"
 #include "tide/checkpoint/checkpoint_meta.h"
 #include "tide/checkpoint/safetensors.h"
 #include "tide/checkpoint/sharded_checkpoint.h"
+#include "tide/core/error.h"
 
 namespace tide {
 

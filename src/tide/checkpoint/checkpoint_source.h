@@ -9,8 +9,8 @@
 #include <memory>
 #include <string>
 
-#include "tide/core/dtype.h"
 #include "tide/checkpoint/checkpoint.h"
+#include "tide/core/dtype.h"
 
 namespace tide {
 

@@ -12,14 +12,14 @@
 #include <memory>
 #include <vector>
 
-#include "tide/core/dtype.h"
-#include "tide/data/tokenizer.h"
-#include "tide/model/layout.h"
 #include "tide/checkpoint/checkpoint.h"
 #include "tide/checkpoint/checkpoint_meta.h"
 #include "tide/checkpoint/hf_tokenizer_files.h"
 #include "tide/checkpoint/safetensors.h"
 #include "tide/checkpoint/sharded_checkpoint.h"
+#include "tide/core/dtype.h"
+#include "tide/data/tokenizer.h"
+#include "tide/model/layout.h"
 
 namespace tide {
 

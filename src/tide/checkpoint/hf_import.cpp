@@ -11,13 +11,13 @@
 #include <map>
 #include <set>
 
+#include "tide/checkpoint/checkpoint.h"
+#include "tide/checkpoint/hf_export.h"
+#include "tide/checkpoint/safetensors.h"
 #include "tide/core/dtype.h"
 #include "tide/data/tokenizer.h"
 #include "tide/model/gpt.h"
 #include "tide/model/layout.h"
-#include "tide/checkpoint/checkpoint.h"
-#include "tide/checkpoint/hf_export.h"
-#include "tide/checkpoint/safetensors.h"
 
 namespace tide {
 

@@ -4,11 +4,11 @@
 #include <algorithm>
 #include <vector>
 
-#include "tide/core/dtype.h"
 #include "tide/checkpoint/checkpoint.h"
 #include "tide/checkpoint/checkpoint_meta.h"
 #include "tide/checkpoint/safetensors.h"
 #include "tide/checkpoint/sharded_checkpoint.h"
+#include "tide/core/dtype.h"
 
 namespace tide {
 

@@ -19,9 +19,9 @@
 #include <map>
 #include <set>
 
-#include "tide/model/layout.h"
 #include "tide/checkpoint/checkpoint_meta.h"
 #include "tide/checkpoint/safetensors.h"
+#include "tide/model/layout.h"
 
 namespace tide {
 

@@ -43,9 +43,9 @@
 #include <string>
 #include <vector>
 
-#include "tide/memory/chunk_store.h"
 #include "tide/checkpoint/checkpoint.h"
 #include "tide/checkpoint/checkpoint_source.h"
+#include "tide/memory/chunk_store.h"
 
 namespace tide {
 

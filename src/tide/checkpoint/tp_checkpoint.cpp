@@ -3,8 +3,8 @@
 #include <cstring>
 #include <vector>
 
-#include "tide/core/error.h"
 #include "tide/checkpoint/sharded_checkpoint.h"
+#include "tide/core/error.h"
 
 namespace tide {
 

@@ -23,9 +23,9 @@
 #include <memory>
 #include <string>
 
-#include "tide/model/gpt.h"
 #include "tide/checkpoint/checkpoint.h"
 #include "tide/checkpoint/checkpoint_source.h"
+#include "tide/model/gpt.h"
 
 namespace tide {
 

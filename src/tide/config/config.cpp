@@ -9,14 +9,14 @@
 #include <map>
 #include <optional>
 
+#include "tide/checkpoint/sharded_checkpoint.h"
+#include "tide/config/pipeline_setup.h"
+#include "tide/config/tensor_parallel_settings.h"
 #include "tide/core/error.h"
 #include "tide/core/json_error.h"
 #include "tide/estimate/train_setup.h"
 #include "tide/optim/adamw.h"
 #include "tide/optim/lr_schedule.h"
-#include "tide/config/pipeline_setup.h"
-#include "tide/checkpoint/sharded_checkpoint.h"
-#include "tide/config/tensor_parallel_settings.h"
 
 namespace tide {
 

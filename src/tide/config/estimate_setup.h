@@ -6,8 +6,8 @@
 
 #include <string>
 
-#include "tide/estimate/train_setup.h"
 #include "tide/config/config.h"
+#include "tide/estimate/train_setup.h"
 
 namespace tide {
 

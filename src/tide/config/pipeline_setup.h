@@ -6,8 +6,8 @@
 
 #include <string>
 
-#include "tide/pipeline/schedule.h"
 #include "tide/config/config.h"
+#include "tide/pipeline/schedule.h"
 
 namespace tide {
 

@@ -21,8 +21,8 @@
 #include <vector>
 
 #include "tide/comm/process_group.h"
-#include "tide/memory/chunk_layout.h"
 #include "tide/config/config.h"
+#include "tide/memory/chunk_layout.h"
 
 namespace tide {
 

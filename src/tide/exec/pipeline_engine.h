@@ -89,13 +89,13 @@
 #include <vector>
 
 #include "tide/comm/process_group.h"
-#include "tide/model/gpt.h"
-#include "tide/pipeline/block_parts.h"
-#include "tide/pipeline/schedule.h"
 #include "tide/exec/optimizer_snapshot.h"
 #include "tide/exec/policy_stack.h"
 #include "tide/exec/step_stats.h"
 #include "tide/exec/update_plan.h"
+#include "tide/model/gpt.h"
+#include "tide/pipeline/block_parts.h"
+#include "tide/pipeline/schedule.h"
 
 namespace tide {
 

@@ -24,9 +24,9 @@
 
 #include "tide/comm/process_group.h"
 #include "tide/core/trace.h"
+#include "tide/exec/pipeline_engine.h"
 #include "tide/pipeline/schedule.h"
 #include "tide/pipeline/simulator.h"
-#include "tide/exec/pipeline_engine.h"
 
 namespace tide {
 

@@ -22,11 +22,11 @@
 #include <vector>
 
 #include "tide/comm/process_group.h"
+#include "tide/exec/step_stats.h"
+#include "tide/exec/update_plan.h"
 #include "tide/model/gpt.h"
 #include "tide/parallel/auto_placement.h"
 #include "tide/parallel/offload_policy.h"
-#include "tide/exec/step_stats.h"
-#include "tide/exec/update_plan.h"
 #include "tide/parallel/zero.h"
 
 namespace tide {

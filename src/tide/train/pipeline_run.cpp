@@ -3,13 +3,13 @@
 #include <cmath>
 #include <cstring>
 
-#include "tide/comm/local_process_group.h"
-#include "tide/pipeline/generators.h"
 #include "tide/checkpoint/init_from.h"
-#include "tide/config/pipeline_setup.h"
 #include "tide/checkpoint/sharded_checkpoint.h"
 #include "tide/checkpoint/tp_checkpoint.h"
+#include "tide/comm/local_process_group.h"
+#include "tide/config/pipeline_setup.h"
 #include "tide/parallel/zero.h"
+#include "tide/pipeline/generators.h"
 
 namespace tide {
 

@@ -22,11 +22,11 @@
 #include <memory>
 #include <vector>
 
+#include "tide/checkpoint/checkpoint.h"
 #include "tide/comm/process_group.h"
 #include "tide/comm/topology.h"
-#include "tide/data/loader.h"
-#include "tide/checkpoint/checkpoint.h"
 #include "tide/config/config.h"
+#include "tide/data/loader.h"
 #include "tide/exec/pipeline_engine.h"
 #include "tide/exec/pipeline_measure.h"
 #include "tide/exec/step_runner.h"

@@ -17,9 +17,9 @@
 
 #include "error_of.h"
 #include "test_files.h"
-#include "tide/core/rng.h"
 #include "tide/checkpoint/checkpoint.h"
 #include "tide/checkpoint/safetensors.h"
+#include "tide/core/rng.h"
 
 using namespace tide;
 using tide::test::error_of;

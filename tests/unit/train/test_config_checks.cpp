@@ -10,11 +10,11 @@
 
 #include "error_of.h"
 #include "test_files.h"
+#include "tide/checkpoint/checkpoint.h"
 #include "tide/core/rng.h"
 #include "tide/data/shard.h"
-#include "tide/checkpoint/checkpoint.h"
-#include "tide/train/trainer.h"
 #include "tide/parallel/zero.h"
+#include "tide/train/trainer.h"
 
 using namespace tide;
 using tide::test::error_of;

@@ -5,10 +5,10 @@
 
 #include <cstdio>
 
-#include "tide/estimate/memory_estimate.h"
-#include "tide/model/gpt.h"
 #include "tide/config/config.h"
 #include "tide/config/estimate_setup.h"
+#include "tide/estimate/memory_estimate.h"
+#include "tide/model/gpt.h"
 #include "tide/parallel/zero.h"
 
 using namespace tide;

@@ -8,10 +8,10 @@
 
 #include "error_of.h"
 #include "test_files.h"
-#include "tide/estimate/memory_estimate.h"
 #include "tide/config/estimate_setup.h"
-#include "tide/train/trainer.h"
 #include "tide/config/unsupported_settings.h"
+#include "tide/estimate/memory_estimate.h"
+#include "tide/train/trainer.h"
 
 using namespace tide;
 using json = nlohmann::json;

@@ -7,11 +7,11 @@
 #include <fstream>
 
 #include "error_of.h"
-#include "tide/data/tokenizer.h"
-#include "tide/model/config.h"
-#include "tide/config/config.h"
 #include "tide/checkpoint/hf_import.h"
 #include "tide/checkpoint/sharded_checkpoint.h"
+#include "tide/config/config.h"
+#include "tide/data/tokenizer.h"
+#include "tide/model/config.h"
 
 using namespace tide;
 using tide::test::error_of;

@@ -14,13 +14,13 @@
 
 #include "error_of.h"
 #include "test_files.h"
-#include "tide/core/rng.h"
-#include "tide/data/tokenizer.h"
-#include "tide/model/layout.h"
 #include "tide/checkpoint/checkpoint.h"
 #include "tide/checkpoint/hf_export.h"
 #include "tide/checkpoint/hf_tokenizer_files.h"
 #include "tide/checkpoint/sharded_checkpoint.h"
+#include "tide/core/rng.h"
+#include "tide/data/tokenizer.h"
+#include "tide/model/layout.h"
 
 using namespace tide;
 using tide::test::error_of;

@@ -14,12 +14,12 @@
 
 #include "error_of.h"
 #include "test_files.h"
-#include "tide/model/gpt.h"
-#include "tide/model/layout.h"
 #include "tide/checkpoint/checkpoint.h"
 #include "tide/checkpoint/hf_export.h"
 #include "tide/checkpoint/hf_import.h"
 #include "tide/checkpoint/init_from.h"
+#include "tide/model/gpt.h"
+#include "tide/model/layout.h"
 #include "tide/parallel/zero.h"
 
 using namespace tide;

@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "tide/core/rng.h"
-#include "tide/model/gpt.h"
 #include "tide/exec/optimizer_snapshot.h"
+#include "tide/model/gpt.h"
 
 using namespace tide;
 

@@ -4,11 +4,11 @@
 #include <gtest/gtest.h>
 
 #include "error_of.h"
-#include "tide/pipeline/simulator.h"
 #include "tide/config/config.h"
 #include "tide/config/estimate_setup.h"
 #include "tide/config/pipeline_setup.h"
 #include "tide/config/unsupported_settings.h"
+#include "tide/pipeline/simulator.h"
 
 using namespace tide;
 using tide::test::error_of;
@@ -132,7 +132,7 @@ TEST(PipelineConfig, TheRanksMustBeStagesTimesReplicas) {
                       "placement.device_memory_limit=100000000"},
                      2),
              "placement.policy=\"auto\" with pipeline.schedule=\"zb-auto\"");
-  // Data parallelism inside the stages: ZeRO 0-3.  // Data parallelism inside the stages: ZeRO 0, 1 and 2.
+  // Data parallelism inside the stages: ZeRO 0-3.
   EXPECT_EQ(refusal({"pipeline.stages=2"}, 4), "");
   EXPECT_EQ(refusal({"pipeline.stages=2", "zero_optimization.stage=1"}, 4), "");
   EXPECT_EQ(refusal({"pipeline.stages=2", "zero_optimization.stage=2"}, 4), "");

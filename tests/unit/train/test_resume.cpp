@@ -10,9 +10,9 @@
 
 #include "checkpoint_tensors.h"
 #include "error_of.h"
+#include "tide/checkpoint/auto_resume.h"
 #include "tide/core/rng.h"
 #include "tide/data/shard.h"
-#include "tide/checkpoint/auto_resume.h"
 #include "tide/train/trainer.h"
 
 using namespace tide;

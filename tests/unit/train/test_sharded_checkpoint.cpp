@@ -11,11 +11,11 @@
 
 #include "error_of.h"
 #include "test_files.h"
-#include "tide/core/rng.h"
-#include "tide/model/layout.h"
 #include "tide/checkpoint/checkpoint.h"
 #include "tide/checkpoint/safetensors.h"
 #include "tide/checkpoint/sharded_checkpoint.h"
+#include "tide/core/rng.h"
+#include "tide/model/layout.h"
 
 using namespace tide;
 using tide::test::error_of;

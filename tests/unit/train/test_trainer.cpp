@@ -9,8 +9,8 @@
 #include "../model/fixture.h"  // the JAX reference fixture, shared with the model tests
 #include "error_of.h"
 #include "test_files.h"
-#include "tide/data/shard.h"
 #include "tide/checkpoint/checkpoint.h"
+#include "tide/data/shard.h"
 #include "tide/train/trainer.h"
 
 using namespace tide;
