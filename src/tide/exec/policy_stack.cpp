@@ -170,14 +170,14 @@ void PolicyStack::tensor_sums(std::span<double> out, std::span<const int> fresh)
     for (int id : fresh) {
       const int c = lay.slot(id).chunk;
       const Tensor g = grad(c);
-      tensor_grad_sums(lay, c, g.f32(), grad_begin(c), g.numel(), now);
+      tensor_grad_sums(lay, c, g, grad_begin(c), now);
       out[id] = now[id];
     }
     return;
   }
   for (int c = 0; c < lay.num_chunks(); ++c) {
     const Tensor g = grad(c);
-    tensor_grad_sums(lay, c, g.f32(), grad_begin(c), g.numel(), out);
+    tensor_grad_sums(lay, c, g, grad_begin(c), out);
   }
 }
 

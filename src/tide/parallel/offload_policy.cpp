@@ -91,8 +91,8 @@ void OffloadPolicy::run(const Job& j) {
     for (int64_t i = 0; i < g.numel(); ++i) h[i] /= static_cast<float>(dp_size_);
   // The owned slice: elements [r S, (r + 1) S) of the chunk.
   const ChunkLayout& lay = store_.layout();
-  tensor_grad_sums(lay, c, h, store_.options().group_rank * lay.slice_elems(c), g.numel(),
-                   tensor_sums_, threads_);
+  tensor_grad_sums(lay, c, Tensor(h, Shape{g.numel()}),
+                   store_.options().group_rank * lay.slice_elems(c), tensor_sums_, threads_);
   copy_span_[c].end = Clock::now();
   if (early_) adam(c);
 }

@@ -172,7 +172,7 @@ TEST(OffloadDelayedUpdate, EqualsAReferenceThatAppliesEachUpdateOneStepLate) {
     for (int c = 0; c < lay.num_chunks(); ++c) {
       const Tensor t = b.store().chunk(ChunkKind::GRAD, c);
       std::memcpy(t.data, g[c].data(), t.nbytes());
-      tensor_grad_sums(lay, c, t.f32(), 0, t.numel(), sums);
+      tensor_grad_sums(lay, c, t, 0, sums);
     }
     double norm2 = 0;
     for (double v : sums) norm2 += v;
