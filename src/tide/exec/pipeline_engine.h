@@ -1,8 +1,8 @@
 #pragma once
-// PipelineEngine: one training step of one pipeline stage, walking the action list a
-// multi-stage pipeline::Schedule gives this rank (its stage = its rank in the pipeline group).
-// The single-stage Engine (engine.h) runs plain data parallelism; this one runs every
-// generator's schedule: Looped with one chunk per stage (GPipe, 1F1B, ZB-H1, ZB-H2, ZB-auto),
+// PipelineEngine, the one executor: one training step of one pipeline stage, walking the action
+// list a pipeline::Schedule gives this rank (its stage = its rank in the pipeline group). Plain
+// data parallelism is its one-stage schedule (Engine, engine.h); it runs every generator's
+// schedule: Looped with one chunk per stage (GPipe, 1F1B, ZB-H1, ZB-H2, ZB-auto),
 // interleaved (v chunks per stage), ZB-V (two chunks in a V). Each chunk is a GPT built for
 // its virtual stage; a chunk whose neighbour virtual stage lives on the same rank gets its
 // activation / gives its gradient by a copy instead of a message:

@@ -77,7 +77,7 @@ struct PlacementStepCounters {
   }
 };
 
-// What the Engine needs for placement.policy=auto; device == nullptr: policy=device.
+// What the executor needs for placement.policy=auto; device == nullptr: policy=device.
 struct AutoPlacementSettings {
   Allocator* device = nullptr;  // the budgeted compute tier (placement.device_memory_limit)
   Allocator* host = nullptr;    // the store's allocator of every kind

@@ -36,8 +36,8 @@
 // raises anyway. Both orders give bitwise the non-offloaded result: the same AdamW calls on the
 // same values (optimizer_step.h), only where and when they run differs.
 //
-// One-step delayed update (OffloadSettings::delayed_update, after dpu_warmup_steps): the Engine
-// calls start_update() at the end of step t and finish_update() at the end of step t+1, so step
+// One-step delayed update (OffloadSettings::delayed_update, after dpu_warmup_steps): the
+// executor (its policy stack) calls start_update() at the end of step t and finish_update() at the end of step t+1, so step
 // t's Adam runs during step t+1's forward and backward (which use the parameters of step t-1).
 // The offload thread runs its jobs in order: step t+1's gradient copies queue behind step t's
 // Adam and never overwrite host gradients it still reads.
