@@ -557,10 +557,9 @@ StepStats PipelineEngine::step(int64_t step, uint64_t seed, const BatchFn& batch
   // The chunks of the tied embedding are still summed after their reduction: no early Adam.
   for (int c = 0; c < chunks_; ++c)
     stacks_[c]->begin_step(step, M, opt_, /*early_adam=*/c != wte_chunk_ && c != head_chunk_);
-  // Post-validation rolls back state updated in place (policy_stack.h).
-  bool in_place = true;
-  for (const auto& st : stacks_) in_place = in_place && st->updates_in_place();
-  const bool post_validate = post_validate_ && in_place;
+  // Post-validation rolls back state updated in place (policy_stack.h; every chunk's stack has
+  // the same policies).
+  const bool post_validate = post_validate_ && stacks_[0]->updates_in_place();
   std::vector<ChunkStore*> stores;
   for (GPT* m : models_) stores.push_back(&m->store());
   // Post-validation's copy of the optimizer state: taken in this step's bubbles, finished

@@ -166,7 +166,7 @@ void PolicyStack::tensor_sums(std::span<double> out, std::span<const int> fresh)
   if (offload_) {  // summed on the offload thread's host copies during backward
     const std::span<const double> sums = offload_->tensor_sums();
     std::copy(sums.begin(), sums.end(), out.begin());
-    std::vector<double> now(out.size());
+    std::vector<double> now(fresh.empty() ? 0 : out.size());
     for (int id : fresh) {
       const int c = lay.slot(id).chunk;
       const Tensor g = grad(c);

@@ -37,10 +37,10 @@
 // same values (optimizer_step.h), only where and when they run differs.
 //
 // One-step delayed update (OffloadSettings::delayed_update, after dpu_warmup_steps): the
-// executor (its policy stack) calls start_update() at the end of step t and finish_update() at the end of step t+1, so step
-// t's Adam runs during step t+1's forward and backward (which use the parameters of step t-1).
-// The offload thread runs its jobs in order: step t+1's gradient copies queue behind step t's
-// Adam and never overwrite host gradients it still reads.
+// executor (its policy stack) calls start_update() at the end of step t and finish_update() at the
+// end of step t+1, so step t's Adam runs during step t+1's forward and backward (which use the
+// parameters of step t-1). The offload thread runs its jobs in order: step t+1's gradient copies
+// queue behind step t's Adam and never overwrite host gradients it still reads.
 //
 // Counters per step: bytes and moves each way, the seconds the compute thread waited on the
 // offload thread, and the copy/Adam seconds of the offload thread with the part of them that

@@ -797,11 +797,9 @@ void Trainer::run_steps() {
   // is written (the step-0 validation before it, logged after it).
   std::optional<float> val0;
   std::optional<StepStats> first;
-  double first_seconds = 0;
   if (cfg_.placement_policy == "auto" && step_ < cfg_.train_steps) {
     if (rank0) check_out_dir(cfg_);
     first = first_placed_step(val0);
-    first_seconds = first->seconds;
   }
   std::ofstream metrics;
   const std::string metrics_path = (fs::path(cfg_.out_dir) / "metrics.jsonl").string();
@@ -892,7 +890,7 @@ void Trainer::run_steps() {
   // The run's time counts the early first step's, not the writes and validation around it.
   const auto t_start =
       Clock::now() - std::chrono::duration_cast<Clock::duration>(
-                         std::chrono::duration<double>(first ? first_seconds : 0.0));
+                         std::chrono::duration<double>(first ? first->seconds : 0.0));
   int64_t tokens_done = 0;
   // Throughput over the last log interval (the steps since the previous training metrics
   // line), timed over its training steps only: an evaluation or a checkpoint in between does
@@ -902,7 +900,7 @@ void Trainer::run_steps() {
   while (step_ < cfg_.train_steps) {
     const auto t_step = Clock::now();
     const StepStats st = first ? *first : train_step();
-    seconds_interval += first ? first_seconds : seconds_since(t_step);
+    seconds_interval += first ? first->seconds : seconds_since(t_step);
     first.reset();
     tokens_done += st.tokens;
     tokens_interval += st.tokens;
