@@ -177,13 +177,16 @@ TEST(LimitFit, AutoUnderPipelineStagesFitsEachStage) {
   s.model.n_layer = 4;
   s.pp = s.world_size = 2;
   s.grad_accum = 4;
+  s.model.vocab_size = 4096;  // the last stage's logits make it the one that sets the least
   const MemoryEstimate dev = estimate_memory(s);
   ASSERT_EQ(dev.stages.size(), 2u);
-  int64_t least = 0, states = 0;
+  int64_t least = 0, states = 0, binding = -1;
   for (const StageEstimate& st : dev.stages) {
     const int64_t l = st.device.activations + st.device.temp_buffers + st.largest_group_chunks;
     if (l > least) least = l, states = st.device.model_states() + st.device.chunk_padding;
+    if (l == least) binding = st.stage;
   }
+  ASSERT_EQ(binding, 1) << "the case needs a binding stage other than the first";
   s.placement = Placement::Auto;
   s.device_memory_limit = least;
   const MemoryEstimate e = estimate_memory(s);
