@@ -38,7 +38,10 @@ if [ ! -f "$module" ]; then
   echo "FAILED: no CUDA module beside tide: $module"
   fail=1
 else
-  ldd "$module" | grep -q 'libcublas[.]so' || { echo "FAILED: the module does not link cuBLAS"; fail=1; }
+  # Into a file first: `ldd | grep -q` under pipefail fails when grep quits before ldd's last
+  # line (SIGPIPE), as it did once in CI.
+  ldd "$module" > module_ldd.txt
+  grep -q 'libcublas[.]so' module_ldd.txt || { echo "FAILED: the module does not link cuBLAS"; fail=1; }
   # Exported: the tide_cuda_<floor> entry points, none of tide's C++ functions (all hidden).
   nm -D --defined-only "$module" > exports.txt
   grep -q ' T tide_cuda_kernels$' exports.txt || { echo "FAILED: no tide_cuda_kernels entry"; fail=1; }

@@ -3,7 +3,7 @@
 set -euo pipefail
 tide=$1 dir=$2
 rm -rf "$dir" && mkdir -p "$dir" && cd "$dir"
-"$tide" --help | grep -q "estimate"
+"$tide" --help | grep "estimate" > /dev/null
 # --version: the CMake project version, then the git commit when the build was configured in a
 # checkout.
 "$tide" --version | grep -Eq '^tide [0-9]+\.[0-9]+\.[0-9]+( \(git [0-9a-f]{7,}\))?$'

@@ -47,7 +47,7 @@ f0=$fails
 timeout 300 script -qefc "$tide train ${common[*]} train_steps=1 out_dir=c" /dev/null \
   < /dev/null > c.log 2>&1 || { cat c.log; bad "1-process run under script"; }
 [ "$(bare_cr c.log)" -ge 1 ] || { cat -A c.log; bad "one process on a terminal: no in-place progress line"; }
-sed 's/\r$//' c.log | grep -q '^tide: trained 1 step in' \
+sed 's/\r$//' c.log | grep '^tide: trained 1 step in' > /dev/null \
   || { cat -A c.log; bad "one process on a terminal: 'tide: trained 1 step' does not start a line"; }
 ok "one process on a terminal: progress rewritten in place, 'trained 1 step' on its own line"
 
@@ -61,7 +61,7 @@ rc=$?
 n=$(grep -c 'placement.device_memory_limit (' d.err)
 [ "$n" -eq 1 ] || { cat d.err; bad "the error is printed $n times"; }
 # (mpirun's own notes have blank lines; tide's lines must not come after one.)
-! grep -B1 '^rank [0-9]*: \|^tide: ' d.err | grep -q '^$' || { cat -A d.err; bad "a blank line before tide's error"; }
+! grep -B1 '^rank [0-9]*: \|^tide: ' d.err | grep '^$' > /dev/null || { cat -A d.err; bad "a blank line before tide's error"; }
 ok "an error on every rank: one copy: $(grep 'device_memory_limit (' d.err | cut -c1-120)..."
 
 f0=$fails
