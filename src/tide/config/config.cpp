@@ -118,7 +118,13 @@ const std::vector<ConfigKey>& config_schema() {
        nums(0, false, 1, false)},
       {"gradient_clipping", T::FLOAT, 1.0, "clip the global gradient norm to this; 0 = off",
        nums(0, false)},
-      {"bf16.enabled", T::BOOL, false, "bf16 compute (needs device=cuda)"},
+      {"bf16.enabled", T::BOOL, false,
+       "bf16 parameters, gradients and compute, with f32 master weights and Adam states "
+       "(DeepSpeed's bf16; docs/optimizer.md#mixed-precision)"},
+      {"data_types.grad_accum_dtype", T::STRING, "",
+       "the gradients' dtype (accumulation and reduction): fp32, bf16 or fp16; empty = "
+       "DeepSpeed's default: fp32 for bf16 without ZeRO (zero_optimization.stage 0), else the "
+       "parameters' dtype"},
       {"fp16.enabled", T::BOOL, false,
        "fp16 compute with loss scaling (the fp16.* keys below); tide estimate sizes it, tide "
        "train refuses it until fp16 training lands (issue #26): use false (f32) or bf16"},
@@ -841,6 +847,12 @@ TrainConfig parse_checked(const json& j, std::vector<std::string> unknown, bool 
   c.bf16 = b("bf16.enabled");
   c.fp16 = b("fp16.enabled");
   TIDE_CHECK(!(c.bf16 && c.fp16), "bf16.enabled and fp16.enabled cannot both be true");
+  c.grad_accum_dtype = s("data_types.grad_accum_dtype");
+  TIDE_CHECK(c.grad_accum_dtype.empty() || c.grad_accum_dtype == "fp32" ||
+                 c.grad_accum_dtype == "bf16" || c.grad_accum_dtype == "fp16",
+             "data_types.grad_accum_dtype must be \"fp32\", \"bf16\", \"fp16\" or empty (DeepSpeed's "
+             "default) (got \"{}\")",
+             c.grad_accum_dtype);
   TrainConfig::Fp16LossScale& ls16 = c.fp16_loss_scale;
   ls16.auto_cast = b("fp16.auto_cast");
   ls16.loss_scale = f("fp16.loss_scale");
@@ -1165,6 +1177,18 @@ std::string config_reference_markdown() {
     s += fmt::format("| `{}` | {} | `{}` | {} |\n", k.path, describe(k), k.default_value.dump(),
                      k.doc);
   return s;
+}
+
+DType model_dtype(const TrainConfig& c) {
+  return c.bf16 ? DType::BF16 : c.fp16 ? DType::F16 : DType::F32;
+}
+
+DType grad_dtype(const TrainConfig& c) {
+  if (!c.grad_accum_dtype.empty()) return parse_dtype(c.grad_accum_dtype);
+  // DeepSpeed (engine.get_data_types): bf16 without ZeRO accumulates in fp32 (its
+  // BF16_Optimizer); otherwise the gradients are in the parameters' dtype.
+  if (c.bf16 && c.zero.stage == 0) return DType::F32;
+  return model_dtype(c);
 }
 
 }  // namespace tide

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "tide/core/dtype.h"
 #include "tide/memory/zero_settings.h"
 #include "tide/model/activations.h"
 #include "tide/model/config.h"
@@ -76,6 +77,7 @@ struct TrainConfig {
   LrSchedule lr_schedule;  // scheduler.*, resolved (total_num_steps 0 -> train_steps, ...)
   float grad_clip = 1.0f;  // 0: off
   bool bf16 = false, fp16 = false;
+  std::string grad_accum_dtype;  // data_types.grad_accum_dtype; empty: DeepSpeed's default
   // fp16.*: DeepSpeed's loss scaling, with its defaults (fp16 training itself is not in tide
   // train yet: fp16.enabled=true is refused).
   struct Fp16LossScale {
@@ -187,6 +189,12 @@ void set_resolved_value(TrainConfig& c, const std::string& key, const nlohmann::
 // with the schema's (DeepSpeed's) defaults, whose 1000 log-warmup steps would never end in the
 // default 300 steps.
 const nlohmann::json& default_config();
+
+// The parameters' dtype (bf16.enabled, fp16.enabled) and the gradients' (grad_dtype: the
+// data_types.grad_accum_dtype key, or DeepSpeed's default for it), for the trainer and tide
+// estimate alike.
+DType model_dtype(const TrainConfig& c);
+DType grad_dtype(const TrainConfig& c);
 
 // Markdown table of the schema (docs/config.md is generated from it).
 std::string config_reference_markdown();

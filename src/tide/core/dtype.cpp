@@ -63,4 +63,63 @@ float f16_to_f32(uint16_t h) {
   return bits_f32(sign | ((e + 112u) << 23) | (m << 13));
 }
 
+namespace {
+float load_f32(const void* p, DType t, int64_t i) {
+  switch (t) {
+    case DType::F32:
+      return static_cast<const float*>(p)[i];
+    case DType::BF16:
+      return bf16_to_f32(static_cast<const uint16_t*>(p)[i]);
+    case DType::F16:
+      return f16_to_f32(static_cast<const uint16_t*>(p)[i]);
+    default:
+      TIDE_FAIL("{} is not a float dtype (f32, bf16 or f16)", dtype_name(t));
+  }
+}
+}  // namespace
+
+void convert_elements(const void* src, DType src_dtype, void* dst, DType dst_dtype, int64_t n) {
+  if (src_dtype == dst_dtype) {
+    std::memcpy(dst, src, static_cast<size_t>(n) * dtype_size(src_dtype));
+    return;
+  }
+  switch (dst_dtype) {
+    case DType::F32:
+      for (int64_t i = 0; i < n; ++i) static_cast<float*>(dst)[i] = load_f32(src, src_dtype, i);
+      return;
+    case DType::BF16:
+      for (int64_t i = 0; i < n; ++i)
+        static_cast<uint16_t*>(dst)[i] = f32_to_bf16(load_f32(src, src_dtype, i));
+      return;
+    case DType::F16:
+      for (int64_t i = 0; i < n; ++i)
+        static_cast<uint16_t*>(dst)[i] = f32_to_f16(load_f32(src, src_dtype, i));
+      return;
+    default:
+      TIDE_FAIL("{} is not a float dtype (f32, bf16 or f16)", dtype_name(dst_dtype));
+  }
+}
+
+void divide_elements(void* x, DType t, int64_t n, float d) {
+  switch (t) {
+    case DType::F32: {
+      auto* p = static_cast<float*>(x);
+      for (int64_t i = 0; i < n; ++i) p[i] /= d;
+      return;
+    }
+    case DType::BF16: {
+      auto* p = static_cast<uint16_t*>(x);
+      for (int64_t i = 0; i < n; ++i) p[i] = f32_to_bf16(bf16_to_f32(p[i]) / d);
+      return;
+    }
+    case DType::F16: {
+      auto* p = static_cast<uint16_t*>(x);
+      for (int64_t i = 0; i < n; ++i) p[i] = f32_to_f16(f16_to_f32(p[i]) / d);
+      return;
+    }
+    default:
+      TIDE_FAIL("divide_elements: {} is not a float dtype (f32, bf16 or f16)", dtype_name(t));
+  }
+}
+
 }  // namespace tide

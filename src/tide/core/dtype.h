@@ -56,6 +56,14 @@ inline float bf16_to_f32(uint16_t h) {
 uint16_t f32_to_f16(float f);
 float f16_to_f32(uint16_t h);
 
+// dst = src converted element by element between f32, bf16 and f16 (a copy when the dtypes
+// are the same; narrowing rounds to nearest-even).
+void convert_elements(const void* src, DType src_dtype, void* dst, DType dst_dtype, int64_t n);
+
+// x[i] = x[i] / d for n elements of a float dtype t, in f32, rounded back to t: the mean of
+// a sum over d ranks (the process groups' ReduceOp::Avg; f32 bit for bit `x / float(d)`).
+void divide_elements(void* x, DType t, int64_t n, float d);
+
 // Small tagged wrappers so templates can tell the 16-bit formats apart.
 struct bf16 {
   uint16_t bits;

@@ -30,7 +30,7 @@ ChunkStore::ChunkStore(ChunkLayout layout, StoreOptions options)
     const auto kind = static_cast<ChunkKind>(k);
     const bool optimizer_kind = k >= static_cast<int>(ChunkKind::MASTER);
     if (optimizer_kind && !opt_.with_optimizer) continue;
-    const DType t = optimizer_kind ? DType::F32 : opt_.compute_dtype;
+    const DType t = dtype(kind);
     chunks_[k].resize(n);
     for (int c = 0; c < n; ++c) {
       Chunk& ch = chunks_[k][c];
@@ -71,6 +71,12 @@ ChunkStore::ChunkStore(ChunkLayout layout, StoreOptions options)
   tensor_done_.assign(nt, 0);
   chunk_users_.assign(n, 0);
   begin_step(1);
+}
+
+DType ChunkStore::dtype(ChunkKind k) const {
+  if (k == ChunkKind::PARAM) return opt_.compute_dtype;
+  if (k == ChunkKind::GRAD) return opt_.grad_dtype.value_or(opt_.compute_dtype);
+  return DType::F32;
 }
 
 ChunkStore::~ChunkStore() {

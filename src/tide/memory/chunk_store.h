@@ -19,6 +19,7 @@
 
 #include <array>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -38,7 +39,10 @@ constexpr unsigned kind_bit(ChunkKind k) {
 }
 
 struct StoreOptions {
-  DType compute_dtype = DType::F32;
+  DType compute_dtype = DType::F32;  // PARAM (and, unless grad_dtype says otherwise, GRAD)
+  // GRAD's dtype when it differs from the compute dtype: DeepSpeed's
+  // data_types.grad_accum_dtype (bf16 parameters with f32 gradients). MASTER and ADAM are f32.
+  std::optional<DType> grad_dtype;
   bool with_optimizer = true;  // false: no MASTER/ADAM_M/ADAM_V (inference, sampling)
   int group_rank = 0;          // this rank's slice of every chunk (DP rank)
   unsigned sliced_kinds = 0;   // kind_bit()s allocated only as this rank's slice (ZeRO)
@@ -82,6 +86,7 @@ class ChunkStore {
   const ChunkLayout& layout() const { return layout_; }
   const StoreOptions& options() const { return opt_; }
   DType compute_dtype() const { return opt_.compute_dtype; }
+  DType dtype(ChunkKind k) const;  // the element type of the kind's chunks
   bool has(ChunkKind k) const { return !chunks_[static_cast<int>(k)].empty(); }
   bool sliced(ChunkKind k) const { return opt_.sliced_kinds & kind_bit(k); }
 

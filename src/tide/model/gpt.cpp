@@ -103,36 +103,50 @@ void GPT::init_weights(uint64_t seed) {
     return whole.find(name == "lm_head.weight" ? std::string("wte") : name);
   };
   const float proj_std = 0.02f / std::sqrt(2.0f * config_.n_layer);
+  // Every kind that holds the weights gets them: PARAM, and a MASTER of its own (16-bit
+  // compute, or offload's host copy) in f32, so PARAM is MASTER rounded. Under ZeRO a kind may
+  // hold only this rank's slice.
+  std::vector<ChunkKind> kinds = {ChunkKind::PARAM};
+  if (store_->has(ChunkKind::MASTER) &&
+      (store_->compute_dtype() != DType::F32 || store_->options().separate_master))
+    kinds.push_back(ChunkKind::MASTER);
   for (int id = 0; id < lay.num_tensors(); ++id) {
     const TensorSlot& s = lay.slot(id);
-    // f32: the parameters are the master weights (a sliced MASTER kind is only their slice).
-    const bool f32 = store_->compute_dtype() == DType::F32 || !store_->has(ChunkKind::MASTER);
-    const Chunk& ch = store_->chunk_info(f32 ? ChunkKind::PARAM : ChunkKind::MASTER, s.chunk);
-    TIDE_CHECK(ch.data != nullptr, "cannot initialise '{}': its chunk is not resident", s.name);
-    // The elements [lo, hi) of the tensor that this rank holds: all of it, or under ZeRO-3 the
-    // part inside its slice. w(i) is element i.
-    const int64_t lo = std::clamp<int64_t>(ch.begin - s.offset, 0, s.numel);
-    const int64_t hi = std::clamp<int64_t>(ch.begin + ch.elems - s.offset, lo, s.numel);
-    float* base = static_cast<float*>(ch.data);
-    auto w = [&](int64_t i) -> float& { return base[s.offset + i - ch.begin]; };
     const bool is_bias = s.name.ends_with(".bias");
     const bool is_norm = s.name.find("ln_") != std::string::npos;
-    if (is_norm || is_bias) {
-      const float v = (is_norm && !is_bias) ? 1.0f : 0.0f;
-      for (int64_t i = lo; i < hi; ++i) w(i) = v;
-      continue;
-    }
     const float std = s.name.ends_with("c_proj.weight") ? proj_std : 0.02f;
     // One RNG stream per tensor, keyed by its name's position: independent of chunking, so
     // each rank draws exactly the elements it holds.
     const PhiloxStream rng{seed, rng_stream_id(0x1417, static_cast<uint64_t>(stream_id(id)))};
-    if (env_.tp_size() == 1) {
-      for (int64_t i = lo; i < hi; ++i) w(i) = std * rng.normal(static_cast<uint64_t>(i));
-      continue;
-    }
-    for (int64_t i = lo; i < hi; ++i) {
+    auto value = [&](int64_t i) -> float {  // element i of the tensor
+      if (is_norm || is_bias) return (is_norm && !is_bias) ? 1.0f : 0.0f;
+      if (env_.tp_size() == 1) return std * rng.normal(static_cast<uint64_t>(i));
       const int64_t g = tp_global_index(config_, coords(), s.name, i);
-      w(i) = g < 0 ? 0.0f : std * rng.normal(static_cast<uint64_t>(g));
+      return g < 0 ? 0.0f : std * rng.normal(static_cast<uint64_t>(g));
+    };
+    for (ChunkKind kind : kinds) {
+      const Chunk& ch = store_->chunk_info(kind, s.chunk);
+      TIDE_CHECK(ch.data != nullptr, "cannot initialise '{}': its chunk is not resident", s.name);
+      // The elements [lo, hi) of the tensor that this chunk holds: all of it, or under ZeRO
+      // the part inside this rank's slice.
+      const int64_t lo = std::clamp<int64_t>(ch.begin - s.offset, 0, s.numel);
+      const int64_t hi = std::clamp<int64_t>(ch.begin + ch.elems - s.offset, lo, s.numel);
+      const int64_t first = s.offset + lo - ch.begin;  // element lo's index in the chunk
+      switch (ch.dtype) {
+        case DType::F32:
+          for (int64_t i = lo; i < hi; ++i) static_cast<float*>(ch.data)[first + i - lo] = value(i);
+          break;
+        case DType::BF16:
+          for (int64_t i = lo; i < hi; ++i)
+            static_cast<uint16_t*>(ch.data)[first + i - lo] = f32_to_bf16(value(i));
+          break;
+        case DType::F16:
+          for (int64_t i = lo; i < hi; ++i)
+            static_cast<uint16_t*>(ch.data)[first + i - lo] = f32_to_f16(value(i));
+          break;
+        default:
+          TIDE_FAIL("cannot initialise '{}': parameters in {}", s.name, dtype_name(ch.dtype));
+      }
     }
   }
 }

@@ -21,9 +21,6 @@ OffloadPolicy::OffloadPolicy(ChunkStore& store, int dp_size, const OffloadSettin
   TIDE_CHECK(store_.options().separate_master && store_.has(ChunkKind::MASTER),
              "ZeRO-Offload needs the fp32 master weights in their own chunks on the host: build "
              "the model with ModelOptions::store.separate_master = true");
-  TIDE_CHECK(store_.compute_dtype() == DType::F32,
-             "ZeRO-Offload on the CPU copies f32 gradients; the store computes in {}",
-             dtype_name(store_.compute_dtype()));
   const int n = store_.layout().num_chunks();
   for (int c = 0; c < n; ++c) {
     const size_t bytes = static_cast<size_t>(store_.layout().slice_elems(c)) * sizeof(float);
@@ -85,10 +82,11 @@ void OffloadPolicy::run(const Job& j) {
   copy_span_[c].begin = Clock::now();
   const Tensor g = store_.slice(ChunkKind::GRAD, c);
   float* h = host_grad_[c];
-  std::memcpy(h, g.data, static_cast<size_t>(g.numel()) * sizeof(float));
-  // The mean over ranks, divided as ZeroPolicy::finish_gradients divides without offload.
-  if (dp_size_ > 1)
-    for (int64_t i = 0; i < g.numel(); ++i) h[i] /= static_cast<float>(dp_size_);
+  // Down in the gradients' dtype (2 bytes per element in bf16), widened to f32 on the host.
+  convert_elements(g.data, g.dtype, h, DType::F32, g.numel());
+  // The mean over ranks, in f32 (ZeroPolicy::finish_gradients divides in the gradients'
+  // dtype: bitwise the same for f32 gradients).
+  if (dp_size_ > 1) divide_elements(h, DType::F32, g.numel(), static_cast<float>(dp_size_));
   // The owned slice: elements [r S, (r + 1) S) of the chunk.
   const ChunkLayout& lay = store_.layout();
   tensor_grad_sums(lay, c, Tensor(h, Shape{g.numel()}),
@@ -122,6 +120,9 @@ void OffloadPolicy::wait_done(const std::vector<char>& done, int c) {
 }
 
 void OffloadPolicy::sync_master() {
+  // 16-bit parameters are the master rounded: the master (initialised and loaded in f32) is
+  // the source, never the other way round.
+  if (store_.compute_dtype() != DType::F32) return;
   for (int c = 0; c < store_.layout().num_chunks(); ++c) {
     const Tensor p = store_.slice(ChunkKind::PARAM, c), m = store_.slice(ChunkKind::MASTER, c);
     std::memcpy(m.data, p.data, p.nbytes());
@@ -200,8 +201,8 @@ void OffloadPolicy::finish_update() {
   for (int c = 0; c < n; ++c) {
     wait_done(adam_done_, c);
     const Tensor m = store_.slice(ChunkKind::MASTER, c), p = store_.slice(ChunkKind::PARAM, c);
-    std::memcpy(p.data, m.data, m.nbytes());
-    counters_.bytes_to_compute += static_cast<uint64_t>(m.nbytes());
+    convert_elements(m.data, DType::F32, p.data, p.dtype, m.numel());  // up in the compute dtype
+    counters_.bytes_to_compute += static_cast<uint64_t>(p.nbytes());
     counters_.moves_to_compute += 1;
   }
   pending_ = false;

@@ -99,7 +99,7 @@ class OffloadPolicy final : public ReducedGradSink {
   OffloadPolicy& operator=(const OffloadPolicy&) = delete;
 
   // The owned PARAM slices changed outside a step (initialisation, a loaded checkpoint): copy
-  // them into the MASTER slices.
+  // them into the MASTER slices (f32 parameters only; 16-bit ones are the master rounded).
   void sync_master();
   // A step begins. `early`: the hyper-parameters (lr included) and step of an update known
   // before the norm (no clipping): Adam runs on each chunk as it arrives; nullptr: update().

@@ -54,9 +54,6 @@ ZeroPolicy::ZeroPolicy(ChunkStore& store, ProcessGroup& dp, const ZeroSettings& 
   TIDE_CHECK(store_.options().sliced_kinds == zero_sliced_kinds(s_.stage) &&
                  lay.group_size() == dp_.size() && store_.options().group_rank == dp_.rank(),
              "the chunk store is not sliced for ZeRO stage {} over {} ranks", s_.stage, dp_.size());
-  TIDE_CHECK(store_.compute_dtype() == DType::F32,
-             "ZeRO on the CPU reduces f32 gradients; the store computes in {}",
-             dtype_name(store_.compute_dtype()));
   check_zero_settings(s_, lay, group_params_);
   for (const auto& ids : group_params_) group_chunks_.push_back(lay.chunks_of(ids));
   const int n = lay.num_chunks();
@@ -99,8 +96,7 @@ void* ZeroPolicy::attach(ChunkKind k, int c) {
   TIDE_ASSERT(b < 0);
   // A buffer of the chunk's size class (the largest chunk halved while the chunk fits;
   // ChunkLayout::buffer_elems says why not each chunk's own size).
-  b = pool_.take(static_cast<size_t>(store_.layout().buffer_elems(c)) *
-                 dtype_size(store_.compute_dtype()));
+  b = pool_.take(static_cast<size_t>(store_.layout().buffer_elems(c)) * dtype_size(store_.dtype(k)));
   store_.attach_whole(k, c, pool_.data(b));
   return pool_.data(b);
 }
@@ -230,12 +226,13 @@ void ZeroPolicy::fetch_grads(ChunkStore& store, int c) {
   TIDE_CHECK(s_.stage >= 2, "gradient chunk {} is not resident under ZeRO stage {}", c, s_.stage);
   const ChunkLayout& lay = store.layout();
   const int64_t slice = lay.slice_elems(c), r = dp_.rank();
-  auto* buf = static_cast<float*>(attach(ChunkKind::GRAD, c));
+  auto* buf = static_cast<char*>(attach(ChunkKind::GRAD, c));
+  const size_t es = dtype_size(store.dtype(ChunkKind::GRAD));
   // Seed: the owned part starts from what this rank accumulated over earlier micro-batches,
   // the rest from zero, so the reduce-scatter sum adds this micro-batch to the accumulation.
-  std::memset(buf, 0, static_cast<size_t>(lay.chunk_elems(c)) * sizeof(float));
-  std::memcpy(buf + r * slice, store.slice(ChunkKind::GRAD, c).data,
-              static_cast<size_t>(slice) * sizeof(float));
+  std::memset(buf, 0, static_cast<size_t>(lay.chunk_elems(c)) * es);
+  std::memcpy(buf + r * slice * es, store.slice(ChunkKind::GRAD, c).data,
+              static_cast<size_t>(slice) * es);
 }
 
 void ZeroPolicy::on_grads_ready(ChunkStore& store, int c, int micro_batch) {
@@ -277,16 +274,17 @@ void ZeroPolicy::complete_reduction(Pending& p) {
   const int c = p.chunk;
   const ChunkLayout& lay = store_.layout();
   const int64_t slice = lay.slice_elems(c), r = dp_.rank(), elems = lay.chunk_elems(c);
-  auto* whole = store_.chunk(ChunkKind::GRAD, c).f32();
+  auto* whole = static_cast<char*>(store_.chunk(ChunkKind::GRAD, c).data);
+  const size_t es = dtype_size(store_.dtype(ChunkKind::GRAD));
   if (s_.overlaps(elems)) reducing_elems_ -= elems;
   if (s_.stage == 1) {
     // The chunk is the accumulator: its owned part holds the sum so far; the rest must be zero
     // for the next micro-batch (the reduce-scatter left partial sums there).
-    std::memset(whole, 0, static_cast<size_t>(r * slice) * sizeof(float));
-    std::memset(whole + (r + 1) * slice, 0, static_cast<size_t>(elems - (r + 1) * slice) * 4);
+    std::memset(whole, 0, static_cast<size_t>(r * slice) * es);
+    std::memset(whole + (r + 1) * slice * es, 0, static_cast<size_t>(elems - (r + 1) * slice) * es);
   } else if (store_.attached(ChunkKind::GRAD, c)) {  // one rank: the slice is the whole chunk
-    std::memcpy(store_.slice(ChunkKind::GRAD, c).data, whole + r * slice,
-                static_cast<size_t>(slice) * sizeof(float));
+    std::memcpy(store_.slice(ChunkKind::GRAD, c).data, whole + r * slice * es,
+                static_cast<size_t>(slice) * es);
     detach(ChunkKind::GRAD, c);
   }
   if (p.last && sink_) sink_->on_reduced(c);
@@ -335,8 +333,7 @@ void ZeroPolicy::finish_gradients() {
   // The mean over ranks, divided as the process groups' ReduceOp::Avg divides.
   for (int c = 0; c < store_.layout().num_chunks(); ++c) {
     const Tensor g = store_.slice(ChunkKind::GRAD, c);
-    float* x = g.f32();
-    for (int64_t i = 0; i < g.numel(); ++i) x[i] /= static_cast<float>(N);
+    divide_elements(g.data, g.dtype, g.numel(), static_cast<float>(N));
   }
 }
 

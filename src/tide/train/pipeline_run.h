@@ -55,7 +55,7 @@ class PipelineRun final : public StepRunner {
   // initialised from cfg.seed as the whole model would be (the same values element by element).
   // A world that is not stages x tp x (a whole number of replicas) is a clear error.
   // `store`: the allocators and offload options of every chunk's store (the Trainer's tiers:
-  // Trainer::configure_placement); `placement`: placement.policy=auto's allocators.
+  // Trainer::configure_store); `placement`: placement.policy=auto's allocators.
   PipelineRun(const TrainConfig& cfg, std::shared_ptr<ProcessGroup> world,
               const OptimizerSettings& opt, PipelineTensorParallel tp = {},
               const StoreOptions& store = {}, AutoPlacementSettings placement = {});

@@ -189,9 +189,6 @@ Trainer::Trainer(TrainConfig config, std::shared_ptr<ProcessGroup> world)
     TIDE_CHECK(!cfg_.fp16,
                "fp16.enabled=true: tide train has no fp16 training yet (loss scaling, issue #26); "
                "train in f32 with fp16.enabled=false (the fp16.* loss-scale keys may stay)");
-    TIDE_CHECK(!cfg_.bf16,
-               "bf16.enabled=true needs the CUDA backend; on the CPU tide trains in f32 (set "
-               "bf16.enabled=false)");
     check_trainer_can_honour(cfg_, world_->size());  // nothing the schema takes is dropped
     const int dp = data_parallel_ranks();
     if (cfg_.train_batch_size > 0)
@@ -242,7 +239,7 @@ Trainer::Trainer(TrainConfig config, std::shared_ptr<ProcessGroup> world)
   if (cfg_.pipeline_stages > 1) {
     check_same_data_and_layout(make_layout(cfg_.model));
     StoreOptions so;
-    configure_placement(so);
+    configure_store(so);
     pipeline_ = std::make_unique<PipelineRun>(
         cfg_, world_, opt,
         PipelineTensorParallel{.size = cfg_.tensor_parallel,
@@ -256,7 +253,7 @@ Trainer::Trainer(TrainConfig config, std::shared_ptr<ProcessGroup> world)
     mo.group_size = dp;  // chunks slice evenly over the DP group (ZeRO partitions by slice)
     mo.store.group_rank = data_parallel_rank();
     mo.store.sliced_kinds = zero_sliced_kinds(cfg_.zero.stage);
-    configure_placement(mo.store);
+    configure_store(mo.store);
     if (mesh_) {  // this rank's shards; the model's collectives run over the tp group
       mo.tp = mesh_->group_ptr(MeshAxis::TP);
       mo.sequence_parallel = cfg_.sequence_parallel;
@@ -304,7 +301,10 @@ AutoPlacementSettings Trainer::auto_placement_settings() const {
              : AutoPlacementSettings{};
 }
 
-void Trainer::configure_placement(StoreOptions& so) {
+void Trainer::configure_store(StoreOptions& so) {
+  // bf16: PARAM (and by DeepSpeed's default under ZeRO, GRAD) in bf16; MASTER and Adam f32.
+  so.compute_dtype = model_dtype(cfg_);
+  if (grad_dtype(cfg_) != so.compute_dtype) so.grad_dtype = grad_dtype(cfg_);
   const bool offload = cfg_.zero.offload_optimizer.enabled;
   if (cfg_.device_memory_limit == 0 && !offload) return;
   // On a CPU-only machine the device is a budgeted host allocator (memory/allocator.h).

@@ -54,7 +54,7 @@ class Trainer {
   GPT& model() { return pipeline_ ? *pipeline_->chunks()[0] : *model_; }
   // The data-parallel engine (pipeline.stages = 1 only) and the pipeline (> 1 only).
   const Engine& engine() const { return *engine_; }
-  // The allocators configure_placement made (nullptr when the store uses its own).
+  // The allocators configure_store made (nullptr when the store uses its own).
   const Allocator* compute_allocator() const { return compute_alloc_.get(); }
   const Allocator* host_allocator() const { return host_alloc_.get(); }
   const PipelineRun* pipeline() const { return pipeline_.get(); }
@@ -131,8 +131,9 @@ class Trainer {
   // run, whose error (a budget too small) also says that nothing was written and what tide
   // estimate gives.
   StepStats first_placed_step(std::optional<float>& val0);
-  void configure_placement(StoreOptions& so);
-  // placement.policy=auto's allocators (configure_placement made them); none with policy=device.
+  // The store options the config sets: dtypes (bf16), tiers and allocators (offload, placement).
+  void configure_store(StoreOptions& so);
+  // placement.policy=auto's allocators (configure_store made them); none with policy=device.
   AutoPlacementSettings auto_placement_settings() const;
 
   TrainConfig cfg_;

@@ -103,14 +103,17 @@ inline RunResult train(const TrainConfig& cfg, std::shared_ptr<ProcessGroup> wor
   const ChunkStore& store = trainer.model().store();
   const ChunkLayout& lay = store.layout();
   // Whole chunks, from every rank's slice (ZeRO-3 holds only its slice of the parameters).
+  // 16-bit training: the f32 master weights (sliced from ZeRO-1 on), not their rounded copy.
+  const ChunkKind kind =
+      store.compute_dtype() == DType::F32 ? ChunkKind::PARAM : ChunkKind::MASTER;
   std::vector<std::vector<float>> chunks(lay.num_chunks());
   for (int c = 0; c < lay.num_chunks(); ++c) {
     chunks[c].resize(lay.chunk_elems(c));
     const Tensor whole(chunks[c].data(), {lay.chunk_elems(c)});
     if (world)
-      world->all_gather(store.slice(ChunkKind::PARAM, c), whole);
+      world->all_gather(store.slice(kind, c), whole);
     else
-      std::memcpy(whole.data, store.chunk(ChunkKind::PARAM, c).data, whole.nbytes());
+      std::memcpy(whole.data, store.chunk(kind, c).data, whole.nbytes());
   }
   for (int id = 0; id < lay.num_tensors(); ++id) {
     const TensorSlot& s = lay.slot(id);

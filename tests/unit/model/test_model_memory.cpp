@@ -205,3 +205,47 @@ TEST(ModelMemory, InitialisesTheSameWithSlicedOptimizerStates) {
     EXPECT_EQ(std::memcmp(a.data, b.data, a.nbytes()), 0) << plain.store().layout().slot(id).name;
   }
 }
+
+// 16-bit compute: the f32 master weights are the f32 model's parameters bit for bit, and the
+// bf16 parameters are them rounded, whole on every rank also when the master is sliced (a
+// PARAM left unwritten would start the first step from zeros: validation loss ln V).
+TEST(ModelMemory, Bf16ParametersAreTheF32MasterRounded) {
+  GPT plain(small_config(), ActivationPolicy::SAVE_ALL, 4096);
+  plain.init_weights(9);
+  for (bool sliced : {false, true}) {
+    ModelOptions o;
+    o.chunk_elems = 4096;
+    o.store.compute_dtype = DType::BF16;
+    if (sliced) {
+      o.group_size = 3;
+      o.store.group_rank = 2;
+      o.store.sliced_kinds =
+          kind_bit(ChunkKind::MASTER) | kind_bit(ChunkKind::ADAM_M) | kind_bit(ChunkKind::ADAM_V);
+    }
+    GPT bf16(small_config(), ActivationPolicy::SAVE_ALL, o);
+    bf16.init_weights(9);
+    const ChunkStore& s = bf16.store();
+    for (int id = 0; id < s.layout().num_tensors(); ++id) {
+      const std::string& name = s.layout().slot(id).name;
+      const float* want = plain.store().tensor(ChunkKind::PARAM, id).f32();
+      const Tensor p = s.tensor(ChunkKind::PARAM, id);
+      ASSERT_EQ(p.dtype, DType::BF16);
+      const auto* bits = static_cast<const uint16_t*>(p.data);
+      for (int64_t i = 0; i < p.numel(); ++i)
+        ASSERT_EQ(bits[i], f32_to_bf16(want[i])) << name << " [" << i << "], sliced " << sliced;
+    }
+    // The master: this rank's slice of each chunk (the whole chunk unsliced), f32 exactly.
+    int64_t checked = 0;
+    for (int id = 0; id < s.layout().num_tensors(); ++id) {
+      const TensorSlot& t = s.layout().slot(id);
+      const Tensor m = s.slice(ChunkKind::MASTER, t.chunk);
+      const int64_t begin = sliced ? 2 * s.layout().slice_elems(t.chunk) : 0;
+      const float* want = plain.store().tensor(ChunkKind::PARAM, id).f32();
+      for (int64_t i = std::max<int64_t>(0, begin - t.offset);
+           i < std::min(t.numel, begin + m.numel() - t.offset); ++i, ++checked)
+        ASSERT_EQ(m.f32()[t.offset + i - begin], want[i])
+            << "master of " << t.name << " [" << i << "], sliced " << sliced;
+    }
+    EXPECT_GT(checked, 0);
+  }
+}
