@@ -41,7 +41,11 @@ TrainSetup setup_from_train_config(const TrainConfig& c) {
   s.recompute = recompute_of(c.activation_policy);
   s.partition_activations = c.partition_activations;
   s.cpu_checkpointing = c.cpu_checkpointing;
-  s.precision = c.bf16 ? Precision::BF16 : c.fp16 ? Precision::FP16 : Precision::FP32;
+  auto precision_of = [](DType t) {
+    return t == DType::F32 ? Precision::FP32 : t == DType::BF16 ? Precision::BF16 : Precision::FP16;
+  };
+  s.precision = precision_of(model_dtype(c));
+  if (grad_dtype(c) != model_dtype(c)) s.grad_precision = precision_of(grad_dtype(c));
   s.optimizer = parse_optimizer(c.optimizer_type);
   // Every schedule tide train runs (with one stage the schedule does not matter).
   s.schedule = parse_schedule(c.pipeline_schedule);

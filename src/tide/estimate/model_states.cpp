@@ -5,10 +5,11 @@
 
 namespace tide {
 
-ModelStateBytes bytes_per_parameter(Precision precision, Optimizer optimizer) {
+ModelStateBytes bytes_per_parameter(Precision precision, Optimizer optimizer,
+                                    std::optional<Precision> grads) {
   ModelStateBytes k;
   k.param16 = bytes_per_param(precision);
-  k.grads = bytes_per_param(precision);
+  k.grads = bytes_per_param(grads.value_or(precision));
   // Mixed precision keeps an fp32 master copy for the update; fp32 updates param16 itself.
   k.master = precision == Precision::FP32 ? 0 : 4;
   const int64_t state_bytes = optimizer == Optimizer::AdamW ? 4 : 0;  // fp32 m and v
@@ -18,9 +19,9 @@ ModelStateBytes bytes_per_parameter(Precision precision, Optimizer optimizer) {
 }
 
 ModelStateBytes zero_model_states(int64_t psi, int zero_stage, int dp, Precision precision,
-                                  Optimizer optimizer) {
+                                  Optimizer optimizer, std::optional<Precision> grads) {
   TIDE_ASSERT(psi >= 0 && dp >= 1 && zero_stage >= 0 && zero_stage <= 3);
-  const ModelStateBytes k = bytes_per_parameter(precision, optimizer);
+  const ModelStateBytes k = bytes_per_parameter(precision, optimizer, grads);
   const int64_t part = (psi + dp - 1) / dp;  // one rank's partition
   // Stage 1 partitions the optimizer states, stage 2 also the grads, stage 3 also the params.
   const int64_t opt_elems = zero_stage >= 1 ? part : psi;
@@ -64,9 +65,9 @@ int64_t kind_bytes(const ChunkLayout& layout, bool sliced, int64_t elem_bytes) {
 }  // namespace
 
 ModelStateBytes chunked_model_states(const ChunkLayout& layout, int zero_stage, Precision precision,
-                                     Optimizer optimizer) {
+                                     Optimizer optimizer, std::optional<Precision> grads) {
   TIDE_ASSERT(layout.packed() && zero_stage >= 0 && zero_stage <= 3);
-  const ModelStateBytes k = bytes_per_parameter(precision, optimizer);
+  const ModelStateBytes k = bytes_per_parameter(precision, optimizer, grads);
   // Stage 1 slices the optimizer states, stage 2 also the grads, stage 3 also the params.
   ModelStateBytes r;
   r.param16 = kind_bytes(layout, zero_stage >= 3, k.param16);

@@ -13,6 +13,7 @@
 // zero_model_states() is this formula, exact; the estimate itself allocates chunks
 // (chunked_model_states()), which the tests hold against the formula.
 
+#include <optional>
 #include <cstdint>
 
 #include "tide/estimate/train_setup.h"
@@ -33,12 +34,15 @@ struct ModelStateBytes {
 };
 
 // Bytes per parameter of each kind (the unpartitioned Psi = 1 case).
-ModelStateBytes bytes_per_parameter(Precision precision, Optimizer optimizer);
+// `grads`: the gradients' precision where it differs (data_types.grad_accum_dtype).
+ModelStateBytes bytes_per_parameter(Precision precision, Optimizer optimizer,
+                                    std::optional<Precision> grads = std::nullopt);
 
 // ZeRO's per-rank model-state bytes for psi parameters at the given stage and DP degree,
 // partitions exact (no chunks). This is the function ZeRO's Table 1 tabulates.
 ModelStateBytes zero_model_states(int64_t psi, int zero_stage, int dp, Precision precision,
-                                  Optimizer optimizer);
+                                  Optimizer optimizer,
+                                  std::optional<Precision> grads = std::nullopt);
 
 // The facts of one stage's chunk layout that the estimate reports. The layout is the runtime's
 // own: make_layout() (model/layout.h) gives the tensors of the stage's rank, and
@@ -62,6 +66,7 @@ ChunkPlan chunk_plan(const ChunkLayout& layout);
 // per element come from bytes_per_parameter (no master copy in fp32: it is the parameters).
 // This is ZeRO's Table 1 with chunks; it exceeds zero_model_states(Psi) by the chunk padding.
 ModelStateBytes chunked_model_states(const ChunkLayout& layout, int zero_stage, Precision precision,
-                                     Optimizer optimizer);
+                                     Optimizer optimizer,
+                                     std::optional<Precision> grads = std::nullopt);
 
 }  // namespace tide

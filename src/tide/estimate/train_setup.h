@@ -11,6 +11,7 @@
 //   v    vocabulary size,  L  layers
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "tide/memory/zero_settings.h"
@@ -59,6 +60,9 @@ struct TrainSetup {
   // tp > 1 and no sp, as tide train requires) and its CPU checkpointing.
   bool partition_activations = false, cpu_checkpointing = false;
   Precision precision = Precision::BF16;
+  // The gradients' where it differs from `precision` (data_types.grad_accum_dtype, or
+  // DeepSpeed's default for it: fp32 for bf16 without ZeRO).
+  std::optional<Precision> grad_precision;
   Optimizer optimizer = Optimizer::AdamW;
   Schedule schedule = Schedule::OneFOneB;
   int virtual_stages = 1;  // model chunks per pipeline stage (interleaved; 2 with zb-v)
