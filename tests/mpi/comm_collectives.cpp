@@ -1,6 +1,7 @@
 // Every collective on every world size (run under mpirun -np 2, 3, 4, 8), with both algorithms:
 // MPI's own collectives and tide's explicit ring. Values are small integers, so sums and means
-// are exact in f32 and results can be compared with ==.
+// are exact in f32 and results can be compared with ==. bf16 and f16 reductions are checked bit
+// for bit too, their one rounding case included.
 
 #include <gtest/gtest.h>
 
@@ -256,15 +257,160 @@ TEST_P(Collectives, ManyBucketsInFlightAtOnce) {
   for (int q = 0; q < N; ++q) EXPECT_EQ(gathered[q], static_cast<float>(q));
 }
 
-TEST_P(Collectives, MpiBackendRejectsHalfPrecisionReductionsClearly) {
-  std::vector<uint16_t> h(4);
-  const std::string err = error_of([&] { g().all_reduce(Tensor(h.data(), {4}, DType::BF16)); });
-  EXPECT_NE(err.find("reduces f32 only but got bf16"), std::string::npos) << err;
+// bf16 and f16 reductions (the NCCL rule): each addition in f32, rounded to nearest-even into the
+// dtype; Avg divides the sum by the group size in f32 and rounds. Expectations are computed here
+// from f32 and the dtype's conversion.
+namespace {
+struct Half {
+  DType dtype;
+  uint16_t from(float f) const { return dtype == DType::BF16 ? f32_to_bf16(f) : f32_to_f16(f); }
+  float to(uint16_t h) const { return dtype == DType::BF16 ? bf16_to_f32(h) : f16_to_f32(h); }
+  Tensor tensor(std::vector<uint16_t>& v) const {
+    return Tensor(v.data(), {static_cast<int64_t>(v.size())}, dtype);
+  }
+  Tensor slice(std::vector<uint16_t>& v, int64_t begin, int64_t k) const {
+    return Tensor(v.data() + begin, {k}, dtype);
+  }
+  // The result of a sum `sum` (exact in the dtype) under `op` over `world` ranks.
+  uint16_t reduced(float sum, ReduceOp op, int world) const {
+    return op == ReduceOp::Sum ? from(sum) : from(sum / static_cast<float>(world));
+  }
+};
+const Half kHalves[] = {{DType::BF16}, {DType::F16}};
+}  // namespace
+
+TEST_P(Collectives, AllReduceBf16AndF16SumAndAvg) {
+  const int N = world(), r = rank();
+  for (const Half& h : kHalves) {
+    for (int64_t n : {int64_t{1}, int64_t{N - 1}, int64_t{7}, int64_t{3 * N + 1}, int64_t{1000}}) {
+      for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg}) {
+        // Halves and small integers: every partial sum (at most 40) is exact in both dtypes.
+        std::vector<uint16_t> x(static_cast<size_t>(n));
+        for (int64_t i = 0; i < n; ++i) x[i] = h.from(static_cast<float>(r) + 0.5f * (i % 4));
+        Delta d(g());
+        g().all_reduce(h.tensor(x), op);
+        for (int64_t i = 0; i < n; ++i) {
+          const float sum = static_cast<float>(N * (N - 1) / 2) + 0.5f * N * (i % 4);
+          ASSERT_EQ(x[i], h.reduced(sum, op, N))
+              << dtype_name(h.dtype) << " n=" << n << " i=" << i << " got " << h.to(x[i]);
+        }
+        // Two bytes per element, measured (ring) or from the formula (mpi).
+        const RingTraffic t = ring_all_reduce_traffic(n, N, r);
+        EXPECT_EQ(d.sent(), static_cast<uint64_t>(t.sent) * 2) << "n=" << n;
+        EXPECT_EQ(d.received(), static_cast<uint64_t>(t.received) * 2) << "n=" << n;
+      }
+    }
+  }
+}
+
+TEST_P(Collectives, ReduceScatterBf16AndF16OutOfPlaceAndInPlace) {
+  const int N = world(), r = rank();
+  for (const Half& h : kHalves) {
+    for (int64_t k : {1, 5}) {
+      for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg}) {
+        // Element j of rank q is q + 0.5 (j % 7): partial sums at most 52, exact in both dtypes.
+        std::vector<uint16_t> in(static_cast<size_t>(N * k)), out(static_cast<size_t>(k));
+        for (int64_t j = 0; j < N * k; ++j)
+          in[j] = h.from(static_cast<float>(r) + 0.5f * static_cast<float>(j % 7));
+        auto want = [&](int64_t j) {
+          return h.reduced(static_cast<float>(N * (N - 1) / 2) + 0.5f * N * (j % 7), op, N);
+        };
+        const std::vector<uint16_t> in_copy = in;
+        Delta d(g());
+        g().reduce_scatter(h.tensor(in), h.tensor(out), op);
+        for (int64_t i = 0; i < k; ++i)
+          ASSERT_EQ(out[i], want(r * k + i)) << dtype_name(h.dtype) << " k=" << k << " i=" << i;
+        EXPECT_EQ(in, in_copy) << "reduce_scatter must not modify its input";
+        EXPECT_EQ(d.sent(), static_cast<uint64_t>((N - 1) * k * 2));
+        EXPECT_EQ(d.received(), static_cast<uint64_t>((N - 1) * k * 2));
+        // In place, as ZeRO reduces a sliced gradient chunk: the output is this rank's slice.
+        g().reduce_scatter(h.tensor(in), h.slice(in, r * k, k), op);
+        for (int64_t i = 0; i < k; ++i)
+          ASSERT_EQ(in[r * k + i], want(r * k + i))
+              << "in place " << dtype_name(h.dtype) << " k=" << k << " i=" << i;
+      }
+    }
+  }
+}
+
+// A sum that is not representable: rank 0 holds 1 + a, rank 1 holds b, every other rank 0, so
+// the one inexact addition is (1 + a) + b whatever the order, and its rounding decides the
+// result on every world size. b spans below, above and exactly at half an ulp of 1 (ties to
+// even both ways), so truncating, or rounding twice, gives a different answer.
+TEST_P(Collectives, Bf16AndF16SumsRoundToNearestEvenOncePerAddition) {
+  const int N = world(), r = rank();
+  for (const Half& h : kHalves) {
+    const float ulp = h.dtype == DType::BF16 ? 0x1p-7f : 0x1p-10f;  // of 1.0
+    const std::vector<float> a = {0, 0, 0, ulp, 0, ulp};
+    const std::vector<float> b = {ulp / 4, 3 * ulp / 4, ulp / 2, ulp / 2, -ulp / 4, -3 * ulp / 4};
+    const int64_t n = static_cast<int64_t>(a.size());
+    std::vector<uint16_t> want(a.size());
+    for (size_t i = 0; i < a.size(); ++i) {
+      ASSERT_EQ(h.to(h.from(1 + a[i])), 1 + a[i]);  // the inputs themselves are exact
+      ASSERT_EQ(h.to(h.from(b[i])), b[i]);
+      want[i] = h.from(h.to(h.from(1 + a[i])) + h.to(h.from(b[i])));
+    }
+    // What the cases pin down: 1 + 3u/4 rounds up, the ties go to the even neighbour.
+    EXPECT_EQ(h.to(want[1]), 1 + ulp);
+    EXPECT_EQ(h.to(want[2]), 1.0f);
+    EXPECT_EQ(h.to(want[3]), 1 + 2 * ulp);
+    auto value = [&](size_t i) { return h.from(r == 0 ? 1 + a[i] : r == 1 ? b[i] : 0.0f); };
+    for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg}) {
+      std::vector<uint16_t> x(a.size());
+      for (size_t i = 0; i < a.size(); ++i) x[i] = value(i);
+      g().all_reduce(h.tensor(x), op);
+      // reduce_scatter of N slices, each the same n values: every rank gets them reduced.
+      std::vector<uint16_t> in(static_cast<size_t>(N * n)), out(a.size());
+      for (int64_t j = 0; j < N * n; ++j) in[j] = value(static_cast<size_t>(j % n));
+      g().reduce_scatter(h.tensor(in), h.tensor(out), op);
+      for (size_t i = 0; i < a.size(); ++i) {
+        const uint16_t expect = h.reduced(h.to(want[i]), op, N);
+        EXPECT_EQ(x[i], expect) << dtype_name(h.dtype) << " all_reduce i=" << i << " got "
+                                << h.to(x[i]) << " want " << h.to(expect);
+        EXPECT_EQ(out[i], expect) << dtype_name(h.dtype) << " reduce_scatter i=" << i << " got "
+                                  << h.to(out[i]) << " want " << h.to(expect);
+      }
+    }
+  }
+}
+
+TEST_P(Collectives, Bf16ReductionsCountHalfTheBytesOfF32) {
+  const int N = world();
+  const int64_t n = 3 * N + 1;
+  std::vector<float> x(static_cast<size_t>(n), 1.0f), rs(static_cast<size_t>(N * 4)), rs_out(4);
+  std::vector<uint16_t> hx(x.size(), f32_to_bf16(1.0f)), hrs(rs.size()), hrs_out(rs_out.size());
+  const Half h{DType::BF16};
+  Delta d32(g());
+  g().all_reduce(f32(x));
+  g().reduce_scatter(f32(rs), f32(rs_out));
+  const uint64_t sent32 = d32.sent(), received32 = d32.received();
+  Delta d16(g());
+  g().all_reduce(h.tensor(hx));
+  g().reduce_scatter(h.tensor(hrs), h.tensor(hrs_out));
+  EXPECT_GT(sent32, 0u);
+  EXPECT_EQ(2 * d16.sent(), sent32);
+  EXPECT_EQ(2 * d16.received(), received32);
+  EXPECT_EQ(bf16_to_f32(hx[0]), static_cast<float>(N));
+}
+
+TEST_P(Collectives, MpiBackendRefusesDeviceAndIntegerReductionsClearly) {
   std::vector<float> x(4);
   EXPECT_NE(error_of([&] {
               g().all_reduce(Tensor(x.data(), {4}, DType::F32, Device::cuda(0)));
             }).find("use the NCCL backend"),
             std::string::npos);
+  std::vector<int32_t> i(4 * world()), i_out(4);
+  const std::string err = error_of([&] { g().all_reduce(Tensor(i.data(), {4}, DType::I32)); });
+  EXPECT_NE(err.find("all_reduce: MPI reductions take f32, bf16 or f16 but got i32"),
+            std::string::npos)
+      << err;
+  const std::string rs_err = error_of([&] {
+    g().reduce_scatter(Tensor(i.data(), {4 * world()}, DType::I32),
+                       Tensor(i_out.data(), {4}, DType::I32));
+  });
+  EXPECT_NE(rs_err.find("reduce_scatter: MPI reductions take f32, bf16 or f16 but got i32"),
+            std::string::npos)
+      << rs_err;
 }
 
 INSTANTIATE_TEST_SUITE_P(Algorithms, Collectives,

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "tide/comm/host_reduce.h"
 #include "tide/comm/watchdog.h"
 
 namespace tide {
@@ -37,6 +38,16 @@ void MpiWork::finish(std::exception_ptr error) {
   cv_.notify_all();
 }
 
+namespace {
+// MPI_Op_create's functions: inout[i] = in[i] + inout[i] over MPI_UINT16_T elements.
+void mpi_bf16_sum(void* in, void* inout, int* len, MPI_Datatype*) {
+  host_add(DType::BF16, inout, in, inout, *len);
+}
+void mpi_f16_sum(void* in, void* inout, int* len, MPI_Datatype*) {
+  host_add(DType::F16, inout, in, inout, *len);
+}
+}  // namespace
+
 MpiEngine::MpiEngine() {
   int initialized = 0;
   MPI_Initialized(&initialized);
@@ -53,6 +64,12 @@ MpiEngine::MpiEngine() {
   MPI_Comm_size(MPI_COMM_WORLD, &world_size_);
   MPI_Comm_dup(MPI_COMM_WORLD, &watchdog_comm_);
   thread_ = std::thread([this] { loop(); });
+  run(
+      [this] {
+        MPI_Op_create(&mpi_bf16_sum, /*commute=*/1, &bf16_sum_);
+        MPI_Op_create(&mpi_f16_sum, /*commute=*/1, &f16_sum_);
+      },
+      "MPI_Op_create");
 }
 
 MpiEngine::~MpiEngine() {
@@ -64,9 +81,24 @@ MpiEngine::~MpiEngine() {
   thread_.join();
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (!finalized) {
+  if (!finalized) {  // the engine thread has stopped: this thread makes the last calls
+    MPI_Op_free(&bf16_sum_);
+    MPI_Op_free(&f16_sum_);
     MPI_Comm_free(&watchdog_comm_);
     MPI_Finalize();
+  }
+}
+
+MPI_Op MpiEngine::sum_op(DType t) const {
+  switch (t) {
+    case DType::F32:
+      return MPI_SUM;
+    case DType::BF16:
+      return bf16_sum_;
+    case DType::F16:
+      return f16_sum_;
+    default:
+      TIDE_FAIL("MPI sums f32, bf16 and f16, not {}", dtype_name(t));
   }
 }
 

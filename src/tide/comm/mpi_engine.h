@@ -85,6 +85,11 @@ class MpiEngine {
   // For blocking setup calls such as MPI_Comm_split.
   void run(std::function<void()> fn, std::string what = "an MPI setup call");
 
+  // The MPI_Op that sums elements of `t`: MPI_SUM over MPI_FLOAT for f32; for bf16 and f16,
+  // which MPI cannot add, user-defined ops over MPI_UINT16_T (host_reduce.h's rounding), made
+  // once by the engine's thread and freed before MPI_Finalize.
+  MPI_Op sum_op(DType t) const;
+
   int world_rank() const { return world_rank_; }
   int world_size() const { return world_size_; }
   int thread_level() const { return thread_level_; }
@@ -106,6 +111,7 @@ class MpiEngine {
   std::atomic<double> timeout_s_{kDefaultCommTimeout};
   std::atomic<int64_t> step_{-1};
   MPI_Comm watchdog_comm_ = MPI_COMM_NULL;  // the roll call's messages, nothing else
+  MPI_Op bf16_sum_ = MPI_OP_NULL, f16_sum_ = MPI_OP_NULL;
   std::mutex mu_;
   std::condition_variable cv_;
   bool stop_ = false;

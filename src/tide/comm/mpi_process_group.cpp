@@ -4,6 +4,7 @@
 #include <cstring>
 #include <numeric>
 
+#include "tide/comm/host_reduce.h"
 #include "tide/comm/mpi_ring_ops.h"
 #include "tide/comm/ring_traffic.h"
 #include "tide/comm/watchdog.h"
@@ -55,17 +56,21 @@ void check_host(const Tensor& t, const char* who) {
 
 void check_reducible(const Tensor& t, const char* who) {
   check_host(t, who);
-  TIDE_CHECK(t.dtype == DType::F32,
-             "{}: the MPI backend reduces f32 only but got {}; reduce gradients in f32 "
-             "(keep fp32 gradient buckets) or use the NCCL backend for bf16/f16",
+  TIDE_CHECK(host_reducible(t.dtype),
+             "{}: MPI reductions take f32, bf16 or f16 but got {}; convert the buffer to one "
+             "of them",
              who, dtype_name(t.dtype));
 }
 
-std::function<void()> averager(float* x, int64_t n, int world, ReduceOp op) {
+// MPI element type used to reduce a dtype: bf16 and f16 travel as 16-bit patterns that the
+// engine's user-defined sums (MpiEngine::sum_op) add.
+MPI_Datatype reduce_type(DType t) {
+  return t == DType::F32 ? MPI_FLOAT : MPI_UINT16_T;
+}
+
+std::function<void()> averager(DType t, void* x, int64_t n, int world, ReduceOp op) {
   if (op != ReduceOp::Avg) return {};
-  return [=] {
-    for (int64_t i = 0; i < n; ++i) x[i] /= static_cast<float>(world);
-  };
+  return [=] { host_divide(t, x, n, world); };
 }
 
 }  // namespace
@@ -142,14 +147,17 @@ WorkPtr MpiProcessGroup::all_reduce_async(Tensor buf, ReduceOp op) {
     return submit(make_ring_all_reduce(this, ring_comm_, next_ring_tag(), buf, op), what);
   }
   const RingTraffic t = ring_all_reduce_traffic(n, size_, rank_);
-  count_call(t.sent * 4, t.received * 4);
-  float* x = buf.f32();
+  const auto elem = static_cast<int64_t>(dtype_size(buf.dtype));
+  count_call(t.sent * elem, t.received * elem);
+  void* x = buf.data;
+  const MPI_Datatype type = reduce_type(buf.dtype);
+  const MPI_Op sum = engine_->sum_op(buf.dtype);
   return submit(std::make_unique<RequestOp>(
                     [=, this](std::vector<MPI_Request>& r) {
                       r.resize(1);
-                      MPI_Iallreduce(MPI_IN_PLACE, x, count, MPI_FLOAT, MPI_SUM, comm_, &r[0]);
+                      MPI_Iallreduce(MPI_IN_PLACE, x, count, type, sum, comm_, &r[0]);
                     },
-                    averager(x, n, size_, op)),
+                    averager(buf.dtype, x, n, size_, op)),
                 what);
 }
 
@@ -174,23 +182,25 @@ WorkPtr MpiProcessGroup::reduce_scatter_async(Tensor in, Tensor out, ReduceOp op
     return submit(make_ring_reduce_scatter(this, ring_comm_, next_ring_tag(), in, out, op), what);
   }
   const RingTraffic t = ring_reduce_scatter_traffic(k, size_);
-  count_call(t.sent * 4, t.received * 4);
-  float* src = in.f32();
-  float* dst = out.f32();
+  const auto elem = static_cast<int64_t>(dtype_size(in.dtype));
+  count_call(t.sent * elem, t.received * elem);
+  void* src = in.data;
+  void* dst = out.data;
+  const MPI_Datatype type = reduce_type(in.dtype);
+  const MPI_Op sum = engine_->sum_op(in.dtype);
   // MPI's in-place form leaves the result at the start of the buffer: move it to the slice.
-  std::function<void()> average = averager(dst, k, size_, op);
+  std::function<void()> average = averager(out.dtype, dst, k, size_, op);
   std::function<void()> done = average;
   if (in_place && rank_ > 0)
     done = [=] {
-      std::memmove(dst, src, static_cast<size_t>(k) * 4);
+      std::memmove(dst, src, static_cast<size_t>(k * elem));
       if (average) average();
     };
   return submit(std::make_unique<RequestOp>(
                     [=, this](std::vector<MPI_Request>& r) {
                       r.resize(1);
                       MPI_Ireduce_scatter_block(in_place ? MPI_IN_PLACE : src, in_place ? src : dst,
-                                                static_cast<int>(k), MPI_FLOAT, MPI_SUM, comm_,
-                                                &r[0]);
+                                                static_cast<int>(k), type, sum, comm_, &r[0]);
                     },
                     done),
                 what);

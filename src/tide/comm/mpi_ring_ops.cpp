@@ -1,8 +1,10 @@
 #include "tide/comm/mpi_ring_ops.h"
 
+#include <cstddef>
 #include <cstring>
 #include <vector>
 
+#include "tide/comm/host_reduce.h"
 #include "tide/comm/mpi_process_group.h"
 #include "tide/comm/ring_traffic.h"
 
@@ -59,49 +61,52 @@ class RingOp : public MpiOp {
   MPI_Request reqs_[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
 };
 
-void divide(float* x, int64_t n, int world) {
-  for (int64_t i = 0; i < n; ++i) x[i] /= static_cast<float>(world);
-}
-
+// Buffers are handled as bytes; host_add / host_divide do the arithmetic of the dtype.
 class RingAllReduce final : public RingOp {
  public:
   RingAllReduce(MpiProcessGroup* g, MPI_Comm comm, int tag, Tensor buf, ReduceOp op)
-      : RingOp(g, comm, tag, 2 * (g->size() - 1)), x_(buf.f32()), n_(buf.numel()), op_(op) {
+      : RingOp(g, comm, tag, 2 * (g->size() - 1)),
+        x_(static_cast<std::byte*>(buf.data)),
+        n_(buf.numel()),
+        dtype_(buf.dtype),
+        elem_(static_cast<int64_t>(dtype_size(buf.dtype))),
+        op_(op) {
     // Largest chunk: chunk sizes differ by at most one.
-    scratch_.resize(static_cast<size_t>(n_ / world_ + 1));
+    scratch_.resize(static_cast<size_t>((n_ / world_ + 1) * elem_));
   }
 
  private:
-  int64_t begin(int c) const { return chunk_begin(n_, world_, c); }
+  std::byte* at(int c) const { return x_ + chunk_begin(n_, world_, c) * elem_; }
   int64_t len(int c) const { return chunk_size(n_, world_, c); }
 
   void post_step(int s) override {
     const int phase1 = world_ - 1;
     if (s < phase1) {  // reduce-scatter: send chunk r-s, receive chunk r-s-1 to add
       const int send = ring_mod(rank_ - s, world_), recv = ring_mod(rank_ - s - 1, world_);
-      post(x_ + begin(send), len(send) * 4, scratch_.data(), len(recv) * 4);
+      post(at(send), len(send) * elem_, scratch_.data(), len(recv) * elem_);
     } else {  // all-gather: send reduced chunk r+1-t, receive reduced chunk r-t in place
       const int t = s - phase1;
       const int send = ring_mod(rank_ + 1 - t, world_), recv = ring_mod(rank_ - t, world_);
-      post(x_ + begin(send), len(send) * 4, x_ + begin(recv), len(recv) * 4);
+      post(at(send), len(send) * elem_, at(recv), len(recv) * elem_);
     }
   }
 
   void finish_step(int s) override {
     if (s >= world_ - 1) return;
     const int c = ring_mod(rank_ - s - 1, world_);
-    float* dst = x_ + begin(c);
-    for (int64_t i = 0; i < len(c); ++i) dst[i] += scratch_[static_cast<size_t>(i)];
+    host_add(dtype_, at(c), at(c), scratch_.data(), len(c));  // chunk += received
   }
 
   void finish() override {
-    if (op_ == ReduceOp::Avg) divide(x_, n_, world_);
+    if (op_ == ReduceOp::Avg) host_divide(dtype_, x_, n_, world_);
   }
 
-  float* x_;
+  std::byte* x_;
   int64_t n_;
+  DType dtype_;
+  int64_t elem_;  // bytes per element
   ReduceOp op_;
-  std::vector<float> scratch_;
+  std::vector<std::byte> scratch_;
 };
 
 // Rank r ends with chunk r: at step s it sends its running sum of chunk r-s-1 and receives the
@@ -110,38 +115,42 @@ class RingReduceScatter final : public RingOp {
  public:
   RingReduceScatter(MpiProcessGroup* g, MPI_Comm comm, int tag, Tensor in, Tensor out, ReduceOp op)
       : RingOp(g, comm, tag, g->size() - 1),
-        in_(in.f32()),
-        out_(out.f32()),
+        in_(static_cast<const std::byte*>(in.data)),
+        out_(static_cast<std::byte*>(out.data)),
         k_(out.numel()),
+        dtype_(out.dtype),
+        bytes_(static_cast<int64_t>(out.nbytes())),
         op_(op),
-        send_(static_cast<size_t>(k_)),
-        recv_(static_cast<size_t>(k_)) {}
+        send_(static_cast<size_t>(bytes_)),
+        recv_(static_cast<size_t>(bytes_)) {}
 
  private:
-  const float* chunk(int c) const { return in_ + static_cast<int64_t>(c) * k_; }
+  const std::byte* chunk(int c) const { return in_ + static_cast<int64_t>(c) * bytes_; }
 
   void post_step(int s) override {
     // Step 0 sends the input chunk itself; later steps send the running sum.
-    const float* send = s == 0 ? chunk(ring_mod(rank_ - 1, world_)) : send_.data();
-    post(send, k_ * 4, recv_.data(), k_ * 4);
+    const std::byte* send = s == 0 ? chunk(ring_mod(rank_ - 1, world_)) : send_.data();
+    post(send, bytes_, recv_.data(), bytes_);
   }
 
   void finish_step(int s) override {
-    const float* mine = chunk(ring_mod(rank_ - s - 2, world_));
-    float* dst = s == steps_ - 1 ? out_ : send_.data();  // the last sum is chunk r: the output
-    for (int64_t i = 0; i < k_; ++i) dst[i] = recv_[static_cast<size_t>(i)] + mine[i];
+    const std::byte* mine = chunk(ring_mod(rank_ - s - 2, world_));
+    std::byte* dst = s == steps_ - 1 ? out_ : send_.data();  // the last sum is chunk r: the output
+    host_add(dtype_, dst, recv_.data(), mine, k_);
   }
 
   void finish() override {
-    if (steps_ == 0 && out_ != in_) std::memcpy(out_, in_, static_cast<size_t>(k_) * 4);
-    if (op_ == ReduceOp::Avg) divide(out_, k_, world_);
+    if (steps_ == 0 && out_ != in_) std::memcpy(out_, in_, static_cast<size_t>(bytes_));
+    if (op_ == ReduceOp::Avg) host_divide(dtype_, out_, k_, world_);
   }
 
-  const float* in_;
-  float* out_;
+  const std::byte* in_;
+  std::byte* out_;
   int64_t k_;
+  DType dtype_;
+  int64_t bytes_;  // of one chunk (the output)
   ReduceOp op_;
-  std::vector<float> send_, recv_;
+  std::vector<std::byte> send_, recv_;
 };
 
 // Rank r first places its own block at slot r, then passes blocks around the ring: at step s it
