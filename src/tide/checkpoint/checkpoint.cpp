@@ -122,11 +122,16 @@ void load_checkpoint(const std::string& path, ChunkStore& store, const GPTConfig
       for (const char* prefix : {"master.", "adam_m.", "adam_v."})
         known.emplace(prefix + s.name, Expected{DType::F32, s.shape, false});
   }
+  // An f32 model without optimizer state (tide sample, init) takes 16-bit parameters too: the
+  // master weights where the file holds them, else the parameters widened.
+  const bool widens = !with_optimizer_state && store.compute_dtype() == DType::F32;
   for (const SafetensorsEntry& e : r.entries()) {
     const auto it = known.find(e.name);
     TIDE_CHECK(it != known.end(), "{} holds tensor '{}', which a {} model does not have", who(path),
                printable_name(e.name), config.str());
-    TIDE_CHECK(e.dtype == it->second.dtype, "{}: tensor '{}' is {} but this model holds it in {}{}",
+    const bool widened = widens && it->second.param && e.dtype != DType::I32;
+    TIDE_CHECK(e.dtype == it->second.dtype || widened,
+               "{}: tensor '{}' is {} but this model holds it in {}{}",
                who(path), e.name, dtype_name(e.dtype), dtype_name(it->second.dtype),
                it->second.param ? "; load it into a model of the checkpoint's compute dtype" : "");
     TIDE_CHECK(e.shape == it->second.shape, "{}: tensor '{}' has shape {} but the model's is {}",
@@ -140,7 +145,16 @@ void load_checkpoint(const std::string& path, ChunkStore& store, const GPTConfig
                it.name);
   for (const Item& it : items) {
     const Tensor t = store.tensor(it.kind, it.id);
-    r.read(it.name, t.data, t.dtype, t.shape);
+    const SafetensorsEntry& e = r.entry(it.name);
+    if (e.dtype == t.dtype) {
+      r.read(it.name, t.data, t.dtype, t.shape);
+    } else if (r.contains("master." + it.name)) {
+      r.read("master." + it.name, t.data, DType::F32, t.shape);
+    } else {
+      std::vector<std::byte> narrow(e.nbytes);
+      r.read(it.name, narrow.data(), e.dtype, t.shape);
+      convert_elements(narrow.data(), e.dtype, t.data, t.dtype, t.numel());
+    }
   }
 }
 

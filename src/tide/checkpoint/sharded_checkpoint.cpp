@@ -769,7 +769,11 @@ void load_into_store(const CheckpointSource& source, ChunkStore& store, const GP
              "shape",
              w, x.config.str(), config.str());
   check_stage_layout(store.layout(), config, w);
-  TIDE_CHECK(source.compute_dtype() == store.compute_dtype(),
+  // An f32 model without optimizer state (tide sample, init) takes 16-bit parameters too: the
+  // master weights where the checkpoint holds them, else the parameters widened.
+  const bool widens = !with_optimizer_state && store.compute_dtype() == DType::F32 &&
+                      source.compute_dtype() != DType::F32;
+  TIDE_CHECK(source.compute_dtype() == store.compute_dtype() || widens,
              "{} holds {} parameters but this model computes in {}; load it into a model of the "
              "checkpoint's compute dtype",
              w, dtype_name(source.compute_dtype()), dtype_name(store.compute_dtype()));
@@ -783,7 +787,8 @@ void load_into_store(const CheckpointSource& source, ChunkStore& store, const GP
 
   // What this store owns of each tensor: elements [lo, hi), copied to dst.
   struct Copy {
-    const Item* item;
+    std::string name;  // the tensor read: the item's, or its master weights when widening
+    DType dtype;       // the source's dtype of it
     int64_t lo, hi;
     char* dst;
   };
@@ -794,7 +799,9 @@ void load_into_store(const CheckpointSource& source, ChunkStore& store, const GP
     TIDE_CHECK(source.contains(it.name),
                "{} has no tensor '{}'; the checkpoint is damaged or not a {} model's", w, it.name,
                config.str());
-    TIDE_CHECK(source.dtype(it.name) == it.dtype && source.numel(it.name) == it.numel,
+    std::string name = it.name;
+    if (widens && source.contains("master." + name)) name = "master." + name;
+    TIDE_CHECK((source.dtype(name) == it.dtype || widens) && source.numel(it.name) == it.numel,
                "{}: tensor '{}' is {} x {} elements, but this model holds {} x {}", w, it.name,
                dtype_name(source.dtype(it.name)), source.numel(it.name), dtype_name(it.dtype),
                it.numel);
@@ -809,11 +816,20 @@ void load_into_store(const CheckpointSource& source, ChunkStore& store, const GP
     const int64_t hi = std::min(s.offset + s.numel, ch.begin + ch.elems);
     if (lo >= hi) continue;
     char* dst = static_cast<char*>(ch.data) + (lo - ch.begin) * int64_t(dtype_size(ch.dtype));
-    copies.push_back({&it, lo - s.offset, hi - s.offset, dst});
+    copies.push_back({name, source.dtype(name), lo - s.offset, hi - s.offset, dst});
   }
   // Every file the copies need is opened and checked before the first byte is copied.
-  for (const Copy& c : copies) source.prepare(c.item->name, c.lo, c.hi);
-  for (const Copy& c : copies) source.read(c.item->name, c.lo, c.hi, c.dst);
+  for (const Copy& c : copies) source.prepare(c.name, c.lo, c.hi);
+  std::vector<std::byte> narrow;
+  for (const Copy& c : copies) {
+    if (c.dtype == DType::F32 || !widens) {
+      source.read(c.name, c.lo, c.hi, c.dst);
+      continue;
+    }
+    narrow.resize(static_cast<size_t>(c.hi - c.lo) * dtype_size(c.dtype));
+    source.read(c.name, c.lo, c.hi, narrow.data());
+    convert_elements(narrow.data(), c.dtype, c.dst, DType::F32, c.hi - c.lo);
+  }
 }
 
 void load_checkpoint_shard(const std::string& dir, ChunkStore& store, const GPTConfig& config,

@@ -53,13 +53,4 @@ void host_add(DType t, void* dst, const void* a, const void* b, int64_t n) {
   });
 }
 
-void host_divide(DType t, void* x, int64_t n, int divisor) {
-  on_host_dtype(t, [&]<class E>(E) {
-    using T = typename E::T;
-    T* v = static_cast<T*>(x);
-    const float d = static_cast<float>(divisor);
-    for (int64_t i = 0; i < n; ++i) v[i] = E::store(E::load(v[i]) / d);
-  });
-}
-
 }  // namespace tide

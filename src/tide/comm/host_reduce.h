@@ -1,7 +1,7 @@
 #pragma once
 // Element-wise sums of host buffers in f32, bf16 and f16: the arithmetic of the MPI backend's
 // reductions, shared by MPI's own collectives (a user-defined MPI_Op, mpi_engine.h) and tide's
-// ring (mpi_ring_ops.cpp), so both round alike.
+// ring (mpi_ring_ops.cpp), so both round alike. (The average's division: divide_elements, dtype.h.)
 //
 // The 16-bit rule is NCCL's (and so the GPU backend's): each addition widens its two operands to
 // f32, adds in f32 and rounds the sum to nearest-even into the storage dtype, so every hop of a
@@ -14,11 +14,9 @@
 
 namespace tide {
 
-// Whether host_add / host_divide take `t`: f32, bf16 and f16.
+// Whether host_add takes `t`: f32, bf16 and f16.
 bool host_reducible(DType t);
 // dst[i] = a[i] + b[i] for n elements of dtype `t`; dst may be a or b.
 void host_add(DType t, void* dst, const void* a, const void* b, int64_t n);
-// x[i] = x[i] / divisor for n elements of dtype `t` (the division of ReduceOp::Avg).
-void host_divide(DType t, void* x, int64_t n, int divisor);
 
 }  // namespace tide

@@ -70,7 +70,7 @@ MPI_Datatype reduce_type(DType t) {
 
 std::function<void()> averager(DType t, void* x, int64_t n, int world, ReduceOp op) {
   if (op != ReduceOp::Avg) return {};
-  return [=] { host_divide(t, x, n, world); };
+  return [=] { divide_elements(x, t, n, static_cast<float>(world)); };
 }
 
 }  // namespace

@@ -61,7 +61,7 @@ class RingOp : public MpiOp {
   MPI_Request reqs_[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
 };
 
-// Buffers are handled as bytes; host_add / host_divide do the arithmetic of the dtype.
+// Buffers are handled as bytes; host_add and divide_elements do the arithmetic of the dtype.
 class RingAllReduce final : public RingOp {
  public:
   RingAllReduce(MpiProcessGroup* g, MPI_Comm comm, int tag, Tensor buf, ReduceOp op)
@@ -98,7 +98,7 @@ class RingAllReduce final : public RingOp {
   }
 
   void finish() override {
-    if (op_ == ReduceOp::Avg) host_divide(dtype_, x_, n_, world_);
+    if (op_ == ReduceOp::Avg) divide_elements(x_, dtype_, n_, static_cast<float>(world_));
   }
 
   std::byte* x_;
@@ -141,7 +141,7 @@ class RingReduceScatter final : public RingOp {
 
   void finish() override {
     if (steps_ == 0 && out_ != in_) std::memcpy(out_, in_, static_cast<size_t>(bytes_));
-    if (op_ == ReduceOp::Avg) host_divide(dtype_, out_, k_, world_);
+    if (op_ == ReduceOp::Avg) divide_elements(out_, dtype_, k_, static_cast<float>(world_));
   }
 
   const std::byte* in_;

@@ -339,10 +339,27 @@ TEST(Checkpoint, Bf16StoreKeepsItsMasterWeights) {
   load_checkpoint(dir + "/m.ckpt", copy, tiny(), true);
   for (ChunkKind k : {ChunkKind::PARAM, ChunkKind::MASTER, ChunkKind::ADAM_M, ChunkKind::ADAM_V})
     EXPECT_TRUE(same(store, copy, k)) << chunk_kind_name(k);
-  // An f32 model is refused, naming the dtypes.
+  // An f32 model resuming (with optimizer state) is refused, naming the dtypes...
   GPT f32(tiny(), ActivationPolicy::SAVE_ALL);
-  expect_error([&] { load_checkpoint(dir + "/m.ckpt", f32); }, dir + "/m.ckpt",
+  expect_error([&] { load_checkpoint(dir + "/m.ckpt", f32, true); }, dir + "/m.ckpt",
                "tensor 'wte' is bf16 but this model holds it in f32");
+  // ...one without it (tide sample) takes the master weights, bit for bit; from a file
+  // without them, the bf16 parameters widened.
+  auto expect_f32_params = [&](const GPT& m, ChunkKind from, const char* what) {
+    for (int id = 0; id < store.layout().num_tensors(); ++id) {
+      const Tensor want = store.tensor(from, id), got = m.store().tensor(ChunkKind::PARAM, id);
+      std::vector<float> wide(static_cast<size_t>(want.numel()));
+      convert_elements(want.data, want.dtype, wide.data(), DType::F32, want.numel());
+      EXPECT_EQ(std::memcmp(wide.data(), got.data, got.nbytes()), 0)
+          << what << ": " << store.layout().slot(id).name;
+    }
+  };
+  load_checkpoint(dir + "/m.ckpt", f32);
+  expect_f32_params(f32, ChunkKind::MASTER, "with master weights");
+  save_checkpoint(dir + "/params.ckpt", store, info, false);
+  GPT from_params(tiny(), ActivationPolicy::SAVE_ALL);
+  load_checkpoint(dir + "/params.ckpt", from_params);
+  expect_f32_params(from_params, ChunkKind::PARAM, "bf16 parameters widened");
   // And the other way round.
   GPT f32_model(tiny(), ActivationPolicy::SAVE_ALL);
   save_checkpoint(dir + "/f32.ckpt", f32_model, {}, true);

@@ -279,6 +279,32 @@ TEST(ShardedCheckpoint, ParamsOnlyCheckpointInitialisesButCannotResume) {
   EXPECT_FALSE(read_sharded_checkpoint_info(dir).info.optimizer_state);
 }
 
+// A bf16 run's checkpoint into an f32 model without optimizer state (tide sample): the master
+// weights bit for bit, or without them the bf16 parameters widened. Resuming in f32 is refused.
+TEST(ShardedCheckpoint, Bf16CheckpointLoadsIntoAnF32ModelWithoutOptimizerState) {
+  const GPTConfig c = small();
+  const auto ref = reference(c, DType::BF16, 8);
+  for (bool with_master : {true, false}) {
+    const std::string dir = temp_dir(with_master ? "bf16_master" : "bf16_params") + "/ckpt";
+    save_sharded(dir, *ref, 2, 3, 96, /*with_optimizer_state=*/with_master);
+    auto s = make_store(c, DType::F32, 0, 1, 0, 0);
+    load_checkpoint_shard(dir, *s, c);
+    const ChunkKind from = with_master ? ChunkKind::MASTER : ChunkKind::PARAM;
+    for (int id = 0; id < s->layout().num_tensors(); ++id) {
+      const Tensor want = ref->tensor(from, id), got = s->tensor(ChunkKind::PARAM, id);
+      std::vector<float> wide(static_cast<size_t>(want.numel()));
+      convert_elements(want.data, want.dtype, wide.data(), DType::F32, want.numel());
+      EXPECT_EQ(std::memcmp(wide.data(), got.data, got.nbytes()), 0)
+          << (with_master ? "master" : "widened") << ": " << s->layout().slot(id).name;
+    }
+    if (with_master)
+      EXPECT_NE(error_of([&] {
+                  load_checkpoint_shard(dir, *s, c, true);
+                }).find("holds bf16 parameters but this model computes in f32"),
+                std::string::npos);
+  }
+}
+
 TEST(ShardedCheckpoint, CommitReplacesAnOlderCheckpointAtomically) {
   const GPTConfig c = small();
   const std::string dir = temp_dir("replace") + "/ckpt";
