@@ -31,10 +31,14 @@ void check_init_from(const std::string& path, const GPTConfig& config) {
 
 void init_weights_from(const std::string& path, GPT& model) {
   ChunkStore& store = model.store();
-  TIDE_CHECK(store.compute_dtype() == DType::F32,
-             "init_from: the model computes in {}; init_from needs f32 parameters",
-             dtype_name(store.compute_dtype()));
+  // A 16-bit model also holds f32 master weights of its own: both are written (PARAM rounded).
+  const bool own_master = store.has(ChunkKind::MASTER) && store.compute_dtype() != DType::F32;
   if (is_sharded_checkpoint(path)) {
+    TIDE_CHECK(store.compute_dtype() == DType::F32,
+               "init_from: '{}' is a sharded checkpoint, which initialises f32 runs only so far; "
+               "for this {} run make one file of it with `tide export --format tide` and "
+               "init_from that",
+               path, dtype_name(store.compute_dtype()));
     check_init_from(path, model.config());
     load_checkpoint_shard(path, store, model.config(), /*with_optimizer_state=*/false);
     return;
@@ -63,27 +67,31 @@ void init_weights_from(const std::string& path, GPT& model) {
                dtype_name(e.dtype));
     src.push_back(&e);
   }
-  std::vector<uint16_t> half;
+  std::vector<ChunkKind> kinds = {ChunkKind::PARAM};
+  if (own_master) kinds.push_back(ChunkKind::MASTER);
+  std::vector<std::byte> raw;
+  std::vector<float> wide;
   for (int id = 0; id < lay.num_tensors(); ++id) {
     const TensorSlot& s = lay.slot(id);
     const SafetensorsEntry& e = *src[id];
-    const Chunk ch = store.owned(ChunkKind::PARAM, s.chunk);
-    TIDE_CHECK(ch.data != nullptr, "init_from: cannot load '{}': its chunk is not resident",
-               s.name);
-    // The elements [lo, hi) of the tensor this rank holds (all, or its ZeRO-3 slice's part).
-    const int64_t lo = std::clamp<int64_t>(ch.begin - s.offset, 0, s.numel);
-    const int64_t hi = std::clamp<int64_t>(ch.begin + ch.elems - s.offset, lo, s.numel);
-    if (hi == lo) continue;
-    float* dst = static_cast<float*>(ch.data) + (s.offset + lo - ch.begin);
-    const auto n = static_cast<size_t>(hi - lo);
-    if (e.dtype == DType::F32) {
-      r.read_bytes(e.name, static_cast<uint64_t>(lo) * 4, n * 4, dst);
-      continue;
+    for (ChunkKind kind : kinds) {
+      const Chunk ch = store.owned(kind, s.chunk);
+      TIDE_CHECK(ch.data != nullptr, "init_from: cannot load '{}': its chunk is not resident",
+                 s.name);
+      // The elements [lo, hi) of the tensor this rank holds (all, or its ZeRO slice's part).
+      const int64_t lo = std::clamp<int64_t>(ch.begin - s.offset, 0, s.numel);
+      const int64_t hi = std::clamp<int64_t>(ch.begin + ch.elems - s.offset, lo, s.numel);
+      if (hi == lo) continue;
+      const int64_t n = hi - lo;
+      const size_t es = dtype_size(e.dtype);
+      raw.resize(static_cast<size_t>(n) * es);
+      r.read_bytes(e.name, static_cast<uint64_t>(lo) * es, raw.size(), raw.data());
+      // Widened to f32, then stored in the chunk's dtype (rounded once for 16-bit PARAM).
+      wide.resize(static_cast<size_t>(n));
+      convert_elements(raw.data(), e.dtype, wide.data(), DType::F32, n);
+      char* dst = static_cast<char*>(ch.data) + (s.offset + lo - ch.begin) * dtype_size(ch.dtype);
+      convert_elements(wide.data(), DType::F32, dst, ch.dtype, n);
     }
-    half.resize(n);
-    r.read_bytes(e.name, static_cast<uint64_t>(lo) * 2, n * 2, half.data());
-    for (size_t i = 0; i < n; ++i)
-      dst[i] = e.dtype == DType::BF16 ? bf16_to_f32(half[i]) : f16_to_f32(half[i]);
   }
 }
 

@@ -19,8 +19,9 @@ namespace tide {
 void check_init_from(const std::string& path, const GPTConfig& config);
 
 // Overwrites the parameters `model` holds (all, or this rank's slice) with the checkpoint's
-// (its master weights when it has them, else its parameters, widened to f32). The model must
-// compute in f32 (its master weights are its parameters). Everything is checked first.
+// (its master weights when it has them, else its parameters, widened to f32); a 16-bit model's
+// master weights get those values and its parameters them rounded. A sharded checkpoint
+// initialises f32 models only. Everything is checked first.
 void init_weights_from(const std::string& path, GPT& model);
 
 }  // namespace tide

@@ -9,6 +9,7 @@
 
 #include <omp.h>
 
+#include "tide/comm/host_reduce.h"
 #include "tide/comm/local_process_group.h"
 #include "tide/model/param_groups.h"
 #include "tide/optim/grad_norm.h"
@@ -269,32 +270,34 @@ void PipelineEngine::sum_tied_gradient() {
   // The whole reduced gradient of tensor `id` of chunk `chunk`. Under ZeRO the owned slices
   // hold the replicas' mean, and a tensor spans the slices of several replicas (at other offsets
   // on the other end of the tie): its chunk is gathered whole over dp into `buf`.
-  auto whole = [&](int chunk, int id, std::vector<float>& buf) -> Tensor {
+  // Buffers in the gradients' dtype (f32, or bf16/f16 under mixed precision).
+  auto whole = [&](int chunk, int id, std::vector<std::byte>& buf) -> Tensor {
     const ChunkStore& st = models_[chunk]->store();
     if (!sliced) return st.tensor(ChunkKind::GRAD, id);
     const TensorSlot& slot = st.layout().slot(id);
-    buf.resize(static_cast<size_t>(st.layout().chunk_elems(slot.chunk)));
-    dp_->all_gather(stacks_[chunk]->grad(slot.chunk),
-                    Tensor(buf.data(), Shape{static_cast<int64_t>(buf.size())}));
-    return Tensor(buf.data() + slot.offset, Shape{slot.numel});
+    const DType t = st.dtype(ChunkKind::GRAD);
+    const int64_t n = st.layout().chunk_elems(slot.chunk);
+    buf.resize(static_cast<size_t>(n) * dtype_size(t));
+    dp_->all_gather(stacks_[chunk]->grad(slot.chunk), Tensor(buf.data(), Shape{n}, t));
+    return Tensor(buf.data() + slot.offset * dtype_size(t), Shape{slot.numel}, t);
   };
   // Under ZeRO each replica keeps its slice of the summed chunk.
-  auto keep_slice = [&](int chunk, int id, const std::vector<float>& buf) {
+  auto keep_slice = [&](int chunk, int id, const std::vector<std::byte>& buf) {
     if (!sliced) return;
     const PolicyStack& stack = *stacks_[chunk];
     const int c = models_[chunk]->store().layout().slot(id).chunk;
     const Tensor mine = stack.grad(c);
-    std::memcpy(mine.data, buf.data() + stack.grad_begin(c), mine.nbytes());
+    std::memcpy(mine.data, buf.data() + stack.grad_begin(c) * dtype_size(mine.dtype),
+                mine.nbytes());
   };
   // wte and lm_head.weight both become the sum of the two gradients (a + b = b + a: the same
   // bits on both copies, wherever they live).
-  std::vector<float> wte_buf, head_buf;
+  std::vector<std::byte> wte_buf, head_buf;
   if (wte_id_ >= 0 && head_id_ >= 0) {
     const Tensor a = whole(wte_chunk_, wte_id_, wte_buf);
     const Tensor b = whole(head_chunk_, head_id_, head_buf);
-    float* pa = a.f32();
-    float* pb = b.f32();
-    for (int64_t j = 0; j < a.numel(); ++j) pa[j] = pb[j] = pa[j] + pb[j];
+    host_add(a.dtype, a.data, a.data, b.data, a.numel());
+    std::memcpy(b.data, a.data, a.nbytes());
   } else {
     tied_->all_reduce(
         wte_id_ >= 0 ? whole(wte_chunk_, wte_id_, wte_buf) : whole(head_chunk_, head_id_, head_buf),

@@ -71,10 +71,10 @@ inline std::string write_shared_shard(ProcessGroup& world, const std::string& di
 }
 
 inline TrainConfig dp_config(const std::string& shard, const std::string& out_dir, int micro,
-                             int accum, int64_t steps = kSteps, float dropout = 0.0f) {
-  return load_train_config(
-      "",
-      {"data.train=" + shard, "out_dir=" + out_dir, "model.vocab_size=" + std::to_string(kVocab),
+                             int accum, int64_t steps = kSteps, float dropout = 0.0f,
+                             const std::vector<std::string>& extra = {}) {
+  std::vector<std::string> o = {
+      "data.train=" + shard, "out_dir=" + out_dir, "model.vocab_size=" + std::to_string(kVocab),
        "model.n_layer=2", "model.n_head=2", "model.n_embd=32", "seq_len=" + std::to_string(kSeqLen),
        "train_micro_batch_size_per_gpu=" + std::to_string(micro),
        "gradient_accumulation_steps=" + std::to_string(accum),
@@ -82,7 +82,9 @@ inline TrainConfig dp_config(const std::string& shard, const std::string& out_di
        "data.val=" + shard, "eval.sequences=13", "data.shuffle=true",
        // chunk_size_mb 0: chunks of the largest tensor, so the model has several chunks and
        // several reductions per step.
-       "chunk_size_mb=0", "optimizer.params.lr=3e-3", "threads=1", "log.progress=false"});
+       "chunk_size_mb=0", "optimizer.params.lr=3e-3", "threads=1", "log.progress=false"};
+  o.insert(o.end(), extra.begin(), extra.end());
+  return load_train_config("", o);
 }
 
 struct RunResult {

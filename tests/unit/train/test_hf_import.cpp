@@ -316,6 +316,34 @@ TEST(InitFrom, LoadsTheCheckpointsParametersWholeOrSliced) {
     }
     EXPECT_GT(checked, 0);
   }
+  // bf16 (ZeRO-1: the master sliced over 2 ranks): the master weights are the checkpoint's
+  // f32 values and the parameters them rounded, whole.
+  for (int rank = 0; rank < 2; ++rank) {
+    ModelOptions mo;
+    mo.chunk_elems = 4096;
+    mo.group_size = 2;
+    mo.store.group_rank = rank;
+    mo.store.sliced_kinds = zero_sliced_kinds(1);
+    mo.store.compute_dtype = DType::BF16;
+    GPT bf16(r.config, ActivationPolicy::SAVE_ALL, mo);
+    bf16.init_weights(5);
+    init_weights_from(d + "/model.ckpt", bf16);
+    const ChunkStore& s = bf16.store();
+    int64_t masters = 0;
+    for (int id = 0; id < s.layout().num_tensors(); ++id) {
+      const TensorSlot& slot = s.layout().slot(id);
+      const float* ref = want.store().tensor(ChunkKind::PARAM, id).f32();
+      const auto* p = static_cast<const uint16_t*>(s.tensor(ChunkKind::PARAM, id).data);
+      for (int64_t e = 0; e < slot.numel; ++e)
+        ASSERT_EQ(p[e], f32_to_bf16(ref[e])) << slot.name << " [" << e << "] rank " << rank;
+      const Chunk& m = s.chunk_info(ChunkKind::MASTER, slot.chunk);
+      for (int64_t e = std::max<int64_t>(0, m.begin - slot.offset);
+           e < std::min<int64_t>(slot.numel, m.begin + m.elems - slot.offset); ++e, ++masters)
+        ASSERT_EQ(static_cast<const float*>(m.data)[slot.offset + e - m.begin], ref[e])
+            << "master of " << slot.name << " rank " << rank;
+    }
+    EXPECT_GT(masters, 0);
+  }
   // Another shape: one clear error.
   GPTConfig other = r.config;
   other.n_embd = 32;
