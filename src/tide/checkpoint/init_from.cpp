@@ -36,8 +36,8 @@ void init_weights_from(const std::string& path, GPT& model) {
   if (is_sharded_checkpoint(path)) {
     TIDE_CHECK(store.compute_dtype() == DType::F32,
                "init_from: '{}' is a sharded checkpoint, which initialises f32 runs only so far; "
-               "for this {} run make one file of it with `tide export --format tide` and "
-               "init_from that",
+               "for this {} run make one file of it (`tide export --checkpoint DIR --out-dir HF`, "
+               "then `tide import --hf-dir HF --out FILE`) and init_from that file",
                path, dtype_name(store.compute_dtype()));
     check_init_from(path, model.config());
     load_checkpoint_shard(path, store, model.config(), /*with_optimizer_state=*/false);

@@ -118,6 +118,27 @@ TEST(EstimateSetup, ModelBatchAndChunkKeysAsTideTrainReadsThem) {
   EXPECT_LT(estimate_memory(p).device.activations, estimate_memory(full).device.activations);
 }
 
+// The gradients' dtype as tide train keeps them (DeepSpeed's data_types.grad_accum_dtype and its
+// default): f32 for bf16 at stage 0, bf16 from stage 1; the key overrides both. The estimate's
+// grads are 4 or 2 bytes per parameter accordingly.
+TEST(EstimateSetup, GradAccumDtypeAsTideTrainKeepsIt) {
+  const TrainSetup s0 = setup_of(R"({"bf16": {"enabled": true}, "model": {"vocab_size": 64}})");
+  EXPECT_EQ(s0.grad_precision, Precision::FP32);
+  const TrainSetup s1 = setup_of(R"({"bf16": {"enabled": true}, "model": {"vocab_size": 64},
+    "zero_optimization": {"stage": 1}})");
+  EXPECT_FALSE(s1.grad_precision.has_value());
+  const TrainSetup k = setup_of(R"({"bf16": {"enabled": true}, "model": {"vocab_size": 64},
+    "data_types": {"grad_accum_dtype": "bf16"}})");
+  EXPECT_FALSE(k.grad_precision.has_value());
+  EXPECT_EQ(setup_of(R"({"data_types": {"grad_accum_dtype": "fp32"}})").grad_precision,
+            std::nullopt);  // f32 training: the gradients are f32 anyway
+  const int64_t f32_grads = estimate_memory(s0).device.grads;
+  EXPECT_EQ(f32_grads, 2 * estimate_memory(k).device.grads);
+  EXPECT_NE(estimate_error(R"({"data_types": {"grad_accum_dtype": "fp8"}})")
+                .find("data_types.grad_accum_dtype must be \"fp32\", \"bf16\", \"fp16\""),
+            std::string::npos);
+}
+
 TEST(EstimateSetup, ConfigErrorsAreTideTrainsErrors) {
   // A misspelt key, which estimate used to ignore, with the parser's suggestion.
   EXPECT_EQ(estimate_error(R"({"train_micro_batch_size_per_gpuu": 4})"),
