@@ -126,8 +126,8 @@ const std::vector<ConfigKey>& config_schema() {
        "DeepSpeed's default: fp32 for bf16 without ZeRO (zero_optimization.stage 0), else the "
        "parameters' dtype"},
       {"fp16.enabled", T::BOOL, false,
-       "fp16 compute with loss scaling (the fp16.* keys below); tide estimate sizes it, tide "
-       "train refuses it until fp16 training lands (issue #26): use false (f32) or bf16"},
+       "fp16 parameters, gradients and compute, f32 master weights and Adam states, with "
+       "DeepSpeed's loss scaling (the fp16.* keys below; docs/optimizer.md#mixed-precision)"},
       {"fp16.auto_cast", T::BOOL, false, "with fp16.enabled: cast the inputs to fp16 (DeepSpeed)"},
       {"fp16.loss_scale", T::FLOAT, 0.0,
        "with fp16.enabled: 0 = dynamic loss scaling, else this fixed scale", nums(0, false)},
@@ -853,7 +853,7 @@ TrainConfig parse_checked(const json& j, std::vector<std::string> unknown, bool 
              "data_types.grad_accum_dtype must be \"fp32\", \"bf16\", \"fp16\" or empty (DeepSpeed's "
              "default) (got \"{}\")",
              c.grad_accum_dtype);
-  TrainConfig::Fp16LossScale& ls16 = c.fp16_loss_scale;
+  Fp16LossScale& ls16 = c.fp16_loss_scale;
   ls16.auto_cast = b("fp16.auto_cast");
   ls16.loss_scale = f("fp16.loss_scale");
   ls16.initial_scale_power = static_cast<int>(i("fp16.initial_scale_power"));

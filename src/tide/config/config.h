@@ -18,6 +18,7 @@
 #include "tide/memory/zero_settings.h"
 #include "tide/model/activations.h"
 #include "tide/model/config.h"
+#include "tide/optim/loss_scaler.h"
 #include "tide/optim/lr_schedule.h"
 
 namespace tide {
@@ -78,18 +79,7 @@ struct TrainConfig {
   float grad_clip = 1.0f;  // 0: off
   bool bf16 = false, fp16 = false;
   std::string grad_accum_dtype;  // data_types.grad_accum_dtype; empty: DeepSpeed's default
-  // fp16.*: DeepSpeed's loss scaling, with its defaults (fp16 training itself is not in tide
-  // train yet: fp16.enabled=true is refused).
-  struct Fp16LossScale {
-    double loss_scale = 0;  // 0: dynamic; else a fixed scale
-    int initial_scale_power = 16;
-    int64_t loss_scale_window = 1000;
-    int hysteresis = 2;
-    bool consecutive_hysteresis = false;
-    double min_loss_scale = 1;
-    bool auto_cast = false;
-    bool operator==(const Fp16LossScale&) const = default;
-  } fp16_loss_scale;
+  Fp16LossScale fp16_loss_scale;  // fp16.*: DeepSpeed's loss scaling, with its defaults
   ZeroSettings zero;  // zero_optimization.* (offload_optimizer: from offload_optimizer below)
   int64_t device_memory_limit = 0;          // placement.device_memory_limit: bytes, 0 = unlimited
   std::string placement_policy = "device";  // placement.policy: "device" or "auto"

@@ -48,11 +48,11 @@ void check_trainer_can_honour(const TrainConfig& c, int world_size) {
              c.zero.stage);
   // The tensor-parallel model still runs host loops on f32 pointers (vocab-parallel embedding,
   // sequence-parallel partial gradients; issue #25's host loops as ops).
-  TIDE_CHECK(!c.bf16 || t == 1,
-             "bf16.enabled=true with tensor_parallel.size={}: tide trains bf16 without tensor "
+  TIDE_CHECK(!(c.bf16 || c.fp16) || t == 1,
+             "{}.enabled=true with tensor_parallel.size={}: tide trains {} without tensor "
              "parallelism so far (the vocabulary-parallel embedding is f32-only); set "
-             "tensor_parallel.size=1, or bf16.enabled=false",
-             t);
+             "tensor_parallel.size=1, or {}.enabled=false",
+             c.bf16 ? "bf16" : "fp16", t, c.bf16 ? "bf16" : "fp16", c.bf16 ? "bf16" : "fp16");
   // placement.policy=auto (parallel/auto_placement.h) plans one store against the device budget
   // from the accesses of its first step.
   TIDE_CHECK(c.placement_policy != "auto" || t == 1,

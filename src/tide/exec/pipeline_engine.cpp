@@ -154,6 +154,10 @@ PipelineEngine::PipelineEngine(std::vector<GPT*> models, std::shared_ptr<Process
   TIDE_CHECK(2 * M * V <= 32768,
              "{} micro-batches x {} virtual stages are too many message tags; use fewer", M, V);
   check_lr_schedule(opt_.lr);
+  // fp16: an overflow skips the step and the scaler backs off (DeepSpeed's rule).
+  const DType compute = models_[0]->store().compute_dtype();
+  scaler_ = make_loss_scaler(compute, opt_.fp16);
+  if (compute == DType::F16) opt_.skip_non_finite = true;
   tp_ = models_[0]->tp() > 1 ? models_[0]->tp_group() : nullptr;
   for (int c = 0; c < chunks_; ++c) {
     TIDE_CHECK(models_[c]->tp() == models_[0]->tp() &&
@@ -558,8 +562,13 @@ StepStats PipelineEngine::step(int64_t step, uint64_t seed, const BatchFn& batch
   const uint64_t dp_sent = dp_->counters().bytes_sent;
   // A chunk's gradients are reduced as soon as a micro-batch (stage 0: the last) completes them.
   // The chunks of the tied embedding are still summed after their reduction: no early Adam.
+  // fp16: the loss is scaled, and as in DeepSpeed a skipped step advanced neither the lr
+  // schedule nor Adam's t: the optimizer counts the applied steps.
+  const bool fp16 = models_[0]->store().compute_dtype() == DType::F16;
+  const double scale = scaler_->scale();
+  const int64_t opt_step = fp16 ? step - scaler_->skipped_steps() : step;
   for (int c = 0; c < chunks_; ++c)
-    stacks_[c]->begin_step(step, M, opt_, /*early_adam=*/c != wte_chunk_ && c != head_chunk_);
+    stacks_[c]->begin_step(opt_step, M, opt_, /*early_adam=*/c != wte_chunk_ && c != head_chunk_);
   // Post-validation rolls back state updated in place (policy_stack.h; every chunk's stack has
   // the same policies).
   const bool post_validate = post_validate_ && stacks_[0]->updates_in_place();
@@ -609,7 +618,7 @@ StepStats PipelineEngine::step(int64_t step, uint64_t seed, const BatchFn& batch
         mb.index = a.mb;
         // The single-rank run's numbering: micro-batch mb of every replica, then the replica.
         mb.seq0 = (static_cast<uint64_t>(a.mb) * dp_->size() + dp_->rank()) * B_;
-        mb.dloss = 1.0f / static_cast<float>(M);
+        mb.dloss = scale == 1.0 ? 1.0f / static_cast<float>(M) : static_cast<float>(scale / M);
         mb.tracer = tracer;
         if (v > 0 && act_from_[k] < 0) {  // the previous virtual stage is on this rank
           const int from = schedule_.locate(v - 1).second;
@@ -715,20 +724,21 @@ StepStats PipelineEngine::step(int64_t step, uint64_t seed, const BatchFn& batch
     }
   } wait_on_unwind{norm_work};
   auto update = [&](const UpdatePlan& plan, const char* what) {
-    for (auto& stack : stacks_) stack->update(opt_, step, plan, tracer, what);
+    for (auto& stack : stacks_) stack->update(opt_, opt_step, plan, tracer, what);
   };
+  double scaled_norm = 0;  // the norm of the gradients as they are: `scale` times the true one
   if (!post_validate) {
     norm_work->wait();
-    st.grad_norm = std::sqrt(sum_in_model_order(all_norms2, model_tensors_));
+    scaled_norm = std::sqrt(sum_in_model_order(all_norms2, model_tensors_));
     norm_span.reset();
-    const UpdatePlan plan = plan_update(opt_, step, st.grad_norm);
+    const UpdatePlan plan = plan_update(opt_, opt_step, scaled_norm, scale);
     st.lr = plan.lr;
     st.skipped = plan.skip;
     update(plan, "optimizer");
   } else {
     norm_span.reset();
     // The update for a norm that needs no clipping: lr from the schedule, clip 1.
-    const UpdatePlan optimistic = plan_update(opt_, step, /*grad_norm=*/0.0);
+    const UpdatePlan optimistic = plan_update(opt_, opt_step, /*grad_norm=*/0.0, scale);
     if (snapshot_.pending_bytes() > 0) {  // what the bubbles did not copy
       const TraceSpan span(tracer, "save optimizer state", "optimizer");
       snapshot_.save_rest();
@@ -738,10 +748,10 @@ StepStats PipelineEngine::step(int64_t step, uint64_t seed, const BatchFn& batch
       const TraceSpan span(tracer, "wait grad norm", "optimizer");
       norm_work->wait();
     }
-    st.grad_norm = std::sqrt(sum_in_model_order(all_norms2, model_tensors_));
+    scaled_norm = std::sqrt(sum_in_model_order(all_norms2, model_tensors_));
     UpdatePlan plan;
     try {
-      plan = plan_update(opt_, step, st.grad_norm);
+      plan = plan_update(opt_, opt_step, scaled_norm, scale);
     } catch (...) {  // as the synchronous update: the error, with nothing changed
       snapshot_.restore();
       throw;
@@ -757,6 +767,12 @@ StepStats PipelineEngine::step(int64_t step, uint64_t seed, const BatchFn& batch
     st.lr = plan.lr;
     st.skipped = plan.skip;
   }
+  st.grad_norm = scale == 1.0 ? scaled_norm : scaled_norm / scale;
+  st.loss_scale = scale;
+  // The same decision on every rank: the norm is global, so an overflow on any rank is one
+  // everywhere. Throws (the run cannot go on) on an overflow at the minimum scale.
+  if (fp16) scaler_->update(st.skipped);
+  st.next_loss_scale = scaler_->scale();
 
   // ZeRO: each replica updated its own slice of every chunk; gather the whole parameters.
   {

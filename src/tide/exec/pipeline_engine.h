@@ -151,6 +151,10 @@ class PipelineEngine {
   // gradient summed), before the gradient norm; may change them (inject a NaN).
   using GradientHook = std::function<void(int64_t step, std::span<GPT* const> models)>;
   void set_gradient_hook(GradientHook hook) { gradient_hook_ = std::move(hook); }
+  // The loss scaler (fp16: DeepSpeed's dynamic scaler, loss_scaler.h); its state goes into
+  // checkpoints so that a resumed run scales as the straight one.
+  LossScaler& loss_scaler() { return *scaler_; }
+  const LossScaler& loss_scaler() const { return *scaler_; }
 
   const pipeline::Schedule& schedule() const { return schedule_; }
   // Runs the following steps with `schedule` (e.g. the automatic schedule built from a measured
@@ -257,6 +261,7 @@ class PipelineEngine {
   std::vector<std::unique_ptr<PolicyStack>> stacks_;
   pipeline::Schedule schedule_;
   OptimizerSettings opt_;
+  std::unique_ptr<LossScaler> scaler_;  // fp16's dynamic or fixed scale; 1 otherwise
   int B_, T_;
   int chunks_ = 1;
   std::vector<int> virtual_;  // per chunk: its virtual stage

@@ -21,6 +21,8 @@ class StepRunner {
                          Tracer* tracer) = 0;
   // Bytes of activation arenas, W stashes and communication buffers.
   virtual size_t activation_bytes() const = 0;
+  // The executor's loss scaler (fp16), whose state checkpoints carry.
+  virtual LossScaler& loss_scaler() = 0;
 };
 
 // The data-parallel runner: the Engine as it is.
@@ -34,6 +36,7 @@ class EngineRunner final : public StepRunner {
   size_t activation_bytes() const override {
     return engine_.activation_bytes() + engine_.comm_buffer_bytes();
   }
+  LossScaler& loss_scaler() override { return engine_.loss_scaler(); }
 
  private:
   Engine& engine_;

@@ -28,8 +28,12 @@ struct StepStats {
   uint64_t bytes_sent = 0;
   // ZeRO-3: most parameter elements gathered at once during the step.
   int64_t peak_gathered_param_elems = 0;
-  // The gradient norm was not finite and OptimizerSettings::skip_non_finite skipped the update.
+  // The gradient norm was not finite and OptimizerSettings::skip_non_finite skipped the update
+  // (under fp16: an overflow).
   bool skipped = false;
+  // fp16: the loss scale this step ran with, and the one the next step runs with (the dynamic
+  // scaler's decision after this step). 1 and 1 otherwise.
+  double loss_scale = 1, next_loss_scale = 1;
   // Optimizer post-validation (PipelineEngine): 1 when the optimistic update was rolled back
   // (clipping was active, or the step was skipped), else 0.
   int rollbacks = 0;

@@ -7,7 +7,8 @@
 
 namespace tide {
 
-UpdatePlan plan_update(const OptimizerSettings& opt, int64_t step, double grad_norm) {
+UpdatePlan plan_update(const OptimizerSettings& opt, int64_t step, double grad_norm,
+                       double loss_scale) {
   UpdatePlan plan;
   plan.lr = static_cast<float>(lr_at(step, opt.lr));
   if (!std::isfinite(grad_norm)) {
@@ -18,7 +19,11 @@ UpdatePlan plan_update(const OptimizerSettings& opt, int64_t step, double grad_n
     plan.skip = true;
     return plan;
   }
-  plan.clip = opt.grad_clip > 0 ? clip_coefficient(grad_norm, opt.grad_clip) : 1.0f;
+  const float clip =
+      opt.grad_clip > 0 ? clip_coefficient(grad_norm / loss_scale, opt.grad_clip) : 1.0f;
+  // Exact for f32 and bf16 (scale 1); under fp16 the scale is a power of two or the fixed
+  // fp16.loss_scale, so clip / scale rounds once.
+  plan.clip = loss_scale == 1.0 ? clip : static_cast<float>(clip / loss_scale);
   return plan;
 }
 

@@ -7,54 +7,64 @@
 
 namespace tide {
 
-DynamicLossScaler::DynamicLossScaler(const DynamicLossScalerOptions& o)
-    : o_(o), scale_(o.init_scale) {
-  TIDE_CHECK(std::isfinite(o.min_scale) && o.min_scale > 0.0f,
-             "loss scaler min_scale = {} must be finite and > 0; use e.g. 1", o.min_scale);
-  TIDE_CHECK(std::isfinite(o.max_scale) && o.max_scale >= o.min_scale,
-             "loss scaler max_scale = {} must be finite and >= min_scale ({})", o.max_scale,
-             o.min_scale);
-  TIDE_CHECK(
-      std::isfinite(o.init_scale) && o.init_scale >= o.min_scale && o.init_scale <= o.max_scale,
-      "loss scaler init_scale = {} must lie in [min_scale, max_scale] = [{}, {}]; the "
-      "usual fp16 start is 65536",
-      o.init_scale, o.min_scale, o.max_scale);
-  TIDE_CHECK(o.backoff_factor > 0.0f && o.backoff_factor < 1.0f,
-             "loss scaler backoff_factor = {} must be in (0, 1); use 0.5", o.backoff_factor);
-  TIDE_CHECK(std::isfinite(o.growth_factor) && o.growth_factor > 1.0f,
-             "loss scaler growth_factor = {} must be > 1; use 2", o.growth_factor);
-  TIDE_CHECK(o.growth_interval >= 1,
-             "loss scaler growth_interval = {} must be >= 1 step; use e.g. 1000",
-             o.growth_interval);
+DynamicLossScaler::DynamicLossScaler(const Fp16LossScale& o) : o_(o) {
+  TIDE_CHECK(o.initial_scale_power >= 0 && o.initial_scale_power <= 127,
+             "fp16.initial_scale_power = {} must be in [0, 127]; DeepSpeed's default is 16",
+             o.initial_scale_power);
+  TIDE_CHECK(o.loss_scale_window >= 1,
+             "fp16.loss_scale_window = {} must be >= 1 step; DeepSpeed's default is 1000",
+             o.loss_scale_window);
+  TIDE_CHECK(o.hysteresis >= 1, "fp16.hysteresis = {} must be >= 1; DeepSpeed's default is 2",
+             o.hysteresis);
+  TIDE_CHECK(std::isfinite(o.min_loss_scale) && o.min_loss_scale > 0,
+             "fp16.min_loss_scale = {} must be finite and > 0; DeepSpeed's default is 1",
+             o.min_loss_scale);
+  s_.scale = std::ldexp(1.0, o.initial_scale_power);
+  s_.hysteresis = o.hysteresis;
 }
 
-bool DynamicLossScaler::update(bool found_nonfinite) {
-  if (found_nonfinite) {
-    scale_ = std::max(scale_ * o_.backoff_factor, o_.min_scale);
-    good_steps_ = 0;
-    ++skipped_;
-    return false;
+bool DynamicLossScaler::update(bool overflow) {
+  if (overflow) {
+    if (o_.hysteresis == 1 || s_.hysteresis == 1) {
+      TIDE_CHECK(s_.scale != o_.min_loss_scale,
+                 "fp16: the gradients overflowed (NaN/Inf) at the minimum loss scale {} "
+                 "(fp16.min_loss_scale), so the step cannot be retried at a smaller one; lower "
+                 "the learning rate or fp16.min_loss_scale, or train in bf16 (bf16.enabled=true)",
+                 s_.scale);
+      s_.scale = std::max(s_.scale / 2, o_.min_loss_scale);
+    } else {
+      s_.hysteresis -= 1;
+    }
+    s_.last_overflow_iter = s_.iter;
+    ++s_.skipped;
+  } else {
+    if (o_.consecutive_hysteresis) s_.hysteresis = o_.hysteresis;
+    const int64_t stable = s_.iter - s_.last_overflow_iter - 1;
+    if (stable > 0 && stable % o_.loss_scale_window == 0) {
+      if (!o_.consecutive_hysteresis) s_.hysteresis = o_.hysteresis;
+      s_.scale *= 2;
+    }
   }
-  if (++good_steps_ == o_.growth_interval) {
-    scale_ = std::min(scale_ * o_.growth_factor, o_.max_scale);
-    good_steps_ = 0;
-  }
-  return true;
+  ++s_.iter;
+  return !overflow;
 }
 
-StaticLossScaler::StaticLossScaler(float scale) : scale_(scale) {
-  TIDE_CHECK(std::isfinite(scale) && scale > 0.0f,
-             "static loss scale {} must be finite and > 0; use 1 for bf16/f32", scale);
+StaticLossScaler::StaticLossScaler(double scale) {
+  TIDE_CHECK(std::isfinite(scale) && scale > 0,
+             "static loss scale {} must be finite and > 0 (fp16.loss_scale; 0 = dynamic)", scale);
+  s_.scale = scale;
 }
 
-bool StaticLossScaler::update(bool found_nonfinite) {
-  if (found_nonfinite) ++skipped_;
-  return !found_nonfinite;
+bool StaticLossScaler::update(bool overflow) {
+  if (overflow) ++s_.skipped;
+  ++s_.iter;
+  return !overflow;
 }
 
-std::unique_ptr<LossScaler> make_loss_scaler(DType compute, const DynamicLossScalerOptions& o) {
-  if (compute == DType::F16) return std::make_unique<DynamicLossScaler>(o);
-  return std::make_unique<StaticLossScaler>(1.0f);
+std::unique_ptr<LossScaler> make_loss_scaler(DType compute, const Fp16LossScale& o) {
+  if (compute != DType::F16) return std::make_unique<StaticLossScaler>(1.0);
+  if (o.loss_scale > 0) return std::make_unique<StaticLossScaler>(o.loss_scale);
+  return std::make_unique<DynamicLossScaler>(o);
 }
 
 }  // namespace tide

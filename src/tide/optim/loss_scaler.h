@@ -1,18 +1,21 @@
 #pragma once
-// Loss scaling for mixed precision (Micikevicius et al., "Mixed Precision Training").
+// Loss scaling for fp16 training: DeepSpeed's dynamic loss scaler, rule for rule
+// (deepspeed/runtime/fp16/loss_scaler.py, DynamicLossScaler.update_scale, 0.19.8).
 //
-// fp16 gradients underflow unless the loss is multiplied by a large factor S before backward;
-// the gradients are then S times too large and the optimizer unscales them with
-// AdamWStep::grad_scale = 1/S (times the clip coefficient). S is chosen dynamically: start high
-// (2^16); when a step's gradients overflow (NaN/Inf), skip the step and halve S; after
-// growth_interval consecutive good steps, double it. This is torch.cuda.amp.GradScaler's
-// rule, with DeepSpeed's floor min_scale.
+// Why: fp16 gradients underflow unless the loss is multiplied by a large factor S before
+// backward; the gradients are then S times too large and the optimizer unscales them
+// (AdamWStep::grad_scale = clip / S). S starts at 2^initial_scale_power. An overflow (a
+// non-finite gradient on any rank: the global norm is not finite) skips the step; it halves S
+// once `hysteresis` overflows have used up the tolerance (delayed shift), never below
+// min_loss_scale, and an overflow at the minimum stops the run (DeepSpeed: "Current loss scale
+// already at minimum"). After loss_scale_window steps without overflow S doubles (no upper
+// bound) and the hysteresis refills; with consecutive_hysteresis every good step refills it.
+// tests/fixtures/deepspeed_loss_scale.json (tools/gen_loss_scale_fixture.py) holds DeepSpeed's
+// own scales for fixed overflow patterns.
 //
-// bf16 and f32 have f32's exponent range and need no scaling: StaticLossScaler (scale 1 by
-// default) still skips a step whose gradients are not finite, but never changes its scale.
-//
-// Use:   loss * scaler.scale()  -> backward -> found = !isfinite(grad_norm_squared(...))
-//        if (scaler.update(found)) adamw(..., grad_scale = scaler.inv_scale() * clip)
+// bf16 and f32 have f32's exponent range and need no scaling: StaticLossScaler (scale 1, or
+// fp16.loss_scale's fixed scale) skips a step whose gradients are not finite and never
+// changes its scale.
 
 #include <cstdint>
 #include <memory>
@@ -21,55 +24,63 @@
 
 namespace tide {
 
+// DeepSpeed's fp16 section: its key names and defaults.
+struct Fp16LossScale {
+  double loss_scale = 0;  // 0: dynamic; else a fixed scale
+  int initial_scale_power = 16;
+  int64_t loss_scale_window = 1000;
+  int hysteresis = 2;
+  bool consecutive_hysteresis = false;
+  double min_loss_scale = 1;
+  bool auto_cast = false;  // DeepSpeed casts the model's inputs; tide's inputs are token ids
+  bool operator==(const Fp16LossScale&) const = default;
+};
+
+// A scaler's whole state, for checkpoints: a resumed run scales exactly as the straight one.
+struct LossScalerState {
+  double scale = 1;
+  int64_t iter = 0;                // update() calls so far
+  int64_t last_overflow_iter = -1;
+  int hysteresis = 1;              // overflows still tolerated before the next halving
+  int64_t skipped = 0;             // steps skipped so far
+};
+
 class LossScaler {
  public:
   virtual ~LossScaler() = default;
   // The factor the loss is multiplied by before backward.
-  virtual float scale() const = 0;
-  float inv_scale() const { return 1.0f / scale(); }
-  // Records the outcome of this step's gradients and adapts the scale. Returns true when the
-  // optimizer step should be applied, false when it must be skipped (non-finite gradients).
-  virtual bool update(bool found_nonfinite) = 0;
-  int64_t skipped_steps() const { return skipped_; }
+  double scale() const { return s_.scale; }
+  // Records whether this step's gradients overflowed and adapts the scale. Returns true when
+  // the optimizer step applies, false when it is skipped. Throws a tide::Error when the run
+  // cannot go on (an overflow at the minimum dynamic scale).
+  virtual bool update(bool overflow) = 0;
+  int64_t skipped_steps() const { return s_.skipped; }
+  int hysteresis() const { return s_.hysteresis; }
+  const LossScalerState& state() const { return s_; }
+  void restore(const LossScalerState& s) { s_ = s; }
 
  protected:
-  int64_t skipped_ = 0;
-};
-
-struct DynamicLossScalerOptions {
-  float init_scale = 65536.0f;  // 2^16
-  float backoff_factor = 0.5f;  // on overflow
-  float growth_factor = 2.0f;   // after growth_interval good steps
-  int64_t growth_interval = 1000;
-  float min_scale = 1.0f;         // the scale never goes below this
-  float max_scale = 16777216.0f;  // 2^24: beyond this, scaled fp16 gradients overflow anyway
+  LossScalerState s_;
 };
 
 class DynamicLossScaler final : public LossScaler {
  public:
-  // Throws a tide::Error naming the bad option and its valid range.
-  explicit DynamicLossScaler(const DynamicLossScalerOptions& o = {});
-  float scale() const override { return scale_; }
-  bool update(bool found_nonfinite) override;
-  int64_t good_steps() const { return good_steps_; }  // since the last overflow or growth
+  // Throws a tide::Error naming the bad key and its valid range.
+  explicit DynamicLossScaler(const Fp16LossScale& o = {});
+  bool update(bool overflow) override;
 
  private:
-  DynamicLossScalerOptions o_;
-  float scale_;
-  int64_t good_steps_ = 0;
+  Fp16LossScale o_;
 };
 
 class StaticLossScaler final : public LossScaler {
  public:
-  explicit StaticLossScaler(float scale = 1.0f);
-  float scale() const override { return scale_; }
-  bool update(bool found_nonfinite) override;
-
- private:
-  float scale_;
+  explicit StaticLossScaler(double scale = 1.0);
+  bool update(bool overflow) override;
 };
 
-// The scaler a run with this compute dtype needs: dynamic for f16, static 1 for bf16/f32.
-std::unique_ptr<LossScaler> make_loss_scaler(DType compute, const DynamicLossScalerOptions& o = {});
+// The scaler a run needs: fp16 dynamic (fp16.loss_scale 0) or static at fp16.loss_scale;
+// bf16 and f32 static at 1.
+std::unique_ptr<LossScaler> make_loss_scaler(DType compute, const Fp16LossScale& o = {});
 
 }  // namespace tide

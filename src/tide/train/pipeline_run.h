@@ -64,6 +64,7 @@ class PipelineRun final : public StepRunner {
   StepStats step(int64_t step, uint64_t seed, const Engine::BatchFn& batch,
                  Tracer* tracer) override;
   size_t activation_bytes() const override;
+  LossScaler& loss_scaler() override { return engine_->loss_scaler(); }
 
   // Mean loss over validation sequences [0, n) of `val` (micro-batch 1, no shuffle), on every
   // rank (collective). Every replica's pipeline evaluates all of them (the replicas hold the

@@ -157,6 +157,36 @@ void rewind_metrics(const std::string& path, int64_t step, const std::string& ch
   write_file_atomically(path, kept);
 }
 
+json loss_scaler_json(const LossScalerState& s) {
+  return {{"scale", s.scale},
+          {"iter", s.iter},
+          {"last_overflow_iter", s.last_overflow_iter},
+          {"hysteresis", s.hysteresis},
+          {"skipped", s.skipped}};
+}
+
+LossScalerState loss_scaler_state(const json& j, const std::string& path) {
+  auto number = [&](const char* key) -> const json& {
+    TIDE_CHECK(j.is_object() && j.contains(key) && j[key].is_number(),
+               "checkpoint '{}': run.loss_scaler has no number '{}'; the file is damaged", path,
+               key);
+    return j[key];
+  };
+  LossScalerState s;
+  s.scale = number("scale").get<double>();
+  s.iter = number("iter").get<int64_t>();
+  s.last_overflow_iter = number("last_overflow_iter").get<int64_t>();
+  s.hysteresis = number("hysteresis").get<int>();
+  s.skipped = number("skipped").get<int64_t>();
+  TIDE_CHECK(std::isfinite(s.scale) && s.scale > 0 && s.iter >= 0 && s.last_overflow_iter >= -1 &&
+                 s.last_overflow_iter < s.iter + 1 && s.hysteresis >= 1 && s.skipped >= 0 &&
+                 s.skipped <= s.iter,
+             "checkpoint '{}': run.loss_scaler {} is not a loss scaler's state; the file is "
+             "damaged",
+             path, j.dump());
+  return s;
+}
+
 }  // namespace
 
 Trainer::Trainer(TrainConfig config, std::shared_ptr<ProcessGroup> world)
@@ -184,11 +214,6 @@ Trainer::Trainer(TrainConfig config, std::shared_ptr<ProcessGroup> world)
                "device '{}' is not available: this build's CUDA kernels are not ready yet; use "
                "device=cpu",
                cfg_.device);
-    // fp16 training (loss scaling with the fp16.* keys) is issue #26; the keys are read now so
-    // that a DeepSpeed config needs one change only.
-    TIDE_CHECK(!cfg_.fp16,
-               "fp16.enabled=true: tide train has no fp16 training yet (loss scaling, issue #26); "
-               "train in f32 with fp16.enabled=false (the fp16.* loss-scale keys may stay)");
     check_trainer_can_honour(cfg_, world_->size());  // nothing the schema takes is dropped
     const int dp = data_parallel_ranks();
     if (cfg_.train_batch_size > 0)
@@ -227,6 +252,7 @@ Trainer::Trainer(TrainConfig config, std::shared_ptr<ProcessGroup> world)
   opt.adamw.decoupled = cfg_.adam_w_mode;  // false: DeepSpeed's Adam with adam_w_mode false
   opt.lr = cfg_.lr_schedule;
   opt.grad_clip = cfg_.grad_clip;
+  opt.fp16 = cfg_.fp16_loss_scale;  // used when fp16.enabled (the store computes in f16)
   // Second round, now that the data is open: the same data and model on every rank (under pp
   // the stages hold different tensors: the whole model's layout is compared).
   auto check_same_data_and_layout = [&](const ChunkLayout& layout) {
@@ -286,6 +312,7 @@ Trainer::Trainer(TrainConfig config, std::shared_ptr<ProcessGroup> world)
     if (engine_) engine_->sync_params();
     step_ = resume_at.step;
     train_loader_->seek(resume_at.data_epoch, resume_at.data_batch);
+    if (resume_at.loss_scaler) runner_->loss_scaler().restore(*resume_at.loss_scaler);
   }
   if (cfg_.trace_steps > 0) {
     tracer_ = std::make_unique<Tracer>(world_->rank());
@@ -588,6 +615,7 @@ std::string Trainer::save(const std::string& name) const {
         {"global_batch", int64_t{cfg_.micro_batch} * cfg_.grad_accum * data_parallel_ranks()},
         {"data_epoch", train_loader_->epoch()},
         {"data_batch", train_loader_->next_batch_index()},
+        {"loss_scaler", loss_scaler_json(runner_->loss_scaler().state())},
         // data_batch counts the loader's batches of this many sequences (ranks x micro-batch)
         {"data_batch_sequences", int64_t{data_parallel_ranks()} * cfg_.micro_batch}}}};
   if (mesh_) {
@@ -716,7 +744,10 @@ Trainer::RunPosition Trainer::check_resume(const std::string& path) const {
                path, sequences, data_parallel_ranks(), cfg_.micro_batch, saved);
     data_batch = sequences / per_batch;
   }
-  return {field("step"), static_cast<uint64_t>(field("data_epoch")), data_batch};
+  RunPosition at{field("step"), static_cast<uint64_t>(field("data_epoch")), data_batch, {}};
+  // fp16's loss scaler (checkpoints before it have none: a fresh scaler, fine for f32/bf16).
+  if (run.contains("loss_scaler")) at.loss_scaler = loss_scaler_state(run["loss_scaler"], path);
+  return at;
 }
 
 void Trainer::log_pipeline_measurement(const PipelineRun::Measured& pm, std::ofstream& metrics,
@@ -916,8 +947,19 @@ void Trainer::run_steps() {
           "ETA {}",
           step_, cfg_.train_steps, st.loss, st.lr, st.grad_norm, tok_s, memory_bytes() / 1048576.0,
           human_duration(eta));
+      if (cfg_.fp16) line += fmt::format(" | scale {:g}", st.next_loss_scale);
       if (cfg_.zero.offload_optimizer.enabled) line += offload_progress(st.offload);
       if (cfg_.placement_policy == "auto") line += placement_progress(st.placement);
+      // As DeepSpeed's "OVERFLOW! Skipping step" line: every rank skipped this step.
+      if (cfg_.fp16 && st.skipped)
+        progress_.print(
+            st.next_loss_scale < st.loss_scale
+                ? fmt::format("step {}: fp16 gradients overflowed (NaN/Inf); step skipped, loss "
+                              "scale {:g} -> {:g}",
+                              step_, st.loss_scale, st.next_loss_scale)
+                : fmt::format("step {}: fp16 gradients overflowed (NaN/Inf); step skipped, loss "
+                              "scale stays {:g} (hysteresis now {}; an overflow at 1 halves it)",
+                              step_, st.loss_scale, runner_->loss_scaler().hysteresis()));
       const bool logged = step_ % cfg_.log_interval == 0 || step_ == cfg_.train_steps;
       if (logged) {
         const double interval_tok_s = tokens_interval / seconds_interval;
@@ -930,6 +972,10 @@ void Trainer::run_steps() {
                     {"tokens_per_s", tok_s},
                     {"tokens_per_s_interval", interval_tok_s},
                     {"time", unix_seconds()}};
+        if (cfg_.fp16) {
+          record["loss_scale"] = st.loss_scale;
+          record["skipped_steps"] = runner_->loss_scaler().skipped_steps();
+        }
         if (cfg_.zero.offload_optimizer.enabled) add_offload_metrics(record, st.offload);
         if (cfg_.placement_policy == "auto") add_placement_metrics(record, st.placement);
         write_metrics(metrics, metrics_path, record);

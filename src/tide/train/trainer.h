@@ -54,6 +54,7 @@ class Trainer {
   GPT& model() { return pipeline_ ? *pipeline_->chunks()[0] : *model_; }
   // The data-parallel engine (pipeline.stages = 1 only) and the pipeline (> 1 only).
   const Engine& engine() const { return *engine_; }
+  Engine& engine() { return *engine_; }  // tests: PipelineEngine::set_gradient_hook
   // The allocators configure_store made (nullptr when the store uses its own).
   const Allocator* compute_allocator() const { return compute_alloc_.get(); }
   const Allocator* host_allocator() const { return host_alloc_.get(); }
@@ -101,6 +102,7 @@ class Trainer {
   struct RunPosition {
     int64_t step = 0;
     uint64_t data_epoch = 0, data_batch = 0;
+    std::optional<LossScalerState> loss_scaler;
   };
   // checkpoint.resume=auto: cfg_.resume becomes the newest complete checkpoint in out_dir, or
   // empty (auto_resume.h); collective.

@@ -132,10 +132,14 @@ TEST(PipelineConfig, TheRanksMustBeStagesTimesReplicas) {
                       "placement.device_memory_limit=100000000"},
                      2),
              "placement.policy=\"auto\" with pipeline.schedule=\"zb-auto\"");
-  // bf16 (issue #26): under pp, not yet with tp.
+  // bf16 and fp16 (issue #26): under pp, not yet with tp.
   EXPECT_EQ(refusal({"pipeline.stages=2", "bf16.enabled=true"}, 2), "");
+  EXPECT_EQ(refusal({"pipeline.stages=2", "fp16.enabled=true"}, 2), "");
   EXPECT_HAS(refusal({"tensor_parallel.size=2", "bf16.enabled=true"}, 2),
              "bf16.enabled=true with tensor_parallel.size=2: tide trains bf16 without tensor "
+             "parallelism so far");
+  EXPECT_HAS(refusal({"tensor_parallel.size=2", "fp16.enabled=true"}, 2),
+             "fp16.enabled=true with tensor_parallel.size=2: tide trains fp16 without tensor "
              "parallelism so far");
   // Data parallelism inside the stages: ZeRO 0-3.
   EXPECT_EQ(refusal({"pipeline.stages=2"}, 4), "");

@@ -1,11 +1,17 @@
-// bf16 training (issue #26, bf16.enabled on the CPU) on 2 and 4 ranks: ZeRO 0-3 and 2
-// pipeline stages (x dp 1 or 2) train the one-rank bf16 model on the same global batch, dropout
-// 0.1; the model states are ZeRO's 2 + 2 + 12 bytes per parameter (Table 1, counted by the
-// chunk store's allocator); a sharded checkpoint resumes bitwise.
+// Mixed precision (issue #26) on 2 and 4 ranks, dropout 0.1.
+//  * bf16: ZeRO 0-3 and 2 pipeline stages (x dp 1 or 2) train the one-rank bf16 model on the
+//    same global batch; the model states are ZeRO's 2 + 2 + 12 bytes per parameter (Table 1,
+//    counted by the chunk store's allocator); a sharded checkpoint resumes bitwise.
+//  * fp16: an overflow injected on one rank skips the step on every rank and the loss scale
+//    follows DeepSpeed's rule; ZeRO 0-2 train the one-rank fp16 model; a checkpoint (with the
+//    scaler's state) resumes bitwise.
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstring>
 #include <filesystem>
+#include <limits>
 
 #include "dp_runs.h"
 #include "mpi_test.h"
@@ -191,6 +197,173 @@ TEST(Bf16Checkpoint, ResumesBitwiseAtTheSameDegree) {
     world->barrier();
   }
   if (rank == 0) std::filesystem::remove_all(dir);
+}
+
+TrainConfig fp16_config(const std::string& shard, const std::string& dir, int stage, int micro,
+                        int accum, int64_t steps = kSteps) {
+  TrainConfig c = dp_config(shard, dir, micro, accum, steps, 0.1f,
+                            {"fp16.enabled=true", fmt::format("zero_optimization.stage={}", stage)});
+  return c;
+}
+
+// The f32 master weights of every tensor, whole (ZeRO slices gathered over the group).
+std::vector<float> masters(Trainer& t, ProcessGroup& world) {
+  const ChunkStore& store = t.model().store();
+  const ChunkLayout& lay = store.layout();
+  std::vector<float> all;
+  for (int c = 0; c < lay.num_chunks(); ++c) {
+    std::vector<float> whole(static_cast<size_t>(lay.chunk_elems(c)));
+    world.all_gather(store.slice(ChunkKind::MASTER, c),
+                     Tensor(whole.data(), {static_cast<int64_t>(whole.size())}));
+    all.insert(all.end(), whole.begin(), whole.end());
+  }
+  return all;
+}
+
+// A real fp16 overflow on one rank: its fp16 copy of wpe[0] (position 0: every sequence reads
+// it) poisoned with a NaN before a step, so that its backward overflows before the gradients
+// are reduced; the gradient hook (after the reduction, before the norm) puts the value back.
+struct Overflow {
+  uint16_t* wpe = nullptr;
+  uint16_t saved = 0;
+  bool poisoned = false;
+  explicit Overflow(Trainer& t) {
+    const int id = t.model().store().layout().find("wpe");
+    wpe = static_cast<uint16_t*>(t.model().store().tensor(ChunkKind::PARAM, id).data);
+    t.engine().set_gradient_hook([this](int64_t, std::span<GPT* const>) {
+      if (poisoned) wpe[0] = saved;
+      poisoned = false;
+    });
+  }
+  void poison() {
+    saved = wpe[0];
+    wpe[0] = f32_to_f16(std::numeric_limits<float>::quiet_NaN());
+    poisoned = true;
+  }
+};
+
+// An overflow on the last rank only (its backward at steps 3 and 4): every rank skips both
+// steps (the reduced gradients are not finite everywhere), the master weights do not move, the
+// scale follows DeepSpeed's rule with
+// hysteresis 2 (step 3 spends the hysteresis, step 4 halves 65536 to 32768), and, as in
+// DeepSpeed, the skipped steps advance neither the lr schedule nor Adam's t: step 5 runs at
+// step 3's lr. Training goes on and the loss falls.
+TEST(Fp16Overflow, OneRanksOverflowSkipsTheStepOnEveryRank) {
+  std::shared_ptr<ProcessGroup> world = mpi_test::world_ptr(CommAlgorithm::Mpi);
+  const int N = world->size();
+  const std::string dir = shared_temp_dir(*world);
+  const std::string shard = write_shared_shard(*world, dir);
+  for (int stage : {0, 2}) {
+    Trainer t(fp16_config(shard, fmt::format("{}/o{}", dir, stage), stage, kMicro, 1), world);
+    Overflow overflow(t);
+    std::vector<StepStats> st;
+    std::vector<float> before;
+    for (int s = 1; s <= 8; ++s) {
+      if (s == 3) before = masters(t, *world);
+      if ((s == 3 || s == 4) && world->rank() == N - 1) overflow.poison();
+      st.push_back(t.train_step());
+      if (s == 4) EXPECT_EQ(masters(t, *world), before) << "stage " << stage;
+    }
+    for (int s = 1; s <= 8; ++s) {
+      const StepStats& x = st[s - 1];
+      const std::string where = fmt::format("stage {}, step {}, rank {}", stage, s, world->rank());
+      EXPECT_EQ(x.skipped, s == 3 || s == 4) << where;
+      EXPECT_EQ(std::isfinite(x.grad_norm), !x.skipped) << where;
+      EXPECT_EQ(x.loss_scale, s <= 4 ? 65536.0 : 32768.0) << where;
+      EXPECT_EQ(x.next_loss_scale, s < 4 ? 65536.0 : 32768.0) << where;
+    }
+    EXPECT_EQ(st[4].lr, st[2].lr) << "step 5 runs at step 3's lr";
+    EXPECT_EQ(t.engine().loss_scaler().skipped_steps(), 2);
+    EXPECT_LT(st[7].loss, st[0].loss - 0.05f) << "stage " << stage;
+  }
+  world->barrier();
+  if (world->rank() == 0) std::filesystem::remove_all(dir);
+}
+
+// ZeRO 0-2 in fp16 (fp16 gradients, reduced in fp16) against one rank with N times the
+// micro-batch, and ZeRO-2 bitwise ZeRO-1. The scale starts at 2^10, where no step of these
+// runs overflows (checked): an overflow near the edge (2^16 here overflows in some steps) may
+// fall on a step in one summation order and not in another, and then the runs skip different
+// steps; overflows have their own test above. Measured at N = 2 and 4 (printed): losses within
+// 5e-6 relative, master weights 5e-5 of their norm; held to 5e-5 and 5e-4.
+TEST(Fp16Zero, StagesTrainTheOneRankFp16Model) {
+  std::shared_ptr<ProcessGroup> world = mpi_test::world_ptr(CommAlgorithm::Mpi);
+  const int N = world->size();
+  const std::string dir = shared_temp_dir(*world);
+  const std::string shard = write_shared_shard(*world, dir);
+  auto cfg = [&](int stage, int micro) {
+    TrainConfig c = fp16_config(shard, dir, stage, micro, 2);
+    c.fp16_loss_scale.initial_scale_power = 10;
+    return c;
+  };
+  std::vector<RunResult> runs;
+  for (int stage : {0, 1, 2}) {
+    runs.push_back(train(cfg(stage, kMicro), world, kSteps));
+    expect_same_on_every_rank(*world, runs.back());
+  }
+  if (world->rank() == 0) {
+    const RunResult one = train(cfg(0, N * kMicro), nullptr, kSteps);
+    for (int stage : {0, 1, 2}) {
+      const RunResult& r = runs[stage];
+      for (size_t s = 0; s < r.grad_norms.size(); ++s)
+        ASSERT_TRUE(std::isfinite(r.grad_norms[s]) && std::isfinite(one.grad_norms[s]))
+            << "stage " << stage << ", step " << s + 1 << " overflowed";
+      double loss_err = 0;
+      for (size_t s = 0; s < r.losses.size(); ++s)
+        loss_err = std::max(loss_err, std::abs(r.losses[s] / one.losses[s] - 1.0));
+      std::vector<float> a, b;
+      for (size_t id = 0; id < r.params.size(); ++id) {
+        a.insert(a.end(), r.params[id].begin(), r.params[id].end());
+        b.insert(b.end(), one.params[id].begin(), one.params[id].end());
+      }
+      fmt::print("fp16 ZeRO-{} N={}: vs one rank, losses {:.2e}, master weights {:.2e}\n", stage,
+                 N, loss_err, rel_error(a, b));
+      EXPECT_LE(loss_err, 5e-5) << "stage " << stage << ": losses";
+      EXPECT_LE(rel_error(a, b), 5e-4) << "stage " << stage << ": master weights";
+    }
+    EXPECT_EQ(differs(runs[2], runs[1]), "") << "ZeRO-2 vs ZeRO-1";
+    EXPECT_LT(runs[1].losses.back(), runs[1].losses.front() - 0.3f);
+  }
+  world->barrier();
+  if (world->rank() == 0) std::filesystem::remove_all(dir);
+}
+
+// fp16 resumes bitwise at the same degree: the checkpoint carries the scaler's state (here
+// after an injected overflow has halved the scale and counted a skipped step).
+TEST(Fp16Checkpoint, ResumesBitwiseWithTheScalersState) {
+  std::shared_ptr<ProcessGroup> world = mpi_test::world_ptr(CommAlgorithm::Mpi);
+  const std::string dir = shared_temp_dir(*world);
+  const std::string shard = write_shared_shard(*world, dir);
+  constexpr int K = 4;
+  TrainConfig c = fp16_config(shard, dir + "/r", 1, kMicro, 1, 2 * K);
+  c.fp16_loss_scale.hysteresis = 1;
+  // An overflow on rank 0 in step 2.
+  auto step = [&](Trainer& t, Overflow& o) {
+    if (t.step() == 1 && world->rank() == 0) o.poison();
+    return t.train_step().loss;
+  };
+  std::vector<float> want, got;
+  {
+    Trainer straight(c, world);
+    Overflow o1(straight);
+    while (straight.step() < 2 * K) want.push_back(step(straight, o1));
+    Trainer t(c, world);
+    Overflow o2(t);
+    while (t.step() < K) got.push_back(step(t, o2));
+    EXPECT_EQ(t.engine().loss_scaler().scale(), 32768.0);
+    t.save("mid.ckpt");
+  }
+  world->barrier();
+  c.resume = dir + "/r/mid.ckpt";
+  Trainer resumed(c, world);
+  EXPECT_EQ(resumed.engine().loss_scaler().scale(), 32768.0);
+  EXPECT_EQ(resumed.engine().loss_scaler().skipped_steps(), 1);
+  while (resumed.step() < 2 * K) got.push_back(resumed.train_step().loss);
+  ASSERT_EQ(got.size(), want.size());  // bit for bit (the skipped step's loss is a NaN)
+  EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);
+  EXPECT_TRUE(std::isnan(want[1]));
+  world->barrier();
+  if (world->rank() == 0) std::filesystem::remove_all(dir);
 }
 
 }  // namespace
