@@ -5,6 +5,14 @@
 namespace tide {
 
 void check_trainer_can_honour(const TrainConfig& c, int world_size) {
+  // The tensor-parallel model still runs host loops on f32 pointers (vocab-parallel embedding,
+  // sequence-parallel partial gradients; issue #25's host loops as ops).
+  const char* half = c.bf16 ? "bf16" : "fp16";
+  TIDE_CHECK(!(c.bf16 || c.fp16) || c.tensor_parallel == 1,
+             "{}.enabled=true with tensor_parallel.size={}: tide trains {} without tensor "
+             "parallelism so far (the vocabulary-parallel embedding is f32-only); set "
+             "tensor_parallel.size=1, or {}.enabled=false",
+             half, c.tensor_parallel, half, half);
   TIDE_CHECK(c.world_size == 0 || c.world_size == world_size,
              "world_size={}: this run has {} rank{} (launch it with `mpirun -np {}`), or set "
              "world_size to 0 (= the ranks launched)",
@@ -46,13 +54,6 @@ void check_trainer_can_honour(const TrainConfig& c, int world_size) {
              "parameter offload needs ZeRO stage 3 (as in DeepSpeed); set "
              "zero_optimization.stage=3",
              c.zero.stage);
-  // The tensor-parallel model still runs host loops on f32 pointers (vocab-parallel embedding,
-  // sequence-parallel partial gradients; issue #25's host loops as ops).
-  TIDE_CHECK(!(c.bf16 || c.fp16) || t == 1,
-             "{}.enabled=true with tensor_parallel.size={}: tide trains {} without tensor "
-             "parallelism so far (the vocabulary-parallel embedding is f32-only); set "
-             "tensor_parallel.size=1, or {}.enabled=false",
-             c.bf16 ? "bf16" : "fp16", t, c.bf16 ? "bf16" : "fp16", c.bf16 ? "bf16" : "fp16");
   // placement.policy=auto (parallel/auto_placement.h) plans one store against the device budget
   // from the accesses of its first step.
   TIDE_CHECK(c.placement_policy != "auto" || t == 1,
