@@ -131,8 +131,8 @@ void load_checkpoint(const std::string& path, ChunkStore& store, const GPTConfig
                printable_name(e.name), config.str());
     const bool widened = widens && it->second.param && e.dtype != DType::I32;
     TIDE_CHECK(e.dtype == it->second.dtype || widened,
-               "{}: tensor '{}' is {} but this model holds it in {}{}",
-               who(path), e.name, dtype_name(e.dtype), dtype_name(it->second.dtype),
+               "{}: tensor '{}' is {} but this model holds it in {}{}", who(path), e.name,
+               dtype_name(e.dtype), dtype_name(it->second.dtype),
                it->second.param ? "; load it into a model of the checkpoint's compute dtype" : "");
     TIDE_CHECK(e.shape == it->second.shape, "{}: tensor '{}' has shape {} but the model's is {}",
                who(path), e.name, e.shape.str(), it->second.shape.str());

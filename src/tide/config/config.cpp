@@ -848,11 +848,12 @@ TrainConfig parse_checked(const json& j, std::vector<std::string> unknown, bool 
   c.fp16 = b("fp16.enabled");
   TIDE_CHECK(!(c.bf16 && c.fp16), "bf16.enabled and fp16.enabled cannot both be true");
   c.grad_accum_dtype = s("data_types.grad_accum_dtype");
-  TIDE_CHECK(c.grad_accum_dtype.empty() || c.grad_accum_dtype == "fp32" ||
-                 c.grad_accum_dtype == "bf16" || c.grad_accum_dtype == "fp16",
-             "data_types.grad_accum_dtype must be \"fp32\", \"bf16\", \"fp16\" or empty (DeepSpeed's "
-             "default) (got \"{}\")",
-             c.grad_accum_dtype);
+  TIDE_CHECK(
+      c.grad_accum_dtype.empty() || c.grad_accum_dtype == "fp32" || c.grad_accum_dtype == "bf16" ||
+          c.grad_accum_dtype == "fp16",
+      "data_types.grad_accum_dtype must be \"fp32\", \"bf16\", \"fp16\" or empty (DeepSpeed's "
+      "default) (got \"{}\")",
+      c.grad_accum_dtype);
   Fp16LossScale& ls16 = c.fp16_loss_scale;
   ls16.auto_cast = b("fp16.auto_cast");
   ls16.loss_scale = f("fp16.loss_scale");

@@ -12,7 +12,8 @@
 namespace tide {
 
 int64_t largest_group_chunk_bytes(const TrainSetup& setup, const ChunkLayout& layout) {
-  const ModelStateBytes k = bytes_per_parameter(setup.precision, setup.optimizer, setup.grad_precision);
+  const ModelStateBytes k =
+      bytes_per_parameter(setup.precision, setup.optimizer, setup.grad_precision);
   const int stage = setup.zero_stage;
   // ZeRO-3 on 2+ ranks: F and B read the gathered buffers (non-model), not the owned slices.
   const bool gathered = stage >= 3 && setup.dp() >= 2;

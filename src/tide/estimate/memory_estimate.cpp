@@ -28,8 +28,8 @@ namespace {
 void place_model_states(const TrainSetup& setup, const ChunkLayout& layout, StageEstimate& st) {
   const int dp = setup.dp(), stage = setup.zero_stage;
   const int64_t psi = layout.num_params();
-  const ModelStateBytes share = zero_model_states(psi, stage, dp, setup.precision, setup.optimizer,
-                                                       setup.grad_precision);
+  const ModelStateBytes share =
+      zero_model_states(psi, stage, dp, setup.precision, setup.optimizer, setup.grad_precision);
   const ModelStateBytes kept =
       chunked_model_states(layout, stage, setup.precision, setup.optimizer, setup.grad_precision);
   const int64_t pad_param = kept.param16 - share.param16;
@@ -62,10 +62,13 @@ void place_model_states(const TrainSetup& setup, const ChunkLayout& layout, Stag
     // reduced slice this rank owns is copied to the host for the CPU Adam.
     dev.grads += share.grads;
     dev.chunk_padding += pad_grad;
-    const int64_t part = zero_model_states(psi, 2, dp, setup.precision, setup.optimizer, setup.grad_precision).grads;
+    const int64_t part =
+        zero_model_states(psi, 2, dp, setup.precision, setup.optimizer, setup.grad_precision).grads;
     host.grads += part;
     host.chunk_padding +=
-        chunked_model_states(layout, 2, setup.precision, setup.optimizer, setup.grad_precision).grads - part;
+        chunked_model_states(layout, 2, setup.precision, setup.optimizer, setup.grad_precision)
+            .grads -
+        part;
   }
 }
 

@@ -13,8 +13,8 @@
 // zero_model_states() is this formula, exact; the estimate itself allocates chunks
 // (chunked_model_states()), which the tests hold against the formula.
 
-#include <optional>
 #include <cstdint>
+#include <optional>
 
 #include "tide/estimate/train_setup.h"
 #include "tide/memory/chunk_layout.h"

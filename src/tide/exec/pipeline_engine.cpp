@@ -562,7 +562,7 @@ StepStats PipelineEngine::step(int64_t step, uint64_t seed, const BatchFn& batch
   const uint64_t dp_sent = dp_->counters().bytes_sent;
   // A chunk's gradients are reduced as soon as a micro-batch (stage 0: the last) completes them.
   // The chunks of the tied embedding are still summed after their reduction: no early Adam.
-  // fp16: the loss is scaled, and as in DeepSpeed a skipped step advanced neither the lr
+  // fp16: the loss is scaled, and as in DeepSpeed a skipped step advances neither the lr
   // schedule nor Adam's t: the optimizer counts the applied steps.
   const bool fp16 = models_[0]->store().compute_dtype() == DType::F16;
   const double scale = scaler_->scale();

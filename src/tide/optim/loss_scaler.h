@@ -39,10 +39,10 @@ struct Fp16LossScale {
 // A scaler's whole state, for checkpoints: a resumed run scales exactly as the straight one.
 struct LossScalerState {
   double scale = 1;
-  int64_t iter = 0;                // update() calls so far
+  int64_t iter = 0;  // update() calls so far
   int64_t last_overflow_iter = -1;
-  int hysteresis = 1;              // overflows still tolerated before the next halving
-  int64_t skipped = 0;             // steps skipped so far
+  int hysteresis = 1;   // overflows still tolerated before the next halving
+  int64_t skipped = 0;  // steps skipped so far
 };
 
 class LossScaler {

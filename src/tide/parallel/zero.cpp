@@ -96,7 +96,8 @@ void* ZeroPolicy::attach(ChunkKind k, int c) {
   TIDE_ASSERT(b < 0);
   // A buffer of the chunk's size class (the largest chunk halved while the chunk fits;
   // ChunkLayout::buffer_elems says why not each chunk's own size).
-  b = pool_.take(static_cast<size_t>(store_.layout().buffer_elems(c)) * dtype_size(store_.dtype(k)));
+  b = pool_.take(static_cast<size_t>(store_.layout().buffer_elems(c)) *
+                 dtype_size(store_.dtype(k)));
   store_.attach_whole(k, c, pool_.data(b));
   return pool_.data(b);
 }

@@ -179,7 +179,7 @@ LossScalerState loss_scaler_state(const json& j, const std::string& path) {
   s.hysteresis = number("hysteresis").get<int>();
   s.skipped = number("skipped").get<int64_t>();
   TIDE_CHECK(std::isfinite(s.scale) && s.scale > 0 && s.iter >= 0 && s.last_overflow_iter >= -1 &&
-                 s.last_overflow_iter < s.iter + 1 && s.hysteresis >= 1 && s.skipped >= 0 &&
+                 s.last_overflow_iter < s.iter && s.hysteresis >= 1 && s.skipped >= 0 &&
                  s.skipped <= s.iter,
              "checkpoint '{}': run.loss_scaler {} is not a loss scaler's state; the file is "
              "damaged",
@@ -329,7 +329,8 @@ AutoPlacementSettings Trainer::auto_placement_settings() const {
 }
 
 void Trainer::configure_store(StoreOptions& so) {
-  // bf16: PARAM (and by DeepSpeed's default under ZeRO, GRAD) in bf16; MASTER and Adam f32.
+  // bf16/fp16: PARAM in 16 bits, GRAD in the gradients' dtype (data_types.grad_accum_dtype or
+  // DeepSpeed's default for it); MASTER and Adam f32.
   so.compute_dtype = model_dtype(cfg_);
   if (grad_dtype(cfg_) != so.compute_dtype) so.grad_dtype = grad_dtype(cfg_);
   const bool offload = cfg_.zero.offload_optimizer.enabled;

@@ -75,14 +75,14 @@ inline TrainConfig dp_config(const std::string& shard, const std::string& out_di
                              const std::vector<std::string>& extra = {}) {
   std::vector<std::string> o = {
       "data.train=" + shard, "out_dir=" + out_dir, "model.vocab_size=" + std::to_string(kVocab),
-       "model.n_layer=2", "model.n_head=2", "model.n_embd=32", "seq_len=" + std::to_string(kSeqLen),
-       "train_micro_batch_size_per_gpu=" + std::to_string(micro),
-       "gradient_accumulation_steps=" + std::to_string(accum),
-       "train_steps=" + std::to_string(steps), fmt::format("model.dropout={}", dropout),
-       "data.val=" + shard, "eval.sequences=13", "data.shuffle=true",
-       // chunk_size_mb 0: chunks of the largest tensor, so the model has several chunks and
-       // several reductions per step.
-       "chunk_size_mb=0", "optimizer.params.lr=3e-3", "threads=1", "log.progress=false"};
+      "model.n_layer=2", "model.n_head=2", "model.n_embd=32", "seq_len=" + std::to_string(kSeqLen),
+      "train_micro_batch_size_per_gpu=" + std::to_string(micro),
+      "gradient_accumulation_steps=" + std::to_string(accum),
+      "train_steps=" + std::to_string(steps), fmt::format("model.dropout={}", dropout),
+      "data.val=" + shard, "eval.sequences=13", "data.shuffle=true",
+      // chunk_size_mb 0: chunks of the largest tensor, so the model has several chunks and
+      // several reductions per step.
+      "chunk_size_mb=0", "optimizer.params.lr=3e-3", "threads=1", "log.progress=false"};
   o.insert(o.end(), extra.begin(), extra.end());
   return load_train_config("", o);
 }
@@ -106,8 +106,7 @@ inline RunResult train(const TrainConfig& cfg, std::shared_ptr<ProcessGroup> wor
   const ChunkLayout& lay = store.layout();
   // Whole chunks, from every rank's slice (ZeRO-3 holds only its slice of the parameters).
   // 16-bit training: the f32 master weights (sliced from ZeRO-1 on), not their rounded copy.
-  const ChunkKind kind =
-      store.compute_dtype() == DType::F32 ? ChunkKind::PARAM : ChunkKind::MASTER;
+  const ChunkKind kind = store.compute_dtype() == DType::F32 ? ChunkKind::PARAM : ChunkKind::MASTER;
   std::vector<std::vector<float>> chunks(lay.num_chunks());
   for (int c = 0; c < lay.num_chunks(); ++c) {
     chunks[c].resize(lay.chunk_elems(c));

@@ -23,7 +23,8 @@ TEST(SkipStep, OverflowSkipsTheUpdateAndBacksOffThenTheNextStepApplies) {
   const AdamWHyper h{1e-3, 0.9, 0.95, 1e-8, 0.1};
   // fp16 gradients of a loss scaled by S = 65536; one of them overflowed to +inf.
   std::vector<uint16_t> g16(n);
-  for (int64_t i = 0; i < n; ++i) g16[i] = f32_to_f16(st.grad[i] * 1e-3f * static_cast<float>(scaler.scale()));
+  for (int64_t i = 0; i < n; ++i)
+    g16[i] = f32_to_f16(st.grad[i] * 1e-3f * static_cast<float>(scaler.scale()));
   g16[100] = f32_to_f16(std::numeric_limits<float>::infinity());
   const AdamWChunk c{st.master.data(), g16.data(), DType::F16,  st.m.data(),
                      st.v.data(),      nullptr,    DType::BF16, n};
@@ -46,7 +47,8 @@ TEST(SkipStep, OverflowSkipsTheUpdateAndBacksOffThenTheNextStepApplies) {
   EXPECT_TRUE(test::same_bits(st.v.data(), before.v.data(), n));
 
   // The retry at the smaller scale has finite gradients: the step is applied as step t = 1.
-  for (int64_t i = 0; i < n; ++i) g16[i] = f32_to_f16(st.grad[i] * 1e-3f * static_cast<float>(scaler.scale()));
+  for (int64_t i = 0; i < n; ++i)
+    g16[i] = f32_to_f16(st.grad[i] * 1e-3f * static_cast<float>(scaler.scale()));
   EXPECT_TRUE(step());
   EXPECT_EQ(t, 1);
   EXPECT_FALSE(test::same_bits(st.master.data(), before.master.data(), n));

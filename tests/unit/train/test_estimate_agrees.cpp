@@ -94,3 +94,28 @@ TEST(EstimateAgreesWithRuntime, ZeroStagesSliceTheirKinds) {
     }
   }
 }
+
+// bf16 and fp16 (DeepSpeed's defaults: f32 gradients for bf16 at stage 0, 16-bit otherwise),
+// the store built as the Trainer builds it (Trainer::configure_store): model states agree.
+TEST(EstimateAgreesWithRuntime, SixteenBitModelStates) {
+  for (const char* precision : {"bf16", "fp16"})
+    for (int stage : {0, 1, 2, 3})
+      for (int dp : {1, 3}) {
+        json config = small_config(0.02);
+        config[precision] = {{"enabled", true}};
+        config["zero_optimization"] = {{"stage", stage}};
+        const TrainConfig tc = parse_train_config(config);
+        ModelOptions o;
+        o.chunk_elems = chunk_elems_from_mib(tc.chunk_size_mb);
+        o.group_size = dp;
+        o.store.group_rank = dp - 1;
+        o.store.sliced_kinds = zero_sliced_kinds(stage);
+        o.store.compute_dtype = model_dtype(tc);
+        if (grad_dtype(tc) != model_dtype(tc)) o.store.grad_dtype = grad_dtype(tc);
+        GPT gpt(tc.model, tc.activation_policy, o);
+        const TrainSetup s = estimate_setup(config, dp, stage);
+        EXPECT_EQ(s.precision,
+                  std::string(precision) == "bf16" ? Precision::BF16 : Precision::FP16);
+        expect_agree(s, gpt, fmt::format("{} stage {}, dp {}", precision, stage, dp));
+      }
+}
