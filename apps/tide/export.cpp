@@ -18,6 +18,7 @@ struct ExportArgs {
   std::string checkpoint;
   std::string out_dir;
   std::string tokenizer;
+  std::string dtype = "f32";
   bool overwrite = false;
   bool quiet = false;
 };
@@ -26,6 +27,7 @@ void run_export(const ExportArgs& a) {
   HfExportOptions o;
   o.overwrite = a.overwrite;
   o.tokenizer = a.tokenizer;
+  o.dtype = a.dtype == "bf16" ? DType::BF16 : DType::F32;
   if (!a.quiet)
     o.progress = [](const std::string& line) {
       fmt::print("{}\n", line);
@@ -33,9 +35,9 @@ void run_export(const ExportArgs& a) {
     };
   const HfExportResult r = export_hf_gpt2(a.checkpoint, a.out_dir, o);
   fmt::print(
-      "exported {} to {}/model.safetensors ({} tensors in f32 from the checkpoint's {}, {:.1f} "
+      "exported {} to {}/model.safetensors ({} tensors in {} from the checkpoint's {}, {:.1f} "
       "MiB) and config.json; tensor buffers {:.1f} MiB\n{}",
-      r.config.str(), a.out_dir, r.tensors, r.source, r.file_bytes / 1048576.0,
+      r.config.str(), a.out_dir, r.tensors, a.dtype, r.source, r.file_bytes / 1048576.0,
       r.buffer_bytes / 1048576.0,
       r.tokenizer.empty()
           ? "no tokenizer: the checkpoint names none (trained on raw token shards); pass "
@@ -61,6 +63,10 @@ void add_export_command(CLI::App& app) {
   cmd->add_option("--tokenizer", a->tokenizer,
                   "tokenizer.json to export (default: the one the checkpoint names, beside it)")
       ->check(CLI::ExistingFile);
+  cmd->add_option("--dtype", a->dtype,
+                  "f32 (default: the master weights, or the parameters widened) or bf16 (those "
+                  "rounded to nearest-even: half the file; config.json says torch_dtype bfloat16)")
+      ->check(CLI::IsMember({"f32", "bf16"}));
   cmd->add_flag("--overwrite", a->overwrite,
                 "replace an existing export (model.safetensors and the tokenizer files) in "
                 "--out-dir");

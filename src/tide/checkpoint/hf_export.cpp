@@ -157,7 +157,7 @@ bool hf_gpt2_transposed(const std::string& name) {
   return false;
 }
 
-json hf_gpt2_config(const GPTConfig& c, std::optional<int> eot_id) {
+json hf_gpt2_config(const GPTConfig& c, std::optional<int> eot_id, DType dtype) {
   json j = {{"architectures", {"GPT2LMHeadModel"}},
             {"model_type", "gpt2"},
             {"activation_function", "gelu_new"},  // tide's GELU is GPT-2's tanh form
@@ -178,7 +178,7 @@ json hf_gpt2_config(const GPTConfig& c, std::optional<int> eot_id) {
             {"reorder_and_upcast_attn", false},
             {"tie_word_embeddings", true},
             {"use_cache", true},
-            {"torch_dtype", "float32"}};
+            {"torch_dtype", dtype == DType::BF16 ? "bfloat16" : "float32"}};
   // The tokenizer's <|endoftext|>; without one, GPT-2's tokenizer's (50256) for its vocabulary,
   // else none (HF's default, 50256, would be outside the vocabulary).
   const json eot = eot_id ? json(*eot_id) : c.vocab_size == 50257 ? json(50256) : json(nullptr);
@@ -190,6 +190,10 @@ json hf_gpt2_config(const GPTConfig& c, std::optional<int> eot_id) {
 HfExportResult export_hf_gpt2(const std::string& checkpoint, const std::string& out_dir,
                               const HfExportOptions& options) {
   // 1. The input, checked whole, before anything is created.
+  TIDE_CHECK(options.dtype == DType::F32 || options.dtype == DType::BF16,
+             "export: model.safetensors in {} is not offered; use f32 or bf16",
+             dtype_name(options.dtype));
+  const size_t out_size = dtype_size(options.dtype);
   std::unique_ptr<Source> src;
   std::error_code dir_ec;
   if (std::filesystem::is_directory(checkpoint, dir_ec))  // a sharded one, or says why not
@@ -265,8 +269,8 @@ HfExportResult export_hf_gpt2(const std::string& checkpoint, const std::string& 
     const Shape hf = o.transposed ? Shape{o.shape[1], o.shape[0]} : o.shape;
     ojson shape = ojson::array();
     for (int d = 0; d < hf.ndim; ++d) shape.push_back(hf[d]);
-    const uint64_t nbytes = static_cast<uint64_t>(hf.numel()) * 4;
-    header[o.hf_name] = {{"dtype", "F32"},
+    const uint64_t nbytes = static_cast<uint64_t>(hf.numel()) * out_size;
+    header[o.hf_name] = {{"dtype", options.dtype == DType::BF16 ? "BF16" : "F32"},
                          {"shape", shape},
                          {"data_offsets", ojson::array({offset, offset + nbytes})}};
     offset += nbytes;
@@ -281,6 +285,8 @@ HfExportResult export_hf_gpt2(const std::string& checkpoint, const std::string& 
   std::vector<float> out(buf_elems);     // f32 output
   std::vector<float> whole(static_cast<size_t>(largest_transposed));
   result.buffer_bytes = raw.size() + out.size() * 4 + whole.size() * 4;
+  std::vector<uint16_t> narrow(options.dtype == DType::BF16 ? buf_elems : 0);  // bf16 output
+  result.buffer_bytes += narrow.size() * 2;
 
   // Elements [begin, begin + n) of `name` as f32 into dst (n <= buf_elems unless f32).
   auto read_f32 = [&](const std::string& name, int64_t begin, int64_t n, float* dst) {
@@ -302,13 +308,23 @@ HfExportResult export_hf_gpt2(const std::string& checkpoint, const std::string& 
   f.write(len, 8, model_path);
   f.write(text.data(), text.size(), model_path);
   uint64_t written = 0, next_report = total / 10;
+  // m values of `out` into the file, in the output dtype (bf16: rounded, buf_elems at a time).
+  auto emit = [&](int64_t m) {
+    if (options.dtype == DType::F32) return f.write(out.data(), static_cast<size_t>(m) * 4, model_path);
+    for (int64_t done = 0; done < m;) {
+      const int64_t k = std::min<int64_t>(m - done, static_cast<int64_t>(narrow.size()));
+      convert_elements(out.data() + done, DType::F32, narrow.data(), DType::BF16, k);
+      f.write(narrow.data(), static_cast<size_t>(k) * 2, model_path);
+      done += k;
+    }
+  };
   for (const OutTensor& o : outs) {
     const int64_t n = o.shape.numel();
     if (!o.transposed) {
       for (int64_t e = 0; e < n;) {
         const int64_t m = std::min<int64_t>(n - e, static_cast<int64_t>(buf_elems));
         read_f32(o.source, e, m, out.data());
-        f.write(out.data(), static_cast<size_t>(m) * 4, model_path);
+        emit(m);
         e += m;
       }
     } else {
@@ -323,10 +339,10 @@ HfExportResult export_hf_gpt2(const std::string& checkpoint, const std::string& 
           const float* row = whole.data() + j * K;
           for (int64_t i = i0; i < i1; ++i) out[(i - i0) * R + j] = row[i];
         }
-        f.write(out.data(), static_cast<size_t>((i1 - i0) * R) * 4, model_path);
+        emit((i1 - i0) * R);
       }
     }
-    written += static_cast<uint64_t>(n) * 4;
+    written += static_cast<uint64_t>(n) * out_size;
     ++result.tensors;
     if (options.progress && (written >= next_report || written == total)) {
       options.progress(fmt::format("export: {:3d}% ({:.1f} of {:.1f} MiB) {}",
@@ -343,7 +359,7 @@ HfExportResult export_hf_gpt2(const std::string& checkpoint, const std::string& 
     c.write(text.data(), text.size(), path);
     c.commit(path);
   };
-  write_text(config_path, hf_gpt2_config(src->info.config, eot_id).dump(2) + "\n");
+  write_text(config_path, hf_gpt2_config(src->info.config, eot_id, options.dtype).dump(2) + "\n");
   if (tok_files) {
     const std::vector<std::string> texts = {tok_files->tokenizer_json, tok_files->tokenizer_config,
                                             tok_files->special_tokens_map,

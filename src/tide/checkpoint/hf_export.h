@@ -29,6 +29,7 @@
 #include <optional>
 #include <string>
 
+#include "tide/core/dtype.h"
 #include "tide/model/config.h"
 
 namespace tide {
@@ -40,6 +41,9 @@ struct HfExportOptions {
   // The tokenizer.json to export ("": the one the checkpoint names, beside it, as `tide sample`
   // reads it; none when it names none).
   std::string tokenizer;
+  // The dtype of model.safetensors: f32 (the default, the checkpoint's master weights or
+  // parameters widened) or bf16 (those values rounded to nearest-even: half the file).
+  DType dtype = DType::F32;
 };
 
 struct HfExportResult {
@@ -57,7 +61,8 @@ std::string hf_gpt2_name(const std::string& name);
 bool hf_gpt2_transposed(const std::string& name);
 // GPT2Config of a tide model. bos/eos: `eot_id` (the tokenizer's <|endoftext|>) when given,
 // else GPT-2's 50256 for a 50257-token vocabulary, else null.
-nlohmann::json hf_gpt2_config(const GPTConfig& config, std::optional<int> eot_id = std::nullopt);
+nlohmann::json hf_gpt2_config(const GPTConfig& config, std::optional<int> eot_id = std::nullopt,
+                              DType dtype = DType::F32);
 
 // Exports `checkpoint` (a file or a sharded directory) to `out_dir`. The checkpoint is checked
 // whole (every checksum, every tensor), and the tokenizer read, before anything is created in

@@ -81,6 +81,13 @@ struct HfFile {
   std::vector<float> tensor(const std::string& name) const {
     const json& e = header.at(name);
     const uint64_t b = e["data_offsets"][0], end = e["data_offsets"][1];
+    if (e["dtype"] == "BF16") {  // widened
+      std::vector<uint16_t> h((end - b) / 2);
+      std::memcpy(h.data(), data.data() + b, end - b);
+      std::vector<float> v(h.size());
+      for (size_t i = 0; i < h.size(); ++i) v[i] = bf16_to_f32(h[i]);
+      return v;
+    }
     std::vector<float> v((end - b) / 4);
     std::memcpy(v.data(), data.data() + b, end - b);
     return v;
@@ -175,6 +182,41 @@ TEST(HfExport, SingleFileAndShardedGiveTheSameFileOfTheMasterWeights) {
   EXPECT_EQ(cfg["n_embd"], 32);
   EXPECT_EQ(cfg["n_ctx"], 8);
   EXPECT_EQ(cfg["architectures"][0], "GPT2LMHeadModel");
+}
+
+// --dtype bf16: every tensor is the f32 export's rounded to nearest-even (the conversion in
+// buffer-sized pieces, transposes included), BF16 in the header, torch_dtype bfloat16, and the
+// tensor data half the f32 file's.
+TEST(HfExport, Bf16FileIsTheF32ExportRounded) {
+  const GPTConfig c = small();
+  const std::string d = temp_dir("bf16_out");
+  const auto whole = store_of(c, DType::BF16, true);
+  save_checkpoint(d + "/m.ckpt", *whole, info_of(c), true);
+  HfExportOptions o;
+  o.buffer_bytes = 64;  // 1024-element buffers: the 4096-element transposes in 4 pieces
+  const HfExportResult f32 = export_hf_gpt2(d + "/m.ckpt", d + "/f32", o);
+  o.dtype = DType::BF16;
+  const HfExportResult bf16 = export_hf_gpt2(d + "/m.ckpt", d + "/bf16", o);
+  const HfFile a = parse(d + "/f32/model.safetensors"), b = parse(d + "/bf16/model.safetensors");
+  for (const TensorSlot& slot : whole->layout().slots()) {
+    const std::string hf = hf_gpt2_name(slot.name);
+    EXPECT_EQ(b.header[hf]["dtype"], "BF16") << hf;
+    EXPECT_EQ(b.header[hf]["shape"], a.header[hf]["shape"]) << hf;
+    const std::vector<float> want = a.tensor(hf), got = b.tensor(hf);
+    ASSERT_EQ(got.size(), want.size()) << hf;
+    for (size_t i = 0; i < want.size(); ++i)
+      ASSERT_EQ(f32_to_bf16(got[i]), f32_to_bf16(want[i])) << hf << " [" << i << "]";
+    for (size_t i = 0; i < want.size(); ++i)
+      ASSERT_EQ(got[i], bf16_to_f32(f32_to_bf16(want[i]))) << hf << " [" << i << "]";
+  }
+  EXPECT_EQ(2 * b.data.size(), a.data.size());
+  EXPECT_EQ(bf16.file_bytes, fs::file_size(d + "/bf16/model.safetensors"));
+  EXPECT_EQ(json::parse(slurp(d + "/bf16/config.json"))["torch_dtype"], "bfloat16");
+  EXPECT_EQ(json::parse(slurp(d + "/f32/config.json"))["torch_dtype"], "float32");
+  EXPECT_EQ(f32.source, bf16.source);
+  o.dtype = DType::F16;
+  EXPECT_NE(error_of([&] { export_hf_gpt2(d + "/m.ckpt", d + "/f16", o); }).find("use f32 or bf16"),
+            std::string::npos);
 }
 
 TEST(HfExport, F32ParametersAndBf16ParametersWithoutMaster) {
