@@ -70,7 +70,6 @@ void init_weights_from(const std::string& path, GPT& model) {
   std::vector<ChunkKind> kinds = {ChunkKind::PARAM};
   if (own_master) kinds.push_back(ChunkKind::MASTER);
   std::vector<std::byte> raw;
-  std::vector<float> wide;
   for (int id = 0; id < lay.num_tensors(); ++id) {
     const TensorSlot& s = lay.slot(id);
     const SafetensorsEntry& e = *src[id];
@@ -84,13 +83,15 @@ void init_weights_from(const std::string& path, GPT& model) {
       if (hi == lo) continue;
       const int64_t n = hi - lo;
       const size_t es = dtype_size(e.dtype);
+      char* dst = static_cast<char*>(ch.data) + (s.offset + lo - ch.begin) * dtype_size(ch.dtype);
+      if (e.dtype == ch.dtype) {  // straight into the chunk
+        r.read_bytes(e.name, static_cast<uint64_t>(lo) * es, static_cast<size_t>(n) * es, dst);
+        continue;
+      }
+      // Converted through f32 (a 16-bit PARAM rounded once).
       raw.resize(static_cast<size_t>(n) * es);
       r.read_bytes(e.name, static_cast<uint64_t>(lo) * es, raw.size(), raw.data());
-      // Widened to f32, then stored in the chunk's dtype (rounded once for 16-bit PARAM).
-      wide.resize(static_cast<size_t>(n));
-      convert_elements(raw.data(), e.dtype, wide.data(), DType::F32, n);
-      char* dst = static_cast<char*>(ch.data) + (s.offset + lo - ch.begin) * dtype_size(ch.dtype);
-      convert_elements(wide.data(), DType::F32, dst, ch.dtype, n);
+      convert_elements(raw.data(), e.dtype, dst, ch.dtype, n);
     }
   }
 }
