@@ -16,18 +16,19 @@
 using namespace tide;
 using tide::test::error_of;
 
-namespace {
-
-Tensor f32(std::vector<float>& v) {
-  return Tensor(v.data(), {static_cast<int64_t>(v.size())});
-}
-
+// Outside the anonymous namespace: the TEST_P classes derive from it (-Wsubobject-linkage).
 class Collectives : public testing::TestWithParam<CommAlgorithm> {
  protected:
   ProcessGroup& g() { return mpi_test::world(GetParam()); }
   int rank() { return g().rank(); }
   int world() { return g().size(); }
 };
+
+namespace {
+
+Tensor f32(std::vector<float>& v) {
+  return Tensor(v.data(), {static_cast<int64_t>(v.size())});
+}
 
 std::string algo_name(const testing::TestParamInfo<CommAlgorithm>& p) {
   return p.param == CommAlgorithm::Ring ? "ring" : "mpi";
