@@ -3,7 +3,7 @@
 //    same global batch; the model states are ZeRO's 2 + 2 + 12 bytes per parameter (Table 1,
 //    counted by the chunk store's allocator); a sharded checkpoint resumes bitwise.
 //  * fp16: an overflow injected on one rank skips the step on every rank and the loss scale
-//    follows DeepSpeed's rule; ZeRO 0-2 train the one-rank fp16 model; a checkpoint (with the
+//    follows DeepSpeed's rule; ZeRO 0-3 train the one-rank fp16 model; a checkpoint (with the
 //    scaler's state) resumes bitwise.
 
 #include <gtest/gtest.h>
@@ -315,8 +315,8 @@ TEST(Fp16Overflow, OneRanksOverflowSkipsTheStepOnEveryRank) {
   if (world->rank() == 0) std::filesystem::remove_all(dir);
 }
 
-// ZeRO 0-2 in fp16 (fp16 gradients, reduced in fp16) against one rank with N times the
-// micro-batch, and ZeRO-2 bitwise ZeRO-1. The scale starts at 2^10, where no step of these
+// ZeRO 0-3 in fp16 (fp16 gradients, reduced in fp16) against one rank with N times the
+// micro-batch, and ZeRO-2 and 3 bitwise ZeRO-1. The scale starts at 2^10, where no step of these
 // runs overflows (checked): an overflow near the edge (2^16 here overflows in some steps) may
 // fall on a step in one summation order and not in another, and then the runs skip different
 // steps; overflows have their own test above. Measured at N = 2 and 4 (printed): losses within
@@ -332,13 +332,13 @@ TEST(Fp16Zero, StagesTrainTheOneRankFp16Model) {
     return c;
   };
   std::vector<RunResult> runs;
-  for (int stage : {0, 1, 2}) {
+  for (int stage : {0, 1, 2, 3}) {
     runs.push_back(train(cfg(stage, kMicro), world, kSteps));
     expect_same_on_every_rank(*world, runs.back());
   }
   if (world->rank() == 0) {
     const RunResult one = train(cfg(0, N * kMicro), nullptr, kSteps);
-    for (int stage : {0, 1, 2}) {
+    for (int stage : {0, 1, 2, 3}) {
       const RunResult& r = runs[stage];
       for (size_t s = 0; s < r.grad_norms.size(); ++s)
         ASSERT_TRUE(std::isfinite(r.grad_norms[s]) && std::isfinite(one.grad_norms[s]))
@@ -350,6 +350,7 @@ TEST(Fp16Zero, StagesTrainTheOneRankFp16Model) {
       EXPECT_LE(d.params, 5e-4) << "stage " << stage << ": master weights";
     }
     EXPECT_EQ(differs(runs[2], runs[1]), "") << "ZeRO-2 vs ZeRO-1";
+    EXPECT_EQ(differs(runs[3], runs[1]), "") << "ZeRO-3 vs ZeRO-1";
     EXPECT_LT(runs[1].losses.back(), runs[1].losses.front() - 0.3f);
   }
   world->barrier();
