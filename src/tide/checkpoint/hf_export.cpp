@@ -310,7 +310,8 @@ HfExportResult export_hf_gpt2(const std::string& checkpoint, const std::string& 
   uint64_t written = 0, next_report = total / 10;
   // m values of `out` into the file, in the output dtype (bf16: rounded, buf_elems at a time).
   auto emit = [&](int64_t m) {
-    if (options.dtype == DType::F32) return f.write(out.data(), static_cast<size_t>(m) * 4, model_path);
+    if (options.dtype == DType::F32)
+      return f.write(out.data(), static_cast<size_t>(m) * 4, model_path);
     for (int64_t done = 0; done < m;) {
       const int64_t k = std::min<int64_t>(m - done, static_cast<int64_t>(narrow.size()));
       convert_elements(out.data() + done, DType::F32, narrow.data(), DType::BF16, k);
