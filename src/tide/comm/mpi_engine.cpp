@@ -7,8 +7,8 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "tide/comm/host_reduce.h"
 #include "tide/comm/watchdog.h"
+#include "tide/core/dtype.h"
 
 namespace tide {
 
@@ -41,10 +41,10 @@ void MpiWork::finish(std::exception_ptr error) {
 namespace {
 // MPI_Op_create's functions: inout[i] = in[i] + inout[i] over MPI_UINT16_T elements.
 void mpi_bf16_sum(void* in, void* inout, int* len, MPI_Datatype*) {
-  host_add(DType::BF16, inout, in, inout, *len);
+  add_elements(DType::BF16, inout, in, inout, *len);
 }
 void mpi_f16_sum(void* in, void* inout, int* len, MPI_Datatype*) {
-  host_add(DType::F16, inout, in, inout, *len);
+  add_elements(DType::F16, inout, in, inout, *len);
 }
 }  // namespace
 

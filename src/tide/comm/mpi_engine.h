@@ -86,7 +86,7 @@ class MpiEngine {
   void run(std::function<void()> fn, std::string what = "an MPI setup call");
 
   // The MPI_Op that sums elements of `t`: MPI_SUM over MPI_FLOAT for f32; for bf16 and f16,
-  // which MPI cannot add, user-defined ops over MPI_UINT16_T (host_reduce.h's rounding), made
+  // which MPI cannot add, user-defined ops over MPI_UINT16_T (core/dtype.h's rounding), made
   // once by the engine's thread and freed before MPI_Finalize.
   MPI_Op sum_op(DType t) const;
 

@@ -4,7 +4,6 @@
 #include <cstring>
 #include <numeric>
 
-#include "tide/comm/host_reduce.h"
 #include "tide/comm/mpi_ring_ops.h"
 #include "tide/comm/ring_traffic.h"
 #include "tide/comm/watchdog.h"
@@ -56,7 +55,7 @@ void check_host(const Tensor& t, const char* who) {
 
 void check_reducible(const Tensor& t, const char* who) {
   check_host(t, who);
-  TIDE_CHECK(host_reducible(t.dtype),
+  TIDE_CHECK(is_float_dtype(t.dtype),
              "{}: MPI reductions take f32, bf16 or f16 but got {}; convert the buffer to one "
              "of them",
              who, dtype_name(t.dtype));

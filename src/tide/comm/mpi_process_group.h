@@ -13,7 +13,7 @@
 //
 // Reductions take f32, bf16 and f16 host tensors. MPI has no bf16/f16 sum, so the mpi algorithm
 // reduces them with user-defined MPI_Ops (MpiEngine::sum_op) and the ring with the same
-// arithmetic (host_reduce.h): each addition in f32, rounded to nearest-even into the dtype, as
+// arithmetic (core/dtype.h): each addition in f32, rounded to nearest-even into the dtype, as
 // NCCL does. all_gather, broadcast and send/recv move any dtype.
 
 #include <mpi.h>

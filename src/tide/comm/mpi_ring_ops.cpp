@@ -4,9 +4,9 @@
 #include <cstring>
 #include <vector>
 
-#include "tide/comm/host_reduce.h"
 #include "tide/comm/mpi_process_group.h"
 #include "tide/comm/ring_traffic.h"
+#include "tide/core/dtype.h"
 
 namespace tide {
 
@@ -61,7 +61,8 @@ class RingOp : public MpiOp {
   MPI_Request reqs_[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
 };
 
-// Buffers are handled as bytes; host_add and divide_elements do the arithmetic of the dtype.
+// Buffers are handled as bytes; add_elements and divide_elements (core/dtype.h) do the
+// arithmetic of the dtype.
 class RingAllReduce final : public RingOp {
  public:
   RingAllReduce(MpiProcessGroup* g, MPI_Comm comm, int tag, Tensor buf, ReduceOp op)
@@ -94,7 +95,7 @@ class RingAllReduce final : public RingOp {
   void finish_step(int s) override {
     if (s >= world_ - 1) return;
     const int c = ring_mod(rank_ - s - 1, world_);
-    host_add(dtype_, at(c), at(c), scratch_.data(), len(c));  // chunk += received
+    add_elements(dtype_, at(c), at(c), scratch_.data(), len(c));  // chunk += received
   }
 
   void finish() override {
@@ -136,7 +137,7 @@ class RingReduceScatter final : public RingOp {
   void finish_step(int s) override {
     const std::byte* mine = chunk(ring_mod(rank_ - s - 2, world_));
     std::byte* dst = s == steps_ - 1 ? out_ : send_.data();  // the last sum is chunk r: the output
-    host_add(dtype_, dst, recv_.data(), mine, k_);
+    add_elements(dtype_, dst, recv_.data(), mine, k_);
   }
 
   void finish() override {

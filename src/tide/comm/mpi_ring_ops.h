@@ -2,7 +2,7 @@
 // The explicit ring algorithms (algorithm = ring) as MpiOp state machines: each step posts one
 // MPI_Isend to the right neighbour and one MPI_Irecv from the left, waits for both, reduces,
 // and posts the next step. See ring_traffic.h for the chunk schedule. Reductions take f32, bf16
-// and f16 (host_reduce.h: 16-bit sums round once per hop, as NCCL's do).
+// and f16 (core/dtype.h: 16-bit sums round once per hop, as NCCL's do).
 
 #include <memory>
 

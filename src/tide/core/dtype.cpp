@@ -64,62 +64,74 @@ float f16_to_f32(uint16_t h) {
 }
 
 namespace {
-float load_f32(const void* p, DType t, int64_t i) {
+
+// How an element of each float dtype is stored, widened to f32 and rounded back: the one dtype
+// dispatch of the element-wise loops below (outside their loops).
+struct AsF32 {
+  using T = float;
+  static float load(float x) { return x; }
+  static float store(float x) { return x; }
+};
+struct AsBf16 {
+  using T = uint16_t;
+  static float load(uint16_t h) { return bf16_to_f32(h); }
+  static uint16_t store(float x) { return f32_to_bf16(x); }
+};
+struct AsF16 {
+  using T = uint16_t;
+  static float load(uint16_t h) { return f16_to_f32(h); }
+  static uint16_t store(float x) { return f32_to_f16(x); }
+};
+
+template <class Fn>
+void on_float_dtype(DType t, Fn&& fn) {
   switch (t) {
     case DType::F32:
-      return static_cast<const float*>(p)[i];
+      return fn(AsF32{});
     case DType::BF16:
-      return bf16_to_f32(static_cast<const uint16_t*>(p)[i]);
+      return fn(AsBf16{});
     case DType::F16:
-      return f16_to_f32(static_cast<const uint16_t*>(p)[i]);
+      return fn(AsF16{});
     default:
       TIDE_FAIL("{} is not a float dtype (f32, bf16 or f16)", dtype_name(t));
   }
 }
+
 }  // namespace
+
+bool is_float_dtype(DType t) {
+  return t == DType::F32 || t == DType::BF16 || t == DType::F16;
+}
 
 void convert_elements(const void* src, DType src_dtype, void* dst, DType dst_dtype, int64_t n) {
   if (src_dtype == dst_dtype) {
     std::memcpy(dst, src, static_cast<size_t>(n) * dtype_size(src_dtype));
     return;
   }
-  switch (dst_dtype) {
-    case DType::F32:
-      for (int64_t i = 0; i < n; ++i) static_cast<float*>(dst)[i] = load_f32(src, src_dtype, i);
-      return;
-    case DType::BF16:
-      for (int64_t i = 0; i < n; ++i)
-        static_cast<uint16_t*>(dst)[i] = f32_to_bf16(load_f32(src, src_dtype, i));
-      return;
-    case DType::F16:
-      for (int64_t i = 0; i < n; ++i)
-        static_cast<uint16_t*>(dst)[i] = f32_to_f16(load_f32(src, src_dtype, i));
-      return;
-    default:
-      TIDE_FAIL("{} is not a float dtype (f32, bf16 or f16)", dtype_name(dst_dtype));
-  }
+  on_float_dtype(src_dtype, [&]<class S>(S) {
+    on_float_dtype(dst_dtype, [&]<class D>(D) {
+      const auto* x = static_cast<const typename S::T*>(src);
+      auto* y = static_cast<typename D::T*>(dst);
+      for (int64_t i = 0; i < n; ++i) y[i] = D::store(S::load(x[i]));
+    });
+  });
+}
+
+void add_elements(DType t, void* dst, const void* a, const void* b, int64_t n) {
+  on_float_dtype(t, [&]<class E>(E) {
+    using T = typename E::T;
+    T* d = static_cast<T*>(dst);
+    const T* x = static_cast<const T*>(a);
+    const T* y = static_cast<const T*>(b);
+    for (int64_t i = 0; i < n; ++i) d[i] = E::store(E::load(x[i]) + E::load(y[i]));
+  });
 }
 
 void divide_elements(void* x, DType t, int64_t n, float d) {
-  switch (t) {
-    case DType::F32: {
-      auto* p = static_cast<float*>(x);
-      for (int64_t i = 0; i < n; ++i) p[i] /= d;
-      return;
-    }
-    case DType::BF16: {
-      auto* p = static_cast<uint16_t*>(x);
-      for (int64_t i = 0; i < n; ++i) p[i] = f32_to_bf16(bf16_to_f32(p[i]) / d);
-      return;
-    }
-    case DType::F16: {
-      auto* p = static_cast<uint16_t*>(x);
-      for (int64_t i = 0; i < n; ++i) p[i] = f32_to_f16(f16_to_f32(p[i]) / d);
-      return;
-    }
-    default:
-      TIDE_FAIL("divide_elements: {} is not a float dtype (f32, bf16 or f16)", dtype_name(t));
-  }
+  on_float_dtype(t, [&]<class E>(E) {
+    auto* p = static_cast<typename E::T*>(x);
+    for (int64_t i = 0; i < n; ++i) p[i] = E::store(E::load(p[i]) / d);
+  });
 }
 
 }  // namespace tide

@@ -56,12 +56,16 @@ inline float bf16_to_f32(uint16_t h) {
 uint16_t f32_to_f16(float f);
 float f16_to_f32(uint16_t h);
 
-// dst = src converted element by element between f32, bf16 and f16 (a copy when the dtypes
-// are the same; narrowing rounds to nearest-even).
+// Element-wise loops over host buffers of a float dtype (f32, bf16, f16; others are a clear
+// error). Each element is widened to f32, computed in f32 and rounded to nearest-even once
+// (NCCL's and the GPU kernels' rule for 16-bit sums); f32 is computed as it is.
+bool is_float_dtype(DType t);
+// dst = src converted (a copy when the dtypes are the same).
 void convert_elements(const void* src, DType src_dtype, void* dst, DType dst_dtype, int64_t n);
-
-// x[i] = x[i] / d for n elements of a float dtype t, in f32, rounded back to t: the mean of
-// a sum over d ranks (the process groups' ReduceOp::Avg; f32 bit for bit `x / float(d)`).
+// dst[i] = a[i] + b[i]; dst may be a or b (the process groups' sums: comm/mpi_ring_ops.cpp).
+void add_elements(DType t, void* dst, const void* a, const void* b, int64_t n);
+// x[i] = x[i] / d: the mean of a sum over d ranks (ReduceOp::Avg; f32 bit for bit `x /
+// float(d)`).
 void divide_elements(void* x, DType t, int64_t n, float d);
 
 // Small tagged wrappers so templates can tell the 16-bit formats apart.

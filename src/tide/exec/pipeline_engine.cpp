@@ -9,7 +9,6 @@
 
 #include <omp.h>
 
-#include "tide/comm/host_reduce.h"
 #include "tide/comm/local_process_group.h"
 #include "tide/model/param_groups.h"
 #include "tide/optim/grad_norm.h"
@@ -300,7 +299,7 @@ void PipelineEngine::sum_tied_gradient() {
   if (wte_id_ >= 0 && head_id_ >= 0) {
     const Tensor a = whole(wte_chunk_, wte_id_, wte_buf);
     const Tensor b = whole(head_chunk_, head_id_, head_buf);
-    host_add(a.dtype, a.data, a.data, b.data, a.numel());
+    add_elements(a.dtype, a.data, a.data, b.data, a.numel());
     std::memcpy(b.data, a.data, a.nbytes());
   } else {
     tied_->all_reduce(
@@ -618,7 +617,7 @@ StepStats PipelineEngine::step(int64_t step, uint64_t seed, const BatchFn& batch
         mb.index = a.mb;
         // The single-rank run's numbering: micro-batch mb of every replica, then the replica.
         mb.seq0 = (static_cast<uint64_t>(a.mb) * dp_->size() + dp_->rank()) * B_;
-        mb.dloss = scale == 1.0 ? 1.0f / static_cast<float>(M) : static_cast<float>(scale / M);
+        mb.dloss = static_cast<float>(scale) / static_cast<float>(M);
         mb.tracer = tracer;
         if (v > 0 && act_from_[k] < 0) {  // the previous virtual stage is on this rank
           const int from = schedule_.locate(v - 1).second;
@@ -767,7 +766,7 @@ StepStats PipelineEngine::step(int64_t step, uint64_t seed, const BatchFn& batch
     st.lr = plan.lr;
     st.skipped = plan.skip;
   }
-  st.grad_norm = scale == 1.0 ? scaled_norm : scaled_norm / scale;
+  st.grad_norm = scaled_norm / scale;
   st.loss_scale = scale;
   // The same decision on every rank: the norm is global, so an overflow on any rank is one
   // everywhere. Throws (the run cannot go on) on an overflow at the minimum scale.

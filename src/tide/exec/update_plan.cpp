@@ -21,9 +21,7 @@ UpdatePlan plan_update(const OptimizerSettings& opt, int64_t step, double grad_n
   }
   const float clip =
       opt.grad_clip > 0 ? clip_coefficient(grad_norm / loss_scale, opt.grad_clip) : 1.0f;
-  // Exact for f32 and bf16 (scale 1); under fp16 the scale is a power of two or the fixed
-  // fp16.loss_scale, so clip / scale rounds once.
-  plan.clip = loss_scale == 1.0 ? clip : static_cast<float>(clip / loss_scale);
+  plan.clip = static_cast<float>(clip / loss_scale);  // exact for scale 1 (f32, bf16)
   return plan;
 }
 

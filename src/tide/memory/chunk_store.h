@@ -37,6 +37,16 @@ const char* chunk_kind_name(ChunkKind k);
 constexpr unsigned kind_bit(ChunkKind k) {
   return 1u << static_cast<int>(k);
 }
+// The kinds ZeRO stage `stage` keeps only as this rank's slice (StoreOptions::sliced_kinds):
+// 1 the optimizer states (master, m, v), 2 also the gradients, 3 also the parameters.
+constexpr unsigned zero_sliced_kinds(int stage) {
+  unsigned k = 0;
+  if (stage >= 1)
+    k |= kind_bit(ChunkKind::MASTER) | kind_bit(ChunkKind::ADAM_M) | kind_bit(ChunkKind::ADAM_V);
+  if (stage >= 2) k |= kind_bit(ChunkKind::GRAD);
+  if (stage >= 3) k |= kind_bit(ChunkKind::PARAM);
+  return k;
+}
 
 struct StoreOptions {
   DType compute_dtype = DType::F32;  // PARAM (and, unless grad_dtype says otherwise, GRAD)

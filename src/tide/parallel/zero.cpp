@@ -6,15 +6,6 @@
 
 namespace tide {
 
-unsigned zero_sliced_kinds(int stage) {
-  unsigned k = 0;
-  if (stage >= 1)
-    k |= kind_bit(ChunkKind::MASTER) | kind_bit(ChunkKind::ADAM_M) | kind_bit(ChunkKind::ADAM_V);
-  if (stage >= 2) k |= kind_bit(ChunkKind::GRAD);
-  if (stage >= 3) k |= kind_bit(ChunkKind::PARAM);
-  return k;
-}
-
 namespace {
 
 // Rank r's slice of a whole chunk, as a view (in-place reduce-scatter and all-gather).

@@ -48,9 +48,6 @@
 
 namespace tide {
 
-// The kinds stage `stage` keeps only as this rank's slice (kind_bit()s).
-unsigned zero_sliced_kinds(int stage);
-
 // Checks the settings against the layout (stage 3's live limit must hold the chunks of the
 // largest parameter group, model/param_groups.h), naming the key and the fix.
 void check_zero_settings(const ZeroSettings& s, const ChunkLayout& layout,

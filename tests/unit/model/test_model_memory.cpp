@@ -12,20 +12,6 @@
 
 using namespace tide;
 
-namespace {
-
-// Kinds each ZeRO stage slices across the DP group.
-unsigned sliced_kinds(int stage) {
-  unsigned k = 0;
-  if (stage >= 1)
-    k |= kind_bit(ChunkKind::MASTER) | kind_bit(ChunkKind::ADAM_M) | kind_bit(ChunkKind::ADAM_V);
-  if (stage >= 2) k |= kind_bit(ChunkKind::GRAD);
-  if (stage >= 3) k |= kind_bit(ChunkKind::PARAM);
-  return k;
-}
-
-}  // namespace
-
 // Rank N-1 of N allocates its model states for GPT-2 124M's layout; the bytes its allocator
 // counts are within 1% of ZeRO's ideal (every kind: psi x bytes per element, divided by N when
 // the stage partitions it). The group is a stand-in: no other rank exists, and the allocations
@@ -43,7 +29,7 @@ TEST(ModelMemory, AllocatedBytesAreWithinOnePercentOfTheIdealForAnyGroupSize) {
           StoreOptions o;
           o.compute_dtype = compute;
           o.group_rank = N - 1;
-          o.sliced_kinds = sliced_kinds(stage);
+          o.sliced_kinds = zero_sliced_kinds(stage);
           o.compute = o.optimizer = &counter;
           ChunkStore store(std::move(lay), o);
           const double p16 = static_cast<double>(dtype_size(compute));
@@ -194,8 +180,7 @@ TEST(ModelMemory, InitialisesTheSameWithSlicedOptimizerStates) {
   o.chunk_elems = 4096;
   o.group_size = 3;
   o.store.group_rank = 2;
-  o.store.sliced_kinds =
-      kind_bit(ChunkKind::MASTER) | kind_bit(ChunkKind::ADAM_M) | kind_bit(ChunkKind::ADAM_V);
+  o.store.sliced_kinds = zero_sliced_kinds(1);
   GPT sliced(small_config(), ActivationPolicy::SAVE_ALL, o);
   plain.init_weights(9);
   sliced.init_weights(9);
@@ -219,8 +204,7 @@ TEST(ModelMemory, Bf16ParametersAreTheF32MasterRounded) {
     if (sliced) {
       o.group_size = 3;
       o.store.group_rank = 2;
-      o.store.sliced_kinds =
-          kind_bit(ChunkKind::MASTER) | kind_bit(ChunkKind::ADAM_M) | kind_bit(ChunkKind::ADAM_V);
+      o.store.sliced_kinds = zero_sliced_kinds(1);
     }
     GPT bf16(small_config(), ActivationPolicy::SAVE_ALL, o);
     bf16.init_weights(9);
