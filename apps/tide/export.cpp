@@ -27,6 +27,10 @@ void run_export(const ExportArgs& a) {
   HfExportOptions o;
   o.overwrite = a.overwrite;
   o.tokenizer = a.tokenizer;
+  TIDE_CHECK(a.dtype == "f32" || a.dtype == "bf16",
+             "export --dtype '{}': model.safetensors is written in f32 or bf16; pass --dtype f32 "
+             "or --dtype bf16",
+             a.dtype);
   o.dtype = a.dtype == "bf16" ? DType::BF16 : DType::F32;
   if (!a.quiet)
     o.progress = [](const std::string& line) {
@@ -65,8 +69,7 @@ void add_export_command(CLI::App& app) {
       ->check(CLI::ExistingFile);
   cmd->add_option("--dtype", a->dtype,
                   "f32 (default: the master weights, or the parameters widened) or bf16 (those "
-                  "rounded to nearest-even: half the file; config.json says torch_dtype bfloat16)")
-      ->check(CLI::IsMember({"f32", "bf16"}));
+                  "rounded to nearest-even: half the file; config.json says torch_dtype bfloat16)");
   cmd->add_flag("--overwrite", a->overwrite,
                 "replace an existing export (model.safetensors and the tokenizer files) in "
                 "--out-dir");

@@ -26,6 +26,8 @@ expect_error "checkpoint.resume: $partial" train checkpoint.resume=runs/model_st
 expect_error "init_from: $partial" train init_from=runs/model_step5.ckpt.partial
 expect_error "$partial" sample --checkpoint runs/model_step5.ckpt.partial
 expect_error "$partial" export --checkpoint runs/model_step5.ckpt.partial --out-dir hf
+expect_error "export --dtype 'fp8': .*pass --dtype f32 or --dtype bf16" export \
+  --checkpoint runs/model_step5.ckpt.partial --out-dir hf --dtype fp8
 # ... and when the save did complete later (its index.json is all a directory needs to be
 # taken for a sharded checkpoint by the config check), the message names it.
 mkdir -p runs/done.ckpt runs/done.ckpt.partial && echo '{}' > runs/done.ckpt/index.json
