@@ -8,6 +8,8 @@
 #                                    (git-ignored; about 46 MB)
 # then on the GPU machine, from the repository root (.gpu carried along):
 #   cd .gpu && LD_LIBRARY_PATH=$PWD/lib:/usr/local/cuda/lib64 ./run_gpu_tests.sh
+# and the op benchmark beside its PyTorch peer (bench/gpu/ops.cpp, JSON lines):
+#   ./bench_gpu_ops && python3 ops_torch.py
 # The CUDA runtime, cuBLAS and NCCL come from the GPU machine (same major version as here).
 # The programs are built with -march=native: build on a CPU no newer than the GPU machine's.
 set -euo pipefail
@@ -15,11 +17,11 @@ cd "$(dirname "$0")/.."
 tests=(test_gpu_kernels test_gpu_optim test_gpu_comm)
 # The CUDA sources: compiled here although this machine has no GPU.
 cmake -S . -B build -DTIDE_WITH_CUDA=ON >/dev/null
-cmake --build build -j "$(nproc)" --target "${tests[@]}" tide_cuda
+cmake --build build -j "$(nproc)" --target "${tests[@]}" tide_cuda bench_gpu_ops
 rm -rf .gpu && mkdir -p .gpu/lib
 for t in "${tests[@]}"; do cp "$(find build/tests/gpu -name "$t" -type f -executable)" .gpu/; done
-cp build/libtide_cuda.so .gpu/
-ldd .gpu/test_gpu_* .gpu/libtide_cuda.so | awk '/=>/ {print $3}' | sort -u |
+cp build/libtide_cuda.so build/bench/bench_gpu_ops bench/gpu/ops_torch.py .gpu/
+ldd .gpu/test_gpu_* .gpu/bench_gpu_ops .gpu/libtide_cuda.so | awk '/=>/ {print $3}' | sort -u |
   grep -v -E '/(libc|libm|libdl|libpthread|librt|libgcc_s|libstdc\+\+)\.so|cuda|nccl' |
   xargs -I{} cp -L {} .gpu/lib/
 cat > .gpu/run_gpu_tests.sh <<'RUN'

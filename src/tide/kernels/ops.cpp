@@ -38,6 +38,11 @@ constexpr DTypeRule kFloat{DType::F32, true};
 struct OpCheck {
   const char* op;
   const OpContext& ctx;
+  // On a CUDA context: the dtype of the float tensors (the first one checked, named here).
+  mutable DType storage_ = DType::F32;
+  mutable const char* storage_of_ = nullptr;
+
+  DType storage() const { return storage_; }
 
   // t must be allocated, of a dtype `rule` allows, and on the op's device.
   void tensor(const Tensor& t, const char* name, DTypeRule rule) const {
@@ -46,10 +51,18 @@ struct OpCheck {
     TIDE_CHECK(rule.allows(t.dtype),
                "{}: tensor '{}' has dtype {} but {} is required; convert it first", op, name,
                dtype_name(t.dtype), rule.str());
-    TIDE_CHECK(!ctx.device.is_cuda() || dtype_size(t.dtype) == 4,
-               "{}: tensor '{}' is {}, but the CUDA kernels take f32 tensors only so far; run "
-               "it with f32 tensors, or on the CPU",
-               op, name, dtype_name(t.dtype));
+    // A CUDA kernel is compiled per storage type, not per mix (cuda/cuda_ops.h): the float
+    // tensors of one call share the first one's dtype (the statistics, exactly f32, aside).
+    if (ctx.device.is_cuda() && rule.any_float) {
+      if (storage_of_ == nullptr) {
+        storage_ = t.dtype;
+        storage_of_ = name;
+      }
+      TIDE_CHECK(t.dtype == storage_,
+                 "{}: tensor '{}' is {} but tensor '{}' is {}; on a GPU the float tensors of one "
+                 "op share one dtype (the statistics stay f32): convert one of them first",
+                 op, name, dtype_name(t.dtype), storage_of_, dtype_name(storage_));
+    }
     TIDE_CHECK(t.device == ctx.device,
                "{}: tensor '{}' is on {} but the op runs on {}; move the tensor or run the op "
                "with a context for {}",
@@ -177,8 +190,8 @@ void embedding_forward(const OpContext& ctx, Tensor out, Tensor tokens, Tensor w
              T, wpe.dim(0), wpe.dim(0));
   ck.tensor(out, "out", kFloat, Shape{B, T, C}, "(B,T,C): B,T from tokens, C from wte");
   TIDE_RUN_ON_CUDA(
-      ck, ctx.cuda->embedding_forward(ctx, out.f32(), tokens.i32(), wte.f32(), wpe.f32(), as_int(B),
-                                      as_int(T), as_int(C), as_int(V)));
+      ck, ctx.cuda->embedding_forward(ctx, ck.storage(), out.data, tokens.i32(), wte.data, wpe.data,
+                                      as_int(B), as_int(T), as_int(C), as_int(V)));
   run_cpu_kernel(ck, [=] {
     const cpu::F32Buffer out_(out, /*widen=*/false), wte_(wte), wpe_(wpe);
     cpu::embedding_forward(out_.get(), tokens.i32(), wte_.get(), wpe_.get(), as_int(B), as_int(T),
@@ -203,8 +216,8 @@ void embedding_backward(const OpContext& ctx, Tensor dwte, Tensor dwpe, Tensor d
              T, dwpe.dim(0), dwpe.dim(0));
   ck.tensor(dout, "dout", kFloat, Shape{B, T, C}, "(B,T,C): B,T from tokens, C from dwte");
   TIDE_RUN_ON_CUDA(
-      ck, ctx.cuda->embedding_backward(ctx, dwte.f32(), dwpe.f32(), dout.f32(), tokens.i32(),
-                                       as_int(B), as_int(T), as_int(C), as_int(V)));
+      ck, ctx.cuda->embedding_backward(ctx, ck.storage(), dwte.data, dwpe.data, dout.data,
+                                       tokens.i32(), as_int(B), as_int(T), as_int(C), as_int(V)));
   run_cpu_kernel(ck, [=] {
     const cpu::F32Buffer dwte_(dwte), dwpe_(dwpe), dout_(dout);
     cpu::embedding_backward(dwte_.get(), dwpe_.get(), dout_.get(), tokens.i32(), as_int(B),
@@ -227,9 +240,9 @@ void layernorm_forward(const OpContext& ctx, Tensor out, Tensor mean, Tensor rst
   ck.tensor_numel(rstd, "rstd", DType::F32, N, "one per row of inp");
   ck.tensor(weight, "weight", kFloat, Shape{C}, "(C), C the last dim of inp");
   ck.tensor(bias, "bias", kFloat, Shape{C}, "(C), C the last dim of inp");
-  TIDE_RUN_ON_CUDA(ck,
-                   ctx.cuda->layernorm_forward(ctx, out.f32(), mean.f32(), rstd.f32(), inp.f32(),
-                                               weight.f32(), bias.f32(), N, as_int(C)));
+  TIDE_RUN_ON_CUDA(
+      ck, ctx.cuda->layernorm_forward(ctx, ck.storage(), out.data, mean.f32(), rstd.f32(), inp.data,
+                                      weight.data, bias.data, N, as_int(C)));
   run_cpu_kernel(ck, [=] {
     const cpu::F32Buffer out_(out, /*widen=*/false), inp_(inp), weight_(weight), bias_(bias);
     cpu::layernorm_forward(out_.get(), mean.f32(), rstd.f32(), inp_.get(), weight_.get(),
@@ -250,8 +263,8 @@ void layernorm_backward_input(const OpContext& ctx, Tensor dinp, Tensor dout, Te
   ck.tensor_numel(mean, "mean", DType::F32, N, "one per row of inp");
   ck.tensor_numel(rstd, "rstd", DType::F32, N, "one per row of inp");
   TIDE_RUN_ON_CUDA(
-      ck, ctx.cuda->layernorm_backward_input(ctx, dinp.f32(), dout.f32(), inp.f32(), weight.f32(),
-                                             mean.f32(), rstd.f32(), N, as_int(C)));
+      ck, ctx.cuda->layernorm_backward_input(ctx, ck.storage(), dinp.data, dout.data, inp.data,
+                                             weight.data, mean.f32(), rstd.f32(), N, as_int(C)));
   run_cpu_kernel(ck, [=] {
     const cpu::F32Buffer dinp_(dinp), dout_(dout), inp_(inp), weight_(weight);
     cpu::layernorm_backward_input(dinp_.get(), dout_.get(), inp_.get(), weight_.get(), mean.f32(),
@@ -271,9 +284,9 @@ void layernorm_backward_weight(const OpContext& ctx, Tensor dweight, Tensor dbia
   ck.tensor(dout, "dout", kFloat, inp.shape, "the shape of inp");
   ck.tensor_numel(mean, "mean", DType::F32, N, "one per row of inp");
   ck.tensor_numel(rstd, "rstd", DType::F32, N, "one per row of inp");
-  TIDE_RUN_ON_CUDA(
-      ck, ctx.cuda->layernorm_backward_weight(ctx, dweight.f32(), dbias.f32(), dout.f32(),
-                                              inp.f32(), mean.f32(), rstd.f32(), N, as_int(C)));
+  TIDE_RUN_ON_CUDA(ck, ctx.cuda->layernorm_backward_weight(ctx, ck.storage(), dweight.data,
+                                                           dbias.data, dout.data, inp.data,
+                                                           mean.f32(), rstd.f32(), N, as_int(C)));
   run_cpu_kernel(ck, [=] {
     const cpu::F32Buffer dweight_(dweight), dbias_(dbias), dout_(dout), inp_(inp);
     cpu::layernorm_backward_weight(dweight_.get(), dbias_.get(), dout_.get(), inp_.get(),
@@ -294,9 +307,9 @@ void matmul_forward(const OpContext& ctx, Tensor out, Tensor inp, Tensor weight,
   ck.tensor(weight, "weight", kFloat, Shape{OC, C}, "(OC,C), C the last dim of inp");
   if (bias.defined()) ck.tensor(bias, "bias", kFloat, Shape{OC}, "(OC), OC from weight");
   ck.tensor(out, "out", kFloat, with_last(inp, OC), "inp's shape with C replaced by OC");
-  TIDE_RUN_ON_CUDA(ck, ctx.cuda->matmul_forward(ctx, out.f32(), inp.f32(), weight.f32(),
-                                                bias.defined() ? bias.f32() : nullptr, N, as_int(C),
-                                                as_int(OC)));
+  TIDE_RUN_ON_CUDA(
+      ck, ctx.cuda->matmul_forward(ctx, ck.storage(), out.data, inp.data, weight.data,
+                                   bias.defined() ? bias.data : nullptr, N, as_int(C), as_int(OC)));
   run_cpu_kernel(ck, [=] {
     const cpu::F32Buffer bias_(bias), out_(out, /*widen=*/false), inp_(inp), weight_(weight);
     cpu::matmul_forward(out_.get(), inp_.get(), weight_.get(), bias_.get(), N, as_int(C),
@@ -313,8 +326,9 @@ void matmul_backward_input(const OpContext& ctx, Tensor dinp, Tensor dout, Tenso
   ck.rank(dout, "dout", 2, "(N,OC) or (B,T,OC)");
   ck.tensor(dout, "dout", kFloat, with_last(dout, OC), "last dim OC from weight (OC,C)");
   ck.tensor(dinp, "dinp", kFloat, with_last(dout, C), "dout's shape with OC replaced by C");
-  TIDE_RUN_ON_CUDA(ck, ctx.cuda->matmul_backward_input(ctx, dinp.f32(), dout.f32(), weight.f32(),
-                                                       rows(dout), as_int(C), as_int(OC)));
+  TIDE_RUN_ON_CUDA(
+      ck, ctx.cuda->matmul_backward_input(ctx, ck.storage(), dinp.data, dout.data, weight.data,
+                                          rows(dout), as_int(C), as_int(OC)));
   run_cpu_kernel(ck, [=] {
     const cpu::F32Buffer dinp_(dinp), dout_(dout), weight_(weight);
     cpu::matmul_backward_input(dinp_.get(), dout_.get(), weight_.get(), rows(dout), as_int(C),
@@ -334,8 +348,8 @@ void matmul_backward_weight(const OpContext& ctx, Tensor dweight, Tensor dbias, 
   if (dbias.defined()) ck.tensor(dbias, "dbias", kFloat, Shape{OC}, "(OC), OC from dweight");
   ck.tensor(dout, "dout", kFloat, with_last(inp, OC), "inp's shape with C replaced by OC");
   TIDE_RUN_ON_CUDA(ck, ctx.cuda->matmul_backward_weight(
-                           ctx, dweight.f32(), dbias.defined() ? dbias.f32() : nullptr, dout.f32(),
-                           inp.f32(), N, as_int(C), as_int(OC)));
+                           ctx, ck.storage(), dweight.data, dbias.defined() ? dbias.data : nullptr,
+                           dout.data, inp.data, N, as_int(C), as_int(OC)));
   run_cpu_kernel(ck, [=] {
     const cpu::F32Buffer dbias_(dbias), dweight_(dweight), dout_(dout), inp_(inp);
     cpu::matmul_backward_weight(dweight_.get(), dbias_.get(), dout_.get(), inp_.get(), N, as_int(C),
@@ -405,8 +419,8 @@ void attention_forward(const OpContext& ctx, Tensor out, Tensor preatt, Tensor a
   const int64_t B = dims.B, T = dims.T, C = dims.C;
   ck.tensor(out, "out", kFloat, Shape{B, T, C}, "(B,T,C), C = qkv's last dim / 3");
   TIDE_RUN_ON_CUDA(
-      ck, ctx.cuda->attention_forward(ctx, out.f32(), preatt.f32(), att.f32(), qkv.f32(), as_int(B),
-                                      as_int(T), as_int(C), n_head, dropout));
+      ck, ctx.cuda->attention_forward(ctx, ck.storage(), out.data, preatt.data, att.data, qkv.data,
+                                      as_int(B), as_int(T), as_int(C), n_head, dropout));
   run_cpu_kernel(ck, [=] {
     const cpu::F32Buffer out_(out, /*widen=*/false), preatt_(preatt, /*widen=*/false),
         att_(att, /*widen=*/false), qkv_(qkv);
@@ -426,9 +440,9 @@ void attention_backward(const OpContext& ctx, Tensor dqkv, Tensor dout, Tensor q
   const int64_t B = dims.B, T = dims.T, C = dims.C;
   ck.tensor(dqkv, "dqkv", kFloat, qkv.shape, "the shape of qkv");
   ck.tensor(dout, "dout", kFloat, Shape{B, T, C}, "(B,T,C), C = qkv's last dim / 3");
-  TIDE_RUN_ON_CUDA(ck, ctx.cuda->attention_backward(ctx, dqkv.f32(), dout.f32(), qkv.f32(),
-                                                    preatt.f32(), att.f32(), as_int(B), as_int(T),
-                                                    as_int(C), n_head, dropout));
+  TIDE_RUN_ON_CUDA(ck, ctx.cuda->attention_backward(ctx, ck.storage(), dqkv.data, dout.data,
+                                                    qkv.data, preatt.data, att.data, as_int(B),
+                                                    as_int(T), as_int(C), n_head, dropout));
   run_cpu_kernel(ck, [=] {
     const cpu::F32Buffer dqkv_(dqkv), dout_(dout), qkv_(qkv), preatt_(preatt), att_(att);
     cpu::attention_backward(dqkv_.get(), dout_.get(), qkv_.get(), preatt_.get(), att_.get(),
@@ -443,7 +457,7 @@ void gelu_forward(const OpContext& ctx, Tensor out, Tensor inp) {
   const OpCheck ck{"gelu_forward", ctx};
   ck.tensor(inp, "inp", kFloat);
   ck.tensor(out, "out", kFloat, inp.shape, "the shape of inp");
-  TIDE_RUN_ON_CUDA(ck, ctx.cuda->gelu_forward(ctx, out.f32(), inp.f32(), inp.numel()));
+  TIDE_RUN_ON_CUDA(ck, ctx.cuda->gelu_forward(ctx, ck.storage(), out.data, inp.data, inp.numel()));
   run_cpu_kernel(ck, [=] {
     const cpu::F32Buffer out_(out, /*widen=*/false), inp_(inp);
     cpu::gelu_forward(out_.get(), inp_.get(), inp.numel());
@@ -456,8 +470,8 @@ void gelu_backward(const OpContext& ctx, Tensor dinp, Tensor dout, Tensor inp) {
   ck.tensor(inp, "inp", kFloat);
   ck.tensor(dinp, "dinp", kFloat, inp.shape, "the shape of inp");
   ck.tensor(dout, "dout", kFloat, inp.shape, "the shape of inp");
-  TIDE_RUN_ON_CUDA(ck,
-                   ctx.cuda->gelu_backward(ctx, dinp.f32(), dout.f32(), inp.f32(), inp.numel()));
+  TIDE_RUN_ON_CUDA(
+      ck, ctx.cuda->gelu_backward(ctx, ck.storage(), dinp.data, dout.data, inp.data, inp.numel()));
   run_cpu_kernel(ck, [=] {
     const cpu::F32Buffer dinp_(dinp), dout_(dout), inp_(inp);
     cpu::gelu_backward(dinp_.get(), dout_.get(), inp_.get(), inp.numel());
@@ -470,7 +484,8 @@ void residual_forward(const OpContext& ctx, Tensor out, Tensor a, Tensor b) {
   ck.tensor(a, "a", kFloat);
   ck.tensor(b, "b", kFloat, a.shape, "the shape of a");
   ck.tensor(out, "out", kFloat, a.shape, "the shape of a");
-  TIDE_RUN_ON_CUDA(ck, ctx.cuda->residual_forward(ctx, out.f32(), a.f32(), b.f32(), a.numel()));
+  TIDE_RUN_ON_CUDA(
+      ck, ctx.cuda->residual_forward(ctx, ck.storage(), out.data, a.data, b.data, a.numel()));
   run_cpu_kernel(ck, [=] {
     const cpu::F32Buffer out_(out, /*widen=*/false), a_(a), b_(b);
     cpu::residual_forward(out_.get(), a_.get(), b_.get(), a.numel());
@@ -483,8 +498,8 @@ void residual_backward(const OpContext& ctx, Tensor da, Tensor db, Tensor dout) 
   ck.tensor(dout, "dout", kFloat);
   ck.tensor(da, "da", kFloat, dout.shape, "the shape of dout");
   ck.tensor(db, "db", kFloat, dout.shape, "the shape of dout");
-  TIDE_RUN_ON_CUDA(ck,
-                   ctx.cuda->residual_backward(ctx, da.f32(), db.f32(), dout.f32(), dout.numel()));
+  TIDE_RUN_ON_CUDA(ck, ctx.cuda->residual_backward(ctx, ck.storage(), da.data, db.data, dout.data,
+                                                   dout.numel()));
   run_cpu_kernel(ck, [=] {
     const cpu::F32Buffer da_(da), db_(db), dout_(dout);
     cpu::residual_backward(da_.get(), db_.get(), dout_.get(), dout.numel());
@@ -517,7 +532,8 @@ void dropout_forward(const OpContext& ctx, Tensor out, Tensor inp, const Dropout
   const std::array<int64_t, 3> dims = check_dropout(ck, inp, "inp", dropout);
   const int64_t B = dims[0], T = dims[1], W = dims[2];  // captured below (no bindings: clang < 16)
   ck.tensor(out, "out", kFloat, inp.shape, "the shape of inp");
-  TIDE_RUN_ON_CUDA(ck, ctx.cuda->dropout_forward(ctx, out.f32(), inp.f32(), B, T, W, dropout));
+  TIDE_RUN_ON_CUDA(
+      ck, ctx.cuda->dropout_forward(ctx, ck.storage(), out.data, inp.data, B, T, W, dropout));
   run_cpu_kernel(ck, [=] {
     const cpu::F32Buffer out_(out, /*widen=*/false), inp_(inp);
     cpu::dropout_forward(out_.get(), inp_.get(), B, T, W, dropout);
@@ -530,7 +546,8 @@ void dropout_backward(const OpContext& ctx, Tensor dinp, Tensor dout, const Drop
   const std::array<int64_t, 3> dims = check_dropout(ck, dout, "dout", dropout);
   const int64_t B = dims[0], T = dims[1], W = dims[2];  // captured below (no bindings: clang < 16)
   ck.tensor(dinp, "dinp", kFloat, dout.shape, "the shape of dout");
-  TIDE_RUN_ON_CUDA(ck, ctx.cuda->dropout_backward(ctx, dinp.f32(), dout.f32(), B, T, W, dropout));
+  TIDE_RUN_ON_CUDA(
+      ck, ctx.cuda->dropout_backward(ctx, ck.storage(), dinp.data, dout.data, B, T, W, dropout));
   run_cpu_kernel(ck, [=] {
     const cpu::F32Buffer dinp_(dinp), dout_(dout);
     cpu::dropout_backward(dinp_.get(), dout_.get(), B, T, W, dropout);
@@ -546,9 +563,9 @@ void crossentropy_forward(const OpContext& ctx, Tensor losses, Tensor logits, Te
   ck.tensor(logits, "logits", kFloat);
   ck.tensor(targets, "targets", DType::I32, leading(logits), "logits' shape without V");
   ck.tensor(losses, "losses", DType::F32, leading(logits), "logits' shape without V");
-  TIDE_RUN_ON_CUDA(ck,
-                   ctx.cuda->crossentropy_forward(ctx, losses.f32(), logits.f32(), targets.i32(),
-                                                  rows(logits), as_int(logits.dim(-1))));
+  TIDE_RUN_ON_CUDA(
+      ck, ctx.cuda->crossentropy_forward(ctx, ck.storage(), losses.f32(), logits.data,
+                                         targets.i32(), rows(logits), as_int(logits.dim(-1))));
   run_cpu_kernel(ck, [=] {
     const cpu::F32Buffer logits_(logits);
     cpu::crossentropy_forward(losses.f32(), logits_.get(), targets.i32(), rows(logits),
@@ -563,9 +580,9 @@ void crossentropy_backward(const OpContext& ctx, Tensor dlogits, Tensor logits, 
   ck.tensor(logits, "logits", kFloat);
   ck.tensor(targets, "targets", DType::I32, leading(logits), "logits' shape without V");
   ck.tensor(dlogits, "dlogits", kFloat, logits.shape, "the shape of logits");
-  TIDE_RUN_ON_CUDA(ck,
-                   ctx.cuda->crossentropy_backward(ctx, dlogits.f32(), logits.f32(), targets.i32(),
-                                                   rows(logits), as_int(logits.dim(-1)), dloss));
+  TIDE_RUN_ON_CUDA(ck, ctx.cuda->crossentropy_backward(ctx, ck.storage(), dlogits.data, logits.data,
+                                                       targets.i32(), rows(logits),
+                                                       as_int(logits.dim(-1)), dloss));
   run_cpu_kernel(ck, [=] {
     // In place (dlogits aliasing logits, as the model calls it): one working copy serves both.
     const bool in_place = dlogits.data == logits.data;

@@ -18,8 +18,9 @@
 //    with f32 weights, say), except the statistics (layernorm's mean and rstd, cross-entropy's
 //    losses), which are f32. The CPU kernels compute in f32 whatever the storage and round
 //    each written 16-bit tensor to nearest-even once (cpu/f32_buffer.h); backward ops
-//    accumulate into a 16-bit gradient the same way. The CUDA kernels take f32 only so far
-//    (a 16-bit tensor on a GPU context is refused).
+//    accumulate into a 16-bit gradient the same way. The CUDA kernels take the same dtypes
+//    and rounding, one dtype per call: on a GPU the float tensors of an op share one dtype
+//    (a mix is refused, naming both tensors).
 
 #include <cstdint>
 #include <memory>

@@ -11,7 +11,12 @@
 // The GEMMs compute the full T x T products, upper triangle included (then zeroed or unused):
 // twice the necessary flops, the price of using plain cuBLAS. A flash-attention forward
 // (no T x T buffer) is the natural replacement once the op API stops requiring preatt/att.
+//
+// 16-bit storage: everything between the storage tensors is f32 (q, k, v, the scores, the
+// probabilities), as in the CPU reference; preatt and att are rounded copies written by the
+// softmax, and att @ v uses the f32 probabilities. The backward widens att into scratch.
 #include <cmath>
+#include <type_traits>
 
 #include "tide/kernels/cuda/common.cuh"
 #include "tide/kernels/cuda/context.h"
@@ -64,10 +69,21 @@ __device__ __forceinline__ uint64_t row_counter(const DropoutParams& d, int64_t 
   return attention_dropout_row_counter(d, bh / NH, bh % NH, row % T);
 }
 
+// dst(n) = src(n) in f32.
+template <typename S>
+__global__ void widen_kernel(float* dst, const S* src, int64_t n) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) dst[i] = to_f32(src[i]);
+}
+
 // One warp per row (b,h,t) of the (B,NH,T,T) buffers. preatt holds the scaled scores on
 // entry (written by the GEMM) and the probabilities on exit; att gets them after dropout.
-__global__ void causal_softmax_forward_kernel(float* preatt, float* att, int64_t n_rows, int T,
-                                              int NH, DropoutParams dropout) {
+// With 16-bit storage (S not float), preatt and att are f32 scratch and the kernel also writes
+// their rounded copies to preatt_out and att_out (null with f32 storage).
+template <typename S>
+__global__ void causal_softmax_forward_kernel(float* preatt, float* att, S* preatt_out, S* att_out,
+                                              int64_t n_rows, int T, int NH,
+                                              DropoutParams dropout) {
   const int lane = threadIdx.x % kWarpSize;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarpSize;
   if (row >= n_rows) return;
@@ -90,13 +106,18 @@ __global__ void causal_softmax_forward_kernel(float* preatt, float* att, int64_t
       p[t2] = 0.0f;
       a[t2] = 0.0f;
     }
+    if (preatt_out != nullptr) {
+      preatt_out[row * T + t2] = from_f32<S>(p[t2]);
+      att_out[row * T + t2] = from_f32<S>(a[t2]);
+    }
   }
 }
 
 // One warp per row: on entry dscore holds datt = dout_h @ v^T; on exit the gradient of the
 // scaled scores, probs * (dprobs - sum_j probs_j dprobs_j) * scale with dprobs = datt * mask,
 // and 0 above the diagonal.
-__global__ void causal_softmax_backward_kernel(float* dscore, const float* preatt, int64_t n_rows,
+template <typename S>
+__global__ void causal_softmax_backward_kernel(float* dscore, const S* preatt, int64_t n_rows,
                                                int T, int NH, float scale, DropoutParams dropout) {
   const int lane = threadIdx.x % kWarpSize;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarpSize;
@@ -104,16 +125,16 @@ __global__ void causal_softmax_backward_kernel(float* dscore, const float* preat
   const int t = static_cast<int>(row % T);
   const uint64_t c0 = row_counter(dropout, row, T, NH);
   float* ds = dscore + row * T;
-  const float* probs = preatt + row * T;
+  const S* probs = preatt + row * T;
   float dot = 0.0f;
   for (int t2 = lane; t2 <= t; t2 += kWarpSize) {
     const float dprob = ds[t2] * dropout_multiplier(dropout, c0 + static_cast<uint64_t>(t2));
     ds[t2] = dprob;  // each lane rereads only its own entries below
-    dot += probs[t2] * dprob;
+    dot += to_f32(probs[t2]) * dprob;
   }
   dot = warp_sum(dot);
   for (int t2 = lane; t2 < T; t2 += kWarpSize)
-    ds[t2] = t2 <= t ? probs[t2] * (ds[t2] - dot) * scale : 0.0f;
+    ds[t2] = t2 <= t ? to_f32(probs[t2]) * (ds[t2] - dot) * scale : 0.0f;
 }
 
 // Column-major strided-batched SGEMM: for each of `batch` matrices,
@@ -129,56 +150,62 @@ void sgemm_batched(const OpContext& ctx, bool trans_a, bool trans_b, int m, int 
       &alpha, A, lda, stride_a, B, ldb, stride_b, &beta, C, ldc, stride_c, batch));
 }
 
-}  // namespace
-
-void attention_forward(const OpContext& ctx, float* out, float* preatt, float* att,
-                       const float* qkv, int B, int T, int C, int NH, const DropoutSpec& dropout) {
-  const Dims d{B, T, C, NH, C / NH};
+// The forward for storage type S (float, __nv_bfloat16 or __half).
+template <typename S>
+void attention_forward_as(const OpContext& ctx, S* out, S* preatt, S* att, const S* qkv,
+                          const Dims& d, const DropoutSpec& dropout) {
+  constexpr bool kF32 = std::is_same_v<S, float>;
   const int64_t n = d.head_elems();
-  if (n == 0) return;
   CudaHandles& h = handles_of(ctx);
   const cudaStream_t stream = stream_of(ctx);
-  // Scratch: q, k, v, y, each (B,NH,T,HS).
-  float* q = static_cast<float*>(h.scratch(4 * n * sizeof(float)));
+  const int B = d.B, T = d.T, C = d.C, NH = d.NH, batch = B * NH, HS = d.HS;
+  const int64_t head = static_cast<int64_t>(T) * HS, tt = static_cast<int64_t>(T) * T;
+  const int64_t n_rows = static_cast<int64_t>(batch) * T;
+  // Scratch: q, k, v, y, each (B,NH,T,HS); with 16-bit storage also the f32 scores and
+  // probabilities (B,NH,T,T) twice.
+  const int64_t n_probs = kF32 ? 0 : 2 * n_rows * T;
+  float* q = static_cast<float*>(h.scratch((4 * n + n_probs) * sizeof(float)));
   float* k = q + n;
   float* v = k + n;
   float* y = v + n;
+  float* probs = kF32 ? reinterpret_cast<float*>(preatt) : y + n;
+  float* dropped = kF32 ? reinterpret_cast<float*>(att) : probs + n_rows * T;
   const unsigned int grid = ceil_div(n, kBlock);
-  split_heads_kernel<float><<<grid, kBlock, 0, stream>>>(q, qkv, d, 3 * C, 0);
-  split_heads_kernel<float><<<grid, kBlock, 0, stream>>>(k, qkv, d, 3 * C, C);
-  split_heads_kernel<float><<<grid, kBlock, 0, stream>>>(v, qkv, d, 3 * C, 2 * C);
+  split_heads_kernel<S><<<grid, kBlock, 0, stream>>>(q, qkv, d, 3 * C, 0);
+  split_heads_kernel<S><<<grid, kBlock, 0, stream>>>(k, qkv, d, 3 * C, C);
+  split_heads_kernel<S><<<grid, kBlock, 0, stream>>>(v, qkv, d, 3 * C, 2 * C);
   TIDE_CUDA_CHECK_LAUNCH();
 
-  const int batch = B * NH, HS = d.HS;
-  const int64_t head = static_cast<int64_t>(T) * HS, tt = static_cast<int64_t>(T) * T;
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
-  // preatt(T,T) = scale * q(T,HS) @ k(T,HS)^T per head (the scores, softmaxed in place next).
-  sgemm_batched(ctx, true, false, T, T, HS, scale, k, HS, head, q, HS, head, 0.0f, preatt, T, tt,
+  // probs(T,T) = scale * q(T,HS) @ k(T,HS)^T per head (the scores, softmaxed in place next).
+  sgemm_batched(ctx, true, false, T, T, HS, scale, k, HS, head, q, HS, head, 0.0f, probs, T, tt,
                 batch);
-  const int64_t n_rows = static_cast<int64_t>(batch) * T;
-  causal_softmax_forward_kernel<<<ceil_div(n_rows, kRowsPerBlock), kBlock, 0, stream>>>(
-      preatt, att, n_rows, T, NH, dropout_params(dropout, T, NH));
+  causal_softmax_forward_kernel<S><<<ceil_div(n_rows, kRowsPerBlock), kBlock, 0, stream>>>(
+      probs, dropped, kF32 ? nullptr : preatt, kF32 ? nullptr : att, n_rows, T, NH,
+      dropout_params(dropout, T, NH));
   TIDE_CUDA_CHECK_LAUNCH();
   // y(T,HS) = att(T,T) @ v(T,HS) per head.
-  sgemm_batched(ctx, false, false, HS, T, T, 1.0f, v, HS, head, att, T, tt, 0.0f, y, HS, head,
+  sgemm_batched(ctx, false, false, HS, T, T, 1.0f, v, HS, head, dropped, T, tt, 0.0f, y, HS, head,
                 batch);
-  merge_heads_kernel<float, false><<<grid, kBlock, 0, stream>>>(out, y, d, C, 0);
+  merge_heads_kernel<S, false><<<grid, kBlock, 0, stream>>>(out, y, d, C, 0);
   TIDE_CUDA_CHECK_LAUNCH();
 }
 
-void attention_backward(const OpContext& ctx, float* dqkv, const float* dout, const float* qkv,
-                        const float* preatt, const float* att, int B, int T, int C, int NH,
-                        const DropoutSpec& dropout) {
-  const Dims d{B, T, C, NH, C / NH};
+template <typename S>
+void attention_backward_as(const OpContext& ctx, S* dqkv, const S* dout, const S* qkv,
+                           const S* preatt, const S* att, const Dims& d,
+                           const DropoutSpec& dropout) {
+  constexpr bool kF32 = std::is_same_v<S, float>;
   const int64_t n = d.head_elems();
-  if (n == 0) return;
   CudaHandles& h = handles_of(ctx);
   const cudaStream_t stream = stream_of(ctx);
-  const int batch = B * NH, HS = d.HS;
+  const int B = d.B, T = d.T, C = d.C, NH = d.NH, batch = B * NH, HS = d.HS;
   const int64_t head = static_cast<int64_t>(T) * HS, tt = static_cast<int64_t>(T) * T;
   const int64_t n_rows = static_cast<int64_t>(batch) * T;
-  // Scratch: q, k, v, dy, dq, dk, dv, each (B,NH,T,HS), and dscore (B,NH,T,T).
-  float* q = static_cast<float*>(h.scratch((7 * n + n_rows * T) * sizeof(float)));
+  // Scratch: q, k, v, dy, dq, dk, dv, each (B,NH,T,HS), dscore (B,NH,T,T), and with 16-bit
+  // storage att widened to f32 (B,NH,T,T).
+  const int64_t n_att = kF32 ? 0 : n_rows * T;
+  float* q = static_cast<float*>(h.scratch((7 * n + n_rows * T + n_att) * sizeof(float)));
   float* k = q + n;
   float* v = k + n;
   float* dy = v + n;
@@ -186,21 +213,27 @@ void attention_backward(const OpContext& ctx, float* dqkv, const float* dout, co
   float* dk = dq + n;
   float* dv = dk + n;
   float* dscore = dv + n;
+  const float* att32 = reinterpret_cast<const float*>(att);
+  if constexpr (!kF32) {
+    float* widened = dscore + n_rows * T;
+    widen_kernel<S><<<ceil_div(n_rows * T, kBlock), kBlock, 0, stream>>>(widened, att, n_rows * T);
+    att32 = widened;
+  }
   const unsigned int grid = ceil_div(n, kBlock);
-  split_heads_kernel<float><<<grid, kBlock, 0, stream>>>(q, qkv, d, 3 * C, 0);
-  split_heads_kernel<float><<<grid, kBlock, 0, stream>>>(k, qkv, d, 3 * C, C);
-  split_heads_kernel<float><<<grid, kBlock, 0, stream>>>(v, qkv, d, 3 * C, 2 * C);
-  split_heads_kernel<float><<<grid, kBlock, 0, stream>>>(dy, dout, d, C, 0);
+  split_heads_kernel<S><<<grid, kBlock, 0, stream>>>(q, qkv, d, 3 * C, 0);
+  split_heads_kernel<S><<<grid, kBlock, 0, stream>>>(k, qkv, d, 3 * C, C);
+  split_heads_kernel<S><<<grid, kBlock, 0, stream>>>(v, qkv, d, 3 * C, 2 * C);
+  split_heads_kernel<S><<<grid, kBlock, 0, stream>>>(dy, dout, d, C, 0);
   TIDE_CUDA_CHECK_LAUNCH();
 
   // y = att @ v:  datt(T,T) = dy(T,HS) @ v(T,HS)^T,  dv(T,HS) = att(T,T)^T @ dy(T,HS).
   sgemm_batched(ctx, true, false, T, T, HS, 1.0f, v, HS, head, dy, HS, head, 0.0f, dscore, T, tt,
                 batch);
-  sgemm_batched(ctx, false, true, HS, T, T, 1.0f, dy, HS, head, att, T, tt, 0.0f, dv, HS, head,
+  sgemm_batched(ctx, false, true, HS, T, T, 1.0f, dy, HS, head, att32, T, tt, 0.0f, dv, HS, head,
                 batch);
   // Through dropout and softmax: datt -> dscore (scaled-score gradient, scale included).
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
-  causal_softmax_backward_kernel<<<ceil_div(n_rows, kRowsPerBlock), kBlock, 0, stream>>>(
+  causal_softmax_backward_kernel<S><<<ceil_div(n_rows, kRowsPerBlock), kBlock, 0, stream>>>(
       dscore, preatt, n_rows, T, NH, scale, dropout_params(dropout, T, NH));
   TIDE_CUDA_CHECK_LAUNCH();
   // scores = q @ k^T:  dq(T,HS) = dscore(T,T) @ k(T,HS),  dk(T,HS) = dscore(T,T)^T @ q(T,HS).
@@ -209,10 +242,36 @@ void attention_backward(const OpContext& ctx, float* dqkv, const float* dout, co
   sgemm_batched(ctx, false, true, HS, T, T, 1.0f, q, HS, head, dscore, T, tt, 0.0f, dk, HS, head,
                 batch);
   // dqkv += the three gradients, back in the (B,T,3C) layout.
-  merge_heads_kernel<float, true><<<grid, kBlock, 0, stream>>>(dqkv, dq, d, 3 * C, 0);
-  merge_heads_kernel<float, true><<<grid, kBlock, 0, stream>>>(dqkv, dk, d, 3 * C, C);
-  merge_heads_kernel<float, true><<<grid, kBlock, 0, stream>>>(dqkv, dv, d, 3 * C, 2 * C);
+  merge_heads_kernel<S, true><<<grid, kBlock, 0, stream>>>(dqkv, dq, d, 3 * C, 0);
+  merge_heads_kernel<S, true><<<grid, kBlock, 0, stream>>>(dqkv, dk, d, 3 * C, C);
+  merge_heads_kernel<S, true><<<grid, kBlock, 0, stream>>>(dqkv, dv, d, 3 * C, 2 * C);
   TIDE_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void attention_forward(const OpContext& ctx, DType dtype, void* out, void* preatt, void* att,
+                       const void* qkv, int B, int T, int C, int NH, const DropoutSpec& dropout) {
+  const Dims d{B, T, C, NH, C / NH};
+  if (d.head_elems() == 0) return;
+  with_storage_type(dtype, [&](auto tag) {
+    using S = decltype(tag);
+    attention_forward_as<S>(ctx, static_cast<S*>(out), static_cast<S*>(preatt),
+                            static_cast<S*>(att), static_cast<const S*>(qkv), d, dropout);
+  });
+}
+
+void attention_backward(const OpContext& ctx, DType dtype, void* dqkv, const void* dout,
+                        const void* qkv, const void* preatt, const void* att, int B, int T, int C,
+                        int NH, const DropoutSpec& dropout) {
+  const Dims d{B, T, C, NH, C / NH};
+  if (d.head_elems() == 0) return;
+  with_storage_type(dtype, [&](auto tag) {
+    using S = decltype(tag);
+    attention_backward_as<S>(ctx, static_cast<S*>(dqkv), static_cast<const S*>(dout),
+                             static_cast<const S*>(qkv), static_cast<const S*>(preatt),
+                             static_cast<const S*>(att), d, dropout);
+  });
 }
 
 }  // namespace tide::cuda

@@ -2,14 +2,18 @@
 // Shared device helpers of the CUDA kernels: storage-type loads/stores, deterministic warp
 // and block reductions, launch helpers. Internal to tide_kernels' .cu files.
 //
-// Storage types: kernels are templates over the element type T of their tensors and compute
-// in f32 (or f64 where the CPU reference does). Only T = float is instantiated today; bf16
-// needs to_f32/from_f32 overloads for __nv_bfloat16 and an instantiation per kernel.
+// Storage types: kernels are templates over the element type T of their float tensors (float,
+// __nv_bfloat16, __half) and compute in f32 (or f64 where the CPU reference does); a 16-bit
+// result is rounded to nearest-even once, as the CPU reference (cpu/f32_buffer.h) rounds it.
+// The statistics (layernorm's mean and rstd, cross-entropy's losses) are f32 in every case.
+// with_storage_type turns the op's DType into T at the entry points.
 //
 // Determinism: every reduction here combines values in an order fixed by the block size and
 // the data size only (shuffle trees, then shared memory in warp order), never by timing, so a
 // kernel gives the same bits on every run. No kernel uses floating-point atomics.
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -30,6 +34,39 @@ __device__ __forceinline__ T from_f32(float x);
 template <>
 __device__ __forceinline__ float from_f32<float>(float x) {
   return x;
+}
+__device__ __forceinline__ float to_f32(__nv_bfloat16 x) {
+  return __bfloat162float(x);
+}
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float x) {
+  return __float2bfloat16_rn(x);
+}
+__device__ __forceinline__ float to_f32(__half x) {
+  return __half2float(x);
+}
+template <>
+__device__ __forceinline__ __half from_f32<__half>(float x) {
+  return __float2half_rn(x);
+}
+
+// Calls f(T{}) with T the storage type of `dtype`: float, __nv_bfloat16 or __half (ops.cpp
+// admits nothing else to a CUDA kernel).
+template <typename F>
+void with_storage_type(DType dtype, F&& f) {
+  switch (dtype) {
+    case DType::F32:
+      f(float{});
+      return;
+    case DType::BF16:
+      f(__nv_bfloat16{});
+      return;
+    case DType::F16:
+      f(__half{});
+      return;
+    default:
+      TIDE_FAIL("CUDA kernels: storage dtype {} is not a float type", dtype_name(dtype));
+  }
 }
 
 // Sum / max over the 32 lanes of a warp (butterfly: every lane gets the result).

@@ -84,21 +84,25 @@ __global__ void crossentropy_backward_kernel(T* dlogits, const T* logits, const 
 
 }  // namespace
 
-void crossentropy_forward(const OpContext& ctx, float* losses, const float* logits,
+void crossentropy_forward(const OpContext& ctx, DType dtype, float* losses, const void* logits,
                           const int32_t* targets, int64_t N, int V) {
-  const cudaStream_t stream = stream_of(ctx);
   if (N == 0) return;
-  crossentropy_forward_kernel<float>
-      <<<static_cast<unsigned int>(N), kBlock, 0, stream>>>(losses, logits, targets, V);
+  with_storage_type(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    crossentropy_forward_kernel<T><<<static_cast<unsigned int>(N), kBlock, 0, stream_of(ctx)>>>(
+        losses, static_cast<const T*>(logits), targets, V);
+  });
   TIDE_CUDA_CHECK_LAUNCH();
 }
 
-void crossentropy_backward(const OpContext& ctx, float* dlogits, const float* logits,
+void crossentropy_backward(const OpContext& ctx, DType dtype, void* dlogits, const void* logits,
                            const int32_t* targets, int64_t N, int V, float dloss) {
-  const cudaStream_t stream = stream_of(ctx);
   if (N == 0) return;
-  crossentropy_backward_kernel<float>
-      <<<static_cast<unsigned int>(N), kBlock, 0, stream>>>(dlogits, logits, targets, V, dloss);
+  with_storage_type(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    crossentropy_backward_kernel<T><<<static_cast<unsigned int>(N), kBlock, 0, stream_of(ctx)>>>(
+        static_cast<T*>(dlogits), static_cast<const T*>(logits), targets, V, dloss);
+  });
   TIDE_CUDA_CHECK_LAUNCH();
 }
 

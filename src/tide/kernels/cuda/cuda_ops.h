@@ -16,6 +16,11 @@
 // on the same GPU give the same bits. They are NOT bitwise equal to the CPU results (other
 // summation orders, expf instead of glibc exp); the GPU tests compare within f32 tolerances.
 //
+// Storage: the float tensors of one call share one dtype, `dtype` (f32, bf16 or f16; ops.cpp
+// checks it), passed as untyped pointers; the statistics (mean, rstd, losses) are float* in
+// every dtype. The kernels compute in f32 and round a 16-bit result to nearest-even once, as
+// the CPU reference does.
+//
 // Built into the CUDA module (core/cuda_module.h); ops.cpp reaches these through the module's
 // CudaKernelTable (cuda_table.h). C++17-clean and free of CUDA headers.
 
@@ -45,60 +50,62 @@ void synchronize_event(void* event);
 void synchronize_stream(const OpContext& ctx);
 
 // out(B,T,C) = wte[tokens(B,T)] + wpe[t]; a token outside [0, V) gives a NaN row.
-void embedding_forward(const OpContext& ctx, float* out, const int32_t* tokens, const float* wte,
-                       const float* wpe, int B, int T, int C, int V);
+void embedding_forward(const OpContext& ctx, DType dtype, void* out, const int32_t* tokens,
+                       const void* wte, const void* wpe, int B, int T, int C, int V);
 // dwte(V,C) += scatter of dout rows by token, dwpe(T,C) += sum over b of dout.
-void embedding_backward(const OpContext& ctx, float* dwte, float* dwpe, const float* dout,
+void embedding_backward(const OpContext& ctx, DType dtype, void* dwte, void* dwpe, const void* dout,
                         const int32_t* tokens, int B, int T, int C, int V);
 
 // out(N,C), mean(N), rstd(N) from inp(N,C), weight(C), bias(C).
-void layernorm_forward(const OpContext& ctx, float* out, float* mean, float* rstd, const float* inp,
-                       const float* weight, const float* bias, int64_t N, int C);
-void layernorm_backward_input(const OpContext& ctx, float* dinp, const float* dout,
-                              const float* inp, const float* weight, const float* mean,
+void layernorm_forward(const OpContext& ctx, DType dtype, void* out, float* mean, float* rstd,
+                       const void* inp, const void* weight, const void* bias, int64_t N, int C);
+void layernorm_backward_input(const OpContext& ctx, DType dtype, void* dinp, const void* dout,
+                              const void* inp, const void* weight, const float* mean,
                               const float* rstd, int64_t N, int C);
-void layernorm_backward_weight(const OpContext& ctx, float* dweight, float* dbias,
-                               const float* dout, const float* inp, const float* mean,
+void layernorm_backward_weight(const OpContext& ctx, DType dtype, void* dweight, void* dbias,
+                               const void* dout, const void* inp, const float* mean,
                                const float* rstd, int64_t N, int C);
 
 // out(N,OC) = inp(N,C) @ weight(OC,C)^T + bias(OC); bias may be null.
-void matmul_forward(const OpContext& ctx, float* out, const float* inp, const float* weight,
-                    const float* bias, int64_t N, int C, int OC);
+void matmul_forward(const OpContext& ctx, DType dtype, void* out, const void* inp,
+                    const void* weight, const void* bias, int64_t N, int C, int OC);
 // dinp(N,C) += dout(N,OC) @ weight(OC,C)
-void matmul_backward_input(const OpContext& ctx, float* dinp, const float* dout,
-                           const float* weight, int64_t N, int C, int OC);
+void matmul_backward_input(const OpContext& ctx, DType dtype, void* dinp, const void* dout,
+                           const void* weight, int64_t N, int C, int OC);
 // dweight(OC,C) += dout^T @ inp, dbias(OC) += column sums of dout (dbias may be null).
-void matmul_backward_weight(const OpContext& ctx, float* dweight, float* dbias, const float* dout,
-                            const float* inp, int64_t N, int C, int OC);
+void matmul_backward_weight(const OpContext& ctx, DType dtype, void* dweight, void* dbias,
+                            const void* dout, const void* inp, int64_t N, int C, int OC);
 
 // qkv(B,T,3C) -> out(B,T,C); preatt(B,NH,T,T) softmax probabilities, att(B,NH,T,T) after
 // dropout. Uses scratch for q, k, v and the output in (B,NH,T,HS) layout.
-void attention_forward(const OpContext& ctx, float* out, float* preatt, float* att,
-                       const float* qkv, int B, int T, int C, int NH, const DropoutSpec& dropout);
+void attention_forward(const OpContext& ctx, DType dtype, void* out, void* preatt, void* att,
+                       const void* qkv, int B, int T, int C, int NH, const DropoutSpec& dropout);
 // dqkv(B,T,3C) += gradient of out w.r.t. qkv. Uses scratch for q, k, v, dout, dq, dk, dv in
 // (B,NH,T,HS) layout and one (B,NH,T,T) buffer for the attention-score gradient.
-void attention_backward(const OpContext& ctx, float* dqkv, const float* dout, const float* qkv,
-                        const float* preatt, const float* att, int B, int T, int C, int NH,
-                        const DropoutSpec& dropout);
+void attention_backward(const OpContext& ctx, DType dtype, void* dqkv, const void* dout,
+                        const void* qkv, const void* preatt, const void* att, int B, int T, int C,
+                        int NH, const DropoutSpec& dropout);
 
-void gelu_forward(const OpContext& ctx, float* out, const float* inp, int64_t n);
-void gelu_backward(const OpContext& ctx, float* dinp, const float* dout, const float* inp,
+void gelu_forward(const OpContext& ctx, DType dtype, void* out, const void* inp, int64_t n);
+void gelu_backward(const OpContext& ctx, DType dtype, void* dinp, const void* dout, const void* inp,
                    int64_t n);
-void residual_forward(const OpContext& ctx, float* out, const float* a, const float* b, int64_t n);
-void residual_backward(const OpContext& ctx, float* da, float* db, const float* dout, int64_t n);
+void residual_forward(const OpContext& ctx, DType dtype, void* out, const void* a, const void* b,
+                      int64_t n);
+void residual_backward(const OpContext& ctx, DType dtype, void* da, void* db, const void* dout,
+                       int64_t n);
 // out(B,T,W) = inp * mask / (1-p), counters from the spec's global coordinates; out may
 // alias inp. dropout_backward: dinp(B,T,W) += dout * mask / (1-p).
-void dropout_forward(const OpContext& ctx, float* out, const float* inp, int64_t B, int64_t T,
-                     int64_t W, const DropoutSpec& dropout);
-void dropout_backward(const OpContext& ctx, float* dinp, const float* dout, int64_t B, int64_t T,
-                      int64_t W, const DropoutSpec& dropout);
+void dropout_forward(const OpContext& ctx, DType dtype, void* out, const void* inp, int64_t B,
+                     int64_t T, int64_t W, const DropoutSpec& dropout);
+void dropout_backward(const OpContext& ctx, DType dtype, void* dinp, const void* dout, int64_t B,
+                      int64_t T, int64_t W, const DropoutSpec& dropout);
 
 // losses(N) = logsumexp(logits row) - logits[target]; targets < 0 give loss 0, targets >= V
 // give NaN (and a NaN gradient row).
-void crossentropy_forward(const OpContext& ctx, float* losses, const float* logits,
+void crossentropy_forward(const OpContext& ctx, DType dtype, float* losses, const void* logits,
                           const int32_t* targets, int64_t N, int V);
 // dlogits(N,V) = (softmax - onehot) * dloss, overwritten; dlogits may alias logits.
-void crossentropy_backward(const OpContext& ctx, float* dlogits, const float* logits,
+void crossentropy_backward(const OpContext& ctx, DType dtype, void* dlogits, const void* logits,
                            const int32_t* targets, int64_t N, int V, float dloss);
 
 }  // namespace tide::cuda

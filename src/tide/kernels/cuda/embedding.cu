@@ -88,17 +88,20 @@ int id_bits(int V) {
 
 }  // namespace
 
-void embedding_forward(const OpContext& ctx, float* out, const int32_t* tokens, const float* wte,
-                       const float* wpe, int B, int T, int C, int V) {
-  const cudaStream_t stream = stream_of(ctx);
+void embedding_forward(const OpContext& ctx, DType dtype, void* out, const int32_t* tokens,
+                       const void* wte, const void* wpe, int B, int T, int C, int V) {
   const int64_t n = static_cast<int64_t>(B) * T * C;
   if (n == 0) return;
-  embedding_forward_kernel<float>
-      <<<ceil_div(n, kBlock), kBlock, 0, stream>>>(out, tokens, wte, wpe, B, T, C, V);
+  with_storage_type(dtype, [&](auto tag) {
+    using S = decltype(tag);
+    embedding_forward_kernel<S><<<ceil_div(n, kBlock), kBlock, 0, stream_of(ctx)>>>(
+        static_cast<S*>(out), tokens, static_cast<const S*>(wte), static_cast<const S*>(wpe), B, T,
+        C, V);
+  });
   TIDE_CUDA_CHECK_LAUNCH();
 }
 
-void embedding_backward(const OpContext& ctx, float* dwte, float* dwpe, const float* dout,
+void embedding_backward(const OpContext& ctx, DType dtype, void* dwte, void* dwpe, const void* dout,
                         const int32_t* tokens, int B, int T, int C, int V) {
   const cudaStream_t stream = stream_of(ctx);
   const int64_t n = static_cast<int64_t>(B) * T;
@@ -126,11 +129,15 @@ void embedding_backward(const OpContext& ctx, float* dwte, float* dwpe, const fl
                                                   positions, sorted_positions, n, 0, end_bit,
                                                   stream));
   // One block per sorted entry; only run starts work. 128 threads cover C = 768 in 6 steps.
-  dwte_runs_kernel<float><<<static_cast<unsigned int>(n), 128, 0, stream>>>(
-      dwte, dout, sorted_tokens, sorted_positions, n, C, V);
-  TIDE_CUDA_CHECK_LAUNCH();
-  dwpe_kernel<float>
-      <<<ceil_div(static_cast<int64_t>(T) * C, kBlock), kBlock, 0, stream>>>(dwpe, dout, B, T, C);
+  with_storage_type(dtype, [&](auto tag) {
+    using S = decltype(tag);
+    dwte_runs_kernel<S><<<static_cast<unsigned int>(n), 128, 0, stream>>>(
+        static_cast<S*>(dwte), static_cast<const S*>(dout), sorted_tokens, sorted_positions, n, C,
+        V);
+    TIDE_CUDA_CHECK_LAUNCH();
+    dwpe_kernel<S><<<ceil_div(static_cast<int64_t>(T) * C, kBlock), kBlock, 0, stream>>>(
+        static_cast<S*>(dwpe), static_cast<const S*>(dout), B, T, C);
+  });
   TIDE_CUDA_CHECK_LAUNCH();
 }
 

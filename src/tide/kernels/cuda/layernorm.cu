@@ -116,29 +116,35 @@ __global__ void layernorm_weight_finish_kernel(T* dweight, T* dbias, const float
 
 }  // namespace
 
-void layernorm_forward(const OpContext& ctx, float* out, float* mean, float* rstd, const float* inp,
-                       const float* weight, const float* bias, int64_t N, int C) {
+void layernorm_forward(const OpContext& ctx, DType dtype, void* out, float* mean, float* rstd,
+                       const void* inp, const void* weight, const void* bias, int64_t N, int C) {
   if (N == 0) return;
-  const cudaStream_t stream = stream_of(ctx);
-  layernorm_forward_kernel<float>
-      <<<ceil_div(N, kRowsPerBlock), kRowsPerBlock * kWarpSize, 0, stream>>>(out, mean, rstd, inp,
-                                                                             weight, bias, N, C);
+  with_storage_type(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    layernorm_forward_kernel<T>
+        <<<ceil_div(N, kRowsPerBlock), kRowsPerBlock * kWarpSize, 0, stream_of(ctx)>>>(
+            static_cast<T*>(out), mean, rstd, static_cast<const T*>(inp),
+            static_cast<const T*>(weight), static_cast<const T*>(bias), N, C);
+  });
   TIDE_CUDA_CHECK_LAUNCH();
 }
 
-void layernorm_backward_input(const OpContext& ctx, float* dinp, const float* dout,
-                              const float* inp, const float* weight, const float* mean,
+void layernorm_backward_input(const OpContext& ctx, DType dtype, void* dinp, const void* dout,
+                              const void* inp, const void* weight, const float* mean,
                               const float* rstd, int64_t N, int C) {
   if (N == 0) return;
-  const cudaStream_t stream = stream_of(ctx);
-  layernorm_backward_input_kernel<float>
-      <<<ceil_div(N, kRowsPerBlock), kRowsPerBlock * kWarpSize, 0, stream>>>(
-          dinp, dout, inp, weight, mean, rstd, N, C);
+  with_storage_type(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    layernorm_backward_input_kernel<T>
+        <<<ceil_div(N, kRowsPerBlock), kRowsPerBlock * kWarpSize, 0, stream_of(ctx)>>>(
+            static_cast<T*>(dinp), static_cast<const T*>(dout), static_cast<const T*>(inp),
+            static_cast<const T*>(weight), mean, rstd, N, C);
+  });
   TIDE_CUDA_CHECK_LAUNCH();
 }
 
-void layernorm_backward_weight(const OpContext& ctx, float* dweight, float* dbias,
-                               const float* dout, const float* inp, const float* mean,
+void layernorm_backward_weight(const OpContext& ctx, DType dtype, void* dweight, void* dbias,
+                               const void* dout, const void* inp, const float* mean,
                                const float* rstd, int64_t N, int C) {
   if (N == 0) return;
   const cudaStream_t stream = stream_of(ctx);
@@ -149,11 +155,15 @@ void layernorm_backward_weight(const OpContext& ctx, float* dweight, float* dbia
       static_cast<float*>(handles_of(ctx).scratch(2 * n_chunks * C * sizeof(float)));
   float* partial_db = partial_dw + n_chunks * C;
   const dim3 grid(ceil_div(C, kColumnBlock), static_cast<unsigned int>(n_chunks));
-  layernorm_weight_partials_kernel<float>
-      <<<grid, kColumnBlock, 0, stream>>>(partial_dw, partial_db, dout, inp, mean, rstd, N, C);
-  TIDE_CUDA_CHECK_LAUNCH();
-  layernorm_weight_finish_kernel<float><<<ceil_div(C, kColumnBlock), kColumnBlock, 0, stream>>>(
-      dweight, dbias, partial_dw, partial_db, n_chunks, C);
+  with_storage_type(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    layernorm_weight_partials_kernel<T>
+        <<<grid, kColumnBlock, 0, stream>>>(partial_dw, partial_db, static_cast<const T*>(dout),
+                                            static_cast<const T*>(inp), mean, rstd, N, C);
+    TIDE_CUDA_CHECK_LAUNCH();
+    layernorm_weight_finish_kernel<T><<<ceil_div(C, kColumnBlock), kColumnBlock, 0, stream>>>(
+        static_cast<T*>(dweight), static_cast<T*>(dbias), partial_dw, partial_db, n_chunks, C);
+  });
   TIDE_CUDA_CHECK_LAUNCH();
 }
 

@@ -94,64 +94,85 @@ inline int64_t dropout_slots(int64_t W) {
 
 }  // namespace
 
-void gelu_forward(const OpContext& ctx, float* out, const float* inp, int64_t n) {
+void gelu_forward(const OpContext& ctx, DType dtype, void* out, const void* inp, int64_t n) {
   if (n == 0) return;
-  const cudaStream_t stream = stream_of(ctx);
-  gelu_forward_kernel<float><<<ceil_div(n, kBlock), kBlock, 0, stream>>>(out, inp, n);
+  with_storage_type(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    gelu_forward_kernel<T><<<ceil_div(n, kBlock), kBlock, 0, stream_of(ctx)>>>(
+        static_cast<T*>(out), static_cast<const T*>(inp), n);
+  });
   TIDE_CUDA_CHECK_LAUNCH();
 }
 
-void gelu_backward(const OpContext& ctx, float* dinp, const float* dout, const float* inp,
+void gelu_backward(const OpContext& ctx, DType dtype, void* dinp, const void* dout, const void* inp,
                    int64_t n) {
   if (n == 0) return;
-  const cudaStream_t stream = stream_of(ctx);
-  gelu_backward_kernel<float><<<ceil_div(n, kBlock), kBlock, 0, stream>>>(dinp, dout, inp, n);
+  with_storage_type(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    gelu_backward_kernel<T><<<ceil_div(n, kBlock), kBlock, 0, stream_of(ctx)>>>(
+        static_cast<T*>(dinp), static_cast<const T*>(dout), static_cast<const T*>(inp), n);
+  });
   TIDE_CUDA_CHECK_LAUNCH();
 }
 
-void residual_forward(const OpContext& ctx, float* out, const float* a, const float* b, int64_t n) {
+void residual_forward(const OpContext& ctx, DType dtype, void* out, const void* a, const void* b,
+                      int64_t n) {
   if (n == 0) return;
-  const cudaStream_t stream = stream_of(ctx);
-  residual_forward_kernel<float><<<ceil_div(n, kBlock), kBlock, 0, stream>>>(out, a, b, n);
+  with_storage_type(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    residual_forward_kernel<T><<<ceil_div(n, kBlock), kBlock, 0, stream_of(ctx)>>>(
+        static_cast<T*>(out), static_cast<const T*>(a), static_cast<const T*>(b), n);
+  });
   TIDE_CUDA_CHECK_LAUNCH();
 }
 
-void residual_backward(const OpContext& ctx, float* da, float* db, const float* dout, int64_t n) {
+void residual_backward(const OpContext& ctx, DType dtype, void* da, void* db, const void* dout,
+                       int64_t n) {
   if (n == 0) return;
-  const cudaStream_t stream = stream_of(ctx);
-  residual_backward_kernel<float><<<ceil_div(n, kBlock), kBlock, 0, stream>>>(da, db, dout, n);
+  with_storage_type(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    residual_backward_kernel<T><<<ceil_div(n, kBlock), kBlock, 0, stream_of(ctx)>>>(
+        static_cast<T*>(da), static_cast<T*>(db), static_cast<const T*>(dout), n);
+  });
   TIDE_CUDA_CHECK_LAUNCH();
 }
 
-void dropout_forward(const OpContext& ctx, float* out, const float* inp, int64_t B, int64_t T,
-                     int64_t W, const DropoutSpec& dropout) {
+void dropout_forward(const OpContext& ctx, DType dtype, void* out, const void* inp, int64_t B,
+                     int64_t T, int64_t W, const DropoutSpec& dropout) {
   const int64_t n = B * T * W;
   if (n == 0) return;
   const cudaStream_t stream = stream_of(ctx);
   if (!dropout.enabled()) {
     if (out != inp)
-      TIDE_CUDA_CHECK(cudaMemcpyAsync(out, inp, static_cast<size_t>(n) * sizeof(float),
+      TIDE_CUDA_CHECK(cudaMemcpyAsync(out, inp, static_cast<size_t>(n) * dtype_size(dtype),
                                       cudaMemcpyDeviceToDevice, stream));
     return;
   }
   const int64_t slots = dropout_slots(W);
-  dropout_kernel<float, false><<<ceil_div(B * T * slots, kBlock), kBlock, 0, stream>>>(
-      out, inp, B * T, static_cast<int>(T), W, slots, dropout_params(dropout, T, W));
+  with_storage_type(dtype, [&](auto tag) {
+    using S = decltype(tag);
+    dropout_kernel<S, false><<<ceil_div(B * T * slots, kBlock), kBlock, 0, stream>>>(
+        static_cast<S*>(out), static_cast<const S*>(inp), B * T, static_cast<int>(T), W, slots,
+        dropout_params(dropout, T, W));
+  });
   TIDE_CUDA_CHECK_LAUNCH();
 }
 
-void dropout_backward(const OpContext& ctx, float* dinp, const float* dout, int64_t B, int64_t T,
-                      int64_t W, const DropoutSpec& dropout) {
+void dropout_backward(const OpContext& ctx, DType dtype, void* dinp, const void* dout, int64_t B,
+                      int64_t T, int64_t W, const DropoutSpec& dropout) {
   const int64_t n = B * T * W;
   if (n == 0) return;
   if (!dropout.enabled()) {
-    residual_forward(ctx, dinp, dinp, dout, n);  // dinp += dout
+    residual_forward(ctx, dtype, dinp, dinp, dout, n);  // dinp += dout
     return;
   }
-  const cudaStream_t stream = stream_of(ctx);
   const int64_t slots = dropout_slots(W);
-  dropout_kernel<float, true><<<ceil_div(B * T * slots, kBlock), kBlock, 0, stream>>>(
-      dinp, dout, B * T, static_cast<int>(T), W, slots, dropout_params(dropout, T, W));
+  with_storage_type(dtype, [&](auto tag) {
+    using S = decltype(tag);
+    dropout_kernel<S, true><<<ceil_div(B * T * slots, kBlock), kBlock, 0, stream_of(ctx)>>>(
+        static_cast<S*>(dinp), static_cast<const S*>(dout), B * T, static_cast<int>(T), W, slots,
+        dropout_params(dropout, T, W));
+  });
   TIDE_CUDA_CHECK_LAUNCH();
 }
 
