@@ -125,6 +125,11 @@ const std::vector<ConfigKey>& config_schema() {
        "the gradients' dtype (accumulation and reduction): fp32, bf16 or fp16; empty = "
        "DeepSpeed's default: fp32 for bf16 without ZeRO (zero_optimization.stage 0), else the "
        "parameters' dtype"},
+      {"communication_data_type", T::STRING, "",
+       "the dtype the data-parallel gradient reductions send (all-reduce, reduce-scatter): fp32, "
+       "bf16 or fp16; the gradients are converted to it and back. Empty = DeepSpeed's default: "
+       "fp16 with fp16.enabled, bf16 with bf16.enabled, else fp32 "
+       "(docs/optimizer.md#mixed-precision)"},
       {"fp16.enabled", T::BOOL, false,
        "fp16 parameters, gradients and compute, f32 master weights and Adam states, with "
        "DeepSpeed's loss scaling (the fp16.* keys below; docs/optimizer.md#mixed-precision)"},
@@ -854,6 +859,12 @@ TrainConfig parse_checked(const json& j, std::vector<std::string> unknown, bool 
       "data_types.grad_accum_dtype must be \"fp32\", \"bf16\", \"fp16\" or empty (DeepSpeed's "
       "default) (got \"{}\")",
       c.grad_accum_dtype);
+  c.communication_data_type = s("communication_data_type");
+  const std::string& comm = c.communication_data_type;
+  TIDE_CHECK(comm.empty() || comm == "fp32" || comm == "bf16" || comm == "fp16",
+             "communication_data_type must be \"fp32\", \"bf16\", \"fp16\" or empty "
+             "(DeepSpeed's default: the parameters' dtype) (got \"{}\")",
+             comm);
   Fp16LossScale& ls16 = c.fp16_loss_scale;
   ls16.auto_cast = b("fp16.auto_cast");
   ls16.loss_scale = f("fp16.loss_scale");
@@ -1182,6 +1193,11 @@ std::string config_reference_markdown() {
 
 DType model_dtype(const TrainConfig& c) {
   return c.bf16 ? DType::BF16 : c.fp16 ? DType::F16 : DType::F32;
+}
+
+DType comm_dtype(const TrainConfig& c) {
+  if (!c.communication_data_type.empty()) return parse_dtype(c.communication_data_type);
+  return model_dtype(c);  // DeepSpeed (engine.communication_data_type): fp16, bf16, else fp32
 }
 
 DType grad_dtype(const TrainConfig& c) {

@@ -79,6 +79,7 @@ struct TrainConfig {
   float grad_clip = 1.0f;  // 0: off
   bool bf16 = false, fp16 = false;
   std::string grad_accum_dtype;   // data_types.grad_accum_dtype; empty: DeepSpeed's default
+  std::string communication_data_type;  // empty: DeepSpeed's default (comm_dtype)
   Fp16LossScale fp16_loss_scale;  // fp16.*: DeepSpeed's loss scaling, with its defaults
   ZeroSettings zero;  // zero_optimization.* (offload_optimizer: from offload_optimizer below)
   int64_t device_memory_limit = 0;          // placement.device_memory_limit: bytes, 0 = unlimited
@@ -185,6 +186,9 @@ const nlohmann::json& default_config();
 // estimate alike.
 DType model_dtype(const TrainConfig& c);
 DType grad_dtype(const TrainConfig& c);
+// The dtype the data-parallel gradient reductions send: the communication_data_type key, or
+// DeepSpeed's default for it (the parameters' dtype).
+DType comm_dtype(const TrainConfig& c);
 
 // Markdown table of the schema (docs/config.md is generated from it).
 std::string config_reference_markdown();

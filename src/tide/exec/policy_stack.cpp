@@ -1,16 +1,19 @@
 #include "tide/exec/policy_stack.h"
 
 #include "tide/model/param_groups.h"
+#include "tide/parallel/comm_staging.h"
 #include "tide/parallel/optimizer_step.h"
 #include "tide/parallel/tensor_grad_sums.h"
 
 namespace tide {
 
 // ZeRO stage 0's gradient hook: a chunk complete for the whole step is averaged over the group
-// asynchronously while backward goes on with earlier blocks.
+// asynchronously while backward goes on with earlier blocks (in communication_data_type, staged
+// when the gradients are kept in another dtype).
 class PolicyStack::GradReduction : public PlacementPolicy {
  public:
-  explicit GradReduction(ProcessGroup& dp) : dp_(dp) {}
+  GradReduction(ProcessGroup& dp, Allocator& staging, std::optional<DType> comm)
+      : dp_(dp), staging_(staging, comm) {}
   ~GradReduction() override {
     // Never leave a collective writing into freed chunks (not wait_all(): after a failed step
     // the tracer its traces point to may be gone).
@@ -29,14 +32,18 @@ class PolicyStack::GradReduction : public PlacementPolicy {
   }
   void settle(ChunkKind kind, int chunk) override {
     if (kind != ChunkKind::GRAD) return;
-    for (const Reduction& r : pending_)
-      if (r.chunk == chunk) r.work->wait();
+    for (Reduction& r : pending_)
+      if (r.chunk == chunk) complete(r);
   }
   void on_grads_ready(ChunkStore& store, int chunk, int) override {
     if (dp_.size() > 1 && store.grads_complete(chunk)) {
       AsyncTrace trace = AsyncTrace::start(store.tracer(), "all-reduce grads", {{"chunk", chunk}});
+      const Tensor grads = store.chunk(ChunkKind::GRAD, chunk);
+      CommStaging::Staged staged;
+      if (staging_.needed(grads.dtype)) staged = staging_.stage(grads, grads.numel());
+      const Tensor sent = staged.buffer >= 0 ? staged.tensor : grads;
       pending_.push_back(
-          {chunk, dp_.all_reduce_async(store.chunk(ChunkKind::GRAD, chunk), ReduceOp::Avg), trace});
+          {chunk, grads, dp_.all_reduce_async(sent, ReduceOp::Avg), trace, staged});
     }
   }
   // Waits for every reduction of the step (the blocking waits traced into `tracer`); returns
@@ -47,22 +54,31 @@ class PolicyStack::GradReduction : public PlacementPolicy {
         const TraceSpan span(tracer, "wait all-reduce", "comm", {{"chunk", r.chunk}});
         r.work->wait();
       }
-      r.work->wait();  // a no-op once done; rethrows a failure
+      complete(r);  // rethrows a failure
       r.trace.finish();
     }
     const int n = static_cast<int>(pending_.size());
     pending_.clear();
     return n;
   }
+  size_t staging_bytes() const { return staging_.allocated_bytes(); }
 
  private:
   struct Reduction {
     int chunk;
+    Tensor grads;  // the chunk's gradients
     WorkPtr work;
     AsyncTrace trace;  // the all-reduce in flight, when the step is traced
+    CommStaging::Staged staged;
   };
+  // Waits for r, then (once) converts a staged result back into the chunk.
+  void complete(Reduction& r) {
+    r.work->wait();  // a no-op once done
+    staging_.unstage(r.staged, 0, r.grads);
+  }
   std::vector<Reduction> pending_;
   ProcessGroup& dp_;
+  CommStaging staging_;
 };
 
 PolicyStack::PolicyStack(GPT& model, ProcessGroup& dp, const ZeroSettings& zero,
@@ -87,14 +103,15 @@ PolicyStack::PolicyStack(GPT& model, ProcessGroup& dp, const ZeroSettings& zero,
                                             std::move(activation_bytes));
   }
   // 1. The gradient reduction.
+  // Its buffers (ZeRO's, and the communication_data_type staging) are on the compute tier,
+  // within the placement's budget under auto.
+  Allocator& buffers = auto_ ? auto_->buffer_allocator() : *store_.options().compute;
   PlacementPolicy* inner = nullptr;
   if (zero.stage == 0) {
-    reduction_ = std::make_unique<GradReduction>(dp_);
+    reduction_ = std::make_unique<GradReduction>(dp_, buffers, zero.comm_dtype);
     inner = reduction_.get();
   } else {
-    zero_ =
-        std::make_unique<ZeroPolicy>(store_, dp_, zero, std::move(group_params),
-                                     auto_ ? auto_->buffer_allocator() : *store_.options().compute);
+    zero_ = std::make_unique<ZeroPolicy>(store_, dp_, zero, std::move(group_params), buffers);
     inner = zero_.get();
   }
   if (auto_) auto_->set_inner(inner);
@@ -108,6 +125,10 @@ PolicyStack::PolicyStack(GPT& model, ProcessGroup& dp, const ZeroSettings& zero,
     offload_->sync_master();
     zero_->set_grad_sink(offload_.get());
   }
+}
+
+size_t PolicyStack::comm_buffer_bytes() const {
+  return (zero_ ? zero_->buffer_bytes() : 0) + (reduction_ ? reduction_->staging_bytes() : 0);
 }
 
 PolicyStack::~PolicyStack() {

@@ -81,7 +81,8 @@ class PolicyStack {
   // ZeRO-Offload's delayed update lands now (a no-op otherwise).
   void flush_update();
 
-  size_t comm_buffer_bytes() const { return zero_ ? zero_->buffer_bytes() : 0; }
+  // Bytes of ZeRO's buffers and the communication_data_type staging (all allocated so far).
+  size_t comm_buffer_bytes() const;
   const Allocator* offload_grad_allocator() const { return offload_host_.get(); }
   const AutoPlacement* auto_placement() const { return auto_.get(); }
   const ZeroPolicy* zero() const { return zero_.get(); }

@@ -3,6 +3,9 @@
 // the policy (zero.h) so that the config can hold them without the runtime's headers.
 
 #include <cstdint>
+#include <optional>
+
+#include "tide/core/dtype.h"
 
 namespace tide {
 
@@ -29,6 +32,10 @@ struct ZeroSettings {
   int64_t max_live_parameters = 1'000'000'000;    // stage 3: gathered elements at most
   int64_t param_persistence_threshold = 100'000;  // stage 3: smaller chunks stay gathered
   OffloadSettings offload_optimizer;
+  // The dtype the gradient reductions send (communication_data_type, resolved by the trainer:
+  // config.h comm_dtype). Where it is not the gradients' dtype, each chunk is converted into a
+  // staging buffer, reduced there and converted back. nullopt: the gradients' dtype.
+  std::optional<DType> comm_dtype;
 
   // Whether the reduction of a chunk of `elems` elements stays in flight behind compute: with
   // overlap_comm, when the chunk fits in reduce_bucket_size (a larger one is reduced alone and

@@ -39,6 +39,7 @@ ZeroPolicy::ZeroPolicy(ChunkStore& store, ProcessGroup& dp, const ZeroSettings& 
       s_(settings),
       group_params_(std::move(group_params)),
       pool_(&buffers),
+      staging_(buffers, settings.comm_dtype),
       gathers_(dp.size() > 1 || store.options().param_slices != nullptr) {
   const ChunkLayout& lay = store_.layout();
   TIDE_CHECK(s_.stage >= 1 && s_.stage <= 3, "ZeroPolicy runs stages 1-3 (got {})", s_.stage);
@@ -238,10 +239,13 @@ void ZeroPolicy::on_grads_ready(ChunkStore& store, int c, int micro_batch) {
   const Tensor whole = store.chunk(ChunkKind::GRAD, c);
   AsyncTrace trace = AsyncTrace::start(store.tracer(), "reduce-scatter grads",
                                        {{"chunk", c}, {"mb", micro_batch}});
+  CommStaging::Staged staged;
+  if (staging_.needed(whole.dtype)) staged = staging_.stage(whole, lay.buffer_elems(c));
+  const Tensor sent = staged.buffer >= 0 ? staged.tensor : whole;
   Pending p{c,
-            dp_.reduce_scatter_async(whole, own_part(whole, lay.slice_elems(c), dp_.rank()),
+            dp_.reduce_scatter_async(sent, own_part(sent, lay.slice_elems(c), dp_.rank()),
                                      ReduceOp::Sum),
-            trace, store.grads_complete(c)};
+            trace, store.grads_complete(c), staged};
   counters_.reduce_scatters += 1;
   if (!s_.overlaps(elems)) {
     complete_reduction(p);
@@ -266,7 +270,9 @@ void ZeroPolicy::complete_reduction(Pending& p) {
   const int c = p.chunk;
   const ChunkLayout& lay = store_.layout();
   const int64_t slice = lay.slice_elems(c), r = dp_.rank(), elems = lay.chunk_elems(c);
-  auto* whole = static_cast<char*>(store_.chunk(ChunkKind::GRAD, c).data);
+  const Tensor grads = store_.chunk(ChunkKind::GRAD, c);
+  staging_.unstage(p.staged, r * slice, own_part(grads, slice, static_cast<int>(r)));
+  auto* whole = static_cast<char*>(grads.data);
   const size_t es = dtype_size(store_.dtype(ChunkKind::GRAD));
   if (s_.overlaps(elems)) reducing_elems_ -= elems;
   if (s_.stage == 1) {

@@ -45,6 +45,7 @@
 #include "tide/memory/buffer_pool.h"
 #include "tide/memory/chunk_store.h"
 #include "tide/memory/zero_settings.h"
+#include "tide/parallel/comm_staging.h"
 
 namespace tide {
 
@@ -101,8 +102,9 @@ class ZeroPolicy final : public PlacementPolicy {
   // completion), so the sink hears of each chunk during backward; and finish_gradients leaves
   // the division by N to the sink (which divides its copy). nullptr: none.
   void set_grad_sink(ReducedGradSink* sink) { sink_ = sink; }
-  // Bytes of the communication buffers (all allocated so far; reused every step).
-  size_t buffer_bytes() const { return pool_.allocated_bytes(); }
+  // Bytes of the communication buffers, communication_data_type's staging included (all
+  // allocated so far; reused every step).
+  size_t buffer_bytes() const { return pool_.allocated_bytes() + staging_.allocated_bytes(); }
 
   void on_acquire(ChunkStore& store, std::span<const int> ids, Use use) override;
   void fetch(ChunkStore& store, int chunk, Use use) override;
@@ -119,6 +121,7 @@ class ZeroPolicy final : public PlacementPolicy {
     WorkPtr work;
     AsyncTrace trace;   // the reduce-scatter in flight, when the step is traced
     bool last = false;  // the step's last micro-batch for this chunk
+    CommStaging::Staged staged;  // the chunk in communication_data_type, when it differs
   };
   enum class Gathered : uint8_t { NO, IN_FLIGHT, YES };
 
@@ -149,6 +152,7 @@ class ZeroPolicy final : public PlacementPolicy {
   ZeroSettings s_;
   std::vector<std::vector<int>> group_params_, group_chunks_;
   BufferPool pool_;
+  CommStaging staging_;
   std::vector<int> param_buffer_, grad_buffer_;  // per chunk: the pool buffer attached, or -1
 
   std::deque<Pending> reductions_;  // in issue order

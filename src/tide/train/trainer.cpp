@@ -205,6 +205,7 @@ Trainer::Trainer(TrainConfig config, std::shared_ptr<ProcessGroup> world)
   // so the default corpus's preparation (rank 0 prepares, the others wait) sits between the
   // rounds and the tp mesh comes after them.
   if (cfg_.resume == "auto") resolve_auto_resume();  // collective: before the checks below
+  cfg_.zero.comm_dtype = comm_dtype(cfg_);  // every policy stack reads it from cfg_.zero
   // A plain struct and a flag, not std::optional: GCC 12 at -O2 warned (-Wmaybe-uninitialized)
   // on reading the optional's members after it was set inside the lambda below.
   RunPosition resume_at;
