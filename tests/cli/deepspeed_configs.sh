@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # DeepSpeed's own example configs (tests/fixtures/deepspeed, unchanged; README there names each
 # source) run with `tide train` at a small model size, the shape and step keys appended on the
-# command line (plus fp16.enabled=false where a config enables fp16 with tensor parallelism,
-# which tide trains in f32 only so far).
+# command line (and tensor_parallel.size=2 where the Megatron script behind a config runs model
+# parallelism).
 # Each run must succeed and print ONE warning line naming exactly the keys that cannot change a
 # tide run; the batch keys a config leaves out are derived as DeepSpeed derives them; the one
 # config DeepSpeed itself refuses (max_grad_norm) is refused with the reason.
@@ -64,17 +64,22 @@ for r in megatron_zero3_ds_zero_stage_3_config megatron_3d_ds_config; do
     || { echo "FAILED: $r: no loss_scale in metrics.jsonl"; fail=1; }
 done
 # The Megatron scripts of these two run with --checkpoint-activations and model parallelism
-# (partition_activations slices over the tensor-parallel ranks): the tide keys for those.
+# (partition_activations slices over the tensor-parallel ranks): the tide keys for those. Both
+# enable fp16: it trains under tensor parallelism (and ZeRO-Offload) as written.
 run megatron_ds_zero2_config \
   "zero_allow_untested_optimizer, activation_checkpointing.contiguous_memory_optimization, wall_clock_breakdown" \
-  2 fp16.enabled=false activation_checkpointing.policy=full tensor_parallel.size=2
+  2 activation_checkpointing.policy=full tensor_parallel.size=2
 expect_value megatron_ds_zero2_config train_micro_batch_size_per_gpu 16
 run megatron_ds_zero-offload_config \
   "activation_checkpointing.contiguous_memory_optimization, wall_clock_breakdown" \
-  2 fp16.enabled=false activation_checkpointing.policy=full tensor_parallel.size=2
+  2 activation_checkpointing.policy=full tensor_parallel.size=2
 grep -q '"device": "cpu"' runs/megatron_ds_zero-offload_config/config.json \
   && echo "ok: cpu_offload=true is offload_optimizer.device=cpu" \
   || { echo "FAILED: cpu_offload did not offload"; fail=1; }
+for r in megatron_ds_zero2_config megatron_ds_zero-offload_config; do
+  grep -q '"loss_scale":' "runs/$r/metrics.jsonl" && echo "ok: $r trained in fp16 under tp 2" \
+    || { echo "FAILED: $r: no loss_scale in metrics.jsonl"; fail=1; }
+done
 
 # tide estimate reads the same files with the same warning (fp16 it sizes), deriving the batch
 # with --world-size: 256 / (4 x 8 ranks) = 8 micro-batches.
@@ -91,9 +96,6 @@ fi
 # DeepSpeed refuses optimizer.params.max_grad_norm; so does tide, saying what to use.
 expect_error "optimizer.params.max_grad_norm' is refused.*gradient_clipping" train \
   "$fixtures/megatron_zero3_ds_zero_stage_2_config.json" "${small[@]}" fp16.enabled=false
-# fp16 with tensor parallelism is refused, saying how to run.
-expect_error "fp16.enabled=true with tensor_parallel.size=2: .*fp16.enabled=false" train \
-  "$fixtures/megatron_3d_ds_config.json" "${small[@]}" tensor_parallel.size=2 out_dir=runs/fp16
 # Typos: a near miss gets the right key; a DeepSpeed key is not "corrected" to another one.
 expect_error "did you mean 'activation_checkpointing.profile'" train "${small[@]}" \
   activation_checkpointing.profle=true

@@ -46,9 +46,13 @@ void load_checkpoint_tp(const std::string& path, GPT& model, bool with_optimizer
 // The two halves of the above, for the pipeline's stages (pipeline_run.h). gather_tp_shards:
 // collective over model.tp_group() (and `dp` as in save_checkpoint_tp); on the writing rank a store
 // of the model's unsharded layout (t = 1, the model's pp and stage, one rank) holding the gathered
-// parameters (and Adam moments), nullptr on the others. unsharded_store: an empty such store, to
-// load into; scatter_to_tp_shard then copies this rank's elements of it into the model's shards (of
-// a ZeRO-sliced kind only this rank's slice; local, no communication).
+// parameters (and Adam moments; a 16-bit model's f32 master weights too), nullptr on the others.
+// unsharded_store: an empty such store, to load into (in the model's compute dtype with the
+// optimizer state; in f32 without it, so that it reads a checkpoint's master weights);
+// scatter_to_tp_shard then copies this rank's elements of it into the model's shards (of a
+// ZeRO-sliced kind only this rank's slice; local, no communication), converting dtypes: f32
+// parameters rounded into a 16-bit model's PARAM, and, without the optimizer state, also kept as
+// its f32 MASTER (as init_weights_from sets them).
 std::unique_ptr<ChunkStore> gather_tp_shards(const GPT& model, bool with_optimizer_state,
                                              ProcessGroup* dp = nullptr);
 std::unique_ptr<ChunkStore> unsharded_store(const GPT& model, bool with_optimizer_state);

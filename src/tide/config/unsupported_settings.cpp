@@ -5,14 +5,6 @@
 namespace tide {
 
 void check_trainer_can_honour(const TrainConfig& c, int world_size) {
-  // The tensor-parallel model still runs host loops on f32 pointers (vocab-parallel embedding,
-  // sequence-parallel partial gradients; issue #25's host loops as ops).
-  const char* half = c.bf16 ? "bf16" : "fp16";
-  TIDE_CHECK(!(c.bf16 || c.fp16) || c.tensor_parallel == 1,
-             "{}.enabled=true with tensor_parallel.size={}: tide trains {} without tensor "
-             "parallelism so far (the vocabulary-parallel embedding is f32-only); set "
-             "tensor_parallel.size=1, or {}.enabled=false",
-             half, c.tensor_parallel, half, half);
   TIDE_CHECK(c.world_size == 0 || c.world_size == world_size,
              "world_size={}: this run has {} rank{} (launch it with `mpirun -np {}`), or set "
              "world_size to 0 (= the ranks launched)",

@@ -54,17 +54,20 @@ size_t BlockEnv::sp_scratch_bytes(int64_t B, int64_t T, int64_t C) {
 }
 
 // The permutation between (B,T,C) and the rank-major (t,B,T/t,C) of the collectives: row
-// (b, r T/t + u) of the whole is row (r, b, u) of the rank-major buffer.
-static void permute_rows(float* dst, const float* src, int64_t t, int64_t B, int64_t Ts, int64_t C,
-                         bool to_rank_major) {
+// (b, r T/t + u) of the whole is row (r, b, u) of the rank-major buffer. `es`: bytes per element.
+static void permute_rows(void* dst, const void* src, size_t es, int64_t t, int64_t B, int64_t Ts,
+                         int64_t C, bool to_rank_major) {
+  auto* d = static_cast<char*>(dst);
+  const auto* s = static_cast<const char*>(src);
+  const size_t n = static_cast<size_t>(Ts * C) * es;
   for (int64_t r = 0; r < t; ++r)
     for (int64_t b = 0; b < B; ++b) {
-      const int64_t whole = (b * t + r) * Ts * C, major = (r * B + b) * Ts * C;
-      const size_t n = static_cast<size_t>(Ts * C) * 4;
+      const size_t whole = static_cast<size_t>(b * t + r) * n,
+                   major = static_cast<size_t>(r * B + b) * n;
       if (to_rank_major)
-        std::memcpy(dst + major, src + whole, n);
+        std::memcpy(d + major, s + whole, n);
       else
-        std::memcpy(dst + whole, src + major, n);
+        std::memcpy(d + whole, s + major, n);
     }
 }
 
@@ -75,10 +78,10 @@ Tensor BlockEnv::to_shard(Tensor full, Arena& out, Arena& scratch) const {
   }
   TIDE_CHECK(full.device.is_cpu(), "sequence parallelism runs on host tensors only for now");
   const int64_t t = tp_size(), B = full.dim(0), T = full.dim(1), C = full.dim(2), Ts = T / t;
-  Tensor shard = out.alloc_tensor({B, Ts, C});
+  Tensor shard = out.alloc_tensor({B, Ts, C}, full.dtype);
   const size_t mark = scratch.mark();
-  Tensor major = scratch.alloc_tensor({t * B * Ts * C});
-  permute_rows(major.f32(), full.f32(), t, B, Ts, C, true);
+  Tensor major = scratch.alloc_tensor({t * B * Ts * C}, full.dtype);
+  permute_rows(major.data, full.data, dtype_size(full.dtype), t, B, Ts, C, true);
   tp->reduce_scatter(major, shard.view({B * Ts * C}));
   scratch.rewind(mark);
   return shard;
@@ -88,23 +91,29 @@ Tensor BlockEnv::to_full(Tensor shard, Arena& out, Arena& scratch) const {
   if (!sp) return shard;
   TIDE_CHECK(shard.device.is_cpu(), "sequence parallelism runs on host tensors only for now");
   const int64_t t = tp_size(), B = shard.dim(0), Ts = shard.dim(1), C = shard.dim(2);
-  Tensor full = out.alloc_tensor({B, Ts * t, C});
+  Tensor full = out.alloc_tensor({B, Ts * t, C}, shard.dtype);
   const size_t mark = scratch.mark();
-  Tensor major = scratch.alloc_tensor({t * B * Ts * C});
+  Tensor major = scratch.alloc_tensor({t * B * Ts * C}, shard.dtype);
   tp->all_gather(shard.view({B * Ts * C}), major);
-  permute_rows(full.f32(), major.f32(), t, B, Ts, C, false);
+  permute_rows(full.data, major.data, dtype_size(shard.dtype), t, B, Ts, C, false);
   scratch.rewind(mark);
   return full;
 }
 
 void BlockEnv::add_sp_partial_grads(Tensor partial, const std::vector<Tensor>& grads) const {
   tp->all_reduce(partial);
-  const float* p = partial.f32();
+  // grad += the summed partial, by the residual op: any dtype of either (a 16-bit gradient is
+  // widened, added to in f32 and rounded once, as a single-rank layernorm_backward_weight
+  // accumulates it).
+  const size_t es = dtype_size(partial.dtype);
+  int64_t at = 0;
   for (const Tensor& g : grads) {
-    float* d = g.f32();
-    for (int64_t i = 0; i < g.numel(); ++i) d[i] += p[i];
-    p += g.numel();
+    const Tensor p(static_cast<char*>(partial.data) + at * es, g.shape, partial.dtype,
+                   partial.device);
+    residual_forward(op, g, g, p);
+    at += g.numel();
   }
+  TIDE_ASSERT(at == partial.numel());
 }
 
 }  // namespace tide

@@ -123,8 +123,9 @@ void TransformerBlock::forward(MicroBatch& mb) {
     TIDE_CHECK(x.device.is_cpu(), "partitioned activation checkpoints run on host tensors only");
     const int64_t n = x.numel() / env_.tp_size();
     Arena& pool = env_.cpu_checkpointing ? mb.host_checkpoints : mb.saved;
-    s[XSLICE] = pool.alloc_tensor({n});
-    copy(env_.op, s[XSLICE], Tensor(x.f32() + env_.tp_rank() * n, {n}, x.dtype, x.device));
+    s[XSLICE] = pool.alloc_tensor({n}, x.dtype);
+    const size_t at = static_cast<size_t>(env_.tp_rank() * n) * dtype_size(x.dtype);
+    copy(env_.op, s[XSLICE], Tensor(static_cast<char*>(x.data) + at, {n}, x.dtype, x.device));
   }
   mb.block_saved[layer_ + 1] = std::move(s);
 }
@@ -165,7 +166,7 @@ void TransformerBlock::backward_input(MicroBatch& mb) {
   //    (W reads it too); bitwise the forward's input.
   Tensor x = mb.residual[layer_];
   if (env_.partition_activations) {
-    x = w.alloc_tensor({B, Ts, C});
+    x = w.alloc_tensor({B, Ts, C}, s[XSLICE].dtype);
     env_.tp->all_gather(s[XSLICE], x.view({B * Ts * C}));
   }
   // 1. Bring back what the activation policy did not keep (same dropout masks: same RNG keys).

@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "tide/core/error.h"
+#include "tide/kernels/cpu/f32_buffer.h"
 
 namespace tide {
 
@@ -17,7 +18,17 @@ void check_host(const Tensor& t, const char* who) {
              who);
 }
 
+// The statistics of the cross-entropy (max, sum, losses) are f32, as the ops' statistics are.
+void check_f32(const Tensor& t, const char* name, const char* who) {
+  TIDE_CHECK(t.dtype == DType::F32, "{}: '{}' is {}; the cross-entropy's statistics are f32", who,
+             name, dtype_name(t.dtype));
+}
+
 }  // namespace
+
+// The loops below read and write any float dtype the way the ops do (kernels/cpu/f32_buffer.h):
+// a 16-bit tensor is widened to f32, computed on, and a written one rounded back once, so a
+// 16-bit gradient accumulates as the single-rank embedding_backward accumulates it.
 
 void vocab_parallel_embedding_forward(Tensor out, Tensor tokens, Tensor wte_shard, int64_t v0,
                                       int64_t vocab) {
@@ -30,15 +41,18 @@ void vocab_parallel_embedding_forward(Tensor out, Tensor tokens, Tensor wte_shar
                "vocab_parallel_embedding_forward: token {} at position {} is outside the "
                "vocabulary [0, {})",
                tok[n], n, vocab);
-  const float* w = wte_shard.f32();
-  float* o = out.f32();
+  // Row by row in the tensors' dtypes (a 16-bit row widens exactly; zero bits are 0 in every
+  // float dtype).
+  const auto* w = static_cast<const char*>(wte_shard.data);
+  auto* o = static_cast<char*>(out.data);
+  const size_t ws = dtype_size(wte_shard.dtype), os = dtype_size(out.dtype);
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
     const int64_t row = tok[n] - v0;
     if (row >= 0 && row < rows)
-      std::memcpy(o + n * C, w + row * C, static_cast<size_t>(C) * 4);
+      convert_elements(w + row * C * ws, wte_shard.dtype, o + n * C * os, out.dtype, C);
     else
-      std::memset(o + n * C, 0, static_cast<size_t>(C) * 4);
+      std::memset(o + n * C * os, 0, static_cast<size_t>(C) * os);
   }
 }
 
@@ -46,8 +60,9 @@ void vocab_parallel_embedding_backward(Tensor dwte_shard, Tensor dout, Tensor to
   check_host(dout, "vocab_parallel_embedding_backward");
   const int64_t N = tokens.numel(), C = dwte_shard.dim(1), rows = dwte_shard.dim(0);
   const int32_t* tok = tokens.i32();
-  const float* d = dout.f32();
-  float* g = dwte_shard.f32();
+  const cpu::F32Buffer g_(dwte_shard), d_(dout);
+  float* g = g_.get();
+  const float* d = d_.get();
   // Parallel over channels; within a channel rows are visited in (b,t) order (deterministic).
 #pragma omp parallel for schedule(static)
   for (int64_t c = 0; c < C; ++c)
@@ -55,28 +70,33 @@ void vocab_parallel_embedding_backward(Tensor dwte_shard, Tensor dout, Tensor to
       const int64_t row = tok[n] - v0;
       if (row >= 0 && row < rows) g[row * C + c] += d[n * C + c];
     }
+  g_.store();
 }
 
 void add_position_embedding(Tensor out, Tensor wpe, int64_t pos0) {
   check_host(out, "add_position_embedding");
   const int64_t B = out.dim(0), T = out.dim(1), C = out.dim(2);
-  float* o = out.f32();
-  const float* p = wpe.f32();
+  const cpu::F32Buffer o_(out), p_(wpe);
+  float* o = o_.get();
+  const float* p = p_.get();
 #pragma omp parallel for collapse(2) schedule(static)
   for (int64_t b = 0; b < B; ++b)
     for (int64_t t = 0; t < T; ++t)
       for (int64_t c = 0; c < C; ++c) o[(b * T + t) * C + c] += p[(pos0 + t) * C + c];
+  o_.store();
 }
 
 void position_embedding_backward(Tensor dwpe, Tensor dout) {
   check_host(dout, "position_embedding_backward");
   const int64_t B = dout.dim(0), T = dout.dim(1), C = dout.dim(2);
-  const float* d = dout.f32();
-  float* g = dwpe.f32();
+  const cpu::F32Buffer g_(dwpe), d_(dout);
+  float* g = g_.get();
+  const float* d = d_.get();
 #pragma omp parallel for schedule(static)
   for (int64_t t = 0; t < T; ++t)
     for (int64_t b = 0; b < B; ++b)
       for (int64_t c = 0; c < C; ++c) g[t * C + c] += d[(b * T + t) * C + c];
+  g_.store();
 }
 
 void vocab_parallel_crossentropy_forward(ProcessGroup& tp, Tensor losses, Tensor max, Tensor sum,
@@ -85,7 +105,12 @@ void vocab_parallel_crossentropy_forward(ProcessGroup& tp, Tensor losses, Tensor
   check_host(logits, "vocab_parallel_crossentropy_forward");
   const int64_t V = logits.dim(2), N = logits.dim(0) * logits.dim(1);
   const int world = tp.size();
-  const float* x = logits.f32();
+  const char* who = "vocab_parallel_crossentropy_forward";
+  check_f32(losses, "losses", who);
+  check_f32(max, "max", who);
+  check_f32(sum, "sum", who);
+  const cpu::F32Buffer x_(logits);
+  const float* x = x_.get();
   const int32_t* tgt = targets.i32();
   // 1. Row maxima: all-gather the local ones, take the largest.
   float* local = scratch.alloc_tensor({N}).f32();
@@ -131,8 +156,13 @@ void vocab_parallel_crossentropy_backward(Tensor dlogits, Tensor logits, Tensor 
                                           Tensor sum, int64_t v0, float dloss) {
   check_host(logits, "vocab_parallel_crossentropy_backward");
   const int64_t V = logits.dim(2), N = logits.dim(0) * logits.dim(1);
-  const float* x = logits.f32();
-  float* dx = dlogits.f32();
+  const char* who = "vocab_parallel_crossentropy_backward";
+  check_f32(max, "max", who);
+  check_f32(sum, "sum", who);
+  // dlogits may alias logits: x_ is then a widened copy, dx_ a zeroed one (written whole).
+  const cpu::F32Buffer x_(logits), dx_(dlogits, /*widen=*/false);
+  const float* x = x_.get();
+  float* dx = dx_.get();
   const int32_t* tgt = targets.i32();
   const float* mx = max.f32();
   const float* sm = sum.f32();
@@ -147,6 +177,7 @@ void vocab_parallel_crossentropy_backward(Tensor dlogits, Tensor logits, Tensor 
     const int64_t col = tgt[n] - v0;
     if (col >= 0 && col < V) dx[n * V + col] -= dloss;
   }
+  dx_.store();
 }
 
 }  // namespace tide

@@ -10,7 +10,9 @@
 // others) are all-reduced together, so loss = log(sum) + max - target logit.
 //
 // Host loops: these run on CPU tensors (the CUDA kernels are not written yet; the functions
-// reject device tensors with a clear error).
+// reject device tensors with a clear error). Parameters, gradients and activations may be f32,
+// bf16 or f16, as in the ops (kernels/ops.h: computed in f32, each written 16-bit tensor
+// rounded once); the cross-entropy's max, sum and losses are f32.
 
 #include "tide/comm/process_group.h"
 #include "tide/core/arena.h"

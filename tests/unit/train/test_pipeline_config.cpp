@@ -132,15 +132,15 @@ TEST(PipelineConfig, TheRanksMustBeStagesTimesReplicas) {
                       "placement.device_memory_limit=100000000"},
                      2),
              "placement.policy=\"auto\" with pipeline.schedule=\"zb-auto\"");
-  // bf16 and fp16 (issue #26): under pp, not yet with tp.
+  // bf16 and fp16 (issue #26): under pp and tp (with SP, with dp), and pp x tp.
   EXPECT_EQ(refusal({"pipeline.stages=2", "bf16.enabled=true"}, 2), "");
   EXPECT_EQ(refusal({"pipeline.stages=2", "fp16.enabled=true"}, 2), "");
-  EXPECT_HAS(refusal({"tensor_parallel.size=2", "bf16.enabled=true"}, 2),
-             "bf16.enabled=true with tensor_parallel.size=2: tide trains bf16 without tensor "
-             "parallelism so far");
-  EXPECT_HAS(refusal({"tensor_parallel.size=2", "fp16.enabled=true"}, 2),
-             "fp16.enabled=true with tensor_parallel.size=2: tide trains fp16 without tensor "
-             "parallelism so far");
+  EXPECT_EQ(refusal({"tensor_parallel.size=2", "bf16.enabled=true"}, 2), "");
+  EXPECT_EQ(refusal({"tensor_parallel.size=2", "fp16.enabled=true",
+                     "tensor_parallel.sequence_parallel=true", "zero_optimization.stage=3"},
+                    4),
+            "");
+  EXPECT_EQ(refusal({"tensor_parallel.size=2", "pipeline.stages=2", "bf16.enabled=true"}, 4), "");
   // Data parallelism inside the stages: ZeRO 0-3.
   EXPECT_EQ(refusal({"pipeline.stages=2"}, 4), "");
   EXPECT_EQ(refusal({"pipeline.stages=2", "zero_optimization.stage=1"}, 4), "");
