@@ -36,9 +36,10 @@ same runs/a/config.json '{"earlier": true}'
   || { echo "FAILED: out_dir_overwrite=true"; cat over.log; fail=1; }
 grep -q '"loss": 9' runs/a/metrics.jsonl && { echo "FAILED: not overwritten"; fail=1; }
 # More steps resume in place, on a new lr schedule only when asked (the default cosine spans
-# train_steps).
-expect_error "another learning-rate schedule than this run's (train_steps 2 -> 3, .*checkpoint.new_lr_schedule=true" \
-  train "${tiny[@]}" train_steps=3 out_dir=runs/a checkpoint.resume=runs/a/model.ckpt
+# train_steps; step 3 happens to get the same lr from both schedules, so the refusal names
+# step 4, the first that differs; train_steps=3 alone resumes).
+expect_error "another learning-rate schedule than this run's (train_steps 2 -> 5, .*step 4 would run at lr .*checkpoint.new_lr_schedule=true" \
+  train "${tiny[@]}" train_steps=5 out_dir=runs/a checkpoint.resume=runs/a/model.ckpt
 "$tide" train "${tiny[@]}" train_steps=3 out_dir=runs/a checkpoint.resume=runs/a/model.ckpt \
   checkpoint.new_lr_schedule=true > resume.log 2>&1 || { echo "FAILED: resume in place"; cat resume.log; fail=1; }
 grep -q '"step":3' runs/a/metrics.jsonl || { echo "FAILED: resume did not append"; fail=1; }

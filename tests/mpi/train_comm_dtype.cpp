@@ -77,10 +77,20 @@ TEST(CommDtype, EachRunSendsItsDtypesBytes) {
   const std::string shard = write_shared_shard(*world, dir);
   const std::vector<Case> cases = {
       // bf16 without ZeRO keeps f32 gradients; DeepSpeed's default sends them in bf16.
-      {"bf16 stage 0, f32 gradients", {"bf16.enabled=true", "zero_optimization.stage=0"}, "fp32", "",
-       0, 4, 2},
-      {"bf16 stage 2, bf16 gradients", {"bf16.enabled=true", "zero_optimization.stage=2"}, "fp32",
-       "", 2, 4, 2},
+      {"bf16 stage 0, f32 gradients",
+       {"bf16.enabled=true", "zero_optimization.stage=0"},
+       "fp32",
+       "",
+       0,
+       4,
+       2},
+      {"bf16 stage 2, bf16 gradients",
+       {"bf16.enabled=true", "zero_optimization.stage=2"},
+       "fp32",
+       "",
+       2,
+       4,
+       2},
       {"f32 stage 1", {"zero_optimization.stage=1"}, "", "bf16", 1, 4, 2},
       {"fp16 stage 3", {"fp16.enabled=true", "zero_optimization.stage=3"}, "", "bf16", 3, 2, 2}};
   const int micro = 2, accum = 2;
@@ -90,7 +100,8 @@ TEST(CommDtype, EachRunSendsItsDtypesBytes) {
       keys.push_back(fmt::format("communication_data_type={}", comm));
       return dp_config(shard, dir, micro, accum, kCommSteps, 0.1f, keys);
     };
-    const CommRun a = train_counting(cfg(c.comm_a), world), b = train_counting(cfg(c.comm_b), world);
+    const CommRun a = train_counting(cfg(c.comm_a), world),
+                  b = train_counting(cfg(c.comm_b), world);
     const int64_t elems = grad_elements_sent(a, c.stage, N, r, accum) * kCommSteps;
     EXPECT_EQ(static_cast<int64_t>(a.bytes_sent) - static_cast<int64_t>(b.bytes_sent),
               elems * (c.bytes_a - c.bytes_b))

@@ -4,6 +4,7 @@
 // leaves the model as it was.
 #include "tide/checkpoint/checkpoint.h"
 
+#include <filesystem>
 #include <unordered_map>
 
 #include "tide/checkpoint/checkpoint_meta.h"
@@ -76,7 +77,23 @@ void save_checkpoint(const std::string& path, const ChunkStore& store, const Che
     const Tensor t = store.tensor(it.kind, it.id);
     tensors.push_back({it.name, t.dtype, t.shape, t.data});
   }
-  write_safetensors(path, tensors, meta);
+  if (!is_sharded_checkpoint(path)) return write_safetensors(path, tensors, meta);
+  // A sharded checkpoint there (an earlier run of this out_dir on another layout): the file is
+  // written beside it and swapped in, so that one of the two is always there.
+  const std::string beside = path + ".file";
+  write_safetensors(beside, tensors, meta);
+  swap_into_place(beside, path, fmt::format("cannot write checkpoint '{}'", path));
+}
+
+bool is_checkpoint_file(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) return false;
+  try {
+    read_checkpoint_info(path);
+    return true;
+  } catch (const Error&) {
+    return false;
+  }
 }
 
 void save_checkpoint(const std::string& path, const GPT& model, const CheckpointInfo& info,

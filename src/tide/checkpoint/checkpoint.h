@@ -37,6 +37,8 @@ void save_checkpoint(const std::string& path, const GPT& model, const Checkpoint
                      bool with_optimizer_state = false);
 // Reads and checks the metadata (and the whole file's checksum).
 CheckpointInfo read_checkpoint_info(const std::string& path);
+// True when `path` is a file whose header reads as a tide checkpoint (read_checkpoint_info).
+bool is_checkpoint_file(const std::string& path);
 // Loads the weights (and with `with_optimizer_state` the optimizer state, which the file must
 // hold) into `model`, whose shape must be the checkpoint's.
 void load_checkpoint(const std::string& path, GPT& model, bool with_optimizer_state = false);

@@ -19,6 +19,7 @@
 #include <map>
 #include <set>
 
+#include "tide/checkpoint/checkpoint.h"
 #include "tide/checkpoint/checkpoint_meta.h"
 #include "tide/checkpoint/safetensors.h"
 #include "tide/model/layout.h"
@@ -571,9 +572,11 @@ void commit_sharded_checkpoint(const std::string& dir, int world) {
   TIDE_CHECK(fs::is_directory(partial, ec),
              "{}: '{}' does not exist; call save_checkpoint_shard on every rank first", subject,
              partial);
+  // A single-file checkpoint there (an earlier run of this out_dir on one rank, resumed on
+  // another layout) is replaced like a sharded one.
   if (fs::exists(target, ec))
-    TIDE_CHECK(is_sharded_checkpoint(target),
-               "{}: '{}' exists and is not a sharded checkpoint; tide replaces only its own "
+    TIDE_CHECK(is_sharded_checkpoint(target) || is_checkpoint_file(target),
+               "{}: '{}' exists and is not a tide checkpoint; tide replaces only its own "
                "checkpoints, choose another path",
                subject, target);
 
@@ -636,24 +639,29 @@ void commit_sharded_checkpoint(const std::string& dir, int world) {
   write_text_atomic((fs::path(partial) / kIndexName).string(), index.dump(1));
   sync_dir(partial);
 
-  // Swap the new checkpoint into place: atomically when one exists (RENAME_EXCHANGE), then
-  // remove the old one, now at the partial path.
+  swap_into_place(partial, target, subject);
+}
+
+void swap_into_place(const std::string& fresh, const std::string& target,
+                     const std::string& subject) {
+  // Atomically when something is there (RENAME_EXCHANGE, which also swaps a file with a
+  // folder), then remove the old one, now at `fresh`.
+  std::error_code ec;
   const fs::path parent = fs::path(target).parent_path();
   if (!fs::exists(target, ec)) {
-    TIDE_CHECK(::rename(partial.c_str(), target.c_str()) == 0, "{}: renaming '{}' failed: {}",
-               subject, partial, errno_text());
-  } else if (::renameat2(AT_FDCWD, partial.c_str(), AT_FDCWD, target.c_str(), RENAME_EXCHANGE) ==
-             0) {
-    fs::remove_all(partial, ec);
+    TIDE_CHECK(::rename(fresh.c_str(), target.c_str()) == 0, "{}: renaming '{}' failed: {}",
+               subject, fresh, errno_text());
+  } else if (::renameat2(AT_FDCWD, fresh.c_str(), AT_FDCWD, target.c_str(), RENAME_EXCHANGE) == 0) {
+    fs::remove_all(fresh, ec);
   } else {
     // File systems without RENAME_EXCHANGE: move the old one aside first (a crash in between
-    // leaves it at '<dir>.old').
+    // leaves it at '<target>.old').
     const std::string old = target + ".old";
     fs::remove_all(old, ec);
     TIDE_CHECK(::rename(target.c_str(), old.c_str()) == 0,
                "{}: moving the old one aside failed: {}", subject, errno_text());
-    TIDE_CHECK(::rename(partial.c_str(), target.c_str()) == 0, "{}: renaming '{}' failed: {}",
-               subject, partial, errno_text());
+    TIDE_CHECK(::rename(fresh.c_str(), target.c_str()) == 0, "{}: renaming '{}' failed: {}",
+               subject, fresh, errno_text());
     fs::remove_all(old, ec);
   }
   sync_dir(parent.empty() ? "." : parent.string());

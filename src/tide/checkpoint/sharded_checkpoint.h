@@ -57,6 +57,12 @@ std::string shard_file_name(int rank, int world);
 // checkpoint, not a file" (and the reverse) instead of a confusing parse error.
 bool is_sharded_checkpoint(const std::string& path);
 
+// Puts `fresh` (a file or a folder) at `target`, atomically exchanged with whatever is there
+// (a checkpoint of either kind: a run resumed on another layout saves the other kind), which
+// is then removed; errors start with `subject`.
+void swap_into_place(const std::string& fresh, const std::string& target,
+                     const std::string& subject);
+
 // True when `path` is the "<dir>.partial" folder of a sharded save: save_checkpoint_shard
 // writes there, and only commit_sharded_checkpoint, once every shard is written, makes it the
 // checkpoint <dir>. One found on disk is a save that never completed (a rank died, the job was

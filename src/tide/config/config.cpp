@@ -1200,6 +1200,12 @@ DType comm_dtype(const TrainConfig& c) {
   return model_dtype(c);  // DeepSpeed (engine.communication_data_type): fp16, bf16, else fp32
 }
 
+ZeroSettings zero_settings(const TrainConfig& c) {
+  ZeroSettings z = c.zero;
+  z.comm_dtype = comm_dtype(c);
+  return z;
+}
+
 DType grad_dtype(const TrainConfig& c) {
   if (!c.grad_accum_dtype.empty()) return parse_dtype(c.grad_accum_dtype);
   // DeepSpeed (engine.get_data_types): bf16 without ZeRO accumulates in fp32 (its

@@ -189,6 +189,8 @@ DType grad_dtype(const TrainConfig& c);
 // The dtype the data-parallel gradient reductions send: the communication_data_type key, or
 // DeepSpeed's default for it (the parameters' dtype).
 DType comm_dtype(const TrainConfig& c);
+// zero_optimization.* as the policy stack takes it: c.zero with comm_dtype resolved.
+ZeroSettings zero_settings(const TrainConfig& c);
 
 // Markdown table of the schema (docs/config.md is generated from it).
 std::string config_reference_markdown();

@@ -42,8 +42,7 @@ class PolicyStack::GradReduction : public PlacementPolicy {
       CommStaging::Staged staged;
       if (staging_.needed(grads.dtype)) staged = staging_.stage(grads, grads.numel());
       const Tensor sent = staged.buffer >= 0 ? staged.tensor : grads;
-      pending_.push_back(
-          {chunk, grads, dp_.all_reduce_async(sent, ReduceOp::Avg), trace, staged});
+      pending_.push_back({chunk, grads, dp_.all_reduce_async(sent, ReduceOp::Avg), trace, staged});
     }
   }
   // Waits for every reduction of the step (the blocking waits traced into `tracer`); returns

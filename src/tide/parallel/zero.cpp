@@ -242,10 +242,10 @@ void ZeroPolicy::on_grads_ready(ChunkStore& store, int c, int micro_batch) {
   CommStaging::Staged staged;
   if (staging_.needed(whole.dtype)) staged = staging_.stage(whole, lay.buffer_elems(c));
   const Tensor sent = staged.buffer >= 0 ? staged.tensor : whole;
-  Pending p{c,
-            dp_.reduce_scatter_async(sent, own_part(sent, lay.slice_elems(c), dp_.rank()),
-                                     ReduceOp::Sum),
-            trace, store.grads_complete(c), staged};
+  Pending p{
+      c,
+      dp_.reduce_scatter_async(sent, own_part(sent, lay.slice_elems(c), dp_.rank()), ReduceOp::Sum),
+      trace, store.grads_complete(c), staged};
   counters_.reduce_scatters += 1;
   if (!s_.overlaps(elems)) {
     complete_reduction(p);

@@ -119,8 +119,8 @@ class ZeroPolicy final : public PlacementPolicy {
   struct Pending {
     int chunk;
     WorkPtr work;
-    AsyncTrace trace;   // the reduce-scatter in flight, when the step is traced
-    bool last = false;  // the step's last micro-batch for this chunk
+    AsyncTrace trace;            // the reduce-scatter in flight, when the step is traced
+    bool last = false;           // the step's last micro-batch for this chunk
     CommStaging::Staged staged;  // the chunk in communication_data_type, when it differs
   };
   enum class Gathered : uint8_t { NO, IN_FLIGHT, YES };

@@ -69,7 +69,7 @@ PipelineRun::PipelineRun(const TrainConfig& cfg, std::shared_ptr<ProcessGroup> w
         chunks_.back()->make_micro_batch(1, cfg.seq_len, nullptr, /*training=*/false));
   }
   engine_ = std::make_unique<PipelineEngine>(models, pp_, std::move(schedule), cfg.micro_batch,
-                                             cfg.seq_len, opt, dp_, cfg.zero, placement);
+                                             cfg.seq_len, opt, dp_, zero_settings(cfg), placement);
 }
 
 StepStats PipelineRun::step(int64_t step, uint64_t seed, const Engine::BatchFn& batch,

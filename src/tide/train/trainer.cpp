@@ -205,7 +205,6 @@ Trainer::Trainer(TrainConfig config, std::shared_ptr<ProcessGroup> world)
   // so the default corpus's preparation (rank 0 prepares, the others wait) sits between the
   // rounds and the tp mesh comes after them.
   if (cfg_.resume == "auto") resolve_auto_resume();  // collective: before the checks below
-  cfg_.zero.comm_dtype = comm_dtype(cfg_);  // every policy stack reads it from cfg_.zero
   // A plain struct and a flag, not std::optional: GCC 12 at -O2 warned (-Wmaybe-uninitialized)
   // on reading the optional's members after it was set inside the lambda below.
   RunPosition resume_at;
@@ -297,9 +296,10 @@ Trainer::Trainer(TrainConfig config, std::shared_ptr<ProcessGroup> world)
     }
     // Under tp the ranks hold different shards: the whole model's layout is compared.
     check_same_data_and_layout(mesh_ ? make_layout(cfg_.model) : model_->store().layout());
-    engine_ = std::make_unique<Engine>(*model_, mesh_ ? mesh_->group_ptr(MeshAxis::DP) : world_,
-                                       data_parallel_schedule(cfg_.grad_accum), cfg_.micro_batch,
-                                       cfg_.seq_len, opt, cfg_.zero, auto_placement_settings());
+    engine_ =
+        std::make_unique<Engine>(*model_, mesh_ ? mesh_->group_ptr(MeshAxis::DP) : world_,
+                                 data_parallel_schedule(cfg_.grad_accum), cfg_.micro_batch,
+                                 cfg_.seq_len, opt, zero_settings(cfg_), auto_placement_settings());
     engine_runner_ = std::make_unique<EngineRunner>(*engine_);
     runner_ = engine_runner_.get();
     eval_mb_ = model_->make_micro_batch(1, cfg_.seq_len, nullptr, /*training=*/false);
@@ -677,6 +677,11 @@ void Trainer::check_same_lr_schedule(const std::string& path, const CheckpointIn
     return;  // a config another tide version wrote: its schedule is not compared
   }
   if (theirs == cfg_.lr_schedule) return;
+  // Differently configured, but the same lr at every step this run trains: no jump.
+  int64_t differ = -1;
+  for (int64_t s = step; s < cfg_.train_steps && differ < 0; ++s)
+    if (lr_at(s, cfg_.lr_schedule) != lr_at(s, theirs)) differ = s;
+  if (differ < 0) return;
   const json mine = config_to_json(cfg_), &stored = info.extra["config"];
   std::string changed;
   for (std::string key :
@@ -698,7 +703,7 @@ void Trainer::check_same_lr_schedule(const std::string& path, const CheckpointIn
       "the checkpoint's values to continue its schedule (to train past its end, keep "
       "scheduler.params.total_num_steps={}: the schedule then stays at its last value), or set "
       "checkpoint.new_lr_schedule=true to take this run's schedule from step {} on",
-      path, changed, step + 1, lr_at(step, cfg_.lr_schedule), lr_at(step, theirs),
+      path, changed, differ + 1, lr_at(differ, cfg_.lr_schedule), lr_at(differ, theirs),
       theirs.total_num_steps, step + 1);
 }
 

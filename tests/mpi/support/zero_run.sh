@@ -4,7 +4,8 @@
 # a resume once left stale). Every rank writes its shard of the periodic and the final
 # checkpoint (sharded directories); 2 ranks resume the periodic one and log the 2-rank run's
 # metrics bitwise; 3 ranks and 1 rank resume it at the same global batch and end with its
-# losses (to 4 decimals); `tide sample` and `tide export` read the final one.
+# losses (to 4 decimals), the 1-rank and then a 2-rank run saving over the other kind of
+# checkpoint in one out_dir; `tide sample` and `tide export` read the final one.
 set -uo pipefail
 mpiexec=$1 tide=$2 src=$3 dir=$4
 rm -rf "$dir" && mkdir -p "$dir" && cd "$dir" || exit 1
@@ -34,8 +35,17 @@ diff <(metrics a/metrics.jsonl) <(metrics r2/metrics.jsonl | tail -3) \
 loss() { sed -n 's/^step \+\([456]\)\/6 | loss \([0-9.]*\).*/\1 \2/p' "$1"; }
 timeout 300 "${mpi[@]}" -np 3 "$tide" train "${common[@]}" train_micro_batch_size_per_gpu=2 \
   out_dir=r3 checkpoint.resume=a/model_step3.ckpt > r3.log 2>&1 || { cat r3.log; fail "resume on 3 ranks"; }
-timeout 300 "$tide" train "${common[@]}" train_micro_batch_size_per_gpu=6 out_dir=r1 \
+# On 1 rank without ZeRO in a copy of the 2-rank out_dir: its single-file model.ckpt replaces
+# the sharded one there; then 2 ranks in that out_dir replace the file with shards again (a run resumed on
+# another layout into its own out_dir once trained to the end and then could not save).
+cp -r a r1 && timeout 300 "$tide" train "${common[@]}" zero_optimization.stage=0 \
+  train_micro_batch_size_per_gpu=6 out_dir=r1 \
   checkpoint.resume=a/model_step3.ckpt > r1.log 2>&1 || { cat r1.log; fail "resume on 1 rank"; }
+[ -f r1/model.ckpt ] || fail "r1/model.ckpt is not the 1-rank run's single file"
+timeout 300 "${mpi[@]}" -np 2 "$tide" train "${common[@]}" train_micro_batch_size_per_gpu=3 \
+  out_dir=r1 checkpoint.resume=a/model_step3.ckpt > r1b.log 2>&1 \
+  || { cat r1b.log; fail "resume on 2 ranks into an out_dir holding a single-file checkpoint"; }
+[ -f r1/model.ckpt/index.json ] || fail "r1/model.ckpt was not replaced by shards"
 [ "$(loss a.log | wc -l)" -eq 3 ] || { cat a.log; fail "no loss lines"; }
 diff <(loss a.log) <(loss r3.log) || fail "resumed on 3 ranks, the losses differ"
 diff <(loss a.log) <(loss r1.log) || fail "resumed on 1 rank, the losses differ"
@@ -44,4 +54,4 @@ diff <(loss a.log) <(loss r1.log) || fail "resumed on 1 rank, the losses differ"
 "$tide" export --checkpoint a/model.ckpt --out-dir hf > export.log 2>&1 \
   || { cat export.log; fail "tide export of a sharded checkpoint"; }
 [ -s hf/model.safetensors ] && [ -s hf/config.json ] || fail "no HF files"
-echo "OK: ZeRO-3 on 2 ranks, resumed on 2 ranks bitwise and on 3 and 1 with equal losses, sampled and exported"
+echo "OK: ZeRO-3 on 2 ranks, resumed on 2 ranks bitwise and on 3 and 1 with equal losses, each checkpoint kind saved over the other, sampled and exported"

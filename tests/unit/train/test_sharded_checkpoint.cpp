@@ -320,6 +320,30 @@ TEST(ShardedCheckpoint, CommitReplacesAnOlderCheckpointAtomically) {
   EXPECT_FALSE(fs::exists(dir + ".partial"));
 }
 
+// A run resumed on another layout saves the other kind of checkpoint at the same path (its
+// out_dir's model.ckpt): a sharded save replaces a single file, and a single-file save a
+// sharded folder, each loading back bitwise (once the end of a run that had trained for hours
+// refused: "exists and is not a sharded checkpoint").
+TEST(ShardedCheckpoint, EachKindReplacesTheOther) {
+  const GPTConfig c = small();
+  const std::string path = temp_dir("kinds") + "/model.ckpt";
+  const auto first = reference(c, DType::BF16, 3), second = reference(c, DType::BF16, 4),
+             third = reference(c, DType::BF16, 5);
+  save_checkpoint(path, *first, info_of(c), true);
+  ASSERT_TRUE(is_checkpoint_file(path));
+  save_sharded(path, *second, 2, 1);
+  ASSERT_TRUE(is_sharded_checkpoint(path));
+  auto s = make_store(c, DType::BF16, 0, 1, 0, 0);
+  load_checkpoint_shard(path, *s, c, true);
+  EXPECT_EQ(mismatches(*s, *second), 0);
+  save_checkpoint(path, *third, info_of(c), true);
+  ASSERT_TRUE(is_checkpoint_file(path));
+  load_checkpoint(path, *s, c, true);
+  EXPECT_EQ(mismatches(*s, *third), 0);
+  for (const char* left : {".partial", ".file", ".old"})
+    EXPECT_FALSE(fs::exists(path + left)) << left;
+}
+
 // --- errors -----------------------------------------------------------------------------------
 
 struct ShardedCheckpointErrors : ::testing::Test {
@@ -468,8 +492,14 @@ TEST_F(ShardedCheckpointErrors, CommitRefusesToReplaceSomethingElse) {
   std::ofstream(d2 + "/notes.txt") << "keep me";
   auto s = make_store(c, DType::BF16, 96, 1, 0, 0);
   save_checkpoint_shard(d2, *s, info_of(c), true, 0, 1);
-  EXPECT_HAS(error_of([&] { commit_sharded_checkpoint(d2, 1); }), "is not a sharded checkpoint");
+  EXPECT_HAS(error_of([&] { commit_sharded_checkpoint(d2, 1); }), "is not a tide checkpoint");
   EXPECT_TRUE(fs::exists(d2 + "/notes.txt"));
+  // Nor a file that is not a tide checkpoint.
+  const std::string d3 = fs::path(dir).parent_path() / "notes.ckpt";
+  std::ofstream(d3) << "keep me too";
+  save_checkpoint_shard(d3, *s, info_of(c), true, 0, 1);
+  EXPECT_HAS(error_of([&] { commit_sharded_checkpoint(d3, 1); }), "is not a tide checkpoint");
+  EXPECT_TRUE(fs::is_regular_file(d3));
 }
 
 TEST_F(ShardedCheckpointErrors, SaveChecksRankAndGroup) {
