@@ -435,15 +435,7 @@ RunResult train_tp(const TrainConfig& cfg, std::shared_ptr<ProcessGroup> world) 
   world->broadcast(Tensor(root.data(), {static_cast<int64_t>(root.size())}), 0);
   EXPECT_EQ(std::memcmp(root.data(), flat.data(), flat.size() * sizeof(float)), 0)
       << "rank " << world->rank() << ": losses or gradient norms differ from rank 0's";
-  const std::string path = t.save("model.ckpt");
-  GPT whole(t.config().model, ActivationPolicy::SAVE_ALL, 0, /*with_optimizer=*/false);
-  load_checkpoint(path, whole, /*with_optimizer_state=*/false);
-  const ChunkLayout& lay = whole.store().layout();
-  for (int id = 0; id < lay.num_tensors(); ++id) {
-    const Tensor x = whole.store().tensor(ChunkKind::PARAM, id);
-    r.names.push_back(lay.slot(id).name);
-    r.params.emplace_back(x.f32(), x.f32() + x.numel());
-  }
+  read_checkpoint_params(t.save("model.ckpt"), t.config().model, r);
   return r;
 }
 

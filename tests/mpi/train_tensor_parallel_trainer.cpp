@@ -78,18 +78,6 @@ struct TpRun {
   float val = 0;
 };
 
-// The parameters of checkpoint `path`, whole tensors in layout order.
-void read_params(const std::string& path, const GPTConfig& shape, RunResult& r) {
-  GPT whole(shape, ActivationPolicy::SAVE_ALL, 0, /*with_optimizer=*/false);
-  load_checkpoint(path, whole, /*with_optimizer_state=*/false);
-  const ChunkLayout& lay = whole.store().layout();
-  for (int id = 0; id < lay.num_tensors(); ++id) {
-    const Tensor x = whole.store().tensor(ChunkKind::PARAM, id);
-    r.names.push_back(lay.slot(id).name);
-    r.params.emplace_back(x.f32(), x.f32() + x.numel());
-  }
-}
-
 // `steps` steps of `t` from where it is, then the validation loss and a checkpoint `name`.
 TpRun run(Trainer& t, int64_t steps, const std::string& name) {
   TpRun out;
@@ -99,7 +87,8 @@ TpRun run(Trainer& t, int64_t steps, const std::string& name) {
     out.r.grad_norms.push_back(static_cast<float>(st.grad_norm));
   }
   out.val = t.evaluate();
-  read_params(t.save(name), t.config().model, out.r);  // save: collective, then a barrier
+  read_checkpoint_params(t.save(name), t.config().model,
+                         out.r);  // save: collective, then a barrier
   return out;
 }
 

@@ -13,6 +13,7 @@
 
 #include <fmt/format.h>
 
+#include "tide/checkpoint/checkpoint.h"
 #include "tide/core/rng.h"
 #include "tide/data/shard.h"
 #include "tide/train/trainer.h"
@@ -123,6 +124,19 @@ inline RunResult train(const TrainConfig& cfg, std::shared_ptr<ProcessGroup> wor
     r.params.emplace_back(p, p + s.numel);
   }
   return r;
+}
+
+// The parameters of checkpoint `path` (a model of `shape`), whole tensors in layout order,
+// appended to r.names and r.params (f32: a 16-bit checkpoint's master weights).
+inline void read_checkpoint_params(const std::string& path, const GPTConfig& shape, RunResult& r) {
+  GPT whole(shape, ActivationPolicy::SAVE_ALL, 0, /*with_optimizer=*/false);
+  load_checkpoint(path, whole, /*with_optimizer_state=*/false);
+  const ChunkLayout& lay = whole.store().layout();
+  for (int id = 0; id < lay.num_tensors(); ++id) {
+    const Tensor x = whole.store().tensor(ChunkKind::PARAM, id);
+    r.names.push_back(lay.slot(id).name);
+    r.params.emplace_back(x.f32(), x.f32() + x.numel());
+  }
 }
 
 // The first difference between two runs' bits (a loss, a gradient norm, a final tensor), or ""
