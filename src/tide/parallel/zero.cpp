@@ -239,8 +239,10 @@ void ZeroPolicy::on_grads_ready(ChunkStore& store, int c, int micro_batch) {
   const Tensor whole = store.chunk(ChunkKind::GRAD, c);
   AsyncTrace trace = AsyncTrace::start(store.tracer(), "reduce-scatter grads",
                                        {{"chunk", c}, {"mb", micro_batch}});
+  // One rank sends nothing: its gradients are not converted (the one-rank reference's bits).
   CommStaging::Staged staged;
-  if (staging_.needed(whole.dtype)) staged = staging_.stage(whole, lay.buffer_elems(c));
+  if (dp_.size() > 1 && staging_.needed(whole.dtype))
+    staged = staging_.stage(whole, lay.buffer_elems(c));
   const Tensor sent = staged.buffer >= 0 ? staged.tensor : whole;
   Pending p{
       c,
