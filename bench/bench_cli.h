@@ -21,6 +21,18 @@ inline void parse_args(CLI::App& app, int argc, char** argv) {
   }
 }
 
+// The op benchmarks' shape options (one GPT-2 layer and its head: batch, sequence, width,
+// heads, vocabulary) and their repetitions.
+template <class Int>
+void add_op_shape_options(CLI::App& app, Int& B, Int& T, Int& C, Int& NH, Int& V, int& reps) {
+  app.add_option("--B", B)->capture_default_str();
+  app.add_option("--T", T)->capture_default_str();
+  app.add_option("--C", C)->capture_default_str();
+  app.add_option("--NH", NH)->capture_default_str();
+  app.add_option("--V", V)->capture_default_str();
+  app.add_option("--reps", reps)->capture_default_str();
+}
+
 // The GPT shape and micro-batch options the training benchmarks share.
 struct ModelShapeArgs {
   int& layers;

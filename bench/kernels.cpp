@@ -95,12 +95,7 @@ int main(int argc, char** argv) try {
   int64_t B = 4, T = 128, C = 768, NH = 12, V = 50257;
   g_threads = omp_get_max_threads();
   CLI::App app{"time of every CPU op at GPT-2 layer shapes", "bench_kernels"};
-  app.add_option("--B", B)->capture_default_str();
-  app.add_option("--T", T)->capture_default_str();
-  app.add_option("--C", C)->capture_default_str();
-  app.add_option("--NH", NH)->capture_default_str();
-  app.add_option("--V", V)->capture_default_str();
-  app.add_option("--reps", g_reps)->capture_default_str();
+  bench::add_op_shape_options(app, B, T, C, NH, V, g_reps);
   app.add_option("--threads", g_threads)->capture_default_str();
   std::string dtype = "f32";
   app.add_option("--dtype", dtype, "storage of the float tensors: f32, bf16 or f16")

@@ -204,12 +204,7 @@ int main(int argc, char** argv) {
   int B = 8, T = 1024, C = 768, NH = 12, V = 50304;
   CLI::App app{
       "bench_gpu_ops: the op API's CUDA kernels on one GPT-2 layer's shapes, f32 and bf16"};
-  app.add_option("--B", B)->capture_default_str();
-  app.add_option("--T", T)->capture_default_str();
-  app.add_option("--C", C)->capture_default_str();
-  app.add_option("--NH", NH)->capture_default_str();
-  app.add_option("--V", V)->capture_default_str();
-  app.add_option("--reps", g_reps)->capture_default_str();
+  bench::add_op_shape_options(app, B, T, C, NH, V, g_reps);
   try {
     bench::parse_args(app, argc, argv);
     TIDE_CHECK(C % NH == 0, "--C {} must be a multiple of --NH {}", C, NH);

@@ -78,9 +78,9 @@ struct TrainConfig {
   LrSchedule lr_schedule;  // scheduler.*, resolved (total_num_steps 0 -> train_steps, ...)
   float grad_clip = 1.0f;  // 0: off
   bool bf16 = false, fp16 = false;
-  std::string grad_accum_dtype;   // data_types.grad_accum_dtype; empty: DeepSpeed's default
+  std::string grad_accum_dtype;         // data_types.grad_accum_dtype; empty: DeepSpeed's default
   std::string communication_data_type;  // empty: DeepSpeed's default (comm_dtype)
-  Fp16LossScale fp16_loss_scale;  // fp16.*: DeepSpeed's loss scaling, with its defaults
+  Fp16LossScale fp16_loss_scale;        // fp16.*: DeepSpeed's loss scaling, with its defaults
   ZeroSettings zero;  // zero_optimization.* (offload_optimizer: from offload_optimizer below)
   int64_t device_memory_limit = 0;          // placement.device_memory_limit: bytes, 0 = unlimited
   std::string placement_policy = "device";  // placement.policy: "device" or "auto"
