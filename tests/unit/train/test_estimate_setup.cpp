@@ -139,6 +139,16 @@ TEST(EstimateSetup, GradAccumDtypeAsTideTrainKeepsIt) {
             std::string::npos);
 }
 
+// communication_data_type: DeepSpeed's three names or empty, else one error naming them (tide
+// estimate and tide train parse it alike).
+TEST(EstimateSetup, CommunicationDataTypeIsChecked) {
+  EXPECT_EQ(estimate_error(R"({"communication_data_type": "fp32"})"), "");
+  EXPECT_NE(estimate_error(R"({"communication_data_type": "int8"})")
+                .find("communication_data_type must be \"fp32\", \"bf16\", \"fp16\" or empty "
+                      "(DeepSpeed's default: the parameters' dtype) (got \"int8\")"),
+            std::string::npos);
+}
+
 TEST(EstimateSetup, ConfigErrorsAreTideTrainsErrors) {
   // A misspelt key, which estimate used to ignore, with the parser's suggestion.
   EXPECT_EQ(estimate_error(R"({"train_micro_batch_size_per_gpuu": 4})"),
