@@ -35,13 +35,8 @@ std::vector<Item> checkpoint_items(const ChunkStore& store, bool with_optimizer_
     for (int id = 0; id < static_cast<int>(slots.size()); ++id)
       items.push_back({prefix + slots[id].name, kind, id});
   };
-  add(ChunkKind::PARAM, "");
-  if (with_optimizer_state) {
-    if (store.has(ChunkKind::MASTER) && store.compute_dtype() != DType::F32)
-      add(ChunkKind::MASTER, "master.");
-    add(ChunkKind::ADAM_M, "adam_m.");
-    add(ChunkKind::ADAM_V, "adam_v.");
-  }
+  for (const CheckpointKind& k : checkpoint_kinds(store.compute_dtype(), with_optimizer_state))
+    add(k.kind, k.prefix);
   return items;
 }
 

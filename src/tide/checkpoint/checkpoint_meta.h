@@ -6,10 +6,28 @@
 
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "tide/checkpoint/checkpoint.h"
 
 namespace tide {
+
+// A kind of chunk a checkpoint holds, and the prefix of its tensors' names there.
+struct CheckpointKind {
+  ChunkKind kind;
+  const char* prefix;
+};
+// The kinds every checkpoint (single-file, sharded, tensor-parallel) holds: the parameters in
+// the compute dtype; with the optimizer state also the f32 master weights when they are not
+// the parameters (16-bit compute), and Adam's m and v.
+inline std::vector<CheckpointKind> checkpoint_kinds(DType compute, bool with_optimizer_state) {
+  std::vector<CheckpointKind> k = {{ChunkKind::PARAM, ""}};
+  if (!with_optimizer_state) return k;
+  if (compute != DType::F32) k.push_back({ChunkKind::MASTER, "master."});
+  k.push_back({ChunkKind::ADAM_M, "adam_m."});
+  k.push_back({ChunkKind::ADAM_V, "adam_v."});
+  return k;
+}
 
 // {n_layer, n_head, n_embd, vocab_size, max_seq_len, dropout}
 nlohmann::json checkpoint_model_json(const GPTConfig& c);

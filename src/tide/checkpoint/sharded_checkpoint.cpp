@@ -93,12 +93,8 @@ std::vector<Item> items_of(const ChunkLayout& layout, DType compute, bool optimi
       items.push_back(
           {prefix + checkpoint_name(layout.slot(id).name), kind, id, layout.slot(id).numel, t});
   };
-  add(ChunkKind::PARAM, "", compute);
-  if (optimizer_state) {
-    if (compute != DType::F32) add(ChunkKind::MASTER, "master.", DType::F32);
-    add(ChunkKind::ADAM_M, "adam_m.", DType::F32);
-    add(ChunkKind::ADAM_V, "adam_v.", DType::F32);
-  }
+  for (const CheckpointKind& k : checkpoint_kinds(compute, optimizer_state))
+    add(k.kind, k.prefix, k.kind == ChunkKind::PARAM ? compute : DType::F32);
   return items;
 }
 

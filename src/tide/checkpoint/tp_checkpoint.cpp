@@ -3,6 +3,7 @@
 #include <cstring>
 #include <vector>
 
+#include "tide/checkpoint/checkpoint_meta.h"
 #include "tide/checkpoint/sharded_checkpoint.h"
 #include "tide/core/error.h"
 
@@ -10,14 +11,12 @@ namespace tide {
 
 namespace {
 
-// The kinds a checkpoint of `s` holds, as checkpoint.h writes them: the parameters (in the
-// compute dtype) and with the optimizer state the f32 master weights when they are not the
-// parameters (16-bit compute), Adam's m and v.
+// The kinds a checkpoint of `s` holds (checkpoint_meta.h's checkpoint_kinds).
 std::vector<ChunkKind> saved_kinds(const ChunkStore& s, bool with_optimizer_state) {
-  if (!with_optimizer_state) return {ChunkKind::PARAM};
-  if (s.compute_dtype() == DType::F32)
-    return {ChunkKind::PARAM, ChunkKind::ADAM_M, ChunkKind::ADAM_V};
-  return {ChunkKind::PARAM, ChunkKind::MASTER, ChunkKind::ADAM_M, ChunkKind::ADAM_V};
+  std::vector<ChunkKind> kinds;
+  for (const CheckpointKind& k : checkpoint_kinds(s.compute_dtype(), with_optimizer_state))
+    kinds.push_back(k.kind);
+  return kinds;
 }
 
 void check_store(const GPT& model, bool with_optimizer_state, bool saving, ProcessGroup* dp,

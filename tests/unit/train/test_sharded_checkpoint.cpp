@@ -45,16 +45,6 @@ bool distinct(ChunkKind k, DType compute) {
   return !(k == ChunkKind::MASTER && compute == DType::F32);
 }
 
-// ZeRO stage s's sliced kinds (0: none).
-unsigned stage_kinds(int s) {
-  unsigned k = 0;
-  if (s >= 1)
-    k |= kind_bit(ChunkKind::MASTER) | kind_bit(ChunkKind::ADAM_M) | kind_bit(ChunkKind::ADAM_V);
-  if (s >= 2) k |= kind_bit(ChunkKind::GRAD);
-  if (s >= 3) k |= kind_bit(ChunkKind::PARAM);
-  return k;
-}
-
 std::unique_ptr<ChunkStore> make_store(const GPTConfig& c, DType compute, int64_t target, int group,
                                        int rank, unsigned sliced, bool with_optimizer = true) {
   ChunkLayout lay = make_layout(c);
@@ -159,7 +149,7 @@ void save_sharded(const std::string& dir, const ChunkStore& ref, int N, int stag
                   int64_t target = 96, bool with_optimizer_state = true) {
   const GPTConfig c = small();
   for (int r = 0; r < N; ++r) {
-    auto s = make_store(c, ref.compute_dtype(), target, N, r, stage_kinds(stage));
+    auto s = make_store(c, ref.compute_dtype(), target, N, r, zero_sliced_kinds(stage));
     copy_from(*s, ref);
     save_checkpoint_shard(dir, *s, info_of(c), with_optimizer_state, r, N);
   }
@@ -210,7 +200,7 @@ TEST(ShardedCheckpoint, ReshardsBitwiseAcrossGroupSizesStagesAndDtypes) {
         save_sharded(dir, *ref, rs.N, save_stage);
         for (int r = 0; r < rs.M; ++r) {
           // Another chunk size than the save's: tensor offsets differ, values must not.
-          auto s = make_store(c, dt, 160, rs.M, r, stage_kinds(load_stage));
+          auto s = make_store(c, dt, 160, rs.M, r, zero_sliced_kinds(load_stage));
           poison(*s);
           load_checkpoint_shard(dir, *s, c, /*with_optimizer_state=*/true);
           EXPECT_EQ(mismatches(*s, *ref), 0);
@@ -228,7 +218,7 @@ TEST(ShardedCheckpoint, ManyRanksSomeOfWhichOwnOnlyPadding) {
   save_sharded(dir, *ref, 64, 3);
   EXPECT_EQ(read_sharded_checkpoint_info(dir).world_size, 64);
   for (int r = 0; r < 3; ++r) {
-    auto s = make_store(c, DType::BF16, 500, 3, r, stage_kinds(1));
+    auto s = make_store(c, DType::BF16, 500, 3, r, zero_sliced_kinds(1));
     poison(*s);
     load_checkpoint_shard(dir, *s, c, true);
     EXPECT_EQ(mismatches(*s, *ref), 0);
@@ -356,7 +346,7 @@ struct ShardedCheckpointErrors : ::testing::Test {
   void SetUp() override {
     dir = temp_dir(::testing::UnitTest::GetInstance()->current_test_info()->name()) + "/ckpt";
     save_sharded(dir, *ref, 3, 3);
-    target = make_store(c, DType::BF16, 0, 2, 1, stage_kinds(1));
+    target = make_store(c, DType::BF16, 0, 2, 1, zero_sliced_kinds(1));
     copy_from(*target, *reference(c, DType::BF16, 99));
     before = snapshot(*target);
   }
@@ -450,13 +440,13 @@ TEST_F(ShardedCheckpointErrors, IndexIsNotJson) {
 TEST_F(ShardedCheckpointErrors, ModelShapeMismatch) {
   GPTConfig other = c;
   other.n_layer = 3;
-  target = make_store(other, DType::BF16, 0, 2, 1, stage_kinds(3));
+  target = make_store(other, DType::BF16, 0, 2, 1, zero_sliced_kinds(3));
   before = snapshot(*target);
   EXPECT_HAS(load_error(other), "holds a model L=2");
 }
 
 TEST_F(ShardedCheckpointErrors, ComputeDtypeMismatch) {
-  target = make_store(c, DType::F32, 0, 2, 1, stage_kinds(3));
+  target = make_store(c, DType::F32, 0, 2, 1, zero_sliced_kinds(3));
   before = snapshot(*target);
   EXPECT_HAS(load_error(), "holds bf16 parameters but this model computes in f32");
 }
@@ -479,7 +469,7 @@ TEST_F(ShardedCheckpointErrors, SingleFileAndDirectoryAreNotConfused) {
 
 TEST_F(ShardedCheckpointErrors, CommitWithoutEveryShard) {
   const std::string d2 = fs::path(dir).parent_path() / "incomplete";
-  auto s = make_store(c, DType::BF16, 96, 3, 0, stage_kinds(1));
+  auto s = make_store(c, DType::BF16, 96, 3, 0, zero_sliced_kinds(1));
   save_checkpoint_shard(d2, *s, info_of(c), true, 0, 3);
   EXPECT_HAS(error_of([&] { commit_sharded_checkpoint(d2, 3); }),
              "rank 1's shard '" + d2 + ".partial/shard-00001-of-00003.safetensors' is missing");
@@ -503,7 +493,7 @@ TEST_F(ShardedCheckpointErrors, CommitRefusesToReplaceSomethingElse) {
 }
 
 TEST_F(ShardedCheckpointErrors, SaveChecksRankAndGroup) {
-  auto s = make_store(c, DType::BF16, 96, 3, 1, stage_kinds(1));
+  auto s = make_store(c, DType::BF16, 96, 3, 1, zero_sliced_kinds(1));
   EXPECT_HAS(error_of([&] { save_checkpoint_shard(dir, *s, info_of(c), true, 2, 3); }),
              "holds rank 1's slice");
   EXPECT_HAS(error_of([&] { save_checkpoint_shard(dir, *s, info_of(c), true, 1, 4); }),
