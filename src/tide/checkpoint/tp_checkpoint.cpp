@@ -36,9 +36,10 @@ void check_store(const GPT& model, bool with_optimizer_state, bool saving, Proce
   }
 }
 
-bool any_sliced(const ChunkStore& s, bool with_optimizer_state) {
+// Whether `s` holds any of `kinds` only as its dp slice (ZeRO 1-3 over 2 or more ranks).
+bool any_sliced(const ChunkStore& s, const std::vector<ChunkKind>& kinds) {
   if (s.layout().group_size() == 1) return false;
-  for (ChunkKind k : saved_kinds(s, with_optimizer_state))
+  for (ChunkKind k : kinds)
     if (s.sliced(k)) return true;
   return false;
 }
@@ -80,7 +81,7 @@ std::unique_ptr<ChunkStore> gather_tp_shards(const GPT& model, bool with_optimiz
   // ZeRO 1-3: every sliced kind's chunks all-gathered over dp first (each slice r of chunk c
   // is dp rank r's), so the tp ranks see their whole shards.
   std::unique_ptr<ChunkStore> gathered;
-  if (any_sliced(model.store(), with_optimizer_state)) {
+  if (any_sliced(model.store(), saved_kinds(model.store(), with_optimizer_state))) {
     const ChunkStore& s = model.store();
     gathered = unsliced_copy_of(s, with_optimizer_state);
     for (ChunkKind k : saved_kinds(s, with_optimizer_state))
@@ -168,8 +169,7 @@ void scatter_to_tp_shard(const ChunkStore& whole, GPT& model, bool with_optimize
   if (!with_optimizer_state && own_master) kinds.push_back(ChunkKind::MASTER);
   auto source_kind = [&](ChunkKind k) { return whole.has(k) ? k : ChunkKind::PARAM; };
   // ZeRO 1-3: the whole shard is built first, then each sliced chunk keeps its own slice.
-  bool sliced = false;
-  for (ChunkKind k : kinds) sliced = sliced || (store.layout().group_size() > 1 && store.sliced(k));
+  const bool sliced = any_sliced(store, kinds);
   // (A 16-bit model's master weights need a store with the optimizer's kinds.)
   const std::unique_ptr<ChunkStore> local =
       sliced ? unsliced_copy_of(store, with_optimizer_state || own_master) : nullptr;
