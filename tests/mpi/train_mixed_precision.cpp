@@ -57,11 +57,13 @@ TrainConfig bf16_config(const std::string& shard, const std::string& dir, int st
 // other. Each stage against one rank with N times the micro-batch and the same gradient dtype
 // (stage 0: f32 gradients, DeepSpeed's default without ZeRO; 1-3: bf16). Not to f32's 1e-5:
 // the forward reads the bf16 parameters, so a master weight that differs in its last f32 bit
-// (another summation order) can round to a neighbouring bf16 value, 2^-8 relative away; and
-// bf16 gradients are rounded per rank before the sum over ranks, one rank's once. Measured at
-// N = 2 and 4 (printed): losses within 4e-5 relative, gradient norms 2e-3, master weights 4e-4
-// of their norm; held to 2e-4, 1e-2 and 2e-3. Gradients summed instead of averaged (2x) or
-// left unreduced miss these by far.
+// (another summation order) can round to a neighbouring bf16 value, 2^-8 relative away; the
+// activations are bf16 too, so a value that moved by d << 2^-8 rounds one ulp away with
+// probability d / ulp, which raises the runs' RMS distance to about sqrt(ulp d); and bf16
+// gradients are rounded per rank before the sum over ranks, one rank's once. Measured at
+// N = 2 and 4 (printed): losses within 6.1e-5 relative, gradient norms 2.4e-3, master weights
+// 3.6e-3 of their norm (with f32 activations: 4e-5, 2e-3, 4e-4); held to 2e-4, 1e-2 and 1e-2.
+// Gradients summed instead of averaged (2x) or left unreduced miss these by far.
 TEST(Bf16Zero, StagesTrainTheOneRankBf16Model) {
   std::shared_ptr<ProcessGroup> world = mpi_test::world_ptr(CommAlgorithm::Mpi);
   const int N = world->size();
@@ -88,7 +90,7 @@ TEST(Bf16Zero, StagesTrainTheOneRankBf16Model) {
           stage, N, d.losses, d.norms, d.params);
       EXPECT_LE(d.losses, 2e-4) << "stage " << stage << ": losses";
       EXPECT_LE(d.norms, 1e-2) << "stage " << stage << ": gradient norms";
-      EXPECT_LE(d.params, 2e-3) << "stage " << stage << ": master weights";
+      EXPECT_LE(d.params, 1e-2) << "stage " << stage << ": master weights";
       if (stage > 1) EXPECT_EQ(differs(r, runs[1]), "") << "stage " << stage << " vs stage 1";
     }
     EXPECT_LT(runs[1].losses.back(), runs[1].losses.front() - 0.3f);
@@ -324,7 +326,8 @@ TEST(Fp16Overflow, OneRanksOverflowSkipsTheStepOnEveryRank) {
 // runs overflows (checked): an overflow near the edge (2^16 here overflows in some steps) may
 // fall on a step in one summation order and not in another, and then the runs skip different
 // steps; overflows have their own test above. Measured at N = 2 and 4 (printed): losses within
-// 5e-6 relative, master weights 5e-5 of their norm; held to 5e-5 and 5e-4.
+// 7e-6 relative, master weights 1.25e-3 of their norm (fp16 activations: the rounding of
+// Bf16Zero's comment, at 2^-11); held to 5e-5 and 4e-3.
 TEST(Fp16Zero, StagesTrainTheOneRankFp16Model) {
   std::shared_ptr<ProcessGroup> world = mpi_test::world_ptr(CommAlgorithm::Mpi);
   const int N = world->size();
@@ -351,7 +354,7 @@ TEST(Fp16Zero, StagesTrainTheOneRankFp16Model) {
       fmt::print("fp16 ZeRO-{} N={}: vs one rank, losses {:.2e}, master weights {:.2e}\n", stage, N,
                  d.losses, d.params);
       EXPECT_LE(d.losses, 5e-5) << "stage " << stage << ": losses";
-      EXPECT_LE(d.params, 5e-4) << "stage " << stage << ": master weights";
+      EXPECT_LE(d.params, 4e-3) << "stage " << stage << ": master weights";
     }
     EXPECT_EQ(differs(runs[2], runs[1]), "") << "ZeRO-2 vs ZeRO-1";
     EXPECT_EQ(differs(runs[3], runs[1]), "") << "ZeRO-3 vs ZeRO-1";
@@ -456,14 +459,16 @@ struct TpCase {
 // last bits only (this test in f32, measured: losses 1.2e-7 relative, gradient norms 1.2e-7,
 // master weights 1.1e-6 of their norm); in 16 bits a gradient or parameter that differs in its
 // last f32 bit can round to a neighbouring value, 2^-8 (bf16) or 2^-11 (fp16) relative away,
-// and Adam (dividing by sqrt(v)) carries that into the master weights. Measured (printed):
-//   np 2, tp only:  bf16 losses 1.7e-6, gradient norms 1.2e-4, master weights 1.4e-5;
-//                   fp16 1.1e-6, 6.4e-5, 1.0e-5;
-//   np 4, tp x dp:  bf16 2.5e-5, 1.2e-3, 3.6e-4; fp16 3.9e-6, 1.5e-4, 4.6e-5 (dp adds the
-//                   16-bit gradients' rounding per rank before their sum, as in Bf16Zero).
-// Held to about 2-3x those. Broken on purpose, the SP layernorm gradients not summed over tp
-// gave master weights 6.4e-3 (np 2) and 6.7e-3 (np 4) away, and the vocabulary-parallel
-// embedding's 16-bit gradient not written back losses 2e-2: red in every case they touch.
+// and Adam (dividing by sqrt(v)) carries that into the master weights. The activations are
+// 16-bit as well (each rank also rounds its row-parallel partial sums before their reduction, as
+// Megatron's bf16 does), which raises the runs' RMS distance as Bf16Zero's comment explains.
+// Measured (printed; SP on and off alike):
+//   np 2, tp only:  bf16 losses 5.7e-5, gradient norms 2.1e-3, master weights 4.8e-3;
+//                   fp16 1.1e-5, 5.5e-4, 1.8e-3;
+//   np 4, tp x dp:  bf16 5.1e-5, 2.6e-3, 3.9e-3; fp16 6.8e-6, 2.9e-4, 1.2e-3.
+// Held to about 2x or more, one tolerance per dtype. These runs catch the 16-bit paths' own mistakes
+// (the vocabulary-parallel embedding's 16-bit gradient not written back: losses 2e-2); the f32
+// equivalence tests (mpi.train_tensor_parallel*) hold the tp and SP logic to 1e-5.
 TEST(HalfTensorParallel, TpAndSpTrainTheOneRank16BitModel) {
   std::shared_ptr<ProcessGroup> world = mpi_test::world_ptr(CommAlgorithm::Mpi);
   const int N = world->size();
@@ -479,9 +484,7 @@ TEST(HalfTensorParallel, TpAndSpTrainTheOneRank16BitModel) {
     double losses, norms, params;
   };
   for (const std::string half : {"bf16", "fp16"}) {
-    const Tolerance tol =
-        half == "bf16" ? (N == 2 ? Tolerance{5e-6, 3e-4, 4e-5} : Tolerance{5e-5, 3e-3, 1e-3})
-                       : (N == 2 ? Tolerance{3e-6, 1.5e-4, 3e-5} : Tolerance{1e-5, 3e-4, 1e-4});
+    const Tolerance tol = half == "bf16" ? Tolerance{3e-4, 1e-2, 1e-2} : Tolerance{4e-5, 1e-3, 4e-3};
     std::vector<RunResult> runs;
     for (size_t i = 0; i < cases.size(); ++i) {
       const TpCase& c = cases[i];

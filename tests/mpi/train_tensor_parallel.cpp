@@ -384,13 +384,13 @@ namespace {
 // stream entry it reads, which Korthikanti et al. count as the first layernorm's input),
 // against Korthikanti et al.'s Table 2 in tide's units. Their terms are 2-byte activations
 // plus 1-byte dropout masks (two residual masks 2sbh, the attention mask as^2b); tide keeps
-// f32 activations and no masks (Philox redraws them), so each 2-byte sbh / as^2b term counts
-// 4 bytes and the mask terms 0:
-//   TP (t = 1: no parallelism)  sbh(10 + 24/t) + 5as^2b/t  ->  sbh(16 + 48/t) + 8as^2b/t
-//   TP + SP                     sbh(34/t) + 5as^2b/t       ->  sbh(64/t) + 8as^2b/t
+// activations of e bytes (the compute dtype: 4 in f32, 2 in bf16, Table 2's case) and no masks
+// (Philox redraws them), so each 2-byte sbh / as^2b term counts e bytes and the mask terms 0:
+//   TP (t = 1: no parallelism)  sbh(10 + 24/t) + 5as^2b/t  ->  e sbh(4 + 12/t) + 2e as^2b/t
+//   TP + SP                     sbh(34/t) + 5as^2b/t       ->  e sbh(16/t) + 2e as^2b/t
 //   selective                   the same without the as^2b term
-//   full recompute              2sbh (the input)           ->  4sbh (4sbh/t under SP)
-// The layernorm statistics (4 floats per position) are not in the formula: a few %.
+//   full recompute              2sbh (the input)           ->  e sbh (e sbh/t under SP)
+// The layernorm statistics (4 f32 per position) are not in the formula: a few %.
 // Shape: as/h = 16 like GPT-3 175B in the paper (a = 12, s = 64, h = 48), b = 1.
 class ActivationMemory : public testing::TestWithParam<Param> {};
 
@@ -401,33 +401,37 @@ TEST_P(ActivationMemory, BytesPerLayerPerRankMatchKorthikantiTable2) {
   if (sp && s % t != 0) GTEST_SKIP() << "s = 64 does not divide over " << t << " ranks";
   GPTConfig cfg = tiny_config(0.1f);
   cfg.max_seq_len = static_cast<int>(s);
-  for (int64_t tt : {int64_t{1}, t}) {
-    GPT m(cfg, policy, tt == 1 ? ModelOptions{} : tp_options(tp, sp));
-    m.init_weights(1);
-    auto mb = m.make_micro_batch(static_cast<int>(b), static_cast<int>(s));
-    fill_batch(*mb, 1);
-    m.forward_block(*mb, 0);  // the embedding
-    const size_t before = mb->saved.mark();
-    m.forward_block(*mb, 1);  // layer 0
-    const bool shard = sp && tt > 1;
-    const double input = 4.0 * b * s * h / (shard ? tt : 1);  // the layer's input (B,Ts,C)
-    const double measured = static_cast<double>(mb->saved.mark() - before) + input;
-    const double sbh = static_cast<double>(s * b * h);
-    double theory = 0;
-    if (policy == ActivationPolicy::FULL) {
-      theory = 4 * sbh / (shard ? tt : 1);
-    } else {
-      theory = shard ? sbh * 64.0 / tt : sbh * (16.0 + 48.0 / tt);
-      if (policy == ActivationPolicy::SAVE_ALL) theory += 8.0 * a * s * s * b / tt;
+  for (const DType dtype : {DType::F32, DType::BF16})
+    for (int64_t tt : {int64_t{1}, t}) {
+      ModelOptions o = tt == 1 ? ModelOptions{} : tp_options(tp, sp);
+      o.store.compute_dtype = dtype;
+      GPT m(cfg, policy, o);
+      m.init_weights(1);
+      auto mb = m.make_micro_batch(static_cast<int>(b), static_cast<int>(s));
+      fill_batch(*mb, 1);
+      m.forward_block(*mb, 0);  // the embedding
+      const size_t before = mb->saved.mark();
+      m.forward_block(*mb, 1);  // layer 0
+      const bool shard = sp && tt > 1;
+      const double e = static_cast<double>(dtype_size(dtype));
+      const double input = e * b * s * h / (shard ? tt : 1);  // the layer's input (B,Ts,C)
+      const double measured = static_cast<double>(mb->saved.mark() - before) + input;
+      const double sbh = static_cast<double>(s * b * h);
+      double theory = 0;
+      if (policy == ActivationPolicy::FULL) {
+        theory = e * sbh / (shard ? tt : 1);
+      } else {
+        theory = shard ? e * sbh * 16.0 / tt : e * sbh * (4.0 + 12.0 / tt);
+        if (policy == ActivationPolicy::SAVE_ALL) theory += 2 * e * a * s * s * b / tt;
+      }
+      if (tp->rank() == 0)
+        std::printf(
+            "{\"dtype\": \"%s\", \"t\": %ld, \"sp\": %s, \"policy\": \"%s\", "
+            "\"measured_bytes\": %.0f, \"table2_bytes\": %.0f, \"ratio\": %.4f}\n",
+            std::string(dtype_name(dtype)).c_str(), static_cast<long>(tt), shard ? "true" : "false",
+            activation_policy_name(policy), measured, theory, measured / theory);
+      EXPECT_NEAR(measured, theory, 0.05 * theory) << dtype_name(dtype) << ", t " << tt;
     }
-    if (tp->rank() == 0)
-      std::printf(
-          "{\"t\": %ld, \"sp\": %s, \"policy\": \"%s\", \"measured_bytes\": %.0f, "
-          "\"table2_bytes\": %.0f, \"ratio\": %.4f}\n",
-          static_cast<long>(tt), shard ? "true" : "false", activation_policy_name(policy), measured,
-          theory, measured / theory);
-    EXPECT_NEAR(measured, theory, 0.05 * theory) << "t " << tt;
-  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Policies, ActivationMemory,

@@ -148,6 +148,7 @@ int64_t runtime_arena_bytes(const TrainSetup& setup, int s, int inflight) {
   shape.sp = setup.sp && setup.tp > 1;
   shape.partition_activations = setup.partition_activations && setup.tp > 1 && !shape.sp;
   shape.cpu_checkpointing = shape.partition_activations && setup.cpu_checkpointing;
+  shape.act_bytes = static_cast<size_t>(bytes_per_param(setup.precision));
   const int B = setup.micro_batch, T = static_cast<int>(setup.seq());
   int64_t workspace = 0, stash_slot = 0, eval = 0, blocks = 0;
   for (const RankCoords& c : stage_models(setup, s)) {

@@ -6,7 +6,10 @@
 // micro_batch_arenas(), so the memory estimator (`tide estimate`, which builds no model) counts
 // the bytes the runtime allocates, not a second formula that could drift from them.
 //
-// Every activation is f32 here (f32_bytes: the arena's 64-byte rounding of 4 bytes each).
+// Activations are in the model's compute dtype (ArenaShape::act_bytes: 4 for f32, 2 for bf16
+// and fp16); the logits and the statistics (layernorm's mean and rstd, the losses, the
+// vocabulary-parallel cross-entropy's maxima and sums) are f32, and tokens and targets i32. Each allocation is
+// rounded up to the arena's 64 bytes.
 
 #include <cstddef>
 #include <cstdint>
@@ -24,6 +27,8 @@ struct ArenaShape {
   bool sp = false;  // sequence parallelism (tp > 1)
   bool partition_activations = false;
   bool cpu_checkpointing = false;
+  // Bytes of one activation element: the compute dtype's (BlockEnv::act).
+  size_t act_bytes = 4;
   // Positions of a sequence in this rank's residual stream.
   int64_t seq_local(int64_t T) const { return sp ? T / tp : T; }
 };

@@ -6,8 +6,8 @@
 
 namespace tide {
 
-Tensor BlockEnv::zeros(Arena& arena, Shape shape) const {
-  const Tensor t = arena.alloc_tensor(shape);
+Tensor BlockEnv::zeros(Arena& arena, Shape shape, DType dtype) const {
+  const Tensor t = arena.alloc_tensor(shape, dtype);
   fill_zero(op, t);
   return t;
 }
@@ -46,11 +46,8 @@ ArenaShape arena_shape(const BlockEnv& env) {
   s.sp = env.sp;
   s.partition_activations = env.partition_activations;
   s.cpu_checkpointing = env.cpu_checkpointing;
+  s.act_bytes = dtype_size(env.act);
   return s;
-}
-
-size_t BlockEnv::sp_scratch_bytes(int64_t B, int64_t T, int64_t C) {
-  return f32_bytes(B * T * C);
 }
 
 // The permutation between (B,T,C) and the rank-major (t,B,T/t,C) of the collectives: row

@@ -84,10 +84,14 @@ struct BlockEnv {
   // mb.saved or, with cpu_checkpointing, in mb.host_checkpoints; B all-gathers it whole.
   bool partition_activations = false;
   bool cpu_checkpointing = false;
+  // The activations' dtype: the compute dtype (PARAM's), as DeepSpeed's bf16/fp16 run the
+  // module in it. Statistics (layernorm's mean and rstd, the losses) stay f32.
+  DType act = DType::F32;
 
-  // A (shape) tensor from `arena`, zeroed by an op on this context's stream (the host never
-  // writes device memory itself: kernels/mover.h).
-  Tensor zeros(Arena& arena, Shape shape) const;
+  // An activation (shape) from `arena`, and a (shape) tensor of `dtype`, zeroed by an op on
+  // this context's stream (the host never writes device memory itself: kernels/mover.h).
+  Tensor zeros(Arena& arena, Shape shape) const { return zeros(arena, shape, act); }
+  Tensor zeros(Arena& arena, Shape shape, DType dtype) const;
 
   int tp_size() const { return tp ? tp->size() : 1; }
   int tp_rank() const { return tp ? tp->rank() : 0; }
@@ -107,8 +111,6 @@ struct BlockEnv {
   // A sequence shard (B,T/t,C) made whole (B,T,C), allocated from `out`: under SP all-gathered
   // (scratch from `scratch`); otherwise the shard itself is whole and returned.
   Tensor to_full(Tensor shard, Arena& out, Arena& scratch) const;
-  // Scratch to_shard / to_full take from `scratch` for a (B,T,C) activation: (B,T,C) bytes.
-  static size_t sp_scratch_bytes(int64_t B, int64_t T, int64_t C);
   // Under SP, the gradient of a replicated parameter computed from this rank's sequence shard
   // only (layernorm weights and biases): `partial` (in a scratch tensor, zeroed before the
   // op) is all-reduced and added to `grad`. `partial`: several gradients side by side.
@@ -146,10 +148,5 @@ class Block {
 
 // The shape arena_bytes.h sizes a block's arenas by, from its environment.
 ArenaShape arena_shape(const BlockEnv& env);
-
-// Bytes of `n` f32 values as the arena rounds them (used by the *_bytes functions).
-inline size_t f32_bytes(int64_t n) {
-  return Arena::aligned(static_cast<size_t>(n) * 4);
-}
 
 }  // namespace tide

@@ -22,7 +22,7 @@ void EmbeddingBlock::forward(MicroBatch& mb) {
     // zero; under SP a reduce-scatter to this rank's positions), then the replicated wpe is
     // added as the single-rank op adds it.
     Tensor partial = x;
-    if (env_.sp) partial = mb.workspace.alloc_tensor({mb.B, mb.T, x.dim(2)});
+    if (env_.sp) partial = mb.workspace.alloc_tensor({mb.B, mb.T, x.dim(2)}, x.dtype);
     vocab_parallel_embedding_forward(partial, mb.tokens, env_.param(wte_), vocab_begin(),
                                      env_.config->vocab_size);
     Tensor summed = env_.to_shard(partial, mb.workspace, mb.workspace);
@@ -40,7 +40,7 @@ void EmbeddingBlock::backward_input(MicroBatch& mb) {
   // dropout_backward into zeros, as one pass: dropout_forward applies the same mask.
   // Under SP the shard's gradient is all-gathered: W needs every position's.
   Arena& out = env_.sp ? mb.workspace : *mb.stash_arena;
-  Tensor demb = out.alloc_tensor(mb.dresidual.shape);  // (B,T,C); (B,T/t,C) under SP
+  Tensor demb = out.alloc_tensor(mb.dresidual.shape, mb.dresidual.dtype);  // (B,T,C); (B,T/t,C) under SP
   dropout_forward(env_.op, demb, mb.dresidual,
                   env_.seq_dropout(mb, -1, kEmbeddingDropoutSite, demb.shape[2]));
   mb.block_saved[0] = {env_.to_full(demb, *mb.stash_arena, mb.workspace)};

@@ -67,6 +67,7 @@ GPT::GPT(const GPTConfig& config, ActivationPolicy policy, const ModelOptions& o
   env_.config = &config_;
   env_.policy = policy;
   env_.store = store_.get();
+  env_.act = store_->compute_dtype();
   const int per_stage = config_.n_layer / pp_;
   first_layer_ = stage_ * per_stage;
   end_layer_ = first_layer_ + per_stage;
@@ -198,9 +199,10 @@ std::unique_ptr<MicroBatch> GPT::make_micro_batch(int B, int T, StashPool* stash
   for (int l = first_layer_; l <= end_layer_; ++l) {
     const int k = l - first_layer_;
     mb->residual[l] =
-        k < buffers ? mb->saved.alloc_tensor({B, Ts, C}) : mb->residual[first_layer_ + k % buffers];
+        k < buffers ? mb->saved.alloc_tensor({B, Ts, C}, env_.act)
+                    : mb->residual[first_layer_ + k % buffers];
   }
-  mb->dresidual = mb->saved.alloc_tensor({B, Ts, C});
+  mb->dresidual = mb->saved.alloc_tensor({B, Ts, C}, env_.act);
   mb->saved_mark = mb->saved.mark();
   mb->block_saved.resize(config_.n_layer + 2);
   return mb;

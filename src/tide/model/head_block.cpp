@@ -25,18 +25,20 @@ void HeadBlock::forward(MicroBatch& mb) {
   Arena& keep = (mb.training || mb.keep_logits) ? mb.saved : mb.workspace;
   const int64_t Ts = env_.seq_local(T);
   Tensor x = mb.residual[cfg.n_layer];  // (B,Ts,C)
-  Tensor lnf = keep.alloc_tensor({B, Ts, C});
-  Tensor mean = keep.alloc_tensor({B, Ts}), rstd = keep.alloc_tensor({B, Ts});
+  Tensor lnf = keep.alloc_tensor({B, Ts, C}, env_.act);
+  Tensor mean = keep.alloc_tensor({B, Ts}, DType::F32), rstd = keep.alloc_tensor({B, Ts}, DType::F32);
   layernorm_forward(env_.op, lnf, mean, rstd, x, env_.param(lnf_w_), env_.param(lnf_b_));
   Tensor lnf_full = env_.to_full(lnf, keep, mb.workspace);  // (B,T,C)
-  Tensor logits = keep.alloc_tensor({B, T, V});             // (B,T,V/t) under tensor parallelism
+  // (B,T,V), (B,T,V/t) under tensor parallelism. f32 in every precision: the cross-entropy and
+  // its in-place gradient run in f32 (as Megatron's and Hugging Face's .float() before the loss).
+  Tensor logits = keep.alloc_tensor({B, T, V}, DType::F32);
   matmul_forward(env_.op, logits, lnf_full, head_weight(env_.param(wte_)),
                  Tensor());  // tied LM head
-  Tensor losses = mb.workspace.alloc_tensor({B, T});
+  Tensor losses = mb.workspace.alloc_tensor({B, T}, DType::F32);
   Tensor lse_max, lse_sum;
   if (env_.tp) {
-    lse_max = keep.alloc_tensor({B, T});
-    lse_sum = keep.alloc_tensor({B, T});
+    lse_max = keep.alloc_tensor({B, T}, DType::F32);
+    lse_sum = keep.alloc_tensor({B, T}, DType::F32);
     vocab_parallel_crossentropy_forward(*env_.tp, losses, lse_max, lse_sum, logits, mb.targets,
                                         vocab_begin(), mb.workspace);
   } else {
@@ -101,7 +103,7 @@ void HeadBlock::backward_weight(MicroBatch& mb) {
   }
   // Under SP ln_f saw only this rank's positions: partial gradients, all-reduced.
   const int64_t C = cfg.n_embd;
-  Tensor part = env_.zeros(mb.workspace, {2 * C});
+  Tensor part = env_.zeros(mb.workspace, {2 * C}, DType::F32);
   layernorm_backward_weight(env_.op, Tensor(part.f32(), {C}), Tensor(part.f32() + C, {C}), s[DLNF],
                             mb.residual[cfg.n_layer], s[LNF_MEAN], s[LNF_RSTD]);
   env_.add_sp_partial_grads(part, {env_.grad(lnf_w_), env_.grad(lnf_b_)});

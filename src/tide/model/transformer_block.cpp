@@ -62,6 +62,7 @@ std::vector<Tensor> TransformerBlock::compute_forward(MicroBatch& mb, Tensor x, 
   const int64_t B = mb.B, T = mb.T, C = cfg.n_embd, NH = cfg.n_head, t = env_.tp_size();
   const int64_t Cl = C / t, NHl = NH / t, Ts = env_.seq_local(T);
   const OpContext& op = env_.op;
+  const DType act = env_.act;
   auto p = [&](Param i) { return env_.param(param_ids_[i]); };
   auto use = [&](Group g) { mb.params->use(g); };
   // Where each intermediate goes: kept for backward in mb.saved, or temporary in the
@@ -76,33 +77,33 @@ std::vector<Tensor> TransformerBlock::compute_forward(MicroBatch& mb, Tensor x, 
   Arena& whole = (env_.sp && keep_any) ? mb.workspace : main;
 
   std::vector<Tensor> s(kNumSaved);  // x: the block input (B,Ts,C)
-  s[LN1] = main.alloc_tensor({B, Ts, C});
-  s[LN1_MEAN] = main.alloc_tensor({B, Ts});
-  s[LN1_RSTD] = main.alloc_tensor({B, Ts});
+  s[LN1] = main.alloc_tensor({B, Ts, C}, act);
+  s[LN1_MEAN] = main.alloc_tensor({B, Ts}, DType::F32);
+  s[LN1_RSTD] = main.alloc_tensor({B, Ts}, DType::F32);
   use(LN1_ATTN);
   layernorm_forward(op, s[LN1], s[LN1_MEAN], s[LN1_RSTD], x, p(LN1_W), p(LN1_B));
   s[LN1F] = env_.to_full(s[LN1], whole, mb.workspace);  // (B,T,C)
-  s[QKV] = main.alloc_tensor({B, T, 3 * Cl});
+  s[QKV] = main.alloc_tensor({B, T, 3 * Cl}, act);
   matmul_forward(op, s[QKV], s[LN1F], p(ATTN_W), p(ATTN_B));
-  s[PREATT] = attn.alloc_tensor({B, NHl, T, T});
-  s[ATT] = attn.alloc_tensor({B, NHl, T, T});
-  s[ATTY] = main.alloc_tensor({B, T, Cl});
+  s[PREATT] = attn.alloc_tensor({B, NHl, T, T}, act);
+  s[ATT] = attn.alloc_tensor({B, NHl, T, T}, act);
+  s[ATTY] = main.alloc_tensor({B, T, Cl}, act);
   attention_forward(op, s[ATTY], s[PREATT], s[ATT], s[QKV], static_cast<int>(NHl),
                     attn_dropout(mb));
   use(PROJ);
   Tensor proj = row_parallel_forward(mb, s[ATTY], p(PROJ_W), p(PROJ_B));  // (B,Ts,C)
   dropout_forward(op, proj, proj, env_.seq_dropout(mb, layer_, ATTN_RESID, C));
-  s[RES2] = main.alloc_tensor({B, Ts, C});
+  s[RES2] = main.alloc_tensor({B, Ts, C}, act);
   residual_forward(op, s[RES2], x, proj);
-  s[LN2] = main.alloc_tensor({B, Ts, C});
-  s[LN2_MEAN] = main.alloc_tensor({B, Ts});
-  s[LN2_RSTD] = main.alloc_tensor({B, Ts});
+  s[LN2] = main.alloc_tensor({B, Ts, C}, act);
+  s[LN2_MEAN] = main.alloc_tensor({B, Ts}, DType::F32);
+  s[LN2_RSTD] = main.alloc_tensor({B, Ts}, DType::F32);
   use(LN2_FC);
   layernorm_forward(op, s[LN2], s[LN2_MEAN], s[LN2_RSTD], s[RES2], p(LN2_W), p(LN2_B));
   s[LN2F] = env_.to_full(s[LN2], whole, mb.workspace);  // (B,T,C)
-  s[FCH] = main.alloc_tensor({B, T, 4 * Cl});
+  s[FCH] = main.alloc_tensor({B, T, 4 * Cl}, act);
   matmul_forward(op, s[FCH], s[LN2F], p(FC_W), p(FC_B));
-  s[FCH_GELU] = main.alloc_tensor({B, T, 4 * Cl});
+  s[FCH_GELU] = main.alloc_tensor({B, T, 4 * Cl}, act);
   gelu_forward(op, s[FCH_GELU], s[FCH]);
   if (!recompute) {  // a recomputation must not touch the block output (already consumed)
     use(FC2);
@@ -136,7 +137,7 @@ void TransformerBlock::forward(MicroBatch& mb) {
 // is in the workspace.
 Tensor TransformerBlock::row_parallel_forward(MicroBatch& mb, Tensor inp, Tensor w,
                                               Tensor bias) const {
-  Tensor out = mb.workspace.alloc_tensor({inp.dim(0), inp.dim(1), w.dim(0)});
+  Tensor out = mb.workspace.alloc_tensor({inp.dim(0), inp.dim(1), w.dim(0)}, env_.act);
   if (!env_.tp) {
     matmul_forward(env_.op, out, inp, w, bias);
     return out;
@@ -161,6 +162,7 @@ void TransformerBlock::backward_input(MicroBatch& mb) {
   std::vector<Tensor>& s = mb.block_saved[layer_ + 1];
   Arena& w = *mb.stash_arena;
   Arena& tmp = mb.workspace;
+  const DType act = env_.act;
 
   // 0. P_a: the block input whole again, all-gathered from the ranks' slices into the stash
   //    (W reads it too); bitwise the forward's input.
@@ -173,9 +175,9 @@ void TransformerBlock::backward_input(MicroBatch& mb) {
   if (env_.policy == ActivationPolicy::FULL) {
     s = compute_forward(mb, x, /*recompute=*/true);
   } else if (env_.policy == ActivationPolicy::SELECTIVE) {
-    s[PREATT] = mb.workspace.alloc_tensor({B, NHl, T, T});
-    s[ATT] = mb.workspace.alloc_tensor({B, NHl, T, T});
-    Tensor atty = mb.workspace.alloc_tensor({B, T, Cl});  // equals s[ATTY]; discarded
+    s[PREATT] = mb.workspace.alloc_tensor({B, NHl, T, T}, env_.act);
+    s[ATT] = mb.workspace.alloc_tensor({B, NHl, T, T}, env_.act);
+    Tensor atty = mb.workspace.alloc_tensor({B, T, Cl}, env_.act);  // equals s[ATTY]; discarded
     attention_forward(op, atty, s[PREATT], s[ATT], s[QKV], static_cast<int>(NHl), attn_dropout(mb));
   }
 
@@ -195,7 +197,7 @@ void TransformerBlock::backward_input(MicroBatch& mb) {
   // MLP branch: y = x2 + dropout(fc2(gelu(fc(ln_2(x2)))))
   // dropout_backward into zeros, as one pass: dropout_forward applies the same mask (the
   // spec's counters) and writes instead of accumulating.
-  s[DFC2] = w.alloc_tensor({B, Ts, C});
+  s[DFC2] = w.alloc_tensor({B, Ts, C}, act);
   dropout_forward(op, s[DFC2], dy, env_.seq_dropout(mb, layer_, MLP_RESID, C));
   s[DFC2F] = env_.to_full(s[DFC2], w, tmp);  // (B,T,C)
   Tensor dgelu = env_.zeros(tmp, {B, T, 4 * Cl});
@@ -209,7 +211,7 @@ void TransformerBlock::backward_input(MicroBatch& mb) {
   s[DLN2] = env_.to_shard(dln2, w, tmp);  // f's backward: the ranks' partial d(ln_2 output)
   layernorm_backward_input(op, dy, s[DLN2], s[RES2], p(LN2_W), s[LN2_MEAN], s[LN2_RSTD]);
   // dy now holds dL/dx2. Attention branch: x2 = x + dropout(proj(attention(ln_1(x))))
-  s[DPROJ] = w.alloc_tensor({B, Ts, C});
+  s[DPROJ] = w.alloc_tensor({B, Ts, C}, act);
   dropout_forward(op, s[DPROJ], dy, env_.seq_dropout(mb, layer_, ATTN_RESID, C));  // as DFC2
   s[DPROJF] = env_.to_full(s[DPROJ], w, tmp);
   Tensor datty = env_.zeros(tmp, {B, T, Cl});
@@ -234,7 +236,7 @@ void TransformerBlock::backward_weight(MicroBatch& mb) {
   // computed into `part` and all-reduced while their group is held (the row-parallel biases'
   // come from the whole DFC2F / DPROJF, complete on every rank).
   const int64_t C = env_.config->n_embd;
-  const Tensor part = env_.sp ? env_.zeros(mb.workspace, {4 * C}) : Tensor();
+  const Tensor part = env_.sp ? env_.zeros(mb.workspace, {4 * C}, DType::F32) : Tensor();
   auto ln_grad = [&](Param i, int k) { return env_.sp ? Tensor(part.f32() + k * C, {C}) : g(i); };
   auto sp_sum = [&](int k, Param w, Param b) {  // the partial sums k, k+1 into w's and b's grads
     if (env_.sp) env_.add_sp_partial_grads(Tensor(part.f32() + k * C, {2 * C}), {g(w), g(b)});
