@@ -466,9 +466,9 @@ struct TpCase {
 //   np 2, tp only:  bf16 losses 5.7e-5, gradient norms 2.1e-3, master weights 4.8e-3;
 //                   fp16 1.1e-5, 5.5e-4, 1.8e-3;
 //   np 4, tp x dp:  bf16 5.1e-5, 2.6e-3, 3.9e-3; fp16 6.8e-6, 2.9e-4, 1.2e-3.
-// Held to about 2x or more, one tolerance per dtype. These runs catch the 16-bit paths' own mistakes
-// (the vocabulary-parallel embedding's 16-bit gradient not written back: losses 2e-2); the f32
-// equivalence tests (mpi.train_tensor_parallel*) hold the tp and SP logic to 1e-5.
+// Held to about 2x or more, one tolerance per dtype. These runs catch the 16-bit paths' own
+// mistakes (the vocabulary-parallel embedding's 16-bit gradient not written back: losses 2e-2); the
+// f32 equivalence tests (mpi.train_tensor_parallel*) hold the tp and SP logic to 1e-5.
 TEST(HalfTensorParallel, TpAndSpTrainTheOneRank16BitModel) {
   std::shared_ptr<ProcessGroup> world = mpi_test::world_ptr(CommAlgorithm::Mpi);
   const int N = world->size();
@@ -484,7 +484,8 @@ TEST(HalfTensorParallel, TpAndSpTrainTheOneRank16BitModel) {
     double losses, norms, params;
   };
   for (const std::string half : {"bf16", "fp16"}) {
-    const Tolerance tol = half == "bf16" ? Tolerance{3e-4, 1e-2, 1e-2} : Tolerance{4e-5, 1e-3, 4e-3};
+    const Tolerance tol =
+        half == "bf16" ? Tolerance{3e-4, 1e-2, 1e-2} : Tolerance{4e-5, 1e-3, 4e-3};
     std::vector<RunResult> runs;
     for (size_t i = 0; i < cases.size(); ++i) {
       const TpCase& c = cases[i];

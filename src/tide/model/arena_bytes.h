@@ -8,8 +8,8 @@
 //
 // Activations are in the model's compute dtype (ArenaShape::act_bytes: 4 for f32, 2 for bf16
 // and fp16); the logits and the statistics (layernorm's mean and rstd, the losses, the
-// vocabulary-parallel cross-entropy's maxima and sums) are f32, and tokens and targets i32. Each allocation is
-// rounded up to the arena's 64 bytes.
+// vocabulary-parallel cross-entropy's maxima and sums) are f32, and tokens and targets i32. Each
+// allocation is rounded up to the arena's 64 bytes.
 
 #include <cstddef>
 #include <cstdint>

@@ -40,7 +40,8 @@ void EmbeddingBlock::backward_input(MicroBatch& mb) {
   // dropout_backward into zeros, as one pass: dropout_forward applies the same mask.
   // Under SP the shard's gradient is all-gathered: W needs every position's.
   Arena& out = env_.sp ? mb.workspace : *mb.stash_arena;
-  Tensor demb = out.alloc_tensor(mb.dresidual.shape, mb.dresidual.dtype);  // (B,T,C); (B,T/t,C) under SP
+  Tensor demb =
+      out.alloc_tensor(mb.dresidual.shape, mb.dresidual.dtype);  // (B,T,C); (B,T/t,C) under SP
   dropout_forward(env_.op, demb, mb.dresidual,
                   env_.seq_dropout(mb, -1, kEmbeddingDropoutSite, demb.shape[2]));
   mb.block_saved[0] = {env_.to_full(demb, *mb.stash_arena, mb.workspace)};

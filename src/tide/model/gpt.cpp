@@ -198,9 +198,8 @@ std::unique_ptr<MicroBatch> GPT::make_micro_batch(int B, int T, StashPool* stash
   mb->residual.resize(config_.n_layer + 1);
   for (int l = first_layer_; l <= end_layer_; ++l) {
     const int k = l - first_layer_;
-    mb->residual[l] =
-        k < buffers ? mb->saved.alloc_tensor({B, Ts, C}, env_.act)
-                    : mb->residual[first_layer_ + k % buffers];
+    mb->residual[l] = k < buffers ? mb->saved.alloc_tensor({B, Ts, C}, env_.act)
+                                  : mb->residual[first_layer_ + k % buffers];
   }
   mb->dresidual = mb->saved.alloc_tensor({B, Ts, C}, env_.act);
   mb->saved_mark = mb->saved.mark();

@@ -26,7 +26,8 @@ void HeadBlock::forward(MicroBatch& mb) {
   const int64_t Ts = env_.seq_local(T);
   Tensor x = mb.residual[cfg.n_layer];  // (B,Ts,C)
   Tensor lnf = keep.alloc_tensor({B, Ts, C}, env_.act);
-  Tensor mean = keep.alloc_tensor({B, Ts}, DType::F32), rstd = keep.alloc_tensor({B, Ts}, DType::F32);
+  Tensor mean = keep.alloc_tensor({B, Ts}, DType::F32),
+         rstd = keep.alloc_tensor({B, Ts}, DType::F32);
   layernorm_forward(env_.op, lnf, mean, rstd, x, env_.param(lnf_w_), env_.param(lnf_b_));
   Tensor lnf_full = env_.to_full(lnf, keep, mb.workspace);  // (B,T,C)
   // (B,T,V), (B,T,V/t) under tensor parallelism. f32 in every precision: the cross-entropy and
