@@ -150,6 +150,40 @@ std::vector<OpCase> layernorm_cases() {
   return cases;
 }
 
+std::vector<OpCase> rmsnorm_cases() {
+  std::vector<OpCase> cases;
+  // N above one 64-row chunk of the weight gradient; C odd, and C = Llama 3.2 1B's 2048.
+  for (auto [N, C] : {std::array<int64_t, 2>{130, 67}, {3, 2048}, {1, 5}}) {
+    const std::string dims = fmt::format("N={} C={}", N, C);
+    const float eps = 1e-5f;
+    // rstd from the CPU forward, so that both backward runs see the same statistics.
+    HostTensor inp = randn("inp", {N, C}, 90, 2.0f);
+    HostTensor weight = randn("weight", {C}, 91), out = zeros("out", {N, C}),
+               rstd = zeros("rstd", {N});
+    rmsnorm_forward(OpContext{}, Tensor(out.f.data(), out.shape), Tensor(rstd.f.data(), {N}),
+                    Tensor(inp.f.data(), inp.shape), Tensor(weight.f.data(), {C}), eps);
+    cases.push_back({"rmsnorm_forward " + dims,
+                     {zeros("out", {N, C}), zeros("rstd", {N}), inp, weight},
+                     [eps](const OpContext& ctx, const std::vector<Tensor>& t) {
+                       rmsnorm_forward(ctx, t[0], t[1], t[2], t[3], eps);
+                     },
+                     kTol});
+    cases.push_back({"rmsnorm_backward_input " + dims,
+                     {randn("dinp", {N, C}, 92), randn("dout", {N, C}, 93), inp, weight, rstd},
+                     [](const OpContext& ctx, const std::vector<Tensor>& t) {
+                       rmsnorm_backward_input(ctx, t[0], t[1], t[2], t[3], t[4]);
+                     },
+                     kTol});
+    cases.push_back({"rmsnorm_backward_weight " + dims,
+                     {randn("dweight", {C}, 94), randn("dout", {N, C}, 95), inp, rstd},
+                     [](const OpContext& ctx, const std::vector<Tensor>& t) {
+                       rmsnorm_backward_weight(ctx, t[0], t[1], t[2], t[3]);
+                     },
+                     kTol});
+  }
+  return cases;
+}
+
 std::vector<OpCase> matmul_cases() {
   std::vector<OpCase> cases;
   // Odd sizes, N above one 64-row chunk of the bias gradient, and a (B,T,C) input.
@@ -321,8 +355,8 @@ std::vector<OpCase> crossentropy_cases() {
 
 std::vector<OpCase> all_op_cases() {
   std::vector<OpCase> all;
-  for (auto&& cases : {embedding_cases(), layernorm_cases(), matmul_cases(), attention_cases(),
-                       pointwise_cases(), crossentropy_cases()})
+  for (auto&& cases : {embedding_cases(), layernorm_cases(), rmsnorm_cases(), matmul_cases(),
+                       attention_cases(), pointwise_cases(), crossentropy_cases()})
     all.insert(all.end(), cases.begin(), cases.end());
   return all;
 }

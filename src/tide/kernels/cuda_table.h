@@ -24,6 +24,9 @@ struct CudaKernelTable {
   decltype(&cuda::layernorm_forward) layernorm_forward = nullptr;
   decltype(&cuda::layernorm_backward_input) layernorm_backward_input = nullptr;
   decltype(&cuda::layernorm_backward_weight) layernorm_backward_weight = nullptr;
+  decltype(&cuda::rmsnorm_forward) rmsnorm_forward = nullptr;
+  decltype(&cuda::rmsnorm_backward_input) rmsnorm_backward_input = nullptr;
+  decltype(&cuda::rmsnorm_backward_weight) rmsnorm_backward_weight = nullptr;
   decltype(&cuda::matmul_forward) matmul_forward = nullptr;
   decltype(&cuda::matmul_backward_input) matmul_backward_input = nullptr;
   decltype(&cuda::matmul_backward_weight) matmul_backward_weight = nullptr;

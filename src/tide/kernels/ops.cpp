@@ -4,6 +4,7 @@
 #include "tide/kernels/ops.h"
 
 #include <array>
+#include <cmath>
 #include <string>
 #include <utility>
 
@@ -293,6 +294,67 @@ void layernorm_backward_weight(const OpContext& ctx, Tensor dweight, Tensor dbia
                                    mean.f32(), rstd.f32(), N, as_int(C));
     dweight_.store();
     dbias_.store();
+  });
+}
+
+// ---- RMSNorm ---------------------------------------------------------------------------
+
+void rmsnorm_forward(const OpContext& ctx, Tensor out, Tensor rstd, Tensor inp, Tensor weight,
+                     float eps) {
+  const OpCheck ck{"rmsnorm_forward", ctx};
+  ck.rank(inp, "inp", 2, "(N,C) or (B,T,C)");
+  ck.tensor(inp, "inp", kFloat);
+  const int64_t C = inp.dim(-1), N = rows(inp);
+  ck.tensor(out, "out", kFloat, inp.shape, "the shape of inp");
+  ck.tensor_numel(rstd, "rstd", DType::F32, N, "one per row of inp");
+  ck.tensor(weight, "weight", kFloat, Shape{C}, "(C), C the last dim of inp");
+  TIDE_CHECK(std::isfinite(eps) && eps >= 0.0f,
+             "rmsnorm_forward: eps={} must be finite and >= 0 (rms_norm_eps, e.g. 1e-5)", eps);
+  TIDE_RUN_ON_CUDA(ck, ctx.cuda->rmsnorm_forward(ctx, ck.storage(), out.data, rstd.f32(), inp.data,
+                                                 weight.data, N, as_int(C), eps));
+  run_cpu_kernel(ck, [=] {
+    const cpu::F32Buffer out_(out, /*widen=*/false), inp_(inp), weight_(weight);
+    cpu::rmsnorm_forward(out_.get(), rstd.f32(), inp_.get(), weight_.get(), N, as_int(C), eps);
+    out_.store();
+  });
+}
+
+void rmsnorm_backward_input(const OpContext& ctx, Tensor dinp, Tensor dout, Tensor inp,
+                            Tensor weight, Tensor rstd) {
+  const OpCheck ck{"rmsnorm_backward_input", ctx};
+  ck.rank(inp, "inp", 2, "(N,C) or (B,T,C)");
+  ck.tensor(inp, "inp", kFloat);
+  const int64_t C = inp.dim(-1), N = rows(inp);
+  ck.tensor(dinp, "dinp", kFloat, inp.shape, "the shape of inp");
+  ck.tensor(dout, "dout", kFloat, inp.shape, "the shape of inp");
+  ck.tensor(weight, "weight", kFloat, Shape{C}, "(C), C the last dim of inp");
+  ck.tensor_numel(rstd, "rstd", DType::F32, N, "one per row of inp");
+  TIDE_RUN_ON_CUDA(
+      ck, ctx.cuda->rmsnorm_backward_input(ctx, ck.storage(), dinp.data, dout.data, inp.data,
+                                           weight.data, rstd.f32(), N, as_int(C)));
+  run_cpu_kernel(ck, [=] {
+    const cpu::F32Buffer dinp_(dinp), dout_(dout), inp_(inp), weight_(weight);
+    cpu::rmsnorm_backward_input(dinp_.get(), dout_.get(), inp_.get(), weight_.get(), rstd.f32(), N,
+                                as_int(C));
+    dinp_.store();
+  });
+}
+
+void rmsnorm_backward_weight(const OpContext& ctx, Tensor dweight, Tensor dout, Tensor inp,
+                             Tensor rstd) {
+  const OpCheck ck{"rmsnorm_backward_weight", ctx};
+  ck.rank(inp, "inp", 2, "(N,C) or (B,T,C)");
+  ck.tensor(inp, "inp", kFloat);
+  const int64_t C = inp.dim(-1), N = rows(inp);
+  ck.tensor(dweight, "dweight", kFloat, Shape{C}, "(C), C the last dim of inp");
+  ck.tensor(dout, "dout", kFloat, inp.shape, "the shape of inp");
+  ck.tensor_numel(rstd, "rstd", DType::F32, N, "one per row of inp");
+  TIDE_RUN_ON_CUDA(ck, ctx.cuda->rmsnorm_backward_weight(ctx, ck.storage(), dweight.data, dout.data,
+                                                         inp.data, rstd.f32(), N, as_int(C)));
+  run_cpu_kernel(ck, [=] {
+    const cpu::F32Buffer dweight_(dweight), dout_(dout), inp_(inp);
+    cpu::rmsnorm_backward_weight(dweight_.get(), dout_.get(), inp_.get(), rstd.f32(), N, as_int(C));
+    dweight_.store();
   });
 }
 

@@ -13,11 +13,11 @@
 //    zero a gradient buffer before the first micro-batch of a step.
 //  * Linear layers split their backward into backward_input ("B", needed right away by the
 //    layer below) and backward_weight ("W", can be deferred) — the split that zero-bubble
-//    pipeline schedules exploit. layernorm is split the same way.
+//    pipeline schedules exploit. layernorm and rmsnorm are split the same way.
 //  * Storage: every float tensor may be f32, bf16 or f16, each on its own (bf16 activations
-//    with f32 weights, say), except the statistics (layernorm's mean and rstd, cross-entropy's
-//    losses), which are f32. The CPU kernels compute in f32 whatever the storage and round
-//    each written 16-bit tensor to nearest-even once (cpu/f32_buffer.h); backward ops
+//    with f32 weights, say), except the statistics (layernorm's mean and rstd, rmsnorm's rstd,
+//    cross-entropy's losses), which are f32. The CPU kernels compute in f32 whatever the storage
+//    and round each written 16-bit tensor to nearest-even once (cpu/f32_buffer.h); backward ops
 //    accumulate into a 16-bit gradient the same way. The CUDA kernels take the same dtypes
 //    and rounding, one dtype per call: on a GPU the float tensors of an op share one dtype
 //    (a mix is refused, naming both tensors).
@@ -114,6 +114,18 @@ void layernorm_backward_input(const OpContext& ctx, Tensor dinp, Tensor dout, Te
 // dweight(C) += sum(dout * xhat), dbias(C) += sum(dout)
 void layernorm_backward_weight(const OpContext& ctx, Tensor dweight, Tensor dbias, Tensor dout,
                                Tensor inp, Tensor mean, Tensor rstd);
+
+// ---- RMSNorm (Llama's: no mean, no bias; eps an argument, e.g. rms_norm_eps 1e-5) --------
+// out(N,C), rstd(N) from inp(N,C), weight(C): out = inp * rstd * weight,
+// rstd = 1/sqrt(mean(inp^2) + eps) (f32, saved for backward). eps >= 0 and finite.
+void rmsnorm_forward(const OpContext& ctx, Tensor out, Tensor rstd, Tensor inp, Tensor weight,
+                     float eps);
+// dinp(N,C) += d/dinp
+void rmsnorm_backward_input(const OpContext& ctx, Tensor dinp, Tensor dout, Tensor inp,
+                            Tensor weight, Tensor rstd);
+// dweight(C) += sum over rows of dout * inp * rstd
+void rmsnorm_backward_weight(const OpContext& ctx, Tensor dweight, Tensor dout, Tensor inp,
+                             Tensor rstd);
 
 // ---- linear: out = inp @ weight^T + bias (weight stored (OC,C) as in PyTorch) ------------
 // out(N,OC) from inp(N,C), weight(OC,C), bias(OC) (bias may be undefined)

@@ -25,6 +25,30 @@ TEST(OpErrors, ShapeMismatchNamesTensorAndExpectedShape) {
                {"residual_forward", "'b'", "(12)", "(10)"});
 }
 
+TEST(OpErrors, LlamaOpsNameTensorAndExpectedShape) {
+  std::vector<float> x(2 * 3 * 8), y(2 * 3 * 8), rstd(6), w(7);
+  expect_error(
+      [&] {
+        rmsnorm_forward(cpu_ctx(), view(y, {2, 3, 8}), view(rstd, {6}), view(x, {2, 3, 8}),
+                        view(w, {7}), 1e-5f);
+      },
+      {"rmsnorm_forward", "'weight'", "(7)", "(8)"});
+  std::vector<float> w8(8);
+  expect_error(
+      [&] {
+        rmsnorm_forward(cpu_ctx(), view(y, {2, 3, 8}), view(rstd, {6}), view(x, {2, 3, 8}),
+                        view(w8, {8}), -1.0f);
+      },
+      {"rmsnorm_forward", "eps=-1", ">= 0"});
+  std::vector<float> rstd5(5), dw(8);
+  expect_error(
+      [&] {
+        rmsnorm_backward_weight(cpu_ctx(), view(dw, {8}), view(y, {2, 3, 8}), view(x, {2, 3, 8}),
+                                view(rstd5, {5}));
+      },
+      {"rmsnorm_backward_weight", "'rstd'", "6 elements"});
+}
+
 TEST(OpErrors, WrongDtypeAndUndefinedTensor) {
   std::vector<float> tokens_f(6), wte(5 * 4), wpe(3 * 4), out(6 * 4);
   expect_error(

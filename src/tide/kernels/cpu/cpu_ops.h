@@ -29,6 +29,17 @@ void layernorm_backward_input(float* dinp, const float* dout, const float* inp, 
 void layernorm_backward_weight(float* dweight, float* dbias, const float* dout, const float* inp,
                                const float* mean, const float* rstd, int64_t N, int C);
 
+// out(N,C), rstd(N) from inp(N,C), weight(C): out = inp * rstd * weight,
+// rstd = 1/sqrt(mean(inp^2) + eps).
+void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int64_t N,
+                     int C, float eps);
+// dinp(N,C) += rstd * (g - xhat * mean(g * xhat)), g = dout * weight, xhat = inp * rstd.
+void rmsnorm_backward_input(float* dinp, const float* dout, const float* inp, const float* weight,
+                            const float* rstd, int64_t N, int C);
+// dweight(C) += sum over rows of dout * inp * rstd.
+void rmsnorm_backward_weight(float* dweight, const float* dout, const float* inp, const float* rstd,
+                             int64_t N, int C);
+
 // out(N,OC) = inp(N,C) @ weight(OC,C)^T + bias(OC); bias may be null.
 void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int64_t N,
                     int C, int OC);

@@ -66,6 +66,16 @@ void layernorm_backward_weight(const OpContext& ctx, DType dtype, void* dweight,
                                const void* dout, const void* inp, const float* mean,
                                const float* rstd, int64_t N, int C);
 
+// out(N,C), rstd(N) from inp(N,C), weight(C): out = inp * rstd * weight,
+// rstd = 1/sqrt(mean(inp^2) + eps). Backward: dinp(N,C) += ..., dweight(C) += ...
+void rmsnorm_forward(const OpContext& ctx, DType dtype, void* out, float* rstd, const void* inp,
+                     const void* weight, int64_t N, int C, float eps);
+void rmsnorm_backward_input(const OpContext& ctx, DType dtype, void* dinp, const void* dout,
+                            const void* inp, const void* weight, const float* rstd, int64_t N,
+                            int C);
+void rmsnorm_backward_weight(const OpContext& ctx, DType dtype, void* dweight, const void* dout,
+                             const void* inp, const float* rstd, int64_t N, int C);
+
 // out(N,OC) = inp(N,C) @ weight(OC,C)^T + bias(OC); bias may be null.
 void matmul_forward(const OpContext& ctx, DType dtype, void* out, const void* inp,
                     const void* weight, const void* bias, int64_t N, int C, int OC);
