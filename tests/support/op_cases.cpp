@@ -288,6 +288,26 @@ std::vector<OpCase> pointwise_cases() {
                      },
                      0.0});
   }
+  // SwiGLU: I not a multiple of 8, a (B,T,2I) input, and gates far enough out (scale 20) that
+  // exp(-gate) overflows to inf and underflows to 0.
+  for (auto [B, T, I, scale] :
+       {std::array<int64_t, 4>{1, 1, 1, 3}, {1, 70, 13, 3}, {2, 5, 344, 3}, {1, 9, 40, 20}}) {
+    const std::string dims = fmt::format("B={} T={} I={} scale={}", B, T, I, scale);
+    const float s = static_cast<float>(scale);
+    cases.push_back({"swiglu_forward " + dims,
+                     {zeros("out", {B, T, I}), randn("inp", {B, T, 2 * I}, 63, s)},
+                     [](const OpContext& ctx, const std::vector<Tensor>& t) {
+                       swiglu_forward(ctx, t[0], t[1]);
+                     },
+                     kTol});
+    cases.push_back({"swiglu_backward " + dims,
+                     {randn("dinp", {B, T, 2 * I}, 64), randn("dout", {B, T, I}, 65),
+                      randn("inp", {B, T, 2 * I}, 66, s)},
+                     [](const OpContext& ctx, const std::vector<Tensor>& t) {
+                       swiglu_backward(ctx, t[0], t[1], t[2]);
+                     },
+                     kTol});
+  }
   // Dropout masks must be the CPU's bit for bit: the outputs are compared exactly. Shapes
   // (B,T,W) with rows not a multiple of 4 long, and specs with and without global coordinates
   // (rows then start at counters that are not multiples of 4).

@@ -34,6 +34,8 @@ struct CudaKernelTable {
   decltype(&cuda::attention_backward) attention_backward = nullptr;
   decltype(&cuda::gelu_forward) gelu_forward = nullptr;
   decltype(&cuda::gelu_backward) gelu_backward = nullptr;
+  decltype(&cuda::swiglu_forward) swiglu_forward = nullptr;
+  decltype(&cuda::swiglu_backward) swiglu_backward = nullptr;
   decltype(&cuda::residual_forward) residual_forward = nullptr;
   decltype(&cuda::residual_backward) residual_backward = nullptr;
   decltype(&cuda::dropout_forward) dropout_forward = nullptr;

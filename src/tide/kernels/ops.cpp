@@ -541,6 +541,45 @@ void gelu_backward(const OpContext& ctx, Tensor dinp, Tensor dout, Tensor inp) {
   });
 }
 
+namespace {
+// SwiGLU's input (N,2I) or (B,T,2I): returns I.
+int64_t check_swiglu_input(const OpCheck& ck, const Tensor& inp) {
+  ck.rank(inp, "inp", 2, "(N,2I) or (B,T,2I)");
+  ck.tensor(inp, "inp", kFloat);
+  TIDE_CHECK(inp.dim(-1) % 2 == 0,
+             "{}: tensor 'inp' has shape {} but its last dim must be 2*I (gate, then up)", ck.op,
+             inp.shape.str());
+  return inp.dim(-1) / 2;
+}
+}  // namespace
+
+void swiglu_forward(const OpContext& ctx, Tensor out, Tensor inp) {
+  const OpCheck ck{"swiglu_forward", ctx};
+  const int64_t I = check_swiglu_input(ck, inp);
+  ck.tensor(out, "out", kFloat, with_last(inp, I), "inp's shape with 2I replaced by I");
+  TIDE_RUN_ON_CUDA(
+      ck, ctx.cuda->swiglu_forward(ctx, ck.storage(), out.data, inp.data, rows(inp), as_int(I)));
+  run_cpu_kernel(ck, [=] {
+    const cpu::F32Buffer out_(out, /*widen=*/false), inp_(inp);
+    cpu::swiglu_forward(out_.get(), inp_.get(), rows(inp), as_int(I));
+    out_.store();
+  });
+}
+
+void swiglu_backward(const OpContext& ctx, Tensor dinp, Tensor dout, Tensor inp) {
+  const OpCheck ck{"swiglu_backward", ctx};
+  const int64_t I = check_swiglu_input(ck, inp);
+  ck.tensor(dinp, "dinp", kFloat, inp.shape, "the shape of inp");
+  ck.tensor(dout, "dout", kFloat, with_last(inp, I), "inp's shape with 2I replaced by I");
+  TIDE_RUN_ON_CUDA(ck, ctx.cuda->swiglu_backward(ctx, ck.storage(), dinp.data, dout.data, inp.data,
+                                                 rows(inp), as_int(I)));
+  run_cpu_kernel(ck, [=] {
+    const cpu::F32Buffer dinp_(dinp), dout_(dout), inp_(inp);
+    cpu::swiglu_backward(dinp_.get(), dout_.get(), inp_.get(), rows(inp), as_int(I));
+    dinp_.store();
+  });
+}
+
 void residual_forward(const OpContext& ctx, Tensor out, Tensor a, Tensor b) {
   const OpCheck ck{"residual_forward", ctx};
   ck.tensor(a, "a", kFloat);

@@ -151,6 +151,11 @@ void attention_backward(const OpContext& ctx, Tensor dqkv, Tensor dout, Tensor q
 // GELU, tanh approximation (GPT-2's): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
 void gelu_forward(const OpContext& ctx, Tensor out, Tensor inp);
 void gelu_backward(const OpContext& ctx, Tensor dinp, Tensor dout, Tensor inp);
+// SwiGLU (Llama's MLP activation): inp(N,2I) or (B,T,2I) holds gate = the first I columns of
+// each row and up = the last I; out(N,I) = silu(gate) * up, silu(g) = g / (1 + exp(-g)).
+void swiglu_forward(const OpContext& ctx, Tensor out, Tensor inp);
+// dinp(N,2I) += [dout * up * silu'(gate) | dout * silu(gate)], dout(N,I)
+void swiglu_backward(const OpContext& ctx, Tensor dinp, Tensor dout, Tensor inp);
 // out = a + b (all the same shape)
 void residual_forward(const OpContext& ctx, Tensor out, Tensor a, Tensor b);
 // da += dout, db += dout

@@ -47,6 +47,19 @@ TEST(OpErrors, LlamaOpsNameTensorAndExpectedShape) {
                                 view(rstd5, {5}));
       },
       {"rmsnorm_backward_weight", "'rstd'", "6 elements"});
+
+  std::vector<float> odd(2 * 7), half(2 * 3);
+  expect_error(
+      [&] {
+        swiglu_forward(cpu_ctx(), view(half, {2, 3}), view(odd, {2, 7}));
+      },
+      {"swiglu_forward", "'inp'", "(2, 7)", "2*I"});
+  std::vector<float> inp(2 * 8), out(2 * 8);
+  expect_error(
+      [&] {
+        swiglu_forward(cpu_ctx(), view(out, {2, 8}), view(inp, {2, 8}));
+      },
+      {"swiglu_forward", "'out'", "(2, 8)", "(2, 4)"});
 }
 
 TEST(OpErrors, WrongDtypeAndUndefinedTensor) {

@@ -62,6 +62,10 @@ void gelu_forward(float* out, const float* inp, int64_t n);
 void gelu_backward(float* dinp, const float* dout, const float* inp, int64_t n);
 void residual_forward(float* out, const float* a, const float* b, int64_t n);
 void residual_backward(float* da, float* db, const float* dout, int64_t n);
+// out(N,I) = silu(gate) * up with gate = inp(N,2I)[:, 0:I], up = inp[:, I:2I];
+// swiglu_backward: dinp(N,2I) += the gradients of gate and up.
+void swiglu_forward(float* out, const float* inp, int64_t N, int I);
+void swiglu_backward(float* dinp, const float* dout, const float* inp, int64_t N, int I);
 // out(B,T,W) = inp * mask / (1-p), counters from the spec's global coordinates; out may
 // alias inp. dropout_backward: dinp(B,T,W) += dout * mask / (1-p).
 void dropout_forward(float* out, const float* inp, int64_t B, int64_t T, int64_t W,

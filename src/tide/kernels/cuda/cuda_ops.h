@@ -99,6 +99,12 @@ void attention_backward(const OpContext& ctx, DType dtype, void* dqkv, const voi
 void gelu_forward(const OpContext& ctx, DType dtype, void* out, const void* inp, int64_t n);
 void gelu_backward(const OpContext& ctx, DType dtype, void* dinp, const void* dout, const void* inp,
                    int64_t n);
+// out(N,I) = silu(gate) * up, gate = inp(N,2I)[:, 0:I], up = inp[:, I:2I];
+// swiglu_backward: dinp(N,2I) += the gradients of gate and up.
+void swiglu_forward(const OpContext& ctx, DType dtype, void* out, const void* inp, int64_t N,
+                    int I);
+void swiglu_backward(const OpContext& ctx, DType dtype, void* dinp, const void* dout,
+                     const void* inp, int64_t N, int I);
 void residual_forward(const OpContext& ctx, DType dtype, void* out, const void* a, const void* b,
                       int64_t n);
 void residual_backward(const OpContext& ctx, DType dtype, void* da, void* db, const void* dout,

@@ -31,6 +31,8 @@ TIDE_CUDA_MODULE_ENTRY const tide::CudaKernelTable* tide_cuda_kernels() {
       .attention_backward = &cuda::attention_backward,
       .gelu_forward = &cuda::gelu_forward,
       .gelu_backward = &cuda::gelu_backward,
+      .swiglu_forward = &cuda::swiglu_forward,
+      .swiglu_backward = &cuda::swiglu_backward,
       .residual_forward = &cuda::residual_forward,
       .residual_backward = &cuda::residual_backward,
       .dropout_forward = &cuda::dropout_forward,
