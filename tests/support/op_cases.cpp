@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "tide/core/rng.h"
+#include "tide/kernels/rope_freq.h"
 
 namespace tide::testing {
 
@@ -260,6 +261,47 @@ std::vector<OpCase> attention_cases() {
   return cases;
 }
 
+std::vector<OpCase> rope_cases() {
+  std::vector<OpCase> cases;
+  // Grouped (n_kv_head < n_head) and multi-head layouts, llama3-scaled and plain frequencies,
+  // and a long sequence (angles of hundreds of radians).
+  struct Shape5 {
+    int64_t B, T, NH, NKV, HS;
+    bool llama3;
+  };
+  for (const Shape5& s : {Shape5{1, 1, 1, 1, 2, false}, Shape5{2, 37, 4, 2, 16, true},
+                          Shape5{1, 8, 2, 2, 64, false}, Shape5{1, 300, 2, 1, 8, true}}) {
+    const std::string dims = fmt::format("B={} T={} NH={} NKV={} HS={}{}", s.B, s.T, s.NH, s.NKV,
+                                         s.HS, s.llama3 ? " llama3" : "");
+    RopeSpec spec;
+    spec.head_size = static_cast<int>(s.HS);
+    if (s.llama3) spec = RopeSpec{static_cast<int>(s.HS), 500000.0, RopeScaling::llama3};
+    HostTensor inv_freq = zeros("inv_freq", {s.HS / 2});
+    inv_freq.f = rope_inv_freq(spec);
+    const Shape qkv{s.B, s.T, (s.NH + 2 * s.NKV) * s.HS};
+    const int nh = static_cast<int>(s.NH), nkv = static_cast<int>(s.NKV);
+    cases.push_back({"rope_forward " + dims,
+                     {zeros("out", qkv), randn("inp", qkv, 85), inv_freq},
+                     [nh, nkv](const OpContext& ctx, const std::vector<Tensor>& t) {
+                       rope_forward(ctx, t[0], t[1], t[2], nh, nkv);
+                     },
+                     kTol});
+    cases.push_back({"rope_forward in place " + dims,
+                     {randn("qkv", qkv, 86), inv_freq},
+                     [nh, nkv](const OpContext& ctx, const std::vector<Tensor>& t) {
+                       rope_forward(ctx, t[0], t[0], t[1], nh, nkv);
+                     },
+                     kTol});
+    cases.push_back({"rope_backward " + dims,
+                     {randn("dinp", qkv, 87), randn("dout", qkv, 88), inv_freq},
+                     [nh, nkv](const OpContext& ctx, const std::vector<Tensor>& t) {
+                       rope_backward(ctx, t[0], t[1], t[2], nh, nkv);
+                     },
+                     kTol});
+  }
+  return cases;
+}
+
 std::vector<OpCase> pointwise_cases() {
   std::vector<OpCase> cases;
   for (int64_t n : {1, 1001, 4096}) {
@@ -376,7 +418,7 @@ std::vector<OpCase> crossentropy_cases() {
 std::vector<OpCase> all_op_cases() {
   std::vector<OpCase> all;
   for (auto&& cases : {embedding_cases(), layernorm_cases(), rmsnorm_cases(), matmul_cases(),
-                       attention_cases(), pointwise_cases(), crossentropy_cases()})
+                       attention_cases(), rope_cases(), pointwise_cases(), crossentropy_cases()})
     all.insert(all.end(), cases.begin(), cases.end());
   return all;
 }
@@ -385,7 +427,8 @@ OpCase in_dtype(const OpCase& c, DType dtype) {
   OpCase n = c;
   n.name += " " + std::string(dtype_name(dtype));
   for (HostTensor& t : n.tensors) {
-    const bool statistic = t.name == "mean" || t.name == "rstd" || t.name == "losses";
+    const bool statistic =
+        t.name == "mean" || t.name == "rstd" || t.name == "losses" || t.name == "inv_freq";
     if (t.dtype == DType::F32 && !statistic) t = narrowed(t, dtype);
   }
   return n;

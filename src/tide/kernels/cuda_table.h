@@ -32,6 +32,8 @@ struct CudaKernelTable {
   decltype(&cuda::matmul_backward_weight) matmul_backward_weight = nullptr;
   decltype(&cuda::attention_forward) attention_forward = nullptr;
   decltype(&cuda::attention_backward) attention_backward = nullptr;
+  decltype(&cuda::rope_forward) rope_forward = nullptr;
+  decltype(&cuda::rope_backward) rope_backward = nullptr;
   decltype(&cuda::gelu_forward) gelu_forward = nullptr;
   decltype(&cuda::gelu_backward) gelu_backward = nullptr;
   decltype(&cuda::swiglu_forward) swiglu_forward = nullptr;

@@ -513,6 +513,69 @@ void attention_backward(const OpContext& ctx, Tensor dqkv, Tensor dout, Tensor q
   });
 }
 
+// ---- RoPE ------------------------------------------------------------------------------
+
+namespace {
+// RoPE's qkv layout (B,T,(n_head + 2*n_kv_head)*HS) and inv_freq(HS/2); returns B, T, HS.
+struct RopeDims {
+  int64_t B, T, HS;
+};
+RopeDims check_rope(const OpCheck& ck, const Tensor& x, const char* name, const Tensor& inv_freq,
+                    int n_head, int n_kv_head) {
+  ck.rank_exact(x, name, 3, "(B,T,(n_head+2*n_kv_head)*HS)");
+  ck.tensor(x, name, kFloat);
+  TIDE_CHECK(n_head > 0 && n_kv_head > 0 && n_head % n_kv_head == 0,
+             "{}: n_head={} and n_kv_head={} must be positive, with n_kv_head dividing n_head "
+             "(each kv head serves n_head/n_kv_head query heads)",
+             ck.op, n_head, n_kv_head);
+  const int64_t heads = n_head + 2 * static_cast<int64_t>(n_kv_head);
+  TIDE_CHECK(x.dim(2) % heads == 0 && (x.dim(2) / heads) % 2 == 0,
+             "{}: tensor '{}' has shape {} but its last dim must be (n_head + 2*n_kv_head) * HS "
+             "= {} * HS with an even head size HS (q, k and v heads side by side)",
+             ck.op, name, x.shape.str(), heads);
+  const int64_t HS = x.dim(2) / heads;
+  ck.tensor(inv_freq, "inv_freq", DType::F32, Shape{HS / 2},
+            "(HS/2), HS = the last dim of qkv / (n_head + 2*n_kv_head)");
+  return {x.dim(0), x.dim(1), HS};
+}
+}  // namespace
+
+void rope_forward(const OpContext& ctx, Tensor out, Tensor inp, Tensor inv_freq, int n_head,
+                  int n_kv_head) {
+  const OpCheck ck{"rope_forward", ctx};
+  // Plain variables, not a structured binding: clang < 16 cannot capture bindings in lambdas.
+  const RopeDims dims = check_rope(ck, inp, "inp", inv_freq, n_head, n_kv_head);
+  const int64_t B = dims.B, T = dims.T, HS = dims.HS;
+  ck.tensor(out, "out", kFloat, inp.shape, "the shape of inp");
+  TIDE_RUN_ON_CUDA(ck, ctx.cuda->rope_forward(ctx, ck.storage(), out.data, inp.data, inv_freq.f32(),
+                                              as_int(B), as_int(T), n_head, n_kv_head, as_int(HS)));
+  run_cpu_kernel(ck, [=] {
+    // In place (out aliasing inp): one working copy serves both.
+    const bool in_place = out.data == inp.data;
+    const cpu::F32Buffer out_(out, /*widen=*/in_place), inp_(in_place ? Tensor() : inp);
+    cpu::rope_forward(out_.get(), in_place ? out_.get() : inp_.get(), inv_freq.f32(), as_int(B),
+                      as_int(T), n_head, n_kv_head, as_int(HS));
+    out_.store();
+  });
+}
+
+void rope_backward(const OpContext& ctx, Tensor dinp, Tensor dout, Tensor inv_freq, int n_head,
+                   int n_kv_head) {
+  const OpCheck ck{"rope_backward", ctx};
+  const RopeDims dims = check_rope(ck, dout, "dout", inv_freq, n_head, n_kv_head);
+  const int64_t B = dims.B, T = dims.T, HS = dims.HS;
+  ck.tensor(dinp, "dinp", kFloat, dout.shape, "the shape of dout");
+  TIDE_RUN_ON_CUDA(ck,
+                   ctx.cuda->rope_backward(ctx, ck.storage(), dinp.data, dout.data, inv_freq.f32(),
+                                           as_int(B), as_int(T), n_head, n_kv_head, as_int(HS)));
+  run_cpu_kernel(ck, [=] {
+    const cpu::F32Buffer dinp_(dinp), dout_(dout);
+    cpu::rope_backward(dinp_.get(), dout_.get(), inv_freq.f32(), as_int(B), as_int(T), n_head,
+                       n_kv_head, as_int(HS));
+    dinp_.store();
+  });
+}
+
 // ---- pointwise -------------------------------------------------------------------------
 
 void gelu_forward(const OpContext& ctx, Tensor out, Tensor inp) {

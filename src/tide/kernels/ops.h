@@ -147,6 +147,19 @@ void attention_forward(const OpContext& ctx, Tensor out, Tensor preatt, Tensor a
 void attention_backward(const OpContext& ctx, Tensor dqkv, Tensor dout, Tensor qkv, Tensor preatt,
                         Tensor att, int n_head, const DropoutSpec& dropout);
 
+// ---- rotary position embedding (RoPE, Llama's) -------------------------------------------
+// qkv(B,T,W) rows laid out [q: n_head*HS | k: n_kv_head*HS | v: n_kv_head*HS] (n_kv_head
+// dividing n_head; equal for multi-head attention). In every q and k head the pairs
+// (i, i + HS/2) (HF's rotate_half convention, not interleaved) turn by the angle t * inv_freq[i]
+// at sequence position t = 0..T-1, computed in f32 as transformers does (f32 product, then cos
+// and sin); the v heads are copied unchanged. inv_freq(HS/2) is f32, from rope_inv_freq
+// (rope_freq.h). out may alias inp.
+void rope_forward(const OpContext& ctx, Tensor out, Tensor inp, Tensor inv_freq, int n_head,
+                  int n_kv_head);
+// dinp(B,T,W) += dout turned by the negative angle (v: += dout).
+void rope_backward(const OpContext& ctx, Tensor dinp, Tensor dout, Tensor inv_freq, int n_head,
+                   int n_kv_head);
+
 // ---- pointwise -------------------------------------------------------------------------
 // GELU, tanh approximation (GPT-2's): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
 void gelu_forward(const OpContext& ctx, Tensor out, Tensor inp);

@@ -237,6 +237,11 @@ TEST(CudaOps, Attention) {
   check_all(attention_cases());
 }
 
+TEST(CudaOps, Rope) {
+  SKIP_WITHOUT_GPU();
+  check_all(rope_cases());
+}
+
 TEST(CudaOps, Pointwise) {
   SKIP_WITHOUT_GPU();
   check_all(pointwise_cases());

@@ -60,6 +60,28 @@ TEST(OpErrors, LlamaOpsNameTensorAndExpectedShape) {
         swiglu_forward(cpu_ctx(), view(out, {2, 8}), view(inp, {2, 8}));
       },
       {"swiglu_forward", "'out'", "(2, 8)", "(2, 4)"});
+
+  std::vector<float> qkv(1 * 2 * 40), rot(1 * 2 * 40), freq(4);
+  // n_head 3 + 2 * n_kv_head 1 = 5 heads of 8: the head size is 8, inv_freq must be (4).
+  expect_error(
+      [&] {
+        rope_forward(cpu_ctx(), view(rot, {1, 2, 40}), view(qkv, {1, 2, 40}), view(freq, {4}), 4,
+                     2);
+      },
+      {"rope_forward", "'inp'", "(1, 2, 40)", "(n_head + 2*n_kv_head) * HS = 8 * HS"});
+  expect_error(
+      [&] {
+        rope_forward(cpu_ctx(), view(rot, {1, 2, 40}), view(qkv, {1, 2, 40}), view(freq, {4}), 3,
+                     2);
+      },
+      {"rope_forward", "n_head=3", "n_kv_head=2", "dividing"});
+  std::vector<float> freq3(3);
+  expect_error(
+      [&] {
+        rope_backward(cpu_ctx(), view(rot, {1, 2, 40}), view(qkv, {1, 2, 40}), view(freq3, {3}), 3,
+                      1);
+      },
+      {"rope_backward", "'inv_freq'", "(3)", "(4)"});
 }
 
 TEST(OpErrors, WrongDtypeAndUndefinedTensor) {

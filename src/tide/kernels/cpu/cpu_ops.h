@@ -58,6 +58,14 @@ void attention_forward(float* out, float* preatt, float* att, const float* qkv, 
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* preatt,
                         const float* att, int B, int T, int C, int NH, const DropoutSpec& dropout);
 
+// RoPE (HF's rotate_half pairs (i, i+HS/2)) on qkv rows (B,T,W), W = (NH + 2*NKV) * HS laid
+// out [q heads | k heads | v heads]: q and k heads turned by t * inv_freq(HS/2), v copied; out
+// may alias inp. rope_backward: dinp(B,T,W) += dout turned by the negative angle (v: + dout).
+void rope_forward(float* out, const float* inp, const float* inv_freq, int B, int T, int NH,
+                  int NKV, int HS);
+void rope_backward(float* dinp, const float* dout, const float* inv_freq, int B, int T, int NH,
+                   int NKV, int HS);
+
 void gelu_forward(float* out, const float* inp, int64_t n);
 void gelu_backward(float* dinp, const float* dout, const float* inp, int64_t n);
 void residual_forward(float* out, const float* a, const float* b, int64_t n);

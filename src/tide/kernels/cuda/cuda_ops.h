@@ -96,6 +96,13 @@ void attention_backward(const OpContext& ctx, DType dtype, void* dqkv, const voi
                         const void* qkv, const void* preatt, const void* att, int B, int T, int C,
                         int NH, const DropoutSpec& dropout);
 
+// RoPE on qkv rows (B,T,(NH + 2*NKV)*HS): q and k heads turned by t * inv_freq(HS/2) (HF's
+// rotate_half pairs), v copied; out may alias inp. rope_backward: dinp += dout turned back.
+void rope_forward(const OpContext& ctx, DType dtype, void* out, const void* inp,
+                  const float* inv_freq, int B, int T, int NH, int NKV, int HS);
+void rope_backward(const OpContext& ctx, DType dtype, void* dinp, const void* dout,
+                   const float* inv_freq, int B, int T, int NH, int NKV, int HS);
+
 void gelu_forward(const OpContext& ctx, DType dtype, void* out, const void* inp, int64_t n);
 void gelu_backward(const OpContext& ctx, DType dtype, void* dinp, const void* dout, const void* inp,
                    int64_t n);

@@ -29,6 +29,8 @@ TIDE_CUDA_MODULE_ENTRY const tide::CudaKernelTable* tide_cuda_kernels() {
       .matmul_backward_weight = &cuda::matmul_backward_weight,
       .attention_forward = &cuda::attention_forward,
       .attention_backward = &cuda::attention_backward,
+      .rope_forward = &cuda::rope_forward,
+      .rope_backward = &cuda::rope_backward,
       .gelu_forward = &cuda::gelu_forward,
       .gelu_backward = &cuda::gelu_backward,
       .swiglu_forward = &cuda::swiglu_forward,
