@@ -227,33 +227,50 @@ std::vector<OpCase> matmul_cases() {
 
 std::vector<OpCase> attention_cases() {
   std::vector<OpCase> cases;
-  for (auto [B, T, C, NH] : {std::array<int64_t, 4>{2, 37, 48, 4}, {1, 64, 64, 2}, {1, 1, 8, 1}}) {
+  // Multi-head (NKV = NH, qkv (B,T,3C), through the n_head-only overload) and grouped-query
+  // shapes (2 query heads per kv head, and one kv head for 8 query heads).
+  for (auto [B, T, C, NH, NKV] : {std::array<int64_t, 5>{2, 37, 48, 4, 4},
+                                  {1, 64, 64, 2, 2},
+                                  {1, 1, 8, 1, 1},
+                                  {2, 37, 48, 4, 2},
+                                  {1, 33, 64, 8, 1},
+                                  {1, 1, 8, 2, 1}}) {
     for (auto [p, sharded] : {std::pair{0.0f, false}, {0.2f, false}, {0.2f, true}}) {
       // Sharded: sequences 2.., positions 3.. of T+5, heads 1.. of NH+3 (global coordinates).
       const DropoutSpec dropout =
           sharded ? DropoutSpec{p, 1234, 99, 2, 3, T + 5, NH + 3, 1} : DropoutSpec{p, 1234, 99};
+      const bool grouped = NKV != NH;
       const std::string dims =
-          fmt::format("B={} T={} C={} NH={} p={}{}", B, T, C, NH, p, sharded ? " sharded" : "");
-      const int nh = static_cast<int>(NH);
-      HostTensor qkv = randn("qkv", {B, T, 3 * C}, 40);
+          fmt::format("B={} T={} C={} NH={}{} p={}{}", B, T, C, NH,
+                      grouped ? fmt::format(" NKV={}", NKV) : "", p, sharded ? " sharded" : "");
+      const int nh = static_cast<int>(NH), nkv = static_cast<int>(NKV);
+      const int64_t W = C + 2 * NKV * (C / NH);  // 3C without grouping
+      HostTensor qkv = randn("qkv", {B, T, W}, 40);
       // preatt/att from the CPU forward, so that both backward runs start from the same ones.
       HostTensor out = zeros("out", {B, T, C}), preatt = zeros("preatt", {B, NH, T, T}),
                  att = zeros("att", {B, NH, T, T});
       attention_forward(OpContext{}, Tensor(out.f.data(), out.shape),
                         Tensor(preatt.f.data(), preatt.shape), Tensor(att.f.data(), att.shape),
-                        Tensor(qkv.f.data(), qkv.shape), nh, dropout);
-      cases.push_back({"attention_forward " + dims,
-                       {zeros("out", {B, T, C}), zeros("preatt", {B, NH, T, T}),
-                        zeros("att", {B, NH, T, T}), qkv},
-                       [nh, dropout](const OpContext& ctx, const std::vector<Tensor>& t) {
-                         attention_forward(ctx, t[0], t[1], t[2], t[3], nh, dropout);
-                       },
-                       kGemmTol});
+                        Tensor(qkv.f.data(), qkv.shape), nh, nkv, dropout);
+      cases.push_back(
+          {"attention_forward " + dims,
+           {zeros("out", {B, T, C}), zeros("preatt", {B, NH, T, T}), zeros("att", {B, NH, T, T}),
+            qkv},
+           [nh, nkv, grouped, dropout](const OpContext& ctx, const std::vector<Tensor>& t) {
+             if (grouped)
+               attention_forward(ctx, t[0], t[1], t[2], t[3], nh, nkv, dropout);
+             else
+               attention_forward(ctx, t[0], t[1], t[2], t[3], nh, dropout);
+           },
+           kGemmTol});
       cases.push_back(
           {"attention_backward " + dims,
-           {randn("dqkv", {B, T, 3 * C}, 41), randn("dout", {B, T, C}, 42), qkv, preatt, att},
-           [nh, dropout](const OpContext& ctx, const std::vector<Tensor>& t) {
-             attention_backward(ctx, t[0], t[1], t[2], t[3], t[4], nh, dropout);
+           {randn("dqkv", {B, T, W}, 41), randn("dout", {B, T, C}, 42), qkv, preatt, att},
+           [nh, nkv, grouped, dropout](const OpContext& ctx, const std::vector<Tensor>& t) {
+             if (grouped)
+               attention_backward(ctx, t[0], t[1], t[2], t[3], t[4], nh, nkv, dropout);
+             else
+               attention_backward(ctx, t[0], t[1], t[2], t[3], t[4], nh, dropout);
            },
            kGemmTol});
     }

@@ -446,22 +446,39 @@ void check_dropout_coordinates(const OpCheck& ck, const DropoutSpec& d, int64_t 
 }  // namespace
 
 namespace {
-// Checks shared by attention forward and backward; returns B, T, C.
+// Checks shared by attention forward and backward; returns B, T, C (= n_head * HS), HS.
 struct AttentionDims {
-  int64_t B, T, C;
+  int64_t B, T, C, HS;
 };
 AttentionDims check_attention(const OpCheck& ck, const Tensor& qkv, const Tensor& preatt,
-                              const Tensor& att, int n_head, const DropoutSpec& dropout) {
-  ck.rank_exact(qkv, "qkv", 3, "(B,T,3C)");
+                              const Tensor& att, int n_head, int n_kv_head,
+                              const DropoutSpec& dropout) {
+  ck.rank_exact(qkv, "qkv", 3, n_kv_head == n_head ? "(B,T,3C)" : "(B,T,(NH+2*NKV)*HS)");
   ck.tensor(qkv, "qkv", kFloat);
-  const int64_t B = qkv.dim(0), T = qkv.dim(1), C3 = qkv.dim(2);
-  TIDE_CHECK(C3 % 3 == 0, "{}: tensor 'qkv' has shape {} but its last dim must be 3*C (q, k, v)",
-             ck.op, qkv.shape.str());
-  const int64_t C = C3 / 3;
-  TIDE_CHECK(n_head > 0 && C % n_head == 0,
-             "{}: n_head={} must be positive and divide C={}; choose n_head so that n_embd is a "
-             "multiple of it",
-             ck.op, n_head, C);
+  const int64_t B = qkv.dim(0), T = qkv.dim(1), W = qkv.dim(2);
+  int64_t C = 0, HS = 0;
+  if (n_kv_head == n_head) {  // multi-head: the messages of GPT-2's (B,T,3C)
+    TIDE_CHECK(W % 3 == 0, "{}: tensor 'qkv' has shape {} but its last dim must be 3*C (q, k, v)",
+               ck.op, qkv.shape.str());
+    C = W / 3;
+    TIDE_CHECK(n_head > 0 && C % n_head == 0,
+               "{}: n_head={} must be positive and divide C={}; choose n_head so that n_embd is "
+               "a multiple of it",
+               ck.op, n_head, C);
+    HS = C / n_head;
+  } else {
+    TIDE_CHECK(n_head > 0 && n_kv_head > 0 && n_head % n_kv_head == 0,
+               "{}: n_head={} and n_kv_head={} must be positive, with n_kv_head dividing n_head "
+               "(each kv head serves n_head/n_kv_head query heads)",
+               ck.op, n_head, n_kv_head);
+    const int64_t heads = n_head + 2 * static_cast<int64_t>(n_kv_head);
+    TIDE_CHECK(W % heads == 0,
+               "{}: tensor 'qkv' has shape {} but its last dim must be (n_head + 2*n_kv_head) * "
+               "HS = {} * HS (q, k and v heads side by side)",
+               ck.op, qkv.shape.str(), heads);
+    HS = W / heads;
+    C = n_head * HS;
+  }
   TIDE_CHECK(dropout.p >= 0.0f && dropout.p < 1.0f,
              "{}: dropout probability {} must be in [0, 1); set attn dropout in that range", ck.op,
              dropout.p);
@@ -469,25 +486,26 @@ AttentionDims check_attention(const OpCheck& ck, const Tensor& qkv, const Tensor
   const Shape att_shape{B, n_head, T, T};
   ck.tensor(preatt, "preatt", kFloat, att_shape, "(B,NH,T,T)");
   ck.tensor(att, "att", kFloat, att_shape, "(B,NH,T,T)");
-  return {B, T, C};
+  return {B, T, C, HS};
 }
 }  // namespace
 
 void attention_forward(const OpContext& ctx, Tensor out, Tensor preatt, Tensor att, Tensor qkv,
-                       int n_head, const DropoutSpec& dropout) {
+                       int n_head, int n_kv_head, const DropoutSpec& dropout) {
   const OpCheck ck{"attention_forward", ctx};
   // Plain variables, not a structured binding: clang < 16 cannot capture bindings in lambdas.
-  const AttentionDims dims = check_attention(ck, qkv, preatt, att, n_head, dropout);
+  const AttentionDims dims = check_attention(ck, qkv, preatt, att, n_head, n_kv_head, dropout);
   const int64_t B = dims.B, T = dims.T, C = dims.C;
-  ck.tensor(out, "out", kFloat, Shape{B, T, C}, "(B,T,C), C = qkv's last dim / 3");
+  ck.tensor(out, "out", kFloat, Shape{B, T, C},
+            n_kv_head == n_head ? "(B,T,C), C = qkv's last dim / 3" : "(B,T,C), C = n_head * HS");
   TIDE_RUN_ON_CUDA(
       ck, ctx.cuda->attention_forward(ctx, ck.storage(), out.data, preatt.data, att.data, qkv.data,
-                                      as_int(B), as_int(T), as_int(C), n_head, dropout));
+                                      as_int(B), as_int(T), as_int(C), n_head, n_kv_head, dropout));
   run_cpu_kernel(ck, [=] {
     const cpu::F32Buffer out_(out, /*widen=*/false), preatt_(preatt, /*widen=*/false),
         att_(att, /*widen=*/false), qkv_(qkv);
     cpu::attention_forward(out_.get(), preatt_.get(), att_.get(), qkv_.get(), as_int(B), as_int(T),
-                           as_int(C), n_head, dropout);
+                           as_int(C), n_head, n_kv_head, dropout);
     out_.store();
     preatt_.store();
     att_.store();
@@ -495,22 +513,33 @@ void attention_forward(const OpContext& ctx, Tensor out, Tensor preatt, Tensor a
 }
 
 void attention_backward(const OpContext& ctx, Tensor dqkv, Tensor dout, Tensor qkv, Tensor preatt,
-                        Tensor att, int n_head, const DropoutSpec& dropout) {
+                        Tensor att, int n_head, int n_kv_head, const DropoutSpec& dropout) {
   const OpCheck ck{"attention_backward", ctx};
   // Plain variables, not a structured binding: clang < 16 cannot capture bindings in lambdas.
-  const AttentionDims dims = check_attention(ck, qkv, preatt, att, n_head, dropout);
+  const AttentionDims dims = check_attention(ck, qkv, preatt, att, n_head, n_kv_head, dropout);
   const int64_t B = dims.B, T = dims.T, C = dims.C;
   ck.tensor(dqkv, "dqkv", kFloat, qkv.shape, "the shape of qkv");
-  ck.tensor(dout, "dout", kFloat, Shape{B, T, C}, "(B,T,C), C = qkv's last dim / 3");
-  TIDE_RUN_ON_CUDA(ck, ctx.cuda->attention_backward(ctx, ck.storage(), dqkv.data, dout.data,
-                                                    qkv.data, preatt.data, att.data, as_int(B),
-                                                    as_int(T), as_int(C), n_head, dropout));
+  ck.tensor(dout, "dout", kFloat, Shape{B, T, C},
+            n_kv_head == n_head ? "(B,T,C), C = qkv's last dim / 3" : "(B,T,C), C = n_head * HS");
+  TIDE_RUN_ON_CUDA(ck, ctx.cuda->attention_backward(
+                           ctx, ck.storage(), dqkv.data, dout.data, qkv.data, preatt.data, att.data,
+                           as_int(B), as_int(T), as_int(C), n_head, n_kv_head, dropout));
   run_cpu_kernel(ck, [=] {
     const cpu::F32Buffer dqkv_(dqkv), dout_(dout), qkv_(qkv), preatt_(preatt), att_(att);
     cpu::attention_backward(dqkv_.get(), dout_.get(), qkv_.get(), preatt_.get(), att_.get(),
-                            as_int(B), as_int(T), as_int(C), n_head, dropout);
+                            as_int(B), as_int(T), as_int(C), n_head, n_kv_head, dropout);
     dqkv_.store();
   });
+}
+
+void attention_forward(const OpContext& ctx, Tensor out, Tensor preatt, Tensor att, Tensor qkv,
+                       int n_head, const DropoutSpec& dropout) {
+  attention_forward(ctx, out, preatt, att, qkv, n_head, n_head, dropout);
+}
+
+void attention_backward(const OpContext& ctx, Tensor dqkv, Tensor dout, Tensor qkv, Tensor preatt,
+                        Tensor att, int n_head, const DropoutSpec& dropout) {
+  attention_backward(ctx, dqkv, dout, qkv, preatt, att, n_head, n_head, dropout);
 }
 
 // ---- RoPE ------------------------------------------------------------------------------

@@ -136,14 +136,23 @@ void matmul_backward_input(const OpContext& ctx, Tensor dinp, Tensor dout, Tenso
 void matmul_backward_weight(const OpContext& ctx, Tensor dweight, Tensor dbias, Tensor dout,
                             Tensor inp);
 
-// ---- causal multi-head self-attention core -----------------------------------------------
-// qkv(B,T,3C) holds q, k, v side by side (as GPT-2's c_attn produces them).
+// ---- causal multi-head self-attention core, grouped-query included ----------------------
+// qkv(B,T,W) rows hold [q: n_head*HS | k: n_kv_head*HS | v: n_kv_head*HS], W =
+// (n_head + 2*n_kv_head) * HS; query head h reads kv head h / (n_head/n_kv_head) (grouped-query
+// attention, n_kv_head dividing n_head; transformers' repeat_kv). With n_kv_head == n_head this
+// is GPT-2's qkv(B,T,3C) (c_attn's q, k, v side by side), C = n_head * HS.
 // att(B,NH,T,T): softmax(q k^T / sqrt(HS)) with the causal mask, after dropout (saved for
 // backward); preatt(B,NH,T,T): the probabilities before dropout. out(B,T,C) = att @ v.
-// Dropout counters follow DropoutSpec's attention rule (width_full/col0 count heads).
+// Dropout counters follow DropoutSpec's attention rule (width_full/col0 count query heads).
+void attention_forward(const OpContext& ctx, Tensor out, Tensor preatt, Tensor att, Tensor qkv,
+                       int n_head, int n_kv_head, const DropoutSpec& dropout);
+// dqkv(B,T,W) += gradient; uses preatt/att from the forward (same dropout spec). A kv head's
+// gradient sums over its query heads in head order.
+void attention_backward(const OpContext& ctx, Tensor dqkv, Tensor dout, Tensor qkv, Tensor preatt,
+                        Tensor att, int n_head, int n_kv_head, const DropoutSpec& dropout);
+// Multi-head attention (n_kv_head = n_head), qkv(B,T,3C).
 void attention_forward(const OpContext& ctx, Tensor out, Tensor preatt, Tensor att, Tensor qkv,
                        int n_head, const DropoutSpec& dropout);
-// dqkv(B,T,3C) += gradient; uses preatt/att from the forward (same dropout spec).
 void attention_backward(const OpContext& ctx, Tensor dqkv, Tensor dout, Tensor qkv, Tensor preatt,
                         Tensor att, int n_head, const DropoutSpec& dropout);
 
