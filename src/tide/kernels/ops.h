@@ -1,12 +1,13 @@
 #pragma once
-// The op API: every computation of a GPT forward and backward pass, as free functions over
-// Tensor views. Each op dispatches on the tensors' device to cpu:: (OpenMP + OpenBLAS, the
-// readable reference) or cuda:: (fused kernels, cuBLASLt; in the CUDA module, reached through
-// the context).
+// The op API: every computation of a GPT-2 or Llama-family forward and backward pass, as free
+// functions over Tensor views. Each op dispatches on the tensors' device to cpu:: (OpenMP +
+// OpenBLAS, the readable reference) or cuda:: (fused kernels, cuBLASLt; in the CUDA module,
+// reached through the context).
 //
 // Conventions (the same as llm.c):
 //  * Shapes: B batch, T time (sequence), C channels (n_embd), NH heads, HS = C/NH head size,
-//    V vocabulary, OC output channels, N = B*T rows.
+//    NKV kv heads (grouped-query attention), I the SwiGLU width, V vocabulary, OC output
+//    channels, N = B*T rows.
 //  * Forward ops overwrite their outputs.
 //  * Backward ops ACCUMULATE (+=) into every gradient they write, input gradients included.
 //    Gradient accumulation over micro-batches and the residual stream both rely on this;
