@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "tide/core/rng.h"
+#include "tide/kernels/rope_freq.h"
 
 namespace tide::testing {
 
@@ -150,6 +151,40 @@ std::vector<OpCase> layernorm_cases() {
   return cases;
 }
 
+std::vector<OpCase> rmsnorm_cases() {
+  std::vector<OpCase> cases;
+  // N above one 64-row chunk of the weight gradient; C odd, and C = Llama 3.2 1B's 2048.
+  for (auto [N, C] : {std::array<int64_t, 2>{130, 67}, {3, 2048}, {1, 5}}) {
+    const std::string dims = fmt::format("N={} C={}", N, C);
+    const float eps = 1e-5f;
+    // rstd from the CPU forward, so that both backward runs see the same statistics.
+    HostTensor inp = randn("inp", {N, C}, 90, 2.0f);
+    HostTensor weight = randn("weight", {C}, 91), out = zeros("out", {N, C}),
+               rstd = zeros("rstd", {N});
+    rmsnorm_forward(OpContext{}, Tensor(out.f.data(), out.shape), Tensor(rstd.f.data(), {N}),
+                    Tensor(inp.f.data(), inp.shape), Tensor(weight.f.data(), {C}), eps);
+    cases.push_back({"rmsnorm_forward " + dims,
+                     {zeros("out", {N, C}), zeros("rstd", {N}), inp, weight},
+                     [eps](const OpContext& ctx, const std::vector<Tensor>& t) {
+                       rmsnorm_forward(ctx, t[0], t[1], t[2], t[3], eps);
+                     },
+                     kTol});
+    cases.push_back({"rmsnorm_backward_input " + dims,
+                     {randn("dinp", {N, C}, 92), randn("dout", {N, C}, 93), inp, weight, rstd},
+                     [](const OpContext& ctx, const std::vector<Tensor>& t) {
+                       rmsnorm_backward_input(ctx, t[0], t[1], t[2], t[3], t[4]);
+                     },
+                     kTol});
+    cases.push_back({"rmsnorm_backward_weight " + dims,
+                     {randn("dweight", {C}, 94), randn("dout", {N, C}, 95), inp, rstd},
+                     [](const OpContext& ctx, const std::vector<Tensor>& t) {
+                       rmsnorm_backward_weight(ctx, t[0], t[1], t[2], t[3]);
+                     },
+                     kTol});
+  }
+  return cases;
+}
+
 std::vector<OpCase> matmul_cases() {
   std::vector<OpCase> cases;
   // Odd sizes, N above one 64-row chunk of the bias gradient, and a (B,T,C) input.
@@ -192,36 +227,94 @@ std::vector<OpCase> matmul_cases() {
 
 std::vector<OpCase> attention_cases() {
   std::vector<OpCase> cases;
-  for (auto [B, T, C, NH] : {std::array<int64_t, 4>{2, 37, 48, 4}, {1, 64, 64, 2}, {1, 1, 8, 1}}) {
+  // Multi-head (NKV = NH, qkv (B,T,3C), through the n_head-only overload) and grouped-query
+  // shapes (2 query heads per kv head, and one kv head for 8 query heads).
+  for (auto [B, T, C, NH, NKV] : {std::array<int64_t, 5>{2, 37, 48, 4, 4},
+                                  {1, 64, 64, 2, 2},
+                                  {1, 1, 8, 1, 1},
+                                  {2, 37, 48, 4, 2},
+                                  {1, 33, 64, 8, 1},
+                                  {1, 1, 8, 2, 1}}) {
     for (auto [p, sharded] : {std::pair{0.0f, false}, {0.2f, false}, {0.2f, true}}) {
       // Sharded: sequences 2.., positions 3.. of T+5, heads 1.. of NH+3 (global coordinates).
       const DropoutSpec dropout =
           sharded ? DropoutSpec{p, 1234, 99, 2, 3, T + 5, NH + 3, 1} : DropoutSpec{p, 1234, 99};
+      const bool grouped = NKV != NH;
       const std::string dims =
-          fmt::format("B={} T={} C={} NH={} p={}{}", B, T, C, NH, p, sharded ? " sharded" : "");
-      const int nh = static_cast<int>(NH);
-      HostTensor qkv = randn("qkv", {B, T, 3 * C}, 40);
+          fmt::format("B={} T={} C={} NH={}{} p={}{}", B, T, C, NH,
+                      grouped ? fmt::format(" NKV={}", NKV) : "", p, sharded ? " sharded" : "");
+      const int nh = static_cast<int>(NH), nkv = static_cast<int>(NKV);
+      const int64_t W = C + 2 * NKV * (C / NH);  // 3C without grouping
+      HostTensor qkv = randn("qkv", {B, T, W}, 40);
       // preatt/att from the CPU forward, so that both backward runs start from the same ones.
       HostTensor out = zeros("out", {B, T, C}), preatt = zeros("preatt", {B, NH, T, T}),
                  att = zeros("att", {B, NH, T, T});
       attention_forward(OpContext{}, Tensor(out.f.data(), out.shape),
                         Tensor(preatt.f.data(), preatt.shape), Tensor(att.f.data(), att.shape),
-                        Tensor(qkv.f.data(), qkv.shape), nh, dropout);
-      cases.push_back({"attention_forward " + dims,
-                       {zeros("out", {B, T, C}), zeros("preatt", {B, NH, T, T}),
-                        zeros("att", {B, NH, T, T}), qkv},
-                       [nh, dropout](const OpContext& ctx, const std::vector<Tensor>& t) {
-                         attention_forward(ctx, t[0], t[1], t[2], t[3], nh, dropout);
-                       },
-                       kGemmTol});
+                        Tensor(qkv.f.data(), qkv.shape), nh, nkv, dropout);
+      cases.push_back(
+          {"attention_forward " + dims,
+           {zeros("out", {B, T, C}), zeros("preatt", {B, NH, T, T}), zeros("att", {B, NH, T, T}),
+            qkv},
+           [nh, nkv, grouped, dropout](const OpContext& ctx, const std::vector<Tensor>& t) {
+             if (grouped)
+               attention_forward(ctx, t[0], t[1], t[2], t[3], nh, nkv, dropout);
+             else
+               attention_forward(ctx, t[0], t[1], t[2], t[3], nh, dropout);
+           },
+           kGemmTol});
       cases.push_back(
           {"attention_backward " + dims,
-           {randn("dqkv", {B, T, 3 * C}, 41), randn("dout", {B, T, C}, 42), qkv, preatt, att},
-           [nh, dropout](const OpContext& ctx, const std::vector<Tensor>& t) {
-             attention_backward(ctx, t[0], t[1], t[2], t[3], t[4], nh, dropout);
+           {randn("dqkv", {B, T, W}, 41), randn("dout", {B, T, C}, 42), qkv, preatt, att},
+           [nh, nkv, grouped, dropout](const OpContext& ctx, const std::vector<Tensor>& t) {
+             if (grouped)
+               attention_backward(ctx, t[0], t[1], t[2], t[3], t[4], nh, nkv, dropout);
+             else
+               attention_backward(ctx, t[0], t[1], t[2], t[3], t[4], nh, dropout);
            },
            kGemmTol});
     }
+  }
+  return cases;
+}
+
+std::vector<OpCase> rope_cases() {
+  std::vector<OpCase> cases;
+  // Grouped (n_kv_head < n_head) and multi-head layouts, llama3-scaled and plain frequencies,
+  // and a long sequence (angles of hundreds of radians).
+  struct Shape5 {
+    int64_t B, T, NH, NKV, HS;
+    bool llama3;
+  };
+  for (const Shape5& s : {Shape5{1, 1, 1, 1, 2, false}, Shape5{2, 37, 4, 2, 16, true},
+                          Shape5{1, 8, 2, 2, 64, false}, Shape5{1, 300, 2, 1, 8, true}}) {
+    const std::string dims = fmt::format("B={} T={} NH={} NKV={} HS={}{}", s.B, s.T, s.NH, s.NKV,
+                                         s.HS, s.llama3 ? " llama3" : "");
+    RopeSpec spec;
+    spec.head_size = static_cast<int>(s.HS);
+    if (s.llama3) spec = RopeSpec{static_cast<int>(s.HS), 500000.0, RopeScaling::llama3};
+    HostTensor inv_freq = zeros("inv_freq", {s.HS / 2});
+    inv_freq.f = rope_inv_freq(spec);
+    const Shape qkv{s.B, s.T, (s.NH + 2 * s.NKV) * s.HS};
+    const int nh = static_cast<int>(s.NH), nkv = static_cast<int>(s.NKV);
+    cases.push_back({"rope_forward " + dims,
+                     {zeros("out", qkv), randn("inp", qkv, 85), inv_freq},
+                     [nh, nkv](const OpContext& ctx, const std::vector<Tensor>& t) {
+                       rope_forward(ctx, t[0], t[1], t[2], nh, nkv);
+                     },
+                     kTol});
+    cases.push_back({"rope_forward in place " + dims,
+                     {randn("qkv", qkv, 86), inv_freq},
+                     [nh, nkv](const OpContext& ctx, const std::vector<Tensor>& t) {
+                       rope_forward(ctx, t[0], t[0], t[1], nh, nkv);
+                     },
+                     kTol});
+    cases.push_back({"rope_backward " + dims,
+                     {randn("dinp", qkv, 87), randn("dout", qkv, 88), inv_freq},
+                     [nh, nkv](const OpContext& ctx, const std::vector<Tensor>& t) {
+                       rope_backward(ctx, t[0], t[1], t[2], nh, nkv);
+                     },
+                     kTol});
   }
   return cases;
 }
@@ -253,6 +346,26 @@ std::vector<OpCase> pointwise_cases() {
                        residual_backward(ctx, t[0], t[1], t[2]);
                      },
                      0.0});
+  }
+  // SwiGLU: I not a multiple of 8, a (B,T,2I) input, and gates far enough out (scale 20) that
+  // exp(-gate) overflows to inf and underflows to 0.
+  for (auto [B, T, I, scale] :
+       {std::array<int64_t, 4>{1, 1, 1, 3}, {1, 70, 13, 3}, {2, 5, 344, 3}, {1, 9, 40, 20}}) {
+    const std::string dims = fmt::format("B={} T={} I={} scale={}", B, T, I, scale);
+    const float s = static_cast<float>(scale);
+    cases.push_back({"swiglu_forward " + dims,
+                     {zeros("out", {B, T, I}), randn("inp", {B, T, 2 * I}, 63, s)},
+                     [](const OpContext& ctx, const std::vector<Tensor>& t) {
+                       swiglu_forward(ctx, t[0], t[1]);
+                     },
+                     kTol});
+    cases.push_back({"swiglu_backward " + dims,
+                     {randn("dinp", {B, T, 2 * I}, 64), randn("dout", {B, T, I}, 65),
+                      randn("inp", {B, T, 2 * I}, 66, s)},
+                     [](const OpContext& ctx, const std::vector<Tensor>& t) {
+                       swiglu_backward(ctx, t[0], t[1], t[2]);
+                     },
+                     kTol});
   }
   // Dropout masks must be the CPU's bit for bit: the outputs are compared exactly. Shapes
   // (B,T,W) with rows not a multiple of 4 long, and specs with and without global coordinates
@@ -321,8 +434,8 @@ std::vector<OpCase> crossentropy_cases() {
 
 std::vector<OpCase> all_op_cases() {
   std::vector<OpCase> all;
-  for (auto&& cases : {embedding_cases(), layernorm_cases(), matmul_cases(), attention_cases(),
-                       pointwise_cases(), crossentropy_cases()})
+  for (auto&& cases : {embedding_cases(), layernorm_cases(), rmsnorm_cases(), matmul_cases(),
+                       attention_cases(), rope_cases(), pointwise_cases(), crossentropy_cases()})
     all.insert(all.end(), cases.begin(), cases.end());
   return all;
 }
@@ -331,7 +444,8 @@ OpCase in_dtype(const OpCase& c, DType dtype) {
   OpCase n = c;
   n.name += " " + std::string(dtype_name(dtype));
   for (HostTensor& t : n.tensors) {
-    const bool statistic = t.name == "mean" || t.name == "rstd" || t.name == "losses";
+    const bool statistic =
+        t.name == "mean" || t.name == "rstd" || t.name == "losses" || t.name == "inv_freq";
     if (t.dtype == DType::F32 && !statistic) t = narrowed(t, dtype);
   }
   return n;

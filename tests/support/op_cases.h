@@ -79,14 +79,17 @@ constexpr double kGemmTol = 1e-4;
 
 std::vector<OpCase> embedding_cases();
 std::vector<OpCase> layernorm_cases();
+std::vector<OpCase> rmsnorm_cases();
 std::vector<OpCase> matmul_cases();
 std::vector<OpCase> attention_cases();
+std::vector<OpCase> rope_cases();
 std::vector<OpCase> pointwise_cases();
 std::vector<OpCase> crossentropy_cases();
 // All of the above.
 std::vector<OpCase> all_op_cases();
 // The case with its float tensors stored in `dtype` (bf16 or f16), except the statistics ops.h
-// keeps in f32 (layernorm's mean and rstd, cross-entropy's losses).
+// keeps in f32 (layernorm's mean and rstd, rmsnorm's rstd, cross-entropy's losses) and RoPE's
+// inv_freq, an f32 input.
 OpCase in_dtype(const OpCase& c, DType dtype);
 
 }  // namespace tide::testing

@@ -4,6 +4,7 @@
 #include "tide/kernels/ops.h"
 
 #include <array>
+#include <cmath>
 #include <string>
 #include <utility>
 
@@ -296,6 +297,67 @@ void layernorm_backward_weight(const OpContext& ctx, Tensor dweight, Tensor dbia
   });
 }
 
+// ---- RMSNorm ---------------------------------------------------------------------------
+
+void rmsnorm_forward(const OpContext& ctx, Tensor out, Tensor rstd, Tensor inp, Tensor weight,
+                     float eps) {
+  const OpCheck ck{"rmsnorm_forward", ctx};
+  ck.rank(inp, "inp", 2, "(N,C) or (B,T,C)");
+  ck.tensor(inp, "inp", kFloat);
+  const int64_t C = inp.dim(-1), N = rows(inp);
+  ck.tensor(out, "out", kFloat, inp.shape, "the shape of inp");
+  ck.tensor_numel(rstd, "rstd", DType::F32, N, "one per row of inp");
+  ck.tensor(weight, "weight", kFloat, Shape{C}, "(C), C the last dim of inp");
+  TIDE_CHECK(std::isfinite(eps) && eps >= 0.0f,
+             "rmsnorm_forward: eps={} must be finite and >= 0 (rms_norm_eps, e.g. 1e-5)", eps);
+  TIDE_RUN_ON_CUDA(ck, ctx.cuda->rmsnorm_forward(ctx, ck.storage(), out.data, rstd.f32(), inp.data,
+                                                 weight.data, N, as_int(C), eps));
+  run_cpu_kernel(ck, [=] {
+    const cpu::F32Buffer out_(out, /*widen=*/false), inp_(inp), weight_(weight);
+    cpu::rmsnorm_forward(out_.get(), rstd.f32(), inp_.get(), weight_.get(), N, as_int(C), eps);
+    out_.store();
+  });
+}
+
+void rmsnorm_backward_input(const OpContext& ctx, Tensor dinp, Tensor dout, Tensor inp,
+                            Tensor weight, Tensor rstd) {
+  const OpCheck ck{"rmsnorm_backward_input", ctx};
+  ck.rank(inp, "inp", 2, "(N,C) or (B,T,C)");
+  ck.tensor(inp, "inp", kFloat);
+  const int64_t C = inp.dim(-1), N = rows(inp);
+  ck.tensor(dinp, "dinp", kFloat, inp.shape, "the shape of inp");
+  ck.tensor(dout, "dout", kFloat, inp.shape, "the shape of inp");
+  ck.tensor(weight, "weight", kFloat, Shape{C}, "(C), C the last dim of inp");
+  ck.tensor_numel(rstd, "rstd", DType::F32, N, "one per row of inp");
+  TIDE_RUN_ON_CUDA(
+      ck, ctx.cuda->rmsnorm_backward_input(ctx, ck.storage(), dinp.data, dout.data, inp.data,
+                                           weight.data, rstd.f32(), N, as_int(C)));
+  run_cpu_kernel(ck, [=] {
+    const cpu::F32Buffer dinp_(dinp), dout_(dout), inp_(inp), weight_(weight);
+    cpu::rmsnorm_backward_input(dinp_.get(), dout_.get(), inp_.get(), weight_.get(), rstd.f32(), N,
+                                as_int(C));
+    dinp_.store();
+  });
+}
+
+void rmsnorm_backward_weight(const OpContext& ctx, Tensor dweight, Tensor dout, Tensor inp,
+                             Tensor rstd) {
+  const OpCheck ck{"rmsnorm_backward_weight", ctx};
+  ck.rank(inp, "inp", 2, "(N,C) or (B,T,C)");
+  ck.tensor(inp, "inp", kFloat);
+  const int64_t C = inp.dim(-1), N = rows(inp);
+  ck.tensor(dweight, "dweight", kFloat, Shape{C}, "(C), C the last dim of inp");
+  ck.tensor(dout, "dout", kFloat, inp.shape, "the shape of inp");
+  ck.tensor_numel(rstd, "rstd", DType::F32, N, "one per row of inp");
+  TIDE_RUN_ON_CUDA(ck, ctx.cuda->rmsnorm_backward_weight(ctx, ck.storage(), dweight.data, dout.data,
+                                                         inp.data, rstd.f32(), N, as_int(C)));
+  run_cpu_kernel(ck, [=] {
+    const cpu::F32Buffer dweight_(dweight), dout_(dout), inp_(inp);
+    cpu::rmsnorm_backward_weight(dweight_.get(), dout_.get(), inp_.get(), rstd.f32(), N, as_int(C));
+    dweight_.store();
+  });
+}
+
 // ---- linear ----------------------------------------------------------------------------
 
 void matmul_forward(const OpContext& ctx, Tensor out, Tensor inp, Tensor weight, Tensor bias) {
@@ -384,22 +446,39 @@ void check_dropout_coordinates(const OpCheck& ck, const DropoutSpec& d, int64_t 
 }  // namespace
 
 namespace {
-// Checks shared by attention forward and backward; returns B, T, C.
+// Checks shared by attention forward and backward; returns B, T, C (= n_head * HS), HS.
 struct AttentionDims {
-  int64_t B, T, C;
+  int64_t B, T, C, HS;
 };
 AttentionDims check_attention(const OpCheck& ck, const Tensor& qkv, const Tensor& preatt,
-                              const Tensor& att, int n_head, const DropoutSpec& dropout) {
-  ck.rank_exact(qkv, "qkv", 3, "(B,T,3C)");
+                              const Tensor& att, int n_head, int n_kv_head,
+                              const DropoutSpec& dropout) {
+  ck.rank_exact(qkv, "qkv", 3, n_kv_head == n_head ? "(B,T,3C)" : "(B,T,(NH+2*NKV)*HS)");
   ck.tensor(qkv, "qkv", kFloat);
-  const int64_t B = qkv.dim(0), T = qkv.dim(1), C3 = qkv.dim(2);
-  TIDE_CHECK(C3 % 3 == 0, "{}: tensor 'qkv' has shape {} but its last dim must be 3*C (q, k, v)",
-             ck.op, qkv.shape.str());
-  const int64_t C = C3 / 3;
-  TIDE_CHECK(n_head > 0 && C % n_head == 0,
-             "{}: n_head={} must be positive and divide C={}; choose n_head so that n_embd is a "
-             "multiple of it",
-             ck.op, n_head, C);
+  const int64_t B = qkv.dim(0), T = qkv.dim(1), W = qkv.dim(2);
+  int64_t C = 0, HS = 0;
+  if (n_kv_head == n_head) {  // multi-head: the messages of GPT-2's (B,T,3C)
+    TIDE_CHECK(W % 3 == 0, "{}: tensor 'qkv' has shape {} but its last dim must be 3*C (q, k, v)",
+               ck.op, qkv.shape.str());
+    C = W / 3;
+    TIDE_CHECK(n_head > 0 && C % n_head == 0,
+               "{}: n_head={} must be positive and divide C={}; choose n_head so that n_embd is "
+               "a multiple of it",
+               ck.op, n_head, C);
+    HS = C / n_head;
+  } else {
+    TIDE_CHECK(n_head > 0 && n_kv_head > 0 && n_head % n_kv_head == 0,
+               "{}: n_head={} and n_kv_head={} must be positive, with n_kv_head dividing n_head "
+               "(each kv head serves n_head/n_kv_head query heads)",
+               ck.op, n_head, n_kv_head);
+    const int64_t heads = n_head + 2 * static_cast<int64_t>(n_kv_head);
+    TIDE_CHECK(W % heads == 0,
+               "{}: tensor 'qkv' has shape {} but its last dim must be (n_head + 2*n_kv_head) * "
+               "HS = {} * HS (q, k and v heads side by side)",
+               ck.op, qkv.shape.str(), heads);
+    HS = W / heads;
+    C = n_head * HS;
+  }
   TIDE_CHECK(dropout.p >= 0.0f && dropout.p < 1.0f,
              "{}: dropout probability {} must be in [0, 1); set attn dropout in that range", ck.op,
              dropout.p);
@@ -407,25 +486,26 @@ AttentionDims check_attention(const OpCheck& ck, const Tensor& qkv, const Tensor
   const Shape att_shape{B, n_head, T, T};
   ck.tensor(preatt, "preatt", kFloat, att_shape, "(B,NH,T,T)");
   ck.tensor(att, "att", kFloat, att_shape, "(B,NH,T,T)");
-  return {B, T, C};
+  return {B, T, C, HS};
 }
 }  // namespace
 
 void attention_forward(const OpContext& ctx, Tensor out, Tensor preatt, Tensor att, Tensor qkv,
-                       int n_head, const DropoutSpec& dropout) {
+                       int n_head, int n_kv_head, const DropoutSpec& dropout) {
   const OpCheck ck{"attention_forward", ctx};
   // Plain variables, not a structured binding: clang < 16 cannot capture bindings in lambdas.
-  const AttentionDims dims = check_attention(ck, qkv, preatt, att, n_head, dropout);
+  const AttentionDims dims = check_attention(ck, qkv, preatt, att, n_head, n_kv_head, dropout);
   const int64_t B = dims.B, T = dims.T, C = dims.C;
-  ck.tensor(out, "out", kFloat, Shape{B, T, C}, "(B,T,C), C = qkv's last dim / 3");
+  ck.tensor(out, "out", kFloat, Shape{B, T, C},
+            n_kv_head == n_head ? "(B,T,C), C = qkv's last dim / 3" : "(B,T,C), C = n_head * HS");
   TIDE_RUN_ON_CUDA(
       ck, ctx.cuda->attention_forward(ctx, ck.storage(), out.data, preatt.data, att.data, qkv.data,
-                                      as_int(B), as_int(T), as_int(C), n_head, dropout));
+                                      as_int(B), as_int(T), as_int(C), n_head, n_kv_head, dropout));
   run_cpu_kernel(ck, [=] {
     const cpu::F32Buffer out_(out, /*widen=*/false), preatt_(preatt, /*widen=*/false),
         att_(att, /*widen=*/false), qkv_(qkv);
     cpu::attention_forward(out_.get(), preatt_.get(), att_.get(), qkv_.get(), as_int(B), as_int(T),
-                           as_int(C), n_head, dropout);
+                           as_int(C), n_head, n_kv_head, dropout);
     out_.store();
     preatt_.store();
     att_.store();
@@ -433,21 +513,95 @@ void attention_forward(const OpContext& ctx, Tensor out, Tensor preatt, Tensor a
 }
 
 void attention_backward(const OpContext& ctx, Tensor dqkv, Tensor dout, Tensor qkv, Tensor preatt,
-                        Tensor att, int n_head, const DropoutSpec& dropout) {
+                        Tensor att, int n_head, int n_kv_head, const DropoutSpec& dropout) {
   const OpCheck ck{"attention_backward", ctx};
   // Plain variables, not a structured binding: clang < 16 cannot capture bindings in lambdas.
-  const AttentionDims dims = check_attention(ck, qkv, preatt, att, n_head, dropout);
+  const AttentionDims dims = check_attention(ck, qkv, preatt, att, n_head, n_kv_head, dropout);
   const int64_t B = dims.B, T = dims.T, C = dims.C;
   ck.tensor(dqkv, "dqkv", kFloat, qkv.shape, "the shape of qkv");
-  ck.tensor(dout, "dout", kFloat, Shape{B, T, C}, "(B,T,C), C = qkv's last dim / 3");
-  TIDE_RUN_ON_CUDA(ck, ctx.cuda->attention_backward(ctx, ck.storage(), dqkv.data, dout.data,
-                                                    qkv.data, preatt.data, att.data, as_int(B),
-                                                    as_int(T), as_int(C), n_head, dropout));
+  ck.tensor(dout, "dout", kFloat, Shape{B, T, C},
+            n_kv_head == n_head ? "(B,T,C), C = qkv's last dim / 3" : "(B,T,C), C = n_head * HS");
+  TIDE_RUN_ON_CUDA(ck, ctx.cuda->attention_backward(
+                           ctx, ck.storage(), dqkv.data, dout.data, qkv.data, preatt.data, att.data,
+                           as_int(B), as_int(T), as_int(C), n_head, n_kv_head, dropout));
   run_cpu_kernel(ck, [=] {
     const cpu::F32Buffer dqkv_(dqkv), dout_(dout), qkv_(qkv), preatt_(preatt), att_(att);
     cpu::attention_backward(dqkv_.get(), dout_.get(), qkv_.get(), preatt_.get(), att_.get(),
-                            as_int(B), as_int(T), as_int(C), n_head, dropout);
+                            as_int(B), as_int(T), as_int(C), n_head, n_kv_head, dropout);
     dqkv_.store();
+  });
+}
+
+void attention_forward(const OpContext& ctx, Tensor out, Tensor preatt, Tensor att, Tensor qkv,
+                       int n_head, const DropoutSpec& dropout) {
+  attention_forward(ctx, out, preatt, att, qkv, n_head, n_head, dropout);
+}
+
+void attention_backward(const OpContext& ctx, Tensor dqkv, Tensor dout, Tensor qkv, Tensor preatt,
+                        Tensor att, int n_head, const DropoutSpec& dropout) {
+  attention_backward(ctx, dqkv, dout, qkv, preatt, att, n_head, n_head, dropout);
+}
+
+// ---- RoPE ------------------------------------------------------------------------------
+
+namespace {
+// RoPE's qkv layout (B,T,(n_head + 2*n_kv_head)*HS) and inv_freq(HS/2); returns B, T, HS.
+struct RopeDims {
+  int64_t B, T, HS;
+};
+RopeDims check_rope(const OpCheck& ck, const Tensor& x, const char* name, const Tensor& inv_freq,
+                    int n_head, int n_kv_head) {
+  ck.rank_exact(x, name, 3, "(B,T,(n_head+2*n_kv_head)*HS)");
+  ck.tensor(x, name, kFloat);
+  TIDE_CHECK(n_head > 0 && n_kv_head > 0 && n_head % n_kv_head == 0,
+             "{}: n_head={} and n_kv_head={} must be positive, with n_kv_head dividing n_head "
+             "(each kv head serves n_head/n_kv_head query heads)",
+             ck.op, n_head, n_kv_head);
+  const int64_t heads = n_head + 2 * static_cast<int64_t>(n_kv_head);
+  TIDE_CHECK(x.dim(2) % heads == 0 && (x.dim(2) / heads) % 2 == 0,
+             "{}: tensor '{}' has shape {} but its last dim must be (n_head + 2*n_kv_head) * HS "
+             "= {} * HS with an even head size HS (q, k and v heads side by side)",
+             ck.op, name, x.shape.str(), heads);
+  const int64_t HS = x.dim(2) / heads;
+  ck.tensor(inv_freq, "inv_freq", DType::F32, Shape{HS / 2},
+            "(HS/2), HS = the last dim of qkv / (n_head + 2*n_kv_head)");
+  return {x.dim(0), x.dim(1), HS};
+}
+}  // namespace
+
+void rope_forward(const OpContext& ctx, Tensor out, Tensor inp, Tensor inv_freq, int n_head,
+                  int n_kv_head) {
+  const OpCheck ck{"rope_forward", ctx};
+  // Plain variables, not a structured binding: clang < 16 cannot capture bindings in lambdas.
+  const RopeDims dims = check_rope(ck, inp, "inp", inv_freq, n_head, n_kv_head);
+  const int64_t B = dims.B, T = dims.T, HS = dims.HS;
+  ck.tensor(out, "out", kFloat, inp.shape, "the shape of inp");
+  TIDE_RUN_ON_CUDA(ck, ctx.cuda->rope_forward(ctx, ck.storage(), out.data, inp.data, inv_freq.f32(),
+                                              as_int(B), as_int(T), n_head, n_kv_head, as_int(HS)));
+  run_cpu_kernel(ck, [=] {
+    // In place (out aliasing inp): one working copy serves both.
+    const bool in_place = out.data == inp.data;
+    const cpu::F32Buffer out_(out, /*widen=*/in_place), inp_(in_place ? Tensor() : inp);
+    cpu::rope_forward(out_.get(), in_place ? out_.get() : inp_.get(), inv_freq.f32(), as_int(B),
+                      as_int(T), n_head, n_kv_head, as_int(HS));
+    out_.store();
+  });
+}
+
+void rope_backward(const OpContext& ctx, Tensor dinp, Tensor dout, Tensor inv_freq, int n_head,
+                   int n_kv_head) {
+  const OpCheck ck{"rope_backward", ctx};
+  const RopeDims dims = check_rope(ck, dout, "dout", inv_freq, n_head, n_kv_head);
+  const int64_t B = dims.B, T = dims.T, HS = dims.HS;
+  ck.tensor(dinp, "dinp", kFloat, dout.shape, "the shape of dout");
+  TIDE_RUN_ON_CUDA(ck,
+                   ctx.cuda->rope_backward(ctx, ck.storage(), dinp.data, dout.data, inv_freq.f32(),
+                                           as_int(B), as_int(T), n_head, n_kv_head, as_int(HS)));
+  run_cpu_kernel(ck, [=] {
+    const cpu::F32Buffer dinp_(dinp), dout_(dout);
+    cpu::rope_backward(dinp_.get(), dout_.get(), inv_freq.f32(), as_int(B), as_int(T), n_head,
+                       n_kv_head, as_int(HS));
+    dinp_.store();
   });
 }
 
@@ -475,6 +629,45 @@ void gelu_backward(const OpContext& ctx, Tensor dinp, Tensor dout, Tensor inp) {
   run_cpu_kernel(ck, [=] {
     const cpu::F32Buffer dinp_(dinp), dout_(dout), inp_(inp);
     cpu::gelu_backward(dinp_.get(), dout_.get(), inp_.get(), inp.numel());
+    dinp_.store();
+  });
+}
+
+namespace {
+// SwiGLU's input (N,2I) or (B,T,2I): returns I.
+int64_t check_swiglu_input(const OpCheck& ck, const Tensor& inp) {
+  ck.rank(inp, "inp", 2, "(N,2I) or (B,T,2I)");
+  ck.tensor(inp, "inp", kFloat);
+  TIDE_CHECK(inp.dim(-1) % 2 == 0,
+             "{}: tensor 'inp' has shape {} but its last dim must be 2*I (gate, then up)", ck.op,
+             inp.shape.str());
+  return inp.dim(-1) / 2;
+}
+}  // namespace
+
+void swiglu_forward(const OpContext& ctx, Tensor out, Tensor inp) {
+  const OpCheck ck{"swiglu_forward", ctx};
+  const int64_t I = check_swiglu_input(ck, inp);
+  ck.tensor(out, "out", kFloat, with_last(inp, I), "inp's shape with 2I replaced by I");
+  TIDE_RUN_ON_CUDA(
+      ck, ctx.cuda->swiglu_forward(ctx, ck.storage(), out.data, inp.data, rows(inp), as_int(I)));
+  run_cpu_kernel(ck, [=] {
+    const cpu::F32Buffer out_(out, /*widen=*/false), inp_(inp);
+    cpu::swiglu_forward(out_.get(), inp_.get(), rows(inp), as_int(I));
+    out_.store();
+  });
+}
+
+void swiglu_backward(const OpContext& ctx, Tensor dinp, Tensor dout, Tensor inp) {
+  const OpCheck ck{"swiglu_backward", ctx};
+  const int64_t I = check_swiglu_input(ck, inp);
+  ck.tensor(dinp, "dinp", kFloat, inp.shape, "the shape of inp");
+  ck.tensor(dout, "dout", kFloat, with_last(inp, I), "inp's shape with 2I replaced by I");
+  TIDE_RUN_ON_CUDA(ck, ctx.cuda->swiglu_backward(ctx, ck.storage(), dinp.data, dout.data, inp.data,
+                                                 rows(inp), as_int(I)));
+  run_cpu_kernel(ck, [=] {
+    const cpu::F32Buffer dinp_(dinp), dout_(dout), inp_(inp);
+    cpu::swiglu_backward(dinp_.get(), dout_.get(), inp_.get(), rows(inp), as_int(I));
     dinp_.store();
   });
 }

@@ -1,23 +1,24 @@
 #pragma once
-// The op API: every computation of a GPT forward and backward pass, as free functions over
-// Tensor views. Each op dispatches on the tensors' device to cpu:: (OpenMP + OpenBLAS, the
-// readable reference) or cuda:: (fused kernels, cuBLASLt; in the CUDA module, reached through
-// the context).
+// The op API: every computation of a GPT-2 or Llama-family forward and backward pass, as free
+// functions over Tensor views. Each op dispatches on the tensors' device to cpu:: (OpenMP +
+// OpenBLAS, the readable reference) or cuda:: (fused kernels, cuBLASLt; in the CUDA module,
+// reached through the context).
 //
 // Conventions (the same as llm.c):
 //  * Shapes: B batch, T time (sequence), C channels (n_embd), NH heads, HS = C/NH head size,
-//    V vocabulary, OC output channels, N = B*T rows.
+//    NKV kv heads (grouped-query attention), I the SwiGLU width, V vocabulary, OC output
+//    channels, N = B*T rows.
 //  * Forward ops overwrite their outputs.
 //  * Backward ops ACCUMULATE (+=) into every gradient they write, input gradients included.
 //    Gradient accumulation over micro-batches and the residual stream both rely on this;
 //    zero a gradient buffer before the first micro-batch of a step.
 //  * Linear layers split their backward into backward_input ("B", needed right away by the
 //    layer below) and backward_weight ("W", can be deferred) — the split that zero-bubble
-//    pipeline schedules exploit. layernorm is split the same way.
+//    pipeline schedules exploit. layernorm and rmsnorm are split the same way.
 //  * Storage: every float tensor may be f32, bf16 or f16, each on its own (bf16 activations
-//    with f32 weights, say), except the statistics (layernorm's mean and rstd, cross-entropy's
-//    losses), which are f32. The CPU kernels compute in f32 whatever the storage and round
-//    each written 16-bit tensor to nearest-even once (cpu/f32_buffer.h); backward ops
+//    with f32 weights, say), except the statistics (layernorm's mean and rstd, rmsnorm's rstd,
+//    cross-entropy's losses), which are f32. The CPU kernels compute in f32 whatever the storage
+//    and round each written 16-bit tensor to nearest-even once (cpu/f32_buffer.h); backward ops
 //    accumulate into a 16-bit gradient the same way. The CUDA kernels take the same dtypes
 //    and rounding, one dtype per call: on a GPU the float tensors of an op share one dtype
 //    (a mix is refused, naming both tensors).
@@ -115,6 +116,18 @@ void layernorm_backward_input(const OpContext& ctx, Tensor dinp, Tensor dout, Te
 void layernorm_backward_weight(const OpContext& ctx, Tensor dweight, Tensor dbias, Tensor dout,
                                Tensor inp, Tensor mean, Tensor rstd);
 
+// ---- RMSNorm (Llama's: no mean, no bias; eps an argument, e.g. rms_norm_eps 1e-5) --------
+// out(N,C), rstd(N) from inp(N,C), weight(C): out = inp * rstd * weight,
+// rstd = 1/sqrt(mean(inp^2) + eps) (f32, saved for backward). eps >= 0 and finite.
+void rmsnorm_forward(const OpContext& ctx, Tensor out, Tensor rstd, Tensor inp, Tensor weight,
+                     float eps);
+// dinp(N,C) += d/dinp
+void rmsnorm_backward_input(const OpContext& ctx, Tensor dinp, Tensor dout, Tensor inp,
+                            Tensor weight, Tensor rstd);
+// dweight(C) += sum over rows of dout * inp * rstd
+void rmsnorm_backward_weight(const OpContext& ctx, Tensor dweight, Tensor dout, Tensor inp,
+                             Tensor rstd);
+
 // ---- linear: out = inp @ weight^T + bias (weight stored (OC,C) as in PyTorch) ------------
 // out(N,OC) from inp(N,C), weight(OC,C), bias(OC) (bias may be undefined)
 void matmul_forward(const OpContext& ctx, Tensor out, Tensor inp, Tensor weight, Tensor bias);
@@ -124,21 +137,48 @@ void matmul_backward_input(const OpContext& ctx, Tensor dinp, Tensor dout, Tenso
 void matmul_backward_weight(const OpContext& ctx, Tensor dweight, Tensor dbias, Tensor dout,
                             Tensor inp);
 
-// ---- causal multi-head self-attention core -----------------------------------------------
-// qkv(B,T,3C) holds q, k, v side by side (as GPT-2's c_attn produces them).
+// ---- causal multi-head self-attention core, grouped-query included ----------------------
+// qkv(B,T,W) rows hold [q: n_head*HS | k: n_kv_head*HS | v: n_kv_head*HS], W =
+// (n_head + 2*n_kv_head) * HS; query head h reads kv head h / (n_head/n_kv_head) (grouped-query
+// attention, n_kv_head dividing n_head; transformers' repeat_kv). With n_kv_head == n_head this
+// is GPT-2's qkv(B,T,3C) (c_attn's q, k, v side by side), C = n_head * HS.
 // att(B,NH,T,T): softmax(q k^T / sqrt(HS)) with the causal mask, after dropout (saved for
 // backward); preatt(B,NH,T,T): the probabilities before dropout. out(B,T,C) = att @ v.
-// Dropout counters follow DropoutSpec's attention rule (width_full/col0 count heads).
+// Dropout counters follow DropoutSpec's attention rule (width_full/col0 count query heads).
+void attention_forward(const OpContext& ctx, Tensor out, Tensor preatt, Tensor att, Tensor qkv,
+                       int n_head, int n_kv_head, const DropoutSpec& dropout);
+// dqkv(B,T,W) += gradient; uses preatt/att from the forward (same dropout spec). A kv head's
+// gradient sums over its query heads in head order.
+void attention_backward(const OpContext& ctx, Tensor dqkv, Tensor dout, Tensor qkv, Tensor preatt,
+                        Tensor att, int n_head, int n_kv_head, const DropoutSpec& dropout);
+// Multi-head attention (n_kv_head = n_head), qkv(B,T,3C).
 void attention_forward(const OpContext& ctx, Tensor out, Tensor preatt, Tensor att, Tensor qkv,
                        int n_head, const DropoutSpec& dropout);
-// dqkv(B,T,3C) += gradient; uses preatt/att from the forward (same dropout spec).
 void attention_backward(const OpContext& ctx, Tensor dqkv, Tensor dout, Tensor qkv, Tensor preatt,
                         Tensor att, int n_head, const DropoutSpec& dropout);
+
+// ---- rotary position embedding (RoPE, Llama's) -------------------------------------------
+// qkv(B,T,W) rows laid out [q: n_head*HS | k: n_kv_head*HS | v: n_kv_head*HS] (n_kv_head
+// dividing n_head; equal for multi-head attention). In every q and k head the pairs
+// (i, i + HS/2) (HF's rotate_half convention, not interleaved) turn by the angle t * inv_freq[i]
+// at sequence position t = 0..T-1, computed in f32 as transformers does (f32 product, then cos
+// and sin); the v heads are copied unchanged. inv_freq(HS/2) is f32, from rope_inv_freq
+// (rope_freq.h). out may alias inp.
+void rope_forward(const OpContext& ctx, Tensor out, Tensor inp, Tensor inv_freq, int n_head,
+                  int n_kv_head);
+// dinp(B,T,W) += dout turned by the negative angle (v: += dout).
+void rope_backward(const OpContext& ctx, Tensor dinp, Tensor dout, Tensor inv_freq, int n_head,
+                   int n_kv_head);
 
 // ---- pointwise -------------------------------------------------------------------------
 // GELU, tanh approximation (GPT-2's): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
 void gelu_forward(const OpContext& ctx, Tensor out, Tensor inp);
 void gelu_backward(const OpContext& ctx, Tensor dinp, Tensor dout, Tensor inp);
+// SwiGLU (Llama's MLP activation): inp(N,2I) or (B,T,2I) holds gate = the first I columns of
+// each row and up = the last I; out(N,I) = silu(gate) * up, silu(g) = g / (1 + exp(-g)).
+void swiglu_forward(const OpContext& ctx, Tensor out, Tensor inp);
+// dinp(N,2I) += [dout * up * silu'(gate) | dout * silu(gate)], dout(N,I)
+void swiglu_backward(const OpContext& ctx, Tensor dinp, Tensor dout, Tensor inp);
 // out = a + b (all the same shape)
 void residual_forward(const OpContext& ctx, Tensor out, Tensor a, Tensor b);
 // da += dout, db += dout

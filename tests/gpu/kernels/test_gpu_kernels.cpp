@@ -222,6 +222,11 @@ TEST(CudaOps, LayerNorm) {
   check_all(layernorm_cases());
 }
 
+TEST(CudaOps, RmsNorm) {
+  SKIP_WITHOUT_GPU();
+  check_all(rmsnorm_cases());
+}
+
 TEST(CudaOps, Matmul) {
   SKIP_WITHOUT_GPU();
   check_all(matmul_cases());
@@ -230,6 +235,11 @@ TEST(CudaOps, Matmul) {
 TEST(CudaOps, Attention) {
   SKIP_WITHOUT_GPU();
   check_all(attention_cases());
+}
+
+TEST(CudaOps, Rope) {
+  SKIP_WITHOUT_GPU();
+  check_all(rope_cases());
 }
 
 TEST(CudaOps, Pointwise) {

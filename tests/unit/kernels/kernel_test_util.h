@@ -1,6 +1,6 @@
 #pragma once
-// Helpers for the kernel tests: random buffers, Tensor views of std::vectors, and a generic
-// central-finite-difference gradient check.
+// Helpers for the kernel tests: random buffers, Tensor views of std::vectors, and generic
+// central-finite-difference gradient checks (of the f32 op, or of a float64 reference).
 //
 // The FD check: for a scalar loss L(x) (the forward run in f32, L summed in double, usually
 // L = sum(out * R) with a fixed random R so that dL/dout = R), each element of x is perturbed
@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <functional>
@@ -82,6 +83,43 @@ inline double check_gradient(const std::string& name, std::vector<float>& x,
   }
   omp_set_num_threads(threads);
   return max_err;
+}
+
+// The fp64 check: central differences of a float64 loss (a reference forward written in
+// double in the test, on exact copies of the op's f32 inputs) w.r.t. every element of x,
+// against `analytic` from an f32 backward op. The differences carry no f32 rounding (their
+// error is ~h^2 and ~1e-16 |L| / h), so the tolerance is the f32 op's own error.
+struct Fd64Tolerance {
+  double h = 1e-6;
+  double atol = 1e-5;
+  double rtol = 1e-4;
+};
+inline double check_gradient_f64(const std::string& name, std::vector<double>& x,
+                                 const std::vector<float>& analytic,
+                                 const std::function<double()>& loss, Fd64Tolerance tol = {}) {
+  EXPECT_EQ(x.size(), analytic.size()) << name;
+  double max_err = 0.0;
+  int failures = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double saved = x[i];
+    x[i] = saved + tol.h;
+    const double lp = loss();
+    x[i] = saved - tol.h;
+    const double lm = loss();
+    x[i] = saved;
+    const double fd = (lp - lm) / (2 * tol.h);
+    const double err = std::fabs(fd - analytic[i]);
+    max_err = std::max(max_err, err);
+    if (err > tol.atol + tol.rtol * std::fabs(fd) && failures++ < 5) {
+      ADD_FAILURE() << name << "[" << i << "]: analytic " << analytic[i] << " vs fp64 finite "
+                    << "difference " << fd << " (|error| " << err << ")";
+    }
+  }
+  return max_err;
+}
+
+inline std::vector<double> to_f64(const std::vector<float>& v) {
+  return std::vector<double>(v.begin(), v.end());
 }
 
 inline OpContext cpu_ctx() {

@@ -92,9 +92,13 @@ struct Reference {
   std::vector<double> out, probs, att, dqkv;
 };
 
-Reference reference_attention(const std::vector<float>& qkv, const std::vector<float>& dout, int B,
-                              int T, int C, int NH, const DropoutSpec& drop) {
-  const int C3 = 3 * C, HS = C / NH;
+// qkv (B,T,W) rows [q: NH*HS | k: NKV*HS | v: NKV*HS], query head h reading kv head h/(NH/NKV);
+// NKV = NH: (B,T,3C). X is float (the op's inputs) or double (finite differences).
+template <class X>
+Reference reference_attention(const std::vector<X>& qkv, const std::vector<float>& dout, int B,
+                              int T, int C, int NH, const DropoutSpec& drop, int NKV = 0) {
+  if (NKV == 0) NKV = NH;
+  const int HS = C / NH, G = NH / NKV, C3 = C + 2 * NKV * HS;
   const double scale = 1.0 / std::sqrt(static_cast<double>(HS));
   const PhiloxStream rng{drop.seed, drop.stream};
   const double keep_scale = 1.0 / (1.0 - static_cast<double>(static_cast<float>(drop.p)));
@@ -103,8 +107,10 @@ Reference reference_attention(const std::vector<float>& qkv, const std::vector<f
   r.probs.assign(B * NH * T * T, 0.0);
   r.att.assign(B * NH * T * T, 0.0);
   r.dqkv.assign(B * T * C3, 0.0);
+  // part 0: q head h; 1: k and 2: v of its kv head.
   auto at = [&](int b, int t, int part, int h, int i) {
-    return static_cast<int64_t>(b * T + t) * C3 + part * C + h * HS + i;
+    const int64_t row = static_cast<int64_t>(b * T + t) * C3;
+    return part == 0 ? row + h * HS + i : row + C + (part - 1) * NKV * HS + (h / G) * HS + i;
   };
   for (int b = 0; b < B; ++b)
     for (int h = 0; h < NH; ++h)
@@ -164,18 +170,20 @@ void expect_close_to(const char* what, const std::vector<float>& got,
   }
 }
 
-void check_against_reference(const DropoutSpec& drop) {
-  const int B = 2, T = 70, C = 24, NH = 3, C3 = 3 * C;  // row blocks 0-31, 32-63, 64-69
+// NH = 3 multi-head, or NH = 6 query heads in NKV = 2 groups (grouped-query attention).
+void check_against_reference(const DropoutSpec& drop, int NH = 3, int NKV = 3) {
+  const int B = 2, T = 70, HS = 8, C = NH * HS;  // row blocks 0-31, 32-63, 64-69
+  const int C3 = C + 2 * NKV * HS;
   auto qkv = randn(B * T * C3, 31), dout = randn(B * T * C, 32);
   std::vector<float> out(B * T * C), preatt(B * NH * T * T), att(B * NH * T * T),
       dqkv = randn(B * T * C3, 33);
   const std::vector<float> dqkv0 = dqkv;
   attention_forward(cpu_ctx(), view(out, {B, T, C}), view(preatt, {B, NH, T, T}),
-                    view(att, {B, NH, T, T}), view(qkv, {B, T, C3}), NH, drop);
+                    view(att, {B, NH, T, T}), view(qkv, {B, T, C3}), NH, NKV, drop);
   attention_backward(cpu_ctx(), view(dqkv, {B, T, C3}), view(dout, {B, T, C}),
                      view(qkv, {B, T, C3}), view(preatt, {B, NH, T, T}), view(att, {B, NH, T, T}),
-                     NH, drop);
-  Reference r = reference_attention(qkv, dout, B, T, C, NH, drop);
+                     NH, NKV, drop);
+  Reference r = reference_attention(qkv, dout, B, T, C, NH, drop, NKV);
   for (size_t i = 0; i < dqkv.size(); ++i) dqkv[i] -= dqkv0[i];  // the op accumulates
   expect_close_to("out", out, r.out, 1e-5);
   expect_close_to("preatt", preatt, r.probs, 1e-5);
@@ -197,4 +205,81 @@ TEST(Attention, BlockedKernelMatchesDoubleReferenceOverSeveralRowBlocks) {
 
 TEST(Attention, BlockedKernelMatchesDoubleReferenceWithDropout) {
   check_against_reference(DropoutSpec{0.25f, 77, rng_stream_id(4, 5)});
+}
+
+TEST(Attention, GroupedQueryMatchesDoubleReference) {
+  check_against_reference(DropoutSpec{}, 6, 2);
+  check_against_reference(DropoutSpec{0.25f, 77, rng_stream_id(4, 5)}, 6, 2);
+  check_against_reference(DropoutSpec{}, 4, 1);  // multi-query: one kv head
+}
+
+// Grouped-query attention is multi-head attention on kv heads repeated per query head
+// (transformers' repeat_kv): the same outputs, and each kv head's gradient is the sum of its
+// repeated copies' gradients.
+TEST(Attention, GroupedQueryEqualsMultiHeadOnRepeatedKvHeads) {
+  const int B = 2, T = 9, NH = 6, NKV = 2, G = NH / NKV, HS = 4, C = NH * HS;
+  const int W = C + 2 * NKV * HS, C3 = 3 * C;
+  const DropoutSpec drop{0.2f, 5, 6};
+  auto qkv = randn(B * T * W, 51), dout = randn(B * T * C, 52);
+  std::vector<float> rep(B * T * C3);  // (B,T,3C): q, then k and v with each kv head repeated
+  for (int r = 0; r < B * T; ++r)
+    for (int h = 0; h < NH; ++h)
+      for (int i = 0; i < HS; ++i) {
+        rep[r * C3 + h * HS + i] = qkv[r * W + h * HS + i];
+        rep[r * C3 + C + h * HS + i] = qkv[r * W + C + (h / G) * HS + i];
+        rep[r * C3 + 2 * C + h * HS + i] = qkv[r * W + C + NKV * HS + (h / G) * HS + i];
+      }
+  std::vector<float> out_g(B * T * C), pre_g(B * NH * T * T), att_g(pre_g.size()),
+      dqkv_g(qkv.size());
+  std::vector<float> out_m(out_g.size()), pre_m(pre_g.size()), att_m(pre_g.size()),
+      dqkv_m(rep.size());
+  attention_forward(cpu_ctx(), view(out_g, {B, T, C}), view(pre_g, {B, NH, T, T}),
+                    view(att_g, {B, NH, T, T}), view(qkv, {B, T, W}), NH, NKV, drop);
+  attention_forward(cpu_ctx(), view(out_m, {B, T, C}), view(pre_m, {B, NH, T, T}),
+                    view(att_m, {B, NH, T, T}), view(rep, {B, T, C3}), NH, drop);
+  EXPECT_EQ(out_g, out_m);
+  EXPECT_EQ(pre_g, pre_m);
+  EXPECT_EQ(att_g, att_m);
+  attention_backward(cpu_ctx(), view(dqkv_g, {B, T, W}), view(dout, {B, T, C}),
+                     view(qkv, {B, T, W}), view(pre_g, {B, NH, T, T}), view(att_g, {B, NH, T, T}),
+                     NH, NKV, drop);
+  attention_backward(cpu_ctx(), view(dqkv_m, {B, T, C3}), view(dout, {B, T, C}),
+                     view(rep, {B, T, C3}), view(pre_m, {B, NH, T, T}), view(att_m, {B, NH, T, T}),
+                     NH, drop);
+  for (int r = 0; r < B * T; ++r) {
+    for (int j = 0; j < C; ++j) ASSERT_EQ(dqkv_g[r * W + j], dqkv_m[r * C3 + j]) << "dq " << r;
+    for (int part = 1; part <= 2; ++part)
+      for (int kh = 0; kh < NKV; ++kh)
+        for (int i = 0; i < HS; ++i) {
+          double sum = 0;
+          for (int h = kh * G; h < (kh + 1) * G; ++h) sum += dqkv_m[r * C3 + part * C + h * HS + i];
+          const float got = dqkv_g[r * W + C + (part - 1) * NKV * HS + kh * HS + i];
+          EXPECT_NEAR(got, sum, 1e-5 * (1 + std::fabs(sum))) << "part " << part << " row " << r;
+        }
+  }
+}
+
+TEST(Attention, GroupedQueryBackwardMatchesFloat64FiniteDifferences) {
+  const int B = 2, T = 5, NH = 4, NKV = 2, HS = 3, C = NH * HS, W = C + 2 * NKV * HS;
+  for (const DropoutSpec& drop : {DropoutSpec{}, DropoutSpec{0.3f, 8, 9}}) {
+    auto qkv = randn(B * T * W, 61), R = randn(B * T * C, 62);
+    std::vector<float> out(B * T * C), pre(B * NH * T * T), att(pre.size()), dqkv(qkv.size());
+    attention_forward(cpu_ctx(), view(out, {B, T, C}), view(pre, {B, NH, T, T}),
+                      view(att, {B, NH, T, T}), view(qkv, {B, T, W}), NH, NKV, drop);
+    expect_accumulates("attention_backward (grouped)",
+                       [&] {
+                         attention_backward(cpu_ctx(), view(dqkv, {B, T, W}), view(R, {B, T, C}),
+                                            view(qkv, {B, T, W}), view(pre, {B, NH, T, T}),
+                                            view(att, {B, NH, T, T}), NH, NKV, drop);
+                       },
+                       {&dqkv});
+    std::vector<double> x = to_f64(qkv);
+    auto loss = [&] {
+      const Reference r = reference_attention(x, R, B, T, C, NH, drop, NKV);
+      double l = 0;
+      for (size_t i = 0; i < r.out.size(); ++i) l += r.out[i] * R[i];
+      return l;
+    };
+    check_gradient_f64("dqkv", x, dqkv, loss);
+  }
 }

@@ -57,6 +57,36 @@ std::vector<float> run_all_ops() {
                      view(preatt, {B, NH, T, T}), view(att, {B, NH, T, T}), NH, drop);
   keep(att_out), keep(preatt), keep(att), keep(dqkv);
 
+  // The Llama ops: grouped-query attention (2 query heads per kv head) on the first
+  // (NH + 2*NKV) * HS columns of qkv, RoPE, RMSNorm and SwiGLU.
+  const int NKV = NH / 2, HS = C / NH, Wg = (NH + 2 * NKV) * HS;
+  std::vector<float> qkv_g(N * Wg), dqkv_g(N * Wg), att_g(N * C), rot(N * Wg), drot(N * Wg);
+  for (int r = 0; r < N; ++r)
+    std::copy(qkv.begin() + r * OC, qkv.begin() + r * OC + Wg, qkv_g.begin() + r * Wg);
+  std::vector<float> inv_freq(HS / 2);
+  for (int i = 0; i < HS / 2; ++i) inv_freq[i] = std::pow(10000.0f, -2.0f * i / HS);
+  rope_forward(ctx, view(rot, {B, T, Wg}), view(qkv_g, {B, T, Wg}), view(inv_freq, {HS / 2}), NH,
+               NKV);
+  rope_backward(ctx, view(drot, {B, T, Wg}), view(rot, {B, T, Wg}), view(inv_freq, {HS / 2}), NH,
+                NKV);
+  attention_forward(ctx, view(att_g, {B, T, C}), view(preatt, {B, NH, T, T}),
+                    view(att, {B, NH, T, T}), view(rot, {B, T, Wg}), NH, NKV, drop);
+  attention_backward(ctx, view(dqkv_g, {B, T, Wg}), view(dres, {B, T, C}), view(rot, {B, T, Wg}),
+                     view(preatt, {B, NH, T, T}), view(att, {B, NH, T, T}), NH, NKV, drop);
+  keep(rot), keep(drot), keep(att_g), keep(preatt), keep(att), keep(dqkv_g);
+  std::vector<float> rms(N * C), rms_rstd(N), drms(N * C), drw(C);
+  rmsnorm_forward(ctx, view(rms, {N, C}), view(rms_rstd, {N}), view(x, {N, C}), view(lw, {C}),
+                  1e-5f);
+  rmsnorm_backward_input(ctx, view(drms, {N, C}), view(dres, {N, C}), view(x, {N, C}),
+                         view(lw, {C}), view(rms_rstd, {N}));
+  rmsnorm_backward_weight(ctx, view(drw, {C}), view(dres, {N, C}), view(x, {N, C}),
+                          view(rms_rstd, {N}));
+  keep(rms), keep(rms_rstd), keep(drms), keep(drw);
+  std::vector<float> sw(N * C / 2), dsw(N * C);
+  swiglu_forward(ctx, view(sw, {N, C / 2}), view(x, {N, C}));
+  swiglu_backward(ctx, view(dsw, {N, C}), view(sw, {N, C / 2}), view(x, {N, C}));
+  keep(sw), keep(dsw);
+
   std::vector<float> g(N * C), dg(N * C), r(N * C), da(N * C), dbb(N * C), d(N * C), dd(N * C);
   gelu_forward(ctx, view(g, {N, C}), view(att_out, {N, C}));
   gelu_backward(ctx, view(dg, {N, C}), view(dres, {N, C}), view(att_out, {N, C}));

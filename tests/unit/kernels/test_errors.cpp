@@ -25,6 +25,65 @@ TEST(OpErrors, ShapeMismatchNamesTensorAndExpectedShape) {
                {"residual_forward", "'b'", "(12)", "(10)"});
 }
 
+TEST(OpErrors, LlamaOpsNameTensorAndExpectedShape) {
+  std::vector<float> x(2 * 3 * 8), y(2 * 3 * 8), rstd(6), w(7);
+  expect_error(
+      [&] {
+        rmsnorm_forward(cpu_ctx(), view(y, {2, 3, 8}), view(rstd, {6}), view(x, {2, 3, 8}),
+                        view(w, {7}), 1e-5f);
+      },
+      {"rmsnorm_forward", "'weight'", "(7)", "(8)"});
+  std::vector<float> w8(8);
+  expect_error(
+      [&] {
+        rmsnorm_forward(cpu_ctx(), view(y, {2, 3, 8}), view(rstd, {6}), view(x, {2, 3, 8}),
+                        view(w8, {8}), -1.0f);
+      },
+      {"rmsnorm_forward", "eps=-1", ">= 0"});
+  std::vector<float> rstd5(5), dw(8);
+  expect_error(
+      [&] {
+        rmsnorm_backward_weight(cpu_ctx(), view(dw, {8}), view(y, {2, 3, 8}), view(x, {2, 3, 8}),
+                                view(rstd5, {5}));
+      },
+      {"rmsnorm_backward_weight", "'rstd'", "6 elements"});
+
+  std::vector<float> odd(2 * 7), half(2 * 3);
+  expect_error(
+      [&] {
+        swiglu_forward(cpu_ctx(), view(half, {2, 3}), view(odd, {2, 7}));
+      },
+      {"swiglu_forward", "'inp'", "(2, 7)", "2*I"});
+  std::vector<float> inp(2 * 8), out(2 * 8);
+  expect_error(
+      [&] {
+        swiglu_forward(cpu_ctx(), view(out, {2, 8}), view(inp, {2, 8}));
+      },
+      {"swiglu_forward", "'out'", "(2, 8)", "(2, 4)"});
+
+  std::vector<float> qkv(1 * 2 * 40), rot(1 * 2 * 40), freq(4);
+  // n_head 3 + 2 * n_kv_head 1 = 5 heads of 8: the head size is 8, inv_freq must be (4).
+  expect_error(
+      [&] {
+        rope_forward(cpu_ctx(), view(rot, {1, 2, 40}), view(qkv, {1, 2, 40}), view(freq, {4}), 4,
+                     2);
+      },
+      {"rope_forward", "'inp'", "(1, 2, 40)", "(n_head + 2*n_kv_head) * HS = 8 * HS"});
+  expect_error(
+      [&] {
+        rope_forward(cpu_ctx(), view(rot, {1, 2, 40}), view(qkv, {1, 2, 40}), view(freq, {4}), 3,
+                     2);
+      },
+      {"rope_forward", "n_head=3", "n_kv_head=2", "dividing"});
+  std::vector<float> freq3(3);
+  expect_error(
+      [&] {
+        rope_backward(cpu_ctx(), view(rot, {1, 2, 40}), view(qkv, {1, 2, 40}), view(freq3, {3}), 3,
+                      1);
+      },
+      {"rope_backward", "'inv_freq'", "(3)", "(4)"});
+}
+
 TEST(OpErrors, WrongDtypeAndUndefinedTensor) {
   std::vector<float> tokens_f(6), wte(5 * 4), wpe(3 * 4), out(6 * 4);
   expect_error(
@@ -74,6 +133,27 @@ TEST(OpErrors, BadHeadsAndDropoutProbability) {
                           view(att, {B, 4, T, T}), view(qkv, {B, T, 3 * C}), 4, DropoutSpec{});
       },
       {"attention_forward", "n_head=4", "divide C=6"});
+  // Grouped-query: n_kv_head must divide n_head, and qkv's last dim is (NH + 2*NKV) * HS.
+  std::vector<float> gqkv(B * T * 40), gout(B * T * 24), gpre(B * 6 * T * T), gatt(gpre.size());
+  expect_error(
+      [&] {
+        attention_forward(cpu_ctx(), view(gout, {B, T, 24}), view(gpre, {B, 6, T, T}),
+                          view(gatt, {B, 6, T, T}), view(gqkv, {B, T, 40}), 6, 4, DropoutSpec{});
+      },
+      {"attention_forward", "n_head=6", "n_kv_head=4", "dividing"});
+  expect_error(
+      [&] {
+        attention_forward(cpu_ctx(), view(gout, {B, T, 24}), view(gpre, {B, 6, T, T}),
+                          view(gatt, {B, 6, T, T}), view(gqkv, {B, T, 40}), 6, 3, DropoutSpec{});
+      },
+      {"attention_forward", "'qkv'", "(1, 2, 40)", "(n_head + 2*n_kv_head) * HS = 12 * HS"});
+  std::vector<float> gqkv48(B * T * 48);  // NH 6, NKV 3, HS 4: out must be (1, 2, 24)
+  expect_error(
+      [&] {
+        attention_forward(cpu_ctx(), view(out, {B, T, C}), view(gpre, {B, 6, T, T}),
+                          view(gatt, {B, 6, T, T}), view(gqkv48, {B, T, 48}), 6, 3, DropoutSpec{});
+      },
+      {"attention_forward", "'out'", "(1, 2, 6)", "(1, 2, 24)", "n_head * HS"});
   std::vector<float> x(8), y(8);
   expect_error(
       [&] {

@@ -2,8 +2,9 @@
 // storage for its float tensors, each case run against the f32 op on the same values.
 //
 // Which tensors go 16-bit: every float tensor of a case except the statistics (layernorm's
-// mean and rstd, cross-entropy's losses), which ops.h keeps in f32 (in_dtype). The inputs are
-// thereby rounded to the dtype, so the f32 reference sees exactly the values the 16-bit op reads.
+// mean and rstd, rmsnorm's rstd, cross-entropy's losses) and RoPE's inv_freq, which ops.h keeps
+// in f32 (in_dtype). The inputs are thereby rounded to the dtype, so the f32 reference sees
+// exactly the values the 16-bit op reads.
 // Two checks per written tensor:
 //  * semantics: within half an ulp of the f32 result (compute in f32, round to nearest once);
 //    a truncating store, or a kernel computing in 16-bit, fails it;

@@ -13,9 +13,15 @@
 // is exploited in blocks of kRowBlock rows: row block [r0, r1) only needs keys [0, r1), so the
 // wasted work is the upper triangle of the diagonal blocks, not half of every matrix.
 //
-// Reproducibility: each (b, h) is one OpenMP work item, computed by one thread with a fixed
-// sequence of sgemm calls whose shapes depend only on T and HS (OpenBLAS pinned to one
-// thread), so the result does not depend on the thread count.
+// Grouped-query attention: qkv rows are [q: NH*HS | k: NKV*HS | v: NKV*HS] and query head h
+// reads kv head h / G, G = NH/NKV (NKV = NH: GPT-2's (B,T,3C)). Only the offsets and the row
+// stride W = (NH + 2*NKV) * HS change; with NKV = NH every call is the multi-head one.
+//
+// Reproducibility: each (b, h) is one OpenMP work item of the forward, and each (b, kv head)
+// one of the backward (its G query heads in order, since they all add into the kv head's
+// gradient), computed by one thread with a fixed sequence of sgemm calls whose shapes depend
+// only on T and HS (OpenBLAS pinned to one thread), so the result does not depend on the
+// thread count.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -59,9 +65,9 @@ void softmax_row(float* p, int n) {
 }  // namespace
 
 void attention_forward(float* out, float* preatt, float* att, const float* qkv, int B, int T, int C,
-                       int NH, const DropoutSpec& dropout) {
-  const int C3 = 3 * C;
-  const int HS = C / NH;
+                       int NH, int NKV, const DropoutSpec& dropout) {
+  const int HS = C / NH, G = NH / NKV;
+  const int W = C + 2 * NKV * HS;  // the row stride of qkv (3C without grouping)
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
   pin_openblas_to_one_thread();
 #pragma omp parallel
@@ -70,9 +76,10 @@ void attention_forward(float* out, float* preatt, float* att, const float* qkv, 
 #pragma omp for collapse(2) schedule(static)
     for (int b = 0; b < B; ++b) {
       for (int h = 0; h < NH; ++h) {
-        const float* q = qkv + static_cast<int64_t>(b) * T * C3 + h * HS;  // (T,HS), ld 3C
-        const float* k = q + C;
-        const float* v = q + 2 * C;
+        const float* row0 = qkv + static_cast<int64_t>(b) * T * W;
+        const float* q = row0 + h * HS;            // (T,HS), ld W
+        const float* k = row0 + C + (h / G) * HS;  // its kv head
+        const float* v = k + NKV * HS;
         const int64_t bh = static_cast<int64_t>(b) * NH + h;
         float* probs = preatt + bh * T * T;                         // (T,T)
         float* a = att + bh * T * T;                                // (T,T)
@@ -81,8 +88,8 @@ void attention_forward(float* out, float* preatt, float* att, const float* qkv, 
           const int r1 = std::min(T, r0 + kRowBlock);
           // scores(r0:r1, 0:r1) = scale * q(r0:r1) k(0:r1)^T; keys past a row's own position
           // are computed too and overwritten with 0 below.
-          gemm_serial(false, true, r1 - r0, r1, HS, scale, q + static_cast<int64_t>(r0) * C3, C3, k,
-                      C3, 0.0f, probs + static_cast<int64_t>(r0) * T, T);
+          gemm_serial(false, true, r1 - r0, r1, HS, scale, q + static_cast<int64_t>(r0) * W, W, k,
+                      W, 0.0f, probs + static_cast<int64_t>(r0) * T, T);
           for (int t = r0; t < r1; ++t) {
             float* p = probs + static_cast<int64_t>(t) * T;
             float* a_row = a + static_cast<int64_t>(t) * T;
@@ -99,7 +106,7 @@ void attention_forward(float* out, float* preatt, float* att, const float* qkv, 
           }
           // out(r0:r1) = att(r0:r1, 0:r1) v(0:r1)
           gemm_serial(false, false, r1 - r0, HS, r1, 1.0f, a + static_cast<int64_t>(r0) * T, T, v,
-                      C3, 0.0f, o + static_cast<int64_t>(r0) * C, C);
+                      W, 0.0f, o + static_cast<int64_t>(r0) * C, C);
         }
       }
     }
@@ -111,11 +118,13 @@ void attention_forward(float* out, float* preatt, float* att, const float* qkv, 
 //   D = (D * mask - rowdot) * probs * scale   (d scores; 0 past each row's position)
 //   dQ += D K                           row blocks
 //   dV += att^T dO,  dK += D^T Q        column blocks [c0, c1): rows t >= c0 only
-// The gradients of one (b, h) live in a column slice of dqkv that no other (b, h) touches.
+// The gradients of one (b, kv head) live in column slices of dqkv that no other work item
+// touches: dq of its G query heads, and its dk, dv, to which those heads add in order.
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* preatt,
-                        const float* att, int B, int T, int C, int NH, const DropoutSpec& dropout) {
-  const int C3 = 3 * C;
-  const int HS = C / NH;
+                        const float* att, int B, int T, int C, int NH, int NKV,
+                        const DropoutSpec& dropout) {
+  const int HS = C / NH, G = NH / NKV;
+  const int W = C + 2 * NKV * HS;  // the row stride of qkv (3C without grouping)
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
   pin_openblas_to_one_thread();
 #pragma omp parallel
@@ -123,54 +132,57 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
     std::vector<float> d(static_cast<size_t>(T) * T), mult(T);
 #pragma omp for collapse(2) schedule(static)
     for (int b = 0; b < B; ++b) {
-      for (int h = 0; h < NH; ++h) {
-        const int64_t off = static_cast<int64_t>(b) * T * C3 + h * HS;
-        const float* q = qkv + off;  // (T,HS), ld 3C; k, v and the gradients alike
-        const float* k = q + C;
-        const float* v = q + 2 * C;
-        float* dq = dqkv + off;
-        float* dk = dq + C;
-        float* dv = dq + 2 * C;
-        const float* dout_bh = dout + static_cast<int64_t>(b) * T * C + h * HS;  // ld C
-        const int64_t bh = static_cast<int64_t>(b) * NH + h;
-        const float* probs = preatt + bh * T * T;
-        const float* a = att + bh * T * T;
-        for (int r0 = 0; r0 < T; r0 += kRowBlock) {
-          const int r1 = std::min(T, r0 + kRowBlock);
-          float* d_blk = d.data() + static_cast<int64_t>(r0) * T;
-          // d att(r0:r1, 0:r1) = dO(r0:r1) v(0:r1)^T
-          gemm_serial(false, true, r1 - r0, r1, HS, 1.0f, dout_bh + static_cast<int64_t>(r0) * C, C,
-                      v, C3, 0.0f, d_blk, T);
-          for (int t = r0; t < r1; ++t) {
-            float* drow = d.data() + static_cast<int64_t>(t) * T;
-            const float* p = probs + static_cast<int64_t>(t) * T;
-            // att = probs * mult: dprobs = datt * mult (the mask regenerated from the spec).
-            if (dropout.enabled()) {
-              dropout_multipliers(dropout, attention_dropout_row_counter(dropout, T, NH, b, h, t),
-                                  t + 1, mult.data());
-              for (int t2 = 0; t2 <= t; ++t2) drow[t2] *= mult[t2];
+      for (int kh = 0; kh < NKV; ++kh) {
+        for (int h = kh * G; h < (kh + 1) * G; ++h) {
+          const int64_t row0 = static_cast<int64_t>(b) * T * W;
+          const int64_t q_off = row0 + h * HS, k_off = row0 + C + kh * HS;
+          const float* q = qkv + q_off;  // (T,HS), ld W; k, v and the gradients alike
+          const float* k = qkv + k_off;
+          const float* v = k + NKV * HS;
+          float* dq = dqkv + q_off;
+          float* dk = dqkv + k_off;
+          float* dv = dk + NKV * HS;
+          const float* dout_bh = dout + static_cast<int64_t>(b) * T * C + h * HS;  // ld C
+          const int64_t bh = static_cast<int64_t>(b) * NH + h;
+          const float* probs = preatt + bh * T * T;
+          const float* a = att + bh * T * T;
+          for (int r0 = 0; r0 < T; r0 += kRowBlock) {
+            const int r1 = std::min(T, r0 + kRowBlock);
+            float* d_blk = d.data() + static_cast<int64_t>(r0) * T;
+            // d att(r0:r1, 0:r1) = dO(r0:r1) v(0:r1)^T
+            gemm_serial(false, true, r1 - r0, r1, HS, 1.0f, dout_bh + static_cast<int64_t>(r0) * C,
+                        C, v, W, 0.0f, d_blk, T);
+            for (int t = r0; t < r1; ++t) {
+              float* drow = d.data() + static_cast<int64_t>(t) * T;
+              const float* p = probs + static_cast<int64_t>(t) * T;
+              // att = probs * mult: dprobs = datt * mult (the mask regenerated from the spec).
+              if (dropout.enabled()) {
+                dropout_multipliers(dropout, attention_dropout_row_counter(dropout, T, NH, b, h, t),
+                                    t + 1, mult.data());
+                for (int t2 = 0; t2 <= t; ++t2) drow[t2] *= mult[t2];
+              }
+              // softmax: dscore[t2] = probs[t2] * (dprobs[t2] - sum_j probs[j] dprobs[j]), and
+              // score = q . k * scale.
+              const float rowdot = cpu::dot(p, drow, t + 1);
+              for (int t2 = 0; t2 <= t; ++t2) drow[t2] = p[t2] * (drow[t2] - rowdot) * scale;
+              std::fill(drow + t + 1, drow + r1, 0.0f);
             }
-            // softmax: dscore[t2] = probs[t2] * (dprobs[t2] - sum_j probs[j] dprobs[j]), and
-            // score = q . k * scale.
-            const float rowdot = cpu::dot(p, drow, t + 1);
-            for (int t2 = 0; t2 <= t; ++t2) drow[t2] = p[t2] * (drow[t2] - rowdot) * scale;
-            std::fill(drow + t + 1, drow + r1, 0.0f);
+            // dq(r0:r1) += dscores(r0:r1, 0:r1) k(0:r1)
+            gemm_serial(false, false, r1 - r0, HS, r1, 1.0f, d_blk, T, k, W, 1.0f,
+                        dq + static_cast<int64_t>(r0) * W, W);
           }
-          // dq(r0:r1) += dscores(r0:r1, 0:r1) k(0:r1)
-          gemm_serial(false, false, r1 - r0, HS, r1, 1.0f, d_blk, T, k, C3, 1.0f,
-                      dq + static_cast<int64_t>(r0) * C3, C3);
-        }
-        for (int c0 = 0; c0 < T; c0 += kRowBlock) {
-          const int c1 = std::min(T, c0 + kRowBlock);
-          const int64_t rows = T - c0;  // queries t >= c0 see keys c0..c1
-          // dv(c0:c1) += att(c0:T, c0:c1)^T dO(c0:T)
-          gemm_serial(true, false, c1 - c0, HS, rows, 1.0f, a + static_cast<int64_t>(c0) * T + c0,
-                      T, dout_bh + static_cast<int64_t>(c0) * C, C, 1.0f,
-                      dv + static_cast<int64_t>(c0) * C3, C3);
-          // dk(c0:c1) += dscores(c0:T, c0:c1)^T q(c0:T)
-          gemm_serial(
-              true, false, c1 - c0, HS, rows, 1.0f, d.data() + static_cast<int64_t>(c0) * T + c0, T,
-              q + static_cast<int64_t>(c0) * C3, C3, 1.0f, dk + static_cast<int64_t>(c0) * C3, C3);
+          for (int c0 = 0; c0 < T; c0 += kRowBlock) {
+            const int c1 = std::min(T, c0 + kRowBlock);
+            const int64_t rows = T - c0;  // queries t >= c0 see keys c0..c1
+            // dv(c0:c1) += att(c0:T, c0:c1)^T dO(c0:T)
+            gemm_serial(true, false, c1 - c0, HS, rows, 1.0f, a + static_cast<int64_t>(c0) * T + c0,
+                        T, dout_bh + static_cast<int64_t>(c0) * C, C, 1.0f,
+                        dv + static_cast<int64_t>(c0) * W, W);
+            // dk(c0:c1) += dscores(c0:T, c0:c1)^T q(c0:T)
+            gemm_serial(
+                true, false, c1 - c0, HS, rows, 1.0f, d.data() + static_cast<int64_t>(c0) * T + c0,
+                T, q + static_cast<int64_t>(c0) * W, W, 1.0f, dk + static_cast<int64_t>(c0) * W, W);
+          }
         }
       }
     }

@@ -29,6 +29,17 @@ void layernorm_backward_input(float* dinp, const float* dout, const float* inp, 
 void layernorm_backward_weight(float* dweight, float* dbias, const float* dout, const float* inp,
                                const float* mean, const float* rstd, int64_t N, int C);
 
+// out(N,C), rstd(N) from inp(N,C), weight(C): out = inp * rstd * weight,
+// rstd = 1/sqrt(mean(inp^2) + eps).
+void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int64_t N,
+                     int C, float eps);
+// dinp(N,C) += rstd * (g - xhat * mean(g * xhat)), g = dout * weight, xhat = inp * rstd.
+void rmsnorm_backward_input(float* dinp, const float* dout, const float* inp, const float* weight,
+                            const float* rstd, int64_t N, int C);
+// dweight(C) += sum over rows of dout * inp * rstd.
+void rmsnorm_backward_weight(float* dweight, const float* dout, const float* inp, const float* rstd,
+                             int64_t N, int C);
+
 // out(N,OC) = inp(N,C) @ weight(OC,C)^T + bias(OC); bias may be null.
 void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int64_t N,
                     int C, int OC);
@@ -39,18 +50,32 @@ void matmul_backward_input(float* dinp, const float* dout, const float* weight, 
 void matmul_backward_weight(float* dweight, float* dbias, const float* dout, const float* inp,
                             int64_t N, int C, int OC);
 
-// qkv(B,T,3C) -> out(B,T,C); preatt(B,NH,T,T) softmax probabilities, att(B,NH,T,T) after
+// qkv(B,T,W) -> out(B,T,C), W = (NH + 2*NKV) * HS, C = NH * HS (rows [q | k | v], query head h
+// reading kv head h / (NH/NKV)); preatt(B,NH,T,T) softmax probabilities, att(B,NH,T,T) after
 // dropout (counters by the spec's attention rule).
 void attention_forward(float* out, float* preatt, float* att, const float* qkv, int B, int T, int C,
-                       int NH, const DropoutSpec& dropout);
-// dqkv(B,T,3C) += gradient of out w.r.t. qkv.
+                       int NH, int NKV, const DropoutSpec& dropout);
+// dqkv(B,T,W) += gradient of out w.r.t. qkv.
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* preatt,
-                        const float* att, int B, int T, int C, int NH, const DropoutSpec& dropout);
+                        const float* att, int B, int T, int C, int NH, int NKV,
+                        const DropoutSpec& dropout);
+
+// RoPE (HF's rotate_half pairs (i, i+HS/2)) on qkv rows (B,T,W), W = (NH + 2*NKV) * HS laid
+// out [q heads | k heads | v heads]: q and k heads turned by t * inv_freq(HS/2), v copied; out
+// may alias inp. rope_backward: dinp(B,T,W) += dout turned by the negative angle (v: + dout).
+void rope_forward(float* out, const float* inp, const float* inv_freq, int B, int T, int NH,
+                  int NKV, int HS);
+void rope_backward(float* dinp, const float* dout, const float* inv_freq, int B, int T, int NH,
+                   int NKV, int HS);
 
 void gelu_forward(float* out, const float* inp, int64_t n);
 void gelu_backward(float* dinp, const float* dout, const float* inp, int64_t n);
 void residual_forward(float* out, const float* a, const float* b, int64_t n);
 void residual_backward(float* da, float* db, const float* dout, int64_t n);
+// out(N,I) = silu(gate) * up with gate = inp(N,2I)[:, 0:I], up = inp[:, I:2I];
+// swiglu_backward: dinp(N,2I) += the gradients of gate and up.
+void swiglu_forward(float* out, const float* inp, int64_t N, int I);
+void swiglu_backward(float* dinp, const float* dout, const float* inp, int64_t N, int I);
 // out(B,T,W) = inp * mask / (1-p), counters from the spec's global coordinates; out may
 // alias inp. dropout_backward: dinp(B,T,W) += dout * mask / (1-p).
 void dropout_forward(float* out, const float* inp, int64_t B, int64_t T, int64_t W,

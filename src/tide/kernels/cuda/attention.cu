@@ -5,8 +5,14 @@
 //   preatt = causal softmax(scores)               one warp per row; zero above the diagonal
 //   att    = preatt * dropout mask / (1-p)        mask counter from global coordinates
 //   out    = att @ v                              batched GEMM
-// q, k, v are first copied out of qkv(B,T,3C) into a (B,NH,T,HS) layout, in which each head
+// q, k, v are first copied out of qkv(B,T,W) into a (B,NH,T,HS) layout, in which each head
 // is one contiguous (T,HS) matrix, so that one strided-batched GEMM covers all heads.
+//
+// Grouped-query attention (NKV < NH kv heads, qkv rows [q: NH*HS | k: NKV*HS | v: NKV*HS],
+// W = (NH + 2*NKV) * HS): the copy repeats kv head j for its G = NH/NKV query heads (as
+// transformers' repeat_kv does), so the GEMMs are the multi-head ones; the backward sums the
+// G per-query-head dk, dv of a kv head, in head order, as it merges them into dqkv. With
+// NKV = NH (G = 1) every kernel does exactly the multi-head work.
 //
 // The GEMMs compute the full T x T products, upper triangle included (then zeroed or unused):
 // twice the necessary flops, the price of using plain cuBLAS. A flash-attention forward
@@ -30,36 +36,47 @@ constexpr int kBlock = 256;
 constexpr int kRowsPerBlock = kBlock / kWarpSize;  // softmax rows (one per warp) per block
 
 struct Dims {
-  int B, T, C, NH, HS;
+  int B, T, C, NH, HS, NKV;
   __host__ __device__ int64_t head_elems() const {
     return static_cast<int64_t>(B) * T * C;
-  }  // B*NH*T*HS
+  }                                                    // B*NH*T*HS
+  int row_stride() const { return C + 2 * NKV * HS; }  // W: 3C without grouping
+  int group() const { return NH / NKV; }               // G query heads per kv head
 };
 
-// dst(B,NH,T,HS) = the head slices of src, where element (b,t,h,i) of src sits at
-// (b*T + t) * row_stride + offset + h*HS + i (q: offset 0, k: C, v: 2C of qkv; row_stride 3C).
+// dst(B,NH,T,HS) = the head slices of src, where element (b,t,j,i) of src sits at
+// (b*T + t) * row_stride + offset + j*HS + i and query head h reads src head j = h / group
+// (q: offset 0, group 1; k: C and v: C + NKV*HS, group G; row_stride W).
 template <typename T>
-__global__ void split_heads_kernel(float* dst, const T* src, Dims d, int row_stride, int offset) {
+__global__ void split_heads_kernel(float* dst, const T* src, Dims d, int row_stride, int offset,
+                                   int group) {
   const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= d.head_elems()) return;
   const int i = static_cast<int>(idx % d.HS);
   const int t = static_cast<int>(idx / d.HS % d.T);
   const int h = static_cast<int>(idx / (static_cast<int64_t>(d.HS) * d.T) % d.NH);
   const int64_t b = idx / (static_cast<int64_t>(d.HS) * d.T * d.NH);
-  dst[idx] = to_f32(src[(b * d.T + t) * row_stride + offset + h * d.HS + i]);
+  dst[idx] = to_f32(src[(b * d.T + t) * row_stride + offset + (h / group) * d.HS + i]);
 }
 
-// The inverse: dst[(b*T + t) * row_stride + offset + h*HS + i] (+)= src(B,NH,T,HS).
+// The inverse: dst[(b*T + t) * row_stride + offset + j*HS + i] (+)= the sum over the `group`
+// query heads h = j*group .. j*group + group-1 (in that order) of src(B,NH,T,HS).
 template <typename T, bool kAccumulate>
-__global__ void merge_heads_kernel(T* dst, const float* src, Dims d, int row_stride, int offset) {
+__global__ void merge_heads_kernel(T* dst, const float* src, Dims d, int row_stride, int offset,
+                                   int group) {
+  const int n_out = d.NH / group;  // heads written
   const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (idx >= d.head_elems()) return;
+  if (idx >= d.head_elems() / group) return;
   const int i = static_cast<int>(idx % d.HS);
   const int t = static_cast<int>(idx / d.HS % d.T);
-  const int h = static_cast<int>(idx / (static_cast<int64_t>(d.HS) * d.T) % d.NH);
-  const int64_t b = idx / (static_cast<int64_t>(d.HS) * d.T * d.NH);
-  T* p = dst + (b * d.T + t) * row_stride + offset + h * d.HS + i;
-  *p = from_f32<T>(kAccumulate ? to_f32(*p) + src[idx] : src[idx]);
+  const int j = static_cast<int>(idx / (static_cast<int64_t>(d.HS) * d.T) % n_out);
+  const int64_t b = idx / (static_cast<int64_t>(d.HS) * d.T * n_out);
+  const int64_t head = static_cast<int64_t>(d.T) * d.HS;  // one (T,HS) head of src
+  const float* s = src + ((b * d.NH + static_cast<int64_t>(j) * group) * d.T + t) * d.HS + i;
+  float sum = s[0];
+  for (int g = 1; g < group; ++g) sum += s[g * head];
+  T* p = dst + (b * d.T + t) * row_stride + offset + j * d.HS + i;
+  *p = from_f32<T>(kAccumulate ? to_f32(*p) + sum : sum);
 }
 
 // Dropout counter of key 0 of row `row` = (b*NH + h)*T + t of the (B,NH,T,T) buffers.
@@ -171,9 +188,10 @@ void attention_forward_as(const OpContext& ctx, S* out, S* preatt, S* att, const
   float* probs = kF32 ? reinterpret_cast<float*>(preatt) : y + n;
   float* dropped = kF32 ? reinterpret_cast<float*>(att) : probs + n_rows * T;
   const unsigned int grid = ceil_div(n, kBlock);
-  split_heads_kernel<S><<<grid, kBlock, 0, stream>>>(q, qkv, d, 3 * C, 0);
-  split_heads_kernel<S><<<grid, kBlock, 0, stream>>>(k, qkv, d, 3 * C, C);
-  split_heads_kernel<S><<<grid, kBlock, 0, stream>>>(v, qkv, d, 3 * C, 2 * C);
+  const int W = d.row_stride(), G = d.group(), v_offset = C + d.NKV * HS;
+  split_heads_kernel<S><<<grid, kBlock, 0, stream>>>(q, qkv, d, W, 0, 1);
+  split_heads_kernel<S><<<grid, kBlock, 0, stream>>>(k, qkv, d, W, C, G);
+  split_heads_kernel<S><<<grid, kBlock, 0, stream>>>(v, qkv, d, W, v_offset, G);
   TIDE_CUDA_CHECK_LAUNCH();
 
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
@@ -187,7 +205,7 @@ void attention_forward_as(const OpContext& ctx, S* out, S* preatt, S* att, const
   // y(T,HS) = att(T,T) @ v(T,HS) per head.
   sgemm_batched(ctx, false, false, HS, T, T, 1.0f, v, HS, head, dropped, T, tt, 0.0f, y, HS, head,
                 batch);
-  merge_heads_kernel<S, false><<<grid, kBlock, 0, stream>>>(out, y, d, C, 0);
+  merge_heads_kernel<S, false><<<grid, kBlock, 0, stream>>>(out, y, d, C, 0, 1);
   TIDE_CUDA_CHECK_LAUNCH();
 }
 
@@ -220,10 +238,11 @@ void attention_backward_as(const OpContext& ctx, S* dqkv, const S* dout, const S
     att32 = widened;
   }
   const unsigned int grid = ceil_div(n, kBlock);
-  split_heads_kernel<S><<<grid, kBlock, 0, stream>>>(q, qkv, d, 3 * C, 0);
-  split_heads_kernel<S><<<grid, kBlock, 0, stream>>>(k, qkv, d, 3 * C, C);
-  split_heads_kernel<S><<<grid, kBlock, 0, stream>>>(v, qkv, d, 3 * C, 2 * C);
-  split_heads_kernel<S><<<grid, kBlock, 0, stream>>>(dy, dout, d, C, 0);
+  const int W = d.row_stride(), G = d.group(), v_offset = C + d.NKV * HS;
+  split_heads_kernel<S><<<grid, kBlock, 0, stream>>>(q, qkv, d, W, 0, 1);
+  split_heads_kernel<S><<<grid, kBlock, 0, stream>>>(k, qkv, d, W, C, G);
+  split_heads_kernel<S><<<grid, kBlock, 0, stream>>>(v, qkv, d, W, v_offset, G);
+  split_heads_kernel<S><<<grid, kBlock, 0, stream>>>(dy, dout, d, C, 0, 1);
   TIDE_CUDA_CHECK_LAUNCH();
 
   // y = att @ v:  datt(T,T) = dy(T,HS) @ v(T,HS)^T,  dv(T,HS) = att(T,T)^T @ dy(T,HS).
@@ -241,18 +260,20 @@ void attention_backward_as(const OpContext& ctx, S* dqkv, const S* dout, const S
                 batch);
   sgemm_batched(ctx, false, true, HS, T, T, 1.0f, q, HS, head, dscore, T, tt, 0.0f, dk, HS, head,
                 batch);
-  // dqkv += the three gradients, back in the (B,T,3C) layout.
-  merge_heads_kernel<S, true><<<grid, kBlock, 0, stream>>>(dqkv, dq, d, 3 * C, 0);
-  merge_heads_kernel<S, true><<<grid, kBlock, 0, stream>>>(dqkv, dk, d, 3 * C, C);
-  merge_heads_kernel<S, true><<<grid, kBlock, 0, stream>>>(dqkv, dv, d, 3 * C, 2 * C);
+  // dqkv += the three gradients, back in the (B,T,W) layout; dk and dv summed per kv head.
+  const unsigned int kv_grid = ceil_div(n / G, kBlock);
+  merge_heads_kernel<S, true><<<grid, kBlock, 0, stream>>>(dqkv, dq, d, W, 0, 1);
+  merge_heads_kernel<S, true><<<kv_grid, kBlock, 0, stream>>>(dqkv, dk, d, W, C, G);
+  merge_heads_kernel<S, true><<<kv_grid, kBlock, 0, stream>>>(dqkv, dv, d, W, v_offset, G);
   TIDE_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace
 
 void attention_forward(const OpContext& ctx, DType dtype, void* out, void* preatt, void* att,
-                       const void* qkv, int B, int T, int C, int NH, const DropoutSpec& dropout) {
-  const Dims d{B, T, C, NH, C / NH};
+                       const void* qkv, int B, int T, int C, int NH, int NKV,
+                       const DropoutSpec& dropout) {
+  const Dims d{B, T, C, NH, C / NH, NKV};
   if (d.head_elems() == 0) return;
   with_storage_type(dtype, [&](auto tag) {
     using S = decltype(tag);
@@ -263,8 +284,8 @@ void attention_forward(const OpContext& ctx, DType dtype, void* out, void* preat
 
 void attention_backward(const OpContext& ctx, DType dtype, void* dqkv, const void* dout,
                         const void* qkv, const void* preatt, const void* att, int B, int T, int C,
-                        int NH, const DropoutSpec& dropout) {
-  const Dims d{B, T, C, NH, C / NH};
+                        int NH, int NKV, const DropoutSpec& dropout) {
+  const Dims d{B, T, C, NH, C / NH, NKV};
   if (d.head_elems() == 0) return;
   with_storage_type(dtype, [&](auto tag) {
     using S = decltype(tag);

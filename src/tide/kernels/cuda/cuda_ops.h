@@ -66,6 +66,16 @@ void layernorm_backward_weight(const OpContext& ctx, DType dtype, void* dweight,
                                const void* dout, const void* inp, const float* mean,
                                const float* rstd, int64_t N, int C);
 
+// out(N,C), rstd(N) from inp(N,C), weight(C): out = inp * rstd * weight,
+// rstd = 1/sqrt(mean(inp^2) + eps). Backward: dinp(N,C) += ..., dweight(C) += ...
+void rmsnorm_forward(const OpContext& ctx, DType dtype, void* out, float* rstd, const void* inp,
+                     const void* weight, int64_t N, int C, float eps);
+void rmsnorm_backward_input(const OpContext& ctx, DType dtype, void* dinp, const void* dout,
+                            const void* inp, const void* weight, const float* rstd, int64_t N,
+                            int C);
+void rmsnorm_backward_weight(const OpContext& ctx, DType dtype, void* dweight, const void* dout,
+                             const void* inp, const float* rstd, int64_t N, int C);
+
 // out(N,OC) = inp(N,C) @ weight(OC,C)^T + bias(OC); bias may be null.
 void matmul_forward(const OpContext& ctx, DType dtype, void* out, const void* inp,
                     const void* weight, const void* bias, int64_t N, int C, int OC);
@@ -76,19 +86,36 @@ void matmul_backward_input(const OpContext& ctx, DType dtype, void* dinp, const 
 void matmul_backward_weight(const OpContext& ctx, DType dtype, void* dweight, void* dbias,
                             const void* dout, const void* inp, int64_t N, int C, int OC);
 
-// qkv(B,T,3C) -> out(B,T,C); preatt(B,NH,T,T) softmax probabilities, att(B,NH,T,T) after
-// dropout. Uses scratch for q, k, v and the output in (B,NH,T,HS) layout.
+// qkv(B,T,W) -> out(B,T,C), W = (NH + 2*NKV) * HS, C = NH * HS (rows [q | k | v], query head h
+// reading kv head h / (NH/NKV)); preatt(B,NH,T,T) softmax probabilities, att(B,NH,T,T) after
+// dropout. Uses scratch for q, k, v (kv heads repeated per query head) and the output in
+// (B,NH,T,HS) layout.
 void attention_forward(const OpContext& ctx, DType dtype, void* out, void* preatt, void* att,
-                       const void* qkv, int B, int T, int C, int NH, const DropoutSpec& dropout);
-// dqkv(B,T,3C) += gradient of out w.r.t. qkv. Uses scratch for q, k, v, dout, dq, dk, dv in
-// (B,NH,T,HS) layout and one (B,NH,T,T) buffer for the attention-score gradient.
+                       const void* qkv, int B, int T, int C, int NH, int NKV,
+                       const DropoutSpec& dropout);
+// dqkv(B,T,W) += gradient of out w.r.t. qkv. Uses scratch for q, k, v, dout, dq, dk, dv in
+// (B,NH,T,HS) layout and one (B,NH,T,T) buffer for the attention-score gradient; a kv head's
+// dk, dv sum over its query heads in head order.
 void attention_backward(const OpContext& ctx, DType dtype, void* dqkv, const void* dout,
                         const void* qkv, const void* preatt, const void* att, int B, int T, int C,
-                        int NH, const DropoutSpec& dropout);
+                        int NH, int NKV, const DropoutSpec& dropout);
+
+// RoPE on qkv rows (B,T,(NH + 2*NKV)*HS): q and k heads turned by t * inv_freq(HS/2) (HF's
+// rotate_half pairs), v copied; out may alias inp. rope_backward: dinp += dout turned back.
+void rope_forward(const OpContext& ctx, DType dtype, void* out, const void* inp,
+                  const float* inv_freq, int B, int T, int NH, int NKV, int HS);
+void rope_backward(const OpContext& ctx, DType dtype, void* dinp, const void* dout,
+                   const float* inv_freq, int B, int T, int NH, int NKV, int HS);
 
 void gelu_forward(const OpContext& ctx, DType dtype, void* out, const void* inp, int64_t n);
 void gelu_backward(const OpContext& ctx, DType dtype, void* dinp, const void* dout, const void* inp,
                    int64_t n);
+// out(N,I) = silu(gate) * up, gate = inp(N,2I)[:, 0:I], up = inp[:, I:2I];
+// swiglu_backward: dinp(N,2I) += the gradients of gate and up.
+void swiglu_forward(const OpContext& ctx, DType dtype, void* out, const void* inp, int64_t N,
+                    int I);
+void swiglu_backward(const OpContext& ctx, DType dtype, void* dinp, const void* dout,
+                     const void* inp, int64_t N, int I);
 void residual_forward(const OpContext& ctx, DType dtype, void* out, const void* a, const void* b,
                       int64_t n);
 void residual_backward(const OpContext& ctx, DType dtype, void* da, void* db, const void* dout,
