@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "error_of.h"
@@ -288,4 +289,42 @@ TEST(ConfigChecks, PlacementPolicyAutoNeedsABudgetAndNoOffload) {
       load_train_config("", {"placement.policy=auto", "placement.device_memory_limit=1000"});
   EXPECT_EQ(c.placement_policy, "auto");
   EXPECT_EQ(load_train_config("", {}).placement_policy, "device");
+}
+
+// Each key is declared once: its table entry names the TrainConfig field it sets, so a plain key
+// needs nothing else (docs/config.md, "Adding a key"). The keys without a field are the ones
+// parse_checked reads itself, and DeepSpeed's keys that change nothing.
+TEST(ConfigTable, EveryHonouredKeyHasAFieldOrIsReadByTheParser) {
+  const std::set<std::string> read_by_parser = {
+      "optimizer.type", "optimizer.params.adam_w_mode", "zero_optimization.cpu_offload",
+      "zero_optimization.cpu_offload_params", "steps_per_print"};
+  for (const ConfigKey& k : config_schema()) {
+    if (k.use != KeyUse::HONOURED)
+      EXPECT_FALSE(k.field) << k.path;
+    else
+      EXPECT_EQ(!k.field, read_by_parser.count(k.path) == 1) << k.path;
+  }
+}
+
+TEST(ConfigTable, AFieldTakesItsKeysValue) {
+  const TrainConfig c = load_train_config(
+      "", {"eval.interval=7", "zero_optimization.offload_optimizer.dpu_warmup_steps=9",
+           "fp16.hysteresis=3", "model.dropout=0.25", "activation_checkpointing.policy=selective",
+           "scheduler.params.warmup_type=log", "optimizer.params.betas=[0.8,0.9]",
+           "pipeline.schedule=zb_h1", "zero_optimization.stage=1",
+           "zero_optimization.offload_optimizer.device=cpu", "seed=18446744073709551615"});
+  EXPECT_EQ(c.eval_interval, 7);
+  EXPECT_EQ(c.zero.offload_optimizer.dpu_warmup_steps, 9);
+  EXPECT_EQ(c.fp16_loss_scale.hysteresis, 3);
+  EXPECT_EQ(c.model.dropout, 0.25f);
+  EXPECT_EQ(c.activation_policy, ActivationPolicy::SELECTIVE);
+  EXPECT_EQ(c.lr_schedule.warmup_type, WarmupType::LOG);
+  EXPECT_EQ(c.beta1, 0.8);
+  EXPECT_EQ(c.beta2, 0.9);
+  EXPECT_EQ(c.pipeline_schedule, "zb-h1");  // the parser's canonical name
+  EXPECT_EQ(c.values["pipeline.schedule"], "zb-h1");
+  EXPECT_EQ(c.zero.stage, 1);
+  EXPECT_EQ(c.offload_optimizer, "cpu");
+  EXPECT_TRUE(c.zero.offload_optimizer.enabled);
+  EXPECT_EQ(c.seed, UINT64_MAX);
 }
