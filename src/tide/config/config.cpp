@@ -10,12 +10,11 @@
 #include <optional>
 
 #include "tide/checkpoint/sharded_checkpoint.h"
+#include "tide/config/check_settings.h"
 #include "tide/config/pipeline_setup.h"
-#include "tide/config/tensor_parallel_settings.h"
 #include "tide/core/error.h"
 #include "tide/core/json_error.h"
 #include "tide/estimate/train_setup.h"
-#include "tide/optim/adamw.h"
 #include "tide/optim/lr_schedule.h"
 
 namespace tide {
@@ -1056,7 +1055,7 @@ TrainConfig parse_checked(const json& j, std::vector<std::string> unknown, bool 
     if (k.field) k.field.apply(c, v.at(k.path));
 
   // What the table cannot say: keys read together, values resolved from other keys, one
-  // spelling per value in c.values; then the rules between keys.
+  // spelling per value in c.values. The rules between keys are check_settings' (last).
   // DeepSpeed lower-cases the names of its own optimizers (adam, adamw, ...) and takes any other
   // name from torch.optim (SGD). Adam is AdamW unless adam_w_mode is false (its engine's
   // effective_adam_w_mode). SGD is a name tide estimate sizes (no optimizer state); tide train
@@ -1154,46 +1153,7 @@ TrainConfig parse_checked(const json& j, std::vector<std::string> unknown, bool 
                 is_given("gradient_accumulation_steps"), dp);
   v["train_micro_batch_size_per_gpu"] = c.micro_batch;
   v["gradient_accumulation_steps"] = c.grad_accum;
-  // The rules between keys, on the resolved values.
-  // What the optimizer and the schedule check at their first step, checked now (as the Trainer
-  // builds them), so that no bad value gets as far as out_dir.
-  AdamWHyper h;
-  h.lr = static_cast<float>(c.lr);
-  h.beta1 = c.beta1;
-  h.beta2 = c.beta2;
-  h.eps = c.eps;
-  h.weight_decay = c.weight_decay;
-  h.decoupled = c.adam_w_mode;
-  check_adamw_args(h, AdamWStep{1, 1.0f});
-  check_lr_schedule(c.lr_schedule);
-  TIDE_CHECK(!(c.bf16 && c.fp16), "bf16.enabled and fp16.enabled cannot both be true");
-  TIDE_CHECK(c.offload_param == "none" || c.offload_optimizer == "cpu",
-             "zero_optimization.offload_param.device is \"cpu\" but offload_optimizer is not; "
-             "offloading the parameters needs the optimizer on the host too, so set "
-             "zero_optimization.offload_optimizer.device to \"cpu\"");
-  TIDE_CHECK(!c.zero.offload_optimizer.delayed_update || c.zero.offload_optimizer.enabled,
-             "zero_optimization.offload_optimizer.delayed_update=true needs "
-             "zero_optimization.offload_optimizer.device=\"cpu\" (the delayed update is the CPU "
-             "optimizer's); set the device or remove delayed_update");
-  // On a GPU auto's budget would default to the device's free memory; on the CPU the device is
-  // the budgeted stand-in, whose size only the key can give.
-  TIDE_CHECK(c.placement_policy != "auto" || c.device_memory_limit > 0,
-             "placement.policy=\"auto\" needs placement.device_memory_limit > 0 on the CPU (the "
-             "bytes of the budgeted allocator standing in for the device, which auto fills and "
-             "evicts from); set placement.device_memory_limit, or placement.policy=\"device\"");
-  TIDE_CHECK(
-      c.placement_policy != "auto" || (c.offload_optimizer == "none" && c.offload_param == "none"),
-      "placement.policy=\"auto\" with zero_optimization.offload_optimizer/offload_param "
-      "\"cpu\": auto decides where the optimizer state and the parameters live itself; "
-      "set both offload devices to \"none\", or placement.policy=\"device\"");
-  TIDE_CHECK(c.seq_len <= c.model.max_seq_len,
-             "seq_len {} exceeds model.max_seq_len {}; lower seq_len or raise model.max_seq_len",
-             c.seq_len, c.model.max_seq_len);
-  GPTConfig shape = c.model;  // vocab_size 0 (from the data) is checked once it is known
-  if (shape.vocab_size == 0) shape.vocab_size = 2;
-  shape.validate();
-  check_tensor_parallel_settings(c);  // needs the shape and the activation policy
-  check_pipeline_settings(c);         // needs the shape, the batch and ZeRO: last
+  check_settings(c);  // the rules between keys, on the resolved values
   c.values = json(v);
 
   if (!check_paths) return c;

@@ -203,7 +203,7 @@ struct TrainConfig {
 // everything against the schema and returns the typed config. Everything that can be checked
 // without the data is checked here, before anything is prepared or written: unknown keys (all
 // of them in one error), types, ranges (before narrowing), the optimizer and the LR schedule,
-// the model shape, and that every path given exists.
+// the model shape, the rules between keys (check_settings.h), and that every path given exists.
 // check_paths = false (`tide estimate`, which reads no data): the paths are not checked.
 // ranks: the processes of the run (tide train: the ranks launched), which with the
 // tensor-parallel and pipeline sizes give the data-parallel ranks that derive a batch size the

@@ -12,6 +12,8 @@
 #include "error_of.h"
 #include "test_files.h"
 #include "tide/checkpoint/checkpoint.h"
+#include "tide/config/check_settings.h"
+#include "tide/config/estimate_setup.h"
 #include "tide/core/rng.h"
 #include "tide/data/shard.h"
 #include "tide/parallel/zero.h"
@@ -327,4 +329,25 @@ TEST(ConfigTable, AFieldTakesItsKeysValue) {
   EXPECT_EQ(c.offload_optimizer, "cpu");
   EXPECT_TRUE(c.zero.offload_optimizer.enabled);
   EXPECT_EQ(c.seed, UINT64_MAX);
+}
+
+// The rules between keys are one check (config/check_settings.h), run when a config is read: by
+// tide train before anything is written, and by tide estimate --config, with the same message.
+TEST(CheckSettings, OneRuleForTrainAndEstimate) {
+  const std::string rule =
+      "zero_optimization.offload_optimizer.device=\"cpu\" with zero_optimization.stage=0: "
+      "ZeRO-Offload offloads the partitioned optimizer state of stages 1-3";
+  EXPECT_HAS(
+      error_of([] { load_train_config("", {"zero_optimization.offload_optimizer.device=cpu"}); }),
+      rule);
+  const std::string dir = temp_dir("check_settings");
+  {
+    std::ofstream(dir + "/off.json") << R"({"zero_optimization": {"offload_optimizer":
+                                            {"device": "cpu"}}, "model": {"vocab_size": 64}})";
+  }
+  EXPECT_HAS(error_of([&] { read_estimate_config(dir + "/off.json"); }), rule);
+  TrainConfig c = load_train_config("", {});
+  EXPECT_EQ(error_of([&] { check_settings(c); }), "");
+  c.offload_optimizer = "cpu";
+  EXPECT_HAS(error_of([&] { check_settings(c); }), rule);
 }
