@@ -10,12 +10,11 @@
 #include <optional>
 
 #include "tide/checkpoint/sharded_checkpoint.h"
+#include "tide/config/check_settings.h"
 #include "tide/config/pipeline_setup.h"
-#include "tide/config/tensor_parallel_settings.h"
 #include "tide/core/error.h"
 #include "tide/core/json_error.h"
 #include "tide/estimate/train_setup.h"
-#include "tide/optim/adamw.h"
 #include "tide/optim/lr_schedule.h"
 
 namespace tide {
@@ -40,131 +39,291 @@ ConfigRange nums(double lo, bool lo_open, double hi = kNumMax, bool hi_open = fa
 // KeyUse of DeepSpeed's keys that cannot change a tide run, and of those DeepSpeed refuses.
 constexpr KeyUse kIgnored = KeyUse::IGNORED, kRefused = KeyUse::REFUSED;
 
+// The parsers and setters of the table's fields (ConfigField) that check a value: each throws
+// the key's error for a value its type and range let through.
+
+std::string device_name(const std::string& d) {
+  TIDE_CHECK(d == "cpu" || d == "auto" || d == "cuda" ||
+                 (d.starts_with("cuda:") && d.size() > 5 &&
+                  d.find_first_not_of("0123456789", 5) == std::string::npos),
+             "device '{}' is not a device; use cpu, cuda, cuda:N or auto", d);
+  return d;
+}
+
+void set_betas(TrainConfig& c, const json& v) {
+  c.beta1 = v[0].get<double>();
+  c.beta2 = v[1].get<double>();
+}
+
+bool is_dtype_name(const std::string& t) {
+  return t.empty() || t == "fp32" || t == "bf16" || t == "fp16";
+}
+std::string grad_accum_dtype_name(const std::string& t) {
+  TIDE_CHECK(is_dtype_name(t),
+             "data_types.grad_accum_dtype must be \"fp32\", \"bf16\", \"fp16\" or empty "
+             "(DeepSpeed's default) (got \"{}\")",
+             t);
+  return t;
+}
+std::string comm_dtype_name(const std::string& t) {
+  TIDE_CHECK(is_dtype_name(t),
+             "communication_data_type must be \"fp32\", \"bf16\", \"fp16\" or empty "
+             "(DeepSpeed's default: the parameters' dtype) (got \"{}\")",
+             t);
+  return t;
+}
+
+void require_contiguous_gradients(TrainConfig&, const json& v) {
+  TIDE_CHECK(v.get<bool>(),
+             "zero_optimization.contiguous_gradients = false is not available: tide's gradients "
+             "always live in contiguous chunks; remove the key or set it to true");
+}
+
+std::string offload_device(const char* key, const std::string& d) {
+  TIDE_CHECK(d == "none" || d == "cpu",
+             "config key '{}' must be \"cpu\" or \"none\" (got \"{}\"){}", key, d,
+             d == "nvme" ? "; tide has no NVMe offload (DeepSpeed's ZeRO-Infinity)" : "");
+  return d;
+}
+void set_offload_optimizer(TrainConfig& c, const json& v) {
+  c.offload_optimizer =
+      offload_device("zero_optimization.offload_optimizer.device", v.get<std::string>());
+  c.zero.offload_optimizer.enabled = c.offload_optimizer == "cpu";  // ZeRO-Offload's switch
+}
+std::string offload_param_device(const std::string& d) {
+  return offload_device("zero_optimization.offload_param.device", d);
+}
+
+std::string placement_policy_name(const std::string& p) {
+  TIDE_CHECK(p == "device" || p == "auto",
+             "placement.policy must be \"device\" or \"auto\" (got \"{}\")", p);
+  return p;
+}
+
+std::string non_empty_out_dir(const std::string& d) {
+  TIDE_CHECK(!d.empty(), "out_dir is empty; name a directory, e.g. out_dir=runs/mine");
+  return d;
+}
+
+std::string tensorboard_job_name(const std::string& j) {
+  TIDE_CHECK(j.find('/') == std::string::npos && j != "." && j != "..",
+             "tensorboard.job_name '{}' must be one directory name (no '/'); put the parent "
+             "directories in tensorboard.output_path",
+             j);
+  return j;
+}
+
 }  // namespace
 
 const std::vector<ConfigKey>& config_schema() {
   using T = ConfigType;
   static const std::vector<ConfigKey> keys = {
-      {"train_micro_batch_size_per_gpu", T::INT, 8,
+      {"train_micro_batch_size_per_gpu", &TrainConfig::micro_batch, T::INT, 8,
        "sequences per micro-batch on each rank; when left out and train_batch_size is given: "
        "train_batch_size / (data-parallel ranks x gradient_accumulation_steps), as in DeepSpeed",
        ints(1, 65536)},
-      {"gradient_accumulation_steps", T::INT, 1,
+      {"gradient_accumulation_steps", &TrainConfig::grad_accum, T::INT, 1,
        "micro-batches accumulated per optimizer step; when left out and train_batch_size and "
        "the micro-batch are given: train_batch_size / (micro-batch x data-parallel ranks), as "
        "in DeepSpeed",
        ints(1, 65536)},
-      {"train_batch_size", T::INT, 0,
+      {"train_batch_size", &TrainConfig::train_batch_size, T::INT, 0,
        "sequences per optimizer step over all ranks: must equal micro-batch x "
        "gradient_accumulation_steps x data-parallel ranks (a left-out one of those two is "
        "derived from it, as in DeepSpeed); 0 = not given",
        ints(0, 2147483647)},
-      {"seq_len", T::INT, 128, "tokens per sequence (at most model.max_seq_len)", ints(1, 1048576)},
-      {"train_steps", T::INT, 150, "optimizer steps to run", ints(1)},
-      {"seed", T::UINT, 1337, "seed of weight initialisation, data order and dropout"},
-      {"device", T::STRING, "cpu", "cpu, cuda, cuda:N or auto"},
-      {"threads", T::INT, 0, "OpenMP threads per rank; 0 = OpenMP's default", ints(0, 4096)},
-      {"optimizer.type", T::STRING, "AdamW",
+      {"seq_len", &TrainConfig::seq_len, T::INT, 128,
+       "tokens per sequence (at most model.max_seq_len)", ints(1, 1048576)},
+      {"train_steps", &TrainConfig::train_steps, T::INT, 150, "optimizer steps to run", ints(1)},
+      {"seed", &TrainConfig::seed, T::UINT, 1337,
+       "seed of weight initialisation, data order and dropout"},
+      {"device",
+       {device_name, &TrainConfig::device},
+       T::STRING,
+       "cpu",
+       "cpu, cuda, cuda:N or auto"},
+      {"threads", &TrainConfig::threads, T::INT, 0, "OpenMP threads per rank; 0 = OpenMP's default",
+       ints(0, 4096)},
+      {"optimizer.type",
+       {},
+       T::STRING,
+       "AdamW",
        "Adam or AdamW, in any case (as DeepSpeed reads them): Adam is AdamW unless "
        "optimizer.params.adam_w_mode is false; SGD (no optimizer state) only for tide estimate: "
        "tide train refuses it"},
-      {"optimizer.params.adam_w_mode", T::BOOL, true,
+      {"optimizer.params.adam_w_mode",
+       {},
+       T::BOOL,
+       true,
        "with optimizer.type Adam: true = AdamW's decoupled weight decay, false = classic Adam "
        "with L2 regularisation (the decay added to the gradient); type AdamW is AdamW whatever "
        "this says (as in DeepSpeed)"},
       {"optimizer.params.torch_adam",
+       {},
        T::BOOL,
        false,
        "DeepSpeed: torch's Adam instead of its fused kernel, the same update; ignored",
        {},
        kIgnored},
       {"optimizer.params.max_grad_norm",
+       {},
        T::FLOAT,
        0.0,
        "refused, as DeepSpeed refuses it: not an optimizer parameter; clip with "
        "gradient_clipping instead",
        {},
        kRefused},
-      {"optimizer.params.lr", T::FLOAT, 1e-3, "peak learning rate", nums(0, true)},
-      {"optimizer.params.betas", T::FLOAT_PAIR, json::array({0.9, 0.95}), "Adam beta1, beta2",
-       nums(0, false, 1, true)},
-      {"optimizer.params.eps", T::FLOAT, 1e-8, "Adam epsilon", nums(0, true)},
-      {"optimizer.params.weight_decay", T::FLOAT, 0.1,
+      {"optimizer.params.lr", &TrainConfig::lr, T::FLOAT, 1e-3, "peak learning rate",
+       nums(0, true)},
+      {"optimizer.params.betas", set_betas, T::FLOAT_PAIR, json::array({0.9, 0.95}),
+       "Adam beta1, beta2", nums(0, false, 1, true)},
+      {"optimizer.params.eps", &TrainConfig::eps, T::FLOAT, 1e-8, "Adam epsilon", nums(0, true)},
+      {"optimizer.params.weight_decay", &TrainConfig::weight_decay, T::FLOAT, 0.1,
        "weight decay of the matrices and embeddings (decoupled; L2 with adam_w_mode false)",
        nums(0, false)},
-      {"scheduler.type", T::STRING, "WarmupCosineLR",
+      {"scheduler.type",
+       {parse_lr_schedule_type, &TrainConfig::lr_schedule, &LrSchedule::type},
+       T::STRING,
+       "WarmupCosineLR",
        "WarmupCosineLR, WarmupDecayLR or WarmupLR (DeepSpeed's formulas and defaults, see "
        "docs/optimizer.md), or none: constant optimizer.params.lr"},
-      {"scheduler.params.warmup_min_lr", T::FLOAT, 0.0,
-       "WarmupLR, WarmupDecayLR: lr at the start of the warmup", nums(0, false)},
-      {"scheduler.params.warmup_max_lr", T::FLOAT, -1.0,
+      {"scheduler.params.warmup_min_lr",
+       {&TrainConfig::lr_schedule, &LrSchedule::warmup_min_lr},
+       T::FLOAT,
+       0.0,
+       "WarmupLR, WarmupDecayLR: lr at the start of the warmup",
+       nums(0, false)},
+      {"scheduler.params.warmup_max_lr",
+       {&TrainConfig::lr_schedule, &LrSchedule::warmup_max_lr},
+       T::FLOAT,
+       -1.0,
        "WarmupLR, WarmupDecayLR: lr at the end of the warmup; -1 = DeepSpeed's default: "
        "optimizer.params.lr for WarmupLR, 0.001 for WarmupDecayLR",
        nums(-1, false)},
-      {"scheduler.params.warmup_num_steps", T::INT, 1000,
+      {"scheduler.params.warmup_num_steps",
+       {&TrainConfig::lr_schedule, &LrSchedule::warmup_num_steps},
+       T::INT,
+       1000,
        "warmup steps (counted as at least 2, as in DeepSpeed); -1 (tide's, not DeepSpeed's) = "
        "10% of total_num_steps",
        ints(-1)},
-      {"scheduler.params.warmup_type", T::STRING, "log",
+      {"scheduler.params.warmup_type",
+       {parse_warmup_type, &TrainConfig::lr_schedule, &LrSchedule::warmup_type},
+       T::STRING,
+       "log",
        "log or linear: how the warmup rises (log: the first two steps at its start)"},
-      {"scheduler.params.total_num_steps", T::INT, 0,
+      {"scheduler.params.total_num_steps",
+       {&TrainConfig::lr_schedule, &LrSchedule::total_num_steps},
+       T::INT,
+       0,
        "WarmupDecayLR, WarmupCosineLR: step where the decay reaches its end; 0 = train_steps",
        ints(0)},
-      {"scheduler.params.cos_min_ratio", T::FLOAT, 0.0001,
+      {"scheduler.params.cos_min_ratio",
+       {&TrainConfig::lr_schedule, &LrSchedule::cos_min_ratio},
+       T::FLOAT,
+       0.0001,
        "WarmupCosineLR: floor of the cosine as a fraction of optimizer.params.lr",
        nums(0, false, 1, false)},
-      {"scheduler.params.warmup_min_ratio", T::FLOAT, 0.0,
+      {"scheduler.params.warmup_min_ratio",
+       {&TrainConfig::lr_schedule, &LrSchedule::warmup_min_ratio},
+       T::FLOAT,
+       0.0,
        "WarmupCosineLR: start of the warmup as a fraction of optimizer.params.lr",
        nums(0, false, 1, false)},
-      {"gradient_clipping", T::FLOAT, 1.0, "clip the global gradient norm to this; 0 = off",
-       nums(0, false)},
-      {"bf16.enabled", T::BOOL, false,
+      {"gradient_clipping", &TrainConfig::grad_clip, T::FLOAT, 1.0,
+       "clip the global gradient norm to this; 0 = off", nums(0, false)},
+      {"bf16.enabled", &TrainConfig::bf16, T::BOOL, false,
        "bf16 parameters, gradients and compute, with f32 master weights and Adam states "
        "(DeepSpeed's bf16; docs/optimizer.md#mixed-precision)"},
-      {"data_types.grad_accum_dtype", T::STRING, "",
+      {"data_types.grad_accum_dtype",
+       {grad_accum_dtype_name, &TrainConfig::grad_accum_dtype},
+       T::STRING,
+       "",
        "the gradients' dtype (accumulation and reduction): fp32, bf16 or fp16; empty = "
        "DeepSpeed's default: fp32 for bf16 without ZeRO (zero_optimization.stage 0), else the "
        "parameters' dtype"},
-      {"communication_data_type", T::STRING, "",
+      {"communication_data_type",
+       {comm_dtype_name, &TrainConfig::communication_data_type},
+       T::STRING,
+       "",
        "the dtype the data-parallel gradient reductions send (all-reduce, reduce-scatter): fp32, "
        "bf16 or fp16; the gradients are converted to it and back. Empty = DeepSpeed's default: "
        "fp16 with fp16.enabled, bf16 with bf16.enabled, else fp32 "
        "(docs/optimizer.md#mixed-precision)"},
-      {"fp16.enabled", T::BOOL, false,
+      {"fp16.enabled", &TrainConfig::fp16, T::BOOL, false,
        "fp16 parameters, gradients and compute, f32 master weights and Adam states, with "
        "DeepSpeed's loss scaling (the fp16.* keys below; docs/optimizer.md#mixed-precision)"},
-      {"fp16.auto_cast", T::BOOL, false, "with fp16.enabled: cast the inputs to fp16 (DeepSpeed)"},
-      {"fp16.loss_scale", T::FLOAT, 0.0,
-       "with fp16.enabled: 0 = dynamic loss scaling, else this fixed scale", nums(0, false)},
-      {"fp16.initial_scale_power", T::INT, 16,
-       "with fp16.enabled: dynamic loss scaling starts at 2^initial_scale_power", ints(0, 127)},
-      {"fp16.loss_scale_window", T::INT, 1000,
-       "with fp16.enabled: steps without overflow before the dynamic scale doubles", ints(1)},
-      {"fp16.hysteresis", T::INT, 2,
+      {"fp16.auto_cast",
+       {&TrainConfig::fp16_loss_scale, &Fp16LossScale::auto_cast},
+       T::BOOL,
+       false,
+       "with fp16.enabled: cast the inputs to fp16 (DeepSpeed)"},
+      {"fp16.loss_scale",
+       {&TrainConfig::fp16_loss_scale, &Fp16LossScale::loss_scale},
+       T::FLOAT,
+       0.0,
+       "with fp16.enabled: 0 = dynamic loss scaling, else this fixed scale",
+       nums(0, false)},
+      {"fp16.initial_scale_power",
+       {&TrainConfig::fp16_loss_scale, &Fp16LossScale::initial_scale_power},
+       T::INT,
+       16,
+       "with fp16.enabled: dynamic loss scaling starts at 2^initial_scale_power",
+       ints(0, 127)},
+      {"fp16.loss_scale_window",
+       {&TrainConfig::fp16_loss_scale, &Fp16LossScale::loss_scale_window},
+       T::INT,
+       1000,
+       "with fp16.enabled: steps without overflow before the dynamic scale doubles",
+       ints(1)},
+      {"fp16.hysteresis",
+       {&TrainConfig::fp16_loss_scale, &Fp16LossScale::hysteresis},
+       T::INT,
+       2,
        "with fp16.enabled: overflows tolerated before the dynamic scale halves (delayed shift)",
        ints(1, 65536)},
-      {"fp16.consecutive_hysteresis", T::BOOL, false,
+      {"fp16.consecutive_hysteresis",
+       {&TrainConfig::fp16_loss_scale, &Fp16LossScale::consecutive_hysteresis},
+       T::BOOL,
+       false,
        "with fp16.enabled: refill the hysteresis after every step without overflow"},
-      {"fp16.min_loss_scale", T::FLOAT, 1.0,
-       "with fp16.enabled: the floor of the dynamic loss scale", nums(0, true)},
-      {"zero_optimization.stage", T::INT, 0,
+      {"fp16.min_loss_scale",
+       {&TrainConfig::fp16_loss_scale, &Fp16LossScale::min_loss_scale},
+       T::FLOAT,
+       1.0,
+       "with fp16.enabled: the floor of the dynamic loss scale",
+       nums(0, true)},
+      {"zero_optimization.stage",
+       {&TrainConfig::zero, &ZeroSettings::stage},
+       T::INT,
+       0,
        "ZeRO stage: 0 = data parallel (DDP), 1 = partition optimizer states, 2 = + gradients, "
        "3 = + parameters (docs/zero.md)",
        ints(0, 3)},
-      {"zero_optimization.reduce_bucket_size", T::INT, 500000000,
+      {"zero_optimization.reduce_bucket_size",
+       {&TrainConfig::zero, &ZeroSettings::reduce_bucket_size},
+       T::INT,
+       500000000,
        "stages 1-3: gradient elements being reduce-scattered at once, in flight behind "
        "backward (a larger chunk is reduced alone, at once)",
        ints(1)},
-      {"zero_optimization.allgather_bucket_size", T::INT, 500000000,
+      {"zero_optimization.allgather_bucket_size",
+       {&TrainConfig::zero, &ZeroSettings::allgather_bucket_size},
+       T::INT,
+       500000000,
        "stages 1-2: parameter elements being all-gathered at once after the step (a larger "
        "chunk is gathered alone)",
        ints(1)},
-      {"zero_optimization.overlap_comm", T::BOOL, true,
+      {"zero_optimization.overlap_comm",
+       {&TrainConfig::zero, &ZeroSettings::overlap_comm},
+       T::BOOL,
+       true,
        "stages 1-3: reduce-scatter gradients asynchronously, overlapping backward; false = "
        "each reduction blocks"},
-      {"zero_optimization.contiguous_gradients", T::BOOL, true,
+      {"zero_optimization.contiguous_gradients", require_contiguous_gradients, T::BOOL, true,
        "gradients live in contiguous chunks (always; false is refused)"},
       {"zero_optimization.allgather_partitions",
+       {},
        T::BOOL,
        true,
        "DeepSpeed: all-gather (true) or broadcasts (false) of the updated partitions, the same "
@@ -172,27 +331,38 @@ const std::vector<ConfigKey>& config_schema() {
        {},
        kIgnored},
       {"zero_optimization.reduce_scatter",
+       {},
        T::BOOL,
        true,
        "DeepSpeed: reduce-scatter (true) or all-reduce (false) of the gradients, the same "
        "averages either way; ignored (tide reduce-scatters)",
        {},
        kIgnored},
-      {"zero_optimization.stage3_max_reuse_distance", T::INT, 1000000000,
+      {"zero_optimization.stage3_max_reuse_distance",
+       {},
+       T::INT,
+       1000000000,
        "DeepSpeed: keep a gathered parameter reused within this many elements, a memory/speed "
        "trade; ignored (tide's stage 3 keeps stage3_max_live_parameters)",
-       ints(0), kIgnored},
-      {"zero_optimization.sub_group_size", T::INT, 1000000000,
+       ints(0),
+       kIgnored},
+      {"zero_optimization.sub_group_size",
+       {},
+       T::INT,
+       1000000000,
        "DeepSpeed: parameter elements per optimizer-step group, a memory/speed trade; ignored "
        "(tide steps chunk by chunk)",
-       ints(0), kIgnored},
+       ints(0),
+       kIgnored},
       {"zero_optimization.round_robin_gradients",
+       {},
        T::BOOL,
        false,
        "DeepSpeed: order of the gradient copies to the host with offload; ignored",
        {},
        kIgnored},
       {"zero_optimization.load_from_fp32_weights",
+       {},
        T::BOOL,
        true,
        "DeepSpeed: restore the master weights from fp32 copies; ignored (tide's checkpoints "
@@ -200,12 +370,14 @@ const std::vector<ConfigKey>& config_schema() {
        {},
        kIgnored},
       {"zero_optimization.ignore_unused_parameters",
+       {},
        T::BOOL,
        true,
        "DeepSpeed: tolerate parameters without gradients; ignored (the GPT uses them all)",
        {},
        kIgnored},
       {"zero_optimization.grad_hooks",
+       {},
        T::BOOL,
        true,
        "DeepSpeed: stage 1 reduces during backward; ignored (tide reduces behind backward with "
@@ -213,215 +385,306 @@ const std::vector<ConfigKey>& config_schema() {
        {},
        kIgnored},
       {"zero_optimization.stage3_gather_16bit_weights_on_model_save",
+       {},
        T::BOOL,
        false,
        "DeepSpeed: gather the 16-bit weights into save_16bit_model(); ignored (tide export "
        "gathers every checkpoint)",
        {},
        kIgnored},
-      {"zero_optimization.cpu_offload", T::BOOL, false,
+      {"zero_optimization.cpu_offload",
+       {},
+       T::BOOL,
+       false,
        "DeepSpeed's deprecated spelling of offload_optimizer.device: true = \"cpu\" (giving "
        "both is an error, as in DeepSpeed)"},
-      {"zero_optimization.cpu_offload_params", T::BOOL, false,
+      {"zero_optimization.cpu_offload_params",
+       {},
+       T::BOOL,
+       false,
        "DeepSpeed's deprecated spelling of offload_param.device: true = \"cpu\" (giving both "
        "is an error, as in DeepSpeed)"},
       {"zero_allow_untested_optimizer",
+       {},
        T::BOOL,
        false,
        "DeepSpeed: allow a client optimizer under ZeRO; ignored (tide's optimizers are its own)",
        {},
        kIgnored},
       {"zero_force_ds_cpu_optimizer",
+       {},
        T::BOOL,
        true,
        "DeepSpeed: insist on its CPU Adam with offload; ignored (tide's offload runs its own)",
        {},
        kIgnored},
-      {"zero_optimization.stage3_prefetch_bucket_size", T::INT, 50000000,
+      {"zero_optimization.stage3_prefetch_bucket_size",
+       {&TrainConfig::zero, &ZeroSettings::prefetch_bucket_size},
+       T::INT,
+       50000000,
        "stage 3: parameter elements gathered ahead of the op that uses them; 0 = no prefetch",
        ints(0)},
-      {"zero_optimization.stage3_max_live_parameters", T::INT, 1000000000,
+      {"zero_optimization.stage3_max_live_parameters",
+       {&TrainConfig::zero, &ZeroSettings::max_live_parameters},
+       T::INT,
+       1000000000,
        "stage 3: most parameter elements gathered at once (at least the chunks of one op's "
        "parameters)",
        ints(1)},
-      {"zero_optimization.stage3_param_persistence_threshold", T::INT, 100000,
-       "stage 3: chunks of at most this many elements stay gathered", ints(0)},
+      {"zero_optimization.stage3_param_persistence_threshold",
+       {&TrainConfig::zero, &ZeroSettings::param_persistence_threshold},
+       T::INT,
+       100000,
+       "stage 3: chunks of at most this many elements stay gathered",
+       ints(0)},
       // Offload and the parallel layout: `tide estimate` sizes them; `tide train` refuses a
       // value it cannot run yet, naming it (config/unsupported_settings.h).
-      {"zero_optimization.offload_optimizer.device", T::STRING, "none",
+      {"zero_optimization.offload_optimizer.device", set_offload_optimizer, T::STRING, "none",
        "none or cpu (ZeRO-Offload: fp32 master weights and Adam states on the host, CPU Adam; "
        "needs stage >= 1; docs/zero.md#offload)"},
-      {"zero_optimization.offload_optimizer.pin_memory", T::BOOL, false,
+      {"zero_optimization.offload_optimizer.pin_memory",
+       {&TrainConfig::zero, &ZeroSettings::offload_optimizer, &OffloadSettings::pin_memory},
+       T::BOOL,
+       false,
        "with offload_optimizer cpu: page-locked host buffers for the copies on a GPU; a no-op "
        "on CPU (accepted, changes nothing)"},
-      {"zero_optimization.offload_optimizer.delayed_update", T::BOOL, false,
+      {"zero_optimization.offload_optimizer.delayed_update",
+       {&TrainConfig::zero, &ZeroSettings::offload_optimizer, &OffloadSettings::delayed_update},
+       T::BOOL,
+       false,
        "with offload_optimizer cpu: one-step delayed parameter update (DPU): after the warm-up, "
        "step t's CPU Adam runs during step t+1, which uses the parameters of step t-1"},
-      {"zero_optimization.offload_optimizer.dpu_warmup_steps", T::INT, 200,
+      {"zero_optimization.offload_optimizer.dpu_warmup_steps",
+       {&TrainConfig::zero, &ZeroSettings::offload_optimizer, &OffloadSettings::dpu_warmup_steps},
+       T::INT,
+       200,
        "with delayed_update: the first steps, updated synchronously (the paper used 40; on the "
        "default job 40 costs +3.7% final validation loss, 200 +0.7%: docs/zero.md#offload)",
        ints(0)},
-      {"zero_optimization.offload_param.device", T::STRING, "none",
+      {"zero_optimization.offload_param.device",
+       {offload_param_device, &TrainConfig::offload_param},
+       T::STRING,
+       "none",
        "none or cpu (parameters on the host too, gathered per op into the compute tier on "
        "use; needs stage 3 and offload_optimizer cpu; any number of data-parallel ranks)"},
-      {"placement.device_memory_limit", T::INT, 0,
+      {"placement.device_memory_limit", &TrainConfig::device_memory_limit, T::INT, 0,
        "bytes the compute tier (the device; on CPU a budgeted host allocator standing in for "
        "it) may hold: parameters, gradients, ZeRO buffers and, without offload, the optimizer "
        "state; exceeding it is an out-of-memory error; 0 = unlimited",
        ints(0)},
-      {"placement.policy", T::STRING, "device",
+      {"placement.policy",
+       {placement_policy_name, &TrainConfig::placement_policy},
+       T::STRING,
+       "device",
        "device (every chunk where its kind is allocated, never moved) or auto (PatrickStar: "
        "chunks move between the compute tier and the host on demand within "
        "placement.device_memory_limit, farthest next use evicted first; "
        "docs/zero.md#patrickstar-automatic-placement)"},
-      {"activation_checkpointing.policy", T::STRING, "none",
+      {"activation_checkpointing.policy",
+       {parse_activation_policy, &TrainConfig::activation_policy},
+       T::STRING,
+       "none",
        "none (save all), selective (recompute attention core) or full (recompute blocks)"},
-      {"activation_checkpointing.partition_activations", T::BOOL, false,
+      {"activation_checkpointing.partition_activations", &TrainConfig::partition_activations,
+       T::BOOL, false,
        "ZeRO-R P_a: each tensor-parallel rank keeps only its 1/t slice of every block input "
        "(needs policy full, tensor_parallel.size > 1, no sequence_parallel)"},
-      {"activation_checkpointing.cpu_checkpointing", T::BOOL, false,
-       "the partitioned block inputs go to host memory (needs partition_activations)"},
+      {"activation_checkpointing.cpu_checkpointing", &TrainConfig::cpu_checkpointing, T::BOOL,
+       false, "the partitioned block inputs go to host memory (needs partition_activations)"},
       {"activation_checkpointing.contiguous_memory_optimization",
+       {},
        T::BOOL,
        false,
        "DeepSpeed: copy the partitioned activations into one buffer, a memory layout; ignored",
        {},
        kIgnored},
-      {"activation_checkpointing.number_checkpoints", T::INT, nullptr,
-       "DeepSpeed: checkpoints per step, sizing that buffer; ignored", ints(0), kIgnored},
+      {"activation_checkpointing.number_checkpoints",
+       {},
+       T::INT,
+       nullptr,
+       "DeepSpeed: checkpoints per step, sizing that buffer; ignored",
+       ints(0),
+       kIgnored},
       {"activation_checkpointing.synchronize_checkpoint_boundary",
+       {},
        T::BOOL,
        false,
        "DeepSpeed: a device synchronize at each checkpoint; ignored",
        {},
        kIgnored},
       {"activation_checkpointing.profile",
+       {},
        T::BOOL,
        false,
        "DeepSpeed: log each checkpointed block's forward and backward time; ignored (tide: "
        "trace.steps)",
        {},
        kIgnored},
-      {"chunk_size_mb", T::FLOAT, 0.0,
+      {"chunk_size_mb", &TrainConfig::chunk_size_mb, T::FLOAT, 0.0,
        "target chunk size (= communication bucket) in MiB of f32; the parameters one op reads "
        "stay in one chunk when they fit, a larger tensor gets a chunk of its own; 0 = the "
        "largest op's parameters (model/param_groups.h)",
        nums(0, false, 1048576)},
-      {"world_size", T::INT, 0,
+      {"world_size", &TrainConfig::world_size, T::INT, 0,
        "ranks in the job; 0 = as launched (tide train: the mpirun ranks; tide estimate: 1); "
        "tide train refuses a value other than the ranks it runs on",
        ints(0, 16777216)},
-      {"tensor_parallel.size", T::INT, 1,
+      {"tensor_parallel.size", &TrainConfig::tensor_parallel, T::INT, 1,
        "tensor-parallel degree t (Megatron-LM, docs/tensor-parallel.md): ranks = t x "
        "data-parallel replicas (x pipeline.stages); model.n_head must divide by t",
        ints(1, 65536)},
-      {"tensor_parallel.sequence_parallel", T::BOOL, false,
+      {"tensor_parallel.sequence_parallel", &TrainConfig::sequence_parallel, T::BOOL, false,
        "sequence parallelism over the tensor-parallel ranks (needs tensor_parallel.size > 1 and "
        "seq_len divisible by it)"},
-      {"pipeline.stages", T::INT, 1,
+      {"pipeline.stages", &TrainConfig::pipeline_stages, T::INT, 1,
        "pipeline stages p (tide train: one stage per rank, ranks = p x data-parallel replicas "
        "with ZeRO 0-3, offload and auto placement inside the stages; model.n_layer must divide "
        "over p x "
        "pipeline.virtual_stages)",
        ints(1, 65536)},
-      {"pipeline.schedule", T::STRING, "1f1b",
+      {"pipeline.schedule",
+       {canonical_schedule_name, &TrainConfig::pipeline_schedule},
+       T::STRING,
+       "1f1b",
        "gpipe, 1f1b, interleaved, zb-h1, zb-h2, zb-1p, zb-2p, zb-auto or zb-v "
        "(docs/pipeline.md); used with pipeline.stages > 1 (tide train builds zb-auto from its "
        "measured first step)"},
-      {"pipeline.virtual_stages", T::INT, 1,
+      {"pipeline.virtual_stages", &TrainConfig::virtual_stages, T::INT, 1,
        "model chunks per pipeline stage: >= 2 with interleaved, 2 with zb-v (its default), 1 "
        "otherwise",
        ints(1, 65536)},
-      {"pipeline.memory_limit", T::FLOAT, 0.0,
+      {"pipeline.memory_limit", &TrainConfig::pipeline_memory_limit, T::FLOAT, 0.0,
        "zb-auto's activation memory limit per stage, in micro-batches' activations (M_B), as "
        "`tide schedule --memory-limit`; 0 = 1F1B's peak (p M_B)",
        nums(0, false, 1048576)},
-      {"model.preset", T::STRING, "",
+      {"model.preset", &TrainConfig::model_preset, T::STRING, "",
        "gpt2-124m, gpt2-350m, gpt2-774m or gpt2-1.5b; sets the shape (a shape key given too "
        "must equal the preset's)"},
-      {"model.n_layer", T::INT, 4, "transformer blocks", ints(1, 65536)},
-      {"model.n_head", T::INT, 4, "attention heads", ints(1, 65536)},
-      {"model.n_embd", T::INT, 96, "hidden size (divisible by n_head)", ints(1, 1048576)},
-      {"model.vocab_size", T::INT, 0,
-       "vocabulary; 0 = the data's tokenizer (token shards hold ids below 65536)", ints(0, 65536)},
-      {"model.max_seq_len", T::INT, 0, "positions; 0 = seq_len", ints(0, 1048576)},
-      {"model.dropout", T::FLOAT, 0.0, "dropout rate (embedding, attention, residual)",
+      {"model.n_layer",
+       {&TrainConfig::model, &GPTConfig::n_layer},
+       T::INT,
+       4,
+       "transformer blocks",
+       ints(1, 65536)},
+      {"model.n_head",
+       {&TrainConfig::model, &GPTConfig::n_head},
+       T::INT,
+       4,
+       "attention heads",
+       ints(1, 65536)},
+      {"model.n_embd",
+       {&TrainConfig::model, &GPTConfig::n_embd},
+       T::INT,
+       96,
+       "hidden size (divisible by n_head)",
+       ints(1, 1048576)},
+      {"model.vocab_size",
+       {&TrainConfig::model, &GPTConfig::vocab_size},
+       T::INT,
+       0,
+       "vocabulary; 0 = the data's tokenizer (token shards hold ids below 65536)",
+       ints(0, 65536)},
+      {"model.max_seq_len",
+       {&TrainConfig::model, &GPTConfig::max_seq_len},
+       T::INT,
+       0,
+       "positions; 0 = seq_len",
+       ints(0, 1048576)},
+      {"model.dropout",
+       {&TrainConfig::model, &GPTConfig::dropout},
+       T::FLOAT,
+       0.0,
+       "dropout rate (embedding, attention, residual)",
        nums(0, false, 1, true)},
-      {"data.dir", T::PATH, "",
+      {"data.dir", &TrainConfig::data_dir, T::PATH, "",
        "directory from `tide prepare` (train.bin, val.bin, tokenizer.json, meta.json); "
        "empty = the embedded default corpus"},
-      {"data.train", T::PATH, "", "training shards (path or glob); default data.dir/train.bin"},
-      {"data.val", T::PATH, "",
+      {"data.train", &TrainConfig::train_data, T::PATH, "",
+       "training shards (path or glob); default data.dir/train.bin"},
+      {"data.val", &TrainConfig::val_data, T::PATH, "",
        "validation shards (path or glob); default data.dir/val.bin (no validation if that is "
        "missing)"},
-      {"data.shuffle", T::BOOL, true, "shuffle sequence order each epoch"},
-      {"eval.interval", T::INT, 100, "steps between validation runs; 0 = only at the end", ints(0)},
-      {"eval.sequences", T::INT, 128,
+      {"data.shuffle", &TrainConfig::shuffle, T::BOOL, true, "shuffle sequence order each epoch"},
+      {"eval.interval", &TrainConfig::eval_interval, T::INT, 100,
+       "steps between validation runs; 0 = only at the end", ints(0)},
+      {"eval.sequences", &TrainConfig::eval_sequences, T::INT, 128,
        "size of the fixed validation set: the first N sequences of the validation data, the "
        "same whatever the ranks, micro-batch or accumulation",
        ints(1)},
-      {"log.interval", T::INT, 10, "steps between metrics lines", ints(1)},
-      {"steps_per_print", T::INT, 10,
+      {"log.interval", &TrainConfig::log_interval, T::INT, 10, "steps between metrics lines",
+       ints(1)},
+      {"steps_per_print",
+       {},
+       T::INT,
+       10,
        "DeepSpeed's name for log.interval: either sets both; giving both with different values "
        "is an error",
        ints(1)},
-      {"log.progress", T::BOOL, true,
+      {"log.progress", &TrainConfig::progress, T::BOOL, true,
        "a progress line rewritten in place every step when stdout is a terminal of one process "
        "(not under mpirun); false, or any other stdout (a file, a pipe, mpirun's ranks): one whole "
        "line every log.interval steps"},
       {"wall_clock_breakdown",
+       {},
        T::BOOL,
        false,
        "DeepSpeed: forward/backward/step timers in its log; ignored (tide: trace.steps)",
        {},
        kIgnored},
       {"dump_state",
+       {},
        T::BOOL,
        false,
        "DeepSpeed: print the engine's state at start; ignored",
        {},
        kIgnored},
-      {"out_dir", T::STRING, "runs/default",
+      {"out_dir",
+       {non_empty_out_dir, &TrainConfig::out_dir},
+       T::STRING,
+       "runs/default",
        "metrics.jsonl, config.json and checkpoints; tide will not start over an earlier run's "
        "files here (see out_dir_overwrite)"},
-      {"out_dir_overwrite", T::BOOL, false,
+      {"out_dir_overwrite", &TrainConfig::out_dir_overwrite, T::BOOL, false,
        "true = a new run may replace the metrics.jsonl, config.json and checkpoints of an "
        "earlier run in out_dir; false = it refuses to start (checkpoint.resume continues a run "
        "in place)"},
-      {"checkpoint.interval", T::INT, 0,
+      {"checkpoint.interval", &TrainConfig::checkpoint_interval, T::INT, 0,
        "steps between resumable checkpoints (out_dir/model_step<N>.ckpt); 0 = only the final one",
        ints(0)},
-      {"checkpoint.resume", T::PATH, "",
+      {"checkpoint.resume", &TrainConfig::resume, T::PATH, "",
        "checkpoint to resume from (weights, optimizer state, step, data position); same seed "
        "and global batch required; out_dir/metrics.jsonl keeps its lines up to that step and "
        "goes on from there; \"auto\" = the newest complete checkpoint in out_dir, or a fresh "
        "start when there is none (for relaunch loops)"},
-      {"checkpoint.new_lr_schedule", T::BOOL, false,
+      {"checkpoint.new_lr_schedule", &TrainConfig::new_lr_schedule, T::BOOL, false,
        "with checkpoint.resume: true = continue with this config's learning-rate schedule where "
        "it differs from the checkpoint's (the lr jumps at the resumed step); false = such a "
        "resume is refused, naming the keys that differ"},
-      {"init_from", T::PATH, "",
+      {"init_from", &TrainConfig::init_from, T::PATH, "",
        "checkpoint (file or sharded directory) whose weights start the run at step 0, e.g. "
        "one from `tide import`; its model shape must be this config's; no optimizer state, "
        "step or data position is taken (checkpoint.resume, when set, wins)"},
-      {"comm.timeout_s", T::FLOAT, 600.0,
+      {"comm.timeout_s", &TrainConfig::comm_timeout_s, T::FLOAT, 600.0,
        "seconds any rank waits in one collective or send/recv before the job is ended with the "
        "operation, step and missing ranks named (keep it above the longest checkpoint write); "
        "see docs/reliability.md",
        nums(0, /*lo_open=*/true)},
-      {"tensorboard.enabled", T::BOOL, false,
+      {"tensorboard.enabled", &TrainConfig::tensorboard, T::BOOL, false,
        "write TensorBoard event files (rank 0): every metrics.jsonl value as a scalar, at its "
        "step; see docs/observability.md"},
-      {"tensorboard.output_path", T::STRING, "",
+      {"tensorboard.output_path", &TrainConfig::tensorboard_path, T::STRING, "",
        "directory of the event files (created); empty = out_dir/tensorboard"},
-      {"tensorboard.job_name", T::STRING, "",
+      {"tensorboard.job_name",
+       {tensorboard_job_name, &TrainConfig::tensorboard_job},
+       T::STRING,
+       "",
        "subdirectory of tensorboard.output_path for this run (DeepSpeed's job_name); empty = "
        "none"},
-      {"trace.steps", T::INT, 0,
+      {"trace.steps", &TrainConfig::trace_steps, T::INT, 0,
        "record a Chrome trace (chrome://tracing, Perfetto) of this many steps, after one "
        "untraced warm-up step: block parts, communication, chunk moves, optimizer; 0 = off",
        ints(0)},
-      {"trace.path", T::STRING, "",
+      {"trace.path", &TrainConfig::trace_path, T::STRING, "",
        "the trace file (rank 0 gathers every rank's events into it); empty = out_dir/trace.json"},
   };
   return keys;
@@ -766,24 +1029,33 @@ TrainConfig parse_checked(const json& j, std::vector<std::string> unknown, bool 
   }
   // Every value now has its type and lies in its key's range: the narrowing below is exact.
   auto i = [&](const char* p) { return v.at(p).get<int64_t>(); };
-  auto f = [&](const char* p) { return v.at(p).get<double>(); };
   auto s = [&](const char* p) { return v.at(p).get<std::string>(); };
   auto b = [&](const char* p) { return v.at(p).get<bool>(); };
 
+  // DeepSpeed's deprecated booleans, read as its pydantic model reads them: true sets the new
+  // key's device to "cpu", and giving the new key as well is an error. Recorded in the new key
+  // (and the old one false), so that config.json holds one spelling; before the fields are set,
+  // which read the new key.
+  for (const auto& [old_key, new_key] :
+       {std::pair{"zero_optimization.cpu_offload", "zero_optimization.offload_optimizer.device"},
+        std::pair{"zero_optimization.cpu_offload_params",
+                  "zero_optimization.offload_param.device"}}) {
+    if (!b(old_key)) continue;
+    TIDE_CHECK(!is_given(new_key),
+               "{} (deprecated in DeepSpeed) and {} are the same setting; give only {}", old_key,
+               new_key, new_key);
+    v[new_key] = "cpu";
+    v[old_key] = false;
+  }
+
   TrainConfig c;
   c.ignored_keys = ignored;
-  c.micro_batch = static_cast<int>(i("train_micro_batch_size_per_gpu"));
-  c.grad_accum = static_cast<int>(i("gradient_accumulation_steps"));
-  c.train_batch_size = static_cast<int>(i("train_batch_size"));
-  c.seq_len = static_cast<int>(i("seq_len"));
-  c.train_steps = i("train_steps");
-  c.seed = v.at("seed").get<uint64_t>();
-  c.device = s("device");
-  TIDE_CHECK(c.device == "cpu" || c.device == "auto" || c.device == "cuda" ||
-                 (c.device.starts_with("cuda:") && c.device.size() > 5 &&
-                  c.device.find_first_not_of("0123456789", 5) == std::string::npos),
-             "device '{}' is not a device; use cpu, cuda, cuda:N or auto", c.device);
-  c.threads = static_cast<int>(i("threads"));
+  // Every key with a field, in table order (a parser there refuses a bad name).
+  for (const ConfigKey& k : config_schema())
+    if (k.field) k.field.apply(c, v.at(k.path));
+
+  // What the table cannot say: keys read together, values resolved from other keys, one
+  // spelling per value in c.values. The rules between keys are check_settings' (last).
   // DeepSpeed lower-cases the names of its own optimizers (adam, adamw, ...) and takes any other
   // name from torch.optim (SGD). Adam is AdamW unless adam_w_mode is false (its engine's
   // effective_adam_w_mode). SGD is a name tide estimate sizes (no optimizer state); tide train
@@ -800,17 +1072,9 @@ TrainConfig parse_checked(const json& j, std::vector<std::string> unknown, bool 
   c.adam_w_mode = opt != "adam" || b("optimizer.params.adam_w_mode");
   v["optimizer.type"] = opt == "adam" ? "Adam" : c.optimizer_type;
   v["optimizer.params.adam_w_mode"] = c.adam_w_mode;
-  c.lr = f("optimizer.params.lr");
-  c.beta1 = v.at("optimizer.params.betas")[0].get<double>();
-  c.beta2 = v.at("optimizer.params.betas")[1].get<double>();
-  c.eps = f("optimizer.params.eps");
-  c.weight_decay = f("optimizer.params.weight_decay");
   // The schedule, as DeepSpeed reads its scheduler section (optim/lr_schedule.h).
   LrSchedule& ls = c.lr_schedule;
-  ls.type = parse_lr_schedule_type(s("scheduler.type"));
   ls.lr = c.lr;
-  ls.warmup_min_lr = f("scheduler.params.warmup_min_lr");
-  ls.warmup_max_lr = f("scheduler.params.warmup_max_lr");
   TIDE_CHECK(ls.warmup_max_lr >= 0 || ls.warmup_max_lr == -1.0,
              "config key 'scheduler.params.warmup_max_lr' must be >= 0, or -1 for DeepSpeed's "
              "default (got {})",
@@ -823,11 +1087,8 @@ TrainConfig parse_checked(const json& j, std::vector<std::string> unknown, bool 
     ls.warmup_max_lr = ls.type == LrScheduleType::WARMUP_DECAY_LR ? 0.001 : c.lr;
     if (uses_max_lr) v["scheduler.params.warmup_max_lr"] = ls.warmup_max_lr;
   }
-  ls.warmup_type = parse_warmup_type(s("scheduler.params.warmup_type"));
-  ls.total_num_steps = i("scheduler.params.total_num_steps");
   if (ls.total_num_steps == 0) ls.total_num_steps = c.train_steps;
   v["scheduler.params.total_num_steps"] = ls.total_num_steps;
-  ls.warmup_num_steps = i("scheduler.params.warmup_num_steps");
   TIDE_CHECK(ls.warmup_num_steps != 0,
              "scheduler.params.warmup_num_steps must be a positive integer (as in DeepSpeed), or "
              "-1 for 10% of total_num_steps");
@@ -835,146 +1096,31 @@ TrainConfig parse_checked(const json& j, std::vector<std::string> unknown, bool 
     ls.warmup_num_steps = std::max<int64_t>(1, ls.total_num_steps / 10);
     v["scheduler.params.warmup_num_steps"] = ls.warmup_num_steps;
   }
-  ls.cos_min_ratio = f("scheduler.params.cos_min_ratio");
-  ls.warmup_min_ratio = f("scheduler.params.warmup_min_ratio");
-  c.grad_clip = static_cast<float>(f("gradient_clipping"));
-  // What the optimizer and the schedule check at their first step, checked now (as the Trainer
-  // builds them), so that no bad value gets as far as out_dir.
-  AdamWHyper h;
-  h.lr = static_cast<float>(c.lr);
-  h.beta1 = c.beta1;
-  h.beta2 = c.beta2;
-  h.eps = c.eps;
-  h.weight_decay = c.weight_decay;
-  h.decoupled = c.adam_w_mode;
-  check_adamw_args(h, AdamWStep{1, 1.0f});
-  check_lr_schedule(c.lr_schedule);
-  c.bf16 = b("bf16.enabled");
-  c.fp16 = b("fp16.enabled");
-  TIDE_CHECK(!(c.bf16 && c.fp16), "bf16.enabled and fp16.enabled cannot both be true");
-  c.grad_accum_dtype = s("data_types.grad_accum_dtype");
-  TIDE_CHECK(
-      c.grad_accum_dtype.empty() || c.grad_accum_dtype == "fp32" || c.grad_accum_dtype == "bf16" ||
-          c.grad_accum_dtype == "fp16",
-      "data_types.grad_accum_dtype must be \"fp32\", \"bf16\", \"fp16\" or empty (DeepSpeed's "
-      "default) (got \"{}\")",
-      c.grad_accum_dtype);
-  c.communication_data_type = s("communication_data_type");
-  const std::string& comm = c.communication_data_type;
-  TIDE_CHECK(comm.empty() || comm == "fp32" || comm == "bf16" || comm == "fp16",
-             "communication_data_type must be \"fp32\", \"bf16\", \"fp16\" or empty "
-             "(DeepSpeed's default: the parameters' dtype) (got \"{}\")",
-             comm);
-  Fp16LossScale& ls16 = c.fp16_loss_scale;
-  ls16.auto_cast = b("fp16.auto_cast");
-  ls16.loss_scale = f("fp16.loss_scale");
-  ls16.initial_scale_power = static_cast<int>(i("fp16.initial_scale_power"));
-  ls16.loss_scale_window = i("fp16.loss_scale_window");
-  ls16.hysteresis = static_cast<int>(i("fp16.hysteresis"));
-  ls16.consecutive_hysteresis = b("fp16.consecutive_hysteresis");
-  ls16.min_loss_scale = f("fp16.min_loss_scale");
-  c.zero.stage = static_cast<int>(i("zero_optimization.stage"));
-  c.zero.reduce_bucket_size = i("zero_optimization.reduce_bucket_size");
-  c.zero.allgather_bucket_size = i("zero_optimization.allgather_bucket_size");
-  c.zero.overlap_comm = b("zero_optimization.overlap_comm");
-  TIDE_CHECK(b("zero_optimization.contiguous_gradients"),
-             "zero_optimization.contiguous_gradients = false is not available: tide's gradients "
-             "always live in contiguous chunks; remove the key or set it to true");
-  c.zero.prefetch_bucket_size = i("zero_optimization.stage3_prefetch_bucket_size");
-  c.zero.max_live_parameters = i("zero_optimization.stage3_max_live_parameters");
-  c.zero.param_persistence_threshold = i("zero_optimization.stage3_param_persistence_threshold");
-  c.activation_policy = parse_activation_policy(s("activation_checkpointing.policy"));
   v["activation_checkpointing.policy"] = activation_policy_name(c.activation_policy);
-  c.chunk_size_mb = f("chunk_size_mb");
-  // Offload and the parallel layout: the names and combinations are checked here, for both
-  // commands; what tide train cannot run yet, it refuses (unsupported_settings.h).
-  // DeepSpeed's deprecated booleans, read as its pydantic model reads them: true sets the new
-  // key's device to "cpu", and giving the new key as well is an error. Recorded in the new key
-  // (and the old one false), so that config.json holds one spelling.
-  for (const auto& [old_key, new_key] :
-       {std::pair{"zero_optimization.cpu_offload", "zero_optimization.offload_optimizer.device"},
-        std::pair{"zero_optimization.cpu_offload_params",
-                  "zero_optimization.offload_param.device"}}) {
-    if (!b(old_key)) continue;
-    TIDE_CHECK(!is_given(new_key),
-               "{} (deprecated in DeepSpeed) and {} are the same setting; give only {}", old_key,
-               new_key, new_key);
-    v[new_key] = "cpu";
-    v[old_key] = false;
-  }
-  c.offload_optimizer = s("zero_optimization.offload_optimizer.device");
-  c.offload_param = s("zero_optimization.offload_param.device");
-  for (const char* key :
-       {"zero_optimization.offload_optimizer.device", "zero_optimization.offload_param.device"})
-    TIDE_CHECK(s(key) == "none" || s(key) == "cpu",
-               "config key '{}' must be \"cpu\" or \"none\" (got \"{}\"){}", key, s(key),
-               s(key) == "nvme" ? "; tide has no NVMe offload (DeepSpeed's ZeRO-Infinity)" : "");
-  TIDE_CHECK(c.offload_param == "none" || c.offload_optimizer == "cpu",
-             "zero_optimization.offload_param.device is \"cpu\" but offload_optimizer is not; "
-             "offloading the parameters needs the optimizer on the host too, so set "
-             "zero_optimization.offload_optimizer.device to \"cpu\"");
-  // ZeRO-Offload (parallel/offload_policy.h) and the compute tier's budget.
-  c.zero.offload_optimizer.enabled = c.offload_optimizer == "cpu";
-  c.zero.offload_optimizer.pin_memory = b("zero_optimization.offload_optimizer.pin_memory");
-  c.zero.offload_optimizer.delayed_update = b("zero_optimization.offload_optimizer.delayed_update");
-  c.zero.offload_optimizer.dpu_warmup_steps =
-      i("zero_optimization.offload_optimizer.dpu_warmup_steps");
-  TIDE_CHECK(!c.zero.offload_optimizer.delayed_update || c.zero.offload_optimizer.enabled,
-             "zero_optimization.offload_optimizer.delayed_update=true needs "
-             "zero_optimization.offload_optimizer.device=\"cpu\" (the delayed update is the CPU "
-             "optimizer's); set the device or remove delayed_update");
-  c.device_memory_limit = i("placement.device_memory_limit");
-  c.placement_policy = s("placement.policy");
-  TIDE_CHECK(c.placement_policy == "device" || c.placement_policy == "auto",
-             "placement.policy must be \"device\" or \"auto\" (got \"{}\")", c.placement_policy);
-  // On a GPU auto's budget would default to the device's free memory; on the CPU the device is
-  // the budgeted stand-in, whose size only the key can give.
-  TIDE_CHECK(c.placement_policy != "auto" || c.device_memory_limit > 0,
-             "placement.policy=\"auto\" needs placement.device_memory_limit > 0 on the CPU (the "
-             "bytes of the budgeted allocator standing in for the device, which auto fills and "
-             "evicts from); set placement.device_memory_limit, or placement.policy=\"device\"");
-  TIDE_CHECK(
-      c.placement_policy != "auto" || (c.offload_optimizer == "none" && c.offload_param == "none"),
-      "placement.policy=\"auto\" with zero_optimization.offload_optimizer/offload_param "
-      "\"cpu\": auto decides where the optimizer state and the parameters live itself; "
-      "set both offload devices to \"none\", or placement.policy=\"device\"");
-  c.world_size = static_cast<int>(i("world_size"));
-  c.tensor_parallel = static_cast<int>(i("tensor_parallel.size"));
-  c.sequence_parallel = b("tensor_parallel.sequence_parallel");
-  c.partition_activations = b("activation_checkpointing.partition_activations");
-  c.cpu_checkpointing = b("activation_checkpointing.cpu_checkpointing");
-  c.pipeline_stages = static_cast<int>(i("pipeline.stages"));
-  c.pipeline_schedule = canonical_schedule_name(s("pipeline.schedule"));
   v["pipeline.schedule"] = c.pipeline_schedule;
-  c.virtual_stages = static_cast<int>(i("pipeline.virtual_stages"));
   // zb-v always runs two chunks per stage: the key may say so, or be left at 1.
   if (c.pipeline_schedule == "zb-v" && c.pipeline_stages > 1 &&
       !is_given("pipeline.virtual_stages"))
     c.virtual_stages = 2;
   v["pipeline.virtual_stages"] = c.virtual_stages;
-  c.pipeline_memory_limit = f("pipeline.memory_limit");
 
-  c.model_preset = s("model.preset");
   if (!c.model_preset.empty()) {
-    c.model = GPTConfig::preset(c.model_preset);
+    GPTConfig preset = GPTConfig::preset(c.model_preset);
     // A shape key next to a preset would be dropped: an error unless it says the same.
-    const std::pair<const char*, int> shape[] = {{"model.n_layer", c.model.n_layer},
-                                                 {"model.n_head", c.model.n_head},
-                                                 {"model.n_embd", c.model.n_embd},
-                                                 {"model.vocab_size", c.model.vocab_size},
-                                                 {"model.max_seq_len", c.model.max_seq_len}};
+    const std::pair<const char*, int> shape[] = {{"model.n_layer", preset.n_layer},
+                                                 {"model.n_head", preset.n_head},
+                                                 {"model.n_embd", preset.n_embd},
+                                                 {"model.vocab_size", preset.vocab_size},
+                                                 {"model.max_seq_len", preset.max_seq_len}};
     for (const auto& [key, preset_value] : shape)
       TIDE_CHECK(!is_given(key) || i(key) == preset_value,
                  "{}={} conflicts with model.preset={}, whose {} is {}; remove {}, or remove "
                  "model.preset and give every shape key",
                  key, i(key), c.model_preset, key, preset_value, key);
-  } else {
-    c.model.n_layer = static_cast<int>(i("model.n_layer"));
-    c.model.n_head = static_cast<int>(i("model.n_head"));
-    c.model.n_embd = static_cast<int>(i("model.n_embd"));
-    c.model.vocab_size = static_cast<int>(i("model.vocab_size"));
-    c.model.max_seq_len = static_cast<int>(i("model.max_seq_len"));
-    if (c.model.max_seq_len == 0) c.model.max_seq_len = c.seq_len;
+    preset.dropout = c.model.dropout;  // not part of the shape
+    c.model = preset;
+  } else if (c.model.max_seq_len == 0) {
+    c.model.max_seq_len = c.seq_len;
   }
   // The shape the run uses (a preset's, max_seq_len 0 -> seq_len).
   v["model.n_layer"] = c.model.n_layer;
@@ -982,21 +1128,7 @@ TrainConfig parse_checked(const json& j, std::vector<std::string> unknown, bool 
   v["model.n_embd"] = c.model.n_embd;
   v["model.vocab_size"] = c.model.vocab_size;
   v["model.max_seq_len"] = c.model.max_seq_len;
-  c.model.dropout = static_cast<float>(f("model.dropout"));
-  TIDE_CHECK(c.seq_len <= c.model.max_seq_len,
-             "seq_len {} exceeds model.max_seq_len {}; lower seq_len or raise model.max_seq_len",
-             c.seq_len, c.model.max_seq_len);
-  GPTConfig shape = c.model;  // vocab_size 0 (from the data) is checked once it is known
-  if (shape.vocab_size == 0) shape.vocab_size = 2;
-  shape.validate();
 
-  c.data_dir = s("data.dir");
-  c.train_data = s("data.train");
-  c.val_data = s("data.val");
-  c.shuffle = b("data.shuffle");
-  c.eval_interval = i("eval.interval");
-  c.eval_sequences = i("eval.sequences");
-  c.log_interval = i("log.interval");
   if (is_given("steps_per_print")) {
     TIDE_CHECK(!is_given("log.interval") || i("log.interval") == i("steps_per_print"),
                "steps_per_print ({}) and log.interval ({}) are the same setting with different "
@@ -1005,25 +1137,6 @@ TrainConfig parse_checked(const json& j, std::vector<std::string> unknown, bool 
     c.log_interval = i("steps_per_print");
   }
   v["log.interval"] = v["steps_per_print"] = c.log_interval;
-  c.progress = b("log.progress");
-  c.out_dir = s("out_dir");
-  TIDE_CHECK(!c.out_dir.empty(), "out_dir is empty; name a directory, e.g. out_dir=runs/mine");
-  c.out_dir_overwrite = b("out_dir_overwrite");
-  c.checkpoint_interval = i("checkpoint.interval");
-  c.resume = s("checkpoint.resume");
-  c.new_lr_schedule = b("checkpoint.new_lr_schedule");
-  c.init_from = s("init_from");
-  c.comm_timeout_s = f("comm.timeout_s");
-  c.tensorboard = b("tensorboard.enabled");
-  c.tensorboard_path = s("tensorboard.output_path");
-  c.tensorboard_job = s("tensorboard.job_name");
-  TIDE_CHECK(c.tensorboard_job.find('/') == std::string::npos && c.tensorboard_job != "." &&
-                 c.tensorboard_job != "..",
-             "tensorboard.job_name '{}' must be one directory name (no '/'); put the parent "
-             "directories in tensorboard.output_path",
-             c.tensorboard_job);
-  c.trace_steps = i("trace.steps");
-  c.trace_path = s("trace.path");
   c.is_default_run = c.data_dir.empty() && c.train_data.empty();
   // The batch, now that the layout is known: data-parallel ranks = ranks / (tp x pp) (what
   // DeepSpeed's world_size is under Megatron's mpu). A layout that does not divide the ranks is
@@ -1040,8 +1153,7 @@ TrainConfig parse_checked(const json& j, std::vector<std::string> unknown, bool 
                 is_given("gradient_accumulation_steps"), dp);
   v["train_micro_batch_size_per_gpu"] = c.micro_batch;
   v["gradient_accumulation_steps"] = c.grad_accum;
-  check_tensor_parallel_settings(c);  // needs the shape and the activation policy
-  check_pipeline_settings(c);         // needs the shape, the batch and ZeRO: last
+  check_settings(c);  // the rules between keys, on the resolved values
   c.values = json(v);
 
   if (!check_paths) return c;

@@ -4,14 +4,17 @@
 // and tide's own keys otherwise (model.*, data.*, eval.*). Every key can be overridden from the
 // command line as key=value (nested keys with dots: optimizer.params.lr=3e-4).
 //
-// The schema (config_schema()) lists every key with its type, default and one line of
-// documentation; it drives parsing, validation, `tide train --list-keys` and docs/config.md.
+// The schema (config_schema()) lists every key with the TrainConfig field it sets, its type,
+// default and one line of documentation; it drives parsing, validation, config.json,
+// `tide train --list-keys` and docs/config.md.
 // An unknown key, a value of the wrong type or an out-of-range value is an error naming the
 // key and the fix (with a "did you mean" suggestion for misspelt keys).
 
 #include <cstdint>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "tide/core/dtype.h"
@@ -46,8 +49,64 @@ enum class KeyUse {
              // `doc` as the reason and the fix
 };
 
+struct TrainConfig;
+
+// What ConfigField is made from (below).
+template <class M>
+concept ConfigMember = std::is_member_object_pointer_v<M>;
+template <class P>
+concept ConfigNameParser = std::is_invocable_v<P, const std::string&>;
+template <class S>
+concept ConfigSetter = std::is_invocable_v<S, TrainConfig&, const nlohmann::json&>;
+
+// Where a key's value goes in TrainConfig (ConfigKey::field), so that reading a plain key is the
+// table's work: parse_checked sets every key that has a field, in table order, once the value's
+// type and range are checked (the narrowing to the field's type is then exact). Made from
+//  - a member path:            {&TrainConfig::zero, &ZeroSettings::stage}
+//  - a parser and a path:      {parse_activation_policy, &TrainConfig::activation_policy}, for a
+//                              string that names something (an enum, a checked name): the parser
+//                              takes the string and throws the key's error for a bad one
+//  - a setter:                 [](TrainConfig& c, const nlohmann::json& v) {...}, for the rest
+//                              (one key, two fields; a key that only checks its value)
+// Empty ({}): parse_checked reads the key itself (derived and deprecated keys), or nothing does
+// (DeepSpeed's ignored and refused keys).
+class ConfigField {
+ public:
+  ConfigField() = default;
+  template <class F, ConfigMember... Ms>
+  ConfigField(F TrainConfig::*m, Ms... ms)
+      : set_([m, ms...](TrainConfig& c, const nlohmann::json& v) {
+          auto& field = member(c.*m, ms...);
+          field = v.get<std::remove_reference_t<decltype(field)>>();
+        }) {}
+  template <ConfigNameParser P, class F, ConfigMember... Ms>
+  ConfigField(P parse, F TrainConfig::*m, Ms... ms)
+      : set_([parse, m, ms...](TrainConfig& c, const nlohmann::json& v) {
+          member(c.*m, ms...) = parse(v.get<std::string>());
+        }) {}
+  template <ConfigSetter S>
+  ConfigField(S set) : set_(std::move(set)) {}
+
+  explicit operator bool() const { return static_cast<bool>(set_); }
+  // Sets c's field to `value` (a parser or setter may throw the key's error).
+  void apply(TrainConfig& c, const nlohmann::json& value) const { set_(c, value); }
+
+ private:
+  template <class T>
+  static T& member(T& object) {
+    return object;
+  }
+  template <class T, class M, class... Ms>
+  static auto& member(T& object, M T::*m, Ms... ms) {
+    return member(object.*m, ms...);
+  }
+  std::function<void(TrainConfig&, const nlohmann::json&)> set_;
+};
+
+// One config key: everything about it is here (adding a key: docs/config.md, "Adding a key").
 struct ConfigKey {
-  const char* path;  // dotted: "optimizer.params.lr"
+  const char* path;   // dotted: "optimizer.params.lr"
+  ConfigField field;  // where its value goes in TrainConfig ({}: none, see ConfigField)
   ConfigType type;
   nlohmann::json default_value;
   const char* doc;
@@ -144,7 +203,7 @@ struct TrainConfig {
 // everything against the schema and returns the typed config. Everything that can be checked
 // without the data is checked here, before anything is prepared or written: unknown keys (all
 // of them in one error), types, ranges (before narrowing), the optimizer and the LR schedule,
-// the model shape, and that every path given exists.
+// the model shape, the rules between keys (check_settings.h), and that every path given exists.
 // check_paths = false (`tide estimate`, which reads no data): the paths are not checked.
 // ranks: the processes of the run (tide train: the ranks launched), which with the
 // tensor-parallel and pipeline sizes give the data-parallel ranks that derive a batch size the

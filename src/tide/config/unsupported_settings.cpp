@@ -35,33 +35,6 @@ void check_trainer_can_honour(const TrainConfig& c, int world_size) {
              "partitioned activations inside pipeline stages are not in tide train yet; set "
              "partition_activations to false (and cpu_checkpointing), or pipeline.stages to 1",
              p);
-  TIDE_CHECK(c.offload_optimizer == "none" || c.zero.stage >= 1,
-             "zero_optimization.offload_optimizer.device=\"cpu\" with zero_optimization.stage=0: "
-             "ZeRO-Offload offloads the partitioned optimizer state of stages 1-3 (as DeepSpeed "
-             "does); set zero_optimization.stage to 1, 2 or 3");
-  // offload_param: DeepSpeed's rule, ZeRO stage 3 (the parameters are partitioned and gathered
-  // per block; on one rank the "gather" copies the host slice, which is the whole chunk).
-  TIDE_CHECK(c.offload_param == "none" || c.zero.stage == 3,
-             "zero_optimization.offload_param.device=\"cpu\" with zero_optimization.stage={}: "
-             "parameter offload needs ZeRO stage 3 (as in DeepSpeed); set "
-             "zero_optimization.stage=3",
-             c.zero.stage);
-  // placement.policy=auto (parallel/auto_placement.h) plans one store against the device budget
-  // from the accesses of its first step.
-  TIDE_CHECK(c.placement_policy != "auto" || t == 1,
-             "placement.policy=\"auto\" with tensor_parallel.size={}: tide train places chunks "
-             "automatically without tensor parallelism; set tensor_parallel.size=1, or "
-             "placement.policy=\"device\"",
-             t);
-  TIDE_CHECK(c.placement_policy != "auto" || c.virtual_stages == 1,
-             "placement.policy=\"auto\" with pipeline.virtual_stages={}: the policy plans one "
-             "model chunk per stage against the device budget; use a schedule with one chunk per "
-             "stage (not interleaved or zb-v), or placement.policy=\"device\"",
-             c.virtual_stages);
-  TIDE_CHECK(c.placement_policy != "auto" || c.pipeline_schedule != "zb-auto",
-             "placement.policy=\"auto\" with pipeline.schedule=\"zb-auto\": the placement plan is "
-             "learned from the first step's accesses, and zb-auto changes the schedule after that "
-             "step; pick a fixed schedule (e.g. zb-h1), or placement.policy=\"device\"");
   TIDE_CHECK(c.optimizer_type == "AdamW",
              "optimizer.type=\"{}\": tide train has only Adam and AdamW; set optimizer.type to "
              "\"AdamW\" (tide estimate sizes SGD)",

@@ -58,6 +58,8 @@ void TrainSetup::validate() const {
              grad_accum);
   TIDE_CHECK(zero_stage >= 0 && zero_stage <= 3,
              "zero_optimization.stage must be 0, 1, 2 or 3 (got {})", zero_stage);
+  // The rules below that a config states too are check_settings' (config/check_settings.cpp)
+  // when the setup comes from one; here they guard the flags, which may override the config.
   TIDE_CHECK(offload == Offload::None || zero_stage >= 1,
              "offload_optimizer needs ZeRO (the host keeps this rank's optimizer partition); set "
              "zero_optimization.stage to 1, 2 or 3, or turn offload off");
@@ -73,7 +75,7 @@ void TrainSetup::validate() const {
   TIDE_CHECK(device_memory_limit >= 0,
              "placement.device_memory_limit must be >= 0 bytes, 0 being no limit (got {})",
              device_memory_limit);
-  if (placement == Placement::Auto) {  // what tide train refuses (config/config.cpp)
+  if (placement == Placement::Auto) {  // what tide train refuses (config/check_settings.cpp)
     TIDE_CHECK(device_memory_limit > 0,
                "placement.policy=auto needs placement.device_memory_limit > 0 (the budget auto "
                "fills and evicts from); give it (--device-memory-limit 40GiB), or use "
@@ -87,7 +89,7 @@ void TrainSetup::validate() const {
                "placement.policy=auto runs with tensor_parallel.size 1 (got {}); set it to 1, or "
                "use placement.policy=device",
                tp);
-    // As tide train (config/unsupported_settings.cpp): one store per stage, a fixed schedule.
+    // As tide train (config/check_settings.cpp): one store per stage, a fixed schedule.
     TIDE_CHECK(pp == 1 || (schedule != Schedule::Interleaved && schedule != Schedule::ZBV &&
                            schedule != Schedule::ZBAuto),
                "placement.policy=auto with pipeline.stages {} runs one model chunk per stage and "

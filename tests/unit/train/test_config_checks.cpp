@@ -6,11 +6,14 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "error_of.h"
 #include "test_files.h"
 #include "tide/checkpoint/checkpoint.h"
+#include "tide/config/check_settings.h"
+#include "tide/config/estimate_setup.h"
 #include "tide/core/rng.h"
 #include "tide/data/shard.h"
 #include "tide/parallel/zero.h"
@@ -288,4 +291,63 @@ TEST(ConfigChecks, PlacementPolicyAutoNeedsABudgetAndNoOffload) {
       load_train_config("", {"placement.policy=auto", "placement.device_memory_limit=1000"});
   EXPECT_EQ(c.placement_policy, "auto");
   EXPECT_EQ(load_train_config("", {}).placement_policy, "device");
+}
+
+// Each key is declared once: its table entry names the TrainConfig field it sets, so a plain key
+// needs nothing else (docs/config.md, "Adding a key"). The keys without a field are the ones
+// parse_checked reads itself, and DeepSpeed's keys that change nothing.
+TEST(ConfigTable, EveryHonouredKeyHasAFieldOrIsReadByTheParser) {
+  const std::set<std::string> read_by_parser = {
+      "optimizer.type", "optimizer.params.adam_w_mode", "zero_optimization.cpu_offload",
+      "zero_optimization.cpu_offload_params", "steps_per_print"};
+  for (const ConfigKey& k : config_schema()) {
+    if (k.use != KeyUse::HONOURED)
+      EXPECT_FALSE(k.field) << k.path;
+    else
+      EXPECT_EQ(!k.field, read_by_parser.count(k.path) == 1) << k.path;
+  }
+}
+
+TEST(ConfigTable, AFieldTakesItsKeysValue) {
+  const TrainConfig c = load_train_config(
+      "", {"eval.interval=7", "zero_optimization.offload_optimizer.dpu_warmup_steps=9",
+           "fp16.hysteresis=3", "model.dropout=0.25", "activation_checkpointing.policy=selective",
+           "scheduler.params.warmup_type=log", "optimizer.params.betas=[0.8,0.9]",
+           "pipeline.schedule=zb_h1", "zero_optimization.stage=1",
+           "zero_optimization.offload_optimizer.device=cpu", "seed=18446744073709551615"});
+  EXPECT_EQ(c.eval_interval, 7);
+  EXPECT_EQ(c.zero.offload_optimizer.dpu_warmup_steps, 9);
+  EXPECT_EQ(c.fp16_loss_scale.hysteresis, 3);
+  EXPECT_EQ(c.model.dropout, 0.25f);
+  EXPECT_EQ(c.activation_policy, ActivationPolicy::SELECTIVE);
+  EXPECT_EQ(c.lr_schedule.warmup_type, WarmupType::LOG);
+  EXPECT_EQ(c.beta1, 0.8);
+  EXPECT_EQ(c.beta2, 0.9);
+  EXPECT_EQ(c.pipeline_schedule, "zb-h1");  // the parser's canonical name
+  EXPECT_EQ(c.values["pipeline.schedule"], "zb-h1");
+  EXPECT_EQ(c.zero.stage, 1);
+  EXPECT_EQ(c.offload_optimizer, "cpu");
+  EXPECT_TRUE(c.zero.offload_optimizer.enabled);
+  EXPECT_EQ(c.seed, UINT64_MAX);
+}
+
+// The rules between keys are one check (config/check_settings.h), run when a config is read: by
+// tide train before anything is written, and by tide estimate --config, with the same message.
+TEST(CheckSettings, OneRuleForTrainAndEstimate) {
+  const std::string rule =
+      "zero_optimization.offload_optimizer.device=\"cpu\" with zero_optimization.stage=0: "
+      "ZeRO-Offload offloads the partitioned optimizer state of stages 1-3";
+  EXPECT_HAS(
+      error_of([] { load_train_config("", {"zero_optimization.offload_optimizer.device=cpu"}); }),
+      rule);
+  const std::string dir = temp_dir("check_settings");
+  {
+    std::ofstream(dir + "/off.json") << R"({"zero_optimization": {"offload_optimizer":
+                                            {"device": "cpu"}}, "model": {"vocab_size": 64}})";
+  }
+  EXPECT_HAS(error_of([&] { read_estimate_config(dir + "/off.json"); }), rule);
+  TrainConfig c = load_train_config("", {});
+  EXPECT_EQ(error_of([&] { check_settings(c); }), "");
+  c.offload_optimizer = "cpu";
+  EXPECT_HAS(error_of([&] { check_settings(c); }), rule);
 }
