@@ -87,6 +87,9 @@ struct Options {
   int threads = 0;  // 0: OpenMP's default
   int steps = 10, warmup = 2;
   bool no_sgemm = false;  // skip the sgemm peak probes (bench/vs_torch.py: training only)
+  // The compute dtype (tide train's bf16.enabled / fp16.enabled): 16-bit parameters, gradients
+  // and activations, f32 master weights and Adam states.
+  DType dtype = DType::F32;
   std::vector<ActivationPolicy> policies = {ActivationPolicy::SAVE_ALL, ActivationPolicy::SELECTIVE,
                                             ActivationPolicy::FULL};
 };
@@ -122,7 +125,10 @@ Options parse_options(int argc, char** argv) {
   app.add_option("--warmup", o.warmup, "untimed steps first")->capture_default_str();
   app.add_option("--policies", policies, "comma-separated: none,selective,full");
   app.add_flag("--no-sgemm", o.no_sgemm, "skip the sgemm peak probes (mfu_* print 0)");
+  std::string dtype = "f32";
+  app.add_option("--dtype", dtype, "compute dtype: f32, bf16 or f16")->capture_default_str();
   bench::parse_args(app, argc, argv);
+  o.dtype = parse_dtype(dtype);
   if (!policies.empty()) o.policies = parse_policies(policies);
   TIDE_CHECK(o.B > 0 && o.T > 0, "--B and --T must be positive (got {} and {})", o.B, o.T);
   TIDE_CHECK(o.threads >= 0, "--threads must be >= 1 (or 0 for OpenMP's default)");
@@ -190,11 +196,19 @@ void adamw_step(ChunkStore& store, int64_t t) {
   tide::adamw_step(store, h, AdamWStep{t, 1.0f});
 }
 
+ModelOptions model_options(DType dtype) {
+  ModelOptions m;
+  m.store.compute_dtype = dtype;
+  return m;
+}
+
 // A model trained under one activation policy, with its timings.
 class PolicyRun {
  public:
   PolicyRun(const Options& o, ActivationPolicy policy)
-      : policy_(policy), model_(o.model, policy), mb_(model_.make_micro_batch(o.B, o.T)) {
+      : policy_(policy),
+        model_(o.model, policy, model_options(o.dtype)),
+        mb_(model_.make_micro_batch(o.B, o.T)) {
     model_.init_weights(1337);
     // One fixed random sequence of B*T+1 tokens; targets are the inputs shifted by one.
     const int64_t n = int64_t{o.B} * o.T;
@@ -273,11 +287,13 @@ int main(int argc, char** argv) try {
   }
   std::printf(
       "{\"bench\":\"gpt_cpu\",\"kind\":\"config\",\"L\":%d,\"H\":%d,\"C\":%d,\"V\":%d,\"T\":%d,"
-      "\"B\":%d,\"threads\":%d,\"steps\":%d,\"warmup\":%d,\"omp_wait_policy\":\"%s\","
+      "\"B\":%d,\"dtype\":\"%s\",\"threads\":%d,\"steps\":%d,\"warmup\":%d,"
+      "\"omp_wait_policy\":\"%s\","
       "\"loadavg_1min\":%.2f,"
       "\"openblas\":\"%s\",\"params\":%lld,\"flops_per_token\":%.0f,"
       "\"flops_formula\":\"6*N + 12*L*T*C (N = all params, tied head once)\"}\n",
-      m.n_layer, m.n_head, m.n_embd, m.vocab_size, o.T, o.B, threads, o.steps, o.warmup,
+      m.n_layer, m.n_head, m.n_embd, m.vocab_size, o.T, o.B,
+      std::string(dtype_name(o.dtype)).c_str(), threads, o.steps, o.warmup,
       wait_policy ? wait_policy : "", load, openblas_get_config(), static_cast<long long>(params),
       flops_per_token);
   std::fflush(stdout);

@@ -103,6 +103,9 @@ def main():
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--attn", choices=("sdpa", "manual"), default="sdpa")
     ap.add_argument("--profile", type=int, default=0, help="print torch.profiler's top N ops")
+    ap.add_argument("--dtype", choices=("f32", "bf16"), default="f32",
+                    help="bf16: forward and loss under torch.autocast('cpu', bfloat16), the "
+                    "usual PyTorch bf16 CPU training (f32 parameters, gradients and AdamW)")
     a = ap.parse_args()
 
     torch.set_num_threads(a.threads)
@@ -122,7 +125,7 @@ def main():
     print(json.dumps({
         "bench": "torch_gpt", "kind": "config", "L": a.L, "H": a.H, "C": a.C, "V": a.V,
         "T": a.T, "B": a.B, "threads": torch.get_num_threads(), "attn": a.attn,
-        "dropout": a.dropout, "torch": torch.__version__, "params": params,
+        "dropout": a.dropout, "dtype": a.dtype, "torch": torch.__version__, "params": params,
         "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", ""),
         "optimizer_impl": "torch.optim.AdamW default (for-loop on CPU)"}), flush=True)
 
@@ -131,7 +134,8 @@ def main():
     def one_step(timed):
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        loss = model(idx, tgt)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.dtype == "bf16"):
+            loss = model(idx, tgt)
         t1 = time.perf_counter()
         loss.backward()
         t2 = time.perf_counter()

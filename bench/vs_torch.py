@@ -31,7 +31,11 @@ apart, while the medians of two programs over rounds can come from different loa
 
 Usage: bench/vs_torch.py --tide build/bench/bench_gpt_cpu [--tide-before OLD/bench_gpt_cpu]
        [--shapes l4,l6] [--threads 1,2] [--rounds 5] [--steps 6] [--warmup 2]
-       [--attn sdpa]
+       [--attn sdpa] [--dtype f32|bf16]
+
+--dtype bf16: tide trains with bf16 parameters, gradients and activations (f32 master weights
+and Adam states, as bf16.enabled); PyTorch runs its forward under torch.autocast('cpu',
+bfloat16) with f32 parameters, gradients and AdamW, the usual PyTorch bf16 CPU training.
 """
 import argparse
 import json
@@ -73,6 +77,8 @@ def main():
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--attn", default="sdpa", choices=("sdpa", "manual"))
+    ap.add_argument("--dtype", default="f32", choices=("f32", "bf16"),
+                    help="bf16: tide's bf16.enabled training against PyTorch's bf16 autocast")
     a = ap.parse_args()
 
     env = dict(os.environ)
@@ -84,7 +90,7 @@ def main():
         dims = [str(d) for d in dims]
         for threads in (int(t) for t in a.threads.split(",")):
             common = dims + ["--threads", str(threads), "--steps", str(a.steps),
-                             "--warmup", str(a.warmup)]
+                             "--warmup", str(a.warmup), "--dtype", a.dtype]
             cmds = {
                 "tide": [a.tide, "--policies", "none", "--no-sgemm"] + common,
                 "torch": [sys.executable, a.torch_script, "--attn", a.attn] + common,
@@ -117,7 +123,7 @@ def main():
             med_best = {k: statistics.median(v) for k, v in best.items()}
             out = {"bench": "vs_torch", "kind": "summary", "shape": name,
                    "L": L, "H": H, "C": C, "V": V, "T": T, "B": B, "threads": threads,
-                   "rounds": a.rounds, "steps": a.steps, "attn": a.attn,
+                   "rounds": a.rounds, "steps": a.steps, "attn": a.attn, "dtype": a.dtype,
                    "omp_wait_policy": env["OMP_WAIT_POLICY"]}
             for k in names:
                 out[f"{k}_tokens_per_s"] = round(med[k], 1)
