@@ -48,6 +48,7 @@
 
 #include <cblas.h>
 #include <omp.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -61,6 +62,7 @@
 #include "bench_cli.h"
 #include "tide/core/error.h"
 #include "tide/core/rng.h"
+#include "tide/kernels/cpu/openblas_core.h"
 #include "tide/kernels/ops.h"
 #include "tide/model/gpt.h"
 #include "tide/parallel/optimizer_step.h"
@@ -270,6 +272,8 @@ class PolicyRun {
 }  // namespace
 
 int main(int argc, char** argv) try {
+  // As tide does: the vector kernels where OpenBLAS fell back to the generic ones.
+  if (cpu::choose_vector_openblas_kernels()) execv("/proc/self/exe", argv);
   const Options o = parse_options(argc, argv);
   if (o.threads > 0) omp_set_num_threads(o.threads);
   const int threads = omp_get_max_threads();
