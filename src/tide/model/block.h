@@ -85,7 +85,7 @@ struct BlockEnv {
   bool partition_activations = false;
   bool cpu_checkpointing = false;
   // The activations' dtype: the compute dtype (PARAM's), as DeepSpeed's bf16/fp16 run the
-  // module in it. Statistics (layernorm's mean and rstd, the losses) stay f32.
+  // module in it. Statistics (layernorm's mean and rstd, the losses) and the logits stay f32.
   DType act = DType::F32;
 
   // An activation (shape) from `arena`, and a (shape) tensor of `dtype`, zeroed by an op on
