@@ -18,10 +18,10 @@ echo "chaos seed $seed (CHAOS_SEED=$seed replays it)"
 
 "$tide" prepare --input "$src/README.md" "$src/docs" --out-dir data --vocab-size 300 \
   > prepare.log 2>&1 || { cat prepare.log; fail "tide prepare"; }
-# Long enough that the three kills (each 0.3-2 s after an attempt's first step) land before the
-# run ends: 4000 steps take about 9 s of stepping on the 2-core VM with OpenBLAS's AVX-512
-# kernels (1500 ended before a kill there once).
-steps=4000
+# Long enough that the three kills (each 0.3-1.5 s after an attempt's first step, 4.5 s at
+# most in all) land before the run ends: 3000 steps take about 7 s of stepping on the 2-core VM
+# with OpenBLAS's AVX-512 kernels (1500 steps with kills up to 3 s ended before a kill once).
+steps=3000
 cmd=(train data.dir=data model.n_layer=2 model.n_head=2 model.n_embd=32 seq_len=32
   train_micro_batch_size_per_gpu=2 threads=1 log.progress=false log.interval=1 eval.interval=0
   eval.sequences=4 train_steps=$steps checkpoint.interval=5 zero_optimization.stage=3)
@@ -48,7 +48,7 @@ for attempt in 1 2 3 4; do
   trap 'kill -KILL $mpirun_pid 2>/dev/null' EXIT
   if [ $attempt -le 3 ]; then
     victim_rank=$((RANDOM % 3))
-    delay_ms=$((300 + RANDOM % 1700))
+    delay_ms=$((300 + RANDOM % 1200))
     victim=$(rank_pid $mpirun_pid $victim_rank) || { cat run$attempt.log; fail "rank $victim_rank not found"; }
     for _ in $(seq 600); do grep -q "^step " run$attempt.log && break; sleep 0.1; done
     sleep "$(printf '%d.%03d' $((delay_ms / 1000)) $((delay_ms % 1000)))"
