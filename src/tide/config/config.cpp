@@ -14,7 +14,6 @@
 #include "tide/config/pipeline_setup.h"
 #include "tide/core/error.h"
 #include "tide/core/json_error.h"
-#include "tide/estimate/train_setup.h"
 #include "tide/optim/lr_schedule.h"
 
 namespace tide {
