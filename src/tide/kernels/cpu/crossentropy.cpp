@@ -19,8 +19,6 @@ struct RowStats {
   double sum;  // sum_v exp(logit_v - maxval)
 };
 
-using v4d = double __attribute__((vector_size(32)));
-
 float row_max(const float* x, int V) {
   v8f m = splat(-INFINITY);
   int v = 0;
@@ -32,13 +30,9 @@ float row_max(const float* x, int V) {
 // e = exp(x - maxval) for 8 logits, added to the two double accumulators (lanes 0-3, 4-7).
 inline v8f exp_and_add(v8f x, float maxval, v4d& lo, v4d& hi) {
   const v8f e = exp8(x - splat(maxval));
-  lo += __builtin_convertvector(__builtin_shufflevector(e, e, 0, 1, 2, 3), v4d);
-  hi += __builtin_convertvector(__builtin_shufflevector(e, e, 4, 5, 6, 7), v4d);
+  lo += low4d(e);
+  hi += high4d(e);
   return e;
-}
-
-inline double sum_lanes(v4d lo, v4d hi) {
-  return ((lo[0] + hi[0]) + (lo[1] + hi[1])) + ((lo[2] + hi[2]) + (lo[3] + hi[3]));
 }
 
 RowStats row_stats(const float* x, int V) {
@@ -47,7 +41,7 @@ RowStats row_stats(const float* x, int V) {
   int v = 0;
   for (; v + 8 <= V; v += 8) exp_and_add(load8(x + v), maxval, lo, hi);
   if (v < V) exp_and_add(load_partial(x + v, V - v, -INFINITY), maxval, lo, hi);
-  return {maxval, sum_lanes(lo, hi)};
+  return {maxval, hsum4d(lo, hi)};
 }
 
 void check_targets(const int32_t* targets, int64_t N, int V, const char* op) {
@@ -102,7 +96,7 @@ void crossentropy_backward(float* dlogits, const float* logits, const int32_t* t
       const v8f e = exp_and_add(load_partial(x + v, V - v, -INFINITY), maxval, lo, hi);
       store_partial(dx + v, e, V - v);
     }
-    const float scale = static_cast<float>(1.0 / sum_lanes(lo, hi)) * dloss;  // softmax = e / sum
+    const float scale = static_cast<float>(1.0 / hsum4d(lo, hi)) * dloss;  // softmax = e / sum
     for (v = 0; v + 8 <= V; v += 8) store8(dx + v, load8(dx + v) * splat(scale));
     for (; v < V; ++v) dx[v] *= scale;
     dx[target] -= dloss;

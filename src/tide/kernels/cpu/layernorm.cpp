@@ -16,15 +16,10 @@ constexpr int kChannelBlock = 64;
 }  // namespace
 
 namespace {
-using v4d = double __attribute__((vector_size(32)));
-
 // Adds the 8 lanes of x to two 4-lane double accumulators.
 inline void add_to_double(v8f x, v4d& lo, v4d& hi) {
-  lo += __builtin_convertvector(__builtin_shufflevector(x, x, 0, 1, 2, 3), v4d);
-  hi += __builtin_convertvector(__builtin_shufflevector(x, x, 4, 5, 6, 7), v4d);
-}
-inline double hsum(v4d lo, v4d hi) {
-  return ((lo[0] + hi[0]) + (lo[1] + hi[1])) + ((lo[2] + hi[2]) + (lo[3] + hi[3]));
+  lo += low4d(x);
+  hi += high4d(x);
 }
 }  // namespace
 
@@ -42,14 +37,12 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, c
     v4d lo = {}, hi = {};
     for (int c = 0; c < C8; c += 8) add_to_double(load8(x + c), lo, hi);
     if (C8 < C) add_to_double(load_partial(x + C8, C - C8), lo, hi);
-    const double m = hsum(lo, hi) / C;
+    const double m = hsum4d(lo, hi) / C;
     const v4d mv = {m, m, m, m};
     v4d sq_lo = {}, sq_hi = {};
     auto add_squares = [&](v8f xv) {
-      const v4d d_lo =
-          __builtin_convertvector(__builtin_shufflevector(xv, xv, 0, 1, 2, 3), v4d) - mv;
-      const v4d d_hi =
-          __builtin_convertvector(__builtin_shufflevector(xv, xv, 4, 5, 6, 7), v4d) - mv;
+      const v4d d_lo = low4d(xv) - mv;
+      const v4d d_hi = high4d(xv) - mv;
       sq_lo += d_lo * d_lo;
       sq_hi += d_hi * d_hi;
     };
@@ -58,7 +51,7 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, c
       const double d = x[c] - m;
       sq_lo[0] += d * d;
     }
-    const double sq = hsum(sq_lo, sq_hi);
+    const double sq = hsum4d(sq_lo, sq_hi);
     const float mf = static_cast<float>(m);
     const float s = static_cast<float>(1.0 / std::sqrt(sq / C + kEps));
     float* y = out + n * C;

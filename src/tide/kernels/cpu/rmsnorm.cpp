@@ -14,12 +14,10 @@ namespace tide::cpu {
 namespace {
 // Channels per work item of the weight gradient (a contiguous slice of every row).
 constexpr int kRmsChannelBlock = 64;
-using v4d_rms = double __attribute__((vector_size(32)));
 
 // Adds the squares of the 8 lanes of x, in double, to two 4-lane accumulators.
-inline void add_squares_double(v8f x, v4d_rms& lo, v4d_rms& hi) {
-  const v4d_rms a = __builtin_convertvector(__builtin_shufflevector(x, x, 0, 1, 2, 3), v4d_rms);
-  const v4d_rms b = __builtin_convertvector(__builtin_shufflevector(x, x, 4, 5, 6, 7), v4d_rms);
+inline void add_squares_double(v8f x, v4d& lo, v4d& hi) {
+  const v4d a = low4d(x), b = high4d(x);
   lo += a * a;
   hi += b * b;
 }
@@ -33,10 +31,10 @@ void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* wei
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
     const float* x = inp + n * C;  // (C)
-    v4d_rms lo = {}, hi = {};
+    v4d lo = {}, hi = {};
     for (int c = 0; c < C8; c += 8) add_squares_double(load8(x + c), lo, hi);
     if (C8 < C) add_squares_double(load_partial(x + C8, C - C8), lo, hi);
-    const double sq = ((lo[0] + hi[0]) + (lo[1] + hi[1])) + ((lo[2] + hi[2]) + (lo[3] + hi[3]));
+    const double sq = hsum4d(lo, hi);
     const float s = static_cast<float>(1.0 / std::sqrt(sq / C + static_cast<double>(eps)));
     float* y = out + n * C;
     for (int c = 0; c < C; ++c) y[c] = x[c] * s * weight[c];

@@ -32,9 +32,13 @@ void rope_table(std::vector<float>& cos_t, std::vector<float>& sin_t, const floa
 }
 }  // namespace
 
-// Each (b,t) row is one work item, written by one thread: thread-count independent.
-void rope_forward(float* out, const float* inp, const float* inv_freq, int B, int T, int NH,
-                  int NKV, int HS) {
+namespace {
+// Every (b,t) row turned: forward y = R x (written; y may be x), backward dx += R^T dy (the
+// turn by the negative angle, added). Each row is one work item, written by one thread:
+// thread-count independent.
+template <bool kBackward>
+void rope_rows(float* y, const float* x, const float* inv_freq, int B, int T, int NH, int NKV,
+               int HS) {
   const int H = HS / 2, W = (NH + 2 * NKV) * HS, rotated = (NH + NKV) * HS;
   std::vector<float> cos_t, sin_t;
   rope_table(cos_t, sin_t, inv_freq, T, H);
@@ -44,41 +48,39 @@ void rope_forward(float* out, const float* inp, const float* inv_freq, int B, in
     const int t = static_cast<int>(r % T);
     const float* c = cos_t.data() + static_cast<size_t>(t) * H;  // (H)
     const float* s = sin_t.data() + static_cast<size_t>(t) * H;  // (H)
-    const float* x = inp + r * W;                                // (W)
-    float* y = out + r * W;                                      // (W), may be x
+    const float* xr = x + r * W;                                 // (W)
+    float* yr = y + r * W;                                       // (W)
     for (int h0 = 0; h0 < rotated; h0 += HS) {
       for (int i = 0; i < H; ++i) {
-        const float x1 = x[h0 + i], x2 = x[h0 + H + i];
-        y[h0 + i] = x1 * c[i] - x2 * s[i];
-        y[h0 + H + i] = x2 * c[i] + x1 * s[i];
+        const float x1 = xr[h0 + i], x2 = xr[h0 + H + i];
+        // The backward's sin is negated: a - (-b) is a + b exactly.
+        const float si = kBackward ? -s[i] : s[i];
+        const float y1 = x1 * c[i] - x2 * si, y2 = x2 * c[i] + x1 * si;
+        if (kBackward) {
+          yr[h0 + i] += y1;
+          yr[h0 + H + i] += y2;
+        } else {
+          yr[h0 + i] = y1;
+          yr[h0 + H + i] = y2;
+        }
       }
     }
-    if (y != x) std::copy(x + rotated, x + W, y + rotated);  // v
+    if (kBackward)
+      for (int j = rotated; j < W; ++j) yr[j] += xr[j];  // v
+    else if (yr != xr)
+      std::copy(xr + rotated, xr + W, yr + rotated);  // v
   }
+}
+}  // namespace
+
+void rope_forward(float* out, const float* inp, const float* inv_freq, int B, int T, int NH,
+                  int NKV, int HS) {
+  rope_rows<false>(out, inp, inv_freq, B, T, NH, NKV, HS);
 }
 
 void rope_backward(float* dinp, const float* dout, const float* inv_freq, int B, int T, int NH,
                    int NKV, int HS) {
-  const int H = HS / 2, W = (NH + 2 * NKV) * HS, rotated = (NH + NKV) * HS;
-  std::vector<float> cos_t, sin_t;
-  rope_table(cos_t, sin_t, inv_freq, T, H);
-  const int64_t rows = static_cast<int64_t>(B) * T;
-#pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < rows; ++r) {
-    const int t = static_cast<int>(r % T);
-    const float* c = cos_t.data() + static_cast<size_t>(t) * H;
-    const float* s = sin_t.data() + static_cast<size_t>(t) * H;
-    const float* dy = dout + r * W;
-    float* dx = dinp + r * W;
-    for (int h0 = 0; h0 < rotated; h0 += HS) {
-      for (int i = 0; i < H; ++i) {
-        const float g1 = dy[h0 + i], g2 = dy[h0 + H + i];
-        dx[h0 + i] += g1 * c[i] + g2 * s[i];
-        dx[h0 + H + i] += g2 * c[i] - g1 * s[i];
-      }
-    }
-    for (int j = rotated; j < W; ++j) dx[j] += dy[j];  // v
-  }
+  rope_rows<true>(dinp, dout, inv_freq, B, T, NH, NKV, HS);
 }
 
 }  // namespace tide::cpu

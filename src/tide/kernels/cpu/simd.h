@@ -148,5 +148,19 @@ inline float hmax8(v8f a) {
   return m;
 }
 
+// Sums in double over 8 float lanes (the row reductions of layernorm, rmsnorm and the
+// cross-entropy): lanes 0-3 and 4-7 of x widened exactly, and two 4-lane accumulators added in
+// a fixed tree.
+using v4d = double __attribute__((vector_size(32)));
+inline v4d low4d(v8f x) {
+  return __builtin_convertvector(__builtin_shufflevector(x, x, 0, 1, 2, 3), v4d);
+}
+inline v4d high4d(v8f x) {
+  return __builtin_convertvector(__builtin_shufflevector(x, x, 4, 5, 6, 7), v4d);
+}
+inline double hsum4d(v4d lo, v4d hi) {
+  return ((lo[0] + hi[0]) + (lo[1] + hi[1])) + ((lo[2] + hi[2]) + (lo[3] + hi[3]));
+}
+
 }  // namespace simd_avx2 / simd_generic
 }  // namespace tide::cpu
