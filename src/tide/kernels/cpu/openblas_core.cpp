@@ -2,17 +2,17 @@
 
 #include <cblas.h>
 #include <cstdlib>
+#include <string>
 
 namespace tide::cpu {
 
-std::string openblas_core() {
-  const char* name = openblas_get_corename();
-  return name ? name : "";
-}
-
+namespace {
+// The OPENBLAS_CORETYPE for this CPU's vector kernels when OpenBLAS chose its generic core;
+// empty when it chose a specific core itself or the CPU has nothing better.
 std::string better_openblas_core() {
   // DYNAMIC_ARCH's fallback for a CPU it does not recognise (OpenBLAS's cpuid_x86.c).
-  if (openblas_core() != "Prescott") return "";
+  const char* core = openblas_get_corename();
+  if (core == nullptr || std::string(core) != "Prescott") return "";
 #if defined(__x86_64__) && defined(__GNUC__)
   __builtin_cpu_init();
   const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
@@ -23,6 +23,7 @@ std::string better_openblas_core() {
 #endif
   return "";
 }
+}  // namespace
 
 bool choose_vector_openblas_kernels() {
   if (std::getenv("OPENBLAS_CORETYPE") != nullptr) return false;

@@ -8,19 +8,13 @@
 // library reads OPENBLAS_CORETYPE once, when it is loaded, so a program sets it and re-executes
 // itself (apps/tide/main.cpp), unless the user chose a core.
 
-#include <string>
 
 namespace tide::cpu {
 
-// The core OpenBLAS is using now (openblas_get_corename()).
-std::string openblas_core();
-// The OPENBLAS_CORETYPE that gives this CPU its vector kernels when OpenBLAS fell back to the
-// generic core: "Cooperlake" (AVX-512 with BF16), "SkylakeX" (AVX-512), "Haswell" (AVX2 and
-// FMA); empty when OpenBLAS chose a specific core itself or the CPU has nothing better.
-std::string better_openblas_core();
-// Sets OPENBLAS_CORETYPE to better_openblas_core() when that is not empty and the variable is
-// unset (the user's choice wins); true when it did: the program must re-execute itself for the
-// library to read it.
+// Where OpenBLAS fell back to its generic core and OPENBLAS_CORETYPE is unset (the user's choice
+// wins), sets it to the CPU's vector kernels: "Cooperlake" (AVX-512 with BF16), "SkylakeX"
+// (AVX-512) or "Haswell" (AVX2 and FMA). True when it did: the program must re-execute itself
+// for the library to read it.
 bool choose_vector_openblas_kernels();
 
 }  // namespace tide::cpu
