@@ -8,7 +8,6 @@
 // library reads OPENBLAS_CORETYPE once, when it is loaded, so a program sets it and re-executes
 // itself (apps/tide/main.cpp), unless the user chose a core.
 
-
 namespace tide::cpu {
 
 // Where OpenBLAS fell back to its generic core and OPENBLAS_CORETYPE is unset (the user's choice
