@@ -42,7 +42,6 @@ std::vector<std::string> sixteen_bit_run(const std::string& dir, const std::stri
           "optimizer.params.lr=1e-2",
           "eval.sequences=8",
           "log.progress=false",
-          "chunk_size_mb=0.002",
           half + ".enabled=true",
           "out_dir=" + dir + "/" + out};
 }
@@ -88,8 +87,10 @@ TEST(SixteenBitOptions, PoliciesOffloadAndPlacementTrainThePlainRunBitwise) {
         {"offload_param",
          {"zero_optimization.stage=3", "zero_optimization.offload_optimizer.device=cpu",
           "zero_optimization.offload_param.device=cpu"}},
-        // Room for half the model states and the activations: chunks are evicted and fetched.
-        {"auto", {"placement.policy=auto", "placement.device_memory_limit=120000"}},
+        // Small chunks and room for about half the model states besides the activations:
+        // chunks are evicted and fetched. (The others run at the default chunk size.)
+        {"auto",
+         {"chunk_size_mb=0.002", "placement.policy=auto", "placement.device_memory_limit=120000"}},
     };
     for (const auto& [name, extra] : variants) {
       const std::vector<float> got = run(name, extra);
