@@ -195,7 +195,7 @@ void adamw_step(ChunkStore& store, int64_t t) {
   AdamWHyper h;
   h.lr = 1e-3;
   h.weight_decay = 0.1;
-  tide::adamw_step(store, h, AdamWStep{t, 1.0f});
+  tide::adamw_step(OpContext{}, store, h, AdamWStep{t, 1.0f});
 }
 
 ModelOptions model_options(DType dtype) {
@@ -226,7 +226,7 @@ class PolicyRun {
   void step(bool timed) {
     ChunkStore& store = model_.store();
     const auto t0 = Clock::now();
-    store.zero(ChunkKind::GRAD);
+    store.zero(ChunkKind::GRAD, model_.op());
     store.begin_step();
     mb_->training = true;
     mb_->step = static_cast<uint64_t>(steps_done_);

@@ -8,8 +8,8 @@
 
 #include "commands.h"
 #include "tide/config/estimate_setup.h"
+#include "tide/core/byte_size.h"
 #include "tide/core/error.h"
-#include "tide/estimate/byte_size.h"
 #include "tide/estimate/report.h"
 
 namespace tide::app {

@@ -111,8 +111,8 @@ TEST(PartitionActivations, LossAndGradientsBitwiseEqualToTensorParallelWithout) 
       for (int step = 1; step <= 2; ++step) {  // the second forward reuses the pools
         fill_batch(*mb_ref, step);
         fill_batch(*mb_pa, step);
-        ref.store().zero(ChunkKind::GRAD);
-        pa.store().zero(ChunkKind::GRAD);
+        ref.store().zero(ChunkKind::GRAD, ref.op());
+        pa.store().zero(ChunkKind::GRAD, pa.op());
         const float loss_ref = forward_backward(ref, *mb_ref, deferred);
         const float loss_pa = forward_backward(pa, *mb_pa, deferred);
         EXPECT_EQ(loss_pa, loss_ref) << "cpu " << cpu << " deferred " << deferred;
@@ -140,7 +140,7 @@ StagedRun staged(const std::shared_ptr<ProcessGroup>& tp, bool pa, bool cpu) {
     o.stage = st;
     stages.push_back(std::make_unique<GPT>(cfg, ActivationPolicy::FULL, o));
     stages.back()->init_weights(7);
-    stages.back()->store().zero(ChunkKind::GRAD);
+    stages.back()->store().zero(ChunkKind::GRAD, stages.back()->op());
     mbs.push_back(stages.back()->make_micro_batch(kB, kT));
     fill_batch(*mbs.back(), 1);
   }

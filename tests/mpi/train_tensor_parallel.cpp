@@ -160,14 +160,14 @@ TEST_P(TensorParallel, LossAndEveryGradientMatchOneRank) {
     EXPECT_NEAR(shard.forward(*mb), eval_whole, 1e-5 * std::fabs(eval_whole)) << "evaluation";
   }
   fill_batch(*mb_whole, 1);
-  whole.store().zero(ChunkKind::GRAD);
+  whole.store().zero(ChunkKind::GRAD, whole.op());
   const float loss_whole = forward_backward(whole, *mb_whole, false);
   for (bool deferred : {false, true}) {
     // Deferred W: a stash slot for every block between its B and its W.
     StashPool pool(shard.stash_slot_bytes(kB, kT), shard.num_blocks());
     auto mb = shard.make_micro_batch(kB, kT, &pool);
     fill_batch(*mb, 1);
-    shard.store().zero(ChunkKind::GRAD);
+    shard.store().zero(ChunkKind::GRAD, shard.op());
     const float loss = forward_backward(shard, *mb, deferred);
     EXPECT_NEAR(loss, loss_whole, 1e-5 * std::fabs(loss_whole)) << "deferred W " << deferred;
     const double err = worst_relative_error(shard, whole, ChunkKind::GRAD, &name);
@@ -204,8 +204,8 @@ TEST_P(TensorParallel, OptimizerStepsKeepLossesAndParametersEqual) {
   GPT shard(cfg, policy, tp_options(tp, sp));
   for (GPT* m : {&whole, &shard}) {
     m->init_weights(5);
-    m->store().zero(ChunkKind::ADAM_M);
-    m->store().zero(ChunkKind::ADAM_V);
+    m->store().zero(ChunkKind::ADAM_M, m->op());
+    m->store().zero(ChunkKind::ADAM_V, m->op());
   }
   auto mb_whole = whole.make_micro_batch(kB, kT);
   auto mb_shard = shard.make_micro_batch(kB, kT);
@@ -215,7 +215,7 @@ TEST_P(TensorParallel, OptimizerStepsKeepLossesAndParametersEqual) {
     int i = 0;
     for (auto [m, mb] : {std::pair{&whole, mb_whole.get()}, std::pair{&shard, mb_shard.get()}}) {
       fill_batch(*mb, step);
-      m->store().zero(ChunkKind::GRAD);
+      m->store().zero(ChunkKind::GRAD, m->op());
       loss[i++] = forward_backward(*m, *mb, false);
       adamw_step(*m, step);
     }

@@ -12,6 +12,7 @@
 #include "tide/checkpoint/sharded_checkpoint.h"
 #include "tide/config/check_settings.h"
 #include "tide/config/pipeline_setup.h"
+#include "tide/core/device.h"
 #include "tide/core/error.h"
 #include "tide/core/json_error.h"
 #include "tide/optim/lr_schedule.h"
@@ -42,10 +43,11 @@ constexpr KeyUse kIgnored = KeyUse::IGNORED, kRefused = KeyUse::REFUSED;
 // the key's error for a value its type and range let through.
 
 std::string device_name(const std::string& d) {
-  TIDE_CHECK(d == "cpu" || d == "auto" || d == "cuda" ||
-                 (d.starts_with("cuda:") && d.size() > 5 &&
-                  d.find_first_not_of("0123456789", 5) == std::string::npos),
-             "device '{}' is not a device; use cpu, cuda, cuda:N or auto", d);
+  try {
+    if (d != "auto") parse_device(d);
+  } catch (const Error&) {
+    TIDE_FAIL("device '{}' is not a device; use cpu, cuda, cuda:N, sim, sim:N or auto", d);
+  }
   return d;
 }
 
@@ -140,7 +142,10 @@ const std::vector<ConfigKey>& config_schema() {
        {device_name, &TrainConfig::device},
        T::STRING,
        "cpu",
-       "cpu, cuda, cuda:N or auto"},
+       "where the model's ops and memory are: cpu; cuda or cuda:N, a GPU (f32 only, not yet "
+       "run on one); sim or sim:N, the simulated asynchronous device (a stream thread and its "
+       "own memory, reached only through copies); on a device: one rank, ZeRO stage 0, no "
+       "offload or auto placement yet; auto = cpu until a GPU run has been checked"},
       {"threads", &TrainConfig::threads, T::INT, 0, "OpenMP threads per rank; 0 = OpenMP's default",
        ints(0, 4096)},
       {"optimizer.type",

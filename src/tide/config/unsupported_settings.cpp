@@ -35,6 +35,27 @@ void check_trainer_can_honour(const TrainConfig& c, int world_size) {
              "partitioned activations inside pipeline stages are not in tide train yet; set "
              "partition_activations to false (and cpu_checkpointing), or pipeline.stages to 1",
              p);
+  // A device (the simulated one, or a GPU: issues #25, #27): the engine's step runs there on
+  // one rank, without the policies that still move chunks by memcpy (pipeline_engine.h,
+  // check_device).
+  if (c.device != "cpu" && c.device != "auto") {
+    const char* what = world_size > 1                     ? "more than one rank"
+                       : c.zero.stage > 0                 ? "zero_optimization.stage > 0"
+                       : c.placement_policy == "auto"     ? "placement.policy=auto"
+                       : c.zero.offload_optimizer.enabled ? "offload_optimizer"
+                                                          : nullptr;
+    TIDE_CHECK(what == nullptr,
+               "device={} with {}: on a device tide trains one rank at ZeRO stage 0 without "
+               "offload or auto placement for now (the data-parallel messages and the chunk "
+               "moves do not wait for its stream yet); use device=cpu for this run",
+               c.device, what ? what : "");
+    // A GPU op takes one dtype for all its float tensors; 16-bit training mixes them (f32
+    // logits and gradients beside 16-bit activations and weights).
+    TIDE_CHECK(!c.device.starts_with("cuda") || model_dtype(c) == DType::F32,
+               "device={} with {}: 16-bit training on a GPU needs the mixed-dtype GEMMs "
+               "(cuBLASLt, issue #27); train in f32 there, or in 16 bits on device=cpu or sim",
+               c.device, model_dtype(c) == DType::BF16 ? "bf16.enabled" : "fp16.enabled");
+  }
   TIDE_CHECK(c.optimizer_type == "AdamW",
              "optimizer.type=\"{}\": tide train has only Adam and AdamW; set optimizer.type to "
              "\"AdamW\" (tide estimate sizes SGD)",

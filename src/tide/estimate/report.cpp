@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-#include "tide/estimate/byte_size.h"
+#include "tide/core/byte_size.h"
 #include "tide/estimate/pipeline_inflight.h"
 
 namespace tide {

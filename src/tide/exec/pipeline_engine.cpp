@@ -120,11 +120,6 @@ std::vector<double> sum_over_dp(ProcessGroup& dp, const std::vector<double>& min
   return sum;
 }
 
-void copy(Tensor dst, const Tensor& src) {
-  TIDE_ASSERT(dst.nbytes() == src.nbytes());
-  std::memcpy(dst.data, src.data, src.nbytes());
-}
-
 }  // namespace
 
 PipelineEngine::PipelineEngine(std::vector<GPT*> models, std::shared_ptr<ProcessGroup> pipeline,
@@ -225,6 +220,7 @@ PipelineEngine::PipelineEngine(std::vector<GPT*> models, std::shared_ptr<Process
   zero.stage = zero_stage_;
   check_dp_group();
   check_tp_group();
+  check_device(zero, placement);
   TIDE_CHECK(!placement.device || chunks_ == 1,
              "placement.policy=auto with {} model chunks per stage (schedule '{}'): the policy "
              "plans one store against the device budget; use a schedule with one chunk per stage "
@@ -331,6 +327,28 @@ void PipelineEngine::check_dp_group() {
   }
 }
 
+void PipelineEngine::check_device(const ZeroSettings& zero,
+                                  const AutoPlacementSettings& placement) const {
+  const Device d = models_[0]->op().device;
+  for (const GPT* m : models_)
+    TIDE_CHECK(m->op().device == d,
+               "the chunks of stage {} run on {} and {}; build every chunk on the same device",
+               pp_->rank(), d.str(), m->op().device.str());
+  if (d.is_cpu()) return;
+  // What a device step does not have yet (issue #25): messages between stages and replicas
+  // ordered by the compute stream's events, and the policies' chunk moves through the mover.
+  TIDE_CHECK(pp_->size() == 1 && chunks_ == 1 && dp_->size() == 1,
+             "on {} tide trains one rank, one stage, for now: pipeline stages and data-parallel "
+             "replicas still exchange device memory without the compute stream's events; use one "
+             "rank there, or device=cpu",
+             d.str());
+  TIDE_CHECK(zero_stage_ == 0 && !zero.offload_optimizer.enabled && !placement.device,
+             "on {} tide runs ZeRO stage 0 without offload or placement.policy=auto for now: "
+             "those policies still move chunks by memcpy, not through the mover; use "
+             "device=cpu for them",
+             d.str());
+}
+
 void PipelineEngine::check_tp_group() {
   if (!tp_) return;
   // The tp ranks of a stage run every block part together: the same stage of the same replica,
@@ -382,7 +400,7 @@ void PipelineEngine::plan() {
     stash_bytes = std::max(stash_bytes, m.stash_slot_bytes(B_, T_));
   }
   const auto [slots, stashes] = peaks(schedule_, stage, blocks);
-  stash_ = StashPool(stash_bytes, stashes);
+  stash_ = StashPool(stash_bytes, stashes, models_[0]->activation_allocator());
   for (int c = 0; c < chunks_; ++c)
     for (int i = 0; i < slots[c]; ++i) {
       mbs_.push_back(models_[c]->make_micro_batch(B_, T_, &stash_));
@@ -555,7 +573,7 @@ StepStats PipelineEngine::step(int64_t step, uint64_t seed, const BatchFn& batch
   const std::vector<Span> sp = spans(actions, M, chunks_);
   std::vector<int> first(sp.size());
   for (size_t j = 0; j < sp.size(); ++j) first[j] = sp[j].first;
-  for (GPT* m : models_) m->store().zero(ChunkKind::GRAD);
+  for (GPT* m : models_) m->store().zero(ChunkKind::GRAD, m->op());
   // dp traffic from here (ZeRO-3's begin_step already starts gathering), not the norm's few
   // bytes.
   const uint64_t dp_sent = dp_->counters().bytes_sent;
@@ -610,7 +628,8 @@ StepStats PipelineEngine::step(int64_t step, uint64_t seed, const BatchFn& batch
             post_send(model.residual_grad(mb), a.peer, tag(a.mb, v - 1, true), a.mb, "send grad"));
         break;
       case Op::F: {
-        batch(a.mb, mb.tokens.i32(), mb.targets.i32());
+        const GPT::HostBatch host = model.host_batch(mb);
+        batch(a.mb, host.tokens, host.targets);
         mb.training = true;
         mb.seed = seed;
         mb.step = static_cast<uint64_t>(step);
@@ -621,7 +640,7 @@ StepStats PipelineEngine::step(int64_t step, uint64_t seed, const BatchFn& batch
         mb.tracer = tracer;
         if (v > 0 && act_from_[k] < 0) {  // the previous virtual stage is on this rank
           const int from = schedule_.locate(v - 1).second;
-          copy(model.input_activation(mb),
+          copy(model.op(), model.input_activation(mb),
                models_[from]->output_activation(*slot_of(a.mb, from, false).m));
         }
         wait_recv(s);
@@ -656,7 +675,8 @@ StepStats PipelineEngine::step(int64_t step, uint64_t seed, const BatchFn& batch
         // (its slot is in flight: its F came before this chunk's, its B comes after).
         if (a.op == Op::B && v > 0 && schedule_.locate(v - 1).first == stage) {
           const int to = schedule_.locate(v - 1).second;
-          copy(models_[to]->residual_grad(*slot_of(a.mb, to, false).m), model.residual_grad(mb));
+          copy(model.op(), models_[to]->residual_grad(*slot_of(a.mb, to, false).m),
+               model.residual_grad(mb));
         }
         break;
       }

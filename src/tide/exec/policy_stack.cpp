@@ -1,5 +1,6 @@
 #include "tide/exec/policy_stack.h"
 
+#include "tide/kernels/mover.h"
 #include "tide/model/param_groups.h"
 #include "tide/parallel/comm_staging.h"
 #include "tide/parallel/optimizer_step.h"
@@ -83,7 +84,7 @@ class PolicyStack::GradReduction : public PlacementPolicy {
 PolicyStack::PolicyStack(GPT& model, ProcessGroup& dp, const ZeroSettings& zero,
                          const AutoPlacementSettings& placement, std::vector<ParamAccess> accesses,
                          std::function<size_t()> activation_bytes, int threads)
-    : store_(model.store()), dp_(dp), accesses_(std::move(accesses)) {
+    : store_(model.store()), op_(model.op()), dp_(dp), accesses_(std::move(accesses)) {
   TIDE_CHECK(!zero.offload_optimizer.enabled || zero.stage >= 1,
              "zero_optimization.offload_optimizer.device=cpu needs zero_optimization.stage 1, 2 "
              "or 3 (ZeRO-Offload partitions the optimizer state it offloads, as DeepSpeed "
@@ -195,10 +196,27 @@ void PolicyStack::tensor_sums(std::span<double> out, std::span<const int> fresh)
     }
     return;
   }
-  for (int c = 0; c < lay.num_chunks(); ++c) {
-    const Tensor g = grad(c);
-    tensor_grad_sums(lay, c, g, grad_begin(c), out);
+  if (op_.device.is_cpu()) {
+    for (int c = 0; c < lay.num_chunks(); ++c)
+      tensor_grad_sums(lay, c, grad(c), grad_begin(c), out);
+    return;
   }
+  // On a device the sums are taken where the gradients are, into a device buffer that comes
+  // down in one copy (doubles travel as pairs of int32: the dtypes have no f64).
+  const int64_t n = static_cast<int64_t>(out.size());
+  if (!sums_.defined()) {
+    const int64_t scratch = tensor_grad_scratch_doubles(lay);
+    sums_arena_ = Arena("gradient sums", sizeof(double) * (n + scratch) + 2 * Arena::kAlign,
+                        store_.options().compute);
+    sums_ = sums_arena_.alloc_tensor({2 * n}, DType::I32);
+    sums_scratch_ = sums_arena_.alloc_tensor({2 * scratch}, DType::I32);
+  }
+  auto* dev = static_cast<double*>(sums_.data);
+  for (int c = 0; c < lay.num_chunks(); ++c)
+    tensor_grad_sums(op_, lay, c, grad(c), grad_begin(c), dev,
+                     static_cast<double*>(sums_scratch_.data));
+  copy(op_, Tensor(out.data(), Shape{2 * n}, DType::I32), sums_);
+  synchronize(op_);
 }
 
 void PolicyStack::update(const OptimizerSettings& opt, int64_t step, const UpdatePlan& plan,
@@ -220,14 +238,14 @@ void PolicyStack::update(const OptimizerSettings& opt, int64_t step, const Updat
   if (plan.skip) return;
   const TraceSpan span(tracer, what, "optimizer");
   if (!auto_) {
-    adamw_step(store_, h, s);
+    adamw_step(op_, store_, h, s);
     return;
   }
   // placement.policy=auto: chunk by chunk, each where its optimizer access puts it (the same
   // AdamW calls as adamw_step, in the same order).
   for (int c = 0; c < store_.layout().num_chunks(); ++c) {
     auto_->prepare_update(c);
-    adamw_step_chunk(store_, c, nullptr, h, s);
+    adamw_step_chunk(op_, store_, c, nullptr, h, s);
   }
 }
 

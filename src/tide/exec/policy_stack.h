@@ -90,6 +90,10 @@ class PolicyStack {
  private:
   class GradReduction;
   ChunkStore& store_;
+  OpContext op_;  // the model's: where its gradients are summed and AdamW runs
+  // On a device: the per-tensor sums of squares, computed there (tensor_sums).
+  mutable Arena sums_arena_;
+  mutable Tensor sums_, sums_scratch_;
   ProcessGroup& dp_;
   std::vector<ParamAccess> accesses_;
   // Destroyed in reverse: offload_ (joins its thread), zero_ and reduction_, then auto_, which

@@ -174,6 +174,15 @@ OpContext make_op_context(Device device, Arena* scratch, int threads) {
   return ctx;
 }
 
+void run_cpu_kernel_on(const OpContext& ctx, const char* what, std::function<void()> kernel) {
+  const OpCheck ck{what, ctx};
+  TIDE_CHECK(!ctx.device.is_cuda(),
+             "{} on {}: it has no CUDA kernel yet (it runs on the CPU and the simulated device); "
+             "run with device=cpu",
+             what, ctx.device.str());
+  run_cpu_kernel(ck, std::move(kernel));
+}
+
 // ---- embedding -------------------------------------------------------------------------
 
 void embedding_forward(const OpContext& ctx, Tensor out, Tensor tokens, Tensor wte, Tensor wpe) {

@@ -24,6 +24,7 @@
 //    (a mix is refused, naming both tensors).
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 #include "tide/core/arena.h"
@@ -67,6 +68,13 @@ struct OpContext {
 // Ops assume the thread that calls them has ctx.device current (true on the thread that made
 // the context; another thread calls cudaSetDevice first).
 OpContext make_op_context(Device device, Arena* scratch = nullptr, int threads = 0);
+
+// Runs `kernel`, host code that reads or writes tensors on ctx's device, as a CPU kernel of that
+// context: now on the CPU, queued on the stream on sim:N (so it is ordered with the ops around
+// it, and the host waits for it as for any op). On a GPU it cannot run: a tide::Error says that
+// `what` has no CUDA kernel yet. For the engine's work between ops that has no op of its own
+// yet (the per-tensor gradient sums).
+void run_cpu_kernel_on(const OpContext& ctx, const char* what, std::function<void()> kernel);
 
 // One dropout site and where a tensor sits in the step's global activation. The mask of an
 // element depends only on its GLOBAL coordinates, so a recomputation, a data-parallel rank, an

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "tide/core/arena.h"
+#include "tide/kernels/mover.h"
 
 namespace tide {
 
@@ -101,20 +102,19 @@ Tensor ChunkStore::tensor(ChunkKind k, int id) const {
              "tensor '{}' ({}) is not held by this rank: only a slice of chunk {} is", s.name,
              chunk_kind_name(k), s.chunk);
   char* p = static_cast<char*>(c.data) + (s.offset - c.begin) * int64_t(dtype_size(c.dtype));
-  return Tensor(p, s.shape, c.dtype, c.alloc ? c.alloc->device() : Device::cpu());
+  return Tensor(p, s.shape, c.dtype, device_of(k, s.chunk));
 }
 
 Tensor ChunkStore::chunk(ChunkKind k, int c) const {
   const Chunk& ch = chunks_[static_cast<int>(k)].at(c);
   TIDE_CHECK(ch.data != nullptr, "{} chunk {} is not resident", chunk_kind_name(k), c);
-  return Tensor(ch.data, Shape{ch.elems}, ch.dtype, ch.alloc ? ch.alloc->device() : Device::cpu());
+  return Tensor(ch.data, Shape{ch.elems}, ch.dtype, device_of(k, c));
 }
 
 Tensor ChunkStore::slice(ChunkKind k, int c) const {
   const Chunk& ch = chunks_[static_cast<int>(k)].at(c);
   if (ch.slice_home)
-    return Tensor(ch.slice_home, Shape{layout_.slice_elems(c)}, ch.dtype,
-                  ch.alloc ? ch.alloc->device() : Device::cpu());
+    return Tensor(ch.slice_home, Shape{layout_.slice_elems(c)}, ch.dtype, device_of(k, c));
   Tensor whole = chunk(k, c);
   const int64_t n = layout_.slice_elems(c);
   if (whole.numel() == n) return whole;
@@ -134,10 +134,22 @@ Chunk ChunkStore::owned(ChunkKind k, int c) const {
   return ch;
 }
 
-void ChunkStore::zero(ChunkKind k) {
-  for (Chunk& c : chunks_[static_cast<int>(k)]) {
-    if (c.data) std::memset(c.data, 0, static_cast<size_t>(c.elems) * dtype_size(c.dtype));
-    if (c.slice_home) std::memset(c.slice_home, 0, c.bytes);
+Device ChunkStore::device_of(ChunkKind k, int c) const {
+  const Chunk& ch = chunks_[static_cast<int>(k)][c];
+  if (ch.alloc) return ch.alloc->device();
+  // f32 master weights alias the parameters: the same bytes, where the parameters are.
+  if (k == ChunkKind::MASTER && ch.data) return device_of(ChunkKind::PARAM, c);
+  return Device::cpu();
+}
+
+void ChunkStore::zero(ChunkKind k, const OpContext& op) {
+  for (int i = 0; i < static_cast<int>(chunks_[static_cast<int>(k)].size()); ++i) {
+    const Chunk& c = chunks_[static_cast<int>(k)][i];
+    const Device d = device_of(k, i);
+    if (c.data) fill_zero(op, Tensor(c.data, Shape{c.elems}, c.dtype, d));
+    if (c.slice_home)
+      fill_zero(op, Tensor(c.slice_home, Shape{static_cast<int64_t>(c.bytes / dtype_size(c.dtype))},
+                           c.dtype, d));
   }
 }
 
@@ -305,6 +317,20 @@ void ChunkStore::mark_grad_ready(int id, int mb) {
     ++done_micro_batches_[c];
     if (policy_) policy_->on_grads_ready(*this, c, mb);
   }
+}
+
+void copy_chunks(const OpContext& op, const ChunkStore& from, ChunkStore& to) {
+  TIDE_CHECK(from.layout().num_chunks() == to.layout().num_chunks(),
+             "copy_chunks: the stores have {} and {} chunks; copy between stores of one layout",
+             from.layout().num_chunks(), to.layout().num_chunks());
+  for (int k = 0; k < kNumChunkKinds; ++k) {
+    const auto kind = static_cast<ChunkKind>(k);
+    if (!from.has(kind) || !to.has(kind)) continue;
+    for (int c = 0; c < from.layout().num_chunks(); ++c)
+      if (from.resident(kind, c) && to.resident(kind, c))
+        copy(op, to.chunk(kind, c), from.chunk(kind, c));
+  }
+  synchronize(op);
 }
 
 }  // namespace tide

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "tide/core/trace.h"
+#include "tide/kernels/ops.h"
 #include "tide/memory/allocator.h"
 #include "tide/memory/chunk_layout.h"
 #include "tide/memory/placement.h"
@@ -120,7 +121,9 @@ class ChunkStore {
   bool whole(ChunkKind k, int c) const {
     return resident(k, c) && chunk_info(k, c).elems == layout_.chunk_elems(c);
   }
-  void zero(ChunkKind k);
+  // Zeroes every resident chunk of kind k (and an attached chunk's own slice) on `op`'s stream
+  // (a chunk on a device is zeroed there, never by the host).
+  void zero(ChunkKind k, const OpContext& op);
 
   // Placement primitives, for policies: allocate chunk c of kind k whole (zero-filled) from
   // `alloc`, or free it. A chunk with tensors in COMPUTE cannot be freed.
@@ -174,6 +177,8 @@ class ChunkStore {
   int micro_batches() const { return micro_batches_; }
 
  private:
+  // Where chunk c of kind k is (an aliased f32 MASTER: where its PARAM is).
+  Device device_of(ChunkKind k, int c) const;
   void set_state(int id, TensorState s);
   Chunk& at(ChunkKind k, int c) { return chunks_[static_cast<int>(k)][c]; }
 
@@ -191,5 +196,10 @@ class ChunkStore {
   std::vector<int> done_micro_batches_;  // per chunk: micro-batches complete
   int micro_batches_ = 1;
 };
+
+// Copies every chunk `to` and `from` both hold of every kind both have, through the mover on
+// `op` (stores of the same layout and slicing, e.g. a device model's and its host copy for a
+// checkpoint), and waits for the copies.
+void copy_chunks(const OpContext& op, const ChunkStore& from, ChunkStore& to);
 
 }  // namespace tide

@@ -17,6 +17,7 @@
 
 #include "tide/comm/process_group.h"
 #include "tide/core/arena.h"
+#include "tide/kernels/mover.h"
 #include "tide/kernels/ops.h"
 #include "tide/memory/chunk_store.h"
 #include "tide/model/activations.h"
@@ -30,8 +31,14 @@ class GroupAccess;
 
 struct MicroBatch {
   int B = 0, T = 0;
-  Tensor tokens;         // (B,T) int32 inputs
-  Tensor targets;        // (B,T) int32 next tokens; entries < 0 are ignored by the loss
+  Tensor tokens;   // (B,T) int32 inputs, on the model's device
+  Tensor targets;  // (B,T) int32 next tokens; entries < 0 are ignored by the loss
+  // Their host copies, which the caller fills (GPT::host_batch) and the head counts targets in,
+  // and the head's per-position losses (B,T) f32 read back. On the CPU host_tokens and
+  // host_targets are tokens and targets themselves.
+  Tensor host_tokens, host_targets, host_losses;
+  Arena host;            // what the host tensors above live in (a device model only)
+  StreamEvent uploaded;  // the copy up of host_tokens / host_targets (a device model only)
   bool training = true;  // dropout on, activations saved for backward
   // Made by make_micro_batch(training = true): its arenas can hold a training forward.
   bool sized_for_training = true;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <string>
 
 #include "tide/core/trace.h"
@@ -20,7 +21,9 @@ GPT::GPT(const GPTConfig& config, ActivationPolicy policy, int64_t chunk_elems, 
       }()) {}
 
 GPT::GPT(const GPTConfig& config, ActivationPolicy policy, const ModelOptions& options)
-    : config_(config), pp_(options.pp), stage_(options.stage) {
+    : config_(config), pp_(options.pp), stage_(options.stage), activations_(options.activations) {
+  env_.op = options.op;
+  check_device(options);
   if (options.tp && options.tp->size() > 1) {
     tp_group_ = options.tp;
     env_.tp = tp_group_.get();
@@ -111,6 +114,15 @@ void GPT::init_weights(uint64_t seed) {
   if (store_->has(ChunkKind::MASTER) &&
       (store_->compute_dtype() != DType::F32 || store_->options().separate_master))
     kinds.push_back(ChunkKind::MASTER);
+  // A device chunk is written through a host copy of it, sent up at the end (the allocation
+  // zeroed what no tensor covers).
+  std::map<std::pair<ChunkKind, int>, std::vector<std::byte>> staged;
+  auto host_data = [&](ChunkKind kind, const Chunk& ch, int c) -> void* {
+    if (store_->chunk(kind, c).device.is_cpu()) return ch.data;
+    std::vector<std::byte>& buf = staged[{kind, c}];
+    buf.resize(static_cast<size_t>(ch.elems) * dtype_size(ch.dtype));
+    return buf.data();
+  };
   for (int id = 0; id < lay.num_tensors(); ++id) {
     const TensorSlot& s = lay.slot(id);
     const bool is_bias = s.name.ends_with(".bias");
@@ -133,23 +145,51 @@ void GPT::init_weights(uint64_t seed) {
       const int64_t lo = std::clamp<int64_t>(ch.begin - s.offset, 0, s.numel);
       const int64_t hi = std::clamp<int64_t>(ch.begin + ch.elems - s.offset, lo, s.numel);
       const int64_t first = s.offset + lo - ch.begin;  // element lo's index in the chunk
+      void* data = host_data(kind, ch, s.chunk);
       switch (ch.dtype) {
         case DType::F32:
-          for (int64_t i = lo; i < hi; ++i) static_cast<float*>(ch.data)[first + i - lo] = value(i);
+          for (int64_t i = lo; i < hi; ++i) static_cast<float*>(data)[first + i - lo] = value(i);
           break;
         case DType::BF16:
           for (int64_t i = lo; i < hi; ++i)
-            static_cast<uint16_t*>(ch.data)[first + i - lo] = f32_to_bf16(value(i));
+            static_cast<uint16_t*>(data)[first + i - lo] = f32_to_bf16(value(i));
           break;
         case DType::F16:
           for (int64_t i = lo; i < hi; ++i)
-            static_cast<uint16_t*>(ch.data)[first + i - lo] = f32_to_f16(value(i));
+            static_cast<uint16_t*>(data)[first + i - lo] = f32_to_f16(value(i));
           break;
         default:
           TIDE_FAIL("cannot initialise '{}': parameters in {}", s.name, dtype_name(ch.dtype));
       }
     }
   }
+  for (auto& [key, buf] : staged) {
+    const Tensor dst = store_->chunk(key.first, key.second);
+    copy(env_.op, dst, Tensor(buf.data(), dst.shape, dst.dtype));
+  }
+  if (!staged.empty()) synchronize(env_.op);  // before the host buffers go
+}
+
+void GPT::check_device(const ModelOptions& o) const {
+  const Device d = o.op.device;
+  auto on = [&](const Allocator* a) { return a ? a->device() : Device::cpu(); };
+  if (d.is_cpu()) {
+    TIDE_CHECK(on(o.activations).is_cpu() && on(o.store.compute).is_cpu(),
+               "the model's ops run on the CPU but its memory is on {}; give ModelOptions::op a "
+               "context for that device (make_op_context)",
+               on(o.activations).is_cpu() ? on(o.store.compute).str() : on(o.activations).str());
+    return;
+  }
+  TIDE_CHECK(on(o.activations) == d && on(o.store.compute) == d &&
+                 (!o.store.with_optimizer || on(o.store.optimizer) == d),
+             "a model on {} keeps its activations and chunks there: ModelOptions::activations, "
+             "store.compute and store.optimizer must allocate on {} (they are on {}, {} and {})",
+             d.str(), d.str(), on(o.activations).str(), on(o.store.compute).str(),
+             on(o.store.optimizer).str());
+  TIDE_CHECK(!o.tp || o.tp->size() == 1,
+             "tensor parallelism on {} is not in tide yet: its vocabulary-parallel loss runs host "
+             "loops between the ops; use tensor_parallel.size=1 there, or device=cpu",
+             d.str());
 }
 
 std::unique_ptr<MicroBatch> GPT::make_micro_batch(int B, int T, StashPool* stash,
@@ -177,13 +217,13 @@ std::unique_ptr<MicroBatch> GPT::make_micro_batch(int B, int T, StashPool* stash
   const int buffers = env_.partition_activations && training ? std::min(boundaries, 2) : boundaries;
   mb->training = training;
   mb->sized_for_training = training;
-  mb->saved = Arena("activations", sizes.saved);
+  mb->saved = Arena("activations", sizes.saved, activations_);
   if (env_.cpu_checkpointing)
     mb->host_checkpoints = Arena("host checkpoints", sizes.host_checkpoints);
-  mb->workspace = Arena("workspace", sizes.workspace);
+  mb->workspace = Arena("workspace", sizes.workspace, activations_);
   // An evaluation micro-batch keeps nothing from F to B: no stash either.
   if (!stash && training) {
-    mb->own_stash = std::make_unique<StashPool>(stash_slot_bytes(B, T), 1);
+    mb->own_stash = std::make_unique<StashPool>(stash_slot_bytes(B, T), 1, activations_);
     stash = mb->own_stash.get();
   }
   TIDE_CHECK(!stash || stash->slot_bytes() >= stash_slot_bytes(B, T),
@@ -193,6 +233,15 @@ std::unique_ptr<MicroBatch> GPT::make_micro_batch(int B, int T, StashPool* stash
   mb->stash_slot.assign(blocks_.size(), -1);
   mb->tokens = mb->saved.alloc_tensor({B, T}, DType::I32);
   mb->targets = mb->saved.alloc_tensor({B, T}, DType::I32);
+  if (env_.op.device.is_cpu()) {
+    mb->host_tokens = mb->tokens;
+    mb->host_targets = mb->targets;
+  } else {  // the host's side of the copies up (tokens, targets) and down (the losses)
+    mb->host = Arena("host batch", 3 * Arena::aligned(size_t{4} * B * T));
+    mb->host_tokens = mb->host.alloc_tensor({B, T}, DType::I32);
+    mb->host_targets = mb->host.alloc_tensor({B, T}, DType::I32);
+    if (has_head()) mb->host_losses = mb->host.alloc_tensor({B, T}, DType::F32);
+  }
   // Residuals and saved tensors are indexed globally (by layer; block_saved: embedding 0,
   // layer l at l+1, head at L+1); a stage allocates only its own boundaries.
   mb->residual.resize(config_.n_layer + 1);
@@ -262,10 +311,22 @@ void GPT::backward_weight_block(MicroBatch& mb, int i, bool mark_grads) {
   mb.stash_slot[i] = -1;
 }
 
+GPT::HostBatch GPT::host_batch(MicroBatch& mb) const {
+  // The previous copy up must have read the buffers before the host writes them again (on the
+  // CPU the event is already done).
+  synchronize(mb.uploaded);
+  return {mb.host_tokens.i32(), mb.host_targets.i32()};
+}
+
 float GPT::forward(MicroBatch& mb) {
   TIDE_ASSERT(mb.residual.size() == static_cast<size_t>(config_.n_layer) + 1);
   for (int s : mb.stash_slot)
     TIDE_CHECK(s < 0, "a forward cannot start while this micro-batch still waits for a W");
+  if (mb.tokens.data != mb.host_tokens.data) {  // a device model: the batch goes up first
+    copy(env_.op, mb.tokens, mb.host_tokens);
+    copy(env_.op, mb.targets, mb.host_targets);
+    mb.uploaded = record_event(env_.op);
+  }
   // Drop the previous micro-batch's saved activations (everything after dresidual).
   mb.saved.rewind(mb.saved_mark);
   mb.host_checkpoints.reset();

@@ -66,6 +66,15 @@ struct ModelOptions {
   // "device" pool). Needs partition_activations. The Trainer passes
   // activation_checkpointing.cpu_checkpointing here.
   bool cpu_checkpointing = false;
+  // The execution context every op of the model runs on (the device, its compute stream) and
+  // the memory its activations (micro-batch arenas, W stashes) come from: nullptr, the host.
+  // On a device (sim:N, cuda:N) the chunk store's kinds must be allocated on it too
+  // (store.compute and store.optimizer), and the host reaches the model's memory only through
+  // the mover (kernels/mover.h): tokens and targets go up from MicroBatch::host_tokens /
+  // host_targets, the per-position losses come back into host_losses. Tensor parallelism and
+  // P_a still run host loops between ops (vocab_parallel.h) and are refused there.
+  OpContext op;
+  Allocator* activations = nullptr;
 };
 
 class GPT {
@@ -98,6 +107,9 @@ class GPT {
   bool sequence_parallel() const { return env_.sp; }
   bool partition_activations() const { return env_.partition_activations; }
   bool cpu_checkpointing() const { return env_.cpu_checkpointing; }
+  // The context the model's ops run on and where its activations live (ModelOptions).
+  const OpContext& op() const { return env_.op; }
+  Allocator* activation_allocator() const { return activations_; }
 
   // The stage boundaries of a micro-batch, each (B,T,C). input_activation: what the stage's
   // first transformer block reads (written by the embedding on stage 0; elsewhere fill it
@@ -127,9 +139,19 @@ class GPT {
   // Bytes of the largest (micro-batch, block) stash at (B,T): the slot size of a StashPool.
   size_t stash_slot_bytes(int B, int T) const;
 
+  // Where the caller writes a micro-batch's tokens and targets (B,T) before forward: the host
+  // tensors mb.host_tokens and mb.host_targets (on the CPU, mb.tokens and mb.targets
+  // themselves). On a device this first waits until the previous forward's copy up has read
+  // them.
+  struct HostBatch {
+    int32_t* tokens;
+    int32_t* targets;
+  };
+  HostBatch host_batch(MicroBatch& mb) const;
+
   // Forward through every block; returns the mean loss (also in mb.loss; 0 on a stage without
-  // the head). Before calling, fill mb.tokens / mb.targets and set mb.training, mb.step,
-  // mb.seq0, mb.dloss.
+  // the head). Before calling, fill the host batch (host_batch) and set mb.training, mb.step,
+  // mb.seq0, mb.dloss. On a device the tokens and targets are copied up first.
   float forward(MicroBatch& mb);
   // Backward through every block (B then W per block, in reverse order), accumulating into the
   // GRAD chunks. With `mark_grads`, reports each gradient complete for micro-batch mb.index as
@@ -151,6 +173,7 @@ class GPT {
   int pp_ = 1, stage_ = 0;
   int first_layer_ = 0, end_layer_ = 0;     // this stage's transformer layers
   std::shared_ptr<ProcessGroup> tp_group_;  // kept alive for env_.tp
+  Allocator* activations_ = nullptr;        // ModelOptions::activations
   BlockEnv env_;
   std::unique_ptr<ChunkStore> store_;
   std::vector<std::unique_ptr<Block>> blocks_;
@@ -159,6 +182,9 @@ class GPT {
   // order).
   std::vector<BlockGroups> groups_;
 
+  // Throws a tide::Error when the options put the ops and the memory on different devices, or
+  // ask a device for what runs only on the host.
+  void check_device(const ModelOptions& o) const;
   void run_part(MicroBatch& mb, int i, GroupAccess& access, void (Block::*part)(MicroBatch&));
 };
 

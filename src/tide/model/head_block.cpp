@@ -1,5 +1,6 @@
 #include <algorithm>
 
+#include "tide/kernels/mover.h"
 #include "tide/model/blocks.h"
 #include "tide/model/layout.h"
 #include "tide/model/vocab_parallel.h"
@@ -46,12 +47,18 @@ void HeadBlock::forward(MicroBatch& mb) {
     crossentropy_forward(env_.op, losses, logits, mb.targets);
   }
   mb.logits = logits;
+  // On a device the losses come down to the host (the one wait of a forward).
+  if (!env_.op.device.is_cpu()) {
+    copy(env_.op, mb.host_losses, losses);
+    synchronize(env_.op);
+    losses = mb.host_losses;
+  }
   // Per-sequence sums (in double, in position order) and the mean over the positions with a
   // target (ignored targets give loss 0 and do not count). Validation adds up the per-sequence
   // sums in a fixed order, so its mean does not depend on how sequences were batched.
   mb.seq_loss_sum.assign(B, 0.0);
   mb.seq_targets.assign(B, 0);
-  const int32_t* tgt = mb.targets.i32();
+  const int32_t* tgt = mb.host_targets.i32();
   double sum = 0.0;
   int64_t counted = 0;
   for (int64_t b = 0; b < B; ++b) {
@@ -72,7 +79,7 @@ void HeadBlock::forward(MicroBatch& mb) {
 void HeadBlock::backward_input(MicroBatch& mb) {
   const GPTConfig& cfg = *env_.config;
   std::vector<Tensor>& s = mb.block_saved[cfg.n_layer + 1];
-  const int32_t* tgt = mb.targets.i32();
+  const int32_t* tgt = mb.host_targets.i32();
   int64_t counted = 0;
   for (int64_t i = 0; i < int64_t{mb.B} * mb.T; ++i) counted += tgt[i] >= 0;
   // d(mean loss)/d(loss_i) = 1/counted, times the micro-batch's weight in the objective.

@@ -4,9 +4,10 @@
 
 namespace tide {
 
-StashPool::StashPool(size_t slot_bytes, int slots) : slot_bytes_(slot_bytes) {
+StashPool::StashPool(size_t slot_bytes, int slots, Allocator* allocator) : slot_bytes_(slot_bytes) {
   TIDE_CHECK(slots >= 1, "a stash pool needs at least one slot (got {})", slots);
-  for (int i = 0; i < slots; ++i) slots_.emplace_back(fmt::format("W stash {}", i), slot_bytes);
+  for (int i = 0; i < slots; ++i)
+    slots_.emplace_back(fmt::format("W stash {}", i), slot_bytes, allocator);
   for (int i = slots - 1; i >= 0; --i) free_.push_back(i);
 }
 

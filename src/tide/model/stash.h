@@ -18,7 +18,8 @@ namespace tide {
 class StashPool {
  public:
   StashPool() = default;
-  StashPool(size_t slot_bytes, int slots);
+  // Slots of `slot_bytes` from `allocator` (the model's activation memory; nullptr: the host).
+  StashPool(size_t slot_bytes, int slots, Allocator* allocator = nullptr);
 
   // A free slot's index (its arena empty); throws a tide::Error when every slot is in use.
   int take();

@@ -186,6 +186,6 @@ void grad_nonfinite(const void* grad, DType dtype, int64_t n, int* flag, void* s
 
 TIDE_CUDA_MODULE_ENTRY const tide::CudaOptimTable* tide_cuda_optim() {
   static const tide::CudaOptimTable table{sizeof(tide::CudaOptimTable), &tide::adamw,
-                                          &tide::grad_nonfinite};
+                                          &tide::grad_nonfinite, &tide::grad_norm_squared_kernels};
   return &table;
 }

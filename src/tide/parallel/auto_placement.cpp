@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <chrono>
 
-#include "tide/estimate/byte_size.h"
+#include "tide/core/byte_size.h"
 
 namespace tide {
 

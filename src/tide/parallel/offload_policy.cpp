@@ -97,7 +97,7 @@ void OffloadPolicy::run(const Job& j) {
 
 void OffloadPolicy::adam(int c) {
   adam_span_[c].begin = Clock::now();
-  adamw_step_chunk(store_, c, host_grad_[c], hyper_, step_, threads_);
+  adamw_step_chunk(OpContext{}, store_, c, host_grad_[c], hyper_, step_, threads_);
   adam_span_[c].end = Clock::now();
 }
 

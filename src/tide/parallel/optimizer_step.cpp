@@ -1,13 +1,16 @@
 #include "tide/parallel/optimizer_step.h"
 
 #include <algorithm>
+#include <utility>
+#include <vector>
 
 #include "tide/optim/adamw_cpu.h"
+#include "tide/optim/adamw_cuda.h"
 
 namespace tide {
 
-void adamw_step_chunk(ChunkStore& store, int c, const float* grad, const AdamWHyper& hyper,
-                      const AdamWStep& step, int threads) {
+void adamw_step_chunk(const OpContext& op, ChunkStore& store, int c, const float* grad,
+                      const AdamWHyper& hyper, const AdamWStep& step, int threads) {
   const ChunkLayout& lay = store.layout();
   AdamWCpuOptions opt;
   opt.check = FiniteCheck::kCheckedByCaller;
@@ -31,6 +34,12 @@ void adamw_step_chunk(ChunkStore& store, int c, const float* grad, const AdamWHy
   auto* p = own_master && !grad ? static_cast<std::byte*>(param.data) : nullptr;
   float* m = range(ChunkKind::ADAM_M).f32();
   float* v = range(ChunkKind::ADAM_V).f32();
+  TIDE_CHECK(master.device == op.device && (grad || store_grad.device == op.device),
+             "AdamW on {}: the master weights are on {} and the gradients on {}; run it with a "
+             "context for the device that holds them",
+             op.device.str(), master.device.str(), grad ? "the host" : store_grad.device.str());
+  // One fused call per tensor (its own weight decay), all in one task on the context's stream.
+  std::vector<std::pair<AdamWChunk, AdamWHyper>> calls;
   for (int id : lay.tensors_in_chunk(c)) {
     const TensorSlot& s = lay.slot(id);
     const int64_t b = std::max(s.offset, lo), e = std::min(s.offset + s.numel, hi);
@@ -48,13 +57,21 @@ void adamw_step_chunk(ChunkStore& store, int c, const float* grad, const AdamWHy
     a.m = m + (b - lo);
     a.v = v + (b - lo);
     a.n = e - b;
-    (void)adamw_cpu(a, h, step, opt);
+    calls.emplace_back(a, h);
   }
+  if (op.device.is_cuda()) {
+    for (const auto& [a, h] : calls) adamw_cuda(a, h, step, /*skip_flag=*/nullptr, op.stream);
+    return;
+  }
+  run_cpu_kernel_on(op, "adamw_step", [calls = std::move(calls), step, opt] {
+    for (const auto& [a, h] : calls) (void)adamw_cpu(a, h, step, opt);
+  });
 }
 
-void adamw_step(ChunkStore& store, const AdamWHyper& hyper, const AdamWStep& step) {
+void adamw_step(const OpContext& op, ChunkStore& store, const AdamWHyper& hyper,
+                const AdamWStep& step) {
   for (int c = 0; c < store.layout().num_chunks(); ++c)
-    adamw_step_chunk(store, c, nullptr, hyper, step);
+    adamw_step_chunk(op, store, c, nullptr, hyper, step);
 }
 
 }  // namespace tide

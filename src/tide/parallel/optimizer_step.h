@@ -6,6 +6,7 @@
 // and nothing else is written). Weight decay applies only to tensors whose slot says so
 // (matrices and embeddings, not biases or norms), hence one fused call per tensor.
 
+#include "tide/kernels/ops.h"
 #include "tide/memory/chunk_store.h"
 #include "tide/optim/adamw.h"
 
@@ -13,12 +14,15 @@ namespace tide {
 
 // `hyper.weight_decay` is the decay of decayed tensors. The gradients must be known finite
 // (the caller checks the gradient norm), so the update runs without its own NaN scan.
-void adamw_step(ChunkStore& store, const AdamWHyper& hyper, const AdamWStep& step);
+// It runs on `op`'s device, where the store's optimizer kinds and gradients must be: at once on
+// the CPU, queued on the stream of a simulated device, as CUDA kernels on a GPU.
+void adamw_step(const OpContext& op, ChunkStore& store, const AdamWHyper& hyper,
+                const AdamWStep& step);
 // The same step for chunk c alone. `grad`: the gradients of the range updated (the owned slice,
 // or the whole chunk), f32, taken from there instead of the store's GRAD (ZeRO-Offload passes
 // its host copy, and copies its master into PARAM itself: PARAM is not written then);
 // nullptr: the store's. `threads` as AdamWCpuOptions::threads.
-void adamw_step_chunk(ChunkStore& store, int c, const float* grad, const AdamWHyper& hyper,
-                      const AdamWStep& step, int threads = 0);
+void adamw_step_chunk(const OpContext& op, ChunkStore& store, int c, const float* grad,
+                      const AdamWHyper& hyper, const AdamWStep& step, int threads = 0);
 
 }  // namespace tide

@@ -4,6 +4,7 @@
 
 #include "tide/core/error.h"
 #include "tide/optim/grad_norm.h"
+#include "tide/optim/grad_norm_cuda.h"
 
 namespace tide {
 
@@ -20,6 +21,35 @@ void tensor_grad_sums(const ChunkLayout& layout, int chunk, const Tensor& g, int
                                         g.dtype, e - b, threads)
                     : 0.0;
   }
+}
+
+void tensor_grad_sums(const OpContext& op, const ChunkLayout& layout, int chunk, const Tensor& g,
+                      int64_t begin, double* out, double* scratch) {
+  TIDE_CHECK(g.device == op.device,
+             "gradient sums on {}: the gradients are on {}; sum them with a context for their "
+             "device",
+             op.device.str(), g.device.str());
+  if (!op.device.is_cuda()) {
+    const int64_t n = layout.num_tensors();
+    run_cpu_kernel_on(op, "gradient sums", [&layout, chunk, g, begin, out, n] {
+      tensor_grad_sums(layout, chunk, g, begin, std::span<double>(out, static_cast<size_t>(n)));
+    });
+    return;
+  }
+  const size_t elem = dtype_size(g.dtype);
+  for (int id : layout.tensors_in_chunk(chunk)) {
+    const TensorSlot& slot = layout.slot(id);
+    const int64_t b = std::max(slot.offset, begin);
+    const int64_t e = std::max(b, std::min(slot.offset + slot.numel, begin + g.numel()));
+    grad_norm_squared_cuda(static_cast<const std::byte*>(g.data) + (b - begin) * elem, g.dtype,
+                           e - b, out + id, scratch, op.stream);
+  }
+}
+
+int64_t tensor_grad_scratch_doubles(const ChunkLayout& layout) {
+  int64_t most = 0;
+  for (const TensorSlot& s : layout.slots()) most = std::max(most, s.numel);
+  return grad_norm_scratch_doubles(most);
 }
 
 }  // namespace tide

@@ -14,6 +14,7 @@
 #include <span>
 
 #include "tide/core/tensor.h"
+#include "tide/kernels/ops.h"
 #include "tide/memory/chunk_layout.h"
 
 namespace tide {
@@ -27,5 +28,14 @@ namespace tide {
 // it).
 void tensor_grad_sums(const ChunkLayout& layout, int chunk, const Tensor& g, int64_t begin,
                       std::span<double> out, int threads = 0);
+
+// The same sums where `g` is, queued on `op`'s stream: `out` is a device buffer of
+// layout.num_tensors() doubles (entries of other chunks left as they are), `scratch` at least
+// tensor_grad_scratch_doubles(layout) device doubles. On the simulated device the CPU function
+// above runs on the stream (`layout` must outlive it: wait before it goes); on a GPU
+// grad_norm_squared_cuda, the same bits. The host reads `out` after a copy and a wait.
+void tensor_grad_sums(const OpContext& op, const ChunkLayout& layout, int chunk, const Tensor& g,
+                      int64_t begin, double* out, double* scratch);
+int64_t tensor_grad_scratch_doubles(const ChunkLayout& layout);
 
 }  // namespace tide

@@ -130,8 +130,9 @@ float PipelineRun::evaluate(DataLoader& val, int64_t n) {
       if (stage != me) continue;
       GPT& model = *chunks_[c];
       MicroBatch& mb = *eval_mbs_[c];
-      std::memcpy(mb.tokens.data, val.inputs().data(), mb.tokens.nbytes());
-      std::memcpy(mb.targets.data, val.targets().data(), mb.targets.nbytes());
+      const GPT::HostBatch host = model.host_batch(mb);
+      std::memcpy(host.tokens, val.inputs().data(), mb.tokens.nbytes());
+      std::memcpy(host.targets, val.targets().data(), mb.targets.nbytes());
       mb.training = false;
       if (v > 0) {
         const auto [from, from_chunk] = sch.locate(v - 1);

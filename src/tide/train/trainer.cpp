@@ -20,8 +20,8 @@
 #include "tide/config/estimate_setup.h"
 #include "tide/config/rank_consistency.h"
 #include "tide/config/unsupported_settings.h"
+#include "tide/core/byte_size.h"
 #include "tide/data/prepare.h"
-#include "tide/estimate/byte_size.h"
 #include "tide/estimate/memory_estimate.h"
 #include "tide/model/layout.h"
 #include "tide/train/preemption.h"
@@ -210,10 +210,6 @@ Trainer::Trainer(TrainConfig config, std::shared_ptr<ProcessGroup> world)
   RunPosition resume_at;
   const bool resuming = !cfg_.resume.empty();
   agree_on_errors(*world_, [&] {
-    TIDE_CHECK(cfg_.device == "cpu" || cfg_.device == "auto",
-               "device '{}' is not available: this build's CUDA kernels are not ready yet; use "
-               "device=cpu",
-               cfg_.device);
     check_trainer_can_honour(cfg_, world_->size());  // nothing the schema takes is dropped
     const int dp = data_parallel_ranks();
     if (cfg_.train_batch_size > 0)
@@ -227,6 +223,10 @@ Trainer::Trainer(TrainConfig config, std::shared_ptr<ProcessGroup> world)
     if (resuming) resume_at = check_resume(cfg_.resume);
   });
   if (cfg_.threads > 0) omp_set_num_threads(cfg_.threads);
+  // A device (the simulated one, whose stream's CPU kernels use this rank's threads, or a GPU):
+  // the model's ops run on its stream, its memory holds the model (configure_store).
+  if (cfg_.device != "cpu" && cfg_.device != "auto")
+    op_ = make_op_context(parse_device(cfg_.device), nullptr, omp_get_max_threads());
   prepare_default_corpus();
   // init_from (ignored when resuming: the run's own checkpoint wins): checked whole, shape
   // included, before the model is built or anything is written to out_dir.
@@ -286,13 +286,15 @@ Trainer::Trainer(TrainConfig config, std::shared_ptr<ProcessGroup> world)
     }
     mo.partition_activations = cfg_.partition_activations;
     mo.cpu_checkpointing = cfg_.cpu_checkpointing;
+    mo.op = op_;
+    if (!op_.device.is_cpu()) mo.activations = compute_alloc_.get();
     model_ = std::make_unique<GPT>(cfg_.model, cfg_.activation_policy, mo);
     model_->init_weights(cfg_.seed);
     if (init_from) {  // before the engine reads them
       if (mesh_)
         load_checkpoint_tp(cfg_.init_from, *model_, /*with_optimizer_state=*/false);
       else
-        init_weights_from(cfg_.init_from, *model_);
+        load_into_model([&](GPT& m) { init_weights_from(cfg_.init_from, m); });
     }
     // Under tp the ranks hold different shards: the whole model's layout is compared.
     check_same_data_and_layout(mesh_ ? make_layout(cfg_.model) : model_->store().layout());
@@ -309,7 +311,9 @@ Trainer::Trainer(TrainConfig config, std::shared_ptr<ProcessGroup> world)
     if (pipeline_)
       pipeline_->load(cfg_.resume);
     else
-      load_checkpoint_any(CheckpointSource(cfg_.resume), *model_, /*with_optimizer_state=*/true);
+      load_into_model([&](GPT& m) {
+        load_checkpoint_any(CheckpointSource(cfg_.resume), m, /*with_optimizer_state=*/true);
+      });
     if (engine_) engine_->sync_params();
     step_ = resume_at.step;
     train_loader_->seek(resume_at.data_epoch, resume_at.data_batch);
@@ -323,6 +327,27 @@ Trainer::Trainer(TrainConfig config, std::shared_ptr<ProcessGroup> world)
 
 Trainer::~Trainer() = default;
 
+std::unique_ptr<GPT> Trainer::host_twin() const {
+  ModelOptions mo;
+  mo.chunk_elems = chunk_elems_from_mib(cfg_.chunk_size_mb);
+  StoreOptions& so = mo.store;
+  so.compute_dtype = model_->store().compute_dtype();
+  if (model_->store().has(ChunkKind::GRAD) &&
+      model_->store().dtype(ChunkKind::GRAD) != so.compute_dtype)
+    so.grad_dtype = model_->store().dtype(ChunkKind::GRAD);
+  auto twin = std::make_unique<GPT>(cfg_.model, cfg_.activation_policy, mo);
+  TIDE_ASSERT(twin->store().layout().num_chunks() == model_->store().layout().num_chunks());
+  return twin;
+}
+
+void Trainer::load_into_model(const std::function<void(GPT&)>& load) {
+  if (op_.device.is_cpu()) return load(*model_);
+  const std::unique_ptr<GPT> twin = host_twin();
+  copy_chunks(op_, model_->store(), twin->store());  // what the load leaves alone stays
+  load(*twin);
+  copy_chunks(op_, twin->store(), model_->store());
+}
+
 AutoPlacementSettings Trainer::auto_placement_settings() const {
   return cfg_.placement_policy == "auto"
              ? AutoPlacementSettings{compute_alloc_.get(), host_alloc_.get()}
@@ -334,6 +359,13 @@ void Trainer::configure_store(StoreOptions& so) {
   // DeepSpeed's default for it); MASTER and Adam f32.
   so.compute_dtype = model_dtype(cfg_);
   if (grad_dtype(cfg_) != so.compute_dtype) so.grad_dtype = grad_dtype(cfg_);
+  if (!op_.device.is_cpu()) {  // every kind on the device (its memory: placement's budget)
+    const auto limit = static_cast<size_t>(cfg_.device_memory_limit);
+    compute_alloc_ = op_.device.is_sim() ? std::make_unique<SimAllocator>(op_.device, limit)
+                                         : make_cuda_allocator(op_.device, limit);
+    so.compute = so.optimizer = compute_alloc_.get();
+    return;
+  }
   const bool offload = cfg_.zero.offload_optimizer.enabled;
   if (cfg_.device_memory_limit == 0 && !offload) return;
   // On a CPU-only machine the device is a budgeted host allocator (memory/allocator.h).
@@ -547,8 +579,9 @@ float Trainer::evaluate() {
     const bool counted = rank * share + k < n;
     val_loader_->seek(0, counted ? static_cast<uint64_t>(rank * share + k) : 0);
     val_loader_->next_batch();
-    std::memcpy(eval_mb_->tokens.data, val_loader_->inputs().data(), eval_mb_->tokens.nbytes());
-    std::memcpy(eval_mb_->targets.data, val_loader_->targets().data(), eval_mb_->targets.nbytes());
+    const GPT::HostBatch host = model_->host_batch(*eval_mb_);
+    std::memcpy(host.tokens, val_loader_->inputs().data(), eval_mb_->tokens.nbytes());
+    std::memcpy(host.targets, val_loader_->targets().data(), eval_mb_->targets.nbytes());
     eval_mb_->training = false;
     model_->forward(*eval_mb_);
     if (!counted) continue;
@@ -626,7 +659,13 @@ std::string Trainer::save(const std::string& name) const {
     return path;
   }
   if (!sharded) {
-    save_checkpoint(path, *model_, info, /*with_optimizer_state=*/true);
+    if (op_.device.is_cpu()) {
+      save_checkpoint(path, *model_, info, /*with_optimizer_state=*/true);
+    } else {  // through a host copy of the chunks
+      const std::unique_ptr<GPT> twin = host_twin();
+      copy_chunks(op_, model_->store(), twin->store());
+      save_checkpoint(path, *twin, info, /*with_optimizer_state=*/true);
+    }
     return path;
   }
   if (pipeline_) {  // each stage writes its tensors (collective)

@@ -137,11 +137,20 @@ class Trainer {
   void configure_store(StoreOptions& so);
   // placement.policy=auto's allocators (configure_store made them); none with policy=device.
   AutoPlacementSettings auto_placement_settings() const;
+  // A device model's checkpoints go through a host model of the same layout (the checkpoint
+  // code reads and writes host memory): made here, its chunks copied from or to model_.
+  std::unique_ptr<GPT> host_twin() const;
+  // `load` on a model that can read checkpoints: model_ itself on the CPU; on a device its
+  // host twin, whose chunks then go up.
+  void load_into_model(const std::function<void(GPT&)>& load);
 
   TrainConfig cfg_;
   std::shared_ptr<ProcessGroup> world_;
   // Declared before the model, whose chunks they hold (nullptr: the store's own host memory).
   std::unique_ptr<Allocator> compute_alloc_, host_alloc_;
+  // The context the model's ops run on (device): the CPU's, or a stream of the simulated device
+  // whose memory is compute_alloc_.
+  OpContext op_;
   std::unique_ptr<Topology> mesh_;  // tensor_parallel.size > 1: the tp x dp mesh
   std::unique_ptr<GPT> model_;      // data parallel
   std::unique_ptr<Engine> engine_;  // data parallel

@@ -7,8 +7,8 @@
 #include <map>
 #include <set>
 
+#include "tide/core/byte_size.h"
 #include "tide/core/error.h"
-#include "tide/estimate/byte_size.h"
 #include "tide/estimate/report.h"
 #include "tide/model/layout.h"
 

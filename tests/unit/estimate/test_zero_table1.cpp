@@ -27,12 +27,12 @@ std::string as_printed_in_table1(int64_t bytes) {
   return s;
 }
 
-struct Row {
+struct Table1Row {
   int dp;
   const char* gb[9];  // 7.5B: stage 1, 2, 3 | 128B: 1, 2, 3 | 1T: 1, 2, 3
 };
 
-const Row kTable1[] = {
+const Table1Row kTable1[] = {
     {1, {"120", "120", "120", "2048", "2048", "2048", "16000", "16000", "16000"}},
     {4, {"52.5", "41.3", "30", "896", "704", "512", "7000", "5500", "4000"}},
     {16, {"35.6", "21.6", "7.5", "608", "368", "128", "4750", "2875", "1000"}},
@@ -53,7 +53,7 @@ TEST(ZeroTable1, PrintingRuleMatchesThePaperExamples) {
 
 TEST(ZeroTable1, ReproducedToThePrintedPrecision) {
   const int64_t models[] = {7'500'000'000, 128'000'000'000, 1'000'000'000'000};
-  for (const Row& row : kTable1) {
+  for (const Table1Row& row : kTable1) {
     for (int m = 0; m < 3; ++m) {
       for (int stage = 1; stage <= 3; ++stage) {
         const ModelStateBytes b =

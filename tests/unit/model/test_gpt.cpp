@@ -70,7 +70,7 @@ TEST(GPT, LossAndGradientsMatchJaxReference) {
   fx.batch(0, mb->tokens.i32(), mb->targets.i32());
   const float loss = gpt.forward(*mb);
   EXPECT_NEAR(loss, fx.j["loss0"].get<double>(), 1e-4 * std::abs(fx.j["loss0"].get<double>()));
-  gpt.store().zero(ChunkKind::GRAD);
+  gpt.store().zero(ChunkKind::GRAD, gpt.op());
   gpt.backward(*mb);
   const auto ref = fx.tensors("grads0");
   const auto& slots = gpt.store().layout().slots();
@@ -161,7 +161,7 @@ struct FdModel {
     mb->training = true;
     mb->seed = 99;  // dropout masks: a pure function of (seed, step, micro-batch, layer, site)
     mb->step = 2;
-    gpt.store().zero(ChunkKind::GRAD);
+    gpt.store().zero(ChunkKind::GRAD, gpt.op());
     gpt.forward(*mb);
     gpt.backward(*mb);
   }

@@ -12,8 +12,8 @@
 
 #include "test_files.h"
 #include "tide/config/estimate_setup.h"
+#include "tide/core/byte_size.h"
 #include "tide/data/shard.h"
-#include "tide/estimate/byte_size.h"
 #include "tide/estimate/memory_estimate.h"
 #include "tide/train/trainer.h"
 

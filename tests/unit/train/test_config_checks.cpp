@@ -100,7 +100,7 @@ TEST(ConfigChecks, OptimizerAndScheduleAreCheckedAtParseTime) {
   EXPECT_HAS(parse_error({"steps_per_print=5", "log.interval=7"}),
              "steps_per_print (5) and log.interval (7) are the same setting");
   EXPECT_HAS(parse_error({"model.n_embd=10", "model.n_head=4"}), "divisible by model.n_head");
-  EXPECT_HAS(parse_error({"device=gpu"}), "use cpu, cuda, cuda:N or auto");
+  EXPECT_HAS(parse_error({"device=gpu"}), "use cpu, cuda, cuda:N, sim, sim:N or auto");
   EXPECT_EQ(parse_error({"scheduler.params.cos_min_ratio=1", "device=cuda:1"}), "");
 }
 

@@ -179,7 +179,7 @@ TEST(OffloadDelayedUpdate, EqualsAReferenceThatAppliesEachUpdateOneStepLate) {
     const UpdatePlan plan = plan_update(opt, step, std::sqrt(norm2));
     AdamWHyper h = opt.adamw;
     h.lr = plan.lr;
-    adamw_step(b.store(), h, AdamWStep{step + 1, plan.clip});
+    adamw_step(b.op(), b.store(), h, AdamWStep{step + 1, plan.clip});
   };
   std::vector<float> ref;
   Grads pending;

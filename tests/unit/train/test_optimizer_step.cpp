@@ -85,7 +85,7 @@ TEST(OptimizerStep, SixteenBitStoreUpdatesTheMasterAndWritesTheParametersInOnePa
       adamw_reference(w.data(), g.data(), m.data(), v.data(), s.numel, th, step);
       want[id] = w;
     }
-    adamw_step(store, h, step);
+    adamw_step(OpContext{}, store, h, step);
     for (int id = 0; id < lay.num_tensors(); ++id) {
       const TensorSlot& s = lay.slot(id);
       const float* master = store.tensor(ChunkKind::MASTER, id).f32();

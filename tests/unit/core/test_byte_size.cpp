@@ -1,7 +1,7 @@
 #include <gtest/gtest.h>
 
+#include "tide/core/byte_size.h"
 #include "tide/core/error.h"
-#include "tide/estimate/byte_size.h"
 
 using namespace tide;
 

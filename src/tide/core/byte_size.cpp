@@ -1,4 +1,4 @@
-#include "tide/estimate/byte_size.h"
+#include "tide/core/byte_size.h"
 
 #include <fmt/format.h>
 

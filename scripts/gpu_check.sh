@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# The GPU check (issue #27): one command here, one on the lent GPU machine.
+#
+#   bash scripts/gpu_check.sh         here (nvcc needed, no GPU): builds the GPU test programs, the
+#                                     op benchmark, tide and the CUDA module (gpu_bundle.sh), and
+#                                     packs them with every library they load (not CUDA, not libc),
+#                                     the prepared default corpus and the runner into .gpu/
+#                                     (git-ignored; it must stay under the 64 MiB a run carries)
+#   bash .gpu/check.sh OUT            there, from the repository root with .gpu carried: runs the
+#                                     steps below and writes OUT/gpu_check.json and OUT/gpu_check.md
+#                                     (the summary to commit into bench/RESULTS.md) beside the logs
+#
+# What the runner does, in a few minutes on one H100 or H200:
+#   1. every GPU test program, three times (run_gpu_tests.sh: GPU results must repeat bitwise);
+#   2. `tide train device=cuda` against `device=cpu`, f32, the default job's model and data, 10
+#      steps: the losses within 1e-5 (relative), the final checkpoints (weights, master, Adam)
+#      within 1e-4 of each tensor's largest value (tools/compare_checkpoints.py);
+#   3. the op benchmark beside its PyTorch peer (bench_gpu_ops, ops_torch.py: JSON lines).
+# Every step runs even when an earlier one fails; check.sh exits non-zero when any failed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/gpu_bundle.sh
+cmake --build build -j "$(nproc)" --target tide
+# The default corpus (Debian's fortunes, prepared once by a default run): the GPU machine has
+# neither the package nor a network.
+if [ ! -f data/fortunes/train.bin ]; then
+  build/tide train train_steps=1 log.progress=false out_dir=/tmp/tide_gpu_check_prepare \
+    out_dir_overwrite=true >/dev/null
+fi
+cp build/tide tools/compare_checkpoints.py .gpu/
+mkdir -p .gpu/data
+cp data/fortunes/train.bin data/fortunes/val.bin data/fortunes/tokenizer.json \
+  data/fortunes/meta.json .gpu/data/
+ldd .gpu/tide | awk '/=>/ {print $3}' | sort -u |
+  grep -v -E '/(libc|libm|libdl|libpthread|librt|libgcc_s|libstdc\+\+)\.so|cuda|nccl' |
+  xargs -I{} cp -Ln {} .gpu/lib/
+cat >.gpu/check.sh <<'RUN'
+#!/usr/bin/env bash
+# scripts/gpu_check.sh's runner on the GPU machine: bash .gpu/check.sh OUT
+set -uo pipefail
+out=$(mkdir -p "${1:-gpu_check_out}" && cd "${1:-gpu_check_out}" && pwd)
+cd "$(dirname "$0")"
+export LD_LIBRARY_PATH=$PWD/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+echo "GPU: ${gpu:-none visible}"
+
+echo "== 1. GPU tests"
+start=$(date +%s)
+./run_gpu_tests.sh >"$out/gpu_tests.log" 2>&1
+tests_rc=$?
+tests_s=$(($(date +%s) - start))
+grep -E '^\[  (PASSED|FAILED) ' "$out/gpu_tests.log" | sort | uniq -c
+
+echo "== 2. tide train device=cuda against device=cpu"
+train() {
+  ./tide train "device=$1" data.dir=data train_steps=10 log.interval=1 eval.interval=10 \
+    eval.sequences=32 log.progress=false "out_dir=$out/train_$1" >"$out/train_$1.log" 2>&1
+}
+train cpu
+cpu_rc=$?
+start=$(date +%s)
+train cuda
+cuda_rc=$?
+cuda_s=$(($(date +%s) - start))
+tail -3 "$out/train_cuda.log"
+python3 compare_checkpoints.py "$out/train_cpu/model.ckpt" "$out/train_cuda/model.ckpt" \
+  --tol 1e-4 >"$out/params.json" 2>&1
+params_rc=$?
+cat "$out/params.json"
+
+echo "== 3. op benchmark beside PyTorch"
+./bench_gpu_ops >"$out/bench_tide.jsonl" 2>"$out/bench_tide.log"
+bench_rc=$?
+python3 ops_torch.py >"$out/bench_torch.jsonl" 2>"$out/bench_torch.log"
+torch_rc=$?
+
+python3 - "$out" "${gpu:-none}" "$tests_rc" "$tests_s" "$cpu_rc" "$cuda_rc" "$cuda_s" \
+  "$params_rc" "$bench_rc" "$torch_rc" <<'PY'
+import json, sys
+out, gpu = sys.argv[1], sys.argv[2]
+tests_rc, tests_s, cpu_rc, cuda_rc, cuda_s, params_rc, bench_rc, torch_rc = map(int, sys.argv[3:])
+def losses(dev):
+    try:
+        return {j["step"]: j["loss"] for j in map(json.loads, open(f"{out}/train_{dev}/metrics.jsonl"))
+                if "loss" in j}
+    except OSError:
+        return {}
+cpu, cuda = losses("cpu"), losses("cuda")
+steps = sorted(set(cpu) & set(cuda))
+worst = max((abs(cpu[s] - cuda[s]) / abs(cpu[s]) for s in steps), default=float("inf"))
+try:
+    params = json.load(open(f"{out}/params.json"))
+except (OSError, ValueError):
+    params = {"ok": False}
+train_ok = cpu_rc == 0 and cuda_rc == 0 and len(steps) == 10 and worst <= 1e-5 and params.get("ok")
+s = {"gpu": gpu,
+     "gpu_tests": {"ok": tests_rc == 0, "seconds": tests_s},
+     "train_cuda_vs_cpu": {"ok": bool(train_ok), "steps": len(steps), "loss_max_rel_diff": worst,
+                           "loss_tol": 1e-5, "params": params, "cuda_seconds": cuda_s,
+                           "losses_cpu": [cpu[s] for s in steps],
+                           "losses_cuda": [cuda[s] for s in steps]},
+     "bench": {"ok": bench_rc == 0 and torch_rc == 0}}
+s["ok"] = s["gpu_tests"]["ok"] and s["train_cuda_vs_cpu"]["ok"] and s["bench"]["ok"]
+json.dump(s, open(f"{out}/gpu_check.json", "w"), indent=1)
+md = [f"GPU check on {gpu}: {'PASSED' if s['ok'] else 'FAILED'}", "",
+      f"- GPU tests (3 repeats): {'passed' if tests_rc == 0 else 'FAILED'} in {tests_s} s",
+      f"- tide train device=cuda vs cpu, 10 steps f32: {'passed' if train_ok else 'FAILED'}; "
+      f"losses max rel diff {worst:.2e} (tol 1e-5), parameters max rel diff "
+      f"{params.get('max_rel_diff', float('nan')):.2e} (tol 1e-4)",
+      f"- op benchmark beside PyTorch: {'ran' if s['bench']['ok'] else 'FAILED'} "
+      f"(bench_tide.jsonl, bench_torch.jsonl)"]
+open(f"{out}/gpu_check.md", "w").write("\n".join(md) + "\n")
+print("\n".join(md))
+sys.exit(0 if s["ok"] else 1)
+PY
+RUN
+chmod +x .gpu/check.sh
+du -sh .gpu
+size=$(du -sm .gpu | cut -f1)
+[ "$size" -lt 64 ] || { echo "FAILED: .gpu is ${size} MiB; a run carries at most 64 MiB"; exit 1; }

@@ -1,0 +1,144 @@
+// tide train with device=sim (issue #25): the Trainer builds the model on the simulated device
+// (every chunk, activation and stash in its memory, every op on its stream) and trains the CPU
+// run's model bit for bit, in f32 and bf16 with dropout and accumulation: the losses, the
+// gradient norms, the validation loss and the checkpoint it writes (weights and Adam state,
+// through a host copy). A sim run resumed from its own checkpoint, and one resumed from a CPU
+// run's, go on as the straight run.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "checkpoint_tensors.h"
+#include "error_of.h"
+#include "test_files.h"
+#include "tide/data/shard.h"
+#include "tide/train/trainer.h"
+
+using namespace tide;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string sim_trainer_data() {
+  const std::string dir = test::temp_dir("sim_trainer");
+  std::vector<uint16_t> tokens(3000);
+  for (size_t i = 0; i < tokens.size(); ++i)
+    tokens[i] = static_cast<uint16_t>(i % 7 == 0 ? i * 17 % 40 : i % 11 * 3 % 40);
+  write_token_shard(dir + "/train.bin", std::span<const uint16_t>(tokens));
+  return dir;
+}
+
+TrainConfig sim_trainer_config(const std::string& dir, const std::string& out,
+                               const std::vector<std::string>& extra) {
+  std::vector<std::string> o = {"data.train=" + dir + "/train.bin",
+                                "data.val=" + dir + "/train.bin",
+                                "out_dir=" + dir + "/" + out,
+                                "model.vocab_size=40",
+                                "model.n_layer=2",
+                                "model.n_head=2",
+                                "model.n_embd=16",
+                                "model.dropout=0.1",
+                                "seq_len=8",
+                                "train_micro_batch_size_per_gpu=3",
+                                "gradient_accumulation_steps=2",
+                                "optimizer.params.lr=1e-2",
+                                "eval.sequences=6",
+                                "threads=1",
+                                "log.progress=false"};
+  o.insert(o.end(), extra.begin(), extra.end());
+  return load_train_config("", o);
+}
+
+// Losses and gradient norms of the steps up to `until`.
+std::vector<float> sim_trainer_steps(Trainer& t, int64_t until) {
+  std::vector<float> c;
+  while (t.step() < until) {
+    const StepStats st = t.train_step();
+    c.push_back(st.loss);
+    c.push_back(static_cast<float>(st.grad_norm));
+  }
+  return c;
+}
+
+void expect_same_checkpoint(const std::string& want, const std::string& got,
+                            const std::string& what) {
+  const auto a = test::checkpoint_tensors(want), b = test::checkpoint_tensors(got);
+  ASSERT_EQ(a.size(), b.size()) << what;
+  EXPECT_TRUE(a.count("adam_v.wte")) << what << ": the checkpoint must hold the optimizer state";
+  for (const auto& [name, bytes] : a) EXPECT_EQ(b.at(name), bytes) << what << ": " << name;
+}
+
+TEST(SimTrainer, TrainsValidatesAndCheckpointsAsTheCpuRun) {
+  const std::string dir = sim_trainer_data();
+  for (const std::string precision : {"f32", "bf16"}) {
+    std::vector<std::string> extra;
+    if (precision == "bf16") extra.push_back("bf16.enabled=true");
+    auto run = [&](const std::string& device, std::vector<float>& curve) {
+      std::vector<std::string> e = extra;
+      e.push_back("device=" + device);
+      Trainer t(sim_trainer_config(dir, precision + "_" + device, e));
+      EXPECT_EQ(t.model().op().device.str(), device == "sim" ? "sim:0" : "cpu");
+      curve = sim_trainer_steps(t, 6);
+      curve.push_back(t.evaluate());
+      return t.save("final.ckpt");
+    };
+    std::vector<float> cpu, sim;
+    const std::string cpu_ckpt = run("cpu", cpu), sim_ckpt = run("sim", sim);
+    ASSERT_EQ(sim.size(), cpu.size());
+    for (size_t i = 0; i < cpu.size(); ++i)
+      EXPECT_EQ(std::memcmp(&sim[i], &cpu[i], sizeof(float)), 0)
+          << precision << ": entry " << i << " (loss, norm per step; validation last): " << sim[i]
+          << " on sim, " << cpu[i] << " on the CPU";
+    expect_same_checkpoint(cpu_ckpt, sim_ckpt, precision);
+  }
+  fs::remove_all(dir);
+}
+
+TEST(SimTrainer, ResumesItsOwnAndTheCpuRunsCheckpoints) {
+  const std::string dir = sim_trainer_data();
+  Trainer straight(sim_trainer_config(dir, "straight", {"device=sim"}));
+  const std::vector<float> want = sim_trainer_steps(straight, 8);
+  const std::string want_ckpt = straight.save("final.ckpt");
+  for (const std::string first_device : {"sim", "cpu"}) {
+    std::vector<float> got;
+    std::string mid;
+    {
+      Trainer first(sim_trainer_config(dir, "from_" + first_device, {"device=" + first_device}));
+      got = sim_trainer_steps(first, 4);
+      mid = first.save("model_step4.ckpt");
+    }
+    Trainer resumed(sim_trainer_config(dir, "from_" + first_device,
+                                       {"device=sim", "checkpoint.resume=" + mid}));
+    EXPECT_EQ(resumed.step(), 4);
+    const std::vector<float> rest = sim_trainer_steps(resumed, 8);
+    got.insert(got.end(), rest.begin(), rest.end());
+    ASSERT_EQ(got.size(), want.size());
+    EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size() * sizeof(float)), 0)
+        << "resumed from a " << first_device << " checkpoint";
+    expect_same_checkpoint(want_ckpt, resumed.save("final.ckpt"), "from " + first_device);
+  }
+  fs::remove_all(dir);
+}
+
+TEST(SimTrainer, RefusesWhatTheSimulatedDeviceCannotRunYet) {
+  const std::string dir = sim_trainer_data();
+  const std::string msg = test::error_of([&] {
+    Trainer t(sim_trainer_config(dir, "z1", {"device=sim", "zero_optimization.stage=1"}));
+  });
+  EXPECT_NE(msg.find("device=sim with zero_optimization.stage > 0"), std::string::npos) << msg;
+  EXPECT_FALSE(fs::exists(dir + "/z1")) << "a refused run writes nothing";
+  // Checked before the GPU is asked for: the same message with or without one.
+  const std::string gpu = test::error_of([&] {
+    Trainer t(sim_trainer_config(dir, "gpu", {"device=cuda", "bf16.enabled=true"}));
+  });
+  EXPECT_NE(gpu.find("16-bit training on a GPU needs the mixed-dtype GEMMs"), std::string::npos)
+      << gpu;
+  const std::string bad = test::error_of([&] { load_train_config("", {"device=sim:x"}); });
+  EXPECT_NE(bad.find("use cpu, cuda, cuda:N, sim, sim:N or auto"), std::string::npos) << bad;
+  fs::remove_all(dir);
+}
+
+}  // namespace
