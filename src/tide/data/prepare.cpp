@@ -85,11 +85,15 @@ std::pair<std::string, std::string> split_tail(const std::string& doc, double fr
 std::vector<int32_t> encode_documents(const Tokenizer& tok, const std::vector<std::string>& docs) {
   // Documents are encoded in parallel, each into its own vector, and joined in order: the
   // output does not depend on the thread count.
+  // <|endoftext|> before every document, as llm.c does; a tokenizer.json with a template (Llama
+  // 3's BOS) puts its tokens around the document instead, and end-of-text after it.
+  const std::vector<int32_t> prefix = tok.document_prefix(), suffix = tok.document_suffix();
   std::vector<std::vector<int32_t>> parts(docs.size());
 #pragma omp parallel for schedule(dynamic, 16)
   for (size_t d = 0; d < docs.size(); ++d) {
-    parts[d].push_back(tok.eot_id());  // <|endoftext|> before every document, as llm.c does
+    parts[d] = prefix;
     tok.encode_append(docs[d], parts[d]);
+    parts[d].insert(parts[d].end(), suffix.begin(), suffix.end());
   }
   size_t total = 0;
   for (const auto& p : parts) total += p.size();
@@ -265,6 +269,11 @@ PrepareResult prepare_corpus(const PrepareOptions& options) {
   } else if (from_file) {
     tok = Tokenizer::load(options.tokenizer_file);
     log(fmt::format("prepare: loaded {}, {} tokens", options.tokenizer_file, tok.vocab_size()));
+    TIDE_CHECK(tok.vocab_size() <= 65536,
+               "--tokenizer {}: {} tokens, but token shards store uint16 ids (llm.c's GPT-2 "
+               "format), so at most 65536; tide cannot write shards for this tokenizer yet "
+               "(llm.c's uint32 Llama 3 shards are not implemented)",
+               options.tokenizer_file, tok.vocab_size());
   } else {
     step_start = Clock::now();
     WordCounts words;

@@ -155,6 +155,69 @@ TEST(Prepare, UsesATokenizerFile) {
   EXPECT_NE(expected_error([&] { prepare_corpus(o); }).find("pass one of them"), std::string::npos);
 }
 
+// Llama-3-style and Qwen2-style tokenizer.json files (tests/fixtures/tokenizer): each document is
+// HF's tokenizer(doc) ids, Llama 3's <|begin_of_text|> first and <|end_of_text|> last, Qwen2's
+// <|endoftext|> first; tokenizer.json next to the shards is the file as it was.
+TEST(Prepare, UsesLlama3AndQwen2StyleFiles) {
+  TempDir dir;
+  std::filesystem::create_directories(dir / "in");
+  std::string text;
+  for (int i = 0; i < 20; ++i)
+    text += fmt::format("\xe2\x80\x9cDoc {}\xe2\x80\x9d: 12345 caf\xc3\xa9 \xe6\x97\xa5\xe6\x9c\xac "
+                        "\xf0\x9f\x98\x80 <|endoftext|>\n%\n",
+                        i);
+  write_file(dir / "in/docs.txt", text);
+  for (const std::string name : {"llama3_style", "qwen2_style"}) {
+    PrepareOptions o = quiet_options(dir);
+    o.tokenizer_file = std::string(TIDE_SOURCE_DIR) + "/tests/fixtures/tokenizer/" + name + ".json";
+    o.out_dir = dir / name;
+    const PrepareResult r = prepare_corpus(o);
+    const Tokenizer tok = Tokenizer::load(o.tokenizer_file);
+    EXPECT_EQ(r.vocab_size, tok.vocab_size());
+    EXPECT_EQ(r.eot_id, tok.eot_id());
+    const std::vector<int32_t> prefix = tok.document_prefix(), suffix = tok.document_suffix();
+    std::vector<int32_t> want;
+    for (const std::string& doc : split_documents(text, "%")) {
+      want.insert(want.end(), prefix.begin(), prefix.end());
+      tok.encode_append(doc, want);
+      want.insert(want.end(), suffix.begin(), suffix.end());
+    }
+    const TokenShard train(r.train_path), val(r.val_path);
+    std::vector<int32_t> all(train.tokens().begin(), train.tokens().end());
+    all.insert(all.end(), val.tokens().begin(), val.tokens().end());
+    std::vector<int32_t> sorted_all = all, sorted_want = want;  // val is dealt from the documents
+    std::sort(sorted_all.begin(), sorted_all.end());
+    std::sort(sorted_want.begin(), sorted_want.end());
+    EXPECT_EQ(sorted_all, sorted_want) << name;
+    if (name == "llama3_style") {
+      EXPECT_EQ(train[0], tok.template_prefix().at(0)) << "<|begin_of_text|> first";
+      EXPECT_EQ(train[train.size() - 1], tok.eot_id()) << "<|end_of_text|> last";
+    } else {
+      EXPECT_EQ(train[0], tok.eot_id()) << "<|endoftext|> first";
+    }
+    // "<|endoftext|>" written in a document stays text.
+    EXPECT_EQ(std::count(all.begin(), all.end(), tok.eot_id()), 20) << name;
+    std::ifstream a(o.tokenizer_file), b(r.tokenizer_path);
+    EXPECT_EQ(std::string(std::istreambuf_iterator<char>(a), {}),
+              std::string(std::istreambuf_iterator<char>(b), {}));
+  }
+}
+
+// A vocabulary beyond uint16 (Llama 3's 128256) cannot go into llm.c's GPT-2 shards.
+TEST(Prepare, RefusesATokenizerTooLargeForUint16Shards) {
+  TempDir dir;
+  write_corpus(dir);
+  std::ifstream in(std::string(TIDE_SOURCE_DIR) + "/tests/fixtures/tokenizer/hf_bpe.json");
+  nlohmann::json j = nlohmann::json::parse(in);
+  for (int id = 1200; id < 65537; ++id) j["model"]["vocab"][fmt::format("zz{}", id)] = id;
+  write_file(dir / "big.json", j.dump());
+  PrepareOptions o = quiet_options(dir);
+  o.tokenizer_file = dir / "big.json";
+  EXPECT_NE(expected_error([&] { prepare_corpus(o); })
+                .find("65537 tokens, but token shards store uint16 ids"),
+            std::string::npos);
+}
+
 TEST(Prepare, FewDocumentsSplitInsideEachDocument) {
   TempDir dir;
   std::filesystem::create_directories(dir / "in");
