@@ -41,7 +41,7 @@ edit 's/"Regex": "(?i:/"String": "(?i:/' string.json
 expect_error "string.json: the Split pre-tokenizer's \"pattern\" is .*; tide runs a regex" \
   prepare --input docs.txt --out-dir bad --tokenizer string.json
 edit 's/"Regex": "(?i:/"Regex": "(?<x:/' regex.json
-expect_error "regex.json: the Split pre-tokenizer's pre-tokenizer regex /(?<x:.* does not compile" \
+expect_error "regex.json: the Split pre-tokenizer: pre-tokenizer regex /(?<x:.* does not compile" \
   prepare --input docs.txt --out-dir bad --tokenizer regex.json
 edit 's/"type": "NFC"/"type": "NFKC"/' nfkc.json
 expect_error "nfkc.json: \"normalizer\" is {\"type\":\"NFKC\"}; tide applies none (GPT-2, Llama 3) or NFC" \

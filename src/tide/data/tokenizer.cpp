@@ -819,7 +819,8 @@ Tokenizer Tokenizer::load(const std::string& path) {
     try {
       tok.pretok_ = std::make_shared<const Pretokenizer>(p.pattern);
     } catch (const Error& e) {
-      TIDE_FAIL("{}: the Split pre-tokenizer's {}; tide runs it on PCRE2, which must accept it",
+      TIDE_FAIL("{}: the Split pre-tokenizer: {}; tide runs the pattern on PCRE2 (Perl syntax, "
+                "as HF's Oniguruma for Llama 3's and Qwen2's patterns), which must accept it",
                 path, e.what());
     }
   }
@@ -862,7 +863,8 @@ Tables hf_tables(const nlohmann::json& j, const std::string& path) {
              path);
   const std::string type = type_of(model);
   TIDE_CHECK(type == "BPE" || (type.empty() && model->is_object()),
-             "{}: \"model\" is {}; tide reads byte-level BPE tokenizers only (\"type\": \"BPE\")",
+             "{}: \"model\" is {}; tide reads byte-level BPE tokenizers only (\"type\": \"BPE\", "
+             "as in GPT-2's, Llama 3's and Qwen2's files), not WordPiece or Unigram (BERT, T5)",
              path, type.empty() ? show(*model) : "of type " + type);
   const nlohmann::json* vocab_json = field(*model, "vocab");
   const nlohmann::json* merges_json = field(*model, "merges");

@@ -353,7 +353,7 @@ TEST(Tokenizer, HfSettingsTideCannotReproduceAreRefused) {
       {[](nlohmann::json& j) {
          j["pre_tokenizer"] = split_pre_tokenizer({{"Regex", "(?<x"}}, "Isolated");
        },
-       "the Split pre-tokenizer's pre-tokenizer regex /(?<x/ does not compile"},
+       "the Split pre-tokenizer: pre-tokenizer regex /(?<x/ does not compile"},
       {[](nlohmann::json& j) { j["model"]["ignore_merges"] = "yes"; },
        "model.ignore_merges is \"yes\", not true or false"},
       {[](nlohmann::json& j) { j["model"]["dropout"] = 0.1; }, "model.dropout is 0.1"},
