@@ -8,7 +8,8 @@
 // after the normalizer (tokenizer.cpp runs both steps). "special" tokens are matched only when
 // the caller asks (HF matches them unless encode_special_tokens is set); other added tokens are
 // always matched. As in HF, a special token that is not matched is still found, and skipped as
-// text: no other added token matches inside it. single_word/lstrip/rstrip are not implemented: load() refuses them.
+// text: no other added token matches inside it. single_word/lstrip/rstrip are not implemented:
+// load() refuses them.
 
 #include <cstdint>
 #include <string>
@@ -61,8 +62,8 @@ class AddedTokens {
   // The longest token matching text at pos, or nullptr.
   const AddedToken* match_at(std::string_view text, size_t pos) const;
 
-  std::vector<AddedToken> tokens_;       // longest first
-  std::vector<bool> starts_with_;  // [byte]: some token starts with this byte
+  std::vector<AddedToken> tokens_;  // longest first
+  std::vector<bool> starts_with_;   // [byte]: some token starts with this byte
 };
 
 }  // namespace tide

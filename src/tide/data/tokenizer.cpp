@@ -371,7 +371,8 @@ Tokenizer Tokenizer::from_tables(const std::vector<std::pair<std::string, int>>&
   // Older files and GPT-2's encoder.json hold <|endoftext|> in the vocabulary only.
   const std::string eot_text(kEndOfText);
   const auto is_eot = [](const std::string& s) { return s == kEndOfText || s == kLlama3EndOfText; };
-  if (std::none_of(added.begin(), added.end(), [&](const AddedToken& a) { return is_eot(a.content); })) {
+  if (std::none_of(added.begin(), added.end(),
+                   [&](const AddedToken& a) { return is_eot(a.content); })) {
     for (const auto& [text, id] : vocab) {
       if (text == eot_text) added.push_back({eot_text, id, /*special=*/true, /*normalized=*/true});
     }
@@ -380,8 +381,8 @@ Tokenizer Tokenizer::from_tables(const std::vector<std::pair<std::string, int>>&
   for (const AddedToken& a : added) {
     const auto [it, is_new] = added_id.emplace(a.content, a.id);
     TIDE_CHECK(is_new || it->second == a.id,
-               "{}: added token \"{}\" is listed twice (ids {} and {}); the file is corrupt", source,
-               a.content, it->second, a.id);
+               "{}: added token \"{}\" is listed twice (ids {} and {}); the file is corrupt",
+               source, a.content, it->second, a.id);
   }
   int n = 0;
   for (const auto& [text, id] : vocab) n = std::max(n, id + 1);
@@ -577,12 +578,12 @@ std::string parse_split(const nlohmann::json& split, const std::string& path) {
              "{}: the Split pre-tokenizer's \"pattern\" is {}; tide runs a regex ({{\"Regex\": "
              "\"...\"}}, as in Llama 3's and Qwen2's files), not a literal {{\"String\": ...}}",
              path, pattern ? show(*pattern) : "missing");
-  TIDE_CHECK(is_null_or(field(split, "behavior"), "Isolated") &&
-                 is_null_or(field(split, "invert"), false),
-             "{}: the Split pre-tokenizer has behavior {} and invert {}; tide splits with behavior "
-             "\"Isolated\" and invert false only (every match a piece of its own)",
-             path, show(split.value("behavior", nlohmann::json())),
-             show(split.value("invert", nlohmann::json())));
+  TIDE_CHECK(
+      is_null_or(field(split, "behavior"), "Isolated") && is_null_or(field(split, "invert"), false),
+      "{}: the Split pre-tokenizer has behavior {} and invert {}; tide splits with behavior "
+      "\"Isolated\" and invert false only (every match a piece of its own)",
+      path, show(split.value("behavior", nlohmann::json())),
+      show(split.value("invert", nlohmann::json())));
   return regex->get<std::string>();
 }
 
@@ -600,8 +601,9 @@ void parse_template(const nlohmann::json& t, const std::string& path, HfPipeline
   for (const nlohmann::json& item : *single) {
     const nlohmann::json* special = field(item, "SpecialToken");
     const nlohmann::json* sequence = field(item, "Sequence");
-    const nlohmann::json* id = special ? field(*special, "id") : sequence ? field(*sequence, "id")
-                                                                          : nullptr;
+    const nlohmann::json* id = special    ? field(*special, "id")
+                               : sequence ? field(*sequence, "id")
+                                          : nullptr;
     if (!id || !id->is_string()) bad();
     if (sequence) {
       if (seen_a || *id != "A") bad();
@@ -695,10 +697,11 @@ std::vector<AddedToken> added_tokens_from_json(const nlohmann::json* added,
                "[0, {})",
                path, i + 1, show(a), kMaxVocab);
     for (const char* key : {"single_word", "lstrip", "rstrip"}) {
-      TIDE_CHECK(is_null_or(field(a, key), false),
-                 "{}: added token \"{}\" has \"{}\": true, which tide does not implement (it "
-                 "matches added tokens exactly, as Llama 3's and Qwen2's files ask); set it to false",
-                 path, content->get<std::string>(), key);
+      TIDE_CHECK(
+          is_null_or(field(a, key), false),
+          "{}: added token \"{}\" has \"{}\": true, which tide does not implement (it "
+          "matches added tokens exactly, as Llama 3's and Qwen2's files ask); set it to false",
+          path, content->get<std::string>(), key);
     }
     const nlohmann::json* special = field(a, "special");
     const nlohmann::json* normalized = field(a, "normalized");
@@ -819,9 +822,10 @@ Tokenizer Tokenizer::load(const std::string& path) {
     try {
       tok.pretok_ = std::make_shared<const Pretokenizer>(p.pattern);
     } catch (const Error& e) {
-      TIDE_FAIL("{}: the Split pre-tokenizer: {}; tide runs the pattern on PCRE2 (Perl syntax, "
-                "as HF's Oniguruma for Llama 3's and Qwen2's patterns), which must accept it",
-                path, e.what());
+      TIDE_FAIL(
+          "{}: the Split pre-tokenizer: {}; tide runs the pattern on PCRE2 (Perl syntax, "
+          "as HF's Oniguruma for Llama 3's and Qwen2's patterns), which must accept it",
+          path, e.what());
     }
   }
   tok.nfc_ = p.nfc;
@@ -841,14 +845,14 @@ Tokenizer Tokenizer::load(const std::string& path) {
   }
   // tide's own writer (to_hf_json) reproduces GPT-2's pipeline, with tide export's template
   // (<|endoftext|> first) at most; anything else is saved as the file was.
-  const bool gpt2 =
-      p.pattern.empty() || p.pattern == Pretokenizer::kGpt2Pattern;
-  const bool eot_only = t.added.empty() || (t.added.size() == 1 && t.added[0].content == kEndOfText &&
-                                            t.added[0].special);
-  const bool eot_template = tok.template_suffix_.empty() &&
-                            (tok.template_prefix_.empty() ||
-                             tok.template_prefix_ == std::vector<int32_t>{tok.eot_id_});
-  if (!(gpt2 && !p.nfc && !t.ignore_merges && eot_only && eot_template)) tok.hf_json_ = std::move(text);
+  const bool gpt2 = p.pattern.empty() || p.pattern == Pretokenizer::kGpt2Pattern;
+  const bool eot_only = t.added.empty() || (t.added.size() == 1 &&
+                                            t.added[0].content == kEndOfText && t.added[0].special);
+  const bool eot_template =
+      tok.template_suffix_.empty() &&
+      (tok.template_prefix_.empty() || tok.template_prefix_ == std::vector<int32_t>{tok.eot_id_});
+  if (!(gpt2 && !p.nfc && !t.ignore_merges && eot_only && eot_template))
+    tok.hf_json_ = std::move(text);
   return tok;
 }
 

@@ -130,8 +130,7 @@ class Tokenizer {
                                const std::vector<std::pair<std::string, std::string>>& merges,
                                std::vector<AddedToken> added, const std::string& source);
   // encode_append() of text with no added token in it.
-  void encode_text(std::string_view text, std::vector<int32_t>& out,
-                   SpecialTokens special) const;
+  void encode_text(std::string_view text, std::vector<int32_t>& out, SpecialTokens special) const;
   void add_merge(int a, int b, int result);
   void encode_piece(std::string_view piece, std::vector<int32_t>& out) const;
 
@@ -143,8 +142,8 @@ class Tokenizer {
   // Splits text before BPE: GPT-2's pattern (trained tokenizers, GPT-2's files) or the file's.
   std::shared_ptr<const Pretokenizer> pretok_{std::shared_ptr<void>(), &Pretokenizer::gpt2()};
   // From an HF file (all empty/false for GPT-2's pipeline):
-  bool nfc_ = false;                                 // normalizer NFC
-  bool ignore_merges_ = false;                       // model.ignore_merges
+  bool nfc_ = false;                                // normalizer NFC
+  bool ignore_merges_ = false;                      // model.ignore_merges
   std::unordered_map<std::string, int32_t> whole_;  // token bytes -> id, for ignore_merges
   AddedTokens added_raw_, added_normalized_;        // "normalized": false / true
   std::vector<int32_t> template_prefix_, template_suffix_;

@@ -69,8 +69,8 @@ std::string nfc(std::string_view text) {
   out.reserve(text.size());
   const auto* s = reinterpret_cast<const uint8_t*>(text.data());
   const int32_t n = static_cast<int32_t>(text.size());
-  TIDE_CHECK(text.size() == static_cast<size_t>(n), "NFC normalizer: a text of {} bytes is over 2 GB",
-             text.size());
+  TIDE_CHECK(text.size() == static_cast<size_t>(n),
+             "NFC normalizer: a text of {} bytes is over 2 GB", text.size());
   int32_t run = 0;  // start of the current valid run
   for (int32_t i = 0; i < n;) {
     if (s[i] < 0x80) {  // ASCII: valid, and never changed by NFC

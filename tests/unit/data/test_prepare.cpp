@@ -163,9 +163,10 @@ TEST(Prepare, UsesLlama3AndQwen2StyleFiles) {
   std::filesystem::create_directories(dir / "in");
   std::string text;
   for (int i = 0; i < 20; ++i)
-    text += fmt::format("\xe2\x80\x9cDoc {}\xe2\x80\x9d: 12345 caf\xc3\xa9 \xe6\x97\xa5\xe6\x9c\xac "
-                        "\xf0\x9f\x98\x80 <|endoftext|>\n%\n",
-                        i);
+    text += fmt::format(
+        "\xe2\x80\x9cDoc {}\xe2\x80\x9d: 12345 caf\xc3\xa9 \xe6\x97\xa5\xe6\x9c\xac "
+        "\xf0\x9f\x98\x80 <|endoftext|>\n%\n",
+        i);
   write_file(dir / "in/docs.txt", text);
   for (const std::string name : {"llama3_style", "qwen2_style"}) {
     PrepareOptions o = quiet_options(dir);
@@ -213,8 +214,9 @@ TEST(Prepare, RefusesATokenizerTooLargeForUint16Shards) {
   write_file(dir / "big.json", j.dump());
   PrepareOptions o = quiet_options(dir);
   o.tokenizer_file = dir / "big.json";
-  EXPECT_NE(expected_error([&] { prepare_corpus(o); })
-                .find("65537 tokens, but token shards store uint16 ids"),
+  EXPECT_NE(expected_error([&] {
+              prepare_corpus(o);
+            }).find("65537 tokens, but token shards store uint16 ids"),
             std::string::npos);
 }
 

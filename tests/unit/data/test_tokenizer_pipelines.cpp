@@ -40,10 +40,11 @@ TEST(TokenizerPipelines, FixtureHasTheMixedLanguageText) {
   const nlohmann::json ref = pipelines_reference();
   for (const char* name : {"llama3_style", "qwen2_style"}) {
     std::string all;
-    for (const auto& line : ref["tokenizers"][name]["lines"]) all += line["text"].get<std::string>();
+    for (const auto& line : ref["tokenizers"][name]["lines"])
+      all += line["text"].get<std::string>();
     // curly quote, emoji, CJK, a digit run, a whitespace run, a decomposed accent, specials
-    for (const char* s : {"\xe2\x80\x9c", "\xf0\x9f\x98\x80", "\xe6\x97\xa5\xe6\x9c\xac",
-                          "1234567", "  \n\n", "e\xcc\x81", "<|im_start|>", "<|end_of_text|>"})
+    for (const char* s : {"\xe2\x80\x9c", "\xf0\x9f\x98\x80", "\xe6\x97\xa5\xe6\x9c\xac", "1234567",
+                          "  \n\n", "e\xcc\x81", "<|im_start|>", "<|end_of_text|>"})
       EXPECT_NE(all.find(s), std::string::npos) << name << ": " << s;
   }
 }
@@ -148,8 +149,10 @@ TEST(TokenizerPipelines, DocumentBoundaries) {
 // HF's AddedVocabulary: leftmost, then longest; an unmatched special token is still found and
 // skipped as text, so no added token matches inside it.
 TEST(TokenizerPipelines, AddedTokensLeftmostLongest) {
-  const AddedTokens added({{"<a>", 1, true, false}, {"<a><b>", 2, true, false},
-                           {"<b>", 3, false, false}, {"b><", 4, false, false}});
+  const AddedTokens added({{"<a>", 1, true, false},
+                           {"<a><b>", 2, true, false},
+                           {"<b>", 3, false, false},
+                           {"b><", 4, false, false}});
   auto parts = [&](std::string_view text, bool match_special) {
     std::vector<std::string> out;
     added.split(
@@ -166,10 +169,12 @@ TEST(TokenizerPipelines, AddedTokensLeftmostLongest) {
 }
 
 TEST(TokenizerPipelines, NfcComposesAndKeepsInvalidBytes) {
-  EXPECT_EQ(nfc("cafe\xcc\x81"), "caf\xc3\xa9");                 // e + U+0301 -> é
-  EXPECT_EQ(nfc("\xe2\x84\xab"), "\xc3\x85");                    // Angstrom sign -> Å
-  EXPECT_EQ(nfc("\xef\xac\x81"), "\xef\xac\x81");                // ﬁ: NFKC only
-  EXPECT_EQ(nfc("a\xff" "e\xcc\x81\xc3"), "a\xff\xc3\xa9\xc3");  // invalid bytes stay
+  EXPECT_EQ(nfc("cafe\xcc\x81"), "caf\xc3\xa9");   // e + U+0301 -> é
+  EXPECT_EQ(nfc("\xe2\x84\xab"), "\xc3\x85");      // Angstrom sign -> Å
+  EXPECT_EQ(nfc("\xef\xac\x81"), "\xef\xac\x81");  // ﬁ: NFKC only
+  EXPECT_EQ(nfc("a\xff"
+                "e\xcc\x81\xc3"),
+            "a\xff\xc3\xa9\xc3");  // invalid bytes stay
   EXPECT_EQ(nfc("plain ascii"), "plain ascii");
 }
 
