@@ -387,6 +387,15 @@ Tokenizer Tokenizer::from_tables(const std::vector<std::pair<std::string, int>>&
   int n = 0;
   for (const auto& [text, id] : vocab) n = std::max(n, id + 1);
   for (const AddedToken& a : added) n = std::max(n, a.id + 1);
+  // Checked before allocating n tokens: a corrupt id far past the end must not cost gigabytes.
+  std::unordered_set<std::string_view> in_vocab;
+  for (const auto& [text, id] : vocab) in_vocab.insert(text);
+  size_t tokens = vocab.size();
+  for (const AddedToken& a : added) tokens += in_vocab.contains(a.content) ? 0 : 1;
+  TIDE_CHECK(static_cast<size_t>(n) <= tokens,
+             "{}: ids run up to {}, but there are only {} tokens; ids must be 0..{} with each used "
+             "once; the file is corrupt",
+             source, n - 1, tokens, tokens - 1);
   TIDE_CHECK(n >= 257,
              "{}: the vocabulary has {} tokens; a byte-level BPE vocabulary has at least 257 (256 "
              "bytes + <|endoftext|>)",

@@ -401,7 +401,7 @@ TEST(Tokenizer, HfSettingsTideCannotReproduceAreRefused) {
        "<|endoftext|> has id 5 in \"added_tokens\" but 0 in model.vocab"},
       {[](nlohmann::json& j) { j["model"]["merges"][3] = 7; }, "merge 4 is 7"},
       {[](nlohmann::json& j) { j["model"]["vocab"].erase("a"); },
-       "no token has id 65, but ids must be 0..1199 with each used once"},
+       "ids run up to 1199, but there are only 1199 tokens; ids must be 0..1198"},
       {[](nlohmann::json& j) { j["model"]["vocab"]["\xe6\x97\xa5"] = 1200; },
        "outside GPT-2's byte-to-unicode table"},
   };
