@@ -446,8 +446,6 @@ Tokenizer Tokenizer::from_tables(const std::vector<std::pair<std::string, int>>&
   for (AddedToken& a : added) (a.normalized ? normalized : raw).push_back(std::move(a));
   tok.added_raw_ = AddedTokens(std::move(raw));
   tok.added_normalized_ = AddedTokens(std::move(normalized));
-  tok.whole_.reserve(id_of.size());
-  for (const auto& [text, id] : id_of) tok.whole_.emplace(tok.tokens_[id], id);
   for (int b = 0; b < 256; ++b) {
     const std::string text = to_byte_unicode(std::string(1, static_cast<char>(b)));
     const auto it = id_of.find(text);
@@ -839,7 +837,14 @@ Tokenizer Tokenizer::load(const std::string& path) {
   }
   tok.nfc_ = p.nfc;
   tok.ignore_merges_ = t.ignore_merges;
-  if (!tok.ignore_merges_) tok.whole_.clear();
+  if (tok.ignore_merges_) {  // the model's own tokens (added tokens are matched before BPE)
+    std::unordered_set<std::string_view> added;
+    for (const AddedToken& a : t.added) added.insert(a.content);
+    tok.whole_.reserve(t.vocab.size());
+    for (const auto& [text, id] : t.vocab) {
+      if (!added.contains(text)) tok.whole_.emplace(tok.tokens_[id], id);
+    }
+  }
   for (const auto& [names, ids] :
        {std::pair{&p.prefix, &tok.template_prefix_}, std::pair{&p.suffix, &tok.template_suffix_}}) {
     for (const std::string& name : *names) {
