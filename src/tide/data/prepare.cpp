@@ -380,7 +380,15 @@ PrepareResult prepare_corpus(const PrepareOptions& options) {
   r.val_documents = static_cast<int64_t>(val_docs.size());
   r.train_tokens = static_cast<int64_t>(train_tokens.size());
   r.val_tokens = static_cast<int64_t>(val_tokens.size());
-  r.val_unigram_entropy = unigram_entropy(val_tokens, tok.vocab_size());
+  if (val.loss_mask.empty()) {
+    r.val_unigram_entropy = unigram_entropy(val_tokens, tok.vocab_size());
+  } else {  // the tokens the loss counts
+    std::vector<int32_t> counted;
+    for (size_t i = 0; i < val_tokens.size(); ++i) {
+      if (val.loss_mask[i] != 0) counted.push_back(val_tokens[i]);
+    }
+    r.val_unigram_entropy = unigram_entropy(counted, tok.vocab_size());
+  }
 
   // 5. meta.json: what the trainer needs to size the model and judge its loss.
   const nlohmann::json meta = {
