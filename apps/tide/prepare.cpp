@@ -27,12 +27,19 @@ void add_prepare_command(CLI::App& app) {
   cmd->add_option("--gpt2-vocab", opts->gpt2_vocab, "GPT-2's vocab.bpe (with --gpt2-encoder)");
   cmd->add_option("--tokenizer", opts->tokenizer_file,
                   "A tokenizer.json to use instead of training one: HF tokenizers' byte-level BPE "
-                  "(e.g. GPT-2's) or one written by an earlier `tide prepare`");
+                  "(GPT-2's, Llama 3's or Qwen2's pipeline) or one written by an earlier `tide "
+                  "prepare`");
   cmd->add_option("--max-mb", opts->max_mb, "Read at most this many MB of text (0: all)")
       ->capture_default_str();
   cmd->add_option("--format", opts->format,
-                  "text (tokenize text files), or nanogpt (import nanoGPT's headerless uint16 "
+                  "text (tokenize text files), jsonl (fine-tuning records, one JSON object a "
+                  "line: {\"text\": ...} or {\"prompt\": ..., \"completion\": ...}, the prompt "
+                  "left out of the loss), or nanogpt (import nanoGPT's headerless uint16 "
                   "train.bin/val.bin from the directory given as --input)")
+      ->capture_default_str();
+  cmd->add_option("--special-tokens", opts->special_tokens,
+                  "Special tokens written in the input (<|im_start|>, ...): text (encoded as "
+                  "text), or match (their ids, as HF does by default; for chat-formatted data)")
       ->capture_default_str();
   cmd->add_option("--doc-separator", opts->doc_separator,
                   "A line that separates documents inside a file (e.g. % for fortune files); "

@@ -21,6 +21,12 @@ HfTokenizerFiles hf_tokenizer_files(const Tokenizer& tok, const GPTConfig& confi
              "tokenizer '{}' has {} tokens but the model's vocab_size is {}: it is not this "
              "model's tokenizer; pass the one it was trained with (--tokenizer)",
              tokenizer_path, tok.vocab_size(), config.vocab_size);
+  // The files below are GPT2Tokenizer's; a Llama 3 or Qwen2 tokenizer.json needs other ones.
+  TIDE_CHECK(tok.is_gpt2_pipeline(),
+             "tokenizer '{}' is not GPT-2-style (it has a normalizer, another pre-tokenizer regex, "
+             "added tokens or a template, as Llama 3's and Qwen2's files do): tide export writes "
+             "GPT-2-style tokenizer files only; export with a GPT-2-style tokenizer.json",
+             tokenizer_path);
   const std::string eot(Tokenizer::kEndOfText);
   const int eot_id = tok.eot_id();
   HfTokenizerFiles f;

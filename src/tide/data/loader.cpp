@@ -119,6 +119,12 @@ void DataLoader::next_batch() {
       in[t] = seq[t];
       tg[t] = seq[t + 1];
     }
+    if (shards_[shard].has_loss_mask()) {  // a masked target is -1: the loss ignores it
+      const std::span<const uint8_t> mask = shards_[shard].loss_mask().subspan(start, T_ + 1);
+      for (int t = 0; t < T_; ++t) {
+        if (mask[t + 1] == 0) tg[t] = -1;
+      }
+    }
   }
   if (++batch_ == batches_per_epoch_) {
     batch_ = 0;

@@ -39,7 +39,8 @@ class DataLoader {
 
   // Loads the next batch into inputs()/targets(), moving to the next epoch when this one is done.
   void next_batch();
-  // inputs()[b*T + t] is token t of sequence b; targets()[b*T + t] is the token after it.
+  // inputs()[b*T + t] is token t of sequence b; targets()[b*T + t] is the token after it, or -1
+  // where a shard's loss mask leaves that token out of the loss (a fine-tuning prompt).
   std::span<const int32_t> inputs() const { return inputs_; }    // (B,T)
   std::span<const int32_t> targets() const { return targets_; }  // (B,T)
 

@@ -14,6 +14,7 @@
 #include "tide/core/error.h"
 #include "tide/core/json_error.h"
 #include "tide/data/input_file.h"
+#include "tide/data/jsonl_records.h"
 #include "tide/data/nanogpt_import.h"
 #include "tide/data/shard.h"
 #include "tide/data/tokenizer.h"
@@ -82,21 +83,51 @@ std::pair<std::string, std::string> split_tail(const std::string& doc, double fr
   return {doc.substr(0, cut), doc.substr(cut)};
 }
 
-std::vector<int32_t> encode_documents(const Tokenizer& tok, const std::vector<std::string>& docs) {
+// The encoded documents, and the loss mask when any has a prompt (else empty).
+struct Encoded {
+  std::vector<int32_t> tokens;
+  std::vector<uint8_t> loss_mask;
+};
+
+Encoded encode_documents(const Tokenizer& tok, const std::vector<Record>& docs,
+                         SpecialTokens special) {
   // Documents are encoded in parallel, each into its own vector, and joined in order: the
   // output does not depend on the thread count.
+  // <|endoftext|> before every document, as llm.c does; a tokenizer.json with a template (Llama
+  // 3's BOS) puts its tokens around the document instead, and end-of-text after it. A
+  // prompt/completion pair always ends with end-of-text (the model learns to stop), and only its
+  // completion and end are in the loss.
+  const std::vector<int32_t> prefix = tok.document_prefix(), suffix = tok.document_suffix();
+  std::vector<int32_t> pair_suffix = suffix;
+  if (std::find(suffix.begin(), suffix.end(), tok.eot_id()) == suffix.end())
+    pair_suffix.push_back(tok.eot_id());
+  const bool masked =
+      std::any_of(docs.begin(), docs.end(), [](const Record& r) { return r.has_prompt; });
   std::vector<std::vector<int32_t>> parts(docs.size());
+  std::vector<size_t> loss_from(docs.size(), 0);  // the first token of parts[d] in the loss
 #pragma omp parallel for schedule(dynamic, 16)
   for (size_t d = 0; d < docs.size(); ++d) {
-    parts[d].push_back(tok.eot_id());  // <|endoftext|> before every document, as llm.c does
-    tok.encode_append(docs[d], parts[d]);
+    parts[d] = prefix;
+    if (docs[d].has_prompt) {
+      tok.encode_append(docs[d].prompt, parts[d], special);
+      loss_from[d] = parts[d].size();
+    }
+    tok.encode_append(docs[d].text, parts[d], special);
+    const std::vector<int32_t>& end = docs[d].has_prompt ? pair_suffix : suffix;
+    parts[d].insert(parts[d].end(), end.begin(), end.end());
   }
   size_t total = 0;
   for (const auto& p : parts) total += p.size();
-  std::vector<int32_t> tokens;
-  tokens.reserve(total);
-  for (const auto& p : parts) tokens.insert(tokens.end(), p.begin(), p.end());
-  return tokens;
+  Encoded e;
+  e.tokens.reserve(total);
+  if (masked) e.loss_mask.reserve(total);
+  for (size_t d = 0; d < docs.size(); ++d) {
+    e.tokens.insert(e.tokens.end(), parts[d].begin(), parts[d].end());
+    if (!masked) continue;
+    e.loss_mask.insert(e.loss_mask.end(), loss_from[d], 0);
+    e.loss_mask.insert(e.loss_mask.end(), parts[d].size() - loss_from[d], 1);
+  }
+  return e;
 }
 
 }  // namespace
@@ -172,8 +203,19 @@ PrepareOptions default_corpus_options(const std::string& out_dir) {
 }
 
 PrepareResult prepare_corpus(const PrepareOptions& options) {
-  TIDE_CHECK(options.format == "text" || options.format == "nanogpt",
-             "--format {} is not a format; use text or nanogpt", options.format);
+  TIDE_CHECK(options.format == "text" || options.format == "jsonl" || options.format == "nanogpt",
+             "--format {} is not a format; use text, jsonl or nanogpt", options.format);
+  TIDE_CHECK(options.special_tokens == "text" || options.special_tokens == "match",
+             "--special-tokens {}: use text (special tokens written in the input are text) or "
+             "match (they become their ids, as HF's default)",
+             options.special_tokens);
+  const SpecialTokens special =
+      options.special_tokens == "match" ? SpecialTokens::kMatch : SpecialTokens::kAsText;
+  const bool jsonl = options.format == "jsonl";
+  TIDE_CHECK(!jsonl || options.doc_separator.empty(),
+             "--doc-separator {} with --format jsonl: each JSONL line is one document already; "
+             "drop --doc-separator",
+             options.doc_separator);
   if (options.format == "nanogpt") return import_nanogpt(options);
   const auto log = options.log ? options.log : [](const std::string& line) {
     fmt::print("{}\n", line);
@@ -207,7 +249,7 @@ PrepareResult prepare_corpus(const PrepareOptions& options) {
   const std::vector<std::string> files = expand_inputs(options.inputs, log);
   const int64_t max_bytes =
       options.max_mb > 0 ? static_cast<int64_t>(options.max_mb * 1024 * 1024) : INT64_MAX;
-  std::vector<std::string> docs;
+  std::vector<Record> docs;
   std::vector<std::string> sources;
   int64_t input_bytes = 0;
   for (const std::string& file : files) {
@@ -220,8 +262,12 @@ PrepareResult prepare_corpus(const PrepareOptions& options) {
     }
     input_bytes += static_cast<int64_t>(text.size());
     sources.push_back(file);
-    for (std::string& doc : split_documents(text, options.doc_separator))
-      docs.push_back(std::move(doc));
+    if (jsonl) {
+      for (Record& r : parse_jsonl_records(text, file)) docs.push_back(std::move(r));
+    } else {
+      for (std::string& doc : split_documents(text, options.doc_separator))
+        docs.push_back(Record{.text = std::move(doc)});
+    }
   }
   TIDE_CHECK(!docs.empty(), "the input ({}{}) holds no text; pass non-empty text files",
              files.front(), files.size() > 1 ? ", ..." : "");
@@ -230,28 +276,29 @@ PrepareResult prepare_corpus(const PrepareOptions& options) {
 
   // 2. Deal documents into train and val: document i goes to val when floor((i+1)f) > floor(i f),
   // which spreads val evenly over the input (not just the last file's topic).
-  std::vector<std::string> train_docs, val_docs;
+  std::vector<Record> train_docs, val_docs;
   const double f = options.val_fraction;
   for (size_t i = 0; i < docs.size(); ++i) {
     const bool to_val = std::floor((i + 1) * f) > std::floor(i * f);
     (to_val ? val_docs : train_docs).push_back(std::move(docs[i]));
   }
-  if (val_docs.empty() || train_docs.empty()) {
+  if ((val_docs.empty() || train_docs.empty()) && !jsonl) {
     // Too few documents to deal whole ones: split each at a line break instead.
-    for (std::string& d : val_docs) train_docs.push_back(std::move(d));
+    for (Record& d : val_docs) train_docs.push_back(std::move(d));
     val_docs.clear();
-    for (std::string& d : train_docs) {
-      auto [head, tail] = split_tail(d, f);
-      d = std::move(head);
-      if (!tail.empty()) val_docs.push_back(std::move(tail));
+    for (Record& d : train_docs) {
+      auto [head, tail] = split_tail(d.text, f);
+      d.text = std::move(head);
+      if (!tail.empty()) val_docs.push_back(Record{.text = std::move(tail)});
     }
-    std::erase_if(train_docs, [](const std::string& d) { return d.empty(); });
+    std::erase_if(train_docs, [](const Record& d) { return d.text.empty(); });
     log(fmt::format("prepare: only {} documents, so the last {:.0f}% of each goes to val",
                     train_docs.size(), 100 * f));
   }
   TIDE_CHECK(!train_docs.empty() && !val_docs.empty(),
-             "the input is too small to split into train and val; give more text or a larger "
-             "--val-fraction");
+             "the input is too small to split into train and val ({} documents); give more {} or "
+             "a larger --val-fraction",
+             train_docs.size() + val_docs.size(), jsonl ? "records" : "text");
 
   // 3. The tokenizer.
   std::error_code ec;
@@ -265,10 +312,18 @@ PrepareResult prepare_corpus(const PrepareOptions& options) {
   } else if (from_file) {
     tok = Tokenizer::load(options.tokenizer_file);
     log(fmt::format("prepare: loaded {}, {} tokens", options.tokenizer_file, tok.vocab_size()));
+    TIDE_CHECK(tok.vocab_size() <= 65536,
+               "--tokenizer {}: {} tokens, but token shards store uint16 ids (llm.c's GPT-2 "
+               "format), so at most 65536; tide cannot write shards for this tokenizer yet "
+               "(llm.c's uint32 Llama 3 shards are not implemented)",
+               options.tokenizer_file, tok.vocab_size());
   } else {
     step_start = Clock::now();
     WordCounts words;
-    for (const std::string& d : train_docs) count_words(Pretokenizer::gpt2(), d, words);
+    for (const Record& d : train_docs) {
+      count_words(Pretokenizer::gpt2(), d.prompt, words);
+      count_words(Pretokenizer::gpt2(), d.text, words);
+    }
     log(fmt::format("prepare: training BPE to {} tokens on {} distinct words", options.vocab_size,
                     words.size()));
     // A progress line at most every 2 seconds (and at the end): big vocabularies take minutes.
@@ -292,8 +347,10 @@ PrepareResult prepare_corpus(const PrepareOptions& options) {
 
   // 4. Encode and write the shards.
   step_start = Clock::now();
-  const std::vector<int32_t> train_tokens = encode_documents(tok, train_docs);
-  const std::vector<int32_t> val_tokens = encode_documents(tok, val_docs);
+  const Encoded train = encode_documents(tok, train_docs, special);
+  const Encoded val = encode_documents(tok, val_docs, special);
+  const std::vector<int32_t>& train_tokens = train.tokens;
+  const std::vector<int32_t>& val_tokens = val.tokens;
   log(fmt::format(
       "prepare: encoded {} train tokens, {} val tokens ({:.2f} bytes/token) in {:.2f} s",
       train_tokens.size(), val_tokens.size(),
@@ -301,8 +358,20 @@ PrepareResult prepare_corpus(const PrepareOptions& options) {
       seconds_since(step_start)));
   r.train_path = (fs::path(options.out_dir) / "train.bin").string();
   r.val_path = (fs::path(options.out_dir) / "val.bin").string();
-  write_token_shard(r.train_path, std::span<const int32_t>(train_tokens));
-  write_token_shard(r.val_path, std::span<const int32_t>(val_tokens));
+  // Both shards carry a loss mask when either needs one (a val split may hold only text records).
+  const bool masked = !train.loss_mask.empty() || !val.loss_mask.empty();
+  const auto mask_of = [&](const Encoded& e) {
+    return masked && e.loss_mask.empty() ? std::vector<uint8_t>(e.tokens.size(), 1) : e.loss_mask;
+  };
+  write_token_shard(r.train_path, std::span<const int32_t>(train_tokens), mask_of(train));
+  write_token_shard(r.val_path, std::span<const int32_t>(val_tokens), mask_of(val));
+  r.loss_mask = masked;
+  r.train_loss_tokens = masked ? std::count(train.loss_mask.begin(), train.loss_mask.end(), 1)
+                               : static_cast<int64_t>(train_tokens.size());
+  if (masked) {
+    log(fmt::format("prepare: loss mask: {} of {} train tokens are in the loss (prompts are not)",
+                    r.train_loss_tokens, train_tokens.size()));
+  }
 
   r.vocab_size = tok.vocab_size();
   r.eot_id = tok.eot_id();
@@ -311,7 +380,15 @@ PrepareResult prepare_corpus(const PrepareOptions& options) {
   r.val_documents = static_cast<int64_t>(val_docs.size());
   r.train_tokens = static_cast<int64_t>(train_tokens.size());
   r.val_tokens = static_cast<int64_t>(val_tokens.size());
-  r.val_unigram_entropy = unigram_entropy(val_tokens, tok.vocab_size());
+  if (val.loss_mask.empty()) {
+    r.val_unigram_entropy = unigram_entropy(val_tokens, tok.vocab_size());
+  } else {  // the tokens the loss counts
+    std::vector<int32_t> counted;
+    for (size_t i = 0; i < val_tokens.size(); ++i) {
+      if (val.loss_mask[i] != 0) counted.push_back(val_tokens[i]);
+    }
+    r.val_unigram_entropy = unigram_entropy(counted, tok.vocab_size());
+  }
 
   // 5. meta.json: what the trainer needs to size the model and judge its loss.
   const nlohmann::json meta = {
@@ -325,6 +402,8 @@ PrepareResult prepare_corpus(const PrepareOptions& options) {
       {"val_file", "val.bin"},
       {"train_tokens", r.train_tokens},
       {"val_tokens", r.val_tokens},
+      {"loss_mask", r.loss_mask},
+      {"train_loss_tokens", r.train_loss_tokens},
       {"train_documents", r.train_documents},
       {"val_documents", r.val_documents},
       {"input_bytes", r.input_bytes},

@@ -27,9 +27,14 @@ struct PrepareOptions {
   std::string tokenizer_file;  // a tokenizer.json (HF tokenizers' or tide's) to use, not train
   double max_mb = 0;           // read at most this many MB of text (0: all)
   std::string doc_separator;   // a line that separates documents inside a file ("" : none)
-  // "text", or "nanogpt": import nanoGPT's headerless uint16 train.bin/val.bin
-  // (data/nanogpt_import.h; vocab_size 0 there = the largest id + 1).
+  // "text"; "jsonl": fine-tuning records, {"text"} or {"prompt", "completion"} per line
+  // (data/jsonl_records.h; prompts are left out of the loss); or "nanogpt": import nanoGPT's
+  // headerless uint16 train.bin/val.bin (data/nanogpt_import.h; vocab_size 0 there = the largest
+  // id + 1).
   std::string format = "text";
+  // Special tokens (<|im_start|>, ...) written in the input: "text" encodes them as text,
+  // "match" as their ids (HF's default; for chat-formatted fine-tuning data).
+  std::string special_tokens = "text";
   std::function<void(const std::string&)> log;  // progress lines (default: stdout)
 };
 
@@ -40,6 +45,8 @@ struct PrepareResult {
   int64_t input_bytes = 0;
   int64_t train_documents = 0, val_documents = 0;
   int64_t train_tokens = 0, val_tokens = 0;
+  bool loss_mask = false;          // the shards carry a loss mask (prompt/completion records)
+  int64_t train_loss_tokens = 0;   // train tokens the loss counts (all of them without a mask)
   double val_unigram_entropy = 0;  // nats: the loss of a model that only knows token frequencies
 };
 

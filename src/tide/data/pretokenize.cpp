@@ -66,12 +66,17 @@ bool Pretokenizer::Cursor::next(std::string_view& piece) {
       const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(match_);
       match_begin_ = ovector[0];
       match_end_ = ovector[1];
-      // Every alternative consumes at least one character, so matches are never empty.
-      TIDE_ASSERT(match_end_ > match_begin_ && match_begin_ >= pos_);
+      // GPT-2's, Llama 3's and Qwen2's alternatives all consume at least one character.
+      TIDE_CHECK(match_end_ > match_begin_,
+                 "pre-tokenizer: the regex matches the empty string at byte {} of a {}-byte text; "
+                 "a pre-tokenizer pattern must match at least one character",
+                 match_begin_, n);
+      TIDE_ASSERT(match_begin_ >= pos_);
     }
   }
-  // Bytes the pattern skipped are invalid UTF-8 (every valid character is \s, \p{L}, \p{N} or
-  // none of them, so some alternative matches it): they become one piece before the match.
+  // Bytes the pattern skipped become one piece before the match, as in HF's Isolated split. With
+  // GPT-2's, Llama 3's and Qwen2's patterns those are invalid UTF-8 only (every valid character
+  // is \s, \p{L}, \p{N} or none of them, so some alternative matches it).
   const size_t end = match_begin_ > pos_ ? match_begin_ : match_end_;
   piece = text_.substr(pos_, end - pos_);
   pos_ = end;

@@ -1,6 +1,9 @@
 #pragma once
-// GPT-2's pre-tokenizer. GPT-2 (and HF `tokenizers`' ByteLevel pre-tokenizer, and tiktoken's
-// r50k/p50k) split text with the regex
+// The pre-tokenizer: a regex that splits text into the pieces BPE runs in. GPT-2's by default;
+// a tokenizer.json's Split pattern (Llama 3's, Qwen2's) the same way, on the same engine.
+//
+// GPT-2 (and HF `tokenizers`' ByteLevel pre-tokenizer, and tiktoken's r50k/p50k) split text with
+// the regex
 //
 //   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
 //

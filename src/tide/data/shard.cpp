@@ -35,7 +35,10 @@ constexpr const char* kHowToMake = "create shards with `tide prepare`";
 
 }  // namespace
 
-void write_token_shard(const std::string& path, std::span<const uint16_t> tokens) {
+namespace {
+
+void write_shard(const std::string& path, std::span<const uint16_t> tokens,
+                 std::span<const uint8_t> loss_mask) {
   TIDE_CHECK(tokens.size() <= static_cast<size_t>(INT32_MAX),
              "{}: {} tokens do not fit one shard (the header counts them in an int32); split the "
              "data into several shards",
@@ -44,6 +47,7 @@ void write_token_shard(const std::string& path, std::span<const uint16_t> tokens
   header[0] = kShardMagic;
   header[1] = kShardVersion;
   header[2] = static_cast<int32_t>(tokens.size());
+  header[3] = loss_mask.empty() ? 0 : kShardHasLossMask;
   File f(std::fopen(path.c_str(), "wb"));
   TIDE_CHECK(f != nullptr,
              "{}: cannot open for writing ({}); check that the directory exists and is writable",
@@ -53,11 +57,27 @@ void write_token_shard(const std::string& path, std::span<const uint16_t> tokens
   if (!tokens.empty())
     ok =
         ok && std::fwrite(tokens.data(), sizeof(uint16_t), tokens.size(), f.get()) == tokens.size();
+  if (!loss_mask.empty())
+    ok = ok && std::fwrite(loss_mask.data(), 1, loss_mask.size(), f.get()) == loss_mask.size();
   ok = (std::fclose(f.release()) == 0) && ok;
   TIDE_CHECK(ok, "{}: write failed ({}); check free disk space", path, std::strerror(errno));
 }
 
-void write_token_shard(const std::string& path, std::span<const int32_t> tokens) {
+}  // namespace
+
+void write_token_shard(const std::string& path, std::span<const uint16_t> tokens) {
+  write_shard(path, tokens, {});
+}
+
+void write_token_shard(const std::string& path, std::span<const int32_t> tokens,
+                       std::span<const uint8_t> loss_mask) {
+  TIDE_CHECK(loss_mask.empty() || loss_mask.size() == tokens.size(),
+             "{}: a loss mask of {} entries for {} tokens; it needs one per token", path,
+             loss_mask.size(), tokens.size());
+  for (size_t i = 0; i < loss_mask.size(); ++i) {
+    TIDE_CHECK(loss_mask[i] <= 1, "{}: loss mask entry {} at position {} is not 0 or 1", path,
+               loss_mask[i], i);
+  }
   std::vector<uint16_t> narrow(tokens.size());
   for (size_t i = 0; i < tokens.size(); ++i) {
     TIDE_CHECK(
@@ -67,7 +87,7 @@ void write_token_shard(const std::string& path, std::span<const int32_t> tokens)
         path, tokens[i], i);
     narrow[i] = static_cast<uint16_t>(tokens[i]);
   }
-  write_token_shard(path, std::span<const uint16_t>(narrow));
+  write_shard(path, std::span<const uint16_t>(narrow), loss_mask);
 }
 
 TokenShard::TokenShard(std::string path) : path_(std::move(path)) {
@@ -113,12 +133,18 @@ TokenShard::TokenShard(std::string path) : path_(std::move(path)) {
     TIDE_CHECK(header[2] >= 0,
                "{}: corrupt token shard header (token count {}); re-create it with `tide prepare`",
                path_, header[2]);
+    TIDE_CHECK((header[3] & ~kShardHasLossMask) == 0,
+               "{}: token shard flags {} are not supported (tide knows {}: a loss mask); "
+               "re-create it with `tide prepare`",
+               path_, header[3], kShardHasLossMask);
+    const bool masked = (header[3] & kShardHasLossMask) != 0;
     const uintmax_t count = static_cast<uintmax_t>(header[2]);
-    const uintmax_t expected = kShardHeaderBytes + count * sizeof(uint16_t);
+    const uintmax_t expected =
+        kShardHeaderBytes + count * (sizeof(uint16_t) + (masked ? sizeof(uint8_t) : 0));
     TIDE_CHECK(file_bytes >= expected,
-               "{}: truncated token shard (header says {} tokens = {} bytes, file has {} bytes); "
+               "{}: truncated token shard (header says {} tokens{} = {} bytes, file has {} bytes); "
                "the copy is incomplete: copy it again or re-create it with `tide prepare`",
-               path_, count, expected, file_bytes);
+               path_, count, masked ? " and their loss mask" : "", expected, file_bytes);
     TIDE_CHECK(file_bytes == expected,
                "{}: token shard is longer than its header says ({} bytes for {} tokens, expected "
                "{} bytes); the file is corrupt: re-create it with `tide prepare`",
@@ -130,6 +156,8 @@ TokenShard::TokenShard(std::string path) : path_(std::move(path)) {
   }
   // The body starts 1024 bytes into a page-aligned mapping, so uint16 reads are aligned.
   tokens_ = reinterpret_cast<const uint16_t*>(static_cast<const char*>(map_) + kShardHeaderBytes);
+  if ((header[3] & kShardHasLossMask) != 0)
+    loss_mask_ = reinterpret_cast<const uint8_t*>(tokens_ + size_);
 }
 
 TokenShard::~TokenShard() {
@@ -141,6 +169,7 @@ void TokenShard::unmap() {
   map_ = nullptr;
   map_bytes_ = 0;
   tokens_ = nullptr;
+  loss_mask_ = nullptr;
   size_ = 0;
 }
 
@@ -149,6 +178,7 @@ TokenShard::TokenShard(TokenShard&& other) noexcept
       map_(std::exchange(other.map_, nullptr)),
       map_bytes_(std::exchange(other.map_bytes_, 0)),
       tokens_(std::exchange(other.tokens_, nullptr)),
+      loss_mask_(std::exchange(other.loss_mask_, nullptr)),
       size_(std::exchange(other.size_, 0)),
       max_token_(other.max_token_) {}
 
@@ -159,6 +189,7 @@ TokenShard& TokenShard::operator=(TokenShard&& other) noexcept {
     map_ = std::exchange(other.map_, nullptr);
     map_bytes_ = std::exchange(other.map_bytes_, 0);
     tokens_ = std::exchange(other.tokens_, nullptr);
+    loss_mask_ = std::exchange(other.loss_mask_, nullptr);
     size_ = std::exchange(other.size_, 0);
     max_token_ = other.max_token_;
   }

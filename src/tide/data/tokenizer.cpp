@@ -11,6 +11,7 @@
 
 #include "tide/core/error.h"
 #include "tide/core/json_error.h"
+#include "tide/data/unicode_normalize.h"
 
 namespace tide {
 
@@ -255,6 +256,13 @@ void Tokenizer::add_merge(int a, int b, int result) {
 // Encoding and decoding
 
 void Tokenizer::encode_piece(std::string_view piece, std::vector<int32_t>& out) const {
+  if (ignore_merges_ && piece.size() > 1) {  // HF's BPE: a whole vocabulary token skips merges
+    const auto it = whole_.find(std::string(piece));
+    if (it != whole_.end()) {
+      out.push_back(it->second);
+      return;
+    }
+  }
   std::vector<int32_t> symbols(piece.size());
   for (size_t i = 0; i < piece.size(); ++i)
     symbols[i] = byte_id_[static_cast<unsigned char>(piece[i])];
@@ -291,15 +299,53 @@ void Tokenizer::encode_piece(std::string_view piece, std::vector<int32_t>& out) 
   out.insert(out.end(), symbols.begin(), symbols.end());
 }
 
-void Tokenizer::encode_append(std::string_view text, std::vector<int32_t>& out) const {
-  pretok_->for_each(text, [&](std::string_view piece) { encode_piece(piece, out); });
+void Tokenizer::encode_text(std::string_view text, std::vector<int32_t>& out,
+                            SpecialTokens special) const {
+  // As HF: added tokens that are matched after normalizing, then the pre-tokenizer and BPE on
+  // the text between them.
+  added_normalized_.split(
+      text, special == SpecialTokens::kMatch,
+      [&](std::string_view part) {
+        pretok_->for_each(part, [&](std::string_view piece) { encode_piece(piece, out); });
+      },
+      [&](int32_t id) { out.push_back(id); });
 }
 
-std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
+void Tokenizer::encode_append(std::string_view text, std::vector<int32_t>& out,
+                              SpecialTokens special) const {
+  // As HF: added tokens matched in the raw text first; the text between them is normalized.
+  added_raw_.split(
+      text, special == SpecialTokens::kMatch,
+      [&](std::string_view part) {
+        if (nfc_) {
+          encode_text(nfc(part), out, special);
+        } else {
+          encode_text(part, out, special);
+        }
+      },
+      [&](int32_t id) { out.push_back(id); });
+}
+
+std::vector<int32_t> Tokenizer::encode(std::string_view text, SpecialTokens special) const {
   std::vector<int32_t> out;
   out.reserve(text.size() / 3);
-  encode_append(text, out);
+  encode_append(text, out, special);
   return out;
+}
+
+std::vector<int32_t> Tokenizer::document_prefix() const {
+  if (template_prefix_.empty() && template_suffix_.empty()) return {eot_id_};
+  return template_prefix_;
+}
+
+std::vector<int32_t> Tokenizer::document_suffix() const {
+  if (template_prefix_.empty() && template_suffix_.empty()) return {};
+  std::vector<int32_t> suffix = template_suffix_;
+  const auto has_eot = [&](const std::vector<int32_t>& v) {
+    return std::find(v.begin(), v.end(), eot_id_) != v.end();
+  };
+  if (!has_eot(template_prefix_) && !has_eot(template_suffix_)) suffix.push_back(eot_id_);
+  return suffix;
 }
 
 const std::string& Tokenizer::token_bytes(int id) const {
@@ -321,27 +367,54 @@ std::string Tokenizer::decode(std::span<const int32_t> ids) const {
 
 Tokenizer Tokenizer::from_tables(const std::vector<std::pair<std::string, int>>& vocab,
                                  const std::vector<std::pair<std::string, std::string>>& merges,
-                                 const std::string& eot_string, const std::string& source) {
-  const int n = static_cast<int>(vocab.size());
-  TIDE_CHECK(n >= 257 && n <= 65536,
-             "{}: the vocabulary has {} tokens; a byte-level BPE vocabulary has between 257 and "
-             "65536 (256 bytes + <|endoftext|> at least)",
+                                 std::vector<AddedToken> added, const std::string& source) {
+  // Older files and GPT-2's encoder.json hold <|endoftext|> in the vocabulary only.
+  const std::string eot_text(kEndOfText);
+  const auto is_eot = [](const std::string& s) { return s == kEndOfText || s == kLlama3EndOfText; };
+  if (std::none_of(added.begin(), added.end(),
+                   [&](const AddedToken& a) { return is_eot(a.content); })) {
+    for (const auto& [text, id] : vocab) {
+      if (text == eot_text) added.push_back({eot_text, id, /*special=*/true, /*normalized=*/true});
+    }
+  }
+  std::unordered_map<std::string, int> added_id;  // content -> id
+  for (const AddedToken& a : added) {
+    const auto [it, is_new] = added_id.emplace(a.content, a.id);
+    TIDE_CHECK(is_new || it->second == a.id,
+               "{}: added token \"{}\" is listed twice (ids {} and {}); the file is corrupt",
+               source, a.content, it->second, a.id);
+  }
+  int n = 0;
+  for (const auto& [text, id] : vocab) n = std::max(n, id + 1);
+  for (const AddedToken& a : added) n = std::max(n, a.id + 1);
+  // Checked before allocating n tokens: a corrupt id far past the end must not cost gigabytes.
+  std::unordered_set<std::string_view> in_vocab;
+  for (const auto& [text, id] : vocab) in_vocab.insert(text);
+  size_t tokens = vocab.size();
+  for (const AddedToken& a : added) tokens += in_vocab.contains(a.content) ? 0 : 1;
+  TIDE_CHECK(static_cast<size_t>(n) <= tokens,
+             "{}: ids run up to {}, but there are only {} tokens; ids must be 0..{} with each used "
+             "once; the file is corrupt",
+             source, n - 1, tokens, tokens - 1);
+  TIDE_CHECK(n >= 257,
+             "{}: the vocabulary has {} tokens; a byte-level BPE vocabulary has at least 257 (256 "
+             "bytes + <|endoftext|>)",
              source, n);
   Tokenizer tok;
   tok.tokens_.resize(n);
   std::vector<bool> seen(n, false);
-  std::unordered_map<std::string, int> id_of;  // byte-unicode string -> id
+  std::unordered_map<std::string, int> id_of;  // byte-unicode string -> id (model vocabulary)
   for (const auto& [text, id] : vocab) {
-    TIDE_CHECK(id >= 0 && id < n && !seen[id],
+    TIDE_CHECK(id >= 0 && !seen[id],
                "{}: token \"{}\" has id {}, but ids must be 0..{} with each used once; the file is "
                "corrupt",
                source, text, id, n - 1);
     seen[id] = true;
-    if (text == eot_string) {
-      TIDE_CHECK(tok.eot_id_ < 0, "{}: {} is listed twice (ids {} and {}); the file is corrupt",
-                 source, eot_string, tok.eot_id_, id);
-      tok.eot_id_ = id;
-      tok.tokens_[id] = std::string(kEndOfText);
+    const auto a = added_id.find(text);
+    if (a != added_id.end()) {  // an added token that is also in the model's vocabulary
+      TIDE_CHECK(a->second == id,
+                 "{}: {} has id {} in \"added_tokens\" but {} in model.vocab; the file is corrupt",
+                 source, text, a->second, id);
       continue;
     }
     try {
@@ -351,9 +424,28 @@ Tokenizer Tokenizer::from_tables(const std::vector<std::pair<std::string, int>>&
     }
     id_of.emplace(text, id);
   }
+  for (const AddedToken& a : added) {
+    TIDE_CHECK(a.id >= 0 && (!seen[a.id] || added_id.contains(a.content)),
+               "{}: added token \"{}\" has id {}, which the vocabulary gives another token; the "
+               "file is corrupt",
+               source, a.content, a.id);
+    seen[a.id] = true;
+    tok.tokens_[a.id] = a.content;
+    if (is_eot(a.content) && (tok.eot_id_ < 0 || a.content == eot_text)) tok.eot_id_ = a.id;
+  }
+  const auto unused = std::find(seen.begin(), seen.end(), false);
+  TIDE_CHECK(unused == seen.end(),
+             "{}: no token has id {}, but ids must be 0..{} with each used once; the file is "
+             "corrupt",
+             source, unused - seen.begin(), n - 1);
   TIDE_CHECK(tok.eot_id_ >= 0,
-             "{}: no {} token in the vocabulary; add it (GPT-2 has it as id 50256)", source,
-             eot_string);
+             "{}: no end-of-text token; tide separates documents with {} (GPT-2, Qwen2; id 50256 "
+             "in GPT-2) or {} (Llama 3): add one of them to \"added_tokens\"",
+             source, kEndOfText, kLlama3EndOfText);
+  std::vector<AddedToken> raw, normalized;
+  for (AddedToken& a : added) (a.normalized ? normalized : raw).push_back(std::move(a));
+  tok.added_raw_ = AddedTokens(std::move(raw));
+  tok.added_normalized_ = AddedTokens(std::move(normalized));
   for (int b = 0; b < 256; ++b) {
     const std::string text = to_byte_unicode(std::string(1, static_cast<char>(b)));
     const auto it = id_of.find(text);
@@ -383,14 +475,18 @@ Tokenizer Tokenizer::from_tables(const std::vector<std::pair<std::string, int>>&
 
 namespace {
 
+// Far above any real vocabulary (Llama 3: 128256, Qwen2: 151646), far below int32's limit.
+constexpr int64_t kMaxVocab = int64_t{1} << 24;
+
 std::vector<std::pair<std::string, int>> vocab_from_json(const nlohmann::json& j,
                                                          const std::string& source) {
   TIDE_CHECK(j.is_object(), "{}: the vocabulary must be a JSON object {{\"token\": id, ...}}",
              source);
   std::vector<std::pair<std::string, int>> vocab;
   for (const auto& [text, id] : j.items()) {
-    TIDE_CHECK(id.is_number_integer() && id.get<int64_t>() >= 0 && id.get<int64_t>() < 65536,
-               "{}: token \"{}\" has id {}, not an integer in [0, 65536)", source, text, id.dump());
+    TIDE_CHECK(id.is_number_integer() && id.get<int64_t>() >= 0 && id.get<int64_t>() < kMaxVocab,
+               "{}: token \"{}\" has id {}, not an integer in [0, {})", source, text, id.dump(),
+               kMaxVocab);
     vocab.emplace_back(text, id.get<int>());
   }
   return vocab;
@@ -429,7 +525,7 @@ Tokenizer Tokenizer::load_gpt2(const std::string& encoder_json_path,
     if (line.empty() || (line_no == 1 && line.starts_with("#version"))) continue;
     merges.push_back(split_merge(line, fmt::format("{} line {}", vocab_bpe_path, line_no)));
   }
-  return from_tables(vocab_from_json(encoder, encoder_json_path), merges, std::string(kEndOfText),
+  return from_tables(vocab_from_json(encoder, encoder_json_path), merges, {},
                      encoder_json_path + " + " + vocab_bpe_path);
 }
 
@@ -474,55 +570,156 @@ bool is_byte_level(const nlohmann::json& j, bool use_regex) {
          (regex ? *regex == use_regex : use_regex);
 }
 
-bool is_gpt2_split(const nlohmann::json& j) {
-  const nlohmann::json* pattern = field(j, "pattern");
+// What a tokenizer.json asks for around the BPE tables.
+struct HfPipeline {
+  std::string pattern;  // the Split regex; "" for ByteLevel(use_regex: true), GPT-2's
+  bool nfc = false;     // normalizer NFC
+  std::vector<std::string> prefix, suffix;  // TemplateProcessing's single: tokens around $A
+  std::unordered_map<std::string, std::vector<int32_t>> template_ids;  // its special_tokens
+};
+
+std::string parse_split(const nlohmann::json& split, const std::string& path) {
+  const nlohmann::json* pattern = field(split, "pattern");
   const nlohmann::json* regex = pattern ? field(*pattern, "Regex") : nullptr;
-  return type_of(&j) == "Split" && regex && *regex == Pretokenizer::kGpt2Pattern &&
-         is_null_or(field(j, "behavior"), "Isolated") && is_null_or(field(j, "invert"), false);
+  TIDE_CHECK(regex && regex->is_string(),
+             "{}: the Split pre-tokenizer's \"pattern\" is {}; tide runs a regex ({{\"Regex\": "
+             "\"...\"}}, as in Llama 3's and Qwen2's files), not a literal {{\"String\": ...}}",
+             path, pattern ? show(*pattern) : "missing");
+  TIDE_CHECK(
+      is_null_or(field(split, "behavior"), "Isolated") && is_null_or(field(split, "invert"), false),
+      "{}: the Split pre-tokenizer has behavior {} and invert {}; tide splits with behavior "
+      "\"Isolated\" and invert false only (every match a piece of its own)",
+      path, show(split.value("behavior", nlohmann::json())),
+      show(split.value("invert", nlohmann::json())));
+  return regex->get<std::string>();
 }
 
-// `tide export`'s post-processor: <|endoftext|> before the text ("single": [<|endoftext|>, A]).
-// It changes what HF's tokenizer(text) returns, not the encoding tide reads from the file, and
-// tide puts <|endoftext|> before a document itself (training, `tide sample`).
-bool is_eot_first_template(const nlohmann::json& p) {
-  const nlohmann::json* single = field(p, "single");
-  if (!single || !single->is_array() || single->size() != 2) return false;
-  const nlohmann::json* special = field((*single)[0], "SpecialToken");
-  const nlohmann::json* sequence = field((*single)[1], "Sequence");
-  const nlohmann::json* special_id = special ? field(*special, "id") : nullptr;
-  const nlohmann::json* sequence_id = sequence ? field(*sequence, "id") : nullptr;
-  return special_id && *special_id == std::string(Tokenizer::kEndOfText) && sequence_id &&
-         *sequence_id == "A";
+// TemplateProcessing: "single" is special tokens around one sequence $A.
+void parse_template(const nlohmann::json& t, const std::string& path, HfPipeline& p) {
+  const nlohmann::json* single = field(t, "single");
+  const auto bad = [&] {
+    TIDE_FAIL(
+        "{}: the TemplateProcessing post-processor's \"single\" is {}; tide supports special "
+        "tokens around one sequence ($A), e.g. Llama 3's [<|begin_of_text|>, $A]",
+        path, single ? show(*single) : "missing");
+  };
+  if (!single || !single->is_array()) bad();
+  bool seen_a = false;
+  for (const nlohmann::json& item : *single) {
+    const nlohmann::json* special = field(item, "SpecialToken");
+    const nlohmann::json* sequence = field(item, "Sequence");
+    const nlohmann::json* id = special    ? field(*special, "id")
+                               : sequence ? field(*sequence, "id")
+                                          : nullptr;
+    if (!id || !id->is_string()) bad();
+    if (sequence) {
+      if (seen_a || *id != "A") bad();
+      seen_a = true;
+    } else {
+      (seen_a ? p.suffix : p.prefix).push_back(id->get<std::string>());
+    }
+  }
+  if (!seen_a) bad();
+  const nlohmann::json* specials = field(t, "special_tokens");
+  for (const auto& list : {p.prefix, p.suffix}) {
+    for (const std::string& name : list) {
+      const nlohmann::json* entry = specials ? field(*specials, name.c_str()) : nullptr;
+      const nlohmann::json* ids = entry ? field(*entry, "ids") : nullptr;
+      TIDE_CHECK(ids && ids->is_array() && !ids->empty() &&
+                     std::all_of(ids->begin(), ids->end(),
+                                 [](const nlohmann::json& i) { return i.is_number_integer(); }),
+                 "{}: the TemplateProcessing post-processor uses \"{}\" but its "
+                 "\"special_tokens\" give no ids for it; the file is corrupt",
+                 path, name);
+      p.template_ids[name] = ids->get<std::vector<int32_t>>();
+    }
+  }
 }
 
-void check_hf_pipeline(const nlohmann::json& j, const std::string& path) {
+HfPipeline parse_pipeline(const nlohmann::json& j, const std::string& path) {
+  HfPipeline p;
   const nlohmann::json* normalizer = field(j, "normalizer");
-  TIDE_CHECK(normalizer == nullptr || normalizer->is_null(),
-             "{}: \"normalizer\" is {}; tide applies no normalizer (GPT-2 has none), so its ids "
-             "would differ from HF's: set it to null or use a tokenizer without one",
-             path, show(*normalizer));
+  if (normalizer && !normalizer->is_null()) {
+    TIDE_CHECK(type_of(normalizer) == "NFC",
+               "{}: \"normalizer\" is {}; tide applies none (GPT-2, Llama 3) or NFC (Qwen2): with "
+               "another its ids would differ from HF's; use a tokenizer with one of those",
+               path, show(*normalizer));
+    p.nfc = true;
+  }
   const nlohmann::json* pre = field(j, "pre_tokenizer");
   const nlohmann::json* steps = pre ? field(*pre, "pretokenizers") : nullptr;
-  const bool gpt2 =
-      pre && (is_byte_level(*pre, true) ||
-              (type_of(pre) == "Sequence" && steps && steps->is_array() && steps->size() == 2 &&
-               is_gpt2_split((*steps)[0]) && is_byte_level((*steps)[1], false)));
-  TIDE_CHECK(gpt2,
-             "{}: \"pre_tokenizer\" is {}; tide runs GPT-2's pre-tokenizer only: {{\"type\": "
-             "\"ByteLevel\", \"add_prefix_space\": false, \"use_regex\": true}}, or a Sequence of "
-             "a Split with GPT-2's regex (behavior Isolated) and a ByteLevel with use_regex false",
-             path, pre ? show(*pre) : "missing");
-  const nlohmann::json* post_processor = field(j, "post_processor");
-  const std::string post = type_of(post_processor);
-  TIDE_CHECK(post.empty() || post == "ByteLevel" || is_eot_first_template(*post_processor),
-             "{}: \"post_processor\" is {}; tide adds no tokens after encoding (a "
-             "TemplateProcessing adds BOS/EOS ids): set it to null or ByteLevel (or a "
-             "TemplateProcessing that only puts <|endoftext|> first, as `tide export` writes)",
-             path, post);
+  if (pre && is_byte_level(*pre, true)) {
+    p.pattern.clear();  // GPT-2's regex, inside ByteLevel
+  } else if (type_of(pre) == "Sequence" && steps && steps->is_array() && steps->size() == 2 &&
+             type_of(&(*steps)[0]) == "Split" && is_byte_level((*steps)[1], false)) {
+    p.pattern = parse_split((*steps)[0], path);
+  } else {
+    TIDE_FAIL(
+        "{}: \"pre_tokenizer\" is {}; tide runs {{\"type\": \"ByteLevel\", "
+        "\"add_prefix_space\": false, \"use_regex\": true}} (GPT-2), or a Sequence of a Split "
+        "with a regex (behavior Isolated) and a ByteLevel with use_regex false and "
+        "add_prefix_space false (Llama 3, Qwen2)",
+        path, pre ? show(*pre) : "missing");
+  }
+  const nlohmann::json* post = field(j, "post_processor");
+  const nlohmann::json* processors = post ? field(*post, "processors") : nullptr;
+  std::vector<const nlohmann::json*> steps_post;
+  if (type_of(post) == "Sequence" && processors && processors->is_array()) {
+    for (const nlohmann::json& q : *processors) steps_post.push_back(&q);
+  } else if (post && !post->is_null()) {
+    steps_post.push_back(post);
+  }
+  int templates = 0;
+  for (const nlohmann::json* q : steps_post) {
+    const std::string type = type_of(q);
+    TIDE_CHECK(type == "ByteLevel" || (type == "TemplateProcessing" && templates == 0),
+               "{}: \"post_processor\" is {}; tide runs ByteLevel (it only changes offsets) and "
+               "one TemplateProcessing (special tokens around the text, as Llama 3's BOS), alone "
+               "or in a Sequence",
+               path, show(*post));
+    if (type == "TemplateProcessing") {
+      parse_template(*q, path, p);
+      ++templates;
+    }
+  }
   const std::string decoder = type_of(field(j, "decoder"));
   TIDE_CHECK(decoder.empty() || decoder == "ByteLevel",
              "{}: \"decoder\" is {}; a byte-level BPE decodes with ByteLevel (or null)", path,
              decoder);
+  return p;
+}
+
+std::vector<AddedToken> added_tokens_from_json(const nlohmann::json* added,
+                                               const std::string& path) {
+  TIDE_CHECK(added == nullptr || added->is_null() || added->is_array(),
+             "{}: \"added_tokens\" is {}, not a list", path, added ? show(*added) : "");
+  std::vector<AddedToken> out;
+  for (size_t i = 0; added && added->is_array() && i < added->size(); ++i) {
+    const nlohmann::json& a = (*added)[i];
+    const nlohmann::json* content = field(a, "content");
+    const nlohmann::json* id = field(a, "id");
+    TIDE_CHECK(content && content->is_string() && id && id->is_number_integer() &&
+                   id->get<int64_t>() >= 0 && id->get<int64_t>() < kMaxVocab,
+               "{}: added token {} is {}; it needs a \"content\" string and an integer \"id\" in "
+               "[0, {})",
+               path, i + 1, show(a), kMaxVocab);
+    for (const char* key : {"single_word", "lstrip", "rstrip"}) {
+      TIDE_CHECK(
+          is_null_or(field(a, key), false),
+          "{}: added token \"{}\" has \"{}\": true, which tide does not implement (it "
+          "matches added tokens exactly, as Llama 3's and Qwen2's files ask); set it to false",
+          path, content->get<std::string>(), key);
+    }
+    const nlohmann::json* special = field(a, "special");
+    const nlohmann::json* normalized = field(a, "normalized");
+    AddedToken t;
+    t.content = content->get<std::string>();
+    t.id = static_cast<int32_t>(id->get<int64_t>());
+    t.special = special && special->is_boolean() && special->get<bool>();
+    t.normalized = normalized && normalized->is_boolean() ? normalized->get<bool>() : !t.special;
+    out.push_back(std::move(t));
+  }
+  return out;
 }
 
 // model.merges: "a b" strings (tokenizers < 0.20, and GPT-2's file) or ["a", "b"] pairs.
@@ -545,8 +742,10 @@ std::vector<std::pair<std::string, std::string>> merges_from_json(const nlohmann
 
 // A tokenizer file's contents, for from_tables().
 struct Tables {
-  std::vector<std::pair<std::string, int>> vocab;  // byte-unicode string -> id, with the special
+  std::vector<std::pair<std::string, int>> vocab;  // byte-unicode string -> id
   std::vector<std::pair<std::string, std::string>> merges;
+  std::vector<AddedToken> added;
+  bool ignore_merges = false;
 };
 
 Tables hf_tables(const nlohmann::json& j, const std::string& path);
@@ -563,6 +762,7 @@ void Tokenizer::save(const std::string& path) const {
 }
 
 std::string Tokenizer::to_hf_json() const {
+  if (!hf_json_.empty()) return hf_json_;
   using OJson = nlohmann::ordered_json;  // keys in HF's order, vocab in id order
   const std::string eot(kEndOfText);
   // Appended to ordered_json's underlying vector: its operator[] searches linearly, which is
@@ -616,9 +816,58 @@ std::string Tokenizer::to_hf_json() const {
 }
 
 Tokenizer Tokenizer::load(const std::string& path) {
-  const nlohmann::json j = parse_json(read_file(path, "tokenizer file"), path);
-  const Tables t = field(j, "format") != nullptr ? tide_bpe_tables(j, path) : hf_tables(j, path);
-  return from_tables(t.vocab, t.merges, std::string(kEndOfText), path);
+  std::string text = read_file(path, "tokenizer file");
+  const nlohmann::json j = parse_json(text, path);
+  if (field(j, "format") != nullptr) {
+    const Tables t = tide_bpe_tables(j, path);
+    return from_tables(t.vocab, t.merges, {}, path);
+  }
+  const Tables t = hf_tables(j, path);
+  const HfPipeline p = parse_pipeline(j, path);
+  Tokenizer tok = from_tables(t.vocab, t.merges, t.added, path);
+  if (!p.pattern.empty() && p.pattern != Pretokenizer::kGpt2Pattern) {
+    try {
+      tok.pretok_ = std::make_shared<const Pretokenizer>(p.pattern);
+    } catch (const Error& e) {
+      TIDE_FAIL(
+          "{}: the Split pre-tokenizer: {}; tide runs the pattern on PCRE2 (Perl syntax, "
+          "as HF's Oniguruma for Llama 3's and Qwen2's patterns), which must accept it",
+          path, e.what());
+    }
+  }
+  tok.nfc_ = p.nfc;
+  tok.ignore_merges_ = t.ignore_merges;
+  if (tok.ignore_merges_) {  // the model's own tokens (added tokens are matched before BPE)
+    std::unordered_set<std::string_view> added;
+    for (const AddedToken& a : t.added) added.insert(a.content);
+    tok.whole_.reserve(t.vocab.size());
+    for (const auto& [text, id] : t.vocab) {
+      if (!added.contains(text)) tok.whole_.emplace(tok.tokens_[id], id);
+    }
+  }
+  for (const auto& [names, ids] :
+       {std::pair{&p.prefix, &tok.template_prefix_}, std::pair{&p.suffix, &tok.template_suffix_}}) {
+    for (const std::string& name : *names) {
+      for (int32_t id : p.template_ids.at(name)) {
+        TIDE_CHECK(id >= 0 && id < tok.vocab_size(),
+                   "{}: the TemplateProcessing post-processor's \"{}\" has id {}, outside the "
+                   "vocabulary of {} tokens; the file is corrupt",
+                   path, name, id, tok.vocab_size());
+        ids->push_back(id);
+      }
+    }
+  }
+  // tide's own writer (to_hf_json) reproduces GPT-2's pipeline, with tide export's template
+  // (<|endoftext|> first) at most; anything else is saved as the file was.
+  const bool gpt2 = p.pattern.empty() || p.pattern == Pretokenizer::kGpt2Pattern;
+  const bool eot_only = t.added.empty() || (t.added.size() == 1 &&
+                                            t.added[0].content == kEndOfText && t.added[0].special);
+  const bool eot_template =
+      tok.template_suffix_.empty() &&
+      (tok.template_prefix_.empty() || tok.template_prefix_ == std::vector<int32_t>{tok.eot_id_});
+  if (!(gpt2 && !p.nfc && !t.ignore_merges && eot_only && eot_template))
+    tok.hf_json_ = std::move(text);
+  return tok;
 }
 
 namespace {
@@ -632,7 +881,8 @@ Tables hf_tables(const nlohmann::json& j, const std::string& path) {
              path);
   const std::string type = type_of(model);
   TIDE_CHECK(type == "BPE" || (type.empty() && model->is_object()),
-             "{}: \"model\" is {}; tide reads byte-level BPE tokenizers only (\"type\": \"BPE\")",
+             "{}: \"model\" is {}; tide reads byte-level BPE tokenizers only (\"type\": \"BPE\", "
+             "as in GPT-2's, Llama 3's and Qwen2's files), not WordPiece or Unigram (BERT, T5)",
              path, type.empty() ? show(*model) : "of type " + type);
   const nlohmann::json* vocab_json = field(*model, "vocab");
   const nlohmann::json* merges_json = field(*model, "merges");
@@ -651,46 +901,15 @@ Tables hf_tables(const nlohmann::json& j, const std::string& path) {
                "{}: model.{} is {}; a byte-level BPE has none: set it to \"\" or null", path, key,
                affix ? show(*affix) : "");
   }
-  TIDE_CHECK(is_null_or(field(*model, "ignore_merges"), false),
-             "{}: model.ignore_merges is true (a piece found whole in the vocabulary skips the "
-             "merges), which tide does not implement; set it to false",
-             path);
-  check_hf_pipeline(j, path);
-
-  std::vector<std::pair<std::string, int>> vocab = vocab_from_json(*vocab_json, path);
-  const std::string eot(Tokenizer::kEndOfText);
-  int eot_in_vocab = -1;
-  for (const auto& [text, id] : vocab) {
-    if (text == eot) eot_in_vocab = id;
-  }
-  const nlohmann::json* added = field(j, "added_tokens");
-  TIDE_CHECK(added == nullptr || added->is_null() || added->is_array(),
-             "{}: \"added_tokens\" is {}, not a list", path, added ? show(*added) : "");
-  for (size_t i = 0; added && added->is_array() && i < added->size(); ++i) {
-    const nlohmann::json& a = (*added)[i];
-    const nlohmann::json* content = field(a, "content");
-    const nlohmann::json* id = field(a, "id");
-    TIDE_CHECK(content && content->is_string() && id && id->is_number_integer(),
-               "{}: added token {} is {}; it needs a \"content\" string and an integer \"id\"",
-               path, i + 1, show(a));
-    // HF matches added tokens in the text before pre-tokenizing; tide never does (callers insert
-    // <|endoftext|> between documents), so other added tokens would change the ids.
-    TIDE_CHECK(*content == eot,
-               "{}: added token \"{}\" (id {}): tide knows one special token, {}; remove the "
-               "others (or train the tokenizer with special_tokens=[\"{}\"] only)",
-               path, content->get<std::string>(), show(*id), eot, eot);
-    const int64_t eot_id = id->get<int64_t>();
-    TIDE_CHECK(eot_in_vocab < 0 || eot_id == eot_in_vocab,
-               "{}: {} has id {} in \"added_tokens\" but {} in model.vocab; the file is corrupt",
-               path, eot, eot_id, eot_in_vocab);
-    if (eot_in_vocab < 0) {  // an added token outside the model's vocabulary
-      TIDE_CHECK(eot_id >= 0 && eot_id < 65536, "{}: {} has id {}, not in [0, 65536)", path, eot,
-                 eot_id);
-      vocab.emplace_back(eot, static_cast<int>(eot_id));
-      eot_in_vocab = static_cast<int>(eot_id);
-    }
-  }
-  return {std::move(vocab), merges_from_json(*merges_json, path)};
+  const nlohmann::json* ignore_merges = field(*model, "ignore_merges");
+  TIDE_CHECK(ignore_merges == nullptr || ignore_merges->is_null() || ignore_merges->is_boolean(),
+             "{}: model.ignore_merges is {}, not true or false", path, show(*ignore_merges));
+  Tables t;
+  t.ignore_merges = ignore_merges && ignore_merges->is_boolean() && ignore_merges->get<bool>();
+  t.vocab = vocab_from_json(*vocab_json, path);
+  t.merges = merges_from_json(*merges_json, path);
+  t.added = added_tokens_from_json(field(j, "added_tokens"), path);
+  return t;
 }
 
 // tide's tokenizer.json before it took HF's format (still read: runs and checkpoints hold it):
@@ -723,7 +942,10 @@ Tables tide_bpe_tables(const nlohmann::json& j, const std::string& path) {
              "`tide prepare`",
              path, show(*eot));
   vocab.emplace_back(std::string(Tokenizer::kEndOfText), eot->get<int>());
-  return {std::move(vocab), merges_from_json(*merges_json, path)};
+  Tables t;
+  t.vocab = std::move(vocab);
+  t.merges = merges_from_json(*merges_json, path);
+  return t;
 }
 
 }  // namespace

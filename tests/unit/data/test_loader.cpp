@@ -37,6 +37,24 @@ TEST(DataLoader, SequentialBatchesAreConsecutiveWindows) {
   EXPECT_EQ(as_vector(loader.inputs()), (std::vector<int32_t>{8, 9, 10, 11, 12, 13, 14, 15}));
 }
 
+// A shard's loss mask turns the targets it leaves out into -1 (the loss ignores them); inputs
+// stay the tokens.
+TEST(DataLoader, LossMaskedTargetsAreMinusOne) {
+  TempDir dir;
+  std::vector<int32_t> tokens(9);
+  std::vector<uint8_t> mask(9, 1);
+  for (int i = 0; i < 9; ++i) tokens[i] = 10 + i;
+  mask[0] = mask[1] = mask[2] = mask[6] = 0;  // tokens 10, 11, 12 and 16 are not targets
+  write_token_shard(dir / "m.bin", std::span<const int32_t>(tokens), mask);
+  DataLoader loader({dir / "m.bin"}, /*B=*/1, /*T=*/4);
+  loader.next_batch();
+  EXPECT_EQ(as_vector(loader.inputs()), (std::vector<int32_t>{10, 11, 12, 13}));
+  EXPECT_EQ(as_vector(loader.targets()), (std::vector<int32_t>{-1, -1, 13, 14}));
+  loader.next_batch();
+  EXPECT_EQ(as_vector(loader.inputs()), (std::vector<int32_t>{14, 15, 16, 17}));
+  EXPECT_EQ(as_vector(loader.targets()), (std::vector<int32_t>{15, -1, 17, 18}));
+}
+
 TEST(DataLoader, WrapsToTheNextEpochAndResets) {
   TempDir dir;
   write_counting_shard(dir / "a.bin", 41);  // 10 sequences of T=4: 2 batches of B=4 (2 dropped)

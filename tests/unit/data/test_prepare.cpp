@@ -155,6 +155,179 @@ TEST(Prepare, UsesATokenizerFile) {
   EXPECT_NE(expected_error([&] { prepare_corpus(o); }).find("pass one of them"), std::string::npos);
 }
 
+// Llama-3-style and Qwen2-style tokenizer.json files (tests/fixtures/tokenizer): each document is
+// HF's tokenizer(doc) ids, Llama 3's <|begin_of_text|> first and <|end_of_text|> last, Qwen2's
+// <|endoftext|> first; tokenizer.json next to the shards is the file as it was.
+TEST(Prepare, UsesLlama3AndQwen2StyleFiles) {
+  TempDir dir;
+  std::filesystem::create_directories(dir / "in");
+  std::string text;
+  for (int i = 0; i < 20; ++i)
+    text += fmt::format(
+        "\xe2\x80\x9cDoc {}\xe2\x80\x9d: 12345 caf\xc3\xa9 \xe6\x97\xa5\xe6\x9c\xac "
+        "\xf0\x9f\x98\x80 <|endoftext|>\n%\n",
+        i);
+  write_file(dir / "in/docs.txt", text);
+  for (const std::string name : {"llama3_style", "qwen2_style"}) {
+    PrepareOptions o = quiet_options(dir);
+    o.tokenizer_file = std::string(TIDE_SOURCE_DIR) + "/tests/fixtures/tokenizer/" + name + ".json";
+    o.out_dir = dir / name;
+    const PrepareResult r = prepare_corpus(o);
+    const Tokenizer tok = Tokenizer::load(o.tokenizer_file);
+    EXPECT_EQ(r.vocab_size, tok.vocab_size());
+    EXPECT_EQ(r.eot_id, tok.eot_id());
+    const std::vector<int32_t> prefix = tok.document_prefix(), suffix = tok.document_suffix();
+    std::vector<int32_t> want;
+    for (const std::string& doc : split_documents(text, "%")) {
+      want.insert(want.end(), prefix.begin(), prefix.end());
+      tok.encode_append(doc, want);
+      want.insert(want.end(), suffix.begin(), suffix.end());
+    }
+    const TokenShard train(r.train_path), val(r.val_path);
+    std::vector<int32_t> all(train.tokens().begin(), train.tokens().end());
+    all.insert(all.end(), val.tokens().begin(), val.tokens().end());
+    std::vector<int32_t> sorted_all = all, sorted_want = want;  // val is dealt from the documents
+    std::sort(sorted_all.begin(), sorted_all.end());
+    std::sort(sorted_want.begin(), sorted_want.end());
+    EXPECT_EQ(sorted_all, sorted_want) << name;
+    if (name == "llama3_style") {
+      EXPECT_EQ(train[0], tok.template_prefix().at(0)) << "<|begin_of_text|> first";
+      EXPECT_EQ(train[train.size() - 1], tok.eot_id()) << "<|end_of_text|> last";
+    } else {
+      EXPECT_EQ(train[0], tok.eot_id()) << "<|endoftext|> first";
+    }
+    // "<|endoftext|>" written in a document stays text.
+    EXPECT_EQ(std::count(all.begin(), all.end(), tok.eot_id()), 20) << name;
+    std::ifstream a(o.tokenizer_file), b(r.tokenizer_path);
+    EXPECT_EQ(std::string(std::istreambuf_iterator<char>(a), {}),
+              std::string(std::istreambuf_iterator<char>(b), {}));
+  }
+}
+
+// --format jsonl: text records train whole; prompt/completion pairs end with end-of-text and
+// leave the prompt (and the document's opening tokens) out of the loss.
+TEST(Prepare, JsonlPromptCompletionIsMaskedInTheShards) {
+  TempDir dir;
+  std::filesystem::create_directories(dir / "in");
+  std::string jsonl;
+  for (int i = 0; i < 20; ++i) {
+    jsonl +=
+        i % 2
+            ? fmt::format(
+                  R"({{"prompt": "Question {}: the capital?", "completion": " Paris {}."}})", i, i)
+            : fmt::format(R"({{"text": "Plain document {} <|im_start|>.", "id": {}}})", i, i);
+    jsonl += i == 7 ? "\n\n" : "\n";  // a blank line is skipped
+  }
+  write_file(dir / "in/sft.jsonl", jsonl);
+  PrepareOptions o = quiet_options(dir);
+  o.inputs = {dir / "in/sft.jsonl"};
+  o.doc_separator = "";
+  o.format = "jsonl";
+  o.val_fraction = 0.25;
+  o.special_tokens = "match";
+  o.tokenizer_file = std::string(TIDE_SOURCE_DIR) + "/tests/fixtures/tokenizer/qwen2_style.json";
+  const PrepareResult r = prepare_corpus(o);
+  EXPECT_EQ(r.train_documents + r.val_documents, 20);
+  EXPECT_TRUE(r.loss_mask);
+  const Tokenizer tok = Tokenizer::load(o.tokenizer_file);
+  const int eot = tok.eot_id();
+  const int im_start = tok.encode("<|im_start|>", SpecialTokens::kMatch).at(0);
+  // Rebuild what train.bin must hold from the records that went to train (0, 1, 2, 4, 5, 6, 8,
+  // ...: with F = 0.25 every 4th, 3, 7, 11, ..., goes to val).
+  std::vector<int32_t> want_tokens;
+  std::vector<uint8_t> want_mask;
+  for (int i = 0; i < 20; ++i) {
+    if (std::floor((i + 1) * 0.25) > std::floor(i * 0.25)) continue;
+    std::vector<int32_t> ids = {eot};
+    size_t loss_from = 0;
+    if (i % 2) {
+      tok.encode_append(fmt::format("Question {}: the capital?", i), ids);
+      loss_from = ids.size();
+      tok.encode_append(fmt::format(" Paris {}.", i), ids);
+      ids.push_back(eot);  // a pair ends with end-of-text
+    } else {
+      tok.encode_append(fmt::format("Plain document {} <|im_start|>.", i), ids,
+                        SpecialTokens::kMatch);
+    }
+    want_tokens.insert(want_tokens.end(), ids.begin(), ids.end());
+    want_mask.insert(want_mask.end(), loss_from, 0);
+    want_mask.insert(want_mask.end(), ids.size() - loss_from, 1);
+  }
+  const TokenShard train(r.train_path);
+  ASSERT_TRUE(train.has_loss_mask());
+  EXPECT_EQ(std::vector<int32_t>(train.tokens().begin(), train.tokens().end()), want_tokens);
+  EXPECT_EQ(std::vector<uint8_t>(train.loss_mask().begin(), train.loss_mask().end()), want_mask);
+  EXPECT_EQ(r.train_loss_tokens, std::count(want_mask.begin(), want_mask.end(), 1));
+  EXPECT_NE(std::find(want_tokens.begin(), want_tokens.end(), im_start), want_tokens.end());
+  std::ifstream meta(r.meta_path);
+  EXPECT_EQ(nlohmann::json::parse(meta)["loss_mask"], true);
+  EXPECT_TRUE(TokenShard(r.val_path).has_loss_mask());
+
+  // Only text records: no mask, shards exactly as before.
+  write_file(dir / "in/sft.jsonl", R"({"text": "one"})"
+                                   "\n"
+                                   R"({"text": "two"})"
+                                   "\n");
+  o.val_fraction = 0.5;
+  const PrepareResult plain = prepare_corpus(o);
+  EXPECT_FALSE(plain.loss_mask);
+  EXPECT_FALSE(TokenShard(plain.train_path).has_loss_mask());
+}
+
+TEST(Prepare, JsonlBadRecordsNameTheLine) {
+  TempDir dir;
+  std::filesystem::create_directories(dir / "in");
+  PrepareOptions o = quiet_options(dir);
+  o.inputs = {dir / "in/x.jsonl"};
+  o.doc_separator = "";
+  o.format = "jsonl";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"{\"text\": \"a\"}\n{\"text\": 3}\n", "x.jsonl line 2: \"text\" is 3, not a string"},
+      {"{\"prompt\": \"q\"}\n",
+       "x.jsonl line 1: a record holds \"text\" (trained on whole) or "
+       "both \"prompt\" and \"completion\" (the prompt left out of the "
+       "loss), not a prompt without a completion"},
+      {"{\"text\": \"a\", \"prompt\": \"q\", \"completion\": \"c\"}\n", "not both kinds"},
+      {"{\"title\": \"a\"}\n", "not neither"},
+      {"[1]\n", "line 1: a JSONL record must be an object"},
+      {"{\"text\": \"a\"\n", "line 1: not valid JSON"},
+      {"{\"prompt\": \"q\", \"completion\": \"\"}\n", "line 1: the completion is empty"},
+  };
+  for (const auto& [text, want] : cases) {
+    write_file(dir / "in/x.jsonl", text);
+    const std::string msg = expected_error([&] { prepare_corpus(o); });
+    EXPECT_NE(msg.find(want), std::string::npos) << "want: " << want << "\ngot: " << msg;
+  }
+  write_file(dir / "in/x.jsonl", "{\"text\": \"only one\"}\n");
+  EXPECT_NE(expected_error([&] {
+              prepare_corpus(o);
+            }).find("too small to split into train and val (1 documents); give more records"),
+            std::string::npos);
+  o.doc_separator = "%";
+  EXPECT_NE(expected_error([&] { prepare_corpus(o); }).find("drop --doc-separator"),
+            std::string::npos);
+  o.doc_separator = "";
+  o.special_tokens = "yes";
+  EXPECT_NE(expected_error([&] { prepare_corpus(o); }).find("--special-tokens yes: use text"),
+            std::string::npos);
+}
+
+// A vocabulary beyond uint16 (Llama 3's 128256) cannot go into llm.c's GPT-2 shards.
+TEST(Prepare, RefusesATokenizerTooLargeForUint16Shards) {
+  TempDir dir;
+  write_corpus(dir);
+  std::ifstream in(std::string(TIDE_SOURCE_DIR) + "/tests/fixtures/tokenizer/hf_bpe.json");
+  nlohmann::json j = nlohmann::json::parse(in);
+  for (int id = 1200; id < 65537; ++id) j["model"]["vocab"][fmt::format("zz{}", id)] = id;
+  write_file(dir / "big.json", j.dump());
+  PrepareOptions o = quiet_options(dir);
+  o.tokenizer_file = dir / "big.json";
+  EXPECT_NE(expected_error([&] {
+              prepare_corpus(o);
+            }).find("65537 tokens, but token shards store uint16 ids"),
+            std::string::npos);
+}
+
 TEST(Prepare, FewDocumentsSplitInsideEachDocument) {
   TempDir dir;
   std::filesystem::create_directories(dir / "in");

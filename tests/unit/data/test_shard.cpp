@@ -55,6 +55,57 @@ TEST(Shard, ReadsBackWhatWasWritten) {
   EXPECT_EQ(shard.max_token(), 65535);
 }
 
+// The loss mask (tide's extension): header[3] = 1, one byte per token after the tokens. A shard
+// without it is llm.c's as before.
+TEST(Shard, LossMaskIsAFlagAndOneBytePerTokenAfterTheTokens) {
+  TempDir dir;
+  const std::vector<int32_t> tokens = {5, 6, 7, 8};
+  const std::vector<uint8_t> mask = {0, 0, 1, 1};
+  write_token_shard(dir / "m.bin", std::span<const int32_t>(tokens), mask);
+  EXPECT_EQ(std::filesystem::file_size(dir / "m.bin"), 1024u + 2 * 4 + 4);
+  std::ifstream in(dir / "m.bin", std::ios::binary);
+  std::vector<int32_t> header(256);
+  in.read(reinterpret_cast<char*>(header.data()), 1024);
+  EXPECT_EQ(header[1], 1);  // the version llm.c's reader knows; the flag tells tide
+  EXPECT_EQ(header[3], kShardHasLossMask);
+  const TokenShard shard(dir / "m.bin");
+  ASSERT_EQ(shard.size(), 4u);
+  EXPECT_EQ(shard[3], 8);
+  ASSERT_TRUE(shard.has_loss_mask());
+  EXPECT_EQ(std::vector<uint8_t>(shard.loss_mask().begin(), shard.loss_mask().end()), mask);
+  const TokenShard moved(TokenShard(dir / "m.bin"));
+  EXPECT_EQ(moved.loss_mask()[2], 1);
+  // Without a mask: no flag, no bytes, no mask on reading (every token counts).
+  write_token_shard(dir / "p.bin", std::span<const int32_t>(tokens));
+  EXPECT_EQ(std::filesystem::file_size(dir / "p.bin"), 1024u + 2 * 4);
+  EXPECT_FALSE(TokenShard(dir / "p.bin").has_loss_mask());
+  EXPECT_TRUE(TokenShard(dir / "p.bin").loss_mask().empty());
+  // A truncated mask, an unknown flag, and a mask that is not one 0/1 byte per token.
+  std::filesystem::resize_file(dir / "m.bin", 1024 + 2 * 4 + 3);
+  EXPECT_NE(expected_error([&] {
+              TokenShard s(dir / "m.bin");
+            }).find("header says 4 tokens and their loss mask = 1036 bytes, file has 1035"),
+            std::string::npos);
+  std::vector<int32_t> flags(256, 0);
+  flags[0] = kShardMagic;
+  flags[1] = 1;
+  flags[3] = 6;
+  test::write_file(dir / "f.bin", std::string(reinterpret_cast<const char*>(flags.data()), 1024));
+  EXPECT_NE(expected_error([&] {
+              TokenShard s(dir / "f.bin");
+            }).find("token shard flags 6 are not supported"),
+            std::string::npos);
+  const std::vector<uint8_t> short_mask = {1, 1}, bad_mask = {0, 2, 1, 1};
+  EXPECT_NE(expected_error([&] {
+              write_token_shard(dir / "x.bin", std::span<const int32_t>(tokens), short_mask);
+            }).find("a loss mask of 2 entries for 4 tokens"),
+            std::string::npos);
+  EXPECT_NE(expected_error([&] {
+              write_token_shard(dir / "x.bin", std::span<const int32_t>(tokens), bad_mask);
+            }).find("loss mask entry 2 at position 1 is not 0 or 1"),
+            std::string::npos);
+}
+
 TEST(Shard, ReadsAHandWrittenShard) {
   TempDir dir;
   write_raw_shard(dir / "a.bin", 20240520, 1, 3, {7, 8, 9});

@@ -315,6 +315,13 @@ TEST(Tokenizer, ReadsTheOlderTideBpeFormat) {
             (Ids{259, 262, 220, 81, 64, 259, 198}));
 }
 
+nlohmann::json split_pre_tokenizer(const nlohmann::json& pattern, const std::string& behavior) {
+  return {{"type", "Sequence"},
+          {"pretokenizers",
+           {{{"type", "Split"}, {"pattern", pattern}, {"behavior", behavior}, {"invert", false}},
+            {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}}}};
+}
+
 nlohmann::json hf_fixture() {
   std::ifstream in(std::string(TIDE_SOURCE_DIR) + "/tests/fixtures/tokenizer/hf_bpe.json");
   return nlohmann::json::parse(in);
@@ -325,28 +332,30 @@ TEST(Tokenizer, HfSettingsTideCannotReproduceAreRefused) {
   TempDir dir;
   using Edit = std::function<void(nlohmann::json&)>;
   const std::vector<std::pair<Edit, std::string>> cases = {
+      // NFC (Qwen2's) is run; other normalizers are not.
       {[](nlohmann::json& j) {
-         j["normalizer"] = {{"type", "NFC"}};
+         j["normalizer"] = {{"type", "NFKC"}};
        },
-       "\"normalizer\" is {\"type\":\"NFC\"}"},
+       "\"normalizer\" is {\"type\":\"NFKC\"}; tide applies none (GPT-2, Llama 3) or NFC"},
       {[](nlohmann::json& j) { j["pre_tokenizer"]["add_prefix_space"] = true; },
        "\"pre_tokenizer\" is {"},
       {[](nlohmann::json& j) { j["pre_tokenizer"]["use_regex"] = false; },
-       "tide runs GPT-2's pre-tokenizer only"},
+       "or a Sequence of a Split with a regex (behavior Isolated)"},
       {[](nlohmann::json& j) { j["pre_tokenizer"] = nullptr; }, "\"pre_tokenizer\" is null"},
       {[](nlohmann::json& j) {
-         j["pre_tokenizer"] = {
-             {"type", "Sequence"},
-             {"pretokenizers",
-              {{{"type", "Split"},
-                {"pattern", {{"Regex", "\\p{L}+|\\s+"}}},
-                {"behavior", "Isolated"},
-                {"invert", false}},
-               {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}}}};
+         j["pre_tokenizer"] = split_pre_tokenizer({{"String", " "}}, "Isolated");
        },
-       "tide runs GPT-2's pre-tokenizer only"},
-      {[](nlohmann::json& j) { j["model"]["ignore_merges"] = true; },
-       "model.ignore_merges is true"},
+       "not a literal {\"String\": ...}"},
+      {[](nlohmann::json& j) {
+         j["pre_tokenizer"] = split_pre_tokenizer({{"Regex", "\\s+"}}, "Removed");
+       },
+       "behavior \"Removed\" and invert false; tide splits with behavior \"Isolated\""},
+      {[](nlohmann::json& j) {
+         j["pre_tokenizer"] = split_pre_tokenizer({{"Regex", "(?<x"}}, "Isolated");
+       },
+       "the Split pre-tokenizer: pre-tokenizer regex /(?<x/ does not compile"},
+      {[](nlohmann::json& j) { j["model"]["ignore_merges"] = "yes"; },
+       "model.ignore_merges is \"yes\", not true or false"},
       {[](nlohmann::json& j) { j["model"]["dropout"] = 0.1; }, "model.dropout is 0.1"},
       {[](nlohmann::json& j) { j["model"]["type"] = "WordPiece"; },
        "\"model\" is of type WordPiece"},
@@ -355,27 +364,44 @@ TEST(Tokenizer, HfSettingsTideCannotReproduceAreRefused) {
       {[](nlohmann::json& j) {
          j["post_processor"] = {{"type", "TemplateProcessing"}};
        },
-       "\"post_processor\" is TemplateProcessing"},
-      // <|endoftext|> after the text (an EOS template), not the BOS-only one `tide export` writes.
+       "the TemplateProcessing post-processor's \"single\" is missing; tide supports special "
+       "tokens around one sequence ($A)"},
+      // Two sequences in "single" is not a template tide can apply to one text.
+      {[](nlohmann::json& j) {
+         j["post_processor"] = {{"type", "TemplateProcessing"},
+                                {"single",
+                                 {{{"Sequence", {{"id", "A"}, {"type_id", 0}}}},
+                                  {{"Sequence", {{"id", "B"}, {"type_id", 1}}}}}}};
+       },
+       "tide supports special tokens around one sequence ($A)"},
       {[](nlohmann::json& j) {
          j["post_processor"] = {{"type", "TemplateProcessing"},
                                 {"single",
                                  {{{"Sequence", {{"id", "A"}, {"type_id", 0}}}},
                                   {{"SpecialToken", {{"id", "<|endoftext|>"}, {"type_id", 0}}}}}}};
        },
-       "\"post_processor\" is TemplateProcessing"},
+       "uses \"<|endoftext|>\" but its \"special_tokens\" give no ids for it"},
+      {[](nlohmann::json& j) {
+         j["post_processor"] = {{"type", "RobertaProcessing"}};
+       },
+       "\"post_processor\" is {\"type\":\"RobertaProcessing\"}; tide runs ByteLevel"},
       {[](nlohmann::json& j) {
          j["decoder"] = {{"type", "Metaspace"}};
        },
        "\"decoder\" is Metaspace"},
+      {[](nlohmann::json& j) { j["added_tokens"][0]["lstrip"] = true; },
+       "added token \"<|endoftext|>\" has \"lstrip\": true, which tide does not implement"},
       {[](nlohmann::json& j) {
-         j["added_tokens"].push_back({{"id", 1200}, {"content", "<pad>"}, {"special", true}});
+         j["added_tokens"] = nlohmann::json::array();
+         j["model"]["vocab"].erase("<|endoftext|>");
+         j["model"]["vocab"]["<|endoftext"] = 0;
        },
-       "added token \"<pad>\" (id 1200): tide knows one special token"},
+       "no end-of-text token; tide separates documents with <|endoftext|> (GPT-2, Qwen2"},
       {[](nlohmann::json& j) { j["added_tokens"][0]["id"] = 5; },
        "<|endoftext|> has id 5 in \"added_tokens\" but 0 in model.vocab"},
       {[](nlohmann::json& j) { j["model"]["merges"][3] = 7; }, "merge 4 is 7"},
-      {[](nlohmann::json& j) { j["model"]["vocab"].erase("a"); }, "ids must be 0..1198"},
+      {[](nlohmann::json& j) { j["model"]["vocab"].erase("a"); },
+       "ids run up to 1199, but there are only 1199 tokens; ids must be 0..1198"},
       {[](nlohmann::json& j) { j["model"]["vocab"]["\xe6\x97\xa5"] = 1200; },
        "outside GPT-2's byte-to-unicode table"},
   };
