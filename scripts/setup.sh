@@ -15,7 +15,7 @@ cd "$(dirname "$0")/.."
 packages=(build-essential cmake ninja-build pkg-config ccache
           libopenblas-dev libopenmpi-dev openmpi-bin
           libgtest-dev libgmock-dev nlohmann-json3-dev libcli11-dev libfmt-dev libxxhash-dev
-          zlib1g-dev libpcre2-dev libicu-dev
+          zlib1g-dev libpcre2-dev libutf8proc-dev
           fortunes)
 start=$SECONDS
 bash scripts/install_missing.sh "${packages[@]}"

@@ -266,7 +266,7 @@ PrepareResult prepare_corpus(const PrepareOptions& options) {
       for (Record& r : parse_jsonl_records(text, file)) docs.push_back(std::move(r));
     } else {
       for (std::string& doc : split_documents(text, options.doc_separator))
-        docs.push_back(Record{.text = std::move(doc)});
+        docs.push_back(Record{.prompt = {}, .text = std::move(doc)});
     }
   }
   TIDE_CHECK(!docs.empty(), "the input ({}{}) holds no text; pass non-empty text files",
@@ -289,7 +289,7 @@ PrepareResult prepare_corpus(const PrepareOptions& options) {
     for (Record& d : train_docs) {
       auto [head, tail] = split_tail(d.text, f);
       d.text = std::move(head);
-      if (!tail.empty()) val_docs.push_back(Record{.text = std::move(tail)});
+      if (!tail.empty()) val_docs.push_back(Record{.prompt = {}, .text = std::move(tail)});
     }
     std::erase_if(train_docs, [](const Record& d) { return d.text.empty(); });
     log(fmt::format("prepare: only {} documents, so the last {:.0f}% of each goes to val",
