@@ -46,8 +46,10 @@ MPI_Datatype move_type(DType t) {
   return MPI_BYTE;
 }
 
+// The simulated device's memory is host memory: MPI moves it as a CUDA-aware MPI moves GPU
+// memory, and the caller orders it against the device's stream (waits before and after).
 void check_host(const Tensor& t, const char* who) {
-  TIDE_CHECK(t.device.is_cpu(),
+  TIDE_CHECK(t.device.is_cpu() || t.device.is_sim(),
              "{}: the MPI backend moves host buffers but got a {} tensor; use the NCCL backend "
              "(comm.backend = nccl) for device buffers",
              who, t.device.str());

@@ -39,16 +39,22 @@ void check_trainer_can_honour(const TrainConfig& c, int world_size) {
   // one rank, without the policies that still move chunks by memcpy (pipeline_engine.h,
   // check_device).
   if (c.device != "cpu" && c.device != "auto") {
-    const char* what = world_size > 1                     ? "more than one rank"
+    const char* what = p > 1                              ? "pipeline.stages > 1"
+                       : t > 1                            ? "tensor_parallel.size > 1"
                        : c.zero.stage > 0                 ? "zero_optimization.stage > 0"
                        : c.placement_policy == "auto"     ? "placement.policy=auto"
                        : c.zero.offload_optimizer.enabled ? "offload_optimizer"
                                                           : nullptr;
     TIDE_CHECK(what == nullptr,
-               "device={} with {}: on a device tide trains one rank at ZeRO stage 0 without "
-               "offload or auto placement for now (the data-parallel messages and the chunk "
-               "moves do not wait for its stream yet); use device=cpu for this run",
+               "device={} with {}: on a device tide runs data parallelism at ZeRO stage 0 "
+               "without offload or auto placement for now (pipeline messages and the chunk moves "
+               "do not wait for its stream yet, the vocabulary-parallel loss runs host loops); use "
+               "device=cpu for this run",
                c.device, what ? what : "");
+    TIDE_CHECK(!c.device.starts_with("cuda") || world_size == 1,
+               "device={} on {} ranks: data parallelism on GPUs needs the NCCL groups ordered by "
+               "the compute stream (issue #27); train on one GPU, or use device=cpu or sim",
+               c.device, world_size);
     // A GPU op takes one dtype for all its float tensors; 16-bit training mixes them (f32
     // logits and gradients beside 16-bit activations and weights).
     TIDE_CHECK(!c.device.starts_with("cuda") || model_dtype(c) == DType::F32,

@@ -337,10 +337,10 @@ void PipelineEngine::check_device(const ZeroSettings& zero,
   if (d.is_cpu()) return;
   // What a device step does not have yet (issue #25): messages between stages and replicas
   // ordered by the compute stream's events, and the policies' chunk moves through the mover.
-  TIDE_CHECK(pp_->size() == 1 && chunks_ == 1 && dp_->size() == 1,
-             "on {} tide trains one rank, one stage, for now: pipeline stages and data-parallel "
-             "replicas still exchange device memory without the compute stream's events; use one "
-             "rank there, or device=cpu",
+  TIDE_CHECK(pp_->size() == 1 && chunks_ == 1,
+             "on {} tide trains one stage per replica for now: pipeline stages still exchange "
+             "device memory without the compute stream's events; use pipeline.stages=1 there, "
+             "or device=cpu",
              d.str());
   TIDE_CHECK(zero_stage_ == 0 && !zero.offload_optimizer.enabled && !placement.device,
              "on {} tide runs ZeRO stage 0 without offload or placement.policy=auto for now: "

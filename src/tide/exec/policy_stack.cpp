@@ -13,8 +13,8 @@ namespace tide {
 // when the gradients are kept in another dtype).
 class PolicyStack::GradReduction : public PlacementPolicy {
  public:
-  GradReduction(ProcessGroup& dp, Allocator& staging, std::optional<DType> comm)
-      : dp_(dp), staging_(staging, comm) {}
+  GradReduction(ProcessGroup& dp, Allocator& staging, std::optional<DType> comm, OpContext op)
+      : dp_(dp), staging_(staging, comm, op), op_(std::move(op)) {}
   ~GradReduction() override {
     // Never leave a collective writing into freed chunks (not wait_all(): after a failed step
     // the tracer its traces point to may be gone).
@@ -41,7 +41,10 @@ class PolicyStack::GradReduction : public PlacementPolicy {
       AsyncTrace trace = AsyncTrace::start(store.tracer(), "all-reduce grads", {{"chunk", chunk}});
       const Tensor grads = store.chunk(ChunkKind::GRAD, chunk);
       CommStaging::Staged staged;
-      if (staging_.needed(grads.dtype)) staged = staging_.stage(grads, grads.numel());
+      if (staging_.needed(grads.dtype))
+        staged = staging_.stage(grads, grads.numel());  // waits for the conversion
+      else
+        synchronize(op_);  // on a device: the collective reads what the stream wrote
       const Tensor sent = staged.buffer >= 0 ? staged.tensor : grads;
       pending_.push_back({chunk, grads, dp_.all_reduce_async(sent, ReduceOp::Avg), trace, staged});
     }
@@ -79,6 +82,7 @@ class PolicyStack::GradReduction : public PlacementPolicy {
   std::vector<Reduction> pending_;
   ProcessGroup& dp_;
   CommStaging staging_;
+  OpContext op_;  // the model's: where the gradients are written
 };
 
 PolicyStack::PolicyStack(GPT& model, ProcessGroup& dp, const ZeroSettings& zero,
@@ -108,7 +112,7 @@ PolicyStack::PolicyStack(GPT& model, ProcessGroup& dp, const ZeroSettings& zero,
   Allocator& buffers = auto_ ? auto_->buffer_allocator() : *store_.options().compute;
   PlacementPolicy* inner = nullptr;
   if (zero.stage == 0) {
-    reduction_ = std::make_unique<GradReduction>(dp_, buffers, zero.comm_dtype);
+    reduction_ = std::make_unique<GradReduction>(dp_, buffers, zero.comm_dtype, op_);
     inner = reduction_.get();
   } else {
     zero_ = std::make_unique<ZeroPolicy>(store_, dp_, zero, std::move(group_params), buffers);

@@ -15,6 +15,7 @@ struct CudaKernelTable {
   decltype(&cuda::make_context) make_context = nullptr;
   decltype(&cuda::copy_async) copy_async = nullptr;
   decltype(&cuda::fill_zero_async) fill_zero_async = nullptr;
+  decltype(&cuda::convert_async) convert_async = nullptr;
   decltype(&cuda::record_event) record_event = nullptr;
   decltype(&cuda::wait_event) wait_event = nullptr;
   decltype(&cuda::synchronize_event) synchronize_event = nullptr;

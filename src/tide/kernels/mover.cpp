@@ -33,13 +33,28 @@ void check_stream(const OpContext& ctx, const char* op) {
 
 void copy(const OpContext& ctx, Tensor dst, Tensor src) {
   check_stream(ctx, "copy");
-  TIDE_CHECK(dst.dtype == src.dtype && dst.numel() == src.numel(),
-             "copy: destination {} {} and source {} {} differ in dtype or element count",
+  TIDE_CHECK(dst.numel() == src.numel() && (dst.dtype == src.dtype || (is_float_dtype(dst.dtype) &&
+                                                                       is_float_dtype(src.dtype))),
+             "copy: destination {} {} and source {} {} differ in element count, or in dtype "
+             "other than between f32, bf16 and f16",
              dtype_name(dst.dtype), dst.shape.str(), dtype_name(src.dtype), src.shape.str());
   check_reachable(ctx, dst, "copy", "dst");
   check_reachable(ctx, src, "copy", "src");
   const size_t bytes = src.nbytes();
   if (bytes == 0) return;
+  if (dst.dtype != src.dtype) {  // a conversion: a kernel, where the tensors are
+    const int64_t n = src.numel();
+    if (ctx.device.is_cuda()) {
+      TIDE_CHECK(dst.device == ctx.device && src.device == ctx.device,
+                 "copy: converting {} to {} on {} needs both tensors there (a kernel reads "
+                 "them); copy the host one first",
+                 dtype_name(src.dtype), dtype_name(dst.dtype), ctx.device.str());
+      return ctx.cuda->convert_async(ctx, dst.data, dst.dtype, src.data, src.dtype, n);
+    }
+    auto convert = [dst, src, n] { convert_elements(src.data, src.dtype, dst.data, dst.dtype, n); };
+    if (ctx.device.is_sim()) return ctx.sim->enqueue(convert);
+    return convert();
+  }
   if (ctx.device.is_cuda()) return ctx.cuda->copy_async(ctx, dst.data, src.data, bytes);
   if (ctx.device.is_sim())
     return ctx.sim->enqueue([dst, src, bytes] { std::memmove(dst.data, src.data, bytes); });

@@ -28,8 +28,9 @@ struct StreamEvent {
   const CudaKernelTable* kernels = nullptr;
 };
 
-// dst = src (same dtype and element count). Each tensor is on the host or on the context's
-// device; on the CPU context both are on the host.
+// dst = src (same element count). Each tensor is on the host or on the context's device; on
+// the CPU context both are on the host. Float tensors of different dtypes (f32, bf16, f16) are
+// converted, rounded to nearest-even as convert_elements does; on a GPU both must then be on it.
 void copy(const OpContext& ctx, Tensor dst, Tensor src);
 // t = 0 (its bytes).
 void fill_zero(const OpContext& ctx, Tensor t);

@@ -330,6 +330,7 @@ Trainer::~Trainer() = default;
 std::unique_ptr<GPT> Trainer::host_twin() const {
   ModelOptions mo;
   mo.chunk_elems = chunk_elems_from_mib(cfg_.chunk_size_mb);
+  mo.group_size = model_->store().layout().group_size();  // the same padding of each chunk
   StoreOptions& so = mo.store;
   so.compute_dtype = model_->store().compute_dtype();
   if (model_->store().has(ChunkKind::GRAD) &&

@@ -116,6 +116,34 @@ TEST(SimDevice, MoverRefusesMemoryTheStreamCannotReach) {
   synchronize(ctx);
 }
 
+// A copy between float dtypes converts as convert_elements does (rounded to nearest-even), on the
+// CPU at once and on the simulated device on its stream; integers do not convert.
+TEST(SimDevice, MoverCopiesConvertBetweenFloatDtypes) {
+  std::vector<float> in(100);
+  for (size_t i = 0; i < in.size(); ++i) in[i] = 1.0f / 3.0f * static_cast<float>(i) - 7.1f;
+  std::vector<uint16_t> want(in.size());
+  convert_elements(in.data(), DType::F32, want.data(), DType::BF16, 100);
+  SimAllocator memory(Device::sim(0));
+  const OpContext sim = make_op_context(Device::sim(0), nullptr, 1);
+  Arena arena("convert", 1024, &memory);
+  const Tensor dev = arena.alloc_tensor({100}, DType::BF16);
+  for (const OpContext& ctx : {OpContext{}, sim}) {
+    std::vector<uint16_t> got(in.size());
+    std::vector<float> back(in.size());
+    const Tensor mid = ctx.device.is_cpu() ? Tensor(got.data(), {100}, DType::BF16) : dev;
+    copy(ctx, mid, Tensor(in.data(), {100}));    // f32 -> bf16
+    copy(ctx, Tensor(back.data(), {100}), mid);  // bf16 -> f32 (exact)
+    synchronize(ctx);
+    for (size_t i = 0; i < in.size(); ++i)
+      EXPECT_EQ(back[i], bf16_to_f32(want[i])) << ctx.device.str() << " element " << i;
+  }
+  std::vector<int32_t> ints(100);
+  EXPECT_NE(error_of([&] {
+              copy(OpContext{}, Tensor(ints.data(), {100}, DType::I32), Tensor(in.data(), {100}));
+            }).find("other than between f32, bf16 and f16"),
+            std::string::npos);
+}
+
 TEST(SimDevice, DevicesParse) {
   EXPECT_EQ(parse_device("sim"), Device::sim(0));
   EXPECT_EQ(parse_device("sim:3"), Device::sim(3));

@@ -43,6 +43,9 @@ OpContext make_context(int device, Arena* scratch);
 // events on it, and the host's waits.
 void copy_async(const OpContext& ctx, void* dst, const void* src, size_t bytes);
 void fill_zero_async(const OpContext& ctx, void* p, size_t bytes);
+// dst = src converted (f32, bf16, f16; rounded to nearest-even), both device memory.
+void convert_async(const OpContext& ctx, void* dst, DType dst_dtype, const void* src,
+                   DType src_dtype, int64_t n);
 // A cudaEvent_t recorded on ctx's stream, destroyed with the last copy of the pointer.
 std::shared_ptr<void> record_event(const OpContext& ctx);
 void wait_event(const OpContext& ctx, void* event);

@@ -12,6 +12,7 @@ TIDE_CUDA_MODULE_ENTRY const tide::CudaKernelTable* tide_cuda_kernels() {
       .make_context = &cuda::make_context,
       .copy_async = &cuda::copy_async,
       .fill_zero_async = &cuda::fill_zero_async,
+      .convert_async = &cuda::convert_async,
       .record_event = &cuda::record_event,
       .wait_event = &cuda::wait_event,
       .synchronize_event = &cuda::synchronize_event,
