@@ -342,10 +342,10 @@ void PipelineEngine::check_device(const ZeroSettings& zero,
              "device memory without the compute stream's events; use pipeline.stages=1 there, "
              "or device=cpu",
              d.str());
-  TIDE_CHECK(zero_stage_ == 0 && !zero.offload_optimizer.enabled && !placement.device,
-             "on {} tide runs ZeRO stage 0 without offload or placement.policy=auto for now: "
-             "those policies still move chunks by memcpy, not through the mover; use "
-             "device=cpu for them",
+  TIDE_CHECK(zero_stage_ <= 2 && !zero.offload_optimizer.enabled && !placement.device,
+             "on {} tide runs ZeRO stages 0-2 without offload or placement.policy=auto for now: "
+             "stage 3's gathers, offload and auto placement still move chunks without the "
+             "stream's order; use device=cpu for them",
              d.str());
 }
 

@@ -115,7 +115,7 @@ PolicyStack::PolicyStack(GPT& model, ProcessGroup& dp, const ZeroSettings& zero,
     reduction_ = std::make_unique<GradReduction>(dp_, buffers, zero.comm_dtype, op_);
     inner = reduction_.get();
   } else {
-    zero_ = std::make_unique<ZeroPolicy>(store_, dp_, zero, std::move(group_params), buffers);
+    zero_ = std::make_unique<ZeroPolicy>(store_, dp_, zero, std::move(group_params), buffers, op_);
     inner = zero_.get();
   }
   if (auto_) auto_->set_inner(inner);

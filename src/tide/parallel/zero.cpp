@@ -4,6 +4,8 @@
 #include <chrono>
 #include <cstring>
 
+#include "tide/kernels/mover.h"
+
 namespace tide {
 
 namespace {
@@ -33,16 +35,21 @@ void check_zero_settings(const ZeroSettings& s, const ChunkLayout& layout,
 }
 
 ZeroPolicy::ZeroPolicy(ChunkStore& store, ProcessGroup& dp, const ZeroSettings& settings,
-                       std::vector<std::vector<int>> group_params, Allocator& buffers)
+                       std::vector<std::vector<int>> group_params, Allocator& buffers, OpContext op)
     : store_(store),
       dp_(dp),
       s_(settings),
+      op_(std::move(op)),
       group_params_(std::move(group_params)),
       pool_(&buffers),
-      staging_(buffers, settings.comm_dtype),
+      staging_(buffers, settings.comm_dtype, op_),
       gathers_(dp.size() > 1 || store.options().param_slices != nullptr) {
   const ChunkLayout& lay = store_.layout();
   TIDE_CHECK(s_.stage >= 1 && s_.stage <= 3, "ZeroPolicy runs stages 1-3 (got {})", s_.stage);
+  TIDE_CHECK(op_.device.is_cpu() || s_.stage <= 2,
+             "ZeRO stage 3 on {} is not in tide yet (its gathers reuse buffers the stream may "
+             "still read); use stage 1 or 2 there, or device=cpu",
+             op_.device.str());
   TIDE_CHECK(store_.options().sliced_kinds == zero_sliced_kinds(s_.stage) &&
                  lay.group_size() == dp_.size() && store_.options().group_rank == dp_.rank(),
              "the chunk store is not sliced for ZeRO stage {} over {} ranks", s_.stage, dp_.size());
@@ -219,13 +226,12 @@ void ZeroPolicy::fetch_grads(ChunkStore& store, int c) {
   TIDE_CHECK(s_.stage >= 2, "gradient chunk {} is not resident under ZeRO stage {}", c, s_.stage);
   const ChunkLayout& lay = store.layout();
   const int64_t slice = lay.slice_elems(c), r = dp_.rank();
-  auto* buf = static_cast<char*>(attach(ChunkKind::GRAD, c));
-  const size_t es = dtype_size(store.dtype(ChunkKind::GRAD));
+  const Tensor mine = store.slice(ChunkKind::GRAD, c);
+  const Tensor buf(attach(ChunkKind::GRAD, c), Shape{lay.chunk_elems(c)}, mine.dtype, mine.device);
   // Seed: the owned part starts from what this rank accumulated over earlier micro-batches,
   // the rest from zero, so the reduce-scatter sum adds this micro-batch to the accumulation.
-  std::memset(buf, 0, static_cast<size_t>(lay.chunk_elems(c)) * es);
-  std::memcpy(buf + r * slice * es, store.slice(ChunkKind::GRAD, c).data,
-              static_cast<size_t>(slice) * es);
+  fill_zero(op_, buf);
+  copy(op_, own_part(buf, slice, static_cast<int>(r)), mine);
 }
 
 void ZeroPolicy::on_grads_ready(ChunkStore& store, int c, int micro_batch) {
@@ -242,7 +248,9 @@ void ZeroPolicy::on_grads_ready(ChunkStore& store, int c, int micro_batch) {
   // One rank sends nothing: its gradients are not converted (the one-rank reference's bits).
   CommStaging::Staged staged;
   if (dp_.size() > 1 && staging_.needed(whole.dtype))
-    staged = staging_.stage(whole, lay.buffer_elems(c));
+    staged = staging_.stage(whole, lay.buffer_elems(c));  // waits for the conversion
+  else
+    synchronize(op_);  // on a device: the collective reads what the stream wrote
   const Tensor sent = staged.buffer >= 0 ? staged.tensor : whole;
   Pending p{
       c,
@@ -276,15 +284,19 @@ void ZeroPolicy::complete_reduction(Pending& p) {
   staging_.unstage(p.staged, r * slice, own_part(grads, slice, static_cast<int>(r)));
   auto* whole = static_cast<char*>(grads.data);
   const size_t es = dtype_size(store_.dtype(ChunkKind::GRAD));
+  auto part = [&](int64_t begin, int64_t n) {
+    return Tensor(whole + begin * es, Shape{n}, grads.dtype, grads.device);
+  };
   if (s_.overlaps(elems)) reducing_elems_ -= elems;
   if (s_.stage == 1) {
     // The chunk is the accumulator: its owned part holds the sum so far; the rest must be zero
     // for the next micro-batch (the reduce-scatter left partial sums there).
-    std::memset(whole, 0, static_cast<size_t>(r * slice) * es);
-    std::memset(whole + (r + 1) * slice * es, 0, static_cast<size_t>(elems - (r + 1) * slice) * es);
+    fill_zero(op_, part(0, r * slice));
+    fill_zero(op_, part((r + 1) * slice, elems - (r + 1) * slice));
   } else if (store_.attached(ChunkKind::GRAD, c)) {  // one rank: the slice is the whole chunk
-    std::memcpy(store_.slice(ChunkKind::GRAD, c).data, whole + r * slice * es,
-                static_cast<size_t>(slice) * es);
+    // (The buffer goes back to the pool at once: its next user is queued after this copy on
+    // the same stream, or waits for the stream before a collective writes it.)
+    copy(op_, store_.slice(ChunkKind::GRAD, c), part(r * slice, slice));
     detach(ChunkKind::GRAD, c);
   }
   if (p.last && sink_) sink_->on_reduced(c);
@@ -333,7 +345,9 @@ void ZeroPolicy::finish_gradients() {
   // The mean over ranks, divided as the process groups' ReduceOp::Avg divides.
   for (int c = 0; c < store_.layout().num_chunks(); ++c) {
     const Tensor g = store_.slice(ChunkKind::GRAD, c);
-    divide_elements(g.data, g.dtype, g.numel(), static_cast<float>(N));
+    run_cpu_kernel_on(op_, "ZeRO's mean over the ranks", [g, N] {
+      divide_elements(g.data, g.dtype, g.numel(), static_cast<float>(N));
+    });
   }
 }
 
@@ -353,6 +367,7 @@ void ZeroPolicy::after_update() {
     wait(*g.work, "wait all-gather", g.chunk);
     g.trace.finish();
   };
+  synchronize(op_);  // on a device: the gathers read what the optimizer wrote on the stream
   for (int c = 0; c < lay.num_chunks(); ++c) {
     if (s_.stage == 3 && (!persistent_[c] || !gathers_)) continue;
     const int64_t elems = lay.chunk_elems(c);

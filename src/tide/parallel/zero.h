@@ -82,9 +82,11 @@ class ZeroPolicy final : public PlacementPolicy {
  public:
   // `group_params[g]`: the tensor ids of parameter group g, acquired together
   // (model/param_groups.h). Buffers come from `buffers` (the compute tier). The store must be
-  // sliced as zero_sliced_kinds(settings.stage) says.
+  // sliced as zero_sliced_kinds(settings.stage) says. `op`: where the model's ops write the
+  // chunks (a device: the policy's own writes go through the mover on its stream, and each
+  // collective reads what the stream wrote only after the host has waited for it; stages 1-2).
   ZeroPolicy(ChunkStore& store, ProcessGroup& dp, const ZeroSettings& settings,
-             std::vector<std::vector<int>> group_params, Allocator& buffers);
+             std::vector<std::vector<int>> group_params, Allocator& buffers, OpContext op = {});
   ~ZeroPolicy() override;
 
   // A step of `accesses` begins (store.begin_step has run); they must outlive the step.
@@ -150,6 +152,7 @@ class ZeroPolicy final : public PlacementPolicy {
   ChunkStore& store_;
   ProcessGroup& dp_;
   ZeroSettings s_;
+  OpContext op_;
   std::vector<std::vector<int>> group_params_, group_chunks_;
   BufferPool pool_;
   CommStaging staging_;

@@ -331,11 +331,8 @@ std::unique_ptr<GPT> Trainer::host_twin() const {
   ModelOptions mo;
   mo.chunk_elems = chunk_elems_from_mib(cfg_.chunk_size_mb);
   mo.group_size = model_->store().layout().group_size();  // the same padding of each chunk
-  StoreOptions& so = mo.store;
-  so.compute_dtype = model_->store().compute_dtype();
-  if (model_->store().has(ChunkKind::GRAD) &&
-      model_->store().dtype(ChunkKind::GRAD) != so.compute_dtype)
-    so.grad_dtype = model_->store().dtype(ChunkKind::GRAD);
+  mo.store = model_->store().options();  // the same dtypes and ZeRO slices, in host memory
+  mo.store.compute = mo.store.optimizer = mo.store.param_slices = nullptr;
   auto twin = std::make_unique<GPT>(cfg_.model, cfg_.activation_policy, mo);
   TIDE_ASSERT(twin->store().layout().num_chunks() == model_->store().layout().num_chunks());
   return twin;
@@ -659,23 +656,24 @@ std::string Trainer::save(const std::string& name) const {
     world_->barrier();  // the file is complete before any rank goes on (and may read it)
     return path;
   }
-  if (!sharded) {
-    if (op_.device.is_cpu()) {
-      save_checkpoint(path, *model_, info, /*with_optimizer_state=*/true);
-    } else {  // through a host copy of the chunks
-      const std::unique_ptr<GPT> twin = host_twin();
-      copy_chunks(op_, model_->store(), twin->store());
-      save_checkpoint(path, *twin, info, /*with_optimizer_state=*/true);
-    }
-    return path;
-  }
   if (pipeline_) {  // each stage writes its tensors (collective)
     pipeline_->save(path, info);
     return path;
   }
+  // A device model is saved from a host copy of its chunks (the writers read host memory).
+  std::unique_ptr<GPT> twin;
+  if (!op_.device.is_cpu()) {
+    twin = host_twin();
+    copy_chunks(op_, model_->store(), twin->store());
+  }
+  const GPT& saved = twin ? *twin : *model_;
+  if (!sharded) {
+    save_checkpoint(path, saved, info, /*with_optimizer_state=*/true);
+    return path;
+  }
   // ZeRO: no rank holds everything, so each writes its own shard; once all have (a rank that
   // fails ends the job before the barrier), rank 0 publishes the directory atomically.
-  save_checkpoint_shard(path, model_->store(), info, /*with_optimizer_state=*/true, world_->rank(),
+  save_checkpoint_shard(path, saved.store(), info, /*with_optimizer_state=*/true, world_->rank(),
                         world_->size());
   world_->barrier();
   if (rank0) commit_sharded_checkpoint(path, world_->size());
