@@ -7,22 +7,12 @@
 #include "tide/core/cuda_module.h"
 #include "tide/core/error.h"
 #include "tide/optim/cuda_table.h"
+#include "tide/optim/load_grad.cuh"
 
 namespace tide {
 namespace {
 
 enum class Out { kNone, kF32, kBF16, kF16 };
-
-template <DType G>
-__device__ __forceinline__ float load_grad(const void* g, int64_t i) {
-  if constexpr (G == DType::F32) {
-    return static_cast<const float*>(g)[i];
-  } else if constexpr (G == DType::BF16) {
-    return __uint_as_float(static_cast<uint32_t>(static_cast<const uint16_t*>(g)[i]) << 16);
-  } else {
-    return __half2float(static_cast<const __half*>(g)[i]);
-  }
-}
 
 // tide::f32_to_bf16's recipe (round to nearest even, NaN kept quiet), bit for bit.
 __device__ __forceinline__ uint16_t to_bf16(float f) {

@@ -5,20 +5,10 @@
 #include "tide/core/cuda_module.h"
 #include "tide/core/error.h"
 #include "tide/optim/cuda_table.h"
+#include "tide/optim/load_grad.cuh"
 
 namespace tide {
 namespace {
-
-template <DType D>
-__device__ __forceinline__ double widen(const void* x, int64_t i) {
-  if constexpr (D == DType::F32) {
-    return static_cast<const float*>(x)[i];
-  } else if constexpr (D == DType::BF16) {
-    return __uint_as_float(static_cast<uint32_t>(static_cast<const uint16_t*>(x)[i]) << 16);
-  } else {
-    return __half2float(static_cast<const __half*>(x)[i]);
-  }
-}
 
 constexpr int kThreads = 256;  // 32 groups of 8 lanes: 32 blocks of kNormBlock per CUDA block
 
@@ -35,7 +25,7 @@ __global__ void block_sums_kernel(const void* __restrict__ x, int64_t n, int64_t
     const int64_t begin = block * block_elems;
     const int64_t len = n - begin < block_elems ? n - begin : block_elems;
     for (int64_t i = lane; i < len; i += 8) {
-      const double d = widen<D>(x, begin + i);
+      const double d = load_grad<D>(x, begin + i);
       acc = __dadd_rn(acc, __dmul_rn(d, d));
     }
   }
