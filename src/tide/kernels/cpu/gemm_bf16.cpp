@@ -1,0 +1,271 @@
+// gemm_bf16.h: path choice, operand packing and the OpenMP driver around the AMX microkernel.
+//
+// Packing: op(A) goes into row tiles of 16 rows, op(B) into column tiles of 16 columns, both
+// zero-padded to 32-row/column panels and to K chunks of 32, one 1 KiB tile per chunk:
+//   A tile (16 rows, 32 k), row-major;  B tile (16 k-pairs, 16 columns, 2): VNNI, the layout
+//   TDPBF16PS reads (element (k, n) of a chunk at [k/2][n][k%2]).
+// The smaller operand is packed whole and shared by the threads; the larger one is packed a
+// block of panels at a time by the thread that computes that block, so its packed copy stays in
+// that core's L2 while every panel of the shared operand streams past it.
+#include "tide/kernels/cpu/gemm_bf16.h"
+
+#include <cpuid.h>
+#include <omp.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+
+#include "tide/core/dtype.h"
+#include "tide/core/error.h"
+
+namespace tide::cpu {
+
+namespace {
+
+constexpr int64_t kTileElems = 512;  // one packed tile: 16 x 32 bf16
+
+std::atomic<int> g_path{-1};  // -1: not chosen yet
+std::atomic<int64_t> g_native_calls{0};
+
+// CPUID.(EAX=7,ECX=0):EDX bits 22 (AMX-BF16) and 24 (AMX-TILE); XCR0 bits 17-18 (the OS saves
+// the tile state); and Linux's permission to use it (arch_prctl ARCH_REQ_XCOMP_PERM for
+// XFEATURE_XTILEDATA, Linux 5.16+), without which the first tile instruction faults.
+bool amx_usable() {
+#if defined(__x86_64__)
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (__get_cpuid(1, &a, &b, &c, &d) == 0 || (c & bit_OSXSAVE) == 0) return false;
+  if (__get_cpuid_count(7, 0, &a, &b, &c, &d) == 0) return false;
+  if (((d >> 22) & 1u) == 0 || ((d >> 24) & 1u) == 0) return false;
+  unsigned lo = 0, hi = 0;
+  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  if ((lo & (3u << 17)) != (3u << 17)) return false;
+  constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+  return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+#else
+  return false;
+#endif
+}
+
+Bf16GemmPath parse_path(std::string_view s) {
+  for (Bf16GemmPath p : {Bf16GemmPath::kReference, Bf16GemmPath::kAmx})
+    if (s == bf16_gemm_path_name(p)) return p;
+  TIDE_FAIL("TIDE_CPU_BF16_GEMM='{}': use amx or reference (unset: the fastest this CPU runs)", s);
+}
+
+Bf16GemmPath choose_path() {
+  if (const char* env = std::getenv("TIDE_CPU_BF16_GEMM"); env != nullptr && *env != '\0') {
+    const Bf16GemmPath p = parse_path(env);
+    TIDE_CHECK(bf16_gemm_path_supported(p),
+               "TIDE_CPU_BF16_GEMM={}: this CPU (or kernel) cannot run it; use reference", env);
+    return p;
+  }
+  return bf16_gemm_path_supported(Bf16GemmPath::kAmx) ? Bf16GemmPath::kAmx
+                                                      : Bf16GemmPath::kReference;
+}
+
+struct FreeDeleter {
+  void operator()(uint16_t* p) const { std::free(p); }
+};
+using Packed = std::unique_ptr<uint16_t[], FreeDeleter>;
+
+Packed alloc_tiles(int64_t tiles) {
+  const size_t bytes = static_cast<size_t>(std::max<int64_t>(tiles, 1)) * kTileElems * 2;
+  auto* p = static_cast<uint16_t*>(std::aligned_alloc(64, bytes));
+  TIDE_CHECK(p != nullptr, "gemm_bf16: cannot allocate {} bytes for packed operands", bytes);
+  return Packed(p);
+}
+
+// The operand whose rows (A) or columns (B) are the 16-lane tiles: element (i, k) of op(A) for
+// A, (k, j) of op(B) for B, read as stored.
+struct Operand {
+  const uint16_t* p;
+  int64_t ld;
+  bool trans;  // A: stored (K,M); B: stored (N,K)
+};
+
+// Row tile r0..r0+15 of op(A) (M rows, K columns) into kc tiles at dst.
+void pack_a_tile(uint16_t* dst, const Operand& a, int64_t M, int64_t K, int64_t kc, int64_t r0) {
+  std::memset(dst, 0, static_cast<size_t>(kc) * kTileElems * 2);
+  const int64_t rows = std::clamp<int64_t>(M - r0, 0, 16);
+  if (!a.trans) {  // rows of A are contiguous in k
+    for (int64_t i = 0; i < rows; ++i) {
+      const uint16_t* src = a.p + (r0 + i) * a.ld;
+      for (int64_t c = 0; c < kc; ++c) {
+        const int64_t k0 = c * 32, n = std::min<int64_t>(32, K - k0);
+        std::memcpy(dst + c * kTileElems + i * 32, src + k0, static_cast<size_t>(n) * 2);
+      }
+    }
+    return;
+  }
+  for (int64_t k = 0; k < K; ++k) {  // A stored (K,M): row k holds op(A)'s column k
+    const uint16_t* src = a.p + k * a.ld + r0;
+    uint16_t* d = dst + (k / 32) * kTileElems + (k % 32);
+    for (int64_t i = 0; i < rows; ++i) d[i * 32] = src[i];
+  }
+}
+
+// Column tile c0..c0+15 of op(B) (K rows, N columns) into kc VNNI tiles at dst.
+void pack_b_tile(uint16_t* dst, const Operand& b, int64_t N, int64_t K, int64_t kc, int64_t c0) {
+  std::memset(dst, 0, static_cast<size_t>(kc) * kTileElems * 2);
+  const int64_t cols = std::clamp<int64_t>(N - c0, 0, 16);
+  // Element (k, c0 + j) goes to chunk k/32, k-pair (k%32)/2, lane j, half k%2.
+  auto at = [dst](int64_t k, int64_t j) {
+    return dst + (k / 32) * kTileElems + ((k % 32) / 2) * 32 + j * 2 + (k % 2);
+  };
+  if (b.trans) {  // B stored (N,K): column j of op(B) is contiguous in k
+    for (int64_t j = 0; j < cols; ++j) {
+      const uint16_t* src = b.p + (c0 + j) * b.ld;
+      for (int64_t k = 0; k < K; ++k) *at(k, j) = src[k];
+    }
+    return;
+  }
+  for (int64_t k = 0; k < K; ++k) {  // B stored (K,N): row k contiguous in j
+    const uint16_t* src = b.p + k * b.ld + c0;
+    for (int64_t j = 0; j < cols; ++j) *at(k, j) = src[j];
+  }
+}
+
+// Writes the valid (m, n) corner of the f32 (32,32) block s into C at (i0, j0).
+void store_block(const float* s, uint16_t* C, int64_t ldc, int64_t i0, int64_t j0, int64_t m,
+                 int64_t n, Bf16Epilogue e, const float* bias) {
+  for (int64_t i = 0; i < m; ++i) {
+    uint16_t* c = C + (i0 + i) * ldc + j0;
+    const float* r = s + i * 32;
+    switch (e) {
+      case Bf16Epilogue::kOverwrite:
+        for (int64_t j = 0; j < n; ++j) c[j] = f32_to_bf16(r[j]);
+        break;
+      case Bf16Epilogue::kAddBias:
+        for (int64_t j = 0; j < n; ++j) c[j] = f32_to_bf16(bias[j0 + j] + r[j]);
+        break;
+      case Bf16Epilogue::kAccumulate:
+        for (int64_t j = 0; j < n; ++j) c[j] = f32_to_bf16(bf16_to_f32(c[j]) + r[j]);
+        break;
+    }
+  }
+}
+
+// Panels per thread-owned block: as wide as keeps the packed block in L2 (4 panels of 32 at
+// most), narrower while there would be fewer than two blocks per thread.
+int64_t block_panels(int64_t panels, int threads) {
+  int64_t bp = 4;
+  while (bp > 1 && (panels + bp - 1) / bp < 2 * threads) bp /= 2;
+  return bp;
+}
+
+void gemm_amx(const Operand& a, const Operand& b, int64_t M, int64_t N, int64_t K, uint16_t* C,
+              int64_t ldc, Bf16Epilogue e, const float* bias) {
+  const int64_t kc = (K + 31) / 32;
+  const int64_t pm = (M + 31) / 32, pn = (N + 31) / 32;  // 32-row / 32-column panels
+  const int64_t panel_elems = 2 * kc * kTileElems;
+  // The smaller operand is shared; blocks of the larger one's panels are the work items.
+  const bool shared_a = pm <= pn;
+  const int64_t shared_panels = shared_a ? pm : pn, own_panels = shared_a ? pn : pm;
+  const int threads = omp_get_max_threads();
+  const int64_t bp = block_panels(own_panels, threads);
+  const int64_t blocks = (own_panels + bp - 1) / bp;
+  Packed shared = alloc_tiles(2 * shared_panels * kc);
+  g_native_calls.fetch_add(1, std::memory_order_relaxed);
+
+#pragma omp parallel
+  {
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < 2 * shared_panels; ++t) {
+      uint16_t* dst = shared.get() + t * kc * kTileElems;
+      if (shared_a) {
+        pack_a_tile(dst, a, M, K, kc, t * 16);
+      } else {
+        pack_b_tile(dst, b, N, K, kc, t * 16);
+      }
+    }
+    Packed own = alloc_tiles(2 * bp * kc);
+    alignas(64) float s[32 * 32];
+    amx_detail::begin_tiles();
+#pragma omp for schedule(static)
+    for (int64_t blk = 0; blk < blocks; ++blk) {
+      const int64_t p0 = blk * bp, np = std::min(bp, own_panels - p0);
+      for (int64_t t = 0; t < 2 * np; ++t) {
+        uint16_t* dst = own.get() + t * kc * kTileElems;
+        if (shared_a) {
+          pack_b_tile(dst, b, N, K, kc, (2 * p0 + t) * 16);
+        } else {
+          pack_a_tile(dst, a, M, K, kc, (2 * p0 + t) * 16);
+        }
+      }
+      // Each shared panel once, against the block's panels (it stays in L1 meanwhile).
+      for (int64_t sp = 0; sp < shared_panels; ++sp) {
+        const uint16_t* sh = shared.get() + sp * panel_elems;
+        for (int64_t op = 0; op < np; ++op) {
+          const uint16_t* ow = own.get() + op * panel_elems;
+          const int64_t pi = shared_a ? sp : p0 + op, pj = shared_a ? p0 + op : sp;
+          amx_detail::kernel_32x32(shared_a ? sh : ow, shared_a ? ow : sh, kc, s);
+          const int64_t i0 = pi * 32, j0 = pj * 32;
+          store_block(s, C, ldc, i0, j0, std::min<int64_t>(32, M - i0),
+                      std::min<int64_t>(32, N - j0), e, bias);
+        }
+      }
+    }
+    amx_detail::end_tiles();
+  }
+}
+
+}  // namespace
+
+std::string_view bf16_gemm_path_name(Bf16GemmPath p) {
+  switch (p) {
+    case Bf16GemmPath::kReference:
+      return "reference";
+    case Bf16GemmPath::kAmx:
+      return "amx";
+  }
+  return "?";
+}
+
+bool bf16_gemm_path_supported(Bf16GemmPath p) {
+  switch (p) {
+    case Bf16GemmPath::kReference:
+      return true;
+    case Bf16GemmPath::kAmx: {
+      static const bool ok = amx_usable();
+      return ok;
+    }
+  }
+  return false;
+}
+
+Bf16GemmPath bf16_gemm_path() {
+  int p = g_path.load(std::memory_order_acquire);
+  if (p < 0) {
+    p = static_cast<int>(choose_path());
+    int expected = -1;
+    if (!g_path.compare_exchange_strong(expected, p)) p = expected;
+  }
+  return static_cast<Bf16GemmPath>(p);
+}
+
+void set_bf16_gemm_path(Bf16GemmPath p) {
+  TIDE_CHECK(bf16_gemm_path_supported(p), "bf16 GEMM path '{}' is not supported by this CPU",
+             bf16_gemm_path_name(p));
+  g_path.store(static_cast<int>(p), std::memory_order_release);
+}
+
+int64_t bf16_gemm_native_calls() {
+  return g_native_calls.load(std::memory_order_relaxed);
+}
+
+void gemm_bf16(Bf16GemmPath path, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+               const uint16_t* A, int64_t lda, const uint16_t* B, int64_t ldb, uint16_t* C,
+               int64_t ldc, Bf16Epilogue epilogue, const float* bias) {
+  TIDE_ASSERT(path == Bf16GemmPath::kAmx && bf16_gemm_path_supported(path));
+  TIDE_ASSERT(epilogue != Bf16Epilogue::kAddBias || bias != nullptr);
+  if (M <= 0 || N <= 0) return;
+  gemm_amx(Operand{A, lda, trans_a}, Operand{B, ldb, trans_b}, M, N, K, C, ldc, epilogue, bias);
+}
+
+}  // namespace tide::cpu

@@ -1,0 +1,70 @@
+#pragma once
+// Native bf16 GEMM for the CPU matmul ops: bf16 operands read as stored, f32 accumulation, each
+// output rounded to nearest-even once.
+//
+// Why: the widening reference (f32_buffer.h + OpenBLAS sgemm) converts every operand to f32
+// and runs at f32 speed; a CPU with AMX (Sapphire/Emerald Rapids) multiplies bf16 tiles about an
+// order of magnitude faster than its f32 FMA units, which is what PyTorch's bf16 autocast
+// (oneDNN) uses (issue #26). Debian 12's OpenBLAS 0.3.21 has no sbgemm, and oneDNN 2.6 would add
+// a shared library to carry and its blocking choices depend on the shapes, so this is a small
+// hand-written AMX kernel, chosen at run time (like the AVX-512 AdamW); other CPUs keep the
+// widening reference.
+//
+// Reproducibility: every output element is one fixed sequence of AMX tile products over K in
+// chunks of 32 (zero-padded), so its bits depend only on its row of op(A), its column of op(B)
+// and K: not on M, N, its position, the blocking or the number of threads. The sum order
+// differs from OpenBLAS's, so a result can differ from the widening reference's by one bf16
+// rounding step where the f32 sums straddle a rounding boundary (rare: the op table's
+// 16-bit check allows 1% of the elements). AMX treats bf16 subnormal inputs (below 1.2e-38)
+// as zero and flushes subnormal f32 sums to zero.
+
+#include <cstdint>
+#include <string_view>
+
+namespace tide::cpu {
+
+enum class Bf16GemmPath {
+  kReference,  // widen to f32, OpenBLAS sgemm (f32_buffer.h, gemm.h): any CPU
+  kAmx,        // AMX-BF16 tiles (Intel Sapphire Rapids and later, Linux 5.16+)
+};
+
+std::string_view bf16_gemm_path_name(Bf16GemmPath p);
+// Whether this CPU and kernel can run path p (kReference: always). Asking for kAmx requests
+// the AMX tile state from Linux once (arch_prctl ARCH_REQ_XCOMP_PERM).
+bool bf16_gemm_path_supported(Bf16GemmPath p);
+// The path the bf16 matmul ops take: the fastest supported one, unless the environment variable
+// TIDE_CPU_BF16_GEMM ("amx" or "reference") chose one (an unknown or unsupported value is an
+// error naming the choices), or set_bf16_gemm_path did.
+Bf16GemmPath bf16_gemm_path();
+// Overrides the path for the whole process (tests, benchmarks); throws if p is not supported.
+void set_bf16_gemm_path(Bf16GemmPath p);
+// How many products the native path has computed since the process started (a test's proof
+// that the matmul ops took it).
+int64_t bf16_gemm_native_calls();
+
+// How gemm_bf16 writes each element of its bf16 output C from the f32 sum s of its products:
+//   kOverwrite:  C = bf16(s)
+//   kAddBias:    C = bf16(bias[j] + s)        (bias: N floats, one per column)
+//   kAccumulate: C = bf16(f32(C) + s)
+// each rounded to nearest-even once, as the widening reference rounds sgemm's f32 result.
+enum class Bf16Epilogue { kOverwrite, kAddBias, kAccumulate };
+
+// Row-major C(M,N) <- op(A) @ op(B) through `path` (not kReference), as gemm.h's arguments:
+// op(A) is (M,K): A stored (M,K) with leading dimension lda, or (K,M) when trans_a; op(B) is
+// (K,N): B stored (K,N) with leading dimension ldb, or (N,K) when trans_b. A, B, C bf16 bits.
+void gemm_bf16(Bf16GemmPath path, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+               const uint16_t* A, int64_t lda, const uint16_t* B, int64_t ldb, uint16_t* C,
+               int64_t ldc, Bf16Epilogue epilogue, const float* bias = nullptr);
+
+namespace amx_detail {
+// The AMX microkernel (gemm_bf16_amx.cpp, compiled for AMX whatever -march says): the f32
+// (32,32) block c (row stride 32) = A panel @ B panel over kc chunks of 32 in K. a: 2 row
+// tiles (16 rows each) of packed A, (16,32) bf16 per chunk, row tile 1 at a + kc*512; b: 2
+// column tiles of VNNI-packed B, (16 k-pairs, 16 columns, 2) per chunk, likewise.
+void kernel_32x32(const uint16_t* a, const uint16_t* b, int64_t kc, float* c);
+// Loads the tile configuration on the calling thread / releases its tile state.
+void begin_tiles();
+void end_tiles();
+}  // namespace amx_detail
+
+}  // namespace tide::cpu
