@@ -1,9 +1,7 @@
 // gemm_bf16.h: path choice, operand packing and the OpenMP driver around the AMX microkernel.
 //
-// Packing: op(A) goes into row tiles of 16 rows, op(B) into column tiles of 16 columns, both
-// zero-padded to 32-row/column panels and to K chunks of 32, one 1 KiB tile per chunk:
-//   A tile (16 rows, 32 k), row-major;  B tile (16 k-pairs, 16 columns, 2): VNNI, the layout
-//   TDPBF16PS reads (element (k, n) of a chunk at [k/2][n][k%2]).
+// Packing (gemm_bf16.h's amx_detail): op(A) goes into row tiles of 16 rows, op(B) into column
+// tiles of 16 columns, both zero-padded to 32-row/column panels and to K chunks of 32.
 // The smaller operand is packed whole and shared by the threads; the larger one is packed a
 // block of panels at a time by the thread that computes that block, so its packed copy stays in
 // that core's L2 while every panel of the shared operand streams past it.
@@ -17,7 +15,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
-#include <cstring>
 #include <memory>
 #include <string>
 
@@ -25,6 +22,8 @@
 #include "tide/core/error.h"
 
 namespace tide::cpu {
+
+using amx_detail::Operand;
 
 namespace {
 
@@ -81,76 +80,6 @@ Packed alloc_tiles(int64_t tiles) {
   return Packed(p);
 }
 
-// The operand whose rows (A) or columns (B) are the 16-lane tiles: element (i, k) of op(A) for
-// A, (k, j) of op(B) for B, read as stored.
-struct Operand {
-  const uint16_t* p;
-  int64_t ld;
-  bool trans;  // A: stored (K,M); B: stored (N,K)
-};
-
-// Row tile r0..r0+15 of op(A) (M rows, K columns) into kc tiles at dst.
-void pack_a_tile(uint16_t* dst, const Operand& a, int64_t M, int64_t K, int64_t kc, int64_t r0) {
-  std::memset(dst, 0, static_cast<size_t>(kc) * kTileElems * 2);
-  const int64_t rows = std::clamp<int64_t>(M - r0, 0, 16);
-  if (!a.trans) {  // rows of A are contiguous in k
-    for (int64_t i = 0; i < rows; ++i) {
-      const uint16_t* src = a.p + (r0 + i) * a.ld;
-      for (int64_t c = 0; c < kc; ++c) {
-        const int64_t k0 = c * 32, n = std::min<int64_t>(32, K - k0);
-        std::memcpy(dst + c * kTileElems + i * 32, src + k0, static_cast<size_t>(n) * 2);
-      }
-    }
-    return;
-  }
-  for (int64_t k = 0; k < K; ++k) {  // A stored (K,M): row k holds op(A)'s column k
-    const uint16_t* src = a.p + k * a.ld + r0;
-    uint16_t* d = dst + (k / 32) * kTileElems + (k % 32);
-    for (int64_t i = 0; i < rows; ++i) d[i * 32] = src[i];
-  }
-}
-
-// Column tile c0..c0+15 of op(B) (K rows, N columns) into kc VNNI tiles at dst.
-void pack_b_tile(uint16_t* dst, const Operand& b, int64_t N, int64_t K, int64_t kc, int64_t c0) {
-  std::memset(dst, 0, static_cast<size_t>(kc) * kTileElems * 2);
-  const int64_t cols = std::clamp<int64_t>(N - c0, 0, 16);
-  // Element (k, c0 + j) goes to chunk k/32, k-pair (k%32)/2, lane j, half k%2.
-  auto at = [dst](int64_t k, int64_t j) {
-    return dst + (k / 32) * kTileElems + ((k % 32) / 2) * 32 + j * 2 + (k % 2);
-  };
-  if (b.trans) {  // B stored (N,K): column j of op(B) is contiguous in k
-    for (int64_t j = 0; j < cols; ++j) {
-      const uint16_t* src = b.p + (c0 + j) * b.ld;
-      for (int64_t k = 0; k < K; ++k) *at(k, j) = src[k];
-    }
-    return;
-  }
-  for (int64_t k = 0; k < K; ++k) {  // B stored (K,N): row k contiguous in j
-    const uint16_t* src = b.p + k * b.ld + c0;
-    for (int64_t j = 0; j < cols; ++j) *at(k, j) = src[j];
-  }
-}
-
-// Writes the valid (m, n) corner of the f32 (32,32) block s into C at (i0, j0).
-void store_block(const float* s, uint16_t* C, int64_t ldc, int64_t i0, int64_t j0, int64_t m,
-                 int64_t n, Bf16Epilogue e, const float* bias) {
-  for (int64_t i = 0; i < m; ++i) {
-    uint16_t* c = C + (i0 + i) * ldc + j0;
-    const float* r = s + i * 32;
-    switch (e) {
-      case Bf16Epilogue::kOverwrite:
-        for (int64_t j = 0; j < n; ++j) c[j] = f32_to_bf16(r[j]);
-        break;
-      case Bf16Epilogue::kAddBias:
-        for (int64_t j = 0; j < n; ++j) c[j] = f32_to_bf16(bias[j0 + j] + r[j]);
-        break;
-      case Bf16Epilogue::kAccumulate:
-        for (int64_t j = 0; j < n; ++j) c[j] = f32_to_bf16(bf16_to_f32(c[j]) + r[j]);
-        break;
-    }
-  }
-}
-
 // Panels per thread-owned block: as wide as keeps the packed block in L2 (4 panels of 32 at
 // most), narrower while there would be fewer than two blocks per thread.
 int64_t block_panels(int64_t panels, int threads) {
@@ -179,9 +108,9 @@ void gemm_amx(const Operand& a, const Operand& b, int64_t M, int64_t N, int64_t 
     for (int64_t t = 0; t < 2 * shared_panels; ++t) {
       uint16_t* dst = shared.get() + t * kc * kTileElems;
       if (shared_a) {
-        pack_a_tile(dst, a, M, K, kc, t * 16);
+        amx_detail::pack_a_tile(dst, a, M, K, kc, t * 16);
       } else {
-        pack_b_tile(dst, b, N, K, kc, t * 16);
+        amx_detail::pack_b_tile(dst, b, N, K, kc, t * 16);
       }
     }
     Packed own = alloc_tiles(2 * bp * kc);
@@ -193,9 +122,9 @@ void gemm_amx(const Operand& a, const Operand& b, int64_t M, int64_t N, int64_t 
       for (int64_t t = 0; t < 2 * np; ++t) {
         uint16_t* dst = own.get() + t * kc * kTileElems;
         if (shared_a) {
-          pack_b_tile(dst, b, N, K, kc, (2 * p0 + t) * 16);
+          amx_detail::pack_b_tile(dst, b, N, K, kc, (2 * p0 + t) * 16);
         } else {
-          pack_a_tile(dst, a, M, K, kc, (2 * p0 + t) * 16);
+          amx_detail::pack_a_tile(dst, a, M, K, kc, (2 * p0 + t) * 16);
         }
       }
       // Each shared panel once, against the block's panels (it stays in L1 meanwhile).
@@ -206,8 +135,8 @@ void gemm_amx(const Operand& a, const Operand& b, int64_t M, int64_t N, int64_t 
           const int64_t pi = shared_a ? sp : p0 + op, pj = shared_a ? p0 + op : sp;
           amx_detail::kernel_32x32(shared_a ? sh : ow, shared_a ? ow : sh, kc, s);
           const int64_t i0 = pi * 32, j0 = pj * 32;
-          store_block(s, C, ldc, i0, j0, std::min<int64_t>(32, M - i0),
-                      std::min<int64_t>(32, N - j0), e, bias);
+          amx_detail::store_block(s, C, ldc, i0, j0, std::min<int64_t>(32, M - i0),
+                                  std::min<int64_t>(32, N - j0), e, bias);
         }
       }
     }

@@ -57,11 +57,28 @@ void gemm_bf16(Bf16GemmPath path, bool trans_a, bool trans_b, int64_t M, int64_t
                int64_t ldc, Bf16Epilogue epilogue, const float* bias = nullptr);
 
 namespace amx_detail {
-// The AMX microkernel (gemm_bf16_amx.cpp, compiled for AMX whatever -march says): the f32
-// (32,32) block c (row stride 32) = A panel @ B panel over kc chunks of 32 in K. a: 2 row
-// tiles (16 rows each) of packed A, (16,32) bf16 per chunk, row tile 1 at a + kc*512; b: 2
-// column tiles of VNNI-packed B, (16 k-pairs, 16 columns, 2) per chunk, likewise.
+// The AMX path's pieces (gemm_bf16_amx.cpp, compiled for AMX and AVX-512 whatever -march says;
+// called only where bf16_gemm_path_supported(kAmx)). A packed tile is 512 bf16 (1 KiB):
+//   A tile: (16 rows, 32 k) row-major;  B tile: (16 k-pairs, 16 columns, 2), VNNI: element
+//   (k, j) of a chunk at [k/2][j][k%2], the layout TDPBF16PS reads.
+// A row (column) tile of op(A) (op(B)) is kc such tiles, one per chunk of 32 in K, zero where
+// the rows, columns or K run out.
+struct Operand {
+  const uint16_t* p;
+  int64_t ld;
+  bool trans;  // A: stored (K,M); B: stored (N,K)
+};
+// Row tile r0..r0+15 of op(A) (M rows, K columns) into kc tiles at dst.
+void pack_a_tile(uint16_t* dst, const Operand& a, int64_t M, int64_t K, int64_t kc, int64_t r0);
+// Column tile c0..c0+15 of op(B) (K rows, N columns) into kc tiles at dst.
+void pack_b_tile(uint16_t* dst, const Operand& b, int64_t N, int64_t K, int64_t kc, int64_t c0);
+// The f32 (32,32) block c (row stride 32) = A panel @ B panel over kc chunks: a is 2 row tiles
+// (the second at a + kc*512), b 2 column tiles likewise.
 void kernel_32x32(const uint16_t* a, const uint16_t* b, int64_t kc, float* c);
+// Writes the valid (m, n) corner of block s (row stride 32) into C at (i0, j0) (gemm_bf16's
+// epilogue).
+void store_block(const float* s, uint16_t* C, int64_t ldc, int64_t i0, int64_t j0, int64_t m,
+                 int64_t n, Bf16Epilogue e, const float* bias);
 // Loads the tile configuration on the calling thread / releases its tile state.
 void begin_tiles();
 void end_tiles();

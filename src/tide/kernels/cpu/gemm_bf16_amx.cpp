@@ -1,17 +1,29 @@
-// The AMX-BF16 microkernel of gemm_bf16.h, in a file of its own because its functions are
-// compiled for AMX (target attributes) whatever the build's -march: they run only where
-// bf16_gemm_path_supported(kAmx) said the CPU and kernel allow it.
+// The AMX path of gemm_bf16.h (packing, microkernel, epilogue), in a file of its own because its
+// functions are compiled for AMX and AVX-512 (target attributes) whatever the build's -march:
+// they run only where bf16_gemm_path_supported(kAmx) said the CPU and kernel allow it (every
+// AMX CPU has AVX-512).
+//
+// Packing moves 16-lane vectors: op(A) rows and op(B) columns that are contiguous in k are
+// loaded as 16 pairs (32-bit lanes) and transposed 16x16; two k rows are interleaved into
+// pairs. Tails (rows, columns, K) are masked loads, so the padding is zeros.
 //
 // Eight tile registers: four (16,16) f32 accumulators for a (32,32) block of C, two (16,32)
 // bf16 tiles of A and two (16 k-pairs, 16 columns) VNNI tiles of B. Every tile is 16 rows of 64
 // bytes, so one configuration serves all.
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "tide/kernels/cpu/gemm_bf16.h"
 
-#define TIDE_AMX __attribute__((target("amx-tile,amx-bf16")))
+// GCC 12 warns "__Y is (may be) used uninitialized" inside its own _mm512_undefined_* helpers
+// (a known false positive of avx512fintrin.h), as in optim/adamw_avx512.cpp. This file is kept
+// out of the unity batches (CMakeLists.txt) so that neither this nor TIDE_AMX leaks.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+
+#define TIDE_AMX __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512dq")))
 
 namespace tide::cpu::amx_detail {
 
@@ -24,7 +36,139 @@ struct alignas(64) TileConfig {
   uint8_t rows[16];
 };
 static_assert(sizeof(TileConfig) == 64);
+
+constexpr int64_t kTile = 512;  // bf16 per packed tile
+
+// The first n (0..32) bf16 lanes.
+TIDE_AMX inline __mmask32 lanes16(int64_t n) {
+  return n >= 32 ? ~__mmask32{0} : (__mmask32{1} << n) - 1;
+}
+TIDE_AMX inline __mmask16 lanes32(int64_t n) {
+  return n >= 16 ? __mmask16{0xffff} : static_cast<__mmask16>((1u << n) - 1);
+}
+
+// r[i] (16 x 32-bit) becomes column i of the matrix whose rows were r.
+TIDE_AMX inline void transpose16x16(__m512i r[16]) {
+  __m512i t[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 16; i += 4) {
+    r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+    r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+    r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+    r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+  }
+  for (int h = 0; h < 16; h += 8) {
+    for (int i = 0; i < 4; ++i) {
+      t[h + i] = _mm512_shuffle_i32x4(r[h + i], r[h + i + 4], 0x88);
+      t[h + i + 4] = _mm512_shuffle_i32x4(r[h + i], r[h + i + 4], 0xdd);
+    }
+  }
+  for (int i = 0; i < 8; ++i) {
+    r[i] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0x88);
+    r[i + 8] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0xdd);
+  }
+}
+
+// v[p] = 16 pairs (row 2p, row 2p+1) of a chunk whose k rows are contiguous in j:
+// row(k) points at the chunk's row k (lanes j = 0..15), rows at and past `krows` are zero, and
+// lanes past `cols` are zero.
+template <typename Row>
+TIDE_AMX inline void interleave_rows(__m512i v[16], Row row, int64_t krows, int64_t cols) {
+  const __mmask16 m = static_cast<__mmask16>(lanes32(cols));
+  const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8,
+                                       23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+  for (int p = 0; p < 16; ++p) {
+    const __m256i lo = 2 * p < krows ? _mm256_maskz_loadu_epi16(m, row(2 * p)) : __m256i{};
+    const __m256i hi = 2 * p + 1 < krows ? _mm256_maskz_loadu_epi16(m, row(2 * p + 1)) : __m256i{};
+    // lanes: lo[0], hi[0], lo[1], hi[1], ...
+    v[p] = _mm512_permutexvar_epi16(idx, _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1));
+  }
+}
+
+TIDE_AMX inline void store_tile(uint16_t* dst, const __m512i v[16]) {
+  for (int i = 0; i < 16; ++i) _mm512_storeu_si512(dst + i * 32, v[i]);
+}
+
+// f32 -> bf16 of 16 lanes with tide::f32_to_bf16's recipe (nearest even, NaN kept quiet).
+TIDE_AMX inline __m256i to_bf16(__m512 x) {
+  const __m512i u = _mm512_castps_si512(x);
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+  const __m512i rounded =
+      _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), lsb)), 16);
+  const __m512i abs = _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff));
+  const __mmask16 is_nan = _mm512_cmpgt_epi32_mask(abs, _mm512_set1_epi32(0x7f800000));
+  const __m512i quiet = _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
+  return _mm512_cvtepi32_epi16(_mm512_mask_blend_epi32(is_nan, rounded, quiet));
+}
+
+TIDE_AMX inline __m512 from_bf16(__m256i h) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
 }  // namespace
+
+TIDE_AMX void pack_a_tile(uint16_t* dst, const Operand& a, int64_t M, int64_t K, int64_t kc,
+                          int64_t r0) {
+  const int64_t rows = std::clamp<int64_t>(M - r0, 0, 16);
+  for (int64_t c = 0; c < kc; ++c, dst += kTile) {
+    const int64_t k0 = c * 32, kn = std::min<int64_t>(32, K - k0);
+    if (!a.trans) {  // rows of A are contiguous in k: copy
+      const __mmask32 m = lanes16(kn);
+      for (int64_t i = 0; i < 16; ++i) {
+        const __m512i v =
+            i < rows ? _mm512_maskz_loadu_epi16(m, a.p + (r0 + i) * a.ld + k0) : __m512i{};
+        _mm512_storeu_si512(dst + i * 32, v);
+      }
+      continue;
+    }
+    // A stored (K,M): k row k holds 16 rows of the tile. Pairs of k rows interleaved give
+    // [k-pair][row], transposed [row][k-pair]: the tile.
+    __m512i v[16];
+    interleave_rows(
+        v, [&](int64_t k) { return a.p + (k0 + k) * a.ld + r0; }, kn, rows);
+    transpose16x16(v);
+    store_tile(dst, v);
+  }
+}
+
+TIDE_AMX void pack_b_tile(uint16_t* dst, const Operand& b, int64_t N, int64_t K, int64_t kc,
+                          int64_t c0) {
+  const int64_t cols = std::clamp<int64_t>(N - c0, 0, 16);
+  for (int64_t c = 0; c < kc; ++c, dst += kTile) {
+    const int64_t k0 = c * 32, kn = std::min<int64_t>(32, K - k0);
+    __m512i v[16];
+    if (b.trans) {  // B stored (N,K): column j is contiguous in k, 16 pairs: [j][k-pair]
+      const __mmask32 m = lanes16(kn);
+      for (int64_t j = 0; j < 16; ++j)
+        v[j] = j < cols ? _mm512_maskz_loadu_epi16(m, b.p + (c0 + j) * b.ld + k0) : __m512i{};
+      transpose16x16(v);
+    } else {  // B stored (K,N): pairs of k rows interleaved are the VNNI rows
+      interleave_rows(
+          v, [&](int64_t k) { return b.p + (k0 + k) * b.ld + c0; }, kn, cols);
+    }
+    store_tile(dst, v);
+  }
+}
+
+TIDE_AMX void store_block(const float* s, uint16_t* C, int64_t ldc, int64_t i0, int64_t j0,
+                          int64_t m, int64_t n, Bf16Epilogue e, const float* bias) {
+  for (int64_t h = 0; h < n; h += 16) {
+    const __mmask16 mk = lanes32(n - h);
+    const __m512 b =
+        e == Bf16Epilogue::kAddBias ? _mm512_maskz_loadu_ps(mk, bias + j0 + h) : __m512{};
+    for (int64_t i = 0; i < m; ++i) {
+      uint16_t* c = C + (i0 + i) * ldc + j0 + h;
+      __m512 v = _mm512_load_ps(s + i * 32 + h);
+      if (e == Bf16Epilogue::kAddBias) v = _mm512_add_ps(b, v);
+      if (e == Bf16Epilogue::kAccumulate)
+        v = _mm512_add_ps(from_bf16(_mm256_maskz_loadu_epi16(mk, c)), v);
+      _mm256_mask_storeu_epi16(c, mk, to_bf16(v));
+    }
+  }
+}
 
 TIDE_AMX void begin_tiles() {
   TileConfig cfg;
@@ -34,7 +178,9 @@ TIDE_AMX void begin_tiles() {
     cfg.colsb[t] = 64;
     cfg.rows[t] = 16;
   }
-  _tile_loadconfig(&cfg);
+  // Not _tile_loadconfig: GCC 12's version tells the compiler it reads only 8 bytes, and the
+  // stores of colsb and rows were dropped (every tile instruction then faulted).
+  __asm__ volatile("ldtilecfg %0" : : "m"(cfg));
 }
 
 TIDE_AMX void end_tiles() {
