@@ -52,9 +52,9 @@ void matmul_backward_weight(float* dweight, float* dbias, const float* dout, con
 // dbias(OC) += column sums of dout(N,OC).
 void matmul_bias_gradient(float* dbias, const float* dout, int64_t N, int OC);
 // The three ops on the storage as it is, through the native bf16 GEMM (cpu/gemm_bf16.h): taken
-// (true) when the matrices (out or the gradient written, and both factors) are all bf16 and
-// bf16_gemm_path() is not the reference; false, with nothing done, otherwise. The bias and
-// dbias may have any float dtype.
+// (true) when bf16_gemm_path() is not the reference and the matrices (the two factors and the
+// output or gradient written) are bf16 or f32, not both factors f32 (gemm_bf16_takes); false,
+// with nothing done, otherwise. The bias and dbias may have any float dtype.
 bool matmul_forward_native(const Tensor& out, const Tensor& inp, const Tensor& weight,
                            const Tensor& bias, int64_t N, int C, int OC);
 bool matmul_backward_input_native(const Tensor& dinp, const Tensor& dout, const Tensor& weight,

@@ -88,43 +88,46 @@ int64_t block_panels(int64_t panels, int threads) {
   return bp;
 }
 
-void gemm_amx(const Operand& a, const Operand& b, int64_t M, int64_t N, int64_t K, uint16_t* C,
-              int64_t ldc, Bf16Epilogue e, const float* bias) {
-  const int64_t kc = (K + 31) / 32;
+void gemm_amx(const Operand& a, const Operand& b, int64_t M, int64_t N, int64_t K, void* C,
+              DType c_dtype, int64_t ldc, Bf16Epilogue e, const float* bias) {
+  // An f32 factor is three bf16 terms per chunk (gemm_bf16.h), the other factor's chunks
+  // repeated: kce chunks in all.
+  const int terms = a.dtype == DType::F32 || b.dtype == DType::F32 ? 3 : 1;
+  const int64_t kc = (K + 31) / 32, kce = kc * terms;
   const int64_t pm = (M + 31) / 32, pn = (N + 31) / 32;  // 32-row / 32-column panels
-  const int64_t panel_elems = 2 * kc * kTileElems;
+  const int64_t panel_elems = 2 * kce * kTileElems;
   // The smaller operand is shared; blocks of the larger one's panels are the work items.
   const bool shared_a = pm <= pn;
   const int64_t shared_panels = shared_a ? pm : pn, own_panels = shared_a ? pn : pm;
   const int threads = omp_get_max_threads();
   const int64_t bp = block_panels(own_panels, threads);
   const int64_t blocks = (own_panels + bp - 1) / bp;
-  Packed shared = alloc_tiles(2 * shared_panels * kc);
+  Packed shared = alloc_tiles(2 * shared_panels * kce);
   g_native_calls.fetch_add(1, std::memory_order_relaxed);
 
 #pragma omp parallel
   {
 #pragma omp for schedule(static)
     for (int64_t t = 0; t < 2 * shared_panels; ++t) {
-      uint16_t* dst = shared.get() + t * kc * kTileElems;
+      uint16_t* dst = shared.get() + t * kce * kTileElems;
       if (shared_a) {
-        amx_detail::pack_a_tile(dst, a, M, K, kc, t * 16);
+        amx_detail::pack_a_tile(dst, a, M, K, kc, terms, t * 16);
       } else {
-        amx_detail::pack_b_tile(dst, b, N, K, kc, t * 16);
+        amx_detail::pack_b_tile(dst, b, N, K, kc, terms, t * 16);
       }
     }
-    Packed own = alloc_tiles(2 * bp * kc);
+    Packed own = alloc_tiles(2 * bp * kce);
     alignas(64) float s[32 * 32];
     amx_detail::begin_tiles();
 #pragma omp for schedule(static)
     for (int64_t blk = 0; blk < blocks; ++blk) {
       const int64_t p0 = blk * bp, np = std::min(bp, own_panels - p0);
       for (int64_t t = 0; t < 2 * np; ++t) {
-        uint16_t* dst = own.get() + t * kc * kTileElems;
+        uint16_t* dst = own.get() + t * kce * kTileElems;
         if (shared_a) {
-          amx_detail::pack_b_tile(dst, b, N, K, kc, (2 * p0 + t) * 16);
+          amx_detail::pack_b_tile(dst, b, N, K, kc, terms, (2 * p0 + t) * 16);
         } else {
-          amx_detail::pack_a_tile(dst, a, M, K, kc, (2 * p0 + t) * 16);
+          amx_detail::pack_a_tile(dst, a, M, K, kc, terms, (2 * p0 + t) * 16);
         }
       }
       // Each shared panel once, against the block's panels (it stays in L1 meanwhile).
@@ -133,9 +136,9 @@ void gemm_amx(const Operand& a, const Operand& b, int64_t M, int64_t N, int64_t 
         for (int64_t op = 0; op < np; ++op) {
           const uint16_t* ow = own.get() + op * panel_elems;
           const int64_t pi = shared_a ? sp : p0 + op, pj = shared_a ? p0 + op : sp;
-          amx_detail::kernel_32x32(shared_a ? sh : ow, shared_a ? ow : sh, kc, s);
+          amx_detail::kernel_32x32(shared_a ? sh : ow, shared_a ? ow : sh, kce, s);
           const int64_t i0 = pi * 32, j0 = pj * 32;
-          amx_detail::store_block(s, C, ldc, i0, j0, std::min<int64_t>(32, M - i0),
+          amx_detail::store_block(s, C, c_dtype, ldc, i0, j0, std::min<int64_t>(32, M - i0),
                                   std::min<int64_t>(32, N - j0), e, bias);
         }
       }
@@ -188,13 +191,19 @@ int64_t bf16_gemm_native_calls() {
   return g_native_calls.load(std::memory_order_relaxed);
 }
 
-void gemm_bf16(Bf16GemmPath path, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
-               const uint16_t* A, int64_t lda, const uint16_t* B, int64_t ldb, uint16_t* C,
-               int64_t ldc, Bf16Epilogue epilogue, const float* bias) {
+bool gemm_bf16_takes(DType a, DType b, DType c) {
+  auto ok = [](DType t) { return t == DType::BF16 || t == DType::F32; };
+  return ok(a) && ok(b) && ok(c) && !(a == DType::F32 && b == DType::F32);
+}
+
+void gemm_bf16(Bf16GemmPath path, int64_t M, int64_t N, int64_t K, const GemmOperand& A,
+               const GemmOperand& B, void* C, DType c_dtype, int64_t ldc, Bf16Epilogue epilogue,
+               const float* bias) {
   TIDE_ASSERT(path == Bf16GemmPath::kAmx && bf16_gemm_path_supported(path));
+  TIDE_ASSERT(gemm_bf16_takes(A.dtype, B.dtype, c_dtype));
   TIDE_ASSERT(epilogue != Bf16Epilogue::kAddBias || bias != nullptr);
   if (M <= 0 || N <= 0) return;
-  gemm_amx(Operand{A, lda, trans_a}, Operand{B, ldb, trans_b}, M, N, K, C, ldc, epilogue, bias);
+  gemm_amx(A, B, M, N, K, C, c_dtype, ldc, epilogue, bias);
 }
 
 }  // namespace tide::cpu

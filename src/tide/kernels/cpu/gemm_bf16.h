@@ -1,6 +1,6 @@
 #pragma once
 // Native bf16 GEMM for the CPU matmul ops: bf16 operands read as stored, f32 accumulation, each
-// output rounded to nearest-even once.
+// output rounded to nearest-even once (f32 operands and outputs also taken, for the LM head).
 //
 // Why: the widening reference (f32_buffer.h + OpenBLAS sgemm) converts every operand to f32
 // and runs at f32 speed; a CPU with AMX (Sapphire/Emerald Rapids) multiplies bf16 tiles about an
@@ -20,6 +20,8 @@
 
 #include <cstdint>
 #include <string_view>
+
+#include "tide/core/dtype.h"
 
 namespace tide::cpu {
 
@@ -42,19 +44,35 @@ void set_bf16_gemm_path(Bf16GemmPath p);
 // that the matmul ops took it).
 int64_t bf16_gemm_native_calls();
 
-// How gemm_bf16 writes each element of its bf16 output C from the f32 sum s of its products:
-//   kOverwrite:  C = bf16(s)
-//   kAddBias:    C = bf16(bias[j] + s)        (bias: N floats, one per column)
-//   kAccumulate: C = bf16(f32(C) + s)
-// each rounded to nearest-even once, as the widening reference rounds sgemm's f32 result.
+// How gemm_bf16 writes each element of its output C from the f32 sum s of its products:
+//   kOverwrite:  C = s
+//   kAddBias:    C = bias[j] + s        (bias: N floats, one per column)
+//   kAccumulate: C = C + s
+// in f32, rounded to nearest-even once into a bf16 C, as the widening reference rounds
+// sgemm's f32 result.
 enum class Bf16Epilogue { kOverwrite, kAddBias, kAccumulate };
 
-// Row-major C(M,N) <- op(A) @ op(B) through `path` (not kReference), as gemm.h's arguments:
-// op(A) is (M,K): A stored (M,K) with leading dimension lda, or (K,M) when trans_a; op(B) is
-// (K,N): B stored (K,N) with leading dimension ldb, or (N,K) when trans_b. A, B, C bf16 bits.
-void gemm_bf16(Bf16GemmPath path, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
-               const uint16_t* A, int64_t lda, const uint16_t* B, int64_t ldb, uint16_t* C,
-               int64_t ldc, Bf16Epilogue epilogue, const float* bias = nullptr);
+// A factor of gemm_bf16, as gemm.h's arguments: op(A) is (M,K), A stored (M,K) with leading
+// dimension ld, or (K,M) when trans; op(B) is (K,N), B stored (K,N), or (N,K) when trans.
+// dtype bf16, or f32: an f32 factor enters as three bf16 terms per value (hi + mid + lo, exact
+// for normal values), so its products are those of the f32 values and the GEMM costs three
+// times the work (the head's f32 logits and their gradient, against bf16 weights).
+struct GemmOperand {
+  const void* p;
+  int64_t ld;
+  bool trans;
+  DType dtype;
+};
+
+// Whether gemm_bf16 takes factors of dtypes a and b and an output of dtype c: bf16 or f32
+// each, not both factors f32 (that is sgemm's work).
+bool gemm_bf16_takes(DType a, DType b, DType c);
+
+// Row-major C(M,N) <- op(A) @ op(B) with `epilogue`, through `path` (not kReference); C of
+// dtype c_dtype with leading dimension ldc.
+void gemm_bf16(Bf16GemmPath path, int64_t M, int64_t N, int64_t K, const GemmOperand& A,
+               const GemmOperand& B, void* C, DType c_dtype, int64_t ldc, Bf16Epilogue epilogue,
+               const float* bias = nullptr);
 
 namespace amx_detail {
 // The AMX path's pieces (gemm_bf16_amx.cpp, compiled for AMX and AVX-512 whatever -march says;
@@ -62,23 +80,22 @@ namespace amx_detail {
 //   A tile: (16 rows, 32 k) row-major;  B tile: (16 k-pairs, 16 columns, 2), VNNI: element
 //   (k, j) of a chunk at [k/2][j][k%2], the layout TDPBF16PS reads.
 // A row (column) tile of op(A) (op(B)) is kc such tiles, one per chunk of 32 in K, zero where
-// the rows, columns or K run out.
-struct Operand {
-  const uint16_t* p;
-  int64_t ld;
-  bool trans;  // A: stored (K,M); B: stored (N,K)
-};
-// Row tile r0..r0+15 of op(A) (M rows, K columns) into kc tiles at dst.
-void pack_a_tile(uint16_t* dst, const Operand& a, int64_t M, int64_t K, int64_t kc, int64_t r0);
-// Column tile c0..c0+15 of op(B) (K rows, N columns) into kc tiles at dst.
-void pack_b_tile(uint16_t* dst, const Operand& b, int64_t N, int64_t K, int64_t kc, int64_t c0);
+// the rows, columns or K run out. With `terms` = 3 each chunk is three tiles: an f32 operand's
+// hi, mid and lo terms, or a bf16 operand's tile three times.
+using Operand = GemmOperand;
+// Row tile r0..r0+15 of op(A) (M rows, K columns) into kc * terms tiles at dst.
+void pack_a_tile(uint16_t* dst, const Operand& a, int64_t M, int64_t K, int64_t kc, int terms,
+                 int64_t r0);
+// Column tile c0..c0+15 of op(B) (K rows, N columns) into kc * terms tiles at dst.
+void pack_b_tile(uint16_t* dst, const Operand& b, int64_t N, int64_t K, int64_t kc, int terms,
+                 int64_t c0);
 // The f32 (32,32) block c (row stride 32) = A panel @ B panel over kc chunks: a is 2 row tiles
 // (the second at a + kc*512), b 2 column tiles likewise.
 void kernel_32x32(const uint16_t* a, const uint16_t* b, int64_t kc, float* c);
 // Writes the valid (m, n) corner of block s (row stride 32) into C at (i0, j0) (gemm_bf16's
 // epilogue).
-void store_block(const float* s, uint16_t* C, int64_t ldc, int64_t i0, int64_t j0, int64_t m,
-                 int64_t n, Bf16Epilogue e, const float* bias);
+void store_block(const float* s, void* C, DType c_dtype, int64_t ldc, int64_t i0, int64_t j0,
+                 int64_t m, int64_t n, Bf16Epilogue e, const float* bias);
 // Loads the tile configuration on the calling thread / releases its tile state.
 void begin_tiles();
 void end_tiles();

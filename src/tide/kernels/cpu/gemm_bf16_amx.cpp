@@ -5,7 +5,9 @@
 //
 // Packing moves 16-lane vectors: op(A) rows and op(B) columns that are contiguous in k are
 // loaded as 16 pairs (32-bit lanes) and transposed 16x16; two k rows are interleaved into
-// pairs. Tails (rows, columns, K) are masked loads, so the padding is zeros.
+// pairs. Tails (rows, columns, K) are masked loads, so the padding is zeros. An f32 operand is
+// split into three bf16 terms per chunk (hi, mid, lo: f32_term), the other operand's chunk
+// repeated three times against them.
 //
 // Eight tile registers: four (16,16) f32 accumulators for a (32,32) block of C, two (16,32)
 // bf16 tiles of A and two (16 k-pairs, 16 columns) VNNI tiles of B. Every tile is 16 rows of 64
@@ -13,6 +15,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "tide/kernels/cpu/gemm_bf16.h"
@@ -41,9 +44,12 @@ constexpr int64_t kTile = 512;  // bf16 per packed tile
 
 // The first n (0..32) bf16 lanes.
 TIDE_AMX inline __mmask32 lanes16(int64_t n) {
+  if (n <= 0) return 0;
   return n >= 32 ? ~__mmask32{0} : (__mmask32{1} << n) - 1;
 }
+// The first n (0..16) f32 lanes.
 TIDE_AMX inline __mmask16 lanes32(int64_t n) {
+  if (n <= 0) return 0;
   return n >= 16 ? __mmask16{0xffff} : static_cast<__mmask16>((1u << n) - 1);
 }
 
@@ -72,26 +78,6 @@ TIDE_AMX inline void transpose16x16(__m512i r[16]) {
   }
 }
 
-// v[p] = 16 pairs (row 2p, row 2p+1) of a chunk whose k rows are contiguous in j:
-// row(k) points at the chunk's row k (lanes j = 0..15), rows at and past `krows` are zero, and
-// lanes past `cols` are zero.
-template <typename Row>
-TIDE_AMX inline void interleave_rows(__m512i v[16], Row row, int64_t krows, int64_t cols) {
-  const __mmask16 m = static_cast<__mmask16>(lanes32(cols));
-  const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8,
-                                       23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
-  for (int p = 0; p < 16; ++p) {
-    const __m256i lo = 2 * p < krows ? _mm256_maskz_loadu_epi16(m, row(2 * p)) : __m256i{};
-    const __m256i hi = 2 * p + 1 < krows ? _mm256_maskz_loadu_epi16(m, row(2 * p + 1)) : __m256i{};
-    // lanes: lo[0], hi[0], lo[1], hi[1], ...
-    v[p] = _mm512_permutexvar_epi16(idx, _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1));
-  }
-}
-
-TIDE_AMX inline void store_tile(uint16_t* dst, const __m512i v[16]) {
-  for (int i = 0; i < 16; ++i) _mm512_storeu_si512(dst + i * 32, v[i]);
-}
-
 // f32 -> bf16 of 16 lanes with tide::f32_to_bf16's recipe (nearest even, NaN kept quiet).
 TIDE_AMX inline __m256i to_bf16(__m512 x) {
   const __m512i u = _mm512_castps_si512(x);
@@ -108,61 +94,119 @@ TIDE_AMX inline __m512 from_bf16(__m256i h) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
+// Term s (0, 1, 2) of x = hi + mid + lo, each term x's remainder rounded to bf16: exact for
+// normal f32 values (8 + 8 + 8 bits of the 24). A non-finite hi (x is Inf or NaN, or rounds to
+// Inf) is x's only term.
+TIDE_AMX inline __m256i f32_term(__m512 x, int s) {
+  const __m256i hi = to_bf16(x);
+  if (s == 0) return hi;
+  const __m512 h = from_bf16(hi);
+  const __mmask16 finite =
+      _mm512_cmp_ps_mask(_mm512_abs_ps(h), _mm512_set1_ps(INFINITY), _CMP_LT_OQ);
+  const __m512 r = _mm512_maskz_sub_ps(finite, x, h);
+  const __m256i mid = to_bf16(r);
+  if (s == 1) return mid;
+  return to_bf16(_mm512_sub_ps(r, from_bf16(mid)));
+}
+
+// The n (0..16) values at element offset `off` of an operand as bf16 term s, zero past n: bf16
+// values as stored (every s), f32 values split (f32_term).
+TIDE_AMX inline __m256i load16(const Operand& o, int64_t off, int64_t n, int s) {
+  const __mmask16 m = lanes32(n);
+  if (o.dtype == DType::BF16)
+    return _mm256_maskz_loadu_epi16(m, static_cast<const uint16_t*>(o.p) + off);
+  return f32_term(_mm512_maskz_loadu_ps(m, static_cast<const float*>(o.p) + off), s);
+}
+// The same for n in 0..32.
+TIDE_AMX inline __m512i load32(const Operand& o, int64_t off, int64_t n, int s) {
+  if (o.dtype == DType::BF16)
+    return _mm512_maskz_loadu_epi16(lanes16(n), static_cast<const uint16_t*>(o.p) + off);
+  const __m256i lo = load16(o, off, n, s), hi = load16(o, off + 16, n - 16, s);
+  return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+}
+
+// v[p] = 16 pairs (row 2p, row 2p+1) of a chunk whose k rows are contiguous in j, as term s:
+// row k of the chunk starts at element offset row(k) (lanes j = 0..15); rows at and past
+// `krows` are zero, and so are lanes past `cols`.
+template <typename Row>
+TIDE_AMX inline void interleave_rows(__m512i v[16], const Operand& o, Row row, int64_t krows,
+                                     int64_t cols, int s) {
+  const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8,
+                                       23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+  for (int p = 0; p < 16; ++p) {
+    const __m256i lo = 2 * p < krows ? load16(o, row(2 * p), cols, s) : __m256i{};
+    const __m256i hi = 2 * p + 1 < krows ? load16(o, row(2 * p + 1), cols, s) : __m256i{};
+    // lanes: lo[0], hi[0], lo[1], hi[1], ...
+    v[p] = _mm512_permutexvar_epi16(idx, _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1));
+  }
+}
+
+TIDE_AMX inline void store_tile(uint16_t* dst, const __m512i v[16]) {
+  for (int i = 0; i < 16; ++i) _mm512_storeu_si512(dst + i * 32, v[i]);
+}
+
 }  // namespace
 
 TIDE_AMX void pack_a_tile(uint16_t* dst, const Operand& a, int64_t M, int64_t K, int64_t kc,
-                          int64_t r0) {
+                          int terms, int64_t r0) {
   const int64_t rows = std::clamp<int64_t>(M - r0, 0, 16);
-  for (int64_t c = 0; c < kc; ++c, dst += kTile) {
+  for (int64_t c = 0; c < kc; ++c) {
     const int64_t k0 = c * 32, kn = std::min<int64_t>(32, K - k0);
-    if (!a.trans) {  // rows of A are contiguous in k: copy
-      const __mmask32 m = lanes16(kn);
-      for (int64_t i = 0; i < 16; ++i) {
-        const __m512i v =
-            i < rows ? _mm512_maskz_loadu_epi16(m, a.p + (r0 + i) * a.ld + k0) : __m512i{};
-        _mm512_storeu_si512(dst + i * 32, v);
+    for (int s = 0; s < terms; ++s, dst += kTile) {
+      if (!a.trans) {  // rows of A are contiguous in k: copy
+        for (int64_t i = 0; i < 16; ++i)
+          _mm512_storeu_si512(dst + i * 32,
+                              i < rows ? load32(a, (r0 + i) * a.ld + k0, kn, s) : __m512i{});
+        continue;
       }
-      continue;
+      // A stored (K,M): k row k holds 16 rows of the tile. Pairs of k rows interleaved give
+      // [k-pair][row], transposed [row][k-pair]: the tile.
+      __m512i v[16];
+      interleave_rows(
+          v, a, [&](int64_t k) { return (k0 + k) * a.ld + r0; }, kn, rows, s);
+      transpose16x16(v);
+      store_tile(dst, v);
     }
-    // A stored (K,M): k row k holds 16 rows of the tile. Pairs of k rows interleaved give
-    // [k-pair][row], transposed [row][k-pair]: the tile.
-    __m512i v[16];
-    interleave_rows(
-        v, [&](int64_t k) { return a.p + (k0 + k) * a.ld + r0; }, kn, rows);
-    transpose16x16(v);
-    store_tile(dst, v);
   }
 }
 
 TIDE_AMX void pack_b_tile(uint16_t* dst, const Operand& b, int64_t N, int64_t K, int64_t kc,
-                          int64_t c0) {
+                          int terms, int64_t c0) {
   const int64_t cols = std::clamp<int64_t>(N - c0, 0, 16);
-  for (int64_t c = 0; c < kc; ++c, dst += kTile) {
+  for (int64_t c = 0; c < kc; ++c) {
     const int64_t k0 = c * 32, kn = std::min<int64_t>(32, K - k0);
-    __m512i v[16];
-    if (b.trans) {  // B stored (N,K): column j is contiguous in k, 16 pairs: [j][k-pair]
-      const __mmask32 m = lanes16(kn);
-      for (int64_t j = 0; j < 16; ++j)
-        v[j] = j < cols ? _mm512_maskz_loadu_epi16(m, b.p + (c0 + j) * b.ld + k0) : __m512i{};
-      transpose16x16(v);
-    } else {  // B stored (K,N): pairs of k rows interleaved are the VNNI rows
-      interleave_rows(
-          v, [&](int64_t k) { return b.p + (k0 + k) * b.ld + c0; }, kn, cols);
+    for (int s = 0; s < terms; ++s, dst += kTile) {
+      __m512i v[16];
+      if (b.trans) {  // B stored (N,K): column j is contiguous in k, 16 pairs: [j][k-pair]
+        for (int64_t j = 0; j < 16; ++j)
+          v[j] = j < cols ? load32(b, (c0 + j) * b.ld + k0, kn, s) : __m512i{};
+        transpose16x16(v);
+      } else {  // B stored (K,N): pairs of k rows interleaved are the VNNI rows
+        interleave_rows(
+            v, b, [&](int64_t k) { return (k0 + k) * b.ld + c0; }, kn, cols, s);
+      }
+      store_tile(dst, v);
     }
-    store_tile(dst, v);
   }
 }
 
-TIDE_AMX void store_block(const float* s, uint16_t* C, int64_t ldc, int64_t i0, int64_t j0,
-                          int64_t m, int64_t n, Bf16Epilogue e, const float* bias) {
+TIDE_AMX void store_block(const float* s, void* C, DType c_dtype, int64_t ldc, int64_t i0,
+                          int64_t j0, int64_t m, int64_t n, Bf16Epilogue e, const float* bias) {
   for (int64_t h = 0; h < n; h += 16) {
     const __mmask16 mk = lanes32(n - h);
     const __m512 b =
         e == Bf16Epilogue::kAddBias ? _mm512_maskz_loadu_ps(mk, bias + j0 + h) : __m512{};
     for (int64_t i = 0; i < m; ++i) {
-      uint16_t* c = C + (i0 + i) * ldc + j0 + h;
+      const int64_t off = (i0 + i) * ldc + j0 + h;
       __m512 v = _mm512_load_ps(s + i * 32 + h);
       if (e == Bf16Epilogue::kAddBias) v = _mm512_add_ps(b, v);
+      if (c_dtype == DType::F32) {
+        float* c = static_cast<float*>(C) + off;
+        if (e == Bf16Epilogue::kAccumulate) v = _mm512_add_ps(_mm512_maskz_loadu_ps(mk, c), v);
+        _mm512_mask_storeu_ps(c, mk, v);
+        continue;
+      }
+      uint16_t* c = static_cast<uint16_t*>(C) + off;
       if (e == Bf16Epilogue::kAccumulate)
         v = _mm512_add_ps(from_bf16(_mm256_maskz_loadu_epi16(mk, c)), v);
       _mm256_mask_storeu_epi16(c, mk, to_bf16(v));

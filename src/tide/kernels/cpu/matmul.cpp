@@ -4,7 +4,6 @@
 // With bf16 storage throughout, the *_native variants run the same products on the stored
 // bf16 values through gemm_bf16.h where the CPU has AMX.
 #include <algorithm>
-#include <initializer_list>
 
 #include "tide/kernels/cpu/cpu_ops.h"
 #include "tide/kernels/cpu/f32_buffer.h"
@@ -74,37 +73,37 @@ void matmul_bias_gradient(float* dbias, const float* dout, int64_t N, int OC) {
 // ---- bf16 storage through the native GEMM ------------------------------------------------
 
 namespace {
-bool all_bf16(std::initializer_list<const Tensor*> ts) {
-  for (const Tensor* t : ts)
-    if (t->dtype != DType::BF16) return false;
-  return true;
+// Whether the native GEMM takes factors x, y and output z (gemm_bf16_takes): the path chosen
+// is not the reference, and none of them is f16.
+bool native(const Tensor& x, const Tensor& y, const Tensor& z) {
+  return bf16_gemm_path() != Bf16GemmPath::kReference && gemm_bf16_takes(x.dtype, y.dtype, z.dtype);
 }
 }  // namespace
 
 bool matmul_forward_native(const Tensor& out, const Tensor& inp, const Tensor& weight,
                            const Tensor& bias, int64_t N, int C, int OC) {
-  const Bf16GemmPath path = bf16_gemm_path();
-  if (path == Bf16GemmPath::kReference || !all_bf16({&out, &inp, &weight})) return false;
+  if (!native(inp, weight, out)) return false;
   const F32Buffer bias_(bias);  // f32 or widened; the sum is added to it as sgemm's beta = 1
-  gemm_bf16(path, false, true, N, OC, C, inp.u16(), C, weight.u16(), C, out.u16(), OC,
+  gemm_bf16(bf16_gemm_path(), N, OC, C, {inp.data, C, false, inp.dtype},
+            {weight.data, C, true, weight.dtype}, out.data, out.dtype, OC,
             bias.defined() ? Bf16Epilogue::kAddBias : Bf16Epilogue::kOverwrite, bias_.get());
   return true;
 }
 
 bool matmul_backward_input_native(const Tensor& dinp, const Tensor& dout, const Tensor& weight,
                                   int64_t N, int C, int OC) {
-  const Bf16GemmPath path = bf16_gemm_path();
-  if (path == Bf16GemmPath::kReference || !all_bf16({&dinp, &dout, &weight})) return false;
-  gemm_bf16(path, false, false, N, C, OC, dout.u16(), OC, weight.u16(), C, dinp.u16(), C,
+  if (!native(dout, weight, dinp)) return false;
+  gemm_bf16(bf16_gemm_path(), N, C, OC, {dout.data, OC, false, dout.dtype},
+            {weight.data, C, false, weight.dtype}, dinp.data, dinp.dtype, C,
             Bf16Epilogue::kAccumulate);
   return true;
 }
 
 bool matmul_backward_weight_native(const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
                                    const Tensor& inp, int64_t N, int C, int OC) {
-  const Bf16GemmPath path = bf16_gemm_path();
-  if (path == Bf16GemmPath::kReference || !all_bf16({&dweight, &dout, &inp})) return false;
-  gemm_bf16(path, true, false, OC, C, N, dout.u16(), OC, inp.u16(), C, dweight.u16(), C,
+  if (!native(dout, inp, dweight)) return false;
+  gemm_bf16(bf16_gemm_path(), OC, C, N, {dout.data, OC, true, dout.dtype},
+            {inp.data, C, false, inp.dtype}, dweight.data, dweight.dtype, C,
             Bf16Epilogue::kAccumulate);
   if (dbias.defined()) {  // the reference's column sums, on dout widened
     const F32Buffer dbias_(dbias), dout_(dout);
