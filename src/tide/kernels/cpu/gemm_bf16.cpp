@@ -80,6 +80,20 @@ Packed alloc_tiles(int64_t tiles) {
   return Packed(p);
 }
 
+// Packing buffers, grow-only, one pair per thread (the OpenMP workers persist): once warm, a
+// GEMM allocates nothing and touches no fresh pages (page faults cost as much as the packing).
+// `which`: 0 the shared operand (the calling thread), 1 a worker's own panels.
+uint16_t* scratch_tiles(int which, int64_t tiles) {
+  thread_local Packed buf[2];
+  thread_local int64_t cap[2] = {0, 0};
+  if (cap[which] < tiles) {
+    buf[which].reset();
+    buf[which] = alloc_tiles(tiles);
+    cap[which] = tiles;
+  }
+  return buf[which].get();
+}
+
 // Panels per thread-owned block: as wide as keeps the packed block in L2 (4 panels of 32 at
 // most), narrower while there would be fewer than two blocks per thread.
 int64_t block_panels(int64_t panels, int threads) {
@@ -90,53 +104,58 @@ int64_t block_panels(int64_t panels, int threads) {
 
 void gemm_amx(const Operand& a, const Operand& b, int64_t M, int64_t N, int64_t K, void* C,
               DType c_dtype, int64_t ldc, Bf16Epilogue e, const float* bias) {
-  // An f32 factor is three bf16 terms per chunk (gemm_bf16.h), the other factor's chunks
-  // repeated: kce chunks in all.
-  const int terms = a.dtype == DType::F32 || b.dtype == DType::F32 ? 3 : 1;
-  const int64_t kc = (K + 31) / 32, kce = kc * terms;
+  // An f32 factor is three bf16 terms per chunk (gemm_bf16.h).
+  const int a_terms = a.dtype == DType::F32 ? 3 : 1, b_terms = b.dtype == DType::F32 ? 3 : 1;
+  const int64_t kc = (K + 31) / 32;
   const int64_t pm = (M + 31) / 32, pn = (N + 31) / 32;  // 32-row / 32-column panels
-  const int64_t panel_elems = 2 * kce * kTileElems;
   // The smaller operand is shared; blocks of the larger one's panels are the work items.
   const bool shared_a = pm <= pn;
   const int64_t shared_panels = shared_a ? pm : pn, own_panels = shared_a ? pn : pm;
+  const int shared_terms = shared_a ? a_terms : b_terms, own_terms = shared_a ? b_terms : a_terms;
+  const int64_t shared_tile = kc * shared_terms * kTileElems,
+                own_tile = kc * own_terms * kTileElems;
   const int threads = omp_get_max_threads();
   const int64_t bp = block_panels(own_panels, threads);
   const int64_t blocks = (own_panels + bp - 1) / bp;
-  Packed shared = alloc_tiles(2 * shared_panels * kce);
+  uint16_t* const shared = scratch_tiles(0, 2 * shared_panels * kc * shared_terms);
   g_native_calls.fetch_add(1, std::memory_order_relaxed);
 
 #pragma omp parallel
   {
 #pragma omp for schedule(static)
     for (int64_t t = 0; t < 2 * shared_panels; ++t) {
-      uint16_t* dst = shared.get() + t * kce * kTileElems;
+      uint16_t* dst = shared + t * shared_tile;
       if (shared_a) {
-        amx_detail::pack_a_tile(dst, a, M, K, kc, terms, t * 16);
+        amx_detail::pack_a_tile(dst, a, M, K, kc, a_terms, t * 16);
       } else {
-        amx_detail::pack_b_tile(dst, b, N, K, kc, terms, t * 16);
+        amx_detail::pack_b_tile(dst, b, N, K, kc, b_terms, t * 16);
       }
     }
-    Packed own = alloc_tiles(2 * bp * kce);
+    uint16_t* const own = scratch_tiles(1, 2 * bp * kc * own_terms);
     alignas(64) float s[32 * 32];
     amx_detail::begin_tiles();
 #pragma omp for schedule(static)
     for (int64_t blk = 0; blk < blocks; ++blk) {
       const int64_t p0 = blk * bp, np = std::min(bp, own_panels - p0);
       for (int64_t t = 0; t < 2 * np; ++t) {
-        uint16_t* dst = own.get() + t * kce * kTileElems;
+        uint16_t* dst = own + t * own_tile;
         if (shared_a) {
-          amx_detail::pack_b_tile(dst, b, N, K, kc, terms, (2 * p0 + t) * 16);
+          amx_detail::pack_b_tile(dst, b, N, K, kc, b_terms, (2 * p0 + t) * 16);
         } else {
-          amx_detail::pack_a_tile(dst, a, M, K, kc, terms, (2 * p0 + t) * 16);
+          amx_detail::pack_a_tile(dst, a, M, K, kc, a_terms, (2 * p0 + t) * 16);
         }
       }
       // Each shared panel once, against the block's panels (it stays in L1 meanwhile).
       for (int64_t sp = 0; sp < shared_panels; ++sp) {
-        const uint16_t* sh = shared.get() + sp * panel_elems;
+        const uint16_t* sh = shared + sp * 2 * shared_tile;
         for (int64_t op = 0; op < np; ++op) {
-          const uint16_t* ow = own.get() + op * panel_elems;
+          const uint16_t* ow = own + op * 2 * own_tile;
           const int64_t pi = shared_a ? sp : p0 + op, pj = shared_a ? p0 + op : sp;
-          amx_detail::kernel_32x32(shared_a ? sh : ow, shared_a ? ow : sh, kce, s);
+          if (shared_a) {
+            amx_detail::kernel_32x32(sh, a_terms, ow, b_terms, kc, s);
+          } else {
+            amx_detail::kernel_32x32(ow, a_terms, sh, b_terms, kc, s);
+          }
           const int64_t i0 = pi * 32, j0 = pj * 32;
           amx_detail::store_block(s, C, c_dtype, ldc, i0, j0, std::min<int64_t>(32, M - i0),
                                   std::min<int64_t>(32, N - j0), e, bias);

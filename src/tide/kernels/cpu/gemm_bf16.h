@@ -80,8 +80,8 @@ namespace amx_detail {
 //   A tile: (16 rows, 32 k) row-major;  B tile: (16 k-pairs, 16 columns, 2), VNNI: element
 //   (k, j) of a chunk at [k/2][j][k%2], the layout TDPBF16PS reads.
 // A row (column) tile of op(A) (op(B)) is kc such tiles, one per chunk of 32 in K, zero where
-// the rows, columns or K run out. With `terms` = 3 each chunk is three tiles: an f32 operand's
-// hi, mid and lo terms, or a bf16 operand's tile three times.
+// the rows, columns or K run out. An f32 operand's chunk is `terms` = 3 tiles, its hi, mid and lo
+// terms (a bf16 operand: terms = 1).
 using Operand = GemmOperand;
 // Row tile r0..r0+15 of op(A) (M rows, K columns) into kc * terms tiles at dst.
 void pack_a_tile(uint16_t* dst, const Operand& a, int64_t M, int64_t K, int64_t kc, int terms,
@@ -90,8 +90,10 @@ void pack_a_tile(uint16_t* dst, const Operand& a, int64_t M, int64_t K, int64_t 
 void pack_b_tile(uint16_t* dst, const Operand& b, int64_t N, int64_t K, int64_t kc, int terms,
                  int64_t c0);
 // The f32 (32,32) block c (row stride 32) = A panel @ B panel over kc chunks: a is 2 row tiles
-// (the second at a + kc*512), b 2 column tiles likewise.
-void kernel_32x32(const uint16_t* a, const uint16_t* b, int64_t kc, float* c);
+// of a_terms tiles per chunk (the second row tile at a + kc*a_terms*512), b 2 column tiles
+// likewise; per chunk the terms in order (a one-term operand's tile against each).
+void kernel_32x32(const uint16_t* a, int a_terms, const uint16_t* b, int b_terms, int64_t kc,
+                  float* c);
 // Writes the valid (m, n) corner of block s (row stride 32) into C at (i0, j0) (gemm_bf16's
 // epilogue).
 void store_block(const float* s, void* C, DType c_dtype, int64_t ldc, int64_t i0, int64_t j0,

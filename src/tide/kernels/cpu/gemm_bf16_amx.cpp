@@ -6,8 +6,8 @@
 // Packing moves 16-lane vectors: op(A) rows and op(B) columns that are contiguous in k are
 // loaded as 16 pairs (32-bit lanes) and transposed 16x16; two k rows are interleaved into
 // pairs. Tails (rows, columns, K) are masked loads, so the padding is zeros. An f32 operand is
-// split into three bf16 terms per chunk (hi, mid, lo: f32_term), the other operand's chunk
-// repeated three times against them.
+// split into three bf16 terms per chunk (hi, mid, lo: f32_term), each multiplied by the other
+// operand's one tile of that chunk.
 //
 // Eight tile registers: four (16,16) f32 accumulators for a (32,32) block of C, two (16,32)
 // bf16 tiles of A and two (16 k-pairs, 16 columns) VNNI tiles of B. Every tile is 16 rows of 64
@@ -231,22 +231,31 @@ TIDE_AMX void end_tiles() {
   _tile_release();
 }
 
-TIDE_AMX void kernel_32x32(const uint16_t* a, const uint16_t* b, int64_t kc, float* c) {
+TIDE_AMX void kernel_32x32(const uint16_t* a, int a_terms, const uint16_t* b, int b_terms,
+                           int64_t kc, float* c) {
   // Tiles 0-3: C (rows 0-15 | 16-31) x (columns 0-15 | 16-31); 4, 5: A; 6, 7: B.
   _tile_zero(0);
   _tile_zero(1);
   _tile_zero(2);
   _tile_zero(3);
-  const int64_t a1 = kc * 512, b1 = kc * 512;  // the second row / column tile
+  const int terms = a_terms > b_terms ? a_terms : b_terms;
+  // Per chunk, per term: a single-term operand's one tile serves every term.
+  const int64_t a_chunk = a_terms * 512, b_chunk = b_terms * 512;
+  const int64_t a_term = a_terms > 1 ? 512 : 0, b_term = b_terms > 1 ? 512 : 0;
+  const int64_t a1 = kc * a_chunk, b1 = kc * b_chunk;  // the second row / column tile
   for (int64_t k = 0; k < kc; ++k) {
-    _tile_loadd(4, a + k * 512, 64);
-    _tile_loadd(6, b + k * 512, 64);
-    _tile_loadd(5, a + a1 + k * 512, 64);
-    _tile_loadd(7, b + b1 + k * 512, 64);
-    _tile_dpbf16ps(0, 4, 6);
-    _tile_dpbf16ps(1, 4, 7);
-    _tile_dpbf16ps(2, 5, 6);
-    _tile_dpbf16ps(3, 5, 7);
+    for (int s = 0; s < terms; ++s) {
+      const uint16_t* ak = a + k * a_chunk + s * a_term;
+      const uint16_t* bk = b + k * b_chunk + s * b_term;
+      _tile_loadd(4, ak, 64);
+      _tile_loadd(6, bk, 64);
+      _tile_loadd(5, ak + a1, 64);
+      _tile_loadd(7, bk + b1, 64);
+      _tile_dpbf16ps(0, 4, 6);
+      _tile_dpbf16ps(1, 4, 7);
+      _tile_dpbf16ps(2, 5, 6);
+      _tile_dpbf16ps(3, 5, 7);
+    }
   }
   _tile_stored(0, c, 128);
   _tile_stored(1, c + 16, 128);
