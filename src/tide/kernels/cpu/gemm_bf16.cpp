@@ -82,10 +82,11 @@ Packed alloc_tiles(int64_t tiles) {
 
 // Packing buffers, grow-only, one pair per thread (the OpenMP workers persist): once warm, a
 // GEMM allocates nothing and touches no fresh pages (page faults cost as much as the packing).
-// `which`: 0 the shared operand (the calling thread), 1 a worker's own panels.
+// `which`: 0 the shared operand (the calling thread), 1 a worker's own panels, 2 a worker's f32
+// partial sums.
 uint16_t* scratch_tiles(int which, int64_t tiles) {
-  thread_local Packed buf[2];
-  thread_local int64_t cap[2] = {0, 0};
+  thread_local Packed buf[3];
+  thread_local int64_t cap[3] = {0, 0, 0};
   if (cap[which] < tiles) {
     buf[which].reset();
     buf[which] = alloc_tiles(tiles);
@@ -93,6 +94,10 @@ uint16_t* scratch_tiles(int which, int64_t tiles) {
   }
   return buf[which].get();
 }
+
+// Chunks of K per block of the loop: a shared panel's block of K (2 tiles per chunk and term,
+// 24 KiB) stays in L1 while it meets the work item's panels.
+constexpr int64_t kChunksPerKBlock = 12;
 
 // Panels per thread-owned block: as wide as keeps the packed block in L2 (4 panels of 32 at
 // most), narrower while there would be fewer than two blocks per thread.
@@ -117,6 +122,8 @@ void gemm_amx(const Operand& a, const Operand& b, int64_t M, int64_t N, int64_t 
   const int threads = omp_get_max_threads();
   const int64_t bp = block_panels(own_panels, threads);
   const int64_t blocks = (own_panels + bp - 1) / bp;
+  const int64_t kb_chunks = std::max<int64_t>(1, kChunksPerKBlock / std::max(a_terms, b_terms));
+  const int64_t kblocks = std::max<int64_t>(1, (kc + kb_chunks - 1) / kb_chunks);
   uint16_t* const shared = scratch_tiles(0, 2 * shared_panels * kc * shared_terms);
   g_native_calls.fetch_add(1, std::memory_order_relaxed);
 
@@ -132,7 +139,11 @@ void gemm_amx(const Operand& a, const Operand& b, int64_t M, int64_t N, int64_t 
       }
     }
     uint16_t* const own = scratch_tiles(1, 2 * bp * kc * own_terms);
+    // One K block: the block's sums go straight to the epilogue; several: f32 partial sums of
+    // every (shared panel, own panel) pair of the work item, 4 KiB each (4 tiles' worth).
     alignas(64) float s[32 * 32];
+    float* const partial =
+        kblocks > 1 ? reinterpret_cast<float*>(scratch_tiles(2, 4 * shared_panels * bp)) : s;
     amx_detail::begin_tiles();
 #pragma omp for schedule(static)
     for (int64_t blk = 0; blk < blocks; ++blk) {
@@ -145,20 +156,25 @@ void gemm_amx(const Operand& a, const Operand& b, int64_t M, int64_t N, int64_t 
           amx_detail::pack_a_tile(dst, a, M, K, kc, a_terms, (2 * p0 + t) * 16);
         }
       }
-      // Each shared panel once, against the block's panels (it stays in L1 meanwhile).
-      for (int64_t sp = 0; sp < shared_panels; ++sp) {
-        const uint16_t* sh = shared + sp * 2 * shared_tile;
-        for (int64_t op = 0; op < np; ++op) {
-          const uint16_t* ow = own + op * 2 * own_tile;
-          const int64_t pi = shared_a ? sp : p0 + op, pj = shared_a ? p0 + op : sp;
-          if (shared_a) {
-            amx_detail::kernel_32x32(sh, a_terms, ow, b_terms, kc, s);
-          } else {
-            amx_detail::kernel_32x32(ow, a_terms, sh, b_terms, kc, s);
+      for (int64_t kb = 0; kb < kblocks; ++kb) {
+        const int64_t k0 = kb * kb_chunks, k1 = std::min(kc, k0 + kb_chunks);
+        // Each shared panel's K block once, against the block's panels (it stays in L1).
+        for (int64_t sp = 0; sp < shared_panels; ++sp) {
+          const uint16_t* sh = shared + sp * 2 * shared_tile;
+          for (int64_t op = 0; op < np; ++op) {
+            const uint16_t* ow = own + op * 2 * own_tile;
+            float* c = kblocks > 1 ? partial + (sp * np + op) * 1024 : s;
+            if (shared_a) {
+              amx_detail::kernel_32x32(sh, a_terms, ow, b_terms, kc, k0, k1, kb > 0, c);
+            } else {
+              amx_detail::kernel_32x32(ow, a_terms, sh, b_terms, kc, k0, k1, kb > 0, c);
+            }
+            if (kb + 1 < kblocks) continue;
+            const int64_t pi = shared_a ? sp : p0 + op, pj = shared_a ? p0 + op : sp;
+            const int64_t i0 = pi * 32, j0 = pj * 32;
+            amx_detail::store_block(c, C, c_dtype, ldc, i0, j0, std::min<int64_t>(32, M - i0),
+                                    std::min<int64_t>(32, N - j0), e, bias);
           }
-          const int64_t i0 = pi * 32, j0 = pj * 32;
-          amx_detail::store_block(s, C, c_dtype, ldc, i0, j0, std::min<int64_t>(32, M - i0),
-                                  std::min<int64_t>(32, N - j0), e, bias);
         }
       }
     }

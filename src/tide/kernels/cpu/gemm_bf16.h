@@ -89,11 +89,13 @@ void pack_a_tile(uint16_t* dst, const Operand& a, int64_t M, int64_t K, int64_t 
 // Column tile c0..c0+15 of op(B) (K rows, N columns) into kc * terms tiles at dst.
 void pack_b_tile(uint16_t* dst, const Operand& b, int64_t N, int64_t K, int64_t kc, int terms,
                  int64_t c0);
-// The f32 (32,32) block c (row stride 32) = A panel @ B panel over kc chunks: a is 2 row tiles
-// of a_terms tiles per chunk (the second row tile at a + kc*a_terms*512), b 2 column tiles
-// likewise; per chunk the terms in order (a one-term operand's tile against each).
+// The f32 (32,32) block c (row stride 32) = A panel @ B panel over chunks [k0, k1) of kc, added
+// to c's values when `accumulate` (a later block of K: f32 stored and reloaded exactly, so
+// blocking K does not change a bit): a is 2 row tiles of a_terms tiles per chunk (the second
+// row tile at a + kc*a_terms*512), b 2 column tiles likewise; per chunk the terms in order (a
+// one-term operand's tile against each).
 void kernel_32x32(const uint16_t* a, int a_terms, const uint16_t* b, int b_terms, int64_t kc,
-                  float* c);
+                  int64_t k0, int64_t k1, bool accumulate, float* c);
 // Writes the valid (m, n) corner of block s (row stride 32) into C at (i0, j0) (gemm_bf16's
 // epilogue).
 void store_block(const float* s, void* C, DType c_dtype, int64_t ldc, int64_t i0, int64_t j0,

@@ -94,50 +94,57 @@ TIDE_AMX inline __m512 from_bf16(__m256i h) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
-// Term s (0, 1, 2) of x = hi + mid + lo, each term x's remainder rounded to bf16: exact for
-// normal f32 values (8 + 8 + 8 bits of the 24). A non-finite hi (x is Inf or NaN, or rounds to
-// Inf) is x's only term.
-TIDE_AMX inline __m256i f32_term(__m512 x, int s) {
-  const __m256i hi = to_bf16(x);
-  if (s == 0) return hi;
-  const __m512 h = from_bf16(hi);
+// The three terms of x = hi + mid + lo, each x's remainder rounded to bf16: exact for normal f32
+// values (8 + 8 + 8 bits of the 24). A non-finite hi (x is Inf or NaN, or rounds to Inf) is x's
+// only term.
+TIDE_AMX inline void f32_terms(__m512 x, __m256i t[3]) {
+  t[0] = to_bf16(x);
+  const __m512 h = from_bf16(t[0]);
   const __mmask16 finite =
       _mm512_cmp_ps_mask(_mm512_abs_ps(h), _mm512_set1_ps(INFINITY), _CMP_LT_OQ);
   const __m512 r = _mm512_maskz_sub_ps(finite, x, h);
-  const __m256i mid = to_bf16(r);
-  if (s == 1) return mid;
-  return to_bf16(_mm512_sub_ps(r, from_bf16(mid)));
+  t[1] = to_bf16(r);
+  t[2] = to_bf16(_mm512_sub_ps(r, from_bf16(t[1])));
 }
 
-// The n (0..16) values at element offset `off` of an operand as bf16 term s, zero past n: bf16
-// values as stored (every s), f32 values split (f32_term).
-TIDE_AMX inline __m256i load16(const Operand& o, int64_t off, int64_t n, int s) {
+// The n (0..16) values at element offset `off` of an operand as its bf16 terms t[0..terms), zero
+// past n: bf16 values as stored (one term), f32 values split (f32_terms).
+TIDE_AMX inline void load16(const Operand& o, int64_t off, int64_t n, __m256i t[3]) {
   const __mmask16 m = lanes32(n);
-  if (o.dtype == DType::BF16)
-    return _mm256_maskz_loadu_epi16(m, static_cast<const uint16_t*>(o.p) + off);
-  return f32_term(_mm512_maskz_loadu_ps(m, static_cast<const float*>(o.p) + off), s);
+  if (o.dtype == DType::BF16) {
+    t[0] = _mm256_maskz_loadu_epi16(m, static_cast<const uint16_t*>(o.p) + off);
+    return;
+  }
+  f32_terms(_mm512_maskz_loadu_ps(m, static_cast<const float*>(o.p) + off), t);
 }
 // The same for n in 0..32.
-TIDE_AMX inline __m512i load32(const Operand& o, int64_t off, int64_t n, int s) {
-  if (o.dtype == DType::BF16)
-    return _mm512_maskz_loadu_epi16(lanes16(n), static_cast<const uint16_t*>(o.p) + off);
-  const __m256i lo = load16(o, off, n, s), hi = load16(o, off + 16, n - 16, s);
-  return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+TIDE_AMX inline void load32(const Operand& o, int64_t off, int64_t n, __m512i t[3]) {
+  if (o.dtype == DType::BF16) {
+    t[0] = _mm512_maskz_loadu_epi16(lanes16(n), static_cast<const uint16_t*>(o.p) + off);
+    return;
+  }
+  __m256i lo[3], hi[3];
+  load16(o, off, n, lo);
+  load16(o, off + 16, n - 16, hi);
+  for (int s = 0; s < 3; ++s) t[s] = _mm512_inserti64x4(_mm512_castsi256_si512(lo[s]), hi[s], 1);
 }
 
-// v[p] = 16 pairs (row 2p, row 2p+1) of a chunk whose k rows are contiguous in j, as term s:
+// v[s][p] = 16 pairs (row 2p, row 2p+1) of term s of a chunk whose k rows are contiguous in j:
 // row k of the chunk starts at element offset row(k) (lanes j = 0..15); rows at and past
 // `krows` are zero, and so are lanes past `cols`.
 template <typename Row>
-TIDE_AMX inline void interleave_rows(__m512i v[16], const Operand& o, Row row, int64_t krows,
-                                     int64_t cols, int s) {
+TIDE_AMX inline void interleave_rows(__m512i v[3][16], const Operand& o, int terms, Row row,
+                                     int64_t krows, int64_t cols) {
   const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8,
                                        23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
   for (int p = 0; p < 16; ++p) {
-    const __m256i lo = 2 * p < krows ? load16(o, row(2 * p), cols, s) : __m256i{};
-    const __m256i hi = 2 * p + 1 < krows ? load16(o, row(2 * p + 1), cols, s) : __m256i{};
+    __m256i lo[3] = {}, hi[3] = {};
+    if (2 * p < krows) load16(o, row(2 * p), cols, lo);
+    if (2 * p + 1 < krows) load16(o, row(2 * p + 1), cols, hi);
     // lanes: lo[0], hi[0], lo[1], hi[1], ...
-    v[p] = _mm512_permutexvar_epi16(idx, _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1));
+    for (int s = 0; s < terms; ++s)
+      v[s][p] = _mm512_permutexvar_epi16(
+          idx, _mm512_inserti64x4(_mm512_castsi256_si512(lo[s]), hi[s], 1));
   }
 }
 
@@ -150,43 +157,44 @@ TIDE_AMX inline void store_tile(uint16_t* dst, const __m512i v[16]) {
 TIDE_AMX void pack_a_tile(uint16_t* dst, const Operand& a, int64_t M, int64_t K, int64_t kc,
                           int terms, int64_t r0) {
   const int64_t rows = std::clamp<int64_t>(M - r0, 0, 16);
-  for (int64_t c = 0; c < kc; ++c) {
+  for (int64_t c = 0; c < kc; ++c, dst += terms * kTile) {
     const int64_t k0 = c * 32, kn = std::min<int64_t>(32, K - k0);
-    for (int s = 0; s < terms; ++s, dst += kTile) {
-      if (!a.trans) {  // rows of A are contiguous in k: copy
-        for (int64_t i = 0; i < 16; ++i)
-          _mm512_storeu_si512(dst + i * 32,
-                              i < rows ? load32(a, (r0 + i) * a.ld + k0, kn, s) : __m512i{});
-        continue;
+    __m512i v[3][16] = {};
+    if (!a.trans) {  // rows of A are contiguous in k: copy
+      for (int64_t i = 0; i < rows; ++i) {
+        __m512i t[3];
+        load32(a, (r0 + i) * a.ld + k0, kn, t);
+        for (int s = 0; s < terms; ++s) v[s][i] = t[s];
       }
+    } else {
       // A stored (K,M): k row k holds 16 rows of the tile. Pairs of k rows interleaved give
       // [k-pair][row], transposed [row][k-pair]: the tile.
-      __m512i v[16];
       interleave_rows(
-          v, a, [&](int64_t k) { return (k0 + k) * a.ld + r0; }, kn, rows, s);
-      transpose16x16(v);
-      store_tile(dst, v);
+          v, a, terms, [&](int64_t k) { return (k0 + k) * a.ld + r0; }, kn, rows);
+      for (int s = 0; s < terms; ++s) transpose16x16(v[s]);
     }
+    for (int s = 0; s < terms; ++s) store_tile(dst + s * kTile, v[s]);
   }
 }
 
 TIDE_AMX void pack_b_tile(uint16_t* dst, const Operand& b, int64_t N, int64_t K, int64_t kc,
                           int terms, int64_t c0) {
   const int64_t cols = std::clamp<int64_t>(N - c0, 0, 16);
-  for (int64_t c = 0; c < kc; ++c) {
+  for (int64_t c = 0; c < kc; ++c, dst += terms * kTile) {
     const int64_t k0 = c * 32, kn = std::min<int64_t>(32, K - k0);
-    for (int s = 0; s < terms; ++s, dst += kTile) {
-      __m512i v[16];
-      if (b.trans) {  // B stored (N,K): column j is contiguous in k, 16 pairs: [j][k-pair]
-        for (int64_t j = 0; j < 16; ++j)
-          v[j] = j < cols ? load32(b, (c0 + j) * b.ld + k0, kn, s) : __m512i{};
-        transpose16x16(v);
-      } else {  // B stored (K,N): pairs of k rows interleaved are the VNNI rows
-        interleave_rows(
-            v, b, [&](int64_t k) { return (k0 + k) * b.ld + c0; }, kn, cols, s);
+    __m512i v[3][16] = {};
+    if (b.trans) {  // B stored (N,K): column j is contiguous in k, 16 pairs: [j][k-pair]
+      for (int64_t j = 0; j < cols; ++j) {
+        __m512i t[3];
+        load32(b, (c0 + j) * b.ld + k0, kn, t);
+        for (int s = 0; s < terms; ++s) v[s][j] = t[s];
       }
-      store_tile(dst, v);
+      for (int s = 0; s < terms; ++s) transpose16x16(v[s]);
+    } else {  // B stored (K,N): pairs of k rows interleaved are the VNNI rows
+      interleave_rows(
+          v, b, terms, [&](int64_t k) { return (k0 + k) * b.ld + c0; }, kn, cols);
     }
+    for (int s = 0; s < terms; ++s) store_tile(dst + s * kTile, v[s]);
   }
 }
 
@@ -232,18 +240,25 @@ TIDE_AMX void end_tiles() {
 }
 
 TIDE_AMX void kernel_32x32(const uint16_t* a, int a_terms, const uint16_t* b, int b_terms,
-                           int64_t kc, float* c) {
+                           int64_t kc, int64_t k0, int64_t k1, bool accumulate, float* c) {
   // Tiles 0-3: C (rows 0-15 | 16-31) x (columns 0-15 | 16-31); 4, 5: A; 6, 7: B.
-  _tile_zero(0);
-  _tile_zero(1);
-  _tile_zero(2);
-  _tile_zero(3);
+  if (accumulate) {
+    _tile_loadd(0, c, 128);
+    _tile_loadd(1, c + 16, 128);
+    _tile_loadd(2, c + 16 * 32, 128);
+    _tile_loadd(3, c + 16 * 32 + 16, 128);
+  } else {
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+  }
   const int terms = a_terms > b_terms ? a_terms : b_terms;
   // Per chunk, per term: a single-term operand's one tile serves every term.
   const int64_t a_chunk = a_terms * 512, b_chunk = b_terms * 512;
   const int64_t a_term = a_terms > 1 ? 512 : 0, b_term = b_terms > 1 ? 512 : 0;
   const int64_t a1 = kc * a_chunk, b1 = kc * b_chunk;  // the second row / column tile
-  for (int64_t k = 0; k < kc; ++k) {
+  for (int64_t k = k0; k < k1; ++k) {
     for (int s = 0; s < terms; ++s) {
       const uint16_t* ak = a + k * a_chunk + s * a_term;
       const uint16_t* bk = b + k * b_chunk + s * b_term;
