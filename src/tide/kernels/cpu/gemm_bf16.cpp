@@ -107,8 +107,10 @@ int64_t block_panels(int64_t panels, int threads) {
   return bp;
 }
 
+// C = op(a) @ op(b), or with c_transposed C^T (C then (N,M), element (i,j) of the product at
+// C[j*ldc + i]; no bias).
 void gemm_amx(const Operand& a, const Operand& b, int64_t M, int64_t N, int64_t K, void* C,
-              DType c_dtype, int64_t ldc, Bf16Epilogue e, const float* bias) {
+              DType c_dtype, int64_t ldc, Bf16Epilogue e, const float* bias, bool c_transposed) {
   // An f32 factor is three bf16 terms per chunk (gemm_bf16.h).
   const int a_terms = a.dtype == DType::F32 ? 3 : 1, b_terms = b.dtype == DType::F32 ? 3 : 1;
   const int64_t kc = (K + 31) / 32;
@@ -141,7 +143,7 @@ void gemm_amx(const Operand& a, const Operand& b, int64_t M, int64_t N, int64_t 
     uint16_t* const own = scratch_tiles(1, 2 * bp * kc * own_terms);
     // One K block: the block's sums go straight to the epilogue; several: f32 partial sums of
     // every (shared panel, own panel) pair of the work item, 4 KiB each (4 tiles' worth).
-    alignas(64) float s[32 * 32];
+    alignas(64) float s[32 * 32], st[32 * 32];
     float* const partial =
         kblocks > 1 ? reinterpret_cast<float*>(scratch_tiles(2, 4 * shared_panels * bp)) : s;
     amx_detail::begin_tiles();
@@ -172,8 +174,13 @@ void gemm_amx(const Operand& a, const Operand& b, int64_t M, int64_t N, int64_t 
             if (kb + 1 < kblocks) continue;
             const int64_t pi = shared_a ? sp : p0 + op, pj = shared_a ? p0 + op : sp;
             const int64_t i0 = pi * 32, j0 = pj * 32;
-            amx_detail::store_block(c, C, c_dtype, ldc, i0, j0, std::min<int64_t>(32, M - i0),
-                                    std::min<int64_t>(32, N - j0), e, bias);
+            const int64_t m = std::min<int64_t>(32, M - i0), n = std::min<int64_t>(32, N - j0);
+            if (c_transposed) {
+              amx_detail::transpose_block(c, st);
+              amx_detail::store_block(st, C, c_dtype, ldc, j0, i0, n, m, e, nullptr);
+            } else {
+              amx_detail::store_block(c, C, c_dtype, ldc, i0, j0, m, n, e, bias);
+            }
           }
         }
       }
@@ -238,7 +245,16 @@ void gemm_bf16(Bf16GemmPath path, int64_t M, int64_t N, int64_t K, const GemmOpe
   TIDE_ASSERT(gemm_bf16_takes(A.dtype, B.dtype, c_dtype));
   TIDE_ASSERT(epilogue != Bf16Epilogue::kAddBias || bias != nullptr);
   if (M <= 0 || N <= 0) return;
-  gemm_amx(A, B, M, N, K, C, c_dtype, ldc, epilogue, bias);
+  // Both factors stored with K as their rows (the weight gradient, dout^T @ inp): one of them
+  // needs a 16-bit transpose to become A tiles, the costly part of packing. Transpose the
+  // smaller one: C^T = op(B)^T op(A)^T has the same products in the same order (the same bits),
+  // and its (32,32) blocks are transposed on their way out.
+  if (A.trans && !B.trans && M > N && epilogue != Bf16Epilogue::kAddBias) {
+    gemm_amx(Operand{B.p, B.ld, true, B.dtype}, Operand{A.p, A.ld, false, A.dtype}, N, M, K, C,
+             c_dtype, ldc, epilogue, nullptr, /*c_transposed=*/true);
+    return;
+  }
+  gemm_amx(A, B, M, N, K, C, c_dtype, ldc, epilogue, bias, /*c_transposed=*/false);
 }
 
 }  // namespace tide::cpu

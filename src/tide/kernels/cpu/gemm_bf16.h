@@ -100,6 +100,8 @@ void kernel_32x32(const uint16_t* a, int a_terms, const uint16_t* b, int b_terms
 // epilogue).
 void store_block(const float* s, void* C, DType c_dtype, int64_t ldc, int64_t i0, int64_t j0,
                  int64_t m, int64_t n, Bf16Epilogue e, const float* bias);
+// t = s transposed, both (32,32) f32 with row stride 32, 64-byte aligned.
+void transpose_block(const float* s, float* t);
 // Loads the tile configuration on the calling thread / releases its tile state.
 void begin_tiles();
 void end_tiles();

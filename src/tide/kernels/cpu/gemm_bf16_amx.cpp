@@ -222,6 +222,20 @@ TIDE_AMX void store_block(const float* s, void* C, DType c_dtype, int64_t ldc, i
   }
 }
 
+TIDE_AMX void transpose_block(const float* s, float* t) {
+  for (int bi = 0; bi < 2; ++bi) {
+    for (int bj = 0; bj < 2; ++bj) {
+      __m512i v[16];
+      for (int i = 0; i < 16; ++i)
+        v[i] =
+            _mm512_load_si512(reinterpret_cast<const __m512i*>(s + (bi * 16 + i) * 32 + bj * 16));
+      transpose16x16(v);
+      for (int i = 0; i < 16; ++i)
+        _mm512_store_si512(reinterpret_cast<__m512i*>(t + (bj * 16 + i) * 32 + bi * 16), v[i]);
+    }
+  }
+}
+
 TIDE_AMX void begin_tiles() {
   TileConfig cfg;
   std::memset(&cfg, 0, sizeof cfg);
