@@ -23,8 +23,10 @@
 // GCC 12 warns "__Y is (may be) used uninitialized" inside its own _mm512_undefined_* helpers
 // (a known false positive of avx512fintrin.h), as in optim/adamw_avx512.cpp. This file is kept
 // out of the unity batches (CMakeLists.txt) so that neither this nor TIDE_AMX leaks.
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
 
 #define TIDE_AMX __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512dq")))
 
