@@ -80,11 +80,18 @@ Packed alloc_tiles(int64_t tiles) {
   return Packed(p);
 }
 
-// Packing buffers, grow-only, one pair per thread (the OpenMP workers persist): once warm, a
+// Packing buffers, grow-only, one set per thread (the OpenMP workers persist): once warm, a
 // GEMM allocates nothing and touches no fresh pages (page faults cost as much as the packing).
 // `which`: 0 the shared operand (the calling thread), 1 a worker's own panels, 2 a worker's f32
-// partial sums.
-uint16_t* scratch_tiles(int which, int64_t tiles) {
+// partial sums. A buffer above kKeptBytes (a large model's whole head weight, packed) is not
+// kept: it lives in `temp` for this call only.
+constexpr int64_t kKeptBytes = int64_t{64} << 20;
+
+uint16_t* scratch_tiles(int which, int64_t tiles, Packed& temp) {
+  if (tiles * kTileElems * 2 > kKeptBytes) {
+    temp = alloc_tiles(tiles);
+    return temp.get();
+  }
   thread_local Packed buf[3];
   thread_local int64_t cap[3] = {0, 0, 0};
   if (cap[which] < tiles) {
@@ -126,7 +133,8 @@ void gemm_amx(const Operand& a, const Operand& b, int64_t M, int64_t N, int64_t 
   const int64_t blocks = (own_panels + bp - 1) / bp;
   const int64_t kb_chunks = std::max<int64_t>(1, kChunksPerKBlock / std::max(a_terms, b_terms));
   const int64_t kblocks = std::max<int64_t>(1, (kc + kb_chunks - 1) / kb_chunks);
-  uint16_t* const shared = scratch_tiles(0, 2 * shared_panels * kc * shared_terms);
+  Packed shared_temp;
+  uint16_t* const shared = scratch_tiles(0, 2 * shared_panels * kc * shared_terms, shared_temp);
   g_native_calls.fetch_add(1, std::memory_order_relaxed);
 
 #pragma omp parallel
@@ -140,12 +148,15 @@ void gemm_amx(const Operand& a, const Operand& b, int64_t M, int64_t N, int64_t 
         amx_detail::pack_b_tile(dst, b, N, K, kc, b_terms, t * 16);
       }
     }
-    uint16_t* const own = scratch_tiles(1, 2 * bp * kc * own_terms);
+    Packed own_temp, partial_temp;
+    uint16_t* const own = scratch_tiles(1, 2 * bp * kc * own_terms, own_temp);
     // One K block: the block's sums go straight to the epilogue; several: f32 partial sums of
     // every (shared panel, own panel) pair of the work item, 4 KiB each (4 tiles' worth).
     alignas(64) float s[32 * 32], st[32 * 32];
     float* const partial =
-        kblocks > 1 ? reinterpret_cast<float*>(scratch_tiles(2, 4 * shared_panels * bp)) : s;
+        kblocks > 1
+            ? reinterpret_cast<float*>(scratch_tiles(2, 4 * shared_panels * bp, partial_temp))
+            : s;
     amx_detail::begin_tiles();
 #pragma omp for schedule(static)
     for (int64_t blk = 0; blk < blocks; ++blk) {
