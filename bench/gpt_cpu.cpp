@@ -62,6 +62,7 @@
 #include "bench_cli.h"
 #include "tide/core/error.h"
 #include "tide/core/rng.h"
+#include "tide/kernels/cpu/gemm_bf16.h"
 #include "tide/kernels/cpu/openblas_core.h"
 #include "tide/kernels/ops.h"
 #include "tide/model/gpt.h"
@@ -294,12 +295,13 @@ int main(int argc, char** argv) try {
       "\"B\":%d,\"dtype\":\"%s\",\"threads\":%d,\"steps\":%d,\"warmup\":%d,"
       "\"omp_wait_policy\":\"%s\","
       "\"loadavg_1min\":%.2f,"
-      "\"openblas\":\"%s\",\"params\":%lld,\"flops_per_token\":%.0f,"
+      "\"openblas\":\"%s\",\"bf16_gemm\":\"%s\",\"params\":%lld,\"flops_per_token\":%.0f,"
       "\"flops_formula\":\"6*N + 12*L*T*C (N = all params, tied head once)\"}\n",
       m.n_layer, m.n_head, m.n_embd, m.vocab_size, o.T, o.B,
       std::string(dtype_name(o.dtype)).c_str(), threads, o.steps, o.warmup,
-      wait_policy ? wait_policy : "", load, openblas_get_config(), static_cast<long long>(params),
-      flops_per_token);
+      wait_policy ? wait_policy : "", load, openblas_get_config(),
+      std::string(cpu::bf16_gemm_path_name(cpu::bf16_gemm_path())).c_str(),
+      static_cast<long long>(params), flops_per_token);
   std::fflush(stdout);
 
   // Everything runs in interleaved rounds: one step of each policy, then one repetition of

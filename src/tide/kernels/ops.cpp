@@ -382,6 +382,7 @@ void matmul_forward(const OpContext& ctx, Tensor out, Tensor inp, Tensor weight,
       ck, ctx.cuda->matmul_forward(ctx, ck.storage(), out.data, inp.data, weight.data,
                                    bias.defined() ? bias.data : nullptr, N, as_int(C), as_int(OC)));
   run_cpu_kernel(ck, [=] {
+    if (cpu::matmul_forward_native(out, inp, weight, bias, N, as_int(C), as_int(OC))) return;
     const cpu::F32Buffer bias_(bias), out_(out, /*widen=*/false), inp_(inp), weight_(weight);
     cpu::matmul_forward(out_.get(), inp_.get(), weight_.get(), bias_.get(), N, as_int(C),
                         as_int(OC));
@@ -401,6 +402,8 @@ void matmul_backward_input(const OpContext& ctx, Tensor dinp, Tensor dout, Tenso
       ck, ctx.cuda->matmul_backward_input(ctx, ck.storage(), dinp.data, dout.data, weight.data,
                                           rows(dout), as_int(C), as_int(OC)));
   run_cpu_kernel(ck, [=] {
+    if (cpu::matmul_backward_input_native(dinp, dout, weight, rows(dout), as_int(C), as_int(OC)))
+      return;
     const cpu::F32Buffer dinp_(dinp), dout_(dout), weight_(weight);
     cpu::matmul_backward_input(dinp_.get(), dout_.get(), weight_.get(), rows(dout), as_int(C),
                                as_int(OC));
@@ -422,6 +425,8 @@ void matmul_backward_weight(const OpContext& ctx, Tensor dweight, Tensor dbias, 
                            ctx, ck.storage(), dweight.data, dbias.defined() ? dbias.data : nullptr,
                            dout.data, inp.data, N, as_int(C), as_int(OC)));
   run_cpu_kernel(ck, [=] {
+    if (cpu::matmul_backward_weight_native(dweight, dbias, dout, inp, N, as_int(C), as_int(OC)))
+      return;
     const cpu::F32Buffer dbias_(dbias), dweight_(dweight), dout_(dout), inp_(inp);
     cpu::matmul_backward_weight(dweight_.get(), dbias_.get(), dout_.get(), inp_.get(), N, as_int(C),
                                 as_int(OC));

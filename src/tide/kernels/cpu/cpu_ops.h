@@ -49,6 +49,18 @@ void matmul_backward_input(float* dinp, const float* dout, const float* weight, 
 // dweight(OC,C) += dout^T @ inp, dbias(OC) += column sums of dout (dbias may be null).
 void matmul_backward_weight(float* dweight, float* dbias, const float* dout, const float* inp,
                             int64_t N, int C, int OC);
+// dbias(OC) += column sums of dout(N,OC).
+void matmul_bias_gradient(float* dbias, const float* dout, int64_t N, int OC);
+// The three ops on the storage as it is, through the native bf16 GEMM (cpu/gemm_bf16.h): taken
+// (true) when bf16_gemm_path() is not the reference and the matrices (the two factors and the
+// output or gradient written) are bf16 or f32, not both factors f32 (gemm_bf16_takes); false,
+// with nothing done, otherwise. The bias and dbias may have any float dtype.
+bool matmul_forward_native(const Tensor& out, const Tensor& inp, const Tensor& weight,
+                           const Tensor& bias, int64_t N, int C, int OC);
+bool matmul_backward_input_native(const Tensor& dinp, const Tensor& dout, const Tensor& weight,
+                                  int64_t N, int C, int OC);
+bool matmul_backward_weight_native(const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
+                                   const Tensor& inp, int64_t N, int C, int OC);
 
 // qkv(B,T,W) -> out(B,T,C), W = (NH + 2*NKV) * HS, C = NH * HS (rows [q | k | v], query head h
 // reading kv head h / (NH/NKV)); preatt(B,NH,T,T) softmax probabilities, att(B,NH,T,T) after

@@ -1,10 +1,14 @@
 // Linear layer out = inp @ weight^T + bias through OpenBLAS sgemm (tiled, see gemm.h). The
 // weight is (OC,C) row-major as in PyTorch, so every product is a plain row-major sgemm with
 // one transpose. Backward ops pass beta = 1 so that sgemm itself accumulates into the gradient.
+// With bf16 storage throughout, the *_native variants run the same products on the stored
+// bf16 values through gemm_bf16.h where the CPU has AMX.
 #include <algorithm>
 
 #include "tide/kernels/cpu/cpu_ops.h"
+#include "tide/kernels/cpu/f32_buffer.h"
 #include "tide/kernels/cpu/gemm.h"
+#include "tide/kernels/cpu/gemm_bf16.h"
 #include "tide/kernels/cpu/simd.h"
 
 namespace tide::cpu {
@@ -37,7 +41,10 @@ void matmul_backward_weight(float* dweight, float* dbias, const float* dout, con
                             int64_t N, int C, int OC) {
   // dweight(OC,C) += dout(N,OC)^T @ inp(N,C)
   gemm(true, false, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
-  if (dbias == nullptr) return;
+  if (dbias != nullptr) matmul_bias_gradient(dbias, dout, N, OC);
+}
+
+void matmul_bias_gradient(float* dbias, const float* dout, int64_t N, int OC) {
   // dbias(OC) += column sums of dout, each block of columns summed over rows in order (each
   // column's sum is sequential in n; the 8 columns of a v8f are independent sums).
   const int n_blocks = (OC + kChannelBlock - 1) / kChannelBlock;
@@ -61,6 +68,49 @@ void matmul_backward_weight(float* dweight, float* dbias, const float* dout, con
     }
     for (int o = o0; o < o1; ++o) dbias[o] += acc[o - o0];
   }
+}
+
+// ---- bf16 storage through the native GEMM ------------------------------------------------
+
+namespace {
+// Whether the native GEMM takes factors x, y and output z (gemm_bf16_takes): the path chosen
+// is not the reference, and none of them is f16.
+bool native(const Tensor& x, const Tensor& y, const Tensor& z) {
+  return bf16_gemm_path() != Bf16GemmPath::kReference && gemm_bf16_takes(x.dtype, y.dtype, z.dtype);
+}
+}  // namespace
+
+bool matmul_forward_native(const Tensor& out, const Tensor& inp, const Tensor& weight,
+                           const Tensor& bias, int64_t N, int C, int OC) {
+  if (!native(inp, weight, out)) return false;
+  const F32Buffer bias_(bias);  // f32 or widened; the sum is added to it as sgemm's beta = 1
+  gemm_bf16(bf16_gemm_path(), N, OC, C, {inp.data, C, false, inp.dtype},
+            {weight.data, C, true, weight.dtype}, out.data, out.dtype, OC,
+            bias.defined() ? Bf16Epilogue::kAddBias : Bf16Epilogue::kOverwrite, bias_.get());
+  return true;
+}
+
+bool matmul_backward_input_native(const Tensor& dinp, const Tensor& dout, const Tensor& weight,
+                                  int64_t N, int C, int OC) {
+  if (!native(dout, weight, dinp)) return false;
+  gemm_bf16(bf16_gemm_path(), N, C, OC, {dout.data, OC, false, dout.dtype},
+            {weight.data, C, false, weight.dtype}, dinp.data, dinp.dtype, C,
+            Bf16Epilogue::kAccumulate);
+  return true;
+}
+
+bool matmul_backward_weight_native(const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
+                                   const Tensor& inp, int64_t N, int C, int OC) {
+  if (!native(dout, inp, dweight)) return false;
+  gemm_bf16(bf16_gemm_path(), OC, C, N, {dout.data, OC, true, dout.dtype},
+            {inp.data, C, false, inp.dtype}, dweight.data, dweight.dtype, C,
+            Bf16Epilogue::kAccumulate);
+  if (dbias.defined()) {  // the reference's column sums, on dout widened
+    const F32Buffer dbias_(dbias), dout_(dout);
+    matmul_bias_gradient(dbias_.get(), dout_.get(), N, OC);
+    dbias_.store();
+  }
+  return true;
 }
 
 }  // namespace tide::cpu

@@ -1,0 +1,110 @@
+#pragma once
+// Native bf16 GEMM for the CPU matmul ops: bf16 operands read as stored, f32 accumulation, each
+// output rounded to nearest-even once (f32 operands and outputs also taken, for the LM head).
+//
+// Why: the widening reference (f32_buffer.h + OpenBLAS sgemm) converts every operand to f32
+// and runs at f32 speed; a CPU with AMX (Sapphire/Emerald Rapids) multiplies bf16 tiles about an
+// order of magnitude faster than its f32 FMA units, which is what PyTorch's bf16 autocast
+// (oneDNN) uses (issue #26). Debian 12's OpenBLAS 0.3.21 has no sbgemm, and oneDNN 2.6 would add
+// a shared library to carry and its blocking choices depend on the shapes, so this is a small
+// hand-written AMX kernel, chosen at run time (like the AVX-512 AdamW); other CPUs keep the
+// widening reference.
+//
+// Reproducibility: every output element is one fixed sequence of AMX tile products over K in
+// chunks of 32 (zero-padded), so its bits depend only on its row of op(A), its column of op(B)
+// and K: not on M, N, its position, the blocking or the number of threads. The sum order
+// differs from OpenBLAS's, so a result can differ from the widening reference's by one bf16
+// rounding step where the f32 sums straddle a rounding boundary (rare: the op table's
+// 16-bit check allows 1% of the elements). AMX treats bf16 subnormal inputs (below 1.2e-38)
+// as zero and flushes subnormal f32 sums to zero.
+
+#include <cstdint>
+#include <string_view>
+
+#include "tide/core/dtype.h"
+
+namespace tide::cpu {
+
+enum class Bf16GemmPath {
+  kReference,  // widen to f32, OpenBLAS sgemm (f32_buffer.h, gemm.h): any CPU
+  kAmx,        // AMX-BF16 tiles (Intel Sapphire Rapids and later, Linux 5.16+)
+};
+
+std::string_view bf16_gemm_path_name(Bf16GemmPath p);
+// Whether this CPU and kernel can run path p (kReference: always). Asking for kAmx requests
+// the AMX tile state from Linux once (arch_prctl ARCH_REQ_XCOMP_PERM).
+bool bf16_gemm_path_supported(Bf16GemmPath p);
+// The path the bf16 matmul ops take: the fastest supported one, unless the environment variable
+// TIDE_CPU_BF16_GEMM ("amx" or "reference") chose one (an unknown or unsupported value is an
+// error naming the choices), or set_bf16_gemm_path did.
+Bf16GemmPath bf16_gemm_path();
+// Overrides the path for the whole process (tests, benchmarks); throws if p is not supported.
+void set_bf16_gemm_path(Bf16GemmPath p);
+// How many products the native path has computed since the process started (a test's proof
+// that the matmul ops took it).
+int64_t bf16_gemm_native_calls();
+
+// How gemm_bf16 writes each element of its output C from the f32 sum s of its products:
+//   kOverwrite:  C = s
+//   kAddBias:    C = bias[j] + s        (bias: N floats, one per column)
+//   kAccumulate: C = C + s
+// in f32, rounded to nearest-even once into a bf16 C, as the widening reference rounds
+// sgemm's f32 result.
+enum class Bf16Epilogue { kOverwrite, kAddBias, kAccumulate };
+
+// A factor of gemm_bf16, as gemm.h's arguments: op(A) is (M,K), A stored (M,K) with leading
+// dimension ld, or (K,M) when trans; op(B) is (K,N), B stored (K,N), or (N,K) when trans.
+// dtype bf16, or f32: an f32 factor enters as three bf16 terms per value (hi + mid + lo, exact
+// for normal values), so its products are those of the f32 values and the GEMM costs three
+// times the work (the head's f32 logits and their gradient, against bf16 weights).
+struct GemmOperand {
+  const void* p;
+  int64_t ld;
+  bool trans;
+  DType dtype;
+};
+
+// Whether gemm_bf16 takes factors of dtypes a and b and an output of dtype c: bf16 or f32
+// each, not both factors f32 (that is sgemm's work).
+bool gemm_bf16_takes(DType a, DType b, DType c);
+
+// Row-major C(M,N) <- op(A) @ op(B) with `epilogue`, through `path` (not kReference); C of
+// dtype c_dtype with leading dimension ldc.
+void gemm_bf16(Bf16GemmPath path, int64_t M, int64_t N, int64_t K, const GemmOperand& A,
+               const GemmOperand& B, void* C, DType c_dtype, int64_t ldc, Bf16Epilogue epilogue,
+               const float* bias = nullptr);
+
+namespace amx_detail {
+// The AMX path's pieces (gemm_bf16_amx.cpp, compiled for AMX and AVX-512 whatever -march says;
+// called only where bf16_gemm_path_supported(kAmx)). A packed tile is 512 bf16 (1 KiB):
+//   A tile: (16 rows, 32 k) row-major;  B tile: (16 k-pairs, 16 columns, 2), VNNI: element
+//   (k, j) of a chunk at [k/2][j][k%2], the layout TDPBF16PS reads.
+// A row (column) tile of op(A) (op(B)) is kc such tiles, one per chunk of 32 in K, zero where
+// the rows, columns or K run out. An f32 operand's chunk is `terms` = 3 tiles, its hi, mid and lo
+// terms (a bf16 operand: terms = 1).
+using Operand = GemmOperand;
+// Row tile r0..r0+15 of op(A) (M rows, K columns) into kc * terms tiles at dst.
+void pack_a_tile(uint16_t* dst, const Operand& a, int64_t M, int64_t K, int64_t kc, int terms,
+                 int64_t r0);
+// Column tile c0..c0+15 of op(B) (K rows, N columns) into kc * terms tiles at dst.
+void pack_b_tile(uint16_t* dst, const Operand& b, int64_t N, int64_t K, int64_t kc, int terms,
+                 int64_t c0);
+// The f32 (32,32) block c (row stride 32) = A panel @ B panel over chunks [k0, k1) of kc, added
+// to c's values when `accumulate` (a later block of K: f32 stored and reloaded exactly, so
+// blocking K does not change a bit): a is 2 row tiles of a_terms tiles per chunk (the second
+// row tile at a + kc*a_terms*512), b 2 column tiles likewise; per chunk the terms in order (a
+// one-term operand's tile against each).
+void kernel_32x32(const uint16_t* a, int a_terms, const uint16_t* b, int b_terms, int64_t kc,
+                  int64_t k0, int64_t k1, bool accumulate, float* c);
+// Writes the valid (m, n) corner of block s (row stride 32) into C at (i0, j0) (gemm_bf16's
+// epilogue).
+void store_block(const float* s, void* C, DType c_dtype, int64_t ldc, int64_t i0, int64_t j0,
+                 int64_t m, int64_t n, Bf16Epilogue e, const float* bias);
+// t = s transposed, both (32,32) f32 with row stride 32, 64-byte aligned.
+void transpose_block(const float* s, float* t);
+// Loads the tile configuration on the calling thread / releases its tile state.
+void begin_tiles();
+void end_tiles();
+}  // namespace amx_detail
+
+}  // namespace tide::cpu

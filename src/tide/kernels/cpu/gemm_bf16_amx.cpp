@@ -1,0 +1,297 @@
+// The AMX path of gemm_bf16.h (packing, microkernel, epilogue), in a file of its own because its
+// functions are compiled for AMX and AVX-512 (target attributes) whatever the build's -march:
+// they run only where bf16_gemm_path_supported(kAmx) said the CPU and kernel allow it (every
+// AMX CPU has AVX-512).
+//
+// Packing moves 16-lane vectors: op(A) rows and op(B) columns that are contiguous in k are
+// loaded as 16 pairs (32-bit lanes) and transposed 16x16; two k rows are interleaved into
+// pairs. Tails (rows, columns, K) are masked loads, so the padding is zeros. An f32 operand is
+// split into three bf16 terms per chunk (hi, mid, lo: f32_term), each multiplied by the other
+// operand's one tile of that chunk.
+//
+// Eight tile registers: four (16,16) f32 accumulators for a (32,32) block of C, two (16,32)
+// bf16 tiles of A and two (16 k-pairs, 16 columns) VNNI tiles of B. Every tile is 16 rows of 64
+// bytes, so one configuration serves all.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "tide/kernels/cpu/gemm_bf16.h"
+
+// GCC 12 warns "__Y is (may be) used uninitialized" inside its own _mm512_undefined_* helpers
+// (a known false positive of avx512fintrin.h), as in optim/adamw_avx512.cpp. This file is kept
+// out of the unity batches (CMakeLists.txt) so that neither this nor TIDE_AMX leaks.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+
+#define TIDE_AMX __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512dq")))
+
+namespace tide::cpu::amx_detail {
+
+namespace {
+struct alignas(64) TileConfig {
+  uint8_t palette_id;
+  uint8_t start_row;
+  uint8_t reserved[14];
+  uint16_t colsb[16];
+  uint8_t rows[16];
+};
+static_assert(sizeof(TileConfig) == 64);
+
+constexpr int64_t kTile = 512;  // bf16 per packed tile
+
+// The first n (0..32) bf16 lanes.
+TIDE_AMX inline __mmask32 lanes16(int64_t n) {
+  if (n <= 0) return 0;
+  return n >= 32 ? ~__mmask32{0} : (__mmask32{1} << n) - 1;
+}
+// The first n (0..16) f32 lanes.
+TIDE_AMX inline __mmask16 lanes32(int64_t n) {
+  if (n <= 0) return 0;
+  return n >= 16 ? __mmask16{0xffff} : static_cast<__mmask16>((1u << n) - 1);
+}
+
+// r[i] (16 x 32-bit) becomes column i of the matrix whose rows were r.
+TIDE_AMX inline void transpose16x16(__m512i r[16]) {
+  __m512i t[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 16; i += 4) {
+    r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+    r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+    r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+    r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+  }
+  for (int h = 0; h < 16; h += 8) {
+    for (int i = 0; i < 4; ++i) {
+      t[h + i] = _mm512_shuffle_i32x4(r[h + i], r[h + i + 4], 0x88);
+      t[h + i + 4] = _mm512_shuffle_i32x4(r[h + i], r[h + i + 4], 0xdd);
+    }
+  }
+  for (int i = 0; i < 8; ++i) {
+    r[i] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0x88);
+    r[i + 8] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0xdd);
+  }
+}
+
+// f32 -> bf16 of 16 lanes with tide::f32_to_bf16's recipe (nearest even, NaN kept quiet).
+TIDE_AMX inline __m256i to_bf16(__m512 x) {
+  const __m512i u = _mm512_castps_si512(x);
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+  const __m512i rounded =
+      _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), lsb)), 16);
+  const __m512i abs = _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff));
+  const __mmask16 is_nan = _mm512_cmpgt_epi32_mask(abs, _mm512_set1_epi32(0x7f800000));
+  const __m512i quiet = _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
+  return _mm512_cvtepi32_epi16(_mm512_mask_blend_epi32(is_nan, rounded, quiet));
+}
+
+TIDE_AMX inline __m512 from_bf16(__m256i h) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+// The three terms of x = hi + mid + lo, each x's remainder rounded to bf16: exact for normal f32
+// values (8 + 8 + 8 bits of the 24). A non-finite hi (x is Inf or NaN, or rounds to Inf) is x's
+// only term.
+TIDE_AMX inline void f32_terms(__m512 x, __m256i t[3]) {
+  t[0] = to_bf16(x);
+  const __m512 h = from_bf16(t[0]);
+  const __mmask16 finite =
+      _mm512_cmp_ps_mask(_mm512_abs_ps(h), _mm512_set1_ps(INFINITY), _CMP_LT_OQ);
+  const __m512 r = _mm512_maskz_sub_ps(finite, x, h);
+  t[1] = to_bf16(r);
+  t[2] = to_bf16(_mm512_sub_ps(r, from_bf16(t[1])));
+}
+
+// The n (0..16) values at element offset `off` of an operand as its bf16 terms t[0..terms), zero
+// past n: bf16 values as stored (one term), f32 values split (f32_terms).
+TIDE_AMX inline void load16(const Operand& o, int64_t off, int64_t n, __m256i t[3]) {
+  const __mmask16 m = lanes32(n);
+  if (o.dtype == DType::BF16) {
+    t[0] = _mm256_maskz_loadu_epi16(m, static_cast<const uint16_t*>(o.p) + off);
+    return;
+  }
+  f32_terms(_mm512_maskz_loadu_ps(m, static_cast<const float*>(o.p) + off), t);
+}
+// The same for n in 0..32.
+TIDE_AMX inline void load32(const Operand& o, int64_t off, int64_t n, __m512i t[3]) {
+  if (o.dtype == DType::BF16) {
+    t[0] = _mm512_maskz_loadu_epi16(lanes16(n), static_cast<const uint16_t*>(o.p) + off);
+    return;
+  }
+  __m256i lo[3], hi[3];
+  load16(o, off, n, lo);
+  load16(o, off + 16, n - 16, hi);
+  for (int s = 0; s < 3; ++s) t[s] = _mm512_inserti64x4(_mm512_castsi256_si512(lo[s]), hi[s], 1);
+}
+
+// v[s][p] = 16 pairs (row 2p, row 2p+1) of term s of a chunk whose k rows are contiguous in j:
+// row k of the chunk starts at element offset row(k) (lanes j = 0..15); rows at and past
+// `krows` are zero, and so are lanes past `cols`.
+template <typename Row>
+TIDE_AMX inline void interleave_rows(__m512i v[3][16], const Operand& o, int terms, Row row,
+                                     int64_t krows, int64_t cols) {
+  const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8,
+                                       23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+  for (int p = 0; p < 16; ++p) {
+    __m256i lo[3] = {}, hi[3] = {};
+    if (2 * p < krows) load16(o, row(2 * p), cols, lo);
+    if (2 * p + 1 < krows) load16(o, row(2 * p + 1), cols, hi);
+    // lanes: lo[0], hi[0], lo[1], hi[1], ...
+    for (int s = 0; s < terms; ++s)
+      v[s][p] = _mm512_permutexvar_epi16(
+          idx, _mm512_inserti64x4(_mm512_castsi256_si512(lo[s]), hi[s], 1));
+  }
+}
+
+TIDE_AMX inline void store_tile(uint16_t* dst, const __m512i v[16]) {
+  for (int i = 0; i < 16; ++i) _mm512_storeu_si512(dst + i * 32, v[i]);
+}
+
+}  // namespace
+
+TIDE_AMX void pack_a_tile(uint16_t* dst, const Operand& a, int64_t M, int64_t K, int64_t kc,
+                          int terms, int64_t r0) {
+  const int64_t rows = std::clamp<int64_t>(M - r0, 0, 16);
+  for (int64_t c = 0; c < kc; ++c, dst += terms * kTile) {
+    const int64_t k0 = c * 32, kn = std::min<int64_t>(32, K - k0);
+    __m512i v[3][16] = {};
+    if (!a.trans) {  // rows of A are contiguous in k: copy
+      for (int64_t i = 0; i < rows; ++i) {
+        __m512i t[3];
+        load32(a, (r0 + i) * a.ld + k0, kn, t);
+        for (int s = 0; s < terms; ++s) v[s][i] = t[s];
+      }
+    } else {
+      // A stored (K,M): k row k holds 16 rows of the tile. Pairs of k rows interleaved give
+      // [k-pair][row], transposed [row][k-pair]: the tile.
+      interleave_rows(
+          v, a, terms, [&](int64_t k) { return (k0 + k) * a.ld + r0; }, kn, rows);
+      for (int s = 0; s < terms; ++s) transpose16x16(v[s]);
+    }
+    for (int s = 0; s < terms; ++s) store_tile(dst + s * kTile, v[s]);
+  }
+}
+
+TIDE_AMX void pack_b_tile(uint16_t* dst, const Operand& b, int64_t N, int64_t K, int64_t kc,
+                          int terms, int64_t c0) {
+  const int64_t cols = std::clamp<int64_t>(N - c0, 0, 16);
+  for (int64_t c = 0; c < kc; ++c, dst += terms * kTile) {
+    const int64_t k0 = c * 32, kn = std::min<int64_t>(32, K - k0);
+    __m512i v[3][16] = {};
+    if (b.trans) {  // B stored (N,K): column j is contiguous in k, 16 pairs: [j][k-pair]
+      for (int64_t j = 0; j < cols; ++j) {
+        __m512i t[3];
+        load32(b, (c0 + j) * b.ld + k0, kn, t);
+        for (int s = 0; s < terms; ++s) v[s][j] = t[s];
+      }
+      for (int s = 0; s < terms; ++s) transpose16x16(v[s]);
+    } else {  // B stored (K,N): pairs of k rows interleaved are the VNNI rows
+      interleave_rows(
+          v, b, terms, [&](int64_t k) { return (k0 + k) * b.ld + c0; }, kn, cols);
+    }
+    for (int s = 0; s < terms; ++s) store_tile(dst + s * kTile, v[s]);
+  }
+}
+
+TIDE_AMX void store_block(const float* s, void* C, DType c_dtype, int64_t ldc, int64_t i0,
+                          int64_t j0, int64_t m, int64_t n, Bf16Epilogue e, const float* bias) {
+  for (int64_t h = 0; h < n; h += 16) {
+    const __mmask16 mk = lanes32(n - h);
+    const __m512 b =
+        e == Bf16Epilogue::kAddBias ? _mm512_maskz_loadu_ps(mk, bias + j0 + h) : __m512{};
+    for (int64_t i = 0; i < m; ++i) {
+      const int64_t off = (i0 + i) * ldc + j0 + h;
+      __m512 v = _mm512_load_ps(s + i * 32 + h);
+      if (e == Bf16Epilogue::kAddBias) v = _mm512_add_ps(b, v);
+      if (c_dtype == DType::F32) {
+        float* c = static_cast<float*>(C) + off;
+        if (e == Bf16Epilogue::kAccumulate) v = _mm512_add_ps(_mm512_maskz_loadu_ps(mk, c), v);
+        _mm512_mask_storeu_ps(c, mk, v);
+        continue;
+      }
+      uint16_t* c = static_cast<uint16_t*>(C) + off;
+      if (e == Bf16Epilogue::kAccumulate)
+        v = _mm512_add_ps(from_bf16(_mm256_maskz_loadu_epi16(mk, c)), v);
+      _mm256_mask_storeu_epi16(c, mk, to_bf16(v));
+    }
+  }
+}
+
+TIDE_AMX void transpose_block(const float* s, float* t) {
+  for (int bi = 0; bi < 2; ++bi) {
+    for (int bj = 0; bj < 2; ++bj) {
+      __m512i v[16];
+      for (int i = 0; i < 16; ++i)
+        v[i] =
+            _mm512_load_si512(reinterpret_cast<const __m512i*>(s + (bi * 16 + i) * 32 + bj * 16));
+      transpose16x16(v);
+      for (int i = 0; i < 16; ++i)
+        _mm512_store_si512(reinterpret_cast<__m512i*>(t + (bj * 16 + i) * 32 + bi * 16), v[i]);
+    }
+  }
+}
+
+TIDE_AMX void begin_tiles() {
+  TileConfig cfg;
+  std::memset(&cfg, 0, sizeof cfg);
+  cfg.palette_id = 1;
+  for (int t = 0; t < 8; ++t) {
+    cfg.colsb[t] = 64;
+    cfg.rows[t] = 16;
+  }
+  // Not _tile_loadconfig: GCC 12's version tells the compiler it reads only 8 bytes, and the
+  // stores of colsb and rows were dropped (every tile instruction then faulted).
+  __asm__ volatile("ldtilecfg %0" : : "m"(cfg));
+}
+
+TIDE_AMX void end_tiles() {
+  _tile_release();
+}
+
+TIDE_AMX void kernel_32x32(const uint16_t* a, int a_terms, const uint16_t* b, int b_terms,
+                           int64_t kc, int64_t k0, int64_t k1, bool accumulate, float* c) {
+  // Tiles 0-3: C (rows 0-15 | 16-31) x (columns 0-15 | 16-31); 4, 5: A; 6, 7: B.
+  if (accumulate) {
+    _tile_loadd(0, c, 128);
+    _tile_loadd(1, c + 16, 128);
+    _tile_loadd(2, c + 16 * 32, 128);
+    _tile_loadd(3, c + 16 * 32 + 16, 128);
+  } else {
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+  }
+  const int terms = a_terms > b_terms ? a_terms : b_terms;
+  // Per chunk, per term: a single-term operand's one tile serves every term.
+  const int64_t a_chunk = a_terms * 512, b_chunk = b_terms * 512;
+  const int64_t a_term = a_terms > 1 ? 512 : 0, b_term = b_terms > 1 ? 512 : 0;
+  const int64_t a1 = kc * a_chunk, b1 = kc * b_chunk;  // the second row / column tile
+  for (int64_t k = k0; k < k1; ++k) {
+    for (int s = 0; s < terms; ++s) {
+      const uint16_t* ak = a + k * a_chunk + s * a_term;
+      const uint16_t* bk = b + k * b_chunk + s * b_term;
+      _tile_loadd(4, ak, 64);
+      _tile_loadd(6, bk, 64);
+      _tile_loadd(5, ak + a1, 64);
+      _tile_loadd(7, bk + b1, 64);
+      _tile_dpbf16ps(0, 4, 6);
+      _tile_dpbf16ps(1, 4, 7);
+      _tile_dpbf16ps(2, 5, 6);
+      _tile_dpbf16ps(3, 5, 7);
+    }
+  }
+  _tile_stored(0, c, 128);
+  _tile_stored(1, c + 16, 128);
+  _tile_stored(2, c + 16 * 32, 128);
+  _tile_stored(3, c + 16 * 32 + 16, 128);
+}
+
+}  // namespace tide::cpu::amx_detail
