@@ -2,11 +2,12 @@
 // sim:0 stream and in that device's memory, train the CPU data-parallel run's model bit for bit
 // (losses, gradient norms, validation, the checkpoint's weights and Adam state), at ZeRO stage 0
 // in f32 and in bf16 (whose fp32 gradients travel as bf16: the communication_data_type staging
-// converts on the stream), stage 1 in f32 and stage 2 in bf16, with dropout 0.1, accumulation
-// and clipping. What it holds: each collective reads the chunks only after the stream has
-// written them (the all-reduce or reduce-scatter of the gradients, the parameters' all-gather
-// after AdamW), and the stream reads what a collective wrote only after the host has waited for
-// it (policy_stack.cpp's GradReduction, parallel/zero.cpp).
+// converts on the stream), stage 1 in f32, stage 2 in bf16 and stage 3 in f32, with dropout 0.1,
+// accumulation and clipping. What it holds: each collective reads and writes device memory only
+// after the stream has run what was queued before it (the all-reduce or reduce-scatter of the
+// gradients, the parameters' all-gather after AdamW, ZeRO-3's gathers into reused buffers), and
+// the stream reads what a collective wrote only after the host has waited for it
+// (policy_stack.cpp's GradReduction, parallel/zero.cpp).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -48,8 +49,8 @@ TEST(SimDeviceDataParallel, TrainsTheCpuRunBitwise) {
   std::shared_ptr<ProcessGroup> world = mpi_test::world_ptr();
   const std::string dir = shared_temp_dir(*world);
   const std::string shard = write_shared_shard(*world, dir);
-  for (const auto& [precision, stage] :
-       std::vector<std::pair<std::string, int>>{{"f32", 0}, {"bf16", 0}, {"f32", 1}, {"bf16", 2}}) {
+  for (const auto& [precision, stage] : std::vector<std::pair<std::string, int>>{
+           {"f32", 0}, {"bf16", 0}, {"f32", 1}, {"bf16", 2}, {"f32", 3}}) {
     auto config = [&](const std::string& device) {
       std::vector<std::string> extra = {"device=" + device, "gradient_clipping=0.5",
                                         fmt::format("zero_optimization.stage={}", stage)};

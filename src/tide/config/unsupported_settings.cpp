@@ -39,19 +39,18 @@ void check_trainer_can_honour(const TrainConfig& c, int world_size) {
   // data parallelism, without what does not follow the stream's order yet (pipeline_engine.h,
   // check_device).
   if (c.device != "cpu" && c.device != "auto") {
-    const char* what = p > 1              ? "pipeline.stages > 1"
-                       : t > 1            ? "tensor_parallel.size > 1"
-                       : c.zero.stage > 2 ? "zero_optimization.stage=3"
+    const char* what = p > 1   ? "pipeline.stages > 1"
+                       : t > 1 ? "tensor_parallel.size > 1"
                        : c.zero.stage > 0 && c.device.starts_with("cuda")
                            ? "zero_optimization.stage > 0 (on a GPU)"
                        : c.placement_policy == "auto"     ? "placement.policy=auto"
                        : c.zero.offload_optimizer.enabled ? "offload_optimizer"
                                                           : nullptr;
     TIDE_CHECK(what == nullptr,
-               "device={} with {}: on a device tide runs data parallelism at ZeRO stages 0-2 "
-               "(0 on a GPU) without offload or auto placement for now (pipeline messages, "
-               "stage 3's gathers and the chunk moves do not wait for its stream yet, the "
-               "vocabulary-parallel loss runs host loops); use device=cpu for this run",
+               "device={} with {}: on a device tide runs data parallelism at ZeRO stages 0-3 "
+               "(0 on a GPU) without offload or auto placement for now (pipeline messages and "
+               "the chunk moves do not wait for its stream yet, the vocabulary-parallel loss runs "
+               "host loops); use device=cpu for this run",
                c.device, what ? what : "");
     TIDE_CHECK(!c.device.starts_with("cuda") || world_size == 1,
                "device={} on {} ranks: data parallelism on GPUs needs the NCCL groups ordered by "

@@ -326,9 +326,17 @@ void copy_chunks(const OpContext& op, const ChunkStore& from, ChunkStore& to) {
   for (int k = 0; k < kNumChunkKinds; ++k) {
     const auto kind = static_cast<ChunkKind>(k);
     if (!from.has(kind) || !to.has(kind)) continue;
+    // A sliced kind: the own slices (a whole buffer attached over one, ZeRO-3's gathered
+    // parameters, is a copy the policy makes again).
+    const bool sliced = from.sliced(kind);
+    TIDE_CHECK(sliced == to.sliced(kind),
+               "copy_chunks: {} is sliced in one store and not in the other; copy between stores "
+               "of one slicing",
+               chunk_kind_name(kind));
     for (int c = 0; c < from.layout().num_chunks(); ++c)
       if (from.resident(kind, c) && to.resident(kind, c))
-        copy(op, to.chunk(kind, c), from.chunk(kind, c));
+        copy(op, sliced ? to.slice(kind, c) : to.chunk(kind, c),
+             sliced ? from.slice(kind, c) : from.chunk(kind, c));
   }
   synchronize(op);
 }

@@ -93,6 +93,13 @@ GPT::GPT(const GPTConfig& config, ActivationPolicy policy, const ModelOptions& o
   TIDE_ASSERT(blocks_.size() == groups_.size());
 }
 
+GPT::~GPT() {
+  try {
+    synchronize(env_.op);
+  } catch (const Error&) {  // an error the stream raised was reported at a wait, or is moot now
+  }
+}
+
 void GPT::init_weights(uint64_t seed) {
   const ChunkLayout& lay = store_->layout();
   // RNG streams are keyed by the tensor's position in the whole model's layout, so a stage

@@ -82,6 +82,10 @@ class GPT {
   GPT(const GPTConfig& config, ActivationPolicy policy, const ModelOptions& options);
   GPT(const GPTConfig& config, ActivationPolicy policy, int64_t chunk_elems = 0,
       bool with_optimizer = true, int group_size = 1);
+  // On a device: waits for the stream before the chunks go (ops queued on them may still run).
+  ~GPT();
+  GPT(const GPT&) = delete;
+  GPT& operator=(const GPT&) = delete;
 
   const GPTConfig& config() const { return config_; }
   ActivationPolicy policy() const { return env_.policy; }
