@@ -17,12 +17,12 @@ namespace {
 
 TrainConfig llama_dp_config(const std::string& shard, const std::string& dir, int stage, int micro,
                             bool tied) {
-  TrainConfig c = dp_config(
-      shard, dir, micro, /*accum=*/2, kSteps, 0.0f,
-      {"model.family=llama", "model.n_kv_head=1", "model.intermediate_size=48",
-       "model.qkv_bias=true", fmt::format("model.tie_word_embeddings={}", tied),
-       "model.rope_theta=500", "model.rope_scaling.type=llama3",
-       "model.rope_scaling.original_max_position_embeddings=16"});
+  TrainConfig c =
+      dp_config(shard, dir, micro, /*accum=*/2, kSteps, 0.0f,
+                {"model.family=llama", "model.n_kv_head=1", "model.intermediate_size=48",
+                 "model.qkv_bias=true", fmt::format("model.tie_word_embeddings={}", tied),
+                 "model.rope_theta=500", "model.rope_scaling.type=llama3",
+                 "model.rope_scaling.original_max_position_embeddings=16"});
   c.zero.stage = stage;
   c.zero.param_persistence_threshold = 0;  // as train_zero.cpp: every chunk gathered
   return c;
@@ -45,8 +45,8 @@ TEST(LlamaDp, ZeroStagesMatchOneRank) {
       const RunResult one =
           train(llama_dp_config(shard, dir, 0, N * kMicro, tied), nullptr, kSteps);
       for (int stage = 0; stage < 4; ++stage) {
-        const std::string what = fmt::format("llama{} ZeRO-{} on {} ranks vs one rank",
-                                             tied ? " tied" : "", stage, N);
+        const std::string what =
+            fmt::format("llama{} ZeRO-{} on {} ranks vs one rank", tied ? " tied" : "", stage, N);
         expect_equivalent(runs[stage], one, what.c_str(), 1e-3);
       }
       for (int stage = 2; stage < 4; ++stage)

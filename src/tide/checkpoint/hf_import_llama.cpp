@@ -38,17 +38,17 @@ int llama_int(const json& hf, const char* key, const std::string& where, int fal
     TIDE_CHECK(fallback >= 0, "{} has no '{}'; it is not a Llama-family config", where, key);
     return fallback;
   }
-  TIDE_CHECK(v->is_number_integer() && v->get<int64_t>() >= 1 &&
-                 v->get<int64_t>() <= (int64_t{1} << 30),
-             "{}: '{}' is {}, not a positive integer", where, key, v->dump());
+  TIDE_CHECK(
+      v->is_number_integer() && v->get<int64_t>() >= 1 && v->get<int64_t>() <= (int64_t{1} << 30),
+      "{}: '{}' is {}, not a positive integer", where, key, v->dump());
   return static_cast<int>(v->get<int64_t>());
 }
 
 double llama_number(const json& hf, const char* key, const std::string& where, double fallback) {
   const json* v = llama_field(hf, key);
   if (!v) return fallback;
-  TIDE_CHECK(v->is_number() && v->get<double>() > 0, "{}: '{}' is {}, not a positive number",
-             where, key, v->dump());
+  TIDE_CHECK(v->is_number() && v->get<double>() > 0, "{}: '{}' is {}, not a positive number", where,
+             key, v->dump());
   return v->get<double>();
 }
 
@@ -120,16 +120,19 @@ GPTConfig llama_config_from_hf(const json& hf, const std::string& where) {
   c.intermediate_size = llama_int(hf, "intermediate_size", where);
   c.vocab_size = llama_int(hf, "vocab_size", where);
   c.max_seq_len = llama_int(hf, "max_position_embeddings", where);
-  TIDE_CHECK(c.n_embd % c.n_head == 0, "{}: hidden_size {} is not a multiple of num_attention_heads {}",
-             where, c.n_embd, c.n_head);
+  TIDE_CHECK(c.n_embd % c.n_head == 0,
+             "{}: hidden_size {} is not a multiple of num_attention_heads {}", where, c.n_embd,
+             c.n_head);
   const int head_dim = llama_int(hf, "head_dim", where, c.n_embd / c.n_head);
   TIDE_CHECK(head_dim == c.n_embd / c.n_head,
              "{}: 'head_dim' is {}; tide cannot represent it (its heads are hidden_size / "
              "num_attention_heads = {} wide)",
              where, head_dim, c.n_embd / c.n_head);
   const std::string act = hf.value("hidden_act", std::string("silu"));
-  TIDE_CHECK(act == "silu", "{}: 'hidden_act' is '{}'; tide cannot represent it (its MLP is "
-             "SwiGLU, silu)", where, act);
+  TIDE_CHECK(act == "silu",
+             "{}: 'hidden_act' is '{}'; tide cannot represent it (its MLP is "
+             "SwiGLU, silu)",
+             where, act);
   c.rms_norm_eps = llama_number(hf, "rms_norm_eps", where, 1e-6);
   c.tie_word_embeddings = llama_bool(hf, "tie_word_embeddings", where, false);
   // Biases: Qwen2's q/k/v always have one; Llama's attention_bias would bias o_proj too.
@@ -220,8 +223,8 @@ HfImportResult import_hf_llama(const std::string& hf_dir, const json& hf, const 
   std::map<std::string, HfTensor> found;
   for (const std::string& f : files) {
     TIDE_CHECK(fs::is_regular_file(f, ec), "cannot import '{}': shard '{}' is missing", hf_dir, f);
-    readers.push_back(std::make_unique<SafetensorsReader>(f, "Hugging Face model file",
-                                                          ForeignSafetensors{}));
+    readers.push_back(
+        std::make_unique<SafetensorsReader>(f, "Hugging Face model file", ForeignSafetensors{}));
     for (const SafetensorsEntry& e : readers.back()->entries()) {
       if (e.name.ends_with("rotary_emb.inv_freq")) {  // a buffer of older files
         result.ignored.push_back(e.name);

@@ -84,9 +84,8 @@ GPTConfig GPTConfig::preset(const std::string& name) {
     return llama_preset({28, 28, 4, 3584, 18944, 152064, 131072, 1000000, 1e-6, false, true, 0});
   if (name == "mistral-7b")
     return llama_preset({32, 32, 8, 4096, 14336, 32000, 32768, 10000, 1e-5, false, false, 0});
-  TIDE_FAIL(
-      "unknown model preset '{}'; use one of {} or give n_layer/n_head/n_embd explicitly", name,
-      fmt::join(preset_names(), ", "));
+  TIDE_FAIL("unknown model preset '{}'; use one of {} or give n_layer/n_head/n_embd explicitly",
+            name, fmt::join(preset_names(), ", "));
 }
 
 std::vector<std::string> GPTConfig::preset_names() {

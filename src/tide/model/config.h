@@ -28,8 +28,8 @@ struct GPTConfig {
 
   // ---- family llama only (GPT-2 ignores these; their defaults are Llama 3's) ----
   ModelFamily family = ModelFamily::gpt2;
-  int n_kv_head = 0;          // key/value heads (grouped-query attention); 0 = n_head
-  int intermediate_size = 0;  // SwiGLU hidden width I; 0 = 4 n_embd
+  int n_kv_head = 0;            // key/value heads (grouped-query attention); 0 = n_head
+  int intermediate_size = 0;    // SwiGLU hidden width I; 0 = 4 n_embd
   double rope_theta = 10000.0;  // transformers' LlamaConfig default
   // rope_scaling: none, or llama3 with these four (transformers' rope_scaling fields).
   RopeScaling rope_scaling = RopeScaling::none;

@@ -13,9 +13,9 @@ const char* const kLayerParamNames[12] = {
     "mlp.c_fc.weight",    "mlp.c_fc.bias",    "mlp.c_proj.weight",  "mlp.c_proj.bias"};
 
 const char* const kLlamaLayerParamNames[7] = {
-    "input_layernorm.weight",          "self_attn.qkv_proj.weight", "self_attn.qkv_proj.bias",
-    "self_attn.o_proj.weight",         "post_attention_layernorm.weight",
-    "mlp.gate_up_proj.weight",         "mlp.down_proj.weight"};
+    "input_layernorm.weight",  "self_attn.qkv_proj.weight",       "self_attn.qkv_proj.bias",
+    "self_attn.o_proj.weight", "post_attention_layernorm.weight", "mlp.gate_up_proj.weight",
+    "mlp.down_proj.weight"};
 
 int64_t vocab_rows_per_rank(const GPTConfig& config, int tp) {
   return (int64_t{config.vocab_size} + tp - 1) / tp;

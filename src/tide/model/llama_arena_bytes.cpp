@@ -53,8 +53,8 @@ size_t llama_layer_workspace_bytes(const ArenaShape& s, int B, int T) {
   // Evaluation keeps everything temporary, plus the o_proj and down_proj outputs (N,C). B:
   // the recomputed attention matrices and their output (or the recomputation's o_proj
   // output), then dact (N,I), datty (N,C) and the rotated qkv's gradient (N,W).
-  const size_t eval = llama_main_bytes(c, es, N) + llama_att_bytes(c, es, B, T) +
-                      2 * llama_act(N * C, es);
+  const size_t eval =
+      llama_main_bytes(c, es, N) + llama_att_bytes(c, es, B, T) + 2 * llama_act(N * C, es);
   const size_t bwd = llama_att_bytes(c, es, B, T) + 2 * llama_act(N * C, es) +
                      llama_act(N * c.ffn_size(), es) + llama_act(N * c.qkv_width(), es);
   return std::max(eval, bwd);

@@ -161,8 +161,8 @@ void LlamaBlock::backward_input(MicroBatch& mb) {
   use(O_PROJ);
   matmul_backward_input(op, datty, s[L_DO], param(O_W));
   Tensor dqkv_rotated = env_.zeros(tmp, {B, T, W});
-  attention_backward(op, dqkv_rotated, datty, s[L_QKV], s[L_PREATT], s[L_ATT],
-                     static_cast<int>(NH), static_cast<int>(KV), no_dropout);
+  attention_backward(op, dqkv_rotated, datty, s[L_QKV], s[L_PREATT], s[L_ATT], static_cast<int>(NH),
+                     static_cast<int>(KV), no_dropout);
   s[L_DQKV] = env_.zeros(w, {B, T, W});
   rope_backward(op, s[L_DQKV], dqkv_rotated, env_.rope_inv_freq, static_cast<int>(NH),
                 static_cast<int>(KV));

@@ -14,7 +14,7 @@ LlamaEmbeddingBlock::LlamaEmbeddingBlock(const BlockEnv& env, int wte) : env_(en
 // exactly (x + 0 = x), and W gives the op a scratch table for the position gradient it drops.
 // (An embedding op without positions in kernels/ would save the (T,C) pass.)
 void LlamaEmbeddingBlock::forward(MicroBatch& mb) {
-  Tensor x = mb.residual[0];  // (B,T,C)
+  Tensor x = mb.residual[0];                                               // (B,T,C)
   const Tensor no_positions = env_.zeros(mb.workspace, {mb.T, x.dim(2)});  // (T,C)
   embedding_forward(env_.op, x, mb.tokens, env_.param(wte_), no_positions);
 }

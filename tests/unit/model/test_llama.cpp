@@ -93,8 +93,8 @@ void llama_fill_batch(MicroBatch& mb, int V, uint64_t seed) {
 void llama_randomize(GPT& gpt, uint64_t seed) {
   const auto& slots = gpt.store().layout().slots();
   for (size_t id = 0; id < slots.size(); ++id) {
-    const bool norm = slots[id].name.find("norm") != std::string::npos ||
-                      slots[id].name == "ln_f.weight";
+    const bool norm =
+        slots[id].name.find("norm") != std::string::npos || slots[id].name == "ln_f.weight";
     const PhiloxStream rng{seed, id};
     float* w = gpt.store().tensor(ChunkKind::PARAM, static_cast<int>(id)).f32();
     for (int64_t i = 0; i < slots[id].numel; ++i)

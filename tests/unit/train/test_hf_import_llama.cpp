@@ -42,8 +42,7 @@ TEST(HfImportLlama, ImportedModelsComputeTransformersLoss) {
   fs::create_directories(dir);
   for (const char* kind : {"llama", "qwen2"}) {
     const std::string out = (dir / fmt::format("{}.ckpt", kind)).string();
-    const HfImportResult r =
-        import_hf_gpt2(hf_llama_fixture(fmt::format("hf_{}_tiny", kind)), out);
+    const HfImportResult r = import_hf_gpt2(hf_llama_fixture(fmt::format("hf_{}_tiny", kind)), out);
     const GPTConfig& c = r.config;
     EXPECT_TRUE(c.is_llama()) << kind;
     EXPECT_EQ(c.n_kv_head, 2) << kind;
@@ -63,8 +62,8 @@ TEST(HfImportLlama, ImportedModelsComputeTransformersLoss) {
       }
     const double loss = model.forward(*mb), ref = want[kind]["loss"];
     EXPECT_NEAR(loss, ref, 1e-6 * ref) << kind;
-    std::printf("%s: imported %d tensors (%s), loss %.9f, transformers f64 %.9f\n", kind,
-                r.tensors, r.source_dtype.c_str(), loss, ref);
+    std::printf("%s: imported %d tensors (%s), loss %.9f, transformers f64 %.9f\n", kind, r.tensors,
+                r.source_dtype.c_str(), loss, ref);
   }
   fs::remove_all(dir);
 }

@@ -75,8 +75,8 @@ TEST(LlamaTrainer, LearnsAndResumesBitwise) {
   Trainer straight(llama_trainer_config(data, dir + "/a", ""));
   EXPECT_TRUE(straight.model().config().is_llama());
   const std::vector<float> want = llama_steps(straight, 30);
-  EXPECT_LT(want.back(), want.front() - 0.8f) << "a Llama model should learn the +1 pattern: "
-                                              << want.front() << " -> " << want.back();
+  EXPECT_LT(want.back(), want.front() - 0.8f)
+      << "a Llama model should learn the +1 pattern: " << want.front() << " -> " << want.back();
   const std::string want_ckpt = straight.save("final.ckpt");
 
   std::string mid;
