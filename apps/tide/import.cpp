@@ -29,7 +29,10 @@ void run_import(const ImportArgs& a) {
   if (!r.ignored.empty()) fmt::print("not imported: {}\n", fmt::join(r.ignored, ", "));
   if (!r.tokenizer_skipped.empty())
     fmt::print("the folder's tokenizer.json is not used: {}\n", r.tokenizer_skipped);
-  if (r.tokenizer.empty())
+  if (r.config.is_llama())
+    fmt::print("train from it with init_from={} and its model.* keys (model.family=llama)\n",
+               a.out);
+  else if (r.tokenizer.empty())
     fmt::print(
         "no tokenizer: `tide sample` needs one (import again with --tokenizer <tokenizer.json>); "
         "`tide train` can start from it with init_from={}\n",
@@ -46,10 +49,12 @@ void add_import_command(CLI::App& app) {
   auto a = std::make_shared<ImportArgs>();
   auto* cmd = app.add_subcommand(
       "import",
-      "Read a Hugging Face GPT-2 folder (model.safetensors + config.json) into a tide checkpoint");
+      "Read a Hugging Face GPT-2, Llama, Qwen2 or Mistral folder (config.json + safetensors) "
+      "into a tide checkpoint");
   cmd->add_option("--hf-dir", a->hf_dir,
-                  "folder written by GPT2LMHeadModel.save_pretrained (config.json, "
-                  "model.safetensors)")
+                  "folder written by save_pretrained of GPT2LMHeadModel, LlamaForCausalLM, "
+                  "Qwen2ForCausalLM or MistralForCausalLM (config.json, model.safetensors or "
+                  "model.safetensors.index.json and its shards)")
       ->required();
   cmd->add_option("--out", a->out, "checkpoint file to write (e.g. runs/hf/model.ckpt)")
       ->required();

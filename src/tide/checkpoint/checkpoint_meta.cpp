@@ -9,8 +9,24 @@ namespace tide {
 using json = nlohmann::json;
 
 json checkpoint_model_json(const GPTConfig& c) {
-  return {{"n_layer", c.n_layer},       {"n_head", c.n_head},           {"n_embd", c.n_embd},
-          {"vocab_size", c.vocab_size}, {"max_seq_len", c.max_seq_len}, {"dropout", c.dropout}};
+  json m = {{"n_layer", c.n_layer},       {"n_head", c.n_head},
+            {"n_embd", c.n_embd},         {"vocab_size", c.vocab_size},
+            {"max_seq_len", c.max_seq_len}, {"dropout", c.dropout}};
+  if (c.is_llama()) {  // a GPT-2 checkpoint's metadata stays as it was
+    m["family"] = model_family_name(c.family);
+    m["n_kv_head"] = c.n_kv_head;
+    m["intermediate_size"] = c.intermediate_size;
+    m["rope_theta"] = c.rope_theta;
+    m["rope_scaling"] = c.rope_scaling == RopeScaling::llama3 ? "llama3" : "none";
+    m["rope_factor"] = c.rope_factor;
+    m["rope_low_freq_factor"] = c.rope_low_freq_factor;
+    m["rope_high_freq_factor"] = c.rope_high_freq_factor;
+    m["rope_original_max_position_embeddings"] = c.rope_original_max_position_embeddings;
+    m["rms_norm_eps"] = c.rms_norm_eps;
+    m["tie_word_embeddings"] = c.tie_word_embeddings;
+    m["qkv_bias"] = c.qkv_bias;
+  }
+  return m;
 }
 
 json checkpoint_meta_json(const CheckpointInfo& info, bool with_optimizer_state) {
@@ -23,7 +39,15 @@ json checkpoint_meta_json(const CheckpointInfo& info, bool with_optimizer_state)
 
 bool same_model_shape(const GPTConfig& a, const GPTConfig& b) {
   return a.n_layer == b.n_layer && a.n_head == b.n_head && a.n_embd == b.n_embd &&
-         a.vocab_size == b.vocab_size && a.max_seq_len == b.max_seq_len;
+         a.vocab_size == b.vocab_size && a.max_seq_len == b.max_seq_len &&
+         a.family == b.family && a.n_kv_head == b.n_kv_head &&
+         a.intermediate_size == b.intermediate_size && a.rope_theta == b.rope_theta &&
+         a.rope_scaling == b.rope_scaling && a.rope_factor == b.rope_factor &&
+         a.rope_low_freq_factor == b.rope_low_freq_factor &&
+         a.rope_high_freq_factor == b.rope_high_freq_factor &&
+         a.rope_original_max_position_embeddings == b.rope_original_max_position_embeddings &&
+         a.rms_norm_eps == b.rms_norm_eps && a.tie_word_embeddings == b.tie_word_embeddings &&
+         a.qkv_bias == b.qkv_bias;
 }
 
 const json& meta_member(const json& obj, const char* key, const std::string& label,
@@ -83,6 +107,35 @@ GPTConfig meta_model(const json& obj, const char* key, const std::string& who) {
   TIDE_CHECK(dropout.is_number(), "{}: metadata '{}.dropout' is a JSON {}, not a number", who, k,
              dropout.type_name());
   c.dropout = dropout.get<float>();
+  if (m.contains("family")) {  // the Llama family's fields (checkpoint_model_json)
+    auto number = [&](const char* f) {
+      const json& x = meta_member(m, f, k + "." + f, who);
+      TIDE_CHECK(x.is_number(), "{}: metadata '{}.{}' is a JSON {}, not a number", who, k, f,
+                 x.type_name());
+      return x.get<double>();
+    };
+    const std::string& family = meta_string(m, "family", k + ".family", who);
+    TIDE_CHECK(family == "llama", "{}: metadata '{}.family' is '{}', not a family tide knows", who,
+               k, family);
+    c.family = ModelFamily::llama;
+    c.n_kv_head = static_cast<int>(meta_integer(m, "n_kv_head", k + ".n_kv_head", 0, INT_MAX, who));
+    c.intermediate_size = static_cast<int>(
+        meta_integer(m, "intermediate_size", k + ".intermediate_size", 0, INT_MAX, who));
+    c.rope_theta = number("rope_theta");
+    const std::string& scaling = meta_string(m, "rope_scaling", k + ".rope_scaling", who);
+    TIDE_CHECK(scaling == "none" || scaling == "llama3",
+               "{}: metadata '{}.rope_scaling' is '{}', not none or llama3", who, k, scaling);
+    c.rope_scaling = scaling == "llama3" ? RopeScaling::llama3 : RopeScaling::none;
+    c.rope_factor = number("rope_factor");
+    c.rope_low_freq_factor = number("rope_low_freq_factor");
+    c.rope_high_freq_factor = number("rope_high_freq_factor");
+    c.rope_original_max_position_embeddings =
+        meta_integer(m, "rope_original_max_position_embeddings",
+                     k + ".rope_original_max_position_embeddings", 1, INT64_MAX, who);
+    c.rms_norm_eps = number("rms_norm_eps");
+    c.tie_word_embeddings = meta_bool(m, "tie_word_embeddings", k + ".tie_word_embeddings", who);
+    c.qkv_bias = meta_bool(m, "qkv_bias", k + ".qkv_bias", who);
+  }
   try {
     c.validate();
   } catch (const Error& e) {

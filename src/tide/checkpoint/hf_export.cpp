@@ -202,6 +202,10 @@ HfExportResult export_hf_gpt2(const std::string& checkpoint, const std::string& 
     src = std::make_unique<FileSource>(checkpoint);
   HfExportResult result;
   result.config = src->info.config;
+  TIDE_CHECK(!result.config.is_llama(),
+             "checkpoint '{}' holds a model.family=llama model; tide export writes Hugging Face "
+             "GPT-2 folders only so far",
+             checkpoint);
   const ChunkLayout layout = make_layout(src->info.config);
   const bool use_master = src->compute != DType::F32 && src->contains("master.wte");
   result.source = use_master ? "master weights (f32)"

@@ -122,17 +122,20 @@ HfImportResult import_hf_gpt2(const std::string& hf_dir, const std::string& out,
              "cannot import '{}': it has no config.json; pass a folder written by "
              "save_pretrained (config.json + model.safetensors)",
              hf_dir);
-  TIDE_CHECK(fs::is_regular_file(model_path, ec),
-             "cannot import '{}': it has no model.safetensors (a sharded HF model or a "
-             "pytorch_model.bin is not read); save it with save_pretrained(safe_serialization="
-             "True) and a max_shard_size above the model's size",
-             hf_dir);
   json hf;
   try {
     hf = json::parse(slurp(cfg_path));
   } catch (const json::exception&) {
     TIDE_FAIL("config '{}' is not valid JSON; it is damaged", cfg_path);
   }
+  if (hf.is_object() && hf.contains("model_type") &&
+      (hf["model_type"] == "llama" || hf["model_type"] == "qwen2" || hf["model_type"] == "mistral"))
+    return import_hf_llama(hf_dir, hf, out, options);
+  TIDE_CHECK(fs::is_regular_file(model_path, ec),
+             "cannot import '{}': it has no model.safetensors (a sharded HF model or a "
+             "pytorch_model.bin is not read); save it with save_pretrained(safe_serialization="
+             "True) and a max_shard_size above the model's size",
+             hf_dir);
   const std::string cfg_who = fmt::format("config '{}'", cfg_path);
   HfImportResult result;
   result.config = gpt_config_from_hf(hf, cfg_who);

@@ -43,7 +43,21 @@ struct HfImportResult {
 // represent. `where` names the file in messages.
 GPTConfig gpt_config_from_hf(const nlohmann::json& hf, const std::string& where);
 
-// Imports `hf_dir` into the single-file checkpoint `out`. Throws a tide::Error (one line) and
+// The Llama family (model_type llama, qwen2 or mistral; hf_import_llama.cpp): the tide model
+// (model.family=llama) of the config; throws a tide::Error naming the first field tide cannot
+// represent (another activation or rope type, head_dim, attention_bias / mlp_bias). Mistral's
+// sliding_window caps max_seq_len (attention is the same inside the window).
+GPTConfig llama_config_from_hf(const nlohmann::json& hf, const std::string& where);
+// A LlamaForCausalLM / Qwen2ForCausalLM / MistralForCausalLM folder (config.json `hf` already
+// read; model.safetensors, or model.safetensors.index.json and its shards) into checkpoint
+// `out`: q/k/v fused into qkv_proj, gate/up into gate_up_proj, lm_head.weight into
+// output.weight (or checked equal to the embedding when tied). No tokenizer is copied (tide
+// reads only its byte-level BPE).
+HfImportResult import_hf_llama(const std::string& hf_dir, const nlohmann::json& hf,
+                               const std::string& out, const HfImportOptions& options);
+
+// Imports `hf_dir` into the single-file checkpoint `out` (a Llama-family config goes to
+// import_hf_llama). Throws a tide::Error (one line) and
 // creates nothing when anything is missing, unsupported or damaged.
 HfImportResult import_hf_gpt2(const std::string& hf_dir, const std::string& out,
                               const HfImportOptions& options = {});

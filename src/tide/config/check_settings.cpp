@@ -201,6 +201,11 @@ void check_settings(const TrainConfig& c) {
   GPTConfig shape = c.model;  // vocab_size 0 (from the data) is checked once it is known
   if (shape.vocab_size == 0) shape.vocab_size = 2;
   shape.validate();
+  TIDE_CHECK(!c.model.is_llama() || c.tensor_parallel == 1,
+             "tensor_parallel.size={} with model.family=llama: tide does not shard a Llama model "
+             "over tensor-parallel ranks yet; use tensor_parallel.size=1 with data parallelism "
+             "and ZeRO stage 3 (zero_optimization.stage=3) to spread its memory over the ranks",
+             c.tensor_parallel);
   check_tensor_parallel(c);  // needs the shape and the activation policy
   check_pipeline(c);         // needs the shape, the batch and ZeRO
   check_zero_and_layout(c);

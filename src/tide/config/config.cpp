@@ -564,8 +564,86 @@ const std::vector<ConfigKey>& config_schema() {
        "`tide schedule --memory-limit`; 0 = 1F1B's peak (p M_B)",
        nums(0, false, 1048576)},
       {"model.preset", &TrainConfig::model_preset, T::STRING, "",
-       "gpt2-124m, gpt2-350m, gpt2-774m or gpt2-1.5b; sets the shape (a shape key given too "
+       "gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1.5b, llama3.2-1b, llama3.2-3b, llama3.1-8b, "
+       "qwen2.5-0.5b, qwen2.5-7b or mistral-7b; sets the shape and family (a model key given too "
        "must equal the preset's)"},
+      {"model.family",
+       {parse_model_family, &TrainConfig::model, &GPTConfig::family},
+       T::STRING,
+       "gpt2",
+       "gpt2, or llama: RoPE, RMSNorm, SwiGLU, grouped-query attention (Llama 3, Qwen2 with "
+       "model.qkv_bias, Mistral); one rank per model replica (data parallelism and ZeRO, no "
+       "tensor or pipeline parallelism yet), no dropout"},
+      {"model.n_kv_head",
+       {&TrainConfig::model, &GPTConfig::n_kv_head},
+       T::INT,
+       0,
+       "llama: key/value heads (grouped-query attention; divides n_head); 0 = n_head",
+       ints(0, 65536)},
+      {"model.intermediate_size",
+       {&TrainConfig::model, &GPTConfig::intermediate_size},
+       T::INT,
+       0,
+       "llama: the SwiGLU MLP's hidden width; 0 = 4 n_embd",
+       ints(0, 1048576)},
+      {"model.rope_theta",
+       {&TrainConfig::model, &GPTConfig::rope_theta},
+       T::FLOAT,
+       10000.0,
+       "llama: RoPE's base",
+       nums(0, true)},
+      {"model.rope_scaling.type",
+       {[](const std::string& s) {
+          if (s == "none") return RopeScaling::none;
+          if (s == "llama3") return RopeScaling::llama3;
+          TIDE_FAIL("model.rope_scaling.type '{}' is not known; use none or llama3", s);
+        },
+        &TrainConfig::model, &GPTConfig::rope_scaling},
+       T::STRING,
+       "none",
+       "llama: RoPE frequency scaling, none or llama3 (Llama 3.1/3.2's, with the four keys "
+       "below)"},
+      {"model.rope_scaling.factor",
+       {&TrainConfig::model, &GPTConfig::rope_factor},
+       T::FLOAT,
+       8.0,
+       "llama3 rope scaling: factor",
+       nums(0, true)},
+      {"model.rope_scaling.low_freq_factor",
+       {&TrainConfig::model, &GPTConfig::rope_low_freq_factor},
+       T::FLOAT,
+       1.0,
+       "llama3 rope scaling: low_freq_factor",
+       nums(0, true)},
+      {"model.rope_scaling.high_freq_factor",
+       {&TrainConfig::model, &GPTConfig::rope_high_freq_factor},
+       T::FLOAT,
+       4.0,
+       "llama3 rope scaling: high_freq_factor (above low_freq_factor)",
+       nums(0, true)},
+      {"model.rope_scaling.original_max_position_embeddings",
+       {&TrainConfig::model, &GPTConfig::rope_original_max_position_embeddings},
+       T::INT,
+       8192,
+       "llama3 rope scaling: original_max_position_embeddings",
+       ints(1)},
+      {"model.rms_norm_eps",
+       {&TrainConfig::model, &GPTConfig::rms_norm_eps},
+       T::FLOAT,
+       1e-5,
+       "llama: RMSNorm's epsilon",
+       nums(0, true, 1)},
+      {"model.tie_word_embeddings",
+       {&TrainConfig::model, &GPTConfig::tie_word_embeddings},
+       T::BOOL,
+       true,
+       "llama: the LM head is the token embedding (false: its own output.weight); GPT-2's is "
+       "always tied"},
+      {"model.qkv_bias",
+       {&TrainConfig::model, &GPTConfig::qkv_bias},
+       T::BOOL,
+       false,
+       "llama: the q, k and v projections have a bias (Qwen2)"},
       {"model.n_layer",
        {&TrainConfig::model, &GPTConfig::n_layer},
        T::INT,
@@ -1123,6 +1201,29 @@ TrainConfig parse_checked(const json& j, std::vector<std::string> unknown, bool 
                  "{}={} conflicts with model.preset={}, whose {} is {}; remove {}, or remove "
                  "model.preset and give every shape key",
                  key, i(key), c.model_preset, key, preset_value, key);
+    // The family's keys likewise (they are the preset's: c.model has read them already).
+    const GPTConfig& m = c.model;
+    const std::pair<const char*, bool> same[] = {
+        {"model.family", m.family == preset.family},
+        {"model.n_kv_head", m.n_kv_head == preset.n_kv_head},
+        {"model.intermediate_size", m.intermediate_size == preset.intermediate_size},
+        {"model.rope_theta", m.rope_theta == preset.rope_theta},
+        {"model.rope_scaling.type", m.rope_scaling == preset.rope_scaling},
+        {"model.rope_scaling.factor", m.rope_factor == preset.rope_factor},
+        {"model.rope_scaling.low_freq_factor",
+         m.rope_low_freq_factor == preset.rope_low_freq_factor},
+        {"model.rope_scaling.high_freq_factor",
+         m.rope_high_freq_factor == preset.rope_high_freq_factor},
+        {"model.rope_scaling.original_max_position_embeddings",
+         m.rope_original_max_position_embeddings == preset.rope_original_max_position_embeddings},
+        {"model.rms_norm_eps", m.rms_norm_eps == preset.rms_norm_eps},
+        {"model.tie_word_embeddings", m.tie_word_embeddings == preset.tie_word_embeddings},
+        {"model.qkv_bias", m.qkv_bias == preset.qkv_bias}};
+    for (const auto& [key, equal] : same)
+      TIDE_CHECK(!is_given(key) || equal,
+                 "{}={} conflicts with model.preset={}, which sets its own; remove {}, or remove "
+                 "model.preset and give every model key",
+                 key, v.at(key).dump(), c.model_preset, key);
     preset.dropout = c.model.dropout;  // not part of the shape
     c.model = preset;
   } else if (c.model.max_seq_len == 0) {
@@ -1134,6 +1235,22 @@ TrainConfig parse_checked(const json& j, std::vector<std::string> unknown, bool 
   v["model.n_embd"] = c.model.n_embd;
   v["model.vocab_size"] = c.model.vocab_size;
   v["model.max_seq_len"] = c.model.max_seq_len;
+  if (!c.model_preset.empty()) {  // the family's keys the preset set
+    const GPTConfig& m = c.model;
+    v["model.family"] = model_family_name(m.family);
+    v["model.n_kv_head"] = m.n_kv_head;
+    v["model.intermediate_size"] = m.intermediate_size;
+    v["model.rope_theta"] = m.rope_theta;
+    v["model.rope_scaling.type"] = m.rope_scaling == RopeScaling::llama3 ? "llama3" : "none";
+    v["model.rope_scaling.factor"] = m.rope_factor;
+    v["model.rope_scaling.low_freq_factor"] = m.rope_low_freq_factor;
+    v["model.rope_scaling.high_freq_factor"] = m.rope_high_freq_factor;
+    v["model.rope_scaling.original_max_position_embeddings"] =
+        m.rope_original_max_position_embeddings;
+    v["model.rms_norm_eps"] = m.rms_norm_eps;
+    v["model.tie_word_embeddings"] = m.tie_word_embeddings;
+    v["model.qkv_bias"] = m.qkv_bias;
+  }
 
   if (is_given("steps_per_print")) {
     TIDE_CHECK(!is_given("log.interval") || i("log.interval") == i("steps_per_print"),

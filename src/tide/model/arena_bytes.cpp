@@ -160,6 +160,18 @@ MicroBatchArenas micro_batch_arenas(const ArenaShape& s, int first_layer, int en
     a.workspace = std::max(a.workspace, workspace);
     a.stash_slot = std::max(a.stash_slot, stash);
   };
+  if (s.config->is_llama()) {
+    if (embedding)
+      block(llama_embedding_saved_bytes(s, B, T), llama_embedding_workspace_bytes(s, B, T),
+            llama_embedding_stash_bytes(s, B, T));
+    if (end_layer > first_layer)
+      block((end_layer - first_layer) * llama_layer_saved_bytes(s, B, T),
+            llama_layer_workspace_bytes(s, B, T), llama_layer_stash_bytes(s, B, T));
+    if (head)
+      block(llama_head_saved_bytes(s, B, T), llama_head_workspace_bytes(s, B, T),
+            llama_head_stash_bytes(s, B, T));
+    return a;
+  }
   if (embedding)
     block(embedding_saved_bytes(s, B, T), embedding_workspace_bytes(s, B, T),
           embedding_stash_bytes(s, B, T));

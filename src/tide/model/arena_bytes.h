@@ -45,6 +45,17 @@ size_t head_saved_bytes(const ArenaShape& s, int B, int T);
 size_t head_workspace_bytes(const ArenaShape& s, int B, int T);
 size_t head_stash_bytes(const ArenaShape& s, int B, int T);
 
+// The Llama family's blocks (llama_blocks.h; one rank: s.tp == 1).
+size_t llama_layer_saved_bytes(const ArenaShape& s, int B, int T);
+size_t llama_layer_workspace_bytes(const ArenaShape& s, int B, int T);
+size_t llama_layer_stash_bytes(const ArenaShape& s, int B, int T);
+size_t llama_embedding_saved_bytes(const ArenaShape& s, int B, int T);
+size_t llama_embedding_workspace_bytes(const ArenaShape& s, int B, int T);
+size_t llama_embedding_stash_bytes(const ArenaShape& s, int B, int T);
+size_t llama_head_saved_bytes(const ArenaShape& s, int B, int T);
+size_t llama_head_workspace_bytes(const ArenaShape& s, int B, int T);
+size_t llama_head_stash_bytes(const ArenaShape& s, int B, int T);
+
 // One micro-batch of a model holding transformer layers [first_layer, end_layer) and the
 // embedding and/or the head: its `saved` arena (tokens, targets, the residual boundaries and
 // every block's saved bytes; for an evaluation micro-batch the blocks keep nothing there), its

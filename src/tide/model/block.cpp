@@ -113,4 +113,32 @@ void BlockEnv::add_sp_partial_grads(Tensor partial, const std::vector<Tensor>& g
   TIDE_ASSERT(at == partial.numel());
 }
 
+void record_losses(const BlockEnv& env, MicroBatch& mb, Tensor losses) {
+  const int64_t B = mb.B, T = mb.T;
+  // On a device the losses come down to the host (the one wait of a forward).
+  if (!env.op.device.is_cpu()) {
+    copy(env.op, mb.host_losses, losses);
+    synchronize(env.op);
+    losses = mb.host_losses;
+  }
+  // Per-sequence sums (in double, in position order) and the mean over the positions with a
+  // target (ignored targets give loss 0 and do not count). Validation adds up the per-sequence
+  // sums in a fixed order, so its mean does not depend on how sequences were batched.
+  mb.seq_loss_sum.assign(B, 0.0);
+  mb.seq_targets.assign(B, 0);
+  const int32_t* tgt = mb.host_targets.i32();
+  double sum = 0.0;
+  int64_t counted = 0;
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t t = 0; t < T; ++t) {
+      if (tgt[b * T + t] < 0) continue;
+      mb.seq_loss_sum[b] += losses.f32()[b * T + t];
+      ++mb.seq_targets[b];
+    }
+    sum += mb.seq_loss_sum[b];
+    counted += mb.seq_targets[b];
+  }
+  mb.loss = counted ? static_cast<float>(sum / counted) : 0.0f;
+}
+
 }  // namespace tide

@@ -94,6 +94,9 @@ struct BlockEnv {
   // The activations' dtype: the compute dtype (PARAM's), as DeepSpeed's bf16/fp16 run the
   // module in it. Statistics (layernorm's mean and rstd, the losses) and the logits stay f32.
   DType act = DType::F32;
+  // The Llama family: RoPE's inverse frequencies (head_size/2) f32 on the model's device
+  // (rope_inv_freq of GPTConfig::rope_spec()); undefined for GPT-2.
+  Tensor rope_inv_freq;
 
   // An activation (shape) from `arena`, and a (shape) tensor of `dtype`, zeroed by an op on
   // this context's stream (the host never writes device memory itself: kernels/mover.h).
@@ -155,5 +158,10 @@ class Block {
 
 // The shape arena_bytes.h sizes a block's arenas by, from its environment.
 ArenaShape arena_shape(const BlockEnv& env);
+
+// A head's last step of forward: the per-position losses (B,T) f32 (on a device copied down
+// to mb.host_losses first) summed per sequence into mb.seq_loss_sum / seq_targets and averaged
+// into mb.loss.
+void record_losses(const BlockEnv& env, MicroBatch& mb, Tensor losses);
 
 }  // namespace tide

@@ -7,6 +7,8 @@
 
 #include "tide/core/trace.h"
 #include "tide/kernels/mover.h"
+#include "tide/kernels/rope_freq.h"
+#include "tide/model/llama_blocks.h"
 
 namespace tide {
 
@@ -77,6 +79,10 @@ GPT::GPT(const GPTConfig& config, ActivationPolicy policy, const ModelOptions& o
 
   const ChunkLayout& lay = store_->layout();
   groups_ = tide::block_groups(lay);
+  if (config_.is_llama()) {
+    build_llama_blocks();
+    return;
+  }
   if (has_embedding()) {
     const std::vector<int>& g = groups_.front().groups[0];  // wte, wpe
     blocks_.push_back(std::make_unique<EmbeddingBlock>(env_, g[0], g[1]));
@@ -100,6 +106,26 @@ GPT::~GPT() {
   }
 }
 
+void GPT::build_llama_blocks() {
+  // RoPE's inverse frequencies, made once on the host and copied to the model's device.
+  const std::vector<float> inv_freq = rope_inv_freq(config_.rope_spec());
+  const int64_t n = static_cast<int64_t>(inv_freq.size());
+  rope_ = Arena("rope inv_freq", Arena::aligned(static_cast<size_t>(n) * 4), activations_);
+  env_.rope_inv_freq = rope_.alloc_tensor({n}, DType::F32);
+  copy(env_.op, env_.rope_inv_freq, Tensor(const_cast<float*>(inv_freq.data()), {n}));
+  synchronize(env_.op);  // before inv_freq goes
+  if (has_embedding())
+    blocks_.push_back(std::make_unique<LlamaEmbeddingBlock>(env_, groups_.front().groups[0][0]));
+  for (int l = first_layer_; l < end_layer_; ++l)
+    blocks_.push_back(
+        std::make_unique<LlamaBlock>(env_, l, groups_[blocks_.size()].ids()));  // layout order
+  if (has_head()) {
+    const std::vector<int>& g = groups_.back().groups[0];  // ln_f.weight, the LM head weight
+    blocks_.push_back(std::make_unique<LlamaHeadBlock>(env_, g[1], g[0]));
+  }
+  TIDE_ASSERT(blocks_.size() == groups_.size());
+}
+
 void GPT::init_weights(uint64_t seed) {
   const ChunkLayout& lay = store_->layout();
   // RNG streams are keyed by the tensor's position in the whole model's layout, so a stage
@@ -113,7 +139,11 @@ void GPT::init_weights(uint64_t seed) {
     const std::string& name = lay.slot(id).name;
     return whole.find(name == "lm_head.weight" ? std::string("wte") : name);
   };
-  const float proj_std = 0.02f / std::sqrt(2.0f * config_.n_layer);
+  // The Llama family: transformers' _init_weights with initializer_range 0.02: every matrix
+  // and the embedding N(0, 0.02), no scaled residual projections, RMSNorm weights 1, the qkv
+  // bias 0.
+  const bool llama = config_.is_llama();
+  const float proj_std = llama ? 0.02f : 0.02f / std::sqrt(2.0f * config_.n_layer);
   // Every kind that holds the weights gets them: PARAM, and a MASTER of its own (16-bit
   // compute, or offload's host copy) in f32, so PARAM is MASTER rounded. Under ZeRO a kind may
   // hold only this rank's slice.
@@ -133,7 +163,8 @@ void GPT::init_weights(uint64_t seed) {
   for (int id = 0; id < lay.num_tensors(); ++id) {
     const TensorSlot& s = lay.slot(id);
     const bool is_bias = s.name.ends_with(".bias");
-    const bool is_norm = s.name.find("ln_") != std::string::npos;
+    const bool is_norm = s.name.find(llama ? "norm" : "ln_") != std::string::npos ||
+                         (llama && s.name == "ln_f.weight");
     const float std = s.name.ends_with("c_proj.weight") ? proj_std : 0.02f;
     // One RNG stream per tensor, keyed by its name's position: independent of chunking, so
     // each rank draws exactly the elements it holds.

@@ -1,5 +1,6 @@
 #pragma once
-// GPT-2 as a list of blocks over a chunk store.
+// GPT-2, or a model of the Llama family (GPTConfig::family; llama_blocks.h), as a list of
+// blocks over a chunk store.
 //
 //   blocks[0]          EmbeddingBlock     tokens -> residual[0]
 //   blocks[1..L]       TransformerBlock   residual[l-1] -> residual[l]
@@ -126,7 +127,9 @@ class GPT {
   Tensor residual_grad(MicroBatch& mb) const { return mb.dresidual; }
 
   // GPT-2 initialisation from `seed`: weights N(0, 0.02), the two residual projections
-  // (attn.c_proj, mlp.c_proj) N(0, 0.02/sqrt(2L)), biases 0, layernorm weights 1.
+  // (attn.c_proj, mlp.c_proj) N(0, 0.02/sqrt(2L)), biases 0, layernorm weights 1. The Llama
+  // family: transformers' (initializer_range 0.02): matrices and the embedding N(0, 0.02),
+  // RMSNorm weights 1, the qkv bias 0.
   // Every stage and tensor-parallel shard draws the single-rank model's values for the
   // elements it holds (the vocabulary padding rows are 0).
   void init_weights(uint64_t seed);
@@ -180,6 +183,7 @@ class GPT {
   Allocator* activations_ = nullptr;        // ModelOptions::activations
   BlockEnv env_;
   std::unique_ptr<ChunkStore> store_;
+  Arena rope_;  // the Llama family: env_.rope_inv_freq, on the model's device
   std::vector<std::unique_ptr<Block>> blocks_;
   // Per block, its parameter groups and the gradients each group's W completes
   // (param_groups.h; wte: only after the embedding, the last of its two users in backward
@@ -189,6 +193,8 @@ class GPT {
   // Throws a tide::Error when the options put the ops and the memory on different devices, or
   // ask a device for what runs only on the host.
   void check_device(const ModelOptions& o) const;
+  // The Llama family's blocks (llama_blocks.h) and RoPE's table in rope_.
+  void build_llama_blocks();
   void run_part(MicroBatch& mb, int i, GroupAccess& access, void (Block::*part)(MicroBatch&));
 };
 

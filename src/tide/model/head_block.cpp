@@ -47,30 +47,7 @@ void HeadBlock::forward(MicroBatch& mb) {
     crossentropy_forward(env_.op, losses, logits, mb.targets);
   }
   mb.logits = logits;
-  // On a device the losses come down to the host (the one wait of a forward).
-  if (!env_.op.device.is_cpu()) {
-    copy(env_.op, mb.host_losses, losses);
-    synchronize(env_.op);
-    losses = mb.host_losses;
-  }
-  // Per-sequence sums (in double, in position order) and the mean over the positions with a
-  // target (ignored targets give loss 0 and do not count). Validation adds up the per-sequence
-  // sums in a fixed order, so its mean does not depend on how sequences were batched.
-  mb.seq_loss_sum.assign(B, 0.0);
-  mb.seq_targets.assign(B, 0);
-  const int32_t* tgt = mb.host_targets.i32();
-  double sum = 0.0;
-  int64_t counted = 0;
-  for (int64_t b = 0; b < B; ++b) {
-    for (int64_t t = 0; t < T; ++t) {
-      if (tgt[b * T + t] < 0) continue;
-      mb.seq_loss_sum[b] += losses.f32()[b * T + t];
-      ++mb.seq_targets[b];
-    }
-    sum += mb.seq_loss_sum[b];
-    counted += mb.seq_targets[b];
-  }
-  mb.loss = counted ? static_cast<float>(sum / counted) : 0.0f;
+  record_losses(env_, mb, losses);
   if (mb.training)
     mb.block_saved[cfg.n_layer + 1] = {lnf,      mean,    rstd,    logits,
                                        Tensor(), lse_max, lse_sum, lnf_full};

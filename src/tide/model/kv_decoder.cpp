@@ -34,6 +34,10 @@ KvDecoder::KvDecoder(GPT& model) : model_(model) {
   TIDE_CHECK(model.tp() == 1,
              "the key/value-cache decoder needs the whole model on one rank (this one holds a "
              "tensor-parallel shard); sample from a single-rank model");
+  TIDE_CHECK(!model.config().is_llama(),
+             "the key/value-cache decoder runs GPT-2 only; a model.family=llama checkpoint cannot "
+             "be sampled by tide yet (its RoPE op has no position offset for one token at a "
+             "time); train from it with init_from= instead");
   const GPTConfig& c = model.config();
   L_ = c.n_layer;
   T_ = c.max_seq_len;

@@ -12,6 +12,11 @@ const char* const kLayerParamNames[12] = {
     "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight",        "ln_2.bias",
     "mlp.c_fc.weight",    "mlp.c_fc.bias",    "mlp.c_proj.weight",  "mlp.c_proj.bias"};
 
+const char* const kLlamaLayerParamNames[7] = {
+    "input_layernorm.weight",  "self_attn.qkv_proj.weight",       "self_attn.qkv_proj.bias",
+    "self_attn.o_proj.weight", "post_attention_layernorm.weight", "mlp.gate_up_proj.weight",
+    "mlp.down_proj.weight"};
+
 int64_t vocab_rows_per_rank(const GPTConfig& config, int tp) {
   return (int64_t{config.vocab_size} + tp - 1) / tp;
 }
@@ -45,6 +50,42 @@ bool tp_sharded(const std::string& name) {
   return name == "wte" || name == "lm_head.weight";
 }
 
+namespace {
+
+// The Llama family's layout (layout.h); make_layout has checked the coordinates.
+ChunkLayout make_llama_layout(const GPTConfig& c, RankCoords at) {
+  TIDE_CHECK(at.tp == 1,
+             "tensor parallelism for model.family=llama is not in tide yet; use "
+             "tensor_parallel.size=1 (data parallelism and ZeRO 1-3 shard a Llama model instead)");
+  const int64_t C = c.n_embd, W = c.qkv_width(), I = c.ffn_size();
+  const Shape shapes[7] = {{C}, {W, C}, {W}, {C, C}, {C}, {2 * I, C}, {C, I}};
+  ChunkLayout layout;
+  if (at.stage == 0) {
+    layout.begin_unit();
+    layout.add("wte", {c.vocab_size, C}, true);
+  }
+  const int per_stage = c.n_layer / at.pp;
+  for (int l = at.stage * per_stage; l < (at.stage + 1) * per_stage; ++l)
+    for (int i = 0; i < 7; ++i) {
+      if (i == 2 && !c.qkv_bias) continue;
+      if (std::ranges::find(kLlamaLayerGroupBegin, i) != std::end(kLlamaLayerGroupBegin))
+        layout.begin_unit();
+      layout.add(fmt::format("h.{}.{}", l, kLlamaLayerParamNames[i]), shapes[i],
+                 shapes[i].ndim >= 2);  // decay matrices, not biases or norms
+    }
+  if (at.stage == at.pp - 1) {
+    layout.begin_unit(/*own_chunk=*/true);
+    layout.add("ln_f.weight", {C}, false);
+    if (!c.tie_word_embeddings)
+      layout.add("output.weight", {c.vocab_size, C}, true);
+    else if (at.pp > 1)
+      layout.add("lm_head.weight", {c.vocab_size, C}, true);
+  }
+  return layout;
+}
+
+}  // namespace
+
 ChunkLayout make_layout(const GPTConfig& c, RankCoords at) {
   c.validate();
   TIDE_CHECK(at.tp >= 1 && at.tp_rank >= 0 && at.tp_rank < at.tp,
@@ -59,6 +100,7 @@ ChunkLayout make_layout(const GPTConfig& c, RankCoords at) {
              "model.n_layer {} does not divide over {} pipeline stages; pick a stage count that "
              "divides it",
              c.n_layer, at.pp);
+  if (c.is_llama()) return make_llama_layout(c, at);
   const int64_t C = c.n_embd, t = at.tp;
   const Shape layer_shapes[12] = {{C}, {C}, {3 * C / t, C}, {3 * C / t}, {C, C / t},     {C},
                                   {C}, {C}, {4 * C / t, C}, {4 * C / t}, {C, 4 * C / t}, {C}};

@@ -19,6 +19,18 @@
 // head's ln_f starts a chunk of its own: the head's W, the first in backward, would otherwise
 // hold the last layer's chunk's gradient buffer through that layer's B.
 // With t = p = 1 the sizes add up to GPTConfig::num_parameters().
+//
+// The Llama family (GPTConfig::family llama; one rank: tp = 1, I = intermediate_size,
+// W = (n_head + 2 n_kv_head) head_size):
+//   stage 0         wte (V, C) (no position embedding: RoPE)
+//   each layer      input_layernorm (C); self_attn.qkv_proj (W, C), rows q heads then k heads
+//                   then v heads, + bias (W) with qkv_bias; self_attn.o_proj (C, C);
+//                   post_attention_layernorm (C); mlp.gate_up_proj (2I, C), rows gate then up
+//                   (the swiglu op's input order); mlp.down_proj (C, I)
+//   last stage      ln_f.weight (C) (the final RMSNorm); output.weight (V, C) when the head is
+//                   untied (tie_word_embeddings false; HF's lm_head.weight, named apart from
+//                   the pipeline's tied copy lm_head.weight), with p > 1 and a tied head
+//                   lm_head.weight as GPT-2's
 
 #include <string>
 
@@ -39,6 +51,11 @@ extern const char* const kLayerParamNames[12];
 // Where a transformer layer's parameter groups begin in kLayerParamNames
 // (model/param_groups.h): ln_1 + attn.c_attn, attn.c_proj, ln_2 + mlp.c_fc, mlp.c_proj.
 inline constexpr int kLayerGroupBegin[4] = {0, 4, 6, 10};
+// The Llama family's layer parameters, in declaration order (qkv_proj.bias only with
+// qkv_bias), and where its groups begin: input_layernorm + qkv_proj, o_proj,
+// post_attention_layernorm + gate_up_proj, down_proj.
+extern const char* const kLlamaLayerParamNames[7];
+inline constexpr int kLlamaLayerGroupBegin[4] = {0, 3, 4, 6};
 
 // Rows of the vocabulary-parallel token embedding on each of `tp` ranks.
 int64_t vocab_rows_per_rank(const GPTConfig& config, int tp);

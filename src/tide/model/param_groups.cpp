@@ -19,7 +19,10 @@ std::vector<int> BlockGroups::ids() const {
 std::vector<BlockGroups> block_groups(const ChunkLayout& layout) {
   std::vector<BlockGroups> blocks;
   const int wte = layout.index_of("wte"), wpe = layout.index_of("wpe");
-  if (wte >= 0) blocks.push_back({BlockGroups::Kind::EMBEDDING, {{wte, wpe}}, {{wte, wpe}}});
+  if (wte >= 0 && wpe >= 0)
+    blocks.push_back({BlockGroups::Kind::EMBEDDING, {{wte, wpe}}, {{wte, wpe}}});
+  else if (wte >= 0)  // the Llama family: no position embedding
+    blocks.push_back({BlockGroups::Kind::EMBEDDING, {{wte}}, {{wte}}});
   std::set<int> layers;  // the layer indices present (a pipeline stage holds a range)
   for (int id = 0; id < layout.num_tensors(); ++id) {
     const std::string& name = layout.slot(id).name;
@@ -27,6 +30,22 @@ std::vector<BlockGroups> block_groups(const ChunkLayout& layout) {
   }
   for (int l : layers) {
     BlockGroups b;
+    if (layout.index_of(fmt::format("h.{}.{}", l, kLayerParamNames[0])) < 0) {
+      // The Llama family (layout.h): its names, the optional qkv bias left out when absent.
+      for (int k = 0; k < 4; ++k) {
+        std::vector<int> g;
+        for (int i = kLlamaLayerGroupBegin[k]; i < (k < 3 ? kLlamaLayerGroupBegin[k + 1] : 7);
+             ++i) {
+          const std::string name = fmt::format("h.{}.{}", l, kLlamaLayerParamNames[i]);
+          if (i == 2 && layout.index_of(name) < 0) continue;  // no qkv bias
+          g.push_back(layout.find(name));
+        }
+        b.groups.push_back(g);
+        b.grads_done.push_back(g);
+      }
+      blocks.push_back(std::move(b));
+      continue;
+    }
     for (int k = 0; k < 4; ++k) {
       std::vector<int> g;
       for (int i = kLayerGroupBegin[k]; i < (k < 3 ? kLayerGroupBegin[k + 1] : 12); ++i)
@@ -37,7 +56,17 @@ std::vector<BlockGroups> block_groups(const ChunkLayout& layout) {
     blocks.push_back(std::move(b));
   }
   const int lnf_w = layout.index_of("ln_f.weight"), lnf_b = layout.index_of("ln_f.bias");
-  if (lnf_w >= 0) {
+  if (lnf_w >= 0 && lnf_b < 0) {
+    // The Llama family: ln_f.weight (RMSNorm) and the LM head weight: its own untied
+    // output.weight, a later stage's tied copy lm_head.weight, or wte.
+    const int untied = layout.index_of("output.weight");
+    const int own = untied >= 0 ? untied : layout.index_of("lm_head.weight");
+    const int head = own >= 0 ? own : wte;
+    TIDE_CHECK(head >= 0, "the layout holds ln_f but no LM head weight");
+    BlockGroups b{BlockGroups::Kind::HEAD, {{lnf_w, head}}, {{lnf_w}}};
+    if (own >= 0) b.grads_done[0].push_back(own);
+    blocks.push_back(std::move(b));
+  } else if (lnf_w >= 0) {
     const int own = layout.index_of("lm_head.weight");
     const int head = own >= 0 ? own : wte;
     TIDE_CHECK(head >= 0, "the layout holds ln_f but neither wte nor lm_head.weight");

@@ -9,6 +9,9 @@
 //                       3: mlp.c_proj
 //   embedding           0: wte, wpe (its B reads no parameter and acquires none)
 //   head                0: ln_f + the LM head weight (wte, or lm_head.weight on a later stage)
+//   Llama family layer  0: input_layernorm + self_attn.qkv_proj (+ bias)  1: self_attn.o_proj
+//                       2: post_attention_layernorm + mlp.gate_up_proj  3: mlp.down_proj
+//   Llama embedding     0: wte;   Llama head  0: ln_f.weight + output.weight (untied) or wte
 //
 // This file is the one description of the groups and of the order each block part acquires
 // them. The model builds its blocks from it (gpt.cpp) and its blocks acquire in this order
