@@ -15,6 +15,7 @@
 #include "tide/checkpoint/hf_export.h"
 #include "tide/checkpoint/safetensors.h"
 #include "tide/core/dtype.h"
+#include "tide/core/read_file.h"
 #include "tide/data/tokenizer.h"
 #include "tide/model/gpt.h"
 #include "tide/model/layout.h"
@@ -50,25 +51,6 @@ void require_field(const json& hf, const char* key, const json& fallback,
 }
 
 // The tensor's values as f32 (F32 copied, BF16/F16 widened).
-std::vector<float> read_f32(const SafetensorsReader& r, const SafetensorsEntry& e) {
-  const auto n = static_cast<size_t>(e.shape.numel());
-  std::vector<float> out(n);
-  if (e.dtype == DType::F32) {
-    r.read(e.name, out.data(), e.dtype, e.shape);
-    return out;
-  }
-  std::vector<uint16_t> half(n);
-  r.read(e.name, half.data(), e.dtype, e.shape);
-  for (size_t i = 0; i < n; ++i)
-    out[i] = e.dtype == DType::BF16 ? bf16_to_f32(half[i]) : f16_to_f32(half[i]);
-  return out;
-}
-
-std::string slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(f), {});
-}
-
 }  // namespace
 
 GPTConfig gpt_config_from_hf(const json& hf, const std::string& where) {
@@ -124,7 +106,7 @@ HfImportResult import_hf_gpt2(const std::string& hf_dir, const std::string& out,
              hf_dir);
   json hf;
   try {
-    hf = json::parse(slurp(cfg_path));
+    hf = json::parse(read_file(cfg_path, "Hugging Face config.json"));
   } catch (const json::exception&) {
     TIDE_FAIL("config '{}' is not valid JSON; it is damaged", cfg_path);
   }
@@ -197,7 +179,7 @@ HfImportResult import_hf_gpt2(const std::string& hf_dir, const std::string& out,
   if (lm_head != nullptr) {
     const SafetensorsEntry& w = *found.at("wte");
     TIDE_CHECK(lm_head->shape == w.shape && lm_head->dtype == w.dtype &&
-                   read_f32(r, *lm_head) == read_f32(r, w),
+                   r.read_as_f32(*lm_head) == r.read_as_f32(w),
                "{}: '{}' differs from the token embedding; tide's LM head is tied to wte and "
                "cannot hold an untied one",
                who, lm_head->name);
@@ -246,7 +228,7 @@ HfImportResult import_hf_gpt2(const std::string& hf_dir, const std::string& out,
                "cannot read tokenizer '{}': no such file; pass a tokenizer.json written by `tide "
                "prepare`",
                tok_in);
-    tok_text = slurp(tok_in);
+    tok_text = read_file(tok_in, "tokenizer file");
     const int tok_vocab = Tokenizer::load(tok_in).vocab_size();
     TIDE_CHECK(tok_vocab <= c.vocab_size,
                "tokenizer '{}' has {} tokens but the model's vocab_size is {}; pass the tokenizer "
@@ -254,7 +236,7 @@ HfImportResult import_hf_gpt2(const std::string& hf_dir, const std::string& out,
                tok_in, tok_vocab, c.vocab_size);
     const bool same = fs::exists(tok_out, ec) && fs::equivalent(tok_in, tok_out, ec);
     TIDE_CHECK(same || options.overwrite || !fs::exists(tok_out, ec) ||
-                   slurp(tok_out.string()) == tok_text,
+                   read_file(tok_out.string(), "tokenizer file") == tok_text,
                "'{}' exists and differs from '{}'; pass --overwrite to replace it",
                tok_out.string(), tok_in);
   }
@@ -265,7 +247,7 @@ HfImportResult import_hf_gpt2(const std::string& hf_dir, const std::string& out,
   for (int id = 0; id < store.layout().num_tensors(); ++id) {
     const TensorSlot& s = store.layout().slot(id);
     const SafetensorsEntry& e = *found.at(s.name);
-    const std::vector<float> v = read_f32(r, e);
+    const std::vector<float> v = r.read_as_f32(e);
     const Tensor dst = store.tensor(ChunkKind::PARAM, id);
     float* d = dst.f32();
     if (!hf_gpt2_transposed(s.name)) {

@@ -17,6 +17,7 @@
 #include "tide/checkpoint/hf_import.h"
 #include "tide/checkpoint/safetensors.h"
 #include "tide/core/dtype.h"
+#include "tide/core/read_file.h"
 #include "tide/model/gpt.h"
 #include "tide/model/layout.h"
 
@@ -57,26 +58,6 @@ bool llama_bool(const json& hf, const char* key, const std::string& where, bool 
   if (!v) return fallback;
   TIDE_CHECK(v->is_boolean(), "{}: '{}' is {}, not true or false", where, key, v->dump());
   return v->get<bool>();
-}
-
-// The values as f32 (F32 copied, BF16/F16 widened).
-std::vector<float> llama_read_f32(const SafetensorsReader& r, const SafetensorsEntry& e) {
-  const auto n = static_cast<size_t>(e.shape.numel());
-  std::vector<float> out(n);
-  if (e.dtype == DType::F32) {
-    r.read(e.name, out.data(), e.dtype, e.shape);
-    return out;
-  }
-  std::vector<uint16_t> half(n);
-  r.read(e.name, half.data(), e.dtype, e.shape);
-  for (size_t i = 0; i < n; ++i)
-    out[i] = e.dtype == DType::BF16 ? bf16_to_f32(half[i]) : f16_to_f32(half[i]);
-  return out;
-}
-
-std::string llama_slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(f), {});
 }
 
 // One HF tensor: the reader of its file and its entry.
@@ -204,7 +185,7 @@ HfImportResult import_hf_llama(const std::string& hf_dir, const json& hf, const 
                hf_dir);
     json idx;
     try {
-      idx = json::parse(llama_slurp(index));
+      idx = json::parse(read_file(index, "safetensors index"));
     } catch (const json::exception&) {
       TIDE_FAIL("index '{}' is not valid JSON; it is damaged", index);
     }
@@ -238,7 +219,7 @@ HfImportResult import_hf_llama(const std::string& hf_dir, const json& hf, const 
   if (c.tie_word_embeddings && found.contains("lm_head.weight")) {
     const HfTensor& h = found.at("lm_head.weight");
     const HfTensor& w = found.at("model.embed_tokens.weight");
-    TIDE_CHECK(llama_read_f32(*h.reader, *h.entry) == llama_read_f32(*w.reader, *w.entry),
+    TIDE_CHECK(h.reader->read_as_f32(*h.entry) == w.reader->read_as_f32(*w.entry),
                "'{}': lm_head.weight differs from the token embedding but config.json says "
                "tie_word_embeddings; fix the config",
                hf_dir);
@@ -297,7 +278,7 @@ HfImportResult import_hf_llama(const std::string& hf_dir, const json& hf, const 
     float* d = store.tensor(ChunkKind::PARAM, id).f32();
     for (const std::string& part : hf_parts(store.layout().slot(id).name)) {
       const HfTensor& t = found.at(part);
-      const std::vector<float> v = llama_read_f32(*t.reader, *t.entry);
+      const std::vector<float> v = t.reader->read_as_f32(*t.entry);
       std::memcpy(d, v.data(), v.size() * 4);
       d += v.size();
     }

@@ -532,4 +532,20 @@ void SafetensorsReader::read_bytes(const std::string& name, uint64_t begin, uint
              subject(), shown(name));
 }
 
+std::vector<float> SafetensorsReader::read_as_f32(const SafetensorsEntry& e) const {
+  const auto n = static_cast<size_t>(e.shape.numel());
+  std::vector<float> out(n);
+  if (e.dtype == DType::F32) {
+    read(e.name, out.data(), e.dtype, e.shape);
+    return out;
+  }
+  TIDE_CHECK(e.dtype == DType::BF16 || e.dtype == DType::F16,
+             "{}: tensor '{}' is {}; it can be read as f32 from F32, BF16 or F16", subject(),
+             e.name, dtype_name(e.dtype));
+  std::vector<uint16_t> half(n);
+  read(e.name, half.data(), e.dtype, e.shape);
+  convert_elements(half.data(), e.dtype, out.data(), DType::F32, static_cast<int64_t>(n));
+  return out;
+}
+
 }  // namespace tide

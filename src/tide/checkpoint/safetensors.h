@@ -97,6 +97,9 @@ class SafetensorsReader {
   // tensor is missing or its dtype or shape is not the expected one.
   void read(const std::string& name, void* dst, DType expected_dtype,
             const Shape& expected_shape) const;
+  // Tensor `e` (an entry of this file) widened to f32: f32 copied, bf16 and f16 converted
+  // exactly; another dtype is a tide::Error.
+  std::vector<float> read_as_f32(const SafetensorsEntry& e) const;
   // Copies bytes [begin, begin + nbytes) of tensor `name`'s data into `dst`: part of a tensor
   // (sharded checkpoints read only the elements a rank holds). Throws a tide::Error when the
   // tensor is missing or the range is not inside it.

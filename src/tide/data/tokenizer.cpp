@@ -1,5 +1,7 @@
 #include "tide/data/tokenizer.h"
 
+#include "tide/core/read_file.h"
+
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
@@ -52,18 +54,6 @@ void append_utf8(uint32_t cp, std::string& out) {  // cp < 0x800 is all the tabl
     out.push_back(static_cast<char>(0xC0 | (cp >> 6)));
     out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
   }
-}
-
-std::string read_file(const std::string& path, const std::string& what) {
-  std::error_code ec;
-  TIDE_CHECK(!std::filesystem::is_directory(path, ec),
-             "{}: is a directory, not a {}; check the path", path, what);
-  std::ifstream in(path, std::ios::binary);
-  TIDE_CHECK(in.good(), "{}: cannot open {}; check the path", path, what);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  TIDE_CHECK(!in.bad(), "{}: cannot read {}; check that it is a readable file", path, what);
-  return ss.str();
 }
 
 }  // namespace
