@@ -49,8 +49,11 @@ TEST(SimDeviceDataParallel, TrainsTheCpuRunBitwise) {
   std::shared_ptr<ProcessGroup> world = mpi_test::world_ptr();
   const std::string dir = shared_temp_dir(*world);
   const std::string shard = write_shared_shard(*world, dir);
-  for (const auto& [precision, stage] : std::vector<std::pair<std::string, int>>{
+  for (const auto& [precision_, stage_] : std::vector<std::pair<std::string, int>>{
            {"f32", 0}, {"bf16", 0}, {"f32", 1}, {"bf16", 2}, {"f32", 3}}) {
+    // Copies: clang before 16 does not let a lambda capture a structured binding.
+    const std::string precision = precision_;
+    const int stage = stage_;
     auto config = [&](const std::string& device) {
       std::vector<std::string> extra = {"device=" + device, "gradient_clipping=0.5",
                                         fmt::format("zero_optimization.stage={}", stage)};
