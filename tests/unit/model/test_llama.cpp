@@ -124,7 +124,8 @@ TEST(LlamaPresets, ParameterCountsMatchThePublishedOnes) {
     EXPECT_TRUE(c.is_llama()) << name;
     EXPECT_EQ(c.num_parameters(), count) << name;
     int64_t in_layout = 0;
-    for (const TensorSlot& s : make_layout(c).slots()) in_layout += s.numel;
+    const ChunkLayout layout = make_layout(c);  // (a temporary's slots() would dangle)
+    for (const TensorSlot& s : layout.slots()) in_layout += s.numel;
     EXPECT_EQ(in_layout, count) << name;
   }
 }
