@@ -9,9 +9,8 @@ namespace tide {
 using json = nlohmann::json;
 
 json checkpoint_model_json(const GPTConfig& c) {
-  json m = {{"n_layer", c.n_layer},       {"n_head", c.n_head},
-            {"n_embd", c.n_embd},         {"vocab_size", c.vocab_size},
-            {"max_seq_len", c.max_seq_len}, {"dropout", c.dropout}};
+  json m = {{"n_layer", c.n_layer},       {"n_head", c.n_head},           {"n_embd", c.n_embd},
+            {"vocab_size", c.vocab_size}, {"max_seq_len", c.max_seq_len}, {"dropout", c.dropout}};
   if (c.is_llama()) {  // a GPT-2 checkpoint's metadata stays as it was
     m["family"] = model_family_name(c.family);
     m["n_kv_head"] = c.n_kv_head;
@@ -39,11 +38,10 @@ json checkpoint_meta_json(const CheckpointInfo& info, bool with_optimizer_state)
 
 bool same_model_shape(const GPTConfig& a, const GPTConfig& b) {
   return a.n_layer == b.n_layer && a.n_head == b.n_head && a.n_embd == b.n_embd &&
-         a.vocab_size == b.vocab_size && a.max_seq_len == b.max_seq_len &&
-         a.family == b.family && a.n_kv_head == b.n_kv_head &&
-         a.intermediate_size == b.intermediate_size && a.rope_theta == b.rope_theta &&
-         a.rope_scaling == b.rope_scaling && a.rope_factor == b.rope_factor &&
-         a.rope_low_freq_factor == b.rope_low_freq_factor &&
+         a.vocab_size == b.vocab_size && a.max_seq_len == b.max_seq_len && a.family == b.family &&
+         a.n_kv_head == b.n_kv_head && a.intermediate_size == b.intermediate_size &&
+         a.rope_theta == b.rope_theta && a.rope_scaling == b.rope_scaling &&
+         a.rope_factor == b.rope_factor && a.rope_low_freq_factor == b.rope_low_freq_factor &&
          a.rope_high_freq_factor == b.rope_high_freq_factor &&
          a.rope_original_max_position_embeddings == b.rope_original_max_position_embeddings &&
          a.rms_norm_eps == b.rms_norm_eps && a.tie_word_embeddings == b.tie_word_embeddings &&

@@ -164,7 +164,8 @@ TEST(Prepare, UsesLlama3AndQwen2StyleFiles) {
   std::string text;
   for (int i = 0; i < 20; ++i)
     text += fmt::format(
-        "\xe2\x80\x9c" "Doc {}\xe2\x80\x9d: 12345 caf\xc3\xa9 \xe6\x97\xa5\xe6\x9c\xac "
+        "\xe2\x80\x9c"
+        "Doc {}\xe2\x80\x9d: 12345 caf\xc3\xa9 \xe6\x97\xa5\xe6\x9c\xac "
         "\xf0\x9f\x98\x80 <|endoftext|>\n%\n",
         i);
   write_file(dir / "in/docs.txt", text);

@@ -79,7 +79,7 @@ TEST(TensorParallelConfig, VocabularyThatLeavesTheLastRankNoRowAfterPadding) {
 
 TEST(TensorParallelConfig, PartitionActivationsNeedsTheFullPolicy) {
   EXPECT_EQ(tp_config_error({"tensor_parallel.size=2", "activation_checkpointing.policy=selective",
-                          "activation_checkpointing.partition_activations=true"}),
+                             "activation_checkpointing.partition_activations=true"}),
             "activation_checkpointing.partition_activations partitions the block inputs that "
             "the full recompute policy keeps, and activation_checkpointing.policy is "
             "'selective'; set the policy to full, or partition_activations to false");
@@ -87,7 +87,7 @@ TEST(TensorParallelConfig, PartitionActivationsNeedsTheFullPolicy) {
 
 TEST(TensorParallelConfig, PartitionActivationsNeedsTensorParallelism) {
   EXPECT_EQ(tp_config_error({"activation_checkpointing.policy=full",
-                          "activation_checkpointing.partition_activations=true"}),
+                             "activation_checkpointing.partition_activations=true"}),
             "activation_checkpointing.partition_activations slices the block inputs over the "
             "tensor-parallel ranks, and tensor_parallel.size is 1; set tensor_parallel.size to "
             "2 or more, or partition_activations to false");
@@ -95,8 +95,8 @@ TEST(TensorParallelConfig, PartitionActivationsNeedsTensorParallelism) {
 
 TEST(TensorParallelConfig, PartitionActivationsWithSequenceParallelism) {
   EXPECT_EQ(tp_config_error({"tensor_parallel.size=2", "tensor_parallel.sequence_parallel=true",
-                          "activation_checkpointing.policy=full",
-                          "activation_checkpointing.partition_activations=true"}),
+                             "activation_checkpointing.policy=full",
+                             "activation_checkpointing.partition_activations=true"}),
             "activation_checkpointing.partition_activations with "
             "tensor_parallel.sequence_parallel: the block inputs are already 1/2 sequence "
             "shards, nothing more to partition; turn one of them off");
@@ -104,7 +104,7 @@ TEST(TensorParallelConfig, PartitionActivationsWithSequenceParallelism) {
 
 TEST(TensorParallelConfig, CpuCheckpointingNeedsPartitionActivations) {
   EXPECT_EQ(tp_config_error({"tensor_parallel.size=2", "activation_checkpointing.policy=full",
-                          "activation_checkpointing.cpu_checkpointing=true"}),
+                             "activation_checkpointing.cpu_checkpointing=true"}),
             "activation_checkpointing.cpu_checkpointing moves the partitioned block inputs to "
             "host memory and needs activation_checkpointing.partition_activations=true; turn it "
             "on, or cpu_checkpointing off");
