@@ -53,6 +53,14 @@ void require_field(const json& hf, const char* key, const json& fallback,
 // The tensor's values as f32 (F32 copied, BF16/F16 widened).
 }  // namespace
 
+std::string source_dtype_summary(const std::map<DType, int>& dtypes) {
+  std::string s;
+  for (const auto& [t, n] : dtypes)
+    s += fmt::format("{}{}", s.empty() ? "" : "+", safetensors_dtype_name(t));
+  if (dtypes.size() != 1 || dtypes.begin()->first != DType::F32) s += " (widened to f32)";
+  return s;
+}
+
 GPTConfig gpt_config_from_hf(const json& hf, const std::string& where) {
   TIDE_CHECK(hf.is_object(), "{} is a JSON {}, not an object", where, hf.type_name());
   require_field(hf, "model_type", "gpt2", {"gpt2"}, where, "tide imports GPT-2 models only");
@@ -190,11 +198,7 @@ HfImportResult import_hf_gpt2(const std::string& hf_dir, const std::string& out,
                "tied to wte",
                cfg_who, model_path);
   }
-  for (const auto& [t, n] : dtypes)
-    result.source_dtype +=
-        fmt::format("{}{}", result.source_dtype.empty() ? "" : "+", safetensors_dtype_name(t));
-  if (dtypes.size() != 1 || dtypes.begin()->first != DType::F32)
-    result.source_dtype += " (widened to f32)";
+  result.source_dtype = source_dtype_summary(dtypes);
 
   // 2. The output paths, checked before anything is written.
   TIDE_CHECK(!fs::is_directory(out, ec), "cannot write '{}': it is a directory; pass a file path",

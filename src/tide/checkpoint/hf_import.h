@@ -15,10 +15,12 @@
 // F32 is copied exactly; BF16 and F16 are widened to f32 (exactly). Everything is read and
 // checked before the output is written; the checkpoint holds no optimizer state.
 
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "tide/core/dtype.h"
 #include "tide/model/config.h"
 
 namespace tide {
@@ -55,6 +57,10 @@ GPTConfig llama_config_from_hf(const nlohmann::json& hf, const std::string& wher
 // reads only its byte-level BPE).
 HfImportResult import_hf_llama(const std::string& hf_dir, const nlohmann::json& hf,
                                const std::string& out, const HfImportOptions& options);
+
+// HfImportResult::source_dtype for tensors read in `dtypes` (count per dtype): "F32",
+// "BF16 (widened to f32)", "BF16+F32 (widened to f32)". Shared by both importers.
+std::string source_dtype_summary(const std::map<DType, int>& dtypes);
 
 // Imports `hf_dir` into the single-file checkpoint `out` (a Llama-family config goes to
 // import_hf_llama). Throws a tide::Error (one line) and

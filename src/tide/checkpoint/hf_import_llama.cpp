@@ -261,11 +261,7 @@ HfImportResult import_hf_llama(const std::string& hf_dir, const json& hf, const 
   for (const auto& [name, t] : found)
     TIDE_CHECK(used.contains(name), "'{}' holds tensor '{}', which a {} does not have", hf_dir,
                name, c.str());
-  for (const auto& [t, n] : dtypes)
-    result.source_dtype +=
-        fmt::format("{}{}", result.source_dtype.empty() ? "" : "+", safetensors_dtype_name(t));
-  if (dtypes.size() != 1 || dtypes.begin()->first != DType::F32)
-    result.source_dtype += " (widened to f32)";
+  result.source_dtype = source_dtype_summary(dtypes);
   TIDE_CHECK(!fs::is_directory(out, ec), "cannot write '{}': it is a directory; pass a file path",
              out);
   TIDE_CHECK(options.overwrite || !fs::exists(out, ec),
