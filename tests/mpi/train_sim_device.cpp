@@ -7,10 +7,19 @@
 // after the stream has run what was queued before it (the all-reduce or reduce-scatter of the
 // gradients, the parameters' all-gather after AdamW, ZeRO-3's gathers into reused buffers), and
 // the stream reads what a collective wrote only after the host has waited for it
-// (policy_stack.cpp's GradReduction, parallel/zero.cpp).
+// (policy_stack.cpp's GradReduction, parallel/zero.cpp). ZeRO-Offload too: stage 2 in f32 with
+// the delayed update, stage 3 in bf16 with offload_param (the gradient slices down and the
+// parameters up as copies on the stream, the offload thread waiting for them).
+//
+// Pipeline stages (one per rank, pipeline.stages = world): 1F1B in f32, ZB-V (two chunks per
+// rank, the tied embedding summed in place) in bf16 with ZeRO-1, and ZB-H1 with ZeRO-Offload
+// (DPU): bitwise the CPU pipeline run, post-validation's snapshot and rollback included (each
+// message waits for the stream: the activation sent after the ops that wrote it, the receive
+// posted after the ops that read its buffer).
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <string>
@@ -45,43 +54,112 @@ SimDpRun sim_dp_run(const TrainConfig& cfg, std::shared_ptr<ProcessGroup> world)
   return r;
 }
 
+void extend(std::vector<std::string>& a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+}
+
+// ZeRO-Offload at `stage` (2: with the delayed update from step 2; 3: with offload_param).
+std::vector<std::string> offload_keys(int stage) {
+  std::vector<std::string> k = {"zero_optimization.offload_optimizer.device=cpu"};
+  if (stage == 2)
+    extend(k, {"zero_optimization.offload_optimizer.delayed_update=true",
+               "zero_optimization.offload_optimizer.dpu_warmup_steps=2"});
+  if (stage == 3) k.push_back("zero_optimization.offload_param.device=cpu");
+  return k;
+}
+
+void expect_same_tensors(const std::string& want, const std::string& got, const std::string& what) {
+  const auto a = test::checkpoint_tensors(want);
+  const auto b = test::checkpoint_tensors(got);
+  ASSERT_EQ(a.size(), b.size()) << what;
+  EXPECT_TRUE(
+      std::any_of(a.begin(), a.end(), [](const auto& t) { return t.first.starts_with("adam_m."); }))
+      << what << ": the checkpoint must hold the optimizer state";
+  for (const auto& [name, bytes] : a) EXPECT_EQ(b.at(name), bytes) << what << ": " << name;
+}
+
+void expect_same_curve(const SimDpRun& cpu, const SimDpRun& sim, const std::string& what,
+                       int rank) {
+  ASSERT_EQ(sim.curve.size(), cpu.curve.size()) << what;
+  for (size_t i = 0; i < cpu.curve.size(); ++i)
+    EXPECT_EQ(std::memcmp(&sim.curve[i], &cpu.curve[i], sizeof(float)), 0)
+        << what << ", rank " << rank << ": entry " << i
+        << " (loss, norm per step; validation last): " << sim.curve[i] << " on sim, "
+        << cpu.curve[i] << " on the CPU";
+}
+
 TEST(SimDeviceDataParallel, TrainsTheCpuRunBitwise) {
   std::shared_ptr<ProcessGroup> world = mpi_test::world_ptr();
   const std::string dir = shared_temp_dir(*world);
   const std::string shard = write_shared_shard(*world, dir);
-  for (const auto& [precision_, stage_] : std::vector<std::pair<std::string, int>>{
-           {"f32", 0}, {"bf16", 0}, {"f32", 1}, {"bf16", 2}, {"f32", 3}}) {
+  for (const auto& [precision_, stage_] : std::vector<std::pair<std::string, int>>{{"f32", 0},
+                                                                                   {"bf16", 0},
+                                                                                   {"f32", 1},
+                                                                                   {"bf16", 2},
+                                                                                   {"f32", 3},
+                                                                                   {"f32", -2},
+                                                                                   {"bf16", -3}}) {
     // Copies: clang before 16 does not let a lambda capture a structured binding.
     const std::string precision = precision_;
     const int stage = stage_;
     auto config = [&](const std::string& device) {
+      // A negative stage: ZeRO-Offload at that stage (3: with offload_param; 2: with DPU).
       std::vector<std::string> extra = {"device=" + device, "gradient_clipping=0.5",
-                                        fmt::format("zero_optimization.stage={}", stage)};
+                                        fmt::format("zero_optimization.stage={}", std::abs(stage))};
+      if (stage < 0) extend(extra, offload_keys(-stage));
       if (precision == "bf16") extra.push_back("bf16.enabled=true");
       return dp_config(shard, fmt::format("{}/{}_z{}_{}", dir, precision, stage, device), kMicro, 2,
                        8, 0.1f, extra);
     };
     const SimDpRun cpu = sim_dp_run(config("cpu"), world);
     const SimDpRun sim = sim_dp_run(config("sim"), world);
-    ASSERT_EQ(sim.curve.size(), cpu.curve.size());
-    for (size_t i = 0; i < cpu.curve.size(); ++i)
-      EXPECT_EQ(std::memcmp(&sim.curve[i], &cpu.curve[i], sizeof(float)), 0)
-          << precision << " ZeRO-" << stage << ", rank " << world->rank() << ": entry " << i
-          << " (loss, norm per step; validation last): " << sim.curve[i] << " on sim, "
-          << cpu.curve[i] << " on the CPU";
+    expect_same_curve(cpu, sim, fmt::format("{} ZeRO-{}", precision, stage), world->rank());
     // Stage 0: rank 0's file; ZeRO: each rank's shard of the folder.
-    if (world->rank() == 0 || stage > 0) {
+    if (world->rank() == 0 || stage != 0) {
       const std::string file =
           stage == 0 ? "" : "/" + shard_file_name(world->rank(), world->size());
-      const auto a = test::checkpoint_tensors(cpu.checkpoint + file);
-      const auto b = test::checkpoint_tensors(sim.checkpoint + file);
-      ASSERT_EQ(a.size(), b.size());
-      EXPECT_TRUE(std::any_of(a.begin(), a.end(), [](const auto& t) {
-        return t.first.starts_with("adam_m.");
-      })) << "the checkpoint must hold the optimizer state";
-      for (const auto& [name, bytes] : a)
-        EXPECT_EQ(b.at(name), bytes) << precision << " ZeRO-" << stage << ": " << name;
+      expect_same_tensors(cpu.checkpoint + file, sim.checkpoint + file,
+                          fmt::format("{} ZeRO-{}", precision, stage));
     }
+  }
+  world->barrier();
+  if (world->rank() == 0) std::filesystem::remove_all(dir);
+}
+
+TEST(SimDevicePipeline, TrainsTheCpuPipelineBitwise) {
+  std::shared_ptr<ProcessGroup> world = mpi_test::world_ptr();
+  const int p = world->size();
+  const std::string dir = shared_temp_dir(*world);
+  const std::string shard = write_shared_shard(*world, dir);
+  struct Case {
+    std::string schedule, precision;
+    int zero;
+    bool offload;
+  };
+  for (const Case& k : std::vector<Case>{
+           {"1f1b", "f32", 0, false}, {"zb-v", "bf16", 1, false}, {"zb-h1", "f32", 2, true}}) {
+    const std::string what = fmt::format("{} {} ZeRO-{}{}", k.schedule, k.precision, k.zero,
+                                         k.offload ? " offload" : "");
+    auto config = [&](const std::string& device) {
+      // Two layers per virtual stage; p micro-batches, so every stage has one in flight.
+      std::vector<std::string> extra = {"device=" + device,
+                                        "gradient_clipping=0.5",
+                                        fmt::format("model.n_layer={}", 2 * p),
+                                        fmt::format("zero_optimization.stage={}", k.zero),
+                                        fmt::format("pipeline.stages={}", p),
+                                        "pipeline.schedule=" + k.schedule};
+      if (k.offload) extend(extra, offload_keys(2));
+      if (k.precision == "bf16") extra.push_back("bf16.enabled=true");
+      TrainConfig c = dp_config(shard, fmt::format("{}/{}_{}", dir, k.schedule, device), kMicro, p,
+                                8, 0.1f, extra);
+      return c;
+    };
+    const SimDpRun cpu = sim_dp_run(config("cpu"), world);
+    const SimDpRun sim = sim_dp_run(config("sim"), world);
+    expect_same_curve(cpu, sim, what, world->rank());
+    // Each stage's shard (one replica: dp = 1).
+    const std::string file = "/" + shard_file_name(world->rank(), world->size());
+    expect_same_tensors(cpu.checkpoint + file, sim.checkpoint + file, what);
   }
   world->barrier();
   if (world->rank() == 0) std::filesystem::remove_all(dir);

@@ -9,10 +9,12 @@ WorkPtr done() {
   return std::make_shared<CompletedWork>();
 }
 
-// Host copy only: a device tensor in a local group would need the CUDA copy of kernels/, which
-// sits above comm/; the single-rank trainer never hands device buffers to a 1-rank group copy.
+// Host copy only: a GPU tensor in a local group would need the CUDA copy of kernels/, which
+// sits above comm/; the single-rank trainer never hands GPU buffers to a 1-rank group copy. The
+// simulated device's memory is host pages, copied as the MPI backend moves it (the caller
+// orders it against the device's stream).
 void copy_host(const Tensor& in, const Tensor& out, const char* who) {
-  TIDE_CHECK(in.device.is_cpu(),
+  TIDE_CHECK(in.device.is_cpu() || in.device.is_sim(),
              "{}: the local (single-process) group copies host buffers only, got a {} tensor; "
              "launch with mpirun and the NCCL backend for device buffers",
              who, in.device.str());

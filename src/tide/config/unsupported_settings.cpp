@@ -45,18 +45,17 @@ void check_trainer_can_honour(const TrainConfig& c, int world_size) {
   // data parallelism, without what does not follow the stream's order yet (pipeline_engine.h,
   // check_device).
   if (c.device != "cpu" && c.device != "auto") {
-    const char* what = p > 1   ? "pipeline.stages > 1"
-                       : t > 1 ? "tensor_parallel.size > 1"
-                       : c.zero.stage > 0 && c.device.starts_with("cuda")
-                           ? "zero_optimization.stage > 0 (on a GPU)"
-                       : c.placement_policy == "auto"     ? "placement.policy=auto"
-                       : c.zero.offload_optimizer.enabled ? "offload_optimizer"
-                                                          : nullptr;
+    const bool gpu = c.device.starts_with("cuda");
+    const char* what = p > 1 && gpu                   ? "pipeline.stages > 1 (on a GPU)"
+                       : t > 1                        ? "tensor_parallel.size > 1"
+                       : c.zero.stage > 0 && gpu      ? "zero_optimization.stage > 0 (on a GPU)"
+                       : c.placement_policy == "auto" ? "placement.policy=auto"
+                                                      : nullptr;
     TIDE_CHECK(what == nullptr,
                "device={} with {}: on a device tide runs data parallelism at ZeRO stages 0-3 "
-               "(0 on a GPU) without offload or auto placement for now (pipeline messages and "
-               "the chunk moves do not wait for its stream yet, the vocabulary-parallel loss runs "
-               "host loops); use device=cpu for this run",
+               "with ZeRO-Offload, and pipeline stages (on a GPU: one rank, ZeRO-0), without "
+               "auto placement for now (its chunk moves do not wait for the stream yet, the "
+               "vocabulary-parallel loss runs host loops); use device=cpu for this run",
                c.device, what ? what : "");
     TIDE_CHECK(!c.device.starts_with("cuda") || world_size == 1,
                "device={} on {} ranks: data parallelism on GPUs needs the NCCL groups ordered by "

@@ -3,13 +3,18 @@
 #include <algorithm>
 #include <cstring>
 
+#include "tide/kernels/mover.h"
+
 namespace tide {
 
 namespace {
 constexpr ChunkKind kOverwritten[] = {ChunkKind::MASTER, ChunkKind::ADAM_M, ChunkKind::ADAM_V};
 }  // namespace
 
-void OptimizerSnapshot::begin(std::span<ChunkStore* const> stores) {
+void OptimizerSnapshot::begin(std::span<ChunkStore* const> stores, const OpContext& op) {
+  // The previous step's restore may still be reading the copy on the stream.
+  synchronize(op_);
+  op_ = op;
   // Each range adamw_step writes: per store, kind and chunk, the owned slice of a sliced kind
   // or the whole chunk.
   size_t i = 0;
@@ -20,7 +25,7 @@ void OptimizerSnapshot::begin(std::span<ChunkStore* const> stores) {
       for (int c = 0; c < s->layout().num_chunks(); ++c) {
         const Tensor t = s->sliced(k) ? s->slice(k, c) : s->chunk(k, c);
         if (i == ranges_.size()) ranges_.emplace_back();
-        ranges_[i].live = static_cast<std::byte*>(t.data);
+        ranges_[i].live = t.view({t.numel()});
         ranges_[i].saved.resize(t.nbytes());
         ++i;
       }
@@ -34,8 +39,12 @@ bool OptimizerSnapshot::save_some(size_t max_bytes) {
   while (next_ < ranges_.size() && done_ == ranges_[next_].saved.size()) ++next_, done_ = 0;
   if (next_ == ranges_.size()) return false;
   Range& r = ranges_[next_];
-  const size_t n = std::min(std::max<size_t>(max_bytes, 1), r.saved.size() - done_);
-  std::memcpy(r.saved.data() + done_, r.live + done_, n);
+  // Whole elements: at least one, at most what is left.
+  const size_t es = dtype_size(r.live.dtype);
+  const size_t n = std::min(std::max(max_bytes / es, size_t{1}) * es, r.saved.size() - done_);
+  const Shape shape{static_cast<int64_t>(n / es)};
+  copy(op_, Tensor(r.saved.data() + done_, shape, r.live.dtype),
+       Tensor(static_cast<std::byte*>(r.live.data) + done_, shape, r.live.dtype, r.live.device));
   done_ += n;
   return true;
 }
@@ -52,14 +61,17 @@ size_t OptimizerSnapshot::pending_bytes() const {
   return n;
 }
 
-void OptimizerSnapshot::save(std::span<ChunkStore* const> stores) {
-  begin(stores);
+void OptimizerSnapshot::save(std::span<ChunkStore* const> stores, const OpContext& op) {
+  begin(stores, op);
   save_rest();
 }
 
 void OptimizerSnapshot::restore() const {
   TIDE_ASSERT(pending_bytes() == 0);
-  for (const Range& r : ranges_) std::memcpy(r.live, r.saved.data(), r.saved.size());
+  for (const Range& r : ranges_) {
+    const int64_t n = r.live.numel();
+    copy(op_, r.live, Tensor(const_cast<std::byte*>(r.saved.data()), Shape{n}, r.live.dtype));
+  }
 }
 
 size_t OptimizerSnapshot::bytes() const {

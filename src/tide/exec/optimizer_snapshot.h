@@ -15,6 +15,10 @@
 // the previous update and this one, since nothing else writes these kinds: PipelineEngine
 // copies pieces while its stage waits for a message (a pipeline bubble) and the rest before
 // the optimistic update.
+//
+// On a device the pieces are copies on the model's stream (the mover): AdamW, queued after
+// them, overwrites nothing before it is saved, and a restore is queued before the redo. The
+// copy is kept in host memory (12 bytes per parameter would double a GPU's optimizer state).
 
 #include <span>
 #include <vector>
@@ -25,8 +29,9 @@ namespace tide {
 
 class OptimizerSnapshot {
  public:
-  // Starts a new copy of `stores` (allocating on first use); nothing is copied yet.
-  void begin(std::span<ChunkStore* const> stores);
+  // Starts a new copy of `stores` (allocating on first use); nothing is copied yet. `op`: the
+  // context whose stream writes the stores (the models'; the CPU's: copies happen at once).
+  void begin(std::span<ChunkStore* const> stores, const OpContext& op = {});
   // Copies up to about `max_bytes` more (whole pieces of at most that size); false when
   // nothing was left to copy.
   bool save_some(size_t max_bytes);
@@ -34,7 +39,7 @@ class OptimizerSnapshot {
   void save_rest();
   size_t pending_bytes() const;
   // begin + save_rest.
-  void save(std::span<ChunkStore* const> stores);
+  void save(std::span<ChunkStore* const> stores, const OpContext& op = {});
   // Writes the copy back into the stores begin() saw. The copy must be complete.
   void restore() const;
   // Bytes held by the copy.
@@ -42,9 +47,10 @@ class OptimizerSnapshot {
 
  private:
   struct Range {
-    std::byte* live = nullptr;  // in the store
+    Tensor live;  // in the store (flat)
     std::vector<std::byte> saved;
   };
+  OpContext op_;
   std::vector<Range> ranges_;  // per (store, kind, chunk)
   size_t next_ = 0;            // ranges_[next_] is being copied from offset done_
   size_t done_ = 0;

@@ -266,44 +266,57 @@ void PipelineEngine::build_stacks(const ZeroSettings& zero,
 void PipelineEngine::sum_tied_gradient() {
   if (!(wte_id_ >= 0 && head_id_ >= 0) && !tied_) return;
   const bool sliced = stacks_[0]->sliced();
+  // On a device the collectives below read gradients the stream wrote, and the sums are CPU
+  // kernels on the stream (run_cpu_kernel_on) that must finish before the host buffers go.
+  const OpContext& op = models_[0]->op();
+  synchronize(op);
   // The whole reduced gradient of tensor `id` of chunk `chunk`. Under ZeRO the owned slices
   // hold the replicas' mean, and a tensor spans the slices of several replicas (at other offsets
-  // on the other end of the tie): its chunk is gathered whole over dp into `buf`.
-  // Buffers in the gradients' dtype (f32, or bf16/f16 under mixed precision).
-  auto whole = [&](int chunk, int id, std::vector<std::byte>& buf) -> Tensor {
+  // on the other end of the tie): its chunk is gathered whole over dp into `buf`, in the
+  // gradients' memory (the host, or the device) and dtype (f32, or bf16/f16 under mixed
+  // precision).
+  auto whole = [&](int chunk, int id, Arena& buf, Tensor& gathered) -> Tensor {
     const ChunkStore& st = models_[chunk]->store();
     if (!sliced) return st.tensor(ChunkKind::GRAD, id);
     const TensorSlot& slot = st.layout().slot(id);
-    const DType t = st.dtype(ChunkKind::GRAD);
+    const Tensor mine = stacks_[chunk]->grad(slot.chunk);
     const int64_t n = st.layout().chunk_elems(slot.chunk);
-    buf.resize(static_cast<size_t>(n) * dtype_size(t));
-    dp_->all_gather(stacks_[chunk]->grad(slot.chunk), Tensor(buf.data(), Shape{n}, t));
-    return Tensor(buf.data() + slot.offset * dtype_size(t), Shape{slot.numel}, t);
+    buf = Arena("tied gradient", Arena::aligned(n * dtype_size(mine.dtype)),
+                mine.device.is_cpu() ? nullptr : st.options().compute);
+    gathered = buf.alloc_tensor({n}, mine.dtype);
+    dp_->all_gather(mine, gathered);
+    return Tensor(static_cast<std::byte*>(gathered.data) + slot.offset * dtype_size(mine.dtype),
+                  Shape{slot.numel}, mine.dtype, mine.device);
   };
   // Under ZeRO each replica keeps its slice of the summed chunk.
-  auto keep_slice = [&](int chunk, int id, const std::vector<std::byte>& buf) {
+  auto keep_slice = [&](int chunk, int id, const Tensor& gathered) {
     if (!sliced) return;
     const PolicyStack& stack = *stacks_[chunk];
     const int c = models_[chunk]->store().layout().slot(id).chunk;
     const Tensor mine = stack.grad(c);
-    std::memcpy(mine.data, buf.data() + stack.grad_begin(c) * dtype_size(mine.dtype),
-                mine.nbytes());
+    copy(op, mine,
+         Tensor(
+             static_cast<std::byte*>(gathered.data) + stack.grad_begin(c) * dtype_size(mine.dtype),
+             mine.shape, mine.dtype, gathered.device));
   };
   // wte and lm_head.weight both become the sum of the two gradients (a + b = b + a: the same
   // bits on both copies, wherever they live).
-  std::vector<std::byte> wte_buf, head_buf;
+  Arena wte_buf, head_buf;
+  Tensor wte_all, head_all;
   if (wte_id_ >= 0 && head_id_ >= 0) {
-    const Tensor a = whole(wte_chunk_, wte_id_, wte_buf);
-    const Tensor b = whole(head_chunk_, head_id_, head_buf);
-    add_elements(a.dtype, a.data, a.data, b.data, a.numel());
-    std::memcpy(b.data, a.data, a.nbytes());
+    const Tensor a = whole(wte_chunk_, wte_id_, wte_buf, wte_all);
+    const Tensor b = whole(head_chunk_, head_id_, head_buf, head_all);
+    run_cpu_kernel_on(op, "the tied embedding's gradient sum",
+                      [a, b] { add_elements(a.dtype, a.data, a.data, b.data, a.numel()); });
+    copy(op, b, a);
   } else {
-    tied_->all_reduce(
-        wte_id_ >= 0 ? whole(wte_chunk_, wte_id_, wte_buf) : whole(head_chunk_, head_id_, head_buf),
-        ReduceOp::Sum);
+    tied_->all_reduce(wte_id_ >= 0 ? whole(wte_chunk_, wte_id_, wte_buf, wte_all)
+                                   : whole(head_chunk_, head_id_, head_buf, head_all),
+                      ReduceOp::Sum);
   }
-  if (wte_id_ >= 0) keep_slice(wte_chunk_, wte_id_, wte_buf);
-  if (head_id_ >= 0) keep_slice(head_chunk_, head_id_, head_buf);
+  if (wte_id_ >= 0) keep_slice(wte_chunk_, wte_id_, wte_all);
+  if (head_id_ >= 0) keep_slice(head_chunk_, head_id_, head_all);
+  synchronize(op);  // the stream has read the buffers before they go
 }
 
 void PipelineEngine::check_dp_group() {
@@ -335,16 +348,21 @@ void PipelineEngine::check_device(const ZeroSettings& zero,
                "the chunks of stage {} run on {} and {}; build every chunk on the same device",
                pp_->rank(), d.str(), m->op().device.str());
   if (d.is_cpu()) return;
-  // What a device step does not have yet (issue #25): messages between stages and replicas
-  // ordered by the compute stream's events, and the policies' chunk moves through the mover.
-  TIDE_CHECK(pp_->size() == 1 && chunks_ == 1,
-             "on {} tide trains one stage per replica for now: pipeline stages still exchange "
-             "device memory without the compute stream's events; use pipeline.stages=1 there, "
-             "or device=cpu",
+  // What a device step does not have yet (issues #25, #27): on a GPU, messages between stages
+  // (MPI cannot read GPU memory; NCCL's send/recv on the stream's events is to come) and
+  // offload; on any device, auto placement's chunk moves through the mover.
+  TIDE_CHECK(d.is_sim() || (pp_->size() == 1 && chunks_ == 1),
+             "on {} tide trains one stage per replica for now: pipeline stages exchange "
+             "activations over MPI, which cannot read GPU memory; use pipeline.stages=1 there, "
+             "or device=cpu or sim",
              d.str());
-  TIDE_CHECK(!zero.offload_optimizer.enabled && !placement.device,
-             "on {} tide runs without offload or placement.policy=auto for now: they still move "
-             "chunks without the stream's order; use device=cpu for them",
+  TIDE_CHECK(d.is_sim() || !zero.offload_optimizer.enabled,
+             "ZeRO-Offload on {} is not in tide yet (it is on the simulated device): the offload "
+             "thread's waits on GPU events are untested; use device=cpu or sim",
+             d.str());
+  TIDE_CHECK(!placement.device,
+             "on {} tide runs without placement.policy=auto for now: it still moves chunks "
+             "without the stream's order; use device=cpu for it",
              d.str());
 }
 
@@ -534,6 +552,8 @@ void PipelineEngine::post_next_act(int done, const std::vector<int>& first) {
 
 PipelineEngine::Transfer PipelineEngine::post_recv(Tensor buf, int peer, int tag, int mb,
                                                    const char* what) {
+  // On a device the buffer may still be read by ops queued for the slot's previous micro-batch.
+  synchronize(models_[0]->op());
   Transfer t{nullptr, AsyncTrace::start(tracer_, what, {{"mb", mb}, {"peer", peer}}), mb};
   t.work = pp_->recv_async(buf, peer, tag);
   return t;
@@ -541,6 +561,9 @@ PipelineEngine::Transfer PipelineEngine::post_recv(Tensor buf, int peer, int tag
 
 PipelineEngine::Transfer PipelineEngine::post_send(Tensor buf, int peer, int tag, int mb,
                                                    const char* what) {
+  // On a device the ops that write the buffer may still be queued. (The host waits: correct,
+  // without the overlap NCCL's send on the stream's events would keep, issue #27.)
+  synchronize(models_[0]->op());
   Transfer t{nullptr, AsyncTrace::start(tracer_, what, {{"mb", mb}, {"peer", peer}}), mb};
   t.work = pp_->send_async(buf, peer, tag);
   return t;
@@ -600,7 +623,7 @@ StepStats PipelineEngine::step(int64_t step, uint64_t seed, const BatchFn& batch
   for (GPT* m : models_) stores.push_back(&m->store());
   // Post-validation's copy of the optimizer state: taken in this step's bubbles, finished
   // before the optimistic update (the state does not change until then).
-  if (post_validate) snapshot_.begin(stores);
+  if (post_validate) snapshot_.begin(stores, models_[0]->op());
   next_f_ = 0;
   act_posted_.assign(static_cast<size_t>(M) * chunks_, false);
   grad_posted_.assign(static_cast<size_t>(M) * chunks_, false);
@@ -655,6 +678,9 @@ StepStats PipelineEngine::step(int64_t step, uint64_t seed, const BatchFn& batch
           const TraceSpan span(tracer, "F", "action", {{"mb", a.mb}, {"chunk", a.chunk}});
           const float loss = model.forward(mb);
           if (model.has_head()) loss_sum += loss;
+          // A traced step times the stream's work, not its queueing (zb-auto schedules from
+          // these spans); a no-op on the CPU.
+          if (tracer) synchronize(model.op());
         }
         ++next_f_;
         // From here until B nothing touches the residual gradient: receive into it now.
@@ -677,6 +703,7 @@ StepStats PipelineEngine::step(int64_t step, uint64_t seed, const BatchFn& batch
               model.backward_input_block(mb, part.block);
             else
               model.backward_weight_block(mb, part.block, /*mark_grads=*/true);
+          if (tracer) synchronize(model.op());
         }
         // The input gradient goes to the previous virtual stage: by a copy when it is here
         // (its slot is in flight: its F came before this chunk's, its B comes after).

@@ -125,7 +125,7 @@ PolicyStack::PolicyStack(GPT& model, ProcessGroup& dp, const ZeroSettings& zero,
   if (zero.offload_optimizer.enabled) {
     offload_host_ = std::make_unique<HostAllocator>();
     offload_ = std::make_unique<OffloadPolicy>(store_, dp_.size(), zero.offload_optimizer, threads,
-                                               *offload_host_);
+                                               *offload_host_, op_);
     offload_->sync_master();
     zero_->set_grad_sink(offload_.get());
   }

@@ -31,6 +31,8 @@ class BufferPool {
   int take(size_t bytes);
   void give(int buffer);
   void* data(int buffer) const { return buffers_[buffer].data; }
+  // Where the buffers are (the allocator's device; the host when counting only).
+  Device device() const { return alloc_ ? alloc_->device() : Device::cpu(); }
 
   size_t allocated_bytes() const { return allocated_; }  // all buffers, free or not
   int count() const { return static_cast<int>(buffers_.size()); }

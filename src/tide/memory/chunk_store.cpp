@@ -114,7 +114,7 @@ Tensor ChunkStore::chunk(ChunkKind k, int c) const {
 Tensor ChunkStore::slice(ChunkKind k, int c) const {
   const Chunk& ch = chunks_[static_cast<int>(k)].at(c);
   if (ch.slice_home)
-    return Tensor(ch.slice_home, Shape{layout_.slice_elems(c)}, ch.dtype, device_of(k, c));
+    return Tensor(ch.slice_home, Shape{layout_.slice_elems(c)}, ch.dtype, ch.alloc->device());
   Tensor whole = chunk(k, c);
   const int64_t n = layout_.slice_elems(c);
   if (whole.numel() == n) return whole;
@@ -136,6 +136,7 @@ Chunk ChunkStore::owned(ChunkKind k, int c) const {
 
 Device ChunkStore::device_of(ChunkKind k, int c) const {
   const Chunk& ch = chunks_[static_cast<int>(k)][c];
+  if (ch.slice_home) return ch.whole_device;
   if (ch.alloc) return ch.alloc->device();
   // f32 master weights alias the parameters: the same bytes, where the parameters are.
   if (k == ChunkKind::MASTER && ch.data) return device_of(ChunkKind::PARAM, c);
@@ -145,11 +146,10 @@ Device ChunkStore::device_of(ChunkKind k, int c) const {
 void ChunkStore::zero(ChunkKind k, const OpContext& op) {
   for (int i = 0; i < static_cast<int>(chunks_[static_cast<int>(k)].size()); ++i) {
     const Chunk& c = chunks_[static_cast<int>(k)][i];
-    const Device d = device_of(k, i);
-    if (c.data) fill_zero(op, Tensor(c.data, Shape{c.elems}, c.dtype, d));
+    if (c.data) fill_zero(op, Tensor(c.data, Shape{c.elems}, c.dtype, device_of(k, i)));
     if (c.slice_home)
       fill_zero(op, Tensor(c.slice_home, Shape{static_cast<int64_t>(c.bytes / dtype_size(c.dtype))},
-                           c.dtype, d));
+                           c.dtype, c.alloc->device()));
   }
 }
 
@@ -201,12 +201,13 @@ size_t ChunkStore::move_chunk(ChunkKind k, int c, Allocator& to) {
   return ch.bytes;
 }
 
-void ChunkStore::attach_whole(ChunkKind k, int c, void* buffer) {
+void ChunkStore::attach_whole(ChunkKind k, int c, void* buffer, Device device) {
   Chunk& ch = at(k, c);
   TIDE_CHECK(sliced(k) && ch.data && !ch.slice_home,
              "{} chunk {}: a whole buffer attaches only over the resident slice of a sliced kind",
              chunk_kind_name(k), c);
   ch.slice_home = ch.data;
+  ch.whole_device = device;
   ch.data = buffer;
   ch.begin = 0;
   ch.elems = layout_.chunk_elems(c);
@@ -290,6 +291,14 @@ void ChunkStore::release(std::span<const int> ids, Use use) {
     policy_->evict(*this, c, use);
     if (was_whole && !whole(ChunkKind::PARAM, c))
       tracer_->add("evict params", "memory", 0, t0, Tracer::now_us() - t0, {{"chunk", c}});
+  }
+}
+
+void ChunkStore::abandon(std::span<const int> ids) {
+  for (int id : ids) {
+    if (users_[id] == 0) continue;
+    --users_[id];
+    if (users_[id] == 0) --chunk_users_[layout_.slot(id).chunk];
   }
 }
 

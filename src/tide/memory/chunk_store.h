@@ -85,6 +85,7 @@ struct Chunk {
   // whole-chunk buffer is attached over it (`data`): the ZeRO-3 gather target, the ZeRO-2/3
   // gradient accumulation buffer.
   void* slice_home = nullptr;
+  Device whole_device = Device::cpu();  // where the attached buffer is (with slice_home)
 };
 
 class ChunkStore {
@@ -132,7 +133,9 @@ class ChunkStore {
   // For a sliced kind: make chunk c whole by showing the ops `buffer` (chunk_elems(c) elements
   // of k's dtype, owned by the caller) instead of the own slice, which stays allocated and is
   // what slice() returns; detach_whole() goes back to the slice. The caller fills the buffer.
-  void attach_whole(ChunkKind k, int c, void* buffer);
+  // `device`: where the buffer is (a device's pool may cover a slice kept on the host:
+  // offload_param).
+  void attach_whole(ChunkKind k, int c, void* buffer, Device device = Device::cpu());
   void detach_whole(ChunkKind k, int c);
   // Moves what this rank holds of chunk c of kind k (the whole chunk, or a sliced kind's own
   // slice) to `to`: allocate there, copy the bytes, free the old allocation. An f32 MASTER that
@@ -160,6 +163,10 @@ class ChunkStore {
   // HOLD_AFTER_FWD / HOLD_AFTER_BWD, and a chunk with no tensor in COMPUTE is offered to the
   // policy's evict().
   void release(std::span<const int> ids, Use use);
+  // An op that threw lets go of `ids`: one user less each, and nothing else (no state change,
+  // no policy: nothing may communicate while an error unwinds), so that the policies can still
+  // free their buffers when the engine goes.
+  void abandon(std::span<const int> ids);
   TensorState state(int id) const { return states_[id]; }
   int users(int id) const { return users_[id]; }
   // True when no tensor of chunk c is in COMPUTE (the chunk may move).
@@ -177,7 +184,8 @@ class ChunkStore {
   int micro_batches() const { return micro_batches_; }
 
  private:
-  // Where chunk c of kind k is (an aliased f32 MASTER: where its PARAM is).
+  // Where chunk c of kind k is as the ops see it (an attached buffer: its device; an aliased
+  // f32 MASTER: where its PARAM is).
   Device device_of(ChunkKind k, int c) const;
   void set_state(int id, TensorState s);
   Chunk& at(ChunkKind k, int c) { return chunks_[static_cast<int>(k)][c]; }

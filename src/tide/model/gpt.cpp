@@ -218,9 +218,14 @@ void GPT::check_device(const ModelOptions& o) const {
                on(o.activations).is_cpu() ? on(o.store.compute).str() : on(o.activations).str());
     return;
   }
+  // ZeRO-Offload keeps the master weights and Adam's state (and with offload_param the
+  // parameter slices) on the host: its policy moves them through the mover.
+  const bool offload = o.store.separate_master;
   TIDE_CHECK(on(o.activations) == d && on(o.store.compute) == d &&
-                 (!o.store.with_optimizer || on(o.store.optimizer) == d),
-             "a model on {} keeps its activations and chunks there: ModelOptions::activations, "
+                 (!o.store.with_optimizer || on(o.store.optimizer) == d ||
+                  (offload && on(o.store.optimizer).is_cpu())),
+             "a model on {} keeps its activations and chunks there (the optimizer state may be "
+             "on the host under ZeRO-Offload, store.separate_master): ModelOptions::activations, "
              "store.compute and store.optimizer must allocate on {} (they are on {}, {} and {})",
              d.str(), d.str(), on(o.activations).str(), on(o.store.compute).str(),
              on(o.store.optimizer).str());

@@ -17,6 +17,10 @@ void GroupAccess::use(int g) {
   held_ = g;
 }
 
+GroupAccess::~GroupAccess() {
+  if (held_ >= 0) store_.abandon(block_.groups[held_]);
+}
+
 void GroupAccess::finish() {
   release_held();
 }

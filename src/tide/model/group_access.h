@@ -14,6 +14,8 @@ class GroupAccess {
   // gradients are reported complete for that micro-batch when the part lets go of the group
   // (ChunkStore::mark_grad_ready: where ZeRO starts their reduction).
   GroupAccess(ChunkStore& store, const BlockGroups& block, Use use, int mark_micro_batch = -1);
+  // After an error in the part: abandons the group held (ChunkStore::abandon).
+  ~GroupAccess();
   GroupAccess(const GroupAccess&) = delete;
   GroupAccess& operator=(const GroupAccess&) = delete;
 

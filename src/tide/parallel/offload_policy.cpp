@@ -1,7 +1,6 @@
 #include "tide/parallel/offload_policy.h"
 
 #include <algorithm>
-#include <cstring>
 
 #include "tide/optim/grad_norm.h"
 #include "tide/parallel/optimizer_step.h"
@@ -16,8 +15,13 @@ double seconds(std::chrono::steady_clock::duration d) {
 }  // namespace
 
 OffloadPolicy::OffloadPolicy(ChunkStore& store, int dp_size, const OffloadSettings& settings,
-                             int threads, Allocator& grad_host)
-    : store_(store), dp_size_(dp_size), s_(settings), threads_(threads), grad_host_(grad_host) {
+                             int threads, Allocator& grad_host, const OpContext& op)
+    : store_(store),
+      dp_size_(dp_size),
+      s_(settings),
+      threads_(threads),
+      grad_host_(grad_host),
+      op_(op) {
   TIDE_CHECK(store_.options().separate_master && store_.has(ChunkKind::MASTER),
              "ZeRO-Offload needs the fp32 master weights in their own chunks on the host: build "
              "the model with ModelOptions::store.separate_master = true");
@@ -82,8 +86,12 @@ void OffloadPolicy::run(const Job& j) {
   copy_span_[c].begin = Clock::now();
   const Tensor g = store_.slice(ChunkKind::GRAD, c);
   float* h = host_grad_[c];
-  // Down in the gradients' dtype (2 bytes per element in bf16), widened to f32 on the host.
-  convert_elements(g.data, g.dtype, h, DType::F32, g.numel());
+  // Down in the gradients' dtype (2 bytes per element in bf16), widened to f32 on the host (on
+  // a device by the copy on_reduced queued).
+  if (op_.device.is_cpu())
+    convert_elements(g.data, g.dtype, h, DType::F32, g.numel());
+  else
+    synchronize(j.ready);
   // The mean over ranks, in f32 (ZeroPolicy::finish_gradients divides in the gradients'
   // dtype: bitwise the same for f32 gradients).
   if (dp_size_ > 1) divide_elements(h, DType::F32, g.numel(), static_cast<float>(dp_size_));
@@ -97,6 +105,7 @@ void OffloadPolicy::run(const Job& j) {
 
 void OffloadPolicy::adam(int c) {
   adam_span_[c].begin = Clock::now();
+  synchronize(params_up_);  // on a device: the last update's parameters have gone up
   adamw_step_chunk(OpContext{}, store_, c, host_grad_[c], hyper_, step_, threads_);
   adam_span_[c].end = Clock::now();
 }
@@ -123,10 +132,9 @@ void OffloadPolicy::sync_master() {
   // 16-bit parameters are the master rounded: the master (initialised and loaded in f32) is
   // the source, never the other way round.
   if (store_.compute_dtype() != DType::F32) return;
-  for (int c = 0; c < store_.layout().num_chunks(); ++c) {
-    const Tensor p = store_.slice(ChunkKind::PARAM, c), m = store_.slice(ChunkKind::MASTER, c);
-    std::memcpy(m.data, p.data, p.nbytes());
-  }
+  for (int c = 0; c < store_.layout().num_chunks(); ++c)
+    copy(op_, store_.slice(ChunkKind::MASTER, c), store_.slice(ChunkKind::PARAM, c));
+  synchronize(op_);
 }
 
 void OffloadPolicy::begin_step(const AdamWHyper* early, const AdamWStep& early_step) {
@@ -152,7 +160,15 @@ void OffloadPolicy::begin_step(const AdamWHyper* early, const AdamWStep& early_s
 void OffloadPolicy::on_reduced(int c) {
   counters_.bytes_to_host += static_cast<uint64_t>(store_.slice(ChunkKind::GRAD, c).nbytes());
   counters_.moves_to_host += 1;
-  push({JobKind::GRAD, c});
+  Job j{JobKind::GRAD, c, {}};
+  if (!op_.device.is_cpu()) {
+    // Down on the stream, queued after what wrote the slice (its reduction, the staging); a
+    // delayed update still reading the host buffer finishes first.
+    if (pending_) wait_done(adam_done_, c);
+    copy(op_, host_grad(c), store_.slice(ChunkKind::GRAD, c));
+    j.ready = record_event(op_);
+  }
+  push(j);
 }
 
 void OffloadPolicy::finish_gradients() {
@@ -190,7 +206,7 @@ void OffloadPolicy::start_update(const AdamWHyper& hyper, const AdamWStep& step)
     std::fill(adam_done_.begin(), adam_done_.end(), 0);
     std::fill(adam_span_.begin(), adam_span_.end(), Span{});
   }
-  for (int c = 0; c < store_.layout().num_chunks(); ++c) push({JobKind::ADAM, c});
+  for (int c = 0; c < store_.layout().num_chunks(); ++c) push({JobKind::ADAM, c, {}});
   pending_ = true;
 }
 
@@ -201,10 +217,11 @@ void OffloadPolicy::finish_update() {
   for (int c = 0; c < n; ++c) {
     wait_done(adam_done_, c);
     const Tensor m = store_.slice(ChunkKind::MASTER, c), p = store_.slice(ChunkKind::PARAM, c);
-    convert_elements(m.data, DType::F32, p.data, p.dtype, m.numel());  // up in the compute dtype
+    copy(op_, p, m);  // up in the compute dtype (on a device: queued on the stream)
     counters_.bytes_to_compute += static_cast<uint64_t>(p.nbytes());
     counters_.moves_to_compute += 1;
   }
+  params_up_ = record_event(op_);
   pending_ = false;
   // Hidden: the part of Adam that ran inside this step's forward and backward (a delayed
   // update's Adam started in the previous step; a synchronous one after backward: none).

@@ -58,6 +58,7 @@
 #include <thread>
 #include <vector>
 
+#include "tide/kernels/mover.h"
 #include "tide/memory/chunk_store.h"
 #include "tide/memory/zero_settings.h"
 #include "tide/optim/adamw.h"
@@ -92,8 +93,12 @@ class OffloadPolicy final : public ReducedGradSink {
   // The store must keep a separate MASTER (StoreOptions::separate_master) sliced like ADAM_M and
   // ADAM_V. `dp_size`: N, the divisor of the mean. `threads`: OpenMP threads of the CPU Adam
   // (0: OpenMP's default). Host gradient buffers (4 Psi/N bytes) come from `grad_host`.
+  // `op`: the context whose stream writes the store's GRAD and PARAM chunks (the model's). On a
+  // device the slices go down and up as copies on its stream (the mover): a gradient slice is
+  // queued for the host when its reduction is, and the offload thread waits for that copy; the
+  // parameters go up queued after Adam, and the next Adam of that chunk waits for them.
   OffloadPolicy(ChunkStore& store, int dp_size, const OffloadSettings& settings, int threads,
-                Allocator& grad_host);
+                Allocator& grad_host, const OpContext& op = {});
   ~OffloadPolicy() override;
   OffloadPolicy(const OffloadPolicy&) = delete;
   OffloadPolicy& operator=(const OffloadPolicy&) = delete;
@@ -136,6 +141,7 @@ class OffloadPolicy final : public ReducedGradSink {
   struct Job {
     JobKind kind;
     int chunk;
+    StreamEvent ready;  // on a device: the gradient slice's copy down is done
   };
   struct Span {
     Clock::time_point begin{}, end{};
@@ -152,6 +158,10 @@ class OffloadPolicy final : public ReducedGradSink {
   OffloadSettings s_;
   int threads_;
   Allocator& grad_host_;
+  OpContext op_;
+  // On a device: the parameters' copies up (finish_update) are done; the next Adam, which
+  // overwrites the master slices they read, waits for it.
+  StreamEvent params_up_;
   size_t grad_bytes_ = 0;
   std::vector<float*> host_grad_;    // per chunk: the owned slice, on the host
   std::vector<double> tensor_sums_;  // per tensor id (with `tensor_sums`)

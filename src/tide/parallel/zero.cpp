@@ -93,7 +93,7 @@ void* ZeroPolicy::attach(ChunkKind k, int c) {
   // ChunkLayout::buffer_elems says why not each chunk's own size).
   b = pool_.take(static_cast<size_t>(store_.layout().buffer_elems(c)) *
                  dtype_size(store_.dtype(k)));
-  store_.attach_whole(k, c, pool_.data(b));
+  store_.attach_whole(k, c, pool_.data(b), pool_.device());
   return pool_.data(b);
 }
 
@@ -128,13 +128,24 @@ void ZeroPolicy::start_gather(int c) {
   synchronize(op_);
   attach(ChunkKind::PARAM, c);
   gather_trace_[c] = AsyncTrace::start(store_.tracer(), "all-gather params", {{"chunk", c}});
-  gather_work_[c] =
-      dp_.all_gather_async(store_.slice(ChunkKind::PARAM, c), store_.chunk(ChunkKind::PARAM, c));
+  gather_work_[c] = dp_.all_gather_async(gather_source(c), store_.chunk(ChunkKind::PARAM, c));
   gathered_[c] = Gathered::IN_FLIGHT;
   const int64_t elems = store_.layout().chunk_elems(c);
   live_elems_ += elems;
   counters_.all_gathers += 1;
   counters_.peak_live_param_elems = std::max(counters_.peak_live_param_elems, live_elems_);
+}
+
+Tensor ZeroPolicy::gather_source(int c) {
+  const Tensor slice = store_.slice(ChunkKind::PARAM, c), whole = store_.chunk(ChunkKind::PARAM, c);
+  if (slice.device == whole.device) return slice;
+  // offload_param on a device: the slice is on the host, the gathered chunk on the device. A
+  // collective moves one device's memory: the slice goes up into its part of the chunk first,
+  // which is then gathered in place.
+  const Tensor mine = own_part(whole, store_.layout().slice_elems(c), dp_.rank());
+  copy(op_, mine, slice);
+  synchronize(op_);
+  return mine;
 }
 
 void ZeroPolicy::wait_gathered(int c) {
@@ -379,8 +390,8 @@ void ZeroPolicy::after_update() {
     const Tensor whole = store_.chunk(ChunkKind::PARAM, c);
     // Stages 1-2 gather in place (the owned part of the whole chunk is the updated slice);
     // stage 3's persistent chunks gather from the slice into their buffer.
-    const Tensor mine = s_.stage == 3 ? store_.slice(ChunkKind::PARAM, c)
-                                      : own_part(whole, lay.slice_elems(c), dp_.rank());
+    const Tensor mine =
+        s_.stage == 3 ? gather_source(c) : own_part(whole, lay.slice_elems(c), dp_.rank());
     AsyncTrace trace = AsyncTrace::start(store_.tracer(), "all-gather params", {{"chunk", c}});
     gathers.push_back({c, elems, dp_.all_gather_async(mine, whole), trace});
     gathering += elems;

@@ -134,6 +134,9 @@ class ZeroPolicy final : public PlacementPolicy {
   void detach(ChunkKind k, int c);
   // Stage 3: starts gathering chunk c into a buffer; wait_gathered(c) makes it usable.
   void start_gather(int c);
+  // What chunk c's all-gather sends: the owned PARAM slice, or under offload_param on a device
+  // its copy in the gathered chunk's own part (attached first).
+  Tensor gather_source(int c);
   void wait_gathered(int c);
   void release_gathered(int c);
   void prefetch_after(size_t pos);

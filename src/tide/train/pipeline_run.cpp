@@ -8,6 +8,8 @@
 #include "tide/checkpoint/tp_checkpoint.h"
 #include "tide/comm/local_process_group.h"
 #include "tide/config/pipeline_setup.h"
+#include "tide/kernels/mover.h"
+#include "tide/model/host_twin.h"
 #include "tide/parallel/zero.h"
 #include "tide/pipeline/generators.h"
 
@@ -15,7 +17,8 @@ namespace tide {
 
 PipelineRun::PipelineRun(const TrainConfig& cfg, std::shared_ptr<ProcessGroup> world,
                          const OptimizerSettings& opt, PipelineTensorParallel tp,
-                         const StoreOptions& store, AutoPlacementSettings placement)
+                         const StoreOptions& store, AutoPlacementSettings placement,
+                         const OpContext& op, Allocator* activations)
     : world_(std::move(world)) {
   pipeline::Schedule schedule = make_pipeline_schedule(cfg);
   const int p = schedule.stages, n = world_->size();
@@ -53,6 +56,8 @@ PipelineRun::PipelineRun(const TrainConfig& cfg, std::shared_ptr<ProcessGroup> w
     o.chunk_elems = chunk_elems_from_mib(cfg.chunk_size_mb);
     o.pp = schedule.virtual_stages();
     o.stage = schedule.virtual_stage(pp_->rank(), c);
+    o.op = op;
+    o.activations = activations;
     if (tp.size > 1) {
       o.tp = tp_;
       o.sequence_parallel = tp.sequence_parallel;
@@ -137,15 +142,18 @@ float PipelineRun::evaluate(DataLoader& val, int64_t n) {
       if (v > 0) {
         const auto [from, from_chunk] = sch.locate(v - 1);
         const Tensor in = model.input_activation(mb);  // (1,T,C)
-        if (from == me)
-          std::memcpy(in.data, chunks_[from_chunk]->output_activation(*eval_mbs_[from_chunk]).data,
-                      in.nbytes());
-        else
+        if (from == me) {
+          copy(model.op(), in, chunks_[from_chunk]->output_activation(*eval_mbs_[from_chunk]));
+        } else {
+          synchronize(model.op());  // on a device: the previous sequence's ops may read `in`
           pp_->recv(in, from, v);
+        }
       }
       model.forward(mb);
-      if (v + 1 < V && sch.locate(v + 1).first != me)
+      if (v + 1 < V && sch.locate(v + 1).first != me) {
+        synchronize(model.op());  // on a device: the forward's ops are queued
         pp_->send(model.output_activation(mb), sch.locate(v + 1).first, v + 1);
+      }
     }
     // (loss sum, positions with a target) of the sequence, as doubles carried bit for bit.
     double r[2] = {0, 0};
@@ -168,13 +176,19 @@ void PipelineRun::save(const std::string& path, const CheckpointInfo& info) cons
   // the stage whole, as a ZeRO-0 run without tp would.
   const bool gathered = tp_->size() > 1;
   std::vector<std::unique_ptr<ChunkStore>> whole;
+  std::vector<std::unique_ptr<GPT>> twins;
   if (gathered) {
     for (const auto& c : chunks_)
       whole.push_back(
           gather_tp_shards(*c, /*with_optimizer_state=*/true, zero_sliced_ ? dp_.get() : nullptr));
     for (const auto& w : whole) stores.push_back(w.get());
   } else {
-    for (const auto& c : chunks_) stores.push_back(&c->store());
+    // A device model's chunks are written from host copies (the writers read host memory).
+    for (const auto& c : chunks_) {
+      std::unique_ptr<GPT> twin = host_copy(*c);
+      stores.push_back(twin ? &twin->store() : &c->store());
+      if (twin) twins.push_back(std::move(twin));
+    }
   }
   // Without tp, ZeRO-1/2: every replica writes its slices; otherwise replica 0 the stage whole.
   const bool slices = zero_sliced_ && !gathered;
@@ -191,14 +205,16 @@ void PipelineRun::load(const std::string& path) {
   // Any checkpoint (checkpoint_source.h); under tp every rank reads the stage's tensors whole
   // and keeps its shard's elements (under ZeRO-1/2 of the sliced kinds only its slice).
   const CheckpointSource source(path);
-  for (const auto& c : chunks_) load_checkpoint_any(source, *c, /*with_optimizer_state=*/true);
+  for (const auto& c : chunks_)
+    with_host_chunks(
+        *c, [&](GPT& m) { load_checkpoint_any(source, m, /*with_optimizer_state=*/true); });
   engine_->sync_params();  // ZeRO's whole copies and offload's master weights follow
 }
 
 void PipelineRun::init_from(const std::string& path) {
   for (const auto& c : chunks_) {
     if (tp_->size() == 1) {
-      init_weights_from(path, *c);
+      with_host_chunks(*c, [&](GPT& m) { init_weights_from(path, m); });
       continue;
     }
     // The chunk's virtual stage unsharded (t = 1, parameters only), read as a run without tp

@@ -55,10 +55,13 @@ class PipelineRun final : public StepRunner {
   // initialised from cfg.seed as the whole model would be (the same values element by element).
   // A world that is not stages x tp x (a whole number of replicas) is a clear error.
   // `store`: the allocators and offload options of every chunk's store (the Trainer's tiers:
-  // Trainer::configure_store); `placement`: placement.policy=auto's allocators.
+  // Trainer::configure_store); `placement`: placement.policy=auto's allocators. `op` and
+  // `activations`: the device every chunk runs on and its activation memory (ModelOptions; the
+  // simulated device: each stage's messages wait for its stream, pipeline_engine.h).
   PipelineRun(const TrainConfig& cfg, std::shared_ptr<ProcessGroup> world,
               const OptimizerSettings& opt, PipelineTensorParallel tp = {},
-              const StoreOptions& store = {}, AutoPlacementSettings placement = {});
+              const StoreOptions& store = {}, AutoPlacementSettings placement = {},
+              const OpContext& op = {}, Allocator* activations = nullptr);
 
   // (The zb-auto warm-up step traces itself: `tracer` does not record that step.)
   StepStats step(int64_t step, uint64_t seed, const Engine::BatchFn& batch,

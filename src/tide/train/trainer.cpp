@@ -23,6 +23,7 @@
 #include "tide/core/byte_size.h"
 #include "tide/data/prepare.h"
 #include "tide/estimate/memory_estimate.h"
+#include "tide/model/host_twin.h"
 #include "tide/model/layout.h"
 #include "tide/train/preemption.h"
 
@@ -270,7 +271,7 @@ Trainer::Trainer(TrainConfig config, std::shared_ptr<ProcessGroup> world)
         cfg_, world_, opt,
         PipelineTensorParallel{.size = cfg_.tensor_parallel,
                                .sequence_parallel = cfg_.sequence_parallel},
-        so, auto_placement_settings());
+        so, auto_placement_settings(), op_, op_.device.is_cpu() ? nullptr : compute_alloc_.get());
     if (init_from) pipeline_->init_from(cfg_.init_from);
     runner_ = pipeline_.get();
   } else {
@@ -294,7 +295,7 @@ Trainer::Trainer(TrainConfig config, std::shared_ptr<ProcessGroup> world)
       if (mesh_)
         load_checkpoint_tp(cfg_.init_from, *model_, /*with_optimizer_state=*/false);
       else
-        load_into_model([&](GPT& m) { init_weights_from(cfg_.init_from, m); });
+        with_host_chunks(*model_, [&](GPT& m) { init_weights_from(cfg_.init_from, m); });
     }
     // Under tp the ranks hold different shards: the whole model's layout is compared.
     check_same_data_and_layout(mesh_ ? make_layout(cfg_.model) : model_->store().layout());
@@ -311,7 +312,7 @@ Trainer::Trainer(TrainConfig config, std::shared_ptr<ProcessGroup> world)
     if (pipeline_)
       pipeline_->load(cfg_.resume);
     else
-      load_into_model([&](GPT& m) {
+      with_host_chunks(*model_, [&](GPT& m) {
         load_checkpoint_any(CheckpointSource(cfg_.resume), m, /*with_optimizer_state=*/true);
       });
     if (engine_) engine_->sync_params();
@@ -327,25 +328,6 @@ Trainer::Trainer(TrainConfig config, std::shared_ptr<ProcessGroup> world)
 
 Trainer::~Trainer() = default;
 
-std::unique_ptr<GPT> Trainer::host_twin() const {
-  ModelOptions mo;
-  mo.chunk_elems = chunk_elems_from_mib(cfg_.chunk_size_mb);
-  mo.group_size = model_->store().layout().group_size();  // the same padding of each chunk
-  mo.store = model_->store().options();  // the same dtypes and ZeRO slices, in host memory
-  mo.store.compute = mo.store.optimizer = mo.store.param_slices = nullptr;
-  auto twin = std::make_unique<GPT>(cfg_.model, cfg_.activation_policy, mo);
-  TIDE_ASSERT(twin->store().layout().num_chunks() == model_->store().layout().num_chunks());
-  return twin;
-}
-
-void Trainer::load_into_model(const std::function<void(GPT&)>& load) {
-  if (op_.device.is_cpu()) return load(*model_);
-  const std::unique_ptr<GPT> twin = host_twin();
-  copy_chunks(op_, model_->store(), twin->store());  // what the load leaves alone stays
-  load(*twin);
-  copy_chunks(op_, twin->store(), model_->store());
-}
-
 AutoPlacementSettings Trainer::auto_placement_settings() const {
   return cfg_.placement_policy == "auto"
              ? AutoPlacementSettings{compute_alloc_.get(), host_alloc_.get()}
@@ -357,18 +339,16 @@ void Trainer::configure_store(StoreOptions& so) {
   // DeepSpeed's default for it); MASTER and Adam f32.
   so.compute_dtype = model_dtype(cfg_);
   if (grad_dtype(cfg_) != so.compute_dtype) so.grad_dtype = grad_dtype(cfg_);
-  if (!op_.device.is_cpu()) {  // every kind on the device (its memory: placement's budget)
-    const auto limit = static_cast<size_t>(cfg_.device_memory_limit);
+  const bool offload = cfg_.zero.offload_optimizer.enabled;
+  const auto limit = static_cast<size_t>(cfg_.device_memory_limit);
+  if (!op_.device.is_cpu()) {  // the device's memory (with a limit: placement's budget)
     compute_alloc_ = op_.device.is_sim() ? std::make_unique<SimAllocator>(op_.device, limit)
                                          : make_cuda_allocator(op_.device, limit);
-    so.compute = so.optimizer = compute_alloc_.get();
-    return;
+  } else {
+    if (limit == 0 && !offload) return;
+    // On a CPU-only machine the device is a budgeted host allocator (memory/allocator.h).
+    compute_alloc_ = std::make_unique<BudgetedAllocator>(limit);
   }
-  const bool offload = cfg_.zero.offload_optimizer.enabled;
-  if (cfg_.device_memory_limit == 0 && !offload) return;
-  // On a CPU-only machine the device is a budgeted host allocator (memory/allocator.h).
-  compute_alloc_ =
-      std::make_unique<BudgetedAllocator>(static_cast<size_t>(cfg_.device_memory_limit));
   so.compute = so.optimizer = compute_alloc_.get();
   if (cfg_.placement_policy == "auto") {
     // PatrickStar (auto_placement.h): every chunk starts on the host; the policy moves them
@@ -661,11 +641,7 @@ std::string Trainer::save(const std::string& name) const {
     return path;
   }
   // A device model is saved from a host copy of its chunks (the writers read host memory).
-  std::unique_ptr<GPT> twin;
-  if (!op_.device.is_cpu()) {
-    twin = host_twin();
-    copy_chunks(op_, model_->store(), twin->store());
-  }
+  const std::unique_ptr<GPT> twin = host_copy(*model_);
   const GPT& saved = twin ? *twin : *model_;
   if (!sharded) {
     save_checkpoint(path, saved, info, /*with_optimizer_state=*/true);

@@ -137,12 +137,6 @@ class Trainer {
   void configure_store(StoreOptions& so);
   // placement.policy=auto's allocators (configure_store made them); none with policy=device.
   AutoPlacementSettings auto_placement_settings() const;
-  // A device model's checkpoints go through a host model of the same layout (the checkpoint
-  // code reads and writes host memory): made here, its chunks copied from or to model_.
-  std::unique_ptr<GPT> host_twin() const;
-  // `load` on a model that can read checkpoints: model_ itself on the CPU; on a device its
-  // host twin, whose chunks then go up.
-  void load_into_model(const std::function<void(GPT&)>& load);
 
   TrainConfig cfg_;
   std::shared_ptr<ProcessGroup> world_;

@@ -5,6 +5,9 @@
 // CPU kernels in the same order, so nothing here is a matter of tolerance; what the test holds
 // is the orchestration: every byte the host reads or writes went through the mover after the
 // wait that orders it (under ThreadSanitizer, scripts/tsan.sh, a missing wait is a data race).
+// ZeRO-Offload too (stage 1, one rank, with and without the one-step delayed update): the
+// gradient slices go down and the parameters up on the stream, while the offload thread runs
+// Adam on the host between its waits for those copies.
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -65,10 +68,10 @@ struct SimRun {
 
 constexpr int kB = 2, kT = 8, kSteps = 4;
 
-SimRun train(GPT& gpt) {
+SimRun train(GPT& gpt, const ZeroSettings& zero = {}) {
   gpt.init_weights(11);
   Engine e(gpt, std::make_shared<LocalProcessGroup>(), data_parallel_schedule(2), kB, kT,
-           sim_engine_optimizer());
+           sim_engine_optimizer(), zero);
   const int vocab = gpt.config().vocab_size;
   SimRun r;
   for (int64_t s = 0; s < kSteps; ++s) {
@@ -82,6 +85,7 @@ SimRun train(GPT& gpt) {
     r.curve.push_back(st.loss);
     r.curve.push_back(static_cast<float>(st.grad_norm));
   }
+  e.flush_update();  // a delayed update still running on the host lands
   // The master weights, brought to the host through the mover.
   const ChunkStore& store = gpt.store();
   for (int c = 0; c < store.layout().num_chunks(); ++c) {
@@ -131,21 +135,96 @@ TEST(SimEngine, TrainsTheCpuRunBitwise) {
   omp_set_num_threads(threads);
 }
 
+// ZeRO-Offload: the master weights and Adam's state on the host, the parameters and gradients
+// on the device. Clipping makes Adam wait for the norm; without it Adam runs on each chunk as
+// its gradients arrive; the delayed update (from step 2) runs during the next step.
+TEST(SimEngine, OffloadTrainsTheCpuOffloadRunBitwise) {
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(1);
+  for (DType dtype : {DType::F32, DType::BF16}) {
+    for (bool delayed : {false, true}) {
+      const std::string what =
+          std::string(dtype_name(dtype)) + (delayed ? " delayed update" : " synchronous");
+      ZeroSettings z;
+      z.stage = 1;
+      z.offload_optimizer.enabled = true;
+      z.offload_optimizer.delayed_update = delayed;
+      z.offload_optimizer.dpu_warmup_steps = 1;
+      HostAllocator host_memory;
+      auto offloaded = [&](ModelOptions o) {
+        o.chunk_elems = 1024;  // several chunks: copies and Adam of one overlap another's
+        o.store.compute_dtype = dtype;
+        o.store.sliced_kinds = zero_sliced_kinds(1);
+        o.store.optimizer = &host_memory;
+        o.store.separate_master = true;
+        return o;
+      };
+      GPT cpu_model(sim_engine_config(), ActivationPolicy::SAVE_ALL, offloaded({}));
+      const SimRun cpu = train(cpu_model, z);
+      SimDevice dev;
+      GPT sim_model(sim_engine_config(), ActivationPolicy::SAVE_ALL, offloaded(dev.options(dtype)));
+      ASSERT_GT(sim_model.store().layout().num_chunks(), 2) << what;
+      const SimRun sim = train(sim_model, z);
+      ASSERT_EQ(sim.curve.size(), cpu.curve.size());
+      for (size_t i = 0; i < cpu.curve.size(); ++i)
+        EXPECT_EQ(std::memcmp(&sim.curve[i], &cpu.curve[i], sizeof(float)), 0)
+            << what << ": step " << i / 2 + 1 << (i % 2 ? " grad norm " : " loss ") << sim.curve[i]
+            << " on sim:0, " << cpu.curve[i] << " on the CPU";
+      ASSERT_EQ(sim.master.size(), cpu.master.size());
+      EXPECT_EQ(std::memcmp(sim.master.data(), cpu.master.data(), cpu.master.size() * 4), 0)
+          << what << ": the master weights differ";
+    }
+  }
+  omp_set_num_threads(threads);
+}
+
+// An error inside a step (a token outside the vocabulary, raised by the embedding: at once on the
+// CPU, on the stream and at the next wait on sim) reaches the caller as that error, and the
+// engine and the model still go down cleanly: ZeRO-3's gathered buffers (offload_param: the
+// slices on the host, so even one rank gathers) are detached although the part that threw still
+// held its parameters (before, the destructor's check ended the process).
+TEST(SimEngine, AnErrorInAStepLeavesTheEngineToGoDownCleanly) {
+  for (bool sim : {false, true}) {
+    SimDevice dev;
+    HostAllocator host;
+    ModelOptions o = sim ? dev.options(DType::F32) : ModelOptions{};
+    o.store.sliced_kinds = zero_sliced_kinds(3);
+    o.store.optimizer = o.store.param_slices = &host;
+    o.store.separate_master = true;
+    ZeroSettings z;
+    z.stage = 3;
+    z.param_persistence_threshold = 0;  // every chunk gathered on use
+    z.offload_optimizer.enabled = true;
+    GPT gpt(sim_engine_config(), ActivationPolicy::SAVE_ALL, o);
+    gpt.init_weights(11);
+    std::string msg;
+    {
+      Engine e(gpt, std::make_shared<LocalProcessGroup>(), data_parallel_schedule(1), kB, kT,
+               sim_engine_optimizer(), z);
+      try {
+        e.step(0, 3, [](int, int32_t* in, int32_t* tg) {
+          for (int i = 0; i < kB * kT; ++i) in[i] = tg[i] = i == 5 ? 1000 : 1;
+        });
+      } catch (const Error& err) {
+        msg = err.what();
+      }
+    }
+    EXPECT_NE(msg.find("1000"), std::string::npos) << (sim ? "sim: " : "cpu: ") << msg;
+  }
+}
+
 // What a device step cannot do yet is refused when the engine is built, with the way out.
 TEST(SimEngine, RefusesWhatADeviceStepCannotDoYet) {
   SimDevice dev;
-  ModelOptions o = dev.options(DType::F32);
-  o.store.sliced_kinds = zero_sliced_kinds(1);
-  GPT gpt(sim_engine_config(), ActivationPolicy::SAVE_ALL, o);
-  ZeroSettings z;
-  z.stage = 1;
-  z.offload_optimizer.enabled = true;
+  GPT gpt(sim_engine_config(), ActivationPolicy::SAVE_ALL, dev.options(DType::F32));
+  HostAllocator host;
   try {
     Engine e(gpt, std::make_shared<LocalProcessGroup>(), data_parallel_schedule(1), kB, kT,
-             sim_engine_optimizer(), z);
-    FAIL() << "ZeRO-Offload on sim:0 was accepted";
+             sim_engine_optimizer(), {}, AutoPlacementSettings{&dev.memory, &host});
+    FAIL() << "placement.policy=auto on sim:0 was accepted";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("on sim:0 tide runs without offload"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("on sim:0 tide runs without placement.policy=auto"),
+              std::string::npos)
         << e.what();
   }
   // A model whose ops and memory are on different devices.

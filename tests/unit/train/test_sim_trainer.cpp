@@ -137,12 +137,12 @@ TEST(SimTrainer, EndsSafelyRightAfterAStep) {
 TEST(SimTrainer, RefusesWhatTheSimulatedDeviceCannotRunYet) {
   const std::string dir = sim_trainer_data();
   const std::string msg = test::error_of([&] {
-    Trainer t(sim_trainer_config(dir, "offload",
-                                 {"device=sim", "zero_optimization.stage=1",
-                                  "zero_optimization.offload_optimizer.device=cpu"}));
+    Trainer t(sim_trainer_config(
+        dir, "auto",
+        {"device=sim", "placement.policy=auto", "placement.device_memory_limit=1000000"}));
   });
-  EXPECT_NE(msg.find("device=sim with offload_optimizer"), std::string::npos) << msg;
-  EXPECT_FALSE(fs::exists(dir + "/offload")) << "a refused run writes nothing";
+  EXPECT_NE(msg.find("device=sim with placement.policy=auto"), std::string::npos) << msg;
+  EXPECT_FALSE(fs::exists(dir + "/auto")) << "a refused run writes nothing";
   // Checked before the GPU is asked for: the same message with or without one.
   const std::string gpu = test::error_of([&] {
     Trainer t(sim_trainer_config(dir, "gpu", {"device=cuda", "bf16.enabled=true"}));

@@ -1,0 +1,23 @@
+#pragma once
+// A device model's host twin: the same shape, pipeline stage, chunk layout (padding and ZeRO
+// slices) and dtypes, in host memory. Why: checkpoints, resume and init_from read and write host
+// memory, and the host reaches a device model's chunks only through the mover; so they run on
+// the twin, and copy_chunks (memory/chunk_store.h) carries the chunks across.
+
+#include <functional>
+#include <memory>
+
+#include "tide/model/gpt.h"
+
+namespace tide {
+
+// A host copy of the model's chunks (every kind the store holds), or nullptr when the model is
+// on the CPU already (read the model itself then). Throws a tide::Error under tensor
+// parallelism (no device model has it yet).
+std::unique_ptr<GPT> host_copy(const GPT& model);
+
+// Runs `fn` on the model's chunks as host memory: on the model itself on the CPU, otherwise on
+// a host copy that is copied back afterwards (what `fn` leaves alone stays).
+void with_host_chunks(GPT& model, const std::function<void(GPT&)>& fn);
+
+}  // namespace tide
