@@ -12,10 +12,10 @@
 // parameters up as copies on the stream, the offload thread waiting for them).
 //
 // Pipeline stages (one per rank, pipeline.stages = world): 1F1B in f32, ZB-V (two chunks per
-// rank, the tied embedding summed in place) in bf16 with ZeRO-1, and ZB-H1 with ZeRO-Offload
-// (DPU): bitwise the CPU pipeline run, post-validation's snapshot and rollback included (each
-// message waits for the stream: the activation sent after the ops that wrote it, the receive
-// posted after the ops that read its buffer).
+// rank, the tied embedding summed in place) in bf16 with ZeRO-1, ZB-H1 with ZeRO-Offload (DPU)
+// and ZB-H2 with auto placement: bitwise the CPU pipeline run, post-validation's snapshot and
+// rollback included (each message waits for the stream: the activation sent after the ops that
+// wrote it, the receive posted after the ops that read its buffer).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -134,12 +134,14 @@ TEST(SimDevicePipeline, TrainsTheCpuPipelineBitwise) {
   struct Case {
     std::string schedule, precision;
     int zero;
-    bool offload;
+    std::string policy;  // "", "offload" (with DPU) or "auto" (placement)
   };
-  for (const Case& k : std::vector<Case>{
-           {"1f1b", "f32", 0, false}, {"zb-v", "bf16", 1, false}, {"zb-h1", "f32", 2, true}}) {
-    const std::string what = fmt::format("{} {} ZeRO-{}{}", k.schedule, k.precision, k.zero,
-                                         k.offload ? " offload" : "");
+  for (const Case& k : std::vector<Case>{{"1f1b", "f32", 0, ""},
+                                         {"zb-v", "bf16", 1, ""},
+                                         {"zb-h1", "f32", 2, "offload"},
+                                         {"zb-h2", "f32", 0, "auto"}}) {
+    const std::string what =
+        fmt::format("{} {} ZeRO-{} {}", k.schedule, k.precision, k.zero, k.policy);
     auto config = [&](const std::string& device) {
       // Two layers per virtual stage; p micro-batches, so every stage has one in flight.
       std::vector<std::string> extra = {"device=" + device,
@@ -148,7 +150,9 @@ TEST(SimDevicePipeline, TrainsTheCpuPipelineBitwise) {
                                         fmt::format("zero_optimization.stage={}", k.zero),
                                         fmt::format("pipeline.stages={}", p),
                                         "pipeline.schedule=" + k.schedule};
-      if (k.offload) extend(extra, offload_keys(2));
+      if (k.policy == "offload") extend(extra, offload_keys(2));
+      if (k.policy == "auto")
+        extend(extra, {"placement.policy=auto", "placement.device_memory_limit=2000000"});
       if (k.precision == "bf16") extra.push_back("bf16.enabled=true");
       TrainConfig c = dp_config(shard, fmt::format("{}/{}_{}", dir, k.schedule, device), kMicro, p,
                                 8, 0.1f, extra);

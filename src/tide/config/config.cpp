@@ -145,7 +145,7 @@ const std::vector<ConfigKey>& config_schema() {
        "where the model's ops and memory are: cpu; cuda or cuda:N, a GPU (one rank, f32 only, "
        "not yet run on one); sim or sim:N, the simulated asynchronous device (a stream thread "
        "and its own memory, reached only through copies); on sim: data parallelism at ZeRO "
-       "stages 0-3, ZeRO-Offload and pipeline stages, no auto placement or tensor parallelism "
+       "stages 0-3, ZeRO-Offload, auto placement and pipeline stages, no tensor parallelism "
        "yet; on a GPU one rank at ZeRO stage 0; auto = cpu until a GPU run has been checked"},
       {"threads", &TrainConfig::threads, T::INT, 0, "OpenMP threads per rank; 0 = OpenMP's default",
        ints(0, 4096)},

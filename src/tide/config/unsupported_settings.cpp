@@ -41,21 +41,20 @@ void check_trainer_can_honour(const TrainConfig& c, int world_size) {
              "partitioned activations inside pipeline stages are not in tide train yet; set "
              "partition_activations to false (and cpu_checkpointing), or pipeline.stages to 1",
              p);
-  // A device (the simulated one, or a GPU: issues #25, #27): the engine's step runs there with
-  // data parallelism, without what does not follow the stream's order yet (pipeline_engine.h,
-  // check_device).
+  // A device (the simulated one, or a GPU: issues #25, #27): what the engine's step does not
+  // run there yet (pipeline_engine.h, check_device).
   if (c.device != "cpu" && c.device != "auto") {
     const bool gpu = c.device.starts_with("cuda");
-    const char* what = p > 1 && gpu                   ? "pipeline.stages > 1 (on a GPU)"
-                       : t > 1                        ? "tensor_parallel.size > 1"
-                       : c.zero.stage > 0 && gpu      ? "zero_optimization.stage > 0 (on a GPU)"
-                       : c.placement_policy == "auto" ? "placement.policy=auto"
-                                                      : nullptr;
+    const char* what = p > 1 && gpu              ? "pipeline.stages > 1 (on a GPU)"
+                       : t > 1                   ? "tensor_parallel.size > 1"
+                       : c.zero.stage > 0 && gpu ? "zero_optimization.stage > 0 (on a GPU)"
+                       : c.placement_policy == "auto" && gpu ? "placement.policy=auto (on a GPU)"
+                                                             : nullptr;
     TIDE_CHECK(what == nullptr,
-               "device={} with {}: on a device tide runs data parallelism at ZeRO stages 0-3 "
-               "with ZeRO-Offload, and pipeline stages (on a GPU: one rank, ZeRO-0), without "
-               "auto placement for now (its chunk moves do not wait for the stream yet, the "
-               "vocabulary-parallel loss runs host loops); use device=cpu for this run",
+               "device={} with {}: on the simulated device tide runs data parallelism at ZeRO "
+               "stages 0-3, ZeRO-Offload, auto placement and pipeline stages, on a GPU one rank "
+               "at ZeRO stage 0, and no tensor parallelism yet (the vocabulary-parallel loss runs "
+               "host loops); use device=cpu for this run",
                c.device, what ? what : "");
     TIDE_CHECK(!c.device.starts_with("cuda") || world_size == 1,
                "device={} on {} ranks: data parallelism on GPUs needs the NCCL groups ordered by "

@@ -349,8 +349,8 @@ void PipelineEngine::check_device(const ZeroSettings& zero,
                pp_->rank(), d.str(), m->op().device.str());
   if (d.is_cpu()) return;
   // What a device step does not have yet (issues #25, #27): on a GPU, messages between stages
-  // (MPI cannot read GPU memory; NCCL's send/recv on the stream's events is to come) and
-  // offload; on any device, auto placement's chunk moves through the mover.
+  // (MPI cannot read GPU memory; NCCL's send/recv on the stream's events is to come), offload
+  // and auto placement.
   TIDE_CHECK(d.is_sim() || (pp_->size() == 1 && chunks_ == 1),
              "on {} tide trains one stage per replica for now: pipeline stages exchange "
              "activations over MPI, which cannot read GPU memory; use pipeline.stages=1 there, "
@@ -360,9 +360,10 @@ void PipelineEngine::check_device(const ZeroSettings& zero,
              "ZeRO-Offload on {} is not in tide yet (it is on the simulated device): the offload "
              "thread's waits on GPU events are untested; use device=cpu or sim",
              d.str());
-  TIDE_CHECK(!placement.device,
-             "on {} tide runs without placement.policy=auto for now: it still moves chunks "
-             "without the stream's order; use device=cpu for it",
+  TIDE_CHECK(d.is_sim() || !placement.device,
+             "placement.policy=auto on {} is not in tide yet (it is on the simulated device): "
+             "a chunk updated on the host tier needs the CPU AdamW beside the GPU's; use "
+             "device=cpu or sim",
              d.str());
 }
 

@@ -88,7 +88,11 @@ class PolicyStack::GradReduction : public PlacementPolicy {
 PolicyStack::PolicyStack(GPT& model, ProcessGroup& dp, const ZeroSettings& zero,
                          const AutoPlacementSettings& placement, std::vector<ParamAccess> accesses,
                          std::function<size_t()> activation_bytes, int threads)
-    : store_(model.store()), op_(model.op()), dp_(dp), accesses_(std::move(accesses)) {
+    : store_(model.store()),
+      op_(model.op()),
+      device_memory_(model.activation_allocator()),
+      dp_(dp),
+      accesses_(std::move(accesses)) {
   TIDE_CHECK(!zero.offload_optimizer.enabled || zero.stage >= 1,
              "zero_optimization.offload_optimizer.device=cpu needs zero_optimization.stage 1, 2 "
              "or 3 (ZeRO-Offload partitions the optimizer state it offloads, as DeepSpeed "
@@ -102,9 +106,11 @@ PolicyStack::PolicyStack(GPT& model, ProcessGroup& dp, const ZeroSettings& zero,
     std::vector<std::vector<int>> group_chunks;
     for (const std::vector<int>& ids : group_params)
       group_chunks.push_back(store_.layout().chunks_of(ids));
+    // On a device the activations are allocated from the budgeted tier itself.
+    if (model.activation_allocator() == placement.device) activation_bytes = nullptr;
     auto_ = std::make_unique<AutoPlacement>(store_, *placement.device, *placement.host,
                                             std::move(group_chunks), accesses_,
-                                            std::move(activation_bytes));
+                                            std::move(activation_bytes), op_);
   }
   // 1. The gradient reduction.
   // Its buffers (ZeRO's, and the communication_data_type staging) are on the compute tier,
@@ -136,6 +142,7 @@ size_t PolicyStack::comm_buffer_bytes() const {
 }
 
 PolicyStack::~PolicyStack() {
+  sums_arena_ = Arena();  // before auto placement's buffer allocator it may come from
   store_.set_policy(nullptr);
   offload_.reset();  // joins the offload thread
   zero_.reset();
@@ -210,17 +217,25 @@ void PolicyStack::tensor_sums(std::span<double> out, std::span<const int> fresh)
   const int64_t n = static_cast<int64_t>(out.size());
   if (!sums_.defined()) {
     const int64_t scratch = tensor_grad_scratch_doubles(lay);
+    // Under auto placement from its buffers' allocator: room is made in the budget first.
     sums_arena_ = Arena("gradient sums", sizeof(double) * (n + scratch) + 2 * Arena::kAlign,
-                        store_.options().compute);
+                        auto_ ? &auto_->buffer_allocator() : device_memory_);
     sums_ = sums_arena_.alloc_tensor({2 * n}, DType::I32);
     sums_scratch_ = sums_arena_.alloc_tensor({2 * scratch}, DType::I32);
   }
   auto* dev = static_cast<double*>(sums_.data);
-  for (int c = 0; c < lay.num_chunks(); ++c)
+  std::vector<int> on_host;  // placement.policy=auto's chunks on the host tier
+  for (int c = 0; c < lay.num_chunks(); ++c) {
+    if (grad(c).device != op_.device) {
+      on_host.push_back(c);
+      continue;
+    }
     tensor_grad_sums(op_, lay, c, grad(c), grad_begin(c), dev,
                      static_cast<double*>(sums_scratch_.data));
+  }
   copy(op_, Tensor(out.data(), Shape{2 * n}, DType::I32), sums_);
   synchronize(op_);
+  for (int c : on_host) tensor_grad_sums(lay, c, grad(c), grad_begin(c), out);
 }
 
 void PolicyStack::update(const OptimizerSettings& opt, int64_t step, const UpdatePlan& plan,
@@ -248,8 +263,11 @@ void PolicyStack::update(const OptimizerSettings& opt, int64_t step, const Updat
   // placement.policy=auto: chunk by chunk, each where its optimizer access puts it (the same
   // AdamW calls as adamw_step, in the same order).
   for (int c = 0; c < store_.layout().num_chunks(); ++c) {
-    auto_->prepare_update(c);
-    adamw_step_chunk(op_, store_, c, nullptr, h, s);
+    // On a device a chunk updated on the host tier runs the CPU AdamW (its move there waited
+    // for the stream).
+    const bool host = auto_->prepare_update(c) == Tier::HOST && !op_.device.is_cpu();
+    if (host) synchronize(op_);  // nothing queued may still touch the chunk's host memory
+    adamw_step_chunk(host ? OpContext{} : op_, store_, c, nullptr, h, s);
   }
 }
 

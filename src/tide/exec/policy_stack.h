@@ -90,7 +90,8 @@ class PolicyStack {
  private:
   class GradReduction;
   ChunkStore& store_;
-  OpContext op_;  // the model's: where its gradients are summed and AdamW runs
+  OpContext op_;              // the model's: where its gradients are summed and AdamW runs
+  Allocator* device_memory_;  // the model's activation memory: the device's (nullptr: host)
   // On a device: the per-tensor sums of squares, computed there (tensor_sums).
   mutable Arena sums_arena_;
   mutable Tensor sums_, sums_scratch_;

@@ -1,7 +1,5 @@
 #include "tide/memory/chunk_store.h"
 
-#include <cstring>
-
 #include "tide/core/arena.h"
 #include "tide/kernels/mover.h"
 
@@ -176,7 +174,7 @@ void ChunkStore::free_chunk(ChunkKind k, int c) {
   ch.bytes = 0;
 }
 
-size_t ChunkStore::move_chunk(ChunkKind k, int c, Allocator& to) {
+size_t ChunkStore::move_chunk(ChunkKind k, int c, Allocator& to, const OpContext& op) {
   Chunk& ch = at(k, c);
   TIDE_CHECK(ch.data != nullptr, "{} chunk {} is not resident: there is nothing to move",
              chunk_kind_name(k), c);
@@ -189,7 +187,10 @@ size_t ChunkStore::move_chunk(ChunkKind k, int c, Allocator& to) {
              chunk_kind_name(k), c);
   if (ch.alloc == &to) return 0;
   void* p = to.allocate(ch.bytes, fmt::format("{} chunk {}", chunk_kind_name(k), c));
-  std::memcpy(p, ch.data, ch.bytes);
+  const Shape shape{static_cast<int64_t>(ch.bytes / dtype_size(ch.dtype))};
+  copy(op, Tensor(p, shape, ch.dtype, to.device()),
+       Tensor(ch.data, shape, ch.dtype, ch.alloc->device()));
+  synchronize(op);
   ch.alloc->free(ch.data, ch.bytes);
   ch.data = p;
   ch.alloc = &to;

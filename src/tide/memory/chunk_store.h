@@ -141,8 +141,10 @@ class ChunkStore {
   // slice) to `to`: allocate there, copy the bytes, free the old allocation. An f32 MASTER that
   // aliases PARAM follows it. Refused while tensors of chunk c are in COMPUTE, while a whole
   // buffer is attached, for a chunk not resident, and for an alias (move the kind it aliases).
-  // Returns the bytes copied (0 when the chunk is already in `to`).
-  size_t move_chunk(ChunkKind k, int c, Allocator& to);
+  // Returns the bytes copied (0 when the chunk is already in `to`). The copy is the mover's on
+  // `op`'s stream (ordered after the ops queued there), waited for before the old allocation
+  // goes.
+  size_t move_chunk(ChunkKind k, int c, Allocator& to, const OpContext& op = {});
   bool attached(ChunkKind k, int c) const { return chunk_info(k, c).slice_home != nullptr; }
 
   // Bytes held per kind (aliases count once) and in total.

@@ -218,15 +218,15 @@ void GPT::check_device(const ModelOptions& o) const {
                on(o.activations).is_cpu() ? on(o.store.compute).str() : on(o.activations).str());
     return;
   }
-  // ZeRO-Offload keeps the master weights and Adam's state (and with offload_param the
-  // parameter slices) on the host: its policy moves them through the mover.
-  const bool offload = o.store.separate_master;
-  TIDE_CHECK(on(o.activations) == d && on(o.store.compute) == d &&
-                 (!o.store.with_optimizer || on(o.store.optimizer) == d ||
-                  (offload && on(o.store.optimizer).is_cpu())),
-             "a model on {} keeps its activations and chunks there (the optimizer state may be "
-             "on the host under ZeRO-Offload, store.separate_master): ModelOptions::activations, "
-             "store.compute and store.optimizer must allocate on {} (they are on {}, {} and {})",
+  // The chunks may start on the host: ZeRO-Offload keeps the optimizer state (and with
+  // offload_param the parameter slices) there, and placement.policy=auto moves each chunk to
+  // the device before an op reads it (the ops refuse host tensors).
+  auto here_or_host = [&](const Allocator* a) { return on(a) == d || on(a).is_cpu(); };
+  TIDE_CHECK(on(o.activations) == d && here_or_host(o.store.compute) &&
+                 (!o.store.with_optimizer || here_or_host(o.store.optimizer)),
+             "a model on {} keeps its activations there and its chunks there or on the host: "
+             "ModelOptions::activations must allocate on {}, store.compute and store.optimizer "
+             "on it or on the host (they are on {}, {} and {})",
              d.str(), d.str(), on(o.activations).str(), on(o.store.compute).str(),
              on(o.store.optimizer).str());
   TIDE_CHECK(!o.tp || o.tp->size() == 1,

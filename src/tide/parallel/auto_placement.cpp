@@ -36,10 +36,11 @@ class AutoPlacement::BufferAllocator final : public Allocator {
 AutoPlacement::AutoPlacement(ChunkStore& store, Allocator& device, Allocator& host,
                              std::vector<std::vector<int>> group_chunks,
                              std::span<const ParamAccess> accesses,
-                             std::function<size_t()> activation_bytes)
+                             std::function<size_t()> activation_bytes, const OpContext& op)
     : store_(store),
       device_(device),
       host_(host),
+      op_(op),
       buffers_(std::make_unique<BufferAllocator>(*this, device)),
       group_chunks_(std::move(group_chunks)),
       activation_bytes_(std::move(activation_bytes)),
@@ -146,7 +147,7 @@ void AutoPlacement::move(int item, Allocator& to) {
   const TraceSpan span(store_.tracer(), &to == &device_ ? "move to device" : "move to host",
                        "memory", {{"chunk", c}});
   const auto t0 = std::chrono::steady_clock::now();
-  const size_t bytes = store_.move_chunk(k, c, to);
+  const size_t bytes = store_.move_chunk(k, c, to, op_);
   counters_.wait_seconds +=
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (bytes == 0) return;

@@ -89,9 +89,12 @@ class AutoPlacement final : public PlacementPolicy {
   // and are evicted to (the store's allocator of every kind). `group_chunks[g]`: the chunks of
   // parameter group g (model/param_groups.h). `activation_bytes`: the activation bytes in use now.
   // `accesses`: the group accesses of every step, in order (they must outlive the policy).
+  // `op`: the model's context; on a device the moves are the mover's copies on its stream
+  // (ChunkStore::move_chunk), and `activation_bytes` is empty when the activations come from
+  // `device` itself (they are in its allocated bytes already).
   AutoPlacement(ChunkStore& store, Allocator& device, Allocator& host,
                 std::vector<std::vector<int>> group_chunks, std::span<const ParamAccess> accesses,
-                std::function<size_t()> activation_bytes);
+                std::function<size_t()> activation_bytes, const OpContext& op = {});
   ~AutoPlacement() override;
   // The engine's own policy, which every hook delegates to.
   void set_inner(PlacementPolicy* inner) { inner_ = inner; }
@@ -154,6 +157,7 @@ class AutoPlacement final : public PlacementPolicy {
   ChunkStore& store_;
   Allocator& device_;
   Allocator& host_;
+  OpContext op_;
   PlacementPolicy* inner_ = nullptr;
   std::unique_ptr<BufferAllocator> buffers_;
   std::vector<std::vector<int>> group_chunks_;

@@ -68,10 +68,11 @@ struct SimRun {
 
 constexpr int kB = 2, kT = 8, kSteps = 4;
 
-SimRun train(GPT& gpt, const ZeroSettings& zero = {}) {
+SimRun train(GPT& gpt, const ZeroSettings& zero = {}, AutoPlacementSettings placement = {},
+             PlacementStepCounters* placed = nullptr) {
   gpt.init_weights(11);
   Engine e(gpt, std::make_shared<LocalProcessGroup>(), data_parallel_schedule(2), kB, kT,
-           sim_engine_optimizer(), zero);
+           sim_engine_optimizer(), zero, placement);
   const int vocab = gpt.config().vocab_size;
   SimRun r;
   for (int64_t s = 0; s < kSteps; ++s) {
@@ -82,6 +83,7 @@ SimRun train(GPT& gpt, const ZeroSettings& zero = {}) {
       }
     };
     const StepStats st = e.step(s, 3, fill);
+    if (placed) *placed += st.placement;
     r.curve.push_back(st.loss);
     r.curve.push_back(static_cast<float>(st.grad_norm));
   }
@@ -213,21 +215,69 @@ TEST(SimEngine, AnErrorInAStepLeavesTheEngineToGoDownCleanly) {
   }
 }
 
-// What a device step cannot do yet is refused when the engine is built, with the way out.
-TEST(SimEngine, RefusesWhatADeviceStepCannotDoYet) {
-  SimDevice dev;
-  GPT gpt(sim_engine_config(), ActivationPolicy::SAVE_ALL, dev.options(DType::F32));
-  HostAllocator host;
-  try {
-    Engine e(gpt, std::make_shared<LocalProcessGroup>(), data_parallel_schedule(1), kB, kT,
-             sim_engine_optimizer(), {}, AutoPlacementSettings{&dev.memory, &host});
-    FAIL() << "placement.policy=auto on sim:0 was accepted";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("on sim:0 tide runs without placement.policy=auto"),
-              std::string::npos)
-        << e.what();
+// placement.policy=auto (PatrickStar): every chunk starts on the host and moves to the device's
+// budgeted memory before an op reads it (the mover's copy on the stream, waited for before the
+// old memory goes); the activations come from that budget too. A budget too small for the whole
+// model evicts chunks and updates some on the host with the CPU AdamW; the training is the CPU
+// run's (whose budget is the stand-in BudgetedAllocator's), to the bit.
+TEST(SimEngine, AutoPlacementTrainsTheCpuRunBitwise) {
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(1);
+  for (DType dtype : {DType::F32, DType::BF16}) {
+    const std::string what(dtype_name(dtype));
+    auto placed = [&](ModelOptions o, Allocator& host) {
+      o.chunk_elems = 1024;
+      o.store.compute_dtype = dtype;
+      o.store.compute = o.store.optimizer = &host;
+      return o;
+    };
+    // The CPU budget (its stand-in allocator holds no activations): about a third of the chunks.
+    HostAllocator cpu_host;
+    GPT probe(sim_engine_config(), ActivationPolicy::SAVE_ALL, placed({}, cpu_host));
+    const size_t chunks = probe.store().total_bytes();
+    const size_t activations = probe.make_micro_batch(kB, kT)->saved.capacity();
+    SimRun cpu, sim;
+    PlacementStepCounters cpu_counters, sim_counters;
+    {
+      BudgetedAllocator budget(chunks / 3 + activations);
+      GPT model(sim_engine_config(), ActivationPolicy::SAVE_ALL, placed({}, cpu_host));
+      cpu = train(model, {}, AutoPlacementSettings{&budget, &cpu_host}, &cpu_counters);
+    }
+    // On the device the budget holds the activation arenas whole, the W stashes and the
+    // gradient sums too: what a roomy run's peak holds beside the chunks.
+    auto sim_run = [&](size_t limit, SimRun& r, PlacementStepCounters& counters) {
+      SimDevice dev;
+      SimAllocator budget(Device::sim(0), limit);
+      HostAllocator host;
+      ModelOptions o = placed(dev.options(dtype), host);
+      o.activations = &budget;
+      GPT model(sim_engine_config(), ActivationPolicy::SAVE_ALL, o);
+      r = train(model, {}, AutoPlacementSettings{&budget, &host}, &counters);
+      return budget.peak();
+    };
+    SimRun roomy;
+    PlacementStepCounters roomy_counters;
+    const size_t non_model = sim_run(size_t{1} << 30, roomy, roomy_counters) - chunks;
+    EXPECT_EQ(roomy_counters.evictions, 0) << what;
+    sim_run(non_model + chunks / 12, sim, sim_counters);
+    EXPECT_GT(sim_counters.evictions, 0) << what << ": the budget must be too small for the model";
+    EXPECT_GT(sim_counters.updated_on_host, 0)
+        << what << ": " << sim_counters.updated_on_compute << " chunks updated on the device";
+    ASSERT_EQ(sim.curve.size(), cpu.curve.size());
+    for (size_t i = 0; i < cpu.curve.size(); ++i)
+      EXPECT_EQ(std::memcmp(&sim.curve[i], &cpu.curve[i], sizeof(float)), 0)
+          << what << ": step " << i / 2 + 1 << (i % 2 ? " grad norm " : " loss ") << sim.curve[i]
+          << " on sim:0, " << cpu.curve[i] << " on the CPU";
+    EXPECT_EQ(std::memcmp(sim.master.data(), cpu.master.data(), cpu.master.size() * 4), 0)
+        << what << ": the master weights differ";
   }
-  // A model whose ops and memory are on different devices.
+  omp_set_num_threads(threads);
+}
+
+// A model whose ops run on the device but whose activations are on the host is refused when it
+// is built, with the way out.
+TEST(SimEngine, RefusesActivationsOffTheDevice) {
+  SimDevice dev;
   ModelOptions mixed;
   mixed.op = dev.op;
   try {

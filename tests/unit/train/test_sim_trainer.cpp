@@ -14,6 +14,7 @@
 #include "checkpoint_tensors.h"
 #include "error_of.h"
 #include "test_files.h"
+#include "tide/checkpoint/sharded_checkpoint.h"
 #include "tide/data/shard.h"
 #include "tide/train/trainer.h"
 
@@ -65,7 +66,11 @@ std::vector<float> sim_trainer_steps(Trainer& t, int64_t until) {
 
 void expect_same_checkpoint(const std::string& want, const std::string& got,
                             const std::string& what) {
-  const auto a = test::checkpoint_tensors(want), b = test::checkpoint_tensors(got);
+  // ZeRO writes a folder of shards (one here).
+  auto file = [](const std::string& p) {
+    return fs::is_directory(p) ? p + "/" + shard_file_name(0, 1) : p;
+  };
+  const auto a = test::checkpoint_tensors(file(want)), b = test::checkpoint_tensors(file(got));
   ASSERT_EQ(a.size(), b.size()) << what;
   EXPECT_TRUE(a.count("adam_v.wte")) << what << ": the checkpoint must hold the optimizer state";
   for (const auto& [name, bytes] : a) EXPECT_EQ(b.at(name), bytes) << what << ": " << name;
@@ -73,9 +78,15 @@ void expect_same_checkpoint(const std::string& want, const std::string& got,
 
 TEST(SimTrainer, TrainsValidatesAndCheckpointsAsTheCpuRun) {
   const std::string dir = sim_trainer_data();
-  for (const std::string precision : {"f32", "bf16"}) {
+  // bf16; the Trainer's tiers for auto placement (chunks on the host, the device's memory the
+  // budget, activations included) and for ZeRO-Offload (the optimizer state on the host).
+  for (const std::string precision : {"f32", "bf16", "auto", "offload"}) {
     std::vector<std::string> extra;
     if (precision == "bf16") extra.push_back("bf16.enabled=true");
+    if (precision == "auto")
+      extra = {"placement.policy=auto", "placement.device_memory_limit=400000"};
+    if (precision == "offload")
+      extra = {"zero_optimization.stage=1", "zero_optimization.offload_optimizer.device=cpu"};
     auto run = [&](const std::string& device, std::vector<float>& curve) {
       std::vector<std::string> e = extra;
       e.push_back("device=" + device);
@@ -134,14 +145,15 @@ TEST(SimTrainer, EndsSafelyRightAfterAStep) {
   fs::remove_all(dir);
 }
 
-TEST(SimTrainer, RefusesWhatTheSimulatedDeviceCannotRunYet) {
+TEST(SimTrainer, RefusesWhatADeviceCannotRunYet) {
   const std::string dir = sim_trainer_data();
   const std::string msg = test::error_of([&] {
     Trainer t(sim_trainer_config(
         dir, "auto",
-        {"device=sim", "placement.policy=auto", "placement.device_memory_limit=1000000"}));
+        {"device=cuda", "placement.policy=auto", "placement.device_memory_limit=1000000"}));
   });
-  EXPECT_NE(msg.find("device=sim with placement.policy=auto"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("device=cuda with placement.policy=auto (on a GPU)"), std::string::npos)
+      << msg;
   EXPECT_FALSE(fs::exists(dir + "/auto")) << "a refused run writes nothing";
   // Checked before the GPU is asked for: the same message with or without one.
   const std::string gpu = test::error_of([&] {
