@@ -2,10 +2,20 @@
 // N ranks train like one rank with the same global batch, and stages 1-3 like each other to
 // the bit, as GPT-2 does in train_zero.cpp. The model has all the family's parts: grouped-query
 // attention (2 query heads over 1 key/value head), a qkv bias, an untied head, llama3 RoPE.
+//
+// Pipeline stages (pipeline.stages = N, one stage per rank): every schedule trains a 12-layer
+// Llama model like the single-rank Trainer on the same global batch (2N accumulation
+// micro-batches): losses to 1e-5, every stage's parameters to 1e-4 (the norm is blocked per
+// stage, and a tied head's gradient is summed from two copies, as GPT-2's in
+// train_pipeline_trainer.cpp), the validation loss before training to the bit, and every
+// schedule bitwise like 1F1B. Untied for every schedule; tied for 1F1B (the copies on two
+// ranks) and ZB-V (both on rank 0).
 
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <filesystem>
+#include <map>
 
 #include "dp_runs.h"
 #include "mpi_test.h"
@@ -28,7 +38,99 @@ TrainConfig llama_dp_config(const std::string& shard, const std::string& dir, in
   return c;
 }
 
+constexpr int kPipelineLayers = 12, kPipelineSteps = 6;
+
+TrainConfig llama_pp_config(const std::string& shard, const std::string& dir, int stages, int accum,
+                            const std::string& schedule, bool tied) {
+  std::vector<std::string> extra = {"model.family=llama",
+                                    "model.n_kv_head=1",
+                                    "model.intermediate_size=24",
+                                    "model.qkv_bias=true",
+                                    fmt::format("model.tie_word_embeddings={}", tied),
+                                    "model.rope_theta=500",
+                                    fmt::format("model.n_layer={}", kPipelineLayers),
+                                    "model.n_embd=16",
+                                    "eval.sequences=5",
+                                    fmt::format("pipeline.stages={}", stages),
+                                    "pipeline.schedule=" + schedule};
+  if (schedule == "interleaved") extra.push_back("pipeline.virtual_stages=2");
+  if (schedule == "zb-auto") extra.push_back(fmt::format("pipeline.memory_limit={}", stages + 1));
+  return dp_config(shard, dir, kMicro, accum, kPipelineSteps, 0.0f, extra);
+}
+
+struct PipelineRunResult {
+  std::vector<float> losses;
+  float val0 = 0;
+  std::map<std::string, std::vector<float>> params;  // this rank's tensors by name
+};
+
+PipelineRunResult train_pp(const TrainConfig& cfg, std::shared_ptr<ProcessGroup> world) {
+  Trainer t(cfg, world);
+  PipelineRunResult r;
+  r.val0 = t.evaluate();
+  for (int s = 0; s < kPipelineSteps; ++s) r.losses.push_back(t.train_step().loss);
+  std::vector<GPT*> models;
+  if (t.pipeline())
+    for (const auto& c : t.pipeline()->chunks()) models.push_back(c.get());
+  else
+    models.push_back(&t.model());
+  for (GPT* m : models) {
+    const ChunkLayout& lay = m->store().layout();
+    for (int id = 0; id < lay.num_tensors(); ++id) {
+      const Tensor x = m->store().tensor(ChunkKind::PARAM, id);
+      r.params[lay.slot(id).name].assign(x.f32(), x.f32() + x.numel());
+    }
+  }
+  return r;
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
+}
+
 }  // namespace
+
+TEST(LlamaPipeline, EveryScheduleMatchesTheSingleRankRun) {
+  std::shared_ptr<ProcessGroup> world = mpi_test::world_ptr(CommAlgorithm::Mpi);
+  const int p = world->size(), m = 2 * p;
+  ASSERT_EQ(kPipelineLayers % (2 * p), 0) << "12 layers over 2 x " << p << " virtual stages";
+  const std::string dir = shared_temp_dir(*world);
+  const std::string shard = write_shared_shard(*world, dir);
+  for (bool tied : {false, true}) {
+    // The single-rank Trainer on the same global batch (every rank runs it: a tiny model).
+    const PipelineRunResult base = train_pp(
+        llama_pp_config(shard, fmt::format("{}/base{}", dir, world->rank()), 1, m, "1f1b", tied),
+        nullptr);
+    EXPECT_LT(base.losses.back(), base.losses.front() - 0.05f);  // it learns
+    std::vector<std::string> schedules = {"1f1b", "zb-v"};
+    if (!tied)
+      for (const char* s : {"gpipe", "zb-h1", "zb-h2", "zb-auto", "interleaved"})
+        schedules.push_back(s);
+    std::vector<PipelineRunResult> runs;
+    for (const std::string& name : schedules) {
+      const std::string what = fmt::format("llama{} {} on {} stages", tied ? " tied" : "", name, p);
+      runs.push_back(train_pp(llama_pp_config(shard, dir + "/" + name, p, m, name, tied), world));
+      const PipelineRunResult& r = runs.back();
+      EXPECT_EQ(r.val0, base.val0) << what << ": validation loss at step 0 not bitwise";
+      for (int s = 0; s < kPipelineSteps; ++s)
+        EXPECT_NEAR(r.losses[s], base.losses[s], 1e-5) << what << ", step " << s + 1;
+      for (const auto& [tensor, v] : r.params) {
+        const std::vector<float>& want =
+            base.params.at(tensor == "lm_head.weight" ? "wte" : tensor);
+        ASSERT_EQ(v.size(), want.size()) << what << ", " << tensor;
+        EXPECT_LE(rel_error(v, want), 1e-4)
+            << what << ", stage " << world->rank() << ", " << tensor;
+      }
+      EXPECT_TRUE(same_bits(r.losses, runs[0].losses)) << what << ": losses differ from 1f1b";
+      // (ZB-V and interleaved place other layers on this rank: compare what both runs hold.)
+      for (const auto& [tensor, v] : r.params)
+        if (runs[0].params.count(tensor))
+          EXPECT_TRUE(same_bits(v, runs[0].params.at(tensor))) << what << ", " << tensor;
+    }
+  }
+  world->barrier();
+  if (world->rank() == 0) std::filesystem::remove_all(dir);
+}
 
 TEST(LlamaDp, ZeroStagesMatchOneRank) {
   std::shared_ptr<ProcessGroup> world = mpi_test::world_ptr(CommAlgorithm::Mpi);
