@@ -10,6 +10,15 @@
 // train_pipeline_trainer.cpp), the validation loss before training to the bit, and every
 // schedule bitwise like 1F1B. Untied for every schedule; tied for 1F1B (the copies on two
 // ranks) and ZB-V (both on rank 0).
+//
+// Tensor parallelism (np 2: tensor_parallel.size = 2): a Llama model with 4 query heads over 2
+// key/value heads (1 of each kv group per rank) trains like the single-rank Trainer on the same
+// global batch, with and without sequence parallelism, under each activation policy and P_a
+// (+ CPU checkpointing), tied and untied: losses and gradient norms to 1e-5, the validation loss
+// to 1e-5, the final parameters read back from the whole-model checkpoint the run writes to 1e-4
+// (dp_runs::expect_equivalent, the GPT-2 TP tests' tolerances); a checkpoint resumed under
+// tp = 2 continues bitwise. A shape that does not divide (n_kv_head 1 over 2 ranks) is one
+// clear error.
 
 #include <gtest/gtest.h>
 
@@ -18,6 +27,7 @@
 #include <map>
 
 #include "dp_runs.h"
+#include "error_of.h"
 #include "mpi_test.h"
 
 using namespace tide;
@@ -88,7 +98,112 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
 }
 
+constexpr int kTpSteps = 10;
+
+TrainConfig llama_tp_config(const std::string& shard, const std::string& dir, bool tied,
+                            std::vector<std::string> keys, int64_t steps = kTpSteps) {
+  std::vector<std::string> extra = {"model.family=llama",
+                                    "model.n_head=4",
+                                    "model.n_kv_head=2",
+                                    "model.intermediate_size=48",
+                                    "model.qkv_bias=true",
+                                    fmt::format("model.tie_word_embeddings={}", tied),
+                                    "model.rope_theta=500",
+                                    "model.rope_scaling.type=llama3",
+                                    "model.rope_scaling.original_max_position_embeddings=16",
+                                    "eval.sequences=5"};
+  extra.insert(extra.end(), keys.begin(), keys.end());
+  return dp_config(shard, dir, kMicro, /*accum=*/2, steps, 0.0f, extra);
+}
+
+struct TpRun {
+  RunResult r;  // params: the whole model, from the checkpoint the run writes
+  float val = 0;
+};
+
+TpRun run_tp(Trainer& t, int64_t steps, const std::string& name) {
+  TpRun out;
+  for (int64_t s = 0; s < steps; ++s) {
+    const StepStats st = t.train_step();
+    out.r.losses.push_back(st.loss);
+    out.r.grad_norms.push_back(static_cast<float>(st.grad_norm));
+  }
+  out.val = t.evaluate();
+  read_checkpoint_params(t.save(name), t.config().model, out.r);
+  return out;
+}
+
 }  // namespace
+
+TEST(LlamaTensorParallel, MatchesTheSingleRankRunWithAndWithoutSequenceParallelism) {
+  std::shared_ptr<ProcessGroup> world = mpi_test::world_ptr(CommAlgorithm::Mpi);
+  if (world->size() != 2) GTEST_SKIP() << "tensor_parallel.size=2 on 2 ranks";
+  const std::string dir = shared_temp_dir(*world);
+  const std::string shard = write_shared_shard(*world, dir);
+  const std::string tp2 = "tensor_parallel.size=2", sp = "tensor_parallel.sequence_parallel=true";
+  auto policy = [](const char* p) { return fmt::format("activation_checkpointing.policy={}", p); };
+  struct Case {
+    bool tied;
+    std::vector<std::string> keys;
+  };
+  const std::vector<Case> cases = {
+      {false, {tp2, policy("none")}},
+      {false, {tp2, sp, policy("selective")}},
+      {true, {tp2, sp, policy("full")}},
+      {false,
+       {tp2, policy("full"), "activation_checkpointing.partition_activations=true",
+        "activation_checkpointing.cpu_checkpointing=true"}},
+  };
+  std::map<bool, TpRun> base;  // by tied: the single-rank Trainer (every rank runs it)
+  for (bool tied : {false, true}) {
+    Trainer t(
+        llama_tp_config(shard, fmt::format("{}/base{}_{}", dir, tied, world->rank()), tied, {}));
+    base[tied] = run_tp(t, kTpSteps, "model.ckpt");
+    EXPECT_LT(base[tied].r.losses.back(), base[tied].r.losses.front() - 0.05f) << "it learns";
+  }
+  std::vector<TpRun> runs;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const Case& c = cases[i];
+    std::string what = fmt::format("llama{}", c.tied ? " tied" : "");
+    for (const std::string& k : c.keys) what += ", " + k;
+    Trainer t(llama_tp_config(shard, fmt::format("{}/run{}", dir, i), c.tied, c.keys), world);
+    EXPECT_EQ(t.model().tp(), 2) << what;
+    EXPECT_EQ(t.model().config().kv_heads(), 2) << what;  // grouped: 4 query heads over 2
+    EXPECT_EQ(t.model().config().n_head, 4) << what;
+    runs.push_back(run_tp(t, kTpSteps, "model.ckpt"));
+    expect_equivalent(runs.back().r, base.at(c.tied).r, what.c_str());
+    EXPECT_NEAR(runs.back().val, base.at(c.tied).val, 1e-5 * base.at(c.tied).val) << what;
+  }
+  // Case 1 (SP, selective) from a checkpoint at step 5, resumed under tp = 2: bitwise.
+  {
+    const Case& c = cases[1];
+    const std::string out = dir + "/mid";
+    {
+      Trainer t(llama_tp_config(shard, out, c.tied, c.keys), world);
+      run_tp(t, kTpSteps / 2, "model_step5.ckpt");
+    }
+    std::vector<std::string> keys = c.keys;
+    keys.push_back("checkpoint.resume=" + out + "/model_step5.ckpt");
+    Trainer t(llama_tp_config(shard, out, c.tied, keys), world);
+    ASSERT_EQ(t.step(), kTpSteps / 2);
+    const TpRun r = run_tp(t, kTpSteps / 2, "model.ckpt");
+    for (int s = 0; s < kTpSteps / 2; ++s)
+      EXPECT_EQ(r.r.losses[s], runs[1].r.losses[kTpSteps / 2 + s]) << "resumed step " << s + 6;
+    EXPECT_EQ(differs(RunResult{{}, {}, r.r.names, r.r.params},
+                      RunResult{{}, {}, runs[1].r.names, runs[1].r.params}),
+              "")
+        << "resumed under tp 2";
+  }
+  // Key/value heads that do not divide over the ranks: one clear error naming the key.
+  const std::string err = test::error_of([&] {
+    Trainer t(llama_tp_config(shard, dir + "/bad", false, {tp2, "model.n_kv_head=1"}), world);
+  });
+  EXPECT_NE(err.find("model.n_kv_head 1 does not divide over 2 tensor-parallel ranks"),
+            std::string::npos)
+      << err;
+  world->barrier();
+  if (world->rank() == 0) std::filesystem::remove_all(dir);
+}
 
 TEST(LlamaPipeline, EveryScheduleMatchesTheSingleRankRun) {
   std::shared_ptr<ProcessGroup> world = mpi_test::world_ptr(CommAlgorithm::Mpi);
