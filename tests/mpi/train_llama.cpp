@@ -18,7 +18,9 @@
 // to 1e-5, the final parameters read back from the whole-model checkpoint the run writes to 1e-4
 // (dp_runs::expect_equivalent, the GPT-2 TP tests' tolerances); a checkpoint resumed under
 // tp = 2 continues bitwise. A shape that does not divide (n_kv_head 1 over 2 ranks) is one
-// clear error.
+// clear error. The micro-batch arenas under tp 2 (SP or not, each policy, P_a) are the sizes
+// model/arena_bytes.h gives (what tide estimate counts): the saved arena and the stash used to
+// the byte, the workspace bounding what a step uses and used to the byte by evaluation.
 
 #include <gtest/gtest.h>
 
@@ -203,6 +205,56 @@ TEST(LlamaTensorParallel, MatchesTheSingleRankRunWithAndWithoutSequenceParalleli
       << err;
   world->barrier();
   if (world->rank() == 0) std::filesystem::remove_all(dir);
+}
+
+TEST(LlamaTensorParallel, ArenaSizesAreWhatTheBlocksAllocate) {
+  std::shared_ptr<ProcessGroup> world = mpi_test::world_ptr(CommAlgorithm::Mpi);
+  if (world->size() != 2) GTEST_SKIP() << "tp 2 on 2 ranks";
+  GPTConfig cfg;
+  cfg.family = ModelFamily::llama;
+  cfg.n_layer = 2;
+  cfg.n_head = 4;
+  cfg.n_kv_head = 2;
+  cfg.n_embd = 16;
+  cfg.intermediate_size = 24;
+  cfg.vocab_size = 37;  // padded to 19 rows per rank: rank 1 holds 18 real ones
+  cfg.max_seq_len = 8;
+  cfg.qkv_bias = true;
+  cfg.tie_word_embeddings = false;
+  const int B = 2, T = 8;
+  for (bool sp : {false, true})
+    for (ActivationPolicy p :
+         {ActivationPolicy::SAVE_ALL, ActivationPolicy::SELECTIVE, ActivationPolicy::FULL})
+      for (bool pa : {false, true}) {
+        if (pa && (sp || p != ActivationPolicy::FULL)) continue;
+        ModelOptions o;
+        o.tp = world;
+        o.sequence_parallel = sp;
+        o.partition_activations = pa;
+        GPT gpt(cfg, p, o);
+        gpt.init_weights(1);
+        const std::string what =
+            fmt::format("{}{}{}", activation_policy_name(p), sp ? ", sp" : "", pa ? ", P_a" : "");
+        auto fill = [&](MicroBatch& mb) {
+          const GPT::HostBatch h = gpt.host_batch(mb);
+          for (int i = 0; i < B * T; ++i) h.tokens[i] = (5 * i + 3) % 37, h.targets[i] = i % 37;
+        };
+        auto mb = gpt.make_micro_batch(B, T);
+        fill(*mb);
+        gpt.forward(*mb);
+        EXPECT_EQ(mb->saved.used(), mb->saved.capacity()) << what;
+        gpt.backward(*mb);
+        EXPECT_LE(mb->workspace.peak(), mb->workspace.capacity()) << what;
+        size_t stash_peak = 0;
+        for (int s = 0; s < mb->stash->slots(); ++s)
+          stash_peak = std::max(stash_peak, mb->stash->slot(s).peak());
+        EXPECT_EQ(stash_peak, mb->stash->slot_bytes()) << what;
+        auto eval = gpt.make_micro_batch(B, T, nullptr, /*training=*/false);
+        fill(*eval);
+        eval->training = false;
+        gpt.forward(*eval);
+        EXPECT_EQ(eval->workspace.peak(), eval->workspace.capacity()) << what;
+      }
 }
 
 TEST(LlamaPipeline, EveryScheduleMatchesTheSingleRankRun) {

@@ -36,12 +36,17 @@ size_t llama_main_bytes(const ArenaShape& s, int64_t N, int64_t Ns, bool kept) {
 size_t llama_att_bytes(const ArenaShape& s, int64_t B, int64_t T) {
   return 2 * llama_act(B * (s.config->n_head / s.tp) * T * T, s.act_bytes);
 }
-// Under SP, what the collectives add to a part's workspace: the (N,C) partial sums and the
-// permutation scratch, the (Ns,C) shards they produce, and W's 2C f32 RMSNorm partial
-// gradients.
-size_t llama_sp_workspace_bytes(const ArenaShape& s, int64_t N, int64_t Ns) {
+// Under SP, what the collectives add to a part's workspace. Evaluation: the permutation
+// scratch (N,C) and the (Ns,C) shards of the o_proj and down_proj outputs. B: the partial
+// d(norm output)s (N,C) of both norms and their scratch, the recomputed o_proj output's shard
+// (Ns,C) under the full policy; W: the 2C f32 RMSNorm partial gradients.
+size_t llama_sp_eval_bytes(const ArenaShape& s, int64_t N, int64_t Ns) {
   const int64_t C = s.config->n_embd;
-  return 3 * llama_act(N * C, s.act_bytes) + 2 * llama_act(Ns * C, s.act_bytes) + llama_f32(2 * C);
+  return llama_act(N * C, s.act_bytes) + 2 * llama_act(Ns * C, s.act_bytes);
+}
+size_t llama_sp_backward_bytes(const ArenaShape& s, int64_t N, int64_t Ns) {
+  const int64_t C = s.config->n_embd;
+  return 3 * llama_act(N * C, s.act_bytes) + llama_act(Ns * C, s.act_bytes) + llama_f32(2 * C);
 }
 
 }  // namespace
@@ -63,16 +68,15 @@ size_t llama_layer_workspace_bytes(const ArenaShape& s, int B, int T) {
   const GPTConfig& c = *s.config;
   const int64_t N = int64_t{B} * T, Ns = B * s.seq_local(T), C = c.n_embd, t = s.tp;
   const size_t es = s.act_bytes;
-  const size_t sp = s.sp ? llama_sp_workspace_bytes(s, N, Ns) : 0;
   // Evaluation keeps everything temporary, plus the o_proj and down_proj outputs (N,C). B:
   // the recomputed attention matrices and their output (N,Cl) (or the recomputation's o_proj
   // output (N,C)), then dact (N,Il), datty (N,Cl) and the rotated qkv's gradient (N,Wl); under
   // SP also the partial d(norm output)s and their shards.
-  const size_t eval =
-      llama_main_bytes(s, N, Ns, false) + llama_att_bytes(s, B, T) + 2 * llama_act(N * C, es) + sp;
+  const size_t eval = llama_main_bytes(s, N, Ns, false) + llama_att_bytes(s, B, T) +
+                      2 * llama_act(N * C, es) + (s.sp ? llama_sp_eval_bytes(s, N, Ns) : 0);
   const size_t bwd = llama_att_bytes(s, B, T) + llama_act(N * C, es) + llama_act(N * C / t, es) +
                      llama_act(N * c.ffn_size() / t, es) + llama_act(N * c.qkv_width() / t, es) +
-                     sp;
+                     (s.sp ? llama_sp_backward_bytes(s, N, Ns) : 0);
   return std::max(eval, bwd);
 }
 
