@@ -2,12 +2,34 @@
 // N ranks train like one rank with the same global batch, and stages 1-3 like each other to
 // the bit, as GPT-2 does in train_zero.cpp. The model has all the family's parts: grouped-query
 // attention (2 query heads over 1 key/value head), a qkv bias, an untied head, llama3 RoPE.
+//
+// Pipeline stages (pipeline.stages = N, one stage per rank): every schedule trains a 12-layer
+// Llama model like the single-rank Trainer on the same global batch (2N accumulation
+// micro-batches): losses to 1e-5, every stage's parameters to 1e-4 (the norm is blocked per
+// stage, and a tied head's gradient is summed from two copies, as GPT-2's in
+// train_pipeline_trainer.cpp), the validation loss before training to the bit, and every
+// schedule bitwise like 1F1B. Untied for every schedule; tied for 1F1B (the copies on two
+// ranks) and ZB-V (both on rank 0).
+//
+// Tensor parallelism (np 2: tensor_parallel.size = 2): a Llama model with 4 query heads over 2
+// key/value heads (1 of each kv group per rank) trains like the single-rank Trainer on the same
+// global batch, with and without sequence parallelism, under each activation policy and P_a
+// (+ CPU checkpointing), tied and untied: losses and gradient norms to 1e-5, the validation loss
+// to 1e-5, the final parameters read back from the whole-model checkpoint the run writes to 1e-4
+// (dp_runs::expect_equivalent, the GPT-2 TP tests' tolerances); a checkpoint resumed under
+// tp = 2 continues bitwise. A shape that does not divide (n_kv_head 1 over 2 ranks) is one
+// clear error. The micro-batch arenas under tp 2 (SP or not, each policy, P_a) are the sizes
+// model/arena_bytes.h gives (what tide estimate counts): the saved arena and the stash used to
+// the byte, the workspace bounding what a step uses and used to the byte by evaluation.
 
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <filesystem>
+#include <map>
 
 #include "dp_runs.h"
+#include "error_of.h"
 #include "mpi_test.h"
 
 using namespace tide;
@@ -28,7 +50,254 @@ TrainConfig llama_dp_config(const std::string& shard, const std::string& dir, in
   return c;
 }
 
+constexpr int kPipelineLayers = 12, kPipelineSteps = 6;
+
+TrainConfig llama_pp_config(const std::string& shard, const std::string& dir, int stages, int accum,
+                            const std::string& schedule, bool tied) {
+  std::vector<std::string> extra = {"model.family=llama",
+                                    "model.n_kv_head=1",
+                                    "model.intermediate_size=24",
+                                    "model.qkv_bias=true",
+                                    fmt::format("model.tie_word_embeddings={}", tied),
+                                    "model.rope_theta=500",
+                                    fmt::format("model.n_layer={}", kPipelineLayers),
+                                    "model.n_embd=16",
+                                    "eval.sequences=5",
+                                    fmt::format("pipeline.stages={}", stages),
+                                    "pipeline.schedule=" + schedule};
+  if (schedule == "interleaved") extra.push_back("pipeline.virtual_stages=2");
+  if (schedule == "zb-auto") extra.push_back(fmt::format("pipeline.memory_limit={}", stages + 1));
+  return dp_config(shard, dir, kMicro, accum, kPipelineSteps, 0.0f, extra);
+}
+
+struct PipelineRunResult {
+  std::vector<float> losses;
+  float val0 = 0;
+  std::map<std::string, std::vector<float>> params;  // this rank's tensors by name
+};
+
+PipelineRunResult train_pp(const TrainConfig& cfg, std::shared_ptr<ProcessGroup> world) {
+  Trainer t(cfg, world);
+  PipelineRunResult r;
+  r.val0 = t.evaluate();
+  for (int s = 0; s < kPipelineSteps; ++s) r.losses.push_back(t.train_step().loss);
+  std::vector<GPT*> models;
+  if (t.pipeline())
+    for (const auto& c : t.pipeline()->chunks()) models.push_back(c.get());
+  else
+    models.push_back(&t.model());
+  for (GPT* m : models) {
+    const ChunkLayout& lay = m->store().layout();
+    for (int id = 0; id < lay.num_tensors(); ++id) {
+      const Tensor x = m->store().tensor(ChunkKind::PARAM, id);
+      r.params[lay.slot(id).name].assign(x.f32(), x.f32() + x.numel());
+    }
+  }
+  return r;
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
+}
+
+constexpr int kTpSteps = 10;
+
+TrainConfig llama_tp_config(const std::string& shard, const std::string& dir, bool tied,
+                            std::vector<std::string> keys, int64_t steps = kTpSteps) {
+  std::vector<std::string> extra = {"model.family=llama",
+                                    "model.n_head=4",
+                                    "model.n_kv_head=2",
+                                    "model.intermediate_size=48",
+                                    "model.qkv_bias=true",
+                                    fmt::format("model.tie_word_embeddings={}", tied),
+                                    "model.rope_theta=500",
+                                    "model.rope_scaling.type=llama3",
+                                    "model.rope_scaling.original_max_position_embeddings=16",
+                                    "eval.sequences=5"};
+  extra.insert(extra.end(), keys.begin(), keys.end());
+  return dp_config(shard, dir, kMicro, /*accum=*/2, steps, 0.0f, extra);
+}
+
+struct TpRun {
+  RunResult r;  // params: the whole model, from the checkpoint the run writes
+  float val = 0;
+};
+
+TpRun run_tp(Trainer& t, int64_t steps, const std::string& name) {
+  TpRun out;
+  for (int64_t s = 0; s < steps; ++s) {
+    const StepStats st = t.train_step();
+    out.r.losses.push_back(st.loss);
+    out.r.grad_norms.push_back(static_cast<float>(st.grad_norm));
+  }
+  out.val = t.evaluate();
+  read_checkpoint_params(t.save(name), t.config().model, out.r);
+  return out;
+}
+
 }  // namespace
+
+TEST(LlamaTensorParallel, MatchesTheSingleRankRunWithAndWithoutSequenceParallelism) {
+  std::shared_ptr<ProcessGroup> world = mpi_test::world_ptr(CommAlgorithm::Mpi);
+  if (world->size() != 2) GTEST_SKIP() << "tensor_parallel.size=2 on 2 ranks";
+  const std::string dir = shared_temp_dir(*world);
+  const std::string shard = write_shared_shard(*world, dir);
+  const std::string tp2 = "tensor_parallel.size=2", sp = "tensor_parallel.sequence_parallel=true";
+  auto policy = [](const char* p) { return fmt::format("activation_checkpointing.policy={}", p); };
+  struct Case {
+    bool tied;
+    std::vector<std::string> keys;
+  };
+  const std::vector<Case> cases = {
+      {false, {tp2, policy("none")}},
+      {false, {tp2, sp, policy("selective")}},
+      {true, {tp2, sp, policy("full")}},
+      {false,
+       {tp2, policy("full"), "activation_checkpointing.partition_activations=true",
+        "activation_checkpointing.cpu_checkpointing=true"}},
+  };
+  std::map<bool, TpRun> base;  // by tied: the single-rank Trainer (every rank runs it)
+  for (bool tied : {false, true}) {
+    Trainer t(
+        llama_tp_config(shard, fmt::format("{}/base{}_{}", dir, tied, world->rank()), tied, {}));
+    base[tied] = run_tp(t, kTpSteps, "model.ckpt");
+    EXPECT_LT(base[tied].r.losses.back(), base[tied].r.losses.front() - 0.05f) << "it learns";
+  }
+  std::vector<TpRun> runs;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const Case& c = cases[i];
+    std::string what = fmt::format("llama{}", c.tied ? " tied" : "");
+    for (const std::string& k : c.keys) what += ", " + k;
+    Trainer t(llama_tp_config(shard, fmt::format("{}/run{}", dir, i), c.tied, c.keys), world);
+    EXPECT_EQ(t.model().tp(), 2) << what;
+    EXPECT_EQ(t.model().config().kv_heads(), 2) << what;  // grouped: 4 query heads over 2
+    EXPECT_EQ(t.model().config().n_head, 4) << what;
+    runs.push_back(run_tp(t, kTpSteps, "model.ckpt"));
+    expect_equivalent(runs.back().r, base.at(c.tied).r, what.c_str());
+    EXPECT_NEAR(runs.back().val, base.at(c.tied).val, 1e-5 * base.at(c.tied).val) << what;
+  }
+  // Case 1 (SP, selective) from a checkpoint at step 5, resumed under tp = 2: bitwise.
+  {
+    const Case& c = cases[1];
+    const std::string out = dir + "/mid";
+    {
+      Trainer t(llama_tp_config(shard, out, c.tied, c.keys), world);
+      run_tp(t, kTpSteps / 2, "model_step5.ckpt");
+    }
+    std::vector<std::string> keys = c.keys;
+    keys.push_back("checkpoint.resume=" + out + "/model_step5.ckpt");
+    Trainer t(llama_tp_config(shard, out, c.tied, keys), world);
+    ASSERT_EQ(t.step(), kTpSteps / 2);
+    const TpRun r = run_tp(t, kTpSteps / 2, "model.ckpt");
+    for (int s = 0; s < kTpSteps / 2; ++s)
+      EXPECT_EQ(r.r.losses[s], runs[1].r.losses[kTpSteps / 2 + s]) << "resumed step " << s + 6;
+    EXPECT_EQ(differs(RunResult{{}, {}, r.r.names, r.r.params},
+                      RunResult{{}, {}, runs[1].r.names, runs[1].r.params}),
+              "")
+        << "resumed under tp 2";
+  }
+  // Key/value heads that do not divide over the ranks: one clear error naming the key.
+  const std::string err = test::error_of([&] {
+    Trainer t(llama_tp_config(shard, dir + "/bad", false, {tp2, "model.n_kv_head=1"}), world);
+  });
+  EXPECT_NE(err.find("model.n_kv_head 1 does not divide over 2 tensor-parallel ranks"),
+            std::string::npos)
+      << err;
+  world->barrier();
+  if (world->rank() == 0) std::filesystem::remove_all(dir);
+}
+
+TEST(LlamaTensorParallel, ArenaSizesAreWhatTheBlocksAllocate) {
+  std::shared_ptr<ProcessGroup> world = mpi_test::world_ptr(CommAlgorithm::Mpi);
+  if (world->size() != 2) GTEST_SKIP() << "tp 2 on 2 ranks";
+  GPTConfig cfg;
+  cfg.family = ModelFamily::llama;
+  cfg.n_layer = 2;
+  cfg.n_head = 4;
+  cfg.n_kv_head = 2;
+  cfg.n_embd = 16;
+  cfg.intermediate_size = 24;
+  cfg.vocab_size = 37;  // padded to 19 rows per rank: rank 1 holds 18 real ones
+  cfg.max_seq_len = 8;
+  cfg.qkv_bias = true;
+  cfg.tie_word_embeddings = false;
+  const int B = 2, T = 8;
+  for (bool sp : {false, true})
+    for (ActivationPolicy p :
+         {ActivationPolicy::SAVE_ALL, ActivationPolicy::SELECTIVE, ActivationPolicy::FULL})
+      for (bool pa : {false, true}) {
+        if (pa && (sp || p != ActivationPolicy::FULL)) continue;
+        ModelOptions o;
+        o.tp = world;
+        o.sequence_parallel = sp;
+        o.partition_activations = pa;
+        GPT gpt(cfg, p, o);
+        gpt.init_weights(1);
+        const std::string what =
+            fmt::format("{}{}{}", activation_policy_name(p), sp ? ", sp" : "", pa ? ", P_a" : "");
+        auto fill = [&](MicroBatch& mb) {
+          const GPT::HostBatch h = gpt.host_batch(mb);
+          for (int i = 0; i < B * T; ++i) h.tokens[i] = (5 * i + 3) % 37, h.targets[i] = i % 37;
+        };
+        auto mb = gpt.make_micro_batch(B, T);
+        fill(*mb);
+        gpt.forward(*mb);
+        EXPECT_EQ(mb->saved.used(), mb->saved.capacity()) << what;
+        gpt.backward(*mb);
+        EXPECT_LE(mb->workspace.peak(), mb->workspace.capacity()) << what;
+        size_t stash_peak = 0;
+        for (int s = 0; s < mb->stash->slots(); ++s)
+          stash_peak = std::max(stash_peak, mb->stash->slot(s).peak());
+        EXPECT_EQ(stash_peak, mb->stash->slot_bytes()) << what;
+        auto eval = gpt.make_micro_batch(B, T, nullptr, /*training=*/false);
+        fill(*eval);
+        eval->training = false;
+        gpt.forward(*eval);
+        EXPECT_EQ(eval->workspace.peak(), eval->workspace.capacity()) << what;
+      }
+}
+
+TEST(LlamaPipeline, EveryScheduleMatchesTheSingleRankRun) {
+  std::shared_ptr<ProcessGroup> world = mpi_test::world_ptr(CommAlgorithm::Mpi);
+  const int p = world->size(), m = 2 * p;
+  ASSERT_EQ(kPipelineLayers % (2 * p), 0) << "12 layers over 2 x " << p << " virtual stages";
+  const std::string dir = shared_temp_dir(*world);
+  const std::string shard = write_shared_shard(*world, dir);
+  for (bool tied : {false, true}) {
+    // The single-rank Trainer on the same global batch (every rank runs it: a tiny model).
+    const PipelineRunResult base = train_pp(
+        llama_pp_config(shard, fmt::format("{}/base{}", dir, world->rank()), 1, m, "1f1b", tied),
+        nullptr);
+    EXPECT_LT(base.losses.back(), base.losses.front() - 0.05f);  // it learns
+    std::vector<std::string> schedules = {"1f1b", "zb-v"};
+    if (!tied)
+      for (const char* s : {"gpipe", "zb-h1", "zb-h2", "zb-auto", "interleaved"})
+        schedules.push_back(s);
+    std::vector<PipelineRunResult> runs;
+    for (const std::string& name : schedules) {
+      const std::string what = fmt::format("llama{} {} on {} stages", tied ? " tied" : "", name, p);
+      runs.push_back(train_pp(llama_pp_config(shard, dir + "/" + name, p, m, name, tied), world));
+      const PipelineRunResult& r = runs.back();
+      EXPECT_EQ(r.val0, base.val0) << what << ": validation loss at step 0 not bitwise";
+      for (int s = 0; s < kPipelineSteps; ++s)
+        EXPECT_NEAR(r.losses[s], base.losses[s], 1e-5) << what << ", step " << s + 1;
+      for (const auto& [tensor, v] : r.params) {
+        const std::vector<float>& want =
+            base.params.at(tensor == "lm_head.weight" ? "wte" : tensor);
+        ASSERT_EQ(v.size(), want.size()) << what << ", " << tensor;
+        EXPECT_LE(rel_error(v, want), 1e-4)
+            << what << ", stage " << world->rank() << ", " << tensor;
+      }
+      EXPECT_TRUE(same_bits(r.losses, runs[0].losses)) << what << ": losses differ from 1f1b";
+      // (ZB-V and interleaved place other layers on this rank: compare what both runs hold.)
+      for (const auto& [tensor, v] : r.params)
+        if (runs[0].params.count(tensor))
+          EXPECT_TRUE(same_bits(v, runs[0].params.at(tensor))) << what << ", " << tensor;
+    }
+  }
+  world->barrier();
+  if (world->rank() == 0) std::filesystem::remove_all(dir);
+}
 
 TEST(LlamaDp, ZeroStagesMatchOneRank) {
   std::shared_ptr<ProcessGroup> world = mpi_test::world_ptr(CommAlgorithm::Mpi);

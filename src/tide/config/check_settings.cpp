@@ -66,6 +66,7 @@ void check_tensor_parallel(const TrainConfig& c) {
              "tensor-parallel rank computes n_head/size whole heads; choose a size that divides "
              "{}",
              m.n_head, t, m.n_head);
+  check_tensor_parallel_shape(m, t);  // the Llama family: key/value heads, MLP width
   TIDE_CHECK(!c.sequence_parallel || c.seq_len % t == 0,
              "seq_len ({}) is not divisible by tensor_parallel.size ({}) under "
              "tensor_parallel.sequence_parallel, which gives each rank seq_len/size positions; "
@@ -201,11 +202,6 @@ void check_settings(const TrainConfig& c) {
   GPTConfig shape = c.model;  // vocab_size 0 (from the data) is checked once it is known
   if (shape.vocab_size == 0) shape.vocab_size = 2;
   shape.validate();
-  TIDE_CHECK(!c.model.is_llama() || c.tensor_parallel == 1,
-             "tensor_parallel.size={} with model.family=llama: tide does not shard a Llama model "
-             "over tensor-parallel ranks yet; use tensor_parallel.size=1 with data parallelism "
-             "and ZeRO stage 3 (zero_optimization.stage=3) to spread its memory over the ranks",
-             c.tensor_parallel);
   check_tensor_parallel(c);  // needs the shape and the activation policy
   check_pipeline(c);         // needs the shape, the batch and ZeRO
   check_zero_and_layout(c);

@@ -571,8 +571,8 @@ const std::vector<ConfigKey>& config_schema() {
        T::STRING,
        "gpt2",
        "gpt2, or llama: RoPE, RMSNorm, SwiGLU, grouped-query attention (Llama 3, Qwen2 with "
-       "model.qkv_bias, Mistral); one rank per model replica (data parallelism and ZeRO, no "
-       "tensor or pipeline parallelism yet), no dropout"},
+       "model.qkv_bias, Mistral); data, tensor (n_kv_head dividing over tensor_parallel.size) "
+       "and pipeline parallelism as GPT-2, no dropout"},
       {"model.n_kv_head",
        {&TrainConfig::model, &GPTConfig::n_kv_head},
        T::INT,

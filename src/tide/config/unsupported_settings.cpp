@@ -9,12 +9,6 @@ void check_trainer_can_honour(const TrainConfig& c, int world_size) {
              "world_size={}: this run has {} rank{} (launch it with `mpirun -np {}`), or set "
              "world_size to 0 (= the ranks launched)",
              c.world_size, world_size, world_size == 1 ? "" : "s", c.world_size);
-  // The Llama family (model/llama_blocks.h) runs one whole model per rank so far.
-  TIDE_CHECK(!c.model.is_llama() || c.pipeline_stages == 1,
-             "pipeline.stages={} with model.family=llama: tide does not run a Llama model in "
-             "pipeline stages yet; use pipeline.stages=1 with data parallelism and ZeRO stage 3 "
-             "(zero_optimization.stage=3) to spread its memory over the ranks",
-             c.pipeline_stages);
   // Tensor parallelism: t ranks per stage of each data-parallel replica (the mesh tp x dp x
   // pp, comm/topology.h).
   const int t = c.tensor_parallel;

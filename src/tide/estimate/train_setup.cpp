@@ -7,6 +7,7 @@
 
 #include "tide/core/error.h"
 #include "tide/memory/chunk_layout.h"
+#include "tide/model/layout.h"
 
 namespace tide {
 
@@ -36,6 +37,7 @@ void TrainSetup::validate() const {
       "model.n_head ({}) is not divisible by tensor_parallel.size ({}): tensor parallelism gives "
       "each rank n_head/tp whole heads; choose a tp that divides {}",
       model.n_head, tp, model.n_head);
+  check_tensor_parallel_shape(model, tp);  // the Llama family: key/value heads, MLP width
   TIDE_CHECK(
       model.n_layer % pp == 0,
       "model.n_layer ({}) is not divisible by pipeline.stages ({}): every pipeline stage holds "

@@ -169,7 +169,9 @@ PipelineEngine::PipelineEngine(std::vector<GPT*> models, std::shared_ptr<Process
   plan();
 
   // Each tensor's place in the whole model (the gradient norm's order); lm_head.weight, the
-  // last virtual stage's copy of wte, is left out so that the tied weight counts once.
+  // last virtual stage's copy of wte, is left out so that the tied weight counts once. (An
+  // untied Llama head, output.weight, has no copy to sum.)
+  const bool tied = models_[0]->config().tied_head();
   const ChunkLayout whole = make_layout(models_[0]->config());
   model_tensors_ = whole.num_tensors();
   for (int g = 0; g < model_tensors_; ++g) tp_sharded_.push_back(tp_sharded(whole.slot(g).name));
@@ -179,14 +181,14 @@ PipelineEngine::PipelineEngine(std::vector<GPT*> models, std::shared_ptr<Process
     for (int id = 0; id < mine.num_tensors(); ++id) {
       const std::string& name = mine.slot(id).name;
       norm_index_[c].push_back(name == "lm_head.weight" ? -1 : whole.find(name));
-      if (name == "wte" && V > 1) wte_chunk_ = c, wte_id_ = id;
+      if (name == "wte" && V > 1 && tied) wte_chunk_ = c, wte_id_ = id;
       if (name == "lm_head.weight") head_chunk_ = c, head_id_ = id;
     }
   }
   // The tied embedding's two copies: on one rank (ZB-V) they are summed locally; on two, over
   // a group of the two (collective over the pipeline group: every rank takes part).
   const int emb_rank = schedule_.locate(0).first, head_rank = schedule_.locate(V - 1).first;
-  if (V > 1 && emb_rank != head_rank) tied_ = pp_->new_group({emb_rank, head_rank});
+  if (V > 1 && emb_rank != head_rank && tied) tied_ = pp_->new_group({emb_rank, head_rank});
   // The ZeRO stage is the stores' slicing (zero_sliced_kinds), the same on every chunk.
   const ChunkStore& first = models_[0]->store();
   zero_stage_ = first.sliced(ChunkKind::PARAM)    ? 3

@@ -45,7 +45,7 @@ size_t head_saved_bytes(const ArenaShape& s, int B, int T);
 size_t head_workspace_bytes(const ArenaShape& s, int B, int T);
 size_t head_stash_bytes(const ArenaShape& s, int B, int T);
 
-// The Llama family's blocks (llama_blocks.h; one rank: s.tp == 1).
+// The Llama family's blocks (llama_blocks.h).
 size_t llama_layer_saved_bytes(const ArenaShape& s, int B, int T);
 size_t llama_layer_workspace_bytes(const ArenaShape& s, int B, int T);
 size_t llama_layer_stash_bytes(const ArenaShape& s, int B, int T);

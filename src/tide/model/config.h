@@ -48,6 +48,8 @@ struct GPTConfig {
   static std::vector<std::string> preset_names();
 
   bool is_llama() const { return family == ModelFamily::llama; }
+  // The LM head is the token embedding (GPT-2 always; Llama with tie_word_embeddings).
+  bool tied_head() const { return !is_llama() || tie_word_embeddings; }
   int head_size() const { return n_embd / n_head; }
   int kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
   int64_t ffn_size() const { return intermediate_size > 0 ? intermediate_size : 4 * n_embd; }

@@ -28,7 +28,35 @@ int64_t tp_global_index(const GPTConfig& c, RankCoords at, const std::string& na
     const int64_t row = r * vocab_rows_per_rank(c, at.tp) + i / C;
     return row < c.vocab_size ? row * C + i % C : -1;
   }
+  if (name == "output.weight") {  // the untied Llama head: vocabulary-parallel as wte
+    const int64_t row = r * vocab_rows_per_rank(c, at.tp) + i / C;
+    return row < c.vocab_size ? row * C + i % C : -1;
+  }
   auto is = [&](const char* suffix) { return name.ends_with(suffix); };
+  if (c.is_llama()) {
+    const int64_t HS = c.head_size(), NHl = c.n_head / t, KVl = c.kv_heads() / t;
+    const int64_t I = c.ffn_size(), Il = I / t;
+    if (is("self_attn.qkv_proj.weight") || is("self_attn.qkv_proj.bias")) {
+      // Rank rows: q heads [r NHl, ..), then k heads [r KVl, ..), then v heads [r KVl, ..),
+      // each of HS rows, in the whole tensor's q | k | v blocks.
+      const int64_t width = is(".weight") ? C : 1;  // elements per row
+      const int64_t row = i / width, q = NHl * HS, kv = KVl * HS;
+      const int64_t whole_row = row < q ? r * q + row
+                                : row < q + kv
+                                    ? c.n_head * HS + r * kv + (row - q)
+                                    : (c.n_head + c.kv_heads()) * HS + r * kv + (row - q - kv);
+      return whole_row * width + i % width;
+    }
+    if (is("mlp.gate_up_proj.weight")) {  // rows gate [r Il, ..), then up [I + r Il, ..)
+      const int64_t row = i / C;
+      return ((row < Il ? 0 : I - Il) + r * Il + row) * C + i % C;
+    }
+    if (is("self_attn.o_proj.weight") || is("mlp.down_proj.weight")) {  // (C, K/t) of (C, K)
+      const int64_t cols = is("o_proj.weight") ? C / t : Il;
+      return (i / cols) * cols * t + r * cols + i % cols;
+    }
+    return i;  // replicated: the RMSNorm weights
+  }
   if (is("attn.c_attn.weight") || is("attn.c_attn.bias")) {
     const int64_t width = is(".weight") ? C : 1;  // elements per row
     const int64_t row = i / width, part = row / (C / t), within = row % (C / t);  // q, k or v
@@ -44,25 +72,48 @@ int64_t tp_global_index(const GPTConfig& c, RankCoords at, const std::string& na
 }
 
 bool tp_sharded(const std::string& name) {
-  for (const char* suffix : {"attn.c_attn.weight", "attn.c_attn.bias", "mlp.c_fc.weight",
-                             "mlp.c_fc.bias", "c_proj.weight"})
+  for (const char* suffix :
+       {"attn.c_attn.weight", "attn.c_attn.bias", "mlp.c_fc.weight", "mlp.c_fc.bias",
+        "c_proj.weight", "self_attn.qkv_proj.weight", "self_attn.qkv_proj.bias",
+        "self_attn.o_proj.weight", "mlp.gate_up_proj.weight", "mlp.down_proj.weight"})
     if (name.ends_with(suffix)) return true;
-  return name == "wte" || name == "lm_head.weight";
+  return name == "wte" || name == "lm_head.weight" || name == "output.weight";
+}
+
+void check_tensor_parallel_shape(const GPTConfig& c, int tp) {
+  TIDE_CHECK(c.n_head % tp == 0,
+             "model.n_head {} does not divide over {} tensor-parallel ranks: each rank computes "
+             "n_head/{} whole heads; pick a tensor_parallel.size that divides {}",
+             c.n_head, tp, tp, c.n_head);
+  if (!c.is_llama() || tp == 1) return;
+  // Why no replication of the key/value heads (Megatron's n_kv_head < tp): a kv head shared
+  // by several ranks is one tensor held whole on each of them, and the gradient norm counts a
+  // tensor either once (replicated) or as the sum of its shards (layout.h: tp_sharded).
+  TIDE_CHECK(c.kv_heads() % tp == 0,
+             "model.n_kv_head {} does not divide over {} tensor-parallel ranks: each rank holds "
+             "n_kv_head/{} key/value heads (with the query heads that read them), and tide does "
+             "not replicate a key/value head over several ranks; pick a tensor_parallel.size "
+             "that divides {}",
+             c.kv_heads(), tp, tp, c.kv_heads());
+  TIDE_CHECK(c.ffn_size() % tp == 0,
+             "model.intermediate_size {} does not divide over {} tensor-parallel ranks: the "
+             "SwiGLU MLP's gate, up and down projections are split evenly; pick a size that "
+             "divides it",
+             c.ffn_size(), tp);
 }
 
 namespace {
 
-// The Llama family's layout (layout.h); make_layout has checked the coordinates.
+// The Llama family's layout (layout.h); make_layout has checked the coordinates and that
+// the heads and the MLP divide over tp.
 ChunkLayout make_llama_layout(const GPTConfig& c, RankCoords at) {
-  TIDE_CHECK(at.tp == 1,
-             "tensor parallelism for model.family=llama is not in tide yet; use "
-             "tensor_parallel.size=1 (data parallelism and ZeRO 1-3 shard a Llama model instead)");
-  const int64_t C = c.n_embd, W = c.qkv_width(), I = c.ffn_size();
-  const Shape shapes[7] = {{C}, {W, C}, {W}, {C, C}, {C}, {2 * I, C}, {C, I}};
+  const int64_t C = c.n_embd, t = at.tp, W = c.qkv_width() / t, I = c.ffn_size() / t;
+  const Shape shapes[7] = {{C}, {W, C}, {W}, {C, C / t}, {C}, {2 * I, C}, {C, I}};
+  const int64_t vocab_rows = vocab_rows_per_rank(c, at.tp);
   ChunkLayout layout;
   if (at.stage == 0) {
     layout.begin_unit();
-    layout.add("wte", {c.vocab_size, C}, true);
+    layout.add("wte", {vocab_rows, C}, true);
   }
   const int per_stage = c.n_layer / at.pp;
   for (int l = at.stage * per_stage; l < (at.stage + 1) * per_stage; ++l)
@@ -77,9 +128,9 @@ ChunkLayout make_llama_layout(const GPTConfig& c, RankCoords at) {
     layout.begin_unit(/*own_chunk=*/true);
     layout.add("ln_f.weight", {C}, false);
     if (!c.tie_word_embeddings)
-      layout.add("output.weight", {c.vocab_size, C}, true);
+      layout.add("output.weight", {vocab_rows, C}, true);
     else if (at.pp > 1)
-      layout.add("lm_head.weight", {c.vocab_size, C}, true);
+      layout.add("lm_head.weight", {vocab_rows, C}, true);
   }
   return layout;
 }
@@ -92,10 +143,7 @@ ChunkLayout make_layout(const GPTConfig& c, RankCoords at) {
              "tensor-parallel rank {} is outside a group of {}", at.tp_rank, at.tp);
   TIDE_CHECK(at.pp >= 1 && at.stage >= 0 && at.stage < at.pp,
              "pipeline stage {} is outside {} stages", at.stage, at.pp);
-  TIDE_CHECK(c.n_head % at.tp == 0,
-             "model.n_head {} does not divide over {} tensor-parallel ranks; pick a tensor "
-             "parallel size that divides it",
-             c.n_head, at.tp);
+  check_tensor_parallel_shape(c, at.tp);
   TIDE_CHECK(c.n_layer % at.pp == 0,
              "model.n_layer {} does not divide over {} pipeline stages; pick a stage count that "
              "divides it",

@@ -20,17 +20,22 @@
 // hold the last layer's chunk's gradient buffer through that layer's B.
 // With t = p = 1 the sizes add up to GPTConfig::num_parameters().
 //
-// The Llama family (GPTConfig::family llama; one rank: tp = 1, I = intermediate_size,
-// W = (n_head + 2 n_kv_head) head_size):
-//   stage 0         wte (V, C) (no position embedding: RoPE)
-//   each layer      input_layernorm (C); self_attn.qkv_proj (W, C), rows q heads then k heads
-//                   then v heads, + bias (W) with qkv_bias; self_attn.o_proj (C, C);
-//                   post_attention_layernorm (C); mlp.gate_up_proj (2I, C), rows gate then up
-//                   (the swiglu op's input order); mlp.down_proj (C, I)
-//   last stage      ln_f.weight (C) (the final RMSNorm); output.weight (V, C) when the head is
-//                   untied (tie_word_embeddings false; HF's lm_head.weight, named apart from
-//                   the pipeline's tied copy lm_head.weight), with p > 1 and a tied head
-//                   lm_head.weight as GPT-2's
+// The Llama family (GPTConfig::family llama; I = intermediate_size, HS = head_size, over t
+// tensor-parallel ranks NHl = n_head/t query and KVl = n_kv_head/t key/value heads, Il = I/t):
+//   stage 0         wte (ceil(V/t), C) vocabulary-parallel (no position embedding: RoPE)
+//   each layer      input_layernorm (C) replicated; self_attn.qkv_proj ((NHl + 2 KVl) HS, C)
+//                   column-parallel, rows: this rank's q heads, then its k heads, then its v
+//                   heads (the attention and rope ops' layout), + bias with qkv_bias, split the
+//                   same way; self_attn.o_proj (C, C/t) row-parallel; post_attention_layernorm
+//                   (C) replicated; mlp.gate_up_proj (2Il, C) column-parallel, rows this rank's
+//                   gate then its up (the swiglu op's input order); mlp.down_proj (C, Il)
+//                   row-parallel
+//   last stage      ln_f.weight (C) (the final RMSNorm); output.weight (ceil(V/t), C)
+//                   vocabulary-parallel when the head is untied (tie_word_embeddings false; HF's
+//                   lm_head.weight, named apart from the pipeline's tied copy lm_head.weight),
+//                   with p > 1 and a tied head lm_head.weight as GPT-2's
+// n_kv_head and I must divide over t (check_tensor_parallel_shape): a key/value head is not
+// replicated over several ranks (Megatron's n_kv_head < t) yet.
 
 #include <string>
 
@@ -65,14 +70,21 @@ int64_t vocab_rows_per_rank(const GPTConfig& config, int tp);
 // parallel wte / lm_head (vocab_size rounded up to a multiple of t). The inverse of the
 // sharding in make_layout: wte rows [r V_t, (r+1) V_t); c_attn rows q, k and v each
 // [r C/t, (r+1) C/t) (the rank's heads); c_fc rows [r 4C/t, ..); the two c_proj columns
-// [r C/t, ..) and [r 4C/t, ..); every other tensor whole. init_weights draws the single-rank
-// values through it, and tests gather shards with it.
+// [r C/t, ..) and [r 4C/t, ..); every other tensor whole. The Llama family: output.weight as
+// wte; qkv_proj rows q, k and v heads each the rank's share; gate_up_proj rows gate and up
+// [r Il, ..) each; o_proj and down_proj columns [r C/t, ..) and [r Il, ..). init_weights draws the
+// single-rank values through it, and tests gather shards with it.
 int64_t tp_global_index(const GPTConfig& config, RankCoords at, const std::string& name, int64_t i);
 // Tensor parallelism: whether tensor `name` is split over the tp ranks (wte / lm_head.weight,
 // c_attn, c_fc, the two c_proj weights) rather than held whole and bitwise equal on every tp
 // rank (wpe, the layernorms, the two c_proj biases). The global gradient norm sums the first
-// over the ranks and counts the second once.
+// over the ranks and counts the second once. The Llama family: wte, output.weight and the
+// layers' five matrices (and qkv bias) are split, the RMSNorm weights replicated.
 bool tp_sharded(const std::string& name);
+
+// Throws a tide::Error naming the fix when the model does not divide over `tp` tensor-parallel
+// ranks: the query heads, and for the Llama family the key/value heads and the MLP width.
+void check_tensor_parallel_shape(const GPTConfig& config, int tp);
 
 // The unpacked layout of rank `at`. Throws a tide::Error naming the fix when the model does
 // not divide over tp or pp (heads, hidden size, layers).

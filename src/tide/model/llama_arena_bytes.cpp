@@ -5,6 +5,7 @@
 
 #include "tide/core/arena.h"
 #include "tide/model/arena_bytes.h"
+#include "tide/model/vocab_parallel.h"
 
 namespace tide {
 
@@ -18,28 +19,45 @@ size_t llama_act(int64_t n, size_t es) {
   return Arena::aligned(static_cast<size_t>(n) * es);
 }
 
-// A layer's forward intermediates (llama_block.cpp), N = B T positions: NORM1, ATTY, RES2,
-// NORM2 (N,C); RSTD1, RSTD2 (N) f32; QKV (N,W); GATE_UP (N,2I); ACT (N,I).
-size_t llama_main_bytes(const GPTConfig& c, size_t es, int64_t N) {
-  const int64_t C = c.n_embd, W = c.qkv_width(), I = c.ffn_size();
-  return 4 * llama_act(N * C, es) + 2 * llama_f32(N) + llama_act(N * W, es) +
-         llama_act(N * 2 * I, es) + llama_act(N * I, es);
+// A layer's forward intermediates (llama_block.cpp) over t tensor-parallel ranks (Cl = C/t,
+// Wl = W/t, Il = I/t), with N = B T positions and Ns = B Ts of the residual stream (B T/t under
+// SP, else N): NORM1, RES2, NORM2 (Ns,C); under SP NORM1F, NORM2F (N,C) unless they are not
+// kept (`kept`, F's saved set); ATTY (N,Cl); RSTD1, RSTD2 (Ns) f32; QKV (N,Wl); GATE_UP
+// (N,2Il); ACT (N,Il).
+size_t llama_main_bytes(const ArenaShape& s, int64_t N, int64_t Ns, bool kept) {
+  const GPTConfig& c = *s.config;
+  const int64_t t = s.tp, C = c.n_embd, W = c.qkv_width() / t, I = c.ffn_size() / t;
+  const size_t es = s.act_bytes;
+  const size_t whole = s.sp && !kept ? 2 * llama_act(N * C, es) : 0;
+  return 3 * llama_act(Ns * C, es) + whole + llama_act(N * C / t, es) + 2 * llama_f32(Ns) +
+         llama_act(N * W, es) + llama_act(N * 2 * I, es) + llama_act(N * I, es);
 }
-// PREATT and ATT (B,NH,T,T).
-size_t llama_att_bytes(const GPTConfig& c, size_t es, int64_t B, int64_t T) {
-  return 2 * llama_act(B * c.n_head * T * T, es);
+// PREATT and ATT (B,NHl,T,T).
+size_t llama_att_bytes(const ArenaShape& s, int64_t B, int64_t T) {
+  return 2 * llama_act(B * (s.config->n_head / s.tp) * T * T, s.act_bytes);
+}
+// Under SP, what the collectives add to a part's workspace. Evaluation: the permutation
+// scratch (N,C) and the (Ns,C) shards of the o_proj and down_proj outputs. B: the partial
+// d(norm output)s (N,C) of both norms and their scratch, the recomputed o_proj output's shard
+// (Ns,C) under the full policy; W: the 2C f32 RMSNorm partial gradients.
+size_t llama_sp_eval_bytes(const ArenaShape& s, int64_t N, int64_t Ns) {
+  const int64_t C = s.config->n_embd;
+  return llama_act(N * C, s.act_bytes) + 2 * llama_act(Ns * C, s.act_bytes);
+}
+size_t llama_sp_backward_bytes(const ArenaShape& s, int64_t N, int64_t Ns) {
+  const int64_t C = s.config->n_embd;
+  return 3 * llama_act(N * C, s.act_bytes) + llama_act(Ns * C, s.act_bytes) + llama_f32(2 * C);
 }
 
 }  // namespace
 
 size_t llama_layer_saved_bytes(const ArenaShape& s, int B, int T) {
-  const GPTConfig& c = *s.config;
-  const int64_t N = int64_t{B} * T;
+  const int64_t N = int64_t{B} * T, Ns = B * s.seq_local(T);
   switch (s.policy) {
     case ActivationPolicy::SAVE_ALL:
-      return llama_main_bytes(c, s.act_bytes, N) + llama_att_bytes(c, s.act_bytes, B, T);
+      return llama_main_bytes(s, N, Ns, true) + llama_att_bytes(s, B, T);
     case ActivationPolicy::SELECTIVE:
-      return llama_main_bytes(c, s.act_bytes, N);
+      return llama_main_bytes(s, N, Ns, true);
     case ActivationPolicy::FULL:
       return 0;
   }
@@ -48,37 +66,48 @@ size_t llama_layer_saved_bytes(const ArenaShape& s, int B, int T) {
 
 size_t llama_layer_workspace_bytes(const ArenaShape& s, int B, int T) {
   const GPTConfig& c = *s.config;
-  const int64_t N = int64_t{B} * T, C = c.n_embd;
+  const int64_t N = int64_t{B} * T, Ns = B * s.seq_local(T), C = c.n_embd, t = s.tp;
   const size_t es = s.act_bytes;
   // Evaluation keeps everything temporary, plus the o_proj and down_proj outputs (N,C). B:
-  // the recomputed attention matrices and their output (or the recomputation's o_proj
-  // output), then dact (N,I), datty (N,C) and the rotated qkv's gradient (N,W).
-  const size_t eval =
-      llama_main_bytes(c, es, N) + llama_att_bytes(c, es, B, T) + 2 * llama_act(N * C, es);
-  const size_t bwd = llama_att_bytes(c, es, B, T) + 2 * llama_act(N * C, es) +
-                     llama_act(N * c.ffn_size(), es) + llama_act(N * c.qkv_width(), es);
+  // the recomputed attention matrices and their output (N,Cl) (or the recomputation's o_proj
+  // output (N,C)), then dact (N,Il), datty (N,Cl) and the rotated qkv's gradient (N,Wl); under
+  // SP also the partial d(norm output)s and their shards.
+  const size_t eval = llama_main_bytes(s, N, Ns, false) + llama_att_bytes(s, B, T) +
+                      2 * llama_act(N * C, es) + (s.sp ? llama_sp_eval_bytes(s, N, Ns) : 0);
+  const size_t bwd = llama_att_bytes(s, B, T) + llama_act(N * C, es) + llama_act(N * C / t, es) +
+                     llama_act(N * c.ffn_size() / t, es) + llama_act(N * c.qkv_width() / t, es) +
+                     (s.sp ? llama_sp_backward_bytes(s, N, Ns) : 0);
   return std::max(eval, bwd);
 }
 
 size_t llama_layer_stash_bytes(const ArenaShape& s, int B, int T) {
   const GPTConfig& c = *s.config;
-  const int64_t N = int64_t{B} * T, C = c.n_embd;
+  const int64_t N = int64_t{B} * T, Ns = B * s.seq_local(T), C = c.n_embd, t = s.tp;
   const size_t es = s.act_bytes;
-  // DDOWN, DNORM2, DO, DNORM1 (N,C); DGATE_UP (N,2I); DQKV (N,W); under the full policy the
-  // recomputed intermediates too.
-  const size_t grads = 4 * llama_act(N * C, es) + llama_act(N * 2 * c.ffn_size(), es) +
-                       llama_act(N * c.qkv_width(), es);
-  return grads + (s.policy == ActivationPolicy::FULL ? llama_main_bytes(c, es, N) : 0);
+  // DDOWN, DNORM2, DO, DNORM1 (Ns,C); under SP DDOWNF, DOF (N,C); DGATE_UP (N,2Il); DQKV
+  // (N,Wl); under the full policy the recomputed intermediates too, under SP with the other
+  // policies NORM1F and NORM2F re-gathered (N,C), under P_a the gathered input (Ns,C).
+  const bool full = s.policy == ActivationPolicy::FULL;
+  const size_t grads = 4 * llama_act(Ns * C, es) + (s.sp ? 2 * llama_act(N * C, es) : 0) +
+                       llama_act(N * 2 * c.ffn_size() / t, es) +
+                       llama_act(N * c.qkv_width() / t, es);
+  const size_t recomputed = full ? llama_main_bytes(s, N, Ns, false) : 0;
+  const size_t regathered = s.sp && !full ? 2 * llama_act(N * C, es) : 0;
+  const size_t input = s.partition_activations ? llama_act(Ns * C, es) : 0;
+  return grads + recomputed + regathered + input;
 }
 
 size_t llama_embedding_saved_bytes(const ArenaShape&, int, int) {
   return 0;  // its output is residual[0]
 }
 
-size_t llama_embedding_workspace_bytes(const ArenaShape& s, int, int T) {
-  // The zero position table (T,C) of F, or W's dropped position gradient in the gradient's
-  // dtype (f32 at most).
-  return llama_f32(int64_t{T} * s.config->n_embd);
+size_t llama_embedding_workspace_bytes(const ArenaShape& s, int B, int T) {
+  // One rank: the zero position table (T,C) of F, or W's dropped position gradient in the
+  // gradient's dtype (f32 at most). Under SP: the partial (B,T,C) and its shard in F, the
+  // shard's gradient in B, and the collectives' permutation scratch.
+  const int64_t C = s.config->n_embd;
+  if (s.tp > 1) return s.sp ? 3 * llama_act(int64_t{B} * T * C, s.act_bytes) : 0;
+  return llama_f32(int64_t{T} * C);
 }
 
 size_t llama_embedding_stash_bytes(const ArenaShape& s, int B, int T) {
@@ -86,19 +115,26 @@ size_t llama_embedding_stash_bytes(const ArenaShape& s, int B, int T) {
 }
 
 size_t llama_head_saved_bytes(const ArenaShape& s, int B, int T) {
-  const int64_t N = int64_t{B} * T;
-  // The normed input (N,C), its rstd (N) and the f32 logits (N,V).
-  return llama_act(N * s.config->n_embd, s.act_bytes) + llama_f32(N) +
-         llama_f32(N * s.config->vocab_size);
+  const int64_t N = int64_t{B} * T, Ns = B * s.seq_local(T), C = s.config->n_embd;
+  const size_t lse = s.tp > 1 ? 2 * llama_f32(N) : 0;            // LSE_MAX, LSE_SUM
+  const size_t full = s.sp ? llama_act(N * C, s.act_bytes) : 0;  // NORM_FULL
+  // The normed input (Ns,C), its rstd (Ns) and the f32 logits (N, this rank's vocabulary).
+  return llama_act(Ns * C, s.act_bytes) + llama_f32(Ns) + llama_f32(N * head_vocab_cols(s)) + lse +
+         full;
 }
 
 size_t llama_head_workspace_bytes(const ArenaShape& s, int B, int T) {
-  // Evaluation keeps everything in the workspace, and the losses (N) f32.
-  return llama_head_saved_bytes(s, B, T) + llama_f32(int64_t{B} * T);
+  // Evaluation keeps everything in the workspace, and the losses (N) f32; under tensor
+  // parallelism the cross-entropy's buffers, under SP the partial d(norm output) (N,C), the
+  // collectives' scratch and W's C partial gradient.
+  const int64_t N = int64_t{B} * T, C = s.config->n_embd;
+  const size_t ce = s.tp > 1 ? vocab_parallel_crossentropy_scratch(N, s.tp) : 0;
+  const size_t sp = s.sp ? 2 * llama_act(N * C, s.act_bytes) + llama_f32(C) : 0;
+  return llama_head_saved_bytes(s, B, T) + llama_f32(N) + ce + sp;
 }
 
 size_t llama_head_stash_bytes(const ArenaShape& s, int B, int T) {
-  return llama_act(int64_t{B} * T * s.config->n_embd, s.act_bytes);
+  return llama_act(int64_t{B} * s.seq_local(T) * s.config->n_embd, s.act_bytes);
 }
 
 }  // namespace tide

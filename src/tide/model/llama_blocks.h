@@ -1,8 +1,10 @@
 #pragma once
 // The three kinds of blocks of the Llama family (Llama 3, Qwen2, Mistral; GPTConfig::family
-// llama), beside GPT-2's in blocks.h and with the same forward / B / W contract (block.h). One
-// rank only for now (no tensor or sequence parallelism: make_layout refuses them), and no
-// dropout (GPTConfig::validate refuses it).
+// llama), beside GPT-2's in blocks.h and with the same forward / B / W contract (block.h), and
+// GPT-2's tensor parallelism (Megatron-LM, with sequence parallelism and P_a; the per-rank
+// shards in layout.h): vocabulary-parallel embedding and head, column-parallel qkv_proj (the
+// rank's query and key/value heads) and gate_up_proj, row-parallel o_proj and down_proj,
+// replicated RMSNorm weights. No dropout (GPTConfig::validate refuses it).
 
 #include "tide/model/block.h"
 
@@ -21,6 +23,7 @@ class LlamaEmbeddingBlock : public Block {
   size_t stash_bytes(int B, int T) const override;
 
  private:
+  int64_t vocab_begin() const;  // this rank's first vocabulary row
   const BlockEnv& env_;
   int wte_;
 };
@@ -46,6 +49,8 @@ class LlamaBlock : public Block {
   // The forward pass; intermediates in mb.saved (kept), mb.workspace or, when recomputed in
   // B under the full policy, the stash (W reads them). x: the block input (B,T,C).
   std::vector<Tensor> compute_forward(MicroBatch& mb, Tensor x, bool recompute);
+  // The attention's (disabled) dropout spec, for this rank's query heads.
+  DropoutSpec attn_dropout(const MicroBatch& mb) const;
   Tensor param(int slot) const;
   Tensor grad(int slot) const;
   const BlockEnv& env_;
@@ -66,6 +71,9 @@ class LlamaHeadBlock : public Block {
   size_t stash_bytes(int B, int T) const override;
 
  private:
+  int64_t vocab_begin() const;
+  int64_t vocab_cols() const;          // this rank's real vocabulary rows (logit columns)
+  Tensor head_weight(Tensor w) const;  // the head weight (or its gradient) without padding rows
   const BlockEnv& env_;
   int head_, norm_;
 };

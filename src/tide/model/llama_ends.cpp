@@ -1,8 +1,14 @@
 // The Llama family's embedding and head blocks (llama_blocks.h): a token embedding without
 // positions, and the final RMSNorm + LM head (tied to wte, or its own output.weight) + loss.
+// Under tensor parallelism both are vocabulary-parallel, as GPT-2's (embedding_block.cpp,
+// head_block.cpp).
+
+#include <algorithm>
 
 #include "tide/kernels/mover.h"
+#include "tide/model/layout.h"
 #include "tide/model/llama_blocks.h"
+#include "tide/model/vocab_parallel.h"
 
 namespace tide {
 
@@ -10,25 +16,49 @@ LlamaEmbeddingBlock::LlamaEmbeddingBlock(const BlockEnv& env, int wte) : env_(en
   param_ids_ = {wte};
 }
 
-// The embedding op adds a position table; a zero one (T,C) in the workspace leaves wte[tokens]
-// exactly (x + 0 = x), and W gives the op a scratch table for the position gradient it drops.
-// (An embedding op without positions in kernels/ would save the (T,C) pass.)
+// One rank: the embedding op adds a position table; a zero one (T,C) in the workspace leaves
+// wte[tokens] exactly (x + 0 = x), and W gives the op a scratch table for the position gradient
+// it drops. (An embedding op without positions in kernels/ would save the (T,C) pass.)
+// Tensor parallelism: this rank's rows of wte, zeros for the others' tokens; the all-reduce of
+// the partial embeddings completes every row exactly (one term is not zero; under SP a
+// reduce-scatter to this rank's positions).
 void LlamaEmbeddingBlock::forward(MicroBatch& mb) {
-  Tensor x = mb.residual[0];                                               // (B,T,C)
+  Tensor x = mb.residual[0];  // (B,T,C); (B,T/t,C) under SP
+  if (env_.tp) {
+    Tensor partial = x;
+    if (env_.sp) partial = mb.workspace.alloc_tensor({mb.B, mb.T, x.dim(2)}, x.dtype);
+    vocab_parallel_embedding_forward(partial, mb.tokens, env_.param(wte_), vocab_begin(),
+                                     env_.config->vocab_size);
+    const Tensor summed = env_.to_shard(partial, mb.workspace, mb.workspace);
+    if (env_.sp) copy(env_.op, x, summed);
+    return;
+  }
   const Tensor no_positions = env_.zeros(mb.workspace, {mb.T, x.dim(2)});  // (T,C)
   embedding_forward(env_.op, x, mb.tokens, env_.param(wte_), no_positions);
 }
 
+// Under SP the shard's gradient is all-gathered: W needs every position's.
 void LlamaEmbeddingBlock::backward_input(MicroBatch& mb) {
-  Tensor demb = mb.stash_arena->alloc_tensor(mb.dresidual.shape, mb.dresidual.dtype);  // (B,T,C)
+  Arena& out = env_.sp ? mb.workspace : *mb.stash_arena;
+  Tensor demb = out.alloc_tensor(mb.dresidual.shape, mb.dresidual.dtype);  // (B,T,C)
   copy(env_.op, demb, mb.dresidual);
-  mb.block_saved[0] = {demb};
+  mb.block_saved[0] = {env_.to_full(demb, *mb.stash_arena, mb.workspace)};
 }
 
+// Under tensor parallelism the gradient is the same on every rank (the all-reduce's backward
+// is the identity): each rank scatters its own tokens' rows.
 void LlamaEmbeddingBlock::backward_weight(MicroBatch& mb) {
   const Tensor dwte = env_.grad(wte_);
+  if (env_.tp) {
+    vocab_parallel_embedding_backward(dwte, mb.block_saved[0][0], mb.tokens, vocab_begin());
+    return;
+  }
   const Tensor dpositions = env_.zeros(mb.workspace, {mb.T, dwte.dim(1)}, dwte.dtype);  // dropped
   embedding_backward(env_.op, dwte, dpositions, mb.block_saved[0][0], mb.tokens);
+}
+
+int64_t LlamaEmbeddingBlock::vocab_begin() const {
+  return env_.tp_rank() * vocab_rows_per_rank(*env_.config, env_.tp_size());
 }
 
 size_t LlamaEmbeddingBlock::saved_bytes(int B, int T) const {
@@ -44,8 +74,11 @@ size_t LlamaEmbeddingBlock::stash_bytes(int B, int T) const {
 }
 
 namespace {
-// Saved tensors of the Llama head, in block_saved order.
-enum LlamaHeadSaved { LH_NORM, LH_RSTD, LH_LOGITS, LH_DNORM, kLlamaHeadSaved };
+// Saved tensors of the Llama head, in block_saved order. Under SP NORM, RSTD and DNORM are on
+// this rank's sequence shard (B,T/t,..) and NORM_FULL is the norm's output all-gathered
+// (B,T,C) (otherwise NORM itself); LSE_MAX, LSE_SUM: the vocabulary-parallel cross-entropy's
+// row maxima and sums of exp (B,T).
+enum LlamaHeadSaved { LH_NORM, LH_RSTD, LH_LOGITS, LH_DNORM, LH_LSE_MAX, LH_LSE_SUM, LH_NORM_FULL };
 }  // namespace
 
 LlamaHeadBlock::LlamaHeadBlock(const BlockEnv& env, int head_weight, int norm_weight)
@@ -55,20 +88,30 @@ LlamaHeadBlock::LlamaHeadBlock(const BlockEnv& env, int head_weight, int norm_we
 
 void LlamaHeadBlock::forward(MicroBatch& mb) {
   const GPTConfig& cfg = *env_.config;
-  const int64_t B = mb.B, T = mb.T, C = cfg.n_embd, V = cfg.vocab_size;
+  const int64_t B = mb.B, T = mb.T, Ts = env_.seq_local(T), C = cfg.n_embd;
   Arena& keep = (mb.training || mb.keep_logits) ? mb.saved : mb.workspace;
-  const Tensor x = mb.residual[cfg.n_layer];  // (B,T,C)
-  Tensor norm = keep.alloc_tensor({B, T, C}, env_.act);
-  Tensor rstd = keep.alloc_tensor({B, T}, DType::F32);
+  const Tensor x = mb.residual[cfg.n_layer];  // (B,Ts,C)
+  Tensor norm = keep.alloc_tensor({B, Ts, C}, env_.act);
+  Tensor rstd = keep.alloc_tensor({B, Ts}, DType::F32);
   rmsnorm_forward(env_.op, norm, rstd, x, env_.param(norm_), static_cast<float>(cfg.rms_norm_eps));
-  // (B,T,V) f32 in every precision, as the GPT-2 head's.
-  Tensor logits = keep.alloc_tensor({B, T, V}, DType::F32);
-  matmul_forward(env_.op, logits, norm, env_.param(head_), Tensor());
+  const Tensor norm_full = env_.to_full(norm, keep, mb.workspace);  // (B,T,C)
+  // (B,T,V), (B,T,V/t) under tensor parallelism; f32 in every precision, as the GPT-2 head's.
+  Tensor logits = keep.alloc_tensor({B, T, vocab_cols()}, DType::F32);
+  matmul_forward(env_.op, logits, norm_full, head_weight(env_.param(head_)), Tensor());
   Tensor losses = mb.workspace.alloc_tensor({B, T}, DType::F32);
-  crossentropy_forward(env_.op, losses, logits, mb.targets);
+  Tensor lse_max, lse_sum;
+  if (env_.tp) {
+    lse_max = keep.alloc_tensor({B, T}, DType::F32);
+    lse_sum = keep.alloc_tensor({B, T}, DType::F32);
+    vocab_parallel_crossentropy_forward(*env_.tp, losses, lse_max, lse_sum, logits, mb.targets,
+                                        vocab_begin(), mb.workspace);
+  } else {
+    crossentropy_forward(env_.op, losses, logits, mb.targets);
+  }
   mb.logits = logits;
   record_losses(env_, mb, losses);
-  if (mb.training) mb.block_saved[cfg.n_layer + 1] = {norm, rstd, logits, Tensor()};
+  if (mb.training)
+    mb.block_saved[cfg.n_layer + 1] = {norm, rstd, logits, Tensor(), lse_max, lse_sum, norm_full};
 }
 
 void LlamaHeadBlock::backward_input(MicroBatch& mb) {
@@ -80,9 +123,16 @@ void LlamaHeadBlock::backward_input(MicroBatch& mb) {
   // d(mean loss)/d(loss_i) = 1/counted, times the micro-batch's weight in the objective.
   const float dloss = counted ? mb.dloss / static_cast<float>(counted) : 0.0f;
   Tensor dlogits = s[LH_LOGITS];  // (B,T,V), overwritten in place
-  crossentropy_backward(env_.op, dlogits, s[LH_LOGITS], mb.targets, dloss);
-  s[LH_DNORM] = env_.zeros(*mb.stash_arena, s[LH_NORM].shape);  // (B,T,C)
-  matmul_backward_input(env_.op, s[LH_DNORM], dlogits, env_.param(head_));
+  if (env_.tp)
+    vocab_parallel_crossentropy_backward(dlogits, s[LH_LOGITS], mb.targets, s[LH_LSE_MAX],
+                                         s[LH_LSE_SUM], vocab_begin(), dloss);
+  else
+    crossentropy_backward(env_.op, dlogits, s[LH_LOGITS], mb.targets, dloss);
+  // (B,T,C): the ranks' partial d(norm output) summed; under SP reduce-scattered to this
+  // rank's shard (B,T/t,C).
+  Tensor dnorm = env_.zeros(env_.sp ? mb.workspace : *mb.stash_arena, s[LH_NORM_FULL].shape);
+  matmul_backward_input(env_.op, dnorm, dlogits, head_weight(env_.param(head_)));
+  s[LH_DNORM] = env_.to_shard(dnorm, *mb.stash_arena, mb.workspace);
   // The head starts the backward pass: dresidual = d(loss)/d(residual[L]).
   rmsnorm_backward_input(env_.op, mb.dresidual, s[LH_DNORM], mb.residual[cfg.n_layer],
                          env_.param(norm_), s[LH_RSTD]);
@@ -91,9 +141,31 @@ void LlamaHeadBlock::backward_input(MicroBatch& mb) {
 void LlamaHeadBlock::backward_weight(MicroBatch& mb) {
   const GPTConfig& cfg = *env_.config;
   const std::vector<Tensor>& s = mb.block_saved[cfg.n_layer + 1];
-  matmul_backward_weight(env_.op, env_.grad(head_), Tensor(), s[LH_LOGITS], s[LH_NORM]);
-  rmsnorm_backward_weight(env_.op, env_.grad(norm_), s[LH_DNORM], mb.residual[cfg.n_layer],
-                          s[LH_RSTD]);
+  matmul_backward_weight(env_.op, head_weight(env_.grad(head_)), Tensor(), s[LH_LOGITS],
+                         s[LH_NORM_FULL]);
+  if (!env_.sp) {
+    rmsnorm_backward_weight(env_.op, env_.grad(norm_), s[LH_DNORM], mb.residual[cfg.n_layer],
+                            s[LH_RSTD]);
+    return;
+  }
+  // Under SP the norm saw only this rank's positions: a partial gradient, all-reduced.
+  Tensor part = env_.zeros(mb.workspace, {cfg.n_embd}, DType::F32);
+  rmsnorm_backward_weight(env_.op, part, s[LH_DNORM], mb.residual[cfg.n_layer], s[LH_RSTD]);
+  env_.add_sp_partial_grads(part, {env_.grad(norm_)});
+}
+
+int64_t LlamaHeadBlock::vocab_begin() const {
+  return env_.tp_rank() * vocab_rows_per_rank(*env_.config, env_.tp_size());
+}
+
+int64_t LlamaHeadBlock::vocab_cols() const {
+  if (!env_.tp) return env_.config->vocab_size;
+  return std::min<int64_t>(vocab_rows_per_rank(*env_.config, env_.tp_size()),
+                           env_.config->vocab_size - vocab_begin());
+}
+
+Tensor LlamaHeadBlock::head_weight(Tensor w) const {  // (V/t rows with padding, C) -> (cols, C)
+  return env_.tp ? Tensor(w.data, {vocab_cols(), w.dim(1)}, w.dtype, w.device) : w;
 }
 
 size_t LlamaHeadBlock::saved_bytes(int B, int T) const {

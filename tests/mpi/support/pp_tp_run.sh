@@ -5,7 +5,8 @@
 # (metrics.jsonl, |diff| <= 1e-5); the periodic checkpoint is the pipeline's sharded directory
 # (one shard per stage, the tp shards gathered), resumed under pp x tp and on one rank with the
 # uninterrupted run's losses; `tide sample` reads the final one; init_from under pp x tp equals
-# one rank's init_from. Then pp x dp x tp on 8 ranks under ZeRO-1 (below).
+# one rank's init_from. Then a Llama-family model under pp x tp, and pp x dp x tp on 8 ranks under
+# ZeRO-1 (below).
 set -uo pipefail
 mpiexec=$1 tide=$2 src=$3 dir=$4
 rm -rf "$dir" && mkdir -p "$dir" && cd "$dir" || exit 1
@@ -62,6 +63,18 @@ close "$(late c/metrics.jsonl)" "$(late a/metrics.jsonl)" 3 || fail "the 1-rank 
 timeout 300 "$tide" train "${common[@]}" out_dir=h init_from=a/model.ckpt > h.log 2>&1 \
   || { cat h.log; fail "init_from on 1 rank"; }
 close d/metrics.jsonl h/metrics.jsonl 7 || fail "init_from under pp x tp differs from one rank's"
+# A Llama-family model (grouped-query attention, untied head, no dropout) under pp x tp with SP
+# (zb-h1): the losses equal one rank's, and its checkpoint resumes on one rank.
+llama=(model.dropout=0 model.family=llama model.n_kv_head=2 model.intermediate_size=48
+  model.tie_word_embeddings=false)
+"${mpi4[@]}" "$tide" train "${common[@]}" "${llama[@]}" "${pptp[@]}" pipeline.schedule=zb-h1 \
+  checkpoint.interval=2 out_dir=la > la.log 2>&1 || { cat la.log; fail "llama pp x tp run"; }
+timeout 300 "$tide" train "${common[@]}" "${llama[@]}" out_dir=lo > lo.log 2>&1 \
+  || { cat lo.log; fail "llama 1-rank run"; }
+close la/metrics.jsonl lo/metrics.jsonl 7 || fail "the llama pp x tp losses differ from one rank's"
+timeout 300 "$tide" train "${common[@]}" "${llama[@]}" out_dir=lr \
+  checkpoint.resume=la/model_step2.ckpt > lr.log 2>&1 || { cat lr.log; fail "llama resume, 1 rank"; }
+close "$(late lr/metrics.jsonl)" "$(late la/metrics.jsonl)" 3 || fail "the llama resume differs"
 # pp x dp x tp on 8 ranks (2 x 2 x 2, ZeRO-1): each replica's tp ranks read the replica's
 # batches; the losses equal one rank's on the same global batch (accumulation 2 x 2), and its
 # ZeRO-1 checkpoint (slices gathered over dp, shards over tp) resumes on one rank.
@@ -78,3 +91,4 @@ timeout 300 "$tide" train "${common[@]}" gradient_accumulation_steps=4 out_dir=g
 close "$(late g/metrics.jsonl)" "$(late e/metrics.jsonl)" 3 || fail "the ZeRO-1 resume differs"
 echo "OK: pp 2 x dp 2 x tp 2 (ZeRO-1) on 8 ranks equals 1 rank, resumed on 1 rank"
 echo "OK: pp 2 x tp 2 (+SP) on 4 ranks equals 1 rank (1e-5), resumed under pp x tp and on 1 rank"
+echo "OK: a llama model under pp 2 x tp 2 (+SP) equals 1 rank, resumed on 1 rank"
