@@ -38,17 +38,18 @@ void check_trainer_can_honour(const TrainConfig& c, int world_size) {
   // A device (the simulated one, or a GPU: issues #25, #27): what the engine's step does not
   // run there yet (pipeline_engine.h, check_device).
   if (c.device != "cpu" && c.device != "auto") {
+    // The simulated device runs every technique; a GPU one rank at ZeRO stage 0 so far.
     const bool gpu = c.device.starts_with("cuda");
-    const char* what = p > 1 && gpu              ? "pipeline.stages > 1 (on a GPU)"
-                       : t > 1                   ? "tensor_parallel.size > 1"
-                       : c.zero.stage > 0 && gpu ? "zero_optimization.stage > 0 (on a GPU)"
-                       : c.placement_policy == "auto" && gpu ? "placement.policy=auto (on a GPU)"
-                                                             : nullptr;
+    const char* what = !gpu                           ? nullptr
+                       : p > 1                        ? "pipeline.stages > 1"
+                       : t > 1                        ? "tensor_parallel.size > 1"
+                       : c.zero.stage > 0             ? "zero_optimization.stage > 0"
+                       : c.placement_policy == "auto" ? "placement.policy=auto"
+                                                      : nullptr;
     TIDE_CHECK(what == nullptr,
-               "device={} with {}: on the simulated device tide runs data parallelism at ZeRO "
-               "stages 0-3, ZeRO-Offload, auto placement and pipeline stages, on a GPU one rank "
-               "at ZeRO stage 0, and no tensor parallelism yet (the vocabulary-parallel loss runs "
-               "host loops); use device=cpu for this run",
+               "device={} with {}: on a GPU tide runs one rank at ZeRO stage 0 for now (the "
+               "simulated device, device=sim, runs every technique); use device=cpu or sim for "
+               "this run",
                c.device, what ? what : "");
     TIDE_CHECK(!c.device.starts_with("cuda") || world_size == 1,
                "device={} on {} ranks: data parallelism on GPUs needs the NCCL groups ordered by "

@@ -68,17 +68,48 @@ static void permute_rows(void* dst, const void* src, size_t es, int64_t t, int64
     }
 }
 
+void BlockEnv::tp_all_reduce(Tensor partial) const {
+  if (!tp) return;
+  synchronize(op);
+  tp->all_reduce(partial);
+}
+
+void BlockEnv::tp_gather_slices(Tensor slice, Tensor whole) const {
+  const Tensor flat = whole.view({whole.numel()});
+  Tensor mine = slice;
+  if (slice.device != whole.device) {  // a host slice (cpu_checkpointing) goes up first
+    const int64_t n = slice.numel();
+    mine = Tensor(static_cast<char*>(whole.data) + tp_rank() * n * dtype_size(whole.dtype), {n},
+                  whole.dtype, whole.device);
+    copy(op, mine, slice);
+  }
+  synchronize(op);
+  tp->all_gather(mine, flat);
+}
+
+// The rank-major permutation as a CPU kernel of the context (no GPU kernel yet).
+static void permute_rows_on(const OpContext& op, Tensor dst, Tensor src, int64_t t, int64_t B,
+                            int64_t Ts, int64_t C, bool to_rank_major) {
+  TIDE_CHECK(!op.device.is_cuda(),
+             "sequence parallelism on {} is not in tide yet (its row permutation is a CPU "
+             "kernel); use device=cpu or sim",
+             op.device.str());
+  run_cpu_kernel_on(op, "sequence-parallel row permutation", [=] {
+    permute_rows(dst.data, src.data, dtype_size(src.dtype), t, B, Ts, C, to_rank_major);
+  });
+}
+
 Tensor BlockEnv::to_shard(Tensor full, Arena& out, Arena& scratch) const {
   if (!sp) {
     tp_all_reduce(full);
     return full;
   }
-  TIDE_CHECK(full.device.is_cpu(), "sequence parallelism runs on host tensors only for now");
   const int64_t t = tp_size(), B = full.dim(0), T = full.dim(1), C = full.dim(2), Ts = T / t;
   Tensor shard = out.alloc_tensor({B, Ts, C}, full.dtype);
   const size_t mark = scratch.mark();
   Tensor major = scratch.alloc_tensor({t * B * Ts * C}, full.dtype);
-  permute_rows(major.data, full.data, dtype_size(full.dtype), t, B, Ts, C, true);
+  permute_rows_on(op, major, full, t, B, Ts, C, true);
+  synchronize(op);
   tp->reduce_scatter(major, shard.view({B * Ts * C}));
   scratch.rewind(mark);
   return shard;
@@ -86,18 +117,21 @@ Tensor BlockEnv::to_shard(Tensor full, Arena& out, Arena& scratch) const {
 
 Tensor BlockEnv::to_full(Tensor shard, Arena& out, Arena& scratch) const {
   if (!sp) return shard;
-  TIDE_CHECK(shard.device.is_cpu(), "sequence parallelism runs on host tensors only for now");
   const int64_t t = tp_size(), B = shard.dim(0), Ts = shard.dim(1), C = shard.dim(2);
   Tensor full = out.alloc_tensor({B, Ts * t, C}, shard.dtype);
   const size_t mark = scratch.mark();
   Tensor major = scratch.alloc_tensor({t * B * Ts * C}, shard.dtype);
+  synchronize(op);
   tp->all_gather(shard.view({B * Ts * C}), major);
-  permute_rows(full.data, major.data, dtype_size(shard.dtype), t, B, Ts, C, false);
+  // (The scratch is rewound with the permutation still queued: what reuses it is queued after
+  // it, or a collective, which waits for the stream first.)
+  permute_rows_on(op, full, major, t, B, Ts, C, false);
   scratch.rewind(mark);
   return full;
 }
 
 void BlockEnv::add_sp_partial_grads(Tensor partial, const std::vector<Tensor>& grads) const {
+  synchronize(op);
   tp->all_reduce(partial);
   // grad += the summed partial, by the residual op: any dtype of either (a 16-bit gradient is
   // widened, added to in f32 and rounded once, as a single-rank layernorm_backward_weight

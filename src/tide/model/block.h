@@ -110,9 +110,12 @@ struct BlockEnv {
   int64_t seq_begin(int64_t T) const { return sp ? tp_rank() * (T / tp_size()) : 0; }
   // Megatron's g operator (forward of a row-parallel output, backward of a column-parallel
   // input): sums the ranks' partial (B,T,C) in place; nothing without tensor parallelism.
-  void tp_all_reduce(Tensor partial) const {
-    if (tp) tp->all_reduce(partial);
-  }
+  // On a device every tensor-parallel collective first waits for the stream (it reads what the
+  // ops wrote); the ops queued after it read what it wrote.
+  void tp_all_reduce(Tensor partial) const;
+  // ZeRO-R P_a: the block input (B,T,C) whole from the ranks' slices `slice` (this rank's part,
+  // on the device, or on the host under cpu_checkpointing).
+  void tp_gather_slices(Tensor slice, Tensor whole) const;
   // The partial sums `full` (B,T,C) of a row-parallel linear, or the partial gradient of a
   // column-parallel input, completed: under SP reduce-scattered into this rank's sequence
   // shard (B,T/t,C), allocated from `out` (scratch from `scratch`); otherwise all-reduced in

@@ -23,11 +23,11 @@ void EmbeddingBlock::forward(MicroBatch& mb) {
     // added as the single-rank op adds it.
     Tensor partial = x;
     if (env_.sp) partial = mb.workspace.alloc_tensor({mb.B, mb.T, x.dim(2)}, x.dtype);
-    vocab_parallel_embedding_forward(partial, mb.tokens, env_.param(wte_), vocab_begin(),
+    vocab_parallel_embedding_forward(env_.op, partial, mb.tokens, env_.param(wte_), vocab_begin(),
                                      env_.config->vocab_size);
     Tensor summed = env_.to_shard(partial, mb.workspace, mb.workspace);
     if (env_.sp) copy(env_.op, x, summed);
-    add_position_embedding(x, env_.param(wpe_), env_.seq_begin(mb.T));
+    add_position_embedding(env_.op, x, env_.param(wpe_), env_.seq_begin(mb.T));
   } else {
     // wpe is (max_seq_len, C); the op uses its first T rows.
     embedding_forward(env_.op, x, mb.tokens, env_.param(wte_), env_.param(wpe_));
@@ -51,9 +51,9 @@ void EmbeddingBlock::backward_input(MicroBatch& mb) {
 // is the identity backward): each rank scatters its own tokens' rows and the whole of wpe.
 void EmbeddingBlock::backward_weight(MicroBatch& mb) {
   if (env_.tp) {
-    vocab_parallel_embedding_backward(env_.grad(wte_), mb.block_saved[0][0], mb.tokens,
+    vocab_parallel_embedding_backward(env_.op, env_.grad(wte_), mb.block_saved[0][0], mb.tokens,
                                       vocab_begin());
-    position_embedding_backward(env_.grad(wpe_), mb.block_saved[0][0]);
+    position_embedding_backward(env_.op, env_.grad(wpe_), mb.block_saved[0][0]);
     return;
   }
   embedding_backward(env_.op, env_.grad(wte_), env_.grad(wpe_), mb.block_saved[0][0], mb.tokens);

@@ -43,7 +43,7 @@ struct ModelOptions {
   // Tensor parallelism (Megatron-LM) over this group: the model holds its rank's shards
   // (layout.h) and every block part communicates over it (blocks.h), so all ranks of the group
   // must run the same parts in the same order. nullptr (or a group of 1): no tensor
-  // parallelism. Host (CPU) tensors only for now (vocab_parallel.h).
+  // parallelism. On the CPU or the simulated device (vocab_parallel.h: CPU kernels).
   std::shared_ptr<ProcessGroup> tp;
   // Sequence parallelism over the tp group (Korthikanti et al.): the residual stream of a
   // micro-batch is (B,T/t,C) per rank, positions [r T/t, (r+1) T/t) of every sequence
@@ -72,8 +72,8 @@ struct ModelOptions {
   // On a device (sim:N, cuda:N) the chunk store's kinds must be allocated on it too
   // (store.compute and store.optimizer), and the host reaches the model's memory only through
   // the mover (kernels/mover.h): tokens and targets go up from MicroBatch::host_tokens /
-  // host_targets, the per-position losses come back into host_losses. Tensor parallelism and
-  // P_a still run host loops between ops (vocab_parallel.h) and are refused there.
+  // host_targets, the per-position losses come back into host_losses. On a GPU tensor
+  // parallelism is refused (its vocabulary-parallel ops are CPU kernels, vocab_parallel.h).
   OpContext op;
   Allocator* activations = nullptr;
 };
@@ -109,6 +109,7 @@ class GPT {
   int tp() const { return env_.tp_size(); }
   int tp_rank() const { return env_.tp_rank(); }
   ProcessGroup* tp_group() const { return env_.tp; }  // nullptr without tensor parallelism
+  const std::shared_ptr<ProcessGroup>& tp_group_ptr() const { return tp_group_; }
   bool sequence_parallel() const { return env_.sp; }
   bool partition_activations() const { return env_.partition_activations; }
   bool cpu_checkpointing() const { return env_.cpu_checkpointing; }

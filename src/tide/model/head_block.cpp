@@ -41,8 +41,8 @@ void HeadBlock::forward(MicroBatch& mb) {
   if (env_.tp) {
     lse_max = keep.alloc_tensor({B, T}, DType::F32);
     lse_sum = keep.alloc_tensor({B, T}, DType::F32);
-    vocab_parallel_crossentropy_forward(*env_.tp, losses, lse_max, lse_sum, logits, mb.targets,
-                                        vocab_begin(), mb.workspace);
+    vocab_parallel_crossentropy_forward(env_.op, *env_.tp, losses, lse_max, lse_sum, logits,
+                                        mb.targets, vocab_begin(), mb.workspace);
   } else {
     crossentropy_forward(env_.op, losses, logits, mb.targets);
   }
@@ -63,8 +63,8 @@ void HeadBlock::backward_input(MicroBatch& mb) {
   const float dloss = counted ? mb.dloss / static_cast<float>(counted) : 0.0f;
   Tensor dlogits = s[LOGITS];  // (B,T,V), overwritten in place
   if (env_.tp)
-    vocab_parallel_crossentropy_backward(dlogits, s[LOGITS], mb.targets, s[LSE_MAX], s[LSE_SUM],
-                                         vocab_begin(), dloss);
+    vocab_parallel_crossentropy_backward(env_.op, dlogits, s[LOGITS], mb.targets, s[LSE_MAX],
+                                         s[LSE_SUM], vocab_begin(), dloss);
   else
     crossentropy_backward(env_.op, dlogits, s[LOGITS], mb.targets, dloss);
   // (B,T,C), for W: the ranks' partial d(ln_f output) summed (f's backward); under SP
@@ -89,7 +89,8 @@ void HeadBlock::backward_weight(MicroBatch& mb) {
   // Under SP ln_f saw only this rank's positions: partial gradients, all-reduced.
   const int64_t C = cfg.n_embd;
   Tensor part = env_.zeros(mb.workspace, {2 * C}, DType::F32);
-  layernorm_backward_weight(env_.op, Tensor(part.f32(), {C}), Tensor(part.f32() + C, {C}), s[DLNF],
+  layernorm_backward_weight(env_.op, Tensor(part.f32(), {C}, DType::F32, part.device),
+                            Tensor(part.f32() + C, {C}, DType::F32, part.device), s[DLNF],
                             mb.residual[cfg.n_layer], s[LNF_MEAN], s[LNF_RSTD]);
   env_.add_sp_partial_grads(part, {env_.grad(lnf_w_), env_.grad(lnf_b_)});
 }

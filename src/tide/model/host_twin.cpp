@@ -6,9 +6,6 @@ namespace tide {
 
 std::unique_ptr<GPT> host_copy(const GPT& model) {
   if (model.op().device.is_cpu()) return nullptr;
-  TIDE_CHECK(model.tp() == 1,
-             "a host copy of a tensor-parallel model on {} is not in tide yet; use device=cpu",
-             model.op().device.str());
   const ChunkLayout& lay = model.store().layout();
   ModelOptions mo;
   mo.chunk_elems = lay.target_elems();
@@ -17,6 +14,8 @@ std::unique_ptr<GPT> host_copy(const GPT& model) {
   mo.store.compute = mo.store.optimizer = mo.store.param_slices = nullptr;
   mo.pp = model.pp();
   mo.stage = model.stage();
+  mo.tp = model.tp_group_ptr();  // the same shards (nothing is communicated: no step runs)
+  mo.sequence_parallel = model.sequence_parallel();
   auto twin = std::make_unique<GPT>(model.config(), model.policy(), mo);
   TIDE_ASSERT(twin->store().layout().num_chunks() == lay.num_chunks());
   copy_chunks(model.op(), model.store(), twin->store());

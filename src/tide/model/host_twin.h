@@ -11,9 +11,8 @@
 
 namespace tide {
 
-// A host copy of the model's chunks (every kind the store holds), or nullptr when the model is
-// on the CPU already (read the model itself then). Throws a tide::Error under tensor
-// parallelism (no device model has it yet).
+// A host copy of the model's chunks (every kind the store holds; a tensor-parallel model's
+// shards), or nullptr when the model is on the CPU already (read the model itself then).
 std::unique_ptr<GPT> host_copy(const GPT& model);
 
 // Runs `fn` on the model's chunks as host memory: on the model itself on the CPU, otherwise on

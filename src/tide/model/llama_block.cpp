@@ -144,7 +144,6 @@ void LlamaBlock::forward(MicroBatch& mb) {
     // ZeRO-R P_a, as the GPT-2 block: keep rank r's contiguous elements [r n, (r+1) n) of the
     // flattened input (n = B T C / t); the whole entry is overwritten two blocks later.
     const Tensor x = mb.residual[layer_];
-    TIDE_CHECK(x.device.is_cpu(), "partitioned activation checkpoints run on host tensors only");
     const int64_t n = x.numel() / env_.tp_size();
     Arena& pool = env_.cpu_checkpointing ? mb.host_checkpoints : mb.saved;
     s[L_XSLICE] = pool.alloc_tensor({n}, x.dtype);
@@ -171,7 +170,7 @@ void LlamaBlock::backward_input(MicroBatch& mb) {
   Tensor x = mb.residual[layer_];
   if (env_.partition_activations) {
     x = w.alloc_tensor({B, Ts, C}, s[L_XSLICE].dtype);
-    env_.tp->all_gather(s[L_XSLICE], x.view({B * Ts * C}));
+    env_.tp_gather_slices(s[L_XSLICE], x);
   }
   // 1. Bring back what the activation policy did not keep.
   if (env_.policy == ActivationPolicy::FULL) {
@@ -239,10 +238,12 @@ void LlamaBlock::backward_weight(MicroBatch& mb) {
   const int64_t C = env_.config->n_embd;
   const Tensor part = env_.sp ? env_.zeros(mb.workspace, {2 * C}, DType::F32) : Tensor();
   auto norm_grad = [&](int slot, int k) {
-    return env_.sp ? Tensor(part.f32() + k * C, {C}) : grad(slot);
+    return env_.sp ? Tensor(part.f32() + k * C, {C}, DType::F32, part.device) : grad(slot);
   };
   auto sp_sum = [&](int slot, int k) {
-    if (env_.sp) env_.add_sp_partial_grads(Tensor(part.f32() + k * C, {C}), {grad(slot)});
+    if (env_.sp)
+      env_.add_sp_partial_grads(Tensor(part.f32() + k * C, {C}, DType::F32, part.device),
+                                {grad(slot)});
   };
   use(DOWN);
   matmul_backward_weight(op, grad(DOWN_W), Tensor(), s[L_DDOWNF], s[L_ACT]);

@@ -27,7 +27,7 @@ void LlamaEmbeddingBlock::forward(MicroBatch& mb) {
   if (env_.tp) {
     Tensor partial = x;
     if (env_.sp) partial = mb.workspace.alloc_tensor({mb.B, mb.T, x.dim(2)}, x.dtype);
-    vocab_parallel_embedding_forward(partial, mb.tokens, env_.param(wte_), vocab_begin(),
+    vocab_parallel_embedding_forward(env_.op, partial, mb.tokens, env_.param(wte_), vocab_begin(),
                                      env_.config->vocab_size);
     const Tensor summed = env_.to_shard(partial, mb.workspace, mb.workspace);
     if (env_.sp) copy(env_.op, x, summed);
@@ -50,7 +50,8 @@ void LlamaEmbeddingBlock::backward_input(MicroBatch& mb) {
 void LlamaEmbeddingBlock::backward_weight(MicroBatch& mb) {
   const Tensor dwte = env_.grad(wte_);
   if (env_.tp) {
-    vocab_parallel_embedding_backward(dwte, mb.block_saved[0][0], mb.tokens, vocab_begin());
+    vocab_parallel_embedding_backward(env_.op, dwte, mb.block_saved[0][0], mb.tokens,
+                                      vocab_begin());
     return;
   }
   const Tensor dpositions = env_.zeros(mb.workspace, {mb.T, dwte.dim(1)}, dwte.dtype);  // dropped
@@ -103,8 +104,8 @@ void LlamaHeadBlock::forward(MicroBatch& mb) {
   if (env_.tp) {
     lse_max = keep.alloc_tensor({B, T}, DType::F32);
     lse_sum = keep.alloc_tensor({B, T}, DType::F32);
-    vocab_parallel_crossentropy_forward(*env_.tp, losses, lse_max, lse_sum, logits, mb.targets,
-                                        vocab_begin(), mb.workspace);
+    vocab_parallel_crossentropy_forward(env_.op, *env_.tp, losses, lse_max, lse_sum, logits,
+                                        mb.targets, vocab_begin(), mb.workspace);
   } else {
     crossentropy_forward(env_.op, losses, logits, mb.targets);
   }
@@ -124,7 +125,7 @@ void LlamaHeadBlock::backward_input(MicroBatch& mb) {
   const float dloss = counted ? mb.dloss / static_cast<float>(counted) : 0.0f;
   Tensor dlogits = s[LH_LOGITS];  // (B,T,V), overwritten in place
   if (env_.tp)
-    vocab_parallel_crossentropy_backward(dlogits, s[LH_LOGITS], mb.targets, s[LH_LSE_MAX],
+    vocab_parallel_crossentropy_backward(env_.op, dlogits, s[LH_LOGITS], mb.targets, s[LH_LSE_MAX],
                                          s[LH_LSE_SUM], vocab_begin(), dloss);
   else
     crossentropy_backward(env_.op, dlogits, s[LH_LOGITS], mb.targets, dloss);

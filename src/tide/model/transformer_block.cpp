@@ -121,7 +121,6 @@ void TransformerBlock::forward(MicroBatch& mb) {
     // Keep rank r's contiguous elements [r n, (r+1) n) of the flattened input (n = B T C / t;
     // C divides over t with the heads); the whole entry is overwritten two blocks later.
     const Tensor x = mb.residual[layer_];
-    TIDE_CHECK(x.device.is_cpu(), "partitioned activation checkpoints run on host tensors only");
     const int64_t n = x.numel() / env_.tp_size();
     Arena& pool = env_.cpu_checkpointing ? mb.host_checkpoints : mb.saved;
     s[XSLICE] = pool.alloc_tensor({n}, x.dtype);
@@ -169,7 +168,7 @@ void TransformerBlock::backward_input(MicroBatch& mb) {
   Tensor x = mb.residual[layer_];
   if (env_.partition_activations) {
     x = w.alloc_tensor({B, Ts, C}, s[XSLICE].dtype);
-    env_.tp->all_gather(s[XSLICE], x.view({B * Ts * C}));
+    env_.tp_gather_slices(s[XSLICE], x);
   }
   // 1. Bring back what the activation policy did not keep (same dropout masks: same RNG keys).
   if (env_.policy == ActivationPolicy::FULL) {
@@ -237,9 +236,13 @@ void TransformerBlock::backward_weight(MicroBatch& mb) {
   // come from the whole DFC2F / DPROJF, complete on every rank).
   const int64_t C = env_.config->n_embd;
   const Tensor part = env_.sp ? env_.zeros(mb.workspace, {4 * C}, DType::F32) : Tensor();
-  auto ln_grad = [&](Param i, int k) { return env_.sp ? Tensor(part.f32() + k * C, {C}) : g(i); };
+  auto ln_grad = [&](Param i, int k) {
+    return env_.sp ? Tensor(part.f32() + k * C, {C}, DType::F32, part.device) : g(i);
+  };
   auto sp_sum = [&](int k, Param w, Param b) {  // the partial sums k, k+1 into w's and b's grads
-    if (env_.sp) env_.add_sp_partial_grads(Tensor(part.f32() + k * C, {2 * C}), {g(w), g(b)});
+    if (env_.sp)
+      env_.add_sp_partial_grads(Tensor(part.f32() + k * C, {2 * C}, DType::F32, part.device),
+                                {g(w), g(b)});
   };
   use(FC2);
   matmul_backward_weight(op, g(FC2_W), g(FC2_B), s[DFC2F], s[FCH_GELU]);

@@ -6,15 +6,18 @@
 
 #include "tide/core/error.h"
 #include "tide/kernels/cpu/f32_buffer.h"
+#include "tide/kernels/mover.h"
 
 namespace tide {
 
 namespace {
 
-void check_host(const Tensor& t, const char* who) {
-  TIDE_CHECK(t.device.is_cpu(),
-             "{}: the vocabulary-parallel ops run on host tensors only (no CUDA kernels yet); "
-             "run tensor parallelism on the CPU",
+// CPU kernels of `op` (run_cpu_kernel_on): at once on the CPU, queued on the simulated
+// device's stream; a GPU has no kernel for them yet.
+void check_host(const OpContext& op, const Tensor& t, const char* who) {
+  TIDE_CHECK((t.device.is_cpu() || t.device.is_sim()) && !op.device.is_cuda(),
+             "{}: the vocabulary-parallel ops are CPU kernels (no CUDA kernels yet); run tensor "
+             "parallelism on the CPU or the simulated device",
              who);
 }
 
@@ -30,154 +33,183 @@ void check_f32(const Tensor& t, const char* name, const char* who) {
 // a 16-bit tensor is widened to f32, computed on, and a written one rounded back once, so a
 // 16-bit gradient accumulates as the single-rank embedding_backward accumulates it.
 
-void vocab_parallel_embedding_forward(Tensor out, Tensor tokens, Tensor wte_shard, int64_t v0,
-                                      int64_t vocab) {
-  check_host(out, "vocab_parallel_embedding_forward");
-  const int64_t N = tokens.numel(), C = wte_shard.dim(1), rows = wte_shard.dim(0);
-  TIDE_ASSERT(out.numel() == N * C);
-  const int32_t* tok = tokens.i32();
-  for (int64_t n = 0; n < N; ++n)
-    TIDE_CHECK(tok[n] >= 0 && tok[n] < vocab,
-               "vocab_parallel_embedding_forward: token {} at position {} is outside the "
-               "vocabulary [0, {})",
-               tok[n], n, vocab);
-  // Row by row in the tensors' dtypes (a 16-bit row widens exactly; zero bits are 0 in every
-  // float dtype).
-  const auto* w = static_cast<const char*>(wte_shard.data);
-  auto* o = static_cast<char*>(out.data);
-  const size_t ws = dtype_size(wte_shard.dtype), os = dtype_size(out.dtype);
+void vocab_parallel_embedding_forward(const OpContext& op, Tensor out, Tensor tokens,
+                                      Tensor wte_shard, int64_t v0, int64_t vocab) {
+  check_host(op, out, "vocab_parallel_embedding_forward");
+  run_cpu_kernel_on(op, "vocab_parallel_embedding_forward", [=] {
+    const int64_t N = tokens.numel(), C = wte_shard.dim(1), rows = wte_shard.dim(0);
+    TIDE_ASSERT(out.numel() == N * C);
+    const int32_t* tok = tokens.i32();
+    for (int64_t n = 0; n < N; ++n)
+      TIDE_CHECK(tok[n] >= 0 && tok[n] < vocab,
+                 "vocab_parallel_embedding_forward: token {} at position {} is outside the "
+                 "vocabulary [0, {})",
+                 tok[n], n, vocab);
+    // Row by row in the tensors' dtypes (a 16-bit row widens exactly; zero bits are 0 in every
+    // float dtype).
+    const auto* w = static_cast<const char*>(wte_shard.data);
+    auto* o = static_cast<char*>(out.data);
+    const size_t ws = dtype_size(wte_shard.dtype), os = dtype_size(out.dtype);
 #pragma omp parallel for schedule(static)
-  for (int64_t n = 0; n < N; ++n) {
-    const int64_t row = tok[n] - v0;
-    if (row >= 0 && row < rows)
-      convert_elements(w + row * C * ws, wte_shard.dtype, o + n * C * os, out.dtype, C);
-    else
-      std::memset(o + n * C * os, 0, static_cast<size_t>(C) * os);
-  }
-}
-
-void vocab_parallel_embedding_backward(Tensor dwte_shard, Tensor dout, Tensor tokens, int64_t v0) {
-  check_host(dout, "vocab_parallel_embedding_backward");
-  const int64_t N = tokens.numel(), C = dwte_shard.dim(1), rows = dwte_shard.dim(0);
-  const int32_t* tok = tokens.i32();
-  const cpu::F32Buffer g_(dwte_shard), d_(dout);
-  float* g = g_.get();
-  const float* d = d_.get();
-  // Parallel over channels; within a channel rows are visited in (b,t) order (deterministic).
-#pragma omp parallel for schedule(static)
-  for (int64_t c = 0; c < C; ++c)
     for (int64_t n = 0; n < N; ++n) {
       const int64_t row = tok[n] - v0;
-      if (row >= 0 && row < rows) g[row * C + c] += d[n * C + c];
+      if (row >= 0 && row < rows)
+        convert_elements(w + row * C * ws, wte_shard.dtype, o + n * C * os, out.dtype, C);
+      else
+        std::memset(o + n * C * os, 0, static_cast<size_t>(C) * os);
     }
-  g_.store();
+  });
 }
 
-void add_position_embedding(Tensor out, Tensor wpe, int64_t pos0) {
-  check_host(out, "add_position_embedding");
-  const int64_t B = out.dim(0), T = out.dim(1), C = out.dim(2);
-  const cpu::F32Buffer o_(out), p_(wpe);
-  float* o = o_.get();
-  const float* p = p_.get();
-#pragma omp parallel for collapse(2) schedule(static)
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t t = 0; t < T; ++t)
-      for (int64_t c = 0; c < C; ++c) o[(b * T + t) * C + c] += p[(pos0 + t) * C + c];
-  o_.store();
-}
-
-void position_embedding_backward(Tensor dwpe, Tensor dout) {
-  check_host(dout, "position_embedding_backward");
-  const int64_t B = dout.dim(0), T = dout.dim(1), C = dout.dim(2);
-  const cpu::F32Buffer g_(dwpe), d_(dout);
-  float* g = g_.get();
-  const float* d = d_.get();
+void vocab_parallel_embedding_backward(const OpContext& op, Tensor dwte_shard, Tensor dout,
+                                       Tensor tokens, int64_t v0) {
+  check_host(op, dout, "vocab_parallel_embedding_backward");
+  run_cpu_kernel_on(op, "vocab_parallel_embedding_backward", [=] {
+    const int64_t N = tokens.numel(), C = dwte_shard.dim(1), rows = dwte_shard.dim(0);
+    const int32_t* tok = tokens.i32();
+    const cpu::F32Buffer g_(dwte_shard), d_(dout);
+    float* g = g_.get();
+    const float* d = d_.get();
+    // Parallel over channels; within a channel rows are visited in (b,t) order (deterministic).
 #pragma omp parallel for schedule(static)
-  for (int64_t t = 0; t < T; ++t)
-    for (int64_t b = 0; b < B; ++b)
-      for (int64_t c = 0; c < C; ++c) g[t * C + c] += d[(b * T + t) * C + c];
-  g_.store();
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t n = 0; n < N; ++n) {
+        const int64_t row = tok[n] - v0;
+        if (row >= 0 && row < rows) g[row * C + c] += d[n * C + c];
+      }
+    g_.store();
+  });
 }
 
-void vocab_parallel_crossentropy_forward(ProcessGroup& tp, Tensor losses, Tensor max, Tensor sum,
-                                         Tensor logits, Tensor targets, int64_t v0,
-                                         Arena& scratch) {
-  check_host(logits, "vocab_parallel_crossentropy_forward");
+void add_position_embedding(const OpContext& op, Tensor out, Tensor wpe, int64_t pos0) {
+  check_host(op, out, "add_position_embedding");
+  run_cpu_kernel_on(op, "add_position_embedding", [=] {
+    const int64_t B = out.dim(0), T = out.dim(1), C = out.dim(2);
+    const cpu::F32Buffer o_(out), p_(wpe);
+    float* o = o_.get();
+    const float* p = p_.get();
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t c = 0; c < C; ++c) o[(b * T + t) * C + c] += p[(pos0 + t) * C + c];
+    o_.store();
+  });
+}
+
+void position_embedding_backward(const OpContext& op, Tensor dwpe, Tensor dout) {
+  check_host(op, dout, "position_embedding_backward");
+  run_cpu_kernel_on(op, "position_embedding_backward", [=] {
+    const int64_t B = dout.dim(0), T = dout.dim(1), C = dout.dim(2);
+    const cpu::F32Buffer g_(dwpe), d_(dout);
+    float* g = g_.get();
+    const float* d = d_.get();
+#pragma omp parallel for schedule(static)
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t c = 0; c < C; ++c) g[t * C + c] += d[(b * T + t) * C + c];
+    g_.store();
+  });
+}
+
+void vocab_parallel_crossentropy_forward(const OpContext& op, ProcessGroup& tp, Tensor losses,
+                                         Tensor max, Tensor sum, Tensor logits, Tensor targets,
+                                         int64_t v0, Arena& scratch) {
+  const char* who = "vocab_parallel_crossentropy_forward";
+  check_host(op, logits, who);
   const int64_t V = logits.dim(2), N = logits.dim(0) * logits.dim(1);
   const int world = tp.size();
-  const char* who = "vocab_parallel_crossentropy_forward";
   check_f32(losses, "losses", who);
   check_f32(max, "max", who);
   check_f32(sum, "sum", who);
-  const cpu::F32Buffer x_(logits);
-  const float* x = x_.get();
-  const int32_t* tgt = targets.i32();
+  // Three CPU kernels between two collectives, each of which waits for the stream first.
+  const Tensor local = scratch.alloc_tensor({N}), gathered = scratch.alloc_tensor({N * world}),
+               reduced = scratch.alloc_tensor({2 * N});
   // 1. Row maxima: all-gather the local ones, take the largest.
-  float* local = scratch.alloc_tensor({N}).f32();
-  float* gathered = scratch.alloc_tensor({N * world}).f32();
-  float* reduced = scratch.alloc_tensor({2 * N}).f32();
+  run_cpu_kernel_on(op, who, [=] {
+    const cpu::F32Buffer x_(logits);
+    const float* x = x_.get();
+    float* l = local.f32();
 #pragma omp parallel for schedule(static)
-  for (int64_t n = 0; n < N; ++n) {
-    float m = -std::numeric_limits<float>::infinity();
-    for (int64_t v = 0; v < V; ++v) m = std::max(m, x[n * V + v]);
-    local[n] = m;
-  }
-  tp.all_gather(Tensor(local, {N}), Tensor(gathered, {N * world}));
-  float* mx = max.f32();
-  for (int64_t n = 0; n < N; ++n) {
-    float m = gathered[n];
-    for (int r = 1; r < world; ++r) m = std::max(m, gathered[r * N + n]);
-    mx[n] = m;
-  }
+    for (int64_t n = 0; n < N; ++n) {
+      float m = -std::numeric_limits<float>::infinity();
+      for (int64_t v = 0; v < V; ++v) m = std::max(m, x[n * V + v]);
+      l[n] = m;
+    }
+  });
+  synchronize(op);
+  tp.all_gather(local, gathered);
   // 2. [sum of exp(logit - max) | the target's logit] over this rank's columns, summed.
+  run_cpu_kernel_on(op, who, [=] {
+    const cpu::F32Buffer x_(logits);
+    const float* x = x_.get();
+    const float* g = gathered.f32();
+    float* mx = max.f32();
+    float* r = reduced.f32();
+    const int32_t* tgt = targets.i32();
+    for (int64_t n = 0; n < N; ++n) {
+      float m = g[n];
+      for (int w = 1; w < world; ++w) m = std::max(m, g[w * N + n]);
+      mx[n] = m;
+    }
 #pragma omp parallel for schedule(static)
-  for (int64_t n = 0; n < N; ++n) {
-    double s = 0.0;
-    for (int64_t v = 0; v < V; ++v) s += std::exp(static_cast<double>(x[n * V + v] - mx[n]));
-    reduced[n] = static_cast<float>(s);
-    const int64_t col = tgt[n] - v0;
-    reduced[N + n] = (tgt[n] >= 0 && col >= 0 && col < V) ? x[n * V + col] : 0.0f;
-  }
-  tp.all_reduce(Tensor(reduced, {2 * N}));
-  float* sm = sum.f32();
-  float* loss = losses.f32();
-  for (int64_t n = 0; n < N; ++n) {
-    sm[n] = reduced[n];
-    const double lse = static_cast<double>(mx[n]) + std::log(static_cast<double>(reduced[n]));
-    loss[n] = tgt[n] < 0 ? 0.0f : static_cast<float>(lse - static_cast<double>(reduced[N + n]));
-  }
+    for (int64_t n = 0; n < N; ++n) {
+      double s = 0.0;
+      for (int64_t v = 0; v < V; ++v) s += std::exp(static_cast<double>(x[n * V + v] - mx[n]));
+      r[n] = static_cast<float>(s);
+      const int64_t col = tgt[n] - v0;
+      r[N + n] = (tgt[n] >= 0 && col >= 0 && col < V) ? x[n * V + col] : 0.0f;
+    }
+  });
+  synchronize(op);
+  tp.all_reduce(reduced);
+  // 3. The losses.
+  run_cpu_kernel_on(op, who, [=] {
+    const float* r = reduced.f32();
+    const float* mx = max.f32();
+    const int32_t* tgt = targets.i32();
+    float* sm = sum.f32();
+    float* loss = losses.f32();
+    for (int64_t n = 0; n < N; ++n) {
+      sm[n] = r[n];
+      const double lse = static_cast<double>(mx[n]) + std::log(static_cast<double>(r[n]));
+      loss[n] = tgt[n] < 0 ? 0.0f : static_cast<float>(lse - static_cast<double>(r[N + n]));
+    }
+  });
 }
 
 size_t vocab_parallel_crossentropy_scratch(int64_t N, int tp) {
   return Arena::aligned(static_cast<size_t>(N) * 4) * (3 + static_cast<size_t>(tp));
 }
 
-void vocab_parallel_crossentropy_backward(Tensor dlogits, Tensor logits, Tensor targets, Tensor max,
-                                          Tensor sum, int64_t v0, float dloss) {
-  check_host(logits, "vocab_parallel_crossentropy_backward");
-  const int64_t V = logits.dim(2), N = logits.dim(0) * logits.dim(1);
+void vocab_parallel_crossentropy_backward(const OpContext& op, Tensor dlogits, Tensor logits,
+                                          Tensor targets, Tensor max, Tensor sum, int64_t v0,
+                                          float dloss) {
   const char* who = "vocab_parallel_crossentropy_backward";
+  check_host(op, logits, who);
   check_f32(max, "max", who);
   check_f32(sum, "sum", who);
-  // dlogits may alias logits: x_ is then a widened copy, dx_ a zeroed one (written whole).
-  const cpu::F32Buffer x_(logits), dx_(dlogits, /*widen=*/false);
-  const float* x = x_.get();
-  float* dx = dx_.get();
-  const int32_t* tgt = targets.i32();
-  const float* mx = max.f32();
-  const float* sm = sum.f32();
+  run_cpu_kernel_on(op, who, [=] {
+    const int64_t V = logits.dim(2), N = logits.dim(0) * logits.dim(1);
+    // dlogits may alias logits: x_ is then a widened copy, dx_ a zeroed one (written whole).
+    const cpu::F32Buffer x_(logits), dx_(dlogits, /*widen=*/false);
+    const float* x = x_.get();
+    float* dx = dx_.get();
+    const int32_t* tgt = targets.i32();
+    const float* mx = max.f32();
+    const float* sm = sum.f32();
 #pragma omp parallel for schedule(static)
-  for (int64_t n = 0; n < N; ++n) {
-    if (tgt[n] < 0) {
-      for (int64_t v = 0; v < V; ++v) dx[n * V + v] = 0.0f;
-      continue;
+    for (int64_t n = 0; n < N; ++n) {
+      if (tgt[n] < 0) {
+        for (int64_t v = 0; v < V; ++v) dx[n * V + v] = 0.0f;
+        continue;
+      }
+      const float scale = static_cast<float>(1.0 / sm[n]) * dloss;
+      for (int64_t v = 0; v < V; ++v) dx[n * V + v] = std::exp(x[n * V + v] - mx[n]) * scale;
+      const int64_t col = tgt[n] - v0;
+      if (col >= 0 && col < V) dx[n * V + col] -= dloss;
     }
-    const float scale = static_cast<float>(1.0 / sm[n]) * dloss;
-    for (int64_t v = 0; v < V; ++v) dx[n * V + v] = std::exp(x[n * V + v] - mx[n]) * scale;
-    const int64_t col = tgt[n] - v0;
-    if (col >= 0 && col < V) dx[n * V + col] -= dloss;
-  }
-  dx_.store();
+    dx_.store();
+  });
 }
 
 }  // namespace tide

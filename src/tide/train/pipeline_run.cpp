@@ -178,9 +178,11 @@ void PipelineRun::save(const std::string& path, const CheckpointInfo& info) cons
   std::vector<std::unique_ptr<ChunkStore>> whole;
   std::vector<std::unique_ptr<GPT>> twins;
   if (gathered) {
-    for (const auto& c : chunks_)
-      whole.push_back(
-          gather_tp_shards(*c, /*with_optimizer_state=*/true, zero_sliced_ ? dp_.get() : nullptr));
+    for (const auto& c : chunks_) {
+      const std::unique_ptr<GPT> twin = host_copy(*c);  // on a device (host memory is read)
+      whole.push_back(gather_tp_shards(twin ? *twin : *c, /*with_optimizer_state=*/true,
+                                       zero_sliced_ ? dp_.get() : nullptr));
+    }
     for (const auto& w : whole) stores.push_back(w.get());
   } else {
     // A device model's chunks are written from host copies (the writers read host memory).
@@ -225,7 +227,8 @@ void PipelineRun::init_from(const std::string& path) {
     o.store.with_optimizer = false;
     GPT whole(c->config(), ActivationPolicy::SAVE_ALL, o);
     init_weights_from(path, whole);
-    scatter_to_tp_shard(whole.store(), *c, /*with_optimizer_state=*/false);
+    with_host_chunks(
+        *c, [&](GPT& m) { scatter_to_tp_shard(whole.store(), m, /*with_optimizer_state=*/false); });
   }
 }
 

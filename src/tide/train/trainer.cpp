@@ -293,7 +293,9 @@ Trainer::Trainer(TrainConfig config, std::shared_ptr<ProcessGroup> world)
     model_->init_weights(cfg_.seed);
     if (init_from) {  // before the engine reads them
       if (mesh_)
-        load_checkpoint_tp(cfg_.init_from, *model_, /*with_optimizer_state=*/false);
+        with_host_chunks(*model_, [&](GPT& m) {
+          load_checkpoint_tp(cfg_.init_from, m, /*with_optimizer_state=*/false);
+        });
       else
         with_host_chunks(*model_, [&](GPT& m) { init_weights_from(cfg_.init_from, m); });
     }
@@ -632,7 +634,9 @@ std::string Trainer::save(const std::string& name) const {
         // data_batch counts the loader's batches of this many sequences (ranks x micro-batch)
         {"data_batch_sequences", int64_t{data_parallel_ranks()} * cfg_.micro_batch}}}};
   if (mesh_) {
-    save_checkpoint_tp(path, *model_, info, /*with_optimizer_state=*/true, &mesh_->dp());
+    const std::unique_ptr<GPT> twin = host_copy(*model_);  // on a device (host memory is read)
+    save_checkpoint_tp(path, twin ? *twin : *model_, info, /*with_optimizer_state=*/true,
+                       &mesh_->dp());
     world_->barrier();  // the file is complete before any rank goes on (and may read it)
     return path;
   }
