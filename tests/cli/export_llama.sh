@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# `tide export` of trained Llama-family models (issue #28): the folders load in transformers as
+# LlamaForCausalLM (GQA, untied head, llama3 RoPE scaling), Qwen2ForCausalLM (qkv bias, tied
+# head) and MistralForCausalLM (--architecture mistral), and their float32 logits on fixed
+# tokens equal tide's to 1e-4 (tools/check_hf_export_llama.py; tide's logits come from
+# bench_export_fixture --checkpoint). Needs torch and transformers in "${TIDE_PYTHON:-python3}"
+# (tools/requirements-test.txt); skips (77) without them.
+set -uo pipefail
+tide=$1 fixture=$2 src=$3 dir=$4
+python=${TIDE_PYTHON:-python3}
+if ! "$python" -c "import transformers, torch" 2> /dev/null; then
+  echo "SKIPPED: $python has no transformers/torch (pip install -r tools/requirements-test.txt)"
+  exit 77
+fi
+rm -rf "$dir" && mkdir -p "$dir" && cd "$dir" || exit 1
+fail=0
+source "$(dirname "${BASH_SOURCE[0]}")/expect_error.sh"
+for i in $(seq 1 100); do
+  echo "Document $i: the quick brown fox jumps over the lazy dog, and llamas learn RoPE."
+  echo "%"
+done > corpus.txt
+"$tide" prepare --input corpus.txt --doc-separator % --out-dir data --vocab-size 300 \
+  > prepare.log 2>&1 || { cat prepare.log; exit 1; }
+# Trained (30 steps): norms and biases move away from their initial values, so a tensor written
+# under another one's name shows in the logits.
+common=(data.dir=data model.family=llama model.n_layer=2 model.n_head=4 model.n_embd=32
+  model.intermediate_size=48 seq_len=32 train_micro_batch_size_per_gpu=4 train_steps=30
+  optimizer.params.lr=1e-2 eval.interval=0 eval.sequences=2 log.progress=false log.interval=30
+  threads=1)
+train() {  # train NAME KEY=VALUE...
+  local name=$1
+  shift
+  "$tide" train "${common[@]}" "$@" out_dir="$name" > "$name.log" 2>&1 || { cat "$name.log"; exit 1; }
+}
+train llama model.n_kv_head=2 model.tie_word_embeddings=false model.rope_theta=500000 \
+  model.rope_scaling.type=llama3 model.rope_scaling.factor=8 \
+  model.rope_scaling.original_max_position_embeddings=16
+train qwen2 model.n_kv_head=1 model.qkv_bias=true model.tie_word_embeddings=true \
+  model.rms_norm_eps=1e-6 model.rope_theta=1000000
+cases=()
+for run in llama qwen2 mistral; do
+  ckpt=$([ $run = mistral ] && echo llama || echo $run)/model.ckpt
+  arch=$([ $run = mistral ] && echo "--architecture mistral" || echo "")
+  "$tide" export --checkpoint "$ckpt" --out-dir "hf_$run" $arch > "export_$run.log" 2>&1 \
+    || { cat "export_$run.log"; exit 1; }
+  "$fixture" --checkpoint "$ckpt" --out "logits_$run" --tokens 24 > /dev/null || exit 1
+done
+grep -h "config.json (" export_*.log
+"$python" "$src/tools/check_hf_export_llama.py" --case hf_llama:logits_llama:LlamaForCausalLM \
+  --case hf_qwen2:logits_qwen2:Qwen2ForCausalLM \
+  --case hf_mistral:logits_mistral:MistralForCausalLM || fail=1
+expect_error "export --architecture qwen2: the model has no q/k/v biases" \
+  export --checkpoint llama/model.ckpt --out-dir bad --architecture qwen2
+expect_error "export --architecture llama: the model has q/k/v biases" \
+  export --checkpoint qwen2/model.ckpt --out-dir bad --architecture llama
+exit $fail
