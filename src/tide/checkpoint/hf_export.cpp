@@ -262,7 +262,8 @@ HfExportResult export_hf(const std::string& checkpoint, const std::string& out_d
     tok_files = hf_tokenizer_files(tok, src->info.config, tok_path);
     eot_id = tok.eot_id();
     // What tide puts before a document (Llama 3: <|begin_of_text|>; else end-of-text).
-    bos_id = tok.template_prefix().empty() ? tok.eot_id() : tok.template_prefix().front();
+    const std::vector<int32_t> prefix = tok.document_prefix();
+    bos_id = prefix.empty() ? tok.eot_id() : prefix.front();
     result.tokenizer = tok_path;
   }
   const json hf_config = llama ? hf_llama_config(config, model_type, bos_id, eot_id, options.dtype)
