@@ -15,6 +15,10 @@ AutoModelForCausalLM (the class config.json names; no missing, unexpected or mis
 weights), (3) runs it in float32 on the fixture's tokens and compares its logits with tide's
 (logits.f32). Each --case is EXPORT_DIR:LOGITS_DIR:CLASS (one Python start for all: importing
 torch is most of the time). Exits 1 when the largest absolute difference exceeds --tol.
+
+With --sample EXPORT_DIR:PROMPT_FILE:TIDE_FILE:N it also runs transformers' greedy
+pipeline("text-generation") on the prompt for N new tokens and requires the text
+`tide sample --top-k 1 --tokens N` printed (TIDE_FILE, with its final newline).
 """
 import argparse
 import json
@@ -88,17 +92,40 @@ def check(export, logits, arch, tol):
     return True
 
 
+def check_sample(export, prompt, tide, n):
+    from transformers import pipeline
+
+    gen = pipeline("text-generation", model=export, device="cpu")
+    out = gen(prompt, max_new_tokens=n, do_sample=False)[0]["generated_text"]
+    assert tide.endswith("\n"), repr(tide)
+    tide = tide[:-1]
+    if out != tide:
+        print(f"FAILED: {export}: pipeline greedy: {out!r}\n  tide sample --top-k 1: {tide!r}")
+        return False
+    if len(set(out[len(prompt):])) <= 5:
+        print(f"FAILED: {export}: a degenerate continuation proves little: {out!r}")
+        return False
+    print(f"ok: {export}: pipeline('text-generation') greedy = tide sample --top-k 1: {out!r}")
+    return True
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--case", action="append", required=True,
                     help="EXPORT_DIR:LOGITS_DIR:CLASS (a `tide export` folder, the folder with "
                          "logits.json and logits.f32, the class config.json must name)")
+    ap.add_argument("--sample", action="append", default=[],
+                    help="EXPORT_DIR:PROMPT_FILE:TIDE_FILE:N (greedy generation, see above)")
     ap.add_argument("--tol", type=float, default=1e-4)
     a = ap.parse_args()
     ok = True
     for case in a.case:
         export, logits, arch = case.split(":")
         ok = check(export, logits, arch, a.tol) and ok
+    for case in a.sample:
+        export, prompt_file, tide_file, n = case.split(":")
+        ok = check_sample(export, open(prompt_file, encoding="utf-8").read(),
+                          open(tide_file, encoding="utf-8").read(), int(n)) and ok
     return 0 if ok else 1
 
 

@@ -3,7 +3,9 @@
 # LlamaForCausalLM (GQA, untied head, llama3 RoPE scaling), Qwen2ForCausalLM (qkv bias, tied
 # head) and MistralForCausalLM (--architecture mistral), and their float32 logits on fixed
 # tokens equal tide's to 1e-4 (tools/check_hf_export_llama.py; tide's logits come from
-# bench_export_fixture --checkpoint). Needs torch and transformers in "${TIDE_PYTHON:-python3}"
+# bench_export_fixture --checkpoint), and transformers' greedy pipeline("text-generation") on
+# the exported folders continues a prompt as `tide sample --top-k 1` (the KV-cache decoder)
+# does. Needs torch and transformers in "${TIDE_PYTHON:-python3}"
 # (tools/requirements-test.txt); skips (77) without them.
 set -uo pipefail
 tide=$1 fixture=$2 src=$3 dir=$4
@@ -46,9 +48,16 @@ for run in llama qwen2 mistral; do
   "$fixture" --checkpoint "$ckpt" --out "logits_$run" --tokens 24 > /dev/null || exit 1
 done
 grep -h "config.json (" export_*.log
+printf 'Document 7' > prompt.txt
+for run in llama qwen2; do
+  "$tide" sample --checkpoint $run/model.ckpt --prompt "$(cat prompt.txt)" --tokens 24 --top-k 1 \
+    > sample_$run.txt 2> sample.err || { cat sample.err; exit 1; }
+done
 "$python" "$src/tools/check_hf_export_llama.py" --case hf_llama:logits_llama:LlamaForCausalLM \
   --case hf_qwen2:logits_qwen2:Qwen2ForCausalLM \
-  --case hf_mistral:logits_mistral:MistralForCausalLM || fail=1
+  --case hf_mistral:logits_mistral:MistralForCausalLM \
+  --sample hf_llama:prompt.txt:sample_llama.txt:24 \
+  --sample hf_qwen2:prompt.txt:sample_qwen2.txt:24 || fail=1
 expect_error "export --architecture qwen2: the model has no q/k/v biases" \
   export --checkpoint llama/model.ckpt --out-dir bad --architecture qwen2
 expect_error "export --architecture llama: the model has q/k/v biases" \
