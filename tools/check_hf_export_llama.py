@@ -102,7 +102,7 @@ def check_sample(export, prompt, tide, n):
     if out != tide:
         print(f"FAILED: {export}: pipeline greedy: {out!r}\n  tide sample --top-k 1: {tide!r}")
         return False
-    if len(set(out[len(prompt):])) <= 5:
+    if len(set(out[len(prompt):].split())) < 3:
         print(f"FAILED: {export}: a degenerate continuation proves little: {out!r}")
         return False
     print(f"ok: {export}: pipeline('text-generation') greedy = tide sample --top-k 1: {out!r}")

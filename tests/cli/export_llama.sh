@@ -10,24 +10,31 @@
 set -uo pipefail
 tide=$1 fixture=$2 src=$3 dir=$4
 python=${TIDE_PYTHON:-python3}
-if ! "$python" -c "import transformers, torch" 2> /dev/null; then
+# find_spec: whether they are installed, without importing them (importing takes ~5 s).
+if ! "$python" -c "import importlib.util as u, sys; sys.exit(not (u.find_spec('transformers') and u.find_spec('torch')))" 2> /dev/null; then
   echo "SKIPPED: $python has no transformers/torch (pip install -r tools/requirements-test.txt)"
   exit 77
 fi
 rm -rf "$dir" && mkdir -p "$dir" && cd "$dir" || exit 1
 fail=0
 source "$(dirname "${BASH_SOURCE[0]}")/expect_error.sh"
-for i in $(seq 1 100); do
-  echo "Document $i: the quick brown fox jumps over the lazy dog, and llamas learn RoPE."
+# Documents that repeat three random letters: continuing one means copying the letter three
+# positions back, which needs RoPE's relative positions (a decoder that turns q and k by the
+# wrong position continues it wrongly, where a fixed text would still come out right).
+letters=(a b c d e f g h i j k l m n o p)
+RANDOM=7
+for i in $(seq 1 400); do
+  tri="${letters[RANDOM % 16]} ${letters[RANDOM % 16]} ${letters[RANDOM % 16]}"
+  echo "$tri $tri $tri $tri $tri $tri"
   echo "%"
 done > corpus.txt
 "$tide" prepare --input corpus.txt --doc-separator % --out-dir data --vocab-size 300 \
   > prepare.log 2>&1 || { cat prepare.log; exit 1; }
-# Trained (30 steps): norms and biases move away from their initial values, so a tensor written
-# under another one's name shows in the logits.
+# Trained (600 steps, about a second): norms and biases move away from their initial values, so
+# a tensor written under another one's name shows in the logits.
 common=(data.dir=data model.family=llama model.n_layer=2 model.n_head=4 model.n_embd=32
-  model.intermediate_size=48 seq_len=32 train_micro_batch_size_per_gpu=4 train_steps=30
-  optimizer.params.lr=1e-2 eval.interval=0 eval.sequences=2 log.progress=false log.interval=30
+  model.intermediate_size=48 seq_len=32 train_micro_batch_size_per_gpu=8 train_steps=600
+  optimizer.params.lr=1e-2 eval.interval=0 eval.sequences=2 log.progress=false log.interval=600
   threads=1)
 train() {  # train NAME KEY=VALUE...
   local name=$1
@@ -48,7 +55,7 @@ for run in llama qwen2 mistral; do
   "$fixture" --checkpoint "$ckpt" --out "logits_$run" --tokens 24 > /dev/null || exit 1
 done
 grep -h "config.json (" export_*.log
-printf 'Document 7' > prompt.txt
+printf 'k m f k m f k' > prompt.txt
 for run in llama qwen2; do
   "$tide" sample --checkpoint $run/model.ckpt --prompt "$(cat prompt.txt)" --tokens 24 --top-k 1 \
     > sample_$run.txt 2> sample.err || { cat sample.err; exit 1; }
