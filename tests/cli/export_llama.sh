@@ -28,11 +28,17 @@ for i in $(seq 1 400); do
   echo "$tri $tri $tri $tri $tri $tri"
   echo "%"
 done > corpus.txt
+# The Llama run's data with a Llama-3-style tokenizer.json (tests/fixtures/tokenizer: its own
+# regex, <|begin_of_text|> before each document), exported as is for PreTrainedTokenizerFast;
+# the Qwen2 run's with a BPE trained here (GPT-2 style, exported as GPT2Tokenizer's files).
+"$tide" prepare --input corpus.txt --doc-separator % --out-dir data_l3 \
+  --tokenizer "$src/tests/fixtures/tokenizer/llama3_style.json" > prepare.log 2>&1 \
+  || { cat prepare.log; exit 1; }
 "$tide" prepare --input corpus.txt --doc-separator % --out-dir data --vocab-size 300 \
   > prepare.log 2>&1 || { cat prepare.log; exit 1; }
 # Trained (600 steps, about a second): norms and biases move away from their initial values, so
 # a tensor written under another one's name shows in the logits.
-common=(data.dir=data model.family=llama model.n_layer=2 model.n_head=4 model.n_embd=32
+common=(model.family=llama model.n_layer=2 model.n_head=4 model.n_embd=32
   model.intermediate_size=48 seq_len=32 train_micro_batch_size_per_gpu=8 train_steps=600
   optimizer.params.lr=1e-2 eval.interval=0 eval.sequences=2 log.progress=false log.interval=600
   threads=1)
@@ -41,10 +47,10 @@ train() {  # train NAME KEY=VALUE...
   shift
   "$tide" train "${common[@]}" "$@" out_dir="$name" > "$name.log" 2>&1 || { cat "$name.log"; exit 1; }
 }
-train llama model.n_kv_head=2 model.tie_word_embeddings=false model.rope_theta=500000 \
+train llama data.dir=data_l3 model.n_kv_head=2 model.tie_word_embeddings=false model.rope_theta=500000 \
   model.rope_scaling.type=llama3 model.rope_scaling.factor=8 \
   model.rope_scaling.original_max_position_embeddings=16
-train qwen2 model.n_kv_head=1 model.qkv_bias=true model.tie_word_embeddings=true \
+train qwen2 data.dir=data model.n_kv_head=1 model.qkv_bias=true model.tie_word_embeddings=true \
   model.rms_norm_eps=1e-6 model.rope_theta=1000000
 cases=()
 for run in llama qwen2 mistral; do
@@ -55,6 +61,9 @@ for run in llama qwen2 mistral; do
   "$fixture" --checkpoint "$ckpt" --out "logits_$run" --tokens 24 > /dev/null || exit 1
 done
 grep -h "config.json (" export_*.log
+grep -q '"tokenizer_class": "PreTrainedTokenizerFast"' hf_llama/tokenizer_config.json \
+  && cmp -s hf_llama/tokenizer.json "$src/tests/fixtures/tokenizer/llama3_style.json" \
+  || { echo "FAILED: hf_llama's tokenizer files are not the Llama-3-style file's"; fail=1; }
 printf 'k m f k m f k' > prompt.txt
 for run in llama qwen2; do
   "$tide" sample --checkpoint $run/model.ckpt --prompt "$(cat prompt.txt)" --tokens 24 --top-k 1 \

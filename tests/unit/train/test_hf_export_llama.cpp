@@ -15,8 +15,10 @@
 #include "tide/checkpoint/checkpoint.h"
 #include "tide/checkpoint/hf_export.h"
 #include "tide/checkpoint/hf_import.h"
+#include "tide/checkpoint/hf_tokenizer_files.h"
 #include "tide/checkpoint/safetensors.h"
 #include "tide/core/dtype.h"
+#include "tide/data/tokenizer.h"
 #include "tide/model/gpt.h"
 
 using namespace tide;
@@ -153,4 +155,31 @@ TEST(HfExportLlama, NamesAndRowsOfTheFusedTensors) {
   EXPECT_EQ(hf_llama_model_type(c, ""), "qwen2");
   EXPECT_THROW(hf_llama_model_type(c, "llama"), Error);
   EXPECT_THROW(hf_llama_model_type(c, "gemma"), Error);
+}
+
+// A Llama-3-style tokenizer.json (tests/fixtures/tokenizer, made with HF tokenizers) is
+// exported as it was, for PreTrainedTokenizerFast: bos <|begin_of_text|> (what tide puts before
+// a document), eos <|end_of_text|> (where tide sample stops).
+TEST(HfExportLlama, Llama3StyleTokenizerFilesForTheFastTokenizer) {
+  const std::string path =
+      std::string(TIDE_SOURCE_DIR) + "/tests/fixtures/tokenizer/llama3_style.json";
+  const Tokenizer tok = Tokenizer::load(path);
+  GPTConfig c;
+  c.family = ModelFamily::llama;
+  c.vocab_size = tok.vocab_size();
+  c.max_seq_len = 64;
+  const HfTokenizerFiles f = hf_tokenizer_files(tok, c, path);
+  std::ifstream in(path);
+  const std::string original((std::istreambuf_iterator<char>(in)),
+                             std::istreambuf_iterator<char>());
+  EXPECT_EQ(f.tokenizer_json, original);
+  const nlohmann::json cfg = nlohmann::json::parse(f.tokenizer_config);
+  EXPECT_EQ(cfg["tokenizer_class"], "PreTrainedTokenizerFast");
+  EXPECT_EQ(cfg["bos_token"], "<|begin_of_text|>");
+  EXPECT_EQ(cfg["eos_token"], "<|end_of_text|>");
+  EXPECT_EQ(cfg["model_max_length"], 64);
+  const nlohmann::json gen = nlohmann::json::parse(f.generation_config);
+  EXPECT_EQ(gen["bos_token_id"], 1203);
+  EXPECT_EQ(gen["eos_token_id"], 1204);
+  EXPECT_EQ(nlohmann::json::parse(f.special_tokens_map)["bos_token"], "<|begin_of_text|>");
 }
