@@ -5,7 +5,8 @@
 # tokens equal tide's to 1e-4 (tools/check_hf_export_llama.py; tide's logits come from
 # bench_export_fixture --checkpoint), and transformers' greedy pipeline("text-generation") on
 # the exported folders continues a prompt as `tide sample --top-k 1` (the KV-cache decoder)
-# does. Needs torch and transformers in "${TIDE_PYTHON:-python3}"
+# does; `tide import` of an exported folder takes its tokenizer.json and samples the same. Needs
+# torch and transformers in "${TIDE_PYTHON:-python3}"
 # (tools/requirements-test.txt); skips (77) without them.
 set -uo pipefail
 tide=$1 fixture=$2 src=$3 dir=$4
@@ -74,6 +75,18 @@ done
   --case hf_mistral:logits_mistral:MistralForCausalLM \
   --sample hf_llama:prompt.txt:sample_llama.txt:24 \
   --sample hf_qwen2:prompt.txt:sample_qwen2.txt:24 || fail=1
+# tide import of the exported Llama folder takes its tokenizer.json too (tide reads Llama 3's),
+# and samples as the run it came from.
+"$tide" import --hf-dir hf_llama --out imported/model.ckpt > import.log 2>&1 \
+  || { cat import.log; exit 1; }
+grep -q "^tokenizer: imported/tokenizer.json" import.log \
+  && cmp -s imported/tokenizer.json hf_llama/tokenizer.json \
+  || { echo "FAILED: the import did not take the folder's tokenizer.json"; cat import.log; fail=1; }
+"$tide" sample --checkpoint imported/model.ckpt --prompt "$(cat prompt.txt)" --tokens 24 \
+  --top-k 1 > sample_imported.txt 2> sample.err || { cat sample.err; exit 1; }
+cmp -s sample_imported.txt sample_llama.txt \
+  && echo "ok: tide sample of the re-imported export = of the run: $(cat sample_llama.txt)" \
+  || { echo "FAILED: re-imported sample differs: $(cat sample_imported.txt)"; fail=1; }
 expect_error "export --architecture qwen2: the model has no q/k/v biases" \
   export --checkpoint llama/model.ckpt --out-dir bad --architecture qwen2
 expect_error "export --architecture llama: the model has q/k/v biases" \

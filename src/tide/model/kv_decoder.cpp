@@ -30,10 +30,11 @@ void linear_row(std::vector<float>& y, const std::vector<float>& x, const Tensor
   cblas_sgemv(CblasRowMajor, CblasNoTrans, out, in, 1.0f, w.f32(), in, x.data(), 1, 1.0f, y.data(),
               1);
 }
-// Turns the q and k heads of one qkv row (W) by position `pos`, as the rope op does for
-// sequence position t (kernels/cpu/rope.cpp: HF's rotate_half pairs (i, i + HS/2), the angle
-// pos * inv_freq[i] in f32, then f32 cos and sin): the same angles, so the cached keys are the
-// training forward's.
+
+// Turns the first `heads` heads (q, then k) of one qkv row (W) by position `pos`, as the rope op
+// does for sequence position t (kernels/cpu/rope.cpp: HF's rotate_half pairs (i, i + HS/2), the
+// angle pos * inv_freq[i] in f32, then f32 cos and sin): the same angles, so the cached keys are
+// the training forward's.
 void rope_row(float* qkv, const std::vector<float>& inv_freq, int pos, int heads, int hs) {
   const int H = hs / 2;
   for (int i = 0; i < H; ++i) {
