@@ -255,9 +255,8 @@ TEST(HfExport, ChecksInputFirstAndNeverOverwritesSilently) {
   std::string bytes = slurp(d + "/m.ckpt");
   bytes[bytes.size() - 3] ^= 1;
   std::ofstream(d + "/bad.ckpt", std::ios::binary) << bytes;
-  EXPECT_NE(
-      error_of([&] { export_hf(d + "/bad.ckpt", d + "/out"); }).find("checksum mismatch"),
-      std::string::npos);
+  EXPECT_NE(error_of([&] { export_hf(d + "/bad.ckpt", d + "/out"); }).find("checksum mismatch"),
+            std::string::npos);
   EXPECT_FALSE(fs::exists(d + "/out"));
   EXPECT_NE(error_of([&] { export_hf(d + "/nothing", d + "/out"); }).find("cannot open"),
             std::string::npos);
