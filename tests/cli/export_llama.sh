@@ -17,6 +17,9 @@ if ! "$python" -c "import importlib.util as u, sys; sys.exit(not (u.find_spec('t
   exit 77
 fi
 rm -rf "$dir" && mkdir -p "$dir" && cd "$dir" || exit 1
+# One thread each for tide and torch: the models are tiny, and beside other tests (ctest -j2)
+# more threads only contend.
+export OMP_NUM_THREADS=1
 fail=0
 source "$(dirname "${BASH_SOURCE[0]}")/expect_error.sh"
 # Documents that repeat three random letters: continuing one means copying the letter three

@@ -12,4 +12,7 @@ if ! "$python" -c "import importlib.util as u, sys; sys.exit(not (u.find_spec('t
   exit 77
 fi
 rm -rf "$dir" && mkdir -p "$dir" || exit 1
+# One thread each for tide and torch: the models are tiny, and beside other tests (ctest -j2)
+# more threads only contend.
+export OMP_NUM_THREADS=1
 TIDE="$tide" PYTHON="$python" bash "$src/examples/finetune_llama.sh" "$dir"
