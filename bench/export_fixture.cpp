@@ -8,6 +8,9 @@
 // Writes DIR/ckpt/ (the sharded checkpoint), DIR/logits.json ({"tokens": [...], "shape":
 // [T, V]}) and DIR/logits.f32 (T x V little-endian f32, tide's logits for those tokens).
 // Prints one JSON line: parameters, checkpoint bytes, seconds, the program's peak RSS.
+//
+// With --checkpoint FILE (a trained checkpoint of either family, e.g. a Llama-family run for
+// tests/cli/export_llama.sh) no model is made: only the logits files of that checkpoint.
 
 #include <sys/resource.h>
 
@@ -18,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench_cli.h"
+#include "tide/checkpoint/checkpoint.h"
 #include "tide/checkpoint/sharded_checkpoint.h"
 #include "tide/core/rng.h"
 #include "tide/model/gpt.h"
@@ -31,7 +35,10 @@ int main(int argc, char** argv) try {
   int world = 4, tokens = 64;
   uint64_t seed = 1;
   bool no_opt = false;
+  std::string checkpoint;
   app.add_option("--out", out, "output folder")->required();
+  app.add_option("--checkpoint", checkpoint,
+                 "write only the logits of this checkpoint file (no random model)");
   app.add_option("--model", preset, "a GPT-2 preset (gpt2-124m, ...)");
   app.add_option("--n-layer", c.n_layer);
   app.add_option("--n-head", c.n_head);
@@ -45,7 +52,42 @@ int main(int argc, char** argv) try {
   bench::parse_args(app, argc, argv);
   if (!preset.empty()) c = GPTConfig::preset(preset);
   c.dropout = 0;
-  TIDE_CHECK(tokens >= 1 && tokens <= c.max_seq_len, "--tokens must be in [1, {}]", c.max_seq_len);
+  // tide's logits on fixed tokens: (tokens, V) f32 into DIR/logits.f32, the tokens into
+  // DIR/logits.json.
+  auto write_logits = [&](GPT& model, const GPTConfig& cfg) {
+    TIDE_CHECK(tokens >= 1 && tokens <= cfg.max_seq_len, "--tokens must be in [1, {}]",
+               cfg.max_seq_len);
+    auto mb = model.make_micro_batch(1, tokens);
+    mb->training = false;
+    mb->keep_logits = true;
+    const PhiloxStream rng{seed, 0x70c5};
+    nlohmann::json ids = nlohmann::json::array();
+    for (int t = 0; t < tokens; ++t) {
+      mb->tokens.i32()[t] = static_cast<int32_t>(rng.uint(t) % cfg.vocab_size);
+      mb->targets.i32()[t] = -1;
+      ids.push_back(mb->tokens.i32()[t]);
+    }
+    model.forward(*mb);
+    std::filesystem::create_directories(out);
+    std::ofstream(std::filesystem::path(out) / "logits.f32", std::ios::binary)
+        .write(static_cast<const char*>(mb->logits.data),
+               static_cast<std::streamsize>(int64_t{tokens} * cfg.vocab_size * 4));
+    std::ofstream(std::filesystem::path(out) / "logits.json")
+        << nlohmann::json{{"tokens", ids}, {"shape", {tokens, cfg.vocab_size}}}.dump() << "\n";
+  };
+  if (!checkpoint.empty()) {
+    const CheckpointInfo info = read_checkpoint_info(checkpoint);
+    GPT model(info.config, ActivationPolicy::SAVE_ALL, 0, /*with_optimizer=*/false);
+    load_checkpoint(checkpoint, model);
+    write_logits(model, info.config);
+    std::printf("%s\n", nlohmann::json{{"bench", "export_fixture"},
+                                       {"checkpoint", checkpoint},
+                                       {"model", info.config.str()},
+                                       {"tokens", tokens}}
+                            .dump()
+                            .c_str());
+    return 0;
+  }
   const auto t0 = std::chrono::steady_clock::now();
 
   ModelOptions o;
@@ -73,23 +115,7 @@ int main(int argc, char** argv) try {
   const double save_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
-  // tide's logits on fixed tokens.
-  auto mb = model.make_micro_batch(1, tokens);
-  mb->training = false;
-  mb->keep_logits = true;
-  const PhiloxStream rng{seed, 0x70c5};
-  nlohmann::json ids = nlohmann::json::array();
-  for (int t = 0; t < tokens; ++t) {
-    mb->tokens.i32()[t] = static_cast<int32_t>(rng.uint(t) % c.vocab_size);
-    mb->targets.i32()[t] = -1;
-    ids.push_back(mb->tokens.i32()[t]);
-  }
-  model.forward(*mb);
-  std::ofstream(std::filesystem::path(out) / "logits.f32", std::ios::binary)
-      .write(static_cast<const char*>(mb->logits.data),
-             static_cast<std::streamsize>(int64_t{tokens} * c.vocab_size * 4));
-  std::ofstream(std::filesystem::path(out) / "logits.json")
-      << nlohmann::json{{"tokens", ids}, {"shape", {tokens, c.vocab_size}}}.dump() << "\n";
+  write_logits(model, c);
 
   struct rusage ru {};
   getrusage(RUSAGE_SELF, &ru);

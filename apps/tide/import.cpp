@@ -29,18 +29,19 @@ void run_import(const ImportArgs& a) {
   if (!r.ignored.empty()) fmt::print("not imported: {}\n", fmt::join(r.ignored, ", "));
   if (!r.tokenizer_skipped.empty())
     fmt::print("the folder's tokenizer.json is not used: {}\n", r.tokenizer_skipped);
-  if (r.config.is_llama())
-    fmt::print("train from it with init_from={} and its model.* keys (model.family=llama)\n",
-               a.out);
-  else if (r.tokenizer.empty())
+  // The Llama family's init_from restates the model.* keys (init_from.h).
+  const std::string train =
+      r.config.is_llama()
+          ? fmt::format("init_from={} and its model.* keys (model.family=llama)", a.out)
+          : fmt::format("init_from={}", a.out);
+  if (r.tokenizer.empty())
     fmt::print(
         "no tokenizer: `tide sample` needs one (import again with --tokenizer <tokenizer.json>); "
-        "`tide train` can start from it with init_from={}\n",
-        a.out);
+        "`tide train` can start from it with {}\n",
+        train);
   else
-    fmt::print(
-        "tokenizer: {}; sample with `tide sample --checkpoint {}`, train with init_from={}\n",
-        r.tokenizer, a.out, a.out);
+    fmt::print("tokenizer: {}; sample with `tide sample --checkpoint {}`, train with {}\n",
+               r.tokenizer, a.out, train);
 }
 
 }  // namespace

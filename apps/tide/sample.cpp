@@ -73,7 +73,10 @@ void run_sample(const SampleArgs& a) {
   const PhiloxStream rng{a.seed, 0x5a3d1e};
   uint64_t draw = 0;
   for (int s = 0; s < a.samples; ++s) {
-    std::vector<int32_t> ids = {tok.eot_id()};
+    // What `tide prepare` puts before every document: <|endoftext|> (GPT-2, Qwen2) or the
+    // template's <|begin_of_text|> (Llama 3).
+    std::vector<int32_t> ids = tok.document_prefix();
+    if (ids.empty()) ids = {tok.eot_id()};  // a template with a suffix only: the previous end
     const std::vector<int32_t> prompt = tok.encode(a.prompt);
     ids.insert(ids.end(), prompt.begin(), prompt.end());
     // Tokens go to stdout as they are generated. A byte-level BPE token is any run of bytes: a

@@ -80,7 +80,7 @@ assert a[-1] == b[0], f"init_from: step-0 val loss {b[0]} != the imported run's 
 assert c[0] != b[0], "init_from changed nothing (the random init gives the same loss)"
 print(f"ok: init_from step-0 val loss {b[0]} == run a's final val loss; random init gives {c[0]}")
 PY
-expect_error "init_from: checkpoint 'imp_a/model.ckpt' holds a model" \
+expect_error "init_from: checkpoint 'imp_a/model.ckpt' holds a model .*(model.n_embd 8 (the config: 16))" \
   train "${tiny[@]}" model.n_embd=16 init_from=imp_a/model.ckpt out_dir=runs/d
 test ! -e runs/d || { echo "FAILED: a refused init_from wrote out_dir"; fail=1; }
 expect_error "init_from: cannot open checkpoint 'nowhere.ckpt'" train "${tiny[@]}" init_from=nowhere.ckpt out_dir=runs/d

@@ -48,6 +48,37 @@ bool same_model_shape(const GPTConfig& a, const GPTConfig& b) {
          a.qkv_bias == b.qkv_bias;
 }
 
+std::string model_shape_differences(const GPTConfig& a, const GPTConfig& b) {
+  std::string out;
+  auto differ = [&](const char* key, auto x, auto y) {
+    if (x == y) return;
+    out += fmt::format("{}{} {} (the config: {})", out.empty() ? "" : ", ", key, x, y);
+  };
+  const auto family = [](const GPTConfig& c) { return c.is_llama() ? "llama" : "gpt2"; };
+  const auto scaling = [](const GPTConfig& c) {
+    return c.rope_scaling == RopeScaling::llama3 ? "llama3" : "none";
+  };
+  differ("model.family", family(a), family(b));
+  differ("model.n_layer", a.n_layer, b.n_layer);
+  differ("model.n_head", a.n_head, b.n_head);
+  differ("model.n_kv_head", a.n_kv_head, b.n_kv_head);
+  differ("model.n_embd", a.n_embd, b.n_embd);
+  differ("model.intermediate_size", a.intermediate_size, b.intermediate_size);
+  differ("model.vocab_size", a.vocab_size, b.vocab_size);
+  differ("model.max_seq_len", a.max_seq_len, b.max_seq_len);
+  differ("model.rope_theta", a.rope_theta, b.rope_theta);
+  differ("model.rope_scaling.type", scaling(a), scaling(b));
+  differ("model.rope_scaling.factor", a.rope_factor, b.rope_factor);
+  differ("model.rope_scaling.low_freq_factor", a.rope_low_freq_factor, b.rope_low_freq_factor);
+  differ("model.rope_scaling.high_freq_factor", a.rope_high_freq_factor, b.rope_high_freq_factor);
+  differ("model.rope_scaling.original_max_position_embeddings",
+         a.rope_original_max_position_embeddings, b.rope_original_max_position_embeddings);
+  differ("model.rms_norm_eps", a.rms_norm_eps, b.rms_norm_eps);
+  differ("model.tie_word_embeddings", a.tie_word_embeddings, b.tie_word_embeddings);
+  differ("model.qkv_bias", a.qkv_bias, b.qkv_bias);
+  return out;
+}
+
 const json& meta_member(const json& obj, const char* key, const std::string& label,
                         const std::string& who) {
   const auto it = obj.find(key);

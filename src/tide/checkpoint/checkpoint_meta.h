@@ -35,6 +35,9 @@ nlohmann::json checkpoint_model_json(const GPTConfig& c);
 nlohmann::json checkpoint_meta_json(const CheckpointInfo& info, bool with_optimizer_state);
 // Same shape (dropout aside): what a checkpoint and the model it loads into must share.
 bool same_model_shape(const GPTConfig& a, const GPTConfig& b);
+// The model.* keys in which `checkpoint` and `config` differ, as "model.rms_norm_eps 1e-06 (the
+// config: 1e-05), ..." for an error message ("" when same_model_shape).
+std::string model_shape_differences(const GPTConfig& checkpoint, const GPTConfig& config);
 
 // Field readers for JSON read from a file. `who` is the subject of every message
 // ("checkpoint 'x'"), `label` the field's full name ("model.n_layer").

@@ -1,6 +1,7 @@
-// `tide export` (see hf_export.h): checkpoint -> Hugging Face GPT-2 folder, streamed tensor by
-// tensor. Memory: one buffer the size of the largest transposed tensor (f32) and two fixed
-// buffers (source bytes, f32 output), allocated once; nothing else grows with the model.
+// `tide export` (see hf_export.h): checkpoint -> Hugging Face folder (GPT-2 or the Llama
+// family), streamed tensor by tensor. Memory: one buffer the size of the largest transposed tensor
+// (f32) and two fixed buffers (source bytes, f32 output), allocated once; nothing else grows with
+// the model.
 #include "tide/checkpoint/hf_export.h"
 
 #include <fcntl.h>
@@ -139,8 +140,9 @@ OutFile open_out(const std::string& target) {
 struct OutTensor {
   std::string hf_name;
   std::string source;  // the checkpoint tensor read
-  Shape shape;         // tide's shape
+  Shape shape;         // what is read of it, in tide's layout: rows [row_begin, ...) of it
   bool transposed = false;
+  int64_t row_begin = 0;  // a row range of a fused Llama tensor (q/k/v, gate/up)
 };
 
 }  // namespace
@@ -187,8 +189,8 @@ json hf_gpt2_config(const GPTConfig& c, std::optional<int> eot_id, DType dtype) 
   return j;
 }
 
-HfExportResult export_hf_gpt2(const std::string& checkpoint, const std::string& out_dir,
-                              const HfExportOptions& options) {
+HfExportResult export_hf(const std::string& checkpoint, const std::string& out_dir,
+                         const HfExportOptions& options) {
   // 1. The input, checked whole, before anything is created.
   TIDE_CHECK(options.dtype == DType::F32 || options.dtype == DType::BF16,
              "export: model.safetensors in {} is not offered; use f32 or bf16",
@@ -202,10 +204,13 @@ HfExportResult export_hf_gpt2(const std::string& checkpoint, const std::string& 
     src = std::make_unique<FileSource>(checkpoint);
   HfExportResult result;
   result.config = src->info.config;
-  TIDE_CHECK(!result.config.is_llama(),
-             "checkpoint '{}' holds a model.family=llama model; tide export writes Hugging Face "
-             "GPT-2 folders only so far",
-             checkpoint);
+  const GPTConfig& config = result.config;
+  const bool llama = config.is_llama();
+  TIDE_CHECK(llama || options.architecture.empty(),
+             "export --architecture {}: the checkpoint holds a GPT-2 model, written as "
+             "GPT2LMHeadModel; drop --architecture",
+             options.architecture);
+  const std::string model_type = llama ? hf_llama_model_type(config, options.architecture) : "gpt2";
   const ChunkLayout layout = make_layout(src->info.config);
   const bool use_master = src->compute != DType::F32 && src->contains("master.wte");
   result.source = use_master ? "master weights (f32)"
@@ -213,19 +218,29 @@ HfExportResult export_hf_gpt2(const std::string& checkpoint, const std::string& 
   std::vector<OutTensor> outs;
   int64_t largest_transposed = 0;
   for (const TensorSlot& s : layout.slots()) {
-    OutTensor o{hf_gpt2_name(s.name), (use_master ? "master." : "") + s.name, s.shape,
-                hf_gpt2_transposed(s.name)};
-    TIDE_CHECK(src->contains(o.source), "checkpoint '{}' has no tensor '{}'; it is damaged",
-               checkpoint, o.source);
-    const DType t = src->dtype(o.source);
+    const std::string source = (use_master ? "master." : "") + s.name;
+    TIDE_CHECK(src->contains(source), "checkpoint '{}' has no tensor '{}'; it is damaged",
+               checkpoint, source);
+    const DType t = src->dtype(source);
     TIDE_CHECK(t == DType::F32 || t == DType::BF16 || t == DType::F16,
-               "checkpoint '{}': tensor '{}' is {}, not a float type", checkpoint, o.source,
+               "checkpoint '{}': tensor '{}' is {}, not a float type", checkpoint, source,
                dtype_name(t));
-    if (o.transposed) {
-      TIDE_ASSERT(s.shape.ndim == 2);
-      largest_transposed = std::max(largest_transposed, s.numel);
+    if (!llama) {
+      OutTensor o{hf_gpt2_name(s.name), source, s.shape, hf_gpt2_transposed(s.name)};
+      if (o.transposed) {
+        TIDE_ASSERT(s.shape.ndim == 2);
+        largest_transposed = std::max(largest_transposed, s.numel);
+      }
+      outs.push_back(std::move(o));
+      continue;
     }
-    outs.push_back(std::move(o));
+    // A tied head is the embedding: HF's tied files hold no lm_head.weight.
+    for (const HfOutTensor& h : hf_llama_tensors(config, s.name)) {
+      Shape part = s.shape;
+      part.dims[0] = h.row_end - h.row_begin;
+      TIDE_ASSERT(h.row_end <= s.shape[0]);
+      outs.push_back(OutTensor{h.hf_name, source, part, false, h.row_begin});
+    }
   }
 
   // The tokenizer: given, or the one the checkpoint names (relative to its folder).
@@ -241,13 +256,19 @@ HfExportResult export_hf_gpt2(const std::string& checkpoint, const std::string& 
                checkpoint, tok_path);
   }
   std::optional<HfTokenizerFiles> tok_files;
-  std::optional<int> eot_id;
+  std::optional<int> eot_id, bos_id;
   if (!tok_path.empty()) {
     const Tokenizer tok = Tokenizer::load(tok_path);
     tok_files = hf_tokenizer_files(tok, src->info.config, tok_path);
     eot_id = tok.eot_id();
+    // What tide puts before a document (Llama 3: <|begin_of_text|>; else end-of-text).
+    const std::vector<int32_t> prefix = tok.document_prefix();
+    bos_id = prefix.empty() ? tok.eot_id() : prefix.front();
     result.tokenizer = tok_path;
   }
+  const json hf_config = llama ? hf_llama_config(config, model_type, bos_id, eot_id, options.dtype)
+                               : hf_gpt2_config(config, eot_id, options.dtype);
+  result.architecture = hf_config["architectures"][0].get<std::string>();
 
   // 2. The output folder.
   const fs::path dir(out_dir);
@@ -326,9 +347,10 @@ HfExportResult export_hf_gpt2(const std::string& checkpoint, const std::string& 
   for (const OutTensor& o : outs) {
     const int64_t n = o.shape.numel();
     if (!o.transposed) {
+      const int64_t base = o.row_begin * (n / o.shape[0]);  // rows are contiguous
       for (int64_t e = 0; e < n;) {
         const int64_t m = std::min<int64_t>(n - e, static_cast<int64_t>(buf_elems));
-        read_f32(o.source, e, m, out.data());
+        read_f32(o.source, base + e, m, out.data());
         emit(m);
         e += m;
       }
@@ -364,7 +386,7 @@ HfExportResult export_hf_gpt2(const std::string& checkpoint, const std::string& 
     c.write(text.data(), text.size(), path);
     c.commit(path);
   };
-  write_text(config_path, hf_gpt2_config(src->info.config, eot_id, options.dtype).dump(2) + "\n");
+  write_text(config_path, hf_config.dump(2) + "\n");
   if (tok_files) {
     const std::vector<std::string> texts = {tok_files->tokenizer_json, tok_files->tokenizer_config,
                                             tok_files->special_tokens_map,

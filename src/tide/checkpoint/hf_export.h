@@ -1,7 +1,8 @@
 #pragma once
-// `tide export`: a checkpoint (one file, or a sharded directory) as a Hugging Face GPT-2 model
-// folder, `model.safetensors` + `config.json`, that transformers' GPT2LMHeadModel loads as is,
-// and, when the checkpoint names its tokenizer (or one is given), the tokenizer files
+// `tide export`: a checkpoint (one file, or a sharded directory) as a Hugging Face model
+// folder, `model.safetensors` + `config.json`, that transformers loads as is: GPT2LMHeadModel
+// for model.family=gpt2, LlamaForCausalLM / Qwen2ForCausalLM / MistralForCausalLM for the Llama
+// family; and, when the checkpoint names its tokenizer (or one is given), the tokenizer files
 // (hf_tokenizer_files.h) that make AutoTokenizer and pipeline("text-generation") work on it.
 //
 // Why streaming: consolidating a sharded checkpoint must not need the model in memory (the
@@ -20,6 +21,14 @@
 //   h.i.attn.c_attn.weight (3C, C), attn.c_proj.weight (C, C), mlp.c_fc.weight (4C, C),
 //   mlp.c_proj.weight (C, 4C)   -> transposed: HF's Conv1D weights are (in, out)
 //   biases                      -> as they are
+// The Llama family (hf_export_llama.cpp; the inverse of hf_import_llama.cpp):
+//   wte (V, C)                  -> model.embed_tokens.weight; output.weight -> lm_head.weight
+//                                  (none when tied: HF's tied files leave it out)
+//   h.i.self_attn.qkv_proj.weight (W, C), rows [q | k | v] -> model.layers.i.self_attn.q_proj,
+//                                  k_proj, v_proj .weight (and .bias with Qwen2's qkv bias)
+//   h.i.mlp.gate_up_proj.weight (2I, C), rows [gate | up] -> mlp.gate_proj, mlp.up_proj
+//   the norms, o_proj, down_proj, ln_f -> their HF names (ln_f: model.norm.weight)
+// Nothing is transposed (nn.Linear's (out, in) is tide's layout); a split tensor is a row range.
 // Values are f32: the master weights when the compute dtype is not f32 and the checkpoint
 // holds them, else the parameters (converted).
 
@@ -28,6 +37,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "tide/core/dtype.h"
 #include "tide/model/config.h"
@@ -44,6 +54,9 @@ struct HfExportOptions {
   // The dtype of model.safetensors: f32 (the default, the checkpoint's master weights or
   // parameters widened) or bf16 (those values rounded to nearest-even: half the file).
   DType dtype = DType::F32;
+  // The Llama family's HF architecture: "llama", "qwen2" or "mistral"; "": qwen2 for a model
+  // with a qkv bias, else llama.
+  std::string architecture;
 };
 
 struct HfExportResult {
@@ -53,6 +66,7 @@ struct HfExportResult {
   uint64_t buffer_bytes = 0;  // allocated for tensor data: the transpose buffer + 2 fixed
   std::string source;         // "parameters (f32)", "master weights (f32)", ...
   std::string tokenizer;      // the tokenizer.json exported, "" when none
+  std::string architecture;   // config.json's: "GPT2LMHeadModel", "LlamaForCausalLM", ...
 };
 
 // The HF name of tide tensor `name` ("h.3.attn.c_attn.weight" ->
@@ -64,12 +78,28 @@ bool hf_gpt2_transposed(const std::string& name);
 nlohmann::json hf_gpt2_config(const GPTConfig& config, std::optional<int> eot_id = std::nullopt,
                               DType dtype = DType::F32);
 
+// One HF tensor of a Llama-family tide tensor: rows [row_begin, row_end) of it (the whole
+// tensor, or q/k/v of the fused qkv_proj, gate/up of gate_up_proj).
+struct HfOutTensor {
+  std::string hf_name;
+  int64_t row_begin = 0, row_end = 0;
+};
+// The HF tensors of tide tensor `name` of Llama-family model `config`, in row order.
+std::vector<HfOutTensor> hf_llama_tensors(const GPTConfig& config, const std::string& name);
+// The model_type to write: `requested` ("" picks, see HfExportOptions::architecture), checked
+// against the model (Qwen2 has a qkv bias, Llama and Mistral none).
+std::string hf_llama_model_type(const GPTConfig& config, const std::string& requested);
+// LlamaConfig / Qwen2Config / MistralConfig of a tide model: every field import reads.
+nlohmann::json hf_llama_config(const GPTConfig& config, const std::string& model_type,
+                               std::optional<int> bos_id, std::optional<int> eos_id,
+                               DType dtype = DType::F32);
+
 // Exports `checkpoint` (a file or a sharded directory) to `out_dir`. The checkpoint is checked
 // whole (every checksum, every tensor), and the tokenizer read, before anything is created in
 // out_dir; an existing model.safetensors (or tokenizer file) is refused unless
 // options.overwrite. Every file is written atomically; an overwrite without a tokenizer removes
 // the tokenizer files an earlier export left (they would not be this model's).
-HfExportResult export_hf_gpt2(const std::string& checkpoint, const std::string& out_dir,
-                              const HfExportOptions& options = {});
+HfExportResult export_hf(const std::string& checkpoint, const std::string& out_dir,
+                         const HfExportOptions& options = {});
 
 }  // namespace tide

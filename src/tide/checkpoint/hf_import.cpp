@@ -13,6 +13,7 @@
 
 #include "tide/checkpoint/checkpoint.h"
 #include "tide/checkpoint/hf_export.h"
+#include "tide/checkpoint/hf_import_tokenizer.h"
 #include "tide/checkpoint/safetensors.h"
 #include "tide/core/dtype.h"
 #include "tide/core/read_file.h"
@@ -205,45 +206,7 @@ HfImportResult import_hf_gpt2(const std::string& hf_dir, const std::string& out,
              out);
   TIDE_CHECK(options.overwrite || !fs::exists(out, ec),
              "'{}' exists; pass --overwrite to replace it, or choose another path", out);
-  const fs::path out_dir = fs::path(out).parent_path();
-  const fs::path tok_out = out_dir / "tokenizer.json";
-  // The tokenizer: given, or the folder's own tokenizer.json (what `tide export` writes, and
-  // what HF's GPT-2 folders hold) when tide reads it and it fits the model; otherwise none,
-  // and the result says why.
-  std::string tok_in = options.tokenizer;
-  if (tok_in.empty()) {
-    const std::string own = (fs::path(hf_dir) / "tokenizer.json").string();
-    if (fs::is_regular_file(own, ec)) {
-      try {
-        const int n = Tokenizer::load(own).vocab_size();
-        if (n <= c.vocab_size)
-          tok_in = own;
-        else
-          result.tokenizer_skipped = fmt::format(
-              "{} has {} tokens, more than the model's vocab_size {}", own, n, c.vocab_size);
-      } catch (const Error& e) {
-        result.tokenizer_skipped = e.what();
-      }
-    }
-  }
-  std::string tok_text;
-  if (!tok_in.empty()) {
-    TIDE_CHECK(fs::is_regular_file(tok_in, ec),
-               "cannot read tokenizer '{}': no such file; pass a tokenizer.json written by `tide "
-               "prepare`",
-               tok_in);
-    tok_text = read_file(tok_in, "tokenizer file");
-    const int tok_vocab = Tokenizer::load(tok_in).vocab_size();
-    TIDE_CHECK(tok_vocab <= c.vocab_size,
-               "tokenizer '{}' has {} tokens but the model's vocab_size is {}; pass the tokenizer "
-               "the model was trained with",
-               tok_in, tok_vocab, c.vocab_size);
-    const bool same = fs::exists(tok_out, ec) && fs::equivalent(tok_in, tok_out, ec);
-    TIDE_CHECK(same || options.overwrite || !fs::exists(tok_out, ec) ||
-                   read_file(tok_out.string(), "tokenizer file") == tok_text,
-               "'{}' exists and differs from '{}'; pass --overwrite to replace it",
-               tok_out.string(), tok_in);
-  }
+  const HfImportTokenizer tok = choose_import_tokenizer(hf_dir, out, options, c.vocab_size, result);
 
   // 3. The weights, into the model's store in tide's layout.
   GPT model(c, ActivationPolicy::SAVE_ALL, 0, /*with_optimizer=*/false);
@@ -269,22 +232,7 @@ HfImportResult import_hf_gpt2(const std::string& hf_dir, const std::string& out,
   info.config = c;
   info.step = 0;
   info.extra = {{"imported_from", fs::absolute(hf_dir, ec).string()}};
-  if (!tok_in.empty()) {
-    info.tokenizer = "tokenizer.json";
-    const bool same = fs::exists(tok_out, ec) && fs::equivalent(tok_in, tok_out, ec);
-    if (!same) {
-      if (!out_dir.empty()) fs::create_directories(out_dir, ec);
-      const std::string tmp = tok_out.string() + ".tmp";
-      {
-        std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-        f << tok_text;
-        TIDE_CHECK(f.good(), "cannot write '{}'; check the directory is writable", tmp);
-      }
-      fs::rename(tmp, tok_out, ec);
-      TIDE_CHECK(!ec, "cannot write '{}': {}", tok_out.string(), ec.message());
-    }
-    result.tokenizer = tok_out.string();
-  }
+  write_import_tokenizer(tok, info, result);
   save_checkpoint(out, model, info);
   return result;
 }

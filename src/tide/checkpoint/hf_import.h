@@ -53,8 +53,8 @@ GPTConfig llama_config_from_hf(const nlohmann::json& hf, const std::string& wher
 // A LlamaForCausalLM / Qwen2ForCausalLM / MistralForCausalLM folder (config.json `hf` already
 // read; model.safetensors, or model.safetensors.index.json and its shards) into checkpoint
 // `out`: q/k/v fused into qkv_proj, gate/up into gate_up_proj, lm_head.weight into
-// output.weight (or checked equal to the embedding when tied). No tokenizer is copied (tide
-// reads only its byte-level BPE).
+// output.weight (or checked equal to the embedding when tied). The tokenizer as for GPT-2:
+// --tokenizer, or the folder's own tokenizer.json when tide reads it and it fits the model.
 HfImportResult import_hf_llama(const std::string& hf_dir, const nlohmann::json& hf,
                                const std::string& out, const HfImportOptions& options);
 

@@ -4,7 +4,8 @@
 // into tide's qkv_proj (rows q, k, v) and gate/up into gate_up_proj (rows gate, up), the
 // layout of model/layout.h. As for GPT-2, a config field that would make transformers compute
 // something tide does not is refused with its name, and every tensor is matched before any is
-// copied.
+// copied; the folder's tokenizer.json (Llama 3's, Qwen2's) goes beside the checkpoint when tide
+// reads it (hf_import_tokenizer.h).
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -15,6 +16,7 @@
 
 #include "tide/checkpoint/checkpoint.h"
 #include "tide/checkpoint/hf_import.h"
+#include "tide/checkpoint/hf_import_tokenizer.h"
 #include "tide/checkpoint/safetensors.h"
 #include "tide/core/dtype.h"
 #include "tide/core/read_file.h"
@@ -167,9 +169,6 @@ HfImportResult import_hf_llama(const std::string& hf_dir, const json& hf, const 
   HfImportResult result;
   result.config = llama_config_from_hf(hf, cfg_who);
   const GPTConfig& c = result.config;
-  TIDE_CHECK(options.tokenizer.empty(),
-             "--tokenizer with a Llama-family model: tide's byte-level BPE tokenizer does not "
-             "read Llama, Qwen2 or Mistral tokenizers; import without --tokenizer");
 
   // 1. The files: one model.safetensors, or the shards an index names.
   const std::string single = (fs::path(hf_dir) / "model.safetensors").string();
@@ -266,6 +265,7 @@ HfImportResult import_hf_llama(const std::string& hf_dir, const json& hf, const 
              out);
   TIDE_CHECK(options.overwrite || !fs::exists(out, ec),
              "'{}' exists; pass --overwrite to replace it, or choose another path", out);
+  const HfImportTokenizer tok = choose_import_tokenizer(hf_dir, out, options, c.vocab_size, result);
 
   // 3. The weights, part after part, into the model's store.
   GPT model(c, ActivationPolicy::SAVE_ALL, 0, /*with_optimizer=*/false);
@@ -284,6 +284,7 @@ HfImportResult import_hf_llama(const std::string& hf_dir, const json& hf, const 
   info.config = c;
   info.step = 0;
   info.extra = {{"imported_from", fs::absolute(hf_dir, ec).string()}};
+  write_import_tokenizer(tok, info, result);
   save_checkpoint(out, model, info);
   return result;
 }

@@ -15,18 +15,45 @@ const std::vector<std::string>& hf_tokenizer_file_names() {
   return names;
 }
 
+namespace {
+
+// A Llama 3 or Qwen2 style tokenizer.json (another pre-tokenizer, added tokens, a template):
+// the file as it was read, for transformers' PreTrainedTokenizerFast, whose tokenizer(text)
+// runs the file's own post-processor (Llama 3's <|begin_of_text|> first). bos: what `tide
+// prepare` puts before a document (that token, or end-of-text); eos: end-of-text, where
+// `tide sample` stops.
+HfTokenizerFiles hf_fast_tokenizer_files(const Tokenizer& tok, const GPTConfig& config) {
+  const int eos_id = tok.eot_id();
+  const std::vector<int32_t> prefix = tok.document_prefix();
+  const int bos_id = prefix.empty() ? eos_id : prefix.front();
+  const std::string bos = tok.decode(std::vector<int32_t>{bos_id});
+  const std::string eos = tok.decode(std::vector<int32_t>{eos_id});
+  HfTokenizerFiles f;
+  f.tokenizer_json = tok.to_hf_json();
+  f.tokenizer_config = ojson{{"tokenizer_class", "PreTrainedTokenizerFast"},
+                             {"model_max_length", config.max_seq_len},
+                             {"bos_token", bos},
+                             {"eos_token", eos},
+                             // tide's decode gives the bytes back as they are.
+                             {"clean_up_tokenization_spaces", false}}
+                           .dump(2) +
+                       "\n";
+  f.special_tokens_map = ojson{{"bos_token", bos}, {"eos_token", eos}}.dump(2) + "\n";
+  f.generation_config =
+      ojson{{"bos_token_id", bos_id}, {"eos_token_id", eos_id}, {"pad_token_id", eos_id}}.dump(2) +
+      "\n";
+  return f;
+}
+
+}  // namespace
+
 HfTokenizerFiles hf_tokenizer_files(const Tokenizer& tok, const GPTConfig& config,
                                     const std::string& tokenizer_path) {
   TIDE_CHECK(tok.vocab_size() <= config.vocab_size,
              "tokenizer '{}' has {} tokens but the model's vocab_size is {}: it is not this "
              "model's tokenizer; pass the one it was trained with (--tokenizer)",
              tokenizer_path, tok.vocab_size(), config.vocab_size);
-  // The files below are GPT2Tokenizer's; a Llama 3 or Qwen2 tokenizer.json needs other ones.
-  TIDE_CHECK(tok.is_gpt2_pipeline(),
-             "tokenizer '{}' is not GPT-2-style (it has a normalizer, another pre-tokenizer regex, "
-             "added tokens or a template, as Llama 3's and Qwen2's files do): tide export writes "
-             "GPT-2-style tokenizer files only; export with a GPT-2-style tokenizer.json",
-             tokenizer_path);
+  if (!tok.is_gpt2_pipeline()) return hf_fast_tokenizer_files(tok, config);
   const std::string eot(Tokenizer::kEndOfText);
   const int eot_id = tok.eot_id();
   HfTokenizerFiles f;

@@ -14,6 +14,12 @@
 //   generation_config.json   bos/eos (and pad: the same token, as GPT-2's) for generate()
 //
 // A tokenizer without <|endoftext|> in the model's vocabulary has no bos/eos to name.
+//
+// A Llama 3 or Qwen2 style tokenizer.json (Tokenizer::is_gpt2_pipeline() false: its own
+// pre-tokenizer regex, added tokens, template) is written as it was read, with a
+// PreTrainedTokenizerFast tokenizer_config.json: bos is what `tide prepare` puts before each
+// document (Llama 3's <|begin_of_text|>, else the end-of-text token), eos the end-of-text token
+// (<|end_of_text|>, <|endoftext|>), and generation_config.json names them (pad = eos).
 
 #include <string>
 #include <vector>

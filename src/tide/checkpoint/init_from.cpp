@@ -24,9 +24,9 @@ CheckpointInfo info_of(const std::string& path) {
 void check_init_from(const std::string& path, const GPTConfig& config) {
   const CheckpointInfo info = info_of(path);
   TIDE_CHECK(same_model_shape(info.config, config),
-             "init_from: checkpoint '{}' holds a model {} but this config's model is {}; set "
-             "model.* to the checkpoint's shape",
-             path, info.config.str(), config.str());
+             "init_from: checkpoint '{}' holds a model {} but this config's model is {} ({}); "
+             "set model.* to the checkpoint's shape",
+             path, info.config.str(), config.str(), model_shape_differences(info.config, config));
 }
 
 void init_weights_from(const std::string& path, GPT& model) {
@@ -47,9 +47,10 @@ void init_weights_from(const std::string& path, GPT& model) {
   const CheckpointInfo info =
       checkpoint_info_from_meta(r.metadata(), fmt::format("checkpoint '{}'", path));
   TIDE_CHECK(same_model_shape(info.config, model.config()),
-             "init_from: checkpoint '{}' holds a model {} but this config's model is {}; set "
-             "model.* to the checkpoint's shape",
-             path, info.config.str(), model.config().str());
+             "init_from: checkpoint '{}' holds a model {} but this config's model is {} ({}); "
+             "set model.* to the checkpoint's shape",
+             path, info.config.str(), model.config().str(),
+             model_shape_differences(info.config, model.config()));
   const ChunkLayout& lay = store.layout();
   // The tensor read for each slot, checked before any is copied.
   std::vector<const SafetensorsEntry*> src;

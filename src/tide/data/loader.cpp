@@ -60,6 +60,7 @@ DataLoader::DataLoader(const std::vector<std::string>& paths, int B, int T, int 
       global_batch);
   inputs_.resize(static_cast<size_t>(B) * T);
   targets_.resize(static_cast<size_t>(B) * T);
+  seq_.resize(static_cast<size_t>(T) + 1);
 }
 
 uint64_t DataLoader::num_tokens() const {
@@ -70,7 +71,13 @@ uint64_t DataLoader::num_tokens() const {
 
 int DataLoader::max_token() const {
   int m = 0;
-  for (const TokenShard& shard : shards_) m = std::max(m, static_cast<int>(shard.max_token()));
+  for (const TokenShard& shard : shards_) {
+    TIDE_CHECK(shard.max_token() <= static_cast<uint32_t>(INT32_MAX),
+               "{}: token id {} is beyond any vocabulary (ids are below 2^31); the shard is "
+               "corrupt: re-create it with `tide prepare`",
+               shard.path(), shard.max_token());
+    m = std::max(m, static_cast<int>(shard.max_token()));
+  }
   return m;
 }
 
@@ -112,7 +119,8 @@ void DataLoader::next_batch() {
   for (int b = 0; b < B_; ++b) {
     const uint64_t slot = first + b;
     const auto [shard, start] = locate(shuffle_ ? order_[slot] : slot);
-    const std::span<const uint16_t> seq = shards_[shard].tokens().subspan(start, T_ + 1);
+    std::vector<int32_t>& seq = seq_;  // (T+1) tokens, whatever the shard's token width
+    shards_[shard].copy_tokens(start, static_cast<size_t>(T_) + 1, seq.data());
     int32_t* in = inputs_.data() + static_cast<size_t>(b) * T_;
     int32_t* tg = targets_.data() + static_cast<size_t>(b) * T_;
     for (int t = 0; t < T_; ++t) {

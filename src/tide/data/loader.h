@@ -79,6 +79,7 @@ class DataLoader {
   uint64_t order_epoch_ = UINT64_MAX;  // the epoch order_ was built for
   std::vector<uint64_t> order_;        // sequence order of the current epoch (shuffle only)
   std::vector<int32_t> inputs_, targets_;
+  std::vector<int32_t> seq_;  // one sequence's T+1 tokens, read from its shard
 };
 
 }  // namespace tide

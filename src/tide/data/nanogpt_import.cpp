@@ -88,7 +88,8 @@ PrepareResult import_nanogpt(const PrepareOptions& options) {
              "{}: token id {} is >= the vocabulary {}; raise --vocab-size (or leave it out: the "
              "largest id + 1)",
              in.string(), max_id, vocab);
-  TIDE_CHECK(vocab <= 65536, "--vocab-size {} is above 65536 (shards store uint16 ids)", vocab);
+  TIDE_CHECK(vocab <= 65536,
+             "--vocab-size {} is above 65536 (nanoGPT's .bin files hold uint16 ids)", vocab);
 
   r.train_path = (fs::path(options.out_dir) / "train.bin").string();
   r.val_path = (fs::path(options.out_dir) / "val.bin").string();

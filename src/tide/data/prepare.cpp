@@ -232,10 +232,12 @@ PrepareResult prepare_corpus(const PrepareOptions& options) {
   TIDE_CHECK(options.val_fraction > 0 && options.val_fraction < 1,
              "--val-fraction {} must be between 0 and 1 (exclusive), e.g. 0.05",
              options.val_fraction);
-  TIDE_CHECK(gpt2 || from_file || (options.vocab_size >= 257 && options.vocab_size <= 65536),
-             "--vocab-size {} is out of range; it must be at least 257 (256 bytes + <|endoftext|>) "
-             "and at most 65536 (token shards store uint16 ids)",
-             options.vocab_size);
+  TIDE_CHECK(
+      gpt2 || from_file || (options.vocab_size >= 257 && options.vocab_size <= 65536),
+      "--vocab-size {} is out of range; it must be at least 257 (256 bytes + <|endoftext|>) "
+      "and at most 65536 (the size tide's BPE training is for; a larger vocabulary comes from "
+      "--tokenizer)",
+      options.vocab_size);
   TIDE_CHECK(options.max_mb >= 0, "--max-mb {} must be >= 0 (0 reads everything)", options.max_mb);
   TIDE_CHECK(!options.out_dir.empty(), "no output directory; pass --out-dir, e.g. data/mytext");
 
@@ -312,11 +314,11 @@ PrepareResult prepare_corpus(const PrepareOptions& options) {
   } else if (from_file) {
     tok = Tokenizer::load(options.tokenizer_file);
     log(fmt::format("prepare: loaded {}, {} tokens", options.tokenizer_file, tok.vocab_size()));
-    TIDE_CHECK(tok.vocab_size() <= 65536,
-               "--tokenizer {}: {} tokens, but token shards store uint16 ids (llm.c's GPT-2 "
-               "format), so at most 65536; tide cannot write shards for this tokenizer yet "
-               "(llm.c's uint32 Llama 3 shards are not implemented)",
-               options.tokenizer_file, tok.vocab_size());
+    if (tok.vocab_size() > 65536)
+      log(
+          fmt::format("prepare: {} tokens do not fit uint16 ids: the shards hold uint32 ids "
+                      "(llm.c's Llama 3 format)",
+                      tok.vocab_size()));
   } else {
     step_start = Clock::now();
     WordCounts words;
@@ -363,8 +365,11 @@ PrepareResult prepare_corpus(const PrepareOptions& options) {
   const auto mask_of = [&](const Encoded& e) {
     return masked && e.loss_mask.empty() ? std::vector<uint8_t>(e.tokens.size(), 1) : e.loss_mask;
   };
-  write_token_shard(r.train_path, std::span<const int32_t>(train_tokens), mask_of(train));
-  write_token_shard(r.val_path, std::span<const int32_t>(val_tokens), mask_of(val));
+  // uint32 ids exactly when the vocabulary needs them (shard.h), for both shards alike.
+  write_token_shard(r.train_path, std::span<const int32_t>(train_tokens), mask_of(train),
+                    tok.vocab_size());
+  write_token_shard(r.val_path, std::span<const int32_t>(val_tokens), mask_of(val),
+                    tok.vocab_size());
   r.loss_mask = masked;
   r.train_loss_tokens = masked ? std::count(train.loss_mask.begin(), train.loss_mask.end(), 1)
                                : static_cast<int64_t>(train_tokens.size());
@@ -473,8 +478,8 @@ PrepareResult read_prepared_corpus(const std::string& out_dir) {
   r.tokenizer_path = (dir / str("tokenizer_file")).string();
   r.train_path = (dir / str("train_file")).string();
   r.val_path = (dir / str("val_file")).string();
-  r.vocab_size = static_cast<int>(count("vocab_size", 65536));
-  r.eot_id = static_cast<int>(count("eot_id", 65535));
+  r.vocab_size = static_cast<int>(count("vocab_size", INT32_MAX));
+  r.eot_id = static_cast<int>(count("eot_id", INT32_MAX - 1));
   r.input_bytes = count("input_bytes", INT64_MAX);
   r.train_documents = count("train_documents", INT64_MAX);
   r.val_documents = count("val_documents", INT64_MAX);

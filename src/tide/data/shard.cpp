@@ -37,16 +37,18 @@ constexpr const char* kHowToMake = "create shards with `tide prepare`";
 
 namespace {
 
-void write_shard(const std::string& path, std::span<const uint16_t> tokens,
+// tokens: n ids of `token_bytes` bytes each (2: uint16, 4: uint32).
+void write_shard(const std::string& path, const void* tokens, size_t n, int token_bytes,
                  std::span<const uint8_t> loss_mask) {
-  TIDE_CHECK(tokens.size() <= static_cast<size_t>(INT32_MAX),
+  TIDE_CHECK(n <= static_cast<size_t>(INT32_MAX),
              "{}: {} tokens do not fit one shard (the header counts them in an int32); split the "
              "data into several shards",
-             path, tokens.size());
+             path, n);
+  const bool wide = token_bytes == 4;
   std::array<int32_t, kShardHeaderInts> header{};
-  header[0] = kShardMagic;
-  header[1] = kShardVersion;
-  header[2] = static_cast<int32_t>(tokens.size());
+  header[0] = wide ? kShardMagic32 : kShardMagic;
+  header[1] = wide ? kShardVersion32 : kShardVersion;
+  header[2] = static_cast<int32_t>(n);
   header[3] = loss_mask.empty() ? 0 : kShardHasLossMask;
   File f(std::fopen(path.c_str(), "wb"));
   TIDE_CHECK(f != nullptr,
@@ -54,9 +56,7 @@ void write_shard(const std::string& path, std::span<const uint16_t> tokens,
              path, std::strerror(errno));
   bool ok = std::fwrite(header.data(), sizeof(int32_t), header.size(), f.get()) == header.size();
   // An empty shard is only its header (and fwrite of an empty span may get a null pointer).
-  if (!tokens.empty())
-    ok =
-        ok && std::fwrite(tokens.data(), sizeof(uint16_t), tokens.size(), f.get()) == tokens.size();
+  if (n > 0) ok = ok && std::fwrite(tokens, token_bytes, n, f.get()) == n;
   if (!loss_mask.empty())
     ok = ok && std::fwrite(loss_mask.data(), 1, loss_mask.size(), f.get()) == loss_mask.size();
   ok = (std::fclose(f.release()) == 0) && ok;
@@ -66,11 +66,11 @@ void write_shard(const std::string& path, std::span<const uint16_t> tokens,
 }  // namespace
 
 void write_token_shard(const std::string& path, std::span<const uint16_t> tokens) {
-  write_shard(path, tokens, {});
+  write_shard(path, tokens.data(), tokens.size(), 2, {});
 }
 
 void write_token_shard(const std::string& path, std::span<const int32_t> tokens,
-                       std::span<const uint8_t> loss_mask) {
+                       std::span<const uint8_t> loss_mask, int vocab_size) {
   TIDE_CHECK(loss_mask.empty() || loss_mask.size() == tokens.size(),
              "{}: a loss mask of {} entries for {} tokens; it needs one per token", path,
              loss_mask.size(), tokens.size());
@@ -78,16 +78,20 @@ void write_token_shard(const std::string& path, std::span<const int32_t> tokens,
     TIDE_CHECK(loss_mask[i] <= 1, "{}: loss mask entry {} at position {} is not 0 or 1", path,
                loss_mask[i], i);
   }
-  std::vector<uint16_t> narrow(tokens.size());
+  int32_t max_id = 0;
   for (size_t i = 0; i < tokens.size(); ++i) {
-    TIDE_CHECK(
-        tokens[i] >= 0 && tokens[i] < 65536,
-        "{}: token id {} at position {} does not fit a uint16 shard; shards hold vocabularies "
-        "of at most 65536 tokens",
-        path, tokens[i], i);
-    narrow[i] = static_cast<uint16_t>(tokens[i]);
+    TIDE_CHECK(tokens[i] >= 0 && (vocab_size <= 0 || tokens[i] < vocab_size),
+               "{}: token id {} at position {} is outside the vocabulary [0, {})", path, tokens[i],
+               i, vocab_size > 0 ? vocab_size : INT32_MAX);
+    max_id = std::max(max_id, tokens[i]);
   }
-  write_shard(path, std::span<const uint16_t>(narrow), loss_mask);
+  const bool wide = vocab_size > 0 ? vocab_size > 65536 : max_id >= 65536;
+  if (wide) {  // llm.c's uint32 format; int32 ids >= 0 are their own uint32 bits
+    write_shard(path, tokens.data(), tokens.size(), 4, loss_mask);
+    return;
+  }
+  std::vector<uint16_t> narrow(tokens.begin(), tokens.end());
+  write_shard(path, narrow.data(), narrow.size(), 2, loss_mask);
 }
 
 TokenShard::TokenShard(std::string path) : path_(std::move(path)) {
@@ -124,12 +128,16 @@ TokenShard::TokenShard(std::string path) : path_(std::move(path)) {
   // From here on a failed check must not leak the mapping: the destructor does not run for a
   // constructor that throws, so check first and unmap on failure.
   try {
-    TIDE_CHECK(header[0] == kShardMagic, "{}: not a token shard (magic {}, expected {}); {}", path_,
-               header[0], kShardMagic, kHowToMake);
-    TIDE_CHECK(header[1] == kShardVersion,
-               "{}: token shard version {} is not supported (expected {}); re-create it with "
-               "`tide prepare`",
-               path_, header[1], kShardVersion);
+    TIDE_CHECK(header[0] == kShardMagic || header[0] == kShardMagic32,
+               "{}: not a token shard (magic {}, expected {} for uint16 tokens or {} for uint32); "
+               "{}",
+               path_, header[0], kShardMagic, kShardMagic32, kHowToMake);
+    wide_ = header[0] == kShardMagic32;
+    const int32_t version = wide_ ? kShardVersion32 : kShardVersion;
+    TIDE_CHECK(header[1] == version,
+               "{}: token shard version {} is not supported (expected {} with magic {}); "
+               "re-create it with `tide prepare`",
+               path_, header[1], version, header[0]);
     TIDE_CHECK(header[2] >= 0,
                "{}: corrupt token shard header (token count {}); re-create it with `tide prepare`",
                path_, header[2]);
@@ -140,7 +148,7 @@ TokenShard::TokenShard(std::string path) : path_(std::move(path)) {
     const bool masked = (header[3] & kShardHasLossMask) != 0;
     const uintmax_t count = static_cast<uintmax_t>(header[2]);
     const uintmax_t expected =
-        kShardHeaderBytes + count * (sizeof(uint16_t) + (masked ? sizeof(uint8_t) : 0));
+        kShardHeaderBytes + count * (token_bytes() + (masked ? sizeof(uint8_t) : 0));
     TIDE_CHECK(file_bytes >= expected,
                "{}: truncated token shard (header says {} tokens{} = {} bytes, file has {} bytes); "
                "the copy is incomplete: copy it again or re-create it with `tide prepare`",
@@ -154,10 +162,11 @@ TokenShard::TokenShard(std::string path) : path_(std::move(path)) {
     unmap();
     throw;
   }
-  // The body starts 1024 bytes into a page-aligned mapping, so uint16 reads are aligned.
-  tokens_ = reinterpret_cast<const uint16_t*>(static_cast<const char*>(map_) + kShardHeaderBytes);
+  // The body starts 1024 bytes into a page-aligned mapping, so uint16 and uint32 reads are
+  // aligned.
+  tokens_ = static_cast<const char*>(map_) + kShardHeaderBytes;
   if ((header[3] & kShardHasLossMask) != 0)
-    loss_mask_ = reinterpret_cast<const uint8_t*>(tokens_ + size_);
+    loss_mask_ = static_cast<const uint8_t*>(tokens_) + size_ * token_bytes();
 }
 
 TokenShard::~TokenShard() {
@@ -169,6 +178,7 @@ void TokenShard::unmap() {
   map_ = nullptr;
   map_bytes_ = 0;
   tokens_ = nullptr;
+  wide_ = false;
   loss_mask_ = nullptr;
   size_ = 0;
 }
@@ -178,6 +188,7 @@ TokenShard::TokenShard(TokenShard&& other) noexcept
       map_(std::exchange(other.map_, nullptr)),
       map_bytes_(std::exchange(other.map_bytes_, 0)),
       tokens_(std::exchange(other.tokens_, nullptr)),
+      wide_(std::exchange(other.wide_, false)),
       loss_mask_(std::exchange(other.loss_mask_, nullptr)),
       size_(std::exchange(other.size_, 0)),
       max_token_(other.max_token_) {}
@@ -189,6 +200,7 @@ TokenShard& TokenShard::operator=(TokenShard&& other) noexcept {
     map_ = std::exchange(other.map_, nullptr);
     map_bytes_ = std::exchange(other.map_bytes_, 0);
     tokens_ = std::exchange(other.tokens_, nullptr);
+    wide_ = std::exchange(other.wide_, false);
     loss_mask_ = std::exchange(other.loss_mask_, nullptr);
     size_ = std::exchange(other.size_, 0);
     max_token_ = other.max_token_;
@@ -196,20 +208,42 @@ TokenShard& TokenShard::operator=(TokenShard&& other) noexcept {
   return *this;
 }
 
-uint16_t TokenShard::max_token() const {
-  if (max_token_ < 0) max_token_ = size_ == 0 ? 0 : *std::max_element(tokens_, tokens_ + size_);
-  return static_cast<uint16_t>(max_token_);
+void TokenShard::copy_tokens(size_t begin, size_t n, int32_t* out) const {
+  TIDE_ASSERT(begin <= size_ && n <= size_ - begin);
+  // uint32 ids above INT32_MAX cannot be a vocabulary's (check_vocab refuses them first).
+  if (wide_)
+    for (size_t i = 0; i < n; ++i) out[i] = static_cast<int32_t>(tokens32()[begin + i]);
+  else
+    for (size_t i = 0; i < n; ++i) out[i] = tokens16()[begin + i];
+}
+
+std::vector<int32_t> TokenShard::token_ids() const {
+  std::vector<int32_t> ids(size_);
+  copy_tokens(0, size_, ids.data());
+  return ids;
+}
+
+uint32_t TokenShard::max_token() const {
+  if (max_token_ < 0) {
+    if (size_ == 0)
+      max_token_ = 0;
+    else if (wide_)
+      max_token_ = *std::max_element(tokens32(), tokens32() + size_);
+    else
+      max_token_ = *std::max_element(tokens16(), tokens16() + size_);
+  }
+  return static_cast<uint32_t>(max_token_);
 }
 
 void TokenShard::check_vocab(int vocab_size) const {
-  if (static_cast<int>(max_token()) < vocab_size) return;  // the common case: one pass, no search
+  if (int64_t{max_token()} < vocab_size) return;  // the common case: one pass, no search
   for (size_t i = 0; i < size_; ++i) {
     TIDE_CHECK(
-        tokens_[i] < vocab_size,
+        int64_t{(*this)[i]} < vocab_size,
         "token id {} at position {} of {} is >= model.vocab_size {}; the shard was made with "
         "a larger tokenizer: set model.vocab_size to at least {} or re-create the shard with "
         "a matching tokenizer",
-        tokens_[i], i, path_, vocab_size, max_token() + 1);
+        (*this)[i], i, path_, vocab_size, int64_t{max_token()} + 1);
   }
 }
 

@@ -126,7 +126,8 @@ Tokenizer Tokenizer::train(const WordCounts& word_counts, int vocab_size,
   TIDE_CHECK(
       vocab_size >= 257 && vocab_size <= 65536,
       "vocab_size {} is out of range; it must be at least 257 (256 bytes + <|endoftext|>) and "
-      "at most 65536 (token shards store uint16 ids)",
+      "at most 65536 (the size tide's BPE training is for; a larger vocabulary comes from a "
+      "tokenizer.json)",
       vocab_size);
   Tokenizer tok;
   std::unordered_map<std::string, int> id_of;  // token bytes -> id

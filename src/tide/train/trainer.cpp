@@ -1035,8 +1035,7 @@ void Trainer::run_steps() {
     progress_.print(fmt::format("tide: trained {} step{} in {}; checkpoint {}", step_,
                                 step_ == 1 ? "" : "s", human_duration(seconds_since(t_start)),
                                 path));
-    if (!cfg_.model.is_llama())  // the decoder samples GPT-2 only (model/kv_decoder.h)
-      progress_.print(fmt::format("tide: try `tide sample --checkpoint {}`", path));
+    progress_.print(fmt::format("tide: try `tide sample --checkpoint {}`", path));
   }
 }
 

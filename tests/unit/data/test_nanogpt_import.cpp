@@ -37,8 +37,8 @@ PrepareOptions nanogpt_options(const TempDir& dir) {
 }
 
 std::vector<uint16_t> ids_of(const std::string& shard) {
-  const TokenShard s(shard);
-  return {s.tokens().begin(), s.tokens().end()};
+  const std::vector<int32_t> ids = TokenShard(shard).token_ids();
+  return {ids.begin(), ids.end()};
 }
 
 // An earlier `tide prepare` into the same directory leaves val.bin and tokenizer.json; an

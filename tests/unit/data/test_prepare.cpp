@@ -41,7 +41,7 @@ PrepareOptions quiet_options(const TempDir& dir) {
   return o;
 }
 
-int count(std::span<const uint16_t> tokens, int id) {
+int count(const std::vector<int32_t>& tokens, int id) {
   return static_cast<int>(std::count(tokens.begin(), tokens.end(), id));
 }
 
@@ -59,10 +59,10 @@ TEST(Prepare, WritesTokenizerShardsAndMeta) {
   EXPECT_EQ(static_cast<int64_t>(train.size()), r.train_tokens);
   EXPECT_EQ(static_cast<int64_t>(val.size()), r.val_tokens);
   // One <|endoftext|> in front of every document.
-  EXPECT_EQ(count(train.tokens(), tok.eot_id()), r.train_documents);
-  EXPECT_EQ(count(val.tokens(), tok.eot_id()), r.val_documents);
+  EXPECT_EQ(count(train.token_ids(), tok.eot_id()), r.train_documents);
+  EXPECT_EQ(count(val.token_ids(), tok.eot_id()), r.val_documents);
   EXPECT_EQ(val[0], tok.eot_id());
-  const std::vector<int32_t> ids(val.tokens().begin(), val.tokens().end());
+  const std::vector<int32_t> ids = val.token_ids();
   const std::string text = tok.decode(ids);
   // Val holds documents 9, 19, 29, ... (every 10th): the first is a's fortune number 9.
   const std::string first_val = "<|endoftext|>Fortune number 9 says: ";
@@ -185,8 +185,9 @@ TEST(Prepare, UsesLlama3AndQwen2StyleFiles) {
       want.insert(want.end(), suffix.begin(), suffix.end());
     }
     const TokenShard train(r.train_path), val(r.val_path);
-    std::vector<int32_t> all(train.tokens().begin(), train.tokens().end());
-    all.insert(all.end(), val.tokens().begin(), val.tokens().end());
+    std::vector<int32_t> all = train.token_ids();
+    const std::vector<int32_t> val_ids = val.token_ids();
+    all.insert(all.end(), val_ids.begin(), val_ids.end());
     std::vector<int32_t> sorted_all = all, sorted_want = want;  // val is dealt from the documents
     std::sort(sorted_all.begin(), sorted_all.end());
     std::sort(sorted_want.begin(), sorted_want.end());
@@ -256,7 +257,7 @@ TEST(Prepare, JsonlPromptCompletionIsMaskedInTheShards) {
   }
   const TokenShard train(r.train_path);
   ASSERT_TRUE(train.has_loss_mask());
-  EXPECT_EQ(std::vector<int32_t>(train.tokens().begin(), train.tokens().end()), want_tokens);
+  EXPECT_EQ(train.token_ids(), want_tokens);
   EXPECT_EQ(std::vector<uint8_t>(train.loss_mask().begin(), train.loss_mask().end()), want_mask);
   EXPECT_EQ(r.train_loss_tokens, std::count(want_mask.begin(), want_mask.end(), 1));
   EXPECT_NE(std::find(want_tokens.begin(), want_tokens.end(), im_start), want_tokens.end());
@@ -314,7 +315,8 @@ TEST(Prepare, JsonlBadRecordsNameTheLine) {
 }
 
 // A vocabulary beyond uint16 (Llama 3's 128256) cannot go into llm.c's GPT-2 shards.
-TEST(Prepare, RefusesATokenizerTooLargeForUint16Shards) {
+// Just past uint16: the shards switch to uint32 ids (test_prepare_wide.cpp: Llama 3's sizes).
+TEST(Prepare, ATokenizerTooLargeForUint16WritesUint32Shards) {
   TempDir dir;
   write_corpus(dir);
   std::ifstream in(std::string(TIDE_SOURCE_DIR) + "/tests/fixtures/tokenizer/hf_bpe.json");
@@ -323,10 +325,10 @@ TEST(Prepare, RefusesATokenizerTooLargeForUint16Shards) {
   write_file(dir / "big.json", j.dump());
   PrepareOptions o = quiet_options(dir);
   o.tokenizer_file = dir / "big.json";
-  EXPECT_NE(expected_error([&] {
-              prepare_corpus(o);
-            }).find("65537 tokens, but token shards store uint16 ids"),
-            std::string::npos);
+  const PrepareResult r = prepare_corpus(o);
+  EXPECT_EQ(r.vocab_size, 65537);
+  EXPECT_EQ(TokenShard(r.train_path).token_bytes(), 4);
+  EXPECT_EQ(TokenShard(r.val_path).token_bytes(), 4);
 }
 
 TEST(Prepare, FewDocumentsSplitInsideEachDocument) {
@@ -345,7 +347,11 @@ TEST(Prepare, FewDocumentsSplitInsideEachDocument) {
   const TokenShard train(r.train_path), val(r.val_path);
   auto text_of = [&](const TokenShard& shard) {  // without the leading <|endoftext|>
     EXPECT_EQ(shard[0], tok.eot_id());
-    return tok.decode(std::vector<int32_t>(shard.tokens().begin() + 1, shard.tokens().end()));
+    return tok.decode([&] {
+      std::vector<int32_t> ids = shard.token_ids();
+      ids.erase(ids.begin());
+      return ids;
+    }());
   };
   const std::string head = text_of(train), tail = text_of(val);
   EXPECT_EQ(head + tail, text);

@@ -114,6 +114,86 @@ TEST(Shard, ReadsAHandWrittenShard) {
   EXPECT_EQ(shard[2], 9);
 }
 
+// llm.c's uint32 format (dev/data/data_common.py, "llama-3"): magic 20240801, version 7, the
+// tokens as uint32; tide's loss-mask flag works the same after them.
+void write_raw_shard32(const std::string& path, int32_t count, const std::vector<uint32_t>& tokens,
+                       const std::vector<uint8_t>& mask = {}) {
+  std::vector<int32_t> header(256, 0);
+  header[0] = 20240801;
+  header[1] = 7;
+  header[2] = count;
+  header[3] = mask.empty() ? 0 : 1;
+  std::ofstream out(path, std::ios::binary);
+  out.write(reinterpret_cast<const char*>(header.data()), 1024);
+  out.write(reinterpret_cast<const char*>(tokens.data()), tokens.size() * 4);
+  out.write(reinterpret_cast<const char*>(mask.data()), mask.size());
+}
+
+TEST(Shard, ReadsAHandWrittenUint32Shard) {
+  TempDir dir;
+  write_raw_shard32(dir / "w.bin", 4, {7, 128255, 65536, 151645}, {0, 1, 1, 0});
+  const TokenShard shard(dir / "w.bin");
+  ASSERT_EQ(shard.size(), 4u);
+  EXPECT_EQ(shard.token_bytes(), 4);
+  EXPECT_EQ(shard[1], 128255u);
+  EXPECT_EQ(shard[3], 151645u);
+  EXPECT_EQ(shard.max_token(), 151645u);
+  ASSERT_TRUE(shard.has_loss_mask());
+  EXPECT_EQ(shard.loss_mask()[0], 0);
+  EXPECT_EQ(shard.loss_mask()[2], 1);
+  std::vector<int32_t> ids(3);
+  shard.copy_tokens(1, 3, ids.data());
+  EXPECT_EQ(ids, (std::vector<int32_t>{128255, 65536, 151645}));
+  EXPECT_NO_THROW(shard.check_vocab(151646));
+  const std::string msg = expected_error([&] { shard.check_vocab(128256); });
+  EXPECT_NE(msg.find("token id 151645 at position 3"), std::string::npos) << msg;
+}
+
+// The writer takes the vocabulary's width: uint32 above 65536 tokens (even when this shard's
+// ids would fit uint16, so all shards of a corpus agree), uint16 otherwise; without a
+// vocabulary, the ids decide.
+TEST(Shard, WriterPicksUint32ForALargeVocabulary) {
+  TempDir dir;
+  const std::vector<int32_t> tokens = {5, 128000, 0, 70000};
+  const std::vector<uint8_t> mask = {1, 0, 1, 1};
+  write_token_shard(dir / "big.bin", std::span<const int32_t>(tokens), mask, 128256);
+  EXPECT_EQ(std::filesystem::file_size(dir / "big.bin"), 1024u + 4 * 4 + 4);
+  std::ifstream in(dir / "big.bin", std::ios::binary);
+  std::vector<int32_t> header(256);
+  in.read(reinterpret_cast<char*>(header.data()), 1024);
+  EXPECT_EQ(header[0], 20240801);
+  EXPECT_EQ(header[1], 7);
+  EXPECT_EQ(header[2], 4);
+  EXPECT_EQ(header[3], kShardHasLossMask);
+  std::vector<uint32_t> body(4);
+  in.read(reinterpret_cast<char*>(body.data()), 16);
+  EXPECT_EQ(body, (std::vector<uint32_t>{5, 128000, 0, 70000}));
+  const TokenShard shard(dir / "big.bin");
+  EXPECT_EQ(shard[1], 128000u);
+  EXPECT_EQ(shard.loss_mask()[1], 0);
+
+  const std::vector<int32_t> small = {1, 2, 3};
+  write_token_shard(dir / "wide.bin", std::span<const int32_t>(small), {}, 151646);
+  EXPECT_EQ(TokenShard(dir / "wide.bin").token_bytes(), 4);
+  write_token_shard(dir / "narrow.bin", std::span<const int32_t>(small), {}, 65536);
+  EXPECT_EQ(TokenShard(dir / "narrow.bin").token_bytes(), 2);
+  write_token_shard(dir / "auto.bin", std::span<const int32_t>(tokens));
+  EXPECT_EQ(TokenShard(dir / "auto.bin").token_bytes(), 4);
+  const std::string msg = expected_error(
+      [&] { write_token_shard(dir / "x.bin", std::span<const int32_t>(tokens), {}, 100000); });
+  EXPECT_NE(msg.find("token id 128000 at position 1 is outside the vocabulary [0, 100000)"),
+            std::string::npos)
+      << msg;
+}
+
+TEST(Shard, Uint32ShardTruncatedCountsFourBytesPerToken) {
+  TempDir dir;
+  write_raw_shard32(dir / "t.bin", 5, {1, 2, 3});
+  const std::string msg = expected_error([&] { TokenShard s(dir / "t.bin"); });
+  EXPECT_NE(msg.find("header says 5 tokens = 1044 bytes, file has 1036 bytes"), std::string::npos)
+      << msg;
+}
+
 TEST(Shard, MovingKeepsTheMapping) {
   TempDir dir;
   const std::vector<uint16_t> tokens = {10, 20, 30};
@@ -145,7 +225,7 @@ TEST(Shard, EmptyShardFromAnEmptyVectorIsOnlyAHeader) {
   EXPECT_EQ(std::filesystem::file_size(dir / "e.bin"), 1024u);
   const TokenShard shard(dir / "e.bin");
   EXPECT_EQ(shard.size(), 0u);
-  EXPECT_EQ(shard.tokens().size(), 0u);
+  EXPECT_EQ(shard.token_bytes(), 2);
 }
 
 TEST(Shard, WrongMagicNamesFileMagicAndFix) {
@@ -153,7 +233,9 @@ TEST(Shard, WrongMagicNamesFileMagicAndFix) {
   write_raw_shard(dir / "train.bin", 12345, 1, 2, {1, 2});
   const std::string msg = expected_error([&] { TokenShard s(dir / "train.bin"); });
   EXPECT_NE(msg.find(dir / "train.bin"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("not a token shard (magic 12345, expected 20240520)"), std::string::npos)
+  EXPECT_NE(msg.find("not a token shard (magic 12345, expected 20240520 for uint16 tokens or "
+                     "20240801 for uint32)"),
+            std::string::npos)
       << msg;
   EXPECT_NE(msg.find("tide prepare"), std::string::npos) << msg;
 }
@@ -216,12 +298,13 @@ TEST(Shard, CheckVocabNamesTokenPositionFileAndVocab) {
   EXPECT_NE(msg.find("at least 6001"), std::string::npos) << msg;
 }
 
-TEST(Shard, WriterRejectsIdsThatDoNotFitUint16) {
+TEST(Shard, WriterRejectsNegativeIds) {
   TempDir dir;
-  const std::vector<int32_t> tokens = {1, 70000};
+  const std::vector<int32_t> tokens = {1, -3};
   const std::string msg =
       expected_error([&] { write_token_shard(dir / "x.bin", std::span<const int32_t>(tokens)); });
-  EXPECT_NE(msg.find("token id 70000 at position 1"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("token id -3 at position 1 is outside the vocabulary"), std::string::npos)
+      << msg;
 }
 
 TEST(Shard, WriterReportsAMissingDirectory) {

@@ -167,8 +167,8 @@ TEST(HfExport, SingleFileAndShardedGiveTheSameFileOfTheMasterWeights) {
   o.buffer_bytes = 64;  // the 1024-element minimum: transposes go in several row batches
   int lines = 0;
   o.progress = [&](const std::string&) { ++lines; };
-  const HfExportResult r1 = export_hf_gpt2(d + "/one.ckpt", d + "/hf1", o);
-  const HfExportResult r2 = export_hf_gpt2(d + "/sharded", d + "/hf2", o);
+  const HfExportResult r1 = export_hf(d + "/one.ckpt", d + "/hf1", o);
+  const HfExportResult r2 = export_hf(d + "/sharded", d + "/hf2", o);
   expect_export_of(d + "/hf1", *whole, ChunkKind::MASTER);
   EXPECT_EQ(slurp(d + "/hf1/model.safetensors"), slurp(d + "/hf2/model.safetensors"));
   EXPECT_EQ(r1.source, "master weights (f32)");
@@ -194,9 +194,9 @@ TEST(HfExport, Bf16FileIsTheF32ExportRounded) {
   save_checkpoint(d + "/m.ckpt", *whole, info_of(c), true);
   HfExportOptions o;
   o.buffer_bytes = 64;  // 1024-element buffers: the 4096-element transposes in 4 pieces
-  const HfExportResult f32 = export_hf_gpt2(d + "/m.ckpt", d + "/f32", o);
+  const HfExportResult f32 = export_hf(d + "/m.ckpt", d + "/f32", o);
   o.dtype = DType::BF16;
-  const HfExportResult bf16 = export_hf_gpt2(d + "/m.ckpt", d + "/bf16", o);
+  const HfExportResult bf16 = export_hf(d + "/m.ckpt", d + "/bf16", o);
   const HfFile a = parse(d + "/f32/model.safetensors"), b = parse(d + "/bf16/model.safetensors");
   for (const TensorSlot& slot : whole->layout().slots()) {
     const std::string hf = hf_gpt2_name(slot.name);
@@ -215,7 +215,7 @@ TEST(HfExport, Bf16FileIsTheF32ExportRounded) {
   EXPECT_EQ(json::parse(slurp(d + "/f32/config.json"))["torch_dtype"], "float32");
   EXPECT_EQ(f32.source, bf16.source);
   o.dtype = DType::F16;
-  EXPECT_NE(error_of([&] { export_hf_gpt2(d + "/m.ckpt", d + "/f16", o); }).find("use f32 or bf16"),
+  EXPECT_NE(error_of([&] { export_hf(d + "/m.ckpt", d + "/f16", o); }).find("use f32 or bf16"),
             std::string::npos);
 }
 
@@ -224,7 +224,7 @@ TEST(HfExport, F32ParametersAndBf16ParametersWithoutMaster) {
   const std::string d = temp_dir("params");
   const auto f32 = store_of(c, DType::F32, true);
   save_checkpoint(d + "/f32.ckpt", *f32, info_of(c), true);
-  EXPECT_EQ(export_hf_gpt2(d + "/f32.ckpt", d + "/a").source, "parameters (f32)");
+  EXPECT_EQ(export_hf(d + "/f32.ckpt", d + "/a").source, "parameters (f32)");
   expect_export_of(d + "/a", *f32, ChunkKind::PARAM);
 
   const auto bf16 = store_of(c, DType::BF16, false);
@@ -242,7 +242,7 @@ TEST(HfExport, F32ParametersAndBf16ParametersWithoutMaster) {
     save_checkpoint_shard(d + "/bf16", s, info_of(c), false, r, 2);
   }
   commit_sharded_checkpoint(d + "/bf16", 2);
-  EXPECT_EQ(export_hf_gpt2(d + "/bf16", d + "/b").source, "parameters (bf16)");
+  EXPECT_EQ(export_hf(d + "/bf16", d + "/b").source, "parameters (bf16)");
   expect_export_of(d + "/b", *bf16, ChunkKind::PARAM);
 }
 
@@ -255,21 +255,20 @@ TEST(HfExport, ChecksInputFirstAndNeverOverwritesSilently) {
   std::string bytes = slurp(d + "/m.ckpt");
   bytes[bytes.size() - 3] ^= 1;
   std::ofstream(d + "/bad.ckpt", std::ios::binary) << bytes;
-  EXPECT_NE(
-      error_of([&] { export_hf_gpt2(d + "/bad.ckpt", d + "/out"); }).find("checksum mismatch"),
-      std::string::npos);
+  EXPECT_NE(error_of([&] { export_hf(d + "/bad.ckpt", d + "/out"); }).find("checksum mismatch"),
+            std::string::npos);
   EXPECT_FALSE(fs::exists(d + "/out"));
-  EXPECT_NE(error_of([&] { export_hf_gpt2(d + "/nothing", d + "/out"); }).find("cannot open"),
+  EXPECT_NE(error_of([&] { export_hf(d + "/nothing", d + "/out"); }).find("cannot open"),
             std::string::npos);
   EXPECT_FALSE(fs::exists(d + "/out"));
 
-  export_hf_gpt2(d + "/m.ckpt", d + "/out");
+  export_hf(d + "/m.ckpt", d + "/out");
   const std::string first = slurp(d + "/out/model.safetensors");
-  EXPECT_NE(error_of([&] { export_hf_gpt2(d + "/m.ckpt", d + "/out"); }).find("--overwrite"),
+  EXPECT_NE(error_of([&] { export_hf(d + "/m.ckpt", d + "/out"); }).find("--overwrite"),
             std::string::npos);
   HfExportOptions o;
   o.overwrite = true;
-  export_hf_gpt2(d + "/m.ckpt", d + "/out", o);
+  export_hf(d + "/m.ckpt", d + "/out", o);
   EXPECT_EQ(slurp(d + "/out/model.safetensors"), first);
   int files = 0;
   for (const auto& e : fs::directory_iterator(d + "/out")) files += e.is_regular_file();

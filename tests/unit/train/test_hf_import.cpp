@@ -115,7 +115,7 @@ TEST(HfImport, RoundTripThroughTideIsBitwise) {
   EXPECT_FALSE(info.optimizer_state);
   EXPECT_EQ(info.step, 0);
 
-  export_hf_gpt2(d + "/model.ckpt", d + "/hf");
+  export_hf(d + "/model.ckpt", d + "/hf");
   const Tensors a = parse(kFixture + "/model.safetensors"), b = parse(d + "/hf/model.safetensors");
   ASSERT_EQ(a.t.size(), b.t.size());
   for (const auto& [name, v] : a.t) {
@@ -161,7 +161,7 @@ TEST(HfImport, AcceptsUnprefixedNamesBuffersAndAnEqualLmHead) {
   const std::string out = fs::path(d).parent_path().string() + "/model.ckpt";
   const HfImportResult r = import_hf_gpt2(d, out);
   EXPECT_EQ(r.ignored.size(), 2u);
-  export_hf_gpt2(out, fs::path(d).parent_path().string() + "/back");
+  export_hf(out, fs::path(d).parent_path().string() + "/back");
   const Tensors back = parse(fs::path(d).parent_path().string() + "/back/model.safetensors");
   for (const auto& [name, v] : t.t) EXPECT_TRUE(std::get<2>(v) == std::get<2>(back.t.at(name)));
 }
