@@ -284,7 +284,7 @@ void PipelineEngine::sum_tied_gradient() {
     const Tensor mine = stacks_[chunk]->grad(slot.chunk);
     const int64_t n = st.layout().chunk_elems(slot.chunk);
     buf = Arena("tied gradient", Arena::aligned(n * dtype_size(mine.dtype)),
-                mine.device.is_cpu() ? nullptr : st.options().compute);
+                mine.device.is_cpu() ? nullptr : models_[chunk]->activation_allocator());
     gathered = buf.alloc_tensor({n}, mine.dtype);
     dp_->all_gather(mine, gathered);
     return Tensor(static_cast<std::byte*>(gathered.data) + slot.offset * dtype_size(mine.dtype),

@@ -100,6 +100,18 @@ SimRun train(GPT& gpt, const ZeroSettings& zero = {}, AutoPlacementSettings plac
   return r;
 }
 
+// Losses, gradient norms and master weights bit for bit.
+void expect_same_run(const SimRun& cpu, const SimRun& sim, const std::string& what) {
+  ASSERT_EQ(sim.curve.size(), cpu.curve.size()) << what;
+  for (size_t i = 0; i < cpu.curve.size(); ++i)
+    EXPECT_EQ(std::memcmp(&sim.curve[i], &cpu.curve[i], sizeof(float)), 0)
+        << what << ": step " << i / 2 + 1 << (i % 2 ? " grad norm " : " loss ") << sim.curve[i]
+        << " on sim:0, " << cpu.curve[i] << " on the CPU";
+  ASSERT_EQ(sim.master.size(), cpu.master.size()) << what;
+  EXPECT_EQ(std::memcmp(sim.master.data(), cpu.master.data(), cpu.master.size() * 4), 0)
+      << what << ": the master weights differ";
+}
+
 TEST(SimEngine, TrainsTheCpuRunBitwise) {
   // One OpenMP thread for the CPU run too: with a tiny model two spinning teams on a busy
   // machine cost seconds, and the results do not depend on the thread count.
@@ -124,14 +136,7 @@ TEST(SimEngine, TrainsTheCpuRunBitwise) {
       const size_t peak = dev.memory.peak();
       const size_t one_micro_batch = sim_model.make_micro_batch(kB, kT)->saved.capacity();
       EXPECT_GE(peak, cpu_model.store().total_bytes() + one_micro_batch) << what;
-      ASSERT_EQ(sim.curve.size(), cpu.curve.size());
-      for (size_t i = 0; i < cpu.curve.size(); ++i)
-        EXPECT_EQ(std::memcmp(&sim.curve[i], &cpu.curve[i], sizeof(float)), 0)
-            << what << ": step " << i / 2 + 1 << (i % 2 ? " grad norm " : " loss ") << sim.curve[i]
-            << " on sim:0, " << cpu.curve[i] << " on the CPU";
-      ASSERT_EQ(sim.master.size(), cpu.master.size());
-      EXPECT_EQ(std::memcmp(sim.master.data(), cpu.master.data(), cpu.master.size() * 4), 0)
-          << what << ": the master weights differ";
+      expect_same_run(cpu, sim, what);
     }
   }
   omp_set_num_threads(threads);
@@ -167,14 +172,7 @@ TEST(SimEngine, OffloadTrainsTheCpuOffloadRunBitwise) {
       GPT sim_model(sim_engine_config(), ActivationPolicy::SAVE_ALL, offloaded(dev.options(dtype)));
       ASSERT_GT(sim_model.store().layout().num_chunks(), 2) << what;
       const SimRun sim = train(sim_model, z);
-      ASSERT_EQ(sim.curve.size(), cpu.curve.size());
-      for (size_t i = 0; i < cpu.curve.size(); ++i)
-        EXPECT_EQ(std::memcmp(&sim.curve[i], &cpu.curve[i], sizeof(float)), 0)
-            << what << ": step " << i / 2 + 1 << (i % 2 ? " grad norm " : " loss ") << sim.curve[i]
-            << " on sim:0, " << cpu.curve[i] << " on the CPU";
-      ASSERT_EQ(sim.master.size(), cpu.master.size());
-      EXPECT_EQ(std::memcmp(sim.master.data(), cpu.master.data(), cpu.master.size() * 4), 0)
-          << what << ": the master weights differ";
+      expect_same_run(cpu, sim, what);
     }
   }
   omp_set_num_threads(threads);
@@ -263,13 +261,7 @@ TEST(SimEngine, AutoPlacementTrainsTheCpuRunBitwise) {
     EXPECT_GT(sim_counters.evictions, 0) << what << ": the budget must be too small for the model";
     EXPECT_GT(sim_counters.updated_on_host, 0)
         << what << ": " << sim_counters.updated_on_compute << " chunks updated on the device";
-    ASSERT_EQ(sim.curve.size(), cpu.curve.size());
-    for (size_t i = 0; i < cpu.curve.size(); ++i)
-      EXPECT_EQ(std::memcmp(&sim.curve[i], &cpu.curve[i], sizeof(float)), 0)
-          << what << ": step " << i / 2 + 1 << (i % 2 ? " grad norm " : " loss ") << sim.curve[i]
-          << " on sim:0, " << cpu.curve[i] << " on the CPU";
-    EXPECT_EQ(std::memcmp(sim.master.data(), cpu.master.data(), cpu.master.size() * 4), 0)
-        << what << ": the master weights differ";
+    expect_same_run(cpu, sim, what);
   }
   omp_set_num_threads(threads);
 }
