@@ -1,5 +1,6 @@
-// Fuzzes the token shard reader: the input is a shard file. An accepted shard must hold
-// exactly the tokens its header counts, all readable.
+// Fuzzes the token shard reader: the input is a shard file (uint16 or uint32 tokens, with or
+// without a loss mask). An accepted shard must hold exactly the tokens its header counts (and
+// their mask), all readable.
 #include "fuzz_util.h"
 #include "tide/data/shard.h"
 
@@ -9,9 +10,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   fuzz::write_file(path, std::string_view(reinterpret_cast<const char*>(data), size));
   fuzz::accepts([&] {
     TokenShard shard(path);
-    if (kShardHeaderBytes + shard.size() * sizeof(uint16_t) != size) std::abort();
+    // Header, tokens (uint16 or uint32) and the loss mask's byte per token when it has one.
+    const size_t mask = shard.has_loss_mask() ? shard.size() : 0;
+    if (kShardHeaderBytes + shard.size() * shard.token_bytes() + mask != size) std::abort();
     uint64_t sum = 0;
-    for (uint16_t t : shard.tokens()) sum += t;
+    for (size_t i = 0; i < shard.size(); ++i) sum += shard[i];
     if (shard.size() > 0 && sum < shard.max_token()) std::abort();
     TokenShard moved(std::move(shard));
     moved.check_vocab(static_cast<int>(size % 70000));
