@@ -1,8 +1,10 @@
 #include "tide/model/block.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "tide/kernels/mover.h"
+#include "tide/model/layout.h"
 
 namespace tide {
 
@@ -66,6 +68,20 @@ static void permute_rows(void* dst, const void* src, size_t es, int64_t t, int64
       else
         std::memcpy(d + whole, s + major, n);
     }
+}
+
+int64_t BlockEnv::vocab_begin() const {
+  return tp_rank() * vocab_rows_per_rank(*config, tp_size());
+}
+
+int64_t BlockEnv::vocab_cols() const {
+  if (!tp) return config->vocab_size;
+  return std::min<int64_t>(vocab_rows_per_rank(*config, tp_size()),
+                           config->vocab_size - vocab_begin());
+}
+
+Tensor BlockEnv::head_weight(Tensor w) const {
+  return tp ? Tensor(w.data, {vocab_cols(), w.dim(1)}, w.dtype, w.device) : w;
 }
 
 void BlockEnv::tp_all_reduce(Tensor partial) const {

@@ -104,6 +104,12 @@ struct BlockEnv {
   Tensor zeros(Arena& arena, Shape shape, DType dtype) const;
 
   int tp_size() const { return tp ? tp->size() : 1; }
+  // The vocabulary-parallel ends: this rank's rows [vocab_begin, + vocab_cols) of wte (the
+  // logit columns; the padding rows of the last ranks excluded); the whole vocabulary without
+  // tensor parallelism. head_weight: those rows of a (V/t padded, C) head weight or gradient.
+  int64_t vocab_begin() const;
+  int64_t vocab_cols() const;
+  Tensor head_weight(Tensor w) const;
   int tp_rank() const { return tp ? tp->rank() : 0; }
   // Positions of a sequence this rank holds in the residual stream, and the first of them.
   int64_t seq_local(int64_t T) const { return sp ? T / tp_size() : T; }

@@ -18,7 +18,6 @@ class EmbeddingBlock : public Block {
   size_t stash_bytes(int B, int T) const override;
 
  private:
-  int64_t vocab_begin() const;  // first wte row this rank holds (tensor parallelism)
   const BlockEnv& env_;
   int wte_, wpe_;
 };
@@ -72,11 +71,6 @@ class HeadBlock : public Block {
   size_t stash_bytes(int B, int T) const override;
 
  private:
-  // Tensor parallelism: this rank's vocabulary columns [vocab_begin, + vocab_cols) (the
-  // padding rows of the last ranks' wte excluded); the whole vocabulary otherwise.
-  int64_t vocab_begin() const;
-  int64_t vocab_cols() const;
-  Tensor head_weight(Tensor wte) const;  // the rows of wte (or its gradient) that are logits
   const BlockEnv& env_;
   int wte_, lnf_w_, lnf_b_;
 };

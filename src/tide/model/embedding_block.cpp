@@ -23,8 +23,8 @@ void EmbeddingBlock::forward(MicroBatch& mb) {
     // added as the single-rank op adds it.
     Tensor partial = x;
     if (env_.sp) partial = mb.workspace.alloc_tensor({mb.B, mb.T, x.dim(2)}, x.dtype);
-    vocab_parallel_embedding_forward(env_.op, partial, mb.tokens, env_.param(wte_), vocab_begin(),
-                                     env_.config->vocab_size);
+    vocab_parallel_embedding_forward(env_.op, partial, mb.tokens, env_.param(wte_),
+                                     env_.vocab_begin(), env_.config->vocab_size);
     Tensor summed = env_.to_shard(partial, mb.workspace, mb.workspace);
     if (env_.sp) copy(env_.op, x, summed);
     add_position_embedding(env_.op, x, env_.param(wpe_), env_.seq_begin(mb.T));
@@ -52,15 +52,11 @@ void EmbeddingBlock::backward_input(MicroBatch& mb) {
 void EmbeddingBlock::backward_weight(MicroBatch& mb) {
   if (env_.tp) {
     vocab_parallel_embedding_backward(env_.op, env_.grad(wte_), mb.block_saved[0][0], mb.tokens,
-                                      vocab_begin());
+                                      env_.vocab_begin());
     position_embedding_backward(env_.op, env_.grad(wpe_), mb.block_saved[0][0]);
     return;
   }
   embedding_backward(env_.op, env_.grad(wte_), env_.grad(wpe_), mb.block_saved[0][0], mb.tokens);
-}
-
-int64_t EmbeddingBlock::vocab_begin() const {
-  return env_.tp_rank() * vocab_rows_per_rank(*env_.config, env_.tp_size());
 }
 
 size_t EmbeddingBlock::saved_bytes(int B, int T) const {

@@ -20,7 +20,7 @@ HeadBlock::HeadBlock(const BlockEnv& env, int wte, int lnf_w, int lnf_b)
 
 void HeadBlock::forward(MicroBatch& mb) {
   const GPTConfig& cfg = *env_.config;
-  const int64_t B = mb.B, T = mb.T, C = cfg.n_embd, V = vocab_cols();
+  const int64_t B = mb.B, T = mb.T, C = cfg.n_embd, V = env_.vocab_cols();
   // In training the logits are kept (backward turns them into dlogits in place); in
   // evaluation everything is temporary.
   Arena& keep = (mb.training || mb.keep_logits) ? mb.saved : mb.workspace;
@@ -34,7 +34,7 @@ void HeadBlock::forward(MicroBatch& mb) {
   // (B,T,V), (B,T,V/t) under tensor parallelism. f32 in every precision: the cross-entropy and
   // its in-place gradient run in f32 (as Megatron's and Hugging Face's .float() before the loss).
   Tensor logits = keep.alloc_tensor({B, T, V}, DType::F32);
-  matmul_forward(env_.op, logits, lnf_full, head_weight(env_.param(wte_)),
+  matmul_forward(env_.op, logits, lnf_full, env_.head_weight(env_.param(wte_)),
                  Tensor());  // tied LM head
   Tensor losses = mb.workspace.alloc_tensor({B, T}, DType::F32);
   Tensor lse_max, lse_sum;
@@ -42,7 +42,7 @@ void HeadBlock::forward(MicroBatch& mb) {
     lse_max = keep.alloc_tensor({B, T}, DType::F32);
     lse_sum = keep.alloc_tensor({B, T}, DType::F32);
     vocab_parallel_crossentropy_forward(env_.op, *env_.tp, losses, lse_max, lse_sum, logits,
-                                        mb.targets, vocab_begin(), mb.workspace);
+                                        mb.targets, env_.vocab_begin(), mb.workspace);
   } else {
     crossentropy_forward(env_.op, losses, logits, mb.targets);
   }
@@ -64,13 +64,13 @@ void HeadBlock::backward_input(MicroBatch& mb) {
   Tensor dlogits = s[LOGITS];  // (B,T,V), overwritten in place
   if (env_.tp)
     vocab_parallel_crossentropy_backward(env_.op, dlogits, s[LOGITS], mb.targets, s[LSE_MAX],
-                                         s[LSE_SUM], vocab_begin(), dloss);
+                                         s[LSE_SUM], env_.vocab_begin(), dloss);
   else
     crossentropy_backward(env_.op, dlogits, s[LOGITS], mb.targets, dloss);
   // (B,T,C), for W: the ranks' partial d(ln_f output) summed (f's backward); under SP
   // reduce-scattered to this rank's shard (B,T/t,C).
   Tensor dlnf = env_.zeros(env_.sp ? mb.workspace : *mb.stash_arena, s[LNF_FULL].shape);
-  matmul_backward_input(env_.op, dlnf, dlogits, head_weight(env_.param(wte_)));
+  matmul_backward_input(env_.op, dlnf, dlogits, env_.head_weight(env_.param(wte_)));
   s[DLNF] = env_.to_shard(dlnf, *mb.stash_arena, mb.workspace);
   // The head starts the backward pass: dresidual = d(loss)/d(residual[L]).
   layernorm_backward_input(env_.op, mb.dresidual, s[DLNF], mb.residual[cfg.n_layer],
@@ -80,7 +80,8 @@ void HeadBlock::backward_input(MicroBatch& mb) {
 void HeadBlock::backward_weight(MicroBatch& mb) {
   const GPTConfig& cfg = *env_.config;
   const std::vector<Tensor>& s = mb.block_saved[cfg.n_layer + 1];
-  matmul_backward_weight(env_.op, head_weight(env_.grad(wte_)), Tensor(), s[LOGITS], s[LNF_FULL]);
+  matmul_backward_weight(env_.op, env_.head_weight(env_.grad(wte_)), Tensor(), s[LOGITS],
+                         s[LNF_FULL]);
   if (!env_.sp) {
     layernorm_backward_weight(env_.op, env_.grad(lnf_w_), env_.grad(lnf_b_), s[DLNF],
                               mb.residual[cfg.n_layer], s[LNF_MEAN], s[LNF_RSTD]);
@@ -93,20 +94,6 @@ void HeadBlock::backward_weight(MicroBatch& mb) {
                             Tensor(part.f32() + C, {C}, DType::F32, part.device), s[DLNF],
                             mb.residual[cfg.n_layer], s[LNF_MEAN], s[LNF_RSTD]);
   env_.add_sp_partial_grads(part, {env_.grad(lnf_w_), env_.grad(lnf_b_)});
-}
-
-int64_t HeadBlock::vocab_begin() const {
-  return env_.tp_rank() * vocab_rows_per_rank(*env_.config, env_.tp_size());
-}
-
-int64_t HeadBlock::vocab_cols() const {
-  if (!env_.tp) return env_.config->vocab_size;
-  return std::min<int64_t>(vocab_rows_per_rank(*env_.config, env_.tp_size()),
-                           env_.config->vocab_size - vocab_begin());
-}
-
-Tensor HeadBlock::head_weight(Tensor w) const {  // (V/t rows with padding, C) -> (cols, C)
-  return env_.tp ? Tensor(w.data, {vocab_cols(), w.dim(1)}, w.dtype, w.device) : w;
 }
 
 size_t HeadBlock::saved_bytes(int B, int T) const {

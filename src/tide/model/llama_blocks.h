@@ -23,7 +23,6 @@ class LlamaEmbeddingBlock : public Block {
   size_t stash_bytes(int B, int T) const override;
 
  private:
-  int64_t vocab_begin() const;  // this rank's first vocabulary row
   const BlockEnv& env_;
   int wte_;
 };
@@ -71,9 +70,6 @@ class LlamaHeadBlock : public Block {
   size_t stash_bytes(int B, int T) const override;
 
  private:
-  int64_t vocab_begin() const;
-  int64_t vocab_cols() const;          // this rank's real vocabulary rows (logit columns)
-  Tensor head_weight(Tensor w) const;  // the head weight (or its gradient) without padding rows
   const BlockEnv& env_;
   int head_, norm_;
 };

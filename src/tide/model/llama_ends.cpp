@@ -27,8 +27,8 @@ void LlamaEmbeddingBlock::forward(MicroBatch& mb) {
   if (env_.tp) {
     Tensor partial = x;
     if (env_.sp) partial = mb.workspace.alloc_tensor({mb.B, mb.T, x.dim(2)}, x.dtype);
-    vocab_parallel_embedding_forward(env_.op, partial, mb.tokens, env_.param(wte_), vocab_begin(),
-                                     env_.config->vocab_size);
+    vocab_parallel_embedding_forward(env_.op, partial, mb.tokens, env_.param(wte_),
+                                     env_.vocab_begin(), env_.config->vocab_size);
     const Tensor summed = env_.to_shard(partial, mb.workspace, mb.workspace);
     if (env_.sp) copy(env_.op, x, summed);
     return;
@@ -51,15 +51,11 @@ void LlamaEmbeddingBlock::backward_weight(MicroBatch& mb) {
   const Tensor dwte = env_.grad(wte_);
   if (env_.tp) {
     vocab_parallel_embedding_backward(env_.op, dwte, mb.block_saved[0][0], mb.tokens,
-                                      vocab_begin());
+                                      env_.vocab_begin());
     return;
   }
   const Tensor dpositions = env_.zeros(mb.workspace, {mb.T, dwte.dim(1)}, dwte.dtype);  // dropped
   embedding_backward(env_.op, dwte, dpositions, mb.block_saved[0][0], mb.tokens);
-}
-
-int64_t LlamaEmbeddingBlock::vocab_begin() const {
-  return env_.tp_rank() * vocab_rows_per_rank(*env_.config, env_.tp_size());
 }
 
 size_t LlamaEmbeddingBlock::saved_bytes(int B, int T) const {
@@ -97,15 +93,15 @@ void LlamaHeadBlock::forward(MicroBatch& mb) {
   rmsnorm_forward(env_.op, norm, rstd, x, env_.param(norm_), static_cast<float>(cfg.rms_norm_eps));
   const Tensor norm_full = env_.to_full(norm, keep, mb.workspace);  // (B,T,C)
   // (B,T,V), (B,T,V/t) under tensor parallelism; f32 in every precision, as the GPT-2 head's.
-  Tensor logits = keep.alloc_tensor({B, T, vocab_cols()}, DType::F32);
-  matmul_forward(env_.op, logits, norm_full, head_weight(env_.param(head_)), Tensor());
+  Tensor logits = keep.alloc_tensor({B, T, env_.vocab_cols()}, DType::F32);
+  matmul_forward(env_.op, logits, norm_full, env_.head_weight(env_.param(head_)), Tensor());
   Tensor losses = mb.workspace.alloc_tensor({B, T}, DType::F32);
   Tensor lse_max, lse_sum;
   if (env_.tp) {
     lse_max = keep.alloc_tensor({B, T}, DType::F32);
     lse_sum = keep.alloc_tensor({B, T}, DType::F32);
     vocab_parallel_crossentropy_forward(env_.op, *env_.tp, losses, lse_max, lse_sum, logits,
-                                        mb.targets, vocab_begin(), mb.workspace);
+                                        mb.targets, env_.vocab_begin(), mb.workspace);
   } else {
     crossentropy_forward(env_.op, losses, logits, mb.targets);
   }
@@ -126,13 +122,13 @@ void LlamaHeadBlock::backward_input(MicroBatch& mb) {
   Tensor dlogits = s[LH_LOGITS];  // (B,T,V), overwritten in place
   if (env_.tp)
     vocab_parallel_crossentropy_backward(env_.op, dlogits, s[LH_LOGITS], mb.targets, s[LH_LSE_MAX],
-                                         s[LH_LSE_SUM], vocab_begin(), dloss);
+                                         s[LH_LSE_SUM], env_.vocab_begin(), dloss);
   else
     crossentropy_backward(env_.op, dlogits, s[LH_LOGITS], mb.targets, dloss);
   // (B,T,C): the ranks' partial d(norm output) summed; under SP reduce-scattered to this
   // rank's shard (B,T/t,C).
   Tensor dnorm = env_.zeros(env_.sp ? mb.workspace : *mb.stash_arena, s[LH_NORM_FULL].shape);
-  matmul_backward_input(env_.op, dnorm, dlogits, head_weight(env_.param(head_)));
+  matmul_backward_input(env_.op, dnorm, dlogits, env_.head_weight(env_.param(head_)));
   s[LH_DNORM] = env_.to_shard(dnorm, *mb.stash_arena, mb.workspace);
   // The head starts the backward pass: dresidual = d(loss)/d(residual[L]).
   rmsnorm_backward_input(env_.op, mb.dresidual, s[LH_DNORM], mb.residual[cfg.n_layer],
@@ -142,7 +138,7 @@ void LlamaHeadBlock::backward_input(MicroBatch& mb) {
 void LlamaHeadBlock::backward_weight(MicroBatch& mb) {
   const GPTConfig& cfg = *env_.config;
   const std::vector<Tensor>& s = mb.block_saved[cfg.n_layer + 1];
-  matmul_backward_weight(env_.op, head_weight(env_.grad(head_)), Tensor(), s[LH_LOGITS],
+  matmul_backward_weight(env_.op, env_.head_weight(env_.grad(head_)), Tensor(), s[LH_LOGITS],
                          s[LH_NORM_FULL]);
   if (!env_.sp) {
     rmsnorm_backward_weight(env_.op, env_.grad(norm_), s[LH_DNORM], mb.residual[cfg.n_layer],
@@ -153,20 +149,6 @@ void LlamaHeadBlock::backward_weight(MicroBatch& mb) {
   Tensor part = env_.zeros(mb.workspace, {cfg.n_embd}, DType::F32);
   rmsnorm_backward_weight(env_.op, part, s[LH_DNORM], mb.residual[cfg.n_layer], s[LH_RSTD]);
   env_.add_sp_partial_grads(part, {env_.grad(norm_)});
-}
-
-int64_t LlamaHeadBlock::vocab_begin() const {
-  return env_.tp_rank() * vocab_rows_per_rank(*env_.config, env_.tp_size());
-}
-
-int64_t LlamaHeadBlock::vocab_cols() const {
-  if (!env_.tp) return env_.config->vocab_size;
-  return std::min<int64_t>(vocab_rows_per_rank(*env_.config, env_.tp_size()),
-                           env_.config->vocab_size - vocab_begin());
-}
-
-Tensor LlamaHeadBlock::head_weight(Tensor w) const {  // (V/t rows with padding, C) -> (cols, C)
-  return env_.tp ? Tensor(w.data, {vocab_cols(), w.dim(1)}, w.dtype, w.device) : w;
 }
 
 size_t LlamaHeadBlock::saved_bytes(int B, int T) const {
