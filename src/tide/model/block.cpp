@@ -5,6 +5,7 @@
 
 #include "tide/kernels/mover.h"
 #include "tide/model/layout.h"
+#include "tide/model/vocab_parallel.h"
 
 namespace tide {
 
@@ -189,6 +190,38 @@ void record_losses(const BlockEnv& env, MicroBatch& mb, Tensor losses) {
     counted += mb.seq_targets[b];
   }
   mb.loss = counted ? static_cast<float>(sum / counted) : 0.0f;
+}
+
+std::pair<Tensor, Tensor> head_loss_forward(const BlockEnv& env, MicroBatch& mb, Tensor logits,
+                                            Arena& keep) {
+  const int64_t B = mb.B, T = mb.T;
+  Tensor losses = mb.workspace.alloc_tensor({B, T}, DType::F32);
+  Tensor lse_max, lse_sum;
+  if (env.tp) {
+    lse_max = keep.alloc_tensor({B, T}, DType::F32);
+    lse_sum = keep.alloc_tensor({B, T}, DType::F32);
+    vocab_parallel_crossentropy_forward(env.op, *env.tp, losses, lse_max, lse_sum, logits,
+                                        mb.targets, env.vocab_begin(), mb.workspace);
+  } else {
+    crossentropy_forward(env.op, losses, logits, mb.targets);
+  }
+  mb.logits = logits;
+  record_losses(env, mb, losses);
+  return {lse_max, lse_sum};
+}
+
+void head_loss_backward(const BlockEnv& env, const MicroBatch& mb, Tensor logits, Tensor lse_max,
+                        Tensor lse_sum) {
+  const int32_t* tgt = mb.host_targets.i32();
+  int64_t counted = 0;
+  for (int64_t i = 0; i < int64_t{mb.B} * mb.T; ++i) counted += tgt[i] >= 0;
+  // d(mean loss)/d(loss_i) = 1/counted, times the micro-batch's weight in the objective.
+  const float dloss = counted ? mb.dloss / static_cast<float>(counted) : 0.0f;
+  if (env.tp)
+    vocab_parallel_crossentropy_backward(env.op, logits, logits, mb.targets, lse_max, lse_sum,
+                                         env.vocab_begin(), dloss);
+  else
+    crossentropy_backward(env.op, logits, logits, mb.targets, dloss);
 }
 
 }  // namespace tide

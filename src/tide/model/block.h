@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "tide/comm/process_group.h"
@@ -172,5 +173,15 @@ ArenaShape arena_shape(const BlockEnv& env);
 // to mb.host_losses first) summed per sequence into mb.seq_loss_sum / seq_targets and averaged
 // into mb.loss.
 void record_losses(const BlockEnv& env, MicroBatch& mb, Tensor losses);
+
+// The head's loss (GPT-2's and the Llama family's): the per-position cross-entropy of `logits`
+// (B,T,V; this rank's vocabulary columns under tensor parallelism) recorded in mb
+// (record_losses). Under tensor parallelism also the row maxima and sums backward needs,
+// allocated from `keep` and returned (undefined tensors otherwise).
+std::pair<Tensor, Tensor> head_loss_forward(const BlockEnv& env, MicroBatch& mb, Tensor logits,
+                                            Arena& keep);
+// d(loss)/d(logits) in place: each counted position's 1/counted of the mean, times mb.dloss.
+void head_loss_backward(const BlockEnv& env, const MicroBatch& mb, Tensor logits, Tensor lse_max,
+                        Tensor lse_sum);
 
 }  // namespace tide

@@ -36,18 +36,7 @@ void HeadBlock::forward(MicroBatch& mb) {
   Tensor logits = keep.alloc_tensor({B, T, V}, DType::F32);
   matmul_forward(env_.op, logits, lnf_full, env_.head_weight(env_.param(wte_)),
                  Tensor());  // tied LM head
-  Tensor losses = mb.workspace.alloc_tensor({B, T}, DType::F32);
-  Tensor lse_max, lse_sum;
-  if (env_.tp) {
-    lse_max = keep.alloc_tensor({B, T}, DType::F32);
-    lse_sum = keep.alloc_tensor({B, T}, DType::F32);
-    vocab_parallel_crossentropy_forward(env_.op, *env_.tp, losses, lse_max, lse_sum, logits,
-                                        mb.targets, env_.vocab_begin(), mb.workspace);
-  } else {
-    crossentropy_forward(env_.op, losses, logits, mb.targets);
-  }
-  mb.logits = logits;
-  record_losses(env_, mb, losses);
+  const auto [lse_max, lse_sum] = head_loss_forward(env_, mb, logits, keep);
   if (mb.training)
     mb.block_saved[cfg.n_layer + 1] = {lnf,      mean,    rstd,    logits,
                                        Tensor(), lse_max, lse_sum, lnf_full};
@@ -56,17 +45,8 @@ void HeadBlock::forward(MicroBatch& mb) {
 void HeadBlock::backward_input(MicroBatch& mb) {
   const GPTConfig& cfg = *env_.config;
   std::vector<Tensor>& s = mb.block_saved[cfg.n_layer + 1];
-  const int32_t* tgt = mb.host_targets.i32();
-  int64_t counted = 0;
-  for (int64_t i = 0; i < int64_t{mb.B} * mb.T; ++i) counted += tgt[i] >= 0;
-  // d(mean loss)/d(loss_i) = 1/counted, times the micro-batch's weight in the objective.
-  const float dloss = counted ? mb.dloss / static_cast<float>(counted) : 0.0f;
   Tensor dlogits = s[LOGITS];  // (B,T,V), overwritten in place
-  if (env_.tp)
-    vocab_parallel_crossentropy_backward(env_.op, dlogits, s[LOGITS], mb.targets, s[LSE_MAX],
-                                         s[LSE_SUM], env_.vocab_begin(), dloss);
-  else
-    crossentropy_backward(env_.op, dlogits, s[LOGITS], mb.targets, dloss);
+  head_loss_backward(env_, mb, dlogits, s[LSE_MAX], s[LSE_SUM]);
   // (B,T,C), for W: the ranks' partial d(ln_f output) summed (f's backward); under SP
   // reduce-scattered to this rank's shard (B,T/t,C).
   Tensor dlnf = env_.zeros(env_.sp ? mb.workspace : *mb.stash_arena, s[LNF_FULL].shape);

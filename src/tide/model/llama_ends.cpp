@@ -95,18 +95,7 @@ void LlamaHeadBlock::forward(MicroBatch& mb) {
   // (B,T,V), (B,T,V/t) under tensor parallelism; f32 in every precision, as the GPT-2 head's.
   Tensor logits = keep.alloc_tensor({B, T, env_.vocab_cols()}, DType::F32);
   matmul_forward(env_.op, logits, norm_full, env_.head_weight(env_.param(head_)), Tensor());
-  Tensor losses = mb.workspace.alloc_tensor({B, T}, DType::F32);
-  Tensor lse_max, lse_sum;
-  if (env_.tp) {
-    lse_max = keep.alloc_tensor({B, T}, DType::F32);
-    lse_sum = keep.alloc_tensor({B, T}, DType::F32);
-    vocab_parallel_crossentropy_forward(env_.op, *env_.tp, losses, lse_max, lse_sum, logits,
-                                        mb.targets, env_.vocab_begin(), mb.workspace);
-  } else {
-    crossentropy_forward(env_.op, losses, logits, mb.targets);
-  }
-  mb.logits = logits;
-  record_losses(env_, mb, losses);
+  const auto [lse_max, lse_sum] = head_loss_forward(env_, mb, logits, keep);
   if (mb.training)
     mb.block_saved[cfg.n_layer + 1] = {norm, rstd, logits, Tensor(), lse_max, lse_sum, norm_full};
 }
@@ -114,17 +103,8 @@ void LlamaHeadBlock::forward(MicroBatch& mb) {
 void LlamaHeadBlock::backward_input(MicroBatch& mb) {
   const GPTConfig& cfg = *env_.config;
   std::vector<Tensor>& s = mb.block_saved[cfg.n_layer + 1];
-  const int32_t* tgt = mb.host_targets.i32();
-  int64_t counted = 0;
-  for (int64_t i = 0; i < int64_t{mb.B} * mb.T; ++i) counted += tgt[i] >= 0;
-  // d(mean loss)/d(loss_i) = 1/counted, times the micro-batch's weight in the objective.
-  const float dloss = counted ? mb.dloss / static_cast<float>(counted) : 0.0f;
   Tensor dlogits = s[LH_LOGITS];  // (B,T,V), overwritten in place
-  if (env_.tp)
-    vocab_parallel_crossentropy_backward(env_.op, dlogits, s[LH_LOGITS], mb.targets, s[LH_LSE_MAX],
-                                         s[LH_LSE_SUM], env_.vocab_begin(), dloss);
-  else
-    crossentropy_backward(env_.op, dlogits, s[LH_LOGITS], mb.targets, dloss);
+  head_loss_backward(env_, mb, dlogits, s[LH_LSE_MAX], s[LH_LSE_SUM]);
   // (B,T,C): the ranks' partial d(norm output) summed; under SP reduce-scattered to this
   // rank's shard (B,T/t,C).
   Tensor dnorm = env_.zeros(env_.sp ? mb.workspace : *mb.stash_arena, s[LH_NORM_FULL].shape);
