@@ -93,33 +93,67 @@ def version(src):
     return "unknown"
 
 
+# Llama 3.1 8B (meta-llama/Llama-3.1-8B's config.json, tide's preset llama3.1-8b): issue #28
+# asks for `tide estimate` within 1.1x of DeepSpeed's ZeRO-3 estimator on it. Nd: one node of
+# 8 GPUs, and 64 GPUs.
+LLAMA = {"name": "llama3.1-8b", "preset": "llama3.1-8b", "n_layer": 32, "n_head": 32,
+         "n_kv_head": 8, "n_embd": 4096, "intermediate_size": 14336, "vocab_size": 128256,
+         "seq_len": 8192}
+LLAMA_SETTINGS = [8, 64]
+
+
+def llama_params(n_layer, n_embd, n_head, n_kv_head, intermediate_size, vocab_size):
+    """LlamaForCausalLM's module tree, as model_to_params sees it: embed_tokens (V x h); per
+    layer q_proj (h x h), k_proj and v_proj (kv x h each, kv = n_kv_head * h / n_head), o_proj
+    (h x h), gate_proj and up_proj (I x h each), down_proj (h x I), two RMSNorms (h each), no
+    biases; the final norm (h) and an untied lm_head (V x h)."""
+    h, kv, inter = n_embd, n_kv_head * (n_embd // n_head), intermediate_size
+    modules = {"embed_tokens": vocab_size * h, "q_proj": h * h, "k_proj": kv * h,
+               "v_proj": kv * h, "o_proj": h * h, "gate_proj": inter * h, "up_proj": inter * h,
+               "down_proj": h * inter, "norm": h, "lm_head": vocab_size * h}
+    per_layer = sum(modules[k] for k in ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
+                                         "up_proj", "down_proj")) + 2 * modules["norm"]
+    total = modules["embed_tokens"] + n_layer * per_layer + modules["norm"] + modules["lm_head"]
+    return total, max(modules.values())
+
+
+def estimates(fns, total, largest, nd):
+    """DeepSpeed's five estimates for one parameter count on Nd GPUs."""
+    z2 = fns["estimate_zero2_model_states_mem_needs"]
+    z3 = fns["estimate_zero3_model_states_mem_needs"]
+    nodes, per_node = layout(nd)
+    common = dict(num_gpus_per_node=per_node, num_nodes=nodes)
+    c = {"nd": nd, "num_nodes": nodes, "num_gpus_per_node": per_node}
+    cpu, gpu = z2(total, cpu_offload=False, **common)
+    c["zero2"] = {"gpu_bytes": gpu, "cpu_bytes": cpu}
+    cpu, gpu = z2(total, cpu_offload=True, **common)
+    c["zero2_offload_optimizer"] = {"gpu_bytes": gpu, "cpu_bytes": cpu}
+    cpu, gpu, ll = z3(total, largest, cpu_offload=False, **common)
+    c["zero3"] = {"gpu_bytes": gpu, "cpu_bytes": cpu, "largest_layer_bytes": ll}
+    cpu, gpu, ll = z3(total, largest, cpu_offload=True, cpu_offload_params=False, **common)
+    c["zero3_offload_optimizer"] = {"gpu_bytes": gpu, "cpu_bytes": cpu}
+    cpu, gpu, ll = z3(total, largest, cpu_offload=True, cpu_offload_params=True, **common)
+    c["zero3_offload_all"] = {"gpu_bytes": gpu, "cpu_bytes": cpu}
+    return c
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--deepspeed-src", required=True, help="unpacked DeepSpeed source release")
     args = ap.parse_args()
     fns, digests = load_functions(args.deepspeed_src)
-    z2 = fns["estimate_zero2_model_states_mem_needs"]
-    z3 = fns["estimate_zero3_model_states_mem_needs"]
     cases = []
     for m in MODELS:
         total, largest = model_params(m["n_layer"], m["n_embd"])
         for nd in SETTINGS:
-            nodes, per_node = layout(nd)
-            common = dict(num_gpus_per_node=per_node, num_nodes=nodes)
-            c = {**m, "vocab_size": VOCAB, "seq_len": SEQ, "total_params": total,
-                 "largest_layer_params": largest, "nd": nd, "num_nodes": nodes,
-                 "num_gpus_per_node": per_node}
-            cpu, gpu = z2(total, cpu_offload=False, **common)
-            c["zero2"] = {"gpu_bytes": gpu, "cpu_bytes": cpu}
-            cpu, gpu = z2(total, cpu_offload=True, **common)
-            c["zero2_offload_optimizer"] = {"gpu_bytes": gpu, "cpu_bytes": cpu}
-            cpu, gpu, ll = z3(total, largest, cpu_offload=False, **common)
-            c["zero3"] = {"gpu_bytes": gpu, "cpu_bytes": cpu, "largest_layer_bytes": ll}
-            cpu, gpu, ll = z3(total, largest, cpu_offload=True, cpu_offload_params=False, **common)
-            c["zero3_offload_optimizer"] = {"gpu_bytes": gpu, "cpu_bytes": cpu}
-            cpu, gpu, ll = z3(total, largest, cpu_offload=True, cpu_offload_params=True, **common)
-            c["zero3_offload_all"] = {"gpu_bytes": gpu, "cpu_bytes": cpu}
-            cases.append(c)
+            cases.append({**m, "vocab_size": VOCAB, "seq_len": SEQ, "total_params": total,
+                          "largest_layer_params": largest, **estimates(fns, total, largest, nd)})
+    m = LLAMA
+    total, largest = llama_params(m["n_layer"], m["n_embd"], m["n_head"], m["n_kv_head"],
+                                  m["intermediate_size"], m["vocab_size"])
+    for nd in LLAMA_SETTINGS:
+        cases.append({**m, "total_params": total, "largest_layer_params": largest,
+                      **estimates(fns, total, largest, nd)})
     out = {
         "source": "tools/gen_deepspeed_estimates.py",
         "deepspeed_version": version(args.deepspeed_src),

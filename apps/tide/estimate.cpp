@@ -2,7 +2,9 @@
 // memory option (DDP, ZeRO-1/2/3, offload, recompute), side by side, and with --max-model the
 // largest model of a shape family that fits a machine. See docs/estimate.md.
 #include <fmt/core.h>
+#include <fmt/ranges.h>
 
+#include <algorithm>
 #include <memory>
 #include <string>
 
@@ -14,6 +16,8 @@
 
 namespace tide::app {
 namespace {
+
+constexpr int kPresetSeqCap = 8192;
 
 struct EstimateArgs {
   std::string config, model, offload, recompute, precision, schedule, gpu_mem, host_mem;
@@ -39,7 +43,12 @@ TrainSetup build_setup(const EstimateArgs& a, const CLI::App& cmd) {
     if (const std::string w = ignored_keys_warning(tc); !w.empty()) fmt::print(stderr, "{}\n", w);
     s = setup_from_train_config(tc);
   }
-  if (given("--model")) s.model = GPTConfig::preset(a.model);
+  if (given("--model")) {
+    s.model = GPTConfig::preset(a.model);
+    // A preset's positions are its context length (Llama 3.1's 131072), not a training length:
+    // without --seq the estimate takes at most kPresetSeqCap of them.
+    if (!given("--seq")) s.seq_len = std::min(s.model.max_seq_len, kPresetSeqCap);
+  }
   if (given("--layers")) s.model.n_layer = a.layers;
   if (given("--heads")) s.model.n_head = a.heads;
   if (given("--hidden")) s.model.n_embd = a.hidden;
@@ -110,7 +119,9 @@ void add_estimate_command(CLI::App& app) {
                   "flags given as well override its keys")
       ->check(CLI::ExistingFile);
   cmd->add_option("--model", args->model,
-                  "model preset: gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1.5b");
+                  fmt::format("model preset: {} (the sequence length, unless --seq, is the "
+                              "preset's positions, at most {})",
+                              fmt::join(GPTConfig::preset_names(), ", "), kPresetSeqCap));
   cmd->add_option("--layers", args->layers, "n_layer (overrides the preset)");
   cmd->add_option("--heads", args->heads, "n_head");
   cmd->add_option("--hidden", args->hidden, "n_embd");

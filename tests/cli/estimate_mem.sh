@@ -1,17 +1,23 @@
 #!/usr/bin/env bash
 # `tide estimate --config <a run's config.json>` against that run's own memory figure (the
 # progress line's "mem": model states, activation arenas, W stash, workspaces, the validation
-# micro-batch; Trainer::memory_bytes): within 5% for the embedded default model (issue #29),
+# micro-batch; Trainer::memory_bytes): within 5% (2% for the Llama family, below) for the embedded default model (issue #29),
 # with each activation policy, in f32 and in bf16 (16-bit parameters and activations, f32
-# master weights and Adam states: issue #26).
+# master weights and Adam states: issue #26), as GPT-2 and as a Llama-family model of the same
+# size (grouped-query attention, an untied head: issue #28).
 set -uo pipefail
 tide=$1 dir=$2
 rm -rf "$dir" && mkdir -p "$dir" && cd "$dir" || exit 1
 fail=0
+llama="model.family=llama model.n_kv_head=2 model.tie_word_embeddings=false"
+for family in gpt2 llama; do
 for bf16 in false true; do
 for policy in none selective full; do
-  run=$policy-bf16-$bf16 out=runs/$policy-bf16-$bf16
-  "$tide" train train_steps=1 eval.sequences=2 log.interval=1 log.progress=false \
+  run=$family-$policy-bf16-$bf16 out=runs/$run
+  model=""
+  [ $family = llama ] && model=$llama
+  # shellcheck disable=SC2086  # $model: several key=value arguments
+  "$tide" train train_steps=1 eval.sequences=2 log.interval=1 log.progress=false $model \
     activation_checkpointing.policy=$policy bf16.enabled=$bf16 out_dir=$out > $run.log 2>&1 \
     || { cat $run.log; exit 1; }
   mem=$(sed -n 's/^step .* | mem \([0-9]*\) MiB.*/\1/p' $run.log | tail -1)
@@ -22,13 +28,18 @@ for policy in none selective full; do
 import json, sys
 j = json.load(open(sys.argv[1]))
 mem_mib, run = float(sys.argv[2]), sys.argv[3]
+# GPT-2's estimate counts Korthikanti et al.'s dropout masks, which the runtime regenerates
+# (up to +3.5% here); the Llama family has none, so its count is held tighter: GPT-2's layer
+# formula in its place is 4.4% off (selective, f32).
+tol = 0.02 if run.startswith("llama") else 0.05
 row = next(o for o in j["options"] if o["configured"])
 est_mib = row["device"]["total"] / 2**20
 ratio = est_mib / mem_mib
 print(f"{run}: tide train mem {mem_mib:.0f} MiB, tide estimate "
       f"{est_mib:.1f} MiB ({row['option']}, {row['recompute']}): {ratio:.3f}")
-assert abs(ratio - 1) <= 0.05, f"estimate off by {100 * (ratio - 1):+.1f}% (more than 5%)"
+assert abs(ratio - 1) <= tol, f"estimate off by {100 * (ratio - 1):+.1f}% (more than {tol:.0%})"
 PY
+done
 done
 done
 exit $fail

@@ -8,25 +8,29 @@ namespace {
 // Each function returns bytes on one TP rank for one layer and one micro-batch.
 
 // Parts that tensor parallelism leaves replicated (split only by sequence parallelism):
-// the layer norm inputs, QKV and MLP fc inputs (4 sbh elements) and two dropout masks.
+// the layer norm inputs, QKV and MLP fc inputs (4 sbh elements) and, in GPT-2, two dropout
+// masks.
 int64_t replicated_part(const ActivationShape& x) {
   const int64_t sbh = x.s * x.b * x.h;
-  const int64_t bytes = 4 * sbh * x.elem_bytes + 2 * sbh;
+  const int64_t bytes = 4 * sbh * x.elem_bytes + (x.llama ? 0 : 2 * sbh);
   return x.sp ? bytes / x.t : bytes;
 }
 
-// Parts tensor parallelism splits: Q, K, V, attention projection input (4 sbh elements) and
-// the GeLU input and output (8 sbh elements).
+// Parts tensor parallelism splits: Q, K, V and the attention projection input (GPT-2: 4 sbh
+// elements; Llama: sb(2h + 2kv)), and the MLP's hidden (GPT-2: the GeLU input and output, 8
+// sbh; Llama: gate, up and their SwiGLU product, 3 sbf).
 int64_t split_part(const ActivationShape& x) {
-  const int64_t sbh = x.s * x.b * x.h;
-  return 12 * sbh * x.elem_bytes / x.t;
+  const int64_t sb = x.s * x.b;
+  const int64_t elems = x.llama ? sb * (2 * x.h + 2 * x.kv + 3 * x.ffn) : 12 * sb * x.h;
+  return elems * x.elem_bytes / x.t;
 }
 
-// The attention core: softmax output and dropout output (a s^2 b elements each) and the
-// dropout mask (a s^2 b bytes), heads split over t.
+// The attention core, heads split over t. GPT-2: softmax output and dropout output (a s^2 b
+// elements each) and the dropout mask (a s^2 b bytes); Llama: the scores and the softmax
+// output.
 int64_t attention_core(const ActivationShape& x) {
   const int64_t as2b = x.a * x.s * x.s * x.b;
-  return as2b * (2 * x.elem_bytes + 1) / x.t;
+  return as2b * (2 * x.elem_bytes + (x.llama ? 0 : 1)) / x.t;
 }
 
 // Full recompute keeps the layer input, which is sequence-split under SP; P_a keeps the rank's
@@ -70,8 +74,9 @@ int64_t recompute_workspace_bytes(const ActivationShape& x, Recompute policy) {
 }
 
 int64_t backward_workspace_bytes(const ActivationShape& x) {
-  const int64_t sbh = x.s * x.b * x.h;
-  return (5 * sbh / x.t + (x.sp ? 2 * sbh : 0)) * x.elem_bytes;
+  const int64_t sb = x.s * x.b, sbh = sb * x.h;
+  const int64_t split = x.llama ? sb * (x.ffn + 2 * x.h + 2 * x.kv) : 5 * sbh;
+  return (split / x.t + (x.sp ? 2 * sbh : 0)) * x.elem_bytes;
 }
 
 int64_t partition_buffer_bytes(const ActivationShape& x, Recompute policy) {
@@ -83,6 +88,7 @@ int64_t host_checkpoint_bytes(const ActivationShape& x, Recompute policy) {
 }
 
 int64_t input_layer_activation_bytes(const ActivationShape& x) {
+  if (x.llama) return 0;
   const int64_t sbh = x.s * x.b * x.h;
   return x.sp ? sbh / x.t : sbh;
 }
@@ -93,6 +99,25 @@ int64_t output_layer_activation_bytes(const ActivationShape& x) {
   const int64_t vocab_per_rank = (x.v + x.t - 1) / x.t;   // vocabulary-parallel head
   const int64_t logits = 4 * x.s * x.b * vocab_per_rank;  // fp32 for the cross-entropy
   return (x.sp ? norm_and_head_inputs / x.t : norm_and_head_inputs) + logits;
+}
+
+ActivationShape activation_shape(const TrainSetup& setup) {
+  const GPTConfig& m = setup.model;
+  ActivationShape x;
+  x.s = setup.seq();
+  x.b = setup.micro_batch;
+  x.h = m.n_embd;
+  x.a = m.n_head;
+  x.v = m.vocab_size;
+  x.t = setup.tp;
+  x.sp = setup.sp && setup.tp > 1;
+  x.elem_bytes = bytes_per_param(setup.precision);
+  x.partition = setup.partition_activations && setup.tp > 1 && !x.sp;
+  x.cpu_checkpointing = x.partition && setup.cpu_checkpointing;
+  x.llama = m.is_llama();
+  x.kv = int64_t{m.kv_heads()} * m.head_size();
+  x.ffn = m.ffn_size();
+  return x;
 }
 
 }  // namespace tide

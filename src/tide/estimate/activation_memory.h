@@ -23,6 +23,18 @@
 // attention core; full recompute keeps only the layer input (sbh e), which under SP is
 // already split over t (the table's 2sbh row is without SP).
 //
+// The Llama family (RMSNorm, SwiGLU, grouped-query attention, RoPE, no dropout), counted the
+// same way from what its layer keeps (model/llama_block.cpp), with kv the key/value width
+// (n_kv_head h/a) and f the SwiGLU width (intermediate_size):
+//   layer input, first norm's output, second norm's input and output   4 sbh e   replicated
+//   Q, K, V (rotated)                                      sb(h + 2kv) e        split over t
+//   attention projection input                             sbh e                split over t
+//   gate and up outputs, their SwiGLU product              3 sbf e              split over t
+//   attention core: scores and softmax output              2as^2b e             split over t
+// so sbh (4e + (2 + 2kv/h + 3f/h) e/t) + 2as^2b e/t; Llama 3.1 8B (kv = h/4, f = 3.5h, e = 2):
+// sbh (8 + 26/t) + 4as^2b/t. No dropout masks; the norms' f32 statistics (2 sb 4 bytes) are left
+// out as the paper leaves out GPT's layernorm statistics.
+//
 // ZeRO-R P_a (`partition`: activation_checkpointing.partition_activations; full recompute,
 // t > 1, no SP) keeps only the rank's 1/t of each layer input, sbh e / t, plus one whole input
 // per micro-batch (the residual buffer the forward writes while the slices are kept; tide's
@@ -47,7 +59,15 @@ struct ActivationShape {
   int elem_bytes = 2;              // bytes of one activation element (2 for bf16/fp16, 4 for fp32)
   bool partition = false;          // ZeRO-R P_a (full recompute, t > 1, no SP; see above)
   bool cpu_checkpointing = false;  // with partition: the slices on the host
+  // The Llama family's layer (above), with its key/value width and SwiGLU width; GPT-2's
+  // otherwise (kv = h, a 4h GELU MLP).
+  bool llama = false;
+  int64_t kv = 0;   // n_kv_head * h / a
+  int64_t ffn = 0;  // intermediate_size
 };
+
+// An ActivationShape's fields from a training setup (the model's family included).
+ActivationShape activation_shape(const TrainSetup& setup);
 
 // Bytes one rank keeps between forward and backward for one layer and one micro-batch.
 int64_t layer_activation_bytes(const ActivationShape& x, Recompute policy);
@@ -57,8 +77,9 @@ int64_t layer_activation_bytes(const ActivationShape& x, Recompute policy);
 int64_t recompute_workspace_bytes(const ActivationShape& x, Recompute policy);
 
 // Bytes of the temporaries a layer's backward (B) holds while its ops run, whatever the policy:
-// the gradients of the MLP hidden (sbh 4/t) and of the attention output (sbh/t), and under SP
-// the two (s,b,h) partial sums of the layernorm outputs' gradients before their
+// the gradients of the MLP hidden (sbh 4/t) and of the attention output (sbh/t) (Llama: of the
+// SwiGLU product sbf/t, the attention output sbh/t and the rotated q, k, v sb(h + 2kv)/t), and
+// under SP the two (s,b,h) partial sums of the layernorm outputs' gradients before their
 // reduce-scatter. The engine acquires parameters op by op (model/param_groups.h), so automatic
 // placement sees them beside the chunks it places.
 int64_t backward_workspace_bytes(const ActivationShape& x);
@@ -70,7 +91,7 @@ int64_t partition_buffer_bytes(const ActivationShape& x, Recompute policy);
 int64_t host_checkpoint_bytes(const ActivationShape& x, Recompute policy);
 
 // Input layer (first pipeline stage): the embedding dropout mask, sbh bytes (sbh/t under SP),
-// as in Korthikanti et al. section 4.3.
+// as in Korthikanti et al. section 4.3; none in the Llama family.
 int64_t input_layer_activation_bytes(const ActivationShape& x);
 
 // Output layer (last pipeline stage): the final layer norm's input and the LM head's input

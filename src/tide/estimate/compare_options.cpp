@@ -83,6 +83,16 @@ bool family_member(const TrainSetup& base, GrowthFamily family, int k, GPTConfig
     out.n_embd = 128 * k;
     if (out.n_embd % head_size != 0) return false;
     out.n_head = out.n_embd / head_size;
+    if (base.model.is_llama()) {
+      // The Llama family keeps its query heads per key/value head and its MLP's width per
+      // hidden unit (the published sizes are multiples of 256: rounded up to one).
+      const int group = base.model.n_head / base.model.kv_heads();
+      if (out.n_head % group != 0) return false;
+      out.n_kv_head = out.n_head / group;
+      const int64_t f =
+          (base.model.ffn_size() * out.n_embd + base.model.n_embd - 1) / base.model.n_embd;
+      out.intermediate_size = static_cast<int>((f + 255) / 256 * 256);
+    }
   } else {
     const int v = base.schedule == Schedule::Interleaved && base.pp > 1 ? base.virtual_stages : 1;
     out.n_layer = k * base.pp * v;

@@ -167,21 +167,6 @@ int64_t runtime_arena_bytes(const TrainSetup& setup, int s, int inflight) {
   return inflight * workspace + slots * stash_slot + eval;
 }
 
-ActivationShape activation_shape(const TrainSetup& setup) {
-  ActivationShape x;
-  x.s = setup.seq();
-  x.b = setup.micro_batch;
-  x.h = setup.model.n_embd;
-  x.a = setup.model.n_head;
-  x.v = setup.model.vocab_size;
-  x.t = setup.tp;
-  x.sp = setup.sp && setup.tp > 1;
-  x.elem_bytes = bytes_per_param(setup.precision);
-  x.partition = setup.partition_activations && setup.tp > 1 && !x.sp;
-  x.cpu_checkpointing = x.partition && setup.cpu_checkpointing;
-  return x;
-}
-
 }  // namespace
 
 MemoryEstimate estimate_memory(const TrainSetup& setup) {

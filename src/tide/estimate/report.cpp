@@ -282,10 +282,17 @@ std::string max_model_text(const TrainSetup& setup, const MachineBudget& budget,
   std::string out = fmt::format(
       "largest model that fits, growing {} (vocab {}, seq {}, {}), world {} = dp {} x tp {} x pp "
       "{}, micro-batch {} x {}\n{}\n\n",
-      family == GrowthFamily::Hidden ? fmt::format("hidden = 128k with {} layers, head size {}",
-                                                   setup.model.n_layer, setup.model.head_size())
-                                     : fmt::format("layers with hidden {} and {} heads",
-                                                   setup.model.n_embd, setup.model.n_head),
+      family == GrowthFamily::Hidden
+          ? fmt::format(
+                "hidden = 128k with {} layers, head size {}{}", setup.model.n_layer,
+                setup.model.head_size(),
+                setup.model.is_llama()
+                    ? fmt::format(", {} query heads per key/value head, MLP {:.3g} x hidden",
+                                  setup.model.n_head / setup.model.kv_heads(),
+                                  static_cast<double>(setup.model.ffn_size()) / setup.model.n_embd)
+                    : "")
+          : fmt::format("layers with hidden {} and {} heads", setup.model.n_embd,
+                        setup.model.n_head),
       setup.model.vocab_size, setup.seq(), to_string(setup.precision), setup.world_size, setup.dp(),
       setup.tp, setup.pp, setup.micro_batch, setup.grad_accum,
       budget_line(budget, setup.ranks_per_host()));

@@ -121,3 +121,30 @@ TEST(PartitionedActivations, DivideTheFullRecomputeInputByTAndMoveItToTheHost) {
   EXPECT_EQ(partition_buffer_bytes(x, Recompute::Selective), 0);
   EXPECT_EQ(host_checkpoint_bytes(x, Recompute::Selective), 0);
 }
+
+// The Llama family's layer (activation_memory.h), counted from what llama_block.cpp keeps, on
+// Llama 3.1 8B's shape (h = 4096, 32 heads over 8 key/value heads, SwiGLU width 14336, no
+// dropout) at s = 8192: sbh (8 + 26/t) + 4as^2b/t bytes in bf16, the numbers worked by hand:
+// replicated 4 sbh elements (2 bytes each: 8), split Q + K + V + attention output
+// (4096 + 2 x 1024 + 4096 = 2.5h) and gate + up + product (3 x 14336 = 10.5h), 13h at 2 bytes.
+// The setup's shape is built from the preset, so a family or width lost on the way fails here.
+TEST(LlamaLayer, Llama31EightBKeepsEightPlusTwentySixOverTSbh) {
+  for (int t : {1, 2, 4, 8}) {
+    TrainSetup setup;
+    setup.model = GPTConfig::preset("llama3.1-8b");
+    setup.seq_len = 8192;
+    setup.tp = setup.world_size = t;
+    setup.precision = Precision::BF16;
+    ActivationShape x = activation_shape(setup);
+    const double s = 8192, h = 4096, a = 32, as2b = a * s * s;
+    EXPECT_EQ(layer_activation_bytes(x, Recompute::None), s * h * (8 + 26.0 / t) + 4 * as2b / t)
+        << "t=" << t;
+    EXPECT_EQ(layer_activation_bytes(x, Recompute::Selective), s * h * (8 + 26.0 / t)) << t;
+    EXPECT_EQ(layer_activation_bytes(x, Recompute::Full), 2 * s * h) << "t=" << t;
+    // B's temporaries: the SwiGLU product's, the attention output's and q, k, v's gradients.
+    EXPECT_EQ(backward_workspace_bytes(x), 2 * s * (14336 + 4096 + 6144) / t) << "t=" << t;
+    EXPECT_EQ(input_layer_activation_bytes(x), 0);  // no embedding dropout
+    x.sp = t > 1;  // sequence parallelism splits the replicated part too
+    EXPECT_EQ(layer_activation_bytes(x, Recompute::Selective), s * h * 34.0 / t) << "t=" << t;
+  }
+}

@@ -76,3 +76,31 @@ TEST(MaxModel, LargestHiddenSizeThatFitsIsTheEdgeOfTheBudget) {
   }
   EXPECT_THROW(find_max_models(s, {0, 0}, GrowthFamily::Hidden), Error);
 }
+
+// The Llama family grows as its published sizes do: the query heads per key/value head (4 in
+// Llama 3.1 8B) and the MLP's width per hidden unit (3.5, rounded up to a multiple of 256)
+// stay, so 8B's own shape is a member (hidden 4096: 8 kv heads, 14336) and is found under the
+// budget that holds it.
+TEST(MaxModel, LlamaKeepsItsGroupsAndMlpRatio) {
+  TrainSetup s;
+  s.model = GPTConfig::preset("llama3.1-8b");
+  s.seq_len = 8192;
+  s.world_size = 8;
+  s.recompute = Recompute::Full;
+  const MachineBudget budget{80LL << 30, 0};
+  const auto rows = find_max_models(s, budget, GrowthFamily::Hidden);
+  bool eight_b = false;
+  for (const auto& r : rows) {
+    if (!r.found) continue;
+    EXPECT_TRUE(r.model.is_llama());
+    EXPECT_EQ(r.model.n_head, 4 * r.model.n_kv_head) << r.option.name;
+    EXPECT_EQ(r.model.ffn_size() % 256, 0) << r.option.name;
+    EXPECT_GE(r.model.ffn_size(), 3.5 * r.model.n_embd) << r.option.name;
+    EXPECT_LT(r.model.ffn_size(), 3.5 * r.model.n_embd + 256) << r.option.name;
+    if (r.model.n_embd == 4096) {
+      EXPECT_EQ(r.model.num_parameters(), GPTConfig::preset("llama3.1-8b").num_parameters());
+      eight_b = true;
+    }
+  }
+  EXPECT_TRUE(eight_b) << "no option's largest model is Llama 3.1 8B's shape under 80 GiB";
+}

@@ -119,3 +119,33 @@ TEST(EstimateAgreesWithRuntime, SixteenBitModelStates) {
         expect_agree(s, gpt, fmt::format("{} stage {}, dp {}", precision, stage, dp));
       }
 }
+
+// The Llama family (grouped-query attention, an untied head, Qwen2's qkv bias): its tensors
+// and chunks, from the same config, in f32 and bf16 at every stage, as the Trainer builds the
+// store.
+TEST(EstimateAgreesWithRuntime, LlamaModelStates) {
+  for (const bool bf16 : {false, true})
+    for (int stage : {0, 1, 2, 3})
+      for (int dp : {1, 3}) {
+        json config = small_config(0.02);
+        config["model"].update({{"family", "llama"},
+                                {"n_kv_head", 2},
+                                {"intermediate_size", 160},
+                                {"tie_word_embeddings", false},
+                                {"qkv_bias", true}});
+        config["bf16"] = {{"enabled", bf16}};
+        config["zero_optimization"] = {{"stage", stage}};
+        const TrainConfig tc = parse_train_config(config);
+        ModelOptions o;
+        o.chunk_elems = chunk_elems_from_mib(tc.chunk_size_mb);
+        o.group_size = dp;
+        o.store.group_rank = dp - 1;
+        o.store.sliced_kinds = zero_sliced_kinds(stage);
+        o.store.compute_dtype = model_dtype(tc);
+        if (grad_dtype(tc) != model_dtype(tc)) o.store.grad_dtype = grad_dtype(tc);
+        GPT gpt(tc.model, tc.activation_policy, o);
+        ASSERT_TRUE(gpt.config().is_llama());
+        expect_agree(estimate_setup(config, dp, stage), gpt,
+                     fmt::format("llama bf16 {} stage {}, dp {}", bf16, stage, dp));
+      }
+}
