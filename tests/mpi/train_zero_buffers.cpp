@@ -64,7 +64,7 @@ size_t runtime_buffer_bytes(const json& config, std::shared_ptr<ProcessGroup> wo
   OptimizerSettings opt;
   opt.lr.total_num_steps = steps;
   Engine engine(gpt, world, data_parallel_schedule(tc.grad_accum), tc.micro_batch, tc.seq_len, opt,
-                tc.zero);
+                zero_settings(tc));
   const int vocab = tc.model.vocab_size, rank = world->rank();
   for (int step = 0; step < steps; ++step)
     engine.step(step, 1, [&](int mb, int32_t* in, int32_t* out) {
@@ -120,4 +120,36 @@ TEST(ZeroBuffers, EstimateIsWhatTheRuntimeAllocates) {
     }
   }
   EXPECT_EQ(compared, 24);
+}
+
+// communication_data_type=bf16 with f32 gradients: every reduction goes through a staging buffer
+// (parallel/comm_staging.h), at every stage: at stage 0 one per chunk (each all-reduce in flight
+// to the step's end), at 1-3 one per reduction in flight, returned as each completes. The
+// estimate's buffer term (its replay of the same rules) against the runtime's bytes.
+TEST(ZeroBuffers, CommunicationStagingIsWhatTheRuntimeAllocates) {
+  std::shared_ptr<ProcessGroup> world = mpi_test::world_ptr(CommAlgorithm::Mpi);
+  omp_set_num_threads(1);
+  int compared = 0;
+  for (int stage : {0, 1, 2, 3}) {
+    for (auto [accum, settings] : {std::pair{1, Settings::DEFAULTS}, std::pair{2, Settings::TIGHT},
+                                   std::pair{1, Settings::SMALL_BUCKET}}) {
+      json config = small_config(0.02, stage, accum, settings);
+      config["communication_data_type"] = "bf16";
+      TrainSetup s = setup_from_train_config(parse_train_config(config));
+      s.world_size = world->size();
+      const MemoryEstimate e = estimate_memory(s);
+      const StageEstimate& st = e.stages[0];
+      const size_t runtime = runtime_buffer_bytes(config, world, 2);
+      const std::string what =
+          fmt::format("stage {}, accum {}, settings {}", stage, accum, static_cast<int>(settings));
+      if (world->rank() == 0)
+        std::printf("N=%d %s: estimate %d buffers (%d staging) = %lld bytes, runtime %zu bytes\n",
+                    world->size(), what.c_str(), st.comm_buffers.buffers, st.comm_buffers.staging,
+                    static_cast<long long>(st.comm_buffers.bytes), runtime);
+      EXPECT_GT(st.comm_buffers.staging, 0) << what;
+      EXPECT_EQ(st.comm_buffers.bytes, static_cast<int64_t>(runtime)) << what;
+      ++compared;
+    }
+  }
+  EXPECT_EQ(compared, 12);
 }

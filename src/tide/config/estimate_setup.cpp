@@ -34,7 +34,7 @@ TrainSetup setup_from_train_config(const TrainConfig& c) {
   s.micro_batch = c.micro_batch;
   s.grad_accum = c.grad_accum;
   s.zero_stage = c.zero.stage;
-  s.zero = c.zero;
+  s.zero = zero_settings(c);  // communication_data_type resolved as the Trainer resolves it
   s.offload = c.offload_param == "cpu"       ? Offload::All
               : c.offload_optimizer == "cpu" ? Offload::Optimizer
                                              : Offload::None;

@@ -72,6 +72,14 @@ void place_model_states(const TrainSetup& setup, const ChunkLayout& layout, Stag
   }
 }
 
+// Bytes of one element of the dtype the gradient reductions send, where it is not the
+// gradients' (CommStaging::needed); 0 where they send the gradients as they are.
+size_t comm_staging_bytes(const TrainSetup& setup) {
+  const std::optional<DType> comm = setup.zero.comm_dtype;
+  const DType grads = dtype_of(setup.grad_precision.value_or(setup.precision));
+  return comm && *comm != grads ? dtype_size(*comm) : 0;
+}
+
 // ZeRO's communication buffers: what the runtime allocates (parallel/zero.cpp), whole chunks in
 // the compute dtype from a best-fit pool (replayed by simulate_zero_buffers over the step's
 // parameter-group accesses; stage 1 reduces in place and needs none). A live limit the runtime
@@ -80,21 +88,30 @@ void place_model_states(const TrainSetup& setup, const ChunkLayout& layout, Stag
 int64_t chunk_buffers(const TrainSetup& setup, const ChunkLayout& layout, StageEstimate& st) {
   // One data-parallel rank: ZeRO's slice is the whole chunk, which the ops read in place (the
   // runtime gathers and reduces nothing, parallel/zero.cpp), so there are no buffers.
-  if (setup.zero_stage < 2 || setup.dp() == 1) return 0;
-  const std::vector<BlockGroups> blocks = block_groups(layout);
-  const ZeroSettings s = runnable_zero_settings(setup.zero, layout, blocks);
-  // The policy decides the order B acquires its groups in (the names are shared: none,
-  // selective, full).
-  const ActivationPolicy policy = parse_activation_policy(to_string(setup.recompute));
-  const ZeroBufferPeak b =
-      simulate_zero_buffers(layout, blocks, policy, setup.zero_stage, s, setup.grad_accum,
-                            bytes_per_param(setup.precision));
+  if (setup.dp() == 1) return 0;
+  // communication_data_type: the reductions send another dtype than the gradients' through
+  // staging buffers (parallel/comm_staging.h), at every stage.
+  const size_t staging = comm_staging_bytes(setup);
+  if (setup.zero_stage < 2 && staging == 0) return 0;
+  ZeroBufferPeak b;
+  if (setup.zero_stage == 0) {
+    b = stage_zero_staging(layout, staging);
+  } else {
+    const std::vector<BlockGroups> blocks = block_groups(layout);
+    const ZeroSettings s = runnable_zero_settings(setup.zero, layout, blocks);
+    // The policy decides the order B acquires its groups in (the names are shared: none,
+    // selective, full).
+    const ActivationPolicy policy = parse_activation_policy(to_string(setup.recompute));
+    b = simulate_zero_buffers(layout, blocks, policy, setup.zero_stage, s, setup.grad_accum,
+                              bytes_per_param(setup.precision), staging);
+  }
   // A stage of zb-v holds two models, each with its own buffers.
   st.comm_buffers.bytes += b.bytes;
   st.comm_buffers.buffers += b.buffers;
   st.comm_buffers.grad_buffers += b.grad_buffers;
   st.comm_buffers.param_buffers += b.param_buffers;
   st.comm_buffers.persistent += b.persistent;
+  st.comm_buffers.staging += b.staging;
   return b.bytes;
 }
 

@@ -136,26 +136,35 @@ nlohmann::json budget_json(const MachineBudget& b) {
   return {{"gpu_bytes", b.gpu_bytes}, {"host_bytes", b.host_bytes}};
 }
 
-// "ZeRO buffers (whole chunks in size classes, reused every step; part of temp): ZeRO-2 10
-// buffers, 1.42 GiB (at the peak 10 grad), ZeRO-3 ...", from the first row of each stage >= 2.
+// "Communication buffers (whole chunks in size classes, reused every step; part of temp): ZeRO-2
+// 10 buffers, 1.42 GiB (at the peak 10 grad), ZeRO-3 ...", from the first row of each stage that
+// has any (DDP and ZeRO-1: communication_data_type's staging alone).
 std::string buffer_line(const std::vector<OptionResult>& rows) {
   std::string parts;
-  for (int stage : {2, 3}) {
+  for (int stage : {0, 1, 2, 3}) {
     for (const OptionResult& r : rows) {
       if (r.option.zero_stage != stage) continue;
       const ZeroBufferPeak& b = r.estimate.stages[r.estimate.peak_stage].comm_buffers;
       if (b.buffers == 0) break;  // one data-parallel rank: ZeRO reduces and gathers nothing
-      parts += fmt::format(
-          "{}ZeRO-{} {} buffers, {} (at the peak {} grad{})", parts.empty() ? "" : ", ", stage,
-          b.buffers, format_bytes(b.bytes), b.grad_buffers,
-          stage == 3 ? fmt::format(" + {} param, {} persistent", b.param_buffers, b.persistent)
-                     : "");
+      const std::string staging =
+          b.staging > 0 ? fmt::format("{} staging", b.staging) : std::string();
+      parts += fmt::format("{}{} {} buffers, {} ({})", parts.empty() ? "" : ", ",
+                           stage == 0 ? std::string("DDP") : fmt::format("ZeRO-{}", stage),
+                           b.buffers, format_bytes(b.bytes),
+                           stage < 2
+                               ? staging
+                               : fmt::format("at the peak {} grad{}{}", b.grad_buffers,
+                                             stage == 3 ? fmt::format(" + {} param, {} persistent",
+                                                                      b.param_buffers, b.persistent)
+                                                        : "",
+                                             staging.empty() ? "" : ", " + staging));
       break;
     }
   }
   if (parts.empty()) return "";
   return fmt::format(
-      "ZeRO buffers (whole chunks in size classes, reused every step; part of temp): {}\n", parts);
+      "Communication buffers (whole chunks in size classes, reused every step; part of temp): {}\n",
+      parts);
 }
 
 std::string budget_line(const MachineBudget& b, int ranks_per_host) {
@@ -252,6 +261,7 @@ nlohmann::json options_table_json(const TrainSetup& setup, const MachineBudget& 
                           {"grad", st.comm_buffers.grad_buffers},
                           {"param", st.comm_buffers.param_buffers},
                           {"persistent", st.comm_buffers.persistent},
+                          {"staging", st.comm_buffers.staging},
                           {"bytes", st.comm_buffers.bytes}}},
                         {"device", breakdown_json(st.device)},
                         {"host", breakdown_json(st.host)}});

@@ -151,6 +151,10 @@ int bytes_per_param(Precision p) {
   return p == Precision::FP32 ? 4 : 2;
 }
 
+DType dtype_of(Precision p) {
+  return p == Precision::FP32 ? DType::F32 : p == Precision::BF16 ? DType::BF16 : DType::F16;
+}
+
 std::string to_string(Precision p) {
   switch (p) {
     case Precision::FP32:

@@ -14,6 +14,7 @@
 #include <optional>
 #include <string>
 
+#include "tide/core/dtype.h"
 #include "tide/memory/zero_settings.h"
 #include "tide/model/config.h"
 
@@ -87,6 +88,7 @@ struct TrainSetup {
 };
 
 int bytes_per_param(Precision p);  // compute-precision element: 2 (bf16/fp16) or 4 (fp32)
+DType dtype_of(Precision p);       // the storage dtype: F32, BF16 or F16
 
 std::string to_string(Precision p);
 std::string to_string(Offload o);

@@ -17,17 +17,19 @@ namespace {
 class Replay {
  public:
   Replay(const ChunkLayout& layout, const std::vector<BlockGroups>& blocks, ActivationPolicy policy,
-         int stage, const ZeroSettings& s, size_t dtype_bytes)
+         int stage, const ZeroSettings& s, size_t dtype_bytes, size_t staging_bytes)
       : lay_(layout),
         blocks_(blocks),
         groups_(blocks),
         policy_(policy),
         stage_(stage),
         s_(s),
-        dtype_bytes_(dtype_bytes) {
+        dtype_bytes_(dtype_bytes),
+        staging_bytes_(staging_bytes) {
     for (const std::vector<int>& ids : groups_.ids) group_chunks_.push_back(lay_.chunks_of(ids));
     const int n = lay_.num_chunks();
     grad_buffer_.assign(n, -1);
+    staged_.assign(n, -1);
     param_buffer_.assign(n, -1);
     gathered_.assign(n, false);
     persistent_.assign(n, false);
@@ -91,9 +93,10 @@ class Replay {
     if (stage_ == 3)
       for (int c = 0; c < lay_.num_chunks(); ++c)
         if (!persistent_[c] && gathered_[c]) release_gathered(c);
-    TIDE_ASSERT(pool_.in_use() == peak_.persistent);
-    peak_.buffers = pool_.count();
-    peak_.bytes = static_cast<int64_t>(pool_.allocated_bytes());
+    TIDE_ASSERT(pool_.in_use() == peak_.persistent && staging_pool_.in_use() == 0);
+    peak_.staging = staging_pool_.count();
+    peak_.buffers = pool_.count() + peak_.staging;
+    peak_.bytes = static_cast<int64_t>(pool_.allocated_bytes() + staging_pool_.allocated_bytes());
     return peak_;
   }
 
@@ -159,6 +162,9 @@ class Replay {
     const int64_t elems = lay_.chunk_elems(c);
     while (!reductions_.empty() && reducing_elems_ + elems > s_.reduce_bucket_size)
       complete_front();
+    // CommStaging::stage: the chunk converted into a buffer of its size class.
+    if (staging_bytes_ > 0)
+      staged_[c] = staging_pool_.take(static_cast<size_t>(lay_.buffer_elems(c)) * staging_bytes_);
     if (!s_.overlaps(elems)) {
       complete(c);
       return;
@@ -173,6 +179,10 @@ class Replay {
     complete(c);
   }
   void complete(int c) {
+    if (staged_[c] >= 0) {  // CommStaging::unstage
+      staging_pool_.give(staged_[c]);
+      staged_[c] = -1;
+    }
     if (stage_ < 2) return;  // stage 1 reduces in the chunk itself
     give(true, grad_buffer_[c]);
   }
@@ -190,8 +200,9 @@ class Replay {
   const int stage_;
   const ZeroSettings s_;
   std::vector<std::vector<int>> group_chunks_;
-  const size_t dtype_bytes_;
-  BufferPool pool_{nullptr};
+  const size_t dtype_bytes_, staging_bytes_;
+  BufferPool pool_{nullptr}, staging_pool_{nullptr};  // ZeroPolicy's, and CommStaging's
+  std::vector<int> staged_;  // per chunk: the staging buffer of its reduction, or -1
   std::vector<int> grad_buffer_, param_buffer_;  // per chunk: the pool buffer held, or -1
   std::vector<bool> gathered_, persistent_;
   std::vector<std::vector<int>> ready_;  // [chunk][micro-batch]: tensors complete
@@ -226,11 +237,22 @@ ZeroBufferPeak simulate_zero_buffers(const ChunkLayout& layout,
                                      const std::vector<BlockGroups>& blocks,
                                      ActivationPolicy policy, int stage,
                                      const ZeroSettings& settings, int micro_batches,
-                                     size_t dtype_bytes) {
+                                     size_t dtype_bytes, size_t staging_bytes) {
   TIDE_CHECK(stage >= 1 && stage <= 3, "ZeRO buffers are simulated for stages 1-3 (got {})", stage);
   TIDE_CHECK(micro_batches >= 1, "a step needs at least one micro-batch (got {})", micro_batches);
-  if (stage == 1) return {};  // reduces in place, gathers in place
-  return Replay(layout, blocks, policy, stage, settings, dtype_bytes).run(micro_batches);
+  if (stage == 1 && staging_bytes == 0) return {};  // reduces in place, gathers in place
+  return Replay(layout, blocks, policy, stage, settings, dtype_bytes, staging_bytes)
+      .run(micro_batches);
+}
+
+ZeroBufferPeak stage_zero_staging(const ChunkLayout& layout, size_t staging_bytes) {
+  BufferPool pool(nullptr);
+  for (int c = 0; c < layout.num_chunks(); ++c)
+    pool.take(static_cast<size_t>(layout.chunk_elems(c)) * staging_bytes);
+  ZeroBufferPeak b;
+  b.staging = b.buffers = pool.count();
+  b.bytes = static_cast<int64_t>(pool.allocated_bytes());
+  return b;
 }
 
 }  // namespace tide

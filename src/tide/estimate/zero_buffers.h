@@ -21,7 +21,11 @@
 //     (or one already prefetched for) uses it; chunks whose payload is at most
 //     stage3_param_persistence_threshold stay gathered for good;
 //   * a W gathers no parameters (it reads only its stash);
-//   * stage 1 reduces in place: no buffers.
+//   * stage 1 reduces in place: no buffers;
+//   * communication_data_type other than the gradients' dtype (`staging_bytes` > 0: bytes of
+//     one element in the dtype sent): every reduction issued, at any stage, takes a staging
+//     buffer of the chunk's size class from a pool of its own (parallel/comm_staging.h) and
+//     gives it back when the reduction is completed.
 // The step is the engine's data-parallel schedule, in the block order of pipeline/block_parts.h
 // (F; then B and W fused per block), for each micro-batch; within a part the groups come in
 // the order of model/param_groups.h (part_groups), which depends on the activation policy.
@@ -46,15 +50,22 @@ struct ZeroBufferPeak {
   int grad_buffers = 0;   // at the (first) peak of buffers in use: gradient chunks
   int param_buffers = 0;  // and gathered parameter chunks (persistent ones included)
   int persistent = 0;     // stage 3: chunks that stay gathered
+  int staging = 0;        // communication_data_type's staging buffers (in `buffers` and `bytes`)
 };
 
 // Replays one step of `micro_batches` micro-batches under ZeRO stage `stage` (1-3), the blocks
 // of block_groups(layout) run under activation policy `policy`.
-// `dtype_bytes`: bytes per element of the compute dtype.
+// `dtype_bytes`: bytes per element of the compute dtype; `staging_bytes`: of the dtype the
+// reductions send where it is not the gradients' (0: they send the gradients as they are).
 ZeroBufferPeak simulate_zero_buffers(const ChunkLayout& layout,
                                      const std::vector<BlockGroups>& blocks,
                                      ActivationPolicy policy, int stage,
                                      const ZeroSettings& settings, int micro_batches,
-                                     size_t dtype_bytes);
+                                     size_t dtype_bytes, size_t staging_bytes = 0);
+
+// ZeRO stage 0's staging (GradReduction, exec/policy_stack.cpp): each chunk's all-reduce stays
+// in flight until the step's end, each from a staging buffer of the whole chunk, so the pool
+// holds one buffer per chunk.
+ZeroBufferPeak stage_zero_staging(const ChunkLayout& layout, size_t staging_bytes);
 
 }  // namespace tide
