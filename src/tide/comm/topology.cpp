@@ -1,5 +1,7 @@
 #include "tide/comm/topology.h"
 
+#include "tide/comm/local_process_group.h"
+
 namespace tide {
 
 const char* mesh_axis_name(MeshAxis a) {
@@ -74,10 +76,17 @@ Topology::Topology(std::shared_ptr<ProcessGroup> world, MeshShape shape)
   shape_.check(world_->size());
   coord_ = shape_.coord_of(world_->rank());
   // One split per axis: color = which group of that axis, key = the coordinate on the axis, so
-  // the rank inside the group is the coordinate.
+  // the rank inside the group is the coordinate. An axis of one rank is a local group, and the
+  // one axis that spans the whole world is the world itself (no communicator is split for
+  // what is unused: a mesh costs nothing where tide runs without pp or tp).
   for (MeshAxis a : {MeshAxis::TP, MeshAxis::DP, MeshAxis::PP}) {
-    groups_[static_cast<int>(a)] =
-        world_->split(shape_.axis_group_index(a, world_->rank()), coord_[a]);
+    std::shared_ptr<ProcessGroup>& g = groups_[static_cast<int>(a)];
+    if (shape_[a] == 1)
+      g = std::make_shared<LocalProcessGroup>();
+    else if (shape_[a] == world_->size())
+      g = world_;
+    else
+      g = world_->split(shape_.axis_group_index(a, world_->rank()), coord_[a]);
     TIDE_ASSERT(groups_[static_cast<int>(a)]->rank() == coord_[a]);
     TIDE_ASSERT(groups_[static_cast<int>(a)]->size() == shape_[a]);
   }

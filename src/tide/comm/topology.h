@@ -58,6 +58,7 @@ class Topology {
   const MeshShape& shape() const { return shape_; }
   const MeshCoord& coord() const { return coord_; }
   ProcessGroup& world() const { return *world_; }
+  std::shared_ptr<ProcessGroup> world_ptr() const { return world_; }
   ProcessGroup& group(MeshAxis a) const { return *groups_[static_cast<int>(a)]; }
   ProcessGroup& tp() const { return group(MeshAxis::TP); }
   ProcessGroup& dp() const { return group(MeshAxis::DP); }

@@ -15,31 +15,45 @@
 
 namespace tide {
 
-PipelineRun::PipelineRun(const TrainConfig& cfg, std::shared_ptr<ProcessGroup> world,
-                         const OptimizerSettings& opt, PipelineTensorParallel tp,
-                         const StoreOptions& store, AutoPlacementSettings placement,
-                         const OpContext& op, Allocator* activations)
-    : world_(std::move(world)) {
-  pipeline::Schedule schedule = make_pipeline_schedule(cfg);
-  const int p = schedule.stages, n = world_->size();
+namespace {
+
+// The mesh a PipelineRun built from a bare world runs on: stages x dp x tp.size, checked.
+Topology pipeline_mesh(const TrainConfig& cfg, std::shared_ptr<ProcessGroup> world,
+                       PipelineTensorParallel tp) {
+  const int p = cfg.pipeline_stages, n = world->size();
   TIDE_CHECK(tp.size >= 1 && n % (p * tp.size) == 0,
              "pipeline.stages={} x tensor_parallel.size={} does not divide the {} ranks of this "
              "run (each data-parallel replica holds stages x tp ranks); launch a multiple of {} "
              "ranks or change one of them",
              p, tp.size, n, p * std::max(tp.size, 1));
-  TIDE_CHECK(tp.size > 1 || !tp.sequence_parallel,
+  return Topology(std::move(world), MeshShape{.tp = tp.size, .dp = n / (p * tp.size), .pp = p});
+}
+
+}  // namespace
+
+PipelineRun::PipelineRun(const TrainConfig& cfg, std::shared_ptr<ProcessGroup> world,
+                         const OptimizerSettings& opt, PipelineTensorParallel tp,
+                         const StoreOptions& store, AutoPlacementSettings placement,
+                         const OpContext& op, Allocator* activations)
+    : PipelineRun(cfg, pipeline_mesh(cfg, std::move(world), tp), opt, tp.sequence_parallel, store,
+                  placement, op, activations) {}
+
+PipelineRun::PipelineRun(const TrainConfig& cfg, const Topology& mesh, const OptimizerSettings& opt,
+                         bool sequence_parallel, const StoreOptions& store,
+                         AutoPlacementSettings placement, const OpContext& op,
+                         Allocator* activations)
+    : world_(mesh.world_ptr()),
+      pp_(mesh.group_ptr(MeshAxis::PP)),
+      dp_(mesh.group_ptr(MeshAxis::DP)),
+      tp_(mesh.group_ptr(MeshAxis::TP)) {
+  pipeline::Schedule schedule = make_pipeline_schedule(cfg);
+  TIDE_CHECK(mesh.shape().pp == schedule.stages,
+             "the mesh {} has {} pipeline stages where pipeline.stages={}", mesh.shape().str(),
+             mesh.shape().pp, schedule.stages);
+  const int dp = dp_->size();
+  TIDE_CHECK(tp_->size() > 1 || !sequence_parallel,
              "sequence parallelism needs tensor_parallel.size > 1 (it splits the sequence over "
              "the tp ranks); set tensor_parallel.size or turn sequence_parallel off");
-  const int dp = n / (p * tp.size);
-  if (dp == 1 && tp.size == 1) {
-    pp_ = world_;
-    dp_ = tp_ = std::make_shared<LocalProcessGroup>();
-  } else {
-    const Topology topo(world_, MeshShape{.tp = tp.size, .dp = dp, .pp = p});
-    pp_ = topo.group_ptr(MeshAxis::PP);
-    dp_ = topo.group_ptr(MeshAxis::DP);
-    tp_ = topo.group_ptr(MeshAxis::TP);
-  }
   zero_sliced_ = cfg.zero.stage >= 1;
   if (cfg.pipeline_schedule == "zb-auto") {
     // The warm-up step runs 1F1B (within its peak of p micro-batches in flight); a tighter
@@ -58,9 +72,9 @@ PipelineRun::PipelineRun(const TrainConfig& cfg, std::shared_ptr<ProcessGroup> w
     o.stage = schedule.virtual_stage(pp_->rank(), c);
     o.op = op;
     o.activations = activations;
-    if (tp.size > 1) {
+    if (tp_->size() > 1) {
       o.tp = tp_;
-      o.sequence_parallel = tp.sequence_parallel;
+      o.sequence_parallel = sequence_parallel;
     }
     if (zero_sliced_) {  // ZeRO: the kinds of its stage sliced over the stage's replicas
       o.group_size = dp;

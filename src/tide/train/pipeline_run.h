@@ -62,6 +62,12 @@ class PipelineRun final : public StepRunner {
               const OptimizerSettings& opt, PipelineTensorParallel tp = {},
               const StoreOptions& store = {}, AutoPlacementSettings placement = {},
               const OpContext& op = {}, Allocator* activations = nullptr);
+  // The same on a mesh the caller built (the Trainer's one mesh: pp = pipeline.stages, its tp
+  // axis tensor_parallel.size); the run keeps its axis groups.
+  PipelineRun(const TrainConfig& cfg, const Topology& mesh, const OptimizerSettings& opt,
+              bool sequence_parallel, const StoreOptions& store = {},
+              AutoPlacementSettings placement = {}, const OpContext& op = {},
+              Allocator* activations = nullptr);
 
   // (The zb-auto warm-up step traces itself: `tracer` does not record that step.)
   StepStats step(int64_t step, uint64_t seed, const Engine::BatchFn& batch,

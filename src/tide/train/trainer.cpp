@@ -232,18 +232,16 @@ Trainer::Trainer(TrainConfig config, std::shared_ptr<ProcessGroup> world)
   // init_from (ignored when resuming: the run's own checkpoint wins): checked whole, shape
   // included, before the model is built or anything is written to out_dir.
   const bool init_from = !resuming && !cfg_.init_from.empty();
-  const bool tp_mesh = cfg_.tensor_parallel > 1 && cfg_.pipeline_stages == 1;
   agree_on_errors(*world_, [&] {
     resolve_data();
     if (init_from) check_init_from(cfg_.init_from, cfg_.model);
   });
-  // Tensor parallelism: the world as a tp x dp mesh (Megatron order, tp fastest: the ranks of
-  // a replica are contiguous). Collective, so built before anything else talks. (Under pp the
-  // PipelineRun builds the tp x dp x pp mesh.)
-  if (tp_mesh)
-    mesh_ = std::make_unique<Topology>(
-        world_, MeshShape{.tp = cfg_.tensor_parallel, .dp = data_parallel_ranks()});
+  // The world as the pp x dp x tp mesh (Megatron order, tp fastest: the ranks of a replica are
+  // contiguous; an axis of size 1 is a local group, comm/topology.h). Collective, so built
+  // before anything else talks.
+  mesh_ = std::make_unique<Topology>(world_, mesh_shape());
   const int dp = data_parallel_ranks();
+  const bool tp = cfg_.tensor_parallel > 1;
 
   OptimizerSettings opt;
   opt.adamw.beta1 = cfg_.beta1;
@@ -267,11 +265,9 @@ Trainer::Trainer(TrainConfig config, std::shared_ptr<ProcessGroup> world)
     check_same_data_and_layout(make_layout(cfg_.model));
     StoreOptions so;
     configure_store(so);
-    pipeline_ = std::make_unique<PipelineRun>(
-        cfg_, world_, opt,
-        PipelineTensorParallel{.size = cfg_.tensor_parallel,
-                               .sequence_parallel = cfg_.sequence_parallel},
-        so, auto_placement_settings(), op_, op_.device.is_cpu() ? nullptr : compute_alloc_.get());
+    pipeline_ = std::make_unique<PipelineRun>(cfg_, *mesh_, opt, cfg_.sequence_parallel, so,
+                                              auto_placement_settings(), op_,
+                                              op_.device.is_cpu() ? nullptr : compute_alloc_.get());
     if (init_from) pipeline_->init_from(cfg_.init_from);
     runner_ = pipeline_.get();
   } else {
@@ -281,7 +277,7 @@ Trainer::Trainer(TrainConfig config, std::shared_ptr<ProcessGroup> world)
     mo.store.group_rank = data_parallel_rank();
     mo.store.sliced_kinds = zero_sliced_kinds(cfg_.zero.stage);
     configure_store(mo.store);
-    if (mesh_) {  // this rank's shards; the model's collectives run over the tp group
+    if (tp) {  // this rank's shards; the model's collectives run over the tp group
       mo.tp = mesh_->group_ptr(MeshAxis::TP);
       mo.sequence_parallel = cfg_.sequence_parallel;
     }
@@ -292,7 +288,7 @@ Trainer::Trainer(TrainConfig config, std::shared_ptr<ProcessGroup> world)
     model_ = std::make_unique<GPT>(cfg_.model, cfg_.activation_policy, mo);
     model_->init_weights(cfg_.seed);
     if (init_from) {  // before the engine reads them
-      if (mesh_)
+      if (tp)
         with_host_chunks(*model_, [&](GPT& m) {
           load_checkpoint_tp(cfg_.init_from, m, /*with_optimizer_state=*/false);
         });
@@ -300,11 +296,10 @@ Trainer::Trainer(TrainConfig config, std::shared_ptr<ProcessGroup> world)
         with_host_chunks(*model_, [&](GPT& m) { init_weights_from(cfg_.init_from, m); });
     }
     // Under tp the ranks hold different shards: the whole model's layout is compared.
-    check_same_data_and_layout(mesh_ ? make_layout(cfg_.model) : model_->store().layout());
-    engine_ =
-        std::make_unique<Engine>(*model_, mesh_ ? mesh_->group_ptr(MeshAxis::DP) : world_,
-                                 data_parallel_schedule(cfg_.grad_accum), cfg_.micro_batch,
-                                 cfg_.seq_len, opt, zero_settings(cfg_), auto_placement_settings());
+    check_same_data_and_layout(tp ? make_layout(cfg_.model) : model_->store().layout());
+    engine_ = std::make_unique<Engine>(
+        *model_, mesh_->group_ptr(MeshAxis::DP), data_parallel_schedule(cfg_.grad_accum),
+        cfg_.micro_batch, cfg_.seq_len, opt, zero_settings(cfg_), auto_placement_settings());
     engine_runner_ = std::make_unique<EngineRunner>(*engine_);
     runner_ = engine_runner_.get();
     eval_mb_ = model_->make_micro_batch(1, cfg_.seq_len, nullptr, /*training=*/false);
@@ -470,15 +465,16 @@ StepStats Trainer::train_step() {
     float reduced[2] = {st.loss, stop_requested() ? 1.0f : 0.0f};
     if (world_->size() > 1) {
       const TraceSpan loss_span(tracer, "all-reduce loss", "comm");
-      ProcessGroup* replicas = pipeline_ ? &pipeline_->dp() : mesh_ ? &mesh_->dp() : nullptr;
-      if (replicas) {
+      ProcessGroup& replicas = mesh_->dp();
+      if (replicas.size() < world_->size()) {
         // The replicas' mean (each replica's stages / tp ranks hold its loss already), then
         // the flag.
-        if (replicas->size() > 1)
-          replicas->all_reduce_async(Tensor(reduced, Shape{1}), ReduceOp::Avg)->wait();
+        if (replicas.size() > 1)
+          replicas.all_reduce_async(Tensor(reduced, Shape{1}), ReduceOp::Avg)->wait();
         world_->all_reduce_async(Tensor(reduced + 1, Shape{1}), ReduceOp::Sum)->wait();
-      } else
+      } else {  // every rank a replica: both in one all-reduce (a flag's mean > 0 is any flag)
         world_->all_reduce_async(Tensor(reduced, Shape{2}), ReduceOp::Avg)->wait();
+      }
     }
     st.loss = reduced[0];
     stop_agreed_ = reduced[1] > 0;
@@ -547,7 +543,7 @@ float Trainer::evaluate() {
   if (pipeline_) return pipeline_->evaluate(*val_loader_, n);
   // Each data-parallel replica scores a share (under tp its ranks run the same forwards).
   const int dp = data_parallel_ranks(), rank = data_parallel_rank();
-  ProcessGroup& replicas = mesh_ ? mesh_->dp() : *world_;
+  ProcessGroup& replicas = mesh_->dp();
   const int64_t share = (n + dp - 1) / dp;  // sequences per rank (the last share may be short)
   // Per sequence of this rank's share: (sum of its position losses, positions with a target),
   // as doubles carried bit for bit through an all-gather of int32 words.
@@ -609,7 +605,8 @@ std::string Trainer::save(const std::string& name) const {
   // writes one whole-model file, whatever the ZeRO stage.
   const bool rank0 = world_->rank() == 0, sharded = cfg_.zero.stage > 0 || pipeline_;
   const std::string path = (dir / name).string();
-  if (!rank0 && !sharded && !mesh_) return path;  // stage 0: rank 0 holds everything, writes
+  if (!rank0 && !sharded && cfg_.tensor_parallel == 1)
+    return path;  // stage 0: rank 0 holds everything, writes
   fs::create_directories(dir);
   CheckpointInfo info;
   info.config = cfg_.model;
@@ -633,7 +630,7 @@ std::string Trainer::save(const std::string& name) const {
         {"loss_scaler", loss_scaler_json(runner_->loss_scaler().state())},
         // data_batch counts the loader's batches of this many sequences (ranks x micro-batch)
         {"data_batch_sequences", int64_t{data_parallel_ranks()} * cfg_.micro_batch}}}};
-  if (mesh_) {
+  if (cfg_.tensor_parallel > 1 && !pipeline_) {
     const std::unique_ptr<GPT> twin = host_copy(*model_);  // on a device (host memory is read)
     save_checkpoint_tp(path, twin ? *twin : *model_, info, /*with_optimizer_state=*/true,
                        &mesh_->dp());
@@ -886,28 +883,26 @@ void Trainer::run_steps() {
                metrics_path);
     if (!cfg_.resume.empty()) fmt::print("tide: resumed from {} at step {}\n", cfg_.resume, step_);
     const size_t act = runner_->activation_bytes();
-    // Under pp: the mesh the PipelineRun built (its groups' sizes, not the config's).
-    const int pp_tp = pipeline_ ? pipeline_->tp().size() : 1,
-              pp_dp = pipeline_ ? pipeline_->dp().size() : 1;
+    const int pp_tp = mesh_->shape().tp, pp_dp = mesh_->shape().dp;
     const std::string ranks =
-        pipeline_ ? fmt::format("{} pipeline stages{}{}, schedule {}{}", pipeline_->pp().size(),
+        pipeline_   ? fmt::format("{} pipeline stages{}{}, schedule {}{}", pipeline_->pp().size(),
                                 pp_tp > 1 ? fmt::format(" x {} tensor-parallel ranks{}", pp_tp,
                                                         pipeline_->chunks()[0]->sequence_parallel()
-                                                            ? " (sequence parallel)"
-                                                            : "")
-                                          : "",
+                                                              ? " (sequence parallel)"
+                                                              : "")
+                                            : "",
                                 pp_dp > 1 ? fmt::format(" x {} data-parallel replicas (ZeRO-{})",
-                                                        pp_dp, cfg_.zero.stage)
-                                          : "",
-                                cfg_.pipeline_schedule,
+                                                          pp_dp, cfg_.zero.stage)
+                                            : "",
+                                  cfg_.pipeline_schedule,
                                 cfg_.virtual_stages > 1
-                                    ? fmt::format(" ({} chunks per stage)", cfg_.virtual_stages)
-                                    : "")
-        : mesh_   ? fmt::format("{} tensor-parallel ranks{} x {} DP replica(s) (ZeRO-{})",
-                                cfg_.tensor_parallel,
-                              cfg_.sequence_parallel ? " (sequence parallel)" : "",
-                                data_parallel_ranks(), cfg_.zero.stage)
-                  : fmt::format("{} DP rank(s)", world_->size());
+                                      ? fmt::format(" ({} chunks per stage)", cfg_.virtual_stages)
+                                      : "")
+        : pp_tp > 1 ? fmt::format("{} tensor-parallel ranks{} x {} DP replica(s) (ZeRO-{})",
+                                  cfg_.tensor_parallel,
+                                  cfg_.sequence_parallel ? " (sequence parallel)" : "",
+                                  data_parallel_ranks(), cfg_.zero.stage)
+                    : fmt::format("{} DP rank(s)", world_->size());
     fmt::print(
         "tide: model {} | {} | micro-batch {} x {} tokens, accum {} | "
         "activations: {}{}\n",
@@ -929,8 +924,8 @@ void Trainer::run_steps() {
                           engine_->host_checkpoint_bytes() / 1048576.0)
             : "",
         pipeline_ ? (cfg_.tensor_parallel > 1 ? " (rank 0's stage shards)" : " (rank 0's stage)")
-        : mesh_   ? " (rank 0's shards)"
-                  : "");
+        : cfg_.tensor_parallel > 1 ? " (rank 0's shards)"
+                                   : "");
     std::fflush(stdout);
   }
   auto log_eval = [&](float val) {

@@ -87,15 +87,18 @@ class Trainer {
   void prepare_default_corpus();
   // Opens the data (no collective).
   void resolve_data();
-  // Data-parallel ranks: the world divided by the pipeline stages and the tensor-parallel size.
-  int data_parallel_ranks() const {
-    return world_->size() / (cfg_.pipeline_stages * cfg_.tensor_parallel);
+  // The world as the pp x dp x tp mesh (comm/topology.h): dp = the world divided by the
+  // pipeline stages and the tensor-parallel size. The shape alone, known before the mesh's
+  // groups are built (the checks and the data need it first).
+  MeshShape mesh_shape() const {
+    return {.tp = cfg_.tensor_parallel,
+            .dp = world_->size() / (cfg_.pipeline_stages * cfg_.tensor_parallel),
+            .pp = cfg_.pipeline_stages};
   }
-  // This rank's data-parallel rank, its dp coordinate in Megatron's order (comm/topology.h:
-  // rank = tp_idx + t (d + dp stage)): the replica its tp group and pipeline belong to.
-  int data_parallel_rank() const {
-    return world_->rank() / cfg_.tensor_parallel % data_parallel_ranks();
-  }
+  int data_parallel_ranks() const { return mesh_shape().dp; }
+  // This rank's data-parallel rank, its dp coordinate: the replica its tp group and pipeline
+  // belong to.
+  int data_parallel_rank() const { return mesh_shape().coord_of(world_->rank()).dp; }
   // Bytes of this rank's model states (every model chunk).
   size_t model_state_bytes() const;
   // Where a checkpoint left its run: the step and the data loader's position.
@@ -145,7 +148,7 @@ class Trainer {
   // The context the model's ops run on (device): the CPU's, or a stream of the simulated device
   // whose memory is compute_alloc_.
   OpContext op_;
-  std::unique_ptr<Topology> mesh_;  // tensor_parallel.size > 1: the tp x dp mesh
+  std::unique_ptr<Topology> mesh_;  // pp x dp x tp (size-1 axes where unused)
   std::unique_ptr<GPT> model_;      // data parallel
   std::unique_ptr<Engine> engine_;  // data parallel
   std::unique_ptr<PipelineRun> pipeline_;
