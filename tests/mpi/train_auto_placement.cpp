@@ -35,20 +35,6 @@ TrainConfig auto_config(const std::string& shard, const std::string& dir, int st
   return c;
 }
 
-// This rank's model-state bytes (every chunk of every kind it holds) and the non-model bytes
-// auto's warm-up records, from a run whose budget holds everything twice.
-std::pair<size_t, size_t> measure(const std::string& shard, const std::string& dir, int stage,
-                                  std::shared_ptr<ProcessGroup> world) {
-  size_t states = 0;
-  {
-    Trainer t(auto_config(shard, dir, stage, 0), world);
-    states = t.model().store().total_bytes();
-  }
-  Trainer t(auto_config(shard, dir, stage, static_cast<int64_t>(4 * states)), world);
-  t.train_step();
-  return {states, t.engine().auto_placement()->recorded_non_model_bytes()};
-}
-
 struct Budgeted {
   RunResult run;
   std::vector<PlacementStepCounters> steps;
@@ -86,7 +72,7 @@ Budgeted train_budgeted(const TrainConfig& cfg, std::shared_ptr<ProcessGroup> wo
 void check_stage(int stage, std::shared_ptr<ProcessGroup> world, const std::string& shard,
                  const std::string& dir) {
   const int N = world ? world->size() : 1;
-  const auto [states, non_model] = measure(shard, dir, stage, world);
+  const auto [states, non_model] = measure_auto_budget(auto_config(shard, dir, stage, 0), world);
   ASSERT_GT(non_model, 0u);
   const RunResult base = train(auto_config(shard, dir, stage, 0), world, kAutoSteps);
   for (int percent : {100, 50, 25}) {
@@ -226,16 +212,8 @@ TEST(AutoPlacement, ZeroTwoWithEveryReductionInFlight) {
     t.zero.reduce_bucket_size = ZeroSettings{}.reduce_bucket_size;
     return t;
   };
-  size_t states = 0, non_model = 0;
-  {
-    Trainer t(big_bucket(auto_config(shard, dir, 2, 0)), world);
-    states = t.model().store().total_bytes();
-  }
-  {
-    Trainer t(big_bucket(auto_config(shard, dir, 2, static_cast<int64_t>(4 * states))), world);
-    t.train_step();
-    non_model = t.engine().auto_placement()->recorded_non_model_bytes();
-  }
+  const auto [states, non_model] =
+      measure_auto_budget(big_bucket(auto_config(shard, dir, 2, 0)), world);
   const size_t budget = states / 4 + non_model;
   const Budgeted b =
       train_budgeted(big_bucket(auto_config(shard, dir, 2, static_cast<int64_t>(budget))), world);

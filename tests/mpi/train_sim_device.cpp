@@ -9,7 +9,8 @@
 // the stream reads what a collective wrote only after the host has waited for it
 // (policy_stack.cpp's GradReduction, parallel/zero.cpp). ZeRO-Offload too: stage 2 in f32 with
 // the delayed update, stage 3 in bf16 with offload_param (the gradient slices down and the
-// parameters up as copies on the stream, the offload thread waiting for them).
+// parameters up as copies on the stream, the offload thread waiting for them). A Llama model
+// with offload (stage 2, DPU) and with auto placement (bf16, ZeRO-1, chunks moving) as well.
 //
 // Pipeline stages (one per rank, pipeline.stages = world): 1F1B in f32, ZB-V (two chunks per
 // rank, the tied embedding summed in place) in bf16 with ZeRO-1, ZB-H1 with ZeRO-Offload (DPU)
@@ -39,6 +40,7 @@ namespace {
 struct SimDpRun {
   std::vector<float> curve;  // per step: loss, gradient norm
   std::string checkpoint;
+  uint64_t moved = 0;  // bytes offload and auto placement moved to the host, all steps
 };
 
 SimDpRun sim_dp_run(const TrainConfig& cfg, std::shared_ptr<ProcessGroup> world) {
@@ -48,6 +50,7 @@ SimDpRun sim_dp_run(const TrainConfig& cfg, std::shared_ptr<ProcessGroup> world)
     const StepStats st = t.train_step();
     r.curve.push_back(st.loss);
     r.curve.push_back(static_cast<float>(st.grad_norm));
+    r.moved += st.offload.bytes_to_host + st.placement.bytes_to_host;
   }
   r.curve.push_back(t.evaluate());
   r.checkpoint = t.save("final.ckpt");
@@ -121,6 +124,55 @@ TEST(SimDeviceDataParallel, TrainsTheCpuRunBitwise) {
       expect_same_tensors(cpu.checkpoint + file, sim.checkpoint + file,
                           fmt::format("{} ZeRO-{}", precision, stage));
     }
+  }
+  world->barrier();
+  if (world->rank() == 0) std::filesystem::remove_all(dir);
+}
+
+// The Llama family (issue #28; grouped-query attention, qkv bias, untied head, no dropout)
+// with ZeRO-Offload at stage 2 with the delayed update (f32), and with placement.policy=auto
+// at ZeRO-1 in bf16 with room for half of the model states (chunks evicted to the host and
+// fetched back on the stream): bitwise the CPU run, and bytes really moved.
+TEST(SimDeviceDataParallel, TrainsTheCpuLlamaRunWithOffloadAndAutoPlacementBitwise) {
+  std::shared_ptr<ProcessGroup> world = mpi_test::world_ptr();
+  const std::string dir = shared_temp_dir(*world);
+  const std::string shard = write_shared_shard(*world, dir);
+  for (const bool placed : {false, true}) {
+    const std::string what = placed ? "llama bf16 ZeRO-1 auto placement" : "llama ZeRO-2 offload";
+    auto config = [&](const std::string& device, size_t budget) {
+      std::vector<std::string> extra = {"device=" + device,
+                                        "gradient_clipping=0.5",
+                                        "model.family=llama",
+                                        "model.n_kv_head=1",
+                                        "model.qkv_bias=true",
+                                        "model.tie_word_embeddings=false",
+                                        "chunk_size_mb=0.01",
+                                        "zero_optimization.reduce_bucket_size=4096",
+                                        "zero_optimization.allgather_bucket_size=4096"};
+      if (placed) {
+        extend(extra, {"zero_optimization.stage=1", "bf16.enabled=true"});
+        if (budget > 0)
+          extend(extra, {"placement.policy=auto",
+                         fmt::format("placement.device_memory_limit={}", budget)});
+      } else {
+        extend(extra, {"zero_optimization.stage=2"});
+        extend(extra, offload_keys(2));
+      }
+      return dp_config(shard, fmt::format("{}/llama_{}_{}", dir, placed, device), kMicro, 2, 8,
+                       0.0f, extra);
+    };
+    size_t budget = 0;
+    if (placed) {
+      const auto [states, non_model] = measure_auto_budget(config("sim", 0), world);
+      budget = states / 2 + non_model;
+    }
+    const SimDpRun cpu = sim_dp_run(config("cpu", budget), world);
+    const SimDpRun sim = sim_dp_run(config("sim", budget), world);
+    expect_same_curve(cpu, sim, what, world->rank());
+    EXPECT_GT(sim.moved, 0u) << what << ": nothing was moved to the host";
+    EXPECT_GT(cpu.moved, 0u) << what << ": nothing was moved to the host";
+    const std::string file = "/" + shard_file_name(world->rank(), world->size());
+    expect_same_tensors(cpu.checkpoint + file, sim.checkpoint + file, what);
   }
   world->barrier();
   if (world->rank() == 0) std::filesystem::remove_all(dir);

@@ -134,4 +134,10 @@ void divide_elements(void* x, DType t, int64_t n, float d) {
   });
 }
 
+void divide_elements_rounded(float* x, int64_t n, float d, DType t) {
+  on_float_dtype(t, [&]<class E>(E) {
+    for (int64_t i = 0; i < n; ++i) x[i] = E::load(E::store(x[i] / d));
+  });
+}
+
 }  // namespace tide

@@ -67,6 +67,9 @@ void add_elements(DType t, void* dst, const void* a, const void* b, int64_t n);
 // x[i] = x[i] / d: the mean of a sum over d ranks (ReduceOp::Avg; f32 bit for bit `x /
 // float(d)`).
 void divide_elements(void* x, DType t, int64_t n, float d);
+// x[i] = x[i] / d rounded to t's precision, held in f32: for x widened from t, bit for bit
+// divide_elements in t, widened (ZeRO-Offload's f32 host copy of 16-bit gradients).
+void divide_elements_rounded(float* x, int64_t n, float d, DType t);
 
 // Small tagged wrappers so templates can tell the 16-bit formats apart.
 struct bf16 {

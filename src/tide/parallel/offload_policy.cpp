@@ -92,9 +92,10 @@ void OffloadPolicy::run(const Job& j) {
     convert_elements(g.data, g.dtype, h, DType::F32, g.numel());
   else
     synchronize(j.ready);
-  // The mean over ranks, in f32 (ZeroPolicy::finish_gradients divides in the gradients'
-  // dtype: bitwise the same for f32 gradients).
-  if (dp_size_ > 1) divide_elements(h, DType::F32, g.numel(), static_cast<float>(dp_size_));
+  // The mean over ranks, rounded to the gradients' dtype: what ZeroPolicy::finish_gradients
+  // writes without offload (it divides in that dtype), so that 16-bit gradients on a rank count
+  // whose mean is inexact (3) give the same bits too.
+  if (dp_size_ > 1) divide_elements_rounded(h, g.numel(), static_cast<float>(dp_size_), g.dtype);
   // The owned slice: elements [r S, (r + 1) S) of the chunk.
   const ChunkLayout& lay = store_.layout();
   tensor_grad_sums(lay, c, Tensor(h, Shape{g.numel()}),

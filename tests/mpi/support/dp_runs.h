@@ -93,6 +93,10 @@ struct RunResult {
   std::vector<float> grad_norms;           // per step, before clipping
   std::vector<std::string> names;          // per tensor id
   std::vector<std::vector<float>> params;  // per tensor id, final values
+  // train(): every step's stats (offload's and placement's counters among them) and the peak
+  // of the compute tier's allocator (0 when the run has none: no budget, offload or placement).
+  std::vector<StepStats> stats;
+  size_t compute_peak = 0;
 };
 
 inline RunResult train(const TrainConfig& cfg, std::shared_ptr<ProcessGroup> world, int64_t steps) {
@@ -102,7 +106,11 @@ inline RunResult train(const TrainConfig& cfg, std::shared_ptr<ProcessGroup> wor
     const StepStats st = trainer.train_step();
     r.losses.push_back(st.loss);
     r.grad_norms.push_back(static_cast<float>(st.grad_norm));
+    r.stats.push_back(st);
   }
+  if (const Allocator* a = trainer.compute_allocator()) r.compute_peak = a->peak();
+  // ZeRO-Offload's delayed update: the final parameters hold every step taken.
+  if (!trainer.pipeline()) trainer.engine().flush_update();
   const ChunkStore& store = trainer.model().store();
   const ChunkLayout& lay = store.layout();
   // Whole chunks, from every rank's slice (ZeRO-3 holds only its slice of the parameters).
@@ -124,6 +132,27 @@ inline RunResult train(const TrainConfig& cfg, std::shared_ptr<ProcessGroup> wor
     r.params.emplace_back(p, p + s.numel);
   }
   return r;
+}
+
+// What a placement.policy=auto budget for `cfg` (a policy=device run) is made of: this rank's
+// model-state bytes (every chunk of every kind it holds) and the non-model bytes auto's warm-up
+// records, from a run whose budget holds the states four times over.
+struct AutoBudgetParts {
+  size_t states = 0, non_model = 0;
+};
+
+inline AutoBudgetParts measure_auto_budget(TrainConfig cfg, std::shared_ptr<ProcessGroup> world) {
+  AutoBudgetParts p;
+  {
+    Trainer t(cfg, world);
+    p.states = t.model().store().total_bytes();
+  }
+  cfg.placement_policy = "auto";
+  cfg.device_memory_limit = static_cast<int64_t>(4 * p.states);
+  Trainer t(cfg, world);
+  t.train_step();
+  p.non_model = t.engine().auto_placement()->recorded_non_model_bytes();
+  return p;
 }
 
 // The parameters of checkpoint `path` (a model of `shape`), whole tensors in layout order,

@@ -4,8 +4,9 @@
 # a resume once left stale). Every rank writes its shard of the periodic and the final
 # checkpoint (sharded directories); 2 ranks resume the periodic one and log the 2-rank run's
 # metrics bitwise; 3 ranks and 1 rank resume it at the same global batch and end with its
-# losses (to 4 decimals), the 1-rank and then a 2-rank run saving over the other kind of
-# checkpoint in one out_dir; `tide sample` and `tide export` read the final one.
+# losses (to 4 decimals, give or take one in the last), the 1-rank and then a 2-rank run
+# saving over the other kind of checkpoint in one out_dir; `tide sample` and `tide export`
+# read the final one.
 set -uo pipefail
 mpiexec=$1 tide=$2 src=$3 dir=$4
 rm -rf "$dir" && mkdir -p "$dir" && cd "$dir" || exit 1
@@ -31,7 +32,7 @@ cp -r a r2 && timeout 300 "${mpi[@]}" -np 2 "$tide" train "${common[@]}" \
   || { cat r2.log; fail "resume on 2 ranks"; }
 diff <(metrics a/metrics.jsonl) <(metrics r2/metrics.jsonl | tail -3) \
   || fail "resumed on 2 ranks, steps 4-6 differ from the uninterrupted run"
-# The loss lines of steps 4-6: equal to 4 decimals on another number of ranks.
+# The loss lines of steps 4-6: equal to 4 decimals (give or take one) on another number of ranks.
 loss() { sed -n 's/^step \+\([456]\)\/6 | loss \([0-9.]*\).*/\1 \2/p' "$1"; }
 timeout 300 "${mpi[@]}" -np 3 "$tide" train "${common[@]}" train_micro_batch_size_per_gpu=2 \
   out_dir=r3 checkpoint.resume=a/model_step3.ckpt > r3.log 2>&1 || { cat r3.log; fail "resume on 3 ranks"; }
@@ -47,8 +48,15 @@ timeout 300 "${mpi[@]}" -np 2 "$tide" train "${common[@]}" train_micro_batch_siz
   || { cat r1b.log; fail "resume on 2 ranks into an out_dir holding a single-file checkpoint"; }
 [ -f r1/model.ckpt/index.json ] || fail "r1/model.ckpt was not replaced by shards"
 [ "$(loss a.log | wc -l)" -eq 3 ] || { cat a.log; fail "no loss lines"; }
-diff <(loss a.log) <(loss r3.log) || fail "resumed on 3 ranks, the losses differ"
-diff <(loss a.log) <(loss r1.log) || fail "resumed on 1 rank, the losses differ"
+# Not bitwise (another summation order), so a loss near a rounding boundary prints either way:
+# one unit in the 4th decimal is allowed (the corpus is this repository's docs, so an edit
+# there once moved a loss of step 6 from 5.54385 to both sides).
+close() {
+  paste <(loss "$1") <(loss "$2") \
+    | awk '{ d = $2 - $4; if ($1 != $3 || d > 1.5e-4 || d < -1.5e-4) bad = 1 } END { exit bad }'
+}
+close a.log r3.log || { diff <(loss a.log) <(loss r3.log); fail "resumed on 3 ranks, the losses differ"; }
+close a.log r1.log || { diff <(loss a.log) <(loss r1.log); fail "resumed on 1 rank, the losses differ"; }
 "$tide" sample --checkpoint a/model.ckpt --tokens 8 > sample.log 2>&1 \
   || { cat sample.log; fail "tide sample on a sharded checkpoint"; }
 "$tide" export --checkpoint a/model.ckpt --out-dir hf > export.log 2>&1 \

@@ -124,9 +124,9 @@ TEST(OffloadNorm, PerTensorSumsOfTheOwnedSliceAreBitwiseTheDirectOnes) {
 // after the warm-up (plan_update and adamw_step, the synchronous update). DPU's losses and, once
 // its pending update is flushed, its parameters equal the reference's bitwise; and they differ from
 // the synchronous offloaded run's, so the delay is really there.
-TEST(OffloadDelayedUpdate, EqualsAReferenceThatAppliesEachUpdateOneStepLate) {
+// `tc`: the model (GPT-2 or a Llama one).
+void expect_dpu_equals_one_step_late_reference(const TrainConfig& tc) {
   constexpr int B = 2, T = 16, kSteps = 7, kWarmup = 2;
-  const TrainConfig tc = tiny();
   OptimizerSettings opt;
   opt.adamw.weight_decay = 0.1;
   opt.lr.type = LrScheduleType::CONSTANT;
@@ -214,6 +214,29 @@ TEST(OffloadDelayedUpdate, EqualsAReferenceThatAppliesEachUpdateOneStepLate) {
   // Synchronous until the first update that DPU delays takes effect: step kWarmup + 2.
   for (int s = 0; s <= kWarmup; ++s) EXPECT_EQ(dpu[s], sync[s]) << "step " << s + 1;
   EXPECT_NE(dpu[kWarmup + 1], sync[kWarmup + 1]);
+}
+
+TEST(OffloadDelayedUpdate, EqualsAReferenceThatAppliesEachUpdateOneStepLate) {
+  expect_dpu_equals_one_step_late_reference(tiny());
+}
+
+// The same on a Llama model (issue #28): grouped-query attention, a qkv bias, RMSNorm (no
+// bias tensors), an untied head: the tensor list the offload thread's norm partials walk.
+TEST(OffloadDelayedUpdate, EqualsTheOneStepLateReferenceOnALlamaModel) {
+  expect_dpu_equals_one_step_late_reference(
+      parse_train_config({{"model",
+                           {{"family", "llama"},
+                            {"n_layer", 2},
+                            {"n_embd", 32},
+                            {"n_head", 2},
+                            {"n_kv_head", 1},
+                            {"intermediate_size", 48},
+                            {"qkv_bias", true},
+                            {"tie_word_embeddings", false},
+                            {"vocab_size", 64}}},
+                          {"seq_len", 16},
+                          {"train_micro_batch_size_per_gpu", 2}},
+                         /*check_paths=*/false));
 }
 
 // tide train's metrics.jsonl carries the offload counters of every logged step (and the
