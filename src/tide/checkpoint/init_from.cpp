@@ -27,6 +27,14 @@ bool is_hf_model_folder(const std::string& path) {
 GPTConfig init_from_model(const std::string& path) {
   GPTConfig c;
   if (is_hf_model_folder(path)) {
+    // A run's out_dir has a config.json too (tide's own) beside its checkpoints.
+    std::error_code ec;
+    const fs::path p(path);
+    TIDE_CHECK(!fs::exists(p / "model.ckpt", ec) || fs::exists(p / "model.safetensors", ec) ||
+                   fs::exists(p / "model.safetensors.index.json", ec),
+               "'{}' is a tide run's directory, not a Hugging Face model folder; name one of its "
+               "checkpoints, e.g. {}",
+               path, (p / "model.ckpt").string());
     c = hf_folder_model(path);
   } else if (is_sharded_checkpoint(path)) {
     c = read_sharded_checkpoint_info(path, /*verify_data=*/false).info.config;

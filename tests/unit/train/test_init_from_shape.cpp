@@ -7,6 +7,7 @@
 
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "error_of.h"
@@ -143,6 +144,16 @@ TEST(InitFromShape, AKeyTheConfigGivesMustAgree) {
   // seq_len longer than the source's positions: the fix is seq_len, not model.max_seq_len.
   e = error_of([&] { load_train_config("", {"init_from=" + gpt2, "seq_len=64"}); });
   EXPECT_NE(e.find("seq_len 64 exceeds the 32 positions of init_from's model"), std::string::npos)
+      << e;
+  // A run's out_dir (tide's config.json beside model.ckpt): its checkpoint is meant.
+  const std::string run = temp_dir("run");
+  std::ofstream(run + "/config.json") << "{}";
+  std::ofstream(run + "/model.ckpt") << "x";
+  e = error_of([&] { load_train_config("", {"init_from=" + run}); });
+  EXPECT_NE(e.find("is a tide run's directory, not a Hugging Face model folder; name one of its "
+                   "checkpoints, e.g. " +
+                   run + "/model.ckpt"),
+            std::string::npos)
       << e;
   // A folder that is neither a checkpoint nor a Hugging Face model.
   const std::string empty = temp_dir("empty");
