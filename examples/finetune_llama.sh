@@ -10,7 +10,8 @@
 # a sharded index, tokenizer.json). No hub is reachable here, so the default is
 # tests/fixtures/hf_llama_base: a small random LlamaForCausalLM (GQA, untied head, llama3 RoPE,
 # bf16) saved by transformers, with a Llama-3-style tokenizer.json
-# (tools/gen_hf_llama_base_fixture.py). With another model, give its model.* keys in step 3.
+# (tools/gen_hf_llama_base_fixture.py). Any other folder works as it is: init_from takes the
+# model's family and shape from the checkpoint (no model.* keys to restate).
 # Step 5 needs python with torch and transformers (PYTHON, default python3;
 # tools/requirements-test.txt).
 set -euo pipefail
@@ -37,13 +38,9 @@ done > train.jsonl
   --out-dir data --val-fraction 0.1
 
 # 3. Fine-tune from the imported weights with ZeRO-Offload (fp32 master weights and Adam on
-#    the host). init_from takes the weights; the model.* keys restate the base model's shape.
+#    the host). init_from takes the weights and the model's family and shape (init_from=
+#    "$hf_base", the folder itself, does too); seq_len is the fine-tuning's sequence length.
 "$tide" train init_from=base/model.ckpt data.dir=data out_dir=run \
-  model.family=llama model.n_layer=2 model.n_head=4 model.n_kv_head=2 model.n_embd=32 \
-  model.intermediate_size=64 model.max_seq_len=64 model.tie_word_embeddings=false \
-  model.rms_norm_eps=1e-5 \
-  model.rope_theta=500000 model.rope_scaling.type=llama3 model.rope_scaling.factor=8 \
-  model.rope_scaling.original_max_position_embeddings=32 \
   zero_optimization.stage=2 zero_optimization.offload_optimizer.device=cpu \
   seq_len=32 train_micro_batch_size_per_gpu=8 train_steps=150 optimizer.params.lr=3e-3 \
   eval.interval=50 eval.sequences=4 log.interval=50 log.progress=false

@@ -29,11 +29,8 @@ void run_import(const ImportArgs& a) {
   if (!r.ignored.empty()) fmt::print("not imported: {}\n", fmt::join(r.ignored, ", "));
   if (!r.tokenizer_skipped.empty())
     fmt::print("the folder's tokenizer.json is not used: {}\n", r.tokenizer_skipped);
-  // The Llama family's init_from restates the model.* keys (init_from.h).
-  const std::string train =
-      r.config.is_llama()
-          ? fmt::format("init_from={} and its model.* keys (model.family=llama)", a.out)
-          : fmt::format("init_from={}", a.out);
+  // init_from takes the model.* keys from the checkpoint (init_from.h).
+  const std::string train = fmt::format("init_from={}", a.out);
   if (r.tokenizer.empty())
     fmt::print(
         "no tokenizer: `tide sample` needs one (import again with --tokenizer <tokenizer.json>); "

@@ -3,7 +3,8 @@
 # holds the fixture's tensors bit for bit; bad input is one error line and creates nothing.
 # A trained run, exported and imported back (with its tokenizer), samples, and a run started
 # from it with init_from has, at step 0, the validation loss the first run ended with; a shape
-# mismatch stops init_from before out_dir is written.
+# mismatch stops init_from before out_dir is written; without model.* keys init_from (the HF
+# folder or its import) sets the model, and config.json resumes the run without init_from.
 set -uo pipefail
 tide=$1 fixture=$2 dir=$3
 rm -rf "$dir" && mkdir -p "$dir" && cd "$dir"
@@ -80,8 +81,38 @@ assert a[-1] == b[0], f"init_from: step-0 val loss {b[0]} != the imported run's 
 assert c[0] != b[0], "init_from changed nothing (the random init gives the same loss)"
 print(f"ok: init_from step-0 val loss {b[0]} == run a's final val loss; random init gives {c[0]}")
 PY
-expect_error "init_from: checkpoint 'imp_a/model.ckpt' holds a model .*(model.n_embd 8 (the config: 16))" \
+expect_error "init_from='imp_a/model.ckpt' holds a model .* but the config gives model.n_embd=16 (init_from's: 8); init_from sets the model's shape: remove these model" \
   train "${tiny[@]}" model.n_embd=16 init_from=imp_a/model.ckpt out_dir=runs/d
 test ! -e runs/d || { echo "FAILED: a refused init_from wrote out_dir"; fail=1; }
 expect_error "init_from: cannot open checkpoint 'nowhere.ckpt'" train "${tiny[@]}" init_from=nowhere.ckpt out_dir=runs/d
+
+# 4. init_from sets the model (issue #28): no model.* key, from the Hugging Face folder itself
+#    (e) and from its import (f), trains bitwise as run g, which restates every key; config.json
+#    records the shape, so the run resumes from it without init_from.
+steps=(train_steps=5 seed=7 log.interval=1 eval.interval=2)
+shapeless=(data.dir=data seq_len=8 train_micro_batch_size_per_gpu=2 eval.sequences=2
+           log.progress=false threads=1 scheduler.params.warmup_num_steps=2 optimizer.params.lr=0.01)
+"$tide" train "${shapeless[@]}" "${steps[@]}" init_from=hf_a out_dir=runs/e checkpoint.interval=2 \
+  > e.log 2>&1 || { cat e.log; fail=1; }
+"$tide" train "${shapeless[@]}" "${steps[@]}" init_from=imp_a/model.ckpt out_dir=runs/f > f.log 2>&1 \
+  || { cat f.log; fail=1; }
+"$tide" train "${tiny[@]}" "${steps[@]}" init_from=imp_a/model.ckpt out_dir=runs/g > g.log 2>&1 \
+  || { cat g.log; fail=1; }
+cp runs/e/metrics.jsonl e_metrics.jsonl
+"$tide" train runs/e/config.json init_from= checkpoint.resume=runs/e/model_step2.ckpt \
+  > e2.log 2>&1 || { cat e2.log; fail=1; }
+python3 - <<'PY' || fail=1
+import json
+def losses(path):
+    return [(r["step"], r.get("loss", r.get("val_loss"))) for r in map(json.loads, open(path))
+            if "loss" in r or "val_loss" in r]
+g, e, f = losses("runs/g/metrics.jsonl"), losses("e_metrics.jsonl"), losses("runs/f/metrics.jsonl")
+assert len(g) >= 8 and g == e == f, f"init_from without model keys trains differently: {g} {e} {f}"
+assert len({l for s, l in g}) > 3, f"the run did not train: {g}"
+m = json.load(open("runs/e/config.json"))["model"]
+assert (m["n_layer"], m["n_head"], m["n_embd"], m["vocab_size"]) == (1, 2, 8, 300), m
+r = losses("runs/e/metrics.jsonl")
+assert r == e, f"the resume without init_from differs: {r} vs {e}"
+print(f"ok: init_from a folder / a file without model keys == with them: {g}; resumed from step 2 alike")
+PY
 exit $fail

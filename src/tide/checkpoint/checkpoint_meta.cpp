@@ -36,29 +36,16 @@ json checkpoint_meta_json(const CheckpointInfo& info, bool with_optimizer_state)
           {"optimizer_state", with_optimizer_state}};
 }
 
-bool same_model_shape(const GPTConfig& a, const GPTConfig& b) {
-  return a.n_layer == b.n_layer && a.n_head == b.n_head && a.n_embd == b.n_embd &&
-         a.vocab_size == b.vocab_size && a.max_seq_len == b.max_seq_len && a.family == b.family &&
-         a.n_kv_head == b.n_kv_head && a.intermediate_size == b.intermediate_size &&
-         a.rope_theta == b.rope_theta && a.rope_scaling == b.rope_scaling &&
-         a.rope_factor == b.rope_factor && a.rope_low_freq_factor == b.rope_low_freq_factor &&
-         a.rope_high_freq_factor == b.rope_high_freq_factor &&
-         a.rope_original_max_position_embeddings == b.rope_original_max_position_embeddings &&
-         a.rms_norm_eps == b.rms_norm_eps && a.tie_word_embeddings == b.tie_word_embeddings &&
-         a.qkv_bias == b.qkv_bias;
-}
-
-std::string model_shape_differences(const GPTConfig& a, const GPTConfig& b) {
-  std::string out;
+std::vector<ModelKeyDifference> model_key_differences(const GPTConfig& a, const GPTConfig& b) {
+  std::vector<ModelKeyDifference> out;
   auto differ = [&](const char* key, auto x, auto y) {
-    if (x == y) return;
-    out += fmt::format("{}{} {} (the config: {})", out.empty() ? "" : ", ", key, x, y);
+    if (x != y) out.push_back({key, fmt::format("{}", x), fmt::format("{}", y)});
   };
-  const auto family = [](const GPTConfig& c) { return c.is_llama() ? "llama" : "gpt2"; };
   const auto scaling = [](const GPTConfig& c) {
     return c.rope_scaling == RopeScaling::llama3 ? "llama3" : "none";
   };
-  differ("model.family", family(a), family(b));
+  differ("model.family", std::string(model_family_name(a.family)),
+         std::string(model_family_name(b.family)));
   differ("model.n_layer", a.n_layer, b.n_layer);
   differ("model.n_head", a.n_head, b.n_head);
   differ("model.n_kv_head", a.n_kv_head, b.n_kv_head);
@@ -67,7 +54,7 @@ std::string model_shape_differences(const GPTConfig& a, const GPTConfig& b) {
   differ("model.vocab_size", a.vocab_size, b.vocab_size);
   differ("model.max_seq_len", a.max_seq_len, b.max_seq_len);
   differ("model.rope_theta", a.rope_theta, b.rope_theta);
-  differ("model.rope_scaling.type", scaling(a), scaling(b));
+  differ("model.rope_scaling.type", std::string(scaling(a)), std::string(scaling(b)));
   differ("model.rope_scaling.factor", a.rope_factor, b.rope_factor);
   differ("model.rope_scaling.low_freq_factor", a.rope_low_freq_factor, b.rope_low_freq_factor);
   differ("model.rope_scaling.high_freq_factor", a.rope_high_freq_factor, b.rope_high_freq_factor);
@@ -76,6 +63,17 @@ std::string model_shape_differences(const GPTConfig& a, const GPTConfig& b) {
   differ("model.rms_norm_eps", a.rms_norm_eps, b.rms_norm_eps);
   differ("model.tie_word_embeddings", a.tie_word_embeddings, b.tie_word_embeddings);
   differ("model.qkv_bias", a.qkv_bias, b.qkv_bias);
+  return out;
+}
+
+bool same_model_shape(const GPTConfig& a, const GPTConfig& b) {
+  return model_key_differences(a, b).empty();
+}
+
+std::string model_shape_differences(const GPTConfig& a, const GPTConfig& b) {
+  std::string out;
+  for (const ModelKeyDifference& d : model_key_differences(a, b))
+    out += fmt::format("{}{} {} (the config: {})", out.empty() ? "" : ", ", d.key, d.a, d.b);
   return out;
 }
 

@@ -33,6 +33,15 @@ inline std::vector<CheckpointKind> checkpoint_kinds(DType compute, bool with_opt
 nlohmann::json checkpoint_model_json(const GPTConfig& c);
 // {"model", "step", "tokenizer", "extra", "optimizer_state"}
 nlohmann::json checkpoint_meta_json(const CheckpointInfo& info, bool with_optimizer_state);
+// One model.* config key whose value differs between two models, both values as text.
+struct ModelKeyDifference {
+  const char* key;  // "model.n_embd"
+  std::string a, b;
+};
+// The shape keys (every model.* key but model.dropout and model.preset) in which `a` and `b`
+// differ, in the schema's words: the one list of what makes a model's shape, for the checks
+// below and init_from's (config.cpp).
+std::vector<ModelKeyDifference> model_key_differences(const GPTConfig& a, const GPTConfig& b);
 // Same shape (dropout aside): what a checkpoint and the model it loads into must share.
 bool same_model_shape(const GPTConfig& a, const GPTConfig& b);
 // The model.* keys in which `checkpoint` and `config` differ, as "model.rms_norm_eps 1e-06 (the

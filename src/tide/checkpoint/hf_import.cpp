@@ -51,8 +51,39 @@ void require_field(const json& hf, const char* key, const json& fallback,
   TIDE_FAIL("{}: '{}' is {}; tide cannot represent it ({})", where, key, v.dump(), why);
 }
 
-// The tensor's values as f32 (F32 copied, BF16/F16 widened).
+// config.json of `hf_dir`, checked to be a folder's JSON (`what`: "import" or "read").
+json read_hf_config(const std::string& hf_dir, const char* what) {
+  std::error_code ec;
+  TIDE_CHECK(fs::is_directory(hf_dir, ec),
+             "cannot {} '{}': it is not a directory; pass the folder holding the Hugging "
+             "Face model's config.json and model.safetensors",
+             what, hf_dir);
+  const std::string cfg_path = (fs::path(hf_dir) / "config.json").string();
+  TIDE_CHECK(fs::is_regular_file(cfg_path, ec),
+             "cannot {} '{}': it has no config.json; pass a folder written by "
+             "save_pretrained (config.json + model.safetensors)",
+             what, hf_dir);
+  try {
+    return json::parse(read_file(cfg_path, "Hugging Face config.json"));
+  } catch (const json::exception&) {
+    TIDE_FAIL("config '{}' is not valid JSON; it is damaged", cfg_path);
+  }
+}
+
+// A LlamaForCausalLM, Qwen2ForCausalLM or MistralForCausalLM config (else GPT-2's rules apply).
+bool is_llama_family(const json& hf) {
+  return hf.is_object() && hf.contains("model_type") &&
+         (hf["model_type"] == "llama" || hf["model_type"] == "qwen2" ||
+          hf["model_type"] == "mistral");
+}
+
 }  // namespace
+
+GPTConfig hf_folder_model(const std::string& hf_dir) {
+  const json hf = read_hf_config(hf_dir, "read");
+  const std::string who = fmt::format("config '{}'", (fs::path(hf_dir) / "config.json").string());
+  return is_llama_family(hf) ? llama_config_from_hf(hf, who) : gpt_config_from_hf(hf, who);
+}
 
 std::string source_dtype_summary(const std::map<DType, int>& dtypes) {
   std::string s;
@@ -103,25 +134,10 @@ HfImportResult import_hf_gpt2(const std::string& hf_dir, const std::string& out,
                               const HfImportOptions& options) {
   // 1. The config and the model file, checked whole before anything is written.
   std::error_code ec;
-  TIDE_CHECK(fs::is_directory(hf_dir, ec),
-             "cannot import '{}': it is not a directory; pass the folder holding the Hugging "
-             "Face model's config.json and model.safetensors",
-             hf_dir);
+  const json hf = read_hf_config(hf_dir, "import");
+  if (is_llama_family(hf)) return import_hf_llama(hf_dir, hf, out, options);
   const std::string cfg_path = (fs::path(hf_dir) / "config.json").string();
   const std::string model_path = (fs::path(hf_dir) / "model.safetensors").string();
-  TIDE_CHECK(fs::is_regular_file(cfg_path, ec),
-             "cannot import '{}': it has no config.json; pass a folder written by "
-             "save_pretrained (config.json + model.safetensors)",
-             hf_dir);
-  json hf;
-  try {
-    hf = json::parse(read_file(cfg_path, "Hugging Face config.json"));
-  } catch (const json::exception&) {
-    TIDE_FAIL("config '{}' is not valid JSON; it is damaged", cfg_path);
-  }
-  if (hf.is_object() && hf.contains("model_type") &&
-      (hf["model_type"] == "llama" || hf["model_type"] == "qwen2" || hf["model_type"] == "mistral"))
-    return import_hf_llama(hf_dir, hf, out, options);
   TIDE_CHECK(fs::is_regular_file(model_path, ec),
              "cannot import '{}': it has no model.safetensors (a sharded HF model or a "
              "pytorch_model.bin is not read); save it with save_pretrained(safe_serialization="

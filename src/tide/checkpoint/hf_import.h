@@ -58,6 +58,12 @@ GPTConfig llama_config_from_hf(const nlohmann::json& hf, const std::string& wher
 HfImportResult import_hf_llama(const std::string& hf_dir, const nlohmann::json& hf,
                                const std::string& out, const HfImportOptions& options);
 
+// The model of the Hugging Face folder `hf_dir` from its config.json alone (GPT-2, or the
+// Llama family by model_type), as `tide import` reads it: what `tide train init_from=<folder>`
+// takes its model.* keys from. Throws a tide::Error when the folder has no config.json or
+// tide cannot represent the model.
+GPTConfig hf_folder_model(const std::string& hf_dir);
+
 // HfImportResult::source_dtype for tensors read in `dtypes` (count per dtype): "F32",
 // "BF16 (widened to f32)", "BF16+F32 (widened to f32)". Shared by both importers.
 std::string source_dtype_summary(const std::map<DType, int>& dtypes);

@@ -1,16 +1,73 @@
 // init_from (see init_from.h): the parameters a rank holds, read from a checkpoint.
 #include "tide/checkpoint/init_from.h"
 
+#include <stdlib.h>
+
 #include <algorithm>
+#include <filesystem>
 #include <vector>
 
 #include "tide/checkpoint/checkpoint.h"
 #include "tide/checkpoint/checkpoint_meta.h"
+#include "tide/checkpoint/hf_import.h"
 #include "tide/checkpoint/safetensors.h"
 #include "tide/checkpoint/sharded_checkpoint.h"
 #include "tide/core/dtype.h"
 
 namespace tide {
+
+namespace fs = std::filesystem;
+
+bool is_hf_model_folder(const std::string& path) {
+  std::error_code ec;
+  return fs::is_directory(path, ec) && fs::is_regular_file(fs::path(path) / "config.json", ec) &&
+         !is_sharded_checkpoint(path);
+}
+
+GPTConfig init_from_model(const std::string& path) {
+  GPTConfig c;
+  if (is_hf_model_folder(path)) {
+    // A run's out_dir has a config.json too (tide's own) beside its checkpoints.
+    std::error_code ec;
+    const fs::path p(path);
+    TIDE_CHECK(!fs::exists(p / "model.ckpt", ec) || fs::exists(p / "model.safetensors", ec) ||
+                   fs::exists(p / "model.safetensors.index.json", ec),
+               "'{}' is a tide run's directory, not a Hugging Face model folder; name one of its "
+               "checkpoints, e.g. {}",
+               path, (p / "model.ckpt").string());
+    c = hf_folder_model(path);
+  } else if (is_sharded_checkpoint(path)) {
+    c = read_sharded_checkpoint_info(path, /*verify_data=*/false).info.config;
+  } else {  // the header: the checksum is verified when the weights are read
+    const SafetensorsReader r(path, "checkpoint", /*verify_checksum=*/false);
+    c = checkpoint_info_from_meta(r.metadata(), fmt::format("checkpoint '{}'", path)).config;
+  }
+  c.dropout = 0.0f;
+  return c;
+}
+
+InitFromCheckpoint::InitFromCheckpoint(const std::string& path) : path_(path) {
+  if (!is_hf_model_folder(path)) return;
+  std::string tmpl = (fs::temp_directory_path() / "tide_init_from_XXXXXX").string();
+  TIDE_CHECK(::mkdtemp(tmpl.data()) != nullptr,
+             "init_from: cannot create a temporary directory under {} to import '{}' into; free "
+             "space there (or set TMPDIR), or `tide import` the folder and init_from the file",
+             fs::temp_directory_path().string(), path);
+  temp_dir_ = tmpl;
+  path_ = (fs::path(temp_dir_) / "model.ckpt").string();
+  try {
+    import_hf_gpt2(path, path_);
+  } catch (const Error& e) {
+    std::error_code ec;
+    fs::remove_all(temp_dir_, ec);
+    TIDE_FAIL("init_from: {}", e.what());
+  }
+}
+
+InitFromCheckpoint::~InitFromCheckpoint() {
+  std::error_code ec;  // best effort: a leftover temporary file is no reason to fail a run
+  if (!temp_dir_.empty()) fs::remove_all(temp_dir_, ec);
+}
 
 namespace {
 

@@ -14,6 +14,35 @@
 
 namespace tide {
 
+// init_from's sources: a tide checkpoint (a single file or a sharded directory) or a Hugging
+// Face model folder (config.json + model.safetensors or a sharded index, as `tide import` reads
+// it). True for the latter: a directory with config.json that is not a sharded checkpoint.
+bool is_hf_model_folder(const std::string& path);
+
+// The model `path` holds, read cheaply (a checkpoint's header or index, a folder's config.json;
+// the weights are checked when they are loaded): where `tide train` and `tide estimate` take
+// the model.* keys a config with init_from leaves out. Its dropout is the config's business
+// (a training setting, not part of the shape): 0 here.
+GPTConfig init_from_model(const std::string& path);
+
+// init_from's source as a tide checkpoint for the loaders below: a checkpoint is itself; a
+// Hugging Face folder is imported (as `tide import` does, everything checked) into a single
+// file in a fresh temporary directory, removed again with this object. Why a file: every
+// loader (ZeRO slices, tensor-parallel shards, pipeline stages, 16-bit runs) reads checkpoints,
+// so the folder is read by the importer alone. It costs a f32 copy of the model on disk and in
+// memory while it is imported, on each rank: for large models `tide import` once instead.
+class InitFromCheckpoint {
+ public:
+  explicit InitFromCheckpoint(const std::string& path);
+  ~InitFromCheckpoint();
+  InitFromCheckpoint(const InitFromCheckpoint&) = delete;
+  InitFromCheckpoint& operator=(const InitFromCheckpoint&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_, temp_dir_;
+};
+
 // Checks that `path` (a checkpoint file or sharded directory) holds a model of `config`'s shape
 // (and, for a file, its checksum); throws a tide::Error naming both shapes otherwise.
 void check_init_from(const std::string& path, const GPTConfig& config);

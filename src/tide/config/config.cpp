@@ -9,6 +9,8 @@
 #include <map>
 #include <optional>
 
+#include "tide/checkpoint/checkpoint_meta.h"
+#include "tide/checkpoint/init_from.h"
 #include "tide/checkpoint/sharded_checkpoint.h"
 #include "tide/config/check_settings.h"
 #include "tide/config/pipeline_setup.h"
@@ -743,9 +745,10 @@ const std::vector<ConfigKey>& config_schema() {
        "it differs from the checkpoint's (the lr jumps at the resumed step); false = such a "
        "resume is refused, naming the keys that differ"},
       {"init_from", &TrainConfig::init_from, T::PATH, "",
-       "checkpoint (file or sharded directory) whose weights start the run at step 0, e.g. "
-       "one from `tide import`; its model shape must be this config's; no optimizer state, "
-       "step or data position is taken (checkpoint.resume, when set, wins)"},
+       "checkpoint (file or sharded directory) or Hugging Face model folder whose weights start "
+       "the run at step 0; it sets model.family and the shape (every model.* key but dropout: "
+       "one the config gives must agree); no optimizer state, step or data position is taken "
+       "(checkpoint.resume, when set, wins); see docs/config.md"},
       {"comm.timeout_s", &TrainConfig::comm_timeout_s, T::FLOAT, 600.0,
        "seconds any rank waits in one collective or send/recv before the job is ended with the "
        "operation, step and missing ranks named (keep it above the longest checkpoint write); "
@@ -991,16 +994,18 @@ void set_path(json& j, const std::string& path, const json& value) {
 
 // A checkpoint named by config key `key` (empty: none) must exist, as a file or as a sharded
 // checkpoint directory (ZeRO runs write those).
-void check_checkpoint_path(const char* key, const std::string& path) {
+// hf_folder: a Hugging Face model folder is accepted too (init_from).
+void check_checkpoint_path(const char* key, const std::string& path, bool hf_folder = false) {
   if (path.empty()) return;
   std::error_code ec;
   TIDE_CHECK(fs::exists(path, ec), "{}: cannot open checkpoint '{}' (no such file); check the path",
              key, path);
   TIDE_CHECK(!is_uncommitted_checkpoint(path), "{}: {}", key, uncommitted_checkpoint_message(path));
-  TIDE_CHECK(!fs::is_directory(path, ec) || is_sharded_checkpoint(path),
-             "{}: '{}' is a directory but not a sharded checkpoint (it has no index.json); name "
+  TIDE_CHECK(!fs::is_directory(path, ec) || is_sharded_checkpoint(path) ||
+                 (hf_folder && is_hf_model_folder(path)),
+             "{}: '{}' is a directory but not a sharded checkpoint (it has no index.json){}; name "
              "a checkpoint such as {}/model.ckpt",
-             key, path, path);
+             key, path, hf_folder ? " nor a Hugging Face model folder (no config.json)" : "", path);
 }
 
 // A path key, when given, must name something that exists: checked here so that a typo stops
@@ -1079,6 +1084,44 @@ void resolve_batch(TrainConfig& c, bool micro_given, bool accum_given, int64_t d
              "gradient_accumulation_steps {} x data-parallel ranks {}; fix one of them, or leave "
              "one of the last two out to have it derived (DeepSpeed's rule)",
              tb, micro, accum, dp);
+}
+
+// init_from sets the model as from_pretrained does: every shape key the config leaves out is
+// the source's; one it gives (itself or through model.preset) must say the same, else one error
+// names each such key with both values. model.dropout stays the config's (a training setting).
+// Read for tide estimate too (check_paths false): its sizes need the source's shape.
+void resolve_init_from_model(TrainConfig& c, const std::function<bool(const char*)>& is_given) {
+  check_checkpoint_path("init_from", c.init_from, /*hf_folder=*/true);
+  GPTConfig source;
+  try {
+    source = init_from_model(c.init_from);
+  } catch (const Error& e) {
+    TIDE_FAIL("init_from: {}", e.what());
+  }
+  std::string conflicts;
+  for (const ModelKeyDifference& d : model_key_differences(c.model, source)) {
+    const bool preset = !c.model_preset.empty();
+    if (!preset && !is_given(d.key)) continue;
+    // 0 = "derive it" (from the data, seq_len, n_head, n_embd): here, from the source.
+    const std::string_view k = d.key;
+    if (d.a == "0" && (k == "model.vocab_size" || k == "model.max_seq_len" ||
+                       k == "model.n_kv_head" || k == "model.intermediate_size"))
+      continue;
+    conflicts += fmt::format("{}{}={}{} (init_from's: {})", conflicts.empty() ? "" : ", ", d.key,
+                             d.a, preset && !is_given(d.key) ? " from model.preset" : "", d.b);
+  }
+  TIDE_CHECK(conflicts.empty(),
+             "init_from='{}' holds a model {} but the config gives {}; init_from sets the "
+             "model's shape: remove {} from the config, or init_from a model of this shape",
+             c.init_from, source.str(), conflicts,
+             c.model_preset.empty() ? "these model.* keys" : "model.preset and these keys");
+  // (check_settings' message would say to raise model.max_seq_len, which is the source's.)
+  TIDE_CHECK(c.seq_len <= source.max_seq_len,
+             "seq_len {} exceeds the {} positions of init_from's model ('{}'); set seq_len to at "
+             "most {}",
+             c.seq_len, source.max_seq_len, c.init_from, source.max_seq_len);
+  source.dropout = c.model.dropout;
+  c.model = source;
 }
 
 TrainConfig parse_checked(const json& j, std::vector<std::string> unknown, bool check_paths,
@@ -1224,16 +1267,17 @@ TrainConfig parse_checked(const json& j, std::vector<std::string> unknown, bool 
                  key, v.at(key).dump(), c.model_preset, key);
     preset.dropout = c.model.dropout;  // not part of the shape
     c.model = preset;
-  } else if (c.model.max_seq_len == 0) {
+  } else if (c.model.max_seq_len == 0 && c.init_from.empty()) {
     c.model.max_seq_len = c.seq_len;
   }
-  // The shape the run uses (a preset's, max_seq_len 0 -> seq_len).
+  if (!c.init_from.empty()) resolve_init_from_model(c, is_given);
+  // The shape the run uses (a preset's or init_from's, max_seq_len 0 -> seq_len).
   v["model.n_layer"] = c.model.n_layer;
   v["model.n_head"] = c.model.n_head;
   v["model.n_embd"] = c.model.n_embd;
   v["model.vocab_size"] = c.model.vocab_size;
   v["model.max_seq_len"] = c.model.max_seq_len;
-  if (!c.model_preset.empty()) {  // the family's keys the preset set
+  if (!c.model_preset.empty() || !c.init_from.empty()) {  // the family's keys they set
     const GPTConfig& m = c.model;
     v["model.family"] = model_family_name(m.family);
     v["model.n_kv_head"] = m.n_kv_head;
@@ -1282,7 +1326,6 @@ TrainConfig parse_checked(const json& j, std::vector<std::string> unknown, bool 
   check_path("data.train", c.train_data, false);
   check_path("data.val", c.val_data, false);
   if (c.resume != "auto") check_checkpoint_path("checkpoint.resume", c.resume);
-  check_checkpoint_path("init_from", c.init_from);
   return c;
 }
 

@@ -231,10 +231,14 @@ Trainer::Trainer(TrainConfig config, std::shared_ptr<ProcessGroup> world)
   prepare_default_corpus();
   // init_from (ignored when resuming: the run's own checkpoint wins): checked whole, shape
   // included, before the model is built or anything is written to out_dir.
+  // A Hugging Face folder is imported into a temporary checkpoint here, freed once loaded.
   const bool init_from = !resuming && !cfg_.init_from.empty();
+  std::unique_ptr<InitFromCheckpoint> init_source;
   agree_on_errors(*world_, [&] {
     resolve_data();
-    if (init_from) check_init_from(cfg_.init_from, cfg_.model);
+    if (!init_from) return;
+    init_source = std::make_unique<InitFromCheckpoint>(cfg_.init_from);
+    check_init_from(init_source->path(), cfg_.model);
   });
   // The world as the pp x dp x tp mesh (Megatron order, tp fastest: the ranks of a replica are
   // contiguous; an axis of size 1 is a local group, comm/topology.h). Collective, so built
@@ -268,7 +272,7 @@ Trainer::Trainer(TrainConfig config, std::shared_ptr<ProcessGroup> world)
     pipeline_ = std::make_unique<PipelineRun>(cfg_, *mesh_, opt, cfg_.sequence_parallel, so,
                                               auto_placement_settings(), op_,
                                               op_.device.is_cpu() ? nullptr : compute_alloc_.get());
-    if (init_from) pipeline_->init_from(cfg_.init_from);
+    if (init_from) pipeline_->init_from(init_source->path());
     runner_ = pipeline_.get();
   } else {
     ModelOptions mo;
@@ -290,10 +294,10 @@ Trainer::Trainer(TrainConfig config, std::shared_ptr<ProcessGroup> world)
     if (init_from) {  // before the engine reads them
       if (tp)
         with_host_chunks(*model_, [&](GPT& m) {
-          load_checkpoint_tp(cfg_.init_from, m, /*with_optimizer_state=*/false);
+          load_checkpoint_tp(init_source->path(), m, /*with_optimizer_state=*/false);
         });
       else
-        with_host_chunks(*model_, [&](GPT& m) { init_weights_from(cfg_.init_from, m); });
+        with_host_chunks(*model_, [&](GPT& m) { init_weights_from(init_source->path(), m); });
     }
     // Under tp the ranks hold different shards: the whole model's layout is compared.
     check_same_data_and_layout(tp ? make_layout(cfg_.model) : model_->store().layout());
@@ -687,7 +691,10 @@ void Trainer::check_same_lr_schedule(const std::string& path, const CheckpointIn
   if (cfg_.new_lr_schedule || !info.extra.is_object() || !info.extra.contains("config")) return;
   LrSchedule theirs;
   try {
-    theirs = parse_train_config(info.extra["config"], /*check_paths=*/false).lr_schedule;
+    // Its model keys are resolved already: its init_from source is not read (it may be gone).
+    nlohmann::json stored = info.extra["config"];
+    if (stored.is_object()) stored.erase("init_from");
+    theirs = parse_train_config(stored, /*check_paths=*/false).lr_schedule;
   } catch (const Error&) {
     return;  // a config another tide version wrote: its schedule is not compared
   }
