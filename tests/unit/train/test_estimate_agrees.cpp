@@ -52,6 +52,21 @@ void expect_agree(const TrainSetup& s, const GPT& gpt, const std::string& what) 
   EXPECT_NEAR(ratio, 1.0, 0.01) << what << ": estimate " << estimated << " vs store " << allocated;
 }
 
+// The model of `config` on the last rank of `dp` at ZeRO `stage` (whose slices hold the chunks'
+// padding), its store built as the Trainer builds it (Trainer::configure_store: the dtypes
+// of bf16 and fp16, DeepSpeed's default gradient dtype).
+GPT trainer_model(const json& config, int stage, int dp) {
+  const TrainConfig tc = parse_train_config(config);
+  ModelOptions o;
+  o.chunk_elems = chunk_elems_from_mib(tc.chunk_size_mb);
+  o.group_size = dp;
+  o.store.group_rank = dp - 1;
+  o.store.sliced_kinds = zero_sliced_kinds(stage);
+  o.store.compute_dtype = model_dtype(tc);
+  if (grad_dtype(tc) != model_dtype(tc)) o.store.grad_dtype = grad_dtype(tc);
+  return GPT(tc.model, tc.activation_policy, o);
+}
+
 }  // namespace
 
 TEST(EstimateAgreesWithRuntime, DataParallelChunkStore) {
@@ -104,15 +119,7 @@ TEST(EstimateAgreesWithRuntime, SixteenBitModelStates) {
         json config = small_config(0.02);
         config[precision] = {{"enabled", true}};
         config["zero_optimization"] = {{"stage", stage}};
-        const TrainConfig tc = parse_train_config(config);
-        ModelOptions o;
-        o.chunk_elems = chunk_elems_from_mib(tc.chunk_size_mb);
-        o.group_size = dp;
-        o.store.group_rank = dp - 1;
-        o.store.sliced_kinds = zero_sliced_kinds(stage);
-        o.store.compute_dtype = model_dtype(tc);
-        if (grad_dtype(tc) != model_dtype(tc)) o.store.grad_dtype = grad_dtype(tc);
-        GPT gpt(tc.model, tc.activation_policy, o);
+        const GPT gpt = trainer_model(config, stage, dp);
         const TrainSetup s = estimate_setup(config, dp, stage);
         EXPECT_EQ(s.precision,
                   std::string(precision) == "bf16" ? Precision::BF16 : Precision::FP16);
@@ -135,15 +142,7 @@ TEST(EstimateAgreesWithRuntime, LlamaModelStates) {
                                 {"qkv_bias", true}});
         config["bf16"] = {{"enabled", bf16}};
         config["zero_optimization"] = {{"stage", stage}};
-        const TrainConfig tc = parse_train_config(config);
-        ModelOptions o;
-        o.chunk_elems = chunk_elems_from_mib(tc.chunk_size_mb);
-        o.group_size = dp;
-        o.store.group_rank = dp - 1;
-        o.store.sliced_kinds = zero_sliced_kinds(stage);
-        o.store.compute_dtype = model_dtype(tc);
-        if (grad_dtype(tc) != model_dtype(tc)) o.store.grad_dtype = grad_dtype(tc);
-        GPT gpt(tc.model, tc.activation_policy, o);
+        const GPT gpt = trainer_model(config, stage, dp);
         ASSERT_TRUE(gpt.config().is_llama());
         expect_agree(estimate_setup(config, dp, stage), gpt,
                      fmt::format("llama bf16 {} stage {}, dp {}", bf16, stage, dp));
