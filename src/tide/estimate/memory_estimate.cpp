@@ -80,9 +80,10 @@ size_t comm_staging_bytes(const TrainSetup& setup) {
   return comm && *comm != grads ? dtype_size(*comm) : 0;
 }
 
-// ZeRO's communication buffers: what the runtime allocates (parallel/zero.cpp), whole chunks in
+// The communication buffers: what the runtime allocates (parallel/zero.cpp), whole chunks in
 // the compute dtype from a best-fit pool (replayed by simulate_zero_buffers over the step's
-// parameter-group accesses; stage 1 reduces in place and needs none). A live limit the runtime
+// parameter-group accesses; stage 1 reduces in place and needs none), and at any stage the
+// staging of communication_data_type (parallel/comm_staging.h). A live limit the runtime
 // would reject as smaller than a group's chunks is taken at the least it accepts. Offload moves the
 // rank's slices, not the buffers: the same whole chunks are gathered and reduced on the GPU.
 int64_t chunk_buffers(const TrainSetup& setup, const ChunkLayout& layout, StageEstimate& st) {

@@ -15,8 +15,8 @@
 //   temp_buffers   constant-size buffers: ZeRO's communication buffers, each a whole chunk of
 //                  the largest size, as many as the runtime holds at once in a step (gradient
 //                  chunks being written or reduce-scattered, stage 3's gathered parameter
-//                  chunks; zero_buffers.h replays the runtime's rules), and the
-//                  recomputation working set of one layer
+//                  chunks; zero_buffers.h replays the runtime's rules), the staging of
+//                  communication_data_type, and the recomputation working set of one layer
 //   chunk_padding  what the chunk store allocates beyond the shares above: each chunk's
 //                  alignment padding (chunks are sliced across the Nd ranks, see
 //                  memory/chunk_layout.h), so model_states() + chunk_padding is exactly the
@@ -66,7 +66,9 @@ struct StageEstimate {
   int64_t inflight_layer_microbatches = 0;
   int64_t params = 0;           // parameters one TP rank of the stage holds (Psi)
   ChunkPlan chunks;             // the stage's chunk layout (the runtime's, see model_states.h)
-  ZeroBufferPeak comm_buffers;  // ZeRO >= 2: buffers held at once (zero_buffers.h)
+  // ZeRO >= 2's buffers held at once, and communication_data_type's staging at any stage
+  // (zero_buffers.h).
+  ZeroBufferPeak comm_buffers;
   // Chunk bytes one parameter-group access needs on the compute tier, the largest (limit_fit.h).
   int64_t largest_group_chunks = 0;
   MemoryBreakdown device;
