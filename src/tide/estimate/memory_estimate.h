@@ -64,8 +64,8 @@ struct StageEstimate {
   int layers = 0;                 // transformer layers on the stage
   int inflight_microbatches = 0;  // see pipeline_inflight.h
   int64_t inflight_layer_microbatches = 0;
-  int64_t params = 0;           // parameters one TP rank of the stage holds (Psi)
-  ChunkPlan chunks;             // the stage's chunk layout (the runtime's, see model_states.h)
+  int64_t params = 0;  // parameters one TP rank of the stage holds (Psi)
+  ChunkPlan chunks;    // the stage's chunk layout (the runtime's, see model_states.h)
   // ZeRO >= 2's buffers held at once, and communication_data_type's staging at any stage
   // (zero_buffers.h).
   ZeroBufferPeak comm_buffers;
