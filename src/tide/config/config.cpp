@@ -1099,8 +1099,8 @@ void resolve_init_from_model(TrainConfig& c, const std::function<bool(const char
     TIDE_FAIL("init_from: {}", e.what());
   }
   std::string conflicts;
+  const bool preset = !c.model_preset.empty();
   for (const ModelKeyDifference& d : model_key_differences(c.model, source)) {
-    const bool preset = !c.model_preset.empty();
     if (!preset && !is_given(d.key)) continue;
     // 0 = "derive it" (from the data, seq_len, n_head, n_embd): here, from the source.
     const std::string_view k = d.key;
@@ -1114,7 +1114,7 @@ void resolve_init_from_model(TrainConfig& c, const std::function<bool(const char
              "init_from='{}' holds a model {} but the config gives {}; init_from sets the "
              "model's shape: remove {} from the config, or init_from a model of this shape",
              c.init_from, source.str(), conflicts,
-             c.model_preset.empty() ? "these model.* keys" : "model.preset and these keys");
+             preset ? "model.preset and these keys" : "these model.* keys");
   // (check_settings' message would say to raise model.max_seq_len, which is the source's.)
   TIDE_CHECK(c.seq_len <= source.max_seq_len,
              "seq_len {} exceeds the {} positions of init_from's model ('{}'); set seq_len to at "

@@ -1,6 +1,7 @@
 #include "tide/estimate/report.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 
@@ -139,6 +140,17 @@ nlohmann::json budget_json(const MachineBudget& b) {
 // "Communication buffers (whole chunks in size classes, reused every step; part of temp): ZeRO-2
 // 10 buffers, 1.42 GiB (at the peak 10 grad), ZeRO-3 ...", from the first row of each stage that
 // has any (DDP and ZeRO-1: communication_data_type's staging alone).
+// What one stage's buffers are: "at the peak 9 grad + 2 param, 1 persistent, 20 staging".
+std::string buffer_detail(int stage, const ZeroBufferPeak& b) {
+  std::vector<std::string> parts;
+  if (stage >= 2)
+    parts.push_back(fmt::format("at the peak {} grad{}", b.grad_buffers,
+                                stage == 3 ? fmt::format(" + {} param", b.param_buffers) : ""));
+  if (stage == 3) parts.push_back(fmt::format("{} persistent", b.persistent));
+  if (b.staging > 0) parts.push_back(fmt::format("{} staging", b.staging));
+  return fmt::format("{}", fmt::join(parts, ", "));
+}
+
 std::string buffer_line(const std::vector<OptionResult>& rows) {
   std::string parts;
   for (int stage : {0, 1, 2, 3}) {
@@ -146,18 +158,8 @@ std::string buffer_line(const std::vector<OptionResult>& rows) {
       if (r.option.zero_stage != stage) continue;
       const ZeroBufferPeak& b = r.estimate.stages[r.estimate.peak_stage].comm_buffers;
       if (b.buffers == 0) break;  // one data-parallel rank: ZeRO reduces and gathers nothing
-      const std::string staging =
-          b.staging > 0 ? fmt::format("{} staging", b.staging) : std::string();
-      parts += fmt::format("{}{} {} buffers, {} ({})", parts.empty() ? "" : ", ",
-                           stage == 0 ? std::string("DDP") : fmt::format("ZeRO-{}", stage),
-                           b.buffers, format_bytes(b.bytes),
-                           stage < 2
-                               ? staging
-                               : fmt::format("at the peak {} grad{}{}", b.grad_buffers,
-                                             stage == 3 ? fmt::format(" + {} param, {} persistent",
-                                                                      b.param_buffers, b.persistent)
-                                                        : "",
-                                             staging.empty() ? "" : ", " + staging));
+      parts += fmt::format("{}{} {} buffers, {} ({})", parts.empty() ? "" : ", ", r.option.name,
+                           b.buffers, format_bytes(b.bytes), buffer_detail(stage, b));
       break;
     }
   }

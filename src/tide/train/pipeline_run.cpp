@@ -6,7 +6,6 @@
 #include "tide/checkpoint/init_from.h"
 #include "tide/checkpoint/sharded_checkpoint.h"
 #include "tide/checkpoint/tp_checkpoint.h"
-#include "tide/comm/local_process_group.h"
 #include "tide/config/pipeline_setup.h"
 #include "tide/kernels/mover.h"
 #include "tide/model/host_twin.h"

@@ -490,6 +490,23 @@ StepStats Trainer::train_step() {
 }
 
 namespace {
+// How the run splits the world, for the start line: "4 DP rank(s)", "2 tensor-parallel ranks x
+// 2 DP replica(s) (ZeRO-1)" or "2 pipeline stages x 2 data-parallel replicas (ZeRO-1), schedule
+// 1f1b".
+std::string parallelism_line(const TrainConfig& c, const MeshShape& m, bool pipelined) {
+  const char* sp = c.sequence_parallel ? " (sequence parallel)" : "";
+  if (!pipelined)
+    return m.tp > 1 ? fmt::format("{} tensor-parallel ranks{} x {} DP replica(s) (ZeRO-{})", m.tp,
+                                  sp, m.dp, c.zero.stage)
+                    : fmt::format("{} DP rank(s)", m.size());
+  std::string s = fmt::format("{} pipeline stages", m.pp);
+  if (m.tp > 1) s += fmt::format(" x {} tensor-parallel ranks{}", m.tp, sp);
+  if (m.dp > 1) s += fmt::format(" x {} data-parallel replicas (ZeRO-{})", m.dp, c.zero.stage);
+  s += fmt::format(", schedule {}", c.pipeline_schedule);
+  if (c.virtual_stages > 1) s += fmt::format(" ({} chunks per stage)", c.virtual_stages);
+  return s;
+}
+
 // Every rank's `text`, on every rank (collective): the lengths first, then the texts padded to
 // the longest, as int32 words.
 std::vector<std::string> gather_text(ProcessGroup& g, const std::string& text) {
@@ -890,26 +907,7 @@ void Trainer::run_steps() {
                metrics_path);
     if (!cfg_.resume.empty()) fmt::print("tide: resumed from {} at step {}\n", cfg_.resume, step_);
     const size_t act = runner_->activation_bytes();
-    const int pp_tp = mesh_->shape().tp, pp_dp = mesh_->shape().dp;
-    const std::string ranks =
-        pipeline_   ? fmt::format("{} pipeline stages{}{}, schedule {}{}", pipeline_->pp().size(),
-                                pp_tp > 1 ? fmt::format(" x {} tensor-parallel ranks{}", pp_tp,
-                                                        pipeline_->chunks()[0]->sequence_parallel()
-                                                              ? " (sequence parallel)"
-                                                              : "")
-                                            : "",
-                                pp_dp > 1 ? fmt::format(" x {} data-parallel replicas (ZeRO-{})",
-                                                          pp_dp, cfg_.zero.stage)
-                                            : "",
-                                  cfg_.pipeline_schedule,
-                                cfg_.virtual_stages > 1
-                                      ? fmt::format(" ({} chunks per stage)", cfg_.virtual_stages)
-                                      : "")
-        : pp_tp > 1 ? fmt::format("{} tensor-parallel ranks{} x {} DP replica(s) (ZeRO-{})",
-                                  cfg_.tensor_parallel,
-                                  cfg_.sequence_parallel ? " (sequence parallel)" : "",
-                                  data_parallel_ranks(), cfg_.zero.stage)
-                    : fmt::format("{} DP rank(s)", world_->size());
+    const std::string ranks = parallelism_line(cfg_, mesh_->shape(), pipeline_ != nullptr);
     fmt::print(
         "tide: model {} | {} | micro-batch {} x {} tokens, accum {} | "
         "activations: {}{}\n",
