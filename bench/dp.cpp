@@ -133,7 +133,7 @@ void run(const Args& a, CommAlgorithm algo, int stage) {
   Trainer trainer(cfg, world);
   const ChunkStore& store = trainer.model().store();  // this rank's stage under pp
   const ChunkLayout& lay = store.layout();
-  ProcessGroup& dp = P > 1 ? trainer.pipeline()->dp() : *world;
+  ProcessGroup& dp = trainer.runner().dp();
   const int D = dp.size();
   const int64_t psi = lay.total_elems();
 

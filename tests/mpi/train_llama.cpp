@@ -128,10 +128,7 @@ PipelineRunResult train_pp(const TrainConfig& cfg, std::shared_ptr<ProcessGroup>
   r.val0 = t.evaluate();
   for (int s = 0; s < kPipelineSteps; ++s) r.losses.push_back(t.train_step().loss);
   std::vector<GPT*> models;
-  if (t.pipeline())
-    for (const auto& c : t.pipeline()->chunks()) models.push_back(c.get());
-  else
-    models.push_back(&t.model());
+  for (const auto& c : t.runner().chunks()) models.push_back(c.get());
   for (GPT* m : models) {
     const ChunkLayout& lay = m->store().layout();
     for (int id = 0; id < lay.num_tensors(); ++id) {

@@ -73,10 +73,7 @@ TrainerRun train_run(Trainer& t, int64_t steps, bool params = true) {
   r.val_end = t.evaluate();
   if (!params) return r;
   std::vector<GPT*> models;
-  if (t.pipeline())
-    for (const auto& c : t.pipeline()->chunks()) models.push_back(c.get());
-  else
-    models.push_back(&t.model());
+  for (const auto& c : t.runner().chunks()) models.push_back(c.get());
   for (GPT* m : models) {
     const ChunkLayout& lay = m->store().layout();
     for (int id = 0; id < lay.num_tensors(); ++id) {
@@ -134,7 +131,7 @@ TEST(PipelineDataParallelTrainer, MatchesTheSingleRankTrainerAndResumesBitwise) 
   {  // zb-auto from the measured first step: bitwise like 1F1B
     Trainer t(config(shard, dir + "/auto", kPP, kM, 1, "zb-auto"), world);
     const TrainerRun r = train_run(t, kRunSteps);
-    EXPECT_EQ(t.pipeline()->engine().schedule().name, "zb-auto");
+    EXPECT_EQ(t.engine().schedule().name, "zb-auto");
     EXPECT_TRUE(same_bits(r.losses, runs[1].losses)) << "zb-auto differs from 1f1b";
     for (const auto& [tensor, v] : r.params)
       EXPECT_TRUE(same_bits(v, runs[1].params.at(tensor))) << "zb-auto, " << tensor;

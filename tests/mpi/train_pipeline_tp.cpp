@@ -17,7 +17,7 @@
 //   * replicated tensors stay bitwise equal over the tp ranks, and the last stage's lm_head
 //     shard equals stage 0's wte shard bitwise.
 //   * np 8: ZeRO-1 inside the stages matches the oracle, ZeRO-2 is ZeRO-1 bit for bit.
-// PipelineRun given a tp size (what the Trainer passes) builds the mesh and matches the oracle
+// StepRunner given a tp size (what the Trainer passes) builds the mesh and matches the oracle
 // (zb-auto, interleaved; with SP); its checkpoint holds every shard's elements exactly and a
 // run resumed from it continues bitwise.
 //   * np 8: checkpoints under ZeRO-1 (slices gathered over dp, shards over tp) resume bitwise.
@@ -42,7 +42,7 @@
 #include "tide/exec/pipeline_engine.h"
 #include "tide/parallel/zero.h"
 #include "tide/pipeline/generators.h"
-#include "tide/train/pipeline_run.h"
+#include "tide/train/step_runner.h"
 
 using namespace tide;
 
@@ -318,27 +318,29 @@ TEST(PipelineTensorParallel, ATpGroupMixingStagesIsAClearError) {
   world->barrier();
 }
 
-// PipelineRun (the Trainer's pipeline runner) given a tp size builds the pp x dp x tp mesh
+// StepRunner (the Trainer's step runner) given a tp size builds the pp x dp x tp mesh
 // itself; zb-auto's measured warm-up step then switches every rank to the same schedule (world
 // rank 0's figures: the tp ranks must run their block collectives in the same order), and the
 // run still matches the single-rank oracle. Its checkpoint (each stage's tp shards gathered and
 // written whole) holds every shard's elements exactly (read by a one-rank model), and a run
 // resumed from it at pp x dp x tp continues bitwise.
-TrainConfig run_config(const std::string& schedule, int zero = 0) {
+TrainConfig run_config(const std::string& schedule, int zero = 0, bool sp = false) {
   const int M = 2 * kPP;
   return load_train_config(
-      "", {"model.vocab_size=" + std::to_string(kVocab), "model.n_layer=4", "model.n_head=4",
-           "model.n_embd=32", "model.dropout=0.1", "seq_len=" + std::to_string(kT),
-           "model.max_seq_len=" + std::to_string(kT),
-           "train_micro_batch_size_per_gpu=" + std::to_string(kB),
-           "gradient_accumulation_steps=" + std::to_string(M), "seed=9", "chunk_size_mb=0",
-           "pipeline.stages=" + std::to_string(kPP), "pipeline.schedule=" + schedule,
-           std::string("pipeline.virtual_stages=") + (schedule == "interleaved" ? "2" : "1"),
-           fmt::format("zero_optimization.stage={}", zero)});
+      "",
+      {"model.vocab_size=" + std::to_string(kVocab), "model.n_layer=4", "model.n_head=4",
+       "model.n_embd=32", "model.dropout=0.1", "seq_len=" + std::to_string(kT),
+       "model.max_seq_len=" + std::to_string(kT),
+       "train_micro_batch_size_per_gpu=" + std::to_string(kB),
+       "gradient_accumulation_steps=" + std::to_string(M), "seed=9", "chunk_size_mb=0",
+       "pipeline.stages=" + std::to_string(kPP), "pipeline.schedule=" + schedule,
+       std::string("pipeline.virtual_stages=") + (schedule == "interleaved" ? "2" : "1"),
+       fmt::format("zero_optimization.stage={}", zero), fmt::format("tensor_parallel.size={}", kTP),
+       fmt::format("tensor_parallel.sequence_parallel={}", sp)});
 }
 
 // Steps [from, to) of `run`; the global batch's mean losses.
-std::vector<float> run_steps(PipelineRun& run, int from, int to, std::vector<float>* norms) {
+std::vector<float> run_steps(StepRunner& run, int from, int to, std::vector<float>* norms) {
   const int dp = run.dp().size(), d = run.dp().rank();
   std::vector<float> losses;
   for (int s = from; s < to; ++s) {
@@ -353,17 +355,16 @@ std::vector<float> run_steps(PipelineRun& run, int from, int to, std::vector<flo
   return losses;
 }
 
-TEST(PipelineTensorParallel, PipelineRunWithATpSizeMatchesTheSingleRankRunAndResumesBitwise) {
+TEST(PipelineTensorParallel, StepRunnerWithATpSizeMatchesTheSingleRankRunAndResumesBitwise) {
   std::shared_ptr<ProcessGroup> world = mpi_test::world_ptr();
   if (!runs_here(world->size())) GTEST_SKIP() << "pp 2 x tp 2 (np 4) or pp 2 x dp 2 x tp 2 (np 8)";
   omp_set_num_threads(1);
   const int dp = world->size() / (kPP * kTP), M = 2 * kPP, half = kSteps / 2;
   const std::string dir = dp_runs::shared_temp_dir(*world);
   for (const std::string schedule : {"zb-auto", "interleaved"}) {
-    const TrainConfig cfg = run_config(schedule);
+    const TrainConfig cfg = run_config(schedule, 0, /*sp=*/true);
     const StageRun one = single_rank(dp * M, cfg.model, cfg.seed);
-    const PipelineTensorParallel tp{.size = kTP, .sequence_parallel = true};
-    PipelineRun run(cfg, world, optimizer(), tp);
+    StepRunner run(cfg, world, optimizer());
     ASSERT_EQ(run.tp().size(), kTP);
     ASSERT_EQ(run.dp().size(), dp);
     ASSERT_EQ(run.pp().size(), kPP);
@@ -411,7 +412,7 @@ TEST(PipelineTensorParallel, PipelineRunWithATpSizeMatchesTheSingleRankRunAndRes
           << schedule << ", gradient norm at step " << s + 1;
     }
     // Resumed at pp x dp x tp: the second half again, bitwise.
-    PipelineRun resumed(cfg, world, optimizer(), tp);
+    StepRunner resumed(cfg, world, optimizer());
     resumed.load(ck);
     EXPECT_TRUE(same_bits(run_steps(resumed, half, kSteps, nullptr), rest))
         << schedule << ": the resumed run is not bitwise the uninterrupted one";
@@ -430,8 +431,7 @@ TEST(PipelineTensorParallel, CheckpointsWithTpAndZeroResumeBitwise) {
   omp_set_num_threads(1);
   const int half = kSteps / 2;
   const std::string dir = dp_runs::shared_temp_dir(*world);
-  const PipelineTensorParallel tp{.size = kTP};
-  PipelineRun run(run_config("1f1b", 1), world, optimizer(), tp);
+  StepRunner run(run_config("1f1b", 1), world, optimizer());
   run_steps(run, 0, half, nullptr);
   const std::string ck = dir + "/z1.ckpt";
   CheckpointInfo info;
@@ -440,7 +440,7 @@ TEST(PipelineTensorParallel, CheckpointsWithTpAndZeroResumeBitwise) {
   run.save(ck, info);
   const std::vector<float> rest = run_steps(run, half, kSteps, nullptr);
   for (int zero : {1, 2}) {
-    PipelineRun resumed(run_config("1f1b", zero), world, optimizer(), tp);
+    StepRunner resumed(run_config("1f1b", zero), world, optimizer());
     resumed.load(ck);
     EXPECT_TRUE(same_bits(run_steps(resumed, half, kSteps, nullptr), rest))
         << "ZeRO-" << zero << ": the resumed run is not bitwise the uninterrupted one";
@@ -449,16 +449,17 @@ TEST(PipelineTensorParallel, CheckpointsWithTpAndZeroResumeBitwise) {
   if (world->rank() == 0) std::filesystem::remove_all(dir);
 }
 
-TEST(PipelineTensorParallel, PipelineRunWithATpSizeThatDoesNotDivideTheWorldIsAClearError) {
+TEST(PipelineTensorParallel, StepRunnerWithATpSizeThatDoesNotDivideTheWorldIsAClearError) {
   std::shared_ptr<ProcessGroup> world = mpi_test::world_ptr();
   if (world->size() % kPP != 0) GTEST_SKIP() << "pp = 2 needs an even world";
-  const TrainConfig cfg =
+  TrainConfig cfg =
       load_train_config("", {"model.vocab_size=67", "model.n_layer=4", "model.n_head=4",
                              "model.n_embd=32", "seq_len=16", "gradient_accumulation_steps=4",
                              "pipeline.stages=2", "pipeline.schedule=1f1b"});
-  const int bad = world->size() / kPP + 1;  // stages x bad never divides the world
+  cfg.tensor_parallel = world->size() / kPP + 1;  // stages x that never divides the world
+  const int bad = cfg.tensor_parallel;
   try {
-    PipelineRun run(cfg, world, optimizer(), {.size = bad});
+    StepRunner run(cfg, world, optimizer());
     ADD_FAILURE() << "tp " << bad << " on " << world->size() << " ranks was accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("does not divide the"), std::string::npos) << e.what();

@@ -70,10 +70,7 @@ struct TrainerRun {
 
 void record(Trainer& t, TrainerRun& r) {
   std::vector<GPT*> models;
-  if (t.pipeline())
-    for (const auto& c : t.pipeline()->chunks()) models.push_back(c.get());
-  else
-    models.push_back(&t.model());
+  for (const auto& c : t.runner().chunks()) models.push_back(c.get());
   for (GPT* m : models) {
     const ChunkLayout& lay = m->store().layout();
     for (int id = 0; id < lay.num_tensors(); ++id) {
@@ -214,9 +211,9 @@ TEST(PipelineTrainer, ZbAutoIsBuiltFromTheMeasuredFirstStep) {
   {
     Trainer t(pp_config(shard, dir + "/auto", p, m, "zb-auto", {"train_steps=3", "log.interval=1"}),
               world);
-    EXPECT_EQ(t.pipeline()->engine().schedule().name, "1f1b") << "the warm-up step runs 1F1B";
+    EXPECT_EQ(t.engine().schedule().name, "1f1b") << "the warm-up step runs 1F1B";
     t.run();
-    EXPECT_EQ(t.pipeline()->engine().schedule().name, "zb-auto");
+    EXPECT_EQ(t.engine().schedule().name, "zb-auto");
   }
   if (world->rank() == 0) {
     std::ifstream f(dir + "/auto/metrics.jsonl");
@@ -247,7 +244,7 @@ TEST(PipelineTrainer, ZbAutoIsBuiltFromTheMeasuredFirstStep) {
                         {fmt::format("pipeline.memory_limit={}", p - 1)}),
               world);
     t.train_step();
-    const PipelineEngine::ActivationMemory& mem = t.pipeline()->engine().activation_memory();
+    const PipelineEngine::ActivationMemory& mem = t.engine().activation_memory();
     ASSERT_GT(mem.micro_batch_bytes, 0u);
     EXPECT_LE(mem.peak_bytes, size_t(p - 1) * mem.micro_batch_bytes)
         << "the warm-up step held more micro-batches than pipeline.memory_limit=" << p - 1;

@@ -43,7 +43,7 @@ void save_checkpoint_tp(const std::string& path, const GPT& model, const Checkpo
 void load_checkpoint_any(const CheckpointSource& source, GPT& model, bool with_optimizer_state);
 void load_checkpoint_tp(const std::string& path, GPT& model, bool with_optimizer_state);
 
-// The two halves of the above, for the pipeline's stages (pipeline_run.h). gather_tp_shards:
+// The two halves of the above, for the pipeline's stages (train/step_runner.h). gather_tp_shards:
 // collective over model.tp_group() (and `dp` as in save_checkpoint_tp); on the writing rank a store
 // of the model's unsharded layout (t = 1, the model's pp and stage, one rank) holding the gathered
 // parameters (and Adam moments; a 16-bit model's f32 master weights too), nullptr on the others.

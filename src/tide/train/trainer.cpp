@@ -244,8 +244,6 @@ Trainer::Trainer(TrainConfig config, std::shared_ptr<ProcessGroup> world)
   // contiguous; an axis of size 1 is a local group, comm/topology.h). Collective, so built
   // before anything else talks.
   mesh_ = std::make_unique<Topology>(world_, mesh_shape());
-  const int dp = data_parallel_ranks();
-  const bool tp = cfg_.tensor_parallel > 1;
 
   OptimizerSettings opt;
   opt.adamw.beta1 = cfg_.beta1;
@@ -265,58 +263,16 @@ Trainer::Trainer(TrainConfig config, std::shared_ptr<ProcessGroup> world)
                   {"model.vocab_size (resolved)", static_cast<uint64_t>(cfg_.model.vocab_size)},
                   {"model layout", layout_fingerprint(layout)}});
   };
-  if (cfg_.pipeline_stages > 1) {
-    check_same_data_and_layout(make_layout(cfg_.model));
-    StoreOptions so;
-    configure_store(so);
-    pipeline_ = std::make_unique<PipelineRun>(cfg_, *mesh_, opt, cfg_.sequence_parallel, so,
-                                              auto_placement_settings(), op_,
-                                              op_.device.is_cpu() ? nullptr : compute_alloc_.get());
-    if (init_from) pipeline_->init_from(init_source->path());
-    runner_ = pipeline_.get();
-  } else {
-    ModelOptions mo;
-    mo.chunk_elems = chunk_elems_from_mib(cfg_.chunk_size_mb);
-    mo.group_size = dp;  // chunks slice evenly over the DP group (ZeRO partitions by slice)
-    mo.store.group_rank = data_parallel_rank();
-    mo.store.sliced_kinds = zero_sliced_kinds(cfg_.zero.stage);
-    configure_store(mo.store);
-    if (tp) {  // this rank's shards; the model's collectives run over the tp group
-      mo.tp = mesh_->group_ptr(MeshAxis::TP);
-      mo.sequence_parallel = cfg_.sequence_parallel;
-    }
-    mo.partition_activations = cfg_.partition_activations;
-    mo.cpu_checkpointing = cfg_.cpu_checkpointing;
-    mo.op = op_;
-    if (!op_.device.is_cpu()) mo.activations = compute_alloc_.get();
-    model_ = std::make_unique<GPT>(cfg_.model, cfg_.activation_policy, mo);
-    model_->init_weights(cfg_.seed);
-    if (init_from) {  // before the engine reads them
-      if (tp)
-        with_host_chunks(*model_, [&](GPT& m) {
-          load_checkpoint_tp(init_source->path(), m, /*with_optimizer_state=*/false);
-        });
-      else
-        with_host_chunks(*model_, [&](GPT& m) { init_weights_from(init_source->path(), m); });
-    }
-    // Under tp the ranks hold different shards: the whole model's layout is compared.
-    check_same_data_and_layout(tp ? make_layout(cfg_.model) : model_->store().layout());
-    engine_ = std::make_unique<Engine>(
-        *model_, mesh_->group_ptr(MeshAxis::DP), data_parallel_schedule(cfg_.grad_accum),
-        cfg_.micro_batch, cfg_.seq_len, opt, zero_settings(cfg_), auto_placement_settings());
-    engine_runner_ = std::make_unique<EngineRunner>(*engine_);
-    runner_ = engine_runner_.get();
-    eval_mb_ = model_->make_micro_batch(1, cfg_.seq_len, nullptr, /*training=*/false);
-  }
+  // The whole model's layout is compared (the stages and tp ranks hold different parts).
+  check_same_data_and_layout(make_layout(cfg_.model));
+  StoreOptions so;
+  configure_store(so);
+  runner_ = std::make_unique<StepRunner>(cfg_, *mesh_, opt, so, auto_placement_settings(), op_,
+                                         op_.device.is_cpu() ? nullptr : compute_alloc_.get());
+  if (init_from) runner_->init_from(init_source->path());  // before the engine reads them
   if (resuming) {
     // Any checkpoint into any layout: by tensor name and element range (checkpoint_source.h).
-    if (pipeline_)
-      pipeline_->load(cfg_.resume);
-    else
-      with_host_chunks(*model_, [&](GPT& m) {
-        load_checkpoint_any(CheckpointSource(cfg_.resume), m, /*with_optimizer_state=*/true);
-      });
-    if (engine_) engine_->sync_params();
+    runner_->load(cfg_.resume);
     step_ = resume_at.step;
     train_loader_->seek(resume_at.data_epoch, resume_at.data_batch);
     if (resume_at.loss_scaler) runner_->loss_scaler().restore(*resume_at.loss_scaler);
@@ -436,18 +392,15 @@ StepStats Trainer::train_step() {
   StepStats st;
   {
     const TraceSpan span(tracer, "step", "step", {{"step", step_ + 1}});
-    Engine::BatchFn batch = [&](int micro, int32_t* in, int32_t* tgt) {
+    PipelineEngine::BatchFn batch = [&](int micro, int32_t* in, int32_t* tgt) {
       if (batch_source) return batch_source(step_, micro, in, tgt);
-      train_loader_->next_batch();
-      std::memcpy(in, train_loader_->inputs().data(), train_loader_->inputs().size_bytes());
-      std::memcpy(tgt, train_loader_->targets().data(), train_loader_->targets().size_bytes());
     };
-    if (pipeline_ && !batch_source) {
-      // The pipeline asks for a micro-batch on every stage, once per model chunk, in schedule
-      // order: read the step's micro-batches first (every stage, so that every rank's loader
-      // position is the run's), keep them where a chunk needs tokens or targets.
+    if (!batch_source) {
+      // The executor asks for a micro-batch once per model chunk, in schedule order: read the
+      // step's micro-batches first (on every stage, so that every rank's loader position is
+      // the run's), keep them where a chunk needs tokens or targets.
       const size_t n = static_cast<size_t>(cfg_.micro_batch) * cfg_.seq_len;
-      const bool keep = pipeline_->needs_data();
+      const bool keep = runner_->needs_data();
       step_inputs_.assign(keep ? n * cfg_.grad_accum : 0, 0);
       step_targets_.assign(keep ? n * cfg_.grad_accum : 0, 0);
       for (int k = 0; k < cfg_.grad_accum; ++k) {
@@ -493,9 +446,9 @@ namespace {
 // How the run splits the world, for the start line: "4 DP rank(s)", "2 tensor-parallel ranks x
 // 2 DP replica(s) (ZeRO-1)" or "2 pipeline stages x 2 data-parallel replicas (ZeRO-1), schedule
 // 1f1b".
-std::string parallelism_line(const TrainConfig& c, const MeshShape& m, bool pipelined) {
+std::string parallelism_line(const TrainConfig& c, const MeshShape& m) {
   const char* sp = c.sequence_parallel ? " (sequence parallel)" : "";
-  if (!pipelined)
+  if (m.pp == 1)
     return m.tp > 1 ? fmt::format("{} tensor-parallel ranks{} x {} DP replica(s) (ZeRO-{})", m.tp,
                                   sp, m.dp, c.zero.stage)
                     : fmt::format("{} DP rank(s)", m.size());
@@ -561,56 +514,13 @@ float Trainer::evaluate() {
   if (!val_loader_) return NAN;
   const int64_t n =
       std::min<int64_t>(cfg_.eval_sequences, static_cast<int64_t>(val_loader_->num_sequences()));
-  if (pipeline_) return pipeline_->evaluate(*val_loader_, n);
-  // Each data-parallel replica scores a share (under tp its ranks run the same forwards).
-  const int dp = data_parallel_ranks(), rank = data_parallel_rank();
-  ProcessGroup& replicas = mesh_->dp();
-  const int64_t share = (n + dp - 1) / dp;  // sequences per rank (the last share may be short)
-  // Per sequence of this rank's share: (sum of its position losses, positions with a target),
-  // as doubles carried bit for bit through an all-gather of int32 words.
-  std::vector<double> mine(2 * share, 0.0), all(2 * share * dp, 0.0);
-  // Under ZeRO-3 a forward gathers parameters with the whole group, so every rank runs `share`
-  // forwards; a rank past the end scores sequence 0 again and drops the result.
-  const bool collective_forward = cfg_.zero.stage == 3;
-  for (int64_t k = 0; k < share && (collective_forward || rank * share + k < n); ++k) {
-    const bool counted = rank * share + k < n;
-    val_loader_->seek(0, counted ? static_cast<uint64_t>(rank * share + k) : 0);
-    val_loader_->next_batch();
-    const GPT::HostBatch host = model_->host_batch(*eval_mb_);
-    std::memcpy(host.tokens, val_loader_->inputs().data(), eval_mb_->tokens.nbytes());
-    std::memcpy(host.targets, val_loader_->targets().data(), eval_mb_->targets.nbytes());
-    eval_mb_->training = false;
-    model_->forward(*eval_mb_);
-    if (!counted) continue;
-    mine[2 * k] = eval_mb_->seq_loss_sum[0];
-    mine[2 * k + 1] = static_cast<double>(eval_mb_->seq_targets[0]);
-  }
-  if (dp > 1) {
-    replicas.all_gather(Tensor(mine.data(), Shape{4 * share}, DType::I32),
-                        Tensor(all.data(), Shape{4 * share * dp}, DType::I32));
-  } else {
-    all = mine;
-  }
-  double sum = 0, count = 0;
-  for (int64_t i = 0; i < n; ++i) {  // in sequence order, whatever the split
-    sum += all[2 * i];
-    count += all[2 * i + 1];
-  }
-  return count > 0 ? static_cast<float>(sum / count) : NAN;
-}
-
-size_t Trainer::model_state_bytes() const {
-  if (!pipeline_) return model_->store().total_bytes();
-  size_t b = 0;
-  for (const auto& chunk : pipeline_->chunks()) b += chunk->store().total_bytes();
-  return b;
+  return runner_->evaluate(*val_loader_, n);
 }
 
 size_t Trainer::memory_bytes() const {
-  size_t b = model_state_bytes() + runner_->activation_bytes();
-  if (eval_mb_) b += eval_mb_->saved.capacity() + eval_mb_->workspace.capacity();
+  size_t b = runner_->model_state_bytes() + runner_->activation_bytes();
   // Host memory the executor holds besides the model states and activations.
-  const PipelineEngine& e = pipeline_ ? pipeline_->engine() : *engine_;
+  const PipelineEngine& e = runner_->engine();
   b += e.host_checkpoint_bytes();  // cpu_checkpointing's pool
   if (const Allocator* a = e.offload_grad_allocator()) b += a->allocated();
   return b;
@@ -619,15 +529,11 @@ size_t Trainer::memory_bytes() const {
 std::string Trainer::save(const std::string& name) const {
   // ZeRO-Offload's delayed update: the checkpoint holds every step taken (the run goes on
   // from there as a run resumed from it does, with no update in flight).
-  if (engine_) engine_->flush_update();
-  if (pipeline_) pipeline_->flush_update();
+  runner_->flush_update();
   const fs::path dir(cfg_.out_dir);
-  // Under tp every rank takes part (the shards and ZeRO slices are gathered) and rank 0
-  // writes one whole-model file, whatever the ZeRO stage.
-  const bool rank0 = world_->rank() == 0, sharded = cfg_.zero.stage > 0 || pipeline_;
+  const bool rank0 = world_->rank() == 0;
   const std::string path = (dir / name).string();
-  if (!rank0 && !sharded && cfg_.tensor_parallel == 1)
-    return path;  // stage 0: rank 0 holds everything, writes
+  if (!rank0 && !runner_->save_is_collective()) return path;  // rank 0 holds everything, writes
   fs::create_directories(dir);
   CheckpointInfo info;
   info.config = cfg_.model;
@@ -651,31 +557,7 @@ std::string Trainer::save(const std::string& name) const {
         {"loss_scaler", loss_scaler_json(runner_->loss_scaler().state())},
         // data_batch counts the loader's batches of this many sequences (ranks x micro-batch)
         {"data_batch_sequences", int64_t{data_parallel_ranks()} * cfg_.micro_batch}}}};
-  if (cfg_.tensor_parallel > 1 && !pipeline_) {
-    const std::unique_ptr<GPT> twin = host_copy(*model_);  // on a device (host memory is read)
-    save_checkpoint_tp(path, twin ? *twin : *model_, info, /*with_optimizer_state=*/true,
-                       &mesh_->dp());
-    world_->barrier();  // the file is complete before any rank goes on (and may read it)
-    return path;
-  }
-  if (pipeline_) {  // each stage writes its tensors (collective)
-    pipeline_->save(path, info);
-    return path;
-  }
-  // A device model is saved from a host copy of its chunks (the writers read host memory).
-  const std::unique_ptr<GPT> twin = host_copy(*model_);
-  const GPT& saved = twin ? *twin : *model_;
-  if (!sharded) {
-    save_checkpoint(path, saved, info, /*with_optimizer_state=*/true);
-    return path;
-  }
-  // ZeRO: no rank holds everything, so each writes its own shard; once all have (a rank that
-  // fails ends the job before the barrier), rank 0 publishes the directory atomically.
-  save_checkpoint_shard(path, saved.store(), info, /*with_optimizer_state=*/true, world_->rank(),
-                        world_->size());
-  world_->barrier();
-  if (rank0) commit_sharded_checkpoint(path, world_->size());
-  world_->barrier();
+  runner_->save(path, info);
   return path;
 }
 
@@ -796,7 +678,7 @@ Trainer::RunPosition Trainer::check_resume(const std::string& path) const {
   return at;
 }
 
-void Trainer::log_pipeline_measurement(const PipelineRun::Measured& pm, std::ofstream& metrics,
+void Trainer::log_pipeline_measurement(const StepRunner::Measured& pm, std::ofstream& metrics,
                                        const std::string& metrics_path) {
   // zb-auto's warm-up step: the measured per-stage figures (seconds per micro-batch) and the
   // generated schedule's bubble when simulated under them.
@@ -808,7 +690,7 @@ void Trainer::log_pipeline_measurement(const PipelineRun::Measured& pm, std::ofs
     t_w.push_back(c.t_w);
   }
   const pipeline::SimResult& sim = pm.simulated;
-  const std::string schedule = pipeline_->engine().schedule().name;
+  const std::string schedule = runner_->engine().schedule().name;
   write_metrics(metrics, metrics_path,
                 json{{"step", step_},
                      {"pipeline_measured",
@@ -907,7 +789,7 @@ void Trainer::run_steps() {
                metrics_path);
     if (!cfg_.resume.empty()) fmt::print("tide: resumed from {} at step {}\n", cfg_.resume, step_);
     const size_t act = runner_->activation_bytes();
-    const std::string ranks = parallelism_line(cfg_, mesh_->shape(), pipeline_ != nullptr);
+    const std::string ranks = parallelism_line(cfg_, mesh_->shape());
     fmt::print(
         "tide: model {} | {} | micro-batch {} x {} tokens, accum {} | "
         "activations: {}{}\n",
@@ -922,13 +804,13 @@ void Trainer::run_steps() {
         cfg_.train_data, train_loader_->num_tokens(),
         unigram_ ? fmt::format(", unigram baseline {:.3f} nats", *unigram_) : "",
         model().store().layout().num_chunks(),
-        model().store().layout().max_chunk_elems() * 4 / 1048576.0, model_state_bytes() / 1048576.0,
-        act / 1048576.0,
-        engine_ && cfg_.cpu_checkpointing
-            ? fmt::format(" + {:.1f} MiB host checkpoints",
-                          engine_->host_checkpoint_bytes() / 1048576.0)
-            : "",
-        pipeline_ ? (cfg_.tensor_parallel > 1 ? " (rank 0's stage shards)" : " (rank 0's stage)")
+        model().store().layout().max_chunk_elems() * 4 / 1048576.0,
+        runner_->model_state_bytes() / 1048576.0, act / 1048576.0,
+        cfg_.cpu_checkpointing ? fmt::format(" + {:.1f} MiB host checkpoints",
+                                             runner_->engine().host_checkpoint_bytes() / 1048576.0)
+                               : "",
+        cfg_.pipeline_stages > 1
+            ? (cfg_.tensor_parallel > 1 ? " (rank 0's stage shards)" : " (rank 0's stage)")
         : cfg_.tensor_parallel > 1 ? " (rank 0's shards)"
                                    : "");
     std::fflush(stdout);
@@ -960,9 +842,8 @@ void Trainer::run_steps() {
     first.reset();
     tokens_done += st.tokens;
     tokens_interval += st.tokens;
-    if (pipeline_)
-      if (const PipelineRun::Measured* pm = pipeline_->take_new_measurement(); pm && rank0)
-        log_pipeline_measurement(*pm, metrics, metrics_path);
+    if (const StepRunner::Measured* pm = runner_->take_new_measurement(); pm && rank0)
+      log_pipeline_measurement(*pm, metrics, metrics_path);
     if (rank0) {
       const double elapsed = seconds_since(t_start);
       const double tok_s = tokens_done / elapsed;

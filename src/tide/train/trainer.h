@@ -1,12 +1,9 @@
 #pragma once
-// Trainer: the loop around a step runner (step_runner.h). With pipeline.stages = 1 that is the
-// data-parallel Engine over all ranks (one GPT each; with tensor_parallel.size = t > 1 the
-// world is a t x dp mesh, each GPT holds its tp rank's shards, and the Engine runs over the
-// dp group); with pipeline.stages = p > 1 it is a
-// PipelineRun (one stage per rank: its model chunks and a PipelineEngine running the
-// configured schedule). The runner runs a step (micro-batches, F/B/W, gradient reduction,
-// optimizer); the trainer feeds it data and does what happens between steps: logging, periodic
-// validation, checkpoints and resuming from one.
+// Trainer: the loop around the one step runner (step_runner.h) on the world's pp x dp x tp mesh
+// (size-1 axes where unused). The runner holds this rank's model chunks (the whole model with
+// pipeline.stages = 1, else its stage's) and runs a step (micro-batches, F/B/W, gradient
+// reduction, optimizer), validation and checkpoints; the trainer feeds it data and does what
+// happens between steps: logging, periodic validation, checkpoints and resuming from one.
 
 #include <functional>
 #include <memory>
@@ -20,11 +17,9 @@
 #include "tide/config/config.h"
 #include "tide/core/trace.h"
 #include "tide/data/loader.h"
-#include "tide/exec/engine.h"
-#include "tide/exec/step_runner.h"
 #include "tide/model/gpt.h"
-#include "tide/train/pipeline_run.h"
 #include "tide/train/progress_line.h"
+#include "tide/train/step_runner.h"
 #include "tide/train/tensorboard_writer.h"
 
 namespace tide {
@@ -47,18 +42,18 @@ class Trainer {
   // Mean validation loss over the fixed validation set: its first eval.sequences sequences,
   // whatever the DP degree, micro-batch or accumulation (each rank scores a share; the mean
   // adds the per-sequence sums in sequence order, so it is the same to the bit). Under pp each
-  // sequence goes through the stages (PipelineRun::evaluate): the same to the bit too.
+  // sequence goes through the stages (StepRunner::evaluate): the same to the bit too.
   float evaluate();
 
   // The model (under pp: this rank's first model chunk).
-  GPT& model() { return pipeline_ ? *pipeline_->chunks()[0] : *model_; }
-  // The data-parallel engine (pipeline.stages = 1 only) and the pipeline (> 1 only).
-  const Engine& engine() const { return *engine_; }
-  Engine& engine() { return *engine_; }  // tests: PipelineEngine::set_gradient_hook
+  GPT& model() { return *runner_->chunks()[0]; }
+  // The step runner (this rank's model chunks) and its executor.
+  const StepRunner& runner() const { return *runner_; }
+  const PipelineEngine& engine() const { return runner_->engine(); }
+  PipelineEngine& engine() { return runner_->engine(); }  // tests: set_gradient_hook
   // The allocators configure_store made (nullptr when the store uses its own).
   const Allocator* compute_allocator() const { return compute_alloc_.get(); }
   const Allocator* host_allocator() const { return host_alloc_.get(); }
-  const PipelineRun* pipeline() const { return pipeline_.get(); }
   const TrainConfig& config() const { return cfg_; }
   int64_t step() const { return step_; }
   // True when, at the last step, some rank had been asked to stop (preemption.h); run() then
@@ -99,8 +94,6 @@ class Trainer {
   // This rank's data-parallel rank, its dp coordinate: the replica its tp group and pipeline
   // belong to.
   int data_parallel_rank() const { return mesh_shape().coord_of(world_->rank()).dp; }
-  // Bytes of this rank's model states (every model chunk).
-  size_t model_state_bytes() const;
   // Where a checkpoint left its run: the step and the data loader's position.
   struct RunPosition {
     int64_t step = 0;
@@ -125,7 +118,7 @@ class Trainer {
   // metrics.jsonl line, mirrored to TensorBoard when it is on (rank 0).
   void write_metrics(std::ofstream& f, const std::string& path, const nlohmann::json& line);
   // zb-auto's warm-up step (rank 0): one log line and one metrics record "pipeline_measured".
-  void log_pipeline_measurement(const PipelineRun::Measured& pm, std::ofstream& metrics,
+  void log_pipeline_measurement(const StepRunner::Measured& pm, std::ofstream& metrics,
                                 const std::string& metrics_path);
   // run() without the handling of an open progress line.
   void run_steps();
@@ -149,15 +142,10 @@ class Trainer {
   // whose memory is compute_alloc_.
   OpContext op_;
   std::unique_ptr<Topology> mesh_;  // pp x dp x tp (size-1 axes where unused)
-  std::unique_ptr<GPT> model_;      // data parallel
-  std::unique_ptr<Engine> engine_;  // data parallel
-  std::unique_ptr<PipelineRun> pipeline_;
-  std::unique_ptr<StepRunner> engine_runner_;  // wraps engine_
-  StepRunner* runner_ = nullptr;               // engine_runner_ or pipeline_
-  // Under pp: the step's micro-batches, read before the step ((B,T) each, in order), since the
-  // executor asks for a micro-batch once per model chunk, in schedule order.
+  std::unique_ptr<StepRunner> runner_;
+  // The step's micro-batches, read before the step ((B,T) each, in order), since the executor
+  // asks for a micro-batch once per model chunk, in schedule order.
   std::vector<int32_t> step_inputs_, step_targets_;
-  std::unique_ptr<MicroBatch> eval_mb_;  // one sequence: validation does not depend on batching
   std::unique_ptr<DataLoader> train_loader_, val_loader_;
   std::string tokenizer_path_;
   std::optional<double> unigram_;

@@ -110,7 +110,7 @@ inline RunResult train(const TrainConfig& cfg, std::shared_ptr<ProcessGroup> wor
   }
   if (const Allocator* a = trainer.compute_allocator()) r.compute_peak = a->peak();
   // ZeRO-Offload's delayed update: the final parameters hold every step taken.
-  if (!trainer.pipeline()) trainer.engine().flush_update();
+  trainer.engine().flush_update();
   const ChunkStore& store = trainer.model().store();
   const ChunkLayout& lay = store.layout();
   // Whole chunks, from every rank's slice (ZeRO-3 holds only its slice of the parameters).

@@ -1,4 +1,4 @@
-#include "tide/train/pipeline_run.h"
+#include "tide/train/step_runner.h"
 
 #include <cmath>
 #include <cstring>
@@ -7,6 +7,7 @@
 #include "tide/checkpoint/sharded_checkpoint.h"
 #include "tide/checkpoint/tp_checkpoint.h"
 #include "tide/config/pipeline_setup.h"
+#include "tide/exec/engine.h"
 #include "tide/kernels/mover.h"
 #include "tide/model/host_twin.h"
 #include "tide/parallel/zero.h"
@@ -16,45 +17,49 @@ namespace tide {
 
 namespace {
 
-// The mesh a PipelineRun built from a bare world runs on: stages x dp x tp.size, checked.
-Topology pipeline_mesh(const TrainConfig& cfg, std::shared_ptr<ProcessGroup> world,
-                       PipelineTensorParallel tp) {
-  const int p = cfg.pipeline_stages, n = world->size();
-  TIDE_CHECK(tp.size >= 1 && n % (p * tp.size) == 0,
+// The mesh cfg asks for on a bare world: pipeline.stages x dp x tensor_parallel.size, checked.
+Topology mesh_of(const TrainConfig& cfg, std::shared_ptr<ProcessGroup> world) {
+  const int p = cfg.pipeline_stages, t = cfg.tensor_parallel, n = world->size();
+  TIDE_CHECK(t >= 1 && n % (p * t) == 0,
              "pipeline.stages={} x tensor_parallel.size={} does not divide the {} ranks of this "
              "run (each data-parallel replica holds stages x tp ranks); launch a multiple of {} "
              "ranks or change one of them",
-             p, tp.size, n, p * std::max(tp.size, 1));
-  return Topology(std::move(world), MeshShape{.tp = tp.size, .dp = n / (p * tp.size), .pp = p});
+             p, t, n, p * std::max(t, 1));
+  return Topology(std::move(world), MeshShape{.tp = t, .dp = n / (p * t), .pp = p});
+}
+
+// The schedule the run executes: the data-parallel one with one stage (B and W fused per block,
+// the least memory), else the configured pipeline schedule.
+pipeline::Schedule schedule_of(const TrainConfig& cfg) {
+  return cfg.pipeline_stages == 1 ? data_parallel_schedule(cfg.grad_accum)
+                                  : make_pipeline_schedule(cfg);
 }
 
 }  // namespace
 
-PipelineRun::PipelineRun(const TrainConfig& cfg, std::shared_ptr<ProcessGroup> world,
-                         const OptimizerSettings& opt, PipelineTensorParallel tp,
-                         const StoreOptions& store, AutoPlacementSettings placement,
-                         const OpContext& op, Allocator* activations)
-    : PipelineRun(cfg, pipeline_mesh(cfg, std::move(world), tp), opt, tp.sequence_parallel, store,
-                  placement, op, activations) {}
+StepRunner::StepRunner(const TrainConfig& cfg, std::shared_ptr<ProcessGroup> world,
+                       const OptimizerSettings& opt)
+    : StepRunner(cfg, mesh_of(cfg, std::move(world)), opt) {}
 
-PipelineRun::PipelineRun(const TrainConfig& cfg, const Topology& mesh, const OptimizerSettings& opt,
-                         bool sequence_parallel, const StoreOptions& store,
-                         AutoPlacementSettings placement, const OpContext& op,
-                         Allocator* activations)
+StepRunner::StepRunner(const TrainConfig& cfg, const Topology& mesh, const OptimizerSettings& opt,
+                       const StoreOptions& store, AutoPlacementSettings placement,
+                       const OpContext& op, Allocator* activations)
     : world_(mesh.world_ptr()),
       pp_(mesh.group_ptr(MeshAxis::PP)),
       dp_(mesh.group_ptr(MeshAxis::DP)),
       tp_(mesh.group_ptr(MeshAxis::TP)) {
-  pipeline::Schedule schedule = make_pipeline_schedule(cfg);
+  pipeline::Schedule schedule = schedule_of(cfg);
   TIDE_CHECK(mesh.shape().pp == schedule.stages,
              "the mesh {} has {} pipeline stages where pipeline.stages={}", mesh.shape().str(),
              mesh.shape().pp, schedule.stages);
   const int dp = dp_->size();
+  const bool sequence_parallel = cfg.sequence_parallel;
   TIDE_CHECK(tp_->size() > 1 || !sequence_parallel,
              "sequence parallelism needs tensor_parallel.size > 1 (it splits the sequence over "
              "the tp ranks); set tensor_parallel.size or turn sequence_parallel off");
   zero_sliced_ = cfg.zero.stage >= 1;
-  if (cfg.pipeline_schedule == "zb-auto") {
+  collective_forward_ = cfg.zero.stage == 3;
+  if (schedule.stages > 1 && cfg.pipeline_schedule == "zb-auto") {
     // The warm-up step runs 1F1B (within its peak of p micro-batches in flight); a tighter
     // memory limit warms up with the limit's zb-auto from unit costs, which fits it.
     measure_pending_ = true;
@@ -75,11 +80,12 @@ PipelineRun::PipelineRun(const TrainConfig& cfg, const Topology& mesh, const Opt
       o.tp = tp_;
       o.sequence_parallel = sequence_parallel;
     }
-    if (zero_sliced_) {  // ZeRO: the kinds of its stage sliced over the stage's replicas
-      o.group_size = dp;
-      o.store.group_rank = dp_->rank();
-      o.store.sliced_kinds = zero_sliced_kinds(cfg.zero.stage);
-    }
+    // The chunks pack evenly over the stage's replicas; ZeRO slices the kinds of its stage.
+    o.group_size = dp;
+    o.store.group_rank = dp_->rank();
+    o.store.sliced_kinds = zero_sliced_kinds(cfg.zero.stage);
+    o.partition_activations = cfg.partition_activations;  // (one stage only: check_settings)
+    o.cpu_checkpointing = cfg.cpu_checkpointing;
     chunks_.push_back(std::make_unique<GPT>(cfg.model, cfg.activation_policy, o));
     chunks_.back()->init_weights(cfg.seed);
     models.push_back(chunks_.back().get());
@@ -88,10 +94,12 @@ PipelineRun::PipelineRun(const TrainConfig& cfg, const Topology& mesh, const Opt
   }
   engine_ = std::make_unique<PipelineEngine>(models, pp_, std::move(schedule), cfg.micro_batch,
                                              cfg.seq_len, opt, dp_, zero_settings(cfg), placement);
+  // Post-validation fills a pipeline's bubble with the update; one stage has none (engine.h).
+  if (engine_->schedule().stages == 1) engine_->set_post_validation(false);
 }
 
-StepStats PipelineRun::step(int64_t step, uint64_t seed, const Engine::BatchFn& batch,
-                            Tracer* tracer) {
+StepStats StepRunner::step(int64_t step, uint64_t seed, const PipelineEngine::BatchFn& batch,
+                           Tracer* tracer) {
   if (!measure_pending_) return engine_->step(step, seed, batch, tracer);
   measure_pending_ = false;
   StepMeasurement m;
@@ -121,25 +129,39 @@ StepStats PipelineRun::step(int64_t step, uint64_t seed, const Engine::BatchFn& 
   return st;
 }
 
-size_t PipelineRun::activation_bytes() const {
+size_t StepRunner::activation_bytes() const {
   size_t b = engine_->activation_bytes() + engine_->comm_buffer_bytes();
   for (const auto& mb : eval_mbs_) b += mb->saved.capacity() + mb->workspace.capacity();
   return b;
 }
 
-bool PipelineRun::needs_data() const {
+size_t StepRunner::model_state_bytes() const {
+  size_t b = 0;
+  for (const auto& chunk : chunks_) b += chunk->store().total_bytes();
+  return b;
+}
+
+bool StepRunner::needs_data() const {
   for (const auto& c : chunks_)
     if (c->has_embedding() || c->has_head()) return true;
   return false;
 }
 
-float PipelineRun::evaluate(DataLoader& val, int64_t n) {
+float StepRunner::evaluate(DataLoader& val, int64_t n) {
   const pipeline::Schedule& sch = engine_->schedule();
   const int V = sch.virtual_stages(), me = pp_->rank();
-  const int last = sch.locate(V - 1).first;
-  double sum = 0, count = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    val.seek(0, static_cast<uint64_t>(i));  // batch i = sequence i (micro-batch 1, in order)
+  const auto [last, last_chunk] = sch.locate(V - 1);
+  // Each replica scores a share (its stages and tp ranks run the same forwards). Under ZeRO-3 a
+  // forward gathers parameters over the replicas, so every rank runs `share` forwards; one past
+  // the end scores sequence 0 again and drops the result.
+  const int dp = dp_->size(), rank = dp_->rank();
+  const int64_t share = (n + dp - 1) / dp;  // sequences per replica (the last may be short)
+  // Per sequence of this replica's share: (sum of its position losses, positions with a
+  // target), as doubles carried bit for bit through int32 words.
+  std::vector<double> mine(2 * share, 0.0), all(2 * share * dp, 0.0);
+  for (int64_t k = 0; k < share && (collective_forward_ || rank * share + k < n); ++k) {
+    const bool counted = rank * share + k < n;
+    val.seek(0, counted ? static_cast<uint64_t>(rank * share + k) : 0);
     val.next_batch();
     // The virtual stages in order: this rank runs its own; an activation crosses ranks as a
     // blocking message (tag: the consumer's virtual stage), or is copied on the same rank.
@@ -168,47 +190,66 @@ float PipelineRun::evaluate(DataLoader& val, int64_t n) {
         pp_->send(model.output_activation(mb), sch.locate(v + 1).first, v + 1);
       }
     }
-    // (loss sum, positions with a target) of the sequence, as doubles carried bit for bit.
-    double r[2] = {0, 0};
+    double* r = &mine[2 * k];
     if (me == last) {
-      const MicroBatch& mb = *eval_mbs_[sch.locate(V - 1).second];
+      const MicroBatch& mb = *eval_mbs_[last_chunk];
       r[0] = mb.seq_loss_sum[0];
       r[1] = static_cast<double>(mb.seq_targets[0]);
     }
     pp_->broadcast(Tensor(r, Shape{4}, DType::I32), last);
-    sum += r[0];  // in sequence order, as the single-rank evaluate adds them
-    count += r[1];
+    if (!counted) r[0] = r[1] = 0;
+  }
+  if (dp > 1)
+    dp_->all_gather(Tensor(mine.data(), Shape{4 * share}, DType::I32),
+                    Tensor(all.data(), Shape{4 * share * dp}, DType::I32));
+  else
+    all = mine;
+  double sum = 0, count = 0;
+  for (int64_t i = 0; i < n; ++i) {  // in sequence order, whatever the split
+    sum += all[2 * i];
+    count += all[2 * i + 1];
   }
   return count > 0 ? static_cast<float>(sum / count) : NAN;
 }
 
-void PipelineRun::save(const std::string& path, const CheckpointInfo& info) const {
-  std::vector<const ChunkStore*> stores;
-  // Tensor parallelism: each chunk's tp shards (under ZeRO-1/2 first its slices, over dp)
+bool StepRunner::save_is_collective() const {
+  return pp_->size() > 1 || zero_sliced_ || tp_->size() > 1;
+}
+
+void StepRunner::save(const std::string& path, const CheckpointInfo& info) const {
+  // Tensor parallelism: each chunk's tp shards (under ZeRO-1..3 first its slices, over dp)
   // gathered into its unsharded stage layout on (tp 0, dp 0) (tp_checkpoint.h), which writes
   // the stage whole, as a ZeRO-0 run without tp would.
   const bool gathered = tp_->size() > 1;
+  // Without tp, ZeRO-1..3: every replica writes its slices; otherwise replica 0 the stage whole.
+  const bool slices = zero_sliced_ && !gathered;
+  // One stage that rank 0 holds whole (or gathers): one file.
+  const bool one_file = pp_->size() == 1 && !slices;
+  if (!save_is_collective() && world_->rank() != 0) return;
+  std::vector<const ChunkStore*> stores;
   std::vector<std::unique_ptr<ChunkStore>> whole;
   std::vector<std::unique_ptr<GPT>> twins;
-  if (gathered) {
-    for (const auto& c : chunks_) {
-      const std::unique_ptr<GPT> twin = host_copy(*c);  // on a device (host memory is read)
-      whole.push_back(gather_tp_shards(twin ? *twin : *c, /*with_optimizer_state=*/true,
-                                       zero_sliced_ ? dp_.get() : nullptr));
-    }
-    for (const auto& w : whole) stores.push_back(w.get());
-  } else {
+  for (const auto& c : chunks_) {
     // A device model's chunks are written from host copies (the writers read host memory).
-    for (const auto& c : chunks_) {
-      std::unique_ptr<GPT> twin = host_copy(*c);
-      stores.push_back(twin ? &twin->store() : &c->store());
+    std::unique_ptr<GPT> twin = host_copy(*c);
+    const GPT& host = twin ? *twin : *c;
+    if (gathered) {
+      whole.push_back(gather_tp_shards(host, /*with_optimizer_state=*/true,
+                                       zero_sliced_ ? dp_.get() : nullptr));
+      stores.push_back(whole.back().get());
+    } else {
+      stores.push_back(&host.store());
       if (twin) twins.push_back(std::move(twin));
     }
   }
-  // Without tp, ZeRO-1/2: every replica writes its slices; otherwise replica 0 the stage whole.
-  const bool slices = zero_sliced_ && !gathered;
+  const bool writer = (slices || dp_->rank() == 0) && tp_->rank() == 0;
+  if (one_file) {
+    if (world_->rank() == 0) save_checkpoint(path, *stores[0], info, /*with_optimizer_state=*/true);
+    if (gathered) world_->barrier();  // the file is complete before any rank reads it
+    return;
+  }
   const int dp = slices ? dp_->size() : 1;
-  if ((slices || dp_->rank() == 0) && tp_->rank() == 0)
+  if (writer)
     save_pipeline_stage_shard(path, stores, info, /*with_optimizer_state=*/true, pp_->rank(),
                               pp_->size(), slices ? dp_->rank() : 0, dp);
   world_->barrier();  // every shard is written (a rank that failed ended the job)
@@ -216,7 +257,7 @@ void PipelineRun::save(const std::string& path, const CheckpointInfo& info) cons
   world_->barrier();
 }
 
-void PipelineRun::load(const std::string& path) {
+void StepRunner::load(const std::string& path) {
   // Any checkpoint (checkpoint_source.h); under tp every rank reads the stage's tensors whole
   // and keeps its shard's elements (under ZeRO-1/2 of the sliced kinds only its slice).
   const CheckpointSource source(path);
@@ -226,7 +267,7 @@ void PipelineRun::load(const std::string& path) {
   engine_->sync_params();  // ZeRO's whole copies and offload's master weights follow
 }
 
-void PipelineRun::init_from(const std::string& path) {
+void StepRunner::init_from(const std::string& path) {
   for (const auto& c : chunks_) {
     if (tp_->size() == 1) {
       with_host_chunks(*c, [&](GPT& m) { init_weights_from(path, m); });
@@ -243,6 +284,7 @@ void PipelineRun::init_from(const std::string& path) {
     with_host_chunks(
         *c, [&](GPT& m) { scatter_to_tp_shard(whole.store(), m, /*with_optimizer_state=*/false); });
   }
+  engine_->sync_params();  // ZeRO's whole copies and offload's master weights follow
 }
 
 }  // namespace tide
