@@ -13,27 +13,49 @@ grep -qi "zero" est.txt
   | python3 -c "import json,sys; json.load(sys.stdin)"
 "$tide" schedule --stages 4 --microbatches 8 --schedule zb-h1 --tf 1 --tb 1 --tw 1 \
   --svg s.svg --trace t.json | tee sched.txt
-test -s s.svg && python3 -c "import json; json.load(open('t.json'))['traceEvents']"
+test -s s.svg
+python3 -c "import json; json.load(open('t.json'))['traceEvents']"
 # `tide help` is `tide --help` (it was refused with rc 109), `tide help train` `tide train --help`.
 diff <("$tide" help) <("$tide" --help)
 diff <("$tide" help train) <("$tide" train --help)
 # tide estimate's table: one unit that fits its figures (GiB for GPT-2 124M on 4 ranks, MiB for
 # a small model), '-' where a figure is 0 (no 0.00), the per-host column explained, and at
-# data-parallel size 1 the ZeRO-1/2/3 rows (equal to DDP there) folded into DDP's.
-grep -q '^GiB; per-GPU columns' est.txt && grep -q '^ ZeRO-1 ' est.txt
+# data-parallel size 1 the ZeRO-1/2/3 rows folded into DDP's where their bytes equal DDP's
+# (fp16: the same dtypes at every stage).
+# (One grep a line: set -e does not stop on the first command of an && list.)
+grep -q '^GiB; per-GPU columns' est.txt
+grep -q '^ ZeRO-1 ' est.txt
 grep -q "per host = one host's memory for its 4 GPUs" est.txt
-"$tide" estimate --layers 2 --hidden 64 --heads 2 --vocab 256 --seq 64 --zero-stage 2 | tee small.txt
+small=(--layers 2 --hidden 64 --heads 2 --vocab 256 --seq 64)
+"$tide" estimate "${small[@]}" --zero-stage 2 --precision fp16 | tee small.txt
 grep -q '^MiB; per-GPU columns' small.txt
 grep -q 'ZeRO-1/2/3 without offload are not shown: at data-parallel size 1 .* (the configured ZeRO-2 is the DDP row marked \*)' small.txt
-! grep -q '^.ZeRO-[123] ' small.txt
+# (Not `! grep`: set -e does not stop on a negated command, so that line could never fail.)
+absent() { if grep -q "$1" "$2"; then echo "FAILED: '$1' in $2" >&2; exit 1; fi; }
+absent '^.ZeRO-[123] ' small.txt
 grep -q '^\*DDP  *none ' small.txt
-! grep -q '0\.00' small.txt
+absent '0\.00' small.txt
 grep -q '^ DDP  *selective .* -  yes$' small.txt  # per host: nothing on the host
-"$tide" estimate --layers 2 --hidden 64 --heads 2 --vocab 256 --seq 64 --json \
-  | python3 -c "
+# bf16 (the default): DDP keeps f32 gradients (DeepSpeed's default at stage 0), ZeRO-1/2/3 bf16
+# ones, so at data-parallel size 1 they differ from DDP and are shown.
+"$tide" estimate "${small[@]}" --zero-stage 2 | tee small_bf16.txt
+absent 'not shown' small_bf16.txt
+grep -q '^\*ZeRO-2  *none ' small_bf16.txt
+grep -q '^ DDP  *none ' small_bf16.txt
+# JSON: equal_to_ddp marks exactly the ZeRO rows without offload whose bytes are DDP's (same
+# recompute): every one in fp16, none in bf16.
+for precision in fp16 bf16; do
+  "$tide" estimate "${small[@]}" --precision $precision --json | python3 -c "
 import json, sys
+precision = sys.argv[1]
 o = json.load(sys.stdin)['options']
-assert all(r['equal_to_ddp'] == (r['zero_stage'] > 0 and r['offload'] == 'none') for r in o)
-ddp = {r['recompute']: r['device']['total'] for r in o if r['option'] == 'DDP'}
-assert all(r['device']['total'] == ddp[r['recompute']] for r in o if r['equal_to_ddp']), 'ZeRO at dp 1 is not DDP'
-"
+ddp = {r['recompute']: r for r in o if r['option'] == 'DDP'}
+for r in o:
+    same = r['zero_stage'] > 0 and r['offload'] == 'none' and all(
+        r[k] == ddp[r['recompute']][k] for k in ('device', 'host'))
+    assert r['equal_to_ddp'] == same, (precision, r['option'], r['recompute'])
+zero = [r for r in o if r['zero_stage'] > 0 and r['offload'] == 'none']
+assert all(r['equal_to_ddp'] == (precision == 'fp16') for r in zero), precision
+assert all(r['grad_precision'] == ('fp32' if precision == 'bf16' else precision) for r in ddp.values())
+" $precision
+done

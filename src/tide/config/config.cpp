@@ -1471,9 +1471,25 @@ DType model_dtype(const TrainConfig& c) {
   return c.bf16 ? DType::BF16 : c.fp16 ? DType::F16 : DType::F32;
 }
 
+namespace {
+
+std::optional<DType> given_dtype(const std::string& key_value) {
+  if (key_value.empty()) return std::nullopt;  // left out (or ""): DeepSpeed's default
+  return parse_dtype(key_value);
+}
+
+}  // namespace
+
+std::optional<DType> given_grad_dtype(const TrainConfig& c) {
+  return given_dtype(c.grad_accum_dtype);
+}
+
+std::optional<DType> given_comm_dtype(const TrainConfig& c) {
+  return given_dtype(c.communication_data_type);
+}
+
 DType comm_dtype(const TrainConfig& c) {
-  if (!c.communication_data_type.empty()) return parse_dtype(c.communication_data_type);
-  return model_dtype(c);  // DeepSpeed (engine.communication_data_type): fp16, bf16, else fp32
+  return given_comm_dtype(c).value_or(default_comm_dtype(model_dtype(c)));
 }
 
 ZeroSettings zero_settings(const TrainConfig& c) {
@@ -1483,11 +1499,7 @@ ZeroSettings zero_settings(const TrainConfig& c) {
 }
 
 DType grad_dtype(const TrainConfig& c) {
-  if (!c.grad_accum_dtype.empty()) return parse_dtype(c.grad_accum_dtype);
-  // DeepSpeed (engine.get_data_types): bf16 without ZeRO accumulates in fp32 (its
-  // BF16_Optimizer); otherwise the gradients are in the parameters' dtype.
-  if (c.bf16 && c.zero.stage == 0) return DType::F32;
-  return model_dtype(c);
+  return given_grad_dtype(c).value_or(default_grad_dtype(model_dtype(c), c.zero.stage));
 }
 
 }  // namespace tide

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <functional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -241,13 +242,16 @@ void set_resolved_value(TrainConfig& c, const std::string& key, const nlohmann::
 const nlohmann::json& default_config();
 
 // The parameters' dtype (bf16.enabled, fp16.enabled) and the gradients' (grad_dtype: the
-// data_types.grad_accum_dtype key, or DeepSpeed's default for it), for the trainer and tide
-// estimate alike.
+// data_types.grad_accum_dtype key, or DeepSpeed's default for it: default_grad_dtype,
+// memory/zero_settings.h, which tide estimate applies per row).
 DType model_dtype(const TrainConfig& c);
 DType grad_dtype(const TrainConfig& c);
 // The dtype the data-parallel gradient reductions send: the communication_data_type key, or
-// DeepSpeed's default for it (the parameters' dtype).
+// DeepSpeed's default for it (default_comm_dtype: the parameters' dtype).
 DType comm_dtype(const TrainConfig& c);
+// The two keys' values where the config gives them; nullopt where DeepSpeed's default applies.
+std::optional<DType> given_grad_dtype(const TrainConfig& c);
+std::optional<DType> given_comm_dtype(const TrainConfig& c);
 // zero_optimization.* as the policy stack takes it: c.zero with comm_dtype resolved.
 ZeroSettings zero_settings(const TrainConfig& c);
 

@@ -34,18 +34,18 @@ TrainSetup setup_from_train_config(const TrainConfig& c) {
   s.micro_batch = c.micro_batch;
   s.grad_accum = c.grad_accum;
   s.zero_stage = c.zero.stage;
-  s.zero = zero_settings(c);  // communication_data_type resolved as the Trainer resolves it
+  s.zero = c.zero;  // the dtypes below, per row: not zero_settings(c)'s, resolved for c's stage
   s.offload = c.offload_param == "cpu"       ? Offload::All
               : c.offload_optimizer == "cpu" ? Offload::Optimizer
                                              : Offload::None;
   s.recompute = recompute_of(c.activation_policy);
   s.partition_activations = c.partition_activations;
   s.cpu_checkpointing = c.cpu_checkpointing;
-  auto precision_of = [](DType t) {
-    return t == DType::F32 ? Precision::FP32 : t == DType::BF16 ? Precision::BF16 : Precision::FP16;
-  };
   s.precision = precision_of(model_dtype(c));
-  if (grad_dtype(c) != model_dtype(c)) s.grad_precision = precision_of(grad_dtype(c));
+  // Only the keys given: each row of the estimate takes the defaults of its own stage
+  // (grad_precision_of), not those of the configured stage.
+  if (const auto g = given_grad_dtype(c)) s.grad_precision = precision_of(*g);
+  if (const auto m = given_comm_dtype(c)) s.comm_precision = precision_of(*m);
   s.optimizer = parse_optimizer(c.optimizer_type);
   // Every schedule tide train runs (with one stage the schedule does not matter).
   s.schedule = parse_schedule(c.pipeline_schedule);

@@ -12,9 +12,9 @@
 namespace tide {
 
 int64_t largest_group_chunk_bytes(const TrainSetup& setup, const ChunkLayout& layout) {
-  const ModelStateBytes k =
-      bytes_per_parameter(setup.precision, setup.optimizer, setup.grad_precision);
   const int stage = setup.zero_stage;
+  const ModelStateBytes k =
+      bytes_per_parameter(setup.precision, setup.optimizer, grad_precision_of(setup, stage));
   // ZeRO-3 on 2+ ranks: F and B read the gathered buffers (non-model), not the owned slices.
   const bool gathered = stage >= 3 && setup.dp() >= 2;
   const auto bytes = [&](int c, bool sliced, int64_t elem_bytes) {

@@ -28,10 +28,11 @@ namespace {
 void place_model_states(const TrainSetup& setup, const ChunkLayout& layout, StageEstimate& st) {
   const int dp = setup.dp(), stage = setup.zero_stage;
   const int64_t psi = layout.num_params();
+  const Precision grads = grad_precision_of(setup, stage);
   const ModelStateBytes share =
-      zero_model_states(psi, stage, dp, setup.precision, setup.optimizer, setup.grad_precision);
+      zero_model_states(psi, stage, dp, setup.precision, setup.optimizer, grads);
   const ModelStateBytes kept =
-      chunked_model_states(layout, stage, setup.precision, setup.optimizer, setup.grad_precision);
+      chunked_model_states(layout, stage, setup.precision, setup.optimizer, grads);
   const int64_t pad_param = kept.param16 - share.param16;
   const int64_t pad_grad = kept.grads - share.grads;
   const int64_t pad_opt = kept.optimizer_bytes() - share.optimizer_bytes();
@@ -63,21 +64,18 @@ void place_model_states(const TrainSetup& setup, const ChunkLayout& layout, Stag
     dev.grads += share.grads;
     dev.chunk_padding += pad_grad;
     const int64_t part =
-        zero_model_states(psi, 2, dp, setup.precision, setup.optimizer, setup.grad_precision).grads;
+        zero_model_states(psi, 2, dp, setup.precision, setup.optimizer, grads).grads;
     host.grads += part;
     host.chunk_padding +=
-        chunked_model_states(layout, 2, setup.precision, setup.optimizer, setup.grad_precision)
-            .grads -
-        part;
+        chunked_model_states(layout, 2, setup.precision, setup.optimizer, grads).grads - part;
   }
 }
 
 // Bytes of one element of the dtype the gradient reductions send, where it is not the
 // gradients' (CommStaging::needed); 0 where they send the gradients as they are.
 size_t comm_staging_bytes(const TrainSetup& setup) {
-  const std::optional<DType> comm = setup.zero.comm_dtype;
-  const DType grads = dtype_of(setup.grad_precision.value_or(setup.precision));
-  return comm && *comm != grads ? dtype_size(*comm) : 0;
+  const Precision comm = comm_precision_of(setup, setup.zero_stage);
+  return comm != grad_precision_of(setup, setup.zero_stage) ? dtype_size(dtype_of(comm)) : 0;
 }
 
 // The communication buffers: what the runtime allocates (parallel/zero.cpp), whole chunks in

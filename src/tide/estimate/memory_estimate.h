@@ -56,6 +56,7 @@ struct MemoryBreakdown {
     return model_states() + activations + temp_buffers + chunk_padding + arenas;
   }
   MemoryBreakdown times(int64_t n) const;
+  bool operator==(const MemoryBreakdown&) const = default;
 };
 
 // One pipeline stage: what one of its GPUs holds, and what one of its ranks puts on the host.

@@ -118,6 +118,22 @@ std::string limit_fit_text(const LimitFit& f) {
 
 namespace {
 
+// Whether row `r` is a ZeRO stage without offload at data-parallel size 1 whose bytes are DDP's
+// (the DDP row of the same recompute), category by category on the device and the host. At
+// dp 1 ZeRO partitions over one rank, but its defaults may still differ from DDP's: bf16 keeps
+// f32 gradients and reduces through bf16 staging at stage 0 only (default_grad_dtype), so the
+// bytes decide, not the stage.
+bool equals_ddp(const TrainSetup& setup, const OptionResult& r,
+                const std::vector<OptionResult>& rows) {
+  if (setup.dp() != 1 || r.option.zero_stage == 0 || r.option.offload != Offload::None)
+    return false;
+  for (const OptionResult& d : rows)
+    if (d.option.zero_stage == 0 && d.option.offload == Offload::None &&
+        d.option.recompute == r.option.recompute)
+      return d.estimate.device == r.estimate.device && d.estimate.host == r.estimate.host;
+  return false;
+}
+
 // "4 chunks (largest 38.60M elements), 124.44M elements in all, 1.94M per rank (every chunk
 // sliced over dp 64)", one line per stage.
 std::string chunk_lines(const TrainSetup& setup, const MemoryEstimate& est) {
@@ -195,15 +211,15 @@ std::string options_table_text(const TrainSetup& setup, const MachineBudget& bud
         inflight_microbatches(setup.schedule, setup.pp, 0, setup.grad_accum, 1, setup.memory_limit),
         to_string(setup.schedule));
   // With one data-parallel rank ZeRO has nothing to partition over: stages 1-3 without offload
-  // are DDP (the runtime holds the same bytes), so their rows are folded into DDP's.
-  const bool fold = setup.dp() == 1;
-  auto folded = [&](const OptionResult& r) {
-    return fold && r.option.zero_stage > 0 && r.option.offload == Offload::None;
-  };
+  // whose bytes are DDP's are folded into DDP's rows. They fold all or none: they differ from
+  // DDP only by DDP's own dtype default (default_grad_dtype at stage 0), the same for 1-3.
+  auto folded = [&](const OptionResult& r) { return equals_ddp(setup, r, rows); };
   const OptionResult* configured_folded = nullptr;
+  bool any_folded = false;
   int64_t largest = 0;
   for (const OptionResult& r : rows) {
     if (folded(r)) {
+      any_folded = true;
       if (r.configured) configured_folded = &r;
       continue;
     }
@@ -215,7 +231,7 @@ std::string options_table_text(const TrainSetup& setup, const MachineBudget& bud
       "{} GPU{} (the offloaded states; '-' = none: data loading and the program are not "
       "counted); * = the configured option\n",
       unit.name, setup.ranks_per_host(), setup.ranks_per_host() == 1 ? "" : "s");
-  if (fold)
+  if (any_folded)
     out += fmt::format(
         "ZeRO-1/2/3 without offload are not shown: at data-parallel size 1 they partition over "
         "one rank and equal DDP{}\n",
@@ -272,10 +288,12 @@ nlohmann::json options_table_json(const TrainSetup& setup, const MachineBudget& 
                        {"offload", to_string(r.option.offload)},
                        {"recompute", to_string(r.option.recompute)},
                        {"configured", r.configured},
-                       // ZeRO 1-3 without offload at data-parallel size 1: DDP's bytes (the
+                       // The dtypes of this row's stage (the keys, or DeepSpeed's defaults).
+                       {"grad_precision", to_string(grad_precision_of(setup, r.option.zero_stage))},
+                       {"comm_precision", to_string(comm_precision_of(setup, r.option.zero_stage))},
+                       // ZeRO 1-3 without offload at data-parallel size 1 with DDP's bytes (the
                        // text table folds these rows into DDP's).
-                       {"equal_to_ddp", setup.dp() == 1 && r.option.zero_stage > 0 &&
-                                            r.option.offload == Offload::None},
+                       {"equal_to_ddp", equals_ddp(setup, r, rows)},
                        {"peak_stage", r.estimate.peak_stage},
                        {"device", breakdown_json(r.estimate.device)},
                        {"host_per_rank", breakdown_json(r.estimate.host_per_rank)},

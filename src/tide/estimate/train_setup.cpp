@@ -147,12 +147,38 @@ std::string TrainSetup::str() const {
   return s;
 }
 
+Precision grad_precision_of(const TrainSetup& setup, int zero_stage) {
+  if (setup.grad_precision) return *setup.grad_precision;
+  return precision_of(default_grad_dtype(dtype_of(setup.precision), zero_stage));
+}
+
+// The stage is not read: DeepSpeed's default for communication_data_type is the same at every
+// stage (only the gradients' default changes, and with it whether the reductions stage).
+Precision comm_precision_of(const TrainSetup& setup, int /*zero_stage*/) {
+  if (setup.comm_precision) return *setup.comm_precision;
+  return precision_of(default_comm_dtype(dtype_of(setup.precision)));
+}
+
 int bytes_per_param(Precision p) {
   return p == Precision::FP32 ? 4 : 2;
 }
 
 DType dtype_of(Precision p) {
   return p == Precision::FP32 ? DType::F32 : p == Precision::BF16 ? DType::BF16 : DType::F16;
+}
+
+Precision precision_of(DType t) {
+  switch (t) {
+    case DType::F32:
+      return Precision::FP32;
+    case DType::BF16:
+      return Precision::BF16;
+    case DType::F16:
+      return Precision::FP16;
+    default:
+      break;
+  }
+  TIDE_FAIL("no training precision has dtype {}; use f32, bf16 or f16", dtype_name(t));
 }
 
 std::string to_string(Precision p) {

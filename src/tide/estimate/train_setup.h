@@ -53,7 +53,8 @@ struct TrainSetup {
   int grad_accum = 1;   // m: micro-batches per optimizer step (the pipeline's micro-batches)
   int zero_stage = 0;   // 0 = plain DDP, 1/2/3 = ZeRO-DP stages
   // zero_optimization.* bucket sizes and thresholds (they set how many communication buffers
-  // the runtime holds, see zero_buffers.h); zero.stage is not read: zero_stage is the stage.
+  // the runtime holds, see zero_buffers.h); zero.stage and zero.comm_dtype are not read:
+  // zero_stage is the stage, comm_precision_of the reductions' dtype.
   ZeroSettings zero;
   Offload offload = Offload::None;
   Recompute recompute = Recompute::None;
@@ -61,9 +62,11 @@ struct TrainSetup {
   // tp > 1 and no sp, as tide train requires) and its CPU checkpointing.
   bool partition_activations = false, cpu_checkpointing = false;
   Precision precision = Precision::BF16;
-  // The gradients' where it differs from `precision` (data_types.grad_accum_dtype, or
-  // DeepSpeed's default for it: fp32 for bf16 without ZeRO).
-  std::optional<Precision> grad_precision;
+  // data_types.grad_accum_dtype and communication_data_type, only where the config gives them.
+  // Left out, DeepSpeed's defaults depend on the stage (f32 gradients for bf16 at stage 0), so
+  // each row of `tide estimate` takes those of its own stage, as `tide train` would at that
+  // stage: read them through grad_precision_of and comm_precision_of, not here.
+  std::optional<Precision> grad_precision, comm_precision;
   Optimizer optimizer = Optimizer::AdamW;
   Schedule schedule = Schedule::OneFOneB;
   int virtual_stages = 1;  // model chunks per pipeline stage (interleaved; 2 with zb-v)
@@ -87,8 +90,15 @@ struct TrainSetup {
   std::string str() const;  // one line for the report header
 };
 
+// The gradients' and the reductions' precision of `setup` run at ZeRO stage `zero_stage`: the
+// key's value where the config gives it, else DeepSpeed's default for that stage
+// (default_grad_dtype, default_comm_dtype: memory/zero_settings.h, as tide train resolves them).
+Precision grad_precision_of(const TrainSetup& setup, int zero_stage);
+Precision comm_precision_of(const TrainSetup& setup, int zero_stage);
+
 int bytes_per_param(Precision p);  // compute-precision element: 2 (bf16/fp16) or 4 (fp32)
 DType dtype_of(Precision p);       // the storage dtype: F32, BF16 or F16
+Precision precision_of(DType t);   // F32, BF16 or F16 (any other dtype: an error)
 
 std::string to_string(Precision p);
 std::string to_string(Offload o);

@@ -45,4 +45,18 @@ struct ZeroSettings {
   bool operator==(const ZeroSettings&) const = default;
 };
 
+// DeepSpeed's defaults for the two dtype keys, shared by the config (tide train) and the
+// estimator (every row of `tide estimate` takes the ones of its own stage).
+// data_types.grad_accum_dtype left out (DeepSpeed's engine.get_data_types): bf16 without ZeRO
+// keeps f32 gradients (its BF16_Optimizer accumulates in f32); otherwise the parameters' dtype.
+constexpr DType default_grad_dtype(DType compute, int zero_stage) {
+  return compute == DType::BF16 && zero_stage == 0 ? DType::F32 : compute;
+}
+// communication_data_type left out (engine.communication_data_type): the parameters' dtype at
+// every stage (fp16, bf16, else fp32). Where it is not the gradients' (bf16 at stage 0), the
+// reductions go through staging buffers.
+constexpr DType default_comm_dtype(DType compute) {
+  return compute;
+}
+
 }  // namespace tide

@@ -11,6 +11,9 @@ namespace {
 TrainSetup setup(const char* preset, int world, int tp = 1, int pp = 1) {
   TrainSetup s;
   s.model = GPTConfig::preset(preset);
+  // ZeRO's Table 1 counts 16-bit gradients at every stage; DeepSpeed's default for bf16 at
+  // stage 0 is f32 (default_grad_dtype), so the key is given.
+  s.grad_precision = Precision::BF16;
   s.world_size = world;
   s.tp = tp;
   s.pp = pp;

@@ -28,6 +28,9 @@ TEST(SlicedModelStates, Gpt2SmallWithinOnePercentOfZeroTable1) {
           s.world_size = dp;
           s.zero_stage = stage;
           s.precision = precision;
+          // ZeRO's Table 1 counts gradients in the parameters' precision at every stage (not
+          // DeepSpeed's f32 default for bf16 at stage 0): the key is given.
+          s.grad_precision = precision;
           s.chunk_mib = chunk_mib;
           const MemoryEstimate e = estimate_memory(s);
           ASSERT_EQ(e.host.total(), 0);  // no offload: every model state is on the GPU
@@ -59,6 +62,7 @@ TEST(SlicedModelStates, PartitionedKindsAreTheRanksSlicesOfEveryChunk) {
     s.model = model;
     s.world_size = 8;
     s.zero_stage = stage;
+    s.grad_precision = Precision::BF16;  // 16-bit gradients at stage 0 too, as ZeRO counts them
     const MemoryEstimate e = estimate_memory(s);
     const ChunkPlan& p = e.stages[0].chunks;
     EXPECT_EQ(p.owned_elems * 8, p.total_elems);

@@ -2,6 +2,7 @@
 // parser (so it rejects what the trainer rejects, all unknown keys at once) and sizes the
 // setup the typed config describes; the trainer refuses, naming key and value, every setting
 // the schema takes that it cannot run yet.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -10,7 +11,9 @@
 #include "test_files.h"
 #include "tide/config/estimate_setup.h"
 #include "tide/config/unsupported_settings.h"
+#include "tide/estimate/compare_options.h"
 #include "tide/estimate/memory_estimate.h"
+#include "tide/estimate/report.h"
 #include "tide/train/trainer.h"
 
 using namespace tide;
@@ -119,19 +122,24 @@ TEST(EstimateSetup, ModelBatchAndChunkKeysAsTideTrainReadsThem) {
 }
 
 // The gradients' dtype as tide train keeps them (DeepSpeed's data_types.grad_accum_dtype and its
-// default): f32 for bf16 at stage 0, bf16 from stage 1; the key overrides both. The estimate's
-// grads are 4 or 2 bytes per parameter accordingly.
+// default): f32 for bf16 at stage 0, bf16 from stage 1; the key overrides both. The setup holds
+// the key only (the default is the stage's, per row), and the estimate's grads are 4 or 2 bytes
+// per parameter accordingly.
 TEST(EstimateSetup, GradAccumDtypeAsTideTrainKeepsIt) {
   const TrainSetup s0 = setup_of(R"({"bf16": {"enabled": true}, "model": {"vocab_size": 64}})");
-  EXPECT_EQ(s0.grad_precision, Precision::FP32);
+  EXPECT_FALSE(s0.grad_precision.has_value());
+  EXPECT_EQ(grad_precision_of(s0, 0), Precision::FP32);
+  EXPECT_EQ(grad_precision_of(s0, 1), Precision::BF16);
   const TrainSetup s1 = setup_of(R"({"bf16": {"enabled": true}, "model": {"vocab_size": 64},
     "zero_optimization": {"stage": 1}})");
   EXPECT_FALSE(s1.grad_precision.has_value());
+  EXPECT_EQ(grad_precision_of(s1, 1), Precision::BF16);
   const TrainSetup k = setup_of(R"({"bf16": {"enabled": true}, "model": {"vocab_size": 64},
     "data_types": {"grad_accum_dtype": "bf16"}})");
-  EXPECT_FALSE(k.grad_precision.has_value());
+  EXPECT_EQ(k.grad_precision, Precision::BF16);
+  EXPECT_EQ(grad_precision_of(k, 0), Precision::BF16);
   EXPECT_EQ(setup_of(R"({"data_types": {"grad_accum_dtype": "fp32"}})").grad_precision,
-            std::nullopt);  // f32 training: the gradients are f32 anyway
+            Precision::FP32);  // f32 training: the key is kept, and is the default anyway
   const int64_t f32_grads = estimate_memory(s0).device.grads;
   EXPECT_EQ(f32_grads, 2 * estimate_memory(k).device.grads);
   EXPECT_NE(estimate_error(R"({"data_types": {"grad_accum_dtype": "fp8"}})")
@@ -147,6 +155,80 @@ TEST(EstimateSetup, CommunicationDataTypeIsChecked) {
                 .find("communication_data_type must be \"fp32\", \"bf16\", \"fp16\" or empty "
                       "(DeepSpeed's default: the parameters' dtype) (got \"int8\")"),
             std::string::npos);
+}
+
+namespace tide {
+// A failed comparison names the categories (gtest would print the struct's bytes).
+void PrintTo(const MemoryBreakdown& b, std::ostream* os) {
+  *os << breakdown_json(b).dump();
+}
+}  // namespace tide
+
+namespace {
+
+// `base` with the option's keys: its stage, offload devices and recompute policy.
+json at_option(json base, const MemoryOption& o) {
+  base["zero_optimization"]["stage"] = o.zero_stage;
+  if (o.offload != Offload::None) base["zero_optimization"]["offload_optimizer"]["device"] = "cpu";
+  if (o.offload == Offload::All) base["zero_optimization"]["offload_param"]["device"] = "cpu";
+  base["activation_checkpointing"]["policy"] = to_string(o.recompute);
+  return base;
+}
+
+}  // namespace
+
+// Each row of `tide estimate --config` is the file as tide train would run it at the row's
+// stage: DeepSpeed's dtype defaults depend on the stage (bf16 keeps f32 gradients and reduces
+// through bf16 staging at stage 0 only), so every row's gradient and communication dtypes, and
+// its bytes, are those of the same file parsed with the row's stage, whatever stage the file
+// configures. Keys given explicitly hold in every row.
+TEST(EstimateSetup, EveryRowTakesTheDtypeDefaultsOfItsStage) {
+  const json base = json::parse(R"({"bf16": {"enabled": true}, "world_size": 4,
+    "model": {"n_layer": 2, "n_embd": 64, "n_head": 2, "vocab_size": 256}, "seq_len": 32})");
+  json keys = base;
+  keys["data_types"]["grad_accum_dtype"] = "bf16";
+  keys["communication_data_type"] = "fp32";
+  for (const json& file : {base, keys}) {
+    for (int configured : {0, 2}) {
+      json j = file;
+      j["zero_optimization"]["stage"] = configured;
+      const TrainSetup setup = setup_from_train_config(parse_train_config(j, false));
+      int64_t stage0_staging = -1;
+      for (const OptionResult& row : compare_options(setup, {})) {
+        SCOPED_TRACE(fmt::format("{} {}, configured stage {}, keys {}", row.option.name,
+                                 to_string(row.option.recompute), configured,
+                                 file.contains("data_types")));
+        const TrainConfig at = parse_train_config(at_option(file, row.option), false);
+        const TrainSetup mine = with_option(setup, row.option);  // what the row estimates
+        const int stage = mine.zero_stage;
+        EXPECT_EQ(stage, row.option.zero_stage);
+        EXPECT_EQ(dtype_name(dtype_of(grad_precision_of(mine, stage))), dtype_name(grad_dtype(at)));
+        EXPECT_EQ(dtype_name(dtype_of(comm_precision_of(mine, stage))), dtype_name(comm_dtype(at)));
+        const MemoryEstimate e = estimate_memory(setup_from_train_config(at));
+        EXPECT_EQ(row.estimate.device, e.device);
+        EXPECT_EQ(row.estimate.host, e.host);
+        if (stage == 0) stage0_staging = row.estimate.stages[0].comm_buffers.staging;
+      }
+      // The file's own dtypes at stage 0: f32 gradients reduced in bf16 (staging), or the keys'
+      // bf16 gradients reduced in f32 (staging too); at stage 2 bf16 without staging.
+      const bool given = file.contains("data_types");
+      EXPECT_EQ(grad_precision_of(setup, 0), given ? Precision::BF16 : Precision::FP32);
+      EXPECT_EQ(grad_precision_of(setup, 2), Precision::BF16);
+      EXPECT_EQ(comm_precision_of(setup, 2), given ? Precision::FP32 : Precision::BF16);
+      EXPECT_GT(stage0_staging, 0);
+    }
+  }
+  // Flags alone (no config file, so no dtype keys): DeepSpeed's defaults too, as tide train
+  // without the keys. The flags' bf16 DDP row reduces its f32 gradients through bf16 staging
+  // just as the file's does (cli.shared_config holds the whole table from flags = from file).
+  TrainSetup flags;
+  flags.model = GPTConfig::preset("gpt2-124m");
+  flags.world_size = 4;
+  EXPECT_EQ(grad_precision_of(flags, 0), Precision::FP32);
+  EXPECT_EQ(comm_precision_of(flags, 0), Precision::BF16);
+  EXPECT_GT(estimate_memory(flags).stages[0].comm_buffers.staging, 0);
+  flags.zero_stage = 1;
+  EXPECT_EQ(estimate_memory(flags).stages[0].comm_buffers.staging, 0);  // bf16 sent as it is
 }
 
 TEST(EstimateSetup, ConfigErrorsAreTideTrainsErrors) {
