@@ -35,8 +35,8 @@
 //                   vocabulary-parallel when the head is untied (tie_word_embeddings false; HF's
 //                   lm_head.weight, named apart from the pipeline's tied copy lm_head.weight),
 //                   with p > 1 and a tied head lm_head.weight as GPT-2's
-// I must divide over t, and n_kv_head must divide over t (KVl = n_kv_head/t) or t over
-// n_kv_head (check_tensor_parallel_shape). In the second case (n_kv_head < t) each key/value
+// I must divide over t, and n_kv_head must divide over t (KVl = n_kv_head/t) or be a divisor
+// of t (check_tensor_parallel_shape). In the second case (n_kv_head < t) each key/value
 // head is replicated over r = t/n_kv_head consecutive ranks, as Megatron-LM does: rank r' holds
 // KVl = 1 head, kv head r'/r (the one its n_head/t query heads read), so the k and v rows of
 // its qkv_proj (and bias) are a copy of the same rows the other r - 1 ranks hold
