@@ -17,8 +17,10 @@
 // (+ CPU checkpointing), tied and untied: losses and gradient norms to 1e-5, the validation loss
 // to 1e-5, the final parameters read back from the whole-model checkpoint the run writes to 1e-4
 // (dp_runs::expect_equivalent, the GPT-2 TP tests' tolerances); a checkpoint resumed under
-// tp = 2 continues bitwise. A shape that does not divide (n_kv_head 1 over 2 ranks) is one
-// clear error. The micro-batch arenas under tp 2 (SP or not, each policy, P_a) are the sizes
+// tp = 2 continues bitwise. A shape that does not divide (n_kv_head 3 over 2 ranks) is one
+// clear error (fewer kv heads than ranks, replicated: train_llama_kv_replicas.cpp). The
+// micro-batch arenas under tp 2 (SP or not, each policy, P_a; 2 kv heads, and 1 replicated
+// on both ranks) are the sizes
 // model/arena_bytes.h gives (what tide estimate counts): the saved arena and the stash used to
 // the byte, the workspace bounding what a step uses and used to the byte by evaluation.
 //
@@ -239,11 +241,16 @@ TEST(LlamaTensorParallel, MatchesTheSingleRankRunWithAndWithoutSequenceParalleli
               "")
         << "resumed under tp 2";
   }
-  // Key/value heads that do not divide over the ranks: one clear error naming the key.
+  // Key/value heads that neither divide over the ranks nor divide them (3 over 2; fewer than
+  // the ranks and dividing them is train_llama_kv_replicas.cpp's): one clear error naming the
+  // key.
   const std::string err = test::error_of([&] {
-    Trainer t(llama_tp_config(shard, dir + "/bad", false, {tp2, "model.n_kv_head=1"}), world);
+    Trainer t(llama_tp_config(shard, dir + "/bad", false,
+                              {tp2, "model.n_head=6", "model.n_embd=48", "model.n_kv_head=3"}),
+              world);
   });
-  EXPECT_NE(err.find("model.n_kv_head 1 does not divide over 2 tensor-parallel ranks"),
+  EXPECT_NE(err.find("model.n_kv_head 3 does not divide over 2 tensor-parallel ranks and is "
+                     "not a divisor of 2"),
             std::string::npos)
       << err;
   world->barrier();
@@ -265,39 +272,60 @@ TEST(LlamaTensorParallel, ArenaSizesAreWhatTheBlocksAllocate) {
   cfg.qkv_bias = true;
   cfg.tie_word_embeddings = false;
   const int B = 2, T = 8;
-  for (bool sp : {false, true})
-    for (ActivationPolicy p :
-         {ActivationPolicy::SAVE_ALL, ActivationPolicy::SELECTIVE, ActivationPolicy::FULL})
-      for (bool pa : {false, true}) {
-        if (pa && (sp || p != ActivationPolicy::FULL)) continue;
-        ModelOptions o;
-        o.tp = world;
-        o.sequence_parallel = sp;
-        o.partition_activations = pa;
-        GPT gpt(cfg, p, o);
-        gpt.init_weights(1);
-        const std::string what =
-            fmt::format("{}{}{}", activation_policy_name(p), sp ? ", sp" : "", pa ? ", P_a" : "");
-        auto fill = [&](MicroBatch& mb) {
-          const GPT::HostBatch h = gpt.host_batch(mb);
-          for (int i = 0; i < B * T; ++i) h.tokens[i] = (5 * i + 3) % 37, h.targets[i] = i % 37;
-        };
-        auto mb = gpt.make_micro_batch(B, T);
-        fill(*mb);
-        gpt.forward(*mb);
-        EXPECT_EQ(mb->saved.used(), mb->saved.capacity()) << what;
-        gpt.backward(*mb);
-        EXPECT_LE(mb->workspace.peak(), mb->workspace.capacity()) << what;
-        size_t stash_peak = 0;
-        for (int s = 0; s < mb->stash->slots(); ++s)
-          stash_peak = std::max(stash_peak, mb->stash->slot(s).peak());
-        EXPECT_EQ(stash_peak, mb->stash->slot_bytes()) << what;
-        auto eval = gpt.make_micro_batch(B, T, nullptr, /*training=*/false);
-        fill(*eval);
-        eval->training = false;
-        gpt.forward(*eval);
-        EXPECT_EQ(eval->workspace.peak(), eval->workspace.capacity()) << what;
-      }
+  for (int kv : {2, 1})  // 1: replicated on both ranks (W's f32 partial of qkv_proj)
+    for (bool sp : {false, true})
+      for (ActivationPolicy p :
+           {ActivationPolicy::SAVE_ALL, ActivationPolicy::SELECTIVE, ActivationPolicy::FULL})
+        for (bool pa : {false, true}) {
+          if (pa && (sp || p != ActivationPolicy::FULL)) continue;
+          ModelOptions o;
+          o.tp = world;
+          o.sequence_parallel = sp;
+          o.partition_activations = pa;
+          cfg.n_kv_head = kv;
+          GPT gpt(cfg, p, o);
+          gpt.init_weights(1);
+          const std::string what = fmt::format("{}{}{}, {} kv heads", activation_policy_name(p),
+                                               sp ? ", sp" : "", pa ? ", P_a" : "", kv);
+          auto fill = [&](MicroBatch& mb) {
+            const GPT::HostBatch h = gpt.host_batch(mb);
+            for (int i = 0; i < B * T; ++i) h.tokens[i] = (5 * i + 3) % 37, h.targets[i] = i % 37;
+          };
+          auto mb = gpt.make_micro_batch(B, T);
+          fill(*mb);
+          gpt.forward(*mb);
+          EXPECT_EQ(mb->saved.used(), mb->saved.capacity()) << what;
+          gpt.backward(*mb);
+          EXPECT_LE(mb->workspace.peak(), mb->workspace.capacity()) << what;
+          size_t stash_peak = 0;
+          for (int s = 0; s < mb->stash->slots(); ++s)
+            stash_peak = std::max(stash_peak, mb->stash->slot(s).peak());
+          EXPECT_EQ(stash_peak, mb->stash->slot_bytes()) << what;
+          auto eval = gpt.make_micro_batch(B, T, nullptr, /*training=*/false);
+          fill(*eval);
+          eval->training = false;
+          gpt.forward(*eval);
+          EXPECT_EQ(eval->workspace.peak(), eval->workspace.capacity()) << what;
+        }
+  // A wide qkv_proj and a short micro-batch (C 64, B 1, T 2) with 1 kv head replicated on both
+  // ranks: W's f32 partial gradient of qkv_proj, (2 + 2) 16 rows of C + 1, is the largest
+  // workspace any part needs, and the backward uses it to the byte.
+  cfg.n_kv_head = 1;
+  cfg.n_embd = 64;
+  for (bool sp : {false, true}) {
+    ModelOptions o;
+    o.tp = world;
+    o.sequence_parallel = sp;
+    GPT gpt(cfg, ActivationPolicy::SAVE_ALL, o);
+    gpt.init_weights(1);
+    auto mb = gpt.make_micro_batch(1, 2);
+    const GPT::HostBatch h = gpt.host_batch(*mb);
+    h.tokens[0] = 3, h.tokens[1] = 8, h.targets[0] = 8, h.targets[1] = 5;
+    gpt.forward(*mb);
+    gpt.backward(*mb);
+    EXPECT_EQ(mb->workspace.peak(), mb->workspace.capacity()) << (sp ? "sp" : "no sp");
+    EXPECT_GE(mb->workspace.capacity(), size_t{4 * 16 * 65 * 4}) << (sp ? "sp" : "no sp");
+  }
 }
 
 TEST(LlamaPipeline, EveryScheduleMatchesTheSingleRankRun) {

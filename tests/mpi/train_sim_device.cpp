@@ -224,7 +224,8 @@ TEST(SimDevicePipeline, TrainsTheCpuPipelineBitwise) {
 // Tensor parallelism (tp = 2, one replica): the vocabulary-parallel ends, the sequence-parallel
 // permutations and P_a's slices run as CPU kernels on the stream, every tp collective after a
 // wait for it: GPT-2 with SP (selective) in bf16, GPT-2 with P_a and CPU checkpointing (full
-// recompute) in f32, a Llama with SP in f32; bitwise the CPU tensor-parallel run.
+// recompute) in f32, a Llama with SP in f32 (2 kv heads, and 1 replicated on both ranks);
+// bitwise the CPU tensor-parallel run.
 TEST(SimDeviceTensorParallel, TrainsTheCpuTensorParallelRunBitwise) {
   std::shared_ptr<ProcessGroup> world = mpi_test::world_ptr();
   if (world->size() != 2) GTEST_SKIP() << "tp = 2 over the whole world (model.n_head = 2)";
@@ -239,7 +240,10 @@ TEST(SimDeviceTensorParallel, TrainsTheCpuTensorParallelRunBitwise) {
         "activation_checkpointing.partition_activations=true",
         "activation_checkpointing.cpu_checkpointing=true"}},
       {"llama_sp",
-       {"model.family=llama", "model.dropout=0", "tensor_parallel.sequence_parallel=true"}}};
+       {"model.family=llama", "model.dropout=0", "tensor_parallel.sequence_parallel=true"}},
+      {"llama_kv1_sp",  // 1 kv head on both ranks: W's sum of its copies' gradients on the stream
+       {"model.family=llama", "model.dropout=0", "model.n_kv_head=1", "model.qkv_bias=true",
+        "tensor_parallel.sequence_parallel=true"}}};
   for (const auto& [name_, keys_] : cases) {
     const std::string name = name_;  // clang before 16: no capture of a structured binding
     const std::vector<std::string> keys = keys_;

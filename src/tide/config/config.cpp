@@ -572,13 +572,15 @@ const std::vector<ConfigKey>& config_schema() {
        T::STRING,
        "gpt2",
        "gpt2, or llama: RoPE, RMSNorm, SwiGLU, grouped-query attention (Llama 3, Qwen2 with "
-       "model.qkv_bias, Mistral); data, tensor (n_kv_head dividing over tensor_parallel.size) "
-       "and pipeline parallelism as GPT-2, no dropout"},
+       "model.qkv_bias, Mistral); data, tensor (n_kv_head dividing over tensor_parallel.size, "
+       "or dividing it: each key/value head then replicated over size/n_kv_head ranks) and "
+       "pipeline parallelism as GPT-2, no dropout"},
       {"model.n_kv_head",
        {&TrainConfig::model, &GPTConfig::n_kv_head},
        T::INT,
        0,
-       "llama: key/value heads (grouped-query attention; divides n_head); 0 = n_head",
+       "llama: key/value heads (grouped-query attention; divides n_head; with fewer than "
+       "tensor_parallel.size, replicated over the ranks: docs/tensor-parallel.md); 0 = n_head",
        ints(0, 65536)},
       {"model.intermediate_size",
        {&TrainConfig::model, &GPTConfig::intermediate_size},

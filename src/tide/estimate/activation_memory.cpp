@@ -1,6 +1,7 @@
 #include "tide/estimate/activation_memory.h"
 
 #include "tide/core/error.h"
+#include "tide/model/layout.h"
 
 namespace tide {
 namespace {
@@ -115,7 +116,9 @@ ActivationShape activation_shape(const TrainSetup& setup) {
   x.partition = setup.partition_activations && setup.tp > 1 && !x.sp;
   x.cpu_checkpointing = x.partition && setup.cpu_checkpointing;
   x.llama = m.is_llama();
-  x.kv = int64_t{m.kv_heads()} * m.head_size();
+  // Summed over the t ranks: with fewer kv heads than ranks each rank holds one (layout.h).
+  x.kv = x.llama ? kv_heads_per_rank(m, x.t) * x.t * m.head_size()
+                 : int64_t{m.kv_heads()} * m.head_size();
   x.ffn = m.ffn_size();
   return x;
 }

@@ -25,7 +25,8 @@
 //
 // The Llama family (RMSNorm, SwiGLU, grouped-query attention, RoPE, no dropout), counted the
 // same way from what its layer keeps (model/llama_block.cpp), with kv the key/value width
-// (n_kv_head h/a) and f the SwiGLU width (intermediate_size):
+// (n_kv_head h/a; t h/a when n_kv_head < t replicates a kv head on each rank) and f the SwiGLU
+// width (intermediate_size):
 //   layer input, first norm's output, second norm's input and output   4 sbh e   replicated
 //   Q, K, V (rotated)                                      sb(h + 2kv) e        split over t
 //   attention projection input                             sbh e                split over t
@@ -62,7 +63,9 @@ struct ActivationShape {
   // The Llama family's layer (above), with its key/value width and SwiGLU width; GPT-2's
   // otherwise (kv = h, a 4h GELU MLP).
   bool llama = false;
-  int64_t kv = 0;   // n_kv_head * h / a
+  // The key/value width summed over the t ranks: n_kv_head h/a, or t h/a when n_kv_head < t
+  // (each rank holds one replicated kv head: model/layout.h), so kv/t is a rank's.
+  int64_t kv = 0;
   int64_t ffn = 0;  // intermediate_size
 };
 

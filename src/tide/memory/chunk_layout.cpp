@@ -14,12 +14,18 @@ int ChunkLayout::add(std::string name, Shape shape, bool decay) {
   s.name = std::move(name);
   s.shape = shape;
   s.numel = shape.numel();
+  s.norm_numel = s.numel;
   s.decay = decay;
   slots_.push_back(std::move(s));
   unit_start_.push_back(!units_ || pending_start_);
   own_chunk_.push_back(pending_start_ && pending_own_);
   pending_start_ = pending_own_ = false;
   return static_cast<int>(slots_.size()) - 1;
+}
+
+void ChunkLayout::set_norm_numel(int id, int64_t n) {
+  TIDE_ASSERT(id >= 0 && id < num_tensors() && n >= 0 && n <= slots_[id].numel);
+  slots_[id].norm_numel = n;
 }
 
 void ChunkLayout::begin_unit(bool own_chunk) {

@@ -38,6 +38,11 @@ struct TensorSlot {
   int chunk = -1;      // chunk index
   int64_t offset = 0;  // element offset inside the chunk
   bool decay = false;  // takes weight decay (matrices and embeddings; not biases or norms)
+  // Elements [0, norm_numel) count in the global gradient norm on this rank (numel unless
+  // set_norm_numel says less): the rest are bitwise copies of elements that another rank
+  // counts (the Llama family's key/value heads replicated over tensor-parallel ranks,
+  // model/layout.h).
+  int64_t norm_numel = 0;
 };
 
 // Elements of a chunk target of `mib` MiB of f32 elements: the unit of the config key
@@ -51,6 +56,8 @@ class ChunkLayout {
 
   // Appends a tensor; returns its id (its index in forward-use order).
   int add(std::string name, Shape shape, bool decay);
+  // Tensor `id` counts only its first `n` elements in the gradient norm (TensorSlot::norm_numel).
+  void set_norm_numel(int id, int64_t n);
   // Starts a packing unit: the tensors added from here to the next begin_unit() stay in one
   // chunk when they fit in one. `own_chunk`: the unit starts a new chunk even when it would fit
   // in the current one. Without begin_unit() every tensor is a unit of its own.

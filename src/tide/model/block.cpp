@@ -150,6 +150,10 @@ Tensor BlockEnv::to_full(Tensor shard, Arena& out, Arena& scratch) const {
 void BlockEnv::add_sp_partial_grads(Tensor partial, const std::vector<Tensor>& grads) const {
   synchronize(op);
   tp->all_reduce(partial);
+  add_partials(partial, grads);
+}
+
+void BlockEnv::add_partials(Tensor partial, const std::vector<Tensor>& grads) const {
   // grad += the summed partial, by the residual op: any dtype of either (a 16-bit gradient is
   // widened, added to in f32 and rounded once, as a single-rank layernorm_backward_weight
   // accumulates it).
@@ -162,6 +166,23 @@ void BlockEnv::add_sp_partial_grads(Tensor partial, const std::vector<Tensor>& g
     at += g.numel();
   }
   TIDE_ASSERT(at == partial.numel());
+}
+
+void BlockEnv::add_kv_replica_grads(Tensor partial, int64_t q_rows, Tensor grad_w,
+                                    Tensor grad_b) const {
+  const int64_t rows = grad_w.dim(0), C = grad_w.dim(1);
+  TIDE_ASSERT(partial.dtype == DType::F32 &&
+              partial.numel() == rows * (C + (grad_b.defined() ? 1 : 0)));
+  synchronize(op);
+  // The k and v rows: [q_rows, rows) of dW, then of db (not adjacent: two all-reduces).
+  float* p = partial.f32();
+  kv_group->all_reduce(Tensor(p + q_rows * C, {(rows - q_rows) * C}, DType::F32, partial.device));
+  if (grad_b.defined())
+    kv_group->all_reduce(
+        Tensor(p + rows * C + q_rows, {rows - q_rows}, DType::F32, partial.device));
+  std::vector<Tensor> grads = {grad_w};
+  if (grad_b.defined()) grads.push_back(grad_b);
+  add_partials(partial, grads);
 }
 
 void record_losses(const BlockEnv& env, MicroBatch& mb, Tensor losses) {

@@ -82,6 +82,9 @@ struct BlockEnv {
   OpContext op;
   ChunkStore* store = nullptr;
   ProcessGroup* tp = nullptr;
+  // The Llama family with kv heads replicated over the tp ranks (n_kv_head < t, layout.h): the
+  // ranks holding this rank's kv head; nullptr otherwise.
+  ProcessGroup* kv_group = nullptr;
   // Sequence parallelism (with tp): the residual stream, layernorms, residual dropout and adds
   // run on sequence shards: every sequence's positions [r T/t, (r+1) T/t) on tp rank r, as
   // (B,T/t,C) tensors. (B,T,C) is kept as the layout; the collectives below permute between
@@ -135,6 +138,15 @@ struct BlockEnv {
   // only (layernorm weights and biases): `partial` (in a scratch tensor, zeroed before the
   // op) is all-reduced and added to `grad`. `partial`: several gradients side by side.
   void add_sp_partial_grads(Tensor partial, const std::vector<Tensor>& grads) const;
+  // With replicated kv heads (kv_group), qkv_proj's weight (and bias) gradient of this
+  // micro-batch: `partial` holds [dW (Wl,C) | db (Wl) with a bias] in f32, computed from this
+  // rank's query heads only; its k and v rows (each tensor's rows from `q_rows` on) are summed
+  // over kv_group (every copy then holds the whole head's gradient, bitwise the same), and the
+  // whole is added to `grad_w` (and `grad_b`) as add_sp_partial_grads adds.
+  void add_kv_replica_grads(Tensor partial, int64_t q_rows, Tensor grad_w, Tensor grad_b) const;
+
+  // grads[i] += its part of `partial` (the tensors side by side, in that order).
+  void add_partials(Tensor partial, const std::vector<Tensor>& grads) const;
 
   Tensor param(int id) const { return store->tensor(ChunkKind::PARAM, id); }
   Tensor grad(int id) const { return store->tensor(ChunkKind::GRAD, id); }

@@ -67,6 +67,7 @@ GPT::GPT(const GPTConfig& config, ActivationPolicy policy, const ModelOptions& o
   // heads (hence the hidden size) divide over the tensor-parallel ranks.
   ChunkLayout layout =
       make_layout(config_, RankCoords{.tp = tp, .tp_rank = tp_rank, .pp = pp_, .stage = stage_});
+  make_kv_group(options.kv_group);
   layout.pack(options.chunk_elems, options.group_size);
   store_ = std::make_unique<ChunkStore>(std::move(layout), options.store);
   env_.config = &config_;
@@ -97,6 +98,21 @@ GPT::GPT(const GPTConfig& config, ActivationPolicy policy, const ModelOptions& o
     blocks_.push_back(std::make_unique<HeadBlock>(env_, g[2], g[0], g[1]));
   }
   TIDE_ASSERT(blocks_.size() == groups_.size());
+}
+
+void GPT::make_kv_group(std::shared_ptr<ProcessGroup> given) {
+  const int replicas = config_.is_llama() ? kv_head_replicas(config_, env_.tp_size()) : 1;
+  if (replicas == 1) return;
+  // Rank r holds kv head r / replicas: consecutive ranks share one (layout.h).
+  const int tp_rank = env_.tp_rank();
+  kv_group_ = given ? std::move(given) : tp_group_->split(tp_rank / replicas, tp_rank);
+  TIDE_CHECK(kv_group_ && kv_group_->size() == replicas && kv_group_->rank() == tp_rank % replicas,
+             "ModelOptions::kv_group has rank {} of {}, but tensor-parallel rank {} shares its "
+             "key/value head with {} ranks as rank {} of them; leave kv_group unset (the model "
+             "splits the tp group) or pass that split",
+             kv_group_ ? kv_group_->rank() : -1, kv_group_ ? kv_group_->size() : 0, tp_rank,
+             replicas, tp_rank % replicas);
+  env_.kv_group = kv_group_.get();
 }
 
 GPT::~GPT() {

@@ -50,6 +50,11 @@ struct ModelOptions {
   // (input_activation, output_activation, residual_grad are shards). Needs tp; T must divide
   // by t.
   bool sequence_parallel = false;
+  // The Llama family with fewer key/value heads than tp ranks (layout.h): the ranks of the tp
+  // group that hold the same kv head, over which the model sums that head's weight gradients.
+  // nullptr: the model makes it from tp (GPT's constructor is then collective over tp), as
+  // ProcessGroup::split(tp_rank / replicas, tp_rank); host_copy passes the model's own.
+  std::shared_ptr<ProcessGroup> kv_group;
   // ZeRO-R P_a (Rajbhandari et al., section 6.1): under the FULL activation policy with tp > 1,
   // each transformer block keeps only this rank's contiguous 1/t slice of its input (the
   // flattened (B,T,C) residual entry) from forward to backward, and all-gathers it over the tp
@@ -110,6 +115,9 @@ class GPT {
   int tp_rank() const { return env_.tp_rank(); }
   ProcessGroup* tp_group() const { return env_.tp; }  // nullptr without tensor parallelism
   const std::shared_ptr<ProcessGroup>& tp_group_ptr() const { return tp_group_; }
+  // The ranks sharing this rank's replicated kv head (ModelOptions::kv_group); nullptr when
+  // every kv head is on one rank.
+  const std::shared_ptr<ProcessGroup>& kv_group_ptr() const { return kv_group_; }
   bool sequence_parallel() const { return env_.sp; }
   bool partition_activations() const { return env_.partition_activations; }
   bool cpu_checkpointing() const { return env_.cpu_checkpointing; }
@@ -177,10 +185,14 @@ class GPT {
   void backward_weight_block(MicroBatch& mb, int i, bool mark_grads);
 
  private:
+  // Sets kv_group_ and env_.kv_group when kv heads are replicated over the tp ranks: `given`
+  // (ModelOptions::kv_group) or a split of the tp group.
+  void make_kv_group(std::shared_ptr<ProcessGroup> given);
   GPTConfig config_;
   int pp_ = 1, stage_ = 0;
   int first_layer_ = 0, end_layer_ = 0;     // this stage's transformer layers
   std::shared_ptr<ProcessGroup> tp_group_;  // kept alive for env_.tp
+  std::shared_ptr<ProcessGroup> kv_group_;  // kept alive for env_.kv_group
   Allocator* activations_ = nullptr;        // ModelOptions::activations
   BlockEnv env_;
   std::unique_ptr<ChunkStore> store_;

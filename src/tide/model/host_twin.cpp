@@ -14,7 +14,8 @@ std::unique_ptr<GPT> host_copy(const GPT& model) {
   mo.store.compute = mo.store.optimizer = mo.store.param_slices = nullptr;
   mo.pp = model.pp();
   mo.stage = model.stage();
-  mo.tp = model.tp_group_ptr();  // the same shards (nothing is communicated: no step runs)
+  mo.tp = model.tp_group_ptr();        // the same shards (nothing is communicated: no step runs)
+  mo.kv_group = model.kv_group_ptr();  // (given: no split of the tp group)
   mo.sequence_parallel = model.sequence_parallel();
   auto twin = std::make_unique<GPT>(model.config(), model.policy(), mo);
   TIDE_ASSERT(twin->store().layout().num_chunks() == lay.num_chunks());

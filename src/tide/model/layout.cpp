@@ -21,6 +21,18 @@ int64_t vocab_rows_per_rank(const GPTConfig& config, int tp) {
   return (int64_t{config.vocab_size} + tp - 1) / tp;
 }
 
+int64_t kv_heads_per_rank(const GPTConfig& c, int tp) {
+  return c.kv_heads() < tp ? 1 : c.kv_heads() / tp;
+}
+
+int kv_head_replicas(const GPTConfig& c, int tp) {
+  return c.kv_heads() < tp ? tp / c.kv_heads() : 1;
+}
+
+int64_t qkv_rows_per_rank(const GPTConfig& c, int tp) {
+  return (c.n_head / tp + 2 * kv_heads_per_rank(c, tp)) * c.head_size();
+}
+
 int64_t tp_global_index(const GPTConfig& c, RankCoords at, const std::string& name, int64_t i) {
   const int64_t t = at.tp, r = at.tp_rank, C = c.n_embd;
   if (t == 1) return i;
@@ -34,17 +46,19 @@ int64_t tp_global_index(const GPTConfig& c, RankCoords at, const std::string& na
   }
   auto is = [&](const char* suffix) { return name.ends_with(suffix); };
   if (c.is_llama()) {
-    const int64_t HS = c.head_size(), NHl = c.n_head / t, KVl = c.kv_heads() / t;
+    const int64_t HS = c.head_size(), NHl = c.n_head / t, KVl = kv_heads_per_rank(c, at.tp);
     const int64_t I = c.ffn_size(), Il = I / t;
     if (is("self_attn.qkv_proj.weight") || is("self_attn.qkv_proj.bias")) {
-      // Rank rows: q heads [r NHl, ..), then k heads [r KVl, ..), then v heads [r KVl, ..),
-      // each of HS rows, in the whole tensor's q | k | v blocks.
+      // Rank rows: q heads [r NHl, ..), then k heads [kv0 KVl, ..), then v heads [kv0 KVl, ..),
+      // each of HS rows, in the whole tensor's q | k | v blocks; kv0 = r, or with replicated
+      // kv heads r / replicas (the copies of one kv head map to the same whole rows).
+      const int64_t kv0 = r / kv_head_replicas(c, at.tp);
       const int64_t width = is(".weight") ? C : 1;  // elements per row
       const int64_t row = i / width, q = NHl * HS, kv = KVl * HS;
       const int64_t whole_row = row < q ? r * q + row
                                 : row < q + kv
-                                    ? c.n_head * HS + r * kv + (row - q)
-                                    : (c.n_head + c.kv_heads()) * HS + r * kv + (row - q - kv);
+                                    ? c.n_head * HS + kv0 * kv + (row - q)
+                                    : (c.n_head + c.kv_heads()) * HS + kv0 * kv + (row - q - kv);
       return whole_row * width + i % width;
     }
     if (is("mlp.gate_up_proj.weight")) {  // rows gate [r Il, ..), then up [I + r Il, ..)
@@ -86,15 +100,18 @@ void check_tensor_parallel_shape(const GPTConfig& c, int tp) {
              "n_head/{} whole heads; pick a tensor_parallel.size that divides {}",
              c.n_head, tp, tp, c.n_head);
   if (!c.is_llama() || tp == 1) return;
-  // Why no replication of the key/value heads (Megatron's n_kv_head < tp): a kv head shared
-  // by several ranks is one tensor held whole on each of them, and the gradient norm counts a
-  // tensor either once (replicated) or as the sum of its shards (layout.h: tp_sharded).
-  TIDE_CHECK(c.kv_heads() % tp == 0,
-             "model.n_kv_head {} does not divide over {} tensor-parallel ranks: each rank holds "
-             "n_kv_head/{} key/value heads (with the query heads that read them), and tide does "
-             "not replicate a key/value head over several ranks; pick a tensor_parallel.size "
-             "that divides {}",
-             c.kv_heads(), tp, tp, c.kv_heads());
+  // Fewer key/value heads than ranks: each kv head replicated over tp/n_kv_head ranks
+  // (Megatron-LM's rule), which needs whole copies: n_kv_head dividing tp. Then rank r's
+  // query heads [r n_head/tp, ..) all read kv head r/(tp/n_kv_head): the n_head/n_kv_head
+  // query heads of a kv head are n_head/tp on each of its tp/n_kv_head ranks (n_kv_head
+  // divides n_head: GPTConfig::validate), so nothing more is to check.
+  TIDE_CHECK(c.kv_heads() % tp == 0 || tp % c.kv_heads() == 0,
+             "model.n_kv_head {} does not divide over {} tensor-parallel ranks and is not a "
+             "divisor of {}: each rank holds n_kv_head/{} key/value heads or, with fewer "
+             "key/value heads than ranks, one head replicated over tensor_parallel.size/n_kv_head "
+             "ranks (Megatron-LM's rule); pick a tensor_parallel.size that divides {} or is a "
+             "multiple of it",
+             c.kv_heads(), tp, tp, tp, c.kv_heads());
   TIDE_CHECK(c.ffn_size() % tp == 0,
              "model.intermediate_size {} does not divide over {} tensor-parallel ranks: the "
              "SwiGLU MLP's gate, up and down projections are split evenly; pick a size that "
@@ -107,7 +124,7 @@ namespace {
 // The Llama family's layout (layout.h); make_layout has checked the coordinates and that
 // the heads and the MLP divide over tp.
 ChunkLayout make_llama_layout(const GPTConfig& c, RankCoords at) {
-  const int64_t C = c.n_embd, t = at.tp, W = c.qkv_width() / t, I = c.ffn_size() / t;
+  const int64_t C = c.n_embd, t = at.tp, W = qkv_rows_per_rank(c, at.tp), I = c.ffn_size() / t;
   const Shape shapes[7] = {{C}, {W, C}, {W}, {C, C / t}, {C}, {2 * I, C}, {C, I}};
   const int64_t vocab_rows = vocab_rows_per_rank(c, at.tp);
   ChunkLayout layout;
@@ -121,8 +138,12 @@ ChunkLayout make_llama_layout(const GPTConfig& c, RankCoords at) {
       if (i == 2 && !c.qkv_bias) continue;
       if (std::ranges::find(kLlamaLayerGroupBegin, i) != std::end(kLlamaLayerGroupBegin))
         layout.begin_unit();
-      layout.add(fmt::format("h.{}.{}", l, kLlamaLayerParamNames[i]), shapes[i],
-                 shapes[i].ndim >= 2);  // decay matrices, not biases or norms
+      const int id = layout.add(fmt::format("h.{}.{}", l, kLlamaLayerParamNames[i]), shapes[i],
+                                shapes[i].ndim >= 2);  // decay matrices, not biases or norms
+      // Replicated kv heads: a copy other than a head's first counts only its q rows (the
+      // first rows) in the gradient norm, so each kv row counts once over the tp ranks.
+      if ((i == 1 || i == 2) && at.tp_rank % kv_head_replicas(c, at.tp) != 0)
+        layout.set_norm_numel(id, c.n_head / t * c.head_size() * (i == 1 ? C : 1));
     }
   if (at.stage == at.pp - 1) {
     layout.begin_unit(/*own_chunk=*/true);

@@ -21,7 +21,8 @@
 // With t = p = 1 the sizes add up to GPTConfig::num_parameters().
 //
 // The Llama family (GPTConfig::family llama; I = intermediate_size, HS = head_size, over t
-// tensor-parallel ranks NHl = n_head/t query and KVl = n_kv_head/t key/value heads, Il = I/t):
+// tensor-parallel ranks NHl = n_head/t query and KVl = kv_heads_per_rank key/value heads,
+// Il = I/t):
 //   stage 0         wte (ceil(V/t), C) vocabulary-parallel (no position embedding: RoPE)
 //   each layer      input_layernorm (C) replicated; self_attn.qkv_proj ((NHl + 2 KVl) HS, C)
 //                   column-parallel, rows: this rank's q heads, then its k heads, then its v
@@ -34,8 +35,15 @@
 //                   vocabulary-parallel when the head is untied (tie_word_embeddings false; HF's
 //                   lm_head.weight, named apart from the pipeline's tied copy lm_head.weight),
 //                   with p > 1 and a tied head lm_head.weight as GPT-2's
-// n_kv_head and I must divide over t (check_tensor_parallel_shape): a key/value head is not
-// replicated over several ranks (Megatron's n_kv_head < t) yet.
+// I must divide over t, and n_kv_head must divide over t (KVl = n_kv_head/t) or be a divisor
+// of t (check_tensor_parallel_shape). In the second case (n_kv_head < t) each key/value
+// head is replicated over r = t/n_kv_head consecutive ranks, as Megatron-LM does: rank r' holds
+// KVl = 1 head, kv head r'/r (the one its n_head/t query heads read), so the k and v rows of
+// its qkv_proj (and bias) are a copy of the same rows the other r - 1 ranks hold
+// (tp_global_index maps them all to one whole row). The copies stay bitwise equal: the model
+// sums their weight gradients over the r ranks in W (each computes only its own query heads'
+// part; BlockEnv::kv_group), and the gradient norm counts them on the first copy only
+// (TensorSlot::norm_numel).
 
 #include <string>
 
@@ -65,25 +73,38 @@ inline constexpr int kLlamaLayerGroupBegin[4] = {0, 3, 4, 6};
 // Rows of the vocabulary-parallel token embedding on each of `tp` ranks.
 int64_t vocab_rows_per_rank(const GPTConfig& config, int tp);
 
+// The Llama family's key/value heads on each of `tp` ranks: n_kv_head/tp, or 1 when the heads
+// are replicated (n_kv_head < tp); and the ranks that hold each one (1, or tp/n_kv_head).
+int64_t kv_heads_per_rank(const GPTConfig& config, int tp);
+int kv_head_replicas(const GPTConfig& config, int tp);
+// Rows of qkv_proj on each of `tp` ranks: (n_head/tp + 2 kv_heads_per_rank) head_size.
+int64_t qkv_rows_per_rank(const GPTConfig& config, int tp);
+
 // Tensor parallelism: where element `i` (row-major) of this rank's tensor `name` sits in the
 // unsharded (t = 1) tensor of the same name, or -1 for the padding rows of the vocabulary-
 // parallel wte / lm_head (vocab_size rounded up to a multiple of t). The inverse of the
 // sharding in make_layout: wte rows [r V_t, (r+1) V_t); c_attn rows q, k and v each
 // [r C/t, (r+1) C/t) (the rank's heads); c_fc rows [r 4C/t, ..); the two c_proj columns
 // [r C/t, ..) and [r 4C/t, ..); every other tensor whole. The Llama family: output.weight as
-// wte; qkv_proj rows q, k and v heads each the rank's share; gate_up_proj rows gate and up
-// [r Il, ..) each; o_proj and down_proj columns [r C/t, ..) and [r Il, ..). init_weights draws the
-// single-rank values through it, and tests gather shards with it.
+// wte; qkv_proj rows q, k and v heads each the rank's share (with replicated kv heads the k
+// and v rows of kv head r/(t/n_kv_head): the same whole rows on each of its ranks, a many-to-one
+// map); gate_up_proj rows gate and up [r Il, ..) each; o_proj and down_proj columns [r C/t, ..)
+// and [r Il, ..). init_weights draws the single-rank values through it (so the copies of a kv
+// head start equal), the checkpoint gathers (each copy writes the same whole rows) and scatters
+// (each copy reads them) with it, and tests gather shards with it.
 int64_t tp_global_index(const GPTConfig& config, RankCoords at, const std::string& name, int64_t i);
 // Tensor parallelism: whether tensor `name` is split over the tp ranks (wte / lm_head.weight,
 // c_attn, c_fc, the two c_proj weights) rather than held whole and bitwise equal on every tp
 // rank (wpe, the layernorms, the two c_proj biases). The global gradient norm sums the first
 // over the ranks and counts the second once. The Llama family: wte, output.weight and the
-// layers' five matrices (and qkv bias) are split, the RMSNorm weights replicated.
+// layers' five matrices (and qkv bias) are split, the RMSNorm weights replicated. (Replicated
+// kv rows of a sharded qkv_proj are counted once through TensorSlot::norm_numel.)
 bool tp_sharded(const std::string& name);
 
 // Throws a tide::Error naming the fix when the model does not divide over `tp` tensor-parallel
-// ranks: the query heads, and for the Llama family the key/value heads and the MLP width.
+// ranks: the query heads, and for the Llama family the MLP width and the key/value heads
+// (n_kv_head dividing tp, or tp dividing n_kv_head: each kv head replicated over tp/n_kv_head
+// ranks).
 void check_tensor_parallel_shape(const GPTConfig& config, int tp);
 
 // The unpacked layout of rank `at`. Throws a tide::Error naming the fix when the model does

@@ -5,6 +5,7 @@
 
 #include "tide/core/arena.h"
 #include "tide/model/arena_bytes.h"
+#include "tide/model/layout.h"
 #include "tide/model/vocab_parallel.h"
 
 namespace tide {
@@ -20,13 +21,13 @@ size_t llama_act(int64_t n, size_t es) {
 }
 
 // A layer's forward intermediates (llama_block.cpp) over t tensor-parallel ranks (Cl = C/t,
-// Wl = W/t, Il = I/t), with N = B T positions and Ns = B Ts of the residual stream (B T/t under
-// SP, else N): NORM1, RES2, NORM2 (Ns,C); under SP NORM1F, NORM2F (N,C) unless they are not
-// kept (`kept`, F's saved set); ATTY (N,Cl); RSTD1, RSTD2 (Ns) f32; QKV (N,Wl); GATE_UP
+// Wl = qkv_rows_per_rank, Il = I/t), with N = B T positions and Ns = B Ts of the residual stream (B
+// T/t under SP, else N): NORM1, RES2, NORM2 (Ns,C); under SP NORM1F, NORM2F (N,C) unless they are
+// not kept (`kept`, F's saved set); ATTY (N,Cl); RSTD1, RSTD2 (Ns) f32; QKV (N,Wl); GATE_UP
 // (N,2Il); ACT (N,Il).
 size_t llama_main_bytes(const ArenaShape& s, int64_t N, int64_t Ns, bool kept) {
   const GPTConfig& c = *s.config;
-  const int64_t t = s.tp, C = c.n_embd, W = c.qkv_width() / t, I = c.ffn_size() / t;
+  const int64_t t = s.tp, C = c.n_embd, W = qkv_rows_per_rank(c, s.tp), I = c.ffn_size() / t;
   const size_t es = s.act_bytes;
   const size_t whole = s.sp && !kept ? 2 * llama_act(N * C, es) : 0;
   return 3 * llama_act(Ns * C, es) + whole + llama_act(N * C / t, es) + 2 * llama_f32(Ns) +
@@ -74,10 +75,17 @@ size_t llama_layer_workspace_bytes(const ArenaShape& s, int B, int T) {
   // SP also the partial d(norm output)s and their shards.
   const size_t eval = llama_main_bytes(s, N, Ns, false) + llama_att_bytes(s, B, T) +
                       2 * llama_act(N * C, es) + (s.sp ? llama_sp_eval_bytes(s, N, Ns) : 0);
+  const int64_t Wl = qkv_rows_per_rank(c, s.tp);
   const size_t bwd = llama_att_bytes(s, B, T) + llama_act(N * C, es) + llama_act(N * C / t, es) +
-                     llama_act(N * c.ffn_size() / t, es) + llama_act(N * c.qkv_width() / t, es) +
+                     llama_act(N * c.ffn_size() / t, es) + llama_act(N * Wl, es) +
                      (s.sp ? llama_sp_backward_bytes(s, N, Ns) : 0);
-  return std::max(eval, bwd);
+  // W: under SP the RMSNorms' f32 partial gradients (2C), then with replicated kv heads
+  // qkv_proj's f32 partial gradient [dW (Wl,C) | db (Wl)] (Wl C elements: W's alone can exceed
+  // B's temporaries when B T is small).
+  const size_t kv_partial =
+      kv_head_replicas(c, s.tp) > 1 ? llama_f32(Wl * (C + (c.qkv_bias ? 1 : 0))) : 0;
+  const size_t w = (s.sp ? llama_f32(2 * C) : 0) + kv_partial;
+  return std::max({eval, bwd, w});
 }
 
 size_t llama_layer_stash_bytes(const ArenaShape& s, int B, int T) {
@@ -90,7 +98,7 @@ size_t llama_layer_stash_bytes(const ArenaShape& s, int B, int T) {
   const bool full = s.policy == ActivationPolicy::FULL;
   const size_t grads = 4 * llama_act(Ns * C, es) + (s.sp ? 2 * llama_act(N * C, es) : 0) +
                        llama_act(N * 2 * c.ffn_size() / t, es) +
-                       llama_act(N * c.qkv_width() / t, es);
+                       llama_act(N * qkv_rows_per_rank(c, s.tp), es);
   const size_t recomputed = full ? llama_main_bytes(s, N, Ns, false) : 0;
   const size_t regathered = s.sp && !full ? 2 * llama_act(N * C, es) : 0;
   const size_t input = s.partition_activations ? llama_act(Ns * C, es) : 0;

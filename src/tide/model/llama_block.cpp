@@ -5,6 +5,7 @@
 
 #include "tide/kernels/mover.h"
 #include "tide/model/group_access.h"
+#include "tide/model/layout.h"
 #include "tide/model/llama_blocks.h"
 
 namespace tide {
@@ -20,8 +21,9 @@ enum LlamaGroup { NORM1_QKV = 0, O_PROJ = 1, NORM2_GATE_UP = 2, DOWN = 3 };
 
 // Forward intermediates (index into block_saved), then the B->W gradients. Under tensor
 // parallelism over t ranks the rank holds NHl = NH/t query and KVl = KV/t key/value heads
-// (Wl = W/t of the qkv width, Cl = C/t of the attention output) and Il = I/t of the MLP; Ts =
-// T/t positions of the residual stream under SP, else T.
+// (1 when kv heads are replicated, KV < t: layout.h), Wl = (NHl + 2 KVl) HS qkv rows, Cl = C/t
+// of the attention output and Il = I/t of the MLP; Ts = T/t positions of the residual stream
+// under SP, else T.
 enum LlamaSaved {
   L_NORM1,    // rmsnorm_1(x) (B,Ts,C)
   L_RSTD1,    // (B,Ts) f32
@@ -86,8 +88,9 @@ DropoutSpec LlamaBlock::attn_dropout(const MicroBatch& mb) const {
 std::vector<Tensor> LlamaBlock::compute_forward(MicroBatch& mb, Tensor x, bool recompute) {
   const GPTConfig& cfg = *env_.config;
   const int64_t t = env_.tp_size(), B = mb.B, T = mb.T, Ts = env_.seq_local(T), C = cfg.n_embd;
-  const int64_t NHl = cfg.n_head / t, KVl = cfg.kv_heads() / t;
-  const int64_t Wl = cfg.qkv_width() / t, Il = cfg.ffn_size() / t, Cl = C / t;
+  const int64_t NHl = cfg.n_head / t, KVl = kv_heads_per_rank(cfg, static_cast<int>(t));
+  const int64_t Wl = qkv_rows_per_rank(cfg, static_cast<int>(t)), Il = cfg.ffn_size() / t;
+  const int64_t Cl = C / t;
   const float eps = static_cast<float>(cfg.rms_norm_eps);
   const OpContext& op = env_.op;
   const DType act = env_.act;
@@ -156,8 +159,9 @@ void LlamaBlock::forward(MicroBatch& mb) {
 void LlamaBlock::backward_input(MicroBatch& mb) {
   const GPTConfig& cfg = *env_.config;
   const int64_t t = env_.tp_size(), B = mb.B, T = mb.T, Ts = env_.seq_local(T), C = cfg.n_embd;
-  const int64_t NHl = cfg.n_head / t, KVl = cfg.kv_heads() / t;
-  const int64_t Wl = cfg.qkv_width() / t, Il = cfg.ffn_size() / t, Cl = C / t;
+  const int64_t NHl = cfg.n_head / t, KVl = kv_heads_per_rank(cfg, static_cast<int>(t));
+  const int64_t Wl = qkv_rows_per_rank(cfg, static_cast<int>(t)), Il = cfg.ffn_size() / t;
+  const int64_t Cl = C / t;
   const OpContext& op = env_.op;
   auto use = [&](LlamaGroup g) { mb.params->use(g); };
   std::vector<Tensor>& s = mb.block_saved[layer_ + 1];
@@ -254,7 +258,7 @@ void LlamaBlock::backward_weight(MicroBatch& mb) {
   use(O_PROJ);
   matmul_backward_weight(op, grad(O_W), Tensor(), s[L_DOF], s[L_ATTY]);
   use(NORM1_QKV);
-  matmul_backward_weight(op, grad(QKV_W), grad(QKV_B), s[L_DQKV], s[L_NORM1F]);
+  qkv_backward_weight(mb);
   rmsnorm_backward_weight(op, norm_grad(NORM1_W, 1), s[L_DNORM1], s[L_XIN], s[L_RSTD1]);
   sp_sum(NORM1_W, 1);
 }
@@ -269,6 +273,26 @@ size_t LlamaBlock::workspace_bytes(int B, int T) const {
 
 size_t LlamaBlock::stash_bytes(int B, int T) const {
   return llama_layer_stash_bytes(arena_shape(env_), B, T);
+}
+
+void LlamaBlock::qkv_backward_weight(MicroBatch& mb) {
+  const std::vector<Tensor>& s = mb.block_saved[layer_ + 1];
+  if (!env_.kv_group) {
+    matmul_backward_weight(env_.op, grad(QKV_W), grad(QKV_B), s[L_DQKV], s[L_NORM1F]);
+    return;
+  }
+  // Replicated kv heads: this rank's dK, dV (B,T,2HS) come from its own query heads only, so
+  // the k and v rows of dW (and db) are partial sums over the ranks sharing the head. Computed
+  // into an f32 scratch [dW (Wl,C) | db (Wl)], summed over them, then added to the gradient.
+  const GPTConfig& cfg = *env_.config;
+  const Tensor gw = grad(QKV_W), gb = grad(QKV_B);
+  const int64_t Wl = gw.dim(0), C = gw.dim(1),
+                q_rows = cfg.n_head / env_.tp_size() * cfg.head_size();
+  const Tensor part = env_.zeros(mb.workspace, {Wl * (C + (bias_ ? 1 : 0))}, DType::F32);
+  const Tensor pw(part.data, {Wl, C}, DType::F32, part.device);
+  const Tensor pb = bias_ ? Tensor(part.f32() + Wl * C, {Wl}, DType::F32, part.device) : Tensor();
+  matmul_backward_weight(env_.op, pw, pb, s[L_DQKV], s[L_NORM1F]);
+  env_.add_kv_replica_grads(part, q_rows, gw, gb);
 }
 
 }  // namespace tide

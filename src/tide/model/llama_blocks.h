@@ -48,6 +48,9 @@ class LlamaBlock : public Block {
   // The forward pass; intermediates in mb.saved (kept), mb.workspace or, when recomputed in
   // B under the full policy, the stash (W reads them). x: the block input (B,T,C).
   std::vector<Tensor> compute_forward(MicroBatch& mb, Tensor x, bool recompute);
+  // W of qkv_proj (weight, and bias with qkv_bias), in the NORM1_QKV group; with replicated
+  // kv heads (BlockEnv::kv_group) the k and v rows' part summed over the head's ranks.
+  void qkv_backward_weight(MicroBatch& mb);
   // The attention's (disabled) dropout spec, for this rank's query heads.
   DropoutSpec attn_dropout(const MicroBatch& mb) const;
   Tensor param(int slot) const;

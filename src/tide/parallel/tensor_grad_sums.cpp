@@ -16,7 +16,7 @@ void tensor_grad_sums(const ChunkLayout& layout, int chunk, const Tensor& g, int
   for (int id : layout.tensors_in_chunk(chunk)) {
     const TensorSlot& slot = layout.slot(id);
     const int64_t b = std::max(slot.offset, begin);
-    const int64_t e = std::min(slot.offset + slot.numel, begin + n);
+    const int64_t e = std::min(slot.offset + slot.norm_numel, begin + n);
     out[id] = b < e ? grad_norm_squared(static_cast<const std::byte*>(g.data) + (b - begin) * elem,
                                         g.dtype, e - b, threads)
                     : 0.0;
@@ -40,7 +40,7 @@ void tensor_grad_sums(const OpContext& op, const ChunkLayout& layout, int chunk,
   for (int id : layout.tensors_in_chunk(chunk)) {
     const TensorSlot& slot = layout.slot(id);
     const int64_t b = std::max(slot.offset, begin);
-    const int64_t e = std::max(b, std::min(slot.offset + slot.numel, begin + g.numel()));
+    const int64_t e = std::max(b, std::min(slot.offset + slot.norm_numel, begin + g.numel()));
     grad_norm_squared_cuda(static_cast<const std::byte*>(g.data) + (b - begin) * elem, g.dtype,
                            e - b, out + id, scratch, op.stream);
   }

@@ -22,8 +22,9 @@ namespace tide {
 // `g` holds elements [begin, begin + n) of chunk `chunk`, n = g.numel(), in f32, bf16 or f16:
 // the whole chunk (begin 0, n = chunk_elems) or rank r's slice (begin r * slice_elems, n =
 // slice_elems). For every tensor id of that chunk, out[id] = the sum of squares (grad_norm.h,
-// in double: a 16-bit value widens and squares exactly) of the tensor's elements inside
-// [begin, begin + n), 0 when none are. out: one entry per tensor of the layout; entries of
+// in double: a 16-bit value widens and squares exactly) of the tensor's counted elements
+// (the first TensorSlot::norm_numel: all but replicated copies) inside [begin, begin + n), 0
+// when none are. out: one entry per tensor of the layout; entries of
 // other chunks are left as they are. threads = 0: OpenMP's default (the sums do not depend on
 // it).
 void tensor_grad_sums(const ChunkLayout& layout, int chunk, const Tensor& g, int64_t begin,

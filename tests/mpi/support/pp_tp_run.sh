@@ -5,8 +5,8 @@
 # (metrics.jsonl, |diff| <= 1e-5); the periodic checkpoint is the pipeline's sharded directory
 # (one shard per stage, the tp shards gathered), resumed under pp x tp and on one rank with the
 # uninterrupted run's losses; `tide sample` reads the final one; init_from under pp x tp equals
-# one rank's init_from. Then a Llama-family model under pp x tp, and pp x dp x tp on 8 ranks under
-# ZeRO-1 (below).
+# one rank's init_from. Then a Llama-family model under pp x tp (2 kv heads, and 1 replicated on
+# both tp ranks), and pp x dp x tp on 8 ranks under ZeRO-1 (below).
 set -uo pipefail
 mpiexec=$1 tide=$2 src=$3 dir=$4
 rm -rf "$dir" && mkdir -p "$dir" && cd "$dir" || exit 1
@@ -75,6 +75,18 @@ close la/metrics.jsonl lo/metrics.jsonl 7 || fail "the llama pp x tp losses diff
 timeout 300 "$tide" train "${common[@]}" "${llama[@]}" out_dir=lr \
   checkpoint.resume=la/model_step2.ckpt > lr.log 2>&1 || { cat lr.log; fail "llama resume, 1 rank"; }
 close "$(late lr/metrics.jsonl)" "$(late la/metrics.jsonl)" 3 || fail "the llama resume differs"
+# One key/value head (and a qkv bias), replicated on both tp ranks of each stage
+# (docs/tensor-parallel.md): the losses equal one rank's; `tide export` reads the sharded
+# checkpoint as the one-kv-head model.
+kv1=(model.n_kv_head=1 model.qkv_bias=true)
+"${mpi4[@]}" "$tide" train "${common[@]}" "${llama[@]}" "${kv1[@]}" "${pptp[@]}" out_dir=ka \
+  > ka.log 2>&1 || { cat ka.log; fail "llama pp x tp run, 1 kv head"; }
+timeout 300 "$tide" train "${common[@]}" "${llama[@]}" "${kv1[@]}" out_dir=ko > ko.log 2>&1 \
+  || { cat ko.log; fail "llama 1-rank run, 1 kv head"; }
+close ka/metrics.jsonl ko/metrics.jsonl 7 || fail "the llama pp x tp losses (1 kv head) differ"
+"$tide" export --checkpoint ka/model.ckpt --out-dir ka_hf > ka_export.log 2>&1 \
+  && grep -q "exported llama L=2 H=4 KV=1 " ka_export.log \
+  || { cat ka_export.log; fail "tide export of the pp x tp checkpoint with 1 kv head"; }
 # pp x dp x tp on 8 ranks (2 x 2 x 2, ZeRO-1): each replica's tp ranks read the replica's
 # batches; the losses equal one rank's on the same global batch (accumulation 2 x 2), and its
 # ZeRO-1 checkpoint (slices gathered over dp, shards over tp) resumes on one rank.
@@ -91,4 +103,5 @@ timeout 300 "$tide" train "${common[@]}" gradient_accumulation_steps=4 out_dir=g
 close "$(late g/metrics.jsonl)" "$(late e/metrics.jsonl)" 3 || fail "the ZeRO-1 resume differs"
 echo "OK: pp 2 x dp 2 x tp 2 (ZeRO-1) on 8 ranks equals 1 rank, resumed on 1 rank"
 echo "OK: pp 2 x tp 2 (+SP) on 4 ranks equals 1 rank (1e-5), resumed under pp x tp and on 1 rank"
-echo "OK: a llama model under pp 2 x tp 2 (+SP) equals 1 rank, resumed on 1 rank"
+echo "OK: a llama model under pp 2 x tp 2 (+SP) equals 1 rank, resumed on 1 rank; with 1 kv head\
+ replicated over the tp ranks too, exported"

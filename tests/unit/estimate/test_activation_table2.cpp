@@ -148,3 +148,23 @@ TEST(LlamaLayer, Llama31EightBKeepsEightPlusTwentySixOverTSbh) {
     EXPECT_EQ(layer_activation_bytes(x, Recompute::Selective), s * h * 34.0 / t) << "t=" << t;
   }
 }
+
+// More ranks than key/value heads (Llama 3.1 8B's 8 over t = 16): each rank holds one kv head,
+// replicated over 2 ranks (model/layout.h), so its q, k, v are 256 + 2 x 128 wide, not
+// (4096 + 2 x 1024)/16 = 384: the split part per position is q 256 + k, v 256 + the attention
+// output 256 + gate, up and product 3 x 896 = 3456 elements, 2 bytes each.
+TEST(LlamaLayer, ReplicatedKeyValueHeadsCountOneHeadPerRank) {
+  TrainSetup setup;
+  setup.model = GPTConfig::preset("llama3.1-8b");
+  setup.seq_len = 8192;
+  setup.tp = setup.world_size = 16;
+  setup.precision = Precision::BF16;
+  const ActivationShape x = activation_shape(setup);
+  EXPECT_EQ(x.kv, 16 * 128);  // summed over the ranks: one 128-wide head each
+  const double s = 8192, h = 4096, as2b = 32 * s * s;
+  EXPECT_EQ(layer_activation_bytes(x, Recompute::None), s * h * 8 + s * 3456 * 2 + 4 * as2b / 16);
+  EXPECT_EQ(layer_activation_bytes(x, Recompute::Selective), s * h * 8 + s * 3456 * 2);
+  // B's temporaries: the SwiGLU product's (896), the attention output's (256) and q, k, v's
+  // (512) gradients.
+  EXPECT_EQ(backward_workspace_bytes(x), 2 * s * (896 + 256 + 512));
+}

@@ -257,11 +257,17 @@ TEST(LlamaModel, RefusesWhatItCannotRun) {
   c.n_kv_head = 3;  // does not divide 4
   EXPECT_THROW(c.validate(), Error);
   c = small_llama();
+  // 2 key/value heads over 4 ranks: each replicated over 2 (Megatron's n_kv_head < t).
+  EXPECT_EQ(make_layout(c, RankCoords{.tp = 4}).num_tensors(), make_layout(c).num_tensors());
+  c.n_head = 6;  // over 3 ranks: 2 kv heads neither divide over them nor divide them
+  c.n_embd = 24;
   try {
-    make_layout(c, RankCoords{.tp = 4});  // 2 key/value heads over 4 ranks
-    ADD_FAILURE() << "tensor parallelism over more ranks than key/value heads accepted";
+    make_layout(c, RankCoords{.tp = 3});
+    ADD_FAILURE() << "2 key/value heads over 3 tensor-parallel ranks accepted";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("model.n_kv_head 2 does not divide"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("model.n_kv_head 2 does not divide over 3 "
+                                         "tensor-parallel ranks and is not a divisor of 3"),
+              std::string::npos)
         << e.what();
   }
 }
