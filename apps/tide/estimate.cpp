@@ -3,7 +3,7 @@
 // largest model of a shape family that fits a machine. See docs/estimate.md.
 //
 // Why one way in: the settings are the training config's keys. --config FILE is read by tide
-// train's parser, every setting flag is an override of the key it stands for (kKeyFlags, the
+// train's parser, every setting flag is an override of the key it stands for (key_flags(), the
 // one table of them), and trailing key=value overrides set any other key; one TrainConfig is
 // built from all of it and checked by the config's own rules, and the memory model's TrainSetup
 // is derived from it (config/estimate_setup.h). Only what is not a training setting (the
@@ -62,7 +62,11 @@ Overrides offload_keys(const std::string& v) {
 }
 
 Overrides byte_size_key(const std::string& v) {  // the key holds bytes; the flag takes units
-  return {fmt::format("placement.device_memory_limit={}", parse_byte_size(v))};
+  try {
+    return {fmt::format("placement.device_memory_limit={}", parse_byte_size(v))};
+  } catch (const Error& e) {
+    TIDE_FAIL("--device-memory-limit (placement.device_memory_limit): {}", e.what());
+  }
 }
 
 const std::vector<KeyFlag>& key_flags() {
