@@ -108,9 +108,12 @@ JSON
   --micro-batch 4 --grad-accum 8 --zero-stage 3 --offload offload_all --precision bf16 \
   --recompute full --chunk-mb 256 --gpu-mem 40GiB --json > cluster_flags.json
 same_file cluster_file.json cluster_flags.json "estimate of cluster.json = estimate from its flags"
-# Flags override the file.
-"$tide" estimate --config cluster.json --world-size 64 --tp 1 --pp 1 --json > override.json
+# Flags and key=value override the file (the file's sequence parallelism needs tp > 1).
+"$tide" estimate --config cluster.json --world-size 64 --tp 1 --pp 1 \
+  tensor_parallel.sequence_parallel=false --json > override.json
 grep -q '"world_size":64' override.json || { echo "FAILED: --world-size does not override"; fail=1; }
+expect_error "tensor_parallel.sequence_parallel=true shards the sequence .* \[--tp 1 sets tensor_parallel.size\]" \
+  estimate --config cluster.json --tp 1
 
 # tide train refuses, by key and value, every setting it cannot honour; nothing is written.
 expect_error "tensor_parallel.size=2: this run has 1 rank, not a multiple of it" \
@@ -156,4 +159,21 @@ echo '{"model": {"n_layer": 2}}' > novocab.json
 expect_error "model.vocab_size is 0 in novocab.json .* pass --vocab" estimate --config novocab.json
 "$tide" estimate --config novocab.json --vocab 512 > /dev/null \
   || { echo "FAILED: --vocab does not complete novocab.json"; fail=1; }
+
+# The flags are overrides of config keys (one table, `tide estimate --list-flags`), and any key
+# works as key=value, after the flags: the same estimate either way, and a bad value is the
+# key's own error, naming the flag that gave it.
+small=(--layers 2 --hidden 64 --heads 2 --vocab 256 --seq 64)
+"$tide" estimate "${small[@]}" --zero-stage 3 --json > stage3_flag.json
+"$tide" estimate "${small[@]}" zero_optimization.stage=3 --json > stage3_key.json
+"$tide" estimate "${small[@]}" --zero-stage 1 zero_optimization.stage=3 --json > stage3_wins.json
+same_file stage3_flag.json stage3_key.json "--zero-stage 3 = zero_optimization.stage=3"
+same_file stage3_flag.json stage3_wins.json "key=value after --zero-stage 1 wins"
+python3 -c 'import json, sys; assert json.load(open(sys.argv[1]))["setup"]["zero_stage"] == 3' \
+  stage3_key.json || { echo "FAILED: zero_optimization.stage=3 is not the configured stage"; fail=1; }
+expect_error "config key 'zero_optimization.stage' must be an integer in \[0, 3\] (got 5).*\[--zero-stage 5 sets zero_optimization.stage\]" \
+  estimate "${small[@]}" --zero-stage 5
+expect_error "--offload 'cpu': use none, offload_optimizer" estimate "${small[@]}" --offload cpu
+"$tide" estimate --list-flags | grep -q '^--zero-stage Z  *zero_optimization.stage$' \
+  || { echo "FAILED: --list-flags lacks --zero-stage"; fail=1; }
 exit $fail

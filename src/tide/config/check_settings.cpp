@@ -192,6 +192,16 @@ void check_zero_and_layout(const TrainConfig& c) {
 
 }  // namespace
 
+void check_world_layout(const TrainConfig& c, int world) {
+  const int replica = c.tensor_parallel * c.pipeline_stages;
+  TIDE_CHECK(world % replica == 0,
+             "world_size {}{} is not divisible by tensor_parallel.size x pipeline.stages = {} x {} "
+             "= {}: the data-parallel degree is world_size / (tp x pp); set world_size to a "
+             "multiple of {}, or change the layout",
+             world, c.world_size == 0 ? " (0: one rank in tide estimate)" : "", c.tensor_parallel,
+             c.pipeline_stages, replica, replica);
+}
+
 void check_settings(const TrainConfig& c) {
   check_optimizer(c);
   TIDE_CHECK(!(c.bf16 && c.fp16), "bf16.enabled and fp16.enabled cannot both be true");

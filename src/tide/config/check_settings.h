@@ -15,4 +15,10 @@ namespace tide {
 // the fix. `c` is resolved (the batch derived, a preset's shape, the schedule's defaults).
 void check_settings(const TrainConfig& c);
 
+// The ranks `world` against the layout: every data-parallel replica holds tensor_parallel.size
+// x pipeline.stages ranks. For the world tide estimate sizes (setup_from_train_config: the
+// world_size key, 0 being 1 rank there); tide train checks the ranks it was launched on
+// instead, with the launch as the fix (check_trainer_can_honour, unsupported_settings.h).
+void check_world_layout(const TrainConfig& c, int world);
+
 }  // namespace tide

@@ -1,5 +1,6 @@
 #include "tide/config/estimate_setup.h"
 
+#include "tide/config/check_settings.h"
 #include "tide/core/error.h"
 #include "tide/data/prepare.h"
 #include "tide/model/activations.h"
@@ -28,6 +29,7 @@ TrainSetup setup_from_train_config(const TrainConfig& c) {
     s.model.vocab_size = read_prepared_corpus(c.data_dir).vocab_size;
   s.seq_len = c.seq_len;
   s.world_size = c.world_size > 0 ? c.world_size : 1;
+  check_world_layout(c, s.world_size);
   s.tp = c.tensor_parallel;
   s.pp = c.pipeline_stages;
   s.sp = c.sequence_parallel;

@@ -1,6 +1,7 @@
 #include "tide/estimate/compare_options.h"
 
 #include "tide/core/error.h"
+#include "tide/model/layout.h"
 
 namespace tide {
 
@@ -48,7 +49,6 @@ OptionResult evaluate(const TrainSetup& setup, const MemoryOption& option,
 }  // namespace
 
 std::vector<OptionResult> compare_options(const TrainSetup& setup, const MachineBudget& budget) {
-  setup.validate();  // report the user's own mistake before estimating 18 variants of it
   std::vector<OptionResult> out;
   bool have_configured = false;
   for (const MemoryOption& o : standard_options()) {
@@ -94,13 +94,15 @@ bool family_member(const TrainSetup& base, GrowthFamily family, int k, GPTConfig
       out.intermediate_size = static_cast<int>((f + 255) / 256 * 256);
     }
   } else {
-    const int v = base.schedule == Schedule::Interleaved && base.pp > 1 ? base.virtual_stages : 1;
-    out.n_layer = k * base.pp * v;
+    // Every model chunk whole layers: interleaved's v chunks per stage, zb-v's two.
+    out.n_layer = k * base.pp * (base.pp > 1 ? base.virtual_stages : 1);
   }
-  TrainSetup t = base;
-  t.model = out;
+  // The hidden family keeps the head size and the layers family the hidden size, so n_embd and
+  // n_layer divide over the layout by construction; the heads (and the Llama family's key/value
+  // heads and MLP width) are the shape's own rule.
   try {
-    t.validate();
+    out.validate();
+    check_tensor_parallel_shape(out, base.tp);
   } catch (const Error&) {
     return false;
   }
@@ -113,7 +115,6 @@ std::vector<MaxModelResult> find_max_models(const TrainSetup& setup, const Machi
                                             GrowthFamily family) {
   TIDE_CHECK(budget.gpu_bytes > 0,
              "--max-model needs the GPU memory to fit into; give it with --gpu-mem (e.g. 80GiB)");
-  setup.validate();
   // The largest model whose states all fit the GPU: placement=auto would let any model "fit"
   // a device total it caps at the limit, so the search sizes placement=device.
   TrainSetup base = setup;

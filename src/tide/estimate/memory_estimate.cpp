@@ -186,7 +186,6 @@ int64_t runtime_arena_bytes(const TrainSetup& setup, int s, int inflight) {
 }  // namespace
 
 MemoryEstimate estimate_memory(const TrainSetup& setup) {
-  setup.validate();
   const int p = setup.pp;
   const int v = setup.schedule == Schedule::Interleaved && p > 1 ? setup.virtual_stages : 1;
   const int layers = setup.model.n_layer / p;

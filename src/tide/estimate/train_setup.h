@@ -42,6 +42,9 @@ enum class Schedule { OneFOneB, GPipe, Interleaved, ZBH1, ZBH2, ZBAuto, ZB1P, ZB
 // demand within placement.device_memory_limit (see estimate/limit_fit.h for how it is sized).
 enum class Placement { Device, Auto };
 
+// Not checked here: `tide estimate` derives a setup from a TrainConfig that the config's own
+// rules have checked (config/estimate_setup.h, config/check_settings.h), one set of rules for
+// both commands; code that builds a setup by hand (tests, --max-model's shapes) keeps it legal.
 struct TrainSetup {
   GPTConfig model;      // model.max_seq_len: positions (rows of wpe)
   int seq_len = 0;      // s: tokens per training sequence; 0 = model.max_seq_len
@@ -85,8 +88,6 @@ struct TrainSetup {
   int seq() const { return seq_len > 0 ? seq_len : model.max_seq_len; }
   int64_t chunk_target_elems() const;  // chunk_mib in elements (0: automatic)
   int ranks_per_host() const;
-  // Throws a tide::Error naming the impossible setting and how to fix it.
-  void validate() const;
   std::string str() const;  // one line for the report header
 };
 
@@ -106,11 +107,9 @@ std::string to_string(Recompute r);
 std::string to_string(Schedule s);
 std::string to_string(Optimizer o);
 std::string to_string(Placement p);
-// Parsers accept the names to_string gives (plus DeepSpeed/Megatron spellings, see .cpp) and
+// The enums of the config's names (config/estimate_setup.cpp; the config has checked them):
+// parsers accept the names to_string gives (plus DeepSpeed/Megatron spellings, see .cpp) and
 // throw a tide::Error listing the accepted names otherwise.
-Precision parse_precision(const std::string& s);
-Offload parse_offload(const std::string& s);
-Recompute parse_recompute(const std::string& s);
 Schedule parse_schedule(const std::string& s);
 Optimizer parse_optimizer(const std::string& s);
 Placement parse_placement(const std::string& s);

@@ -25,12 +25,11 @@ json small_config(double chunk_mb) {
 }
 
 // The setup `tide estimate --config FILE --world-size dp --zero-stage z` builds.
-TrainSetup estimate_setup(const json& config, int dp, int zero_stage) {
-  TrainSetup s = setup_from_train_config(parse_train_config(config));
-  s.world_size = dp;
-  s.zero_stage = zero_stage;
-  s.validate();
-  return s;
+// (The flags are overrides of world_size and zero_optimization.stage.)
+TrainSetup estimate_setup(json config, int dp, int zero_stage) {
+  config["world_size"] = dp;
+  config["zero_optimization"]["stage"] = zero_stage;
+  return setup_from_train_config(parse_train_config(config, /*check_paths=*/false));
 }
 
 // Compares the estimate for `s` with the store of `gpt` (one rank of the same setup).

@@ -62,7 +62,6 @@ TEST(EstimateSetup, EveryKeyEstimateSizesComesFromTheSchema) {
   EXPECT_EQ(s.recompute, Recompute::Selective);
   EXPECT_EQ(s.schedule, Schedule::ZBH1);
   EXPECT_EQ(s.chunk_mib, 256);
-  s.validate();
   EXPECT_EQ(estimate_memory(s).stages.size(), 2u);
   // Offload of the optimizer alone; interleaved with its virtual stages; fp16; fp32.
   const TrainSetup o = setup_of(R"({"zero_optimization": {"stage": 2,

@@ -51,13 +51,15 @@ TEST(PipelineConfig, GoodCombinationsParseToTheirSchedule) {
                              "pipeline.memory_limit=2", "gradient_accumulation_steps=8"});
   EXPECT_LE(pipeline::simulate(make_pipeline_schedule(c), pipeline::CostModel{}).peak_memory,
             2.0 + 1e-9);
-  // tide estimate sizes every schedule tide train runs (zb-v with its two chunks per stage).
-  EXPECT_EQ(setup_from_train_config(load_train_config("", {"model.n_layer=12", "pipeline.stages=2",
-                                                           "pipeline.schedule=zb-h2"}))
-                .schedule,
-            Schedule::ZBH2);
-  const TrainSetup zb_v = setup_from_train_config(
-      load_train_config("", {"model.n_layer=12", "pipeline.stages=2", "pipeline.schedule=zb-v"}));
+  // tide estimate sizes every schedule tide train runs (zb-v with its two chunks per stage),
+  // here on the two ranks of the two stages.
+  EXPECT_EQ(
+      setup_from_train_config(load_train_config("", {"model.n_layer=12", "pipeline.stages=2",
+                                                     "world_size=2", "pipeline.schedule=zb-h2"}))
+          .schedule,
+      Schedule::ZBH2);
+  const TrainSetup zb_v = setup_from_train_config(load_train_config(
+      "", {"model.n_layer=12", "pipeline.stages=2", "world_size=2", "pipeline.schedule=zb-v"}));
   EXPECT_EQ(zb_v.schedule, Schedule::ZBV);
   EXPECT_EQ(zb_v.virtual_stages, 2);
   // One stage: every schedule runs the same steps.

@@ -25,7 +25,7 @@ std::string tp_config_error(std::vector<std::string> overrides) {
 
 TEST(TensorParallelConfig, GoodSettingsParseAndReachTheEstimate) {
   const TrainConfig c =
-      load_train_config("", {"model.n_head=12", "model.n_embd=48", "seq_len=24",
+      load_train_config("", {"model.n_head=12", "model.n_embd=48", "seq_len=24", "world_size=4",
                              "tensor_parallel.size=4", "tensor_parallel.sequence_parallel=true"});
   EXPECT_EQ(c.tensor_parallel, 4);
   EXPECT_TRUE(c.sequence_parallel);
