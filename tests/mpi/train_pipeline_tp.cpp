@@ -467,6 +467,51 @@ TEST(PipelineTensorParallel, StepRunnerWithATpSizeThatDoesNotDivideTheWorldIsACl
   world->barrier();
 }
 
+// ZeRO-R P_a inside the pipeline's stages (pp 2 x tp 2, full recompute): each block keeps a 1/t
+// slice of its input between F and B (on the host with cpu_checkpointing) and B all-gathers it
+// over the stage's tp group, with micro-batches in flight and W deferred (ZB-H1) or two chunks
+// per stage (interleaved). Where the block inputs live changes no arithmetic, so losses,
+// gradient norms and every parameter and Adam moment equal the run without P_a bit for bit.
+TEST(PipelineTensorParallel, PartitionedActivationsInsideTheStagesTrainBitwiseAsWithout) {
+  std::shared_ptr<ProcessGroup> world = mpi_test::world_ptr();
+  if (!runs_here(world->size())) GTEST_SKIP() << "pp 2 x tp 2 (np 4) or pp 2 x dp 2 x tp 2 (np 8)";
+  omp_set_num_threads(1);
+  constexpr int kPaSteps = 4;
+  for (const std::string schedule : {"zb-h1", "interleaved"}) {
+    auto run = [&](bool pa, bool cpu, std::vector<float>* norms) {
+      TrainConfig cfg = run_config(schedule);
+      cfg.activation_policy = ActivationPolicy::FULL;
+      cfg.partition_activations = pa;
+      cfg.cpu_checkpointing = cpu;
+      auto r = std::make_unique<StepRunner>(cfg, world, optimizer());
+      for (const auto& chunk : r->chunks()) EXPECT_EQ(chunk->partition_activations(), pa);
+      const std::vector<float> losses = run_steps(*r, 0, kPaSteps, norms);
+      return std::make_pair(std::move(r), losses);
+    };
+    std::vector<float> want_norms;
+    const auto [ref, want] = run(false, false, &want_norms);
+    for (bool cpu : {false, true}) {
+      const std::string what = schedule + (cpu ? ", cpu_checkpointing" : "");
+      std::vector<float> norms;
+      const auto [got, losses] = run(true, cpu, &norms);
+      EXPECT_TRUE(same_bits(losses, want)) << what << ": losses";
+      EXPECT_TRUE(same_bits(norms, want_norms)) << what << ": gradient norms";
+      if (cpu) EXPECT_GT(got->engine().host_checkpoint_bytes(), 0u) << what;
+      for (size_t c = 0; c < ref->chunks().size(); ++c)
+        for (ChunkKind k : {ChunkKind::PARAM, ChunkKind::ADAM_M, ChunkKind::ADAM_V}) {
+          const ChunkStore& a = ref->chunks()[c]->store();
+          const ChunkStore& b = got->chunks()[c]->store();
+          for (int ch = 0; ch < a.layout().num_chunks(); ++ch) {
+            const Tensor x = a.chunk(k, ch), y = b.chunk(k, ch);
+            EXPECT_EQ(std::memcmp(x.data, y.data, x.nbytes()), 0)
+                << what << ": chunk " << c << "'s " << chunk_kind_name(k) << " chunk " << ch;
+          }
+        }
+    }
+  }
+  world->barrier();
+}
+
 // pp x dp x tp with ZeRO inside the stages: ZeRO-1 matches the oracle, ZeRO-2 is ZeRO-1's
 // training bit for bit, for one chunk per stage (the tied gradient summed between two ranks)
 // and ZB-V (both ends of the tie on one rank, in different chunks).

@@ -29,12 +29,6 @@ void check_trainer_can_honour(const TrainConfig& c, int world_size) {
              "multiple of {} (each data-parallel replica holds stages x tp ranks); launch "
              "`mpirun -np {}` or change one of them",
              p, t, world_size, p * t, (world_size + p * t - 1) / (p * t) * (p * t));
-  // The pipeline's chunks keep whole block inputs (no P_a slicing inside the stages yet).
-  TIDE_CHECK(p == 1 || !c.partition_activations,
-             "activation_checkpointing.partition_activations with pipeline.stages={}: "
-             "partitioned activations inside pipeline stages are not in tide train yet; set "
-             "partition_activations to false (and cpu_checkpointing), or pipeline.stages to 1",
-             p);
   // A device (the simulated one, or a GPU: issues #25, #27): what the engine's step does not
   // run there yet (pipeline_engine.h, check_device).
   if (c.device != "cpu" && c.device != "auto") {

@@ -338,19 +338,19 @@ TEST(TrainerRefuses, EverySettingItCannotHonourByKeyAndValue) {
              "tensor_parallel.size=2: this run has 3 ranks, not a multiple of it (ranks = "
              "tensor_parallel.size x pipeline.stages x data-parallel replicas); launch `mpirun "
              "-np 4`");
-  // pp x tp: the ranks a multiple of stages x tp; no partitioned activations inside the stages.
+  // pp x tp: the ranks a multiple of stages x tp; partitioned activations inside the stages.
   EXPECT_EQ(refusal({"tensor_parallel.size=2", "pipeline.stages=2", "model.n_layer=2"}, 4), "");
   EXPECT_EQ(refusal({"tensor_parallel.size=2", "pipeline.stages=2", "model.n_layer=2"}, 8), "");
   EXPECT_EQ(refusal({"tensor_parallel.size=2", "pipeline.stages=2", "model.n_layer=2"}, 6),
             "pipeline.stages=2 x tensor_parallel.size=2: this run has 6 ranks, not a multiple "
             "of 4 (each data-parallel replica holds stages x tp ranks); launch `mpirun -np 8` "
             "or change one of them");
-  EXPECT_HAS(refusal({"tensor_parallel.size=2", "pipeline.stages=2", "model.n_layer=2",
-                      "activation_checkpointing.policy=full",
-                      "activation_checkpointing.partition_activations=true"},
-                     4),
-             "activation_checkpointing.partition_activations with pipeline.stages=2: "
-             "partitioned activations inside pipeline stages are not in tide train yet");
+  EXPECT_EQ(refusal({"tensor_parallel.size=2", "pipeline.stages=2", "model.n_layer=2",
+                     "activation_checkpointing.policy=full",
+                     "activation_checkpointing.partition_activations=true",
+                     "activation_checkpointing.cpu_checkpointing=true"},
+                    4),
+            "");
   EXPECT_HAS(refusal({"pipeline.stages=4"}), "pipeline.stages=4: this run has 1 rank");
   EXPECT_HAS(refusal({"world_size=8"}, 2),
              "world_size=8: this run has 2 ranks (launch it with `mpirun -np 8`)");
