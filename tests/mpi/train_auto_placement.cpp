@@ -225,6 +225,67 @@ TEST(AutoPlacement, ZeroTwoWithEveryReductionInFlight) {
   if (world->rank() == 0) std::filesystem::remove_all(dir);
 }
 
+// Tensor parallelism (tp 2 with SP, the whole world of 2 ranks) under placement.policy=auto:
+// each rank places its own shards' chunks within its budget, the model's tp collectives and the
+// vocabulary-parallel ends counted as non-model memory. At 50% and 25% of the states (chunks
+// evicted and fetched back every step) the run is the policy=device run bit for bit: losses,
+// gradient norms and every chunk of parameters and Adam moments on each rank.
+TEST(AutoPlacement, TensorParallelReproducesPolicyDeviceBitwise) {
+  std::shared_ptr<ProcessGroup> world = mpi_test::world_ptr(CommAlgorithm::Mpi);
+  if (world->size() != 2) GTEST_SKIP() << "tp 2 over the whole world of 2 ranks";
+  const std::string dir = shared_temp_dir(*world);
+  const std::string shard = write_shared_shard(*world, dir);
+  for (int stage : {0, 2}) {
+    auto config = [&](int64_t budget) {
+      TrainConfig c = auto_config(shard, dir, stage, budget);
+      c.tensor_parallel = 2;
+      c.sequence_parallel = true;
+      c.model.dropout = 0.1f;
+      return c;
+    };
+    // One budget for both ranks (the ranks must agree on the config): rank 0's figures.
+    auto [states, non_model] = measure_auto_budget(config(0), world);
+    int64_t parts[2] = {static_cast<int64_t>(states), static_cast<int64_t>(non_model)};
+    world->broadcast(Tensor(parts, Shape{4}, DType::I32), 0);
+    auto run = [&](int64_t budget, std::vector<float>& losses, std::vector<float>& norms,
+                   int& evictions) {
+      auto t = std::make_unique<Trainer>(config(budget), world);
+      for (int64_t s = 0; s < kAutoSteps; ++s) {
+        const StepStats st = t->train_step();
+        losses.push_back(st.loss);
+        norms.push_back(static_cast<float>(st.grad_norm));
+        evictions += st.placement.evictions;
+      }
+      return t;
+    };
+    std::vector<float> want, want_norms;
+    int none = 0;
+    const std::unique_ptr<Trainer> ref = run(0, want, want_norms, none);
+    for (int percent : {50, 25}) {
+      const int64_t budget = parts[0] * percent / 100 + parts[1];
+      const std::string what =
+          fmt::format("stage {}, tp 2 + SP, {}% of the states", stage, percent);
+      std::vector<float> losses, norms;
+      int evictions = 0;
+      const std::unique_ptr<Trainer> got = run(budget, losses, norms, evictions);
+      EXPECT_EQ(std::memcmp(losses.data(), want.data(), want.size() * 4), 0) << what;
+      EXPECT_EQ(std::memcmp(norms.data(), want_norms.data(), want.size() * 4), 0) << what;
+      EXPECT_GT(evictions, 0) << what << ": nothing moved";
+      EXPECT_LE(got->compute_allocator()->peak(), static_cast<size_t>(budget)) << what;
+      const ChunkStore& a = ref->model().store();
+      const ChunkStore& b = got->model().store();
+      for (ChunkKind k : {ChunkKind::PARAM, ChunkKind::ADAM_M, ChunkKind::ADAM_V})
+        for (int c = 0; c < a.layout().num_chunks(); ++c) {
+          const Tensor x = a.slice(k, c), y = b.slice(k, c);
+          EXPECT_EQ(std::memcmp(x.data, y.data, x.nbytes()), 0)
+              << what << ": " << chunk_kind_name(k) << " chunk " << c;
+        }
+    }
+  }
+  world->barrier();
+  if (world->rank() == 0) std::filesystem::remove_all(dir);
+}
+
 // A budget that cannot hold one block's chunks is a clear error naming the access. This one is
 // below the non-model memory alone: the error says so and gives that figure (it used to report
 // the limit itself as the non-model memory).

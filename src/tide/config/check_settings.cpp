@@ -174,11 +174,6 @@ void check_zero_and_layout(const TrainConfig& c) {
              "parameter offload needs ZeRO stage 3 (as in DeepSpeed); set "
              "zero_optimization.stage=3",
              c.zero.stage);
-  TIDE_CHECK(c.placement_policy != "auto" || c.tensor_parallel == 1,
-             "placement.policy=\"auto\" with tensor_parallel.size={}: tide train places chunks "
-             "automatically without tensor parallelism; set tensor_parallel.size=1, or "
-             "placement.policy=\"device\"",
-             c.tensor_parallel);
   TIDE_CHECK(c.placement_policy != "auto" || c.virtual_stages == 1,
              "placement.policy=\"auto\" with pipeline.virtual_stages={}: the policy plans one "
              "model chunk per stage against the device budget; use a schedule with one chunk per "

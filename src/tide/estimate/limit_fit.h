@@ -6,8 +6,9 @@
 // of a run that keeps every state on the device.
 //
 // With a limit and placement=device, the per-GPU total is held against it: over the limit is
-// what tide train fails on at its first allocation past it. With placement=auto (tp = 1, no
-// offload; under pp each stage's rank within the same limit, the stage needing the most shown):
+// what tide train fails on at its first allocation past it. With placement=auto (no
+// offload; each rank's own shards under tp; under pp each stage's rank within the same limit,
+// the stage needing the most shown):
 //   states     = model states + chunk padding (the chunk store's bytes, every kind)
 //   non_model  = activations + temp buffers (ZeRO's buffers, recompute workspace), as estimated
 //   on device  = min(states, limit - non_model) (0 when the limit is under non_model); the rest

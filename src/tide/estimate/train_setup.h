@@ -80,7 +80,7 @@ struct TrainSetup {
   double chunk_mib = 0;
   int gpus_per_host = 0;  // ranks sharing one host's memory; 0 = min(world_size, 8)
   // placement.policy and placement.device_memory_limit (bytes one GPU's compute tier may hold;
-  // 0 = no limit). Auto needs a limit, no offload, tp = pp = 1 (as tide train requires).
+  // 0 = no limit). Auto needs a limit and no offload (as tide train requires).
   Placement placement = Placement::Device;
   int64_t device_memory_limit = 0;
 

@@ -100,9 +100,9 @@ PolicyStack::PolicyStack(GPT& model, ProcessGroup& dp, const ZeroSettings& zero,
   std::vector<std::vector<int>> group_params = ParamGroups(model.all_block_groups()).ids;
   // 2. PatrickStar placement, around the reduction policy built next.
   if (placement.device) {
-    TIDE_CHECK(!zero.offload_optimizer.enabled && model.tp() == 1 && placement.host,
+    TIDE_CHECK(!zero.offload_optimizer.enabled && placement.host,
                "placement.policy=auto places the optimizer state itself: it runs without "
-               "ZeRO-Offload and tensor parallelism, with a host allocator for every kind");
+               "ZeRO-Offload, with a host allocator for every kind");
     std::vector<std::vector<int>> group_chunks;
     for (const std::vector<int>& ids : group_params)
       group_chunks.push_back(store_.layout().chunks_of(ids));

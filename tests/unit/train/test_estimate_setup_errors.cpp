@@ -134,8 +134,6 @@ TEST(EstimateSetupErrors, AutoPlacementSettings) {
   EXPECT_HAS(err({"placement.policy=auto", limit, "zero_optimization.stage=1",
                   "zero_optimization.offload_optimizer.device=cpu"}),
              "auto decides where the optimizer state and the parameters live itself");
-  EXPECT_HAS(err({"placement.policy=auto", limit, "world_size=2", "tensor_parallel.size=2"}),
-             "placement.policy=\"auto\" with tensor_parallel.size=2");
   EXPECT_HAS(err({"placement.policy=auto", limit, "world_size=2", "pipeline.stages=2",
                   "pipeline.schedule=zb-v"}),
              "placement.policy=\"auto\" with pipeline.virtual_stages=2");
