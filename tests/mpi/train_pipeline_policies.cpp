@@ -74,6 +74,8 @@ struct RunSetup {
   float grad_clip = 1.0f;  // 0: off (offload then runs each chunk's Adam as it arrives)
   // Small chunks and buckets: several chunks per stage to reduce, gather and place.
   int64_t chunk_elems = 2048;
+  // After step 0 the engine switches to ZB-H1 (as zb-auto does after its measured 1F1B step).
+  bool reschedule = false;
 };
 
 struct Trained {
@@ -179,6 +181,10 @@ size_t measured_budget(const Topology& topo, const pipeline::Schedule& schedule,
 
 Trained pipelined(const Topology& topo, const pipeline::Schedule& schedule, RunSetup u) {
   if (u.budget_states > 0) u.budget = measured_budget(topo, schedule, u);
+  if (u.budget_states > 0 && u.reschedule)  // the budget fits the schedule with the larger need
+    u.budget =
+        std::max(u.budget,
+                 measured_budget(topo, pipeline::zb_h1(schedule.stages, schedule.microbatches), u));
   Stage stage(topo, schedule, u);
   GPT& gpt = *stage.gpt;
   PipelineEngine& engine = *stage.engine;
@@ -193,6 +199,8 @@ Trained pipelined(const Topology& topo, const pipeline::Schedule& schedule, RunS
     r.losses.push_back(loss);
     r.norms.push_back(static_cast<float>(st.grad_norm));
     r.placement_moves += st.placement.moves_to_host + st.placement.moves_to_compute;
+    if (s == 0 && u.reschedule)
+      engine.reschedule(pipeline::zb_h1(schedule.stages, schedule.microbatches));
   }
   engine.flush_update();
   if (u.zero_stage == 3) {
@@ -305,6 +313,18 @@ TEST_F(PipelinePolicies, AutoPlacementUnderABudgetIsTheUnbudgetedRunBitwise) {
     expect_same_bits(placed, device, fmt::format("auto placement at ZeRO-{}", stage));
     EXPECT_GT(placed.placement_moves, 0) << "the budget must force moves";
   }
+}
+
+// zb-auto's switch after its measured first step: auto placement replans from the new
+// schedule's accesses (its next step is a warm-up again) and the run stays the device run's,
+// bit for bit (every schedule trains alike), with chunks moving under the new order.
+TEST_F(PipelinePolicies, AutoPlacementFollowsANewSchedule) {
+  const pipeline::Schedule s = pipeline::one_f_one_b(w.pp, w.M);
+  const Trained device = pipelined(w.topo, s, RunSetup{.zero_stage = 1});
+  const Trained placed =
+      pipelined(w.topo, s, RunSetup{.zero_stage = 1, .budget_states = 0.5, .reschedule = true});
+  expect_same_bits(placed, device, "auto placement switched from 1F1B to ZB-H1");
+  EXPECT_GT(placed.placement_moves, 0) << "the budget must force moves";
 }
 
 TEST_F(PipelinePolicies, AutoPlacementWithSeveralChunksPerStageIsAClearError) {

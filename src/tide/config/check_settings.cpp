@@ -179,10 +179,6 @@ void check_zero_and_layout(const TrainConfig& c) {
              "model chunk per stage against the device budget; use a schedule with one chunk per "
              "stage (not interleaved or zb-v), or placement.policy=\"device\"",
              c.virtual_stages);
-  TIDE_CHECK(c.placement_policy != "auto" || c.pipeline_schedule != "zb-auto",
-             "placement.policy=\"auto\" with pipeline.schedule=\"zb-auto\": the placement plan is "
-             "learned from the first step's accesses, and zb-auto changes the schedule after that "
-             "step; pick a fixed schedule (e.g. zb-h1), or placement.policy=\"device\"");
 }
 
 }  // namespace

@@ -151,10 +151,8 @@ PolicyStack::~PolicyStack() {
 }
 
 void PolicyStack::set_accesses(std::vector<ParamAccess> accesses) {
-  TIDE_CHECK(!auto_,
-             "placement.policy=auto learned its plan from the first step's accesses and cannot "
-             "follow a new schedule; keep the schedule (no zb-auto) with placement.policy=auto");
   accesses_ = std::move(accesses);
+  if (auto_) auto_->replan(accesses_);  // the plan follows the new order from its next step
 }
 
 void PolicyStack::begin_step(int64_t step, int micro_batches, const OptimizerSettings& opt,

@@ -44,8 +44,8 @@ class PolicyStack {
   PolicyStack(const PolicyStack&) = delete;
   PolicyStack& operator=(const PolicyStack&) = delete;
 
-  // The accesses of the following steps (a new schedule); not with auto placement, whose plan
-  // was learned from the old ones.
+  // The accesses of the following steps (a new schedule); auto placement replans from them
+  // (its next step is a warm-up again).
   void set_accesses(std::vector<ParamAccess> accesses);
 
   // A step of `micro_batches` begins (the store's gradients are zeroed). `early_adam`: the

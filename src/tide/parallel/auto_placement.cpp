@@ -60,13 +60,24 @@ AutoPlacement::AutoPlacement(ChunkStore& store, Allocator& device, Allocator& ho
                    "placement.policy=auto: {} chunk {} must start on the host tier",
                    chunk_kind_name(k), c);
       }
-  for (const ParamAccess& a : accesses_)
+  plan(accesses);
+}
+
+void AutoPlacement::plan(std::span<const ParamAccess> accesses) {
+  for (const ParamAccess& a : accesses)
     TIDE_CHECK(a.group >= 0 && a.group < static_cast<int>(group_chunks_.size()),
                "access to parameter group {} of {}", a.group, group_chunks_.size());
+  accesses_ = accesses;
   uses_.assign(kNumChunkKinds * num_chunks_, {});
   for (int p = 0; p < positions(); ++p)
     for (int item : needs_at(p)) uses_[item].push_back(p);
   recorded_.assign(positions(), 0);
+}
+
+void AutoPlacement::replan(std::span<const ParamAccess> accesses) {
+  TIDE_CHECK(!in_step_, "placement.policy=auto: a new schedule's accesses arrive between steps");
+  plan(accesses);
+  warm_up_ = true;  // the next step records the new order's non-model bytes
 }
 
 AutoPlacement::~AutoPlacement() = default;

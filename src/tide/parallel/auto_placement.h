@@ -107,6 +107,10 @@ class AutoPlacement final : public PlacementPolicy {
   Tier prepare_update(int chunk);
   // The step is done: the first one ends the warm-up.
   void end_step();
+  // A new schedule (zb-auto's, built after its measured first step): the step's accesses in
+  // their new order (outliving the policy, as the constructor's). Chunks stay where they are;
+  // the next step is a warm-up again, recording the non-model bytes of the new order.
+  void replan(std::span<const ParamAccess> accesses);
 
   const PlacementStepCounters& counters() const { return counters_; }
   bool warmed_up() const { return !warm_up_; }
@@ -153,6 +157,8 @@ class AutoPlacement final : public PlacementPolicy {
   bool evict_one(int pos, const std::function<bool(int)>& pinned);
   void move(int item, Allocator& to);
   void record(int pos);
+  // The uses of every item and an empty record for the step's `accesses`.
+  void plan(std::span<const ParamAccess> accesses);
 
   ChunkStore& store_;
   Allocator& device_;
