@@ -163,23 +163,6 @@ TrainConfig llama_tp_config(const std::string& shard, const std::string& dir, bo
   return dp_config(shard, dir, kMicro, /*accum=*/2, steps, 0.0f, extra);
 }
 
-struct TpRun {
-  RunResult r;  // params: the whole model, from the checkpoint the run writes
-  float val = 0;
-};
-
-TpRun run_tp(Trainer& t, int64_t steps, const std::string& name) {
-  TpRun out;
-  for (int64_t s = 0; s < steps; ++s) {
-    const StepStats st = t.train_step();
-    out.r.losses.push_back(st.loss);
-    out.r.grad_norms.push_back(static_cast<float>(st.grad_norm));
-  }
-  out.val = t.evaluate();
-  read_checkpoint_params(t.save(name), t.config().model, out.r);
-  return out;
-}
-
 }  // namespace
 
 TEST(LlamaTensorParallel, MatchesTheSingleRankRunWithAndWithoutSequenceParallelism) {
@@ -201,14 +184,14 @@ TEST(LlamaTensorParallel, MatchesTheSingleRankRunWithAndWithoutSequenceParalleli
        {tp2, policy("full"), "activation_checkpointing.partition_activations=true",
         "activation_checkpointing.cpu_checkpointing=true"}},
   };
-  std::map<bool, TpRun> base;  // by tied: the single-rank Trainer (every rank runs it)
+  std::map<bool, CheckpointedRun> base;  // by tied: the single-rank Trainer (every rank runs it)
   for (bool tied : {false, true}) {
     Trainer t(
         llama_tp_config(shard, fmt::format("{}/base{}_{}", dir, tied, world->rank()), tied, {}));
-    base[tied] = run_tp(t, kTpSteps, "model.ckpt");
+    base[tied] = train_and_save(t, kTpSteps, "model.ckpt");
     EXPECT_LT(base[tied].r.losses.back(), base[tied].r.losses.front() - 0.05f) << "it learns";
   }
-  std::vector<TpRun> runs;
+  std::vector<CheckpointedRun> runs;
   for (size_t i = 0; i < cases.size(); ++i) {
     const Case& c = cases[i];
     std::string what = fmt::format("llama{}", c.tied ? " tied" : "");
@@ -217,7 +200,7 @@ TEST(LlamaTensorParallel, MatchesTheSingleRankRunWithAndWithoutSequenceParalleli
     EXPECT_EQ(t.model().tp(), 2) << what;
     EXPECT_EQ(t.model().config().kv_heads(), 2) << what;  // grouped: 4 query heads over 2
     EXPECT_EQ(t.model().config().n_head, 4) << what;
-    runs.push_back(run_tp(t, kTpSteps, "model.ckpt"));
+    runs.push_back(train_and_save(t, kTpSteps, "model.ckpt"));
     expect_equivalent(runs.back().r, base.at(c.tied).r, what.c_str());
     EXPECT_NEAR(runs.back().val, base.at(c.tied).val, 1e-5 * base.at(c.tied).val) << what;
   }
@@ -227,13 +210,13 @@ TEST(LlamaTensorParallel, MatchesTheSingleRankRunWithAndWithoutSequenceParalleli
     const std::string out = dir + "/mid";
     {
       Trainer t(llama_tp_config(shard, out, c.tied, c.keys), world);
-      run_tp(t, kTpSteps / 2, "model_step5.ckpt");
+      train_and_save(t, kTpSteps / 2, "model_step5.ckpt");
     }
     std::vector<std::string> keys = c.keys;
     keys.push_back("checkpoint.resume=" + out + "/model_step5.ckpt");
     Trainer t(llama_tp_config(shard, out, c.tied, keys), world);
     ASSERT_EQ(t.step(), kTpSteps / 2);
-    const TpRun r = run_tp(t, kTpSteps / 2, "model.ckpt");
+    const CheckpointedRun r = train_and_save(t, kTpSteps / 2, "model.ckpt");
     for (int s = 0; s < kTpSteps / 2; ++s)
       EXPECT_EQ(r.r.losses[s], runs[1].r.losses[kTpSteps / 2 + s]) << "resumed step " << s + 6;
     EXPECT_EQ(differs(RunResult{{}, {}, r.r.names, r.r.params},

@@ -57,23 +57,6 @@ TrainConfig kv_config(const std::string& shard, const std::string& dir, int kv, 
   return dp_config(shard, dir, micro, /*accum=*/2, steps, 0.0f, extra);
 }
 
-struct KvRun {
-  RunResult r;  // params: the whole model, from the checkpoint the run writes
-  float val = 0;
-};
-
-KvRun run_kv(Trainer& t, int64_t steps, const std::string& name) {
-  KvRun out;
-  for (int64_t s = 0; s < steps; ++s) {
-    const StepStats st = t.train_step();
-    out.r.losses.push_back(st.loss);
-    out.r.grad_norms.push_back(static_cast<float>(st.grad_norm));
-  }
-  out.val = t.evaluate();
-  read_checkpoint_params(t.save(name), t.config().model, out.r);
-  return out;
-}
-
 // The k and v rows of every qkv_proj (weight and bias) on this rank equal, bit for bit, those
 // of the first rank holding the same kv head (an all-gather over the tp group).
 void expect_kv_copies_bitwise_equal(const GPT& m, const std::string& what) {
@@ -119,18 +102,18 @@ void expect_cases_match_the_single_rank_run(const std::vector<Case>& cases) {
         fmt::format("llama, 4 query heads over {} kv heads{}", c.kv, c.tied ? ", tied" : "");
     for (const std::string& k : keys) what += ", " + k;
     // The single-rank Trainer on the same global batch (dp micro-batches of kMicro each).
-    KvRun base;
+    CheckpointedRun base;
     {
       Trainer t(kv_config(shard, fmt::format("{}/base{}_{}", dir, i, world->rank()), c.kv,
                           c.dp * kMicro, c.tied, {}));
-      base = run_kv(t, kKvSteps, "model.ckpt");
+      base = train_and_save(t, kKvSteps, "model.ckpt");
     }
     EXPECT_LT(base.r.losses.back(), base.r.losses.front() - 0.05f) << what << ": it learns";
     EXPECT_GT(base.r.grad_norms.front(), kClip) << what << ": clipping is not active";
     Trainer t(kv_config(shard, fmt::format("{}/run{}", dir, i), c.kv, kMicro, c.tied, keys), world);
     ASSERT_EQ(t.model().tp(), c.tp) << what;
     EXPECT_EQ(kv_head_replicas(t.model().config(), c.tp), c.tp / c.kv) << what;
-    const KvRun run = run_kv(t, kKvSteps, "model.ckpt");
+    const CheckpointedRun run = train_and_save(t, kKvSteps, "model.ckpt");
     expect_equivalent(run.r, base.r, what.c_str());
     EXPECT_NEAR(run.val, base.val, 1e-5 * base.val) << what;
     expect_kv_copies_bitwise_equal(t.model(), what);
@@ -174,10 +157,10 @@ TEST(LlamaKvReplicas, CheckpointHoldsTheHeadOnceAndResumesAtTp1AndTp2) {
   const std::vector<std::string> tp2 = {"tensor_parallel.size=2", kSp, policy("selective")};
   const std::string out = dir + "/a";
   constexpr int64_t half = kKvSteps / 2;
-  KvRun whole_run;  // the tp-2 run, uninterrupted
+  CheckpointedRun whole_run;  // the tp-2 run, uninterrupted
   {
     Trainer t(kv_config(shard, out, 1, kMicro, false, tp2), world);
-    run_kv(t, half, "model_step4.ckpt");
+    train_and_save(t, half, "model_step4.ckpt");
     // The checkpoint holds each rank's shard at tp_global_index, bit for bit: both copies of
     // the kv rows read back as the one whole row.
     RunResult ck;
@@ -197,14 +180,14 @@ TEST(LlamaKvReplicas, CheckpointHoldsTheHeadOnceAndResumesAtTp1AndTp2) {
       }
       EXPECT_EQ(wrong, 0) << name << " on tp rank " << m.tp_rank();
     }
-    whole_run = run_kv(t, half, "model.ckpt");
+    whole_run = train_and_save(t, half, "model.ckpt");
   }
   // Resumed at tp 1 (every rank on its own): the tp-2 run's last steps, to 1e-5.
   {
     Trainer t(kv_config(shard, fmt::format("{}/one{}", dir, world->rank()), 1, kMicro, false,
                         {"checkpoint.resume=" + out + "/model_step4.ckpt"}));
     ASSERT_EQ(t.step(), half);
-    const KvRun r = run_kv(t, half, "model.ckpt");
+    const CheckpointedRun r = train_and_save(t, half, "model.ckpt");
     expect_equivalent(r.r, whole_run.r, "resumed at tp 1");
   }
   // Resumed at tp 2: the tp-2 run's last steps to the bit, the copies still equal.
@@ -213,7 +196,7 @@ TEST(LlamaKvReplicas, CheckpointHoldsTheHeadOnceAndResumesAtTp1AndTp2) {
     keys.push_back("checkpoint.resume=" + out + "/model_step4.ckpt");
     Trainer t(kv_config(shard, dir + "/b", 1, kMicro, false, keys), world);
     ASSERT_EQ(t.step(), half);
-    const KvRun r = run_kv(t, half, "model.ckpt");
+    const CheckpointedRun r = train_and_save(t, half, "model.ckpt");
     EXPECT_EQ(differs(r.r, whole_run.r), "") << "resumed at tp 2";
     expect_kv_copies_bitwise_equal(t.model(), "resumed at tp 2");
   }

@@ -73,25 +73,6 @@ TrainConfig config(const std::string& shard, const std::string& out, int accum,
   return load_train_config("", o);
 }
 
-struct TpRun {
-  RunResult r;  // params: the whole model, from the checkpoint
-  float val = 0;
-};
-
-// `steps` steps of `t` from where it is, then the validation loss and a checkpoint `name`.
-TpRun run(Trainer& t, int64_t steps, const std::string& name) {
-  TpRun out;
-  for (int64_t s = 0; s < steps; ++s) {
-    const StepStats st = t.train_step();
-    out.r.losses.push_back(st.loss);
-    out.r.grad_norms.push_back(static_cast<float>(st.grad_norm));
-  }
-  out.val = t.evaluate();
-  read_checkpoint_params(t.save(name), t.config().model,
-                         out.r);  // save: collective, then a barrier
-  return out;
-}
-
 struct Case {
   int tp, zero;
   std::vector<std::string> keys;
@@ -152,15 +133,15 @@ TEST(TensorParallelTrainer, MatchesTheSingleRankTrainerAndResumes) {
   const std::string shard = write_shard(*world, dir);
 
   // The single-rank Trainer on each global batch size that occurs (every rank runs it).
-  std::map<int, TpRun> base;  // by dp
+  std::map<int, CheckpointedRun> base;  // by dp
   for (const Case& c : cases) {
     const int dp = n / c.tp;
     if (base.contains(dp)) continue;
     Trainer t(config(shard, fmt::format("{}/base{}_{}", dir, dp, world->rank()), accum * dp, {}));
-    base[dp] = run(t, kRunSteps, "model.ckpt");
+    base[dp] = train_and_save(t, kRunSteps, "model.ckpt");
     EXPECT_LT(base[dp].r.losses.back(), base[dp].r.losses.front() - 0.05f) << "training must move";
   }
-  std::vector<TpRun> runs;
+  std::vector<CheckpointedRun> runs;
   for (size_t i = 0; i < cases.size(); ++i) {
     const Case& c = cases[i];
     const int dp = n / c.tp;
@@ -173,8 +154,8 @@ TEST(TensorParallelTrainer, MatchesTheSingleRankTrainerAndResumes) {
     EXPECT_EQ(t.model().partition_activations(),
               std::find(c.keys.begin(), c.keys.end(), kPA) != c.keys.end())
         << what;
-    runs.push_back(run(t, kRunSteps, "model.ckpt"));
-    const TpRun& r = runs.back();
+    runs.push_back(train_and_save(t, kRunSteps, "model.ckpt"));
+    const CheckpointedRun& r = runs.back();
     expect_equivalent(r.r, base.at(dp).r, what.c_str());
     EXPECT_NEAR(r.val, base.at(dp).val, 1e-5 * base.at(dp).val) << what << ": validation loss";
   }
@@ -191,15 +172,15 @@ TEST(TensorParallelTrainer, MatchesTheSingleRankTrainerAndResumes) {
     const std::string out = fmt::format("{}/mid{}", dir, i), what = describe(c, dp);
     {
       Trainer t(config(shard, out, accum, keys_of(c)), world);
-      run(t, kRunSteps / 2, "model_step10.ckpt");
+      train_and_save(t, kRunSteps / 2, "model_step10.ckpt");
     }
     const std::string ck = out + "/model_step10.ckpt";
     std::vector<std::string> keys = keys_of(c);
     keys.push_back("checkpoint.resume=" + ck);
     Trainer t(config(shard, out, accum, keys), world);
     ASSERT_EQ(t.step(), kRunSteps / 2);
-    const TpRun r = run(t, kRunSteps / 2, "model.ckpt");
-    const TpRun& full = runs[i];
+    const CheckpointedRun r = train_and_save(t, kRunSteps / 2, "model.ckpt");
+    const CheckpointedRun& full = runs[i];
     for (int s = 0; s < kRunSteps / 2; ++s)
       EXPECT_EQ(r.r.losses[s], full.r.losses[kRunSteps / 2 + s])
           << what << ", resumed step " << kRunSteps / 2 + s + 1;

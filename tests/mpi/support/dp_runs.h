@@ -168,6 +168,27 @@ inline void read_checkpoint_params(const std::string& path, const GPTConfig& sha
   }
 }
 
+// A run whose parameters are read back from the checkpoint it writes: under tensor parallelism
+// the checkpoint holds the whole model, so runs at any tp compare tensor by tensor.
+struct CheckpointedRun {
+  RunResult r;  // params: the whole model, from the checkpoint
+  float val = 0;
+};
+
+// `steps` steps of `t` from where it is, then the validation loss and a checkpoint `name`
+// (collective: every rank calls it).
+inline CheckpointedRun train_and_save(Trainer& t, int64_t steps, const std::string& name) {
+  CheckpointedRun out;
+  for (int64_t s = 0; s < steps; ++s) {
+    const StepStats st = t.train_step();
+    out.r.losses.push_back(st.loss);
+    out.r.grad_norms.push_back(static_cast<float>(st.grad_norm));
+  }
+  out.val = t.evaluate();
+  read_checkpoint_params(t.save(name), t.config().model, out.r);
+  return out;
+}
+
 // The first difference between two runs' bits (a loss, a gradient norm, a final tensor), or ""
 // when they are bitwise equal.
 inline std::string differs(const RunResult& a, const RunResult& b) {
