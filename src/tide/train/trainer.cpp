@@ -393,7 +393,7 @@ StepStats Trainer::train_step() {
   {
     const TraceSpan span(tracer, "step", "step", {{"step", step_ + 1}});
     PipelineEngine::BatchFn batch = [&](int micro, int32_t* in, int32_t* tgt) {
-      if (batch_source) return batch_source(step_, micro, in, tgt);
+      batch_source(step_, micro, in, tgt);
     };
     if (!batch_source) {
       // The executor asks for a micro-batch once per model chunk, in schedule order: read the
