@@ -815,15 +815,17 @@ void Trainer::run_steps() {
                                    : "");
     std::fflush(stdout);
   }
-  auto log_eval = [&](float val) {
+  auto log_eval = [&](int64_t at, float val) {
     if (!rank0) return;
     write_metrics(metrics, metrics_path,
-                  json{{"step", step_}, {"val_loss", val}, {"time", unix_seconds()}});
+                  json{{"step", at}, {"val_loss", val}, {"time", unix_seconds()}});
     progress_.print(
-        fmt::format("step {:>6} | val loss {:.4f}{}", step_, val,
+        fmt::format("step {:>6} | val loss {:.4f}{}", at, val,
                     unigram_ ? fmt::format(" (unigram baseline {:.4f})", *unigram_) : ""));
   };
-  if (val_loader_ && cfg_.resume.empty()) log_eval(val0 ? *val0 : evaluate());
+  // Step 0's validation (a fresh run starts at step 0; with auto placement the first step has
+  // run already, after it was taken: val0).
+  if (val_loader_ && cfg_.resume.empty()) log_eval(0, val0 ? *val0 : evaluate());
 
   // The run's time counts the early first step's, not the writes and validation around it.
   const auto t_start =
@@ -891,7 +893,7 @@ void Trainer::run_steps() {
       progress_.update(line, logged);
     }
     const bool eval_now = cfg_.eval_interval > 0 && step_ % cfg_.eval_interval == 0;
-    if (val_loader_ && (eval_now || step_ == cfg_.train_steps)) log_eval(evaluate());
+    if (val_loader_ && (eval_now || step_ == cfg_.train_steps)) log_eval(step_, evaluate());
     if (cfg_.checkpoint_interval > 0 && step_ % cfg_.checkpoint_interval == 0 &&
         step_ < cfg_.train_steps) {
       const std::string path = save(fmt::format("model_step{}.ckpt", step_));

@@ -9,6 +9,8 @@
 #  - "trained 1 step", not "1 steps".
 #  - zb-auto with 1 micro-batch for 2 stages: the bubble line says that the pipeline never fills
 #    and how many micro-batches fill it.
+#  - placement.policy=auto: the step-0 validation is logged as step 0 (its first step runs
+#    before the line is printed).
 set -uo pipefail
 mpiexec=$1 tide=$2 src=$3 dir=$4
 rm -rf "$dir" && mkdir -p "$dir" && cd "$dir" || exit 1
@@ -71,4 +73,14 @@ timeout 300 "${mpi[@]}" -np 2 "$tide" train "${common[@]}" model.n_layer=2 pipel
 grep -q 'only 1 micro-batch per step for 2 stages, so the pipeline never fills: it needs at least 2 (gradient_accumulation_steps=2 simulates a bubble of [0-9.]*%' e.log \
   || { cat e.log; bad "zb-auto at 1 micro-batch: no hint"; }
 ok "$(grep -o 'simulated bubble.*' e.log)"
+
+f0=$fails
+# 6. placement.policy=auto runs its first step before the step-0 validation is logged: the
+#    validation is still step 0's, in the log and in metrics.jsonl.
+timeout 300 "$tide" train "${common[@]}" train_steps=1 placement.policy=auto \
+  placement.device_memory_limit=100000000 out_dir=f > f.log 2>&1 || { cat f.log; bad "auto run"; }
+grep -q '^step \+0 | val loss' f.log || { cat f.log; bad "auto: no step 0 validation line"; }
+grep -m1 '"val_loss"' f/metrics.jsonl | grep -q '"step":0,' \
+  || { cat f/metrics.jsonl; bad "auto: the first val_loss record is not step 0's"; }
+ok "auto placement: step 0's validation logged as step 0"
 [ "$fails" -eq 0 ]
