@@ -124,8 +124,7 @@ std::string key_flags_text() {
 
 struct EstimateArgs {
   std::string config, gpu_mem, host_mem, grow = "hidden";
-  std::map<std::string, std::string> values;  // a key flag's value, by flag
-  std::map<std::string, bool> switches;       // --sp
+  std::map<std::string, std::string> values;  // a key flag's value, by flag (a switch: none)
   std::vector<std::string> overrides;         // trailing key=value
   int gpus_per_host = 0;
   bool json = false, max_model = false, list_flags = false;
@@ -273,7 +272,7 @@ void add_estimate_command(CLI::App& app) {
     if (*f.value) {
       cmd->add_option(f.flag, args->values[f.flag], help)->type_name(f.value);
     } else {
-      cmd->add_flag(f.flag, args->switches[f.flag], help);
+      cmd->add_flag(f.flag, help);  // given or not: user_overrides reads its count
     }
   }
   cmd->add_option("overrides", args->overrides,

@@ -149,16 +149,7 @@ constexpr int kTpSteps = 10;
 
 TrainConfig llama_tp_config(const std::string& shard, const std::string& dir, bool tied,
                             std::vector<std::string> keys, int64_t steps = kTpSteps) {
-  std::vector<std::string> extra = {"model.family=llama",
-                                    "model.n_head=4",
-                                    "model.n_kv_head=2",
-                                    "model.intermediate_size=48",
-                                    "model.qkv_bias=true",
-                                    fmt::format("model.tie_word_embeddings={}", tied),
-                                    "model.rope_theta=500",
-                                    "model.rope_scaling.type=llama3",
-                                    "model.rope_scaling.original_max_position_embeddings=16",
-                                    "eval.sequences=5"};
+  std::vector<std::string> extra = small_llama_keys(2, tied);
   extra.insert(extra.end(), keys.begin(), keys.end());
   return dp_config(shard, dir, kMicro, /*accum=*/2, steps, 0.0f, extra);
 }

@@ -42,17 +42,8 @@ constexpr float kClip = 0.5f;
 
 TrainConfig kv_config(const std::string& shard, const std::string& dir, int kv, int micro,
                       bool tied, std::vector<std::string> keys, int64_t steps = kKvSteps) {
-  std::vector<std::string> extra = {"model.family=llama",
-                                    "model.n_head=4",
-                                    fmt::format("model.n_kv_head={}", kv),
-                                    "model.intermediate_size=48",
-                                    "model.qkv_bias=true",
-                                    fmt::format("model.tie_word_embeddings={}", tied),
-                                    "model.rope_theta=500",
-                                    "model.rope_scaling.type=llama3",
-                                    "model.rope_scaling.original_max_position_embeddings=16",
-                                    fmt::format("gradient_clipping={}", kClip),
-                                    "eval.sequences=5"};
+  std::vector<std::string> extra = small_llama_keys(kv, tied);
+  extra.push_back(fmt::format("gradient_clipping={}", kClip));
   extra.insert(extra.end(), keys.begin(), keys.end());
   return dp_config(shard, dir, micro, /*accum=*/2, steps, 0.0f, extra);
 }

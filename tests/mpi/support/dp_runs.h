@@ -168,6 +168,21 @@ inline void read_checkpoint_params(const std::string& path, const GPTConfig& sha
   }
 }
 
+// The small Llama model of the Llama tests (4 query heads over `n_kv_head`, qkv bias, Llama 3's
+// RoPE scaling), as config overrides for dp_config.
+inline std::vector<std::string> small_llama_keys(int n_kv_head, bool tied) {
+  return {"model.family=llama",
+          "model.n_head=4",
+          fmt::format("model.n_kv_head={}", n_kv_head),
+          "model.intermediate_size=48",
+          "model.qkv_bias=true",
+          fmt::format("model.tie_word_embeddings={}", tied),
+          "model.rope_theta=500",
+          "model.rope_scaling.type=llama3",
+          "model.rope_scaling.original_max_position_embeddings=16",
+          "eval.sequences=5"};
+}
+
 // A run whose parameters are read back from the checkpoint it writes: under tensor parallelism
 // the checkpoint holds the whole model, so runs at any tp compare tensor by tensor.
 struct CheckpointedRun {
