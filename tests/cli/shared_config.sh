@@ -174,6 +174,9 @@ python3 -c 'import json, sys; assert json.load(open(sys.argv[1]))["setup"]["zero
 expect_error "config key 'zero_optimization.stage' must be an integer in \[0, 3\] (got 5).*\[--zero-stage 5 sets zero_optimization.stage\]" \
   estimate "${small[@]}" --zero-stage 5
 expect_error "--offload 'cpu': use none, offload_optimizer" estimate "${small[@]}" --offload cpu
+expect_error "--precision 'fp8': use bf16 (bf16.enabled=true), fp16" estimate "${small[@]}" --precision fp8
+expect_error "--device-memory-limit (placement.device_memory_limit): " estimate "${small[@]}" \
+  --device-memory-limit 40XB
 "$tide" estimate --list-flags | grep -q '^--zero-stage Z  *zero_optimization.stage$' \
   || { echo "FAILED: --list-flags lacks --zero-stage"; fail=1; }
 exit $fail
