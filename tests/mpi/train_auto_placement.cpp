@@ -227,7 +227,8 @@ TEST(AutoPlacement, ZeroTwoWithEveryReductionInFlight) {
 
 // Tensor parallelism (tp 2 with SP, the whole world of 2 ranks) under placement.policy=auto:
 // each rank places its own shards' chunks within its budget, the model's tp collectives and the
-// vocabulary-parallel ends counted as non-model memory. At 50% and 25% of the states (chunks
+// vocabulary-parallel ends counted as non-model memory; small chunks and buckets, and the user's
+// defaults at stage 2. At 50% and 25% of the states (chunks
 // evicted and fetched back every step) the run is the policy=device run bit for bit: losses,
 // gradient norms and every chunk of parameters and Adam moments on each rank.
 TEST(AutoPlacement, TensorParallelReproducesPolicyDeviceBitwise) {
@@ -235,9 +236,17 @@ TEST(AutoPlacement, TensorParallelReproducesPolicyDeviceBitwise) {
   if (world->size() != 2) GTEST_SKIP() << "tp 2 over the whole world of 2 ranks";
   const std::string dir = shared_temp_dir(*world);
   const std::string shard = write_shared_shard(*world, dir);
-  for (int stage : {0, 2}) {
+  // Small chunks and buckets (many items to place), and the user's defaults (chunk_size_mb 0,
+  // DeepSpeed's bucket sizes: two or three chunks per kind).
+  for (const auto& [stage, defaults] : {std::pair{0, false}, {2, false}, {2, true}}) {
     auto config = [&](int64_t budget) {
-      TrainConfig c = auto_config(shard, dir, stage, budget);
+      TrainConfig c = defaults ? dp_config(shard, dir, kMicro, /*accum=*/2, kAutoSteps)
+                               : auto_config(shard, dir, stage, 0);
+      c.zero.stage = stage;
+      if (budget > 0) {
+        c.placement_policy = "auto";
+        c.device_memory_limit = budget;
+      }
       c.tensor_parallel = 2;
       c.sequence_parallel = true;
       c.model.dropout = 0.1f;
@@ -264,7 +273,8 @@ TEST(AutoPlacement, TensorParallelReproducesPolicyDeviceBitwise) {
     for (int percent : {50, 25}) {
       const int64_t budget = parts[0] * percent / 100 + parts[1];
       const std::string what =
-          fmt::format("stage {}, tp 2 + SP, {}% of the states", stage, percent);
+          fmt::format("stage {}{}, tp 2 + SP, {}% of the states", stage,
+                      defaults ? " (default chunks and buckets)" : "", percent);
       std::vector<float> losses, norms;
       int evictions = 0;
       const std::unique_ptr<Trainer> got = run(budget, losses, norms, evictions);
