@@ -325,6 +325,13 @@ TEST_F(PipelinePolicies, AutoPlacementFollowsANewSchedule) {
       pipelined(w.topo, s, RunSetup{.zero_stage = 1, .budget_states = 0.5, .reschedule = true});
   expect_same_bits(placed, device, "auto placement switched from 1F1B to ZB-H1");
   EXPECT_GT(placed.placement_moves, 0) << "the budget must force moves";
+  // The user's default chunks (chunk_size_mb 0: the largest parameter group's).
+  const Trained device_default = pipelined(w.topo, s, RunSetup{.zero_stage = 1, .chunk_elems = 0});
+  const Trained placed_default = pipelined(
+      w.topo, s,
+      RunSetup{.zero_stage = 1, .budget_states = 0.5, .chunk_elems = 0, .reschedule = true});
+  expect_same_bits(placed_default, device_default, "the same with the default chunks");
+  EXPECT_GT(placed_default.placement_moves, 0) << "default chunks: the budget must force moves";
 }
 
 TEST_F(PipelinePolicies, AutoPlacementWithSeveralChunksPerStageIsAClearError) {
