@@ -238,7 +238,10 @@ TEST(AutoPlacement, TensorParallelReproducesPolicyDeviceBitwise) {
   const std::string shard = write_shared_shard(*world, dir);
   // Small chunks and buckets (many items to place), and the user's defaults (chunk_size_mb 0,
   // DeepSpeed's bucket sizes: two or three chunks per kind).
-  for (const auto& [stage, defaults] : {std::pair{0, false}, {2, false}, {2, true}}) {
+  for (const auto& [stage_, defaults_] : {std::pair{0, false}, {2, false}, {2, true}}) {
+    // Copies: clang 14 (the sanitizer build) cannot capture structured bindings.
+    const int stage = stage_;
+    const bool defaults = defaults_;
     auto config = [&](int64_t budget) {
       TrainConfig c = defaults ? dp_config(shard, dir, kMicro, /*accum=*/2, kAutoSteps)
                                : auto_config(shard, dir, stage, 0);
