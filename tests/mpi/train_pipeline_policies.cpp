@@ -76,6 +76,7 @@ struct RunSetup {
   int64_t chunk_elems = 2048;
   // After step 0 the engine switches to ZB-H1 (as zb-auto does after its measured 1F1B step).
   bool reschedule = false;
+  int n_layer = 6;  // 12: 2 model chunks per stage on 2 or 3 stages (interleaved, ZB-V)
 };
 
 struct Trained {
@@ -135,7 +136,7 @@ void record_params(GPT& gpt, Trained& r) {
 // The single-rank run on the global batch of `global_mbs` micro-batches.
 Trained single_rank(int global_mbs, const RunSetup& u = {}) {
   Tiers tiers;
-  GPT gpt(config(), ActivationPolicy::SAVE_ALL, model_options(u, tiers));
+  GPT gpt(config(u.n_layer), ActivationPolicy::SAVE_ALL, model_options(u, tiers));
   gpt.init_weights(kInitSeed);
   Engine engine(gpt, std::make_shared<LocalProcessGroup>(), data_parallel_schedule(global_mbs), kB,
                 kT, optimizer(u.grad_clip), zero_settings(u), placement(u, tiers));
@@ -150,23 +151,33 @@ Trained single_rank(int global_mbs, const RunSetup& u = {}) {
   return r;
 }
 
-// This rank's stage of a pipelined run: its tiers, model and executor.
+// This rank's stage of a pipelined run: its tiers, model chunks (one per virtual stage it
+// runs) and executor.
 struct Stage {
   Tiers tiers;
-  std::unique_ptr<GPT> gpt;
+  std::vector<std::unique_ptr<GPT>> chunks;
   std::unique_ptr<PipelineEngine> engine;
 
   Stage(const Topology& topo, const pipeline::Schedule& schedule, const RunSetup& u) {
-    ModelOptions o = model_options(u, tiers);
-    o.pp = topo.shape().pp;
-    o.stage = topo.coord().pp;
-    o.group_size = topo.shape().dp;
-    o.store.group_rank = topo.coord().dp;
-    gpt = std::make_unique<GPT>(config(), ActivationPolicy::SAVE_ALL, o);
-    gpt->init_weights(kInitSeed);
-    engine = std::make_unique<PipelineEngine>(*gpt, topo.group_ptr(MeshAxis::PP), schedule, kB, kT,
-                                              optimizer(u.grad_clip), topo.group_ptr(MeshAxis::DP),
-                                              zero_settings(u), placement(u, tiers));
+    std::vector<GPT*> models;
+    for (int c = 0; c < schedule.chunks; ++c) {
+      ModelOptions o = model_options(u, tiers);
+      o.pp = schedule.virtual_stages();
+      o.stage = schedule.virtual_stage(topo.coord().pp, c);
+      o.group_size = topo.shape().dp;
+      o.store.group_rank = topo.coord().dp;
+      chunks.push_back(std::make_unique<GPT>(config(u.n_layer), ActivationPolicy::SAVE_ALL, o));
+      chunks.back()->init_weights(kInitSeed);
+      models.push_back(chunks.back().get());
+    }
+    engine = std::make_unique<PipelineEngine>(
+        models, topo.group_ptr(MeshAxis::PP), schedule, kB, kT, optimizer(u.grad_clip),
+        topo.group_ptr(MeshAxis::DP), zero_settings(u), placement(u, tiers));
+  }
+  size_t state_bytes() const {
+    size_t b = 0;
+    for (const auto& c : chunks) b += c->store().total_bytes();
+    return b;
   }
 };
 
@@ -176,7 +187,7 @@ size_t measured_budget(const Topology& topo, const pipeline::Schedule& schedule,
   Stage st(topo, schedule, u);
   st.engine->step(0, kRunSeed, [&](int mb, int32_t* in, int32_t* tg) { fill(mb, in, tg); });
   return st.engine->auto_placement()->recorded_non_model_bytes() +
-         static_cast<size_t>(u.budget_states * static_cast<double>(st.gpt->store().total_bytes()));
+         static_cast<size_t>(u.budget_states * static_cast<double>(st.state_bytes()));
 }
 
 Trained pipelined(const Topology& topo, const pipeline::Schedule& schedule, RunSetup u) {
@@ -186,7 +197,6 @@ Trained pipelined(const Topology& topo, const pipeline::Schedule& schedule, RunS
         std::max(u.budget,
                  measured_budget(topo, pipeline::zb_h1(schedule.stages, schedule.microbatches), u));
   Stage stage(topo, schedule, u);
-  GPT& gpt = *stage.gpt;
   PipelineEngine& engine = *stage.engine;
   const int dp = topo.shape().dp, d = topo.coord().dp;
   Trained r;
@@ -203,19 +213,21 @@ Trained pipelined(const Topology& topo, const pipeline::Schedule& schedule, RunS
       engine.reschedule(pipeline::zb_h1(schedule.stages, schedule.microbatches));
   }
   engine.flush_update();
-  if (u.zero_stage == 3) {
+  for (const auto& gpt : stage.chunks) {
+    if (u.zero_stage != 3) {
+      record_params(*gpt, r);
+      continue;
+    }
     // The parameters are sliced: compare the whole ones, gathered by a ZeRO-1 view of them.
-    const ChunkLayout& lay = gpt.store().layout();
+    const ChunkLayout& lay = gpt->store().layout();
     for (int id = 0; id < lay.num_tensors(); ++id) {
       const TensorSlot& slot = lay.slot(id);
       std::vector<float> whole(static_cast<size_t>(lay.chunk_elems(slot.chunk)));
-      const Tensor mine = gpt.store().slice(ChunkKind::PARAM, slot.chunk);
+      const Tensor mine = gpt->store().slice(ChunkKind::PARAM, slot.chunk);
       topo.dp().all_gather(mine, Tensor(whole.data(), Shape{static_cast<int64_t>(whole.size())}));
       r.params[slot.name].assign(whole.begin() + slot.offset,
                                  whole.begin() + slot.offset + slot.numel);
     }
-  } else {
-    record_params(gpt, r);
   }
   return r;
 }
@@ -334,30 +346,23 @@ TEST_F(PipelinePolicies, AutoPlacementFollowsANewSchedule) {
   EXPECT_GT(placed_default.placement_moves, 0) << "default chunks: the budget must force moves";
 }
 
-TEST_F(PipelinePolicies, AutoPlacementWithSeveralChunksPerStageIsAClearError) {
-  if (w.pp != 2) GTEST_SKIP() << "ZB-V on 2 stages";
-  Tiers tiers;
-  const RunSetup u{.budget = 1 << 20};  // (refused before any step)
-  std::vector<std::unique_ptr<GPT>> chunks;
-  std::vector<GPT*> models;
-  const pipeline::Schedule s = pipeline::zb_v(w.pp, w.M);
-  for (int c = 0; c < 2; ++c) {
-    ModelOptions o = model_options(u, tiers);
-    o.pp = s.virtual_stages();
-    o.stage = s.virtual_stage(w.topo.coord().pp, c);
-    o.group_size = w.dp;
-    o.store.group_rank = w.topo.coord().dp;
-    chunks.push_back(std::make_unique<GPT>(config(4), ActivationPolicy::SAVE_ALL, o));
-    models.push_back(chunks.back().get());
-  }
-  try {
-    PipelineEngine e(models, w.topo.group_ptr(MeshAxis::PP), s, kB, kT, optimizer(),
-                     w.topo.group_ptr(MeshAxis::DP), zero_settings(u), placement(u, tiers));
-    ADD_FAILURE() << "auto placement with two chunks per stage was accepted";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("placement.policy=auto with 2 model chunks per stage"),
-              std::string::npos)
-        << e.what();
+// Interleaved 1F1B and ZB-V run two model chunks per stage: one placement shares the stage's
+// budget between their stores (an item of one chunk is evicted for the other's access). Under
+// half the stage's states, chunks move every step and the run is the device run, bit for bit,
+// and trains the single-rank model.
+TEST_F(PipelinePolicies, AutoPlacementSharesTheBudgetBetweenTheChunksOfAStage) {
+  const Trained base = single_rank(w.dp * w.M, RunSetup{.n_layer = 12});
+  for (const pipeline::Schedule& s :
+       {pipeline::interleaved_1f1b(w.pp, w.M, 2), pipeline::zb_v(w.pp, w.M)}) {
+    for (int stage : {0, 1}) {
+      const std::string what = fmt::format("auto placement under {} at ZeRO-{}", s.name, stage);
+      const Trained device = pipelined(w.topo, s, RunSetup{.zero_stage = stage, .n_layer = 12});
+      const Trained placed =
+          pipelined(w.topo, s, RunSetup{.zero_stage = stage, .budget_states = 0.5, .n_layer = 12});
+      expect_near(placed, base, what);
+      expect_same_bits(placed, device, what);
+      EXPECT_GT(placed.placement_moves, 0) << what << ": the budget must force moves";
+    }
   }
 }
 

@@ -160,8 +160,7 @@ void check_pipeline(const TrainConfig& c) {
   }
 }
 
-// ZeRO-Offload and auto placement against the ZeRO stage and the parallel layout (DeepSpeed's
-// rules, and what one placement plan per stage can hold).
+// ZeRO-Offload and parameter offload against the ZeRO stage (DeepSpeed's rules).
 void check_zero_and_layout(const TrainConfig& c) {
   TIDE_CHECK(c.offload_optimizer == "none" || c.zero.stage >= 1,
              "zero_optimization.offload_optimizer.device=\"cpu\" with zero_optimization.stage=0: "
@@ -174,11 +173,6 @@ void check_zero_and_layout(const TrainConfig& c) {
              "parameter offload needs ZeRO stage 3 (as in DeepSpeed); set "
              "zero_optimization.stage=3",
              c.zero.stage);
-  TIDE_CHECK(c.placement_policy != "auto" || c.virtual_stages == 1,
-             "placement.policy=\"auto\" with pipeline.virtual_stages={}: the policy plans one "
-             "model chunk per stage against the device budget; use a schedule with one chunk per "
-             "stage (not interleaved or zb-v), or placement.policy=\"device\"",
-             c.virtual_stages);
 }
 
 }  // namespace

@@ -223,46 +223,70 @@ PipelineEngine::PipelineEngine(std::vector<GPT*> models, std::shared_ptr<Process
   check_dp_group();
   check_tp_group();
   check_device(zero, placement);
-  TIDE_CHECK(!placement.device || chunks_ == 1,
-             "placement.policy=auto with {} model chunks per stage (schedule '{}'): the policy "
-             "plans one store against the device budget; use a schedule with one chunk per stage "
-             "(not interleaved or zb-v), or placement.policy=device",
-             chunks_, schedule_.name);
   build_stacks(zero, placement);
 }
 
 namespace {
-// The order in which chunk `chunk`'s block parts acquire its model's parameter groups in one
-// step of `stage` (model/param_groups.h; ZeRO-3 prefetches by it, auto placement plans by it).
-std::vector<ParamAccess> group_accesses(const pipeline::Schedule& s, int stage, int chunk,
-                                        const GPT& model) {
-  const ParamGroups groups(model.all_block_groups());
-  std::vector<ParamAccess> seq;
+// The order in which the block parts of `stage` acquire its models' parameter groups in one step
+// (model/param_groups.h; ZeRO-3 prefetches by it, auto placement plans by it); store c is
+// model chunk c.
+std::vector<PlacedAccess> group_accesses(const pipeline::Schedule& s, int stage,
+                                         std::span<GPT* const> models) {
+  std::vector<PlacedAccess> seq;
   for (const pipeline::Action& a : s.actions[stage]) {
-    if (!pipeline::is_compute(a.op) || a.chunk != chunk) continue;
+    if (!pipeline::is_compute(a.op)) continue;
+    const GPT& model = *models[a.chunk];
+    const ParamGroups groups(model.all_block_groups());
     for (const pipeline::BlockPart& p :
          pipeline::block_parts(a.op, model.num_blocks(), s.split_backward)) {
       const Use use = p.op == Op::F ? Use::FORWARD : p.op == Op::B ? Use::BACKWARD : Use::WEIGHT;
       for (int g : part_groups(model.block_groups(p.block), use, model.policy()))
-        seq.push_back({groups.first[p.block] + g, use});
+        seq.push_back({a.chunk, {groups.first[p.block] + g, use}});
     }
   }
+  return seq;
+}
+
+// Model chunk c's part of `accesses`.
+std::vector<ParamAccess> chunk_accesses(std::span<const PlacedAccess> accesses, int c) {
+  std::vector<ParamAccess> seq;
+  for (const PlacedAccess& a : accesses)
+    if (a.store == c) seq.push_back(a.access);
   return seq;
 }
 }  // namespace
 
 void PipelineEngine::build_stacks(const ZeroSettings& zero,
                                   const AutoPlacementSettings& placement) {
-  // Non-model memory for auto placement: the micro-batches' activations in use.
-  auto activations = [this] {
-    size_t b = 0;
-    for (const auto& mb : mbs_) b += mb->saved.used() + mb->workspace.used();
-    return b;
-  };
+  const std::vector<PlacedAccess> accesses = group_accesses(schedule_, pp_->rank(), models_);
+  // placement.policy=auto: one placement of every chunk's store under the stage's budget.
+  if (placement.device) {
+    TIDE_CHECK(placement.host != nullptr,
+               "placement.policy=auto needs a host allocator for every kind");
+    std::vector<PlacedStore> stores;
+    for (GPT* m : models_) {
+      PlacedStore& p = stores.emplace_back();
+      p.store = &m->store();
+      for (const std::vector<int>& ids : ParamGroups(m->all_block_groups()).ids)
+        p.group_chunks.push_back(m->store().layout().chunks_of(ids));
+    }
+    // Non-model memory: the micro-batches' activations in use; on a device they are allocated
+    // from the budgeted tier itself (in its allocated bytes already).
+    std::function<size_t()> activations;
+    if (models_[0]->activation_allocator() != placement.device)
+      activations = [this] {
+        size_t b = 0;
+        for (const auto& mb : mbs_) b += mb->saved.used() + mb->workspace.used();
+        return b;
+      };
+    placement_ =
+        std::make_unique<AutoPlacement>(std::move(stores), *placement.device, *placement.host,
+                                        accesses, std::move(activations), models_[0]->op());
+  }
   for (int c = 0; c < chunks_; ++c)
-    stacks_.push_back(std::make_unique<PolicyStack>(
-        *models_[c], *dp_, zero, placement, group_accesses(schedule_, pp_->rank(), c, *models_[c]),
-        activations, omp_get_max_threads()));
+    stacks_.push_back(std::make_unique<PolicyStack>(*models_[c], *dp_, zero, placement_.get(), c,
+                                                    chunk_accesses(accesses, c),
+                                                    omp_get_max_threads()));
 }
 
 void PipelineEngine::sum_tied_gradient() {
@@ -459,8 +483,10 @@ void PipelineEngine::reschedule(pipeline::Schedule schedule) {
   f_order_.clear();
   schedule_ = std::move(schedule);
   plan();
-  for (int c = 0; c < chunks_; ++c)
-    stacks_[c]->set_accesses(group_accesses(schedule_, pp_->rank(), c, *models_[c]));
+  std::vector<PlacedAccess> accesses = group_accesses(schedule_, pp_->rank(), models_);
+  for (int c = 0; c < chunks_; ++c) stacks_[c]->set_accesses(chunk_accesses(accesses, c));
+  // Auto placement follows the new order from its next step (a warm-up again).
+  if (placement_) placement_->replan(std::move(accesses));
 }
 
 PipelineEngine::~PipelineEngine() {
@@ -617,6 +643,7 @@ StepStats PipelineEngine::step(int64_t step, uint64_t seed, const BatchFn& batch
   const bool fp16 = models_[0]->store().compute_dtype() == DType::F16;
   const double scale = scaler_->scale();
   const int64_t opt_step = fp16 ? step - scaler_->skipped_steps() : step;
+  if (placement_) placement_->begin_step();
   for (int c = 0; c < chunks_; ++c)
     stacks_[c]->begin_step(opt_step, M, opt_, /*early_adam=*/c != wte_chunk_ && c != head_chunk_);
   // Post-validation rolls back state updated in place (policy_stack.h; every chunk's stack has
@@ -836,6 +863,10 @@ StepStats PipelineEngine::step(int64_t step, uint64_t seed, const BatchFn& batch
     const uint64_t before = dp_->counters().bytes_sent;
     for (auto& stack : stacks_) stack->after_update(st);
     dp_bytes += dp_->counters().bytes_sent - before;
+  }
+  if (placement_) {
+    placement_->end_step();
+    st.placement = placement_->counters();
   }
   st.bytes_sent = dp_bytes;
   // ZeRO counts every blocking wait (gathers, reductions); stage 0 waits only after backward.

@@ -73,7 +73,7 @@
 //     after the last W; stage 3 gathers each parameter group before its F or B in the order of
 //     this chunk's accesses in the stage's action list, prefetching ahead;
 //   * ZeRO-Offload (its gradients to the host, CPU AdamW, DPU) and offload_param;
-//   * placement.policy=auto (one model chunk per stage: the budget is one allocator's).
+//   * placement.policy=auto: one placement of every chunk's store under the stage's budget.
 // The tied embedding's gradient lies in different slices on its two stages (wte's and lm_head's
 // chunks differ): each end gathers its chunk's reduced gradient over dp, the two whole copies
 // are summed as without ZeRO (a + b: the same bits on both ends), and each replica keeps its
@@ -116,7 +116,7 @@ class PipelineEngine {
   // ZeRO-2 the same with zero_sliced_kinds(2) (gradients sliced too), ZeRO-3 with
   // zero_sliced_kinds(3). `zero`: the ZeRO bucket, overlap and offload settings (the stage
   // itself is the stores' slicing; a non-zero zero.stage must agree with it). `placement`:
-  // placement.policy=auto's allocators (policy_stack.h; one model chunk per stage).
+  // placement.policy=auto's allocators (the budget shared by the stage's chunks).
   PipelineEngine(std::vector<GPT*> models, std::shared_ptr<ProcessGroup> pipeline,
                  pipeline::Schedule schedule, int B, int T, OptimizerSettings optimizer,
                  std::shared_ptr<ProcessGroup> dp = nullptr, ZeroSettings zero = {},
@@ -204,7 +204,7 @@ class PipelineEngine {
   // ZeRO-Offload: the host allocator of chunk 0's offloaded gradient slices (nullptr without).
   const Allocator* offload_grad_allocator() const { return stacks_[0]->offload_grad_allocator(); }
   // placement.policy=auto's policy (nullptr with policy=device).
-  const AutoPlacement* auto_placement() const { return stacks_[0]->auto_placement(); }
+  const AutoPlacement* auto_placement() const { return placement_.get(); }
   // The owned parameter slices changed outside a step (a checkpoint was loaded): bring the
   // whole copies ZeRO keeps, and offload's master weights, up to date.
   void sync_params() {
@@ -258,8 +258,11 @@ class PipelineEngine {
   std::shared_ptr<ProcessGroup> tied_;  // the embedding's and the head's ranks, when they differ
   std::shared_ptr<ProcessGroup> dp_;    // the stage's data-parallel group (size 1: none)
   ProcessGroup* tp_ = nullptr;          // the models' tensor-parallel group (nullptr: none)
-  // The ZeRO stage of the stores' slicing, and each chunk's policy stack.
+  // The ZeRO stage of the stores' slicing; placement.policy=auto's placement of every chunk's
+  // store (nullptr: policy=device), and each chunk's policy stack (destroyed first: the
+  // placement allocated their buffers).
   int zero_stage_ = 0;
+  std::unique_ptr<AutoPlacement> placement_;
   std::vector<std::unique_ptr<PolicyStack>> stacks_;
   pipeline::Schedule schedule_;
   OptimizerSettings opt_;

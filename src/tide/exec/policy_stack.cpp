@@ -86,32 +86,23 @@ class PolicyStack::GradReduction : public PlacementPolicy {
 };
 
 PolicyStack::PolicyStack(GPT& model, ProcessGroup& dp, const ZeroSettings& zero,
-                         const AutoPlacementSettings& placement, std::vector<ParamAccess> accesses,
-                         std::function<size_t()> activation_bytes, int threads)
+                         AutoPlacement* placement, int placed, std::vector<ParamAccess> accesses,
+                         int threads)
     : store_(model.store()),
       op_(model.op()),
       device_memory_(model.activation_allocator()),
       dp_(dp),
-      accesses_(std::move(accesses)) {
+      accesses_(std::move(accesses)),
+      auto_(placement),
+      placed_(placed) {
   TIDE_CHECK(!zero.offload_optimizer.enabled || zero.stage >= 1,
              "zero_optimization.offload_optimizer.device=cpu needs zero_optimization.stage 1, 2 "
              "or 3 (ZeRO-Offload partitions the optimizer state it offloads, as DeepSpeed "
              "does); set zero_optimization.stage to 1 or more");
-  std::vector<std::vector<int>> group_params = ParamGroups(model.all_block_groups()).ids;
-  // 2. PatrickStar placement, around the reduction policy built next.
-  if (placement.device) {
-    TIDE_CHECK(!zero.offload_optimizer.enabled && placement.host,
-               "placement.policy=auto places the optimizer state itself: it runs without "
-               "ZeRO-Offload, with a host allocator for every kind");
-    std::vector<std::vector<int>> group_chunks;
-    for (const std::vector<int>& ids : group_params)
-      group_chunks.push_back(store_.layout().chunks_of(ids));
-    // On a device the activations are allocated from the budgeted tier itself.
-    if (model.activation_allocator() == placement.device) activation_bytes = nullptr;
-    auto_ = std::make_unique<AutoPlacement>(store_, *placement.device, *placement.host,
-                                            std::move(group_chunks), accesses_,
-                                            std::move(activation_bytes), op_);
-  }
+  // 2. PatrickStar placement (auto_) wraps the reduction policy built next.
+  TIDE_CHECK(!zero.offload_optimizer.enabled || !auto_,
+             "placement.policy=auto places the optimizer state itself: it runs without "
+             "ZeRO-Offload");
   // 1. The gradient reduction.
   // Its buffers (ZeRO's, and the communication_data_type staging) are on the compute tier,
   // within the placement's budget under auto.
@@ -121,11 +112,11 @@ PolicyStack::PolicyStack(GPT& model, ProcessGroup& dp, const ZeroSettings& zero,
     reduction_ = std::make_unique<GradReduction>(dp_, buffers, zero.comm_dtype, op_);
     inner = reduction_.get();
   } else {
-    zero_ = std::make_unique<ZeroPolicy>(store_, dp_, zero, std::move(group_params), buffers, op_);
+    zero_ = std::make_unique<ZeroPolicy>(store_, dp_, zero,
+                                         ParamGroups(model.all_block_groups()).ids, buffers, op_);
     inner = zero_.get();
   }
-  if (auto_) auto_->set_inner(inner);
-  store_.set_policy(auto_ ? static_cast<PlacementPolicy*>(auto_.get()) : inner);
+  store_.set_policy(auto_ ? &auto_->policy(placed_, inner) : inner);
   // 3. The offload sink.
   offload_settings_ = zero.offload_optimizer;
   if (zero.offload_optimizer.enabled) {
@@ -147,19 +138,16 @@ PolicyStack::~PolicyStack() {
   offload_.reset();  // joins the offload thread
   zero_.reset();
   reduction_.reset();
-  auto_.reset();  // after the policies whose buffers it allocated
 }
 
 void PolicyStack::set_accesses(std::vector<ParamAccess> accesses) {
   accesses_ = std::move(accesses);
-  if (auto_) auto_->replan(accesses_);  // the plan follows the new order from its next step
 }
 
 void PolicyStack::begin_step(int64_t step, int micro_batches, const OptimizerSettings& opt,
                              bool early_adam) {
   store_.begin_step(micro_batches);
   if (zero_) zero_->begin_step(accesses_);
-  if (auto_) auto_->begin_step();
   if (!offload_) return;
   // Without clipping (and with non-finite norms an error) the update is known before the norm,
   // so the CPU Adam of each chunk runs as soon as its gradients arrive. With the delayed update
@@ -263,7 +251,7 @@ void PolicyStack::update(const OptimizerSettings& opt, int64_t step, const Updat
   for (int c = 0; c < store_.layout().num_chunks(); ++c) {
     // On a device a chunk updated on the host tier runs the CPU AdamW (its move there waited
     // for the stream).
-    const bool host = auto_->prepare_update(c) == Tier::HOST && !op_.device.is_cpu();
+    const bool host = auto_->prepare_update(placed_, c) == Tier::HOST && !op_.device.is_cpu();
     if (host) synchronize(op_);  // nothing queued may still touch the chunk's host memory
     adamw_step_chunk(host ? OpContext{} : op_, store_, c, nullptr, h, s);
   }
@@ -277,10 +265,6 @@ void PolicyStack::after_update(StepStats& st) {
         std::max(st.peak_gathered_param_elems, zero_->counters().peak_live_param_elems);
   }
   if (offload_) st.offload += offload_->counters();
-  if (auto_) {
-    auto_->end_step();
-    st.placement += auto_->counters();
-  }
 }
 
 void PolicyStack::sync_params() {

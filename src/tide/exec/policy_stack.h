@@ -34,18 +34,17 @@ namespace tide {
 class PolicyStack {
  public:
   // `accesses`: the parameter-group accesses of one step of `model` in order (ZeRO-3 prefetches
-  // by them, auto placement plans by them). `activation_bytes`: the activation bytes in use now
-  // (auto placement's non-model memory). `threads`: the CPU Adam's OpenMP threads under offload
-  // (0: OpenMP's default).
-  PolicyStack(GPT& model, ProcessGroup& dp, const ZeroSettings& zero,
-              const AutoPlacementSettings& placement, std::vector<ParamAccess> accesses,
-              std::function<size_t()> activation_bytes, int threads = 0);
+  // by them). `placement`: placement.policy=auto's placement (shared by the stage's stores,
+  // owned by the executor, which begins and ends its steps and replans it), where `model`'s
+  // store is store `placed` of it; nullptr: policy=device. `threads`: the CPU Adam's OpenMP
+  // threads under offload (0: OpenMP's default).
+  PolicyStack(GPT& model, ProcessGroup& dp, const ZeroSettings& zero, AutoPlacement* placement,
+              int placed, std::vector<ParamAccess> accesses, int threads = 0);
   ~PolicyStack();
   PolicyStack(const PolicyStack&) = delete;
   PolicyStack& operator=(const PolicyStack&) = delete;
 
-  // The accesses of the following steps (a new schedule); auto placement replans from them
-  // (its next step is a warm-up again).
+  // The accesses of the following steps (a new schedule).
   void set_accesses(std::vector<ParamAccess> accesses);
 
   // A step of `micro_batches` begins (the store's gradients are zeroed). `early_adam`: the
@@ -84,7 +83,6 @@ class PolicyStack {
   // Bytes of ZeRO's buffers and the communication_data_type staging (all allocated so far).
   size_t comm_buffer_bytes() const;
   const Allocator* offload_grad_allocator() const { return offload_host_.get(); }
-  const AutoPlacement* auto_placement() const { return auto_.get(); }
   const ZeroPolicy* zero() const { return zero_.get(); }
 
  private:
@@ -97,9 +95,10 @@ class PolicyStack {
   mutable Tensor sums_, sums_scratch_;
   ProcessGroup& dp_;
   std::vector<ParamAccess> accesses_;
-  // Destroyed in reverse: offload_ (joins its thread), zero_ and reduction_, then auto_, which
-  // allocated their buffers.
-  std::unique_ptr<AutoPlacement> auto_;
+  // Destroyed in reverse: offload_ (joins its thread), zero_ and reduction_; auto_, which
+  // allocated their buffers, outlives the stack.
+  AutoPlacement* auto_ = nullptr;
+  int placed_ = 0;                            // the store's index in auto_
   std::unique_ptr<GradReduction> reduction_;  // stage 0
   std::unique_ptr<ZeroPolicy> zero_;          // stages 1-3
   std::unique_ptr<HostAllocator> offload_host_;

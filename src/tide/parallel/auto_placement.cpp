@@ -33,88 +33,145 @@ class AutoPlacement::BufferAllocator final : public Allocator {
   Allocator& device_;
 };
 
-AutoPlacement::AutoPlacement(ChunkStore& store, Allocator& device, Allocator& host,
-                             std::vector<std::vector<int>> group_chunks,
-                             std::span<const ParamAccess> accesses,
+// Store s's hooks: placement before an access, the rest delegated to the engine's policy.
+class AutoPlacement::StorePolicy final : public PlacementPolicy {
+ public:
+  StorePolicy(AutoPlacement& owner, int s, PlacementPolicy& inner)
+      : owner_(owner), s_(s), inner_(inner) {}
+  PlacementPolicy& inner() { return inner_; }
+  void on_acquire(ChunkStore& store, std::span<const int> ids, Use use) override {
+    owner_.on_acquire(s_, ids, use);
+    inner_.on_acquire(store, ids, use);
+  }
+  void fetch(ChunkStore& store, int chunk, Use use) override { inner_.fetch(store, chunk, use); }
+  void fetch_grads(ChunkStore& store, int chunk) override { inner_.fetch_grads(store, chunk); }
+  void evict(ChunkStore& store, int chunk, Use use) override { inner_.evict(store, chunk, use); }
+  void on_grads_ready(ChunkStore& store, int chunk, int micro_batch) override {
+    inner_.on_grads_ready(store, chunk, micro_batch);
+  }
+  bool busy(ChunkKind kind, int chunk) const override { return inner_.busy(kind, chunk); }
+  void settle(ChunkKind kind, int chunk) override { inner_.settle(kind, chunk); }
+
+ private:
+  AutoPlacement& owner_;
+  int s_;
+  PlacementPolicy& inner_;
+};
+
+AutoPlacement::AutoPlacement(std::vector<PlacedStore> stores, Allocator& device, Allocator& host,
+                             std::vector<PlacedAccess> accesses,
                              std::function<size_t()> activation_bytes, const OpContext& op)
-    : store_(store),
+    : stores_(std::move(stores)),
       device_(device),
       host_(host),
       op_(op),
       buffers_(std::make_unique<BufferAllocator>(*this, device)),
-      group_chunks_(std::move(group_chunks)),
       activation_bytes_(std::move(activation_bytes)),
-      num_chunks_(store.layout().num_chunks()),
       budget_(device.limit()),
-      accesses_(accesses) {
+      accesses_(std::move(accesses)) {
   TIDE_CHECK(budget_ > 0,
              "placement.policy=auto needs a compute tier with a byte limit "
              "(placement.device_memory_limit > 0)");
-  // ZeRO-3 on 2 or more ranks: the gathers bring each group's parameters into buffers of the
-  // compute tier (from buffer_allocator()); the owned slices are needed there only by Adam.
-  gathered_params_ = store_.sliced(ChunkKind::PARAM) && store_.layout().group_size() > 1;
-  for (ChunkKind k : kKinds)
-    for (int c = 0; c < num_chunks_ && store_.has(k); ++c)
-      if (movable_kind(k, c)) {
-        TIDE_CHECK(store_.resident(k, c) && store_.chunk_info(k, c).alloc == &host_,
+  TIDE_CHECK(!stores_.empty(), "placement.policy=auto: no store to place");
+  policies_.resize(stores_.size());
+  for (int s = 0; s < static_cast<int>(stores_.size()); ++s) {
+    const ChunkStore& st = *stores_[s].store;
+    // ZeRO-3 on 2 or more ranks: the gathers bring each group's parameters into buffers of the
+    // compute tier (from buffer_allocator()); the owned slices are needed there only by Adam.
+    gathered_params_.push_back(st.sliced(ChunkKind::PARAM) && st.layout().group_size() > 1);
+    first_item_.push_back(num_items());
+    first_update_.push_back(total_chunks_);
+    total_chunks_ += chunks_of(s);
+    for (ChunkKind k : kKinds)
+      for (int c = 0; c < chunks_of(s); ++c) {
+        items_.push_back({s, k, c});
+        if (!movable_kind(st, k, c)) continue;
+        TIDE_CHECK(st.resident(k, c) && st.chunk_info(k, c).alloc == &host_,
                    "placement.policy=auto: {} chunk {} must start on the host tier",
                    chunk_kind_name(k), c);
       }
-  plan(accesses);
+  }
+  plan();
 }
 
-void AutoPlacement::plan(std::span<const ParamAccess> accesses) {
-  for (const ParamAccess& a : accesses)
-    TIDE_CHECK(a.group >= 0 && a.group < static_cast<int>(group_chunks_.size()),
-               "access to parameter group {} of {}", a.group, group_chunks_.size());
-  accesses_ = accesses;
-  uses_.assign(kNumChunkKinds * num_chunks_, {});
+void AutoPlacement::plan() {
+  for (const PlacedAccess& a : accesses_) {
+    TIDE_CHECK(a.store >= 0 && a.store < static_cast<int>(stores_.size()),
+               "access to store {} of {}", a.store, stores_.size());
+    const auto groups = stores_[a.store].group_chunks.size();
+    TIDE_CHECK(a.access.group >= 0 && a.access.group < static_cast<int>(groups),
+               "access to parameter group {} of {}", a.access.group, groups);
+  }
+  uses_.assign(num_items(), {});
   for (int p = 0; p < positions(); ++p)
     for (int item : needs_at(p)) uses_[item].push_back(p);
   recorded_.assign(positions(), 0);
 }
 
-void AutoPlacement::replan(std::span<const ParamAccess> accesses) {
+void AutoPlacement::replan(std::vector<PlacedAccess> accesses) {
   TIDE_CHECK(!in_step_, "placement.policy=auto: a new schedule's accesses arrive between steps");
-  plan(accesses);
+  accesses_ = std::move(accesses);
+  plan();
   warm_up_ = true;  // the next step records the new order's non-model bytes
 }
 
 AutoPlacement::~AutoPlacement() = default;
 
+PlacementPolicy& AutoPlacement::policy(int s, PlacementPolicy* inner) {
+  TIDE_CHECK(s >= 0 && s < static_cast<int>(stores_.size()) && inner != nullptr,
+             "placement.policy=auto: store {} of {} needs the engine's policy", s, stores_.size());
+  policies_[s] = std::make_unique<StorePolicy>(*this, s, *inner);
+  return *policies_[s];
+}
+
 Allocator& AutoPlacement::buffer_allocator() {
   return *buffers_;
 }
 
-bool AutoPlacement::movable_kind(ChunkKind k, int c) const {
-  if (!store_.has(k)) return false;
+bool AutoPlacement::movable_kind(const ChunkStore& st, ChunkKind k, int c) const {
+  if (!st.has(k)) return false;
   // An f32 MASTER aliasing PARAM has no allocation of its own: it moves with PARAM.
-  return k != ChunkKind::MASTER || store_.chunk_info(k, c).alloc != nullptr;
+  return k != ChunkKind::MASTER || st.chunk_info(k, c).alloc != nullptr;
 }
 
 bool AutoPlacement::on_device(int item) const {
-  const auto k = static_cast<ChunkKind>(item / num_chunks_);
-  return store_.chunk_info(k, item % num_chunks_).alloc == &device_;
+  const Item& i = items_[item];
+  return store_of(item).chunk_info(i.kind, i.chunk).alloc == &device_;
 }
 
 size_t AutoPlacement::item_bytes(int item) const {
-  return store_.chunk_info(static_cast<ChunkKind>(item / num_chunks_), item % num_chunks_).bytes;
+  const Item& i = items_[item];
+  return store_of(item).chunk_info(i.kind, i.chunk).bytes;
+}
+
+bool AutoPlacement::attached(int item) const {
+  return store_of(item).attached(items_[item].kind, items_[item].chunk);
+}
+
+bool AutoPlacement::busy(int item) const {
+  return policies_[items_[item].store]->inner().busy(items_[item].kind, items_[item].chunk);
+}
+
+void AutoPlacement::settle(int item) {
+  policies_[items_[item].store]->inner().settle(items_[item].kind, items_[item].chunk);
 }
 
 std::vector<int> AutoPlacement::needs_at(int pos) const {
   std::vector<int> need;
   const int A = static_cast<int>(accesses_.size());
   if (pos < A) {
-    const ParamAccess& a = accesses_[pos];
+    const auto [s, a] = accesses_[pos];
     const ChunkKind k = a.use == Use::WEIGHT ? ChunkKind::GRAD : ChunkKind::PARAM;
-    if (k == ChunkKind::PARAM && gathered_params_) return need;
-    for (int c : group_chunks_[a.group])
-      if (movable_kind(k, c)) need.push_back(item_index(k, c));
+    if (k == ChunkKind::PARAM && gathered_params_[s]) return need;
+    for (int c : stores_[s].group_chunks[a.group])
+      if (movable_kind(*stores_[s].store, k, c)) need.push_back(item_index(s, k, c));
     return need;
   }
-  const int c = pos - A;
+  int s = 0;  // the store whose chunk updates at `pos`
+  while (s + 1 < static_cast<int>(stores_.size()) && first_update_[s + 1] <= pos - A) ++s;
+  const int c = pos - A - first_update_[s];
   for (ChunkKind k : kKinds)
-    if (movable_kind(k, c)) need.push_back(item_index(k, c));
+    if (movable_kind(*stores_[s].store, k, c)) need.push_back(item_index(s, k, c));
   return need;
 }
 
@@ -153,12 +210,12 @@ void AutoPlacement::record(int pos) {
 }
 
 void AutoPlacement::move(int item, Allocator& to) {
-  const auto k = static_cast<ChunkKind>(item / num_chunks_);
-  const int c = item % num_chunks_;
-  const TraceSpan span(store_.tracer(), &to == &device_ ? "move to device" : "move to host",
-                       "memory", {{"chunk", c}});
+  const Item& i = items_[item];
+  ChunkStore& st = store_of(item);
+  const TraceSpan span(st.tracer(), &to == &device_ ? "move to device" : "move to host", "memory",
+                       {{"chunk", i.chunk}});
   const auto t0 = std::chrono::steady_clock::now();
-  const size_t bytes = store_.move_chunk(k, c, to, op_);
+  const size_t bytes = st.move_chunk(i.kind, i.chunk, to, op_);
   counters_.wait_seconds +=
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (bytes == 0) return;
@@ -176,16 +233,14 @@ void AutoPlacement::move(int item, Allocator& to) {
 bool AutoPlacement::evict_one(int pos, const std::function<bool(int)>& pinned) {
   int victim = -1, busy_victim = -1;
   int64_t farthest = -1;
-  for (int item = 0; item < kNumChunkKinds * num_chunks_; ++item) {
+  for (int item = 0; item < num_items(); ++item) {
     if (uses_[item].empty() || !on_device(item) || pinned(item)) continue;
-    const auto k = static_cast<ChunkKind>(item / num_chunks_);
-    const int c = item % num_chunks_;
     // A reduction in flight (its ZeRO-2/3 buffer attached): movable once it completes.
-    if (inner_->busy(k, c)) {
+    if (busy(item)) {
       if (busy_victim < 0) busy_victim = item;
       continue;
     }
-    if (store_.attached(k, c)) continue;  // ZeRO-3's gathered parameters
+    if (attached(item)) continue;  // ZeRO-3's gathered parameters
     const int64_t nu = next_use(item, pos);
     if (nu > farthest) farthest = nu, victim = item;
   }
@@ -196,8 +251,23 @@ bool AutoPlacement::evict_one(int pos, const std::function<bool(int)>& pinned) {
   }
   if (busy_victim < 0) return false;
   // Only chunks under communication are left: wait for one (it is movable next time).
-  inner_->settle(static_cast<ChunkKind>(busy_victim / num_chunks_), busy_victim % num_chunks_);
+  settle(busy_victim);
   return true;
+}
+
+std::string AutoPlacement::position_name(int pos) const {
+  const int A = static_cast<int>(accesses_.size());
+  const bool several = stores_.size() > 1;
+  if (pos < 0) return "a forward outside the training step (validation)";
+  if (pos < A) {
+    const auto [s, a] = accesses_[pos];
+    return fmt::format("access {} of the step (parameter group {}{})", pos, a.group,
+                       several ? fmt::format(" of model chunk {}", s) : "");
+  }
+  int s = 0;
+  while (s + 1 < static_cast<int>(stores_.size()) && first_update_[s + 1] <= pos - A) ++s;
+  return fmt::format("the optimizer step of chunk {}{}", pos - A - first_update_[s],
+                     several ? fmt::format(" of model chunk {}", s) : "");
 }
 
 bool AutoPlacement::make_resident(std::span<const int> need, int pos, bool allow_fail) {
@@ -206,40 +276,26 @@ bool AutoPlacement::make_resident(std::span<const int> need, int pos, bool allow
   for (int item : need)
     if (!on_device(item)) missing += item_bytes(item);
   const size_t limit = limit_at(pos);
-  const int total = kNumChunkKinds * num_chunks_;
-  auto attached = [&](int item) {
-    return store_.attached(static_cast<ChunkKind>(item / num_chunks_), item % num_chunks_);
-  };
   // Never evicted now: needed, or with tensors in use.
   auto pinned = [&](int item) {
     return needed(item) ||
            std::find(current_need_.begin(), current_need_.end(), item) != current_need_.end() ||
-           !store_.chunk_movable(item % num_chunks_);
-  };
-  auto busy_item = [&](int item) {
-    return inner_->busy(static_cast<ChunkKind>(item / num_chunks_), item % num_chunks_);
+           !store_of(item).chunk_movable(items_[item].chunk);
   };
   if (allow_fail) {        // all or nothing: the bytes that stay whatever is evicted must fit
     for (int item : need)  // ZeRO-3's persistent parameters stay gathered: their slice stays
-      if (!on_device(item) &&
-          store_.attached(static_cast<ChunkKind>(item / num_chunks_), item % num_chunks_))
-        return false;
+      if (!on_device(item) && attached(item)) return false;
     size_t fixed = 0;
     for (int item : need) fixed += item_bytes(item);
-    for (int item = 0; item < total; ++item)
+    for (int item = 0; item < num_items(); ++item)
       if (!uses_[item].empty() && on_device(item) && !needed(item) &&
-          (pinned(item) || busy_item(item) || attached(item)))
+          (pinned(item) || busy(item) || attached(item)))
         fixed += item_bytes(item);
     if (fixed > limit) return false;
   }
   while (on_device_bytes_ + missing > limit) {
     if (evict_one(pos, pinned)) continue;
-    const int A = static_cast<int>(accesses_.size());
-    const std::string what =
-        pos < 0 ? std::string("a forward outside the training step (validation)")
-        : pos < A
-            ? fmt::format("access {} of the step (parameter group {})", pos, accesses_[pos].group)
-            : fmt::format("the optimizer step of chunk {}", pos - A);
+    const std::string what = position_name(pos);
     // The non-model figure itself, not the part of the limit it takes (which is the whole limit
     // when the non-model memory alone is over it).
     const size_t non_model = non_model_at(pos);
@@ -266,14 +322,12 @@ bool AutoPlacement::make_resident(std::span<const int> need, int pos, bool allow
   }
   for (int item : need) {
     if (on_device(item)) continue;
-    const auto k = static_cast<ChunkKind>(item / num_chunks_);
-    const int c = item % num_chunks_;
     // A ZeRO-2/3 gradient buffer still attached from an earlier micro-batch's reduction.
-    if (busy_item(item) || store_.attached(k, c)) inner_->settle(k, c);
-    TIDE_CHECK(!store_.attached(k, c),
+    if (busy(item) || attached(item)) settle(item);
+    TIDE_CHECK(!attached(item),
                "placement.policy=auto: {} chunk {} is needed on the compute tier but a buffer is "
                "attached over it",
-               chunk_kind_name(k), c);
+               chunk_kind_name(items_[item].kind), items_[item].chunk);
     move(item, device_);
   }
   return true;
@@ -287,7 +341,7 @@ void AutoPlacement::make_room_for_buffer(size_t bytes) {
   // Never evicted now: the current access's items, chunks with tensors in use.
   auto pinned = [&](int item) {
     return std::find(current_need_.begin(), current_need_.end(), item) != current_need_.end() ||
-           !store_.chunk_movable(item % num_chunks_);
+           !store_of(item).chunk_movable(items_[item].chunk);
   };
   // The chunks may fill what the buffers leave of the budget, less this buffer; when nothing
   // can move, the allocation reports the shortfall, naming the buffer.
@@ -308,8 +362,8 @@ void AutoPlacement::end_step() {
   current_need_.clear();
 }
 
-Tier AutoPlacement::prepare_update(int c) {
-  const int pos = static_cast<int>(accesses_.size()) + c;
+Tier AutoPlacement::prepare_update(int s, int c) {
+  const int pos = static_cast<int>(accesses_.size()) + first_update_[s] + c;
   record(pos_);
   pos_ = pos;
   record(pos);
@@ -320,25 +374,25 @@ Tier AutoPlacement::prepare_update(int c) {
     return Tier::COMPUTE;
   }
   for (int item : need)
-    if (on_device(item) &&
-        !store_.attached(static_cast<ChunkKind>(item / num_chunks_), item % num_chunks_))
-      move(item, host_);
+    if (on_device(item) && !attached(item)) move(item, host_);
   counters_.updated_on_host += 1;
   return Tier::HOST;
 }
 
-void AutoPlacement::on_acquire(ChunkStore& store, std::span<const int> ids, Use use) {
+void AutoPlacement::on_acquire(int s, std::span<const int> ids, Use use) {
+  const ChunkStore& st = *stores_[s].store;
   const ChunkKind k = use == Use::WEIGHT ? ChunkKind::GRAD : ChunkKind::PARAM;
   std::vector<int> need;
-  for (int id : k == ChunkKind::PARAM && gathered_params_ ? std::span<const int>() : ids) {
-    const int c = store.layout().slot(id).chunk;
-    if (movable_kind(k, c) && std::find(need.begin(), need.end(), item_index(k, c)) == need.end())
-      need.push_back(item_index(k, c));
+  for (int id : k == ChunkKind::PARAM && gathered_params_[s] ? std::span<const int>() : ids) {
+    const int c = st.layout().slot(id).chunk;
+    if (movable_kind(st, k, c) &&
+        std::find(need.begin(), need.end(), item_index(s, k, c)) == need.end())
+      need.push_back(item_index(s, k, c));
   }
   int pos = -1;
   if (in_step_ && pos_ + 1 < static_cast<int>(accesses_.size())) {
     pos = pos_ + 1;
-    TIDE_CHECK(accesses_[pos].use == use,
+    TIDE_CHECK(accesses_[pos].store == s && accesses_[pos].access.use == use,
                "placement.policy=auto: the model's parameter accesses do not follow the step's "
                "sequence at access {}: the engine's access list is wrong",
                pos);
@@ -349,31 +403,6 @@ void AutoPlacement::on_acquire(ChunkStore& store, std::span<const int> ids, Use 
   current_need_.clear();
   make_resident(need, pos, /*allow_fail=*/false);
   current_need_ = need;  // pinned while the inner policy attaches its buffers
-  inner_->on_acquire(store, ids, use);
-}
-
-void AutoPlacement::fetch(ChunkStore& store, int chunk, Use use) {
-  inner_->fetch(store, chunk, use);
-}
-
-void AutoPlacement::fetch_grads(ChunkStore& store, int chunk) {
-  inner_->fetch_grads(store, chunk);
-}
-
-void AutoPlacement::evict(ChunkStore& store, int chunk, Use use) {
-  inner_->evict(store, chunk, use);
-}
-
-void AutoPlacement::on_grads_ready(ChunkStore& store, int chunk, int micro_batch) {
-  inner_->on_grads_ready(store, chunk, micro_batch);
-}
-
-bool AutoPlacement::busy(ChunkKind kind, int chunk) const {
-  return inner_->busy(kind, chunk);
-}
-
-void AutoPlacement::settle(ChunkKind kind, int chunk) {
-  inner_->settle(kind, chunk);
 }
 
 }  // namespace tide

@@ -1,7 +1,7 @@
 #pragma once
 // placement.policy=auto: PatrickStar's automatic chunk placement (Fang et al.,
-// ../shared/papers/patrickstar.ja.md) as a PlacementPolicy decorator over the engine's own
-// policy (stage 0's gradient all-reduce or ZeroPolicy, stages 1-3).
+// ../shared/papers/patrickstar.ja.md): each store's PlacementPolicy (policy()) decorates the
+// engine's own policy of that store (stage 0's gradient all-reduce or ZeroPolicy, stages 1-3).
 //
 // Why: a model whose states (params, grads, Adam m and v: 16 bytes per parameter in f32) do
 // not fit the device still trains when the chunks move between the device and the host on
@@ -18,9 +18,14 @@
 // tier (from buffer_allocator()), so the owned PARAM slices are needed there only by Adam; its
 // persistent chunks stay gathered (attached) and their slices where they are.
 //
+// One placement shares the budget between every store of a pipeline stage (its model chunks:
+// two or more under interleaved 1F1B and ZB-V), so that an item of one chunk is evicted for
+// another's access when its next use is farther.
+//
 // A step is a list of accesses (positions): the parameter-group accesses of the engine (F and B
-// need the group's PARAM chunks, W its GRAD chunks), then one optimizer access per chunk c (its
-// PARAM, GRAD, ADAM_M, ADAM_V and a separate MASTER). Before each access:
+// need the group's PARAM chunks, W its GRAD chunks), in the schedule's order over the stores,
+// then one optimizer access per chunk c of each store (its PARAM, GRAD, ADAM_M, ADAM_V and a
+// separate MASTER). Before each access:
 //   * the limit for chunks on the compute tier is device_memory_limit minus the non-model bytes
 //     of that access: in the warm-up (the first step) the bytes measured now; afterwards the max
 //     of what the warm-up recorded for this access (between it and the next) and what is in use
@@ -83,34 +88,48 @@ struct AutoPlacementSettings {
   Allocator* host = nullptr;    // the store's allocator of every kind
 };
 
-class AutoPlacement final : public PlacementPolicy {
+// One of the stores a placement shares its budget between (a pipeline stage's model chunks:
+// interleaved 1F1B and ZB-V run two or more per stage).
+struct PlacedStore {
+  ChunkStore* store = nullptr;
+  std::vector<std::vector<int>> group_chunks;  // [g]: the chunks of parameter group g
+};
+// A parameter-group access of placed store `store`.
+struct PlacedAccess {
+  int store = 0;
+  ParamAccess access;
+};
+
+class AutoPlacement {
  public:
-  // `device`: the budgeted compute tier (its limit is the budget); `host`: where chunks start
-  // and are evicted to (the store's allocator of every kind). `group_chunks[g]`: the chunks of
-  // parameter group g (model/param_groups.h). `activation_bytes`: the activation bytes in use now.
-  // `accesses`: the group accesses of every step, in order (they must outlive the policy).
-  // `op`: the model's context; on a device the moves are the mover's copies on its stream
-  // (ChunkStore::move_chunk), and `activation_bytes` is empty when the activations come from
-  // `device` itself (they are in its allocated bytes already).
-  AutoPlacement(ChunkStore& store, Allocator& device, Allocator& host,
-                std::vector<std::vector<int>> group_chunks, std::span<const ParamAccess> accesses,
-                std::function<size_t()> activation_bytes, const OpContext& op = {});
-  ~AutoPlacement() override;
-  // The engine's own policy, which every hook delegates to.
-  void set_inner(PlacementPolicy* inner) { inner_ = inner; }
+  // `stores`: what shares the budget; `device`: the budgeted compute tier (its limit is the
+  // budget); `host`: where chunks start and are evicted to (the stores' allocator of every
+  // kind). `accesses`: the group accesses of every step, in order over all the stores.
+  // `activation_bytes`: the activation bytes in use now. `op`: the models' context; on a device
+  // the moves are the mover's copies on its stream (ChunkStore::move_chunk), and
+  // `activation_bytes` is empty when the activations come from `device` itself (they are in its
+  // allocated bytes already).
+  AutoPlacement(std::vector<PlacedStore> stores, Allocator& device, Allocator& host,
+                std::vector<PlacedAccess> accesses, std::function<size_t()> activation_bytes,
+                const OpContext& op = {});
+  ~AutoPlacement();
+  // Store s's policy (ChunkStore::set_policy): it places before every access and delegates
+  // every hook to `inner`, the engine's own policy of that store.
+  PlacementPolicy& policy(int s, PlacementPolicy* inner);
   // Where ZeRO's buffers come from: the compute tier, room made first.
   Allocator& buffer_allocator();
 
   // A step begins (counters reset).
   void begin_step();
-  // Before Adam of chunk c: puts its items on one tier and says which.
-  Tier prepare_update(int chunk);
+  // Before Adam of chunk c of store s: puts its items on one tier and says which. The stores'
+  // updates run in store order.
+  Tier prepare_update(int s, int chunk);
   // The step is done: the first one ends the warm-up.
   void end_step();
   // A new schedule (zb-auto's, built after its measured first step): the step's accesses in
-  // their new order (outliving the policy, as the constructor's). Chunks stay where they are;
-  // the next step is a warm-up again, recording the non-model bytes of the new order.
-  void replan(std::span<const ParamAccess> accesses);
+  // their new order. Chunks stay where they are; the next step is a warm-up again, recording
+  // the non-model bytes of the new order.
+  void replan(std::vector<PlacedAccess> accesses);
 
   const PlacementStepCounters& counters() const { return counters_; }
   bool warmed_up() const { return !warm_up_; }
@@ -119,35 +138,39 @@ class AutoPlacement final : public PlacementPolicy {
   // Bytes of chunk items on the compute tier now.
   size_t compute_chunk_bytes() const { return on_device_bytes_; }
 
-  void on_acquire(ChunkStore& store, std::span<const int> ids, Use use) override;
-  void fetch(ChunkStore& store, int chunk, Use use) override;
-  void fetch_grads(ChunkStore& store, int chunk) override;
-  void evict(ChunkStore& store, int chunk, Use use) override;
-  void on_grads_ready(ChunkStore& store, int chunk, int micro_batch) override;
-  bool busy(ChunkKind kind, int chunk) const override;
-  void settle(ChunkKind kind, int chunk) override;
-
   // Makes `bytes` free on the compute tier (for a buffer), evicting as for an access.
   void make_room_for_buffer(size_t bytes);
 
  private:
   class BufferAllocator;
+  class StorePolicy;
+  // What moves: what this rank holds of one chunk of one kind of one store.
   struct Item {
+    int store;
     ChunkKind kind;
     int chunk;
   };
-  int item_index(ChunkKind k, int c) const { return static_cast<int>(k) * num_chunks_ + c; }
-  bool movable_kind(ChunkKind k, int c) const;
+  int item_index(int s, ChunkKind k, int c) const {
+    return first_item_[s] + static_cast<int>(k) * chunks_of(s) + c;
+  }
+  int chunks_of(int s) const { return stores_[s].store->layout().num_chunks(); }
+  ChunkStore& store_of(int item) const { return *stores_[items_[item].store].store; }
+  int num_items() const { return static_cast<int>(items_.size()); }
+  bool movable_kind(const ChunkStore& st, ChunkKind k, int c) const;
   bool on_device(int item) const;
   size_t item_bytes(int item) const;
-  // Positions: group accesses 0..A-1, then chunk c's optimizer access at A + c.
-  int positions() const { return static_cast<int>(accesses_.size()) + num_chunks_; }
+  bool attached(int item) const;
+  bool busy(int item) const;
+  void settle(int item);
+  // Positions: group accesses 0..A-1, then the optimizer access of each chunk of each store.
+  int positions() const { return static_cast<int>(accesses_.size()) + total_chunks_; }
   std::vector<int> needs_at(int pos) const;
   int64_t next_use(int item, int pos) const;
   size_t non_model_now() const;
   // The non-model bytes at `pos`: now, or the warm-up's record there when larger.
   size_t non_model_at(int pos) const;
   size_t limit_at(int pos) const;
+  std::string position_name(int pos) const;
   // Moves `need` in within the limit of position `pos`, evicting farthest next use first; with
   // `allow_fail`, returns false instead of failing when they cannot fit (nothing moved in).
   bool make_resident(std::span<const int> need, int pos, bool allow_fail);
@@ -157,27 +180,31 @@ class AutoPlacement final : public PlacementPolicy {
   bool evict_one(int pos, const std::function<bool(int)>& pinned);
   void move(int item, Allocator& to);
   void record(int pos);
-  // The uses of every item and an empty record for the step's `accesses`.
-  void plan(std::span<const ParamAccess> accesses);
+  // Store s is about to acquire tensors `ids` for `use`.
+  void on_acquire(int s, std::span<const int> ids, Use use);
+  // The uses of every item and an empty record for the step's accesses.
+  void plan();
 
-  ChunkStore& store_;
+  std::vector<PlacedStore> stores_;
+  std::vector<std::unique_ptr<StorePolicy>> policies_;  // [s], made by policy()
   Allocator& device_;
   Allocator& host_;
   OpContext op_;
-  PlacementPolicy* inner_ = nullptr;
   std::unique_ptr<BufferAllocator> buffers_;
-  std::vector<std::vector<int>> group_chunks_;
   std::function<size_t()> activation_bytes_;
-  int num_chunks_ = 0;
+  std::vector<Item> items_;
+  std::vector<int> first_item_;        // [s]: store s's first item
+  std::vector<int> first_update_;      // [s]: the optimizer position of store s's chunk 0, less A
+  std::vector<bool> gathered_params_;  // [s]: ZeRO-3 on 2+ ranks: F and B read gathered buffers
+  int total_chunks_ = 0;
   size_t budget_ = 0;
   size_t on_device_bytes_ = 0;
 
-  std::span<const ParamAccess> accesses_;
+  std::vector<PlacedAccess> accesses_;
   std::vector<std::vector<int>> uses_;  // per item: the positions that need it, ascending
   int pos_ = 0;                         // the access under way (-1: outside a step)
   bool in_step_ = false;
   bool warm_up_ = true;
-  bool gathered_params_ = false;  // ZeRO-3 on 2+ ranks: F and B read gathered buffers
   std::vector<size_t> recorded_;  // per position: the warm-up's non-model bytes
   std::vector<int> current_need_;
   PlacementStepCounters counters_;

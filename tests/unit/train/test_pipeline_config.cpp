@@ -125,11 +125,11 @@ TEST(PipelineConfig, TheRanksMustBeStagesTimesReplicas) {
                      "placement.device_memory_limit=100000000"},
                     2),
             "");
-  EXPECT_HAS(refusal({"pipeline.stages=2", "pipeline.schedule=zb-v", "placement.policy=auto",
-                      "placement.device_memory_limit=100000000"},
-                     2),
-             "placement.policy=\"auto\" with pipeline.virtual_stages=2: the policy plans one "
-             "model chunk per stage");
+  // One placement shares the budget between the stage's model chunks.
+  EXPECT_EQ(refusal({"pipeline.stages=2", "pipeline.schedule=zb-v", "placement.policy=auto",
+                     "placement.device_memory_limit=100000000"},
+                    2),
+            "");
   EXPECT_EQ(refusal({"pipeline.stages=2", "pipeline.schedule=zb-auto", "placement.policy=auto",
                      "placement.device_memory_limit=100000000"},
                     2),
