@@ -140,19 +140,19 @@ void run(DType dt, int64_t B, int64_t T, int64_t C, int NH, int64_t V) {
           flops, 0);
   }
 
-  // Attention core: qkv (B,T,3C) -> out (B,T,C), saving preatt/att (B,NH,T,T).
+  // Attention core: qkv (B,T,3C) -> out (B,T,C), saving lse (B,NH,T) f32.
   {
     DeviceBuffer qkv(N * 3 * C, dt, 1.0f, 8), out(N * C, dt, 0.0f, 9),
-        preatt(B * NH * T * T, dt, 0.0f, 10), att(B * NH * T * T, dt, 0.0f, 11),
-        dout(N * C, dt, 1.0f, 12), dqkv(N * 3 * C, dt, 0.0f, 13);
-    const Shape tt{B, NH, T, T};
+        lse(B * NH * T, DType::F32, 0.0f, 10), dout(N * C, dt, 1.0f, 12),
+        dqkv(N * 3 * C, dt, 0.0f, 13);
+    const Shape tl{B, NH, T};
     const double flops = 4.0 * B * NH * T * T * (C / NH) / 2;
     const std::string shape = fmt::format("B{} T{} C{} NH{}", B, T, C, NH);
     const DropoutSpec none;
     print("attention_forward", dt, shape,
           time_ms(ctx,
                   [&] {
-                    attention_forward(ctx, t(out, {B, T, C}, dt), t(preatt, tt, dt), t(att, tt, dt),
+                    attention_forward(ctx, t(out, {B, T, C}, dt), t(lse, tl, DType::F32),
                                       t(qkv, {B, T, 3 * C}, dt), NH, none);
                   }),
           flops, 0);
@@ -160,8 +160,8 @@ void run(DType dt, int64_t B, int64_t T, int64_t C, int NH, int64_t V) {
           time_ms(ctx,
                   [&] {
                     attention_backward(ctx, t(dqkv, {B, T, 3 * C}, dt), t(dout, {B, T, C}, dt),
-                                       t(qkv, {B, T, 3 * C}, dt), t(preatt, tt, dt), t(att, tt, dt),
-                                       NH, none);
+                                       t(qkv, {B, T, 3 * C}, dt), t(lse, tl, DType::F32), NH,
+                                       none);
                   }),
           2 * flops, 0);
   }

@@ -385,10 +385,12 @@ namespace {
 // against Korthikanti et al.'s Table 2 in tide's units. Their terms are 2-byte activations
 // plus 1-byte dropout masks (two residual masks 2sbh, the attention mask as^2b); tide keeps
 // activations of e bytes (the compute dtype: 4 in f32, 2 in bf16, Table 2's case) and no masks
-// (Philox redraws them), so each 2-byte sbh / as^2b term counts e bytes and the mask terms 0:
-//   TP (t = 1: no parallelism)  sbh(10 + 24/t) + 5as^2b/t  ->  e sbh(4 + 12/t) + 2e as^2b/t
-//   TP + SP                     sbh(34/t) + 5as^2b/t       ->  e sbh(16/t) + 2e as^2b/t
-//   selective                   the same without the as^2b term
+// (Philox redraws them), so each 2-byte sbh term counts e bytes and the mask terms 0; and its
+// attention op keeps each row's f32 log-sum-exp (4as b/t bytes) in place of the attention
+// core's 5as^2b/t (the probabilities are recomputed in backward, as flash attention does):
+//   TP (t = 1: no parallelism)  sbh(10 + 24/t) + 5as^2b/t  ->  e sbh(4 + 12/t) + 4asb/t
+//   TP + SP                     sbh(34/t) + 5as^2b/t       ->  e sbh(16/t) + 4asb/t
+//   selective                   the same without the attention core's term
 //   full recompute              2sbh (the input)           ->  e sbh (e sbh/t under SP)
 // The layernorm statistics (4 f32 per position) are not in the formula: a few %.
 // Shape: as/h = 16 like GPT-3 175B in the paper (a = 12, s = 64, h = 48), b = 1.
@@ -422,7 +424,7 @@ TEST_P(ActivationMemory, BytesPerLayerPerRankMatchKorthikantiTable2) {
         theory = e * sbh / (shard ? tt : 1);
       } else {
         theory = shard ? e * sbh * 16.0 / tt : e * sbh * (4.0 + 12.0 / tt);
-        if (policy == ActivationPolicy::SAVE_ALL) theory += 2 * e * a * s * s * b / tt;
+        if (policy == ActivationPolicy::SAVE_ALL) theory += 4.0 * a * s * b / tt;
       }
       if (tp->rank() == 0)
         std::printf(

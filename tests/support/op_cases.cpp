@@ -246,31 +246,29 @@ std::vector<OpCase> attention_cases() {
       const int nh = static_cast<int>(NH), nkv = static_cast<int>(NKV);
       const int64_t W = C + 2 * NKV * (C / NH);  // 3C without grouping
       HostTensor qkv = randn("qkv", {B, T, W}, 40);
-      // preatt/att from the CPU forward, so that both backward runs start from the same ones.
-      HostTensor out = zeros("out", {B, T, C}), preatt = zeros("preatt", {B, NH, T, T}),
-                 att = zeros("att", {B, NH, T, T});
+      // lse from the CPU forward, so that both backward runs start from the same one.
+      HostTensor out = zeros("out", {B, T, C}), lse = zeros("lse", {B, NH, T});
       attention_forward(OpContext{}, Tensor(out.f.data(), out.shape),
-                        Tensor(preatt.f.data(), preatt.shape), Tensor(att.f.data(), att.shape),
-                        Tensor(qkv.f.data(), qkv.shape), nh, nkv, dropout);
+                        Tensor(lse.f.data(), lse.shape), Tensor(qkv.f.data(), qkv.shape), nh, nkv,
+                        dropout);
       cases.push_back(
           {"attention_forward " + dims,
-           {zeros("out", {B, T, C}), zeros("preatt", {B, NH, T, T}), zeros("att", {B, NH, T, T}),
-            qkv},
+           {zeros("out", {B, T, C}), zeros("lse", {B, NH, T}), qkv},
            [nh, nkv, grouped, dropout](const OpContext& ctx, const std::vector<Tensor>& t) {
              if (grouped)
-               attention_forward(ctx, t[0], t[1], t[2], t[3], nh, nkv, dropout);
+               attention_forward(ctx, t[0], t[1], t[2], nh, nkv, dropout);
              else
-               attention_forward(ctx, t[0], t[1], t[2], t[3], nh, dropout);
+               attention_forward(ctx, t[0], t[1], t[2], nh, dropout);
            },
            kGemmTol});
       cases.push_back(
           {"attention_backward " + dims,
-           {randn("dqkv", {B, T, W}, 41), randn("dout", {B, T, C}, 42), qkv, preatt, att},
+           {randn("dqkv", {B, T, W}, 41), randn("dout", {B, T, C}, 42), qkv, lse},
            [nh, nkv, grouped, dropout](const OpContext& ctx, const std::vector<Tensor>& t) {
              if (grouped)
-               attention_backward(ctx, t[0], t[1], t[2], t[3], t[4], nh, nkv, dropout);
+               attention_backward(ctx, t[0], t[1], t[2], t[3], nh, nkv, dropout);
              else
-               attention_backward(ctx, t[0], t[1], t[2], t[3], t[4], nh, dropout);
+               attention_backward(ctx, t[0], t[1], t[2], t[3], nh, dropout);
            },
            kGemmTol});
     }
@@ -445,7 +443,8 @@ OpCase in_dtype(const OpCase& c, DType dtype) {
   n.name += " " + std::string(dtype_name(dtype));
   for (HostTensor& t : n.tensors) {
     const bool statistic =
-        t.name == "mean" || t.name == "rstd" || t.name == "losses" || t.name == "inv_freq";
+        t.name == "mean" || t.name == "rstd" || t.name == "losses" || t.name == "inv_freq" ||
+        t.name == "lse";
     if (t.dtype == DType::F32 && !statistic) t = narrowed(t, dtype);
   }
   return n;

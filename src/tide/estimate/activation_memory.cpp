@@ -8,12 +8,17 @@ namespace {
 
 // Each function returns bytes on one TP rank for one layer and one micro-batch.
 
+int64_t norm_statistics(const ActivationShape& x) {
+  return (x.llama ? 2 : 4) * x.s * x.b * 4;
+}
+
 // Parts that tensor parallelism leaves replicated (split only by sequence parallelism):
 // the layer norm inputs, QKV and MLP fc inputs (4 sbh elements) and, in GPT-2, two dropout
-// masks.
+// masks; and, beyond the table, the norms' f32 statistics the runtime keeps (GPT-2: each
+// LayerNorm's mean and rstd, 4 sb values; Llama: each RMSNorm's rstd, 2 sb).
 int64_t replicated_part(const ActivationShape& x) {
-  const int64_t sbh = x.s * x.b * x.h;
-  const int64_t bytes = 4 * sbh * x.elem_bytes + (x.llama ? 0 : 2 * sbh);
+  const int64_t sb = x.s * x.b, sbh = sb * x.h;
+  const int64_t bytes = 4 * sbh * x.elem_bytes + (x.llama ? 0 : 2 * sbh) + norm_statistics(x);
   return x.sp ? bytes / x.t : bytes;
 }
 
@@ -26,12 +31,11 @@ int64_t split_part(const ActivationShape& x) {
   return elems * x.elem_bytes / x.t;
 }
 
-// The attention core, heads split over t. GPT-2: softmax output and dropout output (a s^2 b
-// elements each) and the dropout mask (a s^2 b bytes); Llama: the scores and the softmax
-// output.
+// The attention core, heads split over t: the op keeps each row's log-sum-exp (a s b values,
+// f32 whatever the precision) and recomputes the probabilities in backward, so Megatron's
+// 5 a s^2 b (probabilities, dropout output and mask) is never held.
 int64_t attention_core(const ActivationShape& x) {
-  const int64_t as2b = x.a * x.s * x.s * x.b;
-  return as2b * (2 * x.elem_bytes + (x.llama ? 0 : 1)) / x.t;
+  return int64_t{4} * x.a * x.s * x.b / x.t;
 }
 
 // Full recompute keeps the layer input, which is sequence-split under SP; P_a keeps the rank's
@@ -96,10 +100,12 @@ int64_t input_layer_activation_bytes(const ActivationShape& x) {
 
 int64_t output_layer_activation_bytes(const ActivationShape& x) {
   const int64_t sbh = x.s * x.b * x.h;
-  const int64_t norm_and_head_inputs = 2 * sbh * x.elem_bytes;
+  // The final norm's input and output, and (beyond the paper) its f32 statistics: LayerNorm's
+  // mean and rstd, RMSNorm's rstd.
+  const int64_t norm = 2 * sbh * x.elem_bytes + (x.llama ? 1 : 2) * x.s * x.b * 4;
   const int64_t vocab_per_rank = (x.v + x.t - 1) / x.t;   // vocabulary-parallel head
   const int64_t logits = 4 * x.s * x.b * vocab_per_rank;  // fp32 for the cross-entropy
-  return (x.sp ? norm_and_head_inputs / x.t : norm_and_head_inputs) + logits;
+  return (x.sp ? norm / x.t : norm) + logits;
 }
 
 ActivationShape activation_shape(const TrainSetup& setup) {

@@ -464,9 +464,8 @@ namespace {
 struct AttentionDims {
   int64_t B, T, C, HS;
 };
-AttentionDims check_attention(const OpCheck& ck, const Tensor& qkv, const Tensor& preatt,
-                              const Tensor& att, int n_head, int n_kv_head,
-                              const DropoutSpec& dropout) {
+AttentionDims check_attention(const OpCheck& ck, const Tensor& qkv, const Tensor& lse,
+                              int n_head, int n_kv_head, const DropoutSpec& dropout) {
   ck.rank_exact(qkv, "qkv", 3, n_kv_head == n_head ? "(B,T,3C)" : "(B,T,(NH+2*NKV)*HS)");
   ck.tensor(qkv, "qkv", kFloat);
   const int64_t B = qkv.dim(0), T = qkv.dim(1), W = qkv.dim(2);
@@ -497,63 +496,58 @@ AttentionDims check_attention(const OpCheck& ck, const Tensor& qkv, const Tensor
              "{}: dropout probability {} must be in [0, 1); set attn dropout in that range", ck.op,
              dropout.p);
   check_dropout_coordinates(ck, dropout, T, n_head, "heads");
-  const Shape att_shape{B, n_head, T, T};
-  ck.tensor(preatt, "preatt", kFloat, att_shape, "(B,NH,T,T)");
-  ck.tensor(att, "att", kFloat, att_shape, "(B,NH,T,T)");
+  ck.tensor(lse, "lse", DType::F32, Shape{B, n_head, T}, "(B,NH,T), f32");
   return {B, T, C, HS};
 }
 }  // namespace
 
-void attention_forward(const OpContext& ctx, Tensor out, Tensor preatt, Tensor att, Tensor qkv,
-                       int n_head, int n_kv_head, const DropoutSpec& dropout) {
+void attention_forward(const OpContext& ctx, Tensor out, Tensor lse, Tensor qkv, int n_head,
+                       int n_kv_head, const DropoutSpec& dropout) {
   const OpCheck ck{"attention_forward", ctx};
   // Plain variables, not a structured binding: clang < 16 cannot capture bindings in lambdas.
-  const AttentionDims dims = check_attention(ck, qkv, preatt, att, n_head, n_kv_head, dropout);
+  const AttentionDims dims = check_attention(ck, qkv, lse, n_head, n_kv_head, dropout);
   const int64_t B = dims.B, T = dims.T, C = dims.C;
   ck.tensor(out, "out", kFloat, Shape{B, T, C},
             n_kv_head == n_head ? "(B,T,C), C = qkv's last dim / 3" : "(B,T,C), C = n_head * HS");
-  TIDE_RUN_ON_CUDA(
-      ck, ctx.cuda->attention_forward(ctx, ck.storage(), out.data, preatt.data, att.data, qkv.data,
-                                      as_int(B), as_int(T), as_int(C), n_head, n_kv_head, dropout));
+  TIDE_RUN_ON_CUDA(ck, ctx.cuda->attention_forward(ctx, ck.storage(), out.data, lse.f32(),
+                                                   qkv.data, as_int(B), as_int(T), as_int(C),
+                                                   n_head, n_kv_head, dropout));
   run_cpu_kernel(ck, [=] {
-    const cpu::F32Buffer out_(out, /*widen=*/false), preatt_(preatt, /*widen=*/false),
-        att_(att, /*widen=*/false), qkv_(qkv);
-    cpu::attention_forward(out_.get(), preatt_.get(), att_.get(), qkv_.get(), as_int(B), as_int(T),
-                           as_int(C), n_head, n_kv_head, dropout);
+    const cpu::F32Buffer out_(out, /*widen=*/false), qkv_(qkv);
+    cpu::attention_forward(out_.get(), lse.f32(), qkv_.get(), as_int(B), as_int(T), as_int(C),
+                           n_head, n_kv_head, dropout);
     out_.store();
-    preatt_.store();
-    att_.store();
   });
 }
 
-void attention_backward(const OpContext& ctx, Tensor dqkv, Tensor dout, Tensor qkv, Tensor preatt,
-                        Tensor att, int n_head, int n_kv_head, const DropoutSpec& dropout) {
+void attention_backward(const OpContext& ctx, Tensor dqkv, Tensor dout, Tensor qkv, Tensor lse,
+                        int n_head, int n_kv_head, const DropoutSpec& dropout) {
   const OpCheck ck{"attention_backward", ctx};
   // Plain variables, not a structured binding: clang < 16 cannot capture bindings in lambdas.
-  const AttentionDims dims = check_attention(ck, qkv, preatt, att, n_head, n_kv_head, dropout);
+  const AttentionDims dims = check_attention(ck, qkv, lse, n_head, n_kv_head, dropout);
   const int64_t B = dims.B, T = dims.T, C = dims.C;
   ck.tensor(dqkv, "dqkv", kFloat, qkv.shape, "the shape of qkv");
   ck.tensor(dout, "dout", kFloat, Shape{B, T, C},
             n_kv_head == n_head ? "(B,T,C), C = qkv's last dim / 3" : "(B,T,C), C = n_head * HS");
-  TIDE_RUN_ON_CUDA(ck, ctx.cuda->attention_backward(
-                           ctx, ck.storage(), dqkv.data, dout.data, qkv.data, preatt.data, att.data,
-                           as_int(B), as_int(T), as_int(C), n_head, n_kv_head, dropout));
+  TIDE_RUN_ON_CUDA(ck, ctx.cuda->attention_backward(ctx, ck.storage(), dqkv.data, dout.data,
+                                                    qkv.data, lse.f32(), as_int(B), as_int(T),
+                                                    as_int(C), n_head, n_kv_head, dropout));
   run_cpu_kernel(ck, [=] {
-    const cpu::F32Buffer dqkv_(dqkv), dout_(dout), qkv_(qkv), preatt_(preatt), att_(att);
-    cpu::attention_backward(dqkv_.get(), dout_.get(), qkv_.get(), preatt_.get(), att_.get(),
-                            as_int(B), as_int(T), as_int(C), n_head, n_kv_head, dropout);
+    const cpu::F32Buffer dqkv_(dqkv), dout_(dout), qkv_(qkv);
+    cpu::attention_backward(dqkv_.get(), dout_.get(), qkv_.get(), lse.f32(), as_int(B), as_int(T),
+                            as_int(C), n_head, n_kv_head, dropout);
     dqkv_.store();
   });
 }
 
-void attention_forward(const OpContext& ctx, Tensor out, Tensor preatt, Tensor att, Tensor qkv,
-                       int n_head, const DropoutSpec& dropout) {
-  attention_forward(ctx, out, preatt, att, qkv, n_head, n_head, dropout);
+void attention_forward(const OpContext& ctx, Tensor out, Tensor lse, Tensor qkv, int n_head,
+                       const DropoutSpec& dropout) {
+  attention_forward(ctx, out, lse, qkv, n_head, n_head, dropout);
 }
 
-void attention_backward(const OpContext& ctx, Tensor dqkv, Tensor dout, Tensor qkv, Tensor preatt,
-                        Tensor att, int n_head, const DropoutSpec& dropout) {
-  attention_backward(ctx, dqkv, dout, qkv, preatt, att, n_head, n_head, dropout);
+void attention_backward(const OpContext& ctx, Tensor dqkv, Tensor dout, Tensor qkv, Tensor lse,
+                        int n_head, const DropoutSpec& dropout) {
+  attention_backward(ctx, dqkv, dout, qkv, lse, n_head, n_head, dropout);
 }
 
 // ---- RoPE ------------------------------------------------------------------------------

@@ -150,20 +150,22 @@ void matmul_backward_weight(const OpContext& ctx, Tensor dweight, Tensor dbias, 
 // (n_head + 2*n_kv_head) * HS; query head h reads kv head h / (n_head/n_kv_head) (grouped-query
 // attention, n_kv_head dividing n_head; transformers' repeat_kv). With n_kv_head == n_head this
 // is GPT-2's qkv(B,T,3C) (c_attn's q, k, v side by side), C = n_head * HS.
-// att(B,NH,T,T): softmax(q k^T / sqrt(HS)) with the causal mask, after dropout (saved for
-// backward); preatt(B,NH,T,T): the probabilities before dropout. out(B,T,C) = att @ v.
+// out(B,T,C) = att @ v, att = softmax(q k^T / sqrt(HS)) with the causal mask, after dropout.
+// lse(B,NH,T), f32 whatever the storage: each row's log-sum-exp of the scaled scores, which is
+// all the backward needs besides qkv (it recomputes the probabilities and the mask); the
+// (B,NH,T,T) probabilities are never kept (as flash attention).
 // Dropout counters follow DropoutSpec's attention rule (width_full/col0 count query heads).
-void attention_forward(const OpContext& ctx, Tensor out, Tensor preatt, Tensor att, Tensor qkv,
-                       int n_head, int n_kv_head, const DropoutSpec& dropout);
-// dqkv(B,T,W) += gradient; uses preatt/att from the forward (same dropout spec). A kv head's
-// gradient sums over its query heads in head order.
-void attention_backward(const OpContext& ctx, Tensor dqkv, Tensor dout, Tensor qkv, Tensor preatt,
-                        Tensor att, int n_head, int n_kv_head, const DropoutSpec& dropout);
+void attention_forward(const OpContext& ctx, Tensor out, Tensor lse, Tensor qkv, int n_head,
+                       int n_kv_head, const DropoutSpec& dropout);
+// dqkv(B,T,W) += gradient; uses the forward's lse (same dropout spec). A kv head's gradient sums
+// over its query heads in head order.
+void attention_backward(const OpContext& ctx, Tensor dqkv, Tensor dout, Tensor qkv, Tensor lse,
+                        int n_head, int n_kv_head, const DropoutSpec& dropout);
 // Multi-head attention (n_kv_head = n_head), qkv(B,T,3C).
-void attention_forward(const OpContext& ctx, Tensor out, Tensor preatt, Tensor att, Tensor qkv,
-                       int n_head, const DropoutSpec& dropout);
-void attention_backward(const OpContext& ctx, Tensor dqkv, Tensor dout, Tensor qkv, Tensor preatt,
-                        Tensor att, int n_head, const DropoutSpec& dropout);
+void attention_forward(const OpContext& ctx, Tensor out, Tensor lse, Tensor qkv, int n_head,
+                       const DropoutSpec& dropout);
+void attention_backward(const OpContext& ctx, Tensor dqkv, Tensor dout, Tensor qkv, Tensor lse,
+                        int n_head, const DropoutSpec& dropout);
 
 // ---- rotary position embedding (RoPE, Llama's) -------------------------------------------
 // qkv(B,T,W) rows laid out [q: n_head*HS | k: n_kv_head*HS | v: n_kv_head*HS] (n_kv_head

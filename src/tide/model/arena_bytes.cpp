@@ -37,8 +37,9 @@ size_t main_bytes(size_t es, int64_t N, int64_t C, int64_t t = 1, int64_t Ns = -
 size_t sp_workspace_bytes(size_t es, int64_t N, int64_t Ns, int64_t C) {
   return 3 * act(N * C, es) + 2 * act(Ns * C, es) + f32(4 * C);
 }
-size_t att_bytes(size_t es, int64_t B, int64_t T, int64_t NHl) {
-  return 2 * act(B * NHl * T * T, es);
+// LSE (B,NHl,T) f32: what the attention op keeps.
+size_t att_bytes(int64_t B, int64_t T, int64_t NHl) {
+  return f32(B * NHl * T);
 }
 // What B leaves for W: DFC2, DLN2, DPROJ, DLN1 (Ns,C); under SP DFC2F, DPROJF (N,C);
 // DFCH (N,4Cl); DQKV (N,3Cl).
@@ -56,7 +57,7 @@ size_t transformer_saved_bytes(const ArenaShape& s, int B, int T) {
   const size_t es = s.act_bytes;
   switch (s.policy) {
     case ActivationPolicy::SAVE_ALL:
-      return main_bytes(es, N, C, t, Ns, true) + att_bytes(es, B, T, NHl);
+      return main_bytes(es, N, C, t, Ns, true) + att_bytes(B, T, NHl);
     case ActivationPolicy::SELECTIVE:
       return main_bytes(es, N, C, t, Ns, true);
     case ActivationPolicy::FULL:
@@ -74,8 +75,8 @@ size_t transformer_workspace_bytes(const ArenaShape& s, int B, int T) {
   // t = 1 the bound of the single-rank model: 2 (B,T,C) + (B,T,4C).)
   const size_t sp = s.sp ? sp_workspace_bytes(es, N, Ns, C) : 0;
   const size_t eval =
-      main_bytes(es, N, C, t, Ns) + att_bytes(es, B, T, NHl) + 2 * act(N * C, es) + sp;
-  const size_t bwd = att_bytes(es, B, T, NHl) + 2 * act(N * C, es) + act(N * 4 * C / t, es) + sp;
+      main_bytes(es, N, C, t, Ns) + att_bytes(B, T, NHl) + 2 * act(N * C, es) + sp;
+  const size_t bwd = att_bytes(B, T, NHl) + 2 * act(N * C, es) + act(N * 4 * C / t, es) + sp;
   return std::max(eval, bwd);
 }
 

@@ -33,9 +33,9 @@ size_t llama_main_bytes(const ArenaShape& s, int64_t N, int64_t Ns, bool kept) {
   return 3 * llama_act(Ns * C, es) + whole + llama_act(N * C / t, es) + 2 * llama_f32(Ns) +
          llama_act(N * W, es) + llama_act(N * 2 * I, es) + llama_act(N * I, es);
 }
-// PREATT and ATT (B,NHl,T,T).
+// LSE (B,NHl,T) f32: what the attention op keeps.
 size_t llama_att_bytes(const ArenaShape& s, int64_t B, int64_t T) {
-  return 2 * llama_act(B * (s.config->n_head / s.tp) * T * T, s.act_bytes);
+  return llama_f32(B * (s.config->n_head / s.tp) * T);
 }
 // Under SP, what the collectives add to a part's workspace. Evaluation: the permutation
 // scratch (N,C) and the (Ns,C) shards of the o_proj and down_proj outputs. B: the partial

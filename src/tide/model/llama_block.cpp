@@ -29,8 +29,7 @@ enum LlamaSaved {
   L_RSTD1,    // (B,Ts) f32
   L_NORM1F,   // rmsnorm_1(x) whole (B,T,C): all-gathered under SP, else L_NORM1 itself
   L_QKV,      // qkv_proj output after RoPE (B,T,Wl)
-  L_PREATT,   // attention probabilities (B,NHl,T,T), before dropout (none: equal to L_ATT)
-  L_ATT,      // (B,NHl,T,T)
+  L_LSE,      // the attention rows' log-sum-exp (B,NHl,T), f32
   L_ATTY,     // attention output before o_proj (B,T,Cl)
   L_RES2,     // x + attention branch (B,Ts,C)
   L_NORM2,    // rmsnorm_2(x2) (B,Ts,C)
@@ -114,10 +113,9 @@ std::vector<Tensor> LlamaBlock::compute_forward(MicroBatch& mb, Tensor x, bool r
   matmul_forward(op, s[L_QKV], s[L_NORM1F], param(QKV_W), param(QKV_B));
   rope_forward(op, s[L_QKV], s[L_QKV], env_.rope_inv_freq, static_cast<int>(NHl),
                static_cast<int>(KVl));  // in place: backward needs only the rotated q, k
-  s[L_PREATT] = attn.alloc_tensor({B, NHl, T, T}, act);
-  s[L_ATT] = attn.alloc_tensor({B, NHl, T, T}, act);
+  s[L_LSE] = attn.alloc_tensor({B, NHl, T}, DType::F32);
   s[L_ATTY] = main.alloc_tensor({B, T, Cl}, act);
-  attention_forward(op, s[L_ATTY], s[L_PREATT], s[L_ATT], s[L_QKV], static_cast<int>(NHl),
+  attention_forward(op, s[L_ATTY], s[L_LSE], s[L_QKV], static_cast<int>(NHl),
                     static_cast<int>(KVl), attn_dropout(mb));
   use(O_PROJ);
   const Tensor o = row_parallel_forward(env_, mb, s[L_ATTY], param(O_W));  // (B,Ts,C)
@@ -180,11 +178,10 @@ void LlamaBlock::backward_input(MicroBatch& mb) {
   if (env_.policy == ActivationPolicy::FULL) {
     s = compute_forward(mb, x, /*recompute=*/true);
   } else if (env_.policy == ActivationPolicy::SELECTIVE) {
-    s[L_PREATT] = tmp.alloc_tensor({B, NHl, T, T}, act);
-    s[L_ATT] = tmp.alloc_tensor({B, NHl, T, T}, act);
+    s[L_LSE] = tmp.alloc_tensor({B, NHl, T}, DType::F32);
     Tensor atty = tmp.alloc_tensor({B, T, Cl}, act);  // equals s[L_ATTY]; discarded
-    attention_forward(op, atty, s[L_PREATT], s[L_ATT], s[L_QKV], static_cast<int>(NHl),
-                      static_cast<int>(KVl), attn_dropout(mb));
+    attention_forward(op, atty, s[L_LSE], s[L_QKV], static_cast<int>(NHl), static_cast<int>(KVl),
+                      attn_dropout(mb));
   }
   s[L_XIN] = x;
   if (env_.sp && env_.policy != ActivationPolicy::FULL) {  // F kept only the shards
@@ -220,8 +217,8 @@ void LlamaBlock::backward_input(MicroBatch& mb) {
   use(O_PROJ);
   matmul_backward_input(op, datty, s[L_DOF], param(O_W));
   Tensor dqkv_rotated = env_.zeros(tmp, {B, T, Wl});
-  attention_backward(op, dqkv_rotated, datty, s[L_QKV], s[L_PREATT], s[L_ATT],
-                     static_cast<int>(NHl), static_cast<int>(KVl), attn_dropout(mb));
+  attention_backward(op, dqkv_rotated, datty, s[L_QKV], s[L_LSE], static_cast<int>(NHl),
+                     static_cast<int>(KVl), attn_dropout(mb));
   s[L_DQKV] = env_.zeros(w, {B, T, Wl});
   rope_backward(op, s[L_DQKV], dqkv_rotated, env_.rope_inv_freq, static_cast<int>(NHl),
                 static_cast<int>(KVl));

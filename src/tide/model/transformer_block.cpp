@@ -21,9 +21,8 @@ enum Saved {
   LN1_RSTD,  // ln_1(x): (B,Ts,C), (B,Ts), (B,Ts) (Ts = T/t under SP, else T)
   LN1F,      // ln_1(x) whole (B,T,C): all-gathered under SP, else LN1 itself
   QKV,       // (B,T,3C)
-  PREATT,
-  ATT,   // softmax probabilities before / after dropout: (B,NH,T,T)
-  ATTY,  // attention output before c_proj: (B,T,C)
+  LSE,       // the attention rows' log-sum-exp (B,NH,T), f32 (the probabilities are recomputed)
+  ATTY,      // attention output before c_proj: (B,T,C)
   RES2,  // x + attention branch: (B,Ts,C)
   LN2,
   LN2_MEAN,
@@ -85,11 +84,9 @@ std::vector<Tensor> TransformerBlock::compute_forward(MicroBatch& mb, Tensor x, 
   s[LN1F] = env_.to_full(s[LN1], whole, mb.workspace);  // (B,T,C)
   s[QKV] = main.alloc_tensor({B, T, 3 * Cl}, act);
   matmul_forward(op, s[QKV], s[LN1F], p(ATTN_W), p(ATTN_B));
-  s[PREATT] = attn.alloc_tensor({B, NHl, T, T}, act);
-  s[ATT] = attn.alloc_tensor({B, NHl, T, T}, act);
+  s[LSE] = attn.alloc_tensor({B, NHl, T}, DType::F32);
   s[ATTY] = main.alloc_tensor({B, T, Cl}, act);
-  attention_forward(op, s[ATTY], s[PREATT], s[ATT], s[QKV], static_cast<int>(NHl),
-                    attn_dropout(mb));
+  attention_forward(op, s[ATTY], s[LSE], s[QKV], static_cast<int>(NHl), attn_dropout(mb));
   use(PROJ);
   Tensor proj = row_parallel_forward(mb, s[ATTY], p(PROJ_W), p(PROJ_B));  // (B,Ts,C)
   dropout_forward(op, proj, proj, env_.seq_dropout(mb, layer_, ATTN_RESID, C));
@@ -174,10 +171,9 @@ void TransformerBlock::backward_input(MicroBatch& mb) {
   if (env_.policy == ActivationPolicy::FULL) {
     s = compute_forward(mb, x, /*recompute=*/true);
   } else if (env_.policy == ActivationPolicy::SELECTIVE) {
-    s[PREATT] = mb.workspace.alloc_tensor({B, NHl, T, T}, env_.act);
-    s[ATT] = mb.workspace.alloc_tensor({B, NHl, T, T}, env_.act);
+    s[LSE] = mb.workspace.alloc_tensor({B, NHl, T}, DType::F32);
     Tensor atty = mb.workspace.alloc_tensor({B, T, Cl}, env_.act);  // equals s[ATTY]; discarded
-    attention_forward(op, atty, s[PREATT], s[ATT], s[QKV], static_cast<int>(NHl), attn_dropout(mb));
+    attention_forward(op, atty, s[LSE], s[QKV], static_cast<int>(NHl), attn_dropout(mb));
   }
 
   s[XIN] = x;
@@ -217,8 +213,7 @@ void TransformerBlock::backward_input(MicroBatch& mb) {
   use(PROJ);
   matmul_backward_input(op, datty, s[DPROJF], p(PROJ_W));
   s[DQKV] = env_.zeros(w, {B, T, 3 * Cl});
-  attention_backward(op, s[DQKV], datty, s[QKV], s[PREATT], s[ATT], static_cast<int>(NHl),
-                     attn_dropout(mb));
+  attention_backward(op, s[DQKV], datty, s[QKV], s[LSE], static_cast<int>(NHl), attn_dropout(mb));
   Tensor dln1 = env_.sp ? env_.zeros(tmp, {B, T, C}) : env_.zeros(w, {B, T, C});
   use(LN1_ATTN);
   matmul_backward_input(op, dln1, s[DQKV], p(ATTN_W));

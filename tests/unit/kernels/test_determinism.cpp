@@ -50,12 +50,12 @@ std::vector<float> run_all_ops() {
                          view(ln, {B, T, C}));
   keep(qkv), keep(dln), keep(dw), keep(db);
 
-  std::vector<float> att_out(N * C), preatt(B * NH * T * T), att(B * NH * T * T), dqkv(N * OC);
-  attention_forward(ctx, view(att_out, {B, T, C}), view(preatt, {B, NH, T, T}),
-                    view(att, {B, NH, T, T}), view(qkv, {B, T, OC}), NH, drop);
+  std::vector<float> att_out(N * C), lse(B * NH * T), dqkv(N * OC);
+  attention_forward(ctx, view(att_out, {B, T, C}), view(lse, {B, NH, T}), view(qkv, {B, T, OC}),
+                    NH, drop);
   attention_backward(ctx, view(dqkv, {B, T, OC}), view(dres, {B, T, C}), view(qkv, {B, T, OC}),
-                     view(preatt, {B, NH, T, T}), view(att, {B, NH, T, T}), NH, drop);
-  keep(att_out), keep(preatt), keep(att), keep(dqkv);
+                     view(lse, {B, NH, T}), NH, drop);
+  keep(att_out), keep(lse), keep(dqkv);
 
   // The Llama ops: grouped-query attention (2 query heads per kv head) on the first
   // (NH + 2*NKV) * HS columns of qkv, RoPE, RMSNorm and SwiGLU.
@@ -69,11 +69,11 @@ std::vector<float> run_all_ops() {
                NKV);
   rope_backward(ctx, view(drot, {B, T, Wg}), view(rot, {B, T, Wg}), view(inv_freq, {HS / 2}), NH,
                 NKV);
-  attention_forward(ctx, view(att_g, {B, T, C}), view(preatt, {B, NH, T, T}),
-                    view(att, {B, NH, T, T}), view(rot, {B, T, Wg}), NH, NKV, drop);
+  attention_forward(ctx, view(att_g, {B, T, C}), view(lse, {B, NH, T}), view(rot, {B, T, Wg}), NH,
+                    NKV, drop);
   attention_backward(ctx, view(dqkv_g, {B, T, Wg}), view(dres, {B, T, C}), view(rot, {B, T, Wg}),
-                     view(preatt, {B, NH, T, T}), view(att, {B, NH, T, T}), NH, NKV, drop);
-  keep(rot), keep(drot), keep(att_g), keep(preatt), keep(att), keep(dqkv_g);
+                     view(lse, {B, NH, T}), NH, NKV, drop);
+  keep(rot), keep(drot), keep(att_g), keep(lse), keep(dqkv_g);
   std::vector<float> rms(N * C), rms_rstd(N), drms(N * C), drw(C);
   rmsnorm_forward(ctx, view(rms, {N, C}), view(rms_rstd, {N}), view(x, {N, C}), view(lw, {C}),
                   1e-5f);

@@ -171,20 +171,38 @@ TEST(DropoutGlobal, BackwardWithCoordinatesMatchesFiniteDifferences) {
 
 namespace {
 
-// Attention on qkv(B,T,3C) with NH heads: {out(B,T,C), preatt, att (B,NH,T,T), dqkv(B,T,3C)}.
+// Attention on qkv(B,T,3C) with NH heads: {out(B,T,C), lse(B,NH,T), dqkv(B,T,3C)}.
 struct AttentionResult {
-  std::vector<float> out, preatt, att, dqkv;
+  std::vector<float> out, lse, dqkv;
 };
 AttentionResult run_attention(std::vector<float> qkv, std::vector<float> dout, int B, int T, int C,
                               int NH, const DropoutSpec& spec) {
-  AttentionResult r{std::vector<float>(B * T * C), std::vector<float>(B * NH * T * T),
-                    std::vector<float>(B * NH * T * T), std::vector<float>(B * T * 3 * C, 0.0f)};
-  attention_forward(cpu_ctx(), view(r.out, {B, T, C}), view(r.preatt, {B, NH, T, T}),
-                    view(r.att, {B, NH, T, T}), view(qkv, {B, T, 3 * C}), NH, spec);
+  AttentionResult r{std::vector<float>(B * T * C), std::vector<float>(B * NH * T),
+                    std::vector<float>(B * T * 3 * C, 0.0f)};
+  attention_forward(cpu_ctx(), view(r.out, {B, T, C}), view(r.lse, {B, NH, T}),
+                    view(qkv, {B, T, 3 * C}), NH, spec);
   attention_backward(cpu_ctx(), view(r.dqkv, {B, T, 3 * C}), view(dout, {B, T, C}),
-                     view(qkv, {B, T, 3 * C}), view(r.preatt, {B, NH, T, T}),
-                     view(r.att, {B, NH, T, T}), NH, spec);
+                     view(qkv, {B, T, 3 * C}), view(r.lse, {B, NH, T}), NH, spec);
   return r;
+}
+
+// The attention weights att(B,NH,T,T) after dropout, read through the output: with v_u the
+// unit vector e_u of its head (HS >= T), out_t = att[t, :] exactly.
+std::vector<float> attention_weights(std::vector<float> qkv, int B, int T, int C, int NH,
+                                     const DropoutSpec& spec) {
+  const int HS = C / NH;
+  for (int r = 0; r < B * T; ++r)
+    for (int h = 0; h < NH; ++h)
+      for (int i = 0; i < HS; ++i) qkv[r * 3 * C + 2 * C + h * HS + i] = i == r % T ? 1.0f : 0.0f;
+  const AttentionResult res = run_attention(qkv, std::vector<float>(B * T * C), B, T, C, NH, spec);
+  std::vector<float> att(static_cast<size_t>(B) * NH * T * T);
+  for (int b = 0; b < B; ++b)
+    for (int h = 0; h < NH; ++h)
+      for (int t = 0; t < T; ++t)
+        for (int u = 0; u < T; ++u)
+          att[((static_cast<size_t>(b) * NH + h) * T + t) * T + u] =
+              res.out[(b * T + t) * C + h * HS + u];
+  return att;
 }
 
 // The columns of heads [h0, h0+nh) in each of the three C-wide parts of qkv(B,T,3C) (or in
@@ -214,9 +232,8 @@ TEST(AttentionDropoutGlobal, HeadSplitEqualsAllHeads) {
     const AttentionResult part =
         run_attention(head_columns(qkv, B * T, C, HS, 3, h0, nh),
                       head_columns(dout, B * T, C, HS, 1, h0, nh), B, T, Cs, nh, s);
-    // att (B,NH,T,T): heads h0..h0+nh-1 of each b are the slice (b, h0.., :, :).
-    EXPECT_EQ(part.att, slice(full.att, NH, T * T, 0, B, h0, nh, 0, T * T)) << "half " << half;
-    EXPECT_EQ(part.preatt, slice(full.preatt, NH, T * T, 0, B, h0, nh, 0, T * T));
+    // lse (B,NH,T): heads h0..h0+nh-1 of each b are the slice (b, h0.., :).
+    EXPECT_EQ(part.lse, slice(full.lse, NH, T, 0, B, h0, nh, 0, T)) << "half " << half;
     EXPECT_EQ(part.out, head_columns(full.out, B * T, C, HS, 1, h0, nh));
     EXPECT_EQ(part.dqkv, head_columns(full.dqkv, B * T, C, HS, 3, h0, nh));
   }
@@ -233,7 +250,7 @@ TEST(AttentionDropoutGlobal, BatchSplitEqualsTheWholeBatch) {
     const AttentionResult part =
         run_attention(slice(qkv, 1, T * 3 * C, 2 * half, 2, 0, 1, 0, T * 3 * C),
                       slice(dout, 1, T * C, 2 * half, 2, 0, 1, 0, T * C), 2, T, C, NH, s);
-    EXPECT_EQ(part.att, slice(full.att, 1, NH * T * T, 2 * half, 2, 0, 1, 0, NH * T * T));
+    EXPECT_EQ(part.lse, slice(full.lse, 1, NH * T, 2 * half, 2, 0, 1, 0, NH * T));
     EXPECT_EQ(part.out, slice(full.out, 1, T * C, 2 * half, 2, 0, 1, 0, T * C));
     EXPECT_EQ(part.dqkv, slice(full.dqkv, 1, T * 3 * C, 2 * half, 2, 0, 1, 0, T * 3 * C));
   }
@@ -243,15 +260,18 @@ TEST(AttentionDropoutGlobal, BatchSplitEqualsTheWholeBatch) {
 // sequence-parallel layout that gathers the whole sequence for attention uses pos0 = 0, but
 // the rule is defined for any), and (6) the kept fraction.
 TEST(AttentionDropoutGlobal, MaskFollowsTheCounterRule) {
-  const int B = 2, T = 24, NH = 3, C = 12;
+  const int B = 2, T = 12, NH = 3, C = 36;  // HS = T: the weights read through the output
   DropoutSpec s = base_spec();
   s.seq0 = 5;
   s.pos0 = 4;
   s.seq_stride = 32;
   s.col0 = 2;
   s.width_full = 8;
-  const auto qkv = randn(B * T * 3 * C, 10), dout = randn(B * T * C, 11);
-  const AttentionResult r = run_attention(qkv, dout, B, T, C, NH, s);
+  const auto qkv = randn(B * T * 3 * C, 10);
+  const std::vector<float> att = attention_weights(qkv, B, T, C, NH, s);
+  DropoutSpec none = s;
+  none.p = 0;
+  const std::vector<float> probs = attention_weights(qkv, B, T, C, NH, none);
   const PhiloxStream rng{s.seed, s.stream};
   const float scale = 1.0f / (1.0f - s.p);
   int64_t kept = 0, total = 0;
@@ -265,7 +285,7 @@ TEST(AttentionDropoutGlobal, MaskFollowsTheCounterRule) {
               u;
           const bool keep = rng.uniform(k) >= s.p;
           const size_t i = ((static_cast<size_t>(b) * NH + h) * T + t) * T + u;
-          ASSERT_EQ(r.att[i], keep ? r.preatt[i] * scale : 0.0f) << b << "," << h << "," << t;
+          ASSERT_EQ(att[i], keep ? probs[i] * scale : 0.0f) << b << "," << h << "," << t;
           kept += keep;
           ++total;
         }
@@ -284,10 +304,10 @@ TEST(AttentionDropoutGlobal, BackwardWithCoordinatesMatchesFiniteDifferences) {
   s.seq_stride = 9;
   auto qkv = randn(B * T * 3 * C, 12), R = randn(B * T * C, 13);
   AttentionResult r = run_attention(qkv, R, B, T, C, NH, s);
-  std::vector<float> out(B * T * C), pre(B * NH * T * T), att(B * NH * T * T);
+  std::vector<float> out(B * T * C), lse(B * NH * T);
   check_gradient("dqkv", qkv, r.dqkv, [&] {
-    attention_forward(cpu_ctx(), view(out, {B, T, C}), view(pre, {B, NH, T, T}),
-                      view(att, {B, NH, T, T}), view(qkv, {B, T, 3 * C}), NH, s);
+    attention_forward(cpu_ctx(), view(out, {B, T, C}), view(lse, {B, NH, T}),
+                      view(qkv, {B, T, 3 * C}), NH, s);
     return dot(out, R);
   });
 }
@@ -316,14 +336,14 @@ TEST(DropoutGlobal, CoordinatesOutsideTheActivationAreErrors) {
       {"dropout_forward", "(B,T,W) or (N,W)"});
   // Attention: heads col0..col0+NH-1 must fit in width_full.
   const int B = 1, T = 2, C = 4, NH = 2;
-  std::vector<float> qkv(B * T * 3 * C), out(B * T * C), pre(B * NH * T * T), att(pre.size());
+  std::vector<float> qkv(B * T * 3 * C), out(B * T * C), lse(B * NH * T);
   s = base_spec();
   s.col0 = 3;
   s.width_full = 4;
   expect_error(
       [&] {
-        attention_forward(cpu_ctx(), view(out, {B, T, C}), view(pre, {B, NH, T, T}),
-                          view(att, {B, NH, T, T}), view(qkv, {B, T, 3 * C}), NH, s);
+        attention_forward(cpu_ctx(), view(out, {B, T, C}), view(lse, {B, NH, T}),
+                          view(qkv, {B, T, 3 * C}), NH, s);
       },
       {"attention_forward", "heads", "3..4", "width_full=4"});
 }

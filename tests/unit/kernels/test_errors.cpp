@@ -126,34 +126,42 @@ TEST(OpErrors, BadTokensTargetsAndSequenceLength) {
 
 TEST(OpErrors, BadHeadsAndDropoutProbability) {
   const int B = 1, T = 2, C = 6;
-  std::vector<float> qkv(B * T * 3 * C), out(B * T * C), pre(B * 4 * T * T), att(B * 4 * T * T);
+  std::vector<float> qkv(B * T * 3 * C), out(B * T * C), lse(B * 4 * T);
   expect_error(
       [&] {
-        attention_forward(cpu_ctx(), view(out, {B, T, C}), view(pre, {B, 4, T, T}),
-                          view(att, {B, 4, T, T}), view(qkv, {B, T, 3 * C}), 4, DropoutSpec{});
+        attention_forward(cpu_ctx(), view(out, {B, T, C}), view(lse, {B, 4, T}),
+                          view(qkv, {B, T, 3 * C}), 4, DropoutSpec{});
       },
       {"attention_forward", "n_head=4", "divide C=6"});
   // Grouped-query: n_kv_head must divide n_head, and qkv's last dim is (NH + 2*NKV) * HS.
-  std::vector<float> gqkv(B * T * 40), gout(B * T * 24), gpre(B * 6 * T * T), gatt(gpre.size());
+  std::vector<float> gqkv(B * T * 40), gout(B * T * 24), glse(B * 6 * T);
   expect_error(
       [&] {
-        attention_forward(cpu_ctx(), view(gout, {B, T, 24}), view(gpre, {B, 6, T, T}),
-                          view(gatt, {B, 6, T, T}), view(gqkv, {B, T, 40}), 6, 4, DropoutSpec{});
+        attention_forward(cpu_ctx(), view(gout, {B, T, 24}), view(glse, {B, 6, T}),
+                          view(gqkv, {B, T, 40}), 6, 4, DropoutSpec{});
       },
       {"attention_forward", "n_head=6", "n_kv_head=4", "dividing"});
   expect_error(
       [&] {
-        attention_forward(cpu_ctx(), view(gout, {B, T, 24}), view(gpre, {B, 6, T, T}),
-                          view(gatt, {B, 6, T, T}), view(gqkv, {B, T, 40}), 6, 3, DropoutSpec{});
+        attention_forward(cpu_ctx(), view(gout, {B, T, 24}), view(glse, {B, 6, T}),
+                          view(gqkv, {B, T, 40}), 6, 3, DropoutSpec{});
       },
       {"attention_forward", "'qkv'", "(1, 2, 40)", "(n_head + 2*n_kv_head) * HS = 12 * HS"});
   std::vector<float> gqkv48(B * T * 48);  // NH 6, NKV 3, HS 4: out must be (1, 2, 24)
   expect_error(
       [&] {
-        attention_forward(cpu_ctx(), view(out, {B, T, C}), view(gpre, {B, 6, T, T}),
-                          view(gatt, {B, 6, T, T}), view(gqkv48, {B, T, 48}), 6, 3, DropoutSpec{});
+        attention_forward(cpu_ctx(), view(out, {B, T, C}), view(glse, {B, 6, T}),
+                          view(gqkv48, {B, T, 48}), 6, 3, DropoutSpec{});
       },
       {"attention_forward", "'out'", "(1, 2, 6)", "(1, 2, 24)", "n_head * HS"});
+  // lse is f32 (B,NH,T).
+  std::vector<float> lse_wrong(B * 2 * T * T);
+  expect_error(
+      [&] {
+        attention_forward(cpu_ctx(), view(out, {B, T, C}), view(lse_wrong, {B, 2, T, T}),
+                          view(qkv, {B, T, 3 * C}), 2, DropoutSpec{});
+      },
+      {"attention_forward", "'lse'", "(B,NH,T)"});
   std::vector<float> x(8), y(8);
   expect_error(
       [&] {

@@ -63,14 +63,14 @@ bool matmul_backward_weight_native(const Tensor& dweight, const Tensor& dbias, c
                                    const Tensor& inp, int64_t N, int C, int OC);
 
 // qkv(B,T,W) -> out(B,T,C), W = (NH + 2*NKV) * HS, C = NH * HS (rows [q | k | v], query head h
-// reading kv head h / (NH/NKV)); preatt(B,NH,T,T) softmax probabilities, att(B,NH,T,T) after
-// dropout (counters by the spec's attention rule).
-void attention_forward(float* out, float* preatt, float* att, const float* qkv, int B, int T, int C,
-                       int NH, int NKV, const DropoutSpec& dropout);
-// dqkv(B,T,W) += gradient of out w.r.t. qkv.
-void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* preatt,
-                        const float* att, int B, int T, int C, int NH, int NKV,
-                        const DropoutSpec& dropout);
+// reading kv head h / (NH/NKV)); lse(B,NH,T) the log-sum-exp of each row's scaled scores (what
+// the backward needs besides qkv); dropout on the probabilities (counters by the spec's
+// attention rule).
+void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH,
+                       int NKV, const DropoutSpec& dropout);
+// dqkv(B,T,W) += gradient of out w.r.t. qkv, from the forward's lse.
+void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* lse,
+                        int B, int T, int C, int NH, int NKV, const DropoutSpec& dropout);
 
 // RoPE (HF's rotate_half pairs (i, i+HS/2)) on qkv rows (B,T,W), W = (NH + 2*NKV) * HS laid
 // out [q heads | k heads | v heads]: q and k heads turned by t * inv_freq(HS/2), v copied; out

@@ -1,10 +1,12 @@
-// Causal multi-head self-attention core on the GPU, the straightforward version that
-// materialises the (B,NH,T,T) probabilities, because the op API saves preatt and att for the
-// backward pass (see ops.h). Same math as cpu/attention.cpp:
+// Causal multi-head self-attention core on the GPU, the fp32 path: cuBLAS GEMMs around
+// (B,NH,T,T) scratch buffers that live only inside one call; the op keeps only the output and
+// each row's log-sum-exp (ops.h), as the CPU reference does. Same math as cpu/attention.cpp:
 //   scores = q k^T / sqrt(HS)                     batched GEMM over the B*NH heads
-//   preatt = causal softmax(scores)               one warp per row; zero above the diagonal
-//   att    = preatt * dropout mask / (1-p)        mask counter from global coordinates
+//   probs  = causal softmax(scores), lse          one warp per row; zero above the diagonal
+//   att    = probs * dropout mask / (1-p)         mask counter from global coordinates
 //   out    = att @ v                              batched GEMM
+// The backward recomputes the scores, probs = exp(scores - lse) and att, then runs the
+// products' gradients.
 // q, k, v are first copied out of qkv(B,T,W) into a (B,NH,T,HS) layout, in which each head
 // is one contiguous (T,HS) matrix, so that one strided-batched GEMM covers all heads.
 //
@@ -15,12 +17,11 @@
 // NKV = NH (G = 1) every kernel does exactly the multi-head work.
 //
 // The GEMMs compute the full T x T products, upper triangle included (then zeroed or unused):
-// twice the necessary flops, the price of using plain cuBLAS. A flash-attention forward
-// (no T x T buffer) is the natural replacement once the op API stops requiring preatt/att.
+// twice the necessary flops, the price of using plain cuBLAS; cuDNN's fused attention
+// (issue #27) is the fast path.
 //
 // 16-bit storage: everything between the storage tensors is f32 (q, k, v, the scores, the
-// probabilities), as in the CPU reference; preatt and att are rounded copies written by the
-// softmax, and att @ v uses the f32 probabilities. The backward widens att into scratch.
+// probabilities), as in the CPU reference.
 #include <cmath>
 #include <type_traits>
 
@@ -86,19 +87,10 @@ __device__ __forceinline__ uint64_t row_counter(const DropoutParams& d, int64_t 
   return attention_dropout_row_counter(d, bh / NH, bh % NH, row % T);
 }
 
-// dst(n) = src(n) in f32.
-template <typename S>
-__global__ void widen_kernel(float* dst, const S* src, int64_t n) {
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < n) dst[i] = to_f32(src[i]);
-}
-
-// One warp per row (b,h,t) of the (B,NH,T,T) buffers. preatt holds the scaled scores on
-// entry (written by the GEMM) and the probabilities on exit; att gets them after dropout.
-// With 16-bit storage (S not float), preatt and att are f32 scratch and the kernel also writes
-// their rounded copies to preatt_out and att_out (null with f32 storage).
-template <typename S>
-__global__ void causal_softmax_forward_kernel(float* preatt, float* att, S* preatt_out, S* att_out,
+// One warp per row (b,h,t) of the (B,NH,T,T) buffers. probs holds the scaled scores on entry
+// (written by the GEMM) and the probabilities on exit; att gets them after dropout, and lse the
+// row's log-sum-exp.
+__global__ void causal_softmax_forward_kernel(float* probs, float* att, float* lse,
                                               int64_t n_rows, int T, int NH,
                                               DropoutParams dropout) {
   const int lane = threadIdx.x % kWarpSize;
@@ -106,14 +98,16 @@ __global__ void causal_softmax_forward_kernel(float* preatt, float* att, S* prea
   if (row >= n_rows) return;
   const int t = static_cast<int>(row % T);  // the query position: keys 0..t are visible
   const uint64_t c0 = row_counter(dropout, row, T, NH);
-  float* p = preatt + row * T;
+  float* p = probs + row * T;
   float* a = att + row * T;
   float maxval = -INFINITY;
   for (int t2 = lane; t2 <= t; t2 += kWarpSize) maxval = fmaxf(maxval, p[t2]);
   maxval = warp_max(maxval);
   float sum = 0.0f;
   for (int t2 = lane; t2 <= t; t2 += kWarpSize) sum += expf(p[t2] - maxval);
-  const float inv = 1.0f / warp_sum(sum);
+  sum = warp_sum(sum);
+  const float inv = 1.0f / sum;
+  if (lane == 0) lse[row] = maxval + logf(sum);
   for (int t2 = lane; t2 < T; t2 += kWarpSize) {
     if (t2 <= t) {
       const float prob = expf(p[t2] - maxval) * inv;
@@ -123,18 +117,32 @@ __global__ void causal_softmax_forward_kernel(float* preatt, float* att, S* prea
       p[t2] = 0.0f;
       a[t2] = 0.0f;
     }
-    if (preatt_out != nullptr) {
-      preatt_out[row * T + t2] = from_f32<S>(p[t2]);
-      att_out[row * T + t2] = from_f32<S>(a[t2]);
-    }
+  }
+}
+
+// The backward's recomputation, one warp per row: probs holds the scaled scores on entry and
+// exp(score - lse) on exit, att the same after dropout (0 above the diagonal in both).
+__global__ void probs_from_lse_kernel(float* probs, float* att, const float* lse, int64_t n_rows,
+                                      int T, int NH, DropoutParams dropout) {
+  const int lane = threadIdx.x % kWarpSize;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarpSize;
+  if (row >= n_rows) return;
+  const int t = static_cast<int>(row % T);
+  const uint64_t c0 = row_counter(dropout, row, T, NH);
+  const float l = lse[row];
+  float* p = probs + row * T;
+  float* a = att + row * T;
+  for (int t2 = lane; t2 < T; t2 += kWarpSize) {
+    const float prob = t2 <= t ? expf(p[t2] - l) : 0.0f;
+    p[t2] = prob;
+    a[t2] = t2 <= t ? prob * dropout_multiplier(dropout, c0 + static_cast<uint64_t>(t2)) : 0.0f;
   }
 }
 
 // One warp per row: on entry dscore holds datt = dout_h @ v^T; on exit the gradient of the
 // scaled scores, probs * (dprobs - sum_j probs_j dprobs_j) * scale with dprobs = datt * mask,
 // and 0 above the diagonal.
-template <typename S>
-__global__ void causal_softmax_backward_kernel(float* dscore, const S* preatt, int64_t n_rows,
+__global__ void causal_softmax_backward_kernel(float* dscore, const float* probs, int64_t n_rows,
                                                int T, int NH, float scale, DropoutParams dropout) {
   const int lane = threadIdx.x % kWarpSize;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarpSize;
@@ -142,16 +150,15 @@ __global__ void causal_softmax_backward_kernel(float* dscore, const S* preatt, i
   const int t = static_cast<int>(row % T);
   const uint64_t c0 = row_counter(dropout, row, T, NH);
   float* ds = dscore + row * T;
-  const S* probs = preatt + row * T;
+  const float* p = probs + row * T;
   float dot = 0.0f;
   for (int t2 = lane; t2 <= t; t2 += kWarpSize) {
     const float dprob = ds[t2] * dropout_multiplier(dropout, c0 + static_cast<uint64_t>(t2));
     ds[t2] = dprob;  // each lane rereads only its own entries below
-    dot += to_f32(probs[t2]) * dprob;
+    dot += p[t2] * dprob;
   }
   dot = warp_sum(dot);
-  for (int t2 = lane; t2 < T; t2 += kWarpSize)
-    ds[t2] = t2 <= t ? to_f32(probs[t2]) * (ds[t2] - dot) * scale : 0.0f;
+  for (int t2 = lane; t2 < T; t2 += kWarpSize) ds[t2] = t2 <= t ? p[t2] * (ds[t2] - dot) * scale : 0.0f;
 }
 
 // Column-major strided-batched SGEMM: for each of `batch` matrices,
@@ -167,40 +174,43 @@ void sgemm_batched(const OpContext& ctx, bool trans_a, bool trans_b, int m, int 
       &alpha, A, lda, stride_a, B, ldb, stride_b, &beta, C, ldc, stride_c, batch));
 }
 
+// The scaled scores of every head into probs(B*NH,T,T) from q, k (B,NH,T,HS).
+void scores(const OpContext& ctx, const float* q, const float* k, float* probs, const Dims& d) {
+  const int T = d.T, HS = d.HS;
+  const int64_t head = static_cast<int64_t>(T) * HS, tt = static_cast<int64_t>(T) * T;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
+  // probs(T,T) = scale * q(T,HS) @ k(T,HS)^T per head.
+  sgemm_batched(ctx, true, false, T, T, HS, scale, k, HS, head, q, HS, head, 0.0f, probs, T, tt,
+                d.B * d.NH);
+}
+
 // The forward for storage type S (float, __nv_bfloat16 or __half).
 template <typename S>
-void attention_forward_as(const OpContext& ctx, S* out, S* preatt, S* att, const S* qkv,
-                          const Dims& d, const DropoutSpec& dropout) {
-  constexpr bool kF32 = std::is_same_v<S, float>;
+void attention_forward_as(const OpContext& ctx, S* out, float* lse, const S* qkv, const Dims& d,
+                          const DropoutSpec& dropout) {
   const int64_t n = d.head_elems();
   CudaHandles& h = handles_of(ctx);
   const cudaStream_t stream = stream_of(ctx);
   const int B = d.B, T = d.T, C = d.C, NH = d.NH, batch = B * NH, HS = d.HS;
   const int64_t head = static_cast<int64_t>(T) * HS, tt = static_cast<int64_t>(T) * T;
   const int64_t n_rows = static_cast<int64_t>(batch) * T;
-  // Scratch: q, k, v, y, each (B,NH,T,HS); with 16-bit storage also the f32 scores and
-  // probabilities (B,NH,T,T) twice.
-  const int64_t n_probs = kF32 ? 0 : 2 * n_rows * T;
-  float* q = static_cast<float*>(h.scratch((4 * n + n_probs) * sizeof(float)));
+  // Scratch: q, k, v, y, each (B,NH,T,HS), and the probabilities (B,NH,T,T) before and after
+  // dropout.
+  float* q = static_cast<float*>(h.scratch((4 * n + 2 * n_rows * T) * sizeof(float)));
   float* k = q + n;
   float* v = k + n;
   float* y = v + n;
-  float* probs = kF32 ? reinterpret_cast<float*>(preatt) : y + n;
-  float* dropped = kF32 ? reinterpret_cast<float*>(att) : probs + n_rows * T;
+  float* probs = y + n;
+  float* dropped = probs + n_rows * T;
   const unsigned int grid = ceil_div(n, kBlock);
   const int W = d.row_stride(), G = d.group(), v_offset = C + d.NKV * HS;
   split_heads_kernel<S><<<grid, kBlock, 0, stream>>>(q, qkv, d, W, 0, 1);
   split_heads_kernel<S><<<grid, kBlock, 0, stream>>>(k, qkv, d, W, C, G);
   split_heads_kernel<S><<<grid, kBlock, 0, stream>>>(v, qkv, d, W, v_offset, G);
   TIDE_CUDA_CHECK_LAUNCH();
-
-  const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
-  // probs(T,T) = scale * q(T,HS) @ k(T,HS)^T per head (the scores, softmaxed in place next).
-  sgemm_batched(ctx, true, false, T, T, HS, scale, k, HS, head, q, HS, head, 0.0f, probs, T, tt,
-                batch);
-  causal_softmax_forward_kernel<S><<<ceil_div(n_rows, kRowsPerBlock), kBlock, 0, stream>>>(
-      probs, dropped, kF32 ? nullptr : preatt, kF32 ? nullptr : att, n_rows, T, NH,
-      dropout_params(dropout, T, NH));
+  scores(ctx, q, k, probs, d);
+  causal_softmax_forward_kernel<<<ceil_div(n_rows, kRowsPerBlock), kBlock, 0, stream>>>(
+      probs, dropped, lse, n_rows, T, NH, dropout_params(dropout, T, NH));
   TIDE_CUDA_CHECK_LAUNCH();
   // y(T,HS) = att(T,T) @ v(T,HS) per head.
   sgemm_batched(ctx, false, false, HS, T, T, 1.0f, v, HS, head, dropped, T, tt, 0.0f, y, HS, head,
@@ -211,19 +221,16 @@ void attention_forward_as(const OpContext& ctx, S* out, S* preatt, S* att, const
 
 template <typename S>
 void attention_backward_as(const OpContext& ctx, S* dqkv, const S* dout, const S* qkv,
-                           const S* preatt, const S* att, const Dims& d,
-                           const DropoutSpec& dropout) {
-  constexpr bool kF32 = std::is_same_v<S, float>;
+                           const float* lse, const Dims& d, const DropoutSpec& dropout) {
   const int64_t n = d.head_elems();
   CudaHandles& h = handles_of(ctx);
   const cudaStream_t stream = stream_of(ctx);
   const int B = d.B, T = d.T, C = d.C, NH = d.NH, batch = B * NH, HS = d.HS;
   const int64_t head = static_cast<int64_t>(T) * HS, tt = static_cast<int64_t>(T) * T;
   const int64_t n_rows = static_cast<int64_t>(batch) * T;
-  // Scratch: q, k, v, dy, dq, dk, dv, each (B,NH,T,HS), dscore (B,NH,T,T), and with 16-bit
-  // storage att widened to f32 (B,NH,T,T).
-  const int64_t n_att = kF32 ? 0 : n_rows * T;
-  float* q = static_cast<float*>(h.scratch((7 * n + n_rows * T + n_att) * sizeof(float)));
+  // Scratch: q, k, v, dy, dq, dk, dv, each (B,NH,T,HS), and the probabilities, the same after
+  // dropout and the score gradient, each (B,NH,T,T).
+  float* q = static_cast<float*>(h.scratch((7 * n + 3 * n_rows * T) * sizeof(float)));
   float* k = q + n;
   float* v = k + n;
   float* dy = v + n;
@@ -231,12 +238,8 @@ void attention_backward_as(const OpContext& ctx, S* dqkv, const S* dout, const S
   float* dk = dq + n;
   float* dv = dk + n;
   float* dscore = dv + n;
-  const float* att32 = reinterpret_cast<const float*>(att);
-  if constexpr (!kF32) {
-    float* widened = dscore + n_rows * T;
-    widen_kernel<S><<<ceil_div(n_rows * T, kBlock), kBlock, 0, stream>>>(widened, att, n_rows * T);
-    att32 = widened;
-  }
+  float* probs = dscore + n_rows * T;
+  float* att = probs + n_rows * T;
   const unsigned int grid = ceil_div(n, kBlock);
   const int W = d.row_stride(), G = d.group(), v_offset = C + d.NKV * HS;
   split_heads_kernel<S><<<grid, kBlock, 0, stream>>>(q, qkv, d, W, 0, 1);
@@ -244,16 +247,21 @@ void attention_backward_as(const OpContext& ctx, S* dqkv, const S* dout, const S
   split_heads_kernel<S><<<grid, kBlock, 0, stream>>>(v, qkv, d, W, v_offset, G);
   split_heads_kernel<S><<<grid, kBlock, 0, stream>>>(dy, dout, d, C, 0, 1);
   TIDE_CUDA_CHECK_LAUNCH();
+  // The probabilities again: the scores, exp(score - lse), the dropout mask.
+  scores(ctx, q, k, probs, d);
+  probs_from_lse_kernel<<<ceil_div(n_rows, kRowsPerBlock), kBlock, 0, stream>>>(
+      probs, att, lse, n_rows, T, NH, dropout_params(dropout, T, NH));
+  TIDE_CUDA_CHECK_LAUNCH();
 
   // y = att @ v:  datt(T,T) = dy(T,HS) @ v(T,HS)^T,  dv(T,HS) = att(T,T)^T @ dy(T,HS).
   sgemm_batched(ctx, true, false, T, T, HS, 1.0f, v, HS, head, dy, HS, head, 0.0f, dscore, T, tt,
                 batch);
-  sgemm_batched(ctx, false, true, HS, T, T, 1.0f, dy, HS, head, att32, T, tt, 0.0f, dv, HS, head,
+  sgemm_batched(ctx, false, true, HS, T, T, 1.0f, dy, HS, head, att, T, tt, 0.0f, dv, HS, head,
                 batch);
   // Through dropout and softmax: datt -> dscore (scaled-score gradient, scale included).
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
-  causal_softmax_backward_kernel<S><<<ceil_div(n_rows, kRowsPerBlock), kBlock, 0, stream>>>(
-      dscore, preatt, n_rows, T, NH, scale, dropout_params(dropout, T, NH));
+  causal_softmax_backward_kernel<<<ceil_div(n_rows, kRowsPerBlock), kBlock, 0, stream>>>(
+      dscore, probs, n_rows, T, NH, scale, dropout_params(dropout, T, NH));
   TIDE_CUDA_CHECK_LAUNCH();
   // scores = q @ k^T:  dq(T,HS) = dscore(T,T) @ k(T,HS),  dk(T,HS) = dscore(T,T)^T @ q(T,HS).
   sgemm_batched(ctx, false, false, HS, T, T, 1.0f, k, HS, head, dscore, T, tt, 0.0f, dq, HS, head,
@@ -270,28 +278,26 @@ void attention_backward_as(const OpContext& ctx, S* dqkv, const S* dout, const S
 
 }  // namespace
 
-void attention_forward(const OpContext& ctx, DType dtype, void* out, void* preatt, void* att,
-                       const void* qkv, int B, int T, int C, int NH, int NKV,
-                       const DropoutSpec& dropout) {
+void attention_forward(const OpContext& ctx, DType dtype, void* out, float* lse, const void* qkv,
+                       int B, int T, int C, int NH, int NKV, const DropoutSpec& dropout) {
   const Dims d{B, T, C, NH, C / NH, NKV};
   if (d.head_elems() == 0) return;
   with_storage_type(dtype, [&](auto tag) {
     using S = decltype(tag);
-    attention_forward_as<S>(ctx, static_cast<S*>(out), static_cast<S*>(preatt),
-                            static_cast<S*>(att), static_cast<const S*>(qkv), d, dropout);
+    attention_forward_as<S>(ctx, static_cast<S*>(out), lse, static_cast<const S*>(qkv), d,
+                            dropout);
   });
 }
 
 void attention_backward(const OpContext& ctx, DType dtype, void* dqkv, const void* dout,
-                        const void* qkv, const void* preatt, const void* att, int B, int T, int C,
-                        int NH, int NKV, const DropoutSpec& dropout) {
+                        const void* qkv, const float* lse, int B, int T, int C, int NH, int NKV,
+                        const DropoutSpec& dropout) {
   const Dims d{B, T, C, NH, C / NH, NKV};
   if (d.head_elems() == 0) return;
   with_storage_type(dtype, [&](auto tag) {
     using S = decltype(tag);
     attention_backward_as<S>(ctx, static_cast<S*>(dqkv), static_cast<const S*>(dout),
-                             static_cast<const S*>(qkv), static_cast<const S*>(preatt),
-                             static_cast<const S*>(att), d, dropout);
+                             static_cast<const S*>(qkv), lse, d, dropout);
   });
 }
 

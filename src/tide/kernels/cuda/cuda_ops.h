@@ -90,18 +90,18 @@ void matmul_backward_weight(const OpContext& ctx, DType dtype, void* dweight, vo
                             const void* dout, const void* inp, int64_t N, int C, int OC);
 
 // qkv(B,T,W) -> out(B,T,C), W = (NH + 2*NKV) * HS, C = NH * HS (rows [q | k | v], query head h
-// reading kv head h / (NH/NKV)); preatt(B,NH,T,T) softmax probabilities, att(B,NH,T,T) after
-// dropout. Uses scratch for q, k, v (kv heads repeated per query head) and the output in
-// (B,NH,T,HS) layout.
-void attention_forward(const OpContext& ctx, DType dtype, void* out, void* preatt, void* att,
-                       const void* qkv, int B, int T, int C, int NH, int NKV,
-                       const DropoutSpec& dropout);
-// dqkv(B,T,W) += gradient of out w.r.t. qkv. Uses scratch for q, k, v, dout, dq, dk, dv in
-// (B,NH,T,HS) layout and one (B,NH,T,T) buffer for the attention-score gradient; a kv head's
-// dk, dv sum over its query heads in head order.
+// reading kv head h / (NH/NKV)); lse(B,NH,T) f32, each row's log-sum-exp of the scaled scores.
+// Uses scratch for q, k, v (kv heads repeated per query head) and the output in (B,NH,T,HS)
+// layout, and the f32 scores and probabilities (B,NH,T,T) twice.
+void attention_forward(const OpContext& ctx, DType dtype, void* out, float* lse, const void* qkv,
+                       int B, int T, int C, int NH, int NKV, const DropoutSpec& dropout);
+// dqkv(B,T,W) += gradient of out w.r.t. qkv, the probabilities recomputed from the scores and
+// lse. Uses scratch for q, k, v, dout, dq, dk, dv in (B,NH,T,HS) layout and three (B,NH,T,T)
+// f32 buffers (probabilities, after dropout, score gradient); a kv head's dk, dv sum over its
+// query heads in head order.
 void attention_backward(const OpContext& ctx, DType dtype, void* dqkv, const void* dout,
-                        const void* qkv, const void* preatt, const void* att, int B, int T, int C,
-                        int NH, int NKV, const DropoutSpec& dropout);
+                        const void* qkv, const float* lse, int B, int T, int C, int NH, int NKV,
+                        const DropoutSpec& dropout);
 
 // RoPE on qkv rows (B,T,(NH + 2*NKV)*HS): q and k heads turned by t * inv_freq(HS/2) (HF's
 // rotate_half pairs), v copied; out may alias inp. rope_backward: dinp += dout turned back.
