@@ -62,8 +62,10 @@ export OMP_NUM_THREADS="${OMP_NUM_THREADS:-2}"
 #    train_zero.np3 and train_offload.np3 take on the CPU; the 2-rank run is also under TSan);
 #  - mpi.train_mixed_precision at 2 ranks (85 s; its 4-rank run adds dp to the same paths);
 #  - cli.estimate_mem (54 s: twelve one-step runs of the default model, whose memory handling
-#    cli.default_run and the unit tests take; the estimator's code runs in test_estimate).
+#    cli.default_run and the unit tests take; the estimator's code runs in test_estimate) and
+#    cli.estimate_mem_pipeline (five 2- and 4-rank pp x tp runs of one step: the same paths as
+#    mpi.pp_tp_run and train_partition_activations).
 # The other MPI tests run with a 480 s limit here (TIDE_MPI_TEST_TIMEOUT above).
 np4_dropped='train_dp|train_engine_tensor_parallel|train_mixed_precision|train_pipeline|train_pipeline_dp|train_pipeline_measure|train_pipeline_policies|train_pipeline_post_validation|train_pipeline_tp|train_pipeline_trainer|train_tensor_parallel|train_tensor_parallel_trainer|train_trace|train_zero|train_zero_buffers'
-exclude="${SANITIZE_EXCLUDE-^(mpi\.((train|comm)_[a-z_]+\.np8|(train_zero|train_dp|train_offload)\.np2|train_llama\.np3|chaos_resume\.np3|train_resume\.np4\.part[1-4]of4|train_pipeline[a-z_]*\.np3|train_pipeline\.np2|train_pipeline_dp_trainer\.np2|train_comm_dtype\.np2|train_sim_device\.np3|($np4_dropped)\.np4)|Checkpoint\.EveryHeaderBitFlipIsRefused|cli\.estimate_mem)$}"
+exclude="${SANITIZE_EXCLUDE-^(mpi\.((train|comm)_[a-z_]+\.np8|(train_zero|train_dp|train_offload)\.np2|train_llama\.np3|chaos_resume\.np3|train_resume\.np4\.part[1-4]of4|train_pipeline[a-z_]*\.np3|train_pipeline\.np2|train_pipeline_dp_trainer\.np2|train_comm_dtype\.np2|train_sim_device\.np3|($np4_dropped)\.np4)|Checkpoint\.EveryHeaderBitFlipIsRefused|cli\.estimate_mem(_pipeline)?)$}"
 ctest --test-dir build-san --output-on-failure -j 2 --timeout 900 -E "$exclude" "$@"

@@ -160,8 +160,7 @@ void run(DType dt, int64_t B, int64_t T, int64_t C, int NH, int64_t V) {
           time_ms(ctx,
                   [&] {
                     attention_backward(ctx, t(dqkv, {B, T, 3 * C}, dt), t(dout, {B, T, C}, dt),
-                                       t(qkv, {B, T, 3 * C}, dt), t(lse, tl, DType::F32), NH,
-                                       none);
+                                       t(qkv, {B, T, 3 * C}, dt), t(lse, tl, DType::F32), NH, none);
                   }),
           2 * flops, 0);
   }

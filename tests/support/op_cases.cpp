@@ -442,9 +442,8 @@ OpCase in_dtype(const OpCase& c, DType dtype) {
   OpCase n = c;
   n.name += " " + std::string(dtype_name(dtype));
   for (HostTensor& t : n.tensors) {
-    const bool statistic =
-        t.name == "mean" || t.name == "rstd" || t.name == "losses" || t.name == "inv_freq" ||
-        t.name == "lse";
+    const bool statistic = t.name == "mean" || t.name == "rstd" || t.name == "losses" ||
+                           t.name == "inv_freq" || t.name == "lse";
     if (t.dtype == DType::F32 && !statistic) t = narrowed(t, dtype);
   }
   return n;

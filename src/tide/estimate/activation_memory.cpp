@@ -108,6 +108,11 @@ int64_t output_layer_activation_bytes(const ActivationShape& x) {
   return (x.sp ? norm / x.t : norm) + logits;
 }
 
+int64_t stage_boundary_bytes(const ActivationShape& x) {
+  const int64_t bytes = 2 * x.s * x.b * x.h * x.elem_bytes;
+  return x.sp ? bytes / x.t : bytes;
+}
+
 ActivationShape activation_shape(const TrainSetup& setup) {
   const GPTConfig& m = setup.model;
   ActivationShape x;

@@ -103,4 +103,10 @@ int64_t input_layer_activation_bytes(const ActivationShape& x);
 // 4sbh/t (1 + v/h). The logits' gradient is assumed to overwrite the logits in place.
 int64_t output_layer_activation_bytes(const ActivationShape& x);
 
+// A model chunk that does not end in the output layer (a pipeline stage's chunk before the
+// last virtual stage) keeps, per micro-batch, its output (what it sends on) and that output's
+// gradient (what it receives back): 2 sbh e, split over t only under SP. The output layer's
+// figure holds the last chunk's.
+int64_t stage_boundary_bytes(const ActivationShape& x);
+
 }  // namespace tide

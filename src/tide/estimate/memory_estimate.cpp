@@ -221,6 +221,10 @@ MemoryEstimate estimate_memory(const TrainSetup& setup) {
       act +=
           output_layer_activation_bytes(shape) * output_layer_microbatches(sched, p, m, v, limit);
     act += partition_buffer_bytes(shape, setup.recompute) * st.inflight_microbatches;  // P_a
+    // A stage whose (every) chunk is not the last virtual stage: its output and gradient (with
+    // several chunks per stage at least one chunk has them: counted once per micro-batch).
+    if (p > 1 && (v > 1 || setup.schedule == Schedule::ZBV || s != output_layer_stage(sched, p)))
+      act += stage_boundary_bytes(shape) * st.inflight_microbatches;
     st.device.activations = act;
     st.host.activations =
         host_checkpoint_bytes(shape, setup.recompute) * st.inflight_layer_microbatches;

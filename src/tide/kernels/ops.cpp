@@ -464,8 +464,8 @@ namespace {
 struct AttentionDims {
   int64_t B, T, C, HS;
 };
-AttentionDims check_attention(const OpCheck& ck, const Tensor& qkv, const Tensor& lse,
-                              int n_head, int n_kv_head, const DropoutSpec& dropout) {
+AttentionDims check_attention(const OpCheck& ck, const Tensor& qkv, const Tensor& lse, int n_head,
+                              int n_kv_head, const DropoutSpec& dropout) {
   ck.rank_exact(qkv, "qkv", 3, n_kv_head == n_head ? "(B,T,3C)" : "(B,T,(NH+2*NKV)*HS)");
   ck.tensor(qkv, "qkv", kFloat);
   const int64_t B = qkv.dim(0), T = qkv.dim(1), W = qkv.dim(2);
@@ -509,9 +509,9 @@ void attention_forward(const OpContext& ctx, Tensor out, Tensor lse, Tensor qkv,
   const int64_t B = dims.B, T = dims.T, C = dims.C;
   ck.tensor(out, "out", kFloat, Shape{B, T, C},
             n_kv_head == n_head ? "(B,T,C), C = qkv's last dim / 3" : "(B,T,C), C = n_head * HS");
-  TIDE_RUN_ON_CUDA(ck, ctx.cuda->attention_forward(ctx, ck.storage(), out.data, lse.f32(),
-                                                   qkv.data, as_int(B), as_int(T), as_int(C),
-                                                   n_head, n_kv_head, dropout));
+  TIDE_RUN_ON_CUDA(
+      ck, ctx.cuda->attention_forward(ctx, ck.storage(), out.data, lse.f32(), qkv.data, as_int(B),
+                                      as_int(T), as_int(C), n_head, n_kv_head, dropout));
   run_cpu_kernel(ck, [=] {
     const cpu::F32Buffer out_(out, /*widen=*/false), qkv_(qkv);
     cpu::attention_forward(out_.get(), lse.f32(), qkv_.get(), as_int(B), as_int(T), as_int(C),

@@ -74,8 +74,7 @@ size_t transformer_workspace_bytes(const ArenaShape& s, int B, int T) {
   // the recomputed attention matrices, their output or proj, dgelu (B,T,4Cl) and datty. (With
   // t = 1 the bound of the single-rank model: 2 (B,T,C) + (B,T,4C).)
   const size_t sp = s.sp ? sp_workspace_bytes(es, N, Ns, C) : 0;
-  const size_t eval =
-      main_bytes(es, N, C, t, Ns) + att_bytes(B, T, NHl) + 2 * act(N * C, es) + sp;
+  const size_t eval = main_bytes(es, N, C, t, Ns) + att_bytes(B, T, NHl) + 2 * act(N * C, es) + sp;
   const size_t bwd = att_bytes(B, T, NHl) + 2 * act(N * C, es) + act(N * 4 * C / t, es) + sp;
   return std::max(eval, bwd);
 }

@@ -115,8 +115,8 @@ std::vector<Tensor> LlamaBlock::compute_forward(MicroBatch& mb, Tensor x, bool r
                static_cast<int>(KVl));  // in place: backward needs only the rotated q, k
   s[L_LSE] = attn.alloc_tensor({B, NHl, T}, DType::F32);
   s[L_ATTY] = main.alloc_tensor({B, T, Cl}, act);
-  attention_forward(op, s[L_ATTY], s[L_LSE], s[L_QKV], static_cast<int>(NHl),
-                    static_cast<int>(KVl), attn_dropout(mb));
+  attention_forward(op, s[L_ATTY], s[L_LSE], s[L_QKV], static_cast<int>(NHl), static_cast<int>(KVl),
+                    attn_dropout(mb));
   use(O_PROJ);
   const Tensor o = row_parallel_forward(env_, mb, s[L_ATTY], param(O_W));  // (B,Ts,C)
   s[L_RES2] = main.alloc_tensor({B, Ts, C}, act);

@@ -23,7 +23,7 @@ enum Saved {
   QKV,       // (B,T,3C)
   LSE,       // the attention rows' log-sum-exp (B,NH,T), f32 (the probabilities are recomputed)
   ATTY,      // attention output before c_proj: (B,T,C)
-  RES2,  // x + attention branch: (B,Ts,C)
+  RES2,      // x + attention branch: (B,Ts,C)
   LN2,
   LN2_MEAN,
   LN2_RSTD,  // ln_2(x2), on the sequence shard as LN1

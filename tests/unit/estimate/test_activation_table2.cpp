@@ -155,8 +155,7 @@ TEST(LlamaLayer, Llama31EightBKeepsEightPlusTwentySixOverTSbh) {
     EXPECT_EQ(layer_activation_bytes(x, Recompute::None),
               s * h * (8 + 26.0 / t) + 4 * a * s / t + 8 * s)
         << "t=" << t;
-    EXPECT_EQ(layer_activation_bytes(x, Recompute::Selective), s * h * (8 + 26.0 / t) + 8 * s)
-        << t;
+    EXPECT_EQ(layer_activation_bytes(x, Recompute::Selective), s * h * (8 + 26.0 / t) + 8 * s) << t;
     EXPECT_EQ(layer_activation_bytes(x, Recompute::Full), 2 * s * h) << "t=" << t;
     // B's temporaries: the SwiGLU product's, the attention output's and q, k, v's gradients.
     EXPECT_EQ(backward_workspace_bytes(x), 2 * s * (14336 + 4096 + 6144) / t) << "t=" << t;

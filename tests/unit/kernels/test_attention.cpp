@@ -250,13 +250,13 @@ TEST(Attention, GroupedQueryBackwardMatchesFloat64FiniteDifferences) {
   for (const DropoutSpec& drop : {DropoutSpec{}, DropoutSpec{0.3f, 8, 9}}) {
     auto qkv = randn(B * T * W, 61), R = randn(B * T * C, 62);
     std::vector<float> out(B * T * C), lse(B * NH * T), dqkv(qkv.size());
-    attention_forward(cpu_ctx(), view(out, {B, T, C}), view(lse, {B, NH, T}),
-                      view(qkv, {B, T, W}), NH, NKV, drop);
+    attention_forward(cpu_ctx(), view(out, {B, T, C}), view(lse, {B, NH, T}), view(qkv, {B, T, W}),
+                      NH, NKV, drop);
     expect_accumulates("attention_backward (grouped)",
                        [&] {
                          attention_backward(cpu_ctx(), view(dqkv, {B, T, W}), view(R, {B, T, C}),
-                                            view(qkv, {B, T, W}), view(lse, {B, NH, T}), NH,
-                                            NKV, drop);
+                                            view(qkv, {B, T, W}), view(lse, {B, NH, T}), NH, NKV,
+                                            drop);
                        },
                        {&dqkv});
     std::vector<double> x = to_f64(qkv);

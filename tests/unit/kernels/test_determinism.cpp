@@ -51,8 +51,8 @@ std::vector<float> run_all_ops() {
   keep(qkv), keep(dln), keep(dw), keep(db);
 
   std::vector<float> att_out(N * C), lse(B * NH * T), dqkv(N * OC);
-  attention_forward(ctx, view(att_out, {B, T, C}), view(lse, {B, NH, T}), view(qkv, {B, T, OC}),
-                    NH, drop);
+  attention_forward(ctx, view(att_out, {B, T, C}), view(lse, {B, NH, T}), view(qkv, {B, T, OC}), NH,
+                    drop);
   attention_backward(ctx, view(dqkv, {B, T, OC}), view(dres, {B, T, C}), view(qkv, {B, T, OC}),
                      view(lse, {B, NH, T}), NH, drop);
   keep(att_out), keep(lse), keep(dqkv);

@@ -146,12 +146,17 @@ TEST(EstimateSchedules, ZbVHoldsEmbeddingAndHeadOnStageZero) {
   EXPECT_GE(first.find("wte"), 0);
   EXPECT_GE(last.find("lm_head.weight"), 0);
   // Activations: stage 0 holds the input layer's of min(m, 2p) micro-batches and the output
-  // layer's of one on top of its blocks'; the last stage only its blocks'.
+  // layer's of one on top of its blocks'; the last stage only its blocks'. Every stage's first
+  // chunk keeps its output and that output's gradient per micro-batch in flight.
   ActivationShape x;
   x.s = 16, x.b = 1, x.h = 32, x.a = 2, x.v = 500, x.elem_bytes = 4;
   const int64_t layer = layer_activation_bytes(x, Recompute::None);
   EXPECT_EQ(e.stages[0].inflight_layer_microbatches, 8);  // min(2p, 2m, m+1) = 8 chunk-mbs of 1
-  EXPECT_EQ(e.stages[0].device.activations,
-            8 * layer + 8 * input_layer_activation_bytes(x) + 1 * output_layer_activation_bytes(x));
-  EXPECT_EQ(e.stages[3].device.activations, 8 * layer);
+  const int64_t boundary = stage_boundary_bytes(x);
+  EXPECT_EQ(boundary, 2 * 16 * 32 * 4);
+  EXPECT_EQ(e.stages[0].device.activations, 8 * layer + 8 * input_layer_activation_bytes(x) +
+                                                1 * output_layer_activation_bytes(x) +
+                                                e.stages[0].inflight_microbatches * boundary);
+  EXPECT_EQ(e.stages[3].device.activations,
+            8 * layer + e.stages[3].inflight_microbatches * boundary);
 }

@@ -131,8 +131,8 @@ void attention_forward(float* out, float* lse, const float* qkv, int B, int T, i
 //   dQ(r0:r1) += D K,  dK(0:r1) += D^T Q(r0:r1),  dV(0:r1) += P^T dO(r0:r1)
 // The gradients of one (b, kv head) live in column slices of dqkv that no other work item
 // touches: dq of its G query heads, and its dk, dv, to which those heads add in order.
-void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* lse,
-                        int B, int T, int C, int NH, int NKV, const DropoutSpec& dropout) {
+void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* lse, int B,
+                        int T, int C, int NH, int NKV, const DropoutSpec& dropout) {
   const int HS = C / NH, G = NH / NKV;
   const int W = C + 2 * NKV * HS;  // the row stride of qkv (3C without grouping)
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
@@ -184,7 +184,8 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
             // dq(r0:r1) += dscores(r0:r1, 0:r1) k(0:r1)
             gemm_serial(false, false, rows, HS, r1, 1.0f, dblk.data(), T, k, W, 1.0f,
                         dq + static_cast<int64_t>(r0) * W, W);
-            // dk(0:r1) += dscores(r0:r1, 0:r1)^T q(r0:r1);  dv(0:r1) += att(r0:r1, 0:r1)^T dO(r0:r1)
+            // dk(0:r1) += dscores(r0:r1, 0:r1)^T q(r0:r1);  dv(0:r1) += att(r0:r1, 0:r1)^T
+            // dO(r0:r1)
             gemm_serial(true, false, r1, HS, rows, 1.0f, dblk.data(), T, q_blk, W, 1.0f, dk, W);
             gemm_serial(true, false, r1, HS, rows, 1.0f, pblk.data(), T, dout_blk, C, 1.0f, dv, W);
           }

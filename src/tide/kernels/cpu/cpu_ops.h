@@ -69,8 +69,8 @@ bool matmul_backward_weight_native(const Tensor& dweight, const Tensor& dbias, c
 void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH,
                        int NKV, const DropoutSpec& dropout);
 // dqkv(B,T,W) += gradient of out w.r.t. qkv, from the forward's lse.
-void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* lse,
-                        int B, int T, int C, int NH, int NKV, const DropoutSpec& dropout);
+void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* lse, int B,
+                        int T, int C, int NH, int NKV, const DropoutSpec& dropout);
 
 // RoPE (HF's rotate_half pairs (i, i+HS/2)) on qkv rows (B,T,W), W = (NH + 2*NKV) * HS laid
 // out [q heads | k heads | v heads]: q and k heads turned by t * inv_freq(HS/2), v copied; out
