@@ -16,7 +16,6 @@
 // squares over that part (tensor_grad_sums.h, the one function every path uses), from which the
 // executor adds the global norm; update() runs AdamW where the stack keeps the optimizer state.
 
-#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
