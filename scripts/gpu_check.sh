@@ -17,6 +17,9 @@
 #      within 1e-4 of each tensor's largest value (tools/compare_checkpoints.py);
 #   3. the op benchmark beside its PyTorch peer (bench_gpu_ops, ops_torch.py: JSON lines).
 # Every step runs even when an earlier one fails; check.sh exits non-zero when any failed.
+# With device time left after it: scripts/cpu_bench_bundle.sh's .cpu, in a run call of its own
+# (the machine's 16 cores for bench_dp's overlap under pp and vs_torch; .gpu and .cpu together
+# exceed the 64 MiB one call carries).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/gpu_bundle.sh
