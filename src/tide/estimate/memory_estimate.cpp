@@ -1,6 +1,7 @@
 #include "tide/estimate/memory_estimate.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "tide/core/error.h"
 #include "tide/estimate/activation_memory.h"
@@ -8,6 +9,8 @@
 #include "tide/estimate/zero_buffers.h"
 #include "tide/model/arena_bytes.h"
 #include "tide/model/layout.h"
+#include "tide/pipeline/generators.h"
+#include "tide/pipeline/stage_peaks.h"
 
 namespace tide {
 
@@ -114,15 +117,39 @@ int64_t chunk_buffers(const TrainSetup& setup, const ChunkLayout& layout, StageE
   return b.bytes;
 }
 
-// The models of one rank of stage `s`, as the runtime builds them: one model (one store) per
-// stage; under zb-v two, virtual stages s and 2p-1-s of 2p, so that stage 0 holds the
-// embedding and the final norm and head. (The interleaved schedule is sized as one store of the
-// stage's layers, the embedding on stage 0 and the head on stage p-1, as before.)
+// The models of one rank of stage `s`, as the runtime builds them, in its chunk order: one model
+// (one store) per stage; under zb-v two, virtual stages s and 2p-1-s of 2p, so that stage 0
+// holds the embedding and the final norm and head; interleaved v, virtual stages k p + s of v p.
 std::vector<RankCoords> stage_models(const TrainSetup& setup, int s) {
-  const int p = setup.pp;
+  const int p = setup.pp, v = setup.virtual_stages;
   if (p > 1 && setup.schedule == Schedule::ZBV)
     return {{setup.tp, 0, 2 * p, s}, {setup.tp, 0, 2 * p, 2 * p - 1 - s}};
+  if (p > 1 && setup.schedule == Schedule::Interleaved && v > 1) {
+    std::vector<RankCoords> models;
+    for (int k = 0; k < v; ++k) models.push_back({setup.tp, 0, v * p, k * p + s});
+    return models;
+  }
   return {{setup.tp, 0, p, s}};
+}
+
+// The micro-batch slots each model of stage `s` holds and the W stashes, from the schedule the
+// runtime runs (pipeline/stage_peaks.h, as PipelineEngine sizes its pools); empty where the
+// schedule is built from measurements (zb-auto) or a cost model (zb-1p, zb-2p): the estimate is
+// then a bound from inflight_microbatches.
+std::optional<pipeline::StagePeaks> schedule_peaks(const TrainSetup& setup, int s) {
+  if (setup.pp == 1 || inflight_is_bound(setup.schedule, setup.pp)) return std::nullopt;
+  pipeline::ScheduleOptions o;
+  o.schedule = to_string(setup.schedule);
+  o.stages = setup.pp;
+  o.microbatches = setup.grad_accum;
+  o.chunks = setup.schedule == Schedule::Interleaved ? setup.virtual_stages : 2;
+  const pipeline::Schedule schedule = pipeline::build_schedule(o);
+  std::vector<int> blocks;
+  for (const RankCoords& c : stage_models(setup, s)) {
+    const int per = setup.model.n_layer / c.pp;
+    blocks.push_back(per + (c.stage == 0) + (c.stage == c.pp - 1));
+  }
+  return pipeline::stage_peaks(schedule, s, blocks);
 }
 
 std::vector<ChunkLayout> stage_layouts(const TrainSetup& setup, int s) {
@@ -156,7 +183,8 @@ bool splits_backward(Schedule s) {
 // the W stash pool (one slot, or under a schedule that defers W up to one per block of each
 // micro-batch in flight) and the validation micro-batch (one sequence, nothing kept for
 // backward; its saved arena holds the residual boundaries).
-int64_t runtime_arena_bytes(const TrainSetup& setup, int s, int inflight) {
+int64_t runtime_arena_bytes(const TrainSetup& setup, int s, int inflight,
+                            const std::optional<pipeline::StagePeaks>& peaks) {
   ArenaShape shape;
   shape.config = &setup.model;
   shape.policy = parse_activation_policy(to_string(setup.recompute));
@@ -166,8 +194,10 @@ int64_t runtime_arena_bytes(const TrainSetup& setup, int s, int inflight) {
   shape.cpu_checkpointing = shape.partition_activations && setup.cpu_checkpointing;
   shape.act_bytes = static_cast<size_t>(bytes_per_param(setup.precision));
   const int B = setup.micro_batch, T = static_cast<int>(setup.seq());
-  int64_t workspace = 0, stash_slot = 0, eval = 0, blocks = 0;
-  for (const RankCoords& c : stage_models(setup, s)) {
+  int64_t workspace = 0, stash_slot = 0, eval = 0, blocks = 0, exact = 0;
+  const std::vector<RankCoords> models = stage_models(setup, s);
+  for (size_t i = 0; i < models.size(); ++i) {
+    const RankCoords& c = models[i];
     const int per = setup.model.n_layer / c.pp, first = c.stage * per;
     const bool embedding = c.stage == 0, head = c.stage == c.pp - 1;
     const MicroBatchArenas train =
@@ -175,10 +205,13 @@ int64_t runtime_arena_bytes(const TrainSetup& setup, int s, int inflight) {
     const MicroBatchArenas val =
         micro_batch_arenas(shape, first, first + per, embedding, head, 1, T, /*training=*/false);
     workspace = std::max<int64_t>(workspace, train.workspace);
+    if (peaks) exact += peaks->slots[i] * static_cast<int64_t>(train.workspace);
     stash_slot = std::max<int64_t>(stash_slot, train.stash_slot);
     eval += val.saved + val.workspace;
     blocks += per + embedding + head;
   }
+  // Each chunk's slots have their own workspace; the stash pool holds the schedule's peak.
+  if (peaks) return exact + peaks->stashes * stash_slot + eval;
   const int64_t slots = splits_backward(setup.schedule) && setup.pp > 1 ? inflight * blocks : 1;
   return inflight * workspace + slots * stash_slot + eval;
 }
@@ -221,10 +254,17 @@ MemoryEstimate estimate_memory(const TrainSetup& setup) {
       act +=
           output_layer_activation_bytes(shape) * output_layer_microbatches(sched, p, m, v, limit);
     act += partition_buffer_bytes(shape, setup.recompute) * st.inflight_microbatches;  // P_a
-    // A stage whose (every) chunk is not the last virtual stage: its output and gradient (with
-    // several chunks per stage at least one chunk has them: counted once per micro-batch).
-    if (p > 1 && (v > 1 || setup.schedule == Schedule::ZBV || s != output_layer_stage(sched, p)))
+    // Each chunk that is not the last virtual stage keeps its output and that output's gradient
+    // per micro-batch slot (from the schedule; a bound's in-flight count, once, without it).
+    const std::optional<pipeline::StagePeaks> peaks = schedule_peaks(setup, s);
+    if (peaks) {
+      const std::vector<RankCoords> models = stage_models(setup, s);
+      for (size_t i = 0; i < models.size(); ++i)
+        if (models[i].stage != models[i].pp - 1)
+          act += stage_boundary_bytes(shape) * peaks->slots[i];
+    } else if (p > 1 && s != output_layer_stage(sched, p)) {
       act += stage_boundary_bytes(shape) * st.inflight_microbatches;
+    }
     st.device.activations = act;
     st.host.activations =
         host_checkpoint_bytes(shape, setup.recompute) * st.inflight_layer_microbatches;
@@ -232,7 +272,7 @@ MemoryEstimate estimate_memory(const TrainSetup& setup) {
                              backward_workspace_bytes(shape);
     // The arenas hold the working set temp counts (recompute, backward temporaries): the rest.
     st.device.arenas =
-        std::max<int64_t>(0, runtime_arena_bytes(setup, s, st.inflight_microbatches) -
+        std::max<int64_t>(0, runtime_arena_bytes(setup, s, st.inflight_microbatches, peaks) -
                                  (st.device.temp_buffers - buffers));
     est.stages.push_back(st);
   }

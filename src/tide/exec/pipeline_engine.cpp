@@ -12,6 +12,7 @@
 #include "tide/comm/local_process_group.h"
 #include "tide/model/param_groups.h"
 #include "tide/optim/grad_norm.h"
+#include "tide/pipeline/stage_peaks.h"
 
 namespace tide {
 
@@ -43,47 +44,6 @@ struct PipelineEngine::Slot {
 };
 
 namespace {
-
-// Per key(mb, chunk) = mb * chunks + chunk, the indices of the first and last action of
-// `actions` that name it.
-struct Span {
-  int first = -1, last = -1;
-};
-std::vector<Span> spans(const std::vector<pipeline::Action>& actions, int M, int chunks) {
-  std::vector<Span> s(static_cast<size_t>(M) * chunks);
-  for (int i = 0; i < static_cast<int>(actions.size()); ++i) {
-    const pipeline::Action& a = actions[i];
-    if (a.op == Op::OptimizerStep) continue;
-    Span& sp = s[a.mb * chunks + a.chunk];
-    if (sp.first < 0) sp.first = i;
-    sp.last = i;
-  }
-  return s;
-}
-
-// Peak (micro-batch) slots per chunk (spans alive at once) and peak W stashes ((micro-batch,
-// block) between its B and W part) of a stage's action list.
-std::pair<std::vector<int>, int> peaks(const pipeline::Schedule& s, int stage,
-                                       const std::vector<int>& blocks) {
-  const std::vector<pipeline::Action>& actions = s.actions[stage];
-  const std::vector<Span> sp = spans(actions, s.microbatches, s.chunks);
-  std::vector<int> slots(s.chunks, 0), peak_slots(s.chunks, 1);
-  int stashes = 0, peak_stashes = 1;
-  for (int i = 0; i < static_cast<int>(actions.size()); ++i) {
-    const pipeline::Action& a = actions[i];
-    if (a.op == Op::OptimizerStep) continue;
-    const Span& span = sp[a.mb * s.chunks + a.chunk];
-    if (span.first == i) peak_slots[a.chunk] = std::max(peak_slots[a.chunk], ++slots[a.chunk]);
-    if (span.last == i) --slots[a.chunk];
-    if (!pipeline::is_compute(a.op)) continue;
-    for (const pipeline::BlockPart& p :
-         pipeline::block_parts(a.op, blocks[a.chunk], s.split_backward)) {
-      if (p.op == Op::B) peak_stashes = std::max(peak_stashes, ++stashes);
-      if (p.op == Op::W) --stashes;
-    }
-  }
-  return {peak_slots, peak_stashes};
-}
 
 // The squared gradient norm of the whole model from per-tensor sums: `mine[g]` is this rank's
 // sum of squares of whole-model tensor g (0 for tensors it does not hold). The ranks' vectors
@@ -443,10 +403,10 @@ void PipelineEngine::plan() {
     w_parts_.push_back(pipeline::block_parts(Op::W, m.num_blocks(), schedule_.split_backward));
     stash_bytes = std::max(stash_bytes, m.stash_slot_bytes(B_, T_));
   }
-  const auto [slots, stashes] = peaks(schedule_, stage, blocks);
-  stash_ = StashPool(stash_bytes, stashes, models_[0]->activation_allocator());
+  const pipeline::StagePeaks peak = pipeline::stage_peaks(schedule_, stage, blocks);
+  stash_ = StashPool(stash_bytes, peak.stashes, models_[0]->activation_allocator());
   for (int c = 0; c < chunks_; ++c)
-    for (int i = 0; i < slots[c]; ++i) {
+    for (int i = 0; i < peak.slots[c]; ++i) {
       mbs_.push_back(models_[c]->make_micro_batch(B_, T_, &stash_));
       Slot& s = slots_.emplace_back();
       s.chunk = c;
@@ -629,7 +589,7 @@ StepStats PipelineEngine::step(int64_t step, uint64_t seed, const BatchFn& batch
   for (GPT* m : models_) m->store().set_tracer(tracer);
   const int M = schedule_.microbatches, stage = pp_->rank();
   const std::vector<pipeline::Action>& actions = schedule_.actions[stage];
-  const std::vector<Span> sp = spans(actions, M, chunks_);
+  const std::vector<pipeline::ActionSpan> sp = pipeline::action_spans(actions, M, chunks_);
   std::vector<int> first(sp.size());
   for (size_t j = 0; j < sp.size(); ++j) first[j] = sp[j].first;
   for (GPT* m : models_) m->store().zero(ChunkKind::GRAD, m->op());

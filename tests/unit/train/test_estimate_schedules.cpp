@@ -16,6 +16,7 @@
 #include "tide/model/layout.h"
 #include "tide/pipeline/generators.h"
 #include "tide/pipeline/simulator.h"
+#include "tide/pipeline/stage_peaks.h"
 
 using namespace tide;
 
@@ -146,17 +147,22 @@ TEST(EstimateSchedules, ZbVHoldsEmbeddingAndHeadOnStageZero) {
   EXPECT_GE(first.find("wte"), 0);
   EXPECT_GE(last.find("lm_head.weight"), 0);
   // Activations: stage 0 holds the input layer's of min(m, 2p) micro-batches and the output
-  // layer's of one on top of its blocks'; the last stage only its blocks'. Every stage's first
-  // chunk keeps its output and that output's gradient per micro-batch in flight.
+  // layer's of one on top of its blocks'; the last stage only its blocks'. Each chunk but the
+  // last virtual stage keeps its output and that output's gradient per micro-batch slot, the
+  // slots the engine sizes its pools by (pipeline/stage_peaks.h): stage 0's first chunk, both
+  // of stage 3's.
   ActivationShape x;
   x.s = 16, x.b = 1, x.h = 32, x.a = 2, x.v = 500, x.elem_bytes = 4;
   const int64_t layer = layer_activation_bytes(x, Recompute::None);
   EXPECT_EQ(e.stages[0].inflight_layer_microbatches, 8);  // min(2p, 2m, m+1) = 8 chunk-mbs of 1
   const int64_t boundary = stage_boundary_bytes(x);
   EXPECT_EQ(boundary, 2 * 16 * 32 * 4);
+  const pipeline::Schedule zbv = pipeline::zb_v(4, 8);
+  const pipeline::StagePeaks first_stage = pipeline::stage_peaks(zbv, 0, {2, 2}),
+                             last_stage = pipeline::stage_peaks(zbv, 3, {1, 1});
   EXPECT_EQ(e.stages[0].device.activations, 8 * layer + 8 * input_layer_activation_bytes(x) +
                                                 1 * output_layer_activation_bytes(x) +
-                                                e.stages[0].inflight_microbatches * boundary);
+                                                first_stage.slots[0] * boundary);
   EXPECT_EQ(e.stages[3].device.activations,
-            8 * layer + e.stages[3].inflight_microbatches * boundary);
+            8 * layer + (last_stage.slots[0] + last_stage.slots[1]) * boundary);
 }
