@@ -22,6 +22,7 @@
 # bash scripts/cpu_bench_bundle.sh runs `.cpu/run.sh /tmp/cpu_bench_selftest --quick` that way.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/bundle_common.sh
 [ -f build/CMakeCache.txt ] || bash scripts/setup.sh
 cmake --build build -j "$(nproc)" --target bench_dp bench_gpt_cpu
 rm -rf .cpu && mkdir -p .cpu/lib .cpu/ompi/bin .cpu/ompi/lib .cpu/ompi/share
@@ -120,12 +121,8 @@ PY
 exit $rc
 RUN
 chmod +x .cpu/run.sh
-exclude=$(git rev-parse --git-path info/exclude)
-mkdir -p "$(dirname "$exclude")"
-grep -qx '/.cpu/' "$exclude" 2>/dev/null || echo /.cpu/ >>"$exclude"
-du -sh .cpu
-size=$(du -sm .cpu | cut -f1)
-[ "$size" -lt 64 ] || { echo "FAILED: .cpu is ${size} MiB; a run carries at most 64 MiB"; exit 1; }
+git_ignore_dir .cpu
+check_carry_size .cpu
 if [ "${TIDE_CPU_BUNDLE_SELFTEST:-0}" = 1 ]; then
   # The system's OpenMPI and PMIx hidden: the bundle must bring its own.
   empty=$(mktemp -d)

@@ -14,6 +14,7 @@
 # The programs are built with -march=native: build on a CPU no newer than the GPU machine's.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/bundle_common.sh
 tests=(test_gpu_kernels test_gpu_optim test_gpu_comm)
 # The CUDA sources: compiled here although this machine has no GPU.
 cmake -S . -B build -DTIDE_WITH_CUDA=ON >/dev/null
@@ -35,7 +36,5 @@ done
 exit $rc
 RUN
 chmod +x .gpu/run_gpu_tests.sh
-exclude=$(git rev-parse --git-path info/exclude)
-mkdir -p "$(dirname "$exclude")"
-grep -qx '/.gpu/' "$exclude" 2>/dev/null || echo /.gpu/ >>"$exclude"
+git_ignore_dir .gpu
 du -sh .gpu

@@ -22,6 +22,7 @@
 # exceed the 64 MiB one call carries).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/bundle_common.sh
 bash scripts/gpu_bundle.sh
 cmake --build build -j "$(nproc)" --target tide
 # The default corpus (Debian's fortunes, prepared once by a default run): the GPU machine has
@@ -120,6 +121,4 @@ sys.exit(0 if s["ok"] else 1)
 PY
 RUN
 chmod +x .gpu/check.sh
-du -sh .gpu
-size=$(du -sm .gpu | cut -f1)
-[ "$size" -lt 64 ] || { echo "FAILED: .gpu is ${size} MiB; a run carries at most 64 MiB"; exit 1; }
+check_carry_size .gpu
