@@ -132,24 +132,30 @@ std::vector<RankCoords> stage_models(const TrainSetup& setup, int s) {
   return {{setup.tp, 0, p, s}};
 }
 
-// The micro-batch slots each model of stage `s` holds and the W stashes, from the schedule the
-// runtime runs (pipeline/stage_peaks.h, as PipelineEngine sizes its pools); empty where the
-// schedule is built from measurements (zb-auto) or a cost model (zb-1p, zb-2p): the estimate is
-// then a bound from inflight_microbatches.
-std::optional<pipeline::StagePeaks> schedule_peaks(const TrainSetup& setup, int s) {
+// The schedule the runtime runs, where it is fixed by the keys; none where it is built from
+// measurements (zb-auto) or a cost model (zb-1p, zb-2p): the estimate is then a bound from
+// inflight_microbatches.
+std::optional<pipeline::Schedule> fixed_schedule(const TrainSetup& setup) {
   if (setup.pp == 1 || inflight_is_bound(setup.schedule, setup.pp)) return std::nullopt;
   pipeline::ScheduleOptions o;
   o.schedule = to_string(setup.schedule);
   o.stages = setup.pp;
   o.microbatches = setup.grad_accum;
   o.chunks = setup.schedule == Schedule::Interleaved ? setup.virtual_stages : 2;
-  const pipeline::Schedule schedule = pipeline::build_schedule(o);
+  return pipeline::build_schedule(o);
+}
+
+// The micro-batch slots each model of stage `s` holds and the W stashes, from `schedule`
+// (pipeline/stage_peaks.h, as PipelineEngine sizes its pools).
+std::optional<pipeline::StagePeaks> schedule_peaks(
+    const TrainSetup& setup, const std::optional<pipeline::Schedule>& schedule, int s) {
+  if (!schedule) return std::nullopt;
   std::vector<int> blocks;
   for (const RankCoords& c : stage_models(setup, s)) {
     const int per = setup.model.n_layer / c.pp;
     blocks.push_back(per + (c.stage == 0) + (c.stage == c.pp - 1));
   }
-  return pipeline::stage_peaks(schedule, s, blocks);
+  return pipeline::stage_peaks(*schedule, s, blocks);
 }
 
 std::vector<ChunkLayout> stage_layouts(const TrainSetup& setup, int s) {
@@ -180,9 +186,10 @@ bool splits_backward(Schedule s) {
 
 // The bytes of the runtime's arenas on one rank of stage `s` (model/arena_bytes.h, the sizes
 // GPT::make_micro_batch gives them): the op workspace of each of the `inflight` micro-batches,
-// the W stash pool (one slot, or under a schedule that defers W up to one per block of each
-// micro-batch in flight) and the validation micro-batch (one sequence, nothing kept for
-// backward; its saved arena holds the residual boundaries).
+// the W stash pool and the validation micro-batch (one sequence, nothing kept for backward; its
+// saved arena holds the residual boundaries). With `peaks` (a fixed schedule) each chunk's slots
+// and the stashes are the schedule's; without, `inflight` micro-batches and one stash, or under
+// a schedule that defers W one per block of each.
 int64_t runtime_arena_bytes(const TrainSetup& setup, int s, int inflight,
                             const std::optional<pipeline::StagePeaks>& peaks) {
   ArenaShape shape;
@@ -223,6 +230,7 @@ MemoryEstimate estimate_memory(const TrainSetup& setup) {
   const int v = setup.schedule == Schedule::Interleaved && p > 1 ? setup.virtual_stages : 1;
   const int layers = setup.model.n_layer / p;
   const ActivationShape shape = activation_shape(setup);
+  const std::optional<pipeline::Schedule> schedule = fixed_schedule(setup);
   MemoryEstimate est;
   est.ranks_per_host = setup.ranks_per_host();
   for (int s = 0; s < p; ++s) {
@@ -256,7 +264,7 @@ MemoryEstimate estimate_memory(const TrainSetup& setup) {
     act += partition_buffer_bytes(shape, setup.recompute) * st.inflight_microbatches;  // P_a
     // Each chunk that is not the last virtual stage keeps its output and that output's gradient
     // per micro-batch slot (from the schedule; a bound's in-flight count, once, without it).
-    const std::optional<pipeline::StagePeaks> peaks = schedule_peaks(setup, s);
+    const std::optional<pipeline::StagePeaks> peaks = schedule_peaks(setup, schedule, s);
     if (peaks) {
       const std::vector<RankCoords> models = stage_models(setup, s);
       for (size_t i = 0; i < models.size(); ++i)
