@@ -90,9 +90,8 @@ __device__ __forceinline__ uint64_t row_counter(const DropoutParams& d, int64_t 
 // One warp per row (b,h,t) of the (B,NH,T,T) buffers. probs holds the scaled scores on entry
 // (written by the GEMM) and the probabilities on exit; att gets them after dropout, and lse the
 // row's log-sum-exp.
-__global__ void causal_softmax_forward_kernel(float* probs, float* att, float* lse,
-                                              int64_t n_rows, int T, int NH,
-                                              DropoutParams dropout) {
+__global__ void causal_softmax_forward_kernel(float* probs, float* att, float* lse, int64_t n_rows,
+                                              int T, int NH, DropoutParams dropout) {
   const int lane = threadIdx.x % kWarpSize;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarpSize;
   if (row >= n_rows) return;
@@ -158,7 +157,8 @@ __global__ void causal_softmax_backward_kernel(float* dscore, const float* probs
     dot += p[t2] * dprob;
   }
   dot = warp_sum(dot);
-  for (int t2 = lane; t2 < T; t2 += kWarpSize) ds[t2] = t2 <= t ? p[t2] * (ds[t2] - dot) * scale : 0.0f;
+  for (int t2 = lane; t2 < T; t2 += kWarpSize)
+    ds[t2] = t2 <= t ? p[t2] * (ds[t2] - dot) * scale : 0.0f;
 }
 
 // Column-major strided-batched SGEMM: for each of `batch` matrices,
@@ -284,8 +284,7 @@ void attention_forward(const OpContext& ctx, DType dtype, void* out, float* lse,
   if (d.head_elems() == 0) return;
   with_storage_type(dtype, [&](auto tag) {
     using S = decltype(tag);
-    attention_forward_as<S>(ctx, static_cast<S*>(out), lse, static_cast<const S*>(qkv), d,
-                            dropout);
+    attention_forward_as<S>(ctx, static_cast<S*>(out), lse, static_cast<const S*>(qkv), d, dropout);
   });
 }
 
