@@ -132,6 +132,12 @@ std::vector<RankCoords> stage_models(const TrainSetup& setup, int s) {
   return {{setup.tp, 0, p, s}};
 }
 
+// A model's blocks (pipeline/block_parts.h): its layers, with the embedding on the first
+// virtual stage and the final norm and head on the last.
+int model_blocks(const TrainSetup& setup, const RankCoords& c) {
+  return setup.model.n_layer / c.pp + (c.stage == 0) + (c.stage == c.pp - 1);
+}
+
 // The schedule the runtime runs, where it is fixed by the keys; none where it is built from
 // measurements (zb-auto) or a cost model (zb-1p, zb-2p): the estimate is then a bound from
 // inflight_microbatches.
@@ -151,10 +157,7 @@ std::optional<pipeline::StagePeaks> schedule_peaks(
     const TrainSetup& setup, const std::optional<pipeline::Schedule>& schedule, int s) {
   if (!schedule) return std::nullopt;
   std::vector<int> blocks;
-  for (const RankCoords& c : stage_models(setup, s)) {
-    const int per = setup.model.n_layer / c.pp;
-    blocks.push_back(per + (c.stage == 0) + (c.stage == c.pp - 1));
-  }
+  for (const RankCoords& c : stage_models(setup, s)) blocks.push_back(model_blocks(setup, c));
   return pipeline::stage_peaks(*schedule, s, blocks);
 }
 
@@ -215,7 +218,7 @@ int64_t runtime_arena_bytes(const TrainSetup& setup, int s, int inflight,
     if (peaks) exact += peaks->slots[i] * static_cast<int64_t>(train.workspace);
     stash_slot = std::max<int64_t>(stash_slot, train.stash_slot);
     eval += val.saved + val.workspace;
-    blocks += per + embedding + head;
+    blocks += model_blocks(setup, c);
   }
   // Each chunk's slots have their own workspace; the stash pool holds the schedule's peak.
   if (peaks) return exact + peaks->stashes * stash_slot + eval;

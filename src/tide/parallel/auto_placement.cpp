@@ -167,12 +167,17 @@ std::vector<int> AutoPlacement::needs_at(int pos) const {
       if (movable_kind(*stores_[s].store, k, c)) need.push_back(item_index(s, k, c));
     return need;
   }
-  int s = 0;  // the store whose chunk updates at `pos`
-  while (s + 1 < static_cast<int>(stores_.size()) && first_update_[s + 1] <= pos - A) ++s;
-  const int c = pos - A - first_update_[s];
+  const auto [s, c] = update_at(pos);
   for (ChunkKind k : kKinds)
     if (movable_kind(*stores_[s].store, k, c)) need.push_back(item_index(s, k, c));
   return need;
+}
+
+std::pair<int, int> AutoPlacement::update_at(int pos) const {
+  const int u = pos - static_cast<int>(accesses_.size());
+  int s = 0;
+  while (s + 1 < static_cast<int>(stores_.size()) && first_update_[s + 1] <= u) ++s;
+  return {s, u - first_update_[s]};
 }
 
 int64_t AutoPlacement::next_use(int item, int pos) const {
@@ -264,9 +269,8 @@ std::string AutoPlacement::position_name(int pos) const {
     return fmt::format("access {} of the step (parameter group {}{})", pos, a.group,
                        several ? fmt::format(" of model chunk {}", s) : "");
   }
-  int s = 0;
-  while (s + 1 < static_cast<int>(stores_.size()) && first_update_[s + 1] <= pos - A) ++s;
-  return fmt::format("the optimizer step of chunk {}{}", pos - A - first_update_[s],
+  const auto [s, c] = update_at(pos);
+  return fmt::format("the optimizer step of chunk {}{}", c,
                      several ? fmt::format(" of model chunk {}", s) : "");
 }
 

@@ -54,6 +54,7 @@
 #include <functional>
 #include <memory>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "tide/memory/chunk_store.h"
@@ -165,6 +166,8 @@ class AutoPlacement {
   // Positions: group accesses 0..A-1, then the optimizer access of each chunk of each store.
   int positions() const { return static_cast<int>(accesses_.size()) + total_chunks_; }
   std::vector<int> needs_at(int pos) const;
+  // The (store, chunk) whose optimizer access is position `pos` (>= the group accesses').
+  std::pair<int, int> update_at(int pos) const;
   int64_t next_use(int item, int pos) const;
   size_t non_model_now() const;
   // The non-model bytes at `pos`: now, or the warm-up's record there when larger.
