@@ -64,6 +64,8 @@ cat >.cpu/run.sh <<'RUN'
 set -uo pipefail
 out=$(mkdir -p "${1:-cpu_bench_out}" && cd "${1:-cpu_bench_out}" && pwd)
 quick=${2:-}
+[ -z "$quick" ] || [ "$quick" = --quick ] ||
+  { echo "run.sh: unknown option '$quick'; usage: bash .cpu/run.sh OUT [--quick]"; exit 2; }
 cd "$(dirname "$0")"
 here=$PWD
 ompi=$here/ompi

@@ -364,6 +364,15 @@ TEST_F(PipelinePolicies, AutoPlacementSharesTheBudgetBetweenTheChunksOfAStage) {
       EXPECT_GT(placed.placement_moves, 0) << what << ": the budget must force moves";
     }
   }
+  // The user's default chunks (chunk_size_mb 0: the largest parameter group's), ZB-V.
+  const pipeline::Schedule zbv = pipeline::zb_v(w.pp, w.M);
+  const Trained device =
+      pipelined(w.topo, zbv, RunSetup{.zero_stage = 1, .chunk_elems = 0, .n_layer = 12});
+  const Trained placed =
+      pipelined(w.topo, zbv,
+                RunSetup{.zero_stage = 1, .budget_states = 0.5, .chunk_elems = 0, .n_layer = 12});
+  expect_same_bits(placed, device, "auto placement under ZB-V with the default chunks");
+  EXPECT_GT(placed.placement_moves, 0) << "default chunks: the budget must force moves";
 }
 
 }  // namespace
