@@ -23,15 +23,17 @@ void adamw_step_chunk(const OpContext& op, ChunkStore& store, int c, const float
   const int64_t lo = sliced ? store.options().group_rank * lay.slice_elems(c) : 0;
   const int64_t hi = lo + master.numel();
   // The gradients in the store's compute dtype (f32, bf16 or f16), or the caller's f32 copy.
-  const Tensor store_grad = range(ChunkKind::GRAD);
+  // With the caller's copy neither GRAD nor PARAM is touched: ZeRO-Offload's update runs on its
+  // worker thread while the compute thread attaches whole buffers over those chunks (DPU).
+  const Tensor store_grad = grad ? Tensor() : range(ChunkKind::GRAD);
   const DType g_dtype = grad ? DType::F32 : store_grad.dtype;
   const auto* g = static_cast<const std::byte*>(grad ? grad : store_grad.data);
   // A MASTER of its own (16-bit compute, or ZeRO-Offload's) leaves the compute-precision
   // parameters to write: in the same pass when the update runs on the store's own gradients
   // (offload copies its master into PARAM itself, on the compute thread).
   const bool own_master = store.compute_dtype() != DType::F32 || store.options().separate_master;
-  const Tensor param = range(ChunkKind::PARAM);
-  auto* p = own_master && !grad ? static_cast<std::byte*>(param.data) : nullptr;
+  const Tensor param = own_master && !grad ? range(ChunkKind::PARAM) : Tensor();
+  auto* p = static_cast<std::byte*>(param.data);
   float* m = range(ChunkKind::ADAM_M).f32();
   float* v = range(ChunkKind::ADAM_V).f32();
   TIDE_CHECK(master.device == op.device && (grad || store_grad.device == op.device),
