@@ -1,8 +1,8 @@
-// The native bf16 GEMM (cpu/gemm_bf16.h): the AMX path against exact sums and the widening
-// reference on shapes that are not multiples of its tiles, in the four transposes, with bf16 or
-// f32 factors and outputs; each element's bits independent of the shape around it and of the
-// thread count; and the matmul ops taking it on a CPU that has AMX (skipped elsewhere, where
-// the reference runs).
+// The native bf16 GEMM (cpu/gemm_bf16.h), each path this CPU has (AMX, AVX512-BF16; the others
+// skipped, saying why): against exact sums and the widening reference on shapes that are not
+// multiples of its tiles, in the four transposes, with bf16 or f32 factors and outputs; each
+// element's bits independent of the shape around it and of the thread count; and the matmul
+// ops taking it.
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -54,8 +54,9 @@ Problem make_problem(int64_t M, int64_t N, int64_t K, bool ta, bool tb, uint64_t
   return Problem{M, N, K, ta, tb, Mat(M * K, seed, da), Mat(K * N, seed + 1, db)};
 }
 
-Mat run_native(const Problem& p, Bf16Epilogue e, const std::vector<float>& bias, Mat C) {
-  gemm_bf16(Bf16GemmPath::kAmx, p.M, p.N, p.K, p.opa(), p.opb(), C.data(), C.dtype, p.N, e,
+Mat run_native(Bf16GemmPath path, const Problem& p, Bf16Epilogue e, const std::vector<float>& bias,
+               Mat C) {
+  gemm_bf16(path, p.M, p.N, p.K, p.opa(), p.opb(), C.data(), C.dtype, p.N, e,
             bias.data());
   return C;
 }
@@ -66,16 +67,18 @@ std::string name(DType t) {
 
 }  // namespace
 
-// Restores the process's path after each test.
-class Bf16Gemm : public ::testing::Test {
+// One native path per instance; restores the process's path after each test.
+class Bf16Gemm : public ::testing::TestWithParam<Bf16GemmPath> {
  protected:
   void SetUp() override {
-    if (!bf16_gemm_path_supported(Bf16GemmPath::kAmx)) GTEST_SKIP() << "no AMX-BF16 here";
+    if (!bf16_gemm_path_supported(path()))
+      GTEST_SKIP() << "this CPU (or kernel) has no " << bf16_gemm_path_name(path());
     saved_ = bf16_gemm_path();
   }
   void TearDown() override {
-    if (bf16_gemm_path_supported(Bf16GemmPath::kAmx)) set_bf16_gemm_path(saved_);
+    if (bf16_gemm_path_supported(path())) set_bf16_gemm_path(saved_);
   }
+  Bf16GemmPath path() const { return GetParam(); }
   Bf16GemmPath saved_ = Bf16GemmPath::kReference;
 };
 
@@ -84,7 +87,7 @@ class Bf16Gemm : public ::testing::Test {
 // and, into bf16, the widening reference's bits (f32 sgemm, rounded once) in all but 1% of the
 // elements (or 2). Factors bf16, or one of them f32 (three bf16 terms each); outputs bf16 or
 // f32. K = 1 and 3 catch a lost term of an f32 factor (2^-9 relative).
-TEST_F(Bf16Gemm, MatchesExactSumsAndTheWideningReferenceOnOddShapes) {
+TEST_P(Bf16Gemm, MatchesExactSumsAndTheWideningReferenceOnOddShapes) {
   const std::vector<std::array<int64_t, 3>> shapes = {{1, 1, 1},     {1, 7, 3},     {17, 33, 31},
                                                       {70, 65, 33},  {33, 129, 64}, {130, 47, 97},
                                                       {45, 300, 161}};
@@ -106,7 +109,7 @@ TEST_F(Bf16Gemm, MatchesExactSumsAndTheWideningReferenceOnOddShapes) {
               "M=" + std::to_string(M) + " N=" + std::to_string(N) + " K=" + std::to_string(K) +
               " ta=" + std::to_string(p.ta) + " tb=" + std::to_string(p.tb) + " " + name(da) + "," +
               name(db) + "->" + name(dc) + " epilogue " + std::to_string(static_cast<int>(e));
-          const Mat got = run_native(p, e, bias, C0);
+          const Mat got = run_native(path(), p, e, bias, C0);
           // The widening reference: f32 sgemm on the stored values, beta = 1 onto the start.
           std::vector<float> ref(M * N, 0.0f);
           for (int64_t i = 0; i < M; ++i)
@@ -147,14 +150,14 @@ TEST_F(Bf16Gemm, MatchesExactSumsAndTheWideningReferenceOnOddShapes) {
 // An element's bits depend only on its row of op(A), its column of op(B) and K: a sub-block
 // computed alone (other M and N, other offsets in the tiles) and a run on one thread give the
 // whole product's bits, in every transpose, with a bf16 or an f32 A.
-TEST_F(Bf16Gemm, ElementBitsIndependentOfShapeAndThreads) {
+TEST_P(Bf16Gemm, ElementBitsIndependentOfShapeAndThreads) {
   const int64_t M = 75, N = 90, K = 70;
   const std::vector<float> none;
   for (int t = 0; t < 8; ++t) {
     const Problem p =
         make_problem(M, N, K, t & 1, t & 2, 500 + t, t & 4 ? DType::F32 : DType::BF16);
     const std::vector<uint16_t> whole =
-        run_native(p, Bf16Epilogue::kOverwrite, none, Mat(M * N, 1, DType::BF16)).h;
+        run_native(path(), p, Bf16Epilogue::kOverwrite, none, Mat(M * N, 1, DType::BF16)).h;
     // Rows [i0, i0+m) x columns [j0, j0+n) alone: the operands are views at an offset.
     for (auto [i0, m, j0, n] :
          {std::array<int64_t, 4>{5, 3, 17, 40}, {40, 35, 0, 1}, {0, 75, 61, 29}}) {
@@ -163,7 +166,7 @@ TEST_F(Bf16Gemm, ElementBitsIndependentOfShapeAndThreads) {
             (p.ta ? i0 : i0 * K) * static_cast<int64_t>(dtype_size(a.dtype));
       b.p = static_cast<const char*>(b.p) + (p.tb ? j0 * K : j0) * 2;
       std::vector<uint16_t> part(m * n);
-      gemm_bf16(Bf16GemmPath::kAmx, m, n, K, a, b, part.data(), DType::BF16, n,
+      gemm_bf16(path(), m, n, K, a, b, part.data(), DType::BF16, n,
                 Bf16Epilogue::kOverwrite);
       int64_t differ = 0;
       for (int64_t i = 0; i < m; ++i)
@@ -173,16 +176,16 @@ TEST_F(Bf16Gemm, ElementBitsIndependentOfShapeAndThreads) {
     const int threads = omp_get_max_threads();
     omp_set_num_threads(1);
     const std::vector<uint16_t> one =
-        run_native(p, Bf16Epilogue::kOverwrite, none, Mat(M * N, 1, DType::BF16)).h;
+        run_native(path(), p, Bf16Epilogue::kOverwrite, none, Mat(M * N, 1, DType::BF16)).h;
     omp_set_num_threads(threads);
     EXPECT_EQ(one, whole) << "t=" << t << ": 1 thread against " << threads;
   }
 }
 
-// The matmul ops take the native path with bf16 matrices (the bias may be f32) or one f32 factor
-// or output (the LM head's logits), and the widening reference with f16 or all-f32 storage, or
-// when it is chosen.
-TEST_F(Bf16Gemm, MatmulOpsTakeTheNativePathForBf16Matrices) {
+// The matmul ops take the native path with bf16 matrices (the bias may be f32), an f32 output
+// (the LM head's logits) or, on AMX, one f32 factor (their gradient), and the widening
+// reference with f16 or all-f32 storage, or when it is chosen.
+TEST_P(Bf16Gemm, MatmulOpsTakeTheNativePathForBf16Matrices) {
   const int64_t N = 37, C = 40, OC = 50;
   Mat inp(N * C, 1, DType::BF16), w(OC * C, 2, DType::BF16), out(N * OC, 0, DType::BF16),
       dout(N * OC, 3, DType::BF16), dinp(N * C, 4, DType::BF16), dw(OC * C, 5, DType::BF16);
@@ -196,18 +199,19 @@ TEST_F(Bf16Gemm, MatmulOpsTakeTheNativePathForBf16Matrices) {
     f();
     return bf16_gemm_native_calls() - before;
   };
-  set_bf16_gemm_path(Bf16GemmPath::kAmx);
+  set_bf16_gemm_path(path());
   EXPECT_EQ(calls_of([&] {
               matmul_forward(ctx, v(out, {N, OC}), v(inp, {N, C}), v(w, {OC, C}),
                              Tensor(bias.data(), {OC}, DType::F32));
               matmul_backward_input(ctx, v(dinp, {N, C}), v(dout, {N, OC}), v(w, {OC, C}));
               matmul_backward_weight(ctx, v(dw, {OC, C}), Tensor(dbias.data(), {OC}, DType::F32),
                                      v(dout, {N, OC}), v(inp, {N, C}));
-              // The head: f32 logits from bf16 factors, and their f32 gradient as a factor.
+              // The head: f32 logits from bf16 factors, and their f32 gradient as a factor (on
+              // AVX512-BF16 the reference's: three terms would triple the work).
               matmul_forward(ctx, v(out32, {N, OC}), v(inp, {N, C}), v(w, {OC, C}), Tensor());
               matmul_backward_input(ctx, v(dinp, {N, C}), v(out32, {N, OC}), v(w, {OC, C}));
             }),
-            5);
+            path() == Bf16GemmPath::kAvx512Bf16 ? 4 : 5);
   EXPECT_EQ(calls_of([&] {
               matmul_forward(ctx, v(out32, {N, OC}), v(inp32, {N, C}), v(w32, {OC, C}), Tensor());
               matmul_forward(ctx, v(out, {N, OC}), v(inp, {N, C}),
@@ -220,3 +224,9 @@ TEST_F(Bf16Gemm, MatmulOpsTakeTheNativePathForBf16Matrices) {
             }),
             0);
 }
+
+INSTANTIATE_TEST_SUITE_P(NativePaths, Bf16Gemm,
+                         ::testing::Values(Bf16GemmPath::kAmx, Bf16GemmPath::kAvx512Bf16),
+                         [](const ::testing::TestParamInfo<Bf16GemmPath>& info) {
+                           return std::string(bf16_gemm_path_name(info.param));
+                         });

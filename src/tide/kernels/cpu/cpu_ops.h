@@ -53,7 +53,8 @@ void matmul_backward_weight(float* dweight, float* dbias, const float* dout, con
 void matmul_bias_gradient(float* dbias, const float* dout, int64_t N, int OC);
 // The three ops on the storage as it is, through the native bf16 GEMM (cpu/gemm_bf16.h): taken
 // (true) when bf16_gemm_path() is not the reference and the matrices (the two factors and the
-// output or gradient written) are bf16 or f32, not both factors f32 (gemm_bf16_takes); false,
+// output or gradient written) are bf16 or f32, not both factors f32 (gemm_bf16_takes; on
+// kAvx512Bf16 both factors bf16); false,
 // with nothing done, otherwise. The bias and dbias may have any float dtype.
 bool matmul_forward_native(const Tensor& out, const Tensor& inp, const Tensor& weight,
                            const Tensor& bias, int64_t N, int C, int OC);

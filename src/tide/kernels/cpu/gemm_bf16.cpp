@@ -1,6 +1,7 @@
-// gemm_bf16.h: path choice, operand packing and the OpenMP driver around the AMX microkernel.
+// gemm_bf16.h: path choice, operand packing and the OpenMP driver around the microkernels (AMX
+// or AVX512-BF16, gemm_bf16_kernels.cpp).
 //
-// Packing (gemm_bf16.h's amx_detail): op(A) goes into row tiles of 16 rows, op(B) into column
+// Packing (gemm_bf16.h's bf16_detail): op(A) goes into row tiles of 16 rows, op(B) into column
 // tiles of 16 columns, both zero-padded to 32-row/column panels and to K chunks of 32.
 // The smaller operand is packed whole and shared by the threads; the larger one is packed a
 // block of panels at a time by the thread that computes that block, so its packed copy stays in
@@ -23,7 +24,7 @@
 
 namespace tide::cpu {
 
-using amx_detail::Operand;
+using bf16_detail::Operand;
 
 namespace {
 
@@ -51,10 +52,23 @@ bool amx_usable() {
 #endif
 }
 
+bool avx512bf16_usable() {
+#if defined(__x86_64__)
+  return __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512f") &&
+         __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+         __builtin_cpu_supports("avx512dq");
+#else
+  return false;
+#endif
+}
+
 Bf16GemmPath parse_path(std::string_view s) {
-  for (Bf16GemmPath p : {Bf16GemmPath::kReference, Bf16GemmPath::kAmx})
+  for (Bf16GemmPath p : {Bf16GemmPath::kAmx, Bf16GemmPath::kAvx512Bf16, Bf16GemmPath::kReference})
     if (s == bf16_gemm_path_name(p)) return p;
-  TIDE_FAIL("TIDE_CPU_BF16_GEMM='{}': use amx or reference (unset: the fastest this CPU runs)", s);
+  TIDE_FAIL(
+      "TIDE_CPU_BF16_GEMM='{}': use amx, avx512bf16 or reference (unset: amx where the CPU "
+      "has it, else reference)",
+      s);
 }
 
 Bf16GemmPath choose_path() {
@@ -64,6 +78,9 @@ Bf16GemmPath choose_path() {
                "TIDE_CPU_BF16_GEMM={}: this CPU (or kernel) cannot run it; use reference", env);
     return p;
   }
+  // AVX512-BF16 only when asked for: on the one CPU measured (Emerald Rapids without AMX, a
+  // VM) vdpbf16ps multiplies at sgemm's rate, so the widening reference was as fast or faster
+  // (bench/RESULTS.md, "AVX512-BF16").
   return bf16_gemm_path_supported(Bf16GemmPath::kAmx) ? Bf16GemmPath::kAmx
                                                       : Bf16GemmPath::kReference;
 }
@@ -115,8 +132,8 @@ int64_t block_panels(int64_t panels, int threads) {
 }
 
 // C = op(a) @ op(b), or with c_transposed C^T (C then (N,M), element (i,j) of the product at
-// C[j*ldc + i]; no bias).
-void gemm_amx(const Operand& a, const Operand& b, int64_t M, int64_t N, int64_t K, void* C,
+// C[j*ldc + i]; no bias), through the path's microkernel.
+void gemm_packed(Bf16GemmPath path, const Operand& a, const Operand& b, int64_t M, int64_t N, int64_t K, void* C,
               DType c_dtype, int64_t ldc, Bf16Epilogue e, const float* bias, bool c_transposed) {
   // An f32 factor is three bf16 terms per chunk (gemm_bf16.h).
   const int a_terms = a.dtype == DType::F32 ? 3 : 1, b_terms = b.dtype == DType::F32 ? 3 : 1;
@@ -136,6 +153,9 @@ void gemm_amx(const Operand& a, const Operand& b, int64_t M, int64_t N, int64_t 
   Packed shared_temp;
   uint16_t* const shared = scratch_tiles(0, 2 * shared_panels * kc * shared_terms, shared_temp);
   g_native_calls.fetch_add(1, std::memory_order_relaxed);
+  const bool amx = path == Bf16GemmPath::kAmx;
+  const bf16_detail::Kernel32x32 kernel =
+      amx ? bf16_detail::kernel_32x32_amx : bf16_detail::kernel_32x32_avx512;
 
 #pragma omp parallel
   {
@@ -143,9 +163,9 @@ void gemm_amx(const Operand& a, const Operand& b, int64_t M, int64_t N, int64_t 
     for (int64_t t = 0; t < 2 * shared_panels; ++t) {
       uint16_t* dst = shared + t * shared_tile;
       if (shared_a) {
-        amx_detail::pack_a_tile(dst, a, M, K, kc, a_terms, t * 16);
+        bf16_detail::pack_a_tile(dst, a, M, K, kc, a_terms, t * 16);
       } else {
-        amx_detail::pack_b_tile(dst, b, N, K, kc, b_terms, t * 16);
+        bf16_detail::pack_b_tile(dst, b, N, K, kc, b_terms, t * 16);
       }
     }
     Packed own_temp, partial_temp;
@@ -157,16 +177,16 @@ void gemm_amx(const Operand& a, const Operand& b, int64_t M, int64_t N, int64_t 
         kblocks > 1
             ? reinterpret_cast<float*>(scratch_tiles(2, 4 * shared_panels * bp, partial_temp))
             : s;
-    amx_detail::begin_tiles();
+    if (amx) bf16_detail::begin_tiles();
 #pragma omp for schedule(static)
     for (int64_t blk = 0; blk < blocks; ++blk) {
       const int64_t p0 = blk * bp, np = std::min(bp, own_panels - p0);
       for (int64_t t = 0; t < 2 * np; ++t) {
         uint16_t* dst = own + t * own_tile;
         if (shared_a) {
-          amx_detail::pack_b_tile(dst, b, N, K, kc, b_terms, (2 * p0 + t) * 16);
+          bf16_detail::pack_b_tile(dst, b, N, K, kc, b_terms, (2 * p0 + t) * 16);
         } else {
-          amx_detail::pack_a_tile(dst, a, M, K, kc, a_terms, (2 * p0 + t) * 16);
+          bf16_detail::pack_a_tile(dst, a, M, K, kc, a_terms, (2 * p0 + t) * 16);
         }
       }
       for (int64_t kb = 0; kb < kblocks; ++kb) {
@@ -178,25 +198,25 @@ void gemm_amx(const Operand& a, const Operand& b, int64_t M, int64_t N, int64_t 
             const uint16_t* ow = own + op * 2 * own_tile;
             float* c = kblocks > 1 ? partial + (sp * np + op) * 1024 : s;
             if (shared_a) {
-              amx_detail::kernel_32x32(sh, a_terms, ow, b_terms, kc, k0, k1, kb > 0, c);
+              kernel(sh, a_terms, ow, b_terms, kc, k0, k1, kb > 0, c);
             } else {
-              amx_detail::kernel_32x32(ow, a_terms, sh, b_terms, kc, k0, k1, kb > 0, c);
+              kernel(ow, a_terms, sh, b_terms, kc, k0, k1, kb > 0, c);
             }
             if (kb + 1 < kblocks) continue;
             const int64_t pi = shared_a ? sp : p0 + op, pj = shared_a ? p0 + op : sp;
             const int64_t i0 = pi * 32, j0 = pj * 32;
             const int64_t m = std::min<int64_t>(32, M - i0), n = std::min<int64_t>(32, N - j0);
             if (c_transposed) {
-              amx_detail::transpose_block(c, st);
-              amx_detail::store_block(st, C, c_dtype, ldc, j0, i0, n, m, e, nullptr);
+              bf16_detail::transpose_block(c, st);
+              bf16_detail::store_block(st, C, c_dtype, ldc, j0, i0, n, m, e, nullptr);
             } else {
-              amx_detail::store_block(c, C, c_dtype, ldc, i0, j0, m, n, e, bias);
+              bf16_detail::store_block(c, C, c_dtype, ldc, i0, j0, m, n, e, bias);
             }
           }
         }
       }
     }
-    amx_detail::end_tiles();
+    if (amx) bf16_detail::end_tiles();
   }
 }
 
@@ -208,6 +228,8 @@ std::string_view bf16_gemm_path_name(Bf16GemmPath p) {
       return "reference";
     case Bf16GemmPath::kAmx:
       return "amx";
+    case Bf16GemmPath::kAvx512Bf16:
+      return "avx512bf16";
   }
   return "?";
 }
@@ -220,6 +242,8 @@ bool bf16_gemm_path_supported(Bf16GemmPath p) {
       static const bool ok = amx_usable();
       return ok;
     }
+    case Bf16GemmPath::kAvx512Bf16:
+      return avx512bf16_usable();
   }
   return false;
 }
@@ -252,7 +276,7 @@ bool gemm_bf16_takes(DType a, DType b, DType c) {
 void gemm_bf16(Bf16GemmPath path, int64_t M, int64_t N, int64_t K, const GemmOperand& A,
                const GemmOperand& B, void* C, DType c_dtype, int64_t ldc, Bf16Epilogue epilogue,
                const float* bias) {
-  TIDE_ASSERT(path == Bf16GemmPath::kAmx && bf16_gemm_path_supported(path));
+  TIDE_ASSERT(path != Bf16GemmPath::kReference && bf16_gemm_path_supported(path));
   TIDE_ASSERT(gemm_bf16_takes(A.dtype, B.dtype, c_dtype));
   TIDE_ASSERT(epilogue != Bf16Epilogue::kAddBias || bias != nullptr);
   if (M <= 0 || N <= 0) return;
@@ -261,11 +285,11 @@ void gemm_bf16(Bf16GemmPath path, int64_t M, int64_t N, int64_t K, const GemmOpe
   // smaller one: C^T = op(B)^T op(A)^T has the same products in the same order (the same bits),
   // and its (32,32) blocks are transposed on their way out.
   if (A.trans && !B.trans && M > N && epilogue != Bf16Epilogue::kAddBias) {
-    gemm_amx(Operand{B.p, B.ld, true, B.dtype}, Operand{A.p, A.ld, false, A.dtype}, N, M, K, C,
+    gemm_packed(path, Operand{B.p, B.ld, true, B.dtype}, Operand{A.p, A.ld, false, A.dtype}, N, M, K, C,
              c_dtype, ldc, epilogue, nullptr, /*c_transposed=*/true);
     return;
   }
-  gemm_amx(A, B, M, N, K, C, c_dtype, ldc, epilogue, bias, /*c_transposed=*/false);
+  gemm_packed(path, A, B, M, N, K, C, c_dtype, ldc, epilogue, bias, /*c_transposed=*/false);
 }
 
 }  // namespace tide::cpu

@@ -3,20 +3,24 @@
 // output rounded to nearest-even once (f32 operands and outputs also taken, for the LM head).
 //
 // Why: the widening reference (f32_buffer.h + OpenBLAS sgemm) converts every operand to f32
-// and runs at f32 speed; a CPU with AMX (Sapphire/Emerald Rapids) multiplies bf16 tiles about an
-// order of magnitude faster than its f32 FMA units, which is what PyTorch's bf16 autocast
-// (oneDNN) uses (issue #26). Debian 12's OpenBLAS 0.3.21 has no sbgemm, and oneDNN 2.6 would add
-// a shared library to carry and its blocking choices depend on the shapes, so this is a small
-// hand-written AMX kernel, chosen at run time (like the AVX-512 AdamW); other CPUs keep the
-// widening reference.
+// and runs at f32 speed. A CPU with AMX (Sapphire/Emerald Rapids) multiplies bf16 tiles about an
+// order of magnitude faster than its f32 FMA units; one with AVX512-BF16 only (Cooper Lake, Zen 4
+// and 5, AMX-less virtual machines) takes two bf16 products per f32 lane per instruction
+// (vdpbf16ps) without widening, which pays where that instruction runs at the FMA units' rate
+// (not on the Emerald Rapids VM measured: opt-in there). PyTorch's bf16 autocast (oneDNN) uses
+// both (issue #26). Debian 12's OpenBLAS 0.3.21 has no sbgemm, and oneDNN 2.6 would add a shared
+// library to carry and its blocking choices depend on the shapes, so this is a small
+// hand-written kernel pair sharing one packing, chosen at run time (like the AVX-512 AdamW);
+// other CPUs keep the widening reference.
 //
-// Reproducibility: every output element is one fixed sequence of AMX tile products over K in
-// chunks of 32 (zero-padded), so its bits depend only on its row of op(A), its column of op(B)
-// and K: not on M, N, its position, the blocking or the number of threads. The sum order
-// differs from OpenBLAS's, so a result can differ from the widening reference's by one bf16
-// rounding step where the f32 sums straddle a rounding boundary (rare: the op table's
-// 16-bit check allows 1% of the elements). AMX treats bf16 subnormal inputs (below 1.2e-38)
-// as zero and flushes subnormal f32 sums to zero.
+// Reproducibility: every output element is one fixed sequence of products over K in chunks of
+// 32 (zero-padded): AMX tile products, or vdpbf16ps pairs in k order. So its bits depend only
+// on the path, its row of op(A), its column of op(B) and K: not on M, N, its position, the
+// blocking or the number of threads. The sum order differs from OpenBLAS's (and between the
+// two paths), so a result can differ from the widening reference's by one bf16 rounding step
+// where the f32 sums straddle a rounding boundary (rare: the op table's 16-bit check allows 1%
+// of the elements). Both treat bf16 subnormal inputs (below 1.2e-38) as zero and flush
+// subnormal f32 sums to zero.
 
 #include <cstdint>
 #include <string_view>
@@ -28,14 +32,16 @@ namespace tide::cpu {
 enum class Bf16GemmPath {
   kReference,  // widen to f32, OpenBLAS sgemm (f32_buffer.h, gemm.h): any CPU
   kAmx,        // AMX-BF16 tiles (Intel Sapphire Rapids and later, Linux 5.16+)
+  kAvx512Bf16,  // AVX512-BF16 vdpbf16ps (Intel Cooper Lake and later, AMD Zen 4 and later)
 };
 
 std::string_view bf16_gemm_path_name(Bf16GemmPath p);
 // Whether this CPU and kernel can run path p (kReference: always). Asking for kAmx requests
 // the AMX tile state from Linux once (arch_prctl ARCH_REQ_XCOMP_PERM).
 bool bf16_gemm_path_supported(Bf16GemmPath p);
-// The path the bf16 matmul ops take: the fastest supported one, unless the environment variable
-// TIDE_CPU_BF16_GEMM ("amx" or "reference") chose one (an unknown or unsupported value is an
+// The path the bf16 matmul ops take: AMX where supported, else the reference (AVX512-BF16 is
+// only taken when chosen), unless the environment variable
+// TIDE_CPU_BF16_GEMM ("amx", "avx512bf16" or "reference") chose one (an unknown or unsupported value is an
 // error naming the choices), or set_bf16_gemm_path did.
 Bf16GemmPath bf16_gemm_path();
 // Overrides the path for the whole process (tests, benchmarks); throws if p is not supported.
@@ -68,17 +74,19 @@ struct GemmOperand {
 // each, not both factors f32 (that is sgemm's work).
 bool gemm_bf16_takes(DType a, DType b, DType c);
 
-// Row-major C(M,N) <- op(A) @ op(B) with `epilogue`, through `path` (not kReference); C of
+// Row-major C(M,N) <- op(A) @ op(B) with `epilogue`, through `path` (a native one); C of
 // dtype c_dtype with leading dimension ldc.
 void gemm_bf16(Bf16GemmPath path, int64_t M, int64_t N, int64_t K, const GemmOperand& A,
                const GemmOperand& B, void* C, DType c_dtype, int64_t ldc, Bf16Epilogue epilogue,
                const float* bias = nullptr);
 
-namespace amx_detail {
-// The AMX path's pieces (gemm_bf16_amx.cpp, compiled for AMX and AVX-512 whatever -march says;
-// called only where bf16_gemm_path_supported(kAmx)). A packed tile is 512 bf16 (1 KiB):
+namespace bf16_detail {
+// The native paths' pieces (gemm_bf16_kernels.cpp, compiled for AMX or AVX-512 whatever -march
+// says; called only where bf16_gemm_path_supported said the CPU allows it). A packed tile is 512
+// bf16 (1 KiB):
 //   A tile: (16 rows, 32 k) row-major;  B tile: (16 k-pairs, 16 columns, 2), VNNI: element
-//   (k, j) of a chunk at [k/2][j][k%2], the layout TDPBF16PS reads.
+//   (k, j) of a chunk at [k/2][j][k%2], the layout TDPBF16PS reads (and a row of it, one
+//   k-pair of 16 columns, is vdpbf16ps's operand).
 // A row (column) tile of op(A) (op(B)) is kc such tiles, one per chunk of 32 in K, zero where
 // the rows, columns or K run out. An f32 operand's chunk is `terms` = 3 tiles, its hi, mid and lo
 // terms (a bf16 operand: terms = 1).
@@ -93,18 +101,22 @@ void pack_b_tile(uint16_t* dst, const Operand& b, int64_t N, int64_t K, int64_t 
 // to c's values when `accumulate` (a later block of K: f32 stored and reloaded exactly, so
 // blocking K does not change a bit): a is 2 row tiles of a_terms tiles per chunk (the second
 // row tile at a + kc*a_terms*512), b 2 column tiles likewise; per chunk the terms in order (a
-// one-term operand's tile against each).
-void kernel_32x32(const uint16_t* a, int a_terms, const uint16_t* b, int b_terms, int64_t kc,
-                  int64_t k0, int64_t k1, bool accumulate, float* c);
+// one-term operand's tile against each). The AMX kernel needs begin_tiles() on its thread.
+using Kernel32x32 = void (*)(const uint16_t* a, int a_terms, const uint16_t* b, int b_terms,
+                             int64_t kc, int64_t k0, int64_t k1, bool accumulate, float* c);
+void kernel_32x32_amx(const uint16_t* a, int a_terms, const uint16_t* b, int b_terms, int64_t kc,
+                      int64_t k0, int64_t k1, bool accumulate, float* c);
+void kernel_32x32_avx512(const uint16_t* a, int a_terms, const uint16_t* b, int b_terms,
+                         int64_t kc, int64_t k0, int64_t k1, bool accumulate, float* c);
 // Writes the valid (m, n) corner of block s (row stride 32) into C at (i0, j0) (gemm_bf16's
 // epilogue).
 void store_block(const float* s, void* C, DType c_dtype, int64_t ldc, int64_t i0, int64_t j0,
                  int64_t m, int64_t n, Bf16Epilogue e, const float* bias);
 // t = s transposed, both (32,32) f32 with row stride 32, 64-byte aligned.
 void transpose_block(const float* s, float* t);
-// Loads the tile configuration on the calling thread / releases its tile state.
+// Loads the AMX tile configuration on the calling thread / releases its tile state.
 void begin_tiles();
 void end_tiles();
-}  // namespace amx_detail
+}  // namespace bf16_detail
 
 }  // namespace tide::cpu

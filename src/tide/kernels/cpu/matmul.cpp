@@ -74,9 +74,13 @@ void matmul_bias_gradient(float* dbias, const float* dout, int64_t N, int OC) {
 
 namespace {
 // Whether the native GEMM takes factors x, y and output z (gemm_bf16_takes): the path chosen
-// is not the reference, and none of them is f16.
+// is not the reference, and none of them is f16. On AVX512-BF16 both factors are bf16: an f32
+// factor's three terms would triple the work at a rate no higher than sgemm's.
 bool native(const Tensor& x, const Tensor& y, const Tensor& z) {
-  return bf16_gemm_path() != Bf16GemmPath::kReference && gemm_bf16_takes(x.dtype, y.dtype, z.dtype);
+  const Bf16GemmPath path = bf16_gemm_path();
+  if (path == Bf16GemmPath::kAvx512Bf16 && (x.dtype != DType::BF16 || y.dtype != DType::BF16))
+    return false;
+  return path != Bf16GemmPath::kReference && gemm_bf16_takes(x.dtype, y.dtype, z.dtype);
 }
 }  // namespace
 

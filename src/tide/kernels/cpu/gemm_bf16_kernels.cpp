@@ -1,7 +1,7 @@
-// The AMX path of gemm_bf16.h (packing, microkernel, epilogue), in a file of its own because its
-// functions are compiled for AMX and AVX-512 (target attributes) whatever the build's -march:
-// they run only where bf16_gemm_path_supported(kAmx) said the CPU and kernel allow it (every
-// AMX CPU has AVX-512).
+// The native paths of gemm_bf16.h (packing, the two microkernels, epilogue), in a file of its
+// own because its functions are compiled for AVX-512, AVX512-BF16 or AMX (target attributes)
+// whatever the build's -march: they run only where bf16_gemm_path_supported said the CPU and
+// kernel allow it (every AMX or AVX512-BF16 CPU has AVX-512 F/BW/VL/DQ).
 //
 // Packing moves 16-lane vectors: op(A) rows and op(B) columns that are contiguous in k are
 // loaded as 16 pairs (32-bit lanes) and transposed 16x16; two k rows are interleaved into
@@ -9,9 +9,12 @@
 // split into three bf16 terms per chunk (hi, mid, lo: f32_term), each multiplied by the other
 // operand's one tile of that chunk.
 //
-// Eight tile registers: four (16,16) f32 accumulators for a (32,32) block of C, two (16,32)
+// AMX: eight tile registers, four (16,16) f32 accumulators for a (32,32) block of C, two (16,32)
 // bf16 tiles of A and two (16 k-pairs, 16 columns) VNNI tiles of B. Every tile is 16 rows of 64
 // bytes, so one configuration serves all.
+// AVX512-BF16: the same packed tiles; the (32,32) block in four groups of 8 rows, 16 f32
+// accumulator registers each: per k-pair, the two B rows (32 columns) are loaded once and every
+// row's A pair is broadcast against them.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -22,15 +25,17 @@
 
 // GCC 12 warns "__Y is (may be) used uninitialized" inside its own _mm512_undefined_* helpers
 // (a known false positive of avx512fintrin.h), as in optim/adamw_avx512.cpp. This file is kept
-// out of the unity batches (CMakeLists.txt) so that neither this nor TIDE_AMX leaks.
+// out of the unity batches (CMakeLists.txt) so that neither this nor the target macros leak.
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
 
+#define TIDE_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
+#define TIDE_AVX512BF16 __attribute__((target("avx512bf16,avx512f,avx512bw,avx512vl,avx512dq")))
 #define TIDE_AMX __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512dq")))
 
-namespace tide::cpu::amx_detail {
+namespace tide::cpu::bf16_detail {
 
 namespace {
 struct alignas(64) TileConfig {
@@ -45,18 +50,18 @@ static_assert(sizeof(TileConfig) == 64);
 constexpr int64_t kTile = 512;  // bf16 per packed tile
 
 // The first n (0..32) bf16 lanes.
-TIDE_AMX inline __mmask32 lanes16(int64_t n) {
+TIDE_AVX512 inline __mmask32 lanes16(int64_t n) {
   if (n <= 0) return 0;
   return n >= 32 ? ~__mmask32{0} : (__mmask32{1} << n) - 1;
 }
 // The first n (0..16) f32 lanes.
-TIDE_AMX inline __mmask16 lanes32(int64_t n) {
+TIDE_AVX512 inline __mmask16 lanes32(int64_t n) {
   if (n <= 0) return 0;
   return n >= 16 ? __mmask16{0xffff} : static_cast<__mmask16>((1u << n) - 1);
 }
 
 // r[i] (16 x 32-bit) becomes column i of the matrix whose rows were r.
-TIDE_AMX inline void transpose16x16(__m512i r[16]) {
+TIDE_AVX512 inline void transpose16x16(__m512i r[16]) {
   __m512i t[16];
   for (int i = 0; i < 16; i += 2) {
     t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
@@ -81,7 +86,7 @@ TIDE_AMX inline void transpose16x16(__m512i r[16]) {
 }
 
 // f32 -> bf16 of 16 lanes with tide::f32_to_bf16's recipe (nearest even, NaN kept quiet).
-TIDE_AMX inline __m256i to_bf16(__m512 x) {
+TIDE_AVX512 inline __m256i to_bf16(__m512 x) {
   const __m512i u = _mm512_castps_si512(x);
   const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
   const __m512i rounded =
@@ -92,14 +97,14 @@ TIDE_AMX inline __m256i to_bf16(__m512 x) {
   return _mm512_cvtepi32_epi16(_mm512_mask_blend_epi32(is_nan, rounded, quiet));
 }
 
-TIDE_AMX inline __m512 from_bf16(__m256i h) {
+TIDE_AVX512 inline __m512 from_bf16(__m256i h) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
 // The three terms of x = hi + mid + lo, each x's remainder rounded to bf16: exact for normal f32
 // values (8 + 8 + 8 bits of the 24). A non-finite hi (x is Inf or NaN, or rounds to Inf) is x's
 // only term.
-TIDE_AMX inline void f32_terms(__m512 x, __m256i t[3]) {
+TIDE_AVX512 inline void f32_terms(__m512 x, __m256i t[3]) {
   t[0] = to_bf16(x);
   const __m512 h = from_bf16(t[0]);
   const __mmask16 finite =
@@ -111,7 +116,7 @@ TIDE_AMX inline void f32_terms(__m512 x, __m256i t[3]) {
 
 // The n (0..16) values at element offset `off` of an operand as its bf16 terms t[0..terms), zero
 // past n: bf16 values as stored (one term), f32 values split (f32_terms).
-TIDE_AMX inline void load16(const Operand& o, int64_t off, int64_t n, __m256i t[3]) {
+TIDE_AVX512 inline void load16(const Operand& o, int64_t off, int64_t n, __m256i t[3]) {
   const __mmask16 m = lanes32(n);
   if (o.dtype == DType::BF16) {
     t[0] = _mm256_maskz_loadu_epi16(m, static_cast<const uint16_t*>(o.p) + off);
@@ -120,7 +125,7 @@ TIDE_AMX inline void load16(const Operand& o, int64_t off, int64_t n, __m256i t[
   f32_terms(_mm512_maskz_loadu_ps(m, static_cast<const float*>(o.p) + off), t);
 }
 // The same for n in 0..32.
-TIDE_AMX inline void load32(const Operand& o, int64_t off, int64_t n, __m512i t[3]) {
+TIDE_AVX512 inline void load32(const Operand& o, int64_t off, int64_t n, __m512i t[3]) {
   if (o.dtype == DType::BF16) {
     t[0] = _mm512_maskz_loadu_epi16(lanes16(n), static_cast<const uint16_t*>(o.p) + off);
     return;
@@ -135,7 +140,7 @@ TIDE_AMX inline void load32(const Operand& o, int64_t off, int64_t n, __m512i t[
 // row k of the chunk starts at element offset row(k) (lanes j = 0..15); rows at and past
 // `krows` are zero, and so are lanes past `cols`.
 template <typename Row>
-TIDE_AMX inline void interleave_rows(__m512i v[3][16], const Operand& o, int terms, Row row,
+TIDE_AVX512 inline void interleave_rows(__m512i v[3][16], const Operand& o, int terms, Row row,
                                      int64_t krows, int64_t cols) {
   const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8,
                                        23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
@@ -150,13 +155,13 @@ TIDE_AMX inline void interleave_rows(__m512i v[3][16], const Operand& o, int ter
   }
 }
 
-TIDE_AMX inline void store_tile(uint16_t* dst, const __m512i v[16]) {
+TIDE_AVX512 inline void store_tile(uint16_t* dst, const __m512i v[16]) {
   for (int i = 0; i < 16; ++i) _mm512_storeu_si512(dst + i * 32, v[i]);
 }
 
 }  // namespace
 
-TIDE_AMX void pack_a_tile(uint16_t* dst, const Operand& a, int64_t M, int64_t K, int64_t kc,
+TIDE_AVX512 void pack_a_tile(uint16_t* dst, const Operand& a, int64_t M, int64_t K, int64_t kc,
                           int terms, int64_t r0) {
   const int64_t rows = std::clamp<int64_t>(M - r0, 0, 16);
   for (int64_t c = 0; c < kc; ++c, dst += terms * kTile) {
@@ -179,7 +184,7 @@ TIDE_AMX void pack_a_tile(uint16_t* dst, const Operand& a, int64_t M, int64_t K,
   }
 }
 
-TIDE_AMX void pack_b_tile(uint16_t* dst, const Operand& b, int64_t N, int64_t K, int64_t kc,
+TIDE_AVX512 void pack_b_tile(uint16_t* dst, const Operand& b, int64_t N, int64_t K, int64_t kc,
                           int terms, int64_t c0) {
   const int64_t cols = std::clamp<int64_t>(N - c0, 0, 16);
   for (int64_t c = 0; c < kc; ++c, dst += terms * kTile) {
@@ -200,7 +205,7 @@ TIDE_AMX void pack_b_tile(uint16_t* dst, const Operand& b, int64_t N, int64_t K,
   }
 }
 
-TIDE_AMX void store_block(const float* s, void* C, DType c_dtype, int64_t ldc, int64_t i0,
+TIDE_AVX512 void store_block(const float* s, void* C, DType c_dtype, int64_t ldc, int64_t i0,
                           int64_t j0, int64_t m, int64_t n, Bf16Epilogue e, const float* bias) {
   for (int64_t h = 0; h < n; h += 16) {
     const __mmask16 mk = lanes32(n - h);
@@ -224,7 +229,7 @@ TIDE_AMX void store_block(const float* s, void* C, DType c_dtype, int64_t ldc, i
   }
 }
 
-TIDE_AMX void transpose_block(const float* s, float* t) {
+TIDE_AVX512 void transpose_block(const float* s, float* t) {
   for (int bi = 0; bi < 2; ++bi) {
     for (int bj = 0; bj < 2; ++bj) {
       __m512i v[16];
@@ -255,7 +260,7 @@ TIDE_AMX void end_tiles() {
   _tile_release();
 }
 
-TIDE_AMX void kernel_32x32(const uint16_t* a, int a_terms, const uint16_t* b, int b_terms,
+TIDE_AMX void kernel_32x32_amx(const uint16_t* a, int a_terms, const uint16_t* b, int b_terms,
                            int64_t kc, int64_t k0, int64_t k1, bool accumulate, float* c) {
   // Tiles 0-3: C (rows 0-15 | 16-31) x (columns 0-15 | 16-31); 4, 5: A; 6, 7: B.
   if (accumulate) {
@@ -294,4 +299,50 @@ TIDE_AMX void kernel_32x32(const uint16_t* a, int a_terms, const uint16_t* b, in
   _tile_stored(3, c + 16 * 32 + 16, 128);
 }
 
-}  // namespace tide::cpu::amx_detail
+namespace {
+// The k-pair at p (two bf16, the even k in the low half) as one 32-bit lane broadcast.
+TIDE_AVX512BF16 inline __m512bh pair_broadcast(const uint16_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, sizeof v);
+  return reinterpret_cast<__m512bh>(_mm512_set1_epi32(v));
+}
+}  // namespace
+
+TIDE_AVX512BF16 void kernel_32x32_avx512(const uint16_t* a, int a_terms, const uint16_t* b,
+                                         int b_terms, int64_t kc, int64_t k0, int64_t k1,
+                                         bool accumulate, float* c) {
+  const int terms = a_terms > b_terms ? a_terms : b_terms;
+  const int64_t a_chunk = a_terms * 512, b_chunk = b_terms * 512;
+  const int64_t a_term = a_terms > 1 ? 512 : 0, b_term = b_terms > 1 ? 512 : 0;
+  const int64_t a1 = kc * a_chunk, b1 = kc * b_chunk;  // the second row / column tile
+  for (int g = 0; g < 4; ++g) {  // rows 8g .. 8g+7: row tile g/2, its rows 8(g%2) ..
+    float* cg = c + g * 8 * 32;
+    const uint16_t* ag = a + (g / 2) * a1 + (g % 2) * 8 * 32;
+    __m512 acc[8][2];
+    for (int i = 0; i < 8; ++i) {
+      acc[i][0] = accumulate ? _mm512_load_ps(cg + i * 32) : _mm512_setzero_ps();
+      acc[i][1] = accumulate ? _mm512_load_ps(cg + i * 32 + 16) : _mm512_setzero_ps();
+    }
+    for (int64_t k = k0; k < k1; ++k) {
+      for (int s = 0; s < terms; ++s) {
+        const uint16_t* ak = ag + k * a_chunk + s * a_term;
+        const uint16_t* bk = b + k * b_chunk + s * b_term;
+        for (int p = 0; p < 16; ++p) {
+          const auto b0 = reinterpret_cast<__m512bh>(_mm512_loadu_si512(bk + p * 32));
+          const auto b1v = reinterpret_cast<__m512bh>(_mm512_loadu_si512(bk + b1 + p * 32));
+          for (int i = 0; i < 8; ++i) {
+            const __m512bh ai = pair_broadcast(ak + i * 32 + 2 * p);
+            acc[i][0] = _mm512_dpbf16_ps(acc[i][0], ai, b0);
+            acc[i][1] = _mm512_dpbf16_ps(acc[i][1], ai, b1v);
+          }
+        }
+      }
+    }
+    for (int i = 0; i < 8; ++i) {
+      _mm512_store_ps(cg + i * 32, acc[i][0]);
+      _mm512_store_ps(cg + i * 32 + 16, acc[i][1]);
+    }
+  }
+}
+
+}  // namespace tide::cpu::bf16_detail
