@@ -15,7 +15,9 @@
 #   2. `tide train device=cuda` against `device=cpu`, f32, the default job's model and data, 10
 #      steps: the losses within 1e-5 (relative), the final checkpoints (weights, master, Adam)
 #      within 1e-4 of each tensor's largest value (tools/compare_checkpoints.py);
-#   3. the op benchmark beside its PyTorch peer (bench_gpu_ops, ops_torch.py: JSON lines).
+#   3. the same run on the GPU with ZeRO-3, ZeRO-Offload, offload_param and auto placement: the
+#      losses within 1e-5 of step 2's GPU run; with DPU, of the CPU run with DPU;
+#   4. the op benchmark beside its PyTorch peer (bench_gpu_ops, ops_torch.py: JSON lines).
 # Every step runs even when an earlier one fails; check.sh exits non-zero when any failed.
 # With device time left after it: scripts/cpu_bench_bundle.sh's .cpu, in a run call of its own
 # (the machine's 16 cores for bench_dp's overlap under pp and vs_torch; .gpu and .cpu together
@@ -72,7 +74,30 @@ python3 compare_checkpoints.py "$out/train_cpu/model.ckpt" "$out/train_cuda/mode
 params_rc=$?
 cat "$out/params.json"
 
-echo "== 3. op benchmark beside PyTorch"
+echo "== 3. one GPU with ZeRO-3, offload (with and without DPU), offload_param, auto placement"
+# Each against the plain GPU run's losses (step 2); DPU is one step late by design, so against
+# the CPU run with the same keys. Runs named in the summary: tech_<name>_<device>.
+tech() {
+  local name=$1 dev=$2
+  shift 2
+  ./tide train "device=$dev" data.dir=data train_steps=10 log.interval=1 eval.interval=10 \
+    eval.sequences=32 log.progress=false "out_dir=$out/tech_${name}_$dev" "$@" \
+    >"$out/tech_${name}_$dev.log" 2>&1
+  echo "$name $dev rc=$?"
+}
+offload=(zero_optimization.stage=2 zero_optimization.offload_optimizer.device=cpu)
+tech zero3 cuda zero_optimization.stage=3
+tech offload cuda "${offload[@]}"
+tech offload_param cuda zero_optimization.stage=3 zero_optimization.offload_optimizer.device=cpu \
+  zero_optimization.offload_param.device=cpu
+# 72 MB: evictions every step on the simulated device (the default model's least is 45 MiB).
+tech auto cuda placement.policy=auto placement.device_memory_limit=72000000
+for dev in cpu cuda; do
+  tech dpu "$dev" "${offload[@]}" zero_optimization.offload_optimizer.delayed_update=true \
+    zero_optimization.offload_optimizer.dpu_warmup_steps=3
+done
+
+echo "== 4. op benchmark beside PyTorch"
 ./bench_gpu_ops >"$out/bench_tide.jsonl" 2>"$out/bench_tide.log"
 bench_rc=$?
 python3 ops_torch.py >"$out/bench_torch.jsonl" 2>"$out/bench_torch.log"
@@ -83,15 +108,24 @@ python3 - "$out" "${gpu:-none}" "$tests_rc" "$tests_s" "$cpu_rc" "$cuda_rc" "$cu
 import json, sys
 out, gpu = sys.argv[1], sys.argv[2]
 tests_rc, tests_s, cpu_rc, cuda_rc, cuda_s, params_rc, bench_rc, torch_rc = map(int, sys.argv[3:])
-def losses(dev):
+def losses(run):  # "cpu", "cuda" (step 2) or a step-3 run's folder name
+    path = f"{out}/{run if run.startswith('tech_') else 'train_' + run}/metrics.jsonl"
     try:
-        return {j["step"]: j["loss"] for j in map(json.loads, open(f"{out}/train_{dev}/metrics.jsonl"))
-                if "loss" in j}
+        return {j["step"]: j["loss"] for j in map(json.loads, open(path)) if "loss" in j}
     except OSError:
         return {}
+def worst_of(a, b):
+    steps = sorted(set(a) & set(b))
+    return steps, max((abs(a[s] - b[s]) / abs(a[s]) for s in steps), default=float("inf"))
 cpu, cuda = losses("cpu"), losses("cuda")
-steps = sorted(set(cpu) & set(cuda))
-worst = max((abs(cpu[s] - cuda[s]) / abs(cpu[s]) for s in steps), default=float("inf"))
+steps, worst = worst_of(cpu, cuda)
+techs = {}
+for name, ref in [("zero3", "cuda"), ("offload", "cuda"), ("offload_param", "cuda"),
+                  ("auto", "cuda"), ("dpu", "tech_dpu_cpu")]:
+    got = losses(f"tech_{name}_cuda")
+    n, w = worst_of(losses(ref), got)
+    techs[name] = {"ok": len(n) == 10 and w <= 1e-5, "steps": len(n), "loss_max_rel_diff": w,
+                   "against": ref}
 try:
     params = json.load(open(f"{out}/params.json"))
 except (OSError, ValueError):
@@ -103,16 +137,20 @@ s = {"gpu": gpu,
                            "loss_tol": 1e-5, "params": params, "cuda_seconds": cuda_s,
                            "losses_cpu": [cpu[s] for s in steps],
                            "losses_cuda": [cuda[s] for s in steps]},
+     "techniques_on_one_gpu": techs,
      "bench": {"ok": bench_rc == 0 and torch_rc == 0}}
 # Without a GPU the GPU tests skip themselves and pass: that proves nothing.
 s["ok"] = (gpu != "none" and s["gpu_tests"]["ok"] and s["train_cuda_vs_cpu"]["ok"]
-           and s["bench"]["ok"])
+           and all(t["ok"] for t in techs.values()) and s["bench"]["ok"])
 json.dump(s, open(f"{out}/gpu_check.json", "w"), indent=1)
 md = [f"GPU check on {gpu}: {'PASSED' if s['ok'] else 'FAILED'}", "",
       f"- GPU tests (3 repeats): {'passed' if tests_rc == 0 else 'FAILED'} in {tests_s} s",
       f"- tide train device=cuda vs cpu, 10 steps f32: {'passed' if train_ok else 'FAILED'}; "
       f"losses max rel diff {worst:.2e} (tol 1e-5), parameters max rel diff "
       f"{params.get('max_rel_diff', float('nan')):.2e} (tol 1e-4)",
+      *[f"- one GPU, {k} against {t['against']}: {'passed' if t['ok'] else 'FAILED'}; "
+        f"{t['steps']} steps, losses max rel diff {t['loss_max_rel_diff']:.2e} (tol 1e-5)"
+        for k, t in techs.items()],
       f"- op benchmark beside PyTorch: {'ran' if s['bench']['ok'] else 'FAILED'} "
       f"(bench_tide.jsonl, bench_torch.jsonl)"]
 open(f"{out}/gpu_check.md", "w").write("\n".join(md) + "\n")

@@ -79,7 +79,7 @@ echo '{"vocab_size": "many"}' > bad/meta.json
 # The CPU bf16 GEMM's environment variable (kernels/cpu/gemm_bf16.h): a bad value names the
 # choices. (It is read at the first bf16 product: the error comes from the first step.)
 export TIDE_CPU_BF16_GEMM=bogus
-expect_error "TIDE_CPU_BF16_GEMM='bogus': use amx or reference" \
+expect_error "TIDE_CPU_BF16_GEMM='bogus': use amx, avx512bf16 or reference" \
   train "${tiny[@]}" bf16.enabled=true train_steps=1 out_dir=runs/gemm_env
 unset TIDE_CPU_BF16_GEMM
 expect_error "bad/meta.json: unreadable: field .* re-create it with \`tide prepare" train "${tiny[@]}" data.dir=bad

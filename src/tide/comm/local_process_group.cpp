@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include "tide/core/device.h"
+
 namespace tide {
 
 namespace {
@@ -9,16 +11,16 @@ WorkPtr done() {
   return std::make_shared<CompletedWork>();
 }
 
-// Host copy only: a GPU tensor in a local group would need the CUDA copy of kernels/, which
-// sits above comm/; the single-rank trainer never hands GPU buffers to a 1-rank group copy. The
-// simulated device's memory is host pages, copied as the MPI backend moves it (the caller
-// orders it against the device's stream).
-void copy_host(const Tensor& in, const Tensor& out, const char* who) {
-  TIDE_CHECK(in.device.is_cpu() || in.device.is_sim(),
-             "{}: the local (single-process) group copies host buffers only, got a {} tensor; "
-             "launch with mpirun and the NCCL backend for device buffers",
-             who, in.device.str());
-  if (in.data != out.data) std::memcpy(out.data, in.data, in.nbytes());
+// A host copy, or on a GPU a blocking device copy (the caller has synchronised its stream
+// before the collective, as for every group but NCCL's). The simulated device's memory is host
+// pages, copied as the MPI backend moves it (the caller orders it against the device's stream).
+void copy_buffer(const Tensor& in, const Tensor& out, const char* who) {
+  if (in.data == out.data) return;
+  if (in.device.is_cuda() || out.device.is_cuda()) {
+    copy_device_bytes(out.data, in.data, in.nbytes(), who);
+    return;
+  }
+  std::memcpy(out.data, in.data, in.nbytes());
 }
 }  // namespace
 
@@ -29,14 +31,14 @@ WorkPtr LocalProcessGroup::all_reduce_async(Tensor, ReduceOp) {
 
 WorkPtr LocalProcessGroup::reduce_scatter_async(Tensor in, Tensor out, ReduceOp) {
   comm_check::reduce_scatter_sizes(in, out, 1);
-  copy_host(in, out, "reduce_scatter");
+  copy_buffer(in, out, "reduce_scatter");
   count_only_call();
   return done();
 }
 
 WorkPtr LocalProcessGroup::all_gather_async(Tensor in, Tensor out) {
   comm_check::all_gather_sizes(in, out, 1);
-  copy_host(in, out, "all_gather");
+  copy_buffer(in, out, "all_gather");
   count_only_call();
   return done();
 }

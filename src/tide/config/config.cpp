@@ -145,9 +145,9 @@ const std::vector<ConfigKey>& config_schema() {
        T::STRING,
        "cpu",
        "where the model's ops and memory are: cpu; cuda or cuda:N, a GPU (one rank, f32 only, "
-       "not yet run on one); sim or sim:N, the simulated asynchronous device (a stream thread "
-       "and its own memory, reached only through copies) runs every technique; on a GPU one "
-       "rank at ZeRO stage 0 so far; auto = cpu until a GPU run has been checked"},
+       "with ZeRO 0-3, offload and auto placement; not yet run on one); sim or sim:N, the "
+       "simulated asynchronous device (a stream thread and its own memory, reached only "
+       "through copies) runs every technique; auto = cpu until a GPU run has been checked"},
       {"threads", &TrainConfig::threads, T::INT, 0, "OpenMP threads per rank; 0 = OpenMP's default",
        ints(0, 4096)},
       {"optimizer.type",

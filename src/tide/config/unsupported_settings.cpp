@@ -32,18 +32,17 @@ void check_trainer_can_honour(const TrainConfig& c, int world_size) {
   // A device (the simulated one, or a GPU: issues #25, #27): what the engine's step does not
   // run there yet (pipeline_engine.h, check_device).
   if (c.device != "cpu" && c.device != "auto") {
-    // The simulated device runs every technique; a GPU one rank at ZeRO stage 0 so far.
+    // The simulated device runs every technique; a GPU one rank with ZeRO 0-3, offload and
+    // auto placement so far (their collectives over one rank are copies: comm/local_process_group).
     const bool gpu = c.device.starts_with("cuda");
-    const char* what = !gpu                           ? nullptr
-                       : p > 1                        ? "pipeline.stages > 1"
-                       : t > 1                        ? "tensor_parallel.size > 1"
-                       : c.zero.stage > 0             ? "zero_optimization.stage > 0"
-                       : c.placement_policy == "auto" ? "placement.policy=auto"
-                                                      : nullptr;
+    const char* what = !gpu    ? nullptr
+                       : p > 1 ? "pipeline.stages > 1"
+                       : t > 1 ? "tensor_parallel.size > 1"
+                               : nullptr;
     TIDE_CHECK(what == nullptr,
-               "device={} with {}: on a GPU tide runs one rank at ZeRO stage 0 for now (the "
-               "simulated device, device=sim, runs every technique); use device=cpu or sim for "
-               "this run",
+               "device={} with {}: on a GPU tide runs one rank for now (ZeRO 0-3, offload and "
+               "placement.policy=auto included; the simulated device, device=sim, runs every "
+               "technique); use device=cpu or sim for this run",
                c.device, what ? what : "");
     TIDE_CHECK(!c.device.starts_with("cuda") || world_size == 1,
                "device={} on {} ranks: data parallelism on GPUs needs the NCCL groups ordered by "

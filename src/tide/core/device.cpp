@@ -33,4 +33,10 @@ bool cuda_available() {
   }
 }
 
+void copy_device_bytes(void* dst, const void* src, size_t bytes, const char* who) {
+  const char* err =
+      cuda_module_table<CudaCoreTable>("tide_cuda_core", who).copy_blocking(dst, src, bytes);
+  TIDE_CHECK(err == nullptr, "{}: copying {} bytes on the GPU failed: {}", who, bytes, err);
+}
+
 }  // namespace tide

@@ -6,6 +6,7 @@
 // Streams and events are opaque handles here so that core/ does not include CUDA headers;
 // kernels/cuda gives them meaning.
 
+#include <cstddef>
 #include <string>
 
 namespace tide {
@@ -36,5 +37,9 @@ Device parse_device(const std::string& s);
 // True when this binary was built with CUDA and a GPU is visible at run time. Loads the CUDA
 // module (core/cuda_module.h) in builds with CUDA; false when it cannot be loaded.
 bool cuda_available();
+// Copies `bytes` from src to dst, either or both in GPU memory, through the CUDA module, and
+// returns when the copy is done (a one-rank group's collectives on device buffers); throws with
+// the runtime's message, naming `who`.
+void copy_device_bytes(void* dst, const void* src, size_t bytes, const char* who);
 
 }  // namespace tide

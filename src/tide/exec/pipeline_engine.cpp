@@ -182,7 +182,7 @@ PipelineEngine::PipelineEngine(std::vector<GPT*> models, std::shared_ptr<Process
   zero.stage = zero_stage_;
   check_dp_group();
   check_tp_group();
-  check_device(zero, placement);
+  check_device();
   build_stacks(zero, placement);
 }
 
@@ -326,30 +326,19 @@ void PipelineEngine::check_dp_group() {
   }
 }
 
-void PipelineEngine::check_device(const ZeroSettings& zero,
-                                  const AutoPlacementSettings& placement) const {
+void PipelineEngine::check_device() const {
   const Device d = models_[0]->op().device;
   for (const GPT* m : models_)
     TIDE_CHECK(m->op().device == d,
                "the chunks of stage {} run on {} and {}; build every chunk on the same device",
                pp_->rank(), d.str(), m->op().device.str());
   if (d.is_cpu()) return;
-  // What a device step does not have yet (issues #25, #27): on a GPU, messages between stages
-  // (MPI cannot read GPU memory; NCCL's send/recv on the stream's events is to come), offload
-  // and auto placement.
+  // What a device step does not have yet (issue #27): on a GPU, messages between stages (MPI
+  // cannot read GPU memory; NCCL's send/recv on the stream's events is to come).
   TIDE_CHECK(d.is_sim() || (pp_->size() == 1 && chunks_ == 1),
              "on {} tide trains one stage per replica for now: pipeline stages exchange "
              "activations over MPI, which cannot read GPU memory; use pipeline.stages=1 there, "
              "or device=cpu or sim",
-             d.str());
-  TIDE_CHECK(d.is_sim() || !zero.offload_optimizer.enabled,
-             "ZeRO-Offload on {} is not in tide yet (it is on the simulated device): the offload "
-             "thread's waits on GPU events are untested; use device=cpu or sim",
-             d.str());
-  TIDE_CHECK(d.is_sim() || !placement.device,
-             "placement.policy=auto on {} is not in tide yet (it is on the simulated device): "
-             "a chunk updated on the host tier needs the CPU AdamW beside the GPU's; use "
-             "device=cpu or sim",
              d.str());
 }
 

@@ -235,7 +235,7 @@ class PipelineEngine {
   // Collective over the models' tp group: every member holds the same stage and dp replica.
   void check_tp_group();
   // Throws a tide::Error when the models run on a device with what a device step cannot do yet.
-  void check_device(const ZeroSettings& zero, const AutoPlacementSettings& placement) const;
+  void check_device() const;
   // Combines the per-tensor squared norms (whole-model index) over the tp group in place.
   void sum_over_tp(std::vector<double>& norms2);
   // While the stage idles until `until` completes: copy pieces of the optimizer snapshot.

@@ -56,8 +56,7 @@ Problem make_problem(int64_t M, int64_t N, int64_t K, bool ta, bool tb, uint64_t
 
 Mat run_native(Bf16GemmPath path, const Problem& p, Bf16Epilogue e, const std::vector<float>& bias,
                Mat C) {
-  gemm_bf16(path, p.M, p.N, p.K, p.opa(), p.opb(), C.data(), C.dtype, p.N, e,
-            bias.data());
+  gemm_bf16(path, p.M, p.N, p.K, p.opa(), p.opb(), C.data(), C.dtype, p.N, e, bias.data());
   return C;
 }
 
@@ -166,8 +165,7 @@ TEST_P(Bf16Gemm, ElementBitsIndependentOfShapeAndThreads) {
             (p.ta ? i0 : i0 * K) * static_cast<int64_t>(dtype_size(a.dtype));
       b.p = static_cast<const char*>(b.p) + (p.tb ? j0 * K : j0) * 2;
       std::vector<uint16_t> part(m * n);
-      gemm_bf16(path(), m, n, K, a, b, part.data(), DType::BF16, n,
-                Bf16Epilogue::kOverwrite);
+      gemm_bf16(path(), m, n, K, a, b, part.data(), DType::BF16, n, Bf16Epilogue::kOverwrite);
       int64_t differ = 0;
       for (int64_t i = 0; i < m; ++i)
         for (int64_t j = 0; j < n; ++j) differ += part[i * n + j] != whole[(i0 + i) * N + j0 + j];

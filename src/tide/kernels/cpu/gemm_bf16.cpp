@@ -133,8 +133,9 @@ int64_t block_panels(int64_t panels, int threads) {
 
 // C = op(a) @ op(b), or with c_transposed C^T (C then (N,M), element (i,j) of the product at
 // C[j*ldc + i]; no bias), through the path's microkernel.
-void gemm_packed(Bf16GemmPath path, const Operand& a, const Operand& b, int64_t M, int64_t N, int64_t K, void* C,
-              DType c_dtype, int64_t ldc, Bf16Epilogue e, const float* bias, bool c_transposed) {
+void gemm_packed(Bf16GemmPath path, const Operand& a, const Operand& b, int64_t M, int64_t N,
+                 int64_t K, void* C, DType c_dtype, int64_t ldc, Bf16Epilogue e, const float* bias,
+                 bool c_transposed) {
   // An f32 factor is three bf16 terms per chunk (gemm_bf16.h).
   const int a_terms = a.dtype == DType::F32 ? 3 : 1, b_terms = b.dtype == DType::F32 ? 3 : 1;
   const int64_t kc = (K + 31) / 32;
@@ -285,8 +286,8 @@ void gemm_bf16(Bf16GemmPath path, int64_t M, int64_t N, int64_t K, const GemmOpe
   // smaller one: C^T = op(B)^T op(A)^T has the same products in the same order (the same bits),
   // and its (32,32) blocks are transposed on their way out.
   if (A.trans && !B.trans && M > N && epilogue != Bf16Epilogue::kAddBias) {
-    gemm_packed(path, Operand{B.p, B.ld, true, B.dtype}, Operand{A.p, A.ld, false, A.dtype}, N, M, K, C,
-             c_dtype, ldc, epilogue, nullptr, /*c_transposed=*/true);
+    gemm_packed(path, Operand{B.p, B.ld, true, B.dtype}, Operand{A.p, A.ld, false, A.dtype}, N, M,
+                K, C, c_dtype, ldc, epilogue, nullptr, /*c_transposed=*/true);
     return;
   }
   gemm_packed(path, A, B, M, N, K, C, c_dtype, ldc, epilogue, bias, /*c_transposed=*/false);

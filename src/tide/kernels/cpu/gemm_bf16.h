@@ -30,8 +30,8 @@
 namespace tide::cpu {
 
 enum class Bf16GemmPath {
-  kReference,  // widen to f32, OpenBLAS sgemm (f32_buffer.h, gemm.h): any CPU
-  kAmx,        // AMX-BF16 tiles (Intel Sapphire Rapids and later, Linux 5.16+)
+  kReference,   // widen to f32, OpenBLAS sgemm (f32_buffer.h, gemm.h): any CPU
+  kAmx,         // AMX-BF16 tiles (Intel Sapphire Rapids and later, Linux 5.16+)
   kAvx512Bf16,  // AVX512-BF16 vdpbf16ps (Intel Cooper Lake and later, AMD Zen 4 and later)
 };
 
@@ -41,8 +41,8 @@ std::string_view bf16_gemm_path_name(Bf16GemmPath p);
 bool bf16_gemm_path_supported(Bf16GemmPath p);
 // The path the bf16 matmul ops take: AMX where supported, else the reference (AVX512-BF16 is
 // only taken when chosen), unless the environment variable
-// TIDE_CPU_BF16_GEMM ("amx", "avx512bf16" or "reference") chose one (an unknown or unsupported value is an
-// error naming the choices), or set_bf16_gemm_path did.
+// TIDE_CPU_BF16_GEMM ("amx", "avx512bf16" or "reference") chose one (an unknown or unsupported
+// value is an error naming the choices), or set_bf16_gemm_path did.
 Bf16GemmPath bf16_gemm_path();
 // Overrides the path for the whole process (tests, benchmarks); throws if p is not supported.
 void set_bf16_gemm_path(Bf16GemmPath p);
@@ -106,8 +106,8 @@ using Kernel32x32 = void (*)(const uint16_t* a, int a_terms, const uint16_t* b, 
                              int64_t kc, int64_t k0, int64_t k1, bool accumulate, float* c);
 void kernel_32x32_amx(const uint16_t* a, int a_terms, const uint16_t* b, int b_terms, int64_t kc,
                       int64_t k0, int64_t k1, bool accumulate, float* c);
-void kernel_32x32_avx512(const uint16_t* a, int a_terms, const uint16_t* b, int b_terms,
-                         int64_t kc, int64_t k0, int64_t k1, bool accumulate, float* c);
+void kernel_32x32_avx512(const uint16_t* a, int a_terms, const uint16_t* b, int b_terms, int64_t kc,
+                         int64_t k0, int64_t k1, bool accumulate, float* c);
 // Writes the valid (m, n) corner of block s (row stride 32) into C at (i0, j0) (gemm_bf16's
 // epilogue).
 void store_block(const float* s, void* C, DType c_dtype, int64_t ldc, int64_t i0, int64_t j0,

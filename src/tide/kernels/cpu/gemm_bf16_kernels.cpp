@@ -141,7 +141,7 @@ TIDE_AVX512 inline void load32(const Operand& o, int64_t off, int64_t n, __m512i
 // `krows` are zero, and so are lanes past `cols`.
 template <typename Row>
 TIDE_AVX512 inline void interleave_rows(__m512i v[3][16], const Operand& o, int terms, Row row,
-                                     int64_t krows, int64_t cols) {
+                                        int64_t krows, int64_t cols) {
   const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8,
                                        23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
   for (int p = 0; p < 16; ++p) {
@@ -162,7 +162,7 @@ TIDE_AVX512 inline void store_tile(uint16_t* dst, const __m512i v[16]) {
 }  // namespace
 
 TIDE_AVX512 void pack_a_tile(uint16_t* dst, const Operand& a, int64_t M, int64_t K, int64_t kc,
-                          int terms, int64_t r0) {
+                             int terms, int64_t r0) {
   const int64_t rows = std::clamp<int64_t>(M - r0, 0, 16);
   for (int64_t c = 0; c < kc; ++c, dst += terms * kTile) {
     const int64_t k0 = c * 32, kn = std::min<int64_t>(32, K - k0);
@@ -185,7 +185,7 @@ TIDE_AVX512 void pack_a_tile(uint16_t* dst, const Operand& a, int64_t M, int64_t
 }
 
 TIDE_AVX512 void pack_b_tile(uint16_t* dst, const Operand& b, int64_t N, int64_t K, int64_t kc,
-                          int terms, int64_t c0) {
+                             int terms, int64_t c0) {
   const int64_t cols = std::clamp<int64_t>(N - c0, 0, 16);
   for (int64_t c = 0; c < kc; ++c, dst += terms * kTile) {
     const int64_t k0 = c * 32, kn = std::min<int64_t>(32, K - k0);
@@ -206,7 +206,7 @@ TIDE_AVX512 void pack_b_tile(uint16_t* dst, const Operand& b, int64_t N, int64_t
 }
 
 TIDE_AVX512 void store_block(const float* s, void* C, DType c_dtype, int64_t ldc, int64_t i0,
-                          int64_t j0, int64_t m, int64_t n, Bf16Epilogue e, const float* bias) {
+                             int64_t j0, int64_t m, int64_t n, Bf16Epilogue e, const float* bias) {
   for (int64_t h = 0; h < n; h += 16) {
     const __mmask16 mk = lanes32(n - h);
     const __m512 b =
@@ -261,7 +261,7 @@ TIDE_AMX void end_tiles() {
 }
 
 TIDE_AMX void kernel_32x32_amx(const uint16_t* a, int a_terms, const uint16_t* b, int b_terms,
-                           int64_t kc, int64_t k0, int64_t k1, bool accumulate, float* c) {
+                               int64_t kc, int64_t k0, int64_t k1, bool accumulate, float* c) {
   // Tiles 0-3: C (rows 0-15 | 16-31) x (columns 0-15 | 16-31); 4, 5: A; 6, 7: B.
   if (accumulate) {
     _tile_loadd(0, c, 128);
