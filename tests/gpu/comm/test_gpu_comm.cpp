@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "tide/comm/distributed.h"
+#include "tide/comm/local_process_group.h"
 #include "tide/comm/nccl_process_group.h"
 #include "tide/comm/ring_traffic.h"
 
@@ -158,4 +159,26 @@ TEST_F(Nccl, WaitOnMakesAComputeStreamWaitForTheCollective) {
   EXPECT_TRUE(w->is_completed());
   cudaFreeHost(pinned);
   cudaStreamDestroy(compute);
+}
+
+// One GPU without mpirun or NCCL (tide train device=cuda at one rank with ZeRO, offload or auto
+// placement): the local group's reduce_scatter and all_gather are device copies, finished when
+// the call returns; a host buffer on either side is copied too.
+TEST(LocalGroupOnAGpu, CollectivesCopyDeviceBuffers) {
+  if (!cuda_available()) GTEST_SKIP() << "no GPU";
+  const Device dev = Device::cuda(0);
+  const int64_t k = 1000;
+  std::vector<float> h(k);
+  for (int64_t i = 0; i < k; ++i) h[i] = 0.5f * static_cast<float>(i) - 3.0f;
+  DeviceBuffer a(k * 4), b(k * 4);
+  upload(a, h);
+  LocalProcessGroup g;
+  g.reduce_scatter(Tensor(a.get(), {k}, DType::F32, dev), Tensor(b.get(), {k}, DType::F32, dev));
+  EXPECT_EQ(download<float>(b, k), h);
+  upload(a, std::vector<float>(k, 0.0f));
+  g.all_gather(Tensor(b.get(), {k}, DType::F32, dev), Tensor(a.get(), {k}, DType::F32, dev));
+  EXPECT_EQ(download<float>(a, k), h);
+  std::vector<float> back(k, 0.0f);
+  g.all_gather(Tensor(a.get(), {k}, DType::F32, dev), Tensor(back.data(), {k}, DType::F32));
+  EXPECT_EQ(back, h);
 }
