@@ -87,6 +87,15 @@ o=[o for o in json.load(open(sys.argv[1]))["options"] if o["configured"]][0]
 print(o["device_memory_limit"]["auto"]["least_limit"])' auto_file.json)
 "$tide" train auto.json placement.device_memory_limit="$least" > auto.log 2>&1 \
   || { echo "FAILED: tide train auto.json at the estimate's least limit $least"; cat auto.log; fail=1; }
+# On a device (the simulated one) every arena is reserved from the same budget: a budget
+# under the arenas is refused before anything is written, with the estimate's figure.
+if "$tide" train auto.json device=sim placement.device_memory_limit=2000 out_dir=runs/auto_small \
+  > auto_small.log 2>&1 || [ -e runs/auto_small ] \
+  || ! grep -q "puts the least limit for this config at" auto_small.log; then
+  echo "FAILED: device=sim under the activations: not refused before writing, with the least"
+  cat auto_small.log
+  fail=1
+fi
 "$tide" estimate --config auto.json --device-memory-limit "$((least - 1)) B" \
   | grep "placement auto: does not fit" > /dev/null \
   || { echo "FAILED: a limit under the least is not reported as not fitting"; fail=1; }

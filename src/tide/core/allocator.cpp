@@ -9,11 +9,11 @@
 namespace tide {
 
 void* Allocator::allocate(size_t bytes, const std::string& what) {
-  TIDE_CHECK(limit_ == 0 || allocated_ + bytes <= limit_,
-             "out of {} memory: {} needs {:.2f} MiB but only {:.2f} of {:.2f} MiB are free; "
-             "raise the memory budget or pick a policy that keeps less resident",
-             name(), what, bytes / 1048576.0, (limit_ - allocated_) / 1048576.0,
-             limit_ / 1048576.0);
+  if (limit_ != 0 && allocated_ + bytes > limit_)
+    throw OutOfBudget(fmt::format(
+        "out of {} memory: {} needs {:.2f} MiB but only {:.2f} of {:.2f} MiB are "
+        "free; raise the memory budget or pick a policy that keeps less resident",
+        name(), what, bytes / 1048576.0, (limit_ - allocated_) / 1048576.0, limit_ / 1048576.0));
   void* p = bytes ? do_allocate(bytes) : nullptr;
   TIDE_CHECK(p != nullptr || bytes == 0, "could not allocate {:.2f} MiB of {} memory for {}",
              bytes / 1048576.0, name(), what);

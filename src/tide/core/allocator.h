@@ -19,12 +19,20 @@
 #include <string>
 
 #include "tide/core/device.h"
+#include "tide/core/error.h"
 
 namespace tide {
 
 // Where a chunk is relative to the ops: the compute tier is what kernels read (the device, or
 // its budgeted stand-in); the host tier is the large, slower pool (offload targets).
 enum class Tier { HOST, COMPUTE };
+
+// Thrown by Allocator::allocate when a budgeted allocator's limit would be passed (a run that
+// catches it can add what budget would fit, as the Trainer does for placement.policy=auto).
+class OutOfBudget final : public Error {
+ public:
+  using Error::Error;
+};
 
 class Allocator {
  public:

@@ -68,7 +68,7 @@ void fit_device_limit(const TrainSetup& setup, MemoryEstimate& est) {
     LimitFit s = f;
     const MemoryBreakdown& d = st.device;
     s.states = d.model_states() + d.chunk_padding;
-    s.non_model = d.activations + d.temp_buffers;
+    s.non_model = d.activations + d.temp_buffers + d.arenas;
     s.largest_group = st.largest_group_chunks;
     s.least_limit = s.non_model + s.largest_group;
     s.auto_fits = s.limit >= s.least_limit;

@@ -10,7 +10,10 @@
 // offload; each rank's own shards under tp; under pp each stage's rank within the same limit,
 // the stage needing the most shown):
 //   states     = model states + chunk padding (the chunk store's bytes, every kind)
-//   non_model  = activations + temp buffers (ZeRO's buffers, recompute workspace), as estimated
+//   non_model  = activations + temp buffers (ZeRO's buffers, recompute workspace) + the arenas'
+//                reserve beyond them, as estimated: on a GPU every arena is allocated whole
+//                from the same memory before the first step (on the CPU only the bytes in
+//                use count against the budget, so there the least is an upper figure)
 //   on device  = min(states, limit - non_model) (0 when the limit is under non_model); the rest
 //                of the states is on the host: auto keeps every chunk item in exactly one place
 //   least      = non_model + the chunks of the access that needs the most (an op acquires one
@@ -35,7 +38,7 @@ struct LimitFit {
   bool device_fits = true;   // device_total <= limit
   // placement=auto only:
   int64_t states = 0;            // model states + chunk padding
-  int64_t non_model = 0;         // activations + temp buffers
+  int64_t non_model = 0;         // activations + temp buffers + arenas
   int64_t states_on_device = 0;  // min(states, limit - non_model), >= 0
   int64_t states_on_host = 0;    // states - states_on_device
   int64_t largest_group = 0;     // chunk bytes of the group access that needs the most

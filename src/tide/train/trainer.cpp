@@ -267,8 +267,19 @@ Trainer::Trainer(TrainConfig config, std::shared_ptr<ProcessGroup> world)
   check_same_data_and_layout(make_layout(cfg_.model));
   StoreOptions so;
   configure_store(so);
-  runner_ = std::make_unique<StepRunner>(cfg_, *mesh_, opt, so, auto_placement_settings(), op_,
-                                         op_.device.is_cpu() ? nullptr : compute_alloc_.get());
+  try {
+    runner_ = std::make_unique<StepRunner>(cfg_, *mesh_, opt, so, auto_placement_settings(), op_,
+                                           op_.device.is_cpu() ? nullptr : compute_alloc_.get());
+  } catch (const OutOfBudget& e) {
+    // On a device the micro-batches' arenas are reserved from the budget here, before anything
+    // is written.
+    if (cfg_.placement_policy != "auto") throw;
+    throw Error(
+        fmt::format("{}\ntide: placement.policy=auto: placement.device_memory_limit does "
+                    "not hold the run's arenas; refused before anything was written to "
+                    "out_dir '{}'{}",
+                    e.what(), cfg_.out_dir, least_limit_hint()));
+  }
   if (init_from) runner_->init_from(init_source->path());  // before the engine reads them
   if (resuming) {
     // Any checkpoint into any layout: by tensor name and element range (checkpoint_source.h).
@@ -730,23 +741,26 @@ StepStats Trainer::first_placed_step(std::optional<float>& val0) {
     if (val_loader_ && cfg_.resume.empty()) val0 = evaluate();
     return train_step();
   } catch (const Error& e) {
-    // The figure tide estimate gives for the same config, as a hint (an estimate: the runtime's
-    // own need was the figure above).
-    std::string hint;
-    try {
-      TrainSetup setup = setup_from_train_config(cfg_);
-      setup.world_size = world_->size();  // the ranks launched (world_size 0 in the config)
-      const int64_t least = estimate_memory(setup).limit.least_limit;
-      if (least > 0)
-        hint = fmt::format("; `tide estimate --config` puts the least limit for this config at {}",
-                           format_bytes(least));
-    } catch (const Error&) {  // the estimate cannot size this config: no hint
-    }
     throw Error(fmt::format(
         "{}\ntide: placement.policy=auto stopped in its first step, before anything was written "
         "to out_dir '{}'{}",
-        e.what(), cfg_.out_dir, hint));
+        e.what(), cfg_.out_dir, least_limit_hint()));
   }
+}
+
+std::string Trainer::least_limit_hint() const {
+  // The figure tide estimate gives for the same config, as a hint (an estimate: the runtime's
+  // own need was the figure in the error).
+  try {
+    TrainSetup setup = setup_from_train_config(cfg_);
+    setup.world_size = world_->size();  // the ranks launched (world_size 0 in the config)
+    const int64_t least = estimate_memory(setup).limit.least_limit;
+    if (least > 0)
+      return fmt::format("; `tide estimate --config` puts the least limit for this config at {}",
+                         format_bytes(least));
+  } catch (const Error&) {  // the estimate cannot size this config: no hint
+  }
+  return "";
 }
 
 void Trainer::run_steps() {

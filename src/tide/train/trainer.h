@@ -129,6 +129,8 @@ class Trainer {
   // run, whose error (a budget too small) also says that nothing was written and what tide
   // estimate gives.
   StepStats first_placed_step(std::optional<float>& val0);
+  // "; `tide estimate --config` puts the least limit ... at X", or "" where it cannot size it.
+  std::string least_limit_hint() const;
   // The store options the config sets: dtypes (bf16), tiers and allocators (offload, placement).
   void configure_store(StoreOptions& so);
   // placement.policy=auto's allocators (configure_store made them); none with policy=device.
