@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <optional>
 
+#include "tide/core/arena.h"
 #include "tide/core/error.h"
 #include "tide/estimate/activation_memory.h"
 #include "tide/estimate/pipeline_inflight.h"
@@ -192,9 +193,10 @@ bool splits_backward(Schedule s) {
 // the W stash pool and the validation micro-batch (one sequence, nothing kept for backward; its
 // saved arena holds the residual boundaries). With `peaks` (a fixed schedule) each chunk's slots
 // and the stashes are the schedule's; without, `inflight` micro-batches and one stash, or under
-// a schedule that defers W one per block of each.
+// a schedule that defers W one per block of each. `saved`: the training slots' saved arenas
+// (what the activations estimate models).
 int64_t runtime_arena_bytes(const TrainSetup& setup, int s, int inflight,
-                            const std::optional<pipeline::StagePeaks>& peaks) {
+                            const std::optional<pipeline::StagePeaks>& peaks, int64_t& saved) {
   ArenaShape shape;
   shape.config = &setup.model;
   shape.policy = parse_activation_policy(to_string(setup.recompute));
@@ -205,6 +207,7 @@ int64_t runtime_arena_bytes(const TrainSetup& setup, int s, int inflight,
   shape.act_bytes = static_cast<size_t>(bytes_per_param(setup.precision));
   const int B = setup.micro_batch, T = static_cast<int>(setup.seq());
   int64_t workspace = 0, stash_slot = 0, eval = 0, blocks = 0, exact = 0;
+  saved = 0;
   const std::vector<RankCoords> models = stage_models(setup, s);
   for (size_t i = 0; i < models.size(); ++i) {
     const RankCoords& c = models[i];
@@ -214,6 +217,8 @@ int64_t runtime_arena_bytes(const TrainSetup& setup, int s, int inflight,
         micro_batch_arenas(shape, first, first + per, embedding, head, B, T);
     const MicroBatchArenas val =
         micro_batch_arenas(shape, first, first + per, embedding, head, 1, T, /*training=*/false);
+    const int64_t slots = peaks ? peaks->slots[i] : inflight;
+    saved += slots * static_cast<int64_t>(Arena::aligned(train.saved));
     workspace = std::max<int64_t>(workspace, train.workspace);
     if (peaks) exact += peaks->slots[i] * static_cast<int64_t>(train.workspace);
     stash_slot = std::max<int64_t>(stash_slot, train.stash_slot);
@@ -281,10 +286,13 @@ MemoryEstimate estimate_memory(const TrainSetup& setup) {
         host_checkpoint_bytes(shape, setup.recompute) * st.inflight_layer_microbatches;
     st.device.temp_buffers = buffers + recompute_workspace_bytes(shape, setup.recompute) +
                              backward_workspace_bytes(shape);
-    // The arenas hold the working set temp counts (recompute, backward temporaries): the rest.
-    st.device.arenas =
-        std::max<int64_t>(0, runtime_arena_bytes(setup, s, st.inflight_microbatches, peaks) -
-                                 (st.device.temp_buffers - buffers));
+    // The arenas hold the working set temp counts (recompute, backward temporaries): the rest,
+    // and what the training slots' saved arenas hold beyond the activations modelled (the
+    // batch's tokens and targets, each allocation's alignment).
+    int64_t saved = 0;
+    const int64_t arenas = runtime_arena_bytes(setup, s, st.inflight_microbatches, peaks, saved);
+    st.device.arenas = std::max<int64_t>(
+        0, arenas + std::max<int64_t>(0, saved - act) - (st.device.temp_buffers - buffers));
     est.stages.push_back(st);
   }
   for (const StageEstimate& st : est.stages) {
