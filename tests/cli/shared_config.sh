@@ -87,8 +87,15 @@ o=[o for o in json.load(open(sys.argv[1]))["options"] if o["configured"]][0]
 print(o["device_memory_limit"]["auto"]["least_limit"])' auto_file.json)
 "$tide" train auto.json placement.device_memory_limit="$least" > auto.log 2>&1 \
   || { echo "FAILED: tide train auto.json at the estimate's least limit $least"; cat auto.log; fail=1; }
-# On a device (the simulated one) every arena is reserved from the same budget: a budget
-# under the arenas is refused before anything is written, with the estimate's figure.
+# On a device (the simulated one) every arena and the gradient sums' buffer come from the same
+# budget: the estimate for device=sim gives the least that trains there, and a budget under the
+# arenas is refused before anything is written, with the estimate's figure.
+sim_least=$("$tide" estimate --config auto.json device=sim --json | python3 -c 'import json,sys
+o=[o for o in json.load(sys.stdin)["options"] if o["configured"]][0]
+print(o["device_memory_limit"]["auto"]["least_limit"])')
+"$tide" train auto.json device=sim placement.device_memory_limit="$sim_least" out_dir=runs/auto_sim \
+  > auto_sim.log 2>&1 \
+  || { echo "FAILED: device=sim at the estimate's least limit $sim_least"; cat auto_sim.log; fail=1; }
 if "$tide" train auto.json device=sim placement.device_memory_limit=2000 out_dir=runs/auto_small \
   > auto_small.log 2>&1 || [ -e runs/auto_small ] \
   || ! grep -q "puts the least limit for this config at" auto_small.log; then

@@ -10,6 +10,7 @@
 #include "tide/estimate/zero_buffers.h"
 #include "tide/model/arena_bytes.h"
 #include "tide/model/layout.h"
+#include "tide/optim/grad_norm_cuda.h"
 #include "tide/pipeline/generators.h"
 #include "tide/pipeline/stage_peaks.h"
 
@@ -88,6 +89,16 @@ size_t comm_staging_bytes(const TrainSetup& setup) {
 // staging of communication_data_type (parallel/comm_staging.h). A live limit the runtime
 // would reject as smaller than a group's chunks is taken at the least it accepts. Offload moves the
 // rank's slices, not the buffers: the same whole chunks are gathered and reduced on the GPU.
+// On a device, the per-tensor gradient sums' buffer of each store (PolicyStack::tensor_sums:
+// the sums and the norm kernel's scratch, one arena); ZeRO-Offload sums on its host copies.
+int64_t gradient_sums_buffer(const TrainSetup& setup, const ChunkLayout& layout) {
+  if (!setup.on_device || setup.offload != Offload::None) return 0;
+  int64_t most = 0;
+  for (const TensorSlot& s : layout.slots()) most = std::max(most, s.numel);
+  const int64_t doubles = layout.num_tensors() + grad_norm_scratch_doubles(most);
+  return static_cast<int64_t>(Arena::aligned(sizeof(double) * doubles + 2 * Arena::kAlign));
+}
+
 int64_t chunk_buffers(const TrainSetup& setup, const ChunkLayout& layout, StageEstimate& st) {
   // One data-parallel rank: ZeRO's slice is the whole chunk, which the ops read in place (the
   // runtime gathers and reduces nothing, parallel/zero.cpp), so there are no buffers.
@@ -253,7 +264,7 @@ MemoryEstimate estimate_memory(const TrainSetup& setup) {
       st.chunks = i == 0 ? chunk_plan(layouts[i]) : merge(st.chunks, chunk_plan(layouts[i]));
       st.params += layouts[i].num_params();
       place_model_states(setup, layouts[i], st);
-      buffers += chunk_buffers(setup, layouts[i], st);
+      buffers += chunk_buffers(setup, layouts[i], st) + gradient_sums_buffer(setup, layouts[i]);
       st.largest_group_chunks =
           std::max(st.largest_group_chunks, largest_group_chunk_bytes(setup, layouts[i]));
     }

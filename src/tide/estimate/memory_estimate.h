@@ -16,7 +16,8 @@
 //                  the largest size, as many as the runtime holds at once in a step (gradient
 //                  chunks being written or reduce-scattered, stage 3's gathered parameter
 //                  chunks; zero_buffers.h replays the runtime's rules), the staging of
-//                  communication_data_type, and the recomputation working set of one layer
+//                  communication_data_type, the recomputation working set of one layer, and
+//                  on a device (cuda, sim) the per-tensor gradient sums' buffer of each store
 //   chunk_padding  what the chunk store allocates beyond the shares above: each chunk's
 //                  alignment padding (chunks are sliced across the Nd ranks, see
 //                  memory/chunk_layout.h), so model_states() + chunk_padding is exactly the

@@ -83,6 +83,9 @@ struct TrainSetup {
   // 0 = no limit). Auto needs a limit and no offload (as tide train requires).
   Placement placement = Placement::Device;
   int64_t device_memory_limit = 0;
+  // device: false on the CPU (cpu, auto), true on a device (cuda, sim), where the per-tensor
+  // gradient sums keep a buffer of their own in device memory (exec/policy_stack.cpp).
+  bool on_device = false;
 
   int dp() const { return world_size / (tp * pp); }
   int seq() const { return seq_len > 0 ? seq_len : model.max_seq_len; }
