@@ -1473,6 +1473,10 @@ DType model_dtype(const TrainConfig& c) {
   return c.bf16 ? DType::BF16 : c.fp16 ? DType::F16 : DType::F32;
 }
 
+bool on_device(const TrainConfig& c) {
+  return c.device != "cpu" && c.device != "auto";
+}
+
 namespace {
 
 std::optional<DType> given_dtype(const std::string& key_value) {

@@ -245,6 +245,9 @@ const nlohmann::json& default_config();
 // data_types.grad_accum_dtype key, or DeepSpeed's default for it: default_grad_dtype,
 // memory/zero_settings.h, which tide estimate applies per row).
 DType model_dtype(const TrainConfig& c);
+// Whether the run's ops and memory are on a device (cuda, sim): device is neither cpu nor
+// auto (which is cpu until a GPU run has been checked).
+bool on_device(const TrainConfig& c);
 DType grad_dtype(const TrainConfig& c);
 // The dtype the data-parallel gradient reductions send: the communication_data_type key, or
 // DeepSpeed's default for it (default_comm_dtype: the parameters' dtype).

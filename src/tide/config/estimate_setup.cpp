@@ -56,7 +56,7 @@ TrainSetup setup_from_train_config(const TrainConfig& c) {
   s.chunk_mib = c.chunk_size_mb;
   s.placement = parse_placement(c.placement_policy);
   s.device_memory_limit = c.device_memory_limit;
-  s.on_device = c.device != "cpu" && c.device != "auto";
+  s.on_device = on_device(c);
   return s;
 }
 

@@ -31,7 +31,7 @@ void check_trainer_can_honour(const TrainConfig& c, int world_size) {
              p, t, world_size, p * t, (world_size + p * t - 1) / (p * t) * (p * t));
   // A device (the simulated one, or a GPU: issues #25, #27): what the engine's step does not
   // run there yet (pipeline_engine.h, check_device).
-  if (c.device != "cpu" && c.device != "auto") {
+  if (on_device(c)) {
     // The simulated device runs every technique; a GPU one rank with ZeRO 0-3, offload and
     // auto placement so far (their collectives over one rank are copies: comm/local_process_group).
     const bool gpu = c.device.starts_with("cuda");

@@ -83,22 +83,20 @@ size_t comm_staging_bytes(const TrainSetup& setup) {
   return comm != grad_precision_of(setup, setup.zero_stage) ? dtype_size(dtype_of(comm)) : 0;
 }
 
+// On a device, the per-tensor gradient sums' buffer of each store (PolicyStack::tensor_sums);
+// ZeRO-Offload sums on its host copies.
+int64_t gradient_sums_buffer(const TrainSetup& setup, const ChunkLayout& layout) {
+  if (!setup.on_device || setup.offload != Offload::None) return 0;
+  return static_cast<int64_t>(
+      grad_sums_arena_bytes(layout.num_tensors(), layout.max_tensor_elems()));
+}
+
 // The communication buffers: what the runtime allocates (parallel/zero.cpp), whole chunks in
 // the compute dtype from a best-fit pool (replayed by simulate_zero_buffers over the step's
 // parameter-group accesses; stage 1 reduces in place and needs none), and at any stage the
 // staging of communication_data_type (parallel/comm_staging.h). A live limit the runtime
 // would reject as smaller than a group's chunks is taken at the least it accepts. Offload moves the
 // rank's slices, not the buffers: the same whole chunks are gathered and reduced on the GPU.
-// On a device, the per-tensor gradient sums' buffer of each store (PolicyStack::tensor_sums:
-// the sums and the norm kernel's scratch, one arena); ZeRO-Offload sums on its host copies.
-int64_t gradient_sums_buffer(const TrainSetup& setup, const ChunkLayout& layout) {
-  if (!setup.on_device || setup.offload != Offload::None) return 0;
-  int64_t most = 0;
-  for (const TensorSlot& s : layout.slots()) most = std::max(most, s.numel);
-  const int64_t doubles = layout.num_tensors() + grad_norm_scratch_doubles(most);
-  return static_cast<int64_t>(Arena::aligned(sizeof(double) * doubles + 2 * Arena::kAlign));
-}
-
 int64_t chunk_buffers(const TrainSetup& setup, const ChunkLayout& layout, StageEstimate& st) {
   // One data-parallel rank: ZeRO's slice is the whole chunk, which the ops read in place (the
   // runtime gathers and reduces nothing, parallel/zero.cpp), so there are no buffers.

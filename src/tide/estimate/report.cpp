@@ -99,8 +99,7 @@ std::string limit_fit_text(const LimitFit& f) {
   }
   out += fmt::format(
       "\nplacement auto: {} of model states, {} non-model (activations, temp, arenas); {} of the "
-      "states "
-      "on the GPU, {} on the host\n",
+      "states on the GPU, {} on the host\n",
       format_bytes(f.states), format_bytes(f.non_model), format_bytes(f.states_on_device),
       format_bytes(f.states_on_host));
   if (!f.auto_fits)

@@ -2,6 +2,7 @@
 
 #include "tide/kernels/mover.h"
 #include "tide/model/param_groups.h"
+#include "tide/optim/grad_norm_cuda.h"
 #include "tide/parallel/comm_staging.h"
 #include "tide/parallel/optimizer_step.h"
 #include "tide/parallel/tensor_grad_sums.h"
@@ -204,7 +205,7 @@ void PolicyStack::tensor_sums(std::span<double> out, std::span<const int> fresh)
   if (!sums_.defined()) {
     const int64_t scratch = tensor_grad_scratch_doubles(lay);
     // Under auto placement from its buffers' allocator: room is made in the budget first.
-    sums_arena_ = Arena("gradient sums", sizeof(double) * (n + scratch) + 2 * Arena::kAlign,
+    sums_arena_ = Arena("gradient sums", grad_sums_arena_bytes(n, lay.max_tensor_elems()),
                         auto_ ? &auto_->buffer_allocator() : device_memory_);
     sums_ = sums_arena_.alloc_tensor({2 * n}, DType::I32);
     sums_scratch_ = sums_arena_.alloc_tensor({2 * scratch}, DType::I32);

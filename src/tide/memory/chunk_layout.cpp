@@ -86,6 +86,12 @@ int64_t ChunkLayout::max_chunk_elems() const {
   return m;
 }
 
+int64_t ChunkLayout::max_tensor_elems() const {
+  int64_t m = 0;
+  for (const TensorSlot& s : slots_) m = std::max(m, s.numel);
+  return m;
+}
+
 int64_t ChunkLayout::buffer_elems(int c) const {
   const int64_t granule = kAlignElems * group_size_;
   const int64_t largest = max_chunk_elems();

@@ -75,6 +75,7 @@ class ChunkLayout {
   // Elements of chunk c (its payload plus the alignment padding at its end).
   int64_t chunk_elems(int c) const { return chunk_elems_[c]; }
   int64_t max_chunk_elems() const;
+  int64_t max_tensor_elems() const;  // the largest tensor's elements
   // Elements of the pooled buffer that holds chunk c whole (ZeRO's communication buffers, a
   // BufferPool size class): the largest chunk halved as often as chunk c still fits (each
   // halving rounded up to the alignment granule). Halving classes keep the number of sizes

@@ -2,6 +2,7 @@
 // run in the CUDA module (grad_norm_cuda.cu), loaded by the first call (core/cuda_module.h).
 #include "tide/optim/grad_norm_cuda.h"
 
+#include "tide/core/arena.h"
 #include "tide/core/cuda_module.h"
 #include "tide/core/error.h"
 #include "tide/optim/cuda_table.h"
@@ -11,6 +12,11 @@ namespace tide {
 
 int64_t grad_norm_scratch_doubles(int64_t n) {
   return n <= 0 ? 1 : (n + kNormBlock - 1) / kNormBlock;
+}
+
+size_t grad_sums_arena_bytes(int64_t tensors, int64_t largest) {
+  const auto doubles = static_cast<size_t>(tensors + grad_norm_scratch_doubles(largest));
+  return Arena::aligned(sizeof(double) * doubles + 2 * Arena::kAlign);
 }
 
 void grad_norm_squared_cuda(const void* x, DType dtype, int64_t n, double* out, double* scratch,

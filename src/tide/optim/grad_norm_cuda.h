@@ -9,6 +9,7 @@
 // In the CUDA module (core/cuda_module.h), through the optim floor's table; builds without CUDA
 // throw. C++17-clean: no CUDA headers here.
 
+#include <cstddef>
 #include <cstdint>
 
 #include "tide/core/dtype.h"
@@ -17,6 +18,10 @@ namespace tide {
 
 // Device doubles grad_norm_squared_cuda needs as scratch for n elements.
 int64_t grad_norm_scratch_doubles(int64_t n);
+// Bytes of the one device arena that holds the per-tensor sums of `tensors` tensors and the
+// scratch for the largest (`largest` elements), each aligned: what the executor allocates on a
+// device (exec/policy_stack.cpp) and tide estimate counts.
+size_t grad_sums_arena_bytes(int64_t tensors, int64_t largest);
 // *out (a device double) = the sum of squares of x[0, n) (device memory, f32, bf16 or f16),
 // queued on `stream` (a cudaStream_t); n = 0 writes 0. scratch: grad_norm_scratch_doubles(n)
 // device doubles, free once the stream has run this.

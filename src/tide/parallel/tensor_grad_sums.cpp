@@ -47,9 +47,7 @@ void tensor_grad_sums(const OpContext& op, const ChunkLayout& layout, int chunk,
 }
 
 int64_t tensor_grad_scratch_doubles(const ChunkLayout& layout) {
-  int64_t most = 0;
-  for (const TensorSlot& s : layout.slots()) most = std::max(most, s.numel);
-  return grad_norm_scratch_doubles(most);
+  return grad_norm_scratch_doubles(layout.max_tensor_elems());
 }
 
 }  // namespace tide

@@ -226,7 +226,7 @@ Trainer::Trainer(TrainConfig config, std::shared_ptr<ProcessGroup> world)
   if (cfg_.threads > 0) omp_set_num_threads(cfg_.threads);
   // A device (the simulated one, whose stream's CPU kernels use this rank's threads, or a GPU):
   // the model's ops run on its stream, its memory holds the model (configure_store).
-  if (cfg_.device != "cpu" && cfg_.device != "auto")
+  if (on_device(cfg_))
     op_ = make_op_context(parse_device(cfg_.device), nullptr, omp_get_max_threads());
   prepare_default_corpus();
   // init_from (ignored when resuming: the run's own checkpoint wins): checked whole, shape

@@ -49,6 +49,18 @@ static_assert(sizeof(TileConfig) == 64);
 
 constexpr int64_t kTile = 512;  // bf16 per packed tile
 
+// Where the microkernels find chunk k's term s in a packed A (B) panel of kc chunks: a
+// one-term operand's tile serves every term; the panel's second row (column) tile is `second`
+// elements on.
+struct PanelWalk {
+  int64_t chunk, term, second;
+  PanelWalk(int terms, int64_t kc)
+      : chunk(terms * kTile), term(terms > 1 ? kTile : 0), second(kc * terms * kTile) {}
+  const uint16_t* at(const uint16_t* panel, int64_t k, int s) const {
+    return panel + k * chunk + s * term;
+  }
+};
+
 // The first n (0..32) bf16 lanes.
 TIDE_AVX512 inline __mmask32 lanes16(int64_t n) {
   if (n <= 0) return 0;
@@ -274,19 +286,16 @@ TIDE_AMX void kernel_32x32_amx(const uint16_t* a, int a_terms, const uint16_t* b
     _tile_zero(2);
     _tile_zero(3);
   }
-  const int terms = a_terms > b_terms ? a_terms : b_terms;
-  // Per chunk, per term: a single-term operand's one tile serves every term.
-  const int64_t a_chunk = a_terms * 512, b_chunk = b_terms * 512;
-  const int64_t a_term = a_terms > 1 ? 512 : 0, b_term = b_terms > 1 ? 512 : 0;
-  const int64_t a1 = kc * a_chunk, b1 = kc * b_chunk;  // the second row / column tile
+  const int terms = std::max(a_terms, b_terms);
+  const PanelWalk pa(a_terms, kc), pb(b_terms, kc);
   for (int64_t k = k0; k < k1; ++k) {
     for (int s = 0; s < terms; ++s) {
-      const uint16_t* ak = a + k * a_chunk + s * a_term;
-      const uint16_t* bk = b + k * b_chunk + s * b_term;
+      const uint16_t* ak = pa.at(a, k, s);
+      const uint16_t* bk = pb.at(b, k, s);
       _tile_loadd(4, ak, 64);
       _tile_loadd(6, bk, 64);
-      _tile_loadd(5, ak + a1, 64);
-      _tile_loadd(7, bk + b1, 64);
+      _tile_loadd(5, ak + pa.second, 64);
+      _tile_loadd(7, bk + pb.second, 64);
       _tile_dpbf16ps(0, 4, 6);
       _tile_dpbf16ps(1, 4, 7);
       _tile_dpbf16ps(2, 5, 6);
@@ -311,13 +320,11 @@ TIDE_AVX512BF16 inline __m512bh pair_broadcast(const uint16_t* p) {
 TIDE_AVX512BF16 void kernel_32x32_avx512(const uint16_t* a, int a_terms, const uint16_t* b,
                                          int b_terms, int64_t kc, int64_t k0, int64_t k1,
                                          bool accumulate, float* c) {
-  const int terms = a_terms > b_terms ? a_terms : b_terms;
-  const int64_t a_chunk = a_terms * 512, b_chunk = b_terms * 512;
-  const int64_t a_term = a_terms > 1 ? 512 : 0, b_term = b_terms > 1 ? 512 : 0;
-  const int64_t a1 = kc * a_chunk, b1 = kc * b_chunk;  // the second row / column tile
+  const int terms = std::max(a_terms, b_terms);
+  const PanelWalk pa(a_terms, kc), pb(b_terms, kc);
   for (int g = 0; g < 4; ++g) {  // rows 8g .. 8g+7: row tile g/2, its rows 8(g%2) ..
     float* cg = c + g * 8 * 32;
-    const uint16_t* ag = a + (g / 2) * a1 + (g % 2) * 8 * 32;
+    const uint16_t* ag = a + (g / 2) * pa.second + (g % 2) * 8 * 32;
     __m512 acc[8][2];
     for (int i = 0; i < 8; ++i) {
       acc[i][0] = accumulate ? _mm512_load_ps(cg + i * 32) : _mm512_setzero_ps();
@@ -325,11 +332,11 @@ TIDE_AVX512BF16 void kernel_32x32_avx512(const uint16_t* a, int a_terms, const u
     }
     for (int64_t k = k0; k < k1; ++k) {
       for (int s = 0; s < terms; ++s) {
-        const uint16_t* ak = ag + k * a_chunk + s * a_term;
-        const uint16_t* bk = b + k * b_chunk + s * b_term;
+        const uint16_t* ak = pa.at(ag, k, s);
+        const uint16_t* bk = pb.at(b, k, s);
         for (int p = 0; p < 16; ++p) {
           const auto b0 = reinterpret_cast<__m512bh>(_mm512_loadu_si512(bk + p * 32));
-          const auto b1v = reinterpret_cast<__m512bh>(_mm512_loadu_si512(bk + b1 + p * 32));
+          const auto b1v = reinterpret_cast<__m512bh>(_mm512_loadu_si512(bk + pb.second + p * 32));
           for (int i = 0; i < 8; ++i) {
             const __m512bh ai = pair_broadcast(ak + i * 32 + 2 * p);
             acc[i][0] = _mm512_dpbf16_ps(acc[i][0], ai, b0);
