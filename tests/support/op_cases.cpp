@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstring>
@@ -447,6 +448,37 @@ OpCase in_dtype(const OpCase& c, DType dtype) {
     if (t.dtype == DType::F32 && !statistic) t = narrowed(t, dtype);
   }
   return n;
+}
+
+std::vector<OpCase> mixed_dtype_cases(DType dtype) {
+  // Per op, the sets of tensors 16-bit training keeps in f32.
+  using Names = std::vector<std::string>;
+  const std::vector<std::pair<std::string, std::vector<Names>>> mixes = {
+      {"matmul_forward", {{"out"}}},
+      {"matmul_backward_input", {{"dout"}}},
+      {"matmul_backward_weight", {{"dweight", "dbias"}, {"dout"}, {"dout", "dweight", "dbias"}}},
+      {"layernorm_backward_weight", {{"dweight", "dbias"}}},
+      {"rmsnorm_backward_weight", {{"dweight"}}},
+      {"embedding_backward", {{"dwte", "dwpe"}}},
+  };
+  std::vector<OpCase> cases;
+  for (const OpCase& c : all_op_cases()) {
+    const std::string op = c.name.substr(0, c.name.find(' '));
+    for (const auto& [mixed_op, sets] : mixes) {
+      if (op != mixed_op) continue;
+      for (const Names& f32 : sets) {
+        OpCase m = in_dtype(c, dtype);
+        m.name += ", f32:";
+        for (size_t i = 0; i < m.tensors.size(); ++i) {
+          if (std::find(f32.begin(), f32.end(), m.tensors[i].name) == f32.end()) continue;
+          m.tensors[i] = c.tensors[i];
+          m.name += " " + c.tensors[i].name;
+        }
+        cases.push_back(std::move(m));
+      }
+    }
+  }
+  return cases;
 }
 
 }  // namespace tide::testing

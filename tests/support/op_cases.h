@@ -91,5 +91,11 @@ std::vector<OpCase> all_op_cases();
 // keeps in f32 (layernorm's mean and rstd, rmsnorm's rstd, cross-entropy's losses) and RoPE's
 // inv_freq, an f32 input.
 OpCase in_dtype(const OpCase& c, DType dtype);
+// The mixes 16-bit training calls (the tensors a device keeps in their own dtype, ops.cpp's
+// kOwnFloat): each case of those ops in `dtype`, once per mix, with the mix's tensors left f32:
+// the logits (matmul_forward's out) and their gradient (the backward products' dout), and
+// f32 parameter gradients (the weight-gradient ops' and embedding_backward's) beside 16-bit
+// activations, alone and with the logits' gradient. The name says which stay f32.
+std::vector<OpCase> mixed_dtype_cases(DType dtype);
 
 }  // namespace tide::testing

@@ -32,8 +32,9 @@ void check_trainer_can_honour(const TrainConfig& c, int world_size) {
   // A device (the simulated one, or a GPU: issues #25, #27): what the engine's step does not
   // run there yet (pipeline_engine.h, check_device).
   if (on_device(c)) {
-    // The simulated device runs every technique; a GPU one rank with ZeRO 0-3, offload and
-    // auto placement so far (their collectives over one rank are copies: comm/local_process_group).
+    // The simulated device runs every technique; a GPU one rank (f32, bf16 or fp16) with ZeRO
+    // 0-3, offload and auto placement so far (their collectives over one rank are copies:
+    // comm/local_process_group).
     const bool gpu = c.device.starts_with("cuda");
     const char* what = !gpu    ? nullptr
                        : p > 1 ? "pipeline.stages > 1"
@@ -48,12 +49,6 @@ void check_trainer_can_honour(const TrainConfig& c, int world_size) {
                "device={} on {} ranks: data parallelism on GPUs needs the NCCL groups ordered by "
                "the compute stream (issue #27); train on one GPU, or use device=cpu or sim",
                c.device, world_size);
-    // A GPU op takes one dtype for all its float tensors; 16-bit training mixes them (f32
-    // logits and gradients beside 16-bit activations and weights).
-    TIDE_CHECK(!c.device.starts_with("cuda") || model_dtype(c) == DType::F32,
-               "device={} with {}: 16-bit training on a GPU needs the mixed-dtype GEMMs "
-               "(cuBLASLt, issue #27); train in f32 there, or in 16 bits on device=cpu or sim",
-               c.device, model_dtype(c) == DType::BF16 ? "bf16.enabled" : "fp16.enabled");
   }
   TIDE_CHECK(c.optimizer_type == "AdamW",
              "optimizer.type=\"{}\": tide train has only Adam and AdamW; set optimizer.type to "

@@ -19,13 +19,19 @@ namespace tide {
 
 namespace {
 
-// The dtypes a tensor may have: exactly one, or (kFloat) any float storage: f32, bf16 or f16,
-// each tensor on its own. The CPU kernels compute in f32 whatever the storage (cpu::F32Buffer).
+// The dtypes a tensor may have: exactly one, or (kFloat) any float storage: f32, bf16 or f16.
+// The CPU kernels compute in f32 whatever the storage (cpu::F32Buffer), each tensor on its
+// own. A device's kernels are compiled per storage type: there the kFloat tensors of one call
+// share one dtype, and a kOwnFloat tensor keeps its own (the kernel is told it): the mixes of
+// 16-bit training, f32 logits and their gradient beside 16-bit operands, f32 parameter
+// gradients beside 16-bit activations.
 struct DTypeRule {
   DType dtype = DType::F32;
   bool any_float = false;
+  bool own = false;
   DTypeRule(DType d) : dtype(d) {}  // NOLINT(google-explicit-constructor): "exactly d"
-  constexpr DTypeRule(DType d, bool any) : dtype(d), any_float(any) {}
+  constexpr DTypeRule(DType d, bool any, bool own_dtype = false)
+      : dtype(d), any_float(any), own(own_dtype) {}
   bool allows(DType d) const {
     return any_float ? d == DType::F32 || d == DType::BF16 || d == DType::F16 : d == dtype;
   }
@@ -34,12 +40,17 @@ struct DTypeRule {
   }
 };
 constexpr DTypeRule kFloat{DType::F32, true};
+constexpr DTypeRule kOwnFloat{DType::F32, true, true};
+// The tensors that keep their own dtype on a device, for the messages.
+constexpr const char* kOwnDTypes =
+    "a matmul's output, its output gradient and its weight and bias gradients, and the "
+    "weight gradients of layernorm, rmsnorm and the embedding keep their own";
 
 // Checks of one op call; every message starts with the op name.
 struct OpCheck {
   const char* op;
   const OpContext& ctx;
-  // On a CUDA context: the dtype of the float tensors (the first one checked, named here).
+  // On a device: the dtype of the kFloat tensors (the first one checked, named here).
   mutable DType storage_ = DType::F32;
   mutable const char* storage_of_ = nullptr;
 
@@ -52,17 +63,18 @@ struct OpCheck {
     TIDE_CHECK(rule.allows(t.dtype),
                "{}: tensor '{}' has dtype {} but {} is required; convert it first", op, name,
                dtype_name(t.dtype), rule.str());
-    // A CUDA kernel is compiled per storage type, not per mix (cuda/cuda_ops.h): the float
-    // tensors of one call share the first one's dtype (the statistics, exactly f32, aside).
-    if (ctx.device.is_cuda() && rule.any_float) {
+    // A CUDA kernel is compiled per storage type, not per mix (cuda/cuda_ops.h): the kFloat
+    // tensors of one call share the first one's dtype. The simulated device keeps the same
+    // rule, so that its runs (CI's) meet every mix a GPU would refuse.
+    if (!ctx.device.is_cpu() && rule.any_float && !rule.own) {
       if (storage_of_ == nullptr) {
         storage_ = t.dtype;
         storage_of_ = name;
       }
       TIDE_CHECK(t.dtype == storage_,
-                 "{}: tensor '{}' is {} but tensor '{}' is {}; on a GPU the float tensors of one "
-                 "op share one dtype (the statistics stay f32): convert one of them first",
-                 op, name, dtype_name(t.dtype), storage_of_, dtype_name(storage_));
+                 "{}: tensor '{}' is {} but tensor '{}' is {}; on a device the operands of one "
+                 "op share one dtype (the statistics stay f32; {}): convert one of them first",
+                 op, name, dtype_name(t.dtype), storage_of_, dtype_name(storage_), kOwnDTypes);
     }
     TIDE_CHECK(t.device == ctx.device,
                "{}: tensor '{}' is on {} but the op runs on {}; move the tensor or run the op "
@@ -84,6 +96,14 @@ struct OpCheck {
                "{}: tensor '{}' has shape {} ({} elements) but {} elements are "
                "expected ({})",
                op, name, t.shape.str(), t.numel(), n, why);
+  }
+  // On a device: two kOwnFloat tensors that the kernel takes in one dtype (a weight's and a
+  // bias's gradient).
+  void same_dtype(const Tensor& a, const char* a_name, const Tensor& b, const char* b_name) const {
+    TIDE_CHECK(ctx.device.is_cpu() || a.dtype == b.dtype,
+               "{}: tensor '{}' is {} but tensor '{}' is {}; on a device they share one dtype: "
+               "convert one of them first",
+               op, a_name, dtype_name(a.dtype), b_name, dtype_name(b.dtype));
   }
   void rank(const Tensor& t, const char* name, int min_ndim, const char* layout) const {
     TIDE_CHECK(t.ndim() >= min_ndim, "{}: tensor '{}' has shape {} but must be {}", op, name,
@@ -216,18 +236,19 @@ void embedding_backward(const OpContext& ctx, Tensor dwte, Tensor dwpe, Tensor d
   ck.rank_exact(tokens, "tokens", 2, "(B,T)");
   ck.tensor(tokens, "tokens", DType::I32);
   ck.rank_exact(dwte, "dwte", 2, "(V,C)");
-  ck.tensor(dwte, "dwte", kFloat);
+  ck.tensor(dwte, "dwte", kOwnFloat);
   const int64_t B = tokens.dim(0), T = tokens.dim(1), V = dwte.dim(0), C = dwte.dim(1);
   ck.rank_exact(dwpe, "dwpe", 2, "(max_seq_len,C)");
-  ck.tensor(dwpe, "dwpe", kFloat, Shape{dwpe.dim(0), C}, "(max_seq_len,C), C from dwte");
+  ck.tensor(dwpe, "dwpe", kOwnFloat, Shape{dwpe.dim(0), C}, "(max_seq_len,C), C from dwte");
+  ck.same_dtype(dwte, "dwte", dwpe, "dwpe");
   TIDE_CHECK(T <= dwpe.dim(0),
              "embedding_backward: sequence length T={} exceeds the {} positions of dwpe; use "
              "sequences of at most max_seq_len={} tokens",
              T, dwpe.dim(0), dwpe.dim(0));
   ck.tensor(dout, "dout", kFloat, Shape{B, T, C}, "(B,T,C): B,T from tokens, C from dwte");
-  TIDE_RUN_ON_CUDA(
-      ck, ctx.cuda->embedding_backward(ctx, ck.storage(), dwte.data, dwpe.data, dout.data,
-                                       tokens.i32(), as_int(B), as_int(T), as_int(C), as_int(V)));
+  TIDE_RUN_ON_CUDA(ck, ctx.cuda->embedding_backward(ctx, ck.storage(), dwte.dtype, dwte.data,
+                                                    dwpe.data, dout.data, tokens.i32(), as_int(B),
+                                                    as_int(T), as_int(C), as_int(V)));
   run_cpu_kernel(ck, [=] {
     const cpu::F32Buffer dwte_(dwte), dwpe_(dwpe), dout_(dout);
     cpu::embedding_backward(dwte_.get(), dwpe_.get(), dout_.get(), tokens.i32(), as_int(B),
@@ -289,14 +310,15 @@ void layernorm_backward_weight(const OpContext& ctx, Tensor dweight, Tensor dbia
   ck.rank(inp, "inp", 2, "(N,C) or (B,T,C)");
   ck.tensor(inp, "inp", kFloat);
   const int64_t C = inp.dim(-1), N = rows(inp);
-  ck.tensor(dweight, "dweight", kFloat, Shape{C}, "(C), C the last dim of inp");
-  ck.tensor(dbias, "dbias", kFloat, Shape{C}, "(C), C the last dim of inp");
+  ck.tensor(dweight, "dweight", kOwnFloat, Shape{C}, "(C), C the last dim of inp");
+  ck.tensor(dbias, "dbias", kOwnFloat, Shape{C}, "(C), C the last dim of inp");
+  ck.same_dtype(dweight, "dweight", dbias, "dbias");
   ck.tensor(dout, "dout", kFloat, inp.shape, "the shape of inp");
   ck.tensor_numel(mean, "mean", DType::F32, N, "one per row of inp");
   ck.tensor_numel(rstd, "rstd", DType::F32, N, "one per row of inp");
-  TIDE_RUN_ON_CUDA(ck, ctx.cuda->layernorm_backward_weight(ctx, ck.storage(), dweight.data,
-                                                           dbias.data, dout.data, inp.data,
-                                                           mean.f32(), rstd.f32(), N, as_int(C)));
+  TIDE_RUN_ON_CUDA(ck, ctx.cuda->layernorm_backward_weight(
+                           ctx, ck.storage(), dweight.dtype, dweight.data, dbias.data, dout.data,
+                           inp.data, mean.f32(), rstd.f32(), N, as_int(C)));
   run_cpu_kernel(ck, [=] {
     const cpu::F32Buffer dweight_(dweight), dbias_(dbias), dout_(dout), inp_(inp);
     cpu::layernorm_backward_weight(dweight_.get(), dbias_.get(), dout_.get(), inp_.get(),
@@ -355,11 +377,12 @@ void rmsnorm_backward_weight(const OpContext& ctx, Tensor dweight, Tensor dout, 
   ck.rank(inp, "inp", 2, "(N,C) or (B,T,C)");
   ck.tensor(inp, "inp", kFloat);
   const int64_t C = inp.dim(-1), N = rows(inp);
-  ck.tensor(dweight, "dweight", kFloat, Shape{C}, "(C), C the last dim of inp");
+  ck.tensor(dweight, "dweight", kOwnFloat, Shape{C}, "(C), C the last dim of inp");
   ck.tensor(dout, "dout", kFloat, inp.shape, "the shape of inp");
   ck.tensor_numel(rstd, "rstd", DType::F32, N, "one per row of inp");
-  TIDE_RUN_ON_CUDA(ck, ctx.cuda->rmsnorm_backward_weight(ctx, ck.storage(), dweight.data, dout.data,
-                                                         inp.data, rstd.f32(), N, as_int(C)));
+  TIDE_RUN_ON_CUDA(
+      ck, ctx.cuda->rmsnorm_backward_weight(ctx, ck.storage(), dweight.dtype, dweight.data,
+                                            dout.data, inp.data, rstd.f32(), N, as_int(C)));
   run_cpu_kernel(ck, [=] {
     const cpu::F32Buffer dweight_(dweight), dout_(dout), inp_(inp);
     cpu::rmsnorm_backward_weight(dweight_.get(), dout_.get(), inp_.get(), rstd.f32(), N, as_int(C));
@@ -377,9 +400,9 @@ void matmul_forward(const OpContext& ctx, Tensor out, Tensor inp, Tensor weight,
   const int64_t C = inp.dim(-1), N = rows(inp), OC = weight.dim(0);
   ck.tensor(weight, "weight", kFloat, Shape{OC, C}, "(OC,C), C the last dim of inp");
   if (bias.defined()) ck.tensor(bias, "bias", kFloat, Shape{OC}, "(OC), OC from weight");
-  ck.tensor(out, "out", kFloat, with_last(inp, OC), "inp's shape with C replaced by OC");
+  ck.tensor(out, "out", kOwnFloat, with_last(inp, OC), "inp's shape with C replaced by OC");
   TIDE_RUN_ON_CUDA(
-      ck, ctx.cuda->matmul_forward(ctx, ck.storage(), out.data, inp.data, weight.data,
+      ck, ctx.cuda->matmul_forward(ctx, ck.storage(), out.dtype, out.data, inp.data, weight.data,
                                    bias.defined() ? bias.data : nullptr, N, as_int(C), as_int(OC)));
   run_cpu_kernel(ck, [=] {
     if (cpu::matmul_forward_native(out, inp, weight, bias, N, as_int(C), as_int(OC))) return;
@@ -396,11 +419,11 @@ void matmul_backward_input(const OpContext& ctx, Tensor dinp, Tensor dout, Tenso
   ck.tensor(weight, "weight", kFloat);
   const int64_t OC = weight.dim(0), C = weight.dim(1);
   ck.rank(dout, "dout", 2, "(N,OC) or (B,T,OC)");
-  ck.tensor(dout, "dout", kFloat, with_last(dout, OC), "last dim OC from weight (OC,C)");
+  ck.tensor(dout, "dout", kOwnFloat, with_last(dout, OC), "last dim OC from weight (OC,C)");
   ck.tensor(dinp, "dinp", kFloat, with_last(dout, C), "dout's shape with OC replaced by C");
   TIDE_RUN_ON_CUDA(
-      ck, ctx.cuda->matmul_backward_input(ctx, ck.storage(), dinp.data, dout.data, weight.data,
-                                          rows(dout), as_int(C), as_int(OC)));
+      ck, ctx.cuda->matmul_backward_input(ctx, ck.storage(), dout.dtype, dinp.data, dout.data,
+                                          weight.data, rows(dout), as_int(C), as_int(OC)));
   run_cpu_kernel(ck, [=] {
     if (cpu::matmul_backward_input_native(dinp, dout, weight, rows(dout), as_int(C), as_int(OC)))
       return;
@@ -418,12 +441,16 @@ void matmul_backward_weight(const OpContext& ctx, Tensor dweight, Tensor dbias, 
   ck.tensor(inp, "inp", kFloat);
   ck.rank_exact(dweight, "dweight", 2, "(OC,C)");
   const int64_t C = inp.dim(-1), N = rows(inp), OC = dweight.dim(0);
-  ck.tensor(dweight, "dweight", kFloat, Shape{OC, C}, "(OC,C), C the last dim of inp");
-  if (dbias.defined()) ck.tensor(dbias, "dbias", kFloat, Shape{OC}, "(OC), OC from dweight");
-  ck.tensor(dout, "dout", kFloat, with_last(inp, OC), "inp's shape with C replaced by OC");
-  TIDE_RUN_ON_CUDA(ck, ctx.cuda->matmul_backward_weight(
-                           ctx, ck.storage(), dweight.data, dbias.defined() ? dbias.data : nullptr,
-                           dout.data, inp.data, N, as_int(C), as_int(OC)));
+  ck.tensor(dweight, "dweight", kOwnFloat, Shape{OC, C}, "(OC,C), C the last dim of inp");
+  if (dbias.defined()) {
+    ck.tensor(dbias, "dbias", kOwnFloat, Shape{OC}, "(OC), OC from dweight");
+    ck.same_dtype(dweight, "dweight", dbias, "dbias");
+  }
+  ck.tensor(dout, "dout", kOwnFloat, with_last(inp, OC), "inp's shape with C replaced by OC");
+  TIDE_RUN_ON_CUDA(
+      ck, ctx.cuda->matmul_backward_weight(ctx, ck.storage(), dout.dtype, dweight.dtype,
+                                           dweight.data, dbias.defined() ? dbias.data : nullptr,
+                                           dout.data, inp.data, N, as_int(C), as_int(OC)));
   run_cpu_kernel(ck, [=] {
     if (cpu::matmul_backward_weight_native(dweight, dbias, dout, inp, N, as_int(C), as_int(OC)))
       return;

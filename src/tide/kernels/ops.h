@@ -20,8 +20,10 @@
 //    cross-entropy's losses), which are f32. The CPU kernels compute in f32 whatever the storage
 //    and round each written 16-bit tensor to nearest-even once (cpu/f32_buffer.h); backward ops
 //    accumulate into a 16-bit gradient the same way. The CUDA kernels take the same dtypes
-//    and rounding, one dtype per call: on a GPU the float tensors of an op share one dtype
-//    (a mix is refused, naming both tensors).
+//    and rounding, one dtype per call plus the mixes of 16-bit training: on a device (a GPU,
+//    or the simulated one) the operands of an op share one dtype, except a matmul's output and
+//    output gradient and the weight-gradient ops' parameter gradients (ops.cpp, kOwnFloat); any
+//    other mix is refused, naming both tensors.
 
 #include <cstdint>
 #include <functional>

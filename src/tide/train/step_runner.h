@@ -122,8 +122,11 @@ class StepRunner {
   bool zero_sliced_ = false;                            // ZeRO-1..3
   bool collective_forward_ = false;  // ZeRO-3: a forward gathers parameters over dp
   std::vector<std::unique_ptr<GPT>> chunks_;
-  std::unique_ptr<PipelineEngine> engine_;
   std::vector<std::unique_ptr<MicroBatch>> eval_mbs_;  // per chunk, one sequence
+  // Declared after the evaluation micro-batches, so destroyed before them: its destructor
+  // waits for the device's stream, which may still run an evaluation's ops on their memory
+  // when an error left the evaluation half-queued.
+  std::unique_ptr<PipelineEngine> engine_;
   bool measure_pending_ = false;  // zb-auto: the next step is the measured warm-up
   double memory_limit_ = 0;       // zb-auto's pipeline.memory_limit (M_B; 0: 1F1B's peak)
   bool measured_new_ = false;

@@ -262,6 +262,18 @@ TEST(CudaOps, EveryOpCaseInF16) {
   check_all_in(all_op_cases(), DType::F16);
 }
 
+// The mixes of 16-bit training (mixed_dtype_cases: f32 logits and their gradient, f32
+// parameter gradients beside 16-bit operands), GPU against the CPU's mixed op, with
+// check_all_in's tolerance: the GEMMs widen a 16-bit factor that meets an f32 one and write
+// what cuBLAS cannot through f32 scratch (cuda/matmul.cu).
+TEST(CudaOps, EveryMixOf16BitTraining) {
+  SKIP_WITHOUT_GPU();
+  for (DType dtype : {DType::BF16, DType::F16}) {
+    const double eps = dtype == DType::BF16 ? std::ldexp(1.0, -7) : std::ldexp(1.0, -10);
+    for (const OpCase& c : mixed_dtype_cases(dtype)) check_case(c, c.tol == 0 ? 0.0 : c.tol + eps);
+  }
+}
+
 // Ops run on their context's stream: each make_op_context has its own non-blocking stream,
 // copies of a context share it, and work on two contexts gives the same results.
 TEST(CudaOps, RunOnTheContextStream) {

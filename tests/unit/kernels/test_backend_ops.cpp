@@ -50,7 +50,8 @@ TEST(OpCases, RunOnTheCpu) {
   }
 }
 
-// Every case, in f32 and with its float tensors in bf16 and f16 (the dtype axis: in_dtype).
+// Every case, in f32 and with its float tensors in bf16 and f16 (the dtype axis: in_dtype),
+// and the mixes of 16-bit training (mixed_dtype_cases), which the device's dtype rule admits.
 TEST(SimDevice, EveryOpCaseEqualsTheCpu) {
   SimAllocator memory(Device::sim(0));
   const OpContext ctx = make_op_context(Device::sim(0), nullptr, 1);
@@ -58,6 +59,8 @@ TEST(SimDevice, EveryOpCaseEqualsTheCpu) {
   for (const OpCase& c : all_op_cases())
     for (const OpCase& d : {c, in_dtype(c, DType::BF16), in_dtype(c, DType::F16)})
       cases.push_back(d);
+  for (DType dtype : {DType::BF16, DType::F16})
+    for (OpCase& c : mixed_dtype_cases(dtype)) cases.push_back(std::move(c));
   for (const OpCase& c : cases) {
     SCOPED_TRACE(c.name);
     std::vector<HostTensor> cpu = c.tensors;

@@ -20,6 +20,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -63,16 +64,23 @@ int64_t bits_differing(const HostTensor& a, const HostTensor& b) {
   return n;
 }
 
-void run_case_in(const OpCase& c, DType dtype) {
-  std::vector<HostTensor> narrow = in_dtype(c, dtype).tensors, ref;
+// Case c's call with the tensors of `mixed` (c in_dtype, or a mix of 16-bit training) against
+// the f32 op on the same values.
+void run_case_as(const OpCase& c, const OpCase& mixed, DType dtype) {
+  std::vector<HostTensor> narrow = mixed.tensors, ref;
   for (const HostTensor& t : narrow)
     ref.push_back(t.dtype == DType::BF16 || t.dtype == DType::F16 ? widened(t) : t);
   c.run(OpContext{}, host_views(ref));
   c.run(OpContext{}, host_views(narrow));
   for (size_t i = 0; i < narrow.size(); ++i) {
-    const std::string what = c.name + " " + std::string(dtype_name(dtype)) + " " + narrow[i].name;
+    const std::string what = mixed.name + " " + narrow[i].name;
     if (narrow[i].dtype == DType::F32 || narrow[i].dtype == DType::I32) {
-      expect_bitwise(what, narrow[i], ref[i]);  // statistics and ids: exactly the f32 op's
+      // Statistics, ids and a mix's f32 tensors: exactly the f32 op's (the native GEMM's f32
+      // sums in its own order: within the case's tolerance).
+      if (native_gemm_case(c, dtype))
+        expect_close(what, narrow[i], ref[i], c.tol);
+      else
+        expect_bitwise(what, narrow[i], ref[i]);
       continue;
     }
     if (native_gemm_case(c, dtype)) {
@@ -85,6 +93,10 @@ void run_case_in(const OpCase& c, DType dtype) {
     expect_rounded_to_nearest(what, widened(narrow[i]), ref[i], dtype);
     expect_bitwise(what, narrow[i], narrowed(ref[i], dtype));
   }
+}
+
+void run_case_in(const OpCase& c, DType dtype) {
+  run_case_as(c, in_dtype(c, dtype), dtype);
 }
 
 }  // namespace
@@ -114,6 +126,20 @@ TEST(OpDtypes, EveryOpCaseTakesF16Storage) {
   }
 }
 
+// The mixes of 16-bit training (f32 logits and their gradient, f32 parameter gradients beside
+// 16-bit operands; mixed_dtype_cases): 16-bit results rounded once from the f32 op's, f32 ones
+// exactly the f32 op's.
+TEST(OpDtypes, MixesOf16BitTrainingEqualTheF32Op) {
+  for (DType dtype : {DType::BF16, DType::F16}) {
+    const std::vector<OpCase> mixed = mixed_dtype_cases(dtype);
+    EXPECT_EQ(mixed.size(), 36u);  // every case of the six ops, once per mix
+    for (const OpCase& m : mixed) {
+      SCOPED_TRACE(m.name);
+      run_case_as(m, m, dtype);  // the mix's own call, on its tensors widened for the f32 op
+    }
+  }
+}
+
 // Tensors of different dtypes mix in one call (bf16 activations with f32 weights, as a
 // mixed-precision step may hold them), and the statistics stay f32.
 TEST(OpDtypes, DtypesMixWithinOneCallAndStatisticsStayF32) {
@@ -140,32 +166,41 @@ TEST(OpDtypes, DtypesMixWithinOneCallAndStatisticsStayF32) {
   }
 }
 
-// On a GPU context the float tensors of one op share one dtype (a CUDA kernel is compiled per
-// storage type, cuda/cuda_ops.h): a mix is refused, naming both tensors, before anything
-// reaches the GPU (so this runs on machines without one); one 16-bit dtype throughout passes
-// the checks and reaches the context check.
-TEST(OpDtypes, MixedDtypesOnAGpuContextAreRefused) {
-  OpContext gpu;
-  gpu.device = Device::cuda(0);
-  std::vector<HostTensor> ts = {narrowed(randn("inp", {4, 8}, 1), DType::BF16),
-                                zeros("out", {4, 8}),
-                                narrowed(zeros("out16", {4, 8}), DType::BF16)};
-  std::vector<Tensor> v = host_views(ts);
-  for (Tensor& t : v) t.device = gpu.device;  // never dereferenced: the checks come first
-  auto message_of = [&](const Tensor& out) {
-    try {
-      gelu_forward(gpu, out, v[0]);
-    } catch (const Error& e) {
-      return std::string(e.what());
+// On a device context the operands of one op share one dtype (a CUDA kernel is compiled per
+// storage type, cuda/cuda_ops.h; the simulated device keeps the rule so that CI meets what a
+// GPU would refuse): a mix is refused, naming both tensors, before anything reaches the device
+// (so this runs on machines without a GPU); one 16-bit dtype throughout, or a tensor that keeps
+// its own dtype (a matmul's f32 output), passes the checks and reaches the context check.
+TEST(OpDtypes, MixedDtypesOnADeviceContextAreRefused) {
+  for (const Device device : {Device::cuda(0), Device::sim(0)}) {
+    SCOPED_TRACE(device.str());
+    OpContext ctx;
+    ctx.device = device;  // no stream: the checks come first, the context check after them
+    std::vector<HostTensor> ts = {narrowed(randn("inp", {4, 8}, 1), DType::BF16),
+                                  zeros("out", {4, 8}),
+                                  narrowed(zeros("out16", {4, 8}), DType::BF16),
+                                  narrowed(randn("weight", {8, 8}, 2), DType::BF16)};
+    std::vector<Tensor> v = host_views(ts);
+    for (Tensor& t : v) t.device = device;  // never dereferenced
+    auto message_of = [&](const std::function<void()>& op) {
+      try {
+        op();
+      } catch (const Error& e) {
+        return std::string(e.what());
+      }
+      return std::string("(accepted)");
+    };
+    const std::string mixed = message_of([&] { gelu_forward(ctx, v[1], v[0]); });
+    EXPECT_NE(mixed.find("gelu_forward: tensor 'out' is f32 but tensor 'inp' is bf16; on a "
+                         "device the operands of one op share one dtype"),
+              std::string::npos)
+        << mixed;
+    // bf16 in and out: past the dtype checks, stopped by the hand-made context (or the build).
+    for (const std::string& passed :
+         {message_of([&] { gelu_forward(ctx, v[2], v[0]); }),
+          message_of([&] { matmul_forward(ctx, v[1], v[0], v[3], Tensor()); })}) {
+      EXPECT_EQ(passed.find("share one dtype"), std::string::npos) << passed;
+      EXPECT_NE(passed.find("_forward"), std::string::npos) << passed;
     }
-    return std::string("(accepted)");
-  };
-  EXPECT_NE(message_of(v[1]).find("gelu_forward: tensor 'out' is f32 but tensor 'inp' is bf16; "
-                                  "on a GPU the float tensors of one op share one dtype"),
-            std::string::npos)
-      << message_of(v[1]);
-  // bf16 in and out: past the dtype checks, stopped by the hand-made context (or the build).
-  const std::string same = message_of(v[2]);
-  EXPECT_EQ(same.find("share one dtype"), std::string::npos) << same;
-  EXPECT_NE(same.find("gelu_forward"), std::string::npos) << same;
+  }
 }

@@ -69,6 +69,13 @@ void with_storage_type(DType dtype, F&& f) {
   }
 }
 
+// Calls f(A{}, B{}) with A and B the storage types of `a` and `b` (an op whose tensors keep
+// two dtypes: cuda_ops.h).
+template <typename F>
+void with_storage_types(DType a, DType b, F&& f) {
+  with_storage_type(a, [&](auto ta) { with_storage_type(b, [&](auto tb) { f(ta, tb); }); });
+}
+
 // Sum / max over the 32 lanes of a warp (butterfly: every lane gets the result).
 template <typename A>
 __device__ __forceinline__ A warp_sum(A x) {

@@ -17,7 +17,10 @@
 // summation orders, expf instead of glibc exp); the GPU tests compare within f32 tolerances.
 //
 // Storage: the float tensors of one call share one dtype, `dtype` (f32, bf16 or f16; ops.cpp
-// checks it), passed as untyped pointers; the statistics (mean, rstd, losses) are float* in
+// checks it), passed as untyped pointers, except those 16-bit training keeps in another dtype,
+// which come with their own: a matmul's output (f32 logits) and output gradient (their
+// gradient), and the parameter gradients of the weight-gradient ops (`grad_dtype`: f32
+// gradients beside 16-bit activations). The statistics (mean, rstd, losses) are float* in
 // every dtype. The kernels compute in f32 and round a 16-bit result to nearest-even once, as
 // the CPU reference does.
 //
@@ -55,9 +58,10 @@ void synchronize_stream(const OpContext& ctx);
 // out(B,T,C) = wte[tokens(B,T)] + wpe[t]; a token outside [0, V) gives a NaN row.
 void embedding_forward(const OpContext& ctx, DType dtype, void* out, const int32_t* tokens,
                        const void* wte, const void* wpe, int B, int T, int C, int V);
-// dwte(V,C) += scatter of dout rows by token, dwpe(T,C) += sum over b of dout.
-void embedding_backward(const OpContext& ctx, DType dtype, void* dwte, void* dwpe, const void* dout,
-                        const int32_t* tokens, int B, int T, int C, int V);
+// dwte(V,C) += scatter of dout rows by token, dwpe(T,C) += sum over b of dout; dwte and dwpe
+// in grad_dtype.
+void embedding_backward(const OpContext& ctx, DType dtype, DType grad_dtype, void* dwte, void* dwpe,
+                        const void* dout, const int32_t* tokens, int B, int T, int C, int V);
 
 // out(N,C), mean(N), rstd(N) from inp(N,C), weight(C), bias(C).
 void layernorm_forward(const OpContext& ctx, DType dtype, void* out, float* mean, float* rstd,
@@ -65,29 +69,34 @@ void layernorm_forward(const OpContext& ctx, DType dtype, void* out, float* mean
 void layernorm_backward_input(const OpContext& ctx, DType dtype, void* dinp, const void* dout,
                               const void* inp, const void* weight, const float* mean,
                               const float* rstd, int64_t N, int C);
-void layernorm_backward_weight(const OpContext& ctx, DType dtype, void* dweight, void* dbias,
-                               const void* dout, const void* inp, const float* mean,
+// dweight and dbias in grad_dtype.
+void layernorm_backward_weight(const OpContext& ctx, DType dtype, DType grad_dtype, void* dweight,
+                               void* dbias, const void* dout, const void* inp, const float* mean,
                                const float* rstd, int64_t N, int C);
 
 // out(N,C), rstd(N) from inp(N,C), weight(C): out = inp * rstd * weight,
-// rstd = 1/sqrt(mean(inp^2) + eps). Backward: dinp(N,C) += ..., dweight(C) += ...
+// rstd = 1/sqrt(mean(inp^2) + eps). Backward: dinp(N,C) += ..., dweight(C) += ... (dweight in
+// grad_dtype).
 void rmsnorm_forward(const OpContext& ctx, DType dtype, void* out, float* rstd, const void* inp,
                      const void* weight, int64_t N, int C, float eps);
 void rmsnorm_backward_input(const OpContext& ctx, DType dtype, void* dinp, const void* dout,
                             const void* inp, const void* weight, const float* rstd, int64_t N,
                             int C);
-void rmsnorm_backward_weight(const OpContext& ctx, DType dtype, void* dweight, const void* dout,
-                             const void* inp, const float* rstd, int64_t N, int C);
+void rmsnorm_backward_weight(const OpContext& ctx, DType dtype, DType grad_dtype, void* dweight,
+                             const void* dout, const void* inp, const float* rstd, int64_t N,
+                             int C);
 
-// out(N,OC) = inp(N,C) @ weight(OC,C)^T + bias(OC); bias may be null.
-void matmul_forward(const OpContext& ctx, DType dtype, void* out, const void* inp,
+// out(N,OC) = inp(N,C) @ weight(OC,C)^T + bias(OC); bias may be null; out in out_dtype.
+void matmul_forward(const OpContext& ctx, DType dtype, DType out_dtype, void* out, const void* inp,
                     const void* weight, const void* bias, int64_t N, int C, int OC);
-// dinp(N,C) += dout(N,OC) @ weight(OC,C)
-void matmul_backward_input(const OpContext& ctx, DType dtype, void* dinp, const void* dout,
-                           const void* weight, int64_t N, int C, int OC);
-// dweight(OC,C) += dout^T @ inp, dbias(OC) += column sums of dout (dbias may be null).
-void matmul_backward_weight(const OpContext& ctx, DType dtype, void* dweight, void* dbias,
-                            const void* dout, const void* inp, int64_t N, int C, int OC);
+// dinp(N,C) += dout(N,OC) @ weight(OC,C); dout in dout_dtype.
+void matmul_backward_input(const OpContext& ctx, DType dtype, DType dout_dtype, void* dinp,
+                           const void* dout, const void* weight, int64_t N, int C, int OC);
+// dweight(OC,C) += dout^T @ inp, dbias(OC) += column sums of dout (dbias may be null); dout in
+// dout_dtype, dweight and dbias in grad_dtype.
+void matmul_backward_weight(const OpContext& ctx, DType dtype, DType dout_dtype, DType grad_dtype,
+                            void* dweight, void* dbias, const void* dout, const void* inp,
+                            int64_t N, int C, int OC);
 
 // qkv(B,T,W) -> out(B,T,C), W = (NH + 2*NKV) * HS, C = NH * HS (rows [q | k | v], query head h
 // reading kv head h / (NH/NKV)); lse(B,NH,T) f32, each row's log-sum-exp of the scaled scores.

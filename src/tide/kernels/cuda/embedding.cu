@@ -50,8 +50,8 @@ __global__ void iota_kernel(int32_t* x, int64_t n) {
 // per thread, strided), dwte[token] += dout rows of the run, added in ascending position.
 // Tokens outside [0, V) (negative ones read as large unsigned) are skipped, so a bad id never
 // writes outside dwte; dwte is then not meaningful (the radix sort looks at the low bits only).
-template <typename T>
-__global__ void dwte_runs_kernel(T* dwte, const T* dout, const uint32_t* sorted_tokens,
+template <typename T, typename G>
+__global__ void dwte_runs_kernel(G* dwte, const T* dout, const uint32_t* sorted_tokens,
                                  const int32_t* sorted_positions, int64_t n, int C, int V) {
   const int64_t i = blockIdx.x;
   const uint32_t token = sorted_tokens[i];
@@ -59,24 +59,24 @@ __global__ void dwte_runs_kernel(T* dwte, const T* dout, const uint32_t* sorted_
   if (i > 0 && sorted_tokens[i - 1] == token) return;  // not the start of a run
   int64_t end = i + 1;
   while (end < n && sorted_tokens[end] == token) ++end;
-  T* row = dwte + static_cast<int64_t>(token) * C;
+  G* row = dwte + static_cast<int64_t>(token) * C;
   for (int c = threadIdx.x; c < C; c += blockDim.x) {
     float acc = to_f32(row[c]);
     for (int64_t j = i; j < end; ++j)
       acc += to_f32(dout[static_cast<int64_t>(sorted_positions[j]) * C + c]);
-    row[c] = from_f32<T>(acc);
+    row[c] = from_f32<G>(acc);
   }
 }
 
 // dwpe(T,C) += sum over b of dout(B,T,C): one thread per (t, c), summing b = 0..B-1 in order.
-template <typename T>
-__global__ void dwpe_kernel(T* dwpe, const T* dout, int B, int Tn, int C) {
+template <typename T, typename G>
+__global__ void dwpe_kernel(G* dwpe, const T* dout, int B, int Tn, int C) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;  // t*C + c
   const int64_t TC = static_cast<int64_t>(Tn) * C;
   if (i >= TC) return;
   float acc = to_f32(dwpe[i]);
   for (int b = 0; b < B; ++b) acc += to_f32(dout[b * TC + i]);
-  dwpe[i] = from_f32<T>(acc);
+  dwpe[i] = from_f32<G>(acc);
 }
 
 // Bits needed for the ids 0..V-1 (the radix sort only looks at those).
@@ -101,8 +101,8 @@ void embedding_forward(const OpContext& ctx, DType dtype, void* out, const int32
   TIDE_CUDA_CHECK_LAUNCH();
 }
 
-void embedding_backward(const OpContext& ctx, DType dtype, void* dwte, void* dwpe, const void* dout,
-                        const int32_t* tokens, int B, int T, int C, int V) {
+void embedding_backward(const OpContext& ctx, DType dtype, DType grad_dtype, void* dwte, void* dwpe,
+                        const void* dout, const int32_t* tokens, int B, int T, int C, int V) {
   const cudaStream_t stream = stream_of(ctx);
   const int64_t n = static_cast<int64_t>(B) * T;
   if (n == 0 || C == 0) return;
@@ -129,14 +129,15 @@ void embedding_backward(const OpContext& ctx, DType dtype, void* dwte, void* dwp
                                                   positions, sorted_positions, n, 0, end_bit,
                                                   stream));
   // One block per sorted entry; only run starts work. 128 threads cover C = 768 in 6 steps.
-  with_storage_type(dtype, [&](auto tag) {
+  with_storage_types(dtype, grad_dtype, [&](auto tag, auto grad_tag) {
     using S = decltype(tag);
-    dwte_runs_kernel<S><<<static_cast<unsigned int>(n), 128, 0, stream>>>(
-        static_cast<S*>(dwte), static_cast<const S*>(dout), sorted_tokens, sorted_positions, n, C,
+    using G = decltype(grad_tag);
+    dwte_runs_kernel<S, G><<<static_cast<unsigned int>(n), 128, 0, stream>>>(
+        static_cast<G*>(dwte), static_cast<const S*>(dout), sorted_tokens, sorted_positions, n, C,
         V);
     TIDE_CUDA_CHECK_LAUNCH();
-    dwpe_kernel<S><<<ceil_div(static_cast<int64_t>(T) * C, kBlock), kBlock, 0, stream>>>(
-        static_cast<S*>(dwpe), static_cast<const S*>(dout), B, T, C);
+    dwpe_kernel<S, G><<<ceil_div(static_cast<int64_t>(T) * C, kBlock), kBlock, 0, stream>>>(
+        static_cast<G*>(dwpe), static_cast<const S*>(dout), B, T, C);
   });
   TIDE_CUDA_CHECK_LAUNCH();
 }

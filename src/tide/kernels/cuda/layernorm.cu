@@ -100,8 +100,8 @@ __global__ void layernorm_weight_partials_kernel(float* partial_dw, float* parti
 }
 
 // Pass 2: channel c adds its n_chunks partial sums, in chunk order, to the gradients.
-template <typename T>
-__global__ void layernorm_weight_finish_kernel(T* dweight, T* dbias, const float* partial_dw,
+template <typename G>
+__global__ void layernorm_weight_finish_kernel(G* dweight, G* dbias, const float* partial_dw,
                                                const float* partial_db, int64_t n_chunks, int C) {
   const int c = blockIdx.x * blockDim.x + threadIdx.x;
   if (c >= C) return;
@@ -110,8 +110,8 @@ __global__ void layernorm_weight_finish_kernel(T* dweight, T* dbias, const float
     dw += partial_dw[r * C + c];
     db += partial_db[r * C + c];
   }
-  dweight[c] = from_f32<T>(to_f32(dweight[c]) + dw);
-  dbias[c] = from_f32<T>(to_f32(dbias[c]) + db);
+  dweight[c] = from_f32<G>(to_f32(dweight[c]) + dw);
+  dbias[c] = from_f32<G>(to_f32(dbias[c]) + db);
 }
 
 }  // namespace
@@ -143,8 +143,8 @@ void layernorm_backward_input(const OpContext& ctx, DType dtype, void* dinp, con
   TIDE_CUDA_CHECK_LAUNCH();
 }
 
-void layernorm_backward_weight(const OpContext& ctx, DType dtype, void* dweight, void* dbias,
-                               const void* dout, const void* inp, const float* mean,
+void layernorm_backward_weight(const OpContext& ctx, DType dtype, DType grad_dtype, void* dweight,
+                               void* dbias, const void* dout, const void* inp, const float* mean,
                                const float* rstd, int64_t N, int C) {
   if (N == 0) return;
   const cudaStream_t stream = stream_of(ctx);
@@ -155,14 +155,15 @@ void layernorm_backward_weight(const OpContext& ctx, DType dtype, void* dweight,
       static_cast<float*>(handles_of(ctx).scratch(2 * n_chunks * C * sizeof(float)));
   float* partial_db = partial_dw + n_chunks * C;
   const dim3 grid(ceil_div(C, kColumnBlock), static_cast<unsigned int>(n_chunks));
-  with_storage_type(dtype, [&](auto tag) {
+  with_storage_types(dtype, grad_dtype, [&](auto tag, auto grad_tag) {
     using T = decltype(tag);
+    using G = decltype(grad_tag);
     layernorm_weight_partials_kernel<T>
         <<<grid, kColumnBlock, 0, stream>>>(partial_dw, partial_db, static_cast<const T*>(dout),
                                             static_cast<const T*>(inp), mean, rstd, N, C);
     TIDE_CUDA_CHECK_LAUNCH();
-    layernorm_weight_finish_kernel<T><<<ceil_div(C, kColumnBlock), kColumnBlock, 0, stream>>>(
-        static_cast<T*>(dweight), static_cast<T*>(dbias), partial_dw, partial_db, n_chunks, C);
+    layernorm_weight_finish_kernel<G><<<ceil_div(C, kColumnBlock), kColumnBlock, 0, stream>>>(
+        static_cast<G*>(dweight), static_cast<G*>(dbias), partial_dw, partial_db, n_chunks, C);
   });
   TIDE_CUDA_CHECK_LAUNCH();
 }

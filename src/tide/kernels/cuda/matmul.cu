@@ -1,11 +1,17 @@
 // Linear layer out = inp @ weight^T + bias on the GPU: the three products through cuBLAS
-// (cublasGemmEx, A and B in the storage type, f32 compute, in the handle's pedantic math mode,
-// see context.cu), the bias as a broadcast before the product (as the CPU does) and its
-// gradient as a deterministic column sum.
+// (cublasGemmEx, f32 compute, in the handle's pedantic math mode, see context.cu), the bias as
+// a broadcast before the product (as the CPU does) and its gradient as a deterministic column
+// sum.
 //
-// 16-bit storage: a product that overwrites is written by cuBLAS in the storage type (one
+// Dtypes (cuda_ops.h): the operands in the op's storage type, except what 16-bit training keeps
+// in f32 (the logits, their gradient, f32 parameter gradients). cuBLAS multiplies two operands
+// of one type, writing that type or (from 16-bit operands) f32; so where the two factors differ
+// the 16-bit one is widened to f32 in scratch (exact), and an output cuBLAS cannot write goes
+// through f32 scratch and is rounded once.
+//
+// 16-bit output: a product that overwrites is written by cuBLAS in the storage type (one
 // rounding). One that adds to the output (after the bias, and the accumulating backward
-// products) goes to f32 scratch and is added by accumulate_kernel, so that the sum is rounded
+// products) goes to f32 scratch and is added by finish_kernel, so that the sum is rounded
 // once, as the CPU reference rounds it: cuBLAS's own beta = 1 with a 16-bit C disagreed with
 // it in about a quarter of the elements (H200, 2026-11-27), as rounding twice would.
 //
@@ -25,10 +31,10 @@ constexpr int kBlock = 256;
 constexpr int kRowsPerChunk = 64;
 
 // out(N,OC): every row starts as the bias, and the GEMM adds the product (beta = 1).
-template <typename T>
-__global__ void broadcast_rows_kernel(T* out, const T* bias, int64_t N, int OC) {
+template <typename O, typename T>
+__global__ void broadcast_rows_kernel(O* out, const T* bias, int64_t N, int OC) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < N * OC) out[i] = bias[i % OC];
+  if (i < N * OC) out[i] = from_f32<O>(to_f32(bias[i % OC]));
 }
 
 // Column sums of x(N,M), pass 1: thread (chunk r, column j) sums its kRowsPerChunk rows.
@@ -45,13 +51,13 @@ __global__ void column_partials_kernel(float* partial, const T* x, int64_t N, in
 }
 
 // Pass 2: dst[j] += sum of the partials of column j, in chunk order.
-template <typename T>
-__global__ void column_finish_kernel(T* dst, const float* partial, int64_t n_chunks, int M) {
+template <typename G>
+__global__ void column_finish_kernel(G* dst, const float* partial, int64_t n_chunks, int M) {
   const int j = blockIdx.x * blockDim.x + threadIdx.x;
   if (j >= M) return;
   float acc = 0.0f;
   for (int64_t r = 0; r < n_chunks; ++r) acc += partial[r * M + j];
-  dst[j] = from_f32<T>(to_f32(dst[j]) + acc);
+  dst[j] = from_f32<G>(to_f32(dst[j]) + acc);
 }
 
 cudaDataType_t cuda_data_type(DType dtype) {
@@ -65,85 +71,122 @@ cudaDataType_t cuda_data_type(DType dtype) {
   }
 }
 
-// c(n) = c + p, added in f32 and rounded once.
+// c(n) = p (+ c when accumulating), added in f32 and rounded once.
 template <typename T>
-__global__ void accumulate_kernel(T* c, const float* p, int64_t n) {
+__global__ void finish_kernel(T* c, const float* p, int64_t n, bool accumulate) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < n) c[i] = from_f32<T>(to_f32(c[i]) + p[i]);
+  if (i < n) c[i] = from_f32<T>(accumulate ? to_f32(c[i]) + p[i] : p[i]);
 }
 
-// Column-major C(m,n) = op(A) op(B) + (accumulate ? C : 0), A, B and C in `dtype`, f32
-// compute; a 16-bit accumulation goes through f32 scratch (see the top of the file).
-void gemm(const OpContext& ctx, DType dtype, bool trans_a, bool trans_b, int64_t m, int64_t n,
-          int64_t k, const void* A, int64_t lda, const void* B, int64_t ldb, bool accumulate,
-          void* C, int64_t ldc) {
-  const cublasHandle_t cublas = handles_of(ctx).cublas;
-  const cudaDataType_t ab = cuda_data_type(dtype);
-  const bool via_f32 = accumulate && dtype != DType::F32;
-  void* out = via_f32 ? handles_of(ctx).scratch(m * n * sizeof(float)) : C;  // f32 (m,n)
+// A column-major operand of a product: its device data, dtype and leading dimension.
+struct Operand {
+  const void* data;
+  DType dtype;
+  int64_t ld;
+};
+
+constexpr size_t kScratchAlign = 256;
+size_t aligned(size_t bytes) {
+  return (bytes + kScratchAlign - 1) / kScratchAlign * kScratchAlign;
+}
+
+// Column-major C(m,n) = op(A) op(B) + (accumulate ? C : 0), f32 compute, C in c_dtype with
+// leading dimension m (every product here writes a whole, contiguous C). See the top of the
+// file for the widened factor and the f32 scratch output.
+void gemm(const OpContext& ctx, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+          Operand a, Operand b, bool accumulate, void* C, DType c_dtype) {
+  const cudaStream_t stream = stream_of(ctx);
+  // Elements of A (k x m when transposed, else m x k, column-major) and of B.
+  const int64_t a_elems = a.ld * (trans_a ? m : k), b_elems = b.ld * (trans_b ? k : n);
+  const bool widen_a = a.dtype != b.dtype && a.dtype != DType::F32;
+  const bool widen_b = a.dtype != b.dtype && b.dtype != DType::F32;
+  const DType ab = a.dtype == b.dtype ? a.dtype : DType::F32;
+  // cuBLAS writes C in the factors' type, or in f32 from 16-bit factors; a 16-bit sum goes
+  // through f32 scratch (rounded once).
+  const bool via_f32 = c_dtype != DType::F32 && (c_dtype != ab || accumulate);
+  const size_t a_bytes = widen_a ? aligned(a_elems * sizeof(float)) : 0;
+  const size_t b_bytes = widen_b ? aligned(b_elems * sizeof(float)) : 0;
+  const size_t c_bytes = via_f32 ? aligned(m * n * sizeof(float)) : 0;
+  char* scratch = a_bytes + b_bytes + c_bytes > 0
+                      ? static_cast<char*>(handles_of(ctx).scratch(a_bytes + b_bytes + c_bytes))
+                      : nullptr;
+  if (widen_a) {
+    convert_async(ctx, scratch, DType::F32, a.data, a.dtype, a_elems);
+    a = {scratch, DType::F32, a.ld};
+  }
+  if (widen_b) {
+    convert_async(ctx, scratch + a_bytes, DType::F32, b.data, b.dtype, b_elems);
+    b = {scratch + a_bytes, DType::F32, b.ld};
+  }
+  void* out = via_f32 ? scratch + a_bytes + b_bytes : C;  // f32 (m,n) when via_f32
   const float alpha = 1.0f, beta = accumulate && !via_f32 ? 1.0f : 0.0f;
-  TIDE_CUBLAS_CHECK(cublasSetStream(cublas, stream_of(ctx)));  // host-side only: cheap
+  const cublasHandle_t cublas = handles_of(ctx).cublas;
+  TIDE_CUBLAS_CHECK(cublasSetStream(cublas, stream));  // host-side only: cheap
   TIDE_CUBLAS_CHECK(cublasGemmEx(
       cublas, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
-      static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), &alpha, A, ab,
-      static_cast<int>(lda), B, ab, static_cast<int>(ldb), &beta, out, via_f32 ? CUDA_R_32F : ab,
-      static_cast<int>(via_f32 ? m : ldc), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+      static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), &alpha, a.data,
+      cuda_data_type(ab), static_cast<int>(a.ld), b.data, cuda_data_type(ab),
+      static_cast<int>(b.ld), &beta, out, via_f32 ? CUDA_R_32F : cuda_data_type(c_dtype),
+      static_cast<int>(m), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   if (!via_f32) return;
-  TIDE_ASSERT(ldc == m);  // every product here writes a whole, contiguous C
-  with_storage_type(dtype, [&](auto tag) {
+  with_storage_type(c_dtype, [&](auto tag) {
     using T = decltype(tag);
-    accumulate_kernel<T><<<ceil_div(m * n, kBlock), kBlock, 0, stream_of(ctx)>>>(
-        static_cast<T*>(C), static_cast<const float*>(out), m * n);
+    finish_kernel<T><<<ceil_div(m * n, kBlock), kBlock, 0, stream>>>(
+        static_cast<T*>(C), static_cast<const float*>(out), m * n, accumulate);
   });
   TIDE_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace
 
-void matmul_forward(const OpContext& ctx, DType dtype, void* out, const void* inp,
+void matmul_forward(const OpContext& ctx, DType dtype, DType out_dtype, void* out, const void* inp,
                     const void* weight, const void* bias, int64_t N, int C, int OC) {
   if (N == 0) return;
   const bool with_bias = bias != nullptr;
   if (with_bias) {
-    with_storage_type(dtype, [&](auto tag) {
+    with_storage_types(out_dtype, dtype, [&](auto out_tag, auto tag) {
+      using O = decltype(out_tag);
       using T = decltype(tag);
-      broadcast_rows_kernel<T><<<ceil_div(N * OC, kBlock), kBlock, 0, stream_of(ctx)>>>(
-          static_cast<T*>(out), static_cast<const T*>(bias), N, OC);
+      broadcast_rows_kernel<O, T><<<ceil_div(N * OC, kBlock), kBlock, 0, stream_of(ctx)>>>(
+          static_cast<O*>(out), static_cast<const T*>(bias), N, OC);
     });
     TIDE_CUDA_CHECK_LAUNCH();
   }
   // Row-major out(N,OC) = inp(N,C) @ weight(OC,C)^T; column-major:
   // out^T(OC,N) = weight(OC,C) @ inp^T(C,N), where weight is stored as weight^T (C,OC).
-  gemm(ctx, dtype, true, false, OC, N, C, weight, C, inp, C, with_bias, out, OC);
+  gemm(ctx, true, false, OC, N, C, {weight, dtype, C}, {inp, dtype, C}, with_bias, out, out_dtype);
 }
 
-void matmul_backward_input(const OpContext& ctx, DType dtype, void* dinp, const void* dout,
-                           const void* weight, int64_t N, int C, int OC) {
+void matmul_backward_input(const OpContext& ctx, DType dtype, DType dout_dtype, void* dinp,
+                           const void* dout, const void* weight, int64_t N, int C, int OC) {
   if (N == 0) return;
   // Row-major dinp(N,C) += dout(N,OC) @ weight(OC,C); column-major:
   // dinp^T(C,N) += weight^T(C,OC) @ dout^T(OC,N), both stored as they are needed.
-  gemm(ctx, dtype, false, false, C, N, OC, weight, C, dout, OC, true, dinp, C);
+  gemm(ctx, false, false, C, N, OC, {weight, dtype, C}, {dout, dout_dtype, OC}, true, dinp, dtype);
 }
 
-void matmul_backward_weight(const OpContext& ctx, DType dtype, void* dweight, void* dbias,
-                            const void* dout, const void* inp, int64_t N, int C, int OC) {
+void matmul_backward_weight(const OpContext& ctx, DType dtype, DType dout_dtype, DType grad_dtype,
+                            void* dweight, void* dbias, const void* dout, const void* inp,
+                            int64_t N, int C, int OC) {
   if (N == 0) return;
   const cudaStream_t stream = stream_of(ctx);
   // Row-major dweight(OC,C) += dout^T(OC,N) @ inp(N,C); column-major:
   // dweight^T(C,OC) += inp^T(C,N) @ dout(N,OC), where dout is stored as dout^T (OC,N).
-  gemm(ctx, dtype, false, true, C, OC, N, inp, C, dout, OC, true, dweight, C);
+  gemm(ctx, false, true, C, OC, N, {inp, dtype, C}, {dout, dout_dtype, OC}, true, dweight,
+       grad_dtype);
   if (dbias == nullptr) return;
   const int64_t n_chunks = (N + kRowsPerChunk - 1) / kRowsPerChunk;
   TIDE_ASSERT(n_chunks <= 65535);  // the grid's y dimension: N up to 4M rows
   float* partial =
       static_cast<float*>(handles_of(ctx).scratch(n_chunks * OC * sizeof(float)));  // (n_chunks,OC)
   const dim3 grid(ceil_div(OC, kBlock), static_cast<unsigned int>(n_chunks));
-  with_storage_type(dtype, [&](auto tag) {
-    using T = decltype(tag);
-    column_partials_kernel<T>
-        <<<grid, kBlock, 0, stream>>>(partial, static_cast<const T*>(dout), N, OC);
+  with_storage_types(dout_dtype, grad_dtype, [&](auto dout_tag, auto grad_tag) {
+    using D = decltype(dout_tag);
+    using G = decltype(grad_tag);
+    column_partials_kernel<D>
+        <<<grid, kBlock, 0, stream>>>(partial, static_cast<const D*>(dout), N, OC);
     TIDE_CUDA_CHECK_LAUNCH();
-    column_finish_kernel<T><<<ceil_div(OC, kBlock), kBlock, 0, stream>>>(static_cast<T*>(dbias),
+    column_finish_kernel<G><<<ceil_div(OC, kBlock), kBlock, 0, stream>>>(static_cast<G*>(dbias),
                                                                          partial, n_chunks, OC);
   });
   TIDE_CUDA_CHECK_LAUNCH();

@@ -30,13 +30,11 @@ void convert_async(const OpContext& ctx, void* dst, DType dst_dtype, const void*
                    DType src_dtype, int64_t n) {
   constexpr int kThreads = 256;
   const unsigned blocks = ceil_div(n, kThreads) < 65535u ? ceil_div(n, kThreads) : 65535u;
-  with_storage_type(dst_dtype, [&](auto d) {
-    with_storage_type(src_dtype, [&](auto s) {
-      using D = decltype(d);
-      using S = decltype(s);
-      convert_kernel<D, S><<<blocks, kThreads, 0, stream_of(ctx)>>>(static_cast<D*>(dst),
-                                                                    static_cast<const S*>(src), n);
-    });
+  with_storage_types(dst_dtype, src_dtype, [&](auto d, auto s) {
+    using D = decltype(d);
+    using S = decltype(s);
+    convert_kernel<D, S><<<blocks, kThreads, 0, stream_of(ctx)>>>(static_cast<D*>(dst),
+                                                                  static_cast<const S*>(src), n);
   });
   TIDE_CUDA_CHECK(cudaGetLastError());
 }

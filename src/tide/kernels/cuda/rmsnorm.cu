@@ -80,14 +80,14 @@ __global__ void rmsnorm_weight_partials_kernel(float* partial_dw, const T* dout,
 }
 
 // Pass 2: channel c adds its n_chunks partial sums, in chunk order, to the gradient.
-template <typename T>
-__global__ void rmsnorm_weight_finish_kernel(T* dweight, const float* partial_dw, int64_t n_chunks,
+template <typename G>
+__global__ void rmsnorm_weight_finish_kernel(G* dweight, const float* partial_dw, int64_t n_chunks,
                                              int C) {
   const int c = blockIdx.x * blockDim.x + threadIdx.x;
   if (c >= C) return;
   float dw = 0.0f;
   for (int64_t r = 0; r < n_chunks; ++r) dw += partial_dw[r * C + c];
-  dweight[c] = from_f32<T>(to_f32(dweight[c]) + dw);
+  dweight[c] = from_f32<G>(to_f32(dweight[c]) + dw);
 }
 
 }  // namespace
@@ -119,8 +119,9 @@ void rmsnorm_backward_input(const OpContext& ctx, DType dtype, void* dinp, const
   TIDE_CUDA_CHECK_LAUNCH();
 }
 
-void rmsnorm_backward_weight(const OpContext& ctx, DType dtype, void* dweight, const void* dout,
-                             const void* inp, const float* rstd, int64_t N, int C) {
+void rmsnorm_backward_weight(const OpContext& ctx, DType dtype, DType grad_dtype, void* dweight,
+                             const void* dout, const void* inp, const float* rstd, int64_t N,
+                             int C) {
   if (N == 0) return;
   const cudaStream_t stream = stream_of(ctx);
   const int64_t n_chunks = (N + kRowsPerChunk - 1) / kRowsPerChunk;
@@ -128,13 +129,14 @@ void rmsnorm_backward_weight(const OpContext& ctx, DType dtype, void* dweight, c
   // Scratch: partial_dw (n_chunks, C).
   float* partial_dw = static_cast<float*>(handles_of(ctx).scratch(n_chunks * C * sizeof(float)));
   const dim3 grid(ceil_div(C, kColumnBlock), static_cast<unsigned int>(n_chunks));
-  with_storage_type(dtype, [&](auto tag) {
+  with_storage_types(dtype, grad_dtype, [&](auto tag, auto grad_tag) {
     using T = decltype(tag);
+    using G = decltype(grad_tag);
     rmsnorm_weight_partials_kernel<T><<<grid, kColumnBlock, 0, stream>>>(
         partial_dw, static_cast<const T*>(dout), static_cast<const T*>(inp), rstd, N, C);
     TIDE_CUDA_CHECK_LAUNCH();
-    rmsnorm_weight_finish_kernel<T><<<ceil_div(C, kColumnBlock), kColumnBlock, 0, stream>>>(
-        static_cast<T*>(dweight), partial_dw, n_chunks, C);
+    rmsnorm_weight_finish_kernel<G><<<ceil_div(C, kColumnBlock), kColumnBlock, 0, stream>>>(
+        static_cast<G*>(dweight), partial_dw, n_chunks, C);
   });
   TIDE_CUDA_CHECK_LAUNCH();
 }
