@@ -21,7 +21,11 @@
 #      each side rounds its own f32 sums to bf16, so single roundings differ and the runs drift
 #      apart by far more than f32's), and the whole default job (its 150 steps) in bf16 against
 #      f32 on the GPU: the last validation loss within 1% (issue #27);
-#   5. the op benchmark beside its PyTorch peer (bench_gpu_ops, ops_torch.py: JSON lines).
+#   5. the op benchmark beside its PyTorch peer (bench_gpu_ops, ops_torch.py: JSON lines), whose
+#      first line is the GPU's bf16 GEMM peak; then GPT-2 training throughput, tide
+#      (bench_gpt_gpu: the largest micro-batch that fits, T = 1024, bf16) beside PyTorch
+#      (gpt_torch.py: autocast, SDPA, torch.compile, fused AdamW) at the same micro-batch, with
+#      MFU against that peak. GPT_MODELS (default gpt2-124m) picks the presets.
 # Every step runs even when an earlier one fails; check.sh exits non-zero when any failed.
 # With device time left after it: scripts/cpu_bench_bundle.sh's .cpu, in a run call of its own
 # (the machine's 16 cores for bench_dp's overlap under pp and vs_torch; .gpu and .cpu together
@@ -37,7 +41,9 @@ if [ ! -f data/fortunes/train.bin ]; then
   build/tide train train_steps=1 log.progress=false out_dir=/tmp/tide_gpu_check_prepare \
     out_dir_overwrite=true >/dev/null
 fi
-cp build/tide tools/compare_checkpoints.py .gpu/
+cmake --build build -j "$(nproc)" --target bench_gpt_gpu
+cp build/tide build/bench/bench_gpt_gpu tools/compare_checkpoints.py bench/gpu/gpt_torch.py \
+  bench/torch_gpt.py .gpu/
 mkdir -p .gpu/data
 cp data/fortunes/train.bin data/fortunes/val.bin data/fortunes/tokenizer.json \
   data/fortunes/meta.json .gpu/data/
@@ -120,6 +126,22 @@ echo "== 5. op benchmark beside PyTorch"
 bench_rc=$?
 python3 ops_torch.py >"$out/bench_torch.jsonl" 2>"$out/bench_torch.log"
 torch_rc=$?
+peak=$(python3 -c 'import json, sys
+print(next((j["tflops"] for j in map(json.loads, open(sys.argv[1])) if j.get("op") == "peak_bf16_gemm"), 0))' \
+  "$out/bench_tide.jsonl" 2>/dev/null || echo 0)
+echo "bf16 GEMM peak: $peak TFLOP/s"
+: >"$out/gpt_tide.jsonl"
+: >"$out/gpt_torch.jsonl"
+for m in ${GPT_MODELS:-gpt2-124m}; do
+  ./bench_gpt_gpu --models "$m" --steps 5 --warmup 2 --peak-tflops "$peak" \
+    >>"$out/gpt_tide.jsonl" 2>>"$out/gpt_tide.log"
+  B=$(python3 -c 'import json, sys
+print(json.loads(open(sys.argv[1]).readlines()[-1]).get("B", 0))' "$out/gpt_tide.jsonl" 2>/dev/null ||
+    echo 0)
+  python3 gpt_torch.py --models "$m" --B "$B" --steps 5 --warmup 2 --peak-tflops "$peak" \
+    >>"$out/gpt_torch.jsonl" 2>>"$out/gpt_torch.log"
+done
+tail -n 2 "$out/gpt_tide.jsonl" "$out/gpt_torch.jsonl"
 
 python3 - "$out" "${gpu:-none}" "$tests_rc" "$tests_s" "$cpu_rc" "$cuda_rc" "$cuda_s" \
   "$params_rc" "$bench_rc" "$torch_rc" "$default_s" <<'PY'
@@ -159,6 +181,22 @@ bf16 = {"ok": len(steps16) == 10 and worst16 <= 1e-2 and val_diff <= 0.01,
         "steps_vs_cpu": len(steps16), "loss_max_rel_diff_vs_cpu": worst16, "loss_tol": 1e-2,
         "default_job_step": last, "val_loss_f32": v32.get(last), "val_loss_bf16": v16.get(last),
         "val_loss_rel_diff": val_diff, "val_tol": 0.01, "default_jobs_seconds": default_s}
+def lines(name):
+    try:
+        return [json.loads(l) for l in open(f"{out}/{name}") if l.strip()]
+    except (OSError, ValueError):
+        return []
+gpt = []
+torch_by_model = {j["model"]: j for j in lines("gpt_torch.jsonl")}
+for t in lines("gpt_tide.jsonl"):
+    p = torch_by_model.get(t["model"], {})
+    gpt.append({"model": t["model"], "B": t.get("B"), "tide_tokens_per_s": t.get("tokens_per_s"),
+                "tide_mfu": t.get("mfu"), "tide_peak_bytes": t.get("peak_device_bytes"),
+                "torch_tokens_per_s": p.get("tokens_per_s"), "torch_mfu": p.get("mfu"),
+                "torch_peak_bytes": p.get("peak_device_bytes"),
+                "ratio": (t["tokens_per_s"] / p["tokens_per_s"]
+                          if t.get("tokens_per_s") and p.get("tokens_per_s") else None),
+                "error": t.get("error") or p.get("error")})
 try:
     params = json.load(open(f"{out}/params.json"))
 except (OSError, ValueError):
@@ -172,7 +210,8 @@ s = {"gpu": gpu,
                            "losses_cuda": [cuda[s] for s in steps]},
      "techniques_on_one_gpu": techs,
      "bf16_on_gpu": bf16,
-     "bench": {"ok": bench_rc == 0 and torch_rc == 0}}
+     "bench": {"ok": bench_rc == 0 and torch_rc == 0},
+     "gpt_training": gpt}
 # Without a GPU the GPU tests skip themselves and pass: that proves nothing.
 s["ok"] = (gpu != "none" and s["gpu_tests"]["ok"] and s["train_cuda_vs_cpu"]["ok"]
            and all(t["ok"] for t in techs.values()) and bf16["ok"] and s["bench"]["ok"])
@@ -190,7 +229,11 @@ md = [f"GPU check on {gpu}: {'PASSED' if s['ok'] else 'FAILED'}", "",
       f"loss at step {last}: bf16 {bf16['val_loss_bf16']} against f32 {bf16['val_loss_f32']}, "
       f"rel diff {val_diff:.2e} (tol 1e-2), both runs {default_s} s",
       f"- op benchmark beside PyTorch: {'ran' if s['bench']['ok'] else 'FAILED'} "
-      f"(bench_tide.jsonl, bench_torch.jsonl)"]
+      f"(bench_tide.jsonl, bench_torch.jsonl)",
+      *[f"- GPT-2 training {g['model']}, B={g['B']}, T=1024, bf16: tide "
+        f"{g['tide_tokens_per_s']} tok/s (MFU {g['tide_mfu']}), PyTorch "
+        f"{g['torch_tokens_per_s']} tok/s (MFU {g['torch_mfu']}), ratio {g['ratio']}"
+        + (f"; error: {g['error']}" if g['error'] else "") for g in gpt]]
 open(f"{out}/gpu_check.md", "w").write("\n".join(md) + "\n")
 print("\n".join(md))
 sys.exit(0 if s["ok"] else 1)

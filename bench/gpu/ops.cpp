@@ -13,8 +13,11 @@
 //            the forward's)
 //   gbps     for the memory-bound ops: bytes read and written once / time
 //
+// First line after the device: the GPU's bf16 GEMM peak (op peak_bf16_gemm, see below).
+//
 // Usage: bench_gpu_ops [--B 8] [--T 1024] [--C 768] [--NH 12] [--V 50304] [--reps 20]
 
+#include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -197,6 +200,27 @@ void run(DType dt, int64_t B, int64_t T, int64_t C, int NH, int64_t V) {
   }
 }
 
+// The GPU's bf16 peak as a user's GEMM reaches it: cublasGemmEx, bf16 A, B and C, f32
+// compute, cuBLAS's default math (tensor cores), on a square 8192^3 problem (large enough to
+// saturate an H100/H200). MFU figures (bench_gpt_gpu, gpt_torch.py) divide by it.
+void peak_bf16_gemm() {
+  constexpr int n = 8192;
+  const OpContext ctx = make_op_context(Device::cuda(0));
+  DeviceBuffer a(int64_t{n} * n, DType::BF16, 1.0f, 11), b(int64_t{n} * n, DType::BF16, 1.0f, 12),
+      c(int64_t{n} * n, DType::BF16, 0.0f, 13);
+  cublasHandle_t h = nullptr;
+  TIDE_CUBLAS_CHECK(cublasCreate(&h));
+  TIDE_CUBLAS_CHECK(cublasSetStream(h, static_cast<cudaStream_t>(ctx.stream)));
+  const float alpha = 1.0f, beta = 0.0f;
+  const double ms = time_ms(ctx, [&] {
+    TIDE_CUBLAS_CHECK(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &alpha, a.p, CUDA_R_16BF,
+                                   n, b.p, CUDA_R_16BF, n, &beta, c.p, CUDA_R_16BF, n,
+                                   CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  });
+  cublasDestroy(h);
+  print("peak_bf16_gemm", DType::BF16, "8192x8192x8192", ms, 2.0 * n * n * n, 0);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -213,6 +237,7 @@ int main(int argc, char** argv) {
     cudaDeviceProp prop{};
     TIDE_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
     std::printf("{\"bench\":\"gpu_ops\",\"device\":\"%s\"}\n", prop.name);
+    peak_bf16_gemm();
     for (DType dt : {DType::F32, DType::BF16}) run(dt, B, T, C, NH, V);
   } catch (const Error& e) {
     std::fprintf(stderr, "bench_gpu_ops: %s\n", e.what());
