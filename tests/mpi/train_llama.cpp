@@ -46,6 +46,10 @@ using namespace tide::dp_runs;
 
 namespace {
 
+// The family's one dropout (transformers' attention_dropout), on in every equivalence test:
+// the masks follow each element's global coordinates, so every layout draws the same ones.
+constexpr float kLlamaDropout = 0.1f;
+
 TrainConfig llama_dp_config(const std::string& shard, const std::string& dir, int stage, int micro,
                             bool tied, const std::vector<std::string>& keys = {}) {
   std::vector<std::string> extra = {fmt::format("zero_optimization.stage={}", stage),
@@ -58,7 +62,7 @@ TrainConfig llama_dp_config(const std::string& shard, const std::string& dir, in
                                     "model.rope_scaling.type=llama3",
                                     "model.rope_scaling.original_max_position_embeddings=16"};
   extra.insert(extra.end(), keys.begin(), keys.end());
-  TrainConfig c = dp_config(shard, dir, micro, /*accum=*/2, kSteps, 0.0f, extra);
+  TrainConfig c = dp_config(shard, dir, micro, /*accum=*/2, kSteps, kLlamaDropout, extra);
   c.zero.stage = stage;
   c.zero.param_persistence_threshold = 0;  // as train_zero.cpp: every chunk gathered
   return c;
@@ -115,7 +119,7 @@ TrainConfig llama_pp_config(const std::string& shard, const std::string& dir, in
                                     "pipeline.schedule=" + schedule};
   if (schedule == "interleaved") extra.push_back("pipeline.virtual_stages=2");
   if (schedule == "zb-auto") extra.push_back(fmt::format("pipeline.memory_limit={}", stages + 1));
-  return dp_config(shard, dir, kMicro, accum, kPipelineSteps, 0.0f, extra);
+  return dp_config(shard, dir, kMicro, accum, kPipelineSteps, kLlamaDropout, extra);
 }
 
 struct PipelineRunResult {
@@ -380,8 +384,7 @@ TEST(LlamaDp, ZeroStagesMatchOneRank) {
 // the same global batch (1e-3 per tensor, as LlamaDp). On one rank offload equals the plain
 // single-rank run to the bit (f32: ZeRO-0; bf16: the same stage, whose gradients are 16-bit).
 // Variants: stages 1-3, with clipping (Adam after the norm) and without (Adam as each slice
-// arrives), offload_param at stage 3, a tied head, bf16. (The Llama family has no dropout:
-// GPTConfig::validate refuses model.dropout > 0.)
+// arrives), offload_param at stage 3, a tied head, bf16, attention dropout 0.1.
 TEST(LlamaOffload, ReproducesTheRunWithoutOffloadBitwise) {
   std::shared_ptr<ProcessGroup> world = mpi_test::world_ptr(CommAlgorithm::Mpi);
   const int N = world->size();

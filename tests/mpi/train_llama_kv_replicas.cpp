@@ -21,7 +21,8 @@
 // holds every rank's shard at tp_global_index, bit for bit (both copies of the kv rows equal the
 // one whole row); resumed at tp 1 it continues like the tp-2 run (1e-5), resumed at tp 2 to the
 // bit (the optimizer state scattered to both copies).
-// (The Llama family has no dropout: GPTConfig::validate refuses model.dropout > 0.)
+// Attention dropout 0.1 (small_llama_keys): the masks follow global coordinates, one per query
+// head.
 
 #include <gtest/gtest.h>
 

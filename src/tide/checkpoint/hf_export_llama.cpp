@@ -73,7 +73,7 @@ json hf_llama_config(const GPTConfig& c, const std::string& model_type, std::opt
             {"rms_norm_eps", c.rms_norm_eps},
             {"rope_theta", c.rope_theta},
             {"tie_word_embeddings", c.tie_word_embeddings},
-            {"attention_dropout", 0.0},
+            {"attention_dropout", c.dropout},  // tide's only dropout in the family
             {"initializer_range", 0.02},
             {"use_cache", true},
             {"torch_dtype", dtype == DType::BF16 ? "bfloat16" : "float32"}};

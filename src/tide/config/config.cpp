@@ -574,7 +574,7 @@ const std::vector<ConfigKey>& config_schema() {
        "gpt2, or llama: RoPE, RMSNorm, SwiGLU, grouped-query attention (Llama 3, Qwen2 with "
        "model.qkv_bias, Mistral); data, tensor (n_kv_head dividing over tensor_parallel.size, "
        "or dividing it: each key/value head then replicated over size/n_kv_head ranks) and "
-       "pipeline parallelism as GPT-2, no dropout"},
+       "pipeline parallelism as GPT-2; model.dropout on the attention probabilities only"},
       {"model.n_kv_head",
        {&TrainConfig::model, &GPTConfig::n_kv_head},
        T::INT,
@@ -680,7 +680,9 @@ const std::vector<ConfigKey>& config_schema() {
        {&TrainConfig::model, &GPTConfig::dropout},
        T::FLOAT,
        0.0,
-       "dropout rate (embedding, attention, residual)",
+       "dropout rate: GPT-2 on the embedding, the attention probabilities and the residual "
+       "branches; the Llama family on the attention probabilities only (transformers' "
+       "attention_dropout)",
        nums(0, false, 1, true)},
       {"data.dir", &TrainConfig::data_dir, T::PATH, "",
        "directory from `tide prepare` (train.bin, val.bin, tokenizer.json, meta.json); "

@@ -23,7 +23,8 @@
 // attention core; full recompute keeps only the layer input (sbh e), which under SP is
 // already split over t (the table's 2sbh row is without SP).
 //
-// The Llama family (RMSNorm, SwiGLU, grouped-query attention, RoPE, no dropout), counted the
+// The Llama family (RMSNorm, SwiGLU, grouped-query attention, RoPE; dropout only on the
+// attention probabilities, its mask drawn again in the backward), counted the
 // same way from what its layer keeps (model/llama_block.cpp), with kv the key/value width
 // (n_kv_head h/a; t h/a when n_kv_head < t replicates a kv head on each rank) and f the SwiGLU
 // width (intermediate_size):
@@ -33,8 +34,8 @@
 //   gate and up outputs, their SwiGLU product              3 sbf e              split over t
 //   attention core: scores and softmax output              2as^2b e             split over t
 // so sbh (4e + (2 + 2kv/h + 3f/h) e/t) + 2as^2b e/t; Llama 3.1 8B (kv = h/4, f = 3.5h, e = 2):
-// sbh (8 + 26/t) + 4as^2b/t. No dropout masks; the norms' f32 statistics (2 sb 4 bytes) are left
-// out as the paper leaves out GPT's layernorm statistics.
+// sbh (8 + 26/t) + 4as^2b/t. No dropout masks kept; the norms' f32 statistics (2 sb 4 bytes) are
+// left out as the paper leaves out GPT's layernorm statistics.
 //
 // ZeRO-R P_a (`partition`: activation_checkpointing.partition_activations; full recompute,
 // t > 1, no SP) keeps only the rank's 1/t of each layer input, sbh e / t, plus one whole input

@@ -149,11 +149,6 @@ void GPTConfig::validate() const {
   TIDE_CHECK(dropout >= 0.0f && dropout < 1.0f, "model.dropout must be in [0, 1) (got {})",
              dropout);
   if (is_llama()) {
-    TIDE_CHECK(dropout == 0.0f,
-               "model.dropout={} with model.family=llama: the Llama family has no dropout in "
-               "tide (transformers' Llama, Qwen2 and Mistral train without it); use "
-               "model.dropout=0",
-               dropout);
     TIDE_CHECK(n_kv_head >= 0 && kv_heads() <= n_head && n_head % kv_heads() == 0,
                "model.n_kv_head ({}) must divide model.n_head ({}) (grouped-query attention: "
                "n_head/n_kv_head query heads share a key/value head); use a divisor of n_head, "

@@ -1,7 +1,8 @@
 // The Llama family's decoder layer (llama_blocks.h): pre-RMSNorm, fused qkv with RoPE and
 // grouped-query attention, SwiGLU MLP. Mirrors transformer_block.cpp's structure (activation
 // policies, the B -> W stash, per-op parameter groups, Megatron's tensor and sequence
-// parallelism, ZeRO-R P_a) without dropout.
+// parallelism, ZeRO-R P_a) with dropout on the attention probabilities only (transformers'
+// attention_dropout; no residual dropout).
 
 #include "tide/kernels/mover.h"
 #include "tide/model/group_access.h"
@@ -81,7 +82,9 @@ Tensor LlamaBlock::grad(int slot) const {
 
 DropoutSpec LlamaBlock::attn_dropout(const MicroBatch& mb) const {
   const int64_t NH = env_.config->n_head, NHl = NH / env_.tp_size();
-  return env_.dropout(mb, layer_, 0, NH, env_.tp_rank() * NHl);  // disabled: no dropout
+  // transformers' attention_dropout (model.dropout): the family's only dropout, on the
+  // attention probabilities (0 by default, as transformers' configs have it).
+  return env_.dropout(mb, layer_, 0, NH, env_.tp_rank() * NHl);
 }
 
 std::vector<Tensor> LlamaBlock::compute_forward(MicroBatch& mb, Tensor x, bool recompute) {

@@ -169,9 +169,11 @@ inline void read_checkpoint_params(const std::string& path, const GPTConfig& sha
 }
 
 // The small Llama model of the Llama tests (4 query heads over `n_kv_head`, qkv bias, Llama 3's
-// RoPE scaling), as config overrides for dp_config.
+// RoPE scaling, attention dropout 0.1: the family's one dropout), as config overrides for
+// dp_config.
 inline std::vector<std::string> small_llama_keys(int n_kv_head, bool tied) {
   return {"model.family=llama",
+          "model.dropout=0.1",
           "model.n_head=4",
           fmt::format("model.n_kv_head={}", n_kv_head),
           "model.intermediate_size=48",

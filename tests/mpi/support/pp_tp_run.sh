@@ -63,9 +63,10 @@ close "$(late c/metrics.jsonl)" "$(late a/metrics.jsonl)" 3 || fail "the 1-rank 
 timeout 300 "$tide" train "${common[@]}" out_dir=h init_from=a/model.ckpt > h.log 2>&1 \
   || { cat h.log; fail "init_from on 1 rank"; }
 close d/metrics.jsonl h/metrics.jsonl 7 || fail "init_from under pp x tp differs from one rank's"
-# A Llama-family model (grouped-query attention, untied head, no dropout) under pp x tp with SP
+# A Llama-family model (grouped-query attention, untied head, attention dropout 0.1) under pp x tp
+# with SP
 # (zb-h1): the losses equal one rank's, and its checkpoint resumes on one rank.
-llama=(model.dropout=0 model.family=llama model.n_kv_head=2 model.intermediate_size=48
+llama=(model.family=llama model.n_kv_head=2 model.intermediate_size=48
   model.tie_word_embeddings=false)
 "${mpi4[@]}" "$tide" train "${common[@]}" "${llama[@]}" "${pptp[@]}" pipeline.schedule=zb-h1 \
   checkpoint.interval=2 out_dir=la > la.log 2>&1 || { cat la.log; fail "llama pp x tp run"; }

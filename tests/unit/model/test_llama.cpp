@@ -3,6 +3,7 @@
 // tools/gen_llama_fixture.py), the presets' published parameter counts, the activation
 // policies against each other and the arenas against what the blocks allocate.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cmath>
 #include <cstdio>
@@ -13,8 +14,10 @@
 #include <string>
 #include <vector>
 
+#include "grad_check.h"
 #include "tide/core/error.h"
 #include "tide/core/rng.h"
+#include "tide/memory/chunk_store.h"
 #include "tide/model/gpt.h"
 
 using namespace tide;
@@ -240,20 +243,47 @@ TEST(LlamaModel, ArenaSizesAreWhatTheBlocksAllocate) {
     }
 }
 
+// model.dropout is the family's attention dropout (transformers' attention_dropout), its only
+// one: the gradient with its masks matches finite differences of the loss (masks fixed by the
+// step's coordinates, under full recompute, which draws them again), another step draws other
+// masks, and evaluation has none (the dropout-free model's loss).
+TEST(LlamaModel, AttentionDropoutGradientMatchesFiniteDifferences) {
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(1);
+  GPTConfig cfg = small_llama();
+  cfg.dropout = 0.1f;
+  GPT gpt(cfg, ActivationPolicy::FULL);
+  gpt.init_weights(5);
+  llama_randomize(gpt, 9);
+  auto mb = gpt.make_micro_batch(3, 7);
+  llama_fill_batch(*mb, cfg.vocab_size, 11);
+  mb->seed = 99;
+  mb->step = 2;
+  gpt.store().zero(ChunkKind::GRAD, gpt.op());
+  const float loss = gpt.forward(*mb);
+  gpt.backward(*mb);
+  test::GradChecker checker(gpt, [&] { return double(gpt.forward(*mb)); });
+  ASSERT_TRUE(checker.deterministic());
+  for (const auto& p : checker.check_all()) EXPECT_TRUE(p.failure.empty()) << p.str();
+  mb->step = 3;
+  EXPECT_NE(gpt.forward(*mb), loss) << "another step, the same masks";
+  GPTConfig plain = cfg;
+  plain.dropout = 0.0f;
+  GPT without(plain, ActivationPolicy::FULL);
+  copy_chunks(gpt.op(), gpt.store(), without.store());
+  auto eval = gpt.make_micro_batch(3, 7, nullptr, /*training=*/false);
+  auto eval_plain = without.make_micro_batch(3, 7, nullptr, /*training=*/false);
+  for (auto* m : {eval.get(), eval_plain.get()}) {
+    llama_fill_batch(*m, cfg.vocab_size, 11);
+    m->training = false;
+  }
+  EXPECT_EQ(gpt.forward(*eval), without.forward(*eval_plain)) << "dropout in evaluation";
+  EXPECT_NE(loss, without.forward(*eval_plain)) << "no dropout in training";
+  omp_set_num_threads(threads);
+}
+
 TEST(LlamaModel, RefusesWhatItCannotRun) {
   GPTConfig c = small_llama();
-  c.dropout = 0.1f;
-  EXPECT_THROW(
-      {
-        try {
-          c.validate();
-        } catch (const Error& e) {
-          EXPECT_NE(std::string(e.what()).find("model.dropout"), std::string::npos) << e.what();
-          throw;
-        }
-      },
-      Error);
-  c = small_llama();
   c.n_kv_head = 3;  // does not divide 4
   EXPECT_THROW(c.validate(), Error);
   c = small_llama();
