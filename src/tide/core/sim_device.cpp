@@ -126,6 +126,7 @@ void SimStream::wait(std::shared_ptr<const SimEvent> event) {
 }
 
 void SimStream::synchronize() {
+  synchronizations_.fetch_add(1, std::memory_order_relaxed);
   record()->wait();
 }
 

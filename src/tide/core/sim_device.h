@@ -12,7 +12,9 @@
 // CUDA's asynchronous errors are: the stream skips its remaining tasks and the next
 // synchronize() on it (or on an event recorded after the error) throws the error.
 
+#include <atomic>
 #include <condition_variable>
+#include <cstdint>
 #include <deque>
 #include <exception>
 #include <functional>
@@ -56,6 +58,9 @@ class SimStream {
   void wait(std::shared_ptr<const SimEvent> event);
   // Blocks the host until every task queued so far has run; throws the stream's sticky error.
   void synchronize();
+  // How many times the host has blocked in synchronize(): each costs a GPU its queue (the
+  // device idles until the host queues more), so tests hold a step to the ones it needs.
+  uint64_t synchronizations() const { return synchronizations_.load(std::memory_order_relaxed); }
 
  private:
   struct Task {
@@ -72,6 +77,7 @@ class SimStream {
   std::deque<Task> queue_;
   bool stop_ = false;
   std::exception_ptr error_;  // written and read by the worker only
+  std::atomic<uint64_t> synchronizations_{0};
   std::thread worker_;
 };
 

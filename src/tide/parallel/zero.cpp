@@ -260,7 +260,7 @@ void ZeroPolicy::on_grads_ready(ChunkStore& store, int c, int micro_batch) {
   CommStaging::Staged staged;
   if (dp_.size() > 1 && staging_.needed(whole.dtype))
     staged = staging_.stage(whole, lay.buffer_elems(c));  // waits for the conversion
-  else
+  else if (!moves_nothing())
     synchronize(op_);  // on a device: the collective reads what the stream wrote
   const Tensor sent = staged.buffer >= 0 ? staged.tensor : whole;
   Pending p{
@@ -378,7 +378,7 @@ void ZeroPolicy::after_update() {
     wait(*g.work, "wait all-gather", g.chunk);
     g.trace.finish();
   };
-  synchronize(op_);  // on a device: the gathers read what the optimizer wrote on the stream
+  if (!moves_nothing()) synchronize(op_);  // on a device: the gathers read what AdamW wrote
   for (int c = 0; c < lay.num_chunks(); ++c) {
     if (s_.stage == 3 && (!persistent_[c] || !gathers_)) continue;
     const int64_t elems = lay.chunk_elems(c);

@@ -168,6 +168,10 @@ class ZeroPolicy final : public PlacementPolicy {
   // parameter slices live off the compute tier (offload_param: the "gather" copies the host
   // slice, which is then the whole chunk, into a compute-tier buffer). Else ops read the slice.
   bool gathers_;
+  // One rank in a local group: its reduce-scatters and all-gathers are in place on one buffer
+  // and move nothing (comm/local_process_group.cpp), so they need not wait for the device's
+  // stream: a one-GPU step then synchronises the host only for the losses and the norm.
+  bool moves_nothing() const { return dp_.size() == 1 && dp_.backend() == "local"; }
   std::vector<Gathered> gathered_;  // stage 3, per chunk
   std::vector<WorkPtr> gather_work_;
   std::vector<AsyncTrace> gather_trace_;
