@@ -606,7 +606,13 @@ StepStats PipelineEngine::step(int64_t step, uint64_t seed, const BatchFn& batch
   next_f_ = 0;
   act_posted_.assign(static_cast<size_t>(M) * chunks_, false);
   grad_posted_.assign(static_cast<size_t>(M) * chunks_, false);
-  double loss_sum = 0;
+  // Each micro-batch's loss (the last virtual stage's), summed in micro-batch order at the end.
+  // On a device they are read back without a wait of their own (MicroBatch::defer_loss): a
+  // slot's loss is taken before its next forward, the rest after the step's last wait.
+  std::vector<float> losses(static_cast<size_t>(M), 0.0f);
+  auto take_loss = [&](GPT& model, MicroBatch& mb) {
+    if (mb.loss_pending) losses[static_cast<size_t>(mb.index)] = model.finish_loss(mb);
+  };
   mem_ = ActivationMemory{};
   post_next_act(-1, first);
   for (int i = 0; i < static_cast<int>(actions.size()); ++i) {
@@ -637,6 +643,7 @@ StepStats PipelineEngine::step(int64_t step, uint64_t seed, const BatchFn& batch
             post_send(model.residual_grad(mb), a.peer, tag(a.mb, v - 1, true), a.mb, "send grad"));
         break;
       case Op::F: {
+        take_loss(model, mb);  // the slot's previous micro-batch
         const GPT::HostBatch host = model.host_batch(mb);
         batch(a.mb, host.tokens, host.targets);
         mb.training = true;
@@ -647,6 +654,7 @@ StepStats PipelineEngine::step(int64_t step, uint64_t seed, const BatchFn& batch
         mb.seq0 = (static_cast<uint64_t>(a.mb) * dp_->size() + dp_->rank()) * B_;
         mb.dloss = static_cast<float>(scale) / static_cast<float>(M);
         mb.tracer = tracer;
+        mb.defer_loss = !model.op().device.is_cpu();
         if (v > 0 && act_from_[k] < 0) {  // the previous virtual stage is on this rank
           const int from = schedule_.locate(v - 1).second;
           copy(model.op(), model.input_activation(mb),
@@ -656,7 +664,7 @@ StepStats PipelineEngine::step(int64_t step, uint64_t seed, const BatchFn& batch
         {
           const TraceSpan span(tracer, "F", "action", {{"mb", a.mb}, {"chunk", a.chunk}});
           const float loss = model.forward(mb);
-          if (model.has_head()) loss_sum += loss;
+          if (model.has_head() && !mb.loss_pending) losses[static_cast<size_t>(a.mb)] = loss;
           // A traced step times the stream's work, not its queueing (zb-auto schedules from
           // these spans); a no-op on the CPU.
           if (tracer) synchronize(model.op());
@@ -825,6 +833,10 @@ StepStats PipelineEngine::step(int64_t step, uint64_t seed, const BatchFn& batch
   }
 
   // The loss lives with the last virtual stage.
+  for (Slot& s : slots_)
+    if (s.m) take_loss(*models_[s.chunk], *s.m);
+  double loss_sum = 0;
+  for (float l : losses) loss_sum += l;
   double loss = loss_sum / M;
   pp_->broadcast(Tensor(&loss, Shape{2}, DType::I32),
                  schedule_.locate(schedule_.virtual_stages() - 1).first);

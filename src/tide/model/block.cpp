@@ -186,13 +186,23 @@ void BlockEnv::add_kv_replica_grads(Tensor partial, int64_t q_rows, Tensor grad_
 }
 
 void record_losses(const BlockEnv& env, MicroBatch& mb, Tensor losses) {
-  const int64_t B = mb.B, T = mb.T;
-  // On a device the losses come down to the host (the one wait of a forward).
+  // On a device the losses come down to the host: waited for now, or (defer_loss) by
+  // GPT::finish_loss, so that a training step's host waits once, for the gradient norm.
   if (!env.op.device.is_cpu()) {
     copy(env.op, mb.host_losses, losses);
+    if (mb.defer_loss) {
+      mb.losses_down = record_event(env.op);
+      mb.loss_pending = true;
+      return;
+    }
     synchronize(env.op);
     losses = mb.host_losses;
   }
+  sum_losses(mb, losses.f32());
+}
+
+void sum_losses(MicroBatch& mb, const float* losses) {
+  const int64_t B = mb.B, T = mb.T;
   // Per-sequence sums (in double, in position order) and the mean over the positions with a
   // target (ignored targets give loss 0 and do not count). Validation adds up the per-sequence
   // sums in a fixed order, so its mean does not depend on how sequences were batched.
@@ -204,7 +214,7 @@ void record_losses(const BlockEnv& env, MicroBatch& mb, Tensor losses) {
   for (int64_t b = 0; b < B; ++b) {
     for (int64_t t = 0; t < T; ++t) {
       if (tgt[b * T + t] < 0) continue;
-      mb.seq_loss_sum[b] += losses.f32()[b * T + t];
+      mb.seq_loss_sum[b] += losses[b * T + t];
       ++mb.seq_targets[b];
     }
     sum += mb.seq_loss_sum[b];

@@ -67,6 +67,12 @@ struct MicroBatch {
   std::vector<std::vector<Tensor>> block_saved;  // per block, the block's own saved tensors
   size_t saved_mark = 0;  // mb.saved position after the buffers above (per-forward state follows)
   float loss = 0.0f;      // mean loss over the micro-batch (after forward)
+  // A device model's training step reads the losses without a wait per forward (the engine
+  // sets defer_loss): the head queues their copy down and records losses_down; loss,
+  // seq_loss_sum and seq_targets are then set by GPT::finish_loss, before the next forward.
+  bool defer_loss = false;
+  bool loss_pending = false;
+  StreamEvent losses_down;
   std::vector<double> seq_loss_sum;  // per sequence: sum of its position losses (after forward)
   std::vector<int64_t> seq_targets;  // per sequence: positions with a target
   bool keep_logits = false;          // evaluation: keep the head's logits in `logits` (sampling)
@@ -190,6 +196,8 @@ void record_losses(const BlockEnv& env, MicroBatch& mb, Tensor losses);
 // (B,T,V; this rank's vocabulary columns under tensor parallelism) recorded in mb
 // (record_losses). Under tensor parallelism also the row maxima and sums backward needs,
 // allocated from `keep` and returned (undefined tensors otherwise).
+// The per-sequence sums and the mean of the head's per-position losses (B,T) f32 on the host.
+void sum_losses(MicroBatch& mb, const float* losses);
 std::pair<Tensor, Tensor> head_loss_forward(const BlockEnv& env, MicroBatch& mb, Tensor logits,
                                             Arena& keep);
 // d(loss)/d(logits) in place: each counted position's 1/counted of the mean, times mb.dloss.

@@ -374,8 +374,19 @@ void GPT::backward_weight_block(MicroBatch& mb, int i, bool mark_grads) {
 GPT::HostBatch GPT::host_batch(MicroBatch& mb) const {
   // The previous copy up must have read the buffers before the host writes them again (on the
   // CPU the event is already done).
+  TIDE_CHECK(!mb.loss_pending,
+             "the micro-batch's deferred loss still reads its targets; call finish_loss first");
   synchronize(mb.uploaded);
   return {mb.host_tokens.i32(), mb.host_targets.i32()};
+}
+
+float GPT::finish_loss(MicroBatch& mb) const {
+  if (mb.loss_pending) {
+    synchronize(mb.losses_down);
+    sum_losses(mb, mb.host_losses.f32());
+    mb.loss_pending = false;
+  }
+  return mb.loss;
 }
 
 float GPT::forward(MicroBatch& mb) {

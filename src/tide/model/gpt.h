@@ -167,8 +167,13 @@ class GPT {
 
   // Forward through every block; returns the mean loss (also in mb.loss; 0 on a stage without
   // the head). Before calling, fill the host batch (host_batch) and set mb.training, mb.step,
-  // mb.seq0, mb.dloss. On a device the tokens and targets are copied up first.
+  // mb.seq0, mb.dloss. On a device the tokens and targets are copied up first. With
+  // mb.defer_loss on a device the loss is not known yet: finish_loss gives it.
   float forward(MicroBatch& mb);
+  // The loss of mb's last forward: with a deferred readback (MicroBatch::defer_loss) it waits
+  // for the losses' copy down (done already once the host has waited for anything queued
+  // later) and sums them; before the next host_batch, which overwrites the targets it reads.
+  float finish_loss(MicroBatch& mb) const;
   // Backward through every block (B then W per block, in reverse order), accumulating into the
   // GRAD chunks. With `mark_grads`, reports each gradient complete for micro-batch mb.index as
   // soon as its last contribution is in (the store's on_grads_ready hook).
