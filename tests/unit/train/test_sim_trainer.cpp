@@ -151,8 +151,9 @@ TEST(SimTrainer, EndsSafelyRightAfterAStep) {
 // idles until it queues more): for the gradient norm. The losses come down without a wait of
 // their own (each read before its micro-batch's slot runs again, or after that one wait), and
 // ZeRO 0-3's collectives over a one-rank group move nothing and wait for nothing. The loss is
-// the same as with a wait per forward: the CPU run's, to the bit.
-TEST(SimTrainer, AStepDrainsTheDeviceOnceForTheNorm) {
+// the same as with a wait per forward: the CPU run's, to the bit. Nor does a step after the
+// first allocate device memory (issue #27).
+TEST(SimTrainer, AStepDrainsTheDeviceOnceForTheNormAndAllocatesNothing) {
   const std::string dir = sim_trainer_data();
   for (int stage = 0; stage <= 3; ++stage) {
     auto run = [&](const std::string& device, std::vector<float>& losses) {
@@ -162,7 +163,10 @@ TEST(SimTrainer, AStepDrainsTheDeviceOnceForTheNorm) {
                               "bf16.enabled=true"}));
       losses.push_back(t.train_step().loss);  // the first step sets up (buffers, uploads)
       const uint64_t before = device == "sim" ? t.model().op().sim->synchronizations() : 0;
+      const uint64_t allocations = t.compute_allocator() ? t.compute_allocator()->allocations() : 0;
       for (int s = 0; s < 3; ++s) losses.push_back(t.train_step().loss);
+      if (device == "sim")  // and no allocation of device memory after the first step
+        EXPECT_EQ(t.compute_allocator()->allocations(), allocations) << "ZeRO stage " << stage;
       return device == "sim" ? t.model().op().sim->synchronizations() - before : 0;
     };
     std::vector<float> cpu, sim;
