@@ -33,7 +33,7 @@ void check_trainer_can_honour(const TrainConfig& c, int world_size) {
   // run there yet (pipeline_engine.h, check_device).
   if (on_device(c)) {
     // The simulated device runs every technique; a GPU one rank (f32, bf16 or fp16) with ZeRO
-    // 0-3, offload and auto placement so far (their collectives over one rank are copies:
+    // 0-3, offload and auto placement so far (their collectives over one rank move nothing:
     // comm/local_process_group).
     const bool gpu = c.device.starts_with("cuda");
     const char* what = !gpu    ? nullptr
