@@ -103,7 +103,8 @@ double median(std::vector<double> v) {
 
 // One model: the micro-batch that fits, then the timed steps. Returns its JSON line.
 json bench_model(const Args& a, const std::string& model) {
-  const fs::path dir = fs::temp_directory_path() / ("tide_bench_gpt_gpu_" + std::to_string(getpid()));
+  const fs::path dir =
+      fs::temp_directory_path() / ("tide_bench_gpt_gpu_" + std::to_string(getpid()));
   fs::create_directories(dir);
   // The shape first (no device touched; the config wants its data file to exist: a
   // placeholder until the vocabulary is known): vocabulary, parameters, layers, width.
@@ -113,13 +114,18 @@ json bench_model(const Args& a, const std::string& model) {
              "--models custom set model.vocab_size",
              model, shape.vocab_size);
   const int64_t per_run = int64_t{a.warmup + a.steps + 1} * a.T;
-  const std::vector<int> candidates = a.B > 0 ? std::vector<int>{a.B}
-                                              : std::vector<int>{64, 32, 16, 8, 4, 2, 1};
-  const std::string shard = write_synthetic_shard(
-      dir, shape.vocab_size, per_run * candidates.front() + a.T + 1);
-  json line = {{"bench", "gpt_gpu"}, {"impl", "tide"},       {"model", model},
-               {"T", a.T},           {"dtype", a.dtype},     {"device", a.device},
-               {"params", shape.num_parameters()}, {"set", a.set}};
+  const std::vector<int> candidates =
+      a.B > 0 ? std::vector<int>{a.B} : std::vector<int>{64, 32, 16, 8, 4, 2, 1};
+  const std::string shard =
+      write_synthetic_shard(dir, shape.vocab_size, per_run * candidates.front() + a.T + 1);
+  json line = {{"bench", "gpt_gpu"},
+               {"impl", "tide"},
+               {"model", model},
+               {"T", a.T},
+               {"dtype", a.dtype},
+               {"device", a.device},
+               {"params", shape.num_parameters()},
+               {"set", a.set}};
   json tried = json::array();
   for (int B : candidates) {
     std::optional<Trainer> t;
@@ -153,8 +159,7 @@ json bench_model(const Args& a, const std::string& model) {
                  {"tokens_per_s", tokens_per_s},
                  {"flops_per_token", flops_per_token},
                  {"tflops", tflops},
-                 {"peak_device_bytes",
-                  t->compute_allocator() ? t->compute_allocator()->peak() : 0},
+                 {"peak_device_bytes", t->compute_allocator() ? t->compute_allocator()->peak() : 0},
                  {"loss_first", losses.front()},
                  {"loss_last", losses.back()},
                  {"tried", tried}});

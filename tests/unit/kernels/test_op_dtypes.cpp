@@ -64,16 +64,16 @@ int64_t bits_differing(const HostTensor& a, const HostTensor& b) {
   return n;
 }
 
-// Case c's call with the tensors of `mixed` (c in_dtype, or a mix of 16-bit training) against
-// the f32 op on the same values.
-void run_case_as(const OpCase& c, const OpCase& mixed, DType dtype) {
-  std::vector<HostTensor> narrow = mixed.tensors, ref;
+// Case c (a case in_dtype, or a mix of 16-bit training) against its call in f32 on the same
+// values.
+void run_case(const OpCase& c, DType dtype) {
+  std::vector<HostTensor> narrow = c.tensors, ref;
   for (const HostTensor& t : narrow)
     ref.push_back(t.dtype == DType::BF16 || t.dtype == DType::F16 ? widened(t) : t);
   c.run(OpContext{}, host_views(ref));
   c.run(OpContext{}, host_views(narrow));
   for (size_t i = 0; i < narrow.size(); ++i) {
-    const std::string what = mixed.name + " " + narrow[i].name;
+    const std::string what = c.name + " " + narrow[i].name;
     if (narrow[i].dtype == DType::F32 || narrow[i].dtype == DType::I32) {
       // Statistics, ids and a mix's f32 tensors: exactly the f32 op's (the native GEMM's f32
       // sums in its own order: within the case's tolerance).
@@ -95,16 +95,12 @@ void run_case_as(const OpCase& c, const OpCase& mixed, DType dtype) {
   }
 }
 
-void run_case_in(const OpCase& c, DType dtype) {
-  run_case_as(c, in_dtype(c, dtype), dtype);
-}
-
 }  // namespace
 
 TEST(OpDtypes, EveryOpCaseTakesBf16Storage) {
   for (const OpCase& c : all_op_cases()) {
     SCOPED_TRACE(c.name);
-    run_case_in(c, DType::BF16);
+    run_case(in_dtype(c, DType::BF16), DType::BF16);
   }
 }
 
@@ -114,7 +110,7 @@ TEST(OpDtypes, EveryOpCaseTakesBf16StorageOnTheWideningReference) {
   cpu::set_bf16_gemm_path(cpu::Bf16GemmPath::kReference);
   for (const OpCase& c : all_op_cases()) {
     SCOPED_TRACE(c.name);
-    run_case_in(c, DType::BF16);
+    run_case(in_dtype(c, DType::BF16), DType::BF16);
   }
   cpu::set_bf16_gemm_path(saved);
 }
@@ -122,7 +118,7 @@ TEST(OpDtypes, EveryOpCaseTakesBf16StorageOnTheWideningReference) {
 TEST(OpDtypes, EveryOpCaseTakesF16Storage) {
   for (const OpCase& c : all_op_cases()) {
     SCOPED_TRACE(c.name);
-    run_case_in(c, DType::F16);
+    run_case(in_dtype(c, DType::F16), DType::F16);
   }
 }
 
@@ -135,7 +131,7 @@ TEST(OpDtypes, MixesOf16BitTrainingEqualTheF32Op) {
     EXPECT_EQ(mixed.size(), 36u);  // every case of the six ops, once per mix
     for (const OpCase& m : mixed) {
       SCOPED_TRACE(m.name);
-      run_case_as(m, m, dtype);  // the mix's own call, on its tensors widened for the f32 op
+      run_case(m, dtype);
     }
   }
 }
