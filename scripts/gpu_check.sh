@@ -27,6 +27,9 @@
 #      (gpt_torch.py: autocast, SDPA, torch.compile, fused AdamW) at the same micro-batch, with
 #      MFU against that peak. GPT_MODELS (default gpt2-124m) picks the presets.
 # Every step runs even when an earlier one fails; check.sh exits non-zero when any failed.
+# Each step has a time limit, and the whole check a budget (CHECK_BUDGET_S, default 480 s: the
+# issue's 8 minutes): a step that hangs or would run past the budget is stopped (or skipped),
+# named in the summary as out of time, and the summary is still written.
 # With device time left after it: scripts/cpu_bench_bundle.sh's .cpu, in a run call of its own
 # (the machine's 16 cores for bench_dp's overlap under pp and vs_torch; .gpu and .cpu together
 # exceed the 64 MiB one call carries).
@@ -59,17 +62,36 @@ cd "$(dirname "$0")"
 export LD_LIBRARY_PATH=$PWD/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
 echo "GPU: ${gpu:-none visible}"
+budget=${CHECK_BUDGET_S:-480}
+deadline=$(($(date +%s) + budget))
+: >"$out/timeouts.txt"
+# bounded NAME LIMIT CMD...: CMD for at most LIMIT s and never past the budget (20 s are kept for
+# the summary); a step stopped or skipped for time is listed in timeouts.txt and returns 124.
+bounded() {
+  local name=$1 limit=$2
+  shift 2
+  local left=$((deadline - 20 - $(date +%s)))
+  ((left < limit)) && limit=$left
+  if ((limit < 5)); then
+    echo "$name: skipped, the check's $budget s were spent" | tee -a "$out/timeouts.txt" >&2
+    return 124
+  fi
+  timeout -k 5 "$limit" "$@"
+  local rc=$?
+  ((rc == 124 || rc == 137)) && echo "$name: stopped after $limit s" | tee -a "$out/timeouts.txt" >&2
+  return $rc
+}
 
 echo "== 1. GPU tests"
 start=$(date +%s)
-./run_gpu_tests.sh >"$out/gpu_tests.log" 2>&1
+bounded gpu_tests 180 ./run_gpu_tests.sh >"$out/gpu_tests.log" 2>&1
 tests_rc=$?
 tests_s=$(($(date +%s) - start))
 grep -E '^\[  (PASSED|FAILED) ' "$out/gpu_tests.log" | sort | uniq -c
 
 echo "== 2. tide train device=cuda against device=cpu"
 train() {
-  ./tide train "device=$1" data.dir=data train_steps=10 log.interval=1 eval.interval=10 \
+  bounded "train_$1" 90 ./tide train "device=$1" data.dir=data train_steps=10 log.interval=1 eval.interval=10 \
     eval.sequences=32 log.progress=false "out_dir=$out/train_$1" >"$out/train_$1.log" 2>&1
 }
 train cpu
@@ -90,7 +112,7 @@ echo "== 3. one GPU with ZeRO-3, offload (with and without DPU), offload_param, 
 tech() {
   local name=$1 dev=$2
   shift 2
-  ./tide train "device=$dev" data.dir=data train_steps=10 log.interval=1 eval.interval=10 \
+  bounded "tech_${name}_$dev" 60 ./tide train "device=$dev" data.dir=data train_steps=10 log.interval=1 eval.interval=10 \
     eval.sequences=32 log.progress=false "out_dir=$out/tech_${name}_$dev" "$@" \
     >"$out/tech_${name}_$dev.log" 2>&1
   echo "$name $dev rc=$?"
@@ -112,7 +134,7 @@ for dev in cpu cuda; do
   tech bf16 "$dev" bf16.enabled=true
 done
 default_job() {
-  ./tide train device=cuda data.dir=data log.progress=false "out_dir=$out/default_$1" "${@:2}" \
+  bounded "default_$1" 90 ./tide train device=cuda data.dir=data log.progress=false "out_dir=$out/default_$1" "${@:2}" \
     >"$out/default_$1.log" 2>&1
   echo "default job $1 rc=$?"
 }
@@ -122,9 +144,9 @@ default_job bf16 bf16.enabled=true
 default_s=$(($(date +%s) - start))
 
 echo "== 5. op benchmark beside PyTorch"
-./bench_gpu_ops >"$out/bench_tide.jsonl" 2>"$out/bench_tide.log"
+bounded bench_gpu_ops 60 ./bench_gpu_ops >"$out/bench_tide.jsonl" 2>"$out/bench_tide.log"
 bench_rc=$?
-python3 ops_torch.py >"$out/bench_torch.jsonl" 2>"$out/bench_torch.log"
+bounded ops_torch 90 python3 ops_torch.py >"$out/bench_torch.jsonl" 2>"$out/bench_torch.log"
 torch_rc=$?
 peak=$(python3 -c 'import json, sys
 print(next((j["tflops"] for j in map(json.loads, open(sys.argv[1])) if j.get("op") == "peak_bf16_gemm"), 0))' \
@@ -133,12 +155,12 @@ echo "bf16 GEMM peak: $peak TFLOP/s"
 : >"$out/gpt_tide.jsonl"
 : >"$out/gpt_torch.jsonl"
 for m in ${GPT_MODELS:-gpt2-124m}; do
-  ./bench_gpt_gpu --models "$m" --steps 5 --warmup 2 --peak-tflops "$peak" \
+  bounded "bench_gpt_gpu_$m" 120 ./bench_gpt_gpu --models "$m" --steps 5 --warmup 2 --peak-tflops "$peak" \
     >>"$out/gpt_tide.jsonl" 2>>"$out/gpt_tide.log"
   B=$(python3 -c 'import json, sys
 print(json.loads(open(sys.argv[1]).readlines()[-1]).get("B", 0))' "$out/gpt_tide.jsonl" 2>/dev/null ||
     echo 0)
-  python3 gpt_torch.py --models "$m" --B "$B" --steps 5 --warmup 2 --peak-tflops "$peak" \
+  bounded "gpt_torch_$m" 150 python3 gpt_torch.py --models "$m" --B "$B" --steps 5 --warmup 2 --peak-tflops "$peak" \
     >>"$out/gpt_torch.jsonl" 2>>"$out/gpt_torch.log"
 done
 tail -n 2 "$out/gpt_tide.jsonl" "$out/gpt_torch.jsonl"
@@ -197,6 +219,7 @@ for t in lines("gpt_tide.jsonl"):
                 "ratio": (t["tokens_per_s"] / p["tokens_per_s"]
                           if t.get("tokens_per_s") and p.get("tokens_per_s") else None),
                 "error": t.get("error") or p.get("error")})
+timeouts = [l.strip() for l in open(f"{out}/timeouts.txt") if l.strip()]
 try:
     params = json.load(open(f"{out}/params.json"))
 except (OSError, ValueError):
@@ -211,10 +234,12 @@ s = {"gpu": gpu,
      "techniques_on_one_gpu": techs,
      "bf16_on_gpu": bf16,
      "bench": {"ok": bench_rc == 0 and torch_rc == 0},
-     "gpt_training": gpt}
+     "gpt_training": gpt,
+     "out_of_time": timeouts}
 # Without a GPU the GPU tests skip themselves and pass: that proves nothing.
 s["ok"] = (gpu != "none" and s["gpu_tests"]["ok"] and s["train_cuda_vs_cpu"]["ok"]
-           and all(t["ok"] for t in techs.values()) and bf16["ok"] and s["bench"]["ok"])
+           and all(t["ok"] for t in techs.values()) and bf16["ok"] and s["bench"]["ok"]
+           and not timeouts)
 json.dump(s, open(f"{out}/gpu_check.json", "w"), indent=1)
 md = [f"GPU check on {gpu}: {'PASSED' if s['ok'] else 'FAILED'}", "",
       f"- GPU tests (3 repeats): {'passed' if tests_rc == 0 else 'FAILED'} in {tests_s} s",
@@ -233,7 +258,8 @@ md = [f"GPU check on {gpu}: {'PASSED' if s['ok'] else 'FAILED'}", "",
       *[f"- GPT-2 training {g['model']}, B={g['B']}, T=1024, bf16: tide "
         f"{g['tide_tokens_per_s']} tok/s (MFU {g['tide_mfu']}), PyTorch "
         f"{g['torch_tokens_per_s']} tok/s (MFU {g['torch_mfu']}), ratio {g['ratio']}"
-        + (f"; error: {g['error']}" if g['error'] else "") for g in gpt]]
+        + (f"; error: {g['error']}" if g['error'] else "") for g in gpt],
+      *[f"- out of time: {t}" for t in timeouts]]
 open(f"{out}/gpu_check.md", "w").write("\n".join(md) + "\n")
 print("\n".join(md))
 sys.exit(0 if s["ok"] else 1)
