@@ -43,6 +43,7 @@
 #include "tide/comm/distributed.h"
 #include "tide/core/rng.h"
 #include "tide/data/shard.h"
+#include "tide/kernels/cpu/openblas_core.h"
 #include "tide/train/trainer.h"
 
 using namespace tide;
@@ -188,6 +189,8 @@ void run(const Args& a, CommAlgorithm algo, int stage) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // As tide does: the vector kernels where OpenBLAS fell back to its generic ones.
+  cpu::reexec_with_vector_openblas_kernels(argv);
   return run_ranks([&] {
     const Args args = parse(argc, argv);
     for (int stage : args.zero_stages)

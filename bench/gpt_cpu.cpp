@@ -48,7 +48,6 @@
 
 #include <cblas.h>
 #include <omp.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -274,7 +273,7 @@ class PolicyRun {
 
 int main(int argc, char** argv) try {
   // As tide does: the vector kernels where OpenBLAS fell back to the generic ones.
-  if (cpu::choose_vector_openblas_kernels()) execv("/proc/self/exe", argv);
+  cpu::reexec_with_vector_openblas_kernels(argv);
   const Options o = parse_options(argc, argv);
   if (o.threads > 0) omp_set_num_threads(o.threads);
   const int threads = omp_get_max_threads();

@@ -30,6 +30,7 @@
 #include "bench_cli.h"
 #include "tide/core/error.h"
 #include "tide/core/rng.h"
+#include "tide/kernels/cpu/openblas_core.h"
 #include "tide/kernels/ops.h"
 
 using namespace tide;
@@ -92,6 +93,8 @@ Tensor view(std::vector<int32_t>& v, Shape s) {
 }  // namespace
 
 int main(int argc, char** argv) try {
+  // As tide does: the vector kernels where OpenBLAS fell back to its generic ones.
+  cpu::reexec_with_vector_openblas_kernels(argv);
   int64_t B = 4, T = 128, C = 768, NH = 12, V = 50257;
   g_threads = omp_get_max_threads();
   CLI::App app{"time of every CPU op at GPT-2 layer shapes", "bench_kernels"};

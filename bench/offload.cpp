@@ -39,6 +39,7 @@
 #include "tide/comm/distributed.h"
 #include "tide/core/rng.h"
 #include "tide/data/shard.h"
+#include "tide/kernels/cpu/openblas_core.h"
 #include "tide/train/trainer.h"
 
 using namespace tide;
@@ -123,6 +124,8 @@ Measured measure(const Args& a, std::shared_ptr<ProcessGroup> world, const std::
 }  // namespace
 
 int main(int argc, char** argv) {
+  // As tide does: the vector kernels where OpenBLAS fell back to its generic ones.
+  cpu::reexec_with_vector_openblas_kernels(argv);
   return run_ranks([&] {
     const Args a = parse(argc, argv);
     std::shared_ptr<ProcessGroup> world = init_distributed({CommAlgorithm::Mpi});

@@ -1,6 +1,7 @@
 #include "tide/kernels/cpu/openblas_core.h"
 
 #include <cblas.h>
+#include <unistd.h>
 #include <cstdlib>
 #include <string>
 
@@ -29,6 +30,10 @@ bool choose_vector_openblas_kernels() {
   if (std::getenv("OPENBLAS_CORETYPE") != nullptr) return false;
   const std::string core = better_openblas_core();
   return !core.empty() && setenv("OPENBLAS_CORETYPE", core.c_str(), 1) == 0;
+}
+
+void reexec_with_vector_openblas_kernels(char** argv) {
+  if (choose_vector_openblas_kernels()) execv("/proc/self/exe", argv);
 }
 
 }  // namespace tide::cpu

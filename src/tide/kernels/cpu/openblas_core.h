@@ -16,4 +16,9 @@ namespace tide::cpu {
 // for the library to read it.
 bool choose_vector_openblas_kernels();
 
+// For a benchmark's main(), before anything runs: choose_vector_openblas_kernels(), and when it
+// chose, re-executes this program (/proc/self/exe, same arguments) so that OpenBLAS reads it.
+// Returns when nothing changed (or the re-execution failed: the program runs on as it is).
+void reexec_with_vector_openblas_kernels(char** argv);
+
 }  // namespace tide::cpu
