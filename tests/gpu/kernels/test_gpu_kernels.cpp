@@ -264,13 +264,43 @@ TEST(CudaOps, EveryOpCaseInF16) {
 
 // The mixes of 16-bit training (mixed_dtype_cases: f32 logits and their gradient, f32
 // parameter gradients beside 16-bit operands), GPU against the CPU's mixed op, with
-// check_all_in's tolerance: the GEMMs widen a 16-bit factor that meets an f32 one and write
-// what cuBLAS cannot through f32 scratch (cuda/matmul.cu).
+// check_all_in's tolerance: the GEMMs split an f32 factor beside a bf16 one into bf16 terms,
+// widen an fp16 factor beside an f32 one, and write what cuBLAS cannot through f32 scratch
+// (cuda/matmul.cu).
 TEST(CudaOps, EveryMixOf16BitTraining) {
   SKIP_WITHOUT_GPU();
   for (DType dtype : {DType::BF16, DType::F16}) {
     const double eps = dtype == DType::BF16 ? std::ldexp(1.0, -7) : std::ldexp(1.0, -10);
     for (const OpCase& c : mixed_dtype_cases(dtype)) check_case(c, c.tol == 0 ? 0.0 : c.tol + eps);
+  }
+}
+
+// The LM head's backward products in bf16 training at a vocabulary size where cuda/matmul.cu
+// splits the f32 logit gradient into bf16 terms in several blocks of tokens (its 256 MiB of
+// terms hold 1118 tokens of V = 40000; N = 2560 makes three blocks, the last one short):
+// dinp (bf16) and dweight (f32, and bf16 as ZeRO's 16-bit gradients) against the CPU's mixed op.
+TEST(CudaOps, HeadProductsSplitTheirF32GradientInBlocksOfTokens) {
+  SKIP_WITHOUT_GPU();
+  const int64_t N = 2560, C = 16, V = 40000;
+  const double tol = kGemmTol + std::ldexp(1.0, -7);
+  const HostTensor dout = randn("dout", {N, V}, 41, 1e-3f);
+  check_case({"matmul_backward_input head, f32: dout",
+              {narrowed(randn("dinp", {N, C}, 42), DType::BF16), dout,
+               narrowed(randn("weight", {V, C}, 43), DType::BF16)},
+              [](const OpContext& ctx, const std::vector<Tensor>& t) {
+                matmul_backward_input(ctx, t[0], t[1], t[2]);
+              }},
+             tol);
+  for (DType grad : {DType::F32, DType::BF16}) {
+    const HostTensor dweight = randn("dweight", {V, C}, 44);
+    check_case({"matmul_backward_weight head, f32: dout" +
+                    std::string(grad == DType::F32 ? " dweight" : ""),
+                {grad == DType::F32 ? dweight : narrowed(dweight, DType::BF16), dout,
+                 narrowed(randn("inp", {N, C}, 45), DType::BF16)},
+                [](const OpContext& ctx, const std::vector<Tensor>& t) {
+                  matmul_backward_weight(ctx, t[0], Tensor(), t[1], t[2]);
+                }},
+               tol);
   }
 }
 

@@ -5,9 +5,16 @@
 //
 // Dtypes (cuda_ops.h): the operands in the op's storage type, except what 16-bit training keeps
 // in f32 (the logits, their gradient, f32 parameter gradients). cuBLAS multiplies two operands
-// of one type, writing that type or (from 16-bit operands) f32; so where the two factors differ
-// the 16-bit one is widened to f32 in scratch (exact), and an output cuBLAS cannot write goes
-// through f32 scratch and is rounded once.
+// of one type, writing that type or (from 16-bit operands) f32; an output cuBLAS cannot write
+// goes through f32 scratch and is rounded once. Where the two factors differ:
+// - bf16 beside f32 (the LM head's backward products: the f32 logit gradient against bf16
+//   weights or activations) runs as three bf16 GEMMs accumulating in f32: the f32 factor is
+//   split into hi + mid + lo bf16 terms whose sum is its value (split_bf16_kernel), so the
+//   products are those of the f32 values, on the tensor cores at the bf16 rate instead of an
+//   f32 SGEMM (the CPU's AMX path does the same, kernels/cpu/gemm_bf16.h). The terms are made
+//   for a bounded block of the f32 factor's columns (the tokens) at a time;
+// - otherwise (fp16 beside f32) the 16-bit factor is widened to f32 in scratch (exact): an f32
+//   value does not split exactly into fp16 terms, whose exponent range is narrower.
 //
 // 16-bit output: a product that overwrites is written by cuBLAS in the storage type (one
 // rounding). One that adds to the output (after the bias, and the accumulating backward
@@ -18,6 +25,8 @@
 // cuBLAS is column-major. A row-major (R,K) matrix is, read column-major, its transpose
 // (K,R) with leading dimension K; so each row-major product below is written as the
 // column-major product of the transposes: (X @ Y)^T = Y^T @ X^T.
+#include <algorithm>
+
 #include "tide/kernels/cuda/common.cuh"
 #include "tide/kernels/cuda/context.h"
 #include "tide/kernels/cuda/cuda_ops.h"
@@ -90,11 +99,83 @@ size_t aligned(size_t bytes) {
   return (bytes + kScratchAlign - 1) / kScratchAlign * kScratchAlign;
 }
 
+// The three bf16 terms of a block of an f32 factor, together: at most this much scratch.
+constexpr int64_t kSplitTermsBytes = int64_t{256} << 20;
+
+// hi + mid + lo == x: each term takes the next 8 of f32's 24 significant bits (x - hi and its
+// remainder are exact in f32), and bf16 has f32's exponent range. Exact for |x| >= 2^-110;
+// below that the last term loses bits under bf16's smallest subnormal, 2^-133.
+__global__ void split_bf16_kernel(__nv_bfloat16* hi, __nv_bfloat16* mid, __nv_bfloat16* lo,
+                                  const float* x, int64_t n) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const float v = x[i];
+  const __nv_bfloat16 h = __float2bfloat16_rn(v);
+  const float r = v - __bfloat162float(h);
+  const __nv_bfloat16 m = __float2bfloat16_rn(r);
+  hi[i] = h;
+  mid[i] = m;
+  lo[i] = __float2bfloat16_rn(r - __bfloat162float(m));
+}
+
+// gemm() for a bf16 A and an f32 B: three bf16 GEMMs per block of B's stored columns (n when
+// B is not transposed, else k), accumulating in f32 (C itself when f32, else f32 scratch
+// rounded into C once at the end).
+void gemm_split_b(const OpContext& ctx, bool trans_a, bool trans_b, int64_t m, int64_t n,
+                  int64_t k, Operand a, Operand b, bool accumulate, void* C, DType c_dtype) {
+  const cudaStream_t stream = stream_of(ctx);
+  const int64_t cols = trans_b ? k : n;  // B stored (k,n), or (n,k) when transposed
+  const int64_t rows = b.ld;
+  const int64_t block = std::max<int64_t>(
+      1, std::min<int64_t>(cols, kSplitTermsBytes / (3 * rows * sizeof(__nv_bfloat16))));
+  const bool via_f32 = c_dtype != DType::F32;
+  const size_t c_bytes = via_f32 ? aligned(m * n * sizeof(float)) : 0;
+  const size_t term_bytes = aligned(block * rows * sizeof(__nv_bfloat16));
+  char* scratch = static_cast<char*>(handles_of(ctx).scratch(c_bytes + 3 * term_bytes));
+  float* out = via_f32 ? reinterpret_cast<float*>(scratch) : static_cast<float*>(C);
+  __nv_bfloat16* terms[3];
+  for (int t = 0; t < 3; ++t)
+    terms[t] = reinterpret_cast<__nv_bfloat16*>(scratch + c_bytes + t * term_bytes);
+  const cublasHandle_t cublas = handles_of(ctx).cublas;
+  TIDE_CUBLAS_CHECK(cublasSetStream(cublas, stream));
+  const float alpha = 1.0f, one = 1.0f, first_beta = accumulate && !via_f32 ? 1.0f : 0.0f;
+  const auto* a_data = static_cast<const __nv_bfloat16*>(a.data);
+  for (int64_t c0 = 0; c0 < cols; c0 += block) {
+    const int64_t w = std::min(block, cols - c0);
+    split_bf16_kernel<<<ceil_div(w * rows, kBlock), kBlock, 0, stream>>>(
+        terms[0], terms[1], terms[2], static_cast<const float*>(b.data) + c0 * rows, w * rows);
+    TIDE_CUDA_CHECK_LAUNCH();
+    // A block of n: its columns of C. A block of k: its part of A, added to C.
+    const int64_t bn = trans_b ? n : w, bk = trans_b ? w : k;
+    const __nv_bfloat16* a_block = trans_b ? a_data + (trans_a ? c0 : c0 * a.ld) : a_data;
+    float* c_block = trans_b ? out : out + c0 * m;
+    for (int t = 0; t < 3; ++t) {
+      // The first product into a block of C overwrites it (unless adding to an f32 C).
+      const bool first = t == 0 && (!trans_b || c0 == 0);
+      TIDE_CUBLAS_CHECK(cublasGemmEx(
+          cublas, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+          static_cast<int>(m), static_cast<int>(bn), static_cast<int>(bk), &alpha, a_block,
+          CUDA_R_16BF, static_cast<int>(a.ld), terms[t], CUDA_R_16BF, static_cast<int>(rows),
+          first ? &first_beta : &one, c_block, CUDA_R_32F, static_cast<int>(m),
+          CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    }
+  }
+  if (!via_f32) return;
+  with_storage_type(c_dtype, [&](auto tag) {
+    using T = decltype(tag);
+    finish_kernel<T><<<ceil_div(m * n, kBlock), kBlock, 0, stream>>>(static_cast<T*>(C), out,
+                                                                    m * n, accumulate);
+  });
+  TIDE_CUDA_CHECK_LAUNCH();
+}
+
 // Column-major C(m,n) = op(A) op(B) + (accumulate ? C : 0), f32 compute, C in c_dtype with
 // leading dimension m (every product here writes a whole, contiguous C). See the top of the
-// file for the widened factor and the f32 scratch output.
+// file for mixed factors and the f32 scratch output.
 void gemm(const OpContext& ctx, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
           Operand a, Operand b, bool accumulate, void* C, DType c_dtype) {
+  if (a.dtype == DType::BF16 && b.dtype == DType::F32)
+    return gemm_split_b(ctx, trans_a, trans_b, m, n, k, a, b, accumulate, C, c_dtype);
   const cudaStream_t stream = stream_of(ctx);
   // Elements of A (k x m when transposed, else m x k, column-major) and of B.
   const int64_t a_elems = a.ld * (trans_a ? m : k), b_elems = b.ld * (trans_b ? k : n);
