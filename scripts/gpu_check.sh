@@ -60,6 +60,11 @@ set -uo pipefail
 out=$(mkdir -p "${1:-gpu_check_out}" && cd "${1:-gpu_check_out}" && pwd)
 cd "$(dirname "$0")"
 export LD_LIBRARY_PATH=$PWD/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+# cuDNN for the fused attention (opened at run time): the system's, else PyTorch's wheel's.
+if ! ldconfig -p | grep -q 'libcudnn\.so\.9'; then
+  cudnn=$(python3 -c 'import nvidia.cudnn as m, os; print(os.path.join(list(m.__path__)[0], "lib"))' \
+    2>/dev/null) && export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$cudnn
+fi
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
 echo "GPU: ${gpu:-none visible}"
 budget=${CHECK_BUDGET_S:-480}
@@ -220,6 +225,9 @@ for t in lines("gpt_tide.jsonl"):
                           if t.get("tokens_per_s") and p.get("tokens_per_s") else None),
                 "error": t.get("error") or p.get("error")})
 timeouts = [l.strip() for l in open(f"{out}/timeouts.txt") if l.strip()]
+import glob  # why cuDNN's fused attention was not used, as the runs logged it (nothing: it was)
+cudnn_notes = sorted({l.strip() for f in glob.glob(f"{out}/*.log")
+                      for l in open(f, errors="replace") if "cuDNN fused attention not used" in l})
 try:
     params = json.load(open(f"{out}/params.json"))
 except (OSError, ValueError):
@@ -235,7 +243,8 @@ s = {"gpu": gpu,
      "bf16_on_gpu": bf16,
      "bench": {"ok": bench_rc == 0 and torch_rc == 0},
      "gpt_training": gpt,
-     "out_of_time": timeouts}
+     "out_of_time": timeouts,
+     "cudnn_attention_notes": cudnn_notes}
 # Without a GPU the GPU tests skip themselves and pass: that proves nothing.
 s["ok"] = (gpu != "none" and s["gpu_tests"]["ok"] and s["train_cuda_vs_cpu"]["ok"]
            and all(t["ok"] for t in techs.values()) and bf16["ok"] and s["bench"]["ok"]
@@ -259,6 +268,8 @@ md = [f"GPU check on {gpu}: {'PASSED' if s['ok'] else 'FAILED'}", "",
         f"{g['tide_tokens_per_s']} tok/s (MFU {g['tide_mfu']}), PyTorch "
         f"{g['torch_tokens_per_s']} tok/s (MFU {g['torch_mfu']}), ratio {g['ratio']}"
         + (f"; error: {g['error']}" if g['error'] else "") for g in gpt],
+      "- cuDNN fused attention (16-bit, no dropout): "
+      + ("; ".join(cudnn_notes) if cudnn_notes else "no run logged a decline"),
       *[f"- out of time: {t}" for t in timeouts]]
 open(f"{out}/gpu_check.md", "w").write("\n".join(md) + "\n")
 print("\n".join(md))

@@ -29,6 +29,12 @@ case "${TIDE_CUDA:-}" in
           "leave it unset (when a GPU is visible)" >&2
      exit 2 ;;
 esac
+# The cudnn-frontend headers for the CUDA module's fused attention (PyPI; without them the
+# module is built without it, and CMake says so).
+if [ "$cuda" != OFF ] && { command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ]; }; then
+  bash scripts/fetch_cudnn_frontend.sh ||
+    echo "setup.sh: could not fetch the cudnn-frontend headers; building without cuDNN attention"
+fi
 # ccache: a second build of the same sources (another checkout, a branch switched back, CI with
 # a kept cache) compiles nothing again; on a first build it costs about nothing.
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DTIDE_WITH_CUDA="$cuda" \

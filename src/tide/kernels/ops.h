@@ -56,6 +56,9 @@ struct OpContext {
   std::shared_ptr<CudaHandles> handles;   // nullptr on the CPU
   const CudaKernelTable* cuda = nullptr;  // the kernels the ops call; nullptr on the CPU
   std::shared_ptr<SimStream> sim;         // the simulated device's stream; nullptr elsewhere
+  // On a GPU: the attention op may run cuDNN's fused attention where it applies (16-bit, no
+  // dropout; cuda/attention_cudnn.h). false: always tide's own kernels, the CPU's arithmetic.
+  bool fused_attention = true;
 };
 
 // The context of ops on `device`. CPU: {cpu, scratch}. SIM: a new stream of the simulated

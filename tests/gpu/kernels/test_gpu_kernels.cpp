@@ -26,6 +26,7 @@
 #include "tide/core/rng.h"
 #include "tide/core/tensor.h"
 #include "tide/kernels/cpu/dropout_mask.h"
+#include "tide/kernels/cuda/context.h"
 #include "tide/kernels/cuda/cuda_check.h"
 #include "tide/kernels/cuda/philox.cuh"
 #include "tide/kernels/mover.h"
@@ -40,7 +41,10 @@ namespace {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA GPU visible: this test needs one"
 
 // Uploads the case's initial tensors, runs the op on cuda:0, returns the tensors afterwards.
-std::vector<HostTensor> run_on_gpu(const OpCase& c) {
+// fused: the context may run cuDNN's fused attention (OpContext::fused_attention); its count
+// of such ops is added to *fused_calls when given.
+std::vector<HostTensor> run_on_gpu(const OpCase& c, bool fused = false,
+                                   int64_t* fused_calls = nullptr) {
   std::vector<HostTensor> out = c.tensors;
   std::vector<void*> device_ptrs;
   std::vector<Tensor> views;
@@ -54,7 +58,8 @@ std::vector<HostTensor> run_on_gpu(const OpCase& c) {
   // The uploads above ran on the legacy default stream, which the context's non-blocking
   // stream does not wait for: finish them first.
   TIDE_CUDA_CHECK(cudaDeviceSynchronize());
-  const OpContext ctx = make_op_context(Device::cuda(0));
+  OpContext ctx = make_op_context(Device::cuda(0));
+  ctx.fused_attention = fused;
   c.run(ctx, views);
   TIDE_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(ctx.stream)));
   TIDE_CUDA_CHECK(cudaDeviceSynchronize());  // also surfaces faults inside the kernels
@@ -63,6 +68,7 @@ std::vector<HostTensor> run_on_gpu(const OpCase& c) {
         cudaMemcpy(out[i].data(), device_ptrs[i], out[i].bytes(), cudaMemcpyDeviceToHost));
     TIDE_CUDA_CHECK(cudaFree(device_ptrs[i]));
   }
+  if (fused_calls != nullptr) *fused_calls += ctx.handles->fused_attention_calls;
   return out;
 }
 
@@ -104,6 +110,38 @@ void check_case(const OpCase& c, double tol) {
 
 void check_all(const std::vector<OpCase>& cases) {
   for (const OpCase& c : cases) check_case(c, c.tol);
+}
+
+// cuDNN's fused attention against the CPU, in bf16 and fp16: the attention cases without
+// dropout (the fused path's domain), with the context's fused_attention on. cuDNN rounds the
+// probabilities (and in the backward the score gradients) to the storage type inside the kernel,
+// where tide's kernels and the CPU keep them in f32, so the results are held to 8 steps of the
+// storage type (eps = 2^-7 bf16, 2^-10 f16), not to the CPU's bits; a wrong layout, stride or
+// mask is off by far more. Bitwise repeatable still (a deterministic backward). The cases whose
+// head size cuDNN cannot take (not a multiple of 8) or shape it declines (T = 1 in the backward)
+// run tide's kernels; the HS 32 case and the grouped HS 8 one (NKV = 1), forward and backward,
+// must have gone through cuDNN: 4 ops per dtype.
+TEST(CudaOps, FusedAttentionIn16Bit) {
+  SKIP_WITHOUT_GPU();
+  for (DType dtype : {DType::BF16, DType::F16}) {
+    const double eps = dtype == DType::BF16 ? std::ldexp(1.0, -7) : std::ldexp(1.0, -10);
+    int64_t fused = 0;
+    for (const OpCase& c : attention_cases()) {
+      if (c.name.find(" p=0 ") == std::string::npos && !c.name.ends_with(" p=0")) continue;
+      const OpCase narrow = in_dtype(c, dtype);
+      SCOPED_TRACE(narrow.name);
+      std::vector<HostTensor> cpu = narrow.tensors;
+      narrow.run(OpContext{}, host_views(cpu));
+      const std::vector<HostTensor> gpu1 = run_on_gpu(narrow, true, &fused),
+                                    gpu2 = run_on_gpu(narrow, true);
+      for (size_t i = 0; i < cpu.size(); ++i) {
+        const std::string what = narrow.name + " tensor '" + cpu[i].name + "'";
+        expect_close(what, as_f32(gpu1[i]), as_f32(cpu[i]), c.tol + 8 * eps);
+        expect_bitwise(what, gpu1[i], gpu2[i]);
+      }
+    }
+    EXPECT_EQ(fused, 4) << dtype_name(dtype) << ": attention ops that ran through cuDNN";
+  }
 }
 
 // The case table in 16-bit storage (in_dtype: every float tensor but the statistics), GPU

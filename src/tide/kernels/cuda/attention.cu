@@ -17,14 +17,16 @@
 // NKV = NH (G = 1) every kernel does exactly the multi-head work.
 //
 // The GEMMs compute the full T x T products, upper triangle included (then zeroed or unused):
-// twice the necessary flops, the price of using plain cuBLAS; cuDNN's fused attention
-// (issue #27) is the fast path.
+// twice the necessary flops, the price of using plain cuBLAS. In 16-bit storage without dropout
+// the op runs cuDNN's fused attention instead where it can (attention_cudnn.h); this file is
+// the path for f32, for dropout (tide's masks) and wherever cuDNN declines.
 //
 // 16-bit storage: everything between the storage tensors is f32 (q, k, v, the scores, the
 // probabilities), as in the CPU reference.
 #include <cmath>
 #include <type_traits>
 
+#include "tide/kernels/cuda/attention_cudnn.h"
 #include "tide/kernels/cuda/common.cuh"
 #include "tide/kernels/cuda/context.h"
 #include "tide/kernels/cuda/cuda_ops.h"
@@ -276,12 +278,20 @@ void attention_backward_as(const OpContext& ctx, S* dqkv, const S* dout, const S
   TIDE_CUDA_CHECK_LAUNCH();
 }
 
+// dst(n) += src(n), added in f32 and rounded once (cuDNN's gradient into the op's dqkv).
+template <typename S>
+__global__ void add_into_kernel(S* dst, const S* src, int64_t n) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) dst[i] = from_f32<S>(to_f32(dst[i]) + to_f32(src[i]));
+}
+
 }  // namespace
 
 void attention_forward(const OpContext& ctx, DType dtype, void* out, float* lse, const void* qkv,
                        int B, int T, int C, int NH, int NKV, const DropoutSpec& dropout) {
   const Dims d{B, T, C, NH, C / NH, NKV};
   if (d.head_elems() == 0) return;
+  if (cudnn_attention_forward(ctx, dtype, out, lse, qkv, B, T, C, NH, NKV, dropout.p)) return;
   with_storage_type(dtype, [&](auto tag) {
     using S = decltype(tag);
     attention_forward_as<S>(ctx, static_cast<S*>(out), lse, static_cast<const S*>(qkv), d, dropout);
@@ -293,6 +303,17 @@ void attention_backward(const OpContext& ctx, DType dtype, void* dqkv, const voi
                         const DropoutSpec& dropout) {
   const Dims d{B, T, C, NH, C / NH, NKV};
   if (d.head_elems() == 0) return;
+  if (const void* grad =
+          cudnn_attention_backward(ctx, dtype, dout, qkv, B, T, C, NH, NKV, dropout.p)) {
+    const int64_t n = static_cast<int64_t>(B) * T * d.row_stride();
+    with_storage_type(dtype, [&](auto tag) {
+      using S = decltype(tag);
+      add_into_kernel<S><<<ceil_div(n, kBlock), kBlock, 0, stream_of(ctx)>>>(
+          static_cast<S*>(dqkv), static_cast<const S*>(grad), n);
+    });
+    TIDE_CUDA_CHECK_LAUNCH();
+    return;
+  }
   with_storage_type(dtype, [&](auto tag) {
     using S = decltype(tag);
     attention_backward_as<S>(ctx, static_cast<S*>(dqkv), static_cast<const S*>(dout),

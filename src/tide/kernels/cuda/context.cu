@@ -19,6 +19,7 @@ constexpr size_t kWorkspaceBytes = size_t{32} << 20;
 CudaHandles::~CudaHandles() {
   cudaSetDevice(device);
   if (stream != nullptr) cudaStreamSynchronize(stream);
+  cudnn_attention.reset();  // its cuDNN handle is bound to the stream
   if (cublaslt != nullptr) cublasLtDestroy(cublaslt);
   if (cublas != nullptr) cublasDestroy(cublas);
   cudaFree(workspace);

@@ -17,10 +17,14 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <cstdint>
+#include <memory>
 
 #include "tide/kernels/ops.h"
 
 namespace tide {
+
+struct CudnnAttention;  // cuda/attention_cudnn.cpp
 
 // What make_op_context creates for a CUDA device (forward-declared in ops.h). Released with
 // the last OpContext that holds it: synchronises its stream, then frees everything.
@@ -42,6 +46,11 @@ struct CudaHandles {
   // Growing synchronises the stream first (the old buffer may still be read by queued
   // kernels); the buffer only grows, so that happens in the first steps only.
   void* scratch(size_t bytes);
+
+  // cuDNN's fused attention: its handle and graphs (attention_cudnn.cpp), made on first use,
+  // and how many attention ops ran through it (the GPU tests check that it did).
+  std::shared_ptr<CudnnAttention> cudnn_attention;
+  int64_t fused_attention_calls = 0;
 
  private:
   void* scratch_ = nullptr;
