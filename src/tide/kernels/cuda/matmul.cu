@@ -121,8 +121,8 @@ __global__ void split_bf16_kernel(__nv_bfloat16* hi, __nv_bfloat16* mid, __nv_bf
 // gemm() for a bf16 A and an f32 B: three bf16 GEMMs per block of B's stored columns (n when
 // B is not transposed, else k), accumulating in f32 (C itself when f32, else f32 scratch
 // rounded into C once at the end).
-void gemm_split_b(const OpContext& ctx, bool trans_a, bool trans_b, int64_t m, int64_t n,
-                  int64_t k, Operand a, Operand b, bool accumulate, void* C, DType c_dtype) {
+void gemm_split_b(const OpContext& ctx, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                  Operand a, Operand b, bool accumulate, void* C, DType c_dtype) {
   const cudaStream_t stream = stream_of(ctx);
   const int64_t cols = trans_b ? k : n;  // B stored (k,n), or (n,k) when transposed
   const int64_t rows = b.ld;
@@ -156,15 +156,15 @@ void gemm_split_b(const OpContext& ctx, bool trans_a, bool trans_b, int64_t m, i
           cublas, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
           static_cast<int>(m), static_cast<int>(bn), static_cast<int>(bk), &alpha, a_block,
           CUDA_R_16BF, static_cast<int>(a.ld), terms[t], CUDA_R_16BF, static_cast<int>(rows),
-          first ? &first_beta : &one, c_block, CUDA_R_32F, static_cast<int>(m),
-          CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+          first ? &first_beta : &one, c_block, CUDA_R_32F, static_cast<int>(m), CUBLAS_COMPUTE_32F,
+          CUBLAS_GEMM_DEFAULT));
     }
   }
   if (!via_f32) return;
   with_storage_type(c_dtype, [&](auto tag) {
     using T = decltype(tag);
-    finish_kernel<T><<<ceil_div(m * n, kBlock), kBlock, 0, stream>>>(static_cast<T*>(C), out,
-                                                                    m * n, accumulate);
+    finish_kernel<T><<<ceil_div(m * n, kBlock), kBlock, 0, stream>>>(static_cast<T*>(C), out, m * n,
+                                                                     accumulate);
   });
   TIDE_CUDA_CHECK_LAUNCH();
 }
