@@ -15,7 +15,8 @@
 #   2. `tide train device=cuda` against `device=cpu`, f32, the default job's model and data, 10
 #      steps: the losses within 1e-5 (relative), the final checkpoints (weights, master, Adam)
 #      within 1e-4 of each tensor's largest value (tools/compare_checkpoints.py);
-#   3. the same run on the GPU with ZeRO-3, ZeRO-Offload, offload_param and auto placement: the
+#   3. the same run on the GPU with ZeRO-3, ZeRO-Offload, offload_param and auto placement (with
+#      a limit, and with the default budget from the GPU's free memory): the
 #      losses within 1e-5 of step 2's GPU run; with DPU, of the CPU run with DPU;
 #   4. bf16 on the GPU: step 2's run in bf16 against the CPU's bf16 run (losses within 1e-2:
 #      each side rounds its own f32 sums to bf16, so single roundings differ and the runs drift
@@ -25,7 +26,11 @@
 #      first line is the GPU's bf16 GEMM peak; then GPT-2 training throughput, tide
 #      (bench_gpt_gpu: the largest micro-batch that fits, T = 1024, bf16) beside PyTorch
 #      (gpt_torch.py: autocast, SDPA, torch.compile, fused AdamW) at the same micro-batch, with
-#      MFU against that peak. GPT_MODELS (default gpt2-124m) picks the presets.
+#      MFU against that peak. GPT_MODELS (default gpt2-124m) picks the presets;
+#   6. the largest GPT that `tide estimate --max-model` fits on this GPU and 90% of the host's
+#      available memory under placement.policy=auto with full recomputation (GPT-2 1.5B's family,
+#      one sequence of 1024), trained for a step or two by bench_gpt_gpu: its TFLOP/s, or how it
+#      failed (and, when the budget is spent, that it did not run).
 # Every step runs even when an earlier one fails; check.sh exits non-zero when any failed.
 # Each step has a time limit, and the whole check a budget (CHECK_BUDGET_S, default 480 s: the
 # issue's 8 minutes): a step that hangs or would run past the budget is stopped (or skipped),
@@ -129,6 +134,8 @@ tech offload_param cuda zero_optimization.stage=3 zero_optimization.offload_opti
   zero_optimization.offload_param.device=cpu
 # 72 MB: evictions every step on the simulated device (the default model's least is 45 MiB).
 tech auto cuda placement.policy=auto placement.device_memory_limit=72000000
+# No limit: auto's budget is the GPU's free memory less the margin (memory/allocator.h).
+tech auto_default cuda placement.policy=auto
 for dev in cpu cuda; do
   tech dpu "$dev" "${offload[@]}" zero_optimization.offload_optimizer.delayed_update=true \
     zero_optimization.offload_optimizer.dpu_warmup_steps=3
@@ -170,6 +177,25 @@ print(json.loads(open(sys.argv[1]).readlines()[-1]).get("B", 0))' "$out/gpt_tide
 done
 tail -n 2 "$out/gpt_tide.jsonl" "$out/gpt_torch.jsonl"
 
+echo "== 6. the largest GPT that fits this GPU and host under placement auto"
+gpu_mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | head -1)
+host_mib=$(awk '/MemAvailable/ {print int($2 * 0.9 / 1024)}' /proc/meminfo)
+./tide estimate --model gpt2-1.5b --seq 1024 --micro-batch 1 --gpu-mem "${gpu_mib:-0}MiB" \
+  --host-mem "${host_mib}MiB" --max-model --json >"$out/largest_estimate.json" 2>"$out/largest.log"
+read -r L C H < <(python3 -c 'import json, sys
+rows = json.load(open(sys.argv[1]))["max_model"]
+r = [r for r in rows if r["option"].endswith("+auto") and r["recompute"] == "full" and r["found"]][0]
+m = r["model"]; print(m["n_layer"], m["n_embd"], m["n_head"])' "$out/largest_estimate.json" 2>>"$out/largest.log")
+: >"$out/largest.jsonl"
+if [ -n "${L:-}" ]; then
+  echo "L=$L C=$C H=$H"
+  bounded largest 300 ./bench_gpt_gpu --models custom --B 1 --steps 2 --warmup 1 \
+    --peak-tflops "$peak" --set "model.n_layer=$L" --set "model.n_embd=$C" --set "model.n_head=$H" \
+    --set model.vocab_size=50257 --set placement.policy=auto \
+    --set activation_checkpointing.policy=full >"$out/largest.jsonl" 2>>"$out/largest.log"
+  tail -n 1 "$out/largest.jsonl"
+fi
+
 python3 - "$out" "${gpu:-none}" "$tests_rc" "$tests_s" "$cpu_rc" "$cuda_rc" "$cuda_s" \
   "$params_rc" "$bench_rc" "$torch_rc" "$default_s" <<'PY'
 import json, sys
@@ -195,7 +221,7 @@ cpu, cuda = losses("cpu"), losses("cuda")
 steps, worst = worst_of(cpu, cuda)
 techs = {}
 for name, ref in [("zero3", "cuda"), ("offload", "cuda"), ("offload_param", "cuda"),
-                  ("auto", "cuda"), ("dpu", "tech_dpu_cpu")]:
+                  ("auto", "cuda"), ("auto_default", "cuda"), ("dpu", "tech_dpu_cpu")]:
     got = losses(f"tech_{name}_cuda")
     n, w = worst_of(losses(ref), got)
     techs[name] = {"ok": len(n) == 10 and w <= 1e-5, "steps": len(n), "loss_max_rel_diff": w,
@@ -243,6 +269,7 @@ s = {"gpu": gpu,
      "bf16_on_gpu": bf16,
      "bench": {"ok": bench_rc == 0 and torch_rc == 0},
      "gpt_training": gpt,
+     "largest": (lines("largest.jsonl") or [{}])[-1],
      "out_of_time": timeouts,
      "cudnn_attention_notes": cudnn_notes}
 # Without a GPU the GPU tests skip themselves and pass: that proves nothing.
@@ -268,6 +295,10 @@ md = [f"GPU check on {gpu}: {'PASSED' if s['ok'] else 'FAILED'}", "",
         f"{g['tide_tokens_per_s']} tok/s (MFU {g['tide_mfu']}), PyTorch "
         f"{g['torch_tokens_per_s']} tok/s (MFU {g['torch_mfu']}), ratio {g['ratio']}"
         + (f"; error: {g['error']}" if g['error'] else "") for g in gpt],
+      f"- the largest GPT under placement auto (tide estimate's): {s['largest'].get('params')} "
+      f"parameters, {s['largest'].get('tflops')} TFLOP/s (MFU {s['largest'].get('mfu')}), "
+      f"peak GPU {s['largest'].get('peak_device_bytes')} B"
+      + (f"; error: {s['largest']['error']}" if s['largest'].get('error') else ""),
       "- cuDNN fused attention (16-bit, no dropout): "
       + ("; ".join(cudnn_notes) if cudnn_notes else "no run logged a decline"),
       *[f"- out of time: {t}" for t in timeouts]]

@@ -22,6 +22,7 @@
 #include "tide/core/byte_size.h"
 #include "tide/core/error.h"
 #include "tide/estimate/report.h"
+#include "tide/memory/allocator.h"
 
 namespace tide::app {
 namespace {
@@ -232,10 +233,18 @@ void run_estimate(const EstimateArgs& a, const CLI::App& cmd) {
     fmt::print("{}", key_flags_text());
     return;
   }
-  const TrainSetup setup = build_setup(a, cmd);
+  TrainSetup setup = build_setup(a, cmd);
   MachineBudget budget;
   if (!a.gpu_mem.empty()) budget.gpu_bytes = parse_byte_size(a.gpu_mem);
   if (!a.host_mem.empty()) budget.host_bytes = parse_byte_size(a.host_mem);
+  // placement.policy=auto without a limit (device=cuda; the config check refuses it elsewhere):
+  // the budget tide train would take on an empty GPU of --gpu-mem.
+  if (setup.placement == Placement::Auto && setup.device_memory_limit == 0) {
+    TIDE_CHECK(budget.gpu_bytes > 0,
+               "placement.policy=auto on a GPU takes its budget from the GPU's free memory: give "
+               "the GPU's memory with --gpu-mem (e.g. 80GiB), or placement.device_memory_limit");
+    setup.device_memory_limit = default_auto_device_limit({budget.gpu_bytes, budget.gpu_bytes});
+  }
   if (a.max_model) {
     const GrowthFamily family = parse_growth_family(a.grow);
     const auto rows = find_max_models(setup, budget, family);

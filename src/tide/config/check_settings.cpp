@@ -35,12 +35,15 @@ void check_memory_placement(const TrainConfig& c) {
              "zero_optimization.offload_optimizer.delayed_update=true needs "
              "zero_optimization.offload_optimizer.device=\"cpu\" (the delayed update is the CPU "
              "optimizer's); set the device or remove delayed_update");
-  // On a GPU auto's budget would default to the device's free memory; on the CPU the device is
-  // the budgeted stand-in, whose size only the key can give.
-  TIDE_CHECK(c.placement_policy != "auto" || c.device_memory_limit > 0,
-             "placement.policy=\"auto\" needs placement.device_memory_limit > 0 on the CPU (the "
-             "bytes of the budgeted allocator standing in for the device, which auto fills and "
-             "evicts from); set placement.device_memory_limit, or placement.policy=\"device\"");
+  // On a GPU auto's budget defaults to the device's free memory less a margin
+  // (memory/allocator.h); on the CPU and the simulated device the device is a stand-in whose size
+  // only the key can give.
+  TIDE_CHECK(
+      c.placement_policy != "auto" || c.device_memory_limit > 0 || c.device.starts_with("cuda"),
+      "placement.policy=\"auto\" needs placement.device_memory_limit > 0 on the CPU and "
+      "the simulated device (the bytes of the budgeted allocator standing in for the "
+      "device, which auto fills and evicts from; on a GPU it defaults to the free memory); "
+      "set placement.device_memory_limit, or placement.policy=\"device\"");
   TIDE_CHECK(
       c.placement_policy != "auto" || (c.offload_optimizer == "none" && c.offload_param == "none"),
       "placement.policy=\"auto\" with zero_optimization.offload_optimizer/offload_param "

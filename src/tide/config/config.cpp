@@ -476,7 +476,8 @@ const std::vector<ConfigKey>& config_schema() {
       {"placement.device_memory_limit", &TrainConfig::device_memory_limit, T::INT, 0,
        "bytes the compute tier (the device; on CPU a budgeted host allocator standing in for "
        "it) may hold: parameters, gradients, ZeRO buffers and, without offload, the optimizer "
-       "state; exceeding it is an out-of-memory error; 0 = unlimited",
+       "state; exceeding it is an out-of-memory error; 0 = unlimited (under placement.policy=auto "
+       "on a GPU: the free memory at the start less a margin of 5% of the GPU, at least 2 GiB)",
        ints(0)},
       {"placement.policy",
        {placement_policy_name, &TrainConfig::placement_policy},

@@ -1,6 +1,7 @@
 #include "tide/estimate/compare_options.h"
 
 #include "tide/core/error.h"
+#include "tide/memory/allocator.h"
 #include "tide/model/layout.h"
 
 namespace tide {
@@ -29,6 +30,7 @@ TrainSetup with_option(TrainSetup setup, const MemoryOption& option) {
   setup.recompute = option.recompute;
   // placement.policy=auto refuses offload: the offload rows are sized as placement=device.
   if (option.offload != Offload::None) setup.placement = Placement::Device;
+  if (option.placement == Placement::Auto) setup.placement = Placement::Auto;
   return setup;
 }
 
@@ -115,10 +117,20 @@ std::vector<MaxModelResult> find_max_models(const TrainSetup& setup, const Machi
                                             GrowthFamily family) {
   TIDE_CHECK(budget.gpu_bytes > 0,
              "--max-model needs the GPU memory to fit into; give it with --gpu-mem (e.g. 80GiB)");
-  // The largest model whose states all fit the GPU: placement=auto would let any model "fit"
-  // a device total it caps at the limit, so the search sizes placement=device.
+  // The standard options: the largest model whose states all fit the GPU (placement=auto would
+  // let any model "fit" a device total it caps at the limit, so they size placement=device).
+  // The +auto rows: the states spread over the GPU's budget and the host.
   TrainSetup base = setup;
   base.placement = Placement::Device;
+  TrainSetup base_auto = setup;
+  if (base_auto.device_memory_limit == 0)
+    base_auto.device_memory_limit = default_auto_device_limit({budget.gpu_bytes, budget.gpu_bytes});
+  std::vector<MemoryOption> options = standard_options();
+  // (Without a host budget any model would fit auto: no +auto rows.)
+  for (Recompute r : {Recompute::None, Recompute::Selective, Recompute::Full})
+    if (budget.host_bytes > 0)
+      options.push_back({option_name(setup.zero_stage, Offload::None) + "+auto", setup.zero_stage,
+                         Offload::None, r, Placement::Auto});
   // k up to 1024: hidden 131072 or 1024 layers per stage, far beyond any machine.
   const int k_max = 1024;
   std::vector<std::pair<int, GPTConfig>> shapes;
@@ -130,14 +142,14 @@ std::vector<MaxModelResult> find_max_models(const TrainSetup& setup, const Machi
              "no model of the '{}' family fits the parallel layout (tp {}, pp {}); change tp/pp",
              to_string(family), setup.tp, setup.pp);
   std::vector<MaxModelResult> out;
-  for (const MemoryOption& o : standard_options()) {
+  for (const MemoryOption& o : options) {
     MaxModelResult r;
     r.option = o;
     auto fits = [&](const GPTConfig& c, MemoryEstimate& est) {
-      TrainSetup t = with_option(base, o);
+      TrainSetup t = with_option(o.placement == Placement::Auto ? base_auto : base, o);
       t.model = c;
       est = estimate_memory(t);
-      return est.device.total() <= budget.gpu_bytes &&
+      return est.limit.fits() && est.device.total() <= budget.gpu_bytes &&
              (budget.host_bytes == 0 || est.host.total() <= budget.host_bytes);
     };
     // Bisection for the last fitting shape: shapes[lo] fits (once found), shapes[hi] does not.

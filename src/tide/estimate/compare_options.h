@@ -23,6 +23,7 @@ struct MemoryOption {
   int zero_stage = 0;
   Offload offload = Offload::None;
   Recompute recompute = Recompute::None;
+  Placement placement = Placement::Device;  // Auto: the "+auto" rows of --max-model
 };
 
 // DDP, ZeRO-1, ZeRO-2, ZeRO-3, ZeRO-2+offload_opt, ZeRO-3+offload_all, each with recompute
@@ -63,8 +64,12 @@ struct MaxModelResult {
   MemoryEstimate estimate;
 };
 
-// The largest model of the family that fits the budget under each standard option. Needs a
-// GPU budget. Memory grows with k, so the search is a bisection over the valid shapes.
+// The largest model of the family that fits the budget under each standard option, and under
+// placement.policy=auto at the setup's ZeRO stage with each recompute policy when the budget has
+// a host (PatrickStar: the
+// model states spread over the GPU and the host; the setup's placement.device_memory_limit, or
+// the default budget of an empty GPU of budget.gpu_bytes, memory/allocator.h). Needs a GPU
+// budget. Memory grows with k, so the search is a bisection over the valid shapes.
 std::vector<MaxModelResult> find_max_models(const TrainSetup& setup, const MachineBudget& budget,
                                             GrowthFamily family);
 

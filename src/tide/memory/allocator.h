@@ -2,6 +2,7 @@
 // Device memory for model data: the allocators of core/allocator.h, plus the CUDA allocator,
 // which lives in the CUDA module (memory/cuda_allocator.cu).
 
+#include <cstdint>
 #include <memory>
 
 #include "tide/core/allocator.h"
@@ -12,5 +13,21 @@ namespace tide {
 // first call; core/cuda_module.h); throws a tide::Error in builds without CUDA or when the module
 // cannot be loaded.
 std::unique_ptr<Allocator> make_cuda_allocator(Device device, size_t limit_bytes = 0);
+
+// GPU `device`'s free and total bytes now (cudaMemGetInfo), from the CUDA module.
+struct DeviceMemoryInfo {
+  int64_t free_bytes = 0;
+  int64_t total_bytes = 0;
+};
+DeviceMemoryInfo cuda_memory_info(Device device);
+
+// placement.policy=auto's budget on a GPU when placement.device_memory_limit is 0: the device's
+// free memory when the run starts, less a margin for what tide allocates outside its budgeted
+// allocator (kernel scratch, such as tide's f32 attention's (B,NH,T,T) buffers, the cuBLAS and
+// cuDNN workspaces, NCCL's buffers) and for other processes: 5% of the device's memory, at least
+// 2 GiB. tide estimate sizes --gpu-mem's GPU the same way (free = total). Throws when the margin
+// leaves nothing.
+int64_t auto_device_margin(int64_t total_bytes);
+int64_t default_auto_device_limit(const DeviceMemoryInfo& memory);
 
 }  // namespace tide

@@ -44,10 +44,20 @@ std::unique_ptr<Allocator> make_allocator(Device device, size_t limit_bytes) {
   return std::make_unique<CudaAllocator>(device, limit_bytes);
 }
 
+const char* memory_info(int device, size_t* free_bytes, size_t* total_bytes) {
+  int current = 0;
+  cudaError_t e = cudaGetDevice(&current);
+  if (e == cudaSuccess && current != device) e = cudaSetDevice(device);
+  if (e == cudaSuccess) e = cudaMemGetInfo(free_bytes, total_bytes);
+  if (current != device) cudaSetDevice(current);  // the calling thread's device as it was
+  return e == cudaSuccess ? nullptr : cudaGetErrorString(e);
+}
+
 }  // namespace
 }  // namespace tide
 
 TIDE_CUDA_MODULE_ENTRY const tide::CudaMemoryTable* tide_cuda_memory() {
-  static const tide::CudaMemoryTable table{sizeof(tide::CudaMemoryTable), &tide::make_allocator};
+  static const tide::CudaMemoryTable table{sizeof(tide::CudaMemoryTable), &tide::make_allocator,
+                                           &tide::memory_info};
   return &table;
 }

@@ -12,6 +12,8 @@ namespace tide {
 struct CudaMemoryTable {
   size_t size = sizeof(CudaMemoryTable);
   std::unique_ptr<Allocator> (*make_allocator)(Device device, size_t limit_bytes) = nullptr;
+  // cudaMemGetInfo on GPU `device`: an error message (static storage) or nullptr.
+  const char* (*memory_info)(int device, size_t* free_bytes, size_t* total_bytes) = nullptr;
 };
 
 }  // namespace tide

@@ -308,7 +308,19 @@ void Trainer::configure_store(StoreOptions& so) {
   so.compute_dtype = model_dtype(cfg_);
   if (grad_dtype(cfg_) != so.compute_dtype) so.grad_dtype = grad_dtype(cfg_);
   const bool offload = cfg_.zero.offload_optimizer.enabled;
-  const auto limit = static_cast<size_t>(cfg_.device_memory_limit);
+  auto limit = static_cast<size_t>(cfg_.device_memory_limit);
+  if (op_.device.is_cuda() && cfg_.placement_policy == "auto" && limit == 0) {
+    // auto's budget on a GPU: its free memory now, less a margin (memory/allocator.h).
+    const DeviceMemoryInfo m = cuda_memory_info(op_.device);
+    limit = static_cast<size_t>(default_auto_device_limit(m));
+    if (world_->rank() == 0)
+      fmt::print(
+          "tide: placement.policy=auto on {}: device budget {:.2f} GiB ({:.2f} GiB free "
+          "of {:.2f} GiB, less a {:.2f} GiB margin; placement.device_memory_limit sets "
+          "it)\n",
+          op_.device.str(), limit / double(1 << 30), m.free_bytes / double(1 << 30),
+          m.total_bytes / double(1 << 30), auto_device_margin(m.total_bytes) / double(1 << 30));
+  }
   if (!op_.device.is_cpu()) {  // the device's memory (with a limit: placement's budget)
     compute_alloc_ = op_.device.is_sim() ? std::make_unique<SimAllocator>(op_.device, limit)
                                          : make_cuda_allocator(op_.device, limit);

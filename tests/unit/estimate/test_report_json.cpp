@@ -77,6 +77,42 @@ TEST(MaxModel, LargestHiddenSizeThatFitsIsTheEdgeOfTheBudget) {
   EXPECT_THROW(find_max_models(s, {0, 0}, GrowthFamily::Hidden), Error);
 }
 
+// With a host budget, --max-model adds placement.policy=auto rows (PatrickStar): the states
+// spread over the GPU's default budget (80 GiB less the 4 GiB margin) and the host. On one
+// 80 GiB GPU with 128 GiB of host memory they fit a larger GPT than any other option, whose
+// states must fit one memory, and the next size up does not fit the host.
+TEST(MaxModel, AutoPlacementSpreadsTheStatesOverTheGpuAndTheHost) {
+  TrainSetup s;
+  s.model = GPTConfig::preset("gpt2-1.5b");  // 48 layers, head size 64
+  const MachineBudget budget{80LL << 30, 128LL << 30};
+  const auto rows = find_max_models(s, budget, GrowthFamily::Hidden);
+  ASSERT_EQ(rows.size(), 21u);
+  int64_t others = 0;
+  for (size_t i = 0; i < 18; ++i)
+    if (rows[i].found) others = std::max(others, rows[i].model.num_parameters());
+  for (size_t i = 18; i < 21; ++i) {
+    const MaxModelResult& r = rows[i];
+    SCOPED_TRACE(r.option.name + " " + to_string(r.option.recompute));
+    ASSERT_TRUE(r.found);
+    EXPECT_EQ(r.option.placement, Placement::Auto);
+    EXPECT_GT(r.model.num_parameters(), others);
+    EXPECT_EQ(r.estimate.limit.limit, (80LL << 30) - (4LL << 30));
+    EXPECT_TRUE(r.estimate.limit.auto_fits);
+    EXPECT_LE(r.estimate.host.total(), budget.host_bytes);
+    // 16 bytes per parameter of bf16 states (2 + 2 + 4 + 4 + 4, ZeRO's 2 + 2 + 12 at one rank)
+    // are more than the host holds: part of them is on the GPU.
+    EXPECT_GT(16 * r.model.num_parameters(), budget.host_bytes);
+    TrainSetup bigger = s;
+    bigger.placement = Placement::Auto;
+    bigger.device_memory_limit = r.estimate.limit.limit;
+    bigger.recompute = r.option.recompute;
+    bigger.model = r.model;
+    bigger.model.n_embd += 128;
+    bigger.model.n_head = bigger.model.n_embd / 64;
+    EXPECT_GT(estimate_memory(bigger).host.total(), budget.host_bytes);
+  }
+}
+
 // The Llama family grows as its published sizes do: the query heads per key/value head (4 in
 // Llama 3.1 8B) and the MLP's width per hidden unit (3.5, rounded up to a multiple of 256)
 // stay, so 8B's own shape is a member (hidden 4096: 8 kv heads, 14336) and is found under the

@@ -270,8 +270,9 @@ TEST(ConfigChecks, ZeroSettingsThatCannotWorkAreClearErrors) {
   EXPECT_HAS(error(s), "what one op needs gathered at once");
 }
 
-// placement.policy: "device" or "auto"; auto needs a budget on the CPU and places the optimizer
-// state itself (no offload keys with it).
+// placement.policy: "device" or "auto"; auto needs a budget on the CPU and the simulated device
+// (on a GPU it defaults to the free memory) and places the optimizer state itself (no offload
+// keys with it).
 TEST(ConfigChecks, PlacementPolicyAutoNeedsABudgetAndNoOffload) {
   EXPECT_NE(error_of([] {
               load_train_config("", {"placement.policy=gpu"});
@@ -279,8 +280,14 @@ TEST(ConfigChecks, PlacementPolicyAutoNeedsABudgetAndNoOffload) {
             std::string::npos);
   EXPECT_NE(error_of([] { load_train_config("", {"placement.policy=auto"}); })
                 .find("placement.policy=\"auto\" needs placement.device_memory_limit > 0 on the "
-                      "CPU"),
+                      "CPU and the simulated device"),
             std::string::npos);
+  EXPECT_NE(error_of([] {
+              load_train_config("", {"placement.policy=auto", "device=sim"});
+            }).find("needs placement.device_memory_limit > 0"),
+            std::string::npos);
+  for (const char* gpu : {"device=cuda", "device=cuda:1"})
+    EXPECT_EQ(error_of([&] { load_train_config("", {"placement.policy=auto", gpu}); }), "");
   EXPECT_NE(error_of([] {
               load_train_config("", {"placement.policy=auto", "placement.device_memory_limit=1000",
                                      "zero_optimization.stage=1",

@@ -130,6 +130,7 @@ TEST(EstimateSetupErrors, AutoPlacementSettings) {
   };
   EXPECT_HAS(err({"placement.device_memory_limit=-1"}), "placement.device_memory_limit");
   EXPECT_HAS(err({"placement.policy=auto"}), "needs placement.device_memory_limit > 0");
+  EXPECT_EQ(err({"placement.policy=auto", "device=cuda"}), "");  // the GPU's memory sizes it
   const std::string limit = "placement.device_memory_limit=1048576";
   EXPECT_HAS(err({"placement.policy=auto", limit, "zero_optimization.stage=1",
                   "zero_optimization.offload_optimizer.device=cpu"}),
