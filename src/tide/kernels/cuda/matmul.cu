@@ -22,6 +22,11 @@
 // once, as the CPU reference rounds it: cuBLAS's own beta = 1 with a 16-bit C disagreed with
 // it in about a quarter of the elements (H200, 2026-11-27), as rounding twice would.
 //
+// The forward with a bias in 16-bit storage runs as one cuBLASLt call with the BIAS epilogue,
+// which adds the bias to the product's f32 sum before the one rounding, as the CPU rounds it:
+// no broadcast and no f32 scratch pass (lt_bias_gemm; where cuBLASLt offers no algorithm, the
+// broadcast and gemm() above).
+//
 // cuBLAS is column-major. A row-major (R,K) matrix is, read column-major, its transpose
 // (K,R) with leading dimension K; so each row-major product below is written as the
 // column-major product of the transposes: (X @ Y)^T = Y^T @ X^T.
@@ -218,12 +223,90 @@ void gemm(const OpContext& ctx, bool trans_a, bool trans_b, int64_t m, int64_t n
   TIDE_CUDA_CHECK_LAUNCH();
 }
 
+// The largest power of two (up to 256) that divides the address: cuBLASLt's heuristic assumes
+// 256-byte aligned operands unless told, and would pick kernels that need it.
+uint32_t alignment_of(const void* p) {
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  uint32_t bytes = 256;
+  while (bytes > 1 && a % bytes != 0) bytes /= 2;
+  return bytes;
+}
+
+// cuBLASLt's descriptors of one call, destroyed with it.
+struct LtCall {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+  cublasLtMatmulPreference_t preference = nullptr;
+  ~LtCall() {
+    if (preference != nullptr) cublasLtMatmulPreferenceDestroy(preference);
+    if (d != nullptr) cublasLtMatrixLayoutDestroy(d);
+    if (b != nullptr) cublasLtMatrixLayoutDestroy(b);
+    if (a != nullptr) cublasLtMatrixLayoutDestroy(a);
+    if (op != nullptr) cublasLtMatmulDescDestroy(op);
+  }
+};
+
+template <typename V>
+void set(cublasLtMatmulDesc_t op, cublasLtMatmulDescAttributes_t attribute, const V& value) {
+  TIDE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, attribute, &value, sizeof(value)));
+}
+template <typename V>
+void set(cublasLtMatmulPreference_t p, cublasLtMatmulPreferenceAttributes_t attribute,
+         const V& value) {
+  TIDE_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(p, attribute, &value, sizeof(value)));
+}
+
+// out(N,OC) = inp(N,C) @ weight(OC,C)^T + bias(OC), all in `dtype` (16-bit), in one cuBLASLt call
+// (see the top of the file); false, having done nothing, when cuBLASLt offers no algorithm.
+// Column-major: out^T(OC,N) = weight^T'(OC,C) @ inp^T(C,N), the bias one value per row of out^T.
+// Split-K reductions are limited to an f32 workspace (no in-place ones, which may use atomics:
+// the results repeat bit for bit).
+bool lt_bias_gemm(const OpContext& ctx, DType dtype, void* out, const void* inp, const void* weight,
+                  const void* bias, int64_t N, int C, int OC) {
+  if (reinterpret_cast<uintptr_t>(bias) % 16 != 0) return false;
+  CudaHandles& h = handles_of(ctx);
+  const cudaDataType_t type = cuda_data_type(dtype);
+  LtCall call;
+  TIDE_CUBLAS_CHECK(cublasLtMatmulDescCreate(&call.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  set(call.op, CUBLASLT_MATMUL_DESC_TRANSA, CUBLAS_OP_T);
+  set(call.op, CUBLASLT_MATMUL_DESC_TRANSB, CUBLAS_OP_N);
+  set(call.op, CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_BIAS);
+  set(call.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
+  set(call.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, static_cast<int32_t>(type));
+  TIDE_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&call.a, type, C, OC, C));   // weight^T stored
+  TIDE_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&call.b, type, C, N, C));    // inp^T
+  TIDE_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&call.d, type, OC, N, OC));  // out^T
+  TIDE_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&call.preference));
+  set(call.preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, h.workspace_bytes);
+  set(call.preference, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+      static_cast<uint32_t>(CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE));
+  set(call.preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, alignment_of(weight));
+  set(call.preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, alignment_of(inp));
+  set(call.preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, alignment_of(out));
+  set(call.preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, alignment_of(out));
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  if (cublasLtMatmulAlgoGetHeuristic(h.cublaslt, call.op, call.a, call.b, call.d, call.d,
+                                     call.preference, 1, &result,
+                                     &found) != CUBLAS_STATUS_SUCCESS ||
+      found == 0)
+    return false;
+  const float alpha = 1.0f, beta = 0.0f;
+  TIDE_CUBLAS_CHECK(cublasLtMatmul(h.cublaslt, call.op, &alpha, weight, call.a, inp, call.b, &beta,
+                                   out, call.d, out, call.d, &result.algo, h.workspace,
+                                   h.workspace_bytes, stream_of(ctx)));
+  return true;
+}
+
 }  // namespace
 
 void matmul_forward(const OpContext& ctx, DType dtype, DType out_dtype, void* out, const void* inp,
                     const void* weight, const void* bias, int64_t N, int C, int OC) {
   if (N == 0) return;
   const bool with_bias = bias != nullptr;
+  if (with_bias && dtype != DType::F32 && out_dtype == dtype &&
+      lt_bias_gemm(ctx, dtype, out, inp, weight, bias, N, C, OC))
+    return;
   if (with_bias) {
     with_storage_types(out_dtype, dtype, [&](auto out_tag, auto tag) {
       using O = decltype(out_tag);
