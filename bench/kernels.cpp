@@ -143,14 +143,14 @@ int main(int argc, char** argv) try {
                               view(x, {B, T, C}), stat(mean, {B, T}), stat(rstd, {B, T}));
   });
 
-  // ---- linear layers: qkv (C->3C), fc (C->4C), head (C->V, no bias, tied to wte)
+  // ---- linear layers: qkv (C->3C), proj (C->C), fc (C->4C), head (C->V, no bias, tied to wte)
   struct Linear {
     const char* name;
     int64_t OC;
     bool bias;
   };
-  for (const Linear& l :
-       {Linear{"qkv", 3 * C, true}, Linear{"fc", 4 * C, true}, Linear{"head", V, false}}) {
+  for (const Linear& l : {Linear{"qkv", 3 * C, true}, Linear{"proj", C, true},
+                          Linear{"fc", 4 * C, true}, Linear{"head", V, false}}) {
     const int64_t OC = l.OC;
     auto w = randn(OC * C, 7, 0.02f), b = randn(OC, 8), dout = randn(N * OC, 9, 0.01f);
     std::vector<float> out(N * OC), dw(OC * C), db(OC), din(N * C);
