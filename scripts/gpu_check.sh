@@ -17,7 +17,8 @@
 #      within 1e-4 of each tensor's largest value (tools/compare_checkpoints.py);
 #   3. the same run on the GPU with ZeRO-3, ZeRO-Offload, offload_param and auto placement (with
 #      a limit, and with the default budget from the GPU's free memory): the
-#      losses within 1e-5 of step 2's GPU run; with DPU, of the CPU run with DPU;
+#      losses within 1e-5 of step 2's GPU run; with DPU, of the CPU run with DPU; and the Llama
+#      family (grouped-query attention) against its CPU run;
 #   4. bf16 on the GPU: step 2's run in bf16 against the CPU's bf16 run (losses within 1e-2:
 #      each side rounds its own f32 sums to bf16, so single roundings differ and the runs drift
 #      apart by far more than f32's), and the whole default job (its 150 steps) in bf16 against
@@ -139,6 +140,8 @@ tech auto_default cuda placement.policy=auto
 for dev in cpu cuda; do
   tech dpu "$dev" "${offload[@]}" zero_optimization.offload_optimizer.delayed_update=true \
     zero_optimization.offload_optimizer.dpu_warmup_steps=3
+  # The Llama family (RoPE, RMSNorm, SwiGLU, grouped-query attention) in f32, GPU against CPU.
+  tech llama "$dev" model.family=llama model.n_kv_head=2
 done
 
 echo "== 4. bf16 on the GPU: 10 steps against the CPU's bf16 run; the default job against f32"
@@ -221,7 +224,8 @@ cpu, cuda = losses("cpu"), losses("cuda")
 steps, worst = worst_of(cpu, cuda)
 techs = {}
 for name, ref in [("zero3", "cuda"), ("offload", "cuda"), ("offload_param", "cuda"),
-                  ("auto", "cuda"), ("auto_default", "cuda"), ("dpu", "tech_dpu_cpu")]:
+                  ("auto", "cuda"), ("auto_default", "cuda"), ("dpu", "tech_dpu_cpu"),
+                  ("llama", "tech_llama_cpu")]:
     got = losses(f"tech_{name}_cuda")
     n, w = worst_of(losses(ref), got)
     techs[name] = {"ok": len(n) == 10 and w <= 1e-5, "steps": len(n), "loss_max_rel_diff": w,
