@@ -22,7 +22,8 @@
 #   4. bf16 on the GPU: step 2's run in bf16 against the CPU's bf16 run (losses within 1e-2:
 #      each side rounds its own f32 sums to bf16, so single roundings differ and the runs drift
 #      apart by far more than f32's), and the whole default job (its 150 steps) in bf16 against
-#      f32 on the GPU: the last validation loss within 1% (issue #27);
+#      f32 on the GPU: the last validation loss within 1% (issue #27); and each default job's
+#      device allocator peak against `tide estimate --config` of its config: within 5%;
 #   5. the op benchmark beside its PyTorch peer (bench_gpu_ops, ops_torch.py: JSON lines), whose
 #      first line is the GPU's bf16 GEMM peak; then GPT-2 training throughput, tide
 #      (bench_gpt_gpu: the largest micro-batch that fits, T = 1024, bf16) beside PyTorch
@@ -157,6 +158,10 @@ start=$(date +%s)
 default_job f32
 default_job bf16 bf16.enabled=true
 default_s=$(($(date +%s) - start))
+# The device allocator's peak of each against tide estimate's per-GPU total for its config.
+for d in f32 bf16; do
+  ./tide estimate --config "$out/default_$d/config.json" --json >"$out/estimate_$d.json" 2>&1
+done
 
 echo "== 5. op benchmark beside PyTorch"
 bounded bench_gpu_ops 60 ./bench_gpu_ops >"$out/bench_tide.jsonl" 2>"$out/bench_tide.log"
@@ -234,6 +239,18 @@ steps16, worst16 = worst_of(losses("tech_bf16_cpu"), losses("tech_bf16_cuda"))
 v32, v16 = val_losses("default_f32"), val_losses("default_bf16")
 last = max(set(v32) & set(v16), default=None)
 val_diff = abs(v16[last] - v32[last]) / v32[last] if last is not None else float("inf")
+def peak_vs_estimate(d):  # the default job's device peak against tide estimate's total
+    try:
+        peak = [json.loads(l) for l in open(f"{out}/default_{d}/metrics.jsonl")
+                if "device_peak_bytes" in l][-1]["device_peak_bytes"]
+        row = next(o for o in json.load(open(f"{out}/estimate_{d}.json"))["options"]
+                   if o["configured"])
+        return {"peak_bytes": peak, "estimate_bytes": row["device"]["total"],
+                "ratio": row["device"]["total"] / peak}
+    except (OSError, ValueError, IndexError, KeyError, StopIteration, ZeroDivisionError):
+        return {"ratio": float("inf")}
+memory = {d: peak_vs_estimate(d) for d in ("f32", "bf16")}
+memory_ok = all(abs(m["ratio"] - 1) <= 0.05 for m in memory.values())
 bf16 = {"ok": len(steps16) == 10 and worst16 <= 1e-2 and val_diff <= 0.01,
         "steps_vs_cpu": len(steps16), "loss_max_rel_diff_vs_cpu": worst16, "loss_tol": 1e-2,
         "default_job_step": last, "val_loss_f32": v32.get(last), "val_loss_bf16": v16.get(last),
@@ -271,6 +288,7 @@ s = {"gpu": gpu,
                            "losses_cuda": [cuda[s] for s in steps]},
      "techniques_on_one_gpu": techs,
      "bf16_on_gpu": bf16,
+     "peak_memory_vs_estimate": {"ok": memory_ok, **memory},
      "bench": {"ok": bench_rc == 0 and torch_rc == 0},
      "gpt_training": gpt,
      "largest": (lines("largest.jsonl") or [{}])[-1],
@@ -278,7 +296,7 @@ s = {"gpu": gpu,
      "cudnn_attention_notes": cudnn_notes}
 # Without a GPU the GPU tests skip themselves and pass: that proves nothing.
 s["ok"] = (gpu != "none" and s["gpu_tests"]["ok"] and s["train_cuda_vs_cpu"]["ok"]
-           and all(t["ok"] for t in techs.values()) and bf16["ok"] and s["bench"]["ok"]
+           and all(t["ok"] for t in techs.values()) and bf16["ok"] and s["bench"]["ok"] and memory_ok
            and not timeouts)
 json.dump(s, open(f"{out}/gpu_check.json", "w"), indent=1)
 md = [f"GPU check on {gpu}: {'PASSED' if s['ok'] else 'FAILED'}", "",
@@ -293,6 +311,9 @@ md = [f"GPU check on {gpu}: {'PASSED' if s['ok'] else 'FAILED'}", "",
       f"bf16 run, losses max rel diff {worst16:.2e} (tol 1e-2); the default job's validation "
       f"loss at step {last}: bf16 {bf16['val_loss_bf16']} against f32 {bf16['val_loss_f32']}, "
       f"rel diff {val_diff:.2e} (tol 1e-2), both runs {default_s} s",
+      *[f"- the default job's ({d}) device peak against tide estimate: "
+        f"{'passed' if abs(m['ratio'] - 1) <= 0.05 else 'FAILED'}; estimate / peak {m['ratio']:.3f} "
+        f"(tol 5%)" for d, m in memory.items()],
       f"- op benchmark beside PyTorch: {'ran' if s['bench']['ok'] else 'FAILED'} "
       f"(bench_tide.jsonl, bench_torch.jsonl)",
       *[f"- GPT-2 training {g['model']}, B={g['B']}, T=1024, bf16: tide "

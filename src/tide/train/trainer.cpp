@@ -912,6 +912,10 @@ void Trainer::run_steps() {
         }
         if (cfg_.zero.offload_optimizer.enabled) add_offload_metrics(record, st.offload);
         if (cfg_.placement_policy == "auto") add_placement_metrics(record, st.placement);
+        // On a device: the most its budgeted allocator has held (chunks, ZeRO's buffers, the
+        // arenas), the figure `tide estimate`'s per-GPU total sizes.
+        if (!op_.device.is_cpu() && compute_alloc_)
+          record["device_peak_bytes"] = compute_alloc_->peak();
         write_metrics(metrics, metrics_path, record);
         seconds_interval = 0;
         tokens_interval = 0;
