@@ -95,13 +95,14 @@ bool eligible(const OpContext& ctx, DType dtype, int C, int NH, float dropout_p)
          dropout_p == 0.0f && HS % 8 == 0 && HS <= 128;
 }
 
-// A (B, heads, T, HS) view of a (B,T,row) tensor whose head h starts at column offset + h*HS.
-fe::graph::Tensor_attributes heads(const char* name, int64_t uid, int B, int heads, int T, int HS,
+// A (B, n_heads, T, HS) view of a (B,T,row) tensor whose heads are consecutive HS-column slices
+// of each row (the view's pointer, given at execution, is its first head's first column).
+fe::graph::Tensor_attributes heads(const char* name, int64_t uid, int B, int n_heads, int T, int HS,
                                    int row) {
   return fe::graph::Tensor_attributes()
       .set_name(name)
       .set_uid(uid)
-      .set_dim({B, heads, T, HS})
+      .set_dim({B, n_heads, T, HS})
       .set_stride({static_cast<int64_t>(T) * row, HS, row, 1});
 }
 
