@@ -427,6 +427,20 @@ std::vector<OpCase> crossentropy_cases() {
                        crossentropy_backward(ctx, t[0], t[0], t[1], 0.125f);
                      },
                      kTol});
+    cases.push_back({"crossentropy_forward_backward " + dims,
+                     {zeros("losses", {N}), randn("dlogits", {N, V}, 77),
+                      randn("logits", {N, V}, 78, 4.0f), ids("targets", {N}, v, 79, 7)},
+                     [](const OpContext& ctx, const std::vector<Tensor>& t) {
+                       crossentropy_forward_backward(ctx, t[0], t[1], t[2], t[3], 0.125f);
+                     },
+                     kTol});
+    cases.push_back(
+        {"crossentropy_forward_backward in place " + dims,
+         {zeros("losses", {N}), randn("logits", {N, V}, 80, 4.0f), ids("targets", {N}, v, 81, 7)},
+         [](const OpContext& ctx, const std::vector<Tensor>& t) {
+           crossentropy_forward_backward(ctx, t[0], t[1], t[1], t[2], 0.125f);
+         },
+         kTol});
   }
   return cases;
 }

@@ -45,6 +45,7 @@ struct CudaKernelTable {
   decltype(&cuda::dropout_backward) dropout_backward = nullptr;
   decltype(&cuda::crossentropy_forward) crossentropy_forward = nullptr;
   decltype(&cuda::crossentropy_backward) crossentropy_backward = nullptr;
+  decltype(&cuda::crossentropy_forward_backward) crossentropy_forward_backward = nullptr;
 };
 
 }  // namespace tide

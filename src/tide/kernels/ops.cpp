@@ -822,4 +822,26 @@ void crossentropy_backward(const OpContext& ctx, Tensor dlogits, Tensor logits, 
   });
 }
 
+void crossentropy_forward_backward(const OpContext& ctx, Tensor losses, Tensor dlogits,
+                                   Tensor logits, Tensor targets, float dloss) {
+  const OpCheck ck{"crossentropy_forward_backward", ctx};
+  ck.rank(logits, "logits", 2, "(N,V) or (B,T,V)");
+  ck.tensor(logits, "logits", kFloat);
+  ck.tensor(targets, "targets", DType::I32, leading(logits), "logits' shape without V");
+  ck.tensor(losses, "losses", DType::F32, leading(logits), "logits' shape without V");
+  ck.tensor(dlogits, "dlogits", kFloat, logits.shape, "the shape of logits");
+  TIDE_RUN_ON_CUDA(ck, ctx.cuda->crossentropy_forward_backward(
+                           ctx, ck.storage(), losses.f32(), dlogits.data, logits.data,
+                           targets.i32(), rows(logits), as_int(logits.dim(-1)), dloss));
+  run_cpu_kernel(ck, [=] {
+    const bool in_place = dlogits.data == logits.data;  // as crossentropy_backward
+    const cpu::F32Buffer dlogits_(dlogits, /*widen=*/in_place),
+        logits_(in_place ? Tensor() : logits);
+    cpu::crossentropy_forward_backward(losses.f32(), dlogits_.get(),
+                                       in_place ? dlogits_.get() : logits_.get(), targets.i32(),
+                                       rows(logits), as_int(logits.dim(-1)), dloss);
+    dlogits_.store();
+  });
+}
+
 }  // namespace tide

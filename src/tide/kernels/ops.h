@@ -215,5 +215,11 @@ void crossentropy_forward(const OpContext& ctx, Tensor losses, Tensor logits, Te
 // may alias logits (the (B,T,V) buffer is the largest activation; it is reused in place).
 void crossentropy_backward(const OpContext& ctx, Tensor dlogits, Tensor logits, Tensor targets,
                            float dloss);
+// The two above in one op, for a training step that knows dloss at its forward (the fused
+// classifier): losses and dlogits with the bits of crossentropy_forward then
+// crossentropy_backward, in one pass over the rows (the backward's, whose row maximum and sum
+// give the loss); dlogits may alias logits.
+void crossentropy_forward_backward(const OpContext& ctx, Tensor losses, Tensor dlogits,
+                                   Tensor logits, Tensor targets, float dloss);
 
 }  // namespace tide

@@ -223,6 +223,19 @@ void sum_losses(MicroBatch& mb, const float* losses) {
   mb.loss = counted ? static_cast<float>(sum / counted) : 0.0f;
 }
 
+namespace {
+
+// d(mean loss)/d(loss_i) = 1/counted for each position with a target, times the micro-batch's
+// weight in the objective.
+float position_dloss(const MicroBatch& mb) {
+  const int32_t* tgt = mb.host_targets.i32();
+  int64_t counted = 0;
+  for (int64_t i = 0; i < int64_t{mb.B} * mb.T; ++i) counted += tgt[i] >= 0;
+  return counted ? mb.dloss / static_cast<float>(counted) : 0.0f;
+}
+
+}  // namespace
+
 std::pair<Tensor, Tensor> head_loss_forward(const BlockEnv& env, MicroBatch& mb, Tensor logits,
                                             Arena& keep) {
   const int64_t B = mb.B, T = mb.T;
@@ -233,9 +246,15 @@ std::pair<Tensor, Tensor> head_loss_forward(const BlockEnv& env, MicroBatch& mb,
     lse_sum = keep.alloc_tensor({B, T}, DType::F32);
     vocab_parallel_crossentropy_forward(env.op, *env.tp, losses, lse_max, lse_sum, logits,
                                         mb.targets, env.vocab_begin(), mb.workspace);
+  } else if (mb.training && !mb.keep_logits) {
+    // The fused classifier: a training forward knows its backward's dloss, so the losses and
+    // d(objective)/d(logits) come from one pass over the logits, written over them in place
+    // (the bits of the forward and backward ops); the backward's part is then done.
+    crossentropy_forward_backward(env.op, losses, logits, logits, mb.targets, position_dloss(mb));
   } else {
     crossentropy_forward(env.op, losses, logits, mb.targets);
   }
+  mb.logits_hold_gradient = !env.tp && mb.training && !mb.keep_logits;
   mb.logits = logits;
   record_losses(env, mb, losses);
   return {lse_max, lse_sum};
@@ -243,11 +262,8 @@ std::pair<Tensor, Tensor> head_loss_forward(const BlockEnv& env, MicroBatch& mb,
 
 void head_loss_backward(const BlockEnv& env, const MicroBatch& mb, Tensor logits, Tensor lse_max,
                         Tensor lse_sum) {
-  const int32_t* tgt = mb.host_targets.i32();
-  int64_t counted = 0;
-  for (int64_t i = 0; i < int64_t{mb.B} * mb.T; ++i) counted += tgt[i] >= 0;
-  // d(mean loss)/d(loss_i) = 1/counted, times the micro-batch's weight in the objective.
-  const float dloss = counted ? mb.dloss / static_cast<float>(counted) : 0.0f;
+  if (mb.logits_hold_gradient) return;  // the fused classifier wrote them in the forward
+  const float dloss = position_dloss(mb);
   if (env.tp)
     vocab_parallel_crossentropy_backward(env.op, logits, logits, mb.targets, lse_max, lse_sum,
                                          env.vocab_begin(), dloss);

@@ -77,6 +77,9 @@ struct MicroBatch {
   std::vector<int64_t> seq_targets;  // per sequence: positions with a target
   bool keep_logits = false;          // evaluation: keep the head's logits in `logits` (sampling)
   Tensor logits;                     // (B,T,V), set by the head when training or keep_logits
+  // The head's training forward ran the fused classifier: `logits` holds d(objective)/d(logits)
+  // already (head_loss_forward), and the backward's cross-entropy part is done.
+  bool logits_hold_gradient = false;
   std::unique_ptr<StashPool> own_stash;  // a one-slot pool when no engine shares one
 };
 
@@ -191,13 +194,15 @@ ArenaShape arena_shape(const BlockEnv& env);
 // to mb.host_losses first) summed per sequence into mb.seq_loss_sum / seq_targets and averaged
 // into mb.loss.
 void record_losses(const BlockEnv& env, MicroBatch& mb, Tensor losses);
+// The per-sequence sums and the mean of the head's per-position losses (B,T) f32 on the host.
+void sum_losses(MicroBatch& mb, const float* losses);
 
 // The head's loss (GPT-2's and the Llama family's): the per-position cross-entropy of `logits`
 // (B,T,V; this rank's vocabulary columns under tensor parallelism) recorded in mb
 // (record_losses). Under tensor parallelism also the row maxima and sums backward needs,
-// allocated from `keep` and returned (undefined tensors otherwise).
-// The per-sequence sums and the mean of the head's per-position losses (B,T) f32 on the host.
-void sum_losses(MicroBatch& mb, const float* losses);
+// allocated from `keep` and returned (undefined tensors otherwise). A training forward without
+// tensor parallelism also writes d(loss)/d(logits) over the logits (the fused classifier,
+// mb.logits_hold_gradient), which leaves head_loss_backward nothing to do.
 std::pair<Tensor, Tensor> head_loss_forward(const BlockEnv& env, MicroBatch& mb, Tensor logits,
                                             Arena& keep);
 // d(loss)/d(logits) in place: each counted position's 1/counted of the mean, times mb.dloss.

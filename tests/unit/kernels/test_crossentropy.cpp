@@ -1,6 +1,7 @@
 #include <cmath>
 
 #include "kernel_test_util.h"
+#include "op_cases.h"
 
 using namespace tide;
 using namespace tide::test;
@@ -57,4 +58,42 @@ TEST(CrossEntropy, BackwardMatchesFiniteDifferences) {
   crossentropy_backward(cpu_ctx(), view(buf, {B, T, V}), view(buf, {B, T, V}),
                         view(targets, {B, T}), dloss);
   EXPECT_EQ(buf, dlogits);
+}
+
+// The fused classifier (crossentropy_forward_backward, which a training step's head runs) has
+// the bits of crossentropy_forward then crossentropy_backward: into separate buffers and in
+// place, with ignored targets, in f32 and in bf16 storage, on rows that end in a partial block
+// of 8 logits.
+TEST(CrossEntropy, ForwardBackwardHasTheBitsOfTheTwoOps) {
+  using tide::testing::HostTensor;
+  const int64_t N = 6, V = 1001;
+  const float dloss = 0.0625f;
+  std::vector<int32_t> targets = {3, -1, 1000, 0, -7, 512};
+  const Tensor tgt = view(targets, {N});
+  for (DType dtype : {DType::F32, DType::BF16}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    HostTensor logits = tide::testing::randn("logits", {N, V}, 77, 4.0f);
+    if (dtype != DType::F32) logits = tide::testing::narrowed(logits, dtype);
+    auto tensor = [](HostTensor& t) { return Tensor(t.data(), t.shape, t.dtype); };
+    // The two ops, the backward in place as the model ran them.
+    HostTensor losses = tide::testing::zeros("losses", {N}), grad = logits;
+    crossentropy_forward(cpu_ctx(), tensor(losses), tensor(logits), tgt);
+    crossentropy_backward(cpu_ctx(), tensor(grad), tensor(grad), tgt, dloss);
+    // Fused, into another buffer and in place.
+    HostTensor fused_losses = tide::testing::zeros("losses", {N}), fused_grad = logits;
+    fused_grad.f.assign(fused_grad.f.size(), 7.0f);    // overwritten (f32)
+    fused_grad.h.assign(fused_grad.h.size(), 0x4040);  // overwritten (bf16: 3.0)
+    crossentropy_forward_backward(cpu_ctx(), tensor(fused_losses), tensor(fused_grad),
+                                  tensor(logits), tgt, dloss);
+    HostTensor in_place_losses = tide::testing::zeros("losses", {N}), in_place = logits;
+    crossentropy_forward_backward(cpu_ctx(), tensor(in_place_losses), tensor(in_place),
+                                  tensor(in_place), tgt, dloss);
+    for (const HostTensor* l : {&fused_losses, &in_place_losses}) EXPECT_EQ(l->f, losses.f);
+    for (const HostTensor* g : {&fused_grad, &in_place}) {
+      EXPECT_EQ(g->f, grad.f);
+      EXPECT_EQ(g->h, grad.h);
+    }
+    EXPECT_EQ(losses.f[1], 0.0f);  // an ignored target
+    EXPECT_GT(losses.f[2], 0.0f);
+  }
 }

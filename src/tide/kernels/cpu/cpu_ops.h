@@ -2,7 +2,8 @@
 // The CPU reference kernels: plain f32 loops parallelised with OpenMP, GEMMs through OpenBLAS.
 // ops.cpp checks shapes, dtypes and devices and then calls these with raw pointers, so the
 // functions here trust their arguments (llm.c style). Conventions are those of ops.h:
-// forward ops overwrite, backward ops accumulate (+=), except crossentropy_backward.
+// forward ops overwrite, backward ops accumulate (+=), except crossentropy_backward and
+// crossentropy_forward_backward (overwrite, may alias).
 //
 // Reproducibility: every result is independent of the number of OpenMP threads. Work is split
 // so that each output element is written by one thread, and every sum runs in a fixed order
@@ -103,5 +104,8 @@ void crossentropy_forward(float* losses, const float* logits, const int32_t* tar
 // dlogits(N,V) = (softmax - onehot) * dloss, overwritten; dlogits may alias logits.
 void crossentropy_backward(float* dlogits, const float* logits, const int32_t* targets, int64_t N,
                            int V, float dloss);
+// Both in one pass over the rows, with their bits; dlogits may alias logits.
+void crossentropy_forward_backward(float* losses, float* dlogits, const float* logits,
+                                   const int32_t* targets, int64_t N, int V, float dloss);
 
 }  // namespace tide::cpu

@@ -4,6 +4,9 @@
 // logsumexp subtracts the row maximum and sums the exponentials in double.
 // The rows are processed 8 logits at a time (simd.h): exp is most of this kernel's time.
 // The last partial block of a row is padded with -inf, whose exp is 0.
+// crossentropy_forward_backward is the training step's pair in one pass over the rows: the
+// backward's passes, with the loss taken from their maximum and sum, which are the forward's
+// (the same operations in the same order), so its bits are those of the two ops.
 #include <cmath>
 
 #include "tide/core/error.h"
@@ -54,6 +57,32 @@ void check_targets(const int32_t* targets, int64_t N, int V, const char* op) {
   }
 }
 
+// One row of the backward: dx = (softmax(x) - onehot(target)) * dloss, target >= 0, in three
+// passes each reading x[v] before writing dx[v] (safe in place): the maximum; e = exp(x - max),
+// stored in dx and summed in double; the scaling to softmax * dloss. Then the one-hot term.
+// Returns the maximum and the sum (the forward's row_stats).
+RowStats gradient_row(float* dx, const float* x, int V, int32_t target, float dloss) {
+  const float maxval = row_max(x, V);
+  v4d lo = {}, hi = {};
+  int v = 0;
+  for (; v + 8 <= V; v += 8) store8(dx + v, exp_and_add(load8(x + v), maxval, lo, hi));
+  if (v < V) {
+    const v8f e = exp_and_add(load_partial(x + v, V - v, -INFINITY), maxval, lo, hi);
+    store_partial(dx + v, e, V - v);
+  }
+  const double sum = hsum4d(lo, hi);
+  const float scale = static_cast<float>(1.0 / sum) * dloss;  // softmax = e / sum
+  for (v = 0; v + 8 <= V; v += 8) store8(dx + v, load8(dx + v) * splat(scale));
+  for (; v < V; ++v) dx[v] *= scale;
+  dx[target] -= dloss;
+  return {maxval, sum};
+}
+
+float loss_of(const RowStats& st, float target_logit) {
+  const double lse = static_cast<double>(st.maxval) + std::log(st.sum);
+  return static_cast<float>(lse - static_cast<double>(target_logit));
+}
+
 }  // namespace
 
 void crossentropy_forward(float* losses, const float* logits, const int32_t* targets, int64_t N,
@@ -67,9 +96,7 @@ void crossentropy_forward(float* losses, const float* logits, const int32_t* tar
       continue;
     }
     const float* x = logits + n * V;  // (V)
-    const RowStats st = row_stats(x, V);
-    const double lse = static_cast<double>(st.maxval) + std::log(st.sum);
-    losses[n] = static_cast<float>(lse - static_cast<double>(x[target]));
+    losses[n] = loss_of(row_stats(x, V), x[target]);
   }
 }
 
@@ -85,21 +112,25 @@ void crossentropy_backward(float* dlogits, const float* logits, const int32_t* t
       for (int v = 0; v < V; ++v) dx[v] = 0.0f;
       continue;
     }
-    // Three passes over the row, each reading x[v] before writing dx[v] (safe in place):
-    // the maximum; e = exp(x - max), stored in dx and summed in double; the scaling to
-    // softmax * dloss. Then the one-hot term: dx[target] -= dloss.
-    const float maxval = row_max(x, V);
-    v4d lo = {}, hi = {};
-    int v = 0;
-    for (; v + 8 <= V; v += 8) store8(dx + v, exp_and_add(load8(x + v), maxval, lo, hi));
-    if (v < V) {
-      const v8f e = exp_and_add(load_partial(x + v, V - v, -INFINITY), maxval, lo, hi);
-      store_partial(dx + v, e, V - v);
+    gradient_row(dx, x, V, target, dloss);
+  }
+}
+
+void crossentropy_forward_backward(float* losses, float* dlogits, const float* logits,
+                                   const int32_t* targets, int64_t N, int V, float dloss) {
+  check_targets(targets, N, V, "crossentropy_forward_backward");
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; ++n) {
+    const int32_t target = targets[n];
+    const float* x = logits + n * V;  // (V)
+    float* dx = dlogits + n * V;      // (V), may be the same memory as x
+    if (target < 0) {
+      losses[n] = 0.0f;
+      for (int v = 0; v < V; ++v) dx[v] = 0.0f;
+      continue;
     }
-    const float scale = static_cast<float>(1.0 / hsum4d(lo, hi)) * dloss;  // softmax = e / sum
-    for (v = 0; v + 8 <= V; v += 8) store8(dx + v, load8(dx + v) * splat(scale));
-    for (; v < V; ++v) dx[v] *= scale;
-    dx[target] -= dloss;
+    const float target_logit = x[target];  // read before the row is overwritten
+    losses[n] = loss_of(gradient_row(dx, x, V, target, dloss), target_logit);
   }
 }
 

@@ -2,7 +2,8 @@
 // The CUDA kernels behind the op API (ops.h), one function per op, mirroring cpu_ops.h:
 // ops.cpp checks shapes, dtypes and devices and then calls these with raw DEVICE pointers,
 // so the functions here trust their arguments. Same conventions as ops.h: forward ops
-// overwrite, backward ops accumulate (+=), except crossentropy_backward (overwrites, may alias).
+// overwrite, backward ops accumulate (+=), except crossentropy_backward and
+// crossentropy_forward_backward (overwrite, may alias).
 //
 // Every function queues its work on ctx.stream with ctx.handles (context.h) and returns:
 // results are ready once that stream is synchronised. None of them synchronises the host or
@@ -146,5 +147,9 @@ void crossentropy_forward(const OpContext& ctx, DType dtype, float* losses, cons
 // dlogits(N,V) = (softmax - onehot) * dloss, overwritten; dlogits may alias logits.
 void crossentropy_backward(const OpContext& ctx, DType dtype, void* dlogits, const void* logits,
                            const int32_t* targets, int64_t N, int V, float dloss);
+// Both in one kernel, with their bits; dlogits may alias logits.
+void crossentropy_forward_backward(const OpContext& ctx, DType dtype, float* losses, void* dlogits,
+                                   const void* logits, const int32_t* targets, int64_t N, int V,
+                                   float dloss);
 
 }  // namespace tide::cuda

@@ -42,6 +42,7 @@ TIDE_CUDA_MODULE_ENTRY const tide::CudaKernelTable* tide_cuda_kernels() {
       .dropout_backward = &cuda::dropout_backward,
       .crossentropy_forward = &cuda::crossentropy_forward,
       .crossentropy_backward = &cuda::crossentropy_backward,
+      .crossentropy_forward_backward = &cuda::crossentropy_forward_backward,
   };
   return &table;
 }
