@@ -83,6 +83,26 @@ float loss_of(const RowStats& st, float target_logit) {
   return static_cast<float>(lse - static_cast<double>(target_logit));
 }
 
+// The gradient of every row and, when `losses` is given, its loss (the fused op); dlogits may
+// be the same memory as logits.
+void gradient_rows(float* losses, float* dlogits, const float* logits, const int32_t* targets,
+                   int64_t N, int V, float dloss) {
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; ++n) {
+    const int32_t target = targets[n];
+    const float* x = logits + n * V;  // (V)
+    float* dx = dlogits + n * V;      // (V)
+    if (target < 0) {
+      if (losses != nullptr) losses[n] = 0.0f;
+      for (int v = 0; v < V; ++v) dx[v] = 0.0f;
+      continue;
+    }
+    const float target_logit = x[target];  // read before the row is overwritten
+    const RowStats st = gradient_row(dx, x, V, target, dloss);
+    if (losses != nullptr) losses[n] = loss_of(st, target_logit);
+  }
+}
+
 }  // namespace
 
 void crossentropy_forward(float* losses, const float* logits, const int32_t* targets, int64_t N,
@@ -103,35 +123,13 @@ void crossentropy_forward(float* losses, const float* logits, const int32_t* tar
 void crossentropy_backward(float* dlogits, const float* logits, const int32_t* targets, int64_t N,
                            int V, float dloss) {
   check_targets(targets, N, V, "crossentropy_backward");
-#pragma omp parallel for schedule(static)
-  for (int64_t n = 0; n < N; ++n) {
-    const int32_t target = targets[n];
-    const float* x = logits + n * V;  // (V)
-    float* dx = dlogits + n * V;      // (V), may be the same memory as x
-    if (target < 0) {
-      for (int v = 0; v < V; ++v) dx[v] = 0.0f;
-      continue;
-    }
-    gradient_row(dx, x, V, target, dloss);
-  }
+  gradient_rows(nullptr, dlogits, logits, targets, N, V, dloss);
 }
 
 void crossentropy_forward_backward(float* losses, float* dlogits, const float* logits,
                                    const int32_t* targets, int64_t N, int V, float dloss) {
   check_targets(targets, N, V, "crossentropy_forward_backward");
-#pragma omp parallel for schedule(static)
-  for (int64_t n = 0; n < N; ++n) {
-    const int32_t target = targets[n];
-    const float* x = logits + n * V;  // (V)
-    float* dx = dlogits + n * V;      // (V), may be the same memory as x
-    if (target < 0) {
-      losses[n] = 0.0f;
-      for (int v = 0; v < V; ++v) dx[v] = 0.0f;
-      continue;
-    }
-    const float target_logit = x[target];  // read before the row is overwritten
-    losses[n] = loss_of(gradient_row(dx, x, V, target, dloss), target_logit);
-  }
+  gradient_rows(losses, dlogits, logits, targets, N, V, dloss);
 }
 
 }  // namespace tide::cpu
