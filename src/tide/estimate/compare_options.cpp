@@ -126,9 +126,9 @@ std::vector<MaxModelResult> find_max_models(const TrainSetup& setup, const Machi
   if (base_auto.device_memory_limit == 0)
     base_auto.device_memory_limit = default_auto_device_limit({budget.gpu_bytes, budget.gpu_bytes});
   std::vector<MemoryOption> options = standard_options();
-  // (Without a host budget any model would fit auto: no +auto rows.)
-  for (Recompute r : {Recompute::None, Recompute::Selective, Recompute::Full})
-    if (budget.host_bytes > 0)
+  // Without a host budget any model would fit auto: no +auto rows.
+  if (budget.host_bytes > 0)
+    for (Recompute r : {Recompute::None, Recompute::Selective, Recompute::Full})
       options.push_back({option_name(setup.zero_stage, Offload::None) + "+auto", setup.zero_stage,
                          Offload::None, r, Placement::Auto});
   // k up to 1024: hidden 131072 or 1024 layers per stage, far beyond any machine.

@@ -64,12 +64,12 @@ struct MaxModelResult {
   MemoryEstimate estimate;
 };
 
-// The largest model of the family that fits the budget under each standard option, and under
-// placement.policy=auto at the setup's ZeRO stage with each recompute policy when the budget has
-// a host (PatrickStar: the
-// model states spread over the GPU and the host; the setup's placement.device_memory_limit, or
-// the default budget of an empty GPU of budget.gpu_bytes, memory/allocator.h). Needs a GPU
-// budget. Memory grows with k, so the search is a bisection over the valid shapes.
+// The largest model of the family that fits the budget under each standard option, and, when
+// the budget has a host, under placement.policy=auto at the setup's ZeRO stage with each
+// recompute policy (PatrickStar: the model states spread over the GPU and the host; the setup's
+// placement.device_memory_limit, or the default budget of an empty GPU of budget.gpu_bytes,
+// memory/allocator.h). Needs a GPU budget. Memory grows with k, so the search is a bisection
+// over the valid shapes.
 std::vector<MaxModelResult> find_max_models(const TrainSetup& setup, const MachineBudget& budget,
                                             GrowthFamily family);
 
