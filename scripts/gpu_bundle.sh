@@ -16,7 +16,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/bundle_common.sh
 tests=(test_gpu_kernels test_gpu_optim test_gpu_comm)
-# The CUDA sources: compiled here although this machine has no GPU.
+# The CUDA sources: compiled here although this machine has no GPU (with the cudnn-frontend
+# headers of the fused attention, as setup.sh fetches them).
+bash scripts/fetch_cudnn_frontend.sh
 cmake -S . -B build -DTIDE_WITH_CUDA=ON >/dev/null
 cmake --build build -j "$(nproc)" --target "${tests[@]}" tide_cuda bench_gpu_ops
 rm -rf .gpu && mkdir -p .gpu/lib
