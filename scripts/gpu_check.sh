@@ -206,7 +206,7 @@ fi
 
 python3 - "$out" "${gpu:-none}" "$tests_rc" "$tests_s" "$cpu_rc" "$cuda_rc" "$cuda_s" \
   "$params_rc" "$bench_rc" "$torch_rc" "$default_s" <<'PY'
-import json, sys
+import glob, json, sys
 out, gpu = sys.argv[1], sys.argv[2]
 (tests_rc, tests_s, cpu_rc, cuda_rc, cuda_s, params_rc, bench_rc, torch_rc,
  default_s) = map(int, sys.argv[3:])
@@ -272,7 +272,7 @@ for t in lines("gpt_tide.jsonl"):
                           if t.get("tokens_per_s") and p.get("tokens_per_s") else None),
                 "error": t.get("error") or p.get("error")})
 timeouts = [l.strip() for l in open(f"{out}/timeouts.txt") if l.strip()]
-import glob  # why cuDNN's fused attention was not used, as the runs logged it (nothing: it was)
+# Why cuDNN's fused attention was not used, as the runs logged it (nothing: it was).
 cudnn_notes = sorted({l.strip() for f in glob.glob(f"{out}/*.log")
                       for l in open(f, errors="replace") if "cuDNN fused attention not used" in l})
 try:

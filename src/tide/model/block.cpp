@@ -241,12 +241,13 @@ std::pair<Tensor, Tensor> head_loss_forward(const BlockEnv& env, MicroBatch& mb,
   const int64_t B = mb.B, T = mb.T;
   Tensor losses = mb.workspace.alloc_tensor({B, T}, DType::F32);
   Tensor lse_max, lse_sum;
+  const bool fused = !env.tp && mb.training && !mb.keep_logits;
   if (env.tp) {
     lse_max = keep.alloc_tensor({B, T}, DType::F32);
     lse_sum = keep.alloc_tensor({B, T}, DType::F32);
     vocab_parallel_crossentropy_forward(env.op, *env.tp, losses, lse_max, lse_sum, logits,
                                         mb.targets, env.vocab_begin(), mb.workspace);
-  } else if (mb.training && !mb.keep_logits) {
+  } else if (fused) {
     // The fused classifier: a training forward knows its backward's dloss, so the losses and
     // d(objective)/d(logits) come from one pass over the logits, written over them in place
     // (the bits of the forward and backward ops); the backward's part is then done.
@@ -254,7 +255,7 @@ std::pair<Tensor, Tensor> head_loss_forward(const BlockEnv& env, MicroBatch& mb,
   } else {
     crossentropy_forward(env.op, losses, logits, mb.targets);
   }
-  mb.logits_hold_gradient = !env.tp && mb.training && !mb.keep_logits;
+  mb.logits_hold_gradient = fused;
   mb.logits = logits;
   record_losses(env, mb, losses);
   return {lse_max, lse_sum};

@@ -319,7 +319,8 @@ void Trainer::configure_store(StoreOptions& so) {
           "of {:.2f} GiB, less a {:.2f} GiB margin; placement.device_memory_limit sets "
           "it)\n",
           op_.device.str(), limit / double(1 << 30), m.free_bytes / double(1 << 30),
-          m.total_bytes / double(1 << 30), auto_device_margin(m.total_bytes) / double(1 << 30));
+          m.total_bytes / double(1 << 30),
+          (m.free_bytes - static_cast<int64_t>(limit)) / double(1 << 30));
   }
   if (!op_.device.is_cpu()) {  // the device's memory (with a limit: placement's budget)
     compute_alloc_ = op_.device.is_sim() ? std::make_unique<SimAllocator>(op_.device, limit)

@@ -247,10 +247,6 @@ void execute(const OpContext& ctx, const fe::graph::Graph& g,
   TIDE_CUDA_CHECK(cudaGetLastError());
 }
 
-size_t aligned(int64_t bytes) {
-  return (static_cast<size_t>(bytes) + 255) / 256 * 256;
-}
-
 // The forward graph's variant pack over qkv, out and the statistics.
 std::unordered_map<int64_t, void*> forward_pack(DType dtype, const void* qkv, void* out,
                                                 float* stats, int NH, int NKV, int HS) {
@@ -287,10 +283,11 @@ const void* cudnn_attention_backward(const OpContext& ctx, DType dtype, const vo
   const size_t elem = dtype_size(dtype);
   // Scratch: the gradient (B,T,W), the recomputed output (B,T,C) and statistics (B,NH,T), and
   // the larger of the two graphs' workspaces.
-  const size_t grad_bytes = aligned(int64_t{B} * T * W * elem);
-  const size_t out_bytes = aligned(int64_t{B} * T * C * elem);
-  const size_t stats_bytes = aligned(int64_t{B} * NH * T * sizeof(float));
-  const size_t workspace_bytes = aligned(std::max(s->forward_workspace, s->backward_workspace));
+  const size_t grad_bytes = CudaHandles::aligned(int64_t{B} * T * W * elem);
+  const size_t out_bytes = CudaHandles::aligned(int64_t{B} * T * C * elem);
+  const size_t stats_bytes = CudaHandles::aligned(int64_t{B} * NH * T * sizeof(float));
+  const size_t workspace_bytes =
+      CudaHandles::aligned(std::max(s->forward_workspace, s->backward_workspace));
   char* scratch = static_cast<char*>(
       handles_of(ctx).scratch(grad_bytes + out_bytes + stats_bytes + workspace_bytes));
   char* grad = scratch;

@@ -46,6 +46,9 @@ struct CudaHandles {
   // Growing synchronises the stream first (the old buffer may still be read by queued
   // kernels); the buffer only grows, so that happens in the first steps only.
   void* scratch(size_t bytes);
+  // `bytes` rounded up to the scratch's alignment: the offset of the next part when one scratch()
+  // buffer is carved into several.
+  static size_t aligned(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
   // cuDNN's fused attention: its handle and graphs (attention_cudnn.cpp), made on first use,
   // and how many attention ops ran through it (the GPU tests check that it did).

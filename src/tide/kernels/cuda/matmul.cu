@@ -99,9 +99,19 @@ struct Operand {
   int64_t ld;
 };
 
-constexpr size_t kScratchAlign = 256;
 size_t aligned(size_t bytes) {
-  return (bytes + kScratchAlign - 1) / kScratchAlign * kScratchAlign;
+  return CudaHandles::aligned(bytes);
+}
+
+// C(n) = p (+ C when accumulating) in C's 16-bit dtype, rounded once (finish_kernel).
+void finish_via_f32(const OpContext& ctx, void* C, DType c_dtype, const float* p, int64_t n,
+                    bool accumulate) {
+  with_storage_type(c_dtype, [&](auto tag) {
+    using T = decltype(tag);
+    finish_kernel<T>
+        <<<ceil_div(n, kBlock), kBlock, 0, stream_of(ctx)>>>(static_cast<T*>(C), p, n, accumulate);
+  });
+  TIDE_CUDA_CHECK_LAUNCH();
 }
 
 // The three bf16 terms of a block of an f32 factor, together: at most this much scratch.
@@ -165,13 +175,7 @@ void gemm_split_b(const OpContext& ctx, bool trans_a, bool trans_b, int64_t m, i
           CUBLAS_GEMM_DEFAULT));
     }
   }
-  if (!via_f32) return;
-  with_storage_type(c_dtype, [&](auto tag) {
-    using T = decltype(tag);
-    finish_kernel<T><<<ceil_div(m * n, kBlock), kBlock, 0, stream>>>(static_cast<T*>(C), out, m * n,
-                                                                     accumulate);
-  });
-  TIDE_CUDA_CHECK_LAUNCH();
+  if (via_f32) finish_via_f32(ctx, C, c_dtype, out, m * n, accumulate);
 }
 
 // Column-major C(m,n) = op(A) op(B) + (accumulate ? C : 0), f32 compute, C in c_dtype with
@@ -214,13 +218,7 @@ void gemm(const OpContext& ctx, bool trans_a, bool trans_b, int64_t m, int64_t n
       cuda_data_type(ab), static_cast<int>(a.ld), b.data, cuda_data_type(ab),
       static_cast<int>(b.ld), &beta, out, via_f32 ? CUDA_R_32F : cuda_data_type(c_dtype),
       static_cast<int>(m), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-  if (!via_f32) return;
-  with_storage_type(c_dtype, [&](auto tag) {
-    using T = decltype(tag);
-    finish_kernel<T><<<ceil_div(m * n, kBlock), kBlock, 0, stream>>>(
-        static_cast<T*>(C), static_cast<const float*>(out), m * n, accumulate);
-  });
-  TIDE_CUDA_CHECK_LAUNCH();
+  if (via_f32) finish_via_f32(ctx, C, c_dtype, static_cast<const float*>(out), m * n, accumulate);
 }
 
 // The largest power of two (up to 256) that divides the address: cuBLASLt's heuristic assumes
