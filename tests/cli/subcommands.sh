@@ -59,3 +59,12 @@ assert all(r['equal_to_ddp'] == (precision == 'fp16') for r in zero), precision
 assert all(r['grad_precision'] == ('fp32' if precision == 'bf16' else precision) for r in ddp.values())
 " $precision
 done
+# placement.policy=auto on a GPU without a limit: the budget of an empty GPU of --gpu-mem (less
+# the 5% margin, at least 2 GiB), which it then needs; without --gpu-mem a clear error.
+"$tide" estimate "${small[@]}" --placement auto device=cuda --gpu-mem 80GiB | tee auto.txt
+grep -q '^device_memory_limit 76.00 GiB: ' auto.txt
+if "$tide" estimate "${small[@]}" --placement auto device=cuda > auto_err.txt 2>&1; then
+  echo "FAILED: auto on cuda without --gpu-mem was accepted" >&2
+  exit 1
+fi
+grep -q "placement.policy=auto on a GPU takes its budget from the GPU's free memory: give the GPU's memory with --gpu-mem" auto_err.txt
