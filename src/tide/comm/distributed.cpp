@@ -10,6 +10,8 @@
 #include <cstdlib>
 #include <thread>
 
+#include <unistd.h>
+
 #include "tide/comm/local_process_group.h"
 #include "tide/comm/mpi_process_group.h"
 
@@ -70,6 +72,39 @@ std::string short_rank_list(const std::vector<int>& ranks) {
     s += (k ? ", " : "") + std::to_string(ranks[k]);
   if (ranks.size() > kShown) s += fmt::format(" and {} more", ranks.size() - kShown);
   return s;
+}
+
+NodeRank node_rank_from(const std::vector<uint64_t>& host_hashes, int rank) {
+  NodeRank n{0, 0};
+  for (size_t r = 0; r < host_hashes.size(); ++r) {
+    if (host_hashes[r] != host_hashes[static_cast<size_t>(rank)]) continue;
+    if (static_cast<int>(r) < rank) ++n.rank;
+    ++n.size;
+  }
+  return n;
+}
+
+NodeRank node_rank(ProcessGroup& world) {
+  char name[256] = {};
+  TIDE_CHECK(gethostname(name, sizeof(name) - 1) == 0,
+             "node_rank: gethostname failed; this rank cannot tell which machine it is on");
+  uint64_t mine = error_hash(name);
+  std::vector<uint64_t> all(static_cast<size_t>(world.size()));
+  // Each hash travels as two 32-bit words (the groups move 4-byte elements).
+  world.all_gather(Tensor(&mine, Shape{2}, DType::I32),
+                   Tensor(all.data(), Shape{2 * static_cast<int64_t>(all.size())}, DType::I32));
+  return node_rank_from(all, world.rank());
+}
+
+Device device_of_rank(const std::string& device, const NodeRank& node) {
+  const Device d = parse_device(device);
+  if (!d.is_cuda() || node.size == 1) return d;
+  TIDE_CHECK(device == "cuda",
+             "device={}: this machine runs {} ranks, and one GPU cannot hold them all (NCCL "
+             "takes one rank per GPU); set device=cuda, and rank r of a machine uses its GPU r "
+             "(CUDA_VISIBLE_DEVICES chooses which GPUs those are)",
+             device, node.size);
+  return Device::cuda(node.rank);
 }
 
 uint64_t error_hash(const std::string& message) {

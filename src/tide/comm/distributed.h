@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "tide/comm/process_group.h"
+#include "tide/core/device.h"
 #include "tide/core/error.h"
 
 namespace tide {
@@ -76,6 +77,21 @@ std::shared_ptr<ProcessGroup> init_distributed(const DistributedOptions& options
 // This process's rank in the world, for messages: from MPI once initialised, else from the
 // launcher's environment, else 0.
 int world_rank_for_messages();
+
+// This rank's place among the ranks on its machine (the ranks whose hosts have the same name):
+// how one rank per GPU picks its GPU, as torchrun's LOCAL_RANK, whatever the launcher.
+struct NodeRank {
+  int rank = 0;  // 0..size-1, in world order
+  int size = 1;  // ranks on this machine
+};
+// Collective over `world`: one all-gather of a hash of each rank's host name.
+NodeRank node_rank(ProcessGroup& world);
+// The same from the gathered hashes (host_hashes[r]: rank r's), for rank `rank`.
+NodeRank node_rank_from(const std::vector<uint64_t>& host_hashes, int rank);
+// The device of a rank whose config says `device` (cpu, cuda, cuda:N, sim, sim:N): with more
+// than one rank on its machine, "cuda" is the GPU of its place there (cuda:<node rank>), and
+// cuda:N, one GPU for all of them, is refused. Everything else is the device named.
+Device device_of_rank(const std::string& device, const NodeRank& node);
 
 // Prints `rank R: message` to stderr and ends the whole job with exit code 1: MPI_Abort when MPI
 // is running, exit(1) otherwise. Under MPI a rank other than 0 waits kAbortGraceSeconds before

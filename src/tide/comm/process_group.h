@@ -110,10 +110,11 @@ class ProcessGroup {
   virtual void set_timeout(double seconds) { (void)seconds; }
   virtual void set_step(int64_t step) { (void)step; }
 
-  CommCounters counters() const {
+  // Virtual for groups that delegate their calls to others (device_routed_group.h).
+  virtual CommCounters counters() const {
     return {bytes_sent_.load(), bytes_received_.load(), calls_.load()};
   }
-  void reset_counters() {
+  virtual void reset_counters() {
     bytes_sent_ = 0;
     bytes_received_ = 0;
     calls_ = 0;

@@ -144,8 +144,10 @@ const std::vector<ConfigKey>& config_schema() {
        {device_name, &TrainConfig::device},
        T::STRING,
        "cpu",
-       "where the model's ops and memory are: cpu; cuda or cuda:N, a GPU (one rank, f32, bf16 "
-       "or fp16, with ZeRO 0-3, offload and auto placement; not yet run on one); sim or sim:N, the "
+       "where the model's ops and memory are: cpu; cuda or cuda:N, a GPU (f32, bf16 or fp16, "
+       "data parallel over NCCL with ZeRO 0-3, offload and auto placement; with several ranks "
+       "on a machine, cuda is each rank's own GPU, docs/launch.md; not yet run on one); sim or "
+       "sim:N, the "
        "simulated asynchronous device (a stream thread and its own memory, reached only "
        "through copies) runs every technique; auto = cpu until a GPU run has been checked"},
       {"threads", &TrainConfig::threads, T::INT, 0, "OpenMP threads per rank; 0 = OpenMP's default",

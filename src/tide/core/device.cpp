@@ -24,13 +24,17 @@ Device parse_device(const std::string& s) {
 
 // Asks the CUDA module, loading it: the question is about a GPU. A module that cannot be loaded
 // answers "no GPU" here; make_op_context and the other requests for a device report why.
-bool cuda_available() {
-  if (!cuda_built()) return false;
+int cuda_device_count() {
+  if (!cuda_built()) return 0;
   try {
-    return cuda_module_table<CudaCoreTable>("tide_cuda_core", "cuda_available").device_count() > 0;
+    return cuda_module_table<CudaCoreTable>("tide_cuda_core", "cuda_device_count").device_count();
   } catch (const Error&) {
-    return false;
+    return 0;
   }
+}
+
+bool cuda_available() {
+  return cuda_device_count() > 0;
 }
 
 void copy_device_bytes(void* dst, const void* src, size_t bytes, const char* who) {

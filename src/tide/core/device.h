@@ -37,6 +37,8 @@ Device parse_device(const std::string& s);
 // True when this binary was built with CUDA and a GPU is visible at run time. Loads the CUDA
 // module (core/cuda_module.h) in builds with CUDA; false when it cannot be loaded.
 bool cuda_available();
+// How many GPUs this process sees: 0 without CUDA in the build, a loadable module or a GPU.
+int cuda_device_count();
 // Copies `bytes` from src to dst, either or both in GPU memory, through the CUDA module, and
 // returns when the copy is done (a one-rank group's collectives on device buffers); throws with
 // the runtime's message, naming `who`.

@@ -15,8 +15,11 @@
 #include "tide/checkpoint/init_from.h"
 #include "tide/checkpoint/sharded_checkpoint.h"
 #include "tide/checkpoint/tp_checkpoint.h"
+#include "tide/comm/device_routed_group.h"
 #include "tide/comm/distributed.h"
 #include "tide/comm/local_process_group.h"
+#include "tide/comm/nccl_process_group.h"
+#include "tide/comm/sim_collective_group.h"
 #include "tide/config/estimate_setup.h"
 #include "tide/config/rank_consistency.h"
 #include "tide/config/unsupported_settings.h"
@@ -210,8 +213,17 @@ Trainer::Trainer(TrainConfig config, std::shared_ptr<ProcessGroup> world)
   // on reading the optional's members after it was set inside the lambda below.
   RunPosition resume_at;
   const bool resuming = !cfg_.resume.empty();
+  // On a GPU, rank r of a machine takes its GPU r (comm/distributed.h): collective, so here.
+  const NodeRank node = on_device(cfg_) && world_->size() > 1 ? node_rank(*world_) : NodeRank{};
+  Device device = Device::cpu();
   agree_on_errors(*world_, [&] {
     check_trainer_can_honour(cfg_, world_->size());  // nothing the schema takes is dropped
+    if (on_device(cfg_)) device = device_of_rank(cfg_.device, node);
+    if (device.is_cuda() && world_->size() > 1)
+      TIDE_CHECK(device.index < cuda_device_count(),
+                 "device={}: this rank is rank {} of the {} on its machine, which shows {} "
+                 "GPU(s); launch at most one rank per GPU on each machine",
+                 cfg_.device, node.rank, node.size, cuda_device_count());
     const int dp = data_parallel_ranks();
     if (cfg_.train_batch_size > 0)
       TIDE_CHECK(cfg_.train_batch_size == int64_t{cfg_.micro_batch} * cfg_.grad_accum * dp,
@@ -226,8 +238,7 @@ Trainer::Trainer(TrainConfig config, std::shared_ptr<ProcessGroup> world)
   if (cfg_.threads > 0) omp_set_num_threads(cfg_.threads);
   // A device (the simulated one, whose stream's CPU kernels use this rank's threads, or a GPU):
   // the model's ops run on its stream, its memory holds the model (configure_store).
-  if (on_device(cfg_))
-    op_ = make_op_context(parse_device(cfg_.device), nullptr, omp_get_max_threads());
+  if (on_device(cfg_)) op_ = make_op_context(device, nullptr, omp_get_max_threads());
   prepare_default_corpus();
   // init_from (ignored when resuming: the run's own checkpoint wins): checked whole, shape
   // included, before the model is built or anything is written to out_dir.
@@ -243,7 +254,7 @@ Trainer::Trainer(TrainConfig config, std::shared_ptr<ProcessGroup> world)
   // The world as the pp x dp x tp mesh (Megatron order, tp fastest: the ranks of a replica are
   // contiguous; an axis of size 1 is a local group, comm/topology.h). Collective, so built
   // before anything else talks.
-  mesh_ = std::make_unique<Topology>(world_, mesh_shape());
+  mesh_ = std::make_unique<Topology>(mesh_world(), mesh_shape());
 
   OptimizerSettings opt;
   opt.adamw.beta1 = cfg_.beta1;
@@ -295,6 +306,23 @@ Trainer::Trainer(TrainConfig config, std::shared_ptr<ProcessGroup> world)
 }
 
 Trainer::~Trainer() = default;
+
+std::shared_ptr<ProcessGroup> Trainer::mesh_world() const {
+  if (op_.device.is_cpu() || world_->size() == 1) return world_;
+  // Device buffers through the device's collectives, ordered by its streams (NCCL on a GPU, its
+  // stand-in on the simulated device); host buffers through world_ (device_routed_group.h).
+  DeviceGroupFactory device_group;
+  if (op_.device.is_sim())
+    device_group = [sim = op_.sim](std::shared_ptr<ProcessGroup> bootstrap) {
+      return std::make_shared<SimCollectiveGroup>(std::move(bootstrap), sim);
+    };
+  else
+    device_group = [gpu = op_.device.index,
+                    stream = op_.stream](std::shared_ptr<ProcessGroup> bootstrap) {
+      return make_nccl_process_group(std::move(bootstrap), gpu, stream);
+    };
+  return std::make_shared<DeviceRoutedGroup>(world_, device_group);
+}
 
 AutoPlacementSettings Trainer::auto_placement_settings() const {
   return cfg_.placement_policy == "auto"

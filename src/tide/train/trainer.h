@@ -91,6 +91,9 @@ class Trainer {
             .pp = cfg_.pipeline_stages};
   }
   int data_parallel_ranks() const { return mesh_shape().dp; }
+  // The group the mesh is split from: world_, or on a device with more than one rank world_
+  // with the device's collectives for device buffers. Collective over world_.
+  std::shared_ptr<ProcessGroup> mesh_world() const;
   // This rank's data-parallel rank, its dp coordinate: the replica its tp group and pipeline
   // belong to.
   int data_parallel_rank() const { return mesh_shape().coord_of(world_->rank()).dp; }

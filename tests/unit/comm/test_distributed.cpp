@@ -59,3 +59,33 @@ TEST(AgreeOnErrors, OneRankRunsTheChecksAsTheyAre) {
   }
   EXPECT_NO_THROW(agree_on_errors(one, [] {}));
 }
+
+TEST(NodeRank, RanksOfAMachineCountInWorldOrder) {
+  // Hosts a b a c a: rank 0, 2 and 4 share host a.
+  const std::vector<uint64_t> hosts = {7, 9, 7, 11, 7};
+  const NodeRank r0 = node_rank_from(hosts, 0), r2 = node_rank_from(hosts, 2);
+  const NodeRank r4 = node_rank_from(hosts, 4), r3 = node_rank_from(hosts, 3);
+  EXPECT_EQ(r0.rank, 0);
+  EXPECT_EQ(r2.rank, 1);
+  EXPECT_EQ(r4.rank, 2);
+  EXPECT_EQ(r4.size, 3);
+  EXPECT_EQ(r3.rank, 0);
+  EXPECT_EQ(r3.size, 1);
+  LocalProcessGroup one;
+  const NodeRank alone = node_rank(one);
+  EXPECT_EQ(alone.rank, 0);
+  EXPECT_EQ(alone.size, 1);
+}
+
+TEST(NodeRank, EachRankOfAMachineTakesItsGpu) {
+  EXPECT_EQ(device_of_rank("cuda", {2, 4}), Device::cuda(2));
+  EXPECT_EQ(device_of_rank("cuda:1", {0, 1}), Device::cuda(1));  // alone: the GPU named
+  EXPECT_EQ(device_of_rank("sim", {2, 4}), Device::sim(0));      // each process has its own
+  EXPECT_EQ(device_of_rank("cpu", {2, 4}), Device::cpu());
+  try {
+    device_of_rank("cuda:0", {1, 2});
+    FAIL() << "one GPU named for two ranks of a machine";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("set device=cuda"), std::string::npos) << e.what();
+  }
+}

@@ -1,0 +1,93 @@
+#include "tide/comm/sim_collective_group.h"
+
+#include "tide/core/error.h"
+
+namespace tide {
+
+namespace {
+
+// The Work of a call: done once the communication stream has posted the inner group's call
+// (after the compute stream's work) and that call has completed.
+class SimCollectiveWork final : public Work {
+ public:
+  SimCollectiveWork(std::shared_ptr<SimEvent> posted, std::shared_ptr<WorkPtr> inner)
+      : posted_(std::move(posted)), inner_(std::move(inner)) {}
+  void wait() override {
+    posted_->wait();  // rethrows the post's error
+    (*inner_)->wait();
+  }
+  bool is_completed() override { return posted_->done() && (*inner_)->is_completed(); }
+
+ private:
+  std::shared_ptr<SimEvent> posted_;
+  std::shared_ptr<WorkPtr> inner_;  // written by the stream's task, read after posted_
+};
+
+}  // namespace
+
+SimCollectiveGroup::SimCollectiveGroup(std::shared_ptr<ProcessGroup> inner,
+                                       std::shared_ptr<SimStream> compute)
+    : inner_(std::move(inner)), compute_(std::move(compute)) {
+  TIDE_CHECK(inner_ != nullptr && compute_ != nullptr,
+             "SimCollectiveGroup: needs a host group and the simulated device's compute stream");
+  // One thread: the worker only waits for the inner group's calls.
+  stream_ = std::make_unique<SimStream>(compute_->device(), 1);
+}
+
+SimCollectiveGroup::~SimCollectiveGroup() = default;  // ~SimStream runs what is queued
+
+WorkPtr SimCollectiveGroup::launch(std::initializer_list<const Tensor*> buffers, const char* who,
+                                   std::function<WorkPtr()> call) {
+  for (const Tensor* t : buffers)
+    TIDE_CHECK(t->device == compute_->device(),
+               "{}: the simulated device's collectives work on {} but got a {} tensor (host "
+               "buffers go through the host group)",
+               who, compute_->device().str(), t->device.str());
+  stream_->wait(compute_->record());
+  // Posted, not waited for, on the stream: a pipeline's receive waits for a peer whose send
+  // may be queued behind this rank's own, and a stream blocked in it would never post that.
+  auto inner = std::make_shared<WorkPtr>();
+  stream_->enqueue([inner, call = std::move(call)] { *inner = call(); });
+  return std::make_shared<SimCollectiveWork>(stream_->record(), inner);
+}
+
+WorkPtr SimCollectiveGroup::all_reduce_async(Tensor buf, ReduceOp op) {
+  return launch({&buf}, "all_reduce", [=, this] { return inner_->all_reduce_async(buf, op); });
+}
+
+WorkPtr SimCollectiveGroup::reduce_scatter_async(Tensor in, Tensor out, ReduceOp op) {
+  comm_check::reduce_scatter_sizes(in, out, size());
+  return launch({&in, &out}, "reduce_scatter",
+                [=, this] { return inner_->reduce_scatter_async(in, out, op); });
+}
+
+WorkPtr SimCollectiveGroup::all_gather_async(Tensor in, Tensor out) {
+  comm_check::all_gather_sizes(in, out, size());
+  return launch({&in, &out}, "all_gather", [=, this] { return inner_->all_gather_async(in, out); });
+}
+
+WorkPtr SimCollectiveGroup::broadcast_async(Tensor buf, int root) {
+  comm_check::root(root, size());
+  return launch({&buf}, "broadcast", [=, this] { return inner_->broadcast_async(buf, root); });
+}
+
+WorkPtr SimCollectiveGroup::send_async(Tensor buf, int dst, int tag) {
+  comm_check::peer(dst, size(), rank(), "send");
+  return launch({&buf}, "send", [=, this] { return inner_->send_async(buf, dst, tag); });
+}
+
+WorkPtr SimCollectiveGroup::recv_async(Tensor buf, int src, int tag) {
+  comm_check::peer(src, size(), rank(), "recv");
+  return launch({&buf}, "recv", [=, this] { return inner_->recv_async(buf, src, tag); });
+}
+
+WorkPtr SimCollectiveGroup::barrier_async() {
+  return launch({}, "barrier", [this] { return inner_->barrier_async(); });
+}
+
+std::shared_ptr<ProcessGroup> SimCollectiveGroup::split(int color, int key) {
+  std::shared_ptr<ProcessGroup> sub = inner_->split(color, key);
+  return sub ? std::make_shared<SimCollectiveGroup>(std::move(sub), compute_) : nullptr;
+}
+
+}  // namespace tide

@@ -1,0 +1,60 @@
+#pragma once
+// SimCollectiveGroup: the simulated device's NCCL. Why: on a GPU the collectives over device
+// buffers are NCCL's, ordered by the device's streams instead of the host (nccl_process_group.h):
+// each call waits on its own stream for what the compute stream queued before it, and its Work
+// is an event after it. This group keeps exactly that contract on sim:N, so the engine's GPU
+// wiring (one mesh group per axis, device buffers through the device's collectives, host
+// buffers through MPI: device_routed_group.h) runs in CI, under ThreadSanitizer too.
+//
+// Each call queues one task on the group's communication stream (a SimStream worker), after an
+// event recorded on the compute stream; the task posts the call to `inner` (a host group over
+// the same ranks: MPI, whose communicator nothing else uses) in the order the calls were made,
+// as NCCL keeps a stream's order. The Work is done once the call was posted and has completed.
+// Unlike NCCL on one stream, a posted call does not hold up the next: pipeline stages' sends
+// and receives pair up in any order (on a GPU they need NCCL's grouped calls).
+
+#include <memory>
+
+#include "tide/comm/process_group.h"
+#include "tide/core/sim_device.h"
+
+namespace tide {
+
+class SimCollectiveGroup final : public ProcessGroup {
+ public:
+  // `inner`: a host group over these ranks that only this group uses (device_routed_group.h
+  // splits one off); `compute`: the stream the ops run on, whose work each call waits for.
+  SimCollectiveGroup(std::shared_ptr<ProcessGroup> inner, std::shared_ptr<SimStream> compute);
+  ~SimCollectiveGroup() override;  // drains the communication stream
+
+  int rank() const override { return inner_->rank(); }
+  int size() const override { return inner_->size(); }
+  std::string backend() const override { return "sim"; }
+
+  WorkPtr all_reduce_async(Tensor buf, ReduceOp op) override;
+  WorkPtr reduce_scatter_async(Tensor in, Tensor out, ReduceOp op) override;
+  WorkPtr all_gather_async(Tensor in, Tensor out) override;
+  WorkPtr broadcast_async(Tensor buf, int root) override;
+  WorkPtr send_async(Tensor buf, int dst, int tag) override;
+  WorkPtr recv_async(Tensor buf, int src, int tag) override;
+  WorkPtr barrier_async() override;
+  std::shared_ptr<ProcessGroup> split(int color, int key) override;
+
+  void set_timeout(double seconds) override { inner_->set_timeout(seconds); }
+  void set_step(int64_t step) override { inner_->set_step(step); }
+  // The inner group's: it counts what the calls moved, once they ran.
+  CommCounters counters() const override { return inner_->counters(); }
+  void reset_counters() override { inner_->reset_counters(); }
+
+ private:
+  // Queues `call` (which returns the inner group's Work) on the communication stream after the
+  // compute stream's work so far; `buffers` are checked to be on the simulated device.
+  WorkPtr launch(std::initializer_list<const Tensor*> buffers, const char* who,
+                 std::function<WorkPtr()> call);
+
+  std::shared_ptr<ProcessGroup> inner_;
+  std::shared_ptr<SimStream> compute_;
+  std::unique_ptr<SimStream> stream_;  // the communication stream
+};
+
+}  // namespace tide
