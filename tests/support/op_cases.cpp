@@ -134,6 +134,14 @@ std::vector<OpCase> layernorm_cases() {
            layernorm_forward(ctx, t[0], t[1], t[2], t[3], t[4], t[5]);
          },
          kTol});
+    cases.push_back({"residual_layernorm_forward " + dims,
+                     {zeros("res", {N, C}), zeros("out", {N, C}), zeros("mean", {N}),
+                      zeros("rstd", {N}), inp, randn("b", {N, C}, 18), weight, bias},
+                     [](const OpContext& ctx, const std::vector<Tensor>& t) {
+                       residual_layernorm_forward(ctx, t[0], t[1], t[2], t[3], t[4], t[5], t[6],
+                                                  t[7]);
+                     },
+                     kTol});
     cases.push_back(
         {"layernorm_backward_input " + dims,
          {randn("dinp", {N, C}, 13), randn("dout", {N, C}, 14), inp, weight, mean, rstd},

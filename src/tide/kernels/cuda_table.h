@@ -46,6 +46,7 @@ struct CudaKernelTable {
   decltype(&cuda::crossentropy_forward) crossentropy_forward = nullptr;
   decltype(&cuda::crossentropy_backward) crossentropy_backward = nullptr;
   decltype(&cuda::crossentropy_forward_backward) crossentropy_forward_backward = nullptr;
+  decltype(&cuda::residual_layernorm_forward) residual_layernorm_forward = nullptr;
 };
 
 }  // namespace tide

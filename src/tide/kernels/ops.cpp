@@ -282,6 +282,27 @@ void layernorm_forward(const OpContext& ctx, Tensor out, Tensor mean, Tensor rst
   });
 }
 
+void residual_layernorm_forward(const OpContext& ctx, Tensor res, Tensor out, Tensor mean,
+                                Tensor rstd, Tensor a, Tensor b, Tensor weight, Tensor bias) {
+  const OpCheck ck{"residual_layernorm_forward", ctx};
+  ck.rank(a, "a", 2, "(N,C) or (B,T,C)");
+  ck.tensor(a, "a", kFloat);
+  const int64_t C = a.dim(-1), N = rows(a);
+  ck.tensor(b, "b", kFloat, a.shape, "the shape of a");
+  ck.tensor(res, "res", kFloat, a.shape, "the shape of a");
+  ck.tensor(out, "out", kFloat, a.shape, "the shape of a");
+  ck.tensor_numel(mean, "mean", DType::F32, N, "one per row of a");
+  ck.tensor_numel(rstd, "rstd", DType::F32, N, "one per row of a");
+  ck.tensor(weight, "weight", kFloat, Shape{C}, "(C), C the last dim of a");
+  ck.tensor(bias, "bias", kFloat, Shape{C}, "(C), C the last dim of a");
+  TIDE_RUN_ON_CUDA(ck, ctx.cuda->residual_layernorm_forward(ctx, ck.storage(), res.data, out.data,
+                                                            mean.f32(), rstd.f32(), a.data, b.data,
+                                                            weight.data, bias.data, N, as_int(C)));
+  // The CPU and the simulated device: the two ops (a CPU row is in cache between them).
+  residual_forward(ctx, res, a, b);
+  layernorm_forward(ctx, out, mean, rstd, res, weight, bias);
+}
+
 void layernorm_backward_input(const OpContext& ctx, Tensor dinp, Tensor dout, Tensor inp,
                               Tensor weight, Tensor mean, Tensor rstd) {
   const OpCheck ck{"layernorm_backward_input", ctx};

@@ -122,6 +122,11 @@ void embedding_backward(const OpContext& ctx, Tensor dwte, Tensor dwpe, Tensor d
 // out(N,C), mean(N), rstd(N) from inp(N,C), weight(C), bias(C)
 void layernorm_forward(const OpContext& ctx, Tensor out, Tensor mean, Tensor rstd, Tensor inp,
                        Tensor weight, Tensor bias);
+// The residual connection and the next layernorm, fused: res(N,C) = a + b, then out, mean,
+// rstd = layernorm_forward of res. The bits of residual_forward then layernorm_forward; on a
+// GPU one kernel (one pass over the rows fewer), elsewhere those two ops.
+void residual_layernorm_forward(const OpContext& ctx, Tensor res, Tensor out, Tensor mean,
+                                Tensor rstd, Tensor a, Tensor b, Tensor weight, Tensor bias);
 // dinp(N,C) += d/dinp
 void layernorm_backward_input(const OpContext& ctx, Tensor dinp, Tensor dout, Tensor inp,
                               Tensor weight, Tensor mean, Tensor rstd);

@@ -91,12 +91,12 @@ std::vector<Tensor> TransformerBlock::compute_forward(MicroBatch& mb, Tensor x, 
   Tensor proj = row_parallel_forward(mb, s[ATTY], p(PROJ_W), p(PROJ_B));  // (B,Ts,C)
   dropout_forward(op, proj, proj, env_.seq_dropout(mb, layer_, ATTN_RESID, C));
   s[RES2] = main.alloc_tensor({B, Ts, C}, act);
-  residual_forward(op, s[RES2], x, proj);
   s[LN2] = main.alloc_tensor({B, Ts, C}, act);
   s[LN2_MEAN] = main.alloc_tensor({B, Ts}, DType::F32);
   s[LN2_RSTD] = main.alloc_tensor({B, Ts}, DType::F32);
   use(LN2_FC);
-  layernorm_forward(op, s[LN2], s[LN2_MEAN], s[LN2_RSTD], s[RES2], p(LN2_W), p(LN2_B));
+  residual_layernorm_forward(op, s[RES2], s[LN2], s[LN2_MEAN], s[LN2_RSTD], x, proj, p(LN2_W),
+                             p(LN2_B));
   s[LN2F] = env_.to_full(s[LN2], whole, mb.workspace);  // (B,T,C)
   s[FCH] = main.alloc_tensor({B, T, 4 * Cl}, act);
   matmul_forward(op, s[FCH], s[LN2F], p(FC_W), p(FC_B));

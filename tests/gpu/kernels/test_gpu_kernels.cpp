@@ -306,6 +306,26 @@ TEST(CudaOps, EveryMixOf16BitTraining) {
   }
 }
 
+// The fused residual + layernorm kernel has the bits of the GPU's residual_forward then
+// layernorm_forward (the same sums in the same order, over the rounded residual).
+TEST(CudaOps, ResidualLayernormHasTheBitsOfTheTwoKernels) {
+  SKIP_WITHOUT_GPU();
+  for (DType dtype : {DType::F32, DType::BF16, DType::F16})
+    for (const OpCase& c : layernorm_cases()) {
+      if (!c.name.starts_with("residual_layernorm_forward")) continue;
+      const OpCase fused = dtype == DType::F32 ? c : in_dtype(c, dtype);
+      OpCase two = fused;
+      two.run = [](const OpContext& ctx, const std::vector<Tensor>& t) {
+        residual_forward(ctx, t[0], t[4], t[5]);
+        layernorm_forward(ctx, t[1], t[2], t[3], t[0], t[6], t[7]);
+      };
+      const std::vector<HostTensor> a = run_on_gpu(fused), b = run_on_gpu(two);
+      for (size_t i = 0; i < a.size(); ++i)
+        expect_bitwise(c.name + " (" + dtype_name(dtype) + ") tensor '" + a[i].name + "'", a[i],
+                       b[i]);
+    }
+}
+
 // The LM head's backward products in bf16 training at a vocabulary size where cuda/matmul.cu
 // splits the f32 logit gradient into bf16 terms in several blocks of tokens (its 256 MiB of
 // terms hold 1118 tokens of V = 40000; N = 2560 makes three blocks, the last one short):

@@ -1,4 +1,5 @@
 #include "kernel_test_util.h"
+#include "op_cases.h"
 
 using namespace tide;
 using namespace tide::test;
@@ -60,4 +61,36 @@ TEST(LayerNorm, BackwardMatchesFiniteDifferences) {
   check_gradient("dinp", k.inp, dinp, loss);
   check_gradient("dweight", k.weight, dweight, loss);
   check_gradient("dbias", k.bias, dbias, loss);
+}
+
+// The fused residual + layernorm (the block's second layernorm) has the bits of residual_forward
+// then layernorm_forward, in f32 and bf16 storage: the layernorm reads the residual as stored.
+TEST(LayerNorm, ResidualLayernormHasTheBitsOfTheTwoOps) {
+  using tide::testing::HostTensor;
+  const int64_t N = 7, C = 67;
+  for (DType dtype : {DType::F32, DType::BF16}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    auto in = [&](HostTensor t) {
+      return dtype == DType::F32 ? t : tide::testing::narrowed(t, dtype);
+    };
+    HostTensor a = in(tide::testing::randn("a", {N, C}, 31, 2.0f));
+    HostTensor b = in(tide::testing::randn("b", {N, C}, 32));
+    HostTensor w = in(tide::testing::randn("w", {C}, 33)),
+               bias = in(tide::testing::randn("bias", {C}, 34));
+    auto tensor = [](HostTensor& t) { return Tensor(t.data(), t.shape, t.dtype); };
+    HostTensor res = in(tide::testing::zeros("res", {N, C})), out = res;
+    HostTensor mean = tide::testing::zeros("mean", {N}), rstd = mean;
+    residual_forward(cpu_ctx(), tensor(res), tensor(a), tensor(b));
+    layernorm_forward(cpu_ctx(), tensor(out), tensor(mean), tensor(rstd), tensor(res), tensor(w),
+                      tensor(bias));
+    HostTensor fres = in(tide::testing::zeros("res", {N, C})), fout = fres;
+    HostTensor fmean = tide::testing::zeros("mean", {N}), frstd = fmean;
+    residual_layernorm_forward(cpu_ctx(), tensor(fres), tensor(fout), tensor(fmean), tensor(frstd),
+                               tensor(a), tensor(b), tensor(w), tensor(bias));
+    for (auto [got, want] :
+         {std::pair{&fres, &res}, {&fout, &out}, {&fmean, &mean}, {&frstd, &rstd}}) {
+      EXPECT_EQ(got->f, want->f) << got->name;
+      EXPECT_EQ(got->h, want->h) << got->name;
+    }
+  }
 }

@@ -39,8 +39,8 @@ std::string_view bf16_gemm_path_name(Bf16GemmPath p);
 // Whether this CPU and kernel can run path p (kReference: always). Asking for kAmx requests
 // the AMX tile state from Linux once (arch_prctl ARCH_REQ_XCOMP_PERM).
 bool bf16_gemm_path_supported(Bf16GemmPath p);
-// The path the bf16 matmul ops take: AMX where supported, else the reference (AVX512-BF16 is
-// only taken when chosen), unless the environment variable
+// The path the bf16 matmul ops take: AMX where supported, else AVX512-BF16 on an AMD CPU
+// that has it (on Intel only when chosen), else the reference, unless the environment variable
 // TIDE_CPU_BF16_GEMM ("amx", "avx512bf16" or "reference") chose one (an unknown or unsupported
 // value is an error naming the choices), or set_bf16_gemm_path did.
 Bf16GemmPath bf16_gemm_path();

@@ -67,6 +67,10 @@ void embedding_backward(const OpContext& ctx, DType dtype, DType grad_dtype, voi
 // out(N,C), mean(N), rstd(N) from inp(N,C), weight(C), bias(C).
 void layernorm_forward(const OpContext& ctx, DType dtype, void* out, float* mean, float* rstd,
                        const void* inp, const void* weight, const void* bias, int64_t N, int C);
+// res(N,C) = a + b (the residual stream), then out, mean, rstd: the layernorm of res.
+void residual_layernorm_forward(const OpContext& ctx, DType dtype, void* res, void* out,
+                                float* mean, float* rstd, const void* a, const void* b,
+                                const void* weight, const void* bias, int64_t N, int C);
 void layernorm_backward_input(const OpContext& ctx, DType dtype, void* dinp, const void* dout,
                               const void* inp, const void* weight, const float* mean,
                               const float* rstd, int64_t N, int C);

@@ -22,15 +22,30 @@ constexpr int kRowsPerChunk = 64;
 constexpr int kColumnBlock = 256;
 
 // Mean and variance in double, two passes (no E[x^2] - E[x]^2 cancellation), like the CPU.
-template <typename T>
+// kResidual: the input row is first formed as res = inp + add, rounded to T and stored (the
+// residual stream's next value), then normalised from those stored values: the bits of
+// residual_forward then layernorm_forward, one pass over memory fewer. Each lane reads back
+// only the channels it wrote, so no barrier is needed.
+template <typename T, bool kResidual>
 __global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const T* inp,
-                                         const T* weight, const T* bias, int64_t N, int C) {
+                                         const T* weight, const T* bias, int64_t N, int C, T* res,
+                                         const T* add) {
   const int lane = threadIdx.x % kWarpSize;
   const int64_t n = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarpSize;
   if (n >= N) return;        // whole warps leave together, so the shuffles below stay full-warp
   const T* x = inp + n * C;  // (C)
   double sum = 0.0;
-  for (int c = lane; c < C; c += kWarpSize) sum += to_f32(x[c]);
+  if constexpr (kResidual) {
+    T* r = res + n * C;
+    const T* b = add + n * C;
+    for (int c = lane; c < C; c += kWarpSize) {
+      r[c] = from_f32<T>(to_f32(x[c]) + to_f32(b[c]));
+      sum += to_f32(r[c]);
+    }
+    x = r;
+  } else {
+    for (int c = lane; c < C; c += kWarpSize) sum += to_f32(x[c]);
+  }
   const double m = warp_sum(sum) / C;
   double sq = 0.0;
   for (int c = lane; c < C; c += kWarpSize) {
@@ -121,10 +136,25 @@ void layernorm_forward(const OpContext& ctx, DType dtype, void* out, float* mean
   if (N == 0) return;
   with_storage_type(dtype, [&](auto tag) {
     using T = decltype(tag);
-    layernorm_forward_kernel<T>
+    layernorm_forward_kernel<T, false>
         <<<ceil_div(N, kRowsPerBlock), kRowsPerBlock * kWarpSize, 0, stream_of(ctx)>>>(
             static_cast<T*>(out), mean, rstd, static_cast<const T*>(inp),
-            static_cast<const T*>(weight), static_cast<const T*>(bias), N, C);
+            static_cast<const T*>(weight), static_cast<const T*>(bias), N, C, nullptr, nullptr);
+  });
+  TIDE_CUDA_CHECK_LAUNCH();
+}
+
+void residual_layernorm_forward(const OpContext& ctx, DType dtype, void* res, void* out,
+                                float* mean, float* rstd, const void* a, const void* b,
+                                const void* weight, const void* bias, int64_t N, int C) {
+  if (N == 0) return;
+  with_storage_type(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    layernorm_forward_kernel<T, true>
+        <<<ceil_div(N, kRowsPerBlock), kRowsPerBlock * kWarpSize, 0, stream_of(ctx)>>>(
+            static_cast<T*>(out), mean, rstd, static_cast<const T*>(a),
+            static_cast<const T*>(weight), static_cast<const T*>(bias), N, C, static_cast<T*>(res),
+            static_cast<const T*>(b));
   });
   TIDE_CUDA_CHECK_LAUNCH();
 }

@@ -43,6 +43,7 @@ TIDE_CUDA_MODULE_ENTRY const tide::CudaKernelTable* tide_cuda_kernels() {
       .crossentropy_forward = &cuda::crossentropy_forward,
       .crossentropy_backward = &cuda::crossentropy_backward,
       .crossentropy_forward_backward = &cuda::crossentropy_forward_backward,
+      .residual_layernorm_forward = &cuda::residual_layernorm_forward,
   };
   return &table;
 }
