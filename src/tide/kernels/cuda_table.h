@@ -47,6 +47,16 @@ struct CudaKernelTable {
   decltype(&cuda::crossentropy_backward) crossentropy_backward = nullptr;
   decltype(&cuda::crossentropy_forward_backward) crossentropy_forward_backward = nullptr;
   decltype(&cuda::residual_layernorm_forward) residual_layernorm_forward = nullptr;
+  decltype(&cuda::vocab_parallel_embedding_forward) vocab_parallel_embedding_forward = nullptr;
+  decltype(&cuda::vocab_parallel_embedding_backward) vocab_parallel_embedding_backward = nullptr;
+  decltype(&cuda::add_position_embedding) add_position_embedding = nullptr;
+  decltype(&cuda::position_embedding_backward) position_embedding_backward = nullptr;
+  decltype(&cuda::vocab_parallel_ce_row_max) vocab_parallel_ce_row_max = nullptr;
+  decltype(&cuda::vocab_parallel_ce_partials) vocab_parallel_ce_partials = nullptr;
+  decltype(&cuda::vocab_parallel_ce_losses) vocab_parallel_ce_losses = nullptr;
+  decltype(&cuda::vocab_parallel_crossentropy_backward) vocab_parallel_crossentropy_backward =
+      nullptr;
+  decltype(&cuda::permute_sequence_rows) permute_sequence_rows = nullptr;
 };
 
 }  // namespace tide

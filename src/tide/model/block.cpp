@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "tide/kernels/cuda_table.h"
 #include "tide/kernels/mover.h"
 #include "tide/model/layout.h"
 #include "tide/model/vocab_parallel.h"
@@ -104,13 +105,19 @@ void BlockEnv::tp_gather_slices(Tensor slice, Tensor whole) const {
   tp->all_gather(mine, flat);
 }
 
-// The rank-major permutation as a CPU kernel of the context (no GPU kernel yet).
+// The rank-major permutation on the context: the CUDA kernel on a GPU
+// (kernels/cuda/tensor_parallel.cu, the same bytes moved), else a CPU kernel of the context.
 static void permute_rows_on(const OpContext& op, Tensor dst, Tensor src, int64_t t, int64_t B,
                             int64_t Ts, int64_t C, bool to_rank_major) {
-  TIDE_CHECK(!op.device.is_cuda(),
-             "sequence parallelism on {} is not in tide yet (its row permutation is a CPU "
-             "kernel); use device=cpu or sim",
-             op.device.str());
+  if (op.device.is_cuda()) {
+    TIDE_CHECK(op.cuda != nullptr,
+               "sequence-parallel row permutation: the context says {} but has no CUDA kernels; "
+               "make it with make_op_context",
+               op.device.str());
+    op.cuda->permute_sequence_rows(op, dst.data, src.data, dtype_size(src.dtype), t, B, Ts, C,
+                                   to_rank_major);
+    return;
+  }
   run_cpu_kernel_on(op, "sequence-parallel row permutation", [=] {
     permute_rows(dst.data, src.data, dtype_size(src.dtype), t, B, Ts, C, to_rank_major);
   });

@@ -3,22 +3,34 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <utility>
 
 #include "tide/core/error.h"
 #include "tide/kernels/cpu/f32_buffer.h"
+#include "tide/kernels/cuda_table.h"
 #include "tide/kernels/mover.h"
 
 namespace tide {
 
 namespace {
 
-// CPU kernels of `op` (run_cpu_kernel_on): at once on the CPU, queued on the simulated
-// device's stream; a GPU has no kernel for them yet.
-void check_host(const OpContext& op, const Tensor& t, const char* who) {
-  TIDE_CHECK((t.device.is_cpu() || t.device.is_sim()) && !op.device.is_cuda(),
-             "{}: the vocabulary-parallel ops are CPU kernels (no CUDA kernels yet); run tensor "
-             "parallelism on the CPU or the simulated device",
-             who);
+// The tensors of these ops are on the context's device: on a GPU the CUDA kernels
+// (kernels/cuda/tensor_parallel.cu), elsewhere CPU kernels of `op` (run_cpu_kernel_on: at once
+// on the CPU, queued on the simulated device's stream).
+void check_on(const OpContext& op, const Tensor& t, const char* name, const char* who) {
+  TIDE_CHECK(op.device.is_cuda() ? t.device == op.device : t.device.is_cpu() || t.device.is_sim(),
+             "{}: tensor '{}' is on {} but the op runs on {}; move the tensor or run the op with a "
+             "context for {}",
+             who, name, t.device.str(), op.device.str(), t.device.str());
+}
+
+// The CUDA module's kernels of a GPU context (make_op_context put them there).
+const CudaKernelTable& gpu_kernels(const OpContext& op, const char* who) {
+  TIDE_CHECK(op.cuda != nullptr && op.handles != nullptr,
+             "{}: the context says {} but has no CUDA stream or handles; make it with "
+             "make_op_context(Device::cuda({}), ...)",
+             who, op.device.str(), op.device.index);
+  return *op.cuda;
 }
 
 // The statistics of the cross-entropy (max, sum, losses) are f32, as the ops' statistics are.
@@ -35,8 +47,18 @@ void check_f32(const Tensor& t, const char* name, const char* who) {
 
 void vocab_parallel_embedding_forward(const OpContext& op, Tensor out, Tensor tokens,
                                       Tensor wte_shard, int64_t v0, int64_t vocab) {
-  check_host(op, out, "vocab_parallel_embedding_forward");
-  run_cpu_kernel_on(op, "vocab_parallel_embedding_forward", [=] {
+  const char* who = "vocab_parallel_embedding_forward";
+  check_on(op, out, "out", who);
+  check_on(op, tokens, "tokens", who);
+  check_on(op, wte_shard, "wte_shard", who);
+  if (op.device.is_cuda()) {
+    // A token outside [0, vocab) gives a NaN row there (no round trip to check it).
+    gpu_kernels(op, who).vocab_parallel_embedding_forward(
+        op, out.dtype, wte_shard.dtype, out.data, tokens.i32(), wte_shard.data, tokens.numel(),
+        wte_shard.dim(1), v0, wte_shard.dim(0), vocab);
+    return;
+  }
+  run_cpu_kernel_on(op, who, [=] {
     const int64_t N = tokens.numel(), C = wte_shard.dim(1), rows = wte_shard.dim(0);
     TIDE_ASSERT(out.numel() == N * C);
     const int32_t* tok = tokens.i32();
@@ -63,8 +85,17 @@ void vocab_parallel_embedding_forward(const OpContext& op, Tensor out, Tensor to
 
 void vocab_parallel_embedding_backward(const OpContext& op, Tensor dwte_shard, Tensor dout,
                                        Tensor tokens, int64_t v0) {
-  check_host(op, dout, "vocab_parallel_embedding_backward");
-  run_cpu_kernel_on(op, "vocab_parallel_embedding_backward", [=] {
+  const char* who = "vocab_parallel_embedding_backward";
+  check_on(op, dwte_shard, "dwte_shard", who);
+  check_on(op, dout, "dout", who);
+  check_on(op, tokens, "tokens", who);
+  if (op.device.is_cuda()) {
+    gpu_kernels(op, who).vocab_parallel_embedding_backward(
+        op, dout.dtype, dwte_shard.dtype, dwte_shard.data, dout.data, tokens.i32(), tokens.numel(),
+        dwte_shard.dim(1), v0, dwte_shard.dim(0));
+    return;
+  }
+  run_cpu_kernel_on(op, who, [=] {
     const int64_t N = tokens.numel(), C = dwte_shard.dim(1), rows = dwte_shard.dim(0);
     const int32_t* tok = tokens.i32();
     const cpu::F32Buffer g_(dwte_shard), d_(dout);
@@ -82,8 +113,15 @@ void vocab_parallel_embedding_backward(const OpContext& op, Tensor dwte_shard, T
 }
 
 void add_position_embedding(const OpContext& op, Tensor out, Tensor wpe, int64_t pos0) {
-  check_host(op, out, "add_position_embedding");
-  run_cpu_kernel_on(op, "add_position_embedding", [=] {
+  const char* who = "add_position_embedding";
+  check_on(op, out, "out", who);
+  check_on(op, wpe, "wpe", who);
+  if (op.device.is_cuda()) {
+    gpu_kernels(op, who).add_position_embedding(op, out.dtype, wpe.dtype, out.data, wpe.data,
+                                                out.dim(0), out.dim(1), out.dim(2), pos0);
+    return;
+  }
+  run_cpu_kernel_on(op, who, [=] {
     const int64_t B = out.dim(0), T = out.dim(1), C = out.dim(2);
     const cpu::F32Buffer o_(out), p_(wpe);
     float* o = o_.get();
@@ -97,8 +135,15 @@ void add_position_embedding(const OpContext& op, Tensor out, Tensor wpe, int64_t
 }
 
 void position_embedding_backward(const OpContext& op, Tensor dwpe, Tensor dout) {
-  check_host(op, dout, "position_embedding_backward");
-  run_cpu_kernel_on(op, "position_embedding_backward", [=] {
+  const char* who = "position_embedding_backward";
+  check_on(op, dwpe, "dwpe", who);
+  check_on(op, dout, "dout", who);
+  if (op.device.is_cuda()) {
+    gpu_kernels(op, who).position_embedding_backward(
+        op, dout.dtype, dwpe.dtype, dwpe.data, dout.data, dout.dim(0), dout.dim(1), dout.dim(2));
+    return;
+  }
+  run_cpu_kernel_on(op, who, [=] {
     const int64_t B = dout.dim(0), T = dout.dim(1), C = dout.dim(2);
     const cpu::F32Buffer g_(dwpe), d_(dout);
     float* g = g_.get();
@@ -115,66 +160,83 @@ void vocab_parallel_crossentropy_forward(const OpContext& op, ProcessGroup& tp, 
                                          Tensor max, Tensor sum, Tensor logits, Tensor targets,
                                          int64_t v0, Arena& scratch) {
   const char* who = "vocab_parallel_crossentropy_forward";
-  check_host(op, logits, who);
+  for (const auto& [t, name] : {std::pair{losses, "losses"},
+                                {max, "max"},
+                                {sum, "sum"},
+                                {logits, "logits"},
+                                {targets, "targets"}})
+    check_on(op, t, name, who);
   const int64_t V = logits.dim(2), N = logits.dim(0) * logits.dim(1);
   const int world = tp.size();
   check_f32(losses, "losses", who);
   check_f32(max, "max", who);
   check_f32(sum, "sum", who);
-  // Three CPU kernels between two collectives, each of which waits for the stream first.
+  // Three kernels between two collectives, each of which waits for the stream first.
   const Tensor local = scratch.alloc_tensor({N}), gathered = scratch.alloc_tensor({N * world}),
                reduced = scratch.alloc_tensor({2 * N});
+  const CudaKernelTable* gpu = op.device.is_cuda() ? &gpu_kernels(op, who) : nullptr;
   // 1. Row maxima: all-gather the local ones, take the largest.
-  run_cpu_kernel_on(op, who, [=] {
-    const cpu::F32Buffer x_(logits);
-    const float* x = x_.get();
-    float* l = local.f32();
+  if (gpu)
+    gpu->vocab_parallel_ce_row_max(op, logits.dtype, local.f32(), logits.data, N, V);
+  else
+    run_cpu_kernel_on(op, who, [=] {
+      const cpu::F32Buffer x_(logits);
+      const float* x = x_.get();
+      float* l = local.f32();
 #pragma omp parallel for schedule(static)
-    for (int64_t n = 0; n < N; ++n) {
-      float m = -std::numeric_limits<float>::infinity();
-      for (int64_t v = 0; v < V; ++v) m = std::max(m, x[n * V + v]);
-      l[n] = m;
-    }
-  });
+      for (int64_t n = 0; n < N; ++n) {
+        float m = -std::numeric_limits<float>::infinity();
+        for (int64_t v = 0; v < V; ++v) m = std::max(m, x[n * V + v]);
+        l[n] = m;
+      }
+    });
   synchronize(op);
   tp.all_gather(local, gathered);
   // 2. [sum of exp(logit - max) | the target's logit] over this rank's columns, summed.
-  run_cpu_kernel_on(op, who, [=] {
-    const cpu::F32Buffer x_(logits);
-    const float* x = x_.get();
-    const float* g = gathered.f32();
-    float* mx = max.f32();
-    float* r = reduced.f32();
-    const int32_t* tgt = targets.i32();
-    for (int64_t n = 0; n < N; ++n) {
-      float m = g[n];
-      for (int w = 1; w < world; ++w) m = std::max(m, g[w * N + n]);
-      mx[n] = m;
-    }
+  if (gpu)
+    gpu->vocab_parallel_ce_partials(op, logits.dtype, max.f32(), reduced.f32(), logits.data,
+                                    targets.i32(), gathered.f32(), world, N, V, v0);
+  else
+    run_cpu_kernel_on(op, who, [=] {
+      const cpu::F32Buffer x_(logits);
+      const float* x = x_.get();
+      const float* g = gathered.f32();
+      float* mx = max.f32();
+      float* r = reduced.f32();
+      const int32_t* tgt = targets.i32();
+      for (int64_t n = 0; n < N; ++n) {
+        float m = g[n];
+        for (int w = 1; w < world; ++w) m = std::max(m, g[w * N + n]);
+        mx[n] = m;
+      }
 #pragma omp parallel for schedule(static)
-    for (int64_t n = 0; n < N; ++n) {
-      double s = 0.0;
-      for (int64_t v = 0; v < V; ++v) s += std::exp(static_cast<double>(x[n * V + v] - mx[n]));
-      r[n] = static_cast<float>(s);
-      const int64_t col = tgt[n] - v0;
-      r[N + n] = (tgt[n] >= 0 && col >= 0 && col < V) ? x[n * V + col] : 0.0f;
-    }
-  });
+      for (int64_t n = 0; n < N; ++n) {
+        double s = 0.0;
+        for (int64_t v = 0; v < V; ++v) s += std::exp(static_cast<double>(x[n * V + v] - mx[n]));
+        r[n] = static_cast<float>(s);
+        const int64_t col = tgt[n] - v0;
+        r[N + n] = (tgt[n] >= 0 && col >= 0 && col < V) ? x[n * V + col] : 0.0f;
+      }
+    });
   synchronize(op);
   tp.all_reduce(reduced);
   // 3. The losses.
-  run_cpu_kernel_on(op, who, [=] {
-    const float* r = reduced.f32();
-    const float* mx = max.f32();
-    const int32_t* tgt = targets.i32();
-    float* sm = sum.f32();
-    float* loss = losses.f32();
-    for (int64_t n = 0; n < N; ++n) {
-      sm[n] = r[n];
-      const double lse = static_cast<double>(mx[n]) + std::log(static_cast<double>(r[n]));
-      loss[n] = tgt[n] < 0 ? 0.0f : static_cast<float>(lse - static_cast<double>(r[N + n]));
-    }
-  });
+  if (gpu)
+    gpu->vocab_parallel_ce_losses(op, losses.f32(), sum.f32(), reduced.f32(), max.f32(),
+                                  targets.i32(), N);
+  else
+    run_cpu_kernel_on(op, who, [=] {
+      const float* r = reduced.f32();
+      const float* mx = max.f32();
+      const int32_t* tgt = targets.i32();
+      float* sm = sum.f32();
+      float* loss = losses.f32();
+      for (int64_t n = 0; n < N; ++n) {
+        sm[n] = r[n];
+        const double lse = static_cast<double>(mx[n]) + std::log(static_cast<double>(r[n]));
+        loss[n] = tgt[n] < 0 ? 0.0f : static_cast<float>(lse - static_cast<double>(r[N + n]));
+      }
+    });
 }
 
 size_t vocab_parallel_crossentropy_scratch(int64_t N, int tp) {
@@ -185,9 +247,24 @@ void vocab_parallel_crossentropy_backward(const OpContext& op, Tensor dlogits, T
                                           Tensor targets, Tensor max, Tensor sum, int64_t v0,
                                           float dloss) {
   const char* who = "vocab_parallel_crossentropy_backward";
-  check_host(op, logits, who);
+  for (const auto& [t, name] : {std::pair{dlogits, "dlogits"},
+                                {logits, "logits"},
+                                {targets, "targets"},
+                                {max, "max"},
+                                {sum, "sum"}})
+    check_on(op, t, name, who);
   check_f32(max, "max", who);
   check_f32(sum, "sum", who);
+  if (op.device.is_cuda()) {
+    // In place (dlogits aliasing logits) reads each element before it writes it: one dtype.
+    TIDE_CHECK(dlogits.data != logits.data || dlogits.dtype == logits.dtype,
+               "{}: dlogits aliases logits but is {} where they are {}; in place needs one dtype",
+               who, dtype_name(dlogits.dtype), dtype_name(logits.dtype));
+    gpu_kernels(op, who).vocab_parallel_crossentropy_backward(
+        op, logits.dtype, dlogits.dtype, dlogits.data, logits.data, targets.i32(), max.f32(),
+        sum.f32(), logits.dim(0) * logits.dim(1), logits.dim(2), v0, dloss);
+    return;
+  }
   run_cpu_kernel_on(op, who, [=] {
     const int64_t V = logits.dim(2), N = logits.dim(0) * logits.dim(1);
     // dlogits may alias logits: x_ is then a widened copy, dx_ a zeroed one (written whole).

@@ -9,11 +9,12 @@
 // maximum taken, then sum(exp(logit - max)) and the target's logit (held by one rank, 0 on the
 // others) are all-reduced together, so loss = log(sum) + max - target logit.
 //
-// Host loops: CPU kernels of the context `op` (kernels/ops.h run_cpu_kernel_on: at once on the
-// CPU, queued on the simulated device's stream; the collectives wait for the stream first). No
-// CUDA kernels yet: a GPU context is refused with a clear error. Parameters, gradients and
-// activations may be f32, bf16 or f16, as in the ops (kernels/ops.h: computed in f32, each written
-// 16-bit tensor rounded once); the cross-entropy's max, sum and losses are f32.
+// Kernels of the context `op`: on a GPU the CUDA kernels (kernels/cuda/tensor_parallel.cu),
+// elsewhere host loops (kernels/ops.h run_cpu_kernel_on: at once on the CPU, queued on the
+// simulated device's stream); the collectives wait for the stream first. Parameters, gradients
+// and activations may be f32, bf16 or f16, as in the ops (kernels/ops.h: computed in f32, each
+// written 16-bit tensor rounded once); the cross-entropy's max, sum and losses are f32. On a GPU
+// a token outside the vocabulary gives a NaN row instead of an error (no round trip to check).
 
 #include "tide/comm/process_group.h"
 #include "tide/core/arena.h"
@@ -23,7 +24,7 @@
 namespace tide {
 
 // out(B,T,C) = wte_shard[token - v0] for tokens in [v0, v0 + rows of wte_shard), else 0.
-// Throws on a token outside [0, vocab).
+// Throws on a token outside [0, vocab) (on a GPU: NaN rows).
 void vocab_parallel_embedding_forward(const OpContext& op, Tensor out, Tensor tokens,
                                       Tensor wte_shard, int64_t v0, int64_t vocab);
 // dwte_shard[token - v0] += dout rows of this rank's tokens (in (b,t) order).

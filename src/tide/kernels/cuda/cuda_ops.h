@@ -156,4 +156,48 @@ void crossentropy_forward_backward(const OpContext& ctx, DType dtype, float* los
                                    const void* logits, const int32_t* targets, int64_t N, int V,
                                    float dloss);
 
+// Tensor parallelism's vocabulary-parallel ends and sequence parallelism's row permutation
+// (tensor_parallel.cu; the host side and its CPU kernels in model/vocab_parallel.h and
+// model/block.cpp). Each tensor comes with its own dtype (the CPU kernels take any mix); the
+// cross-entropy's statistics (max, sum, losses) are f32.
+//
+// out(N,C) = wte_shard[token - v0] for tokens in [v0, v0 + rows), 0 for the other ranks' tokens,
+// NaN for a token outside [0, vocab).
+void vocab_parallel_embedding_forward(const OpContext& ctx, DType out_dtype, DType wte_dtype,
+                                      void* out, const int32_t* tokens, const void* wte_shard,
+                                      int64_t N, int64_t C, int64_t v0, int64_t rows,
+                                      int64_t vocab);
+// dwte_shard(rows,C) += the dout(N,C) rows of this rank's tokens, each row's in ascending n.
+void vocab_parallel_embedding_backward(const OpContext& ctx, DType dout_dtype, DType grad_dtype,
+                                       void* dwte_shard, const void* dout, const int32_t* tokens,
+                                       int64_t N, int64_t C, int64_t v0, int64_t rows);
+// out(B,T,C) += wpe[pos0 + t].
+void add_position_embedding(const OpContext& ctx, DType out_dtype, DType wpe_dtype, void* out,
+                            const void* wpe, int64_t B, int64_t T, int64_t C, int64_t pos0);
+// dwpe(T,C) += sum over b = 0..B-1 (in order) of dout(B,T,C).
+void position_embedding_backward(const OpContext& ctx, DType dout_dtype, DType grad_dtype,
+                                 void* dwpe, const void* dout, int64_t B, int64_t T, int64_t C);
+// The vocabulary-parallel cross-entropy's three kernels, between its two collectives:
+// 1. local_max(N) = max over the row of logits(N,V) (this rank's columns).
+void vocab_parallel_ce_row_max(const OpContext& ctx, DType dtype, float* local_max,
+                               const void* logits, int64_t N, int64_t V);
+// 2. max(N) = max over the ranks of gathered(world,N); reduced(2,N) = [sum over the row of
+//    exp(logit - max) | the target's logit if this rank holds its column, else 0].
+void vocab_parallel_ce_partials(const OpContext& ctx, DType dtype, float* max, float* reduced,
+                                const void* logits, const int32_t* targets, const float* gathered,
+                                int world, int64_t N, int64_t V, int64_t v0);
+// 3. sum(N) = reduced[0]; losses(N) = max + log(sum) - target logit (0 where target < 0).
+void vocab_parallel_ce_losses(const OpContext& ctx, float* losses, float* sum, const float* reduced,
+                              const float* max, const int32_t* targets, int64_t N);
+// dlogits(N,V) = (exp(logit - max) / sum - onehot(target - v0)) * dloss, 0 where target < 0;
+// overwritten; may alias logits (same dtype).
+void vocab_parallel_crossentropy_backward(const OpContext& ctx, DType dtype, DType dlogits_dtype,
+                                          void* dlogits, const void* logits, const int32_t* targets,
+                                          const float* max, const float* sum, int64_t N, int64_t V,
+                                          int64_t v0, float dloss);
+// Sequence parallelism's row permutation of a (B, t*Ts, C) activation: whole -> rank-major
+// (t, B, Ts, C) (to_rank_major), or back; elem_size bytes per element, dst != src.
+void permute_sequence_rows(const OpContext& ctx, void* dst, const void* src, size_t elem_size,
+                           int64_t t, int64_t B, int64_t Ts, int64_t C, bool to_rank_major);
+
 }  // namespace tide::cuda

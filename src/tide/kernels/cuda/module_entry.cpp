@@ -44,6 +44,15 @@ TIDE_CUDA_MODULE_ENTRY const tide::CudaKernelTable* tide_cuda_kernels() {
       .crossentropy_backward = &cuda::crossentropy_backward,
       .crossentropy_forward_backward = &cuda::crossentropy_forward_backward,
       .residual_layernorm_forward = &cuda::residual_layernorm_forward,
+      .vocab_parallel_embedding_forward = &cuda::vocab_parallel_embedding_forward,
+      .vocab_parallel_embedding_backward = &cuda::vocab_parallel_embedding_backward,
+      .add_position_embedding = &cuda::add_position_embedding,
+      .position_embedding_backward = &cuda::position_embedding_backward,
+      .vocab_parallel_ce_row_max = &cuda::vocab_parallel_ce_row_max,
+      .vocab_parallel_ce_partials = &cuda::vocab_parallel_ce_partials,
+      .vocab_parallel_ce_losses = &cuda::vocab_parallel_ce_losses,
+      .vocab_parallel_crossentropy_backward = &cuda::vocab_parallel_crossentropy_backward,
+      .permute_sequence_rows = &cuda::permute_sequence_rows,
   };
   return &table;
 }
