@@ -12,6 +12,7 @@
 #include "mpi_test.h"
 #include "tide/comm/device_routed_group.h"
 #include "tide/comm/sim_collective_group.h"
+#include "tide/comm/topology.h"
 #include "tide/core/error.h"
 
 using namespace tide;
@@ -113,4 +114,22 @@ TEST(DeviceRoutedGroup, SplitGroupsRouteTooAndMessagesPairInAnyOrder) {
   tx->wait();
   const int other = r % 2 == 0 ? r + 1 : r - 1;
   EXPECT_EQ(theirs, std::vector<float>(8, static_cast<float>(other)));
+}
+
+// The trainer's tensor-parallel group is the mesh's split of its routed world (Topology over
+// Trainer::mesh_world): its device buffers go through the device's group too (NCCL on a GPU),
+// each call after the compute stream's work, and sum over the tp ranks only.
+TEST(DeviceRoutedGroup, TheMeshsTensorParallelGroupRoutesItsDeviceBuffers) {
+  SimMesh m;
+  const int N = m.group->size(), r = m.group->rank();
+  const int tp = N % 2 == 0 ? 2 : N;  // split off the world where N > 2, the world itself else
+  const Topology mesh(m.group, MeshShape{tp, N / tp, 1});
+  EXPECT_EQ(mesh.tp().backend(), "mpi+sim");
+  std::vector<float> x(7, -1.0f);
+  write_late(*m.compute, x, static_cast<float>(r + 1));
+  mesh.tp().all_reduce_async(on_sim(x), ReduceOp::Sum)->wait();
+  const int first = r - r % tp;  // tp ranks are contiguous (comm/topology.h)
+  float expected = 0.0f;
+  for (int q = first; q < first + tp; ++q) expected += static_cast<float>(q + 1);
+  for (float e : x) EXPECT_EQ(e, expected);
 }

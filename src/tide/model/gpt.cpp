@@ -245,11 +245,6 @@ void GPT::check_device(const ModelOptions& o) const {
              "on it or on the host (they are on {}, {} and {})",
              d.str(), d.str(), on(o.activations).str(), on(o.store.compute).str(),
              on(o.store.optimizer).str());
-  TIDE_CHECK(!d.is_cuda() || !o.tp || o.tp->size() == 1,
-             "tensor parallelism on {} is not in tide yet: its vocabulary-parallel loss and "
-             "sequence-parallel permutation are CPU kernels (no CUDA kernels yet); use "
-             "tensor_parallel.size=1 there, or device=cpu or sim",
-             d.str());
 }
 
 std::unique_ptr<MicroBatch> GPT::make_micro_batch(int B, int T, StashPool* stash,

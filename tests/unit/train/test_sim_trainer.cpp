@@ -179,17 +179,23 @@ TEST(SimTrainer, AStepDrainsTheDeviceOnceForTheNormAndAllocatesNothing) {
 
 TEST(SimTrainer, RefusesWhatADeviceCannotRunYet) {
   // Checked before the GPU is asked for: the same message with or without one. GPUs train in 16
-  // bits, data parallel over NCCL; tensor and pipeline parallelism there wait for their kernels
-  // and NCCL's grouped sends.
+  // bits, data and tensor parallel over NCCL (sequence parallel too); pipeline stages there wait
+  // for NCCL's grouped sends.
   const TrainConfig bf16 = load_train_config("", {"device=cuda", "bf16.enabled=true"});
   EXPECT_NO_THROW(check_trainer_can_honour(bf16, 1));
   EXPECT_NO_THROW(check_trainer_can_honour(bf16, 2));
-  for (const char* key : {"tensor_parallel.size=2", "pipeline.stages=2"}) {
-    const TrainConfig c = load_train_config("", {"device=cuda", key});
-    const std::string e = test::error_of([&] { check_trainer_can_honour(c, 2); });
-    EXPECT_NE(e.find("on GPUs tide runs data parallelism for now"), std::string::npos) << e;
+  for (const char* key : {"tensor_parallel.size=2", "tensor_parallel.sequence_parallel=true"})
+    EXPECT_NO_THROW(check_trainer_can_honour(
+        load_train_config("", {"device=cuda", "tensor_parallel.size=2", key}), 4))
+        << key;
+  const TrainConfig pp = load_train_config("", {"device=cuda", "pipeline.stages=2"});
+  const std::string e = test::error_of([&] { check_trainer_can_honour(pp, 2); });
+  EXPECT_NE(e.find("device=cuda with pipeline.stages > 1: on GPUs tide runs data and tensor "
+                   "parallelism for now"),
+            std::string::npos)
+      << e;
+  for (const char* key : {"tensor_parallel.size=2", "pipeline.stages=2"})
     EXPECT_NO_THROW(check_trainer_can_honour(load_train_config("", {"device=sim", key}), 2));
-  }
   const std::string bad = test::error_of([&] { load_train_config("", {"device=sim:x"}); });
   EXPECT_NE(bad.find("use cpu, cuda, cuda:N, sim, sim:N or auto"), std::string::npos) << bad;
 }
