@@ -243,10 +243,13 @@ void expect_same_bits(const Trained& a, const Trained& b, const std::string& wha
     EXPECT_TRUE(same_bits(v, b.params.at(tensor))) << what << ": " << tensor;
 }
 
+// The gradient norm gets twice the losses' tolerance: with 2 data-parallel replicas (np4) its
+// sum of squares is added in another order than the single rank's, and on a Zen 4 (OpenBLAS's
+// Cooperlake kernels) the 12-layer model's norm drifted 1.08e-5 from it by step 7 (1e-5 before).
 void expect_near(const Trained& a, const Trained& base, const std::string& what) {
   for (int s = 0; s < kSteps; ++s) {
     EXPECT_NEAR(a.losses[s], base.losses[s], 1e-5 * base.losses[s]) << what << ", step " << s;
-    EXPECT_NEAR(a.norms[s], base.norms[s], 1e-5 * base.norms[s]) << what << ", step " << s;
+    EXPECT_NEAR(a.norms[s], base.norms[s], 2e-5 * base.norms[s]) << what << ", step " << s;
   }
 }
 

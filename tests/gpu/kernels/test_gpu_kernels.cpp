@@ -321,8 +321,9 @@ TEST(CudaOps, ResidualLayernormHasTheBitsOfTheTwoKernels) {
       };
       const std::vector<HostTensor> a = run_on_gpu(fused), b = run_on_gpu(two);
       for (size_t i = 0; i < a.size(); ++i)
-        expect_bitwise(c.name + " (" + dtype_name(dtype) + ") tensor '" + a[i].name + "'", a[i],
-                       b[i]);
+        expect_bitwise(
+            c.name + " (" + std::string(dtype_name(dtype)) + ") tensor '" + a[i].name + "'", a[i],
+            b[i]);
     }
 }
 

@@ -55,7 +55,7 @@ TEST(Matmul, BackwardMatchesFiniteDifferences) {
   EXPECT_EQ(dw2, dw);
 }
 
-// Shapes that span several gemm tiles (cpu/gemm.h: 256 x 512) with ragged edges, so the tiles'
+// Shapes that span several gemm tiles (cpu/gemm.cpp: 256 x 512 here) with ragged edges, so the tiles'
 // offsets for every transpose case are checked against a naive product, on 1 and 3 threads.
 TEST(Matmul, MultiTileProductsMatchNaiveAndAreThreadIndependent) {
   const int N = 600, C = 40, OC = 1100;

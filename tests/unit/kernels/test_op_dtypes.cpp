@@ -67,6 +67,10 @@ int64_t bits_differing(const HostTensor& a, const HostTensor& b) {
 // Case c (a case in_dtype, or a mix of 16-bit training) against its call in f32 on the same
 // values.
 void run_case(const OpCase& c, DType dtype) {
+  // The fused residual + layernorm is the two ops, each rounding what it writes: in 16 bits the
+  // layernorm reads the rounded residual, so its output is not one rounding of the f32 op's.
+  // LayerNorm.ResidualLayernormHasTheBitsOfTheTwoOps holds it to the two 16-bit ops instead.
+  if (c.name.starts_with("residual_layernorm_forward")) return;
   std::vector<HostTensor> narrow = c.tensors, ref;
   for (const HostTensor& t : narrow)
     ref.push_back(t.dtype == DType::BF16 || t.dtype == DType::F16 ? widened(t) : t);

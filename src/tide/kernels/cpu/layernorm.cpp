@@ -11,8 +11,9 @@ namespace tide::cpu {
 
 namespace {
 constexpr float kEps = 1e-5f;
-// Channels per work item of the weight gradient (a contiguous slice of every row).
-constexpr int kChannelBlock = 64;
+// Channels per work item of the weight gradient (a contiguous slice of every row, one cache
+// line): C = 192 makes 12 items, enough to keep the threads even (64 made 3).
+constexpr int kChannelBlock = 16;
 }  // namespace
 
 namespace {
@@ -102,10 +103,30 @@ void layernorm_backward_weight(float* dweight, float* dbias, const float* dout, 
                                const float* mean, const float* rstd, int64_t N, int C) {
   const int n_blocks = (C + kChannelBlock - 1) / kChannelBlock;
   // Each channel block sums its column slices over rows 0..N-1 in order (thread-count
-  // independent), into a local buffer that is added to the gradient once.
+  // independent), into local sums that are added to the gradient once. A full block's
+  // channels go 8 at a time (the same operations per channel as the tail's scalar loop).
 #pragma omp parallel for schedule(static)
   for (int blk = 0; blk < n_blocks; ++blk) {
     const int c0 = blk * kChannelBlock, c1 = std::min(C, c0 + kChannelBlock);
+    if (c1 - c0 == kChannelBlock) {
+      constexpr int kVecs = kChannelBlock / 8;
+      v8f dw[kVecs] = {}, db[kVecs] = {};
+      for (int64_t n = 0; n < N; ++n) {
+        const float* x = inp + n * C + c0;
+        const float* dy = dout + n * C + c0;
+        const v8f m = splat(mean[n]), s = splat(rstd[n]);
+        for (int j = 0; j < kVecs; ++j) {
+          const v8f d = load8(dy + 8 * j);
+          dw[j] += d * ((load8(x + 8 * j) - m) * s);
+          db[j] += d;
+        }
+      }
+      for (int j = 0; j < kVecs; ++j) {
+        store8(dweight + c0 + 8 * j, load8(dweight + c0 + 8 * j) + dw[j]);
+        store8(dbias + c0 + 8 * j, load8(dbias + c0 + 8 * j) + db[j]);
+      }
+      continue;
+    }
     float dw[kChannelBlock] = {}, db[kChannelBlock] = {};
     for (int64_t n = 0; n < N; ++n) {
       const float* x = inp + n * C;
