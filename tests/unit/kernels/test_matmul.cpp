@@ -105,3 +105,28 @@ TEST(Matmul, MultiTileProductsMatchNaiveAndAreThreadIndependent) {
     EXPECT_NEAR(r1.db[o], s, 1e-3) << o;
   }
 }
+
+// A product too small for 256 x 512 tiles to keep the threads busy (the weight gradient of a
+// C = 192 layer: (192,192) over N = 1024 rows) is split into 64 x 64 tiles (cpu/gemm.cpp):
+// every element against the naive sum, the bits the same on 1 and 3 threads.
+TEST(Matmul, SmallWeightGradientSplitMatchesNaiveAndIsThreadIndependent) {
+  const int N = 1024, C = 192, OC = 192;
+  auto inp = randn(N * C, 5), dout = randn(N * OC, 6);
+  auto run = [&](int threads) {
+    const int saved = omp_get_max_threads();
+    omp_set_num_threads(threads);
+    std::vector<float> dw(OC * C, 0.5f);
+    matmul_backward_weight(cpu_ctx(), view(dw, {OC, C}), Tensor{}, view(dout, {N, OC}),
+                           view(inp, {N, C}));
+    omp_set_num_threads(saved);
+    return dw;
+  };
+  const std::vector<float> dw1 = run(1), dw3 = run(3);
+  EXPECT_EQ(dw1, dw3);
+  for (int o = 0; o < OC; ++o)
+    for (int c = 0; c < C; ++c) {
+      double s = 0.5;
+      for (int n = 0; n < N; ++n) s += double(dout[n * OC + o]) * inp[n * C + c];
+      ASSERT_NEAR(dw1[o * C + c], s, 1e-3) << o << "," << c;
+    }
+}
