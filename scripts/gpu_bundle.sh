@@ -15,7 +15,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/bundle_common.sh
-tests=(test_gpu_kernels test_gpu_optim test_gpu_comm)
+tests=(test_gpu_kernels test_gpu_optim test_gpu_comm test_gpu_tensor_parallel)
 # The CUDA sources: compiled here although this machine has no GPU (with the cudnn-frontend
 # headers of the fused attention, as setup.sh fetches them).
 bash scripts/fetch_cudnn_frontend.sh
@@ -27,15 +27,15 @@ cp build/libtide_cuda.so build/bench/bench_gpu_ops bench/gpu/ops_torch.py .gpu/
 ldd .gpu/test_gpu_* .gpu/bench_gpu_ops .gpu/libtide_cuda.so | awk '/=>/ {print $3}' | sort -u |
   grep -v -E '/(libc|libm|libdl|libpthread|librt|libgcc_s|libstdc\+\+)\.so|cuda|nccl' |
   xargs -I{} cp -L {} .gpu/lib/
-cat > .gpu/run_gpu_tests.sh <<'RUN'
+cat > .gpu/run_gpu_tests.sh <<RUN
 #!/usr/bin/env bash
 # Runs every bundled GPU test program three times (GPU results must repeat bitwise).
 rc=0
-for t in test_gpu_kernels test_gpu_optim test_gpu_comm; do
-  echo "=== $t"
-  ./$t --gtest_color=no --gtest_repeat=3 || rc=1
+for t in ${tests[*]}; do
+  echo "=== \$t"
+  ./\$t --gtest_color=no --gtest_repeat=3 || rc=1
 done
-exit $rc
+exit \$rc
 RUN
 chmod +x .gpu/run_gpu_tests.sh
 git_ignore_dir .gpu
