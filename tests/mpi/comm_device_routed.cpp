@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <functional>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -41,6 +43,15 @@ void write_late(SimStream& s, std::vector<float>& x, float value) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     for (float& e : x) e = value;
   });
+}
+
+std::string test_error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
 }
 
 }  // namespace
@@ -97,23 +108,82 @@ TEST(DeviceRoutedGroup, HostBuffersGoThroughTheHostGroupDeviceBuffersThroughTheD
   }
 }
 
-TEST(DeviceRoutedGroup, SplitGroupsRouteTooAndMessagesPairInAnyOrder) {
+TEST(DeviceRoutedGroup, SplitGroupsRouteTooAndOneGroupPerDirectionPairsReceivesPostedFirst) {
   SimMesh m;
   const int r = m.group->rank();
   auto pair = m.group->split(r / 2, r);  // {0,1} {2,3} ...; a last odd rank alone
   ASSERT_NE(pair, nullptr);
   EXPECT_EQ(pair->backend(), "mpi+sim");
   if (pair->size() < 2) return;
-  // Both ranks post their receive before their send, on device buffers: the stand-in must not
-  // hold a stream in a receive whose peer's send is queued behind that peer's own receive.
-  const int peer = 1 - pair->rank();
+  // Both ranks post their receive before their send, on device buffers. A receive holds its
+  // group's stream until matched (as NCCL's), so each direction has its own group, as the
+  // pipeline engine's message streams: its sender is rank 0.
+  const int me = pair->rank();
+  auto from_even = pair->split(0, me), from_odd = pair->split(0, 1 - me);
+  ProcessGroup& in = me == 0 ? *from_odd : *from_even;
+  ProcessGroup& out = me == 0 ? *from_even : *from_odd;
   std::vector<float> mine(8, static_cast<float>(r)), theirs(8, -1.0f);
-  WorkPtr rx = pair->recv_async(on_sim(theirs), peer, 0);
-  WorkPtr tx = pair->send_async(on_sim(mine), peer, 0);
+  WorkPtr rx = in.recv_async(on_sim(theirs), 0, 0);
+  WorkPtr tx = out.send_async(on_sim(mine), 1, 0);
   rx->wait();
   tx->wait();
   const int other = r % 2 == 0 ? r + 1 : r - 1;
   EXPECT_EQ(theirs, std::vector<float>(8, static_cast<float>(other)));
+}
+
+// A pipeline stage's message (pipeline_engine.cpp): a device buffer sent right behind the
+// kernel that writes it, without a host wait, arrives with what the kernel wrote; messages
+// between two ranks match in the order they were issued, untagged, as NCCL's.
+TEST(DeviceRoutedGroup, DeviceMessagesWaitForTheComputeStreamAndMatchInIssueOrder) {
+  SimMesh m;
+  const int r = m.group->rank(), N = m.group->size();
+  if (N % 2 == 1 && r == N - 1) return;  // a last odd rank has no partner
+  const bool sender = r % 2 == 0;
+  const int peer = sender ? r + 1 : r - 1;
+  std::vector<float> a(6, -1.0f), b(6, -1.0f);
+  if (sender) {
+    write_late(*m.compute, a, 10.0f + r);
+    write_late(*m.compute, b, 20.0f + r);
+    WorkPtr first = m.group->send_async(on_sim(a), peer, 0);
+    WorkPtr second = m.group->send_async(on_sim(b), peer, 0);
+    first->wait();
+    second->wait();
+  } else {
+    WorkPtr first = m.group->recv_async(on_sim(a), peer, 0);
+    WorkPtr second = m.group->recv_async(on_sim(b), peer, 0);
+    second->wait();
+    first->wait();
+    EXPECT_EQ(a, std::vector<float>(6, 10.0f + peer));
+    EXPECT_EQ(b, std::vector<float>(6, 20.0f + peer));
+  }
+  m.compute->synchronize();
+  // Tags: NCCL has none, nor has its stand-in.
+  const std::string e = test_error_of([&] { m.group->send_async(on_sim(a), peer, 3); });
+  EXPECT_NE(e.find("take no message tags"), std::string::npos) << e;
+}
+
+// NCCL's send or receive holds its stream until the peer's call matched it, so the next call
+// of the group waits: the stand-in posts it only then (its counters count posted calls).
+TEST(DeviceRoutedGroup, AReceiveHoldsUpTheGroupsNextCallUntilItsMessageArrives) {
+  SimMesh m;
+  const int r = m.group->rank();
+  if (r > 1) return;
+  std::vector<float> x(4, static_cast<float>(r)), y(4, -1.0f);
+  if (r == 0) {
+    m.group->device().reset_counters();
+    WorkPtr rx = m.group->recv_async(on_sim(y), 1, 0);
+    WorkPtr tx = m.group->send_async(on_sim(x), 1, 0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // rank 1 sends at 300 ms
+    EXPECT_EQ(m.group->device().counters().calls, 1u) << "the send was posted before the "
+                                                         "receive ahead of it had matched";
+    rx->wait();
+    tx->wait();
+  } else {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    m.group->send_async(on_sim(x), 0, 0)->wait();
+    m.group->recv_async(on_sim(y), 0, 0)->wait();
+  }
+  EXPECT_EQ(y, std::vector<float>(4, static_cast<float>(1 - r)));
 }
 
 // The trainer's tensor-parallel group is the mesh's split of its routed world (Topology over

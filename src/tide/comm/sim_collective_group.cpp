@@ -37,17 +37,20 @@ SimCollectiveGroup::SimCollectiveGroup(std::shared_ptr<ProcessGroup> inner,
 SimCollectiveGroup::~SimCollectiveGroup() = default;  // ~SimStream runs what is queued
 
 WorkPtr SimCollectiveGroup::launch(std::initializer_list<const Tensor*> buffers, const char* who,
-                                   std::function<WorkPtr()> call) {
+                                   std::function<WorkPtr()> call, bool hold) {
   for (const Tensor* t : buffers)
     TIDE_CHECK(t->device == compute_->device(),
                "{}: the simulated device's collectives work on {} but got a {} tensor (host "
                "buffers go through the host group)",
                who, compute_->device().str(), t->device.str());
   stream_->wait(compute_->record());
-  // Posted, not waited for, on the stream: a pipeline's receive waits for a peer whose send
-  // may be queued behind this rank's own, and a stream blocked in it would never post that.
+  // A collective is posted, not waited for, on the stream; a send or receive is waited for
+  // there, as NCCL's blocks its stream until the peer's call has matched it.
   auto inner = std::make_shared<WorkPtr>();
-  stream_->enqueue([inner, call = std::move(call)] { *inner = call(); });
+  stream_->enqueue([inner, hold, call = std::move(call)] {
+    *inner = call();
+    if (hold) (*inner)->wait();
+  });
   return std::make_shared<SimCollectiveWork>(stream_->record(), inner);
 }
 
@@ -71,14 +74,27 @@ WorkPtr SimCollectiveGroup::broadcast_async(Tensor buf, int root) {
   return launch({&buf}, "broadcast", [=, this] { return inner_->broadcast_async(buf, root); });
 }
 
+void SimCollectiveGroup::check_p2p(int peer, int tag, const char* who) const {
+  comm_check::peer(peer, size(), rank(), who);
+  TIDE_CHECK(tag == 0,
+             "{}: the simulated device's point-to-point calls take no message tags, as NCCL's "
+             "(got tag {}); messages between two ranks match in the order they are issued, so "
+             "use tag 0 and issue them in the same order on both ranks",
+             who, tag);
+}
+
+// Tag 0 on the inner group too: MPI matches one tag's messages between two ranks in the order
+// they were sent, as NCCL matches its untagged ones.
 WorkPtr SimCollectiveGroup::send_async(Tensor buf, int dst, int tag) {
-  comm_check::peer(dst, size(), rank(), "send");
-  return launch({&buf}, "send", [=, this] { return inner_->send_async(buf, dst, tag); });
+  check_p2p(dst, tag, "send");
+  return launch(
+      {&buf}, "send", [=, this] { return inner_->send_async(buf, dst, 0); }, /*hold=*/true);
 }
 
 WorkPtr SimCollectiveGroup::recv_async(Tensor buf, int src, int tag) {
-  comm_check::peer(src, size(), rank(), "recv");
-  return launch({&buf}, "recv", [=, this] { return inner_->recv_async(buf, src, tag); });
+  check_p2p(src, tag, "recv");
+  return launch(
+      {&buf}, "recv", [=, this] { return inner_->recv_async(buf, src, 0); }, /*hold=*/true);
 }
 
 WorkPtr SimCollectiveGroup::barrier_async() {

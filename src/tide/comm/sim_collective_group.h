@@ -10,8 +10,11 @@
 // event recorded on the compute stream; the task posts the call to `inner` (a host group over
 // the same ranks: MPI, whose communicator nothing else uses) in the order the calls were made,
 // as NCCL keeps a stream's order. The Work is done once the call was posted and has completed.
-// Unlike NCCL on one stream, a posted call does not hold up the next: pipeline stages' sends
-// and receives pair up in any order (on a GPU they need NCCL's grouped calls).
+// A collective's posted call does not hold up the next. A send or receive does, as NCCL's
+// point-to-point calls hold their stream until the peer's matching call has run, and like
+// NCCL's they take no tags (tag 0 only): messages between two ranks match in the order they
+// were issued. So an executor that would deadlock or mix up messages on NCCL does so here, in
+// CI (the pipeline engine gives each stream of messages its own group: pipeline_engine.h).
 
 #include <memory>
 
@@ -48,9 +51,12 @@ class SimCollectiveGroup final : public ProcessGroup {
 
  private:
   // Queues `call` (which returns the inner group's Work) on the communication stream after the
-  // compute stream's work so far; `buffers` are checked to be on the simulated device.
+  // compute stream's work so far; `buffers` are checked to be on the simulated device. `hold`:
+  // the stream waits for the call to complete before it runs the next (point to point).
   WorkPtr launch(std::initializer_list<const Tensor*> buffers, const char* who,
-                 std::function<WorkPtr()> call);
+                 std::function<WorkPtr()> call, bool hold = false);
+  // A send's or receive's checks: the peer, and tag 0 (NCCL's rule).
+  void check_p2p(int peer, int tag, const char* who) const;
 
   std::shared_ptr<ProcessGroup> inner_;
   std::shared_ptr<SimStream> compute_;

@@ -9,9 +9,11 @@
 
 #include <omp.h>
 
+#include "tide/comm/device_routed_group.h"
 #include "tide/comm/local_process_group.h"
 #include "tide/model/param_groups.h"
 #include "tide/optim/grad_norm.h"
+#include "tide/pipeline/message_streams.h"
 #include "tide/pipeline/stage_peaks.h"
 
 namespace tide {
@@ -126,6 +128,7 @@ PipelineEngine::PipelineEngine(std::vector<GPT*> models, std::shared_ptr<Process
                c, stage, virtual_[c], V, models_[c]->stage(), models_[c]->pp(), V, virtual_[c]);
   }
 
+  make_message_streams();
   plan();
 
   // Each tensor's place in the whole model (the gradient norm's order); lm_head.weight, the
@@ -252,8 +255,8 @@ void PipelineEngine::build_stacks(const ZeroSettings& zero,
 void PipelineEngine::sum_tied_gradient() {
   if (!(wte_id_ >= 0 && head_id_ >= 0) && !tied_) return;
   const bool sliced = stacks_[0]->sliced();
-  // On a device the collectives below read gradients the stream wrote, and the sums are CPU
-  // kernels on the stream (run_cpu_kernel_on) that must finish before the host buffers go.
+  // On a device the collectives below read gradients the stream wrote, and the sums are ops
+  // on the stream that must finish before the gathered buffers go.
   const OpContext& op = models_[0]->op();
   synchronize(op);
   // The whole reduced gradient of tensor `id` of chunk `chunk`. Under ZeRO the owned slices
@@ -292,8 +295,13 @@ void PipelineEngine::sum_tied_gradient() {
   if (wte_id_ >= 0 && head_id_ >= 0) {
     const Tensor a = whole(wte_chunk_, wte_id_, wte_buf, wte_all);
     const Tensor b = whole(head_chunk_, head_id_, head_buf, head_all);
-    run_cpu_kernel_on(op, "the tied embedding's gradient sum",
-                      [a, b] { add_elements(a.dtype, a.data, a.data, b.data, a.numel()); });
+    // On a device an op (each element's f32 sum rounded once into the dtype: add_elements'
+    // bits); on the host, or with the copies on two tiers (auto placement), a CPU kernel.
+    if (!op.device.is_cpu() && a.device == op.device && b.device == op.device)
+      residual_forward(op, a, a, b);
+    else
+      run_cpu_kernel_on(op, "the tied embedding's gradient sum",
+                        [a, b] { add_elements(a.dtype, a.data, a.data, b.data, a.numel()); });
     copy(op, b, a);
   } else {
     tied_->all_reduce(wte_id_ >= 0 ? whole(wte_chunk_, wte_id_, wte_buf, wte_all)
@@ -332,14 +340,21 @@ void PipelineEngine::check_device() const {
     TIDE_CHECK(m->op().device == d,
                "the chunks of stage {} run on {} and {}; build every chunk on the same device",
                pp_->rank(), d.str(), m->op().device.str());
-  if (d.is_cpu()) return;
-  // What a device step does not have yet (issue #27): on a GPU, messages between stages (MPI
-  // cannot read GPU memory; NCCL's send/recv on the stream's events is to come).
-  TIDE_CHECK(d.is_sim() || (pp_->size() == 1 && chunks_ == 1),
-             "on {} tide trains one stage per replica for now: pipeline stages exchange "
-             "activations over MPI, which cannot read GPU memory; use pipeline.stages=1 there, "
-             "or device=cpu or sim",
-             d.str());
+}
+
+void PipelineEngine::make_message_streams() {
+  const bool device_group = dynamic_cast<const DeviceRoutedGroup*>(pp_.get()) != nullptr;
+  if (models_[0]->op().device.is_cpu() || !device_group || pp_->size() == 1) return;
+  const int V = schedule_.virtual_stages(), stage = pp_->rank();
+  act_stream_.assign(static_cast<size_t>(V), nullptr);
+  grad_stream_.assign(static_cast<size_t>(V), nullptr);
+  // Collective over pp_, in message_streams' order on every rank: the stream's two ranks get
+  // its group (the sender first), the others nullptr.
+  for (const pipeline::MessageStream& m : pipeline::message_streams(schedule_)) {
+    const bool member = stage == m.from || stage == m.to;
+    std::shared_ptr<ProcessGroup> g = pp_->split(member ? 0 : -1, stage == m.from ? 0 : 1);
+    (m.grad ? grad_stream_ : act_stream_)[static_cast<size_t>(m.consumer)] = std::move(g);
+  }
 }
 
 void PipelineEngine::check_tp_group() {
@@ -392,6 +407,8 @@ void PipelineEngine::plan() {
     w_parts_.push_back(pipeline::block_parts(Op::W, m.num_blocks(), schedule_.split_backward));
     stash_bytes = std::max(stash_bytes, m.stash_slot_bytes(B_, T_));
   }
+  // A stream's messages match in issue order: its sends must come in its receives' order.
+  if (!act_stream_.empty()) pipeline::check_stream_order(schedule_);
   const pipeline::StagePeaks peak = pipeline::stage_peaks(schedule_, stage, blocks);
   stash_ = StashPool(stash_bytes, peak.stashes, models_[0]->activation_allocator());
   for (int c = 0; c < chunks_; ++c)
@@ -521,29 +538,50 @@ void PipelineEngine::post_next_act(int done, const std::vector<int>& first) {
     for (const Transfer& t : s.sends)
       if (!t.work->is_completed()) return;
     Slot& mine = slot_of(mb, chunk, /*take=*/true);
-    mine.recv = post_recv(models_[chunk]->input_activation(*mine.m), act_from_[k],
-                          tag(mb, virtual_[chunk], false), mb, "recv act");
+    mine.recv = post_recv(models_[chunk]->input_activation(*mine.m), act_from_[k], mb,
+                          virtual_[chunk], false, "recv act");
     act_posted_[k] = true;
     return;
   }
 }
 
-PipelineEngine::Transfer PipelineEngine::post_recv(Tensor buf, int peer, int tag, int mb,
-                                                   const char* what) {
-  // On a device the buffer may still be read by ops queued for the slot's previous micro-batch.
-  synchronize(models_[0]->op());
+ProcessGroup* PipelineEngine::message_stream(int consumer, bool grad) const {
+  if (act_stream_.empty()) return nullptr;
+  ProcessGroup* g = (grad ? grad_stream_ : act_stream_)[static_cast<size_t>(consumer)].get();
+  TIDE_ASSERT(g != nullptr);  // this stage sends or receives on it
+  return g;
+}
+
+PipelineEngine::Transfer PipelineEngine::post_recv(Tensor buf, int peer, int mb, int consumer,
+                                                   bool grad, const char* what) {
   Transfer t{nullptr, AsyncTrace::start(tracer_, what, {{"mb", mb}, {"peer", peer}}), mb};
-  t.work = pp_->recv_async(buf, peer, tag);
+  if (ProcessGroup* g = message_stream(consumer, grad)) {
+    // The stream's group waits on the device for the ops queued before, which may still read
+    // the buffer (the slot's previous micro-batch); its sender is rank 0.
+    TIDE_ASSERT(g->rank() == 1);
+    t.work = g->recv_async(buf, 0, 0);
+    return t;
+  }
+  // Over pp_ the host orders it: on a device the buffer may still be read by ops queued for the
+  // slot's previous micro-batch.
+  synchronize(models_[0]->op());
+  t.work = pp_->recv_async(buf, peer, tag(mb, consumer, grad));
   return t;
 }
 
-PipelineEngine::Transfer PipelineEngine::post_send(Tensor buf, int peer, int tag, int mb,
-                                                   const char* what) {
-  // On a device the ops that write the buffer may still be queued. (The host waits: correct,
-  // without the overlap NCCL's send on the stream's events would keep, issue #27.)
-  synchronize(models_[0]->op());
+PipelineEngine::Transfer PipelineEngine::post_send(Tensor buf, int peer, int mb, int consumer,
+                                                   bool grad, const char* what) {
   Transfer t{nullptr, AsyncTrace::start(tracer_, what, {{"mb", mb}, {"peer", peer}}), mb};
-  t.work = pp_->send_async(buf, peer, tag);
+  if (ProcessGroup* g = message_stream(consumer, grad)) {
+    // The stream's group waits on the device for the ops that write the buffer; its receiver
+    // is rank 1.
+    TIDE_ASSERT(g->rank() == 0);
+    t.work = g->send_async(buf, 1, 0);
+    return t;
+  }
+  // Over pp_ the host orders it: on a device the ops that write the buffer may still be queued.
+  synchronize(models_[0]->op());
+  t.work = pp_->send_async(buf, peer, tag(mb, consumer, grad));
   return t;
 }
 
@@ -627,20 +665,19 @@ StepStats PipelineEngine::step(int64_t step, uint64_t seed, const BatchFn& batch
     switch (a.op) {
       case Op::RecvAct:  // usually posted already (post_next_act)
         if (!act_posted_[k])
-          s.recv =
-              post_recv(model.input_activation(mb), a.peer, tag(a.mb, v, false), a.mb, "recv act");
+          s.recv = post_recv(model.input_activation(mb), a.peer, a.mb, v, false, "recv act");
         act_posted_[k] = true;
         break;
       case Op::RecvGrad:  // posted right after F (below)
         TIDE_ASSERT(grad_posted_[k]);
         break;
       case Op::SendAct:
-        s.sends.push_back(post_send(model.output_activation(mb), a.peer, tag(a.mb, v + 1, false),
-                                    a.mb, "send act"));
+        s.sends.push_back(
+            post_send(model.output_activation(mb), a.peer, a.mb, v + 1, false, "send act"));
         break;
       case Op::SendGrad:
         s.sends.push_back(
-            post_send(model.residual_grad(mb), a.peer, tag(a.mb, v - 1, true), a.mb, "send grad"));
+            post_send(model.residual_grad(mb), a.peer, a.mb, v - 1, true, "send grad"));
         break;
       case Op::F: {
         take_loss(model, mb);  // the slot's previous micro-batch
@@ -672,8 +709,7 @@ StepStats PipelineEngine::step(int64_t step, uint64_t seed, const BatchFn& batch
         ++next_f_;
         // From here until B nothing touches the residual gradient: receive into it now.
         if (grad_from_[k] >= 0) {
-          s.recv = post_recv(model.residual_grad(mb), grad_from_[k], tag(a.mb, v, true), a.mb,
-                             "recv grad");
+          s.recv = post_recv(model.residual_grad(mb), grad_from_[k], a.mb, v, true, "recv grad");
           grad_posted_[k] = true;
         }
         break;

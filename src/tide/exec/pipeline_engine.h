@@ -21,7 +21,12 @@
 //               from then until B); an activation's as soon as its F is the next one and a
 //               slot can be taken for it without holding more slots than the schedule does.
 //               Tags name (micro-batch, consumer virtual stage, direction), so matching does
-//               not depend on posting order.
+//               not depend on posting order. On a device (a DeviceRoutedGroup as the pipeline
+//               group: NCCL on a GPU, its stand-in on sim) messages match in issue order,
+//               untagged, each holding its stream until matched: there every message stream
+//               (the activations or the gradients into one virtual stage) has its own group of
+//               its two ranks (pipeline/message_streams.h), whose calls wait on the device for
+//               the compute stream's queued work (events), not the host.
 //   OptimizerStep  (after every send has completed) the tied embedding's gradient is summed
 //               between its two copies (wte on virtual stage 0, lm_head.weight on the last):
 //               over a group of the two ranks, or in place when one rank holds both (ZB-V);
@@ -220,8 +225,16 @@ class PipelineEngine {
  private:
   struct Transfer;
   struct Slot;
-  Transfer post_recv(Tensor buf, int peer, int tag, int mb, const char* what);
-  Transfer post_send(Tensor buf, int peer, int tag, int mb, const char* what);
+  // Micro-batch mb's activation (grad = false) or gradient into virtual stage `consumer`,
+  // received from or sent to stage `peer`.
+  Transfer post_recv(Tensor buf, int peer, int mb, int consumer, bool grad, const char* what);
+  Transfer post_send(Tensor buf, int peer, int mb, int consumer, bool grad, const char* what);
+  // On a device: the groups of the message streams this stage sends or receives on
+  // (collective over pp_; the constructor).
+  void make_message_streams();
+  // The group of the stream into virtual stage `consumer` (gradients or activations); nullptr
+  // when the messages go over pp_, tagged.
+  ProcessGroup* message_stream(int consumer, bool grad) const;
   // The slot running (mb, chunk) (take: a free one of that chunk's).
   Slot& slot_of(int mb, int chunk, bool take);
   void wait_recv(Slot& s);
@@ -234,7 +247,7 @@ class PipelineEngine {
   void check_dp_group();
   // Collective over the models' tp group: every member holds the same stage and dp replica.
   void check_tp_group();
-  // Throws a tide::Error when the models run on a device with what a device step cannot do yet.
+  // Throws a tide::Error when the chunks run on different devices.
   void check_device() const;
   // Combines the per-tensor squared norms (whole-model index) over the tp group in place.
   void sum_over_tp(std::vector<double>& norms2);
@@ -286,6 +299,10 @@ class PipelineEngine {
   // none: the first or last virtual stage, or local), the (mb, chunk) of this stage's F actions
   // in order.
   std::vector<int> act_from_, grad_from_;
+  // On a device: per consumer virtual stage, the group of the activations' / gradients' stream
+  // into it (its sender rank 0, its receiver rank 1; null where this stage is neither end).
+  // Empty: the messages go over pp_, tagged.
+  std::vector<std::shared_ptr<ProcessGroup>> act_stream_, grad_stream_;
   std::vector<std::pair<int, int>> f_order_;
   // This step: the next F (index into f_order_), and which receives are already posted.
   size_t next_f_ = 0;

@@ -164,7 +164,9 @@ float StepRunner::evaluate(DataLoader& val, int64_t n) {
     val.seek(0, counted ? static_cast<uint64_t>(rank * share + k) : 0);
     val.next_batch();
     // The virtual stages in order: this rank runs its own; an activation crosses ranks as a
-    // blocking message (tag: the consumer's virtual stage), or is copied on the same rank.
+    // blocking message, or is copied on the same rank. Untagged (tag 0): blocking and in
+    // virtual-stage order on every rank, the messages match in issue order, as a device's
+    // group (NCCL) matches them.
     for (int v = 0; v < V; ++v) {
       const auto [stage, c] = sch.locate(v);
       if (stage != me) continue;
@@ -181,13 +183,13 @@ float StepRunner::evaluate(DataLoader& val, int64_t n) {
           copy(model.op(), in, chunks_[from_chunk]->output_activation(*eval_mbs_[from_chunk]));
         } else {
           synchronize(model.op());  // on a device: the previous sequence's ops may read `in`
-          pp_->recv(in, from, v);
+          pp_->recv(in, from, 0);
         }
       }
       model.forward(mb);
       if (v + 1 < V && sch.locate(v + 1).first != me) {
         synchronize(model.op());  // on a device: the forward's ops are queued
-        pp_->send(model.output_activation(mb), sch.locate(v + 1).first, v + 1);
+        pp_->send(model.output_activation(mb), sch.locate(v + 1).first, 0);
       }
     }
     double* r = &mine[2 * k];
