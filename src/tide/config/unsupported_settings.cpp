@@ -29,21 +29,9 @@ void check_trainer_can_honour(const TrainConfig& c, int world_size) {
              "multiple of {} (each data-parallel replica holds stages x tp ranks); launch "
              "`mpirun -np {}` or change one of them",
              p, t, world_size, p * t, (world_size + p * t - 1) / (p * t) * (p * t));
-  // A device (the simulated one, or a GPU: issues #25, #27): what the engine's step does not
-  // run there yet (pipeline_engine.h, check_device).
-  if (on_device(c)) {
-    // The simulated device runs every technique; GPUs data and tensor parallelism (f32, bf16
-    // or fp16) with ZeRO 0-3, offload and auto placement so far: their collectives are NCCL's.
-    // Pipeline stages there wait for NCCL's grouped sends and a kernel for the tied
-    // embedding's gradient sum.
-    const bool gpu = c.device.starts_with("cuda");
-    TIDE_CHECK(!gpu || p == 1,
-               "device={} with pipeline.stages > 1: on GPUs tide runs data and tensor "
-               "parallelism for now (ZeRO 0-3, offload and placement.policy=auto included; the "
-               "simulated device, device=sim, runs every technique); use device=cpu or sim for "
-               "this run",
-               c.device);
-  }
+  // A device (the simulated one, or a GPU) runs every technique: data, tensor and pipeline
+  // parallelism move their device buffers over NCCL there (the simulated device's stand-in on
+  // sim), pipeline stages each message stream over its own group (exec/pipeline_engine.h).
   TIDE_CHECK(c.optimizer_type == "AdamW",
              "optimizer.type=\"{}\": tide train has only Adam and AdamW; set optimizer.type to "
              "\"AdamW\" (tide estimate sizes SGD)",

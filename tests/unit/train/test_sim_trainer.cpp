@@ -177,25 +177,27 @@ TEST(SimTrainer, AStepDrainsTheDeviceOnceForTheNormAndAllocatesNothing) {
   fs::remove_all(dir);
 }
 
-TEST(SimTrainer, RefusesWhatADeviceCannotRunYet) {
-  // Checked before the GPU is asked for: the same message with or without one. GPUs train in 16
-  // bits, data and tensor parallel over NCCL (sequence parallel too); pipeline stages there wait
-  // for NCCL's grouped sends.
+TEST(SimTrainer, ADeviceRunsEveryParallelism) {
+  // Checked before the GPU is asked for: the same verdict with or without one. GPUs train in 16
+  // bits, data, tensor (sequence too) and pipeline parallel over NCCL, as the simulated device
+  // over its stand-in.
   const TrainConfig bf16 = load_train_config("", {"device=cuda", "bf16.enabled=true"});
   EXPECT_NO_THROW(check_trainer_can_honour(bf16, 1));
   EXPECT_NO_THROW(check_trainer_can_honour(bf16, 2));
-  for (const char* key : {"tensor_parallel.size=2", "tensor_parallel.sequence_parallel=true"})
+  for (const char* device : {"device=cuda", "device=sim"}) {
+    for (const char* key : {"tensor_parallel.size=2", "tensor_parallel.sequence_parallel=true"})
+      EXPECT_NO_THROW(check_trainer_can_honour(
+          load_train_config("", {device, "tensor_parallel.size=2", key}), 4))
+          << device << " " << key;
+    for (const char* schedule : {"pipeline.schedule=1f1b", "pipeline.schedule=zb-v"})
+      EXPECT_NO_THROW(check_trainer_can_honour(
+          load_train_config("", {device, "pipeline.stages=2", schedule}), 2))
+          << device << " " << schedule;
+    // pp x dp x tp.
     EXPECT_NO_THROW(check_trainer_can_honour(
-        load_train_config("", {"device=cuda", "tensor_parallel.size=2", key}), 4))
-        << key;
-  const TrainConfig pp = load_train_config("", {"device=cuda", "pipeline.stages=2"});
-  const std::string e = test::error_of([&] { check_trainer_can_honour(pp, 2); });
-  EXPECT_NE(e.find("device=cuda with pipeline.stages > 1: on GPUs tide runs data and tensor "
-                   "parallelism for now"),
-            std::string::npos)
-      << e;
-  for (const char* key : {"tensor_parallel.size=2", "pipeline.stages=2"})
-    EXPECT_NO_THROW(check_trainer_can_honour(load_train_config("", {"device=sim", key}), 2));
+        load_train_config("", {device, "pipeline.stages=2", "tensor_parallel.size=2"}), 8))
+        << device;
+  }
   const std::string bad = test::error_of([&] { load_train_config("", {"device=sim:x"}); });
   EXPECT_NE(bad.find("use cpu, cuda, cuda:N, sim, sim:N or auto"), std::string::npos) << bad;
 }
