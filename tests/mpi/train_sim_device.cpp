@@ -12,11 +12,12 @@
 // parameters up as copies on the stream, the offload thread waiting for them). A Llama model
 // with offload (stage 2, DPU) and with auto placement (bf16, ZeRO-1, chunks moving) as well.
 //
-// Pipeline stages (one per rank, pipeline.stages = world): 1F1B in f32, ZB-V (two chunks per
-// rank, the tied embedding summed in place) in bf16 with ZeRO-1, ZB-H1 with ZeRO-Offload (DPU)
-// and ZB-H2 with auto placement: bitwise the CPU pipeline run, post-validation's snapshot and
-// rollback included (each message waits for the stream: the activation sent after the ops that
-// wrote it, the receive posted after the ops that read its buffer).
+// Pipeline stages (one per rank, pipeline.stages = world): 1F1B and interleaved (two chunks per
+// rank) in f32, ZB-V (two chunks per rank, the tied embedding summed in place) in bf16 with
+// ZeRO-1, ZB-H1 with ZeRO-Offload (DPU) and ZB-H2 with auto placement: bitwise the CPU pipeline
+// run, post-validation's snapshot and rollback included (each message over its stream's own
+// group, NCCL's matching, after the compute stream's event: the activation sent after the ops
+// that wrote it, the receive posted after the ops that read its buffer).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -190,6 +191,7 @@ TEST(SimDevicePipeline, TrainsTheCpuPipelineBitwise) {
     std::string policy;  // "", "offload" (with DPU) or "auto" (placement)
   };
   for (const Case& k : std::vector<Case>{{"1f1b", "f32", 0, ""},
+                                         {"interleaved", "f32", 0, ""},
                                          {"zb-v", "bf16", 1, ""},
                                          {"zb-h1", "f32", 2, "offload"},
                                          {"zb-h2", "f32", 0, "auto"}}) {
@@ -203,6 +205,8 @@ TEST(SimDevicePipeline, TrainsTheCpuPipelineBitwise) {
                                         fmt::format("zero_optimization.stage={}", k.zero),
                                         fmt::format("pipeline.stages={}", p),
                                         "pipeline.schedule=" + k.schedule};
+      // Interleaved: two chunks per stage, each stage boundary crossed by both.
+      if (k.schedule == "interleaved") extra.push_back("pipeline.virtual_stages=2");
       if (k.policy == "offload") extend(extra, offload_keys(2));
       if (k.policy == "auto")
         extend(extra, {"placement.policy=auto", "placement.device_memory_limit=2000000"});
