@@ -353,6 +353,12 @@ std::vector<OpCase> pointwise_cases() {
                        residual_backward(ctx, t[0], t[1], t[2]);
                      },
                      0.0});
+    // 3 ranks: a quotient that is rarely exact, so a multiply by 1/3 would differ.
+    cases.push_back(
+        {"divide_by " + dims,
+         {randn("x", {n}, 67)},
+         [](const OpContext& ctx, const std::vector<Tensor>& t) { divide_by(ctx, t[0], 3.0f); },
+         0.0});
   }
   // SwiGLU: I not a multiple of 8, a (B,T,2I) input, and gates far enough out (scale 20) that
   // exp(-gate) overflows to inf and underflows to 0.

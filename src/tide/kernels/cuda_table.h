@@ -41,6 +41,7 @@ struct CudaKernelTable {
   decltype(&cuda::swiglu_backward) swiglu_backward = nullptr;
   decltype(&cuda::residual_forward) residual_forward = nullptr;
   decltype(&cuda::residual_backward) residual_backward = nullptr;
+  decltype(&cuda::divide_by) divide_by = nullptr;
   decltype(&cuda::dropout_forward) dropout_forward = nullptr;
   decltype(&cuda::dropout_backward) dropout_backward = nullptr;
   decltype(&cuda::crossentropy_forward) crossentropy_forward = nullptr;

@@ -742,6 +742,14 @@ void residual_forward(const OpContext& ctx, Tensor out, Tensor a, Tensor b) {
   });
 }
 
+void divide_by(const OpContext& ctx, Tensor x, float divisor) {
+  const OpCheck ck{"divide_by", ctx};
+  ck.tensor(x, "x", kFloat);
+  TIDE_CHECK(divisor != 0.0f, "divide_by: the divisor is 0; pass the number of ranks (>= 1)");
+  TIDE_RUN_ON_CUDA(ck, ctx.cuda->divide_by(ctx, ck.storage(), x.data, divisor, x.numel()));
+  run_cpu_kernel(ck, [=] { divide_elements(x.data, x.dtype, x.numel(), divisor); });
+}
+
 void residual_backward(const OpContext& ctx, Tensor da, Tensor db, Tensor dout) {
   const OpCheck ck{"residual_backward", ctx};
   ck.tensor(dout, "dout", kFloat);

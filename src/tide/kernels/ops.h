@@ -203,6 +203,9 @@ void swiglu_backward(const OpContext& ctx, Tensor dinp, Tensor dout, Tensor inp)
 void residual_forward(const OpContext& ctx, Tensor out, Tensor a, Tensor b);
 // da += dout, db += dout
 void residual_backward(const OpContext& ctx, Tensor da, Tensor db, Tensor dout);
+// x = x / divisor, in x's dtype (the mean of a sum over `divisor` ranks: the bits of the
+// process groups' ReduceOp::Avg, core/dtype.h's divide_elements, on any device).
+void divide_by(const OpContext& ctx, Tensor x, float divisor);
 // out = inp * mask / (1-p), mask = uniform(counter) >= p (inverted dropout; counters from the
 // global coordinates, see DropoutSpec). inp is (B,T,W), or (N,W) read as (1,N,W): one
 // "sequence" of N rows, so with seq0 = pos0 = 0 and seq_stride = T a flattened (B*T,W) view

@@ -354,12 +354,8 @@ void ZeroPolicy::finish_gradients() {
   const int N = dp_.size();
   if (N == 1 || sink_) return;
   // The mean over ranks, divided as the process groups' ReduceOp::Avg divides.
-  for (int c = 0; c < store_.layout().num_chunks(); ++c) {
-    const Tensor g = store_.slice(ChunkKind::GRAD, c);
-    run_cpu_kernel_on(op_, "ZeRO's mean over the ranks", [g, N] {
-      divide_elements(g.data, g.dtype, g.numel(), static_cast<float>(N));
-    });
-  }
+  for (int c = 0; c < store_.layout().num_chunks(); ++c)
+    divide_by(op_, store_.slice(ChunkKind::GRAD, c), static_cast<float>(N));
 }
 
 // --- after the optimizer --------------------------------------------------------------------

@@ -137,6 +137,8 @@ void residual_forward(const OpContext& ctx, DType dtype, void* out, const void* 
                       int64_t n);
 void residual_backward(const OpContext& ctx, DType dtype, void* da, void* db, const void* dout,
                        int64_t n);
+// x(n) = x / divisor, IEEE division in f32, rounded once (divide_elements' bits).
+void divide_by(const OpContext& ctx, DType dtype, void* x, float divisor, int64_t n);
 // out(B,T,W) = inp * mask / (1-p), counters from the spec's global coordinates; out may
 // alias inp. dropout_backward: dinp(B,T,W) += dout * mask / (1-p).
 void dropout_forward(const OpContext& ctx, DType dtype, void* out, const void* inp, int64_t B,

@@ -38,6 +38,7 @@ TIDE_CUDA_MODULE_ENTRY const tide::CudaKernelTable* tide_cuda_kernels() {
       .swiglu_backward = &cuda::swiglu_backward,
       .residual_forward = &cuda::residual_forward,
       .residual_backward = &cuda::residual_backward,
+      .divide_by = &cuda::divide_by,
       .dropout_forward = &cuda::dropout_forward,
       .dropout_backward = &cuda::dropout_backward,
       .crossentropy_forward = &cuda::crossentropy_forward,

@@ -49,6 +49,13 @@ __global__ void residual_forward_kernel(T* out, const T* a, const T* b, int64_t 
   if (i < n) out[i] = from_f32<T>(to_f32(a[i]) + to_f32(b[i]));
 }
 
+// __fdiv_rn: the correctly rounded quotient whatever the compiler's -prec-div, as the CPU's `/`.
+template <typename T>
+__global__ void divide_by_kernel(T* x, float divisor, int64_t n) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) x[i] = from_f32<T>(__fdiv_rn(to_f32(x[i]), divisor));
+}
+
 template <typename T>
 __global__ void residual_backward_kernel(T* da, T* db, const T* dout, int64_t n) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -122,6 +129,16 @@ void residual_forward(const OpContext& ctx, DType dtype, void* out, const void* 
     using T = decltype(tag);
     residual_forward_kernel<T><<<ceil_div(n, kBlock), kBlock, 0, stream_of(ctx)>>>(
         static_cast<T*>(out), static_cast<const T*>(a), static_cast<const T*>(b), n);
+  });
+  TIDE_CUDA_CHECK_LAUNCH();
+}
+
+void divide_by(const OpContext& ctx, DType dtype, void* x, float divisor, int64_t n) {
+  if (n == 0) return;
+  with_storage_type(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    divide_by_kernel<T>
+        <<<ceil_div(n, kBlock), kBlock, 0, stream_of(ctx)>>>(static_cast<T*>(x), divisor, n);
   });
   TIDE_CUDA_CHECK_LAUNCH();
 }
