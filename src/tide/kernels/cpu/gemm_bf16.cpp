@@ -89,7 +89,7 @@ Bf16GemmPath choose_path() {
   }
   if (bf16_gemm_path_supported(Bf16GemmPath::kAmx)) return Bf16GemmPath::kAmx;
   // AVX512-BF16 by default on AMD: Zen 4 issues a 512-bit vdpbf16ps (32 products) at the rate
-  // of one 512-bit FMA (16); the GEMMs ran 1.6-2.4x faster than the widening reference there.
+  // of one 512-bit FMA (16); the GEMMs ran 1.7-2.5x faster than the widening reference there.
   // On Intel without AMX it stays opt-in until measured with this kernel: the one measurement
   // there (slower than the reference) was of a version that kept its accumulators on the stack
   // (bench/RESULTS.md, "AVX512-BF16 on AMD Zen 4").
