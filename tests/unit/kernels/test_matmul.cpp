@@ -55,8 +55,8 @@ TEST(Matmul, BackwardMatchesFiniteDifferences) {
   EXPECT_EQ(dw2, dw);
 }
 
-// Shapes that span several gemm tiles (cpu/gemm.cpp: 256 x 512 here) with ragged edges, so the tiles'
-// offsets for every transpose case are checked against a naive product, on 1 and 3 threads.
+// Shapes that span several gemm tiles (cpu/gemm.cpp: 256 x 512 here) with ragged edges, so the
+// tiles' offsets for every transpose case are checked against a naive product, on 1 and 3 threads.
 TEST(Matmul, MultiTileProductsMatchNaiveAndAreThreadIndependent) {
   const int N = 600, C = 40, OC = 1100;
   auto inp = randn(N * C, 1), w = randn(OC * C, 2), b = randn(OC, 3), dout = randn(N * OC, 4);
