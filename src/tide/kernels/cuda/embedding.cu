@@ -14,6 +14,7 @@
 #include "tide/kernels/cuda/common.cuh"
 #include "tide/kernels/cuda/context.h"
 #include "tide/kernels/cuda/cuda_ops.h"
+#include "tide/kernels/cuda/embedding_grad.cuh"
 
 namespace tide::cuda {
 
@@ -46,46 +47,6 @@ __global__ void iota_kernel(int32_t* x, int64_t n) {
   if (i < n) x[i] = static_cast<int32_t>(i);
 }
 
-// Block i handles sorted entry i if it starts a run of equal tokens: for each channel (one
-// per thread, strided), dwte[token] += dout rows of the run, added in ascending position.
-// Tokens outside [0, V) (negative ones read as large unsigned) are skipped, so a bad id never
-// writes outside dwte; dwte is then not meaningful (the radix sort looks at the low bits only).
-template <typename T, typename G>
-__global__ void dwte_runs_kernel(G* dwte, const T* dout, const uint32_t* sorted_tokens,
-                                 const int32_t* sorted_positions, int64_t n, int C, int V) {
-  const int64_t i = blockIdx.x;
-  const uint32_t token = sorted_tokens[i];
-  if (token >= static_cast<uint32_t>(V)) return;       // out of the vocabulary
-  if (i > 0 && sorted_tokens[i - 1] == token) return;  // not the start of a run
-  int64_t end = i + 1;
-  while (end < n && sorted_tokens[end] == token) ++end;
-  G* row = dwte + static_cast<int64_t>(token) * C;
-  for (int c = threadIdx.x; c < C; c += blockDim.x) {
-    float acc = to_f32(row[c]);
-    for (int64_t j = i; j < end; ++j)
-      acc += to_f32(dout[static_cast<int64_t>(sorted_positions[j]) * C + c]);
-    row[c] = from_f32<G>(acc);
-  }
-}
-
-// dwpe(T,C) += sum over b of dout(B,T,C): one thread per (t, c), summing b = 0..B-1 in order.
-template <typename T, typename G>
-__global__ void dwpe_kernel(G* dwpe, const T* dout, int B, int Tn, int C) {
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;  // t*C + c
-  const int64_t TC = static_cast<int64_t>(Tn) * C;
-  if (i >= TC) return;
-  float acc = to_f32(dwpe[i]);
-  for (int b = 0; b < B; ++b) acc += to_f32(dout[b * TC + i]);
-  dwpe[i] = from_f32<G>(acc);
-}
-
-// Bits needed for the ids 0..V-1 (the radix sort only looks at those).
-int id_bits(int V) {
-  int bits = 1;
-  while (bits < 32 && (int64_t{1} << bits) < V) ++bits;
-  return bits;
-}
-
 }  // namespace
 
 void embedding_forward(const OpContext& ctx, DType dtype, void* out, const int32_t* tokens,
@@ -108,7 +69,7 @@ void embedding_backward(const OpContext& ctx, DType dtype, DType grad_dtype, voi
   if (n == 0 || C == 0) return;
   // Valid tokens lie in [0, V), so reading them as unsigned changes nothing.
   const uint32_t* keys_in = reinterpret_cast<const uint32_t*>(tokens);
-  const int end_bit = id_bits(V);
+  const int end_bit = radix_bits(V);
 
   // Scratch: sorted tokens (n), positions 0..n-1 (n), positions sorted by token (n), CUB's
   // temporary storage. Offsets are rounded to 256 bytes.
@@ -132,12 +93,13 @@ void embedding_backward(const OpContext& ctx, DType dtype, DType grad_dtype, voi
   with_storage_types(dtype, grad_dtype, [&](auto tag, auto grad_tag) {
     using S = decltype(tag);
     using G = decltype(grad_tag);
-    dwte_runs_kernel<S, G><<<static_cast<unsigned int>(n), 128, 0, stream>>>(
+    add_sorted_runs_kernel<S, G><<<static_cast<unsigned int>(n), 128, 0, stream>>>(
         static_cast<G*>(dwte), static_cast<const S*>(dout), sorted_tokens, sorted_positions, n, C,
         V);
     TIDE_CUDA_CHECK_LAUNCH();
-    dwpe_kernel<S, G><<<ceil_div(static_cast<int64_t>(T) * C, kBlock), kBlock, 0, stream>>>(
-        static_cast<G*>(dwpe), static_cast<const S*>(dout), B, T, C);
+    const int64_t TC = static_cast<int64_t>(T) * C;
+    add_batch_sum_kernel<S, G><<<ceil_div(TC, kBlock), kBlock, 0, stream>>>(
+        static_cast<G*>(dwpe), static_cast<const S*>(dout), B, TC);
   });
   TIDE_CUDA_CHECK_LAUNCH();
 }

@@ -131,32 +131,34 @@ __global__ void layernorm_weight_finish_kernel(G* dweight, G* dbias, const float
 
 }  // namespace
 
-void layernorm_forward(const OpContext& ctx, DType dtype, void* out, float* mean, float* rstd,
-                       const void* inp, const void* weight, const void* bias, int64_t N, int C) {
+namespace {
+// The forward's launch; kResidual: res = inp + add is formed, stored and normalised.
+template <bool kResidual>
+void launch_forward(const OpContext& ctx, DType dtype, void* out, float* mean, float* rstd,
+                    const void* inp, const void* weight, const void* bias, int64_t N, int C,
+                    void* res, const void* add) {
   if (N == 0) return;
   with_storage_type(dtype, [&](auto tag) {
     using T = decltype(tag);
-    layernorm_forward_kernel<T, false>
+    layernorm_forward_kernel<T, kResidual>
         <<<ceil_div(N, kRowsPerBlock), kRowsPerBlock * kWarpSize, 0, stream_of(ctx)>>>(
             static_cast<T*>(out), mean, rstd, static_cast<const T*>(inp),
-            static_cast<const T*>(weight), static_cast<const T*>(bias), N, C, nullptr, nullptr);
+            static_cast<const T*>(weight), static_cast<const T*>(bias), N, C, static_cast<T*>(res),
+            static_cast<const T*>(add));
   });
   TIDE_CUDA_CHECK_LAUNCH();
+}
+}  // namespace
+
+void layernorm_forward(const OpContext& ctx, DType dtype, void* out, float* mean, float* rstd,
+                       const void* inp, const void* weight, const void* bias, int64_t N, int C) {
+  launch_forward<false>(ctx, dtype, out, mean, rstd, inp, weight, bias, N, C, nullptr, nullptr);
 }
 
 void residual_layernorm_forward(const OpContext& ctx, DType dtype, void* res, void* out,
                                 float* mean, float* rstd, const void* a, const void* b,
                                 const void* weight, const void* bias, int64_t N, int C) {
-  if (N == 0) return;
-  with_storage_type(dtype, [&](auto tag) {
-    using T = decltype(tag);
-    layernorm_forward_kernel<T, true>
-        <<<ceil_div(N, kRowsPerBlock), kRowsPerBlock * kWarpSize, 0, stream_of(ctx)>>>(
-            static_cast<T*>(out), mean, rstd, static_cast<const T*>(a),
-            static_cast<const T*>(weight), static_cast<const T*>(bias), N, C, static_cast<T*>(res),
-            static_cast<const T*>(b));
-  });
-  TIDE_CUDA_CHECK_LAUNCH();
+  launch_forward<true>(ctx, dtype, out, mean, rstd, a, weight, bias, N, C, res, b);
 }
 
 void layernorm_backward_input(const OpContext& ctx, DType dtype, void* dinp, const void* dout,

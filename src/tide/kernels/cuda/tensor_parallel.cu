@@ -11,8 +11,8 @@
 // - the embedding's lookup, position add and position gradient, the permutation and the
 //   cross-entropy's maxima and target logits: the same f32 operations, so the same bits;
 // - the embedding's scatter-add: a stable sort of this rank's (row, position) pairs, then each
-//   row sums its dout rows in ascending position (embedding.cu's scheme): the CPU's order, so its
-//   bits, and no float atomics;
+//   row sums its dout rows in ascending position (embedding_grad.cuh, as embedding.cu): the CPU's
+//   order, so its bits, and no float atomics;
 // - the cross-entropy's sums of exp (double, a block tree instead of the CPU's serial loop) and
 //   its logs and exps (CUDA's instead of glibc's): within a few ulp of the CPU, not its bits.
 // Every tensor comes with its own dtype (with_storage_types), computed in f32 and rounded once.
@@ -21,6 +21,7 @@
 #include "tide/kernels/cuda/common.cuh"
 #include "tide/kernels/cuda/context.h"
 #include "tide/kernels/cuda/cuda_ops.h"
+#include "tide/kernels/cuda/embedding_grad.cuh"
 
 namespace tide::cuda {
 
@@ -68,27 +69,6 @@ __global__ void shard_rows_kernel(uint32_t* keys, int32_t* positions, const int3
   positions[n] = static_cast<int32_t>(n);
 }
 
-// Block i takes sorted entry i if it starts a run of one row: for each channel (strided over the
-// threads), dwte[row] += the run's dout rows in ascending position, in f32, rounded once.
-template <typename D, typename G>
-__global__ void shard_row_runs_kernel(G* dwte, const D* dout, const uint32_t* keys,
-                                      const int32_t* positions, int64_t N, int64_t C,
-                                      int64_t rows) {
-  const int64_t i = blockIdx.x;
-  const uint32_t row = keys[i];
-  if (row >= static_cast<uint64_t>(rows)) return;  // another rank's token
-  if (i > 0 && keys[i - 1] == row) return;         // not the start of a run
-  int64_t end = i + 1;
-  while (end < N && keys[end] == row) ++end;
-  G* g = dwte + static_cast<int64_t>(row) * C;
-  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
-    float acc = to_f32(g[c]);
-    for (int64_t j = i; j < end; ++j)
-      acc += to_f32(dout[static_cast<int64_t>(positions[j]) * C + c]);
-    g[c] = from_f32<G>(acc);
-  }
-}
-
 // out(B,T,C) += wpe[pos0 + t]: one thread per element.
 template <typename O, typename P>
 __global__ void add_position_kernel(O* out, const P* wpe, int64_t B, int64_t T, int64_t C,
@@ -97,23 +77,6 @@ __global__ void add_position_kernel(O* out, const P* wpe, int64_t B, int64_t T, 
   if (i >= B * T * C) return;
   const int64_t t = (i / C) % T, c = i % C;
   out[i] = from_f32<O>(to_f32(out[i]) + to_f32(wpe[(pos0 + t) * C + c]));
-}
-
-// dwpe(T,C) += sum over b of dout(B,T,C): one thread per (t, c), b in order.
-template <typename D, typename G>
-__global__ void position_backward_kernel(G* dwpe, const D* dout, int64_t B, int64_t TC) {
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= TC) return;
-  float acc = to_f32(dwpe[i]);
-  for (int64_t b = 0; b < B; ++b) acc += to_f32(dout[b * TC + i]);
-  dwpe[i] = from_f32<G>(acc);
-}
-
-// Bits the radix sort needs for the keys 0..n (embedding.cu's id_bits).
-int key_bits(int64_t n) {
-  int bits = 1;
-  while (bits < 32 && (int64_t{1} << bits) <= n) ++bits;
-  return bits;
 }
 
 // ---- cross-entropy ----------------------------------------------------------------------------
@@ -226,7 +189,7 @@ void vocab_parallel_embedding_backward(const OpContext& ctx, DType dout_dtype, D
                                        int64_t N, int64_t C, int64_t v0, int64_t rows) {
   const cudaStream_t stream = stream_of(ctx);
   if (N == 0 || C == 0 || rows == 0) return;
-  const int end_bit = key_bits(rows);  // keys 0..rows
+  const int end_bit = radix_bits(rows + 1);  // keys 0..rows
   // Scratch: keys (N), positions (N), both sorted (N each), CUB's temporary storage.
   size_t cub_bytes = 0;
   TIDE_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(
@@ -248,7 +211,7 @@ void vocab_parallel_embedding_backward(const OpContext& ctx, DType dout_dtype, D
   with_storage_types(dout_dtype, grad_dtype, [&](auto dtag, auto gtag) {
     using D = decltype(dtag);
     using G = decltype(gtag);
-    shard_row_runs_kernel<D, G><<<static_cast<unsigned int>(N), 128, 0, stream>>>(
+    add_sorted_runs_kernel<D, G><<<static_cast<unsigned int>(N), 128, 0, stream>>>(
         static_cast<G*>(dwte_shard), static_cast<const D*>(dout), sorted_keys, sorted_positions, N,
         C, rows);
   });
@@ -275,7 +238,7 @@ void position_embedding_backward(const OpContext& ctx, DType dout_dtype, DType g
   with_storage_types(dout_dtype, grad_dtype, [&](auto dtag, auto gtag) {
     using D = decltype(dtag);
     using G = decltype(gtag);
-    position_backward_kernel<D, G><<<ceil_div(TC, kBlock), kBlock, 0, stream_of(ctx)>>>(
+    add_batch_sum_kernel<D, G><<<ceil_div(TC, kBlock), kBlock, 0, stream_of(ctx)>>>(
         static_cast<G*>(dwpe), static_cast<const D*>(dout), B, TC);
   });
   TIDE_CUDA_CHECK_LAUNCH();
