@@ -32,6 +32,22 @@ TEST(Gelu, BackwardMatchesFiniteDifferences) {
   check_gradient("dinp", inp, dinp, loss);
 }
 
+// ZeRO's mean over 3 ranks: a true division, rounded once into the dtype (x * (1/3) differs
+// from x / 3 in the last bit for many x).
+TEST(DivideBy, IsTheCorrectlyRoundedQuotientInEachDtype) {
+  const int n = 1000;
+  const std::vector<float> x = randn(n, 36);
+  std::vector<float> f = x;
+  divide_by(cpu_ctx(), view(f, {n}), 3.0f);
+  std::vector<uint16_t> h(n);
+  for (int i = 0; i < n; ++i) h[i] = f32_to_bf16(x[i]);
+  divide_by(cpu_ctx(), Tensor(h.data(), {n}, DType::BF16), 3.0f);
+  for (int i = 0; i < n; ++i) {
+    ASSERT_EQ(f[i], x[i] / 3.0f) << i;
+    ASSERT_EQ(h[i], f32_to_bf16(bf16_to_f32(f32_to_bf16(x[i])) / 3.0f)) << i;
+  }
+}
+
 TEST(Residual, BackwardMatchesFiniteDifferences) {
   const int B = 2, T = 5, C = 8;
   auto a = randn(B * T * C, 33), b = randn(B * T * C, 34), R = randn(B * T * C, 35);
