@@ -45,6 +45,7 @@ class DeviceRoutedGroup final : public ProcessGroup {
 
   void set_timeout(double seconds) override;
   void set_step(int64_t step) override;
+  WatchdogLink watchdog_link() override { return host_->watchdog_link(); }
   // Both groups' traffic together.
   CommCounters counters() const override;
   void reset_counters() override;

@@ -73,6 +73,7 @@ MpiEngine::MpiEngine() {
 }
 
 MpiEngine::~MpiEngine() {
+  work_watchdog_.reset();  // its thread may call MPI (the roll call): stopped first
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
@@ -135,6 +136,22 @@ void MpiEngine::on_timeout(const std::string& what, double waited_s) {
   }
   MPI_Abort(MPI_COMM_WORLD, 1);
   std::_Exit(1);  // not reached
+}
+
+std::shared_ptr<WorkWatchdog> MpiEngine::work_watchdog() {
+  std::lock_guard<std::mutex> lock(work_watchdog_mu_);
+  if (!work_watchdog_)
+    work_watchdog_ = std::make_shared<WorkWatchdog>(
+        [this] { return timeout(); },
+        [this](const WorkWatchdog::Failure& f) {
+          if (f.error.empty()) on_timeout(f.what, f.waited_s);
+          std::fflush(stdout);
+          std::fprintf(stderr, "tide: error: rank %d: communication failed%s%s: %s\n", world_rank_,
+                       f.what.empty() ? "" : " in ", f.what.c_str(), f.error.c_str());
+          std::fflush(stderr);
+          MPI_Abort(MPI_COMM_WORLD, 1);
+        });
+  return work_watchdog_;
 }
 
 std::shared_ptr<MpiWork> MpiEngine::submit(std::unique_ptr<MpiOp> op, std::string what) {

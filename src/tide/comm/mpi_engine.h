@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "tide/comm/process_group.h"
+#include "tide/comm/work_watchdog.h"
 
 namespace tide {
 
@@ -103,6 +104,9 @@ class MpiEngine {
   int64_t step() const { return step_.load(); }
   // Called by a wait that ran out of time: roll call, one line on stderr, MPI_Abort.
   [[noreturn]] void on_timeout(const std::string& what, double waited_s);
+  // The watchdog of the device groups' calls (work_watchdog.h), made on first use: a hung call
+  // ends the job through on_timeout, a communicator's error with one line and MPI_Abort.
+  std::shared_ptr<WorkWatchdog> work_watchdog();
 
  private:
   void loop();
@@ -111,6 +115,8 @@ class MpiEngine {
   std::atomic<double> timeout_s_{kDefaultCommTimeout};
   std::atomic<int64_t> step_{-1};
   MPI_Comm watchdog_comm_ = MPI_COMM_NULL;  // the roll call's messages, nothing else
+  std::mutex work_watchdog_mu_;
+  std::shared_ptr<WorkWatchdog> work_watchdog_;
   MPI_Op bf16_sum_ = MPI_OP_NULL, f16_sum_ = MPI_OP_NULL;
   std::mutex mu_;
   std::condition_variable cv_;

@@ -60,6 +60,9 @@ class MpiProcessGroup final : public ProcessGroup {
   // The watchdog (MpiEngine): a limit on every wait of the process, and the step it names.
   void set_timeout(double seconds) override { engine_->set_timeout(seconds); }
   void set_step(int64_t step) override { engine_->set_step(step); }
+  WatchdogLink watchdog_link() override {
+    return {engine_->work_watchdog(), world_ranks_, engine_->world_size()};
+  }
 
   // Called by ring ops for each message they post (measured traffic).
   void add_traffic(uint64_t sent, uint64_t received) { count_bytes(sent, received); }

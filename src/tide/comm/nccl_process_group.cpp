@@ -4,6 +4,7 @@
 #include "tide/comm/nccl_process_group.h"
 
 #include "tide/comm/cuda_table.h"
+#include "tide/comm/work_watchdog.h"
 #include "tide/core/cuda_module.h"
 #include "tide/core/error.h"
 
@@ -26,7 +27,7 @@ std::shared_ptr<ProcessGroup> make_nccl_process_group(std::shared_ptr<ProcessGro
   TIDE_CHECK(bootstrap != nullptr, "make_nccl_process_group: the bootstrap group is null");
   return cuda_module_table<CudaCommTable>(
              "tide_cuda_comm", fmt::format("an NCCL group on cuda:{} was asked for", device))
-      .make_nccl_group(std::move(bootstrap), device, compute_stream);
+      .make_nccl_group(std::move(bootstrap), device, compute_stream, &device_call_watch);
 }
 
 void set_compute_stream(ProcessGroup& group, void* cuda_stream) {

@@ -28,6 +28,8 @@
 
 namespace tide {
 
+class WorkWatchdog;
+
 enum class ReduceOp : uint8_t { Sum, Avg };
 
 // How the MPI backend implements all_reduce / reduce_scatter / all_gather: MPI's own collectives
@@ -109,6 +111,15 @@ class ProcessGroup {
   // set here and the ranks that did not arrive (see comm/watchdog.h).
   virtual void set_timeout(double seconds) { (void)seconds; }
   virtual void set_step(int64_t step) { (void)step; }
+  // What a device group made over these ranks (NCCL, the simulated device's) needs to be
+  // watched: the process's WorkWatchdog (comm/work_watchdog.h) and the world rank of each rank
+  // here, which its messages name. Empty where nothing watches (one process, no MPI).
+  struct WatchdogLink {
+    std::shared_ptr<WorkWatchdog> watchdog;
+    std::vector<int> world_ranks;
+    int world_size = 1;
+  };
+  virtual WatchdogLink watchdog_link() { return {}; }
 
   // Virtual for groups that delegate their calls to others (device_routed_group.h).
   virtual CommCounters counters() const {

@@ -32,12 +32,20 @@ SimCollectiveGroup::SimCollectiveGroup(std::shared_ptr<ProcessGroup> inner,
              "SimCollectiveGroup: needs a host group and the simulated device's compute stream");
   // One thread: the worker only waits for the inner group's calls.
   stream_ = std::make_unique<SimStream>(compute_->device(), 1);
+  watch_ = device_call_watch(*inner_, compute_->device());
+  if (watch_.add_communicator)
+    registration_ = watch_.add_communicator([this] { aborted_ = true; }, {});
 }
 
 SimCollectiveGroup::~SimCollectiveGroup() = default;  // ~SimStream runs what is queued
 
 WorkPtr SimCollectiveGroup::launch(std::initializer_list<const Tensor*> buffers, const char* who,
-                                   std::function<WorkPtr()> call, bool hold) {
+                                   uint64_t bytes, int peer, std::function<WorkPtr()> call,
+                                   bool hold) {
+  TIDE_CHECK(!aborted_,
+             "{}: the collective watchdog aborted this group's communicator after a call timed "
+             "out (comm.timeout_s); the job is ending",
+             who);
   for (const Tensor* t : buffers)
     TIDE_CHECK(t->device == compute_->device(),
                "{}: the simulated device's collectives work on {} but got a {} tensor (host "
@@ -51,27 +59,32 @@ WorkPtr SimCollectiveGroup::launch(std::initializer_list<const Tensor*> buffers,
     *inner = call();
     if (hold) (*inner)->wait();
   });
-  return std::make_shared<SimCollectiveWork>(stream_->record(), inner);
+  auto work = std::make_shared<SimCollectiveWork>(stream_->record(), inner);
+  if (watch_.watch) watch_.watch(work, who, bytes, peer);
+  return work;
 }
 
 WorkPtr SimCollectiveGroup::all_reduce_async(Tensor buf, ReduceOp op) {
-  return launch({&buf}, "all_reduce", [=, this] { return inner_->all_reduce_async(buf, op); });
+  return launch({&buf}, "all_reduce", buf.nbytes(), -1,
+                [=, this] { return inner_->all_reduce_async(buf, op); });
 }
 
 WorkPtr SimCollectiveGroup::reduce_scatter_async(Tensor in, Tensor out, ReduceOp op) {
   comm_check::reduce_scatter_sizes(in, out, size());
-  return launch({&in, &out}, "reduce_scatter",
+  return launch({&in, &out}, "reduce_scatter", in.nbytes(), -1,
                 [=, this] { return inner_->reduce_scatter_async(in, out, op); });
 }
 
 WorkPtr SimCollectiveGroup::all_gather_async(Tensor in, Tensor out) {
   comm_check::all_gather_sizes(in, out, size());
-  return launch({&in, &out}, "all_gather", [=, this] { return inner_->all_gather_async(in, out); });
+  return launch({&in, &out}, "all_gather", out.nbytes(), -1,
+                [=, this] { return inner_->all_gather_async(in, out); });
 }
 
 WorkPtr SimCollectiveGroup::broadcast_async(Tensor buf, int root) {
   comm_check::root(root, size());
-  return launch({&buf}, "broadcast", [=, this] { return inner_->broadcast_async(buf, root); });
+  return launch({&buf}, "broadcast", buf.nbytes(), root,
+                [=, this] { return inner_->broadcast_async(buf, root); });
 }
 
 void SimCollectiveGroup::check_p2p(int peer, int tag, const char* who) const {
@@ -88,17 +101,19 @@ void SimCollectiveGroup::check_p2p(int peer, int tag, const char* who) const {
 WorkPtr SimCollectiveGroup::send_async(Tensor buf, int dst, int tag) {
   check_p2p(dst, tag, "send");
   return launch(
-      {&buf}, "send", [=, this] { return inner_->send_async(buf, dst, 0); }, /*hold=*/true);
+      {&buf}, "send", buf.nbytes(), dst, [=, this] { return inner_->send_async(buf, dst, 0); },
+      /*hold=*/true);
 }
 
 WorkPtr SimCollectiveGroup::recv_async(Tensor buf, int src, int tag) {
   check_p2p(src, tag, "recv");
   return launch(
-      {&buf}, "recv", [=, this] { return inner_->recv_async(buf, src, 0); }, /*hold=*/true);
+      {&buf}, "recv", buf.nbytes(), src, [=, this] { return inner_->recv_async(buf, src, 0); },
+      /*hold=*/true);
 }
 
 WorkPtr SimCollectiveGroup::barrier_async() {
-  return launch({}, "barrier", [this] { return inner_->barrier_async(); });
+  return launch({}, "barrier", 0, -1, [this] { return inner_->barrier_async(); });
 }
 
 std::shared_ptr<ProcessGroup> SimCollectiveGroup::split(int color, int key) {

@@ -15,10 +15,13 @@
 // NCCL's they take no tags (tag 0 only): messages between two ranks match in the order they
 // were issued. So an executor that would deadlock or mix up messages on NCCL does so here, in
 // CI (the pipeline engine gives each stream of messages its own group: pipeline_engine.h).
+// The calls are watched as NCCL's are (work_watchdog.h), so CI sees a hung device call time out.
 
+#include <atomic>
 #include <memory>
 
 #include "tide/comm/process_group.h"
+#include "tide/comm/work_watchdog.h"
 #include "tide/core/sim_device.h"
 
 namespace tide {
@@ -53,14 +56,20 @@ class SimCollectiveGroup final : public ProcessGroup {
   // Queues `call` (which returns the inner group's Work) on the communication stream after the
   // compute stream's work so far; `buffers` are checked to be on the simulated device. `hold`:
   // the stream waits for the call to complete before it runs the next (point to point).
-  WorkPtr launch(std::initializer_list<const Tensor*> buffers, const char* who,
-                 std::function<WorkPtr()> call, bool hold = false);
+  // `bytes` and `peer` (the root or peer; -1: none) name the call for the watchdog.
+  WorkPtr launch(std::initializer_list<const Tensor*> buffers, const char* who, uint64_t bytes,
+                 int peer, std::function<WorkPtr()> call, bool hold = false);
   // A send's or receive's checks: the peer, and tag 0 (NCCL's rule).
   void check_p2p(int peer, int tag, const char* who) const;
 
   std::shared_ptr<ProcessGroup> inner_;
   std::shared_ptr<SimStream> compute_;
   std::unique_ptr<SimStream> stream_;  // the communication stream
+  // The watchdog (work_watchdog.h) watches every call; its abort makes later calls throw, as
+  // an aborted NCCL communicator's do (a call already posted to MPI cannot be taken back).
+  DeviceCallWatch watch_;
+  std::atomic<bool> aborted_{false};
+  std::shared_ptr<void> registration_;
 };
 
 }  // namespace tide

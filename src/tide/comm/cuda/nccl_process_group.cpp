@@ -6,6 +6,8 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <atomic>
+
 #include "tide/comm/cuda_table.h"
 #include "tide/comm/ring_traffic.h"
 #include "tide/core/cuda_module.h"
@@ -66,8 +68,12 @@ ncclDataType_t reduce_type(DType t, const char* who) {
 
 class NcclProcessGroup final : public ProcessGroup {
  public:
-  NcclProcessGroup(std::shared_ptr<ProcessGroup> bootstrap, int device, cudaStream_t compute)
-      : bootstrap_(std::move(bootstrap)), device_(device), compute_(compute) {
+  NcclProcessGroup(std::shared_ptr<ProcessGroup> bootstrap, int device, cudaStream_t compute,
+                   WatchFor watch_for)
+      : bootstrap_(std::move(bootstrap)),
+        device_(device),
+        compute_(compute),
+        watch_for_(watch_for) {
     int count = 0;
     TIDE_CHECK(cudaGetDeviceCount(&count) == cudaSuccess && device >= 0 && device < count,
                "NCCL group: CUDA device {} is not available ({} visible); pick a device in 0..{} "
@@ -82,12 +88,25 @@ class NcclProcessGroup final : public ProcessGroup {
     TIDE_NCCL_OK(ncclCommInitRank(&comm_, bootstrap_->size(), id, bootstrap_->rank()));
     TIDE_CUDA_OK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     TIDE_CUDA_OK(cudaMalloc(&barrier_buf_, sizeof(float)));
+    // The watchdog (work_watchdog.h): a hung call or an asynchronous error aborts the
+    // communicator, which ends its kernels and frees the host thread waiting on them.
+    watch_ = watch_for_(*bootstrap_, Device::cuda(device_));
+    if (watch_.add_communicator)
+      registration_ = watch_.add_communicator(
+          [this] {
+            aborted_ = true;
+            ncclCommAbort(comm_);
+          },
+          [this] { return async_error(); });
   }
 
   ~NcclProcessGroup() override {
+    registration_.reset();  // the watchdog's hooks no longer run
     cudaSetDevice(device_);
-    cudaStreamSynchronize(stream_);
-    ncclCommDestroy(comm_);
+    if (!aborted_) {  // an aborted communicator is freed already, its stream may never drain
+      cudaStreamSynchronize(stream_);
+      ncclCommDestroy(comm_);
+    }
     cudaStreamDestroy(stream_);
     cudaFree(barrier_buf_);
   }
@@ -103,7 +122,7 @@ class NcclProcessGroup final : public ProcessGroup {
     const RingTraffic tr = ring_all_reduce_traffic(buf.numel(), size(), rank());
     const size_t es = dtype_size(buf.dtype);
     count_call(tr.sent * es, tr.received * es);
-    return launch([&] {
+    return launch("all_reduce", buf.nbytes(), -1, [&] {
       TIDE_NCCL_OK(ncclAllReduce(buf.data, buf.data, static_cast<size_t>(buf.numel()), t,
                                  nccl_op(op), comm_, stream_));
     });
@@ -116,7 +135,7 @@ class NcclProcessGroup final : public ProcessGroup {
     const RingTraffic tr = ring_reduce_scatter_traffic(out.numel(), size());
     const size_t es = dtype_size(in.dtype);
     count_call(tr.sent * es, tr.received * es);
-    return launch([&] {
+    return launch("reduce_scatter", in.nbytes(), -1, [&] {
       TIDE_NCCL_OK(ncclReduceScatter(in.data, out.data, static_cast<size_t>(out.numel()), t,
                                      nccl_op(op), comm_, stream_));
     });
@@ -128,7 +147,7 @@ class NcclProcessGroup final : public ProcessGroup {
     const RingTraffic tr = ring_all_gather_traffic(static_cast<int64_t>(in.nbytes()), size());
     count_call(tr.sent, tr.received);
     // Moved as bytes: no arithmetic, so any dtype works (in-place when in is slot `rank` of out).
-    return launch([&] {
+    return launch("all_gather", out.nbytes(), -1, [&] {
       TIDE_NCCL_OK(ncclAllGather(in.data, out.data, in.nbytes(), ncclUint8, comm_, stream_));
     });
   }
@@ -139,7 +158,7 @@ class NcclProcessGroup final : public ProcessGroup {
     const RingTraffic tr =
         chain_broadcast_traffic(static_cast<int64_t>(buf.nbytes()), size(), rank(), root);
     count_call(tr.sent, tr.received);
-    return launch([&] {
+    return launch("broadcast", buf.nbytes(), root, [&] {
       TIDE_NCCL_OK(
           ncclBroadcast(buf.data, buf.data, buf.nbytes(), ncclUint8, root, comm_, stream_));
     });
@@ -148,21 +167,23 @@ class NcclProcessGroup final : public ProcessGroup {
   WorkPtr send_async(Tensor buf, int dst, int tag) override {
     check_p2p(buf, dst, tag, "send");
     count_call(buf.nbytes(), 0);
-    return launch(
-        [&] { TIDE_NCCL_OK(ncclSend(buf.data, buf.nbytes(), ncclUint8, dst, comm_, stream_)); });
+    return launch("send", buf.nbytes(), dst, [&] {
+      TIDE_NCCL_OK(ncclSend(buf.data, buf.nbytes(), ncclUint8, dst, comm_, stream_));
+    });
   }
 
   WorkPtr recv_async(Tensor buf, int src, int tag) override {
     check_p2p(buf, src, tag, "recv");
     count_call(0, buf.nbytes());
-    return launch(
-        [&] { TIDE_NCCL_OK(ncclRecv(buf.data, buf.nbytes(), ncclUint8, src, comm_, stream_)); });
+    return launch("recv", buf.nbytes(), src, [&] {
+      TIDE_NCCL_OK(ncclRecv(buf.data, buf.nbytes(), ncclUint8, src, comm_, stream_));
+    });
   }
 
   // NCCL has no barrier: an all-reduce of one float completes only when every rank joined.
   WorkPtr barrier_async() override {
     count_call(0, 0);
-    return launch([&] {
+    return launch("barrier", 0, -1, [&] {
       TIDE_NCCL_OK(
           ncclAllReduce(barrier_buf_, barrier_buf_, 1, ncclFloat32, ncclSum, comm_, stream_));
     });
@@ -171,7 +192,7 @@ class NcclProcessGroup final : public ProcessGroup {
   std::shared_ptr<ProcessGroup> split(int color, int key) override {
     auto sub = bootstrap_->split(color, key);
     if (!sub) return nullptr;
-    return std::make_shared<NcclProcessGroup>(sub, device_, compute_);
+    return std::make_shared<NcclProcessGroup>(sub, device_, compute_, watch_for_);
   }
 
  private:
@@ -193,10 +214,24 @@ class NcclProcessGroup final : public ProcessGroup {
     check_device(buf, who);
   }
 
+  // The communicator's asynchronous error for the watchdog, "" while there is none.
+  std::string async_error() {
+    ncclResult_t r = ncclSuccess;
+    if (ncclCommGetAsyncError(comm_, &r) != ncclSuccess || r == ncclSuccess || r == ncclInProgress)
+      return "";
+    return fmt::format("NCCL reported {} ({}) on cuda:{}", ncclGetErrorString(r),
+                       ncclGetLastError(comm_), device_);
+  }
+
   // Orders the call after the compute stream's work, runs it on the comm stream, and returns a
-  // Work on an event recorded after it.
+  // Work on an event recorded after it, watched by the watchdog (`op`, `bytes` and `peer`, the
+  // root or peer or -1, name the call there).
   template <class Fn>
-  WorkPtr launch(Fn&& enqueue) {
+  WorkPtr launch(const char* op, uint64_t bytes, int peer, Fn&& enqueue) {
+    TIDE_CHECK(!aborted_,
+               "{}: the collective watchdog aborted this NCCL communicator after a call timed out "
+               "or failed (comm.timeout_s); the job is ending",
+               op);
     TIDE_CUDA_OK(cudaSetDevice(device_));
     cudaEvent_t ready = nullptr, done = nullptr;
     TIDE_CUDA_OK(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming));
@@ -206,7 +241,9 @@ class NcclProcessGroup final : public ProcessGroup {
     enqueue();
     TIDE_CUDA_OK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
     TIDE_CUDA_OK(cudaEventRecord(done, stream_));
-    return std::make_shared<NcclWork>(done);
+    auto work = std::make_shared<NcclWork>(done);
+    if (watch_.watch) watch_.watch(work, op, bytes, peer);
+    return work;
   }
 
   std::shared_ptr<ProcessGroup> bootstrap_;
@@ -215,12 +252,16 @@ class NcclProcessGroup final : public ProcessGroup {
   cudaStream_t stream_ = nullptr;
   cudaStream_t compute_ = nullptr;  // nullptr: the legacy default stream
   void* barrier_buf_ = nullptr;
+  WatchFor watch_for_;
+  DeviceCallWatch watch_;
+  std::atomic<bool> aborted_{false};
+  std::shared_ptr<void> registration_;  // destroyed first (declared last): the hooks use comm_
 };
 
 std::shared_ptr<ProcessGroup> make_nccl_group(std::shared_ptr<ProcessGroup> bootstrap, int device,
-                                              void* compute_stream) {
+                                              void* compute_stream, WatchFor watch_for) {
   return std::make_shared<NcclProcessGroup>(std::move(bootstrap), device,
-                                            static_cast<cudaStream_t>(compute_stream));
+                                            static_cast<cudaStream_t>(compute_stream), watch_for);
 }
 
 void set_nccl_compute_stream(ProcessGroup& group, void* cuda_stream) {
