@@ -45,8 +45,10 @@ CommAlgorithm parse_comm_algorithm(const std::string& s);
 // wait_on(stream) orders the work queued on a CUDA stream (a cudaStream_t; nullptr is the
 // legacy default stream) after this communication WITHOUT blocking the host: kernels queued on
 // `stream` afterwards see its result. Device-side work (NCCL) enqueues a cudaStreamWaitEvent on
-// an event recorded after the collective. Host-side work (local, MPI) has nothing a stream can
+// an event recorded after the collective; the simulated device's (sim_collective_group.h) takes
+// a SimStream* and queues the wait there. Host-side work (local, MPI) has nothing a stream can
 // wait on, so there it is wait(): by the time it returns, the host buffers hold the result.
+// (model/stream_collectives.h picks the call for an op context.)
 class Work {
  public:
   virtual ~Work() = default;

@@ -17,6 +17,13 @@ class SimCollectiveWork final : public Work {
     (*inner_)->wait();
   }
   bool is_completed() override { return posted_->done() && (*inner_)->is_completed(); }
+  // `stream` is a SimStream (the compute stream): it waits for the post, then for the call,
+  // in a task of its own; the host goes on, as after cudaStreamWaitEvent.
+  void wait_on(void* stream) override {
+    auto* s = static_cast<SimStream*>(stream);
+    s->wait(posted_);
+    s->enqueue([inner = inner_] { (*inner)->wait(); });
+  }
 
  private:
   std::shared_ptr<SimEvent> posted_;

@@ -6,6 +6,7 @@
 #include "tide/kernels/cuda_table.h"
 #include "tide/kernels/mover.h"
 #include "tide/model/layout.h"
+#include "tide/model/stream_collectives.h"
 #include "tide/model/vocab_parallel.h"
 
 namespace tide {
@@ -88,8 +89,7 @@ Tensor BlockEnv::head_weight(Tensor w) const {
 
 void BlockEnv::tp_all_reduce(Tensor partial) const {
   if (!tp) return;
-  synchronize(op);
-  tp->all_reduce(partial);
+  collective_on_stream(op, partial, [&] { return tp->all_reduce_async(partial); });
 }
 
 void BlockEnv::tp_gather_slices(Tensor slice, Tensor whole) const {
@@ -99,10 +99,11 @@ void BlockEnv::tp_gather_slices(Tensor slice, Tensor whole) const {
     const int64_t n = slice.numel();
     mine = Tensor(static_cast<char*>(whole.data) + tp_rank() * n * dtype_size(whole.dtype), {n},
                   whole.dtype, whole.device);
+    // No host wait: what writes the host slice again (the next forward's stash) is a copy
+    // queued on the stream after this one.
     copy(op, mine, slice);
   }
-  synchronize(op);
-  tp->all_gather(mine, flat);
+  collective_on_stream(op, flat, [&] { return tp->all_gather_async(mine, flat); });
 }
 
 // The rank-major permutation on the context: the CUDA kernel on a GPU
@@ -133,8 +134,10 @@ Tensor BlockEnv::to_shard(Tensor full, Arena& out, Arena& scratch) const {
   const size_t mark = scratch.mark();
   Tensor major = scratch.alloc_tensor({t * B * Ts * C}, full.dtype);
   permute_rows_on(op, major, full, t, B, Ts, C, true);
-  synchronize(op);
-  tp->reduce_scatter(major, shard.view({B * Ts * C}));
+  // (The scratch is rewound with the collective in flight on a device: what reuses it is
+  // queued on the stream after the stream's wait for the collective, or is a collective.)
+  collective_on_stream(op, major,
+                       [&] { return tp->reduce_scatter_async(major, shard.view({B * Ts * C})); });
   scratch.rewind(mark);
   return shard;
 }
@@ -145,18 +148,17 @@ Tensor BlockEnv::to_full(Tensor shard, Arena& out, Arena& scratch) const {
   Tensor full = out.alloc_tensor({B, Ts * t, C}, shard.dtype);
   const size_t mark = scratch.mark();
   Tensor major = scratch.alloc_tensor({t * B * Ts * C}, shard.dtype);
-  synchronize(op);
-  tp->all_gather(shard.view({B * Ts * C}), major);
+  collective_on_stream(op, major,
+                       [&] { return tp->all_gather_async(shard.view({B * Ts * C}), major); });
   // (The scratch is rewound with the permutation still queued: what reuses it is queued after
-  // it, or a collective, which waits for the stream first.)
+  // it, or a collective, which waits for the stream's work first.)
   permute_rows_on(op, full, major, t, B, Ts, C, false);
   scratch.rewind(mark);
   return full;
 }
 
 void BlockEnv::add_sp_partial_grads(Tensor partial, const std::vector<Tensor>& grads) const {
-  synchronize(op);
-  tp->all_reduce(partial);
+  collective_on_stream(op, partial, [&] { return tp->all_reduce_async(partial); });
   add_partials(partial, grads);
 }
 
@@ -180,13 +182,14 @@ void BlockEnv::add_kv_replica_grads(Tensor partial, int64_t q_rows, Tensor grad_
   const int64_t rows = grad_w.dim(0), C = grad_w.dim(1);
   TIDE_ASSERT(partial.dtype == DType::F32 &&
               partial.numel() == rows * (C + (grad_b.defined() ? 1 : 0)));
-  synchronize(op);
   // The k and v rows: [q_rows, rows) of dW, then of db (not adjacent: two all-reduces).
   float* p = partial.f32();
-  kv_group->all_reduce(Tensor(p + q_rows * C, {(rows - q_rows) * C}, DType::F32, partial.device));
-  if (grad_b.defined())
-    kv_group->all_reduce(
-        Tensor(p + rows * C + q_rows, {rows - q_rows}, DType::F32, partial.device));
+  const Tensor kv_w(p + q_rows * C, {(rows - q_rows) * C}, DType::F32, partial.device);
+  collective_on_stream(op, kv_w, [&] { return kv_group->all_reduce_async(kv_w); });
+  if (grad_b.defined()) {
+    const Tensor kv_b(p + rows * C + q_rows, {rows - q_rows}, DType::F32, partial.device);
+    collective_on_stream(op, kv_b, [&] { return kv_group->all_reduce_async(kv_b); });
+  }
   std::vector<Tensor> grads = {grad_w};
   if (grad_b.defined()) grads.push_back(grad_b);
   add_partials(partial, grads);

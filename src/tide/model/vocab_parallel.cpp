@@ -9,6 +9,7 @@
 #include "tide/kernels/cpu/f32_buffer.h"
 #include "tide/kernels/cuda_table.h"
 #include "tide/kernels/mover.h"
+#include "tide/model/stream_collectives.h"
 
 namespace tide {
 
@@ -171,7 +172,8 @@ void vocab_parallel_crossentropy_forward(const OpContext& op, ProcessGroup& tp, 
   check_f32(losses, "losses", who);
   check_f32(max, "max", who);
   check_f32(sum, "sum", who);
-  // Three kernels between two collectives, each of which waits for the stream first.
+  // Three kernels between two collectives, each ordered after the stream's work so far
+  // (model/stream_collectives.h).
   const Tensor local = scratch.alloc_tensor({N}), gathered = scratch.alloc_tensor({N * world}),
                reduced = scratch.alloc_tensor({2 * N});
   const CudaKernelTable* gpu = op.device.is_cuda() ? &gpu_kernels(op, who) : nullptr;
@@ -190,8 +192,7 @@ void vocab_parallel_crossentropy_forward(const OpContext& op, ProcessGroup& tp, 
         l[n] = m;
       }
     });
-  synchronize(op);
-  tp.all_gather(local, gathered);
+  collective_on_stream(op, gathered, [&] { return tp.all_gather_async(local, gathered); });
   // 2. [sum of exp(logit - max) | the target's logit] over this rank's columns, summed.
   if (gpu)
     gpu->vocab_parallel_ce_partials(op, logits.dtype, max.f32(), reduced.f32(), logits.data,
@@ -218,8 +219,7 @@ void vocab_parallel_crossentropy_forward(const OpContext& op, ProcessGroup& tp, 
         r[N + n] = (tgt[n] >= 0 && col >= 0 && col < V) ? x[n * V + col] : 0.0f;
       }
     });
-  synchronize(op);
-  tp.all_reduce(reduced);
+  collective_on_stream(op, reduced, [&] { return tp.all_reduce_async(reduced); });
   // 3. The losses.
   if (gpu)
     gpu->vocab_parallel_ce_losses(op, losses.f32(), sum.f32(), reduced.f32(), max.f32(),
