@@ -2,6 +2,7 @@
 
 #include "tide/kernels/mover.h"
 #include "tide/model/param_groups.h"
+#include "tide/model/stream_collectives.h"
 #include "tide/optim/grad_norm_cuda.h"
 #include "tide/parallel/comm_staging.h"
 #include "tide/parallel/optimizer_step.h"
@@ -42,19 +43,19 @@ class PolicyStack::GradReduction : public PlacementPolicy {
       AsyncTrace trace = AsyncTrace::start(store.tracer(), "all-reduce grads", {{"chunk", chunk}});
       const Tensor grads = store.chunk(ChunkKind::GRAD, chunk);
       CommStaging::Staged staged;
-      if (staging_.needed(grads.dtype))
-        staged = staging_.stage(grads, grads.numel());  // waits for the conversion
-      else
-        synchronize(op_);  // on a device: the collective reads what the stream wrote
+      if (staging_.needed(grads.dtype)) staged = staging_.stage(grads, grads.numel());
       const Tensor sent = staged.buffer >= 0 ? staged.tensor : grads;
-      pending_.push_back({chunk, grads, dp_.all_reduce_async(sent, ReduceOp::Avg), trace, staged});
+      // On a device the collective is ordered after what the stream wrote by an event.
+      prepare_collective(op_, sent);
+      pending_.push_back(
+          {chunk, grads, sent, dp_.all_reduce_async(sent, ReduceOp::Avg), trace, staged});
     }
   }
   // Waits for every reduction of the step (the blocking waits traced into `tracer`); returns
   // how many there were.
   int wait_all(Tracer* tracer) {
     for (Reduction& r : pending_) {
-      if (!r.work->is_completed()) {
+      if (!r.consumed && host_waits_for(op_, r.sent) && !r.work->is_completed()) {
         const TraceSpan span(tracer, "wait all-reduce", "comm", {{"chunk", r.chunk}});
         r.work->wait();
       }
@@ -71,13 +72,17 @@ class PolicyStack::GradReduction : public PlacementPolicy {
   struct Reduction {
     int chunk;
     Tensor grads;  // the chunk's gradients
+    Tensor sent;   // what the all-reduce reduces: `grads` or its staged copy
     WorkPtr work;
     AsyncTrace trace;  // the all-reduce in flight, when the step is traced
     CommStaging::Staged staged;
+    bool consumed = false;  // the host or the stream has waited for it
   };
-  // Waits for r, then (once) converts a staged result back into the chunk.
+  // Waits for r (on a device the stream waits, not the host), then (once) converts a staged
+  // result back into the chunk.
   void complete(Reduction& r) {
-    r.work->wait();  // a no-op once done
+    if (!r.consumed) consume_collective(op_, *r.work, r.sent);
+    r.consumed = true;
     staging_.unstage(r.staged, 0, r.grads);
   }
   std::vector<Reduction> pending_;

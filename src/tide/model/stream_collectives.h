@@ -12,6 +12,10 @@
 
 namespace tide {
 
+// Whether a collective on `buf` for the ops of `op` is waited for by the host (a host buffer,
+// or everything on the CPU) rather than by the stream.
+bool host_waits_for(const OpContext& op, const Tensor& buf);
+
 // Call before a collective on `buf` issued for the ops of `op`: waits the host for the stream
 // only where the call reads host memory the stream may still write.
 void prepare_collective(const OpContext& op, const Tensor& buf);

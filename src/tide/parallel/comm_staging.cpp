@@ -11,7 +11,6 @@ CommStaging::Staged CommStaging::stage(const Tensor& grads, int64_t capacity_ele
   s.buffer = pool_.take(static_cast<size_t>(capacity_elems) * dtype_size(*comm_));
   s.tensor = Tensor(pool_.data(s.buffer), grads.shape, *comm_, grads.device);
   copy(op_, s.tensor, grads);
-  synchronize(op_);
   return s;
 }
 

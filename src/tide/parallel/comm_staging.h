@@ -30,8 +30,8 @@ class CommStaging {
   // Whether gradients kept in `grads` go through staging.
   bool needed(DType grads) const { return comm_ && *comm_ != grads; }
   // `grads` converted into a buffer of `capacity_elems` elements (a size class, so that buffers
-  // are reused across chunks); on a device the host waits for the conversion (the reduction
-  // that reads it does not wait for the stream).
+  // are reused across chunks); on a device the conversion is queued on the stream, and the
+  // collective that reads it is ordered after it (model/stream_collectives.h).
   Staged stage(const Tensor& grads, int64_t capacity_elems);
   // dst = the staged elements [begin, begin + dst.numel()) converted back; the buffer returns
   // to the pool. A no-op for a Staged already unstaged.

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "tide/kernels/mover.h"
+#include "tide/model/stream_collectives.h"
 
 namespace tide {
 
@@ -77,7 +78,8 @@ ZeroPolicy::~ZeroPolicy() {
       if (store_.has(k) && store_.attached(k, c)) store_.detach_whole(k, c);
 }
 
-void ZeroPolicy::wait(Work& w, const char* what, int chunk) {
+void ZeroPolicy::wait(Work& w, const Tensor& buf, const char* what, int chunk) {
+  if (!host_waits_for(op_, buf)) return consume_collective(op_, w, buf);
   if (w.is_completed()) return w.wait();
   const TraceSpan span(store_.tracer(), what, "comm", {{"chunk", chunk}});
   const auto t0 = std::chrono::steady_clock::now();
@@ -122,13 +124,14 @@ void ZeroPolicy::begin_step(std::span<const ParamAccess> accesses) {
 
 void ZeroPolicy::start_gather(int c) {
   TIDE_ASSERT(gathered_[c] == Gathered::NO);
-  // On a device: the gather writes a pool buffer that ops queued earlier may still read, and
-  // sends a slice AdamW may still be writing: the stream must have run them first. (It costs
-  // the prefetch its overlap there; an event the collective waits for would keep it.)
-  synchronize(op_);
   attach(ChunkKind::PARAM, c);
   gather_trace_[c] = AsyncTrace::start(store_.tracer(), "all-gather params", {{"chunk", c}});
-  gather_work_[c] = dp_.all_gather_async(gather_source(c), store_.chunk(ChunkKind::PARAM, c));
+  // On a device the gather writes a pool buffer that ops queued earlier may still read, and
+  // sends a slice AdamW may still be writing: the device's group orders it after them by an
+  // event (prepare_collective waits the host only for a host buffer).
+  const Tensor whole = store_.chunk(ChunkKind::PARAM, c);
+  prepare_collective(op_, whole);
+  gather_work_[c] = dp_.all_gather_async(gather_source(c), whole);
   gathered_[c] = Gathered::IN_FLIGHT;
   const int64_t elems = store_.layout().chunk_elems(c);
   live_elems_ += elems;
@@ -152,7 +155,7 @@ void ZeroPolicy::wait_gathered(int c) {
   if (!gathers_) return;  // one rank: its slice is the whole chunk, where the ops can read it
   if (gathered_[c] == Gathered::NO) start_gather(c);
   if (gathered_[c] == Gathered::IN_FLIGHT) {
-    wait(*gather_work_[c], "wait all-gather", c);
+    wait(*gather_work_[c], store_.chunk(ChunkKind::PARAM, c), "wait all-gather", c);
     gather_work_[c].reset();
     gather_trace_[c].finish();
     gathered_[c] = Gathered::YES;
@@ -259,14 +262,16 @@ void ZeroPolicy::on_grads_ready(ChunkStore& store, int c, int micro_batch) {
   // One rank sends nothing: its gradients are not converted (the one-rank reference's bits).
   CommStaging::Staged staged;
   if (dp_.size() > 1 && staging_.needed(whole.dtype))
-    staged = staging_.stage(whole, lay.buffer_elems(c));  // waits for the conversion
-  else if (!moves_nothing())
-    synchronize(op_);  // on a device: the collective reads what the stream wrote
+    staged = staging_.stage(whole, lay.buffer_elems(c));
   const Tensor sent = staged.buffer >= 0 ? staged.tensor : whole;
+  if (!moves_nothing()) prepare_collective(op_, sent);  // else: nothing reads the device
   Pending p{
       c,
+      sent,
       dp_.reduce_scatter_async(sent, own_part(sent, lay.slice_elems(c), dp_.rank()), ReduceOp::Sum),
-      trace, store.grads_complete(c), staged};
+      trace,
+      store.grads_complete(c),
+      staged};
   counters_.reduce_scatters += 1;
   if (!s_.overlaps(elems)) {
     complete_reduction(p);
@@ -286,7 +291,7 @@ void ZeroPolicy::poll_reductions() {
 }
 
 void ZeroPolicy::complete_reduction(Pending& p) {
-  wait(*p.work, "wait reduce-scatter", p.chunk);
+  wait(*p.work, p.buf, "wait reduce-scatter", p.chunk);
   p.trace.finish();
   const int c = p.chunk;
   const ChunkLayout& lay = store_.layout();
@@ -365,16 +370,16 @@ void ZeroPolicy::after_update() {
   struct Gather {
     int chunk;
     int64_t elems;
+    Tensor whole;
     WorkPtr work;
     AsyncTrace trace;
   };
   std::deque<Gather> gathers;
   int64_t gathering = 0;
   auto complete = [&](Gather& g) {
-    wait(*g.work, "wait all-gather", g.chunk);
+    wait(*g.work, g.whole, "wait all-gather", g.chunk);
     g.trace.finish();
   };
-  if (!moves_nothing()) synchronize(op_);  // on a device: the gathers read what AdamW wrote
   for (int c = 0; c < lay.num_chunks(); ++c) {
     if (s_.stage == 3 && (!persistent_[c] || !gathers_)) continue;
     const int64_t elems = lay.chunk_elems(c);
@@ -389,7 +394,9 @@ void ZeroPolicy::after_update() {
     const Tensor mine =
         s_.stage == 3 ? gather_source(c) : own_part(whole, lay.slice_elems(c), dp_.rank());
     AsyncTrace trace = AsyncTrace::start(store_.tracer(), "all-gather params", {{"chunk", c}});
-    gathers.push_back({c, elems, dp_.all_gather_async(mine, whole), trace});
+    // On a device the gather reads what AdamW wrote: ordered after it by an event.
+    if (!moves_nothing()) prepare_collective(op_, whole);
+    gathers.push_back({c, elems, whole, dp_.all_gather_async(mine, whole), trace});
     gathering += elems;
     counters_.all_gathers += 1;
   }

@@ -120,6 +120,7 @@ class ZeroPolicy final : public PlacementPolicy {
  private:
   struct Pending {
     int chunk;
+    Tensor buf;  // what the reduce-scatter reduces (the chunk or its staged copy)
     WorkPtr work;
     AsyncTrace trace;            // the reduce-scatter in flight, when the step is traced
     bool last = false;           // the step's last micro-batch for this chunk
@@ -127,8 +128,10 @@ class ZeroPolicy final : public PlacementPolicy {
   };
   enum class Gathered : uint8_t { NO, IN_FLIGHT, YES };
 
-  // w.wait(), timed into counters_.wait_seconds (and traced as "wait <what>" when it blocks).
-  void wait(Work& w, const char* what, int chunk);
+  // Waits for w, a collective on `buf`: on a device the stream waits for a device buffer's
+  // (model/stream_collectives.h); a host wait is timed into counters_.wait_seconds (and traced
+  // as "wait <what>" when it blocks).
+  void wait(Work& w, const Tensor& buf, const char* what, int chunk);
   // A pooled buffer for chunk c's kind k, attached over its slice (released by detach()).
   void* attach(ChunkKind k, int c);
   void detach(ChunkKind k, int c);
