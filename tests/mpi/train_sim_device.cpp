@@ -201,12 +201,13 @@ TEST(SimDevicePipeline, TrainsTheCpuPipelineBitwise) {
     std::string schedule, precision;
     int zero;
     std::string policy;  // "", "offload" (with DPU) or "auto" (placement)
+    uint64_t max_host_waits;
   };
-  for (const Case& k : std::vector<Case>{{"1f1b", "f32", 0, ""},
-                                         {"interleaved", "f32", 0, ""},
-                                         {"zb-v", "bf16", 1, ""},
-                                         {"zb-h1", "f32", 2, "offload"},
-                                         {"zb-h2", "f32", 0, "auto"}}) {
+  for (const Case& k : std::vector<Case>{{"1f1b", "f32", 0, "", 21},
+                                         {"interleaved", "f32", 0, "", 28},
+                                         {"zb-v", "bf16", 1, "", 42},
+                                         {"zb-h1", "f32", 2, "offload", 21},
+                                         {"zb-h2", "f32", 0, "auto", 14}}) {
     const std::string what =
         fmt::format("{} {} ZeRO-{} {}", k.schedule, k.precision, k.zero, k.policy);
     auto config = [&](const std::string& device) {
@@ -230,6 +231,12 @@ TEST(SimDevicePipeline, TrainsTheCpuPipelineBitwise) {
     const SimDpRun cpu = sim_dp_run(config("cpu"), world);
     const SimDpRun sim = sim_dp_run(config("sim"), world);
     expect_same_curve(cpu, sim, what, world->rank());
+    // Issue #27: the host does not wait around the stages' messages (the stream waits for a
+    // receive before the ops that read it, and for a send before the ops that overwrite its
+    // buffer) nor around the tied embedding's collectives; it still waits for the tied sum's
+    // buffers to be read and for the norm. At most these in steps 2-8 on any rank, 2 or 3
+    // stages (9-18 a step before).
+    EXPECT_LE(sim.host_waits, k.max_host_waits) << what << ": host waits for the stream";
     // Each stage's shard (one replica: dp = 1).
     const std::string file = "/" + shard_file_name(world->rank(), world->size());
     expect_same_tensors(cpu.checkpoint + file, sim.checkpoint + file, what);

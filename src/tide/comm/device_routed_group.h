@@ -46,6 +46,9 @@ class DeviceRoutedGroup final : public ProcessGroup {
   void set_timeout(double seconds) override;
   void set_step(int64_t step) override;
   WatchdogLink watchdog_link() override { return host_->watchdog_link(); }
+  bool orders_on_stream(const Tensor& buf) const override {
+    return !buf.device.is_cpu() && device_->orders_on_stream(buf);
+  }
   // Both groups' traffic together.
   CommCounters counters() const override;
   void reset_counters() override;

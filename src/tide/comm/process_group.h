@@ -122,6 +122,13 @@ class ProcessGroup {
     int world_size = 1;
   };
   virtual WatchdogLink watchdog_link() { return {}; }
+  // Whether a call on `buf` is ordered by the device's streams (NCCL, the simulated device's
+  // group): it waits on the device for the compute stream's queued work, and a stream can wait
+  // for its Work. false where the host runs the call (local, MPI), reading `buf` at once.
+  virtual bool orders_on_stream(const Tensor& buf) const {
+    (void)buf;
+    return false;
+  }
 
   // Virtual for groups that delegate their calls to others (device_routed_group.h).
   virtual CommCounters counters() const {

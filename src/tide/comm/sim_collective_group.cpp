@@ -7,12 +7,15 @@ namespace tide {
 namespace {
 
 // The Work of a call: done once the communication stream has posted the inner group's call
-// (after the compute stream's work) and that call has completed.
+// (after the compute stream's work) and that call has completed. A host wait for it is counted
+// on the compute stream (SimStream::synchronizations): on a GPU it waits for that stream's work.
 class SimCollectiveWork final : public Work {
  public:
-  SimCollectiveWork(std::shared_ptr<SimEvent> posted, std::shared_ptr<WorkPtr> inner)
-      : posted_(std::move(posted)), inner_(std::move(inner)) {}
+  SimCollectiveWork(std::shared_ptr<SimEvent> posted, std::shared_ptr<WorkPtr> inner,
+                    SimStream* compute)
+      : posted_(std::move(posted)), inner_(std::move(inner)), compute_(compute) {}
   void wait() override {
+    compute_->count_host_wait();
     posted_->wait();  // rethrows the post's error
     (*inner_)->wait();
   }
@@ -28,6 +31,7 @@ class SimCollectiveWork final : public Work {
  private:
   std::shared_ptr<SimEvent> posted_;
   std::shared_ptr<WorkPtr> inner_;  // written by the stream's task, read after posted_
+  SimStream* compute_;
 };
 
 }  // namespace
@@ -66,7 +70,7 @@ WorkPtr SimCollectiveGroup::launch(std::initializer_list<const Tensor*> buffers,
     *inner = call();
     if (hold) (*inner)->wait();
   });
-  auto work = std::make_shared<SimCollectiveWork>(stream_->record(), inner);
+  auto work = std::make_shared<SimCollectiveWork>(stream_->record(), inner, compute_.get());
   if (watch_.watch) watch_.watch(work, who, bytes, peer);
   return work;
 }

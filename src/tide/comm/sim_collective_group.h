@@ -36,6 +36,7 @@ class SimCollectiveGroup final : public ProcessGroup {
   int rank() const override { return inner_->rank(); }
   int size() const override { return inner_->size(); }
   std::string backend() const override { return "sim"; }
+  bool orders_on_stream(const Tensor&) const override { return true; }
 
   WorkPtr all_reduce_async(Tensor buf, ReduceOp op) override;
   WorkPtr reduce_scatter_async(Tensor in, Tensor out, ReduceOp op) override;

@@ -58,9 +58,12 @@ class SimStream {
   void wait(std::shared_ptr<const SimEvent> event);
   // Blocks the host until every task queued so far has run; throws the stream's sticky error.
   void synchronize();
-  // How many times the host has blocked in synchronize(): each costs a GPU its queue (the
-  // device idles until the host queues more), so tests hold a step to the ones it needs.
+  // How many times the host has blocked in synchronize(), or in a wait for a collective
+  // ordered after this stream's work (SimCollectiveGroup's Work::wait, count_host_wait): each
+  // costs a GPU its queue (the device idles until the host queues more), so tests hold a step
+  // to the ones it needs.
   uint64_t synchronizations() const { return synchronizations_.load(std::memory_order_relaxed); }
+  void count_host_wait() { synchronizations_.fetch_add(1, std::memory_order_relaxed); }
 
  private:
   struct Task {

@@ -12,6 +12,7 @@
 #include "tide/comm/device_routed_group.h"
 #include "tide/comm/local_process_group.h"
 #include "tide/model/param_groups.h"
+#include "tide/model/stream_collectives.h"
 #include "tide/optim/grad_norm.h"
 #include "tide/pipeline/message_streams.h"
 #include "tide/pipeline/stage_peaks.h"
@@ -26,10 +27,14 @@ struct PipelineEngine::Transfer {
   WorkPtr work;
   AsyncTrace trace;
   int mb = -1;
+  Tensor buf;                           // what it sends or receives into
+  const ProcessGroup* group = nullptr;  // the group it went over
 
   explicit operator bool() const { return work != nullptr; }
-  void wait() {
-    work->wait();
+  // Ops queued on `op` from now on see it done: on a device the stream waits for a message of
+  // the device's group, not the host (model/stream_collectives.h).
+  void wait(const OpContext& op) {
+    consume_collective(op, *group, *work, buf);
     trace.finish();
   }
 };
@@ -255,10 +260,10 @@ void PipelineEngine::build_stacks(const ZeroSettings& zero,
 void PipelineEngine::sum_tied_gradient() {
   if (!(wte_id_ >= 0 && head_id_ >= 0) && !tied_) return;
   const bool sliced = stacks_[0]->sliced();
-  // On a device the collectives below read gradients the stream wrote, and the sums are ops
-  // on the stream that must finish before the gathered buffers go.
+  // On a device the collectives below read gradients the stream wrote (ordered after it by
+  // events: model/stream_collectives.h), and the sums are ops on the stream that must finish
+  // before the gathered buffers go.
   const OpContext& op = models_[0]->op();
-  synchronize(op);
   // The whole reduced gradient of tensor `id` of chunk `chunk`. Under ZeRO the owned slices
   // hold the replicas' mean, and a tensor spans the slices of several replicas (at other offsets
   // on the other end of the tie): its chunk is gathered whole over dp into `buf`, in the
@@ -273,7 +278,7 @@ void PipelineEngine::sum_tied_gradient() {
     buf = Arena("tied gradient", Arena::aligned(n * dtype_size(mine.dtype)),
                 mine.device.is_cpu() ? nullptr : models_[chunk]->activation_allocator());
     gathered = buf.alloc_tensor({n}, mine.dtype);
-    dp_->all_gather(mine, gathered);
+    collective_on_stream(op, *dp_, gathered, [&] { return dp_->all_gather_async(mine, gathered); });
     return Tensor(static_cast<std::byte*>(gathered.data) + slot.offset * dtype_size(mine.dtype),
                   Shape{slot.numel}, mine.dtype, mine.device);
   };
@@ -304,9 +309,10 @@ void PipelineEngine::sum_tied_gradient() {
                         [a, b] { add_elements(a.dtype, a.data, a.data, b.data, a.numel()); });
     copy(op, b, a);
   } else {
-    tied_->all_reduce(wte_id_ >= 0 ? whole(wte_chunk_, wte_id_, wte_buf, wte_all)
-                                   : whole(head_chunk_, head_id_, head_buf, head_all),
-                      ReduceOp::Sum);
+    const Tensor mine = wte_id_ >= 0 ? whole(wte_chunk_, wte_id_, wte_buf, wte_all)
+                                     : whole(head_chunk_, head_id_, head_buf, head_all);
+    collective_on_stream(op, *tied_, mine,
+                         [&] { return tied_->all_reduce_async(mine, ReduceOp::Sum); });
   }
   if (wte_id_ >= 0) keep_slice(wte_chunk_, wte_id_, wte_all);
   if (head_id_ >= 0) keep_slice(head_chunk_, head_id_, head_all);
@@ -441,7 +447,7 @@ void PipelineEngine::reschedule(pipeline::Schedule schedule) {
   // Between steps nothing is in flight (step() waits every send and consumes every receive).
   for (const Slot& s : slots_) TIDE_ASSERT(!s.recv);
   for (Slot& s : slots_)
-    for (Transfer& t : s.sends) t.wait();
+    for (Transfer& t : s.sends) t.wait(models_[0]->op());
   slots_.clear();
   mbs_.clear();
   b_parts_.clear();
@@ -483,9 +489,11 @@ PipelineEngine::Slot& PipelineEngine::slot_of(int mb, int chunk, bool take) {
   TIDE_CHECK(take, "micro-batch {} chunk {} is not in flight on stage {}", mb, chunk, pp_->rank());
   for (Slot& s : slots_) {
     if (s.mb >= 0 || s.chunk != chunk) continue;
+    const OpContext& op = models_[0]->op();
     for (Transfer& t : s.sends) {  // its buffers are about to be overwritten
-      const TraceSpan span(tracer_, "wait send", "comm", {{"mb", t.mb}});
-      t.wait();
+      const TraceSpan span(host_waits_for(op, *t.group, t.buf) ? tracer_ : nullptr, "wait send",
+                           "comm", {{"mb", t.mb}});
+      t.wait(op);
     }
     s.sends.clear();
     s.mb = mb;
@@ -496,12 +504,14 @@ PipelineEngine::Slot& PipelineEngine::slot_of(int mb, int chunk, bool take) {
 
 void PipelineEngine::wait_recv(Slot& s) {
   if (!s.recv) return;
-  if (!s.recv.work->is_completed()) {  // the stage idles: a bubble, in the trace
+  const OpContext& op = models_[0]->op();
+  // The host idles: a bubble, in the trace. (On a device the stream waits, the host goes on.)
+  if (host_waits_for(op, *s.recv.group, s.recv.buf) && !s.recv.work->is_completed()) {
     const TraceSpan span(tracer_, "wait recv", "comm", {{"mb", s.mb}});
     fill_bubble(*s.recv.work);
-    s.recv.wait();
+    s.recv.wait(op);
   } else {
-    s.recv.wait();
+    s.recv.wait(op);
   }
   s.recv = Transfer{};
 }
@@ -554,11 +564,13 @@ ProcessGroup* PipelineEngine::message_stream(int consumer, bool grad) const {
 
 PipelineEngine::Transfer PipelineEngine::post_recv(Tensor buf, int peer, int mb, int consumer,
                                                    bool grad, const char* what) {
-  Transfer t{nullptr, AsyncTrace::start(tracer_, what, {{"mb", mb}, {"peer", peer}}), mb};
+  Transfer t{nullptr, AsyncTrace::start(tracer_, what, {{"mb", mb}, {"peer", peer}}), mb, buf,
+             pp_.get()};
   if (ProcessGroup* g = message_stream(consumer, grad)) {
     // The stream's group waits on the device for the ops queued before, which may still read
     // the buffer (the slot's previous micro-batch); its sender is rank 0.
     TIDE_ASSERT(g->rank() == 1);
+    t.group = g;
     t.work = g->recv_async(buf, 0, 0);
     return t;
   }
@@ -571,11 +583,13 @@ PipelineEngine::Transfer PipelineEngine::post_recv(Tensor buf, int peer, int mb,
 
 PipelineEngine::Transfer PipelineEngine::post_send(Tensor buf, int peer, int mb, int consumer,
                                                    bool grad, const char* what) {
-  Transfer t{nullptr, AsyncTrace::start(tracer_, what, {{"mb", mb}, {"peer", peer}}), mb};
+  Transfer t{nullptr, AsyncTrace::start(tracer_, what, {{"mb", mb}, {"peer", peer}}), mb, buf,
+             pp_.get()};
   if (ProcessGroup* g = message_stream(consumer, grad)) {
     // The stream's group waits on the device for the ops that write the buffer; its receiver
     // is rank 1.
     TIDE_ASSERT(g->rank() == 0);
+    t.group = g;
     t.work = g->send_async(buf, 1, 0);
     return t;
   }
@@ -756,7 +770,7 @@ StepStats PipelineEngine::step(int64_t step, uint64_t seed, const BatchFn& batch
   {
     const TraceSpan span(tracer, "finish gradients", "comm");
     for (Slot& s : slots_) {
-      for (Transfer& t : s.sends) t.wait();
+      for (Transfer& t : s.sends) t.wait(models_[0]->op());
       s.sends.clear();
     }
     // Stage 0's exposed communication: what of its all-reduces the schedule did not hide.

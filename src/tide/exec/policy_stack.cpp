@@ -46,7 +46,7 @@ class PolicyStack::GradReduction : public PlacementPolicy {
       if (staging_.needed(grads.dtype)) staged = staging_.stage(grads, grads.numel());
       const Tensor sent = staged.buffer >= 0 ? staged.tensor : grads;
       // On a device the collective is ordered after what the stream wrote by an event.
-      prepare_collective(op_, sent);
+      prepare_collective(op_, dp_, sent);
       pending_.push_back(
           {chunk, grads, sent, dp_.all_reduce_async(sent, ReduceOp::Avg), trace, staged});
     }
@@ -55,7 +55,7 @@ class PolicyStack::GradReduction : public PlacementPolicy {
   // how many there were.
   int wait_all(Tracer* tracer) {
     for (Reduction& r : pending_) {
-      if (!r.consumed && host_waits_for(op_, r.sent) && !r.work->is_completed()) {
+      if (!r.consumed && host_waits_for(op_, dp_, r.sent) && !r.work->is_completed()) {
         const TraceSpan span(tracer, "wait all-reduce", "comm", {{"chunk", r.chunk}});
         r.work->wait();
       }
@@ -81,7 +81,7 @@ class PolicyStack::GradReduction : public PlacementPolicy {
   // Waits for r (on a device the stream waits, not the host), then (once) converts a staged
   // result back into the chunk.
   void complete(Reduction& r) {
-    if (!r.consumed) consume_collective(op_, *r.work, r.sent);
+    if (!r.consumed) consume_collective(op_, dp_, *r.work, r.sent);
     r.consumed = true;
     staging_.unstage(r.staged, 0, r.grads);
   }

@@ -89,7 +89,7 @@ Tensor BlockEnv::head_weight(Tensor w) const {
 
 void BlockEnv::tp_all_reduce(Tensor partial) const {
   if (!tp) return;
-  collective_on_stream(op, partial, [&] { return tp->all_reduce_async(partial); });
+  collective_on_stream(op, *tp, partial, [&] { return tp->all_reduce_async(partial); });
 }
 
 void BlockEnv::tp_gather_slices(Tensor slice, Tensor whole) const {
@@ -103,7 +103,7 @@ void BlockEnv::tp_gather_slices(Tensor slice, Tensor whole) const {
     // queued on the stream after this one.
     copy(op, mine, slice);
   }
-  collective_on_stream(op, flat, [&] { return tp->all_gather_async(mine, flat); });
+  collective_on_stream(op, *tp, flat, [&] { return tp->all_gather_async(mine, flat); });
 }
 
 // The rank-major permutation on the context: the CUDA kernel on a GPU
@@ -136,7 +136,7 @@ Tensor BlockEnv::to_shard(Tensor full, Arena& out, Arena& scratch) const {
   permute_rows_on(op, major, full, t, B, Ts, C, true);
   // (The scratch is rewound with the collective in flight on a device: what reuses it is
   // queued on the stream after the stream's wait for the collective, or is a collective.)
-  collective_on_stream(op, major,
+  collective_on_stream(op, *tp, major,
                        [&] { return tp->reduce_scatter_async(major, shard.view({B * Ts * C})); });
   scratch.rewind(mark);
   return shard;
@@ -148,7 +148,7 @@ Tensor BlockEnv::to_full(Tensor shard, Arena& out, Arena& scratch) const {
   Tensor full = out.alloc_tensor({B, Ts * t, C}, shard.dtype);
   const size_t mark = scratch.mark();
   Tensor major = scratch.alloc_tensor({t * B * Ts * C}, shard.dtype);
-  collective_on_stream(op, major,
+  collective_on_stream(op, *tp, major,
                        [&] { return tp->all_gather_async(shard.view({B * Ts * C}), major); });
   // (The scratch is rewound with the permutation still queued: what reuses it is queued after
   // it, or a collective, which waits for the stream's work first.)
@@ -158,7 +158,7 @@ Tensor BlockEnv::to_full(Tensor shard, Arena& out, Arena& scratch) const {
 }
 
 void BlockEnv::add_sp_partial_grads(Tensor partial, const std::vector<Tensor>& grads) const {
-  collective_on_stream(op, partial, [&] { return tp->all_reduce_async(partial); });
+  collective_on_stream(op, *tp, partial, [&] { return tp->all_reduce_async(partial); });
   add_partials(partial, grads);
 }
 
@@ -185,10 +185,10 @@ void BlockEnv::add_kv_replica_grads(Tensor partial, int64_t q_rows, Tensor grad_
   // The k and v rows: [q_rows, rows) of dW, then of db (not adjacent: two all-reduces).
   float* p = partial.f32();
   const Tensor kv_w(p + q_rows * C, {(rows - q_rows) * C}, DType::F32, partial.device);
-  collective_on_stream(op, kv_w, [&] { return kv_group->all_reduce_async(kv_w); });
+  collective_on_stream(op, *kv_group, kv_w, [&] { return kv_group->all_reduce_async(kv_w); });
   if (grad_b.defined()) {
     const Tensor kv_b(p + rows * C + q_rows, {rows - q_rows}, DType::F32, partial.device);
-    collective_on_stream(op, kv_b, [&] { return kv_group->all_reduce_async(kv_b); });
+    collective_on_stream(op, *kv_group, kv_b, [&] { return kv_group->all_reduce_async(kv_b); });
   }
   std::vector<Tensor> grads = {grad_w};
   if (grad_b.defined()) grads.push_back(grad_b);

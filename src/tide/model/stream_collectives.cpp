@@ -5,16 +5,17 @@
 
 namespace tide {
 
-bool host_waits_for(const OpContext& op, const Tensor& buf) {
-  return op.device.is_cpu() || buf.device.is_cpu();
+bool host_waits_for(const OpContext& op, const ProcessGroup& group, const Tensor& buf) {
+  return op.device.is_cpu() || !group.orders_on_stream(buf);
 }
 
-void prepare_collective(const OpContext& op, const Tensor& buf) {
-  if (!op.device.is_cpu() && buf.device.is_cpu()) synchronize(op);
+void prepare_collective(const OpContext& op, const ProcessGroup& group, const Tensor& buf) {
+  if (!op.device.is_cpu() && host_waits_for(op, group, buf)) synchronize(op);
 }
 
-void consume_collective(const OpContext& op, Work& work, const Tensor& buf) {
-  if (host_waits_for(op, buf))
+void consume_collective(const OpContext& op, const ProcessGroup& group, Work& work,
+                        const Tensor& buf) {
+  if (host_waits_for(op, group, buf))
     work.wait();
   else if (op.device.is_sim())
     work.wait_on(op.sim.get());  // SimCollectiveWork takes the simulated device's stream

@@ -192,7 +192,7 @@ void vocab_parallel_crossentropy_forward(const OpContext& op, ProcessGroup& tp, 
         l[n] = m;
       }
     });
-  collective_on_stream(op, gathered, [&] { return tp.all_gather_async(local, gathered); });
+  collective_on_stream(op, tp, gathered, [&] { return tp.all_gather_async(local, gathered); });
   // 2. [sum of exp(logit - max) | the target's logit] over this rank's columns, summed.
   if (gpu)
     gpu->vocab_parallel_ce_partials(op, logits.dtype, max.f32(), reduced.f32(), logits.data,
@@ -219,7 +219,7 @@ void vocab_parallel_crossentropy_forward(const OpContext& op, ProcessGroup& tp, 
         r[N + n] = (tgt[n] >= 0 && col >= 0 && col < V) ? x[n * V + col] : 0.0f;
       }
     });
-  collective_on_stream(op, reduced, [&] { return tp.all_reduce_async(reduced); });
+  collective_on_stream(op, tp, reduced, [&] { return tp.all_reduce_async(reduced); });
   // 3. The losses.
   if (gpu)
     gpu->vocab_parallel_ce_losses(op, losses.f32(), sum.f32(), reduced.f32(), max.f32(),

@@ -79,7 +79,7 @@ ZeroPolicy::~ZeroPolicy() {
 }
 
 void ZeroPolicy::wait(Work& w, const Tensor& buf, const char* what, int chunk) {
-  if (!host_waits_for(op_, buf)) return consume_collective(op_, w, buf);
+  if (!host_waits_for(op_, dp_, buf)) return consume_collective(op_, dp_, w, buf);
   if (w.is_completed()) return w.wait();
   const TraceSpan span(store_.tracer(), what, "comm", {{"chunk", chunk}});
   const auto t0 = std::chrono::steady_clock::now();
@@ -128,9 +128,9 @@ void ZeroPolicy::start_gather(int c) {
   gather_trace_[c] = AsyncTrace::start(store_.tracer(), "all-gather params", {{"chunk", c}});
   // On a device the gather writes a pool buffer that ops queued earlier may still read, and
   // sends a slice AdamW may still be writing: the device's group orders it after them by an
-  // event (prepare_collective waits the host only for a host buffer).
+  // event (prepare_collective waits the host only where the host runs the call).
   const Tensor whole = store_.chunk(ChunkKind::PARAM, c);
-  prepare_collective(op_, whole);
+  prepare_collective(op_, dp_, whole);
   gather_work_[c] = dp_.all_gather_async(gather_source(c), whole);
   gathered_[c] = Gathered::IN_FLIGHT;
   const int64_t elems = store_.layout().chunk_elems(c);
@@ -264,7 +264,7 @@ void ZeroPolicy::on_grads_ready(ChunkStore& store, int c, int micro_batch) {
   if (dp_.size() > 1 && staging_.needed(whole.dtype))
     staged = staging_.stage(whole, lay.buffer_elems(c));
   const Tensor sent = staged.buffer >= 0 ? staged.tensor : whole;
-  if (!moves_nothing()) prepare_collective(op_, sent);  // else: nothing reads the device
+  if (!moves_nothing()) prepare_collective(op_, dp_, sent);  // else: nothing reads the device
   Pending p{
       c,
       sent,
@@ -395,7 +395,7 @@ void ZeroPolicy::after_update() {
         s_.stage == 3 ? gather_source(c) : own_part(whole, lay.slice_elems(c), dp_.rank());
     AsyncTrace trace = AsyncTrace::start(store_.tracer(), "all-gather params", {{"chunk", c}});
     // On a device the gather reads what AdamW wrote: ordered after it by an event.
-    if (!moves_nothing()) prepare_collective(op_, whole);
+    if (!moves_nothing()) prepare_collective(op_, dp_, whole);
     gathers.push_back({c, elems, whole, dp_.all_gather_async(mine, whole), trace});
     gathering += elems;
     counters_.all_gathers += 1;

@@ -114,6 +114,7 @@ class NcclProcessGroup final : public ProcessGroup {
   int rank() const override { return bootstrap_->rank(); }
   int size() const override { return bootstrap_->size(); }
   std::string backend() const override { return "nccl"; }
+  bool orders_on_stream(const Tensor&) const override { return true; }
   void set_compute_stream(cudaStream_t s) { compute_ = s; }
 
   WorkPtr all_reduce_async(Tensor buf, ReduceOp op) override {
