@@ -12,25 +12,31 @@ constexpr ChunkKind kOverwritten[] = {ChunkKind::MASTER, ChunkKind::ADAM_M, Chun
 }  // namespace
 
 void OptimizerSnapshot::begin(std::span<ChunkStore* const> stores, const OpContext& op) {
-  // The previous step's restore may still be reading the copy on the stream.
-  synchronize(op_);
-  op_ = op;
   // Each range adamw_step writes: per store, kind and chunk, the owned slice of a sliced kind
   // or the whole chunk.
-  size_t i = 0;
+  std::vector<Tensor> live;
   for (ChunkStore* s : stores)
     for (ChunkKind k : kOverwritten) {
       TIDE_CHECK(s->has(k), "the store has no {} chunks: build it with_optimizer to train",
                  chunk_kind_name(k));
       for (int c = 0; c < s->layout().num_chunks(); ++c) {
         const Tensor t = s->sliced(k) ? s->slice(k, c) : s->chunk(k, c);
-        if (i == ranges_.size()) ranges_.emplace_back();
-        ranges_[i].live = t.view({t.numel()});
-        ranges_[i].saved.resize(t.nbytes());
-        ++i;
+        live.push_back(t.view({t.numel()}));
       }
     }
-  ranges_.resize(i);
+  // The previous step's restore may still be reading the copy on the stream: the host waits
+  // for it only before it frees or moves a copy (the first step, a new layout). Else this
+  // step's copies into it are queued after the restore on the same stream.
+  bool same = live.size() == ranges_.size();
+  for (size_t i = 0; i < live.size() && same; ++i)
+    same = ranges_[i].saved.size() == live[i].nbytes();
+  if (!same) synchronize(op_);
+  op_ = op;
+  ranges_.resize(live.size());
+  for (size_t i = 0; i < live.size(); ++i) {
+    ranges_[i].live = live[i];
+    ranges_[i].saved.resize(live[i].nbytes());
+  }
   next_ = 0;
   done_ = 0;
 }

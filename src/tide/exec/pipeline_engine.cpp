@@ -261,9 +261,11 @@ void PipelineEngine::sum_tied_gradient() {
   if (!(wte_id_ >= 0 && head_id_ >= 0) && !tied_) return;
   const bool sliced = stacks_[0]->sliced();
   // On a device the collectives below read gradients the stream wrote (ordered after it by
-  // events: model/stream_collectives.h), and the sums are ops on the stream that must finish
-  // before the gathered buffers go.
+  // events: model/stream_collectives.h); the sums are ops on the stream. Where they write host
+  // memory (offload's host slices, auto placement's host tier), whose readers are on the host,
+  // the host waits for them at the end.
   const OpContext& op = models_[0]->op();
+  bool host_written = false;
   // The whole reduced gradient of tensor `id` of chunk `chunk`. Under ZeRO the owned slices
   // hold the replicas' mean, and a tensor spans the slices of several replicas (at other offsets
   // on the other end of the tie): its chunk is gathered whole over dp into `buf`, in the
@@ -271,12 +273,21 @@ void PipelineEngine::sum_tied_gradient() {
   // precision).
   auto whole = [&](int chunk, int id, Arena& buf, Tensor& gathered) -> Tensor {
     const ChunkStore& st = models_[chunk]->store();
-    if (!sliced) return st.tensor(ChunkKind::GRAD, id);
+    if (!sliced) {
+      const Tensor t = st.tensor(ChunkKind::GRAD, id);
+      host_written |= t.device.is_cpu();
+      return t;
+    }
     const TensorSlot& slot = st.layout().slot(id);
     const Tensor mine = stacks_[chunk]->grad(slot.chunk);
     const int64_t n = st.layout().chunk_elems(slot.chunk);
-    buf = Arena("tied gradient", Arena::aligned(n * dtype_size(mine.dtype)),
-                mine.device.is_cpu() ? nullptr : models_[chunk]->activation_allocator());
+    const size_t bytes = Arena::aligned(n * dtype_size(mine.dtype));
+    if (buf.capacity() < bytes || buf.device() != mine.device) {  // the first step, or a move
+      synchronize(op);  // the stream may still read the buffer that goes
+      buf = Arena("tied gradient", bytes,
+                  mine.device.is_cpu() ? nullptr : models_[chunk]->activation_allocator());
+    }
+    buf.reset();
     gathered = buf.alloc_tensor({n}, mine.dtype);
     collective_on_stream(op, *dp_, gathered, [&] { return dp_->all_gather_async(mine, gathered); });
     return Tensor(static_cast<std::byte*>(gathered.data) + slot.offset * dtype_size(mine.dtype),
@@ -288,6 +299,7 @@ void PipelineEngine::sum_tied_gradient() {
     const PolicyStack& stack = *stacks_[chunk];
     const int c = models_[chunk]->store().layout().slot(id).chunk;
     const Tensor mine = stack.grad(c);
+    host_written |= mine.device.is_cpu();
     copy(op, mine,
          Tensor(
              static_cast<std::byte*>(gathered.data) + stack.grad_begin(c) * dtype_size(mine.dtype),
@@ -295,11 +307,10 @@ void PipelineEngine::sum_tied_gradient() {
   };
   // wte and lm_head.weight both become the sum of the two gradients (a + b = b + a: the same
   // bits on both copies, wherever they live).
-  Arena wte_buf, head_buf;
   Tensor wte_all, head_all;
   if (wte_id_ >= 0 && head_id_ >= 0) {
-    const Tensor a = whole(wte_chunk_, wte_id_, wte_buf, wte_all);
-    const Tensor b = whole(head_chunk_, head_id_, head_buf, head_all);
+    const Tensor a = whole(wte_chunk_, wte_id_, tied_wte_buf_, wte_all);
+    const Tensor b = whole(head_chunk_, head_id_, tied_head_buf_, head_all);
     // On a device an op (each element's f32 sum rounded once into the dtype: add_elements'
     // bits); on the host, or with the copies on two tiers (auto placement), a CPU kernel.
     if (!op.device.is_cpu() && a.device == op.device && b.device == op.device)
@@ -309,14 +320,14 @@ void PipelineEngine::sum_tied_gradient() {
                         [a, b] { add_elements(a.dtype, a.data, a.data, b.data, a.numel()); });
     copy(op, b, a);
   } else {
-    const Tensor mine = wte_id_ >= 0 ? whole(wte_chunk_, wte_id_, wte_buf, wte_all)
-                                     : whole(head_chunk_, head_id_, head_buf, head_all);
+    const Tensor mine = wte_id_ >= 0 ? whole(wte_chunk_, wte_id_, tied_wte_buf_, wte_all)
+                                     : whole(head_chunk_, head_id_, tied_head_buf_, head_all);
     collective_on_stream(op, *tied_, mine,
                          [&] { return tied_->all_reduce_async(mine, ReduceOp::Sum); });
   }
   if (wte_id_ >= 0) keep_slice(wte_chunk_, wte_id_, wte_all);
   if (head_id_ >= 0) keep_slice(head_chunk_, head_id_, head_all);
-  synchronize(op);  // the stream has read the buffers before they go
+  if (host_written) synchronize(op);
 }
 
 void PipelineEngine::check_dp_group() {

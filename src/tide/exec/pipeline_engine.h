@@ -269,8 +269,11 @@ class PipelineEngine {
   std::vector<GPT*> models_;  // per chunk
   std::shared_ptr<ProcessGroup> pp_;
   std::shared_ptr<ProcessGroup> tied_;  // the embedding's and the head's ranks, when they differ
-  std::shared_ptr<ProcessGroup> dp_;    // the stage's data-parallel group (size 1: none)
-  ProcessGroup* tp_ = nullptr;          // the models' tensor-parallel group (nullptr: none)
+  // The tied sum's gathered chunks under ZeRO (wte's, lm_head's), kept for the next step: no
+  // allocation in a step after the first, and no host wait before a buffer goes.
+  Arena tied_wte_buf_, tied_head_buf_;
+  std::shared_ptr<ProcessGroup> dp_;  // the stage's data-parallel group (size 1: none)
+  ProcessGroup* tp_ = nullptr;        // the models' tensor-parallel group (nullptr: none)
   // The ZeRO stage of the stores' slicing; placement.policy=auto's placement of every chunk's
   // store (nullptr: policy=device), and each chunk's policy stack (destroyed first: the
   // placement allocated their buffers).
