@@ -19,7 +19,11 @@ class SimCollectiveWork final : public Work {
     posted_->wait();  // rethrows the post's error
     (*inner_)->wait();
   }
-  bool is_completed() override { return posted_->done() && (*inner_)->is_completed(); }
+  bool is_completed() override {
+    if (!posted_->done()) return false;
+    // A failed stream skipped the post: done (wait() rethrows the stream's error).
+    return *inner_ == nullptr || (*inner_)->is_completed();
+  }
   // `stream` is a SimStream (the compute stream): it waits for the post, then for the call,
   // in a task of its own; the host goes on, as after cudaStreamWaitEvent.
   void wait_on(void* stream) override {

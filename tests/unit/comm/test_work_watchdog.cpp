@@ -12,6 +12,8 @@
 #include <thread>
 #include <vector>
 
+#include "tide/comm/local_process_group.h"
+#include "tide/comm/sim_collective_group.h"
 #include "tide/comm/work_watchdog.h"
 
 using namespace tide;
@@ -165,4 +167,20 @@ TEST(WorkWatchdog, DeviceCallsAreNamedByWorldRank) {
   // An unwatched group (one process, no MPI) gets no functions.
   LinkedGroup alone(nullptr);
   EXPECT_FALSE(device_call_watch(alone, Device::cuda(0)).watch);
+}
+
+// The watchdog polls every device call: one whose post a failed stream skipped (a kernel's
+// error before it, sticky as CUDA's) is complete, and its wait rethrows the error (it crashed
+// the poll, reading the skipped post's Work).
+TEST(WorkWatchdog, ACallAfterAStreamErrorIsCompleteAndRethrows) {
+  auto compute = std::make_shared<SimStream>(Device::sim(0), 1);
+  SimCollectiveGroup group(std::make_shared<LocalProcessGroup>(), compute);
+  compute->enqueue([] { throw std::runtime_error("token id out of range"); });
+  std::vector<float> x(4, 1.0f);
+  WorkPtr w =
+      group.all_reduce_async(Tensor(x.data(), {4}, DType::F32, Device::sim(0)), ReduceOp::Sum);
+  for (int i = 0; i < 500 && !w->is_completed(); ++i) std::this_thread::sleep_for(1ms);
+  EXPECT_TRUE(w->is_completed());
+  EXPECT_THROW(w->wait(), std::exception);
+  EXPECT_THROW(compute->synchronize(), std::exception);
 }

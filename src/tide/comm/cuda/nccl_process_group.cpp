@@ -32,16 +32,22 @@ namespace {
                #call, ncclGetErrorString(r_), ncclGetLastError(nullptr));    \
   } while (0)
 
+// Queried and destroyed on the watchdog's thread too (work_watchdog.h): each call makes the
+// event's device current there first, as PyTorch's watchdog does.
 class NcclWork final : public Work {
  public:
-  explicit NcclWork(cudaEvent_t ev) : ev_(ev) {}
-  ~NcclWork() override { cudaEventDestroy(ev_); }
+  NcclWork(cudaEvent_t ev, int device) : ev_(ev), device_(device) {}
+  ~NcclWork() override {
+    cudaSetDevice(device_);
+    cudaEventDestroy(ev_);
+  }
   void wait() override { TIDE_CUDA_OK(cudaEventSynchronize(ev_)); }
   // The compute stream waits on the device for the collective; the host goes on at once.
   void wait_on(void* stream) override {
     TIDE_CUDA_OK(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), ev_, 0));
   }
   bool is_completed() override {
+    TIDE_CUDA_OK(cudaSetDevice(device_));
     const cudaError_t e = cudaEventQuery(ev_);
     if (e == cudaErrorNotReady) return false;
     TIDE_CUDA_OK(e);
@@ -50,6 +56,7 @@ class NcclWork final : public Work {
 
  private:
   cudaEvent_t ev_;
+  int device_;
 };
 
 ncclDataType_t reduce_type(DType t, const char* who) {
@@ -242,7 +249,7 @@ class NcclProcessGroup final : public ProcessGroup {
     enqueue();
     TIDE_CUDA_OK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
     TIDE_CUDA_OK(cudaEventRecord(done, stream_));
-    auto work = std::make_shared<NcclWork>(done);
+    auto work = std::make_shared<NcclWork>(done, device_);
     if (watch_.watch) watch_.watch(work, op, bytes, peer);
     return work;
   }
