@@ -281,15 +281,21 @@ void PipelineEngine::sum_tied_gradient() {
     const TensorSlot& slot = st.layout().slot(id);
     const Tensor mine = stacks_[chunk]->grad(slot.chunk);
     const int64_t n = st.layout().chunk_elems(slot.chunk);
-    const size_t bytes = Arena::aligned(n * dtype_size(mine.dtype));
-    if (buf.capacity() < bytes || buf.device() != mine.device) {  // the first step, or a move
-      synchronize(op);  // the stream may still read the buffer that goes
-      buf = Arena("tied gradient", bytes,
-                  mine.device.is_cpu() ? nullptr : models_[chunk]->activation_allocator());
+    if (dp_->size() == 1) {  // the slice is the whole chunk: summed where it is
+      host_written |= mine.device.is_cpu();
+      gathered = mine;
+    } else {
+      const size_t bytes = Arena::aligned(n * dtype_size(mine.dtype));
+      if (buf.capacity() < bytes || buf.device() != mine.device) {  // the first step, or a move
+        synchronize(op);  // the stream may still read the buffer that goes
+        buf = Arena("tied gradient", bytes,
+                    mine.device.is_cpu() ? nullptr : models_[chunk]->activation_allocator());
+      }
+      buf.reset();
+      gathered = buf.alloc_tensor({n}, mine.dtype);
+      collective_on_stream(op, *dp_, gathered,
+                           [&] { return dp_->all_gather_async(mine, gathered); });
     }
-    buf.reset();
-    gathered = buf.alloc_tensor({n}, mine.dtype);
-    collective_on_stream(op, *dp_, gathered, [&] { return dp_->all_gather_async(mine, gathered); });
     return Tensor(static_cast<std::byte*>(gathered.data) + slot.offset * dtype_size(mine.dtype),
                   Shape{slot.numel}, mine.dtype, mine.device);
   };
@@ -299,6 +305,7 @@ void PipelineEngine::sum_tied_gradient() {
     const PolicyStack& stack = *stacks_[chunk];
     const int c = models_[chunk]->store().layout().slot(id).chunk;
     const Tensor mine = stack.grad(c);
+    if (mine.data == gathered.data) return;  // one replica: summed in place
     host_written |= mine.device.is_cpu();
     copy(op, mine,
          Tensor(
@@ -800,15 +807,25 @@ StepStats PipelineEngine::step(int64_t step, uint64_t seed, const BatchFn& batch
   std::optional<TraceSpan> norm_span;
   norm_span.emplace(tracer, "grad norm", "optimizer");
   std::vector<double> norms2(model_tensors_, 0.0), all_norms2;
+  std::vector<std::vector<double>> sums(static_cast<size_t>(chunks_));
+  for (int c = 0; c < chunks_; ++c)
+    sums[c].assign(static_cast<size_t>(models_[c]->store().layout().num_tensors()), 0.0);
+  // On a device every chunk's sums are queued first and the host waits once for them all.
+  const bool on_stream = stacks_[0]->sums_on_stream();
+  if (on_stream) {
+    for (int c = 0; c < chunks_; ++c) stacks_[c]->queue_device_tensor_sums(sums[c]);
+    synchronize(models_[0]->op());
+  }
   for (int c = 0; c < chunks_; ++c) {
-    const int num = models_[c]->store().layout().num_tensors();
-    std::vector<double> sums(static_cast<size_t>(num), 0.0);
     std::vector<int> fresh;  // the tied tensors, changed after their reduction
     if (c == wte_chunk_) fresh.push_back(wte_id_);
     if (c == head_chunk_) fresh.push_back(head_id_);
-    stacks_[c]->tensor_sums(sums, fresh);
-    for (int id = 0; id < num; ++id)
-      if (norm_index_[c][id] >= 0) norms2[norm_index_[c][id]] = sums[id];
+    if (on_stream)
+      stacks_[c]->host_tier_tensor_sums(sums[c]);
+    else
+      stacks_[c]->tensor_sums(sums[c], fresh);
+    for (size_t id = 0; id < sums[c].size(); ++id)
+      if (norm_index_[c][id] >= 0) norms2[norm_index_[c][id]] = sums[c][id];
   }
   if (stacks_[0]->sliced()) norms2 = sum_over_dp(*dp_, norms2);
   sum_over_tp(norms2);

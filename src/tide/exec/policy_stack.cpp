@@ -204,6 +204,18 @@ void PolicyStack::tensor_sums(std::span<double> out, std::span<const int> fresh)
       tensor_grad_sums(lay, c, grad(c), grad_begin(c), out);
     return;
   }
+  queue_device_tensor_sums(out);
+  synchronize(op_);
+  host_tier_tensor_sums(out);
+}
+
+bool PolicyStack::sums_on_stream() const {
+  return !offload_ && !op_.device.is_cpu();
+}
+
+void PolicyStack::queue_device_tensor_sums(std::span<double> out) const {
+  TIDE_ASSERT(sums_on_stream());
+  const ChunkLayout& lay = store_.layout();
   // On a device the sums are taken where the gradients are, into a device buffer that comes
   // down in one copy (doubles travel as pairs of int32: the dtypes have no f64).
   const int64_t n = static_cast<int64_t>(out.size());
@@ -216,18 +228,17 @@ void PolicyStack::tensor_sums(std::span<double> out, std::span<const int> fresh)
     sums_scratch_ = sums_arena_.alloc_tensor({2 * scratch}, DType::I32);
   }
   auto* dev = static_cast<double*>(sums_.data);
-  std::vector<int> on_host;  // placement.policy=auto's chunks on the host tier
-  for (int c = 0; c < lay.num_chunks(); ++c) {
-    if (grad(c).device != op_.device) {
-      on_host.push_back(c);
-      continue;
-    }
-    tensor_grad_sums(op_, lay, c, grad(c), grad_begin(c), dev,
-                     static_cast<double*>(sums_scratch_.data));
-  }
+  for (int c = 0; c < lay.num_chunks(); ++c)
+    if (grad(c).device == op_.device)
+      tensor_grad_sums(op_, lay, c, grad(c), grad_begin(c), dev,
+                       static_cast<double*>(sums_scratch_.data));
   copy(op_, Tensor(out.data(), Shape{2 * n}, DType::I32), sums_);
-  synchronize(op_);
-  for (int c : on_host) tensor_grad_sums(lay, c, grad(c), grad_begin(c), out);
+}
+
+void PolicyStack::host_tier_tensor_sums(std::span<double> out) const {
+  const ChunkLayout& lay = store_.layout();
+  for (int c = 0; c < lay.num_chunks(); ++c)  // placement.policy=auto's chunks on the host tier
+    if (grad(c).device != op_.device) tensor_grad_sums(lay, c, grad(c), grad_begin(c), out);
 }
 
 void PolicyStack::update(const OptimizerSettings& opt, int64_t step, const UpdatePlan& plan,

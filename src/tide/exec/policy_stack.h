@@ -63,6 +63,13 @@ class PolicyStack {
   // in grad(); tensor ids listed in `fresh` are summed now even where offload summed them during
   // backward (their gradients were changed since: the tied embedding's sum).
   void tensor_sums(std::span<double> out, std::span<const int> fresh = {}) const;
+  // tensor_sums in two halves on a device without offload (sums_on_stream()), so that several
+  // stacks wait for their stream once: the device's sums queued on the stream into `out`
+  // (ready once the host has synchronised the stream), then, after that wait, the sums of
+  // chunks on the host tier (auto placement). tensor_sums is queue, wait, host.
+  bool sums_on_stream() const;
+  void queue_device_tensor_sums(std::span<double> out) const;
+  void host_tier_tensor_sums(std::span<double> out) const;
 
   // True when the optimizer state is updated in place on the compute tier by adamw_step (what
   // optimizer post-validation can snapshot and roll back): not under offload or auto placement.
