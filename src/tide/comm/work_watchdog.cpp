@@ -68,15 +68,15 @@ bool WorkWatchdog::check(Failure& failure) {
   const double timeout = timeout_s_();
   bool failed = false;
   for (auto it = polled.begin(); it != polled.end() && !failed;) {
+    const double waited = std::chrono::duration<double>(now - it->issued).count();
     bool completed = false;
     try {
       completed = it->work->is_completed();
     } catch (const std::exception& e) {  // a device error seen through the call's event
-      failure = {it->what, std::chrono::duration<double>(now - it->issued).count(), e.what()};
+      failure = {it->what, waited, e.what()};
       failed = true;
       break;
     }
-    const double waited = std::chrono::duration<double>(now - it->issued).count();
     if (completed) {
       it = polled.erase(it);
     } else if (waited > timeout) {  // the oldest hung call: calls are kept in issue order

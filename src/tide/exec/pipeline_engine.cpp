@@ -27,8 +27,8 @@ struct PipelineEngine::Transfer {
   WorkPtr work;
   AsyncTrace trace;
   int mb = -1;
-  Tensor buf;                           // what it sends or receives into
-  const ProcessGroup* group = nullptr;  // the group it went over
+  Tensor buf;                     // what it sends or receives into
+  ProcessGroup* group = nullptr;  // the group it went over
 
   explicit operator bool() const { return work != nullptr; }
   // Ops queued on `op` from now on see it done: on a device the stream waits for a message of
@@ -524,11 +524,10 @@ void PipelineEngine::wait_recv(Slot& s) {
   if (!s.recv) return;
   const OpContext& op = models_[0]->op();
   // The host idles: a bubble, in the trace. (On a device the stream waits, the host goes on.)
-  if (host_waits_for(op, *s.recv.group, s.recv.buf) && !s.recv.work->is_completed()) {
-    const TraceSpan span(tracer_, "wait recv", "comm", {{"mb", s.mb}});
-    fill_bubble(*s.recv.work);
-    s.recv.wait(op);
-  } else {
+  const bool bubble = host_waits_for(op, *s.recv.group, s.recv.buf) && !s.recv.work->is_completed();
+  {
+    const TraceSpan span(bubble ? tracer_ : nullptr, "wait recv", "comm", {{"mb", s.mb}});
+    if (bubble) fill_bubble(*s.recv.work);
     s.recv.wait(op);
   }
   s.recv = Transfer{};
@@ -566,8 +565,8 @@ void PipelineEngine::post_next_act(int done, const std::vector<int>& first) {
     for (const Transfer& t : s.sends)
       if (!t.work->is_completed()) return;
     Slot& mine = slot_of(mb, chunk, /*take=*/true);
-    mine.recv = post_recv(models_[chunk]->input_activation(*mine.m), act_from_[k], mb,
-                          virtual_[chunk], false, "recv act");
+    mine.recv = post_message(models_[chunk]->input_activation(*mine.m), false, act_from_[k], mb,
+                             virtual_[chunk], false, "recv act");
     act_posted_[k] = true;
     return;
   }
@@ -580,40 +579,23 @@ ProcessGroup* PipelineEngine::message_stream(int consumer, bool grad) const {
   return g;
 }
 
-PipelineEngine::Transfer PipelineEngine::post_recv(Tensor buf, int peer, int mb, int consumer,
-                                                   bool grad, const char* what) {
+PipelineEngine::Transfer PipelineEngine::post_message(Tensor buf, bool send, int peer, int mb,
+                                                      int consumer, bool grad, const char* what) {
   Transfer t{nullptr, AsyncTrace::start(tracer_, what, {{"mb", mb}, {"peer", peer}}), mb, buf,
              pp_.get()};
+  // A message stream's group (its sender is rank 0, its receiver rank 1) waits on the device for
+  // the ops queued before: those that write a sent buffer, or may still read a received one
+  // (the slot's previous micro-batch). Over pp_, tagged, the host waits for them first.
+  int to = peer, message_tag = tag(mb, consumer, grad);
   if (ProcessGroup* g = message_stream(consumer, grad)) {
-    // The stream's group waits on the device for the ops queued before, which may still read
-    // the buffer (the slot's previous micro-batch); its sender is rank 0.
-    TIDE_ASSERT(g->rank() == 1);
+    TIDE_ASSERT(g->rank() == (send ? 0 : 1));
     t.group = g;
-    t.work = g->recv_async(buf, 0, 0);
-    return t;
+    to = send ? 1 : 0;
+    message_tag = 0;
   }
-  // Over pp_ the host orders it: on a device the buffer may still be read by ops queued for the
-  // slot's previous micro-batch.
-  synchronize(models_[0]->op());
-  t.work = pp_->recv_async(buf, peer, tag(mb, consumer, grad));
-  return t;
-}
-
-PipelineEngine::Transfer PipelineEngine::post_send(Tensor buf, int peer, int mb, int consumer,
-                                                   bool grad, const char* what) {
-  Transfer t{nullptr, AsyncTrace::start(tracer_, what, {{"mb", mb}, {"peer", peer}}), mb, buf,
-             pp_.get()};
-  if (ProcessGroup* g = message_stream(consumer, grad)) {
-    // The stream's group waits on the device for the ops that write the buffer; its receiver
-    // is rank 1.
-    TIDE_ASSERT(g->rank() == 0);
-    t.group = g;
-    t.work = g->send_async(buf, 1, 0);
-    return t;
-  }
-  // Over pp_ the host orders it: on a device the ops that write the buffer may still be queued.
-  synchronize(models_[0]->op());
-  t.work = pp_->send_async(buf, peer, tag(mb, consumer, grad));
+  prepare_collective(models_[0]->op(), *t.group, buf);
+  t.work =
+      send ? t.group->send_async(buf, to, message_tag) : t.group->recv_async(buf, to, message_tag);
   return t;
 }
 
@@ -697,19 +679,20 @@ StepStats PipelineEngine::step(int64_t step, uint64_t seed, const BatchFn& batch
     switch (a.op) {
       case Op::RecvAct:  // usually posted already (post_next_act)
         if (!act_posted_[k])
-          s.recv = post_recv(model.input_activation(mb), a.peer, a.mb, v, false, "recv act");
+          s.recv =
+              post_message(model.input_activation(mb), false, a.peer, a.mb, v, false, "recv act");
         act_posted_[k] = true;
         break;
       case Op::RecvGrad:  // posted right after F (below)
         TIDE_ASSERT(grad_posted_[k]);
         break;
       case Op::SendAct:
-        s.sends.push_back(
-            post_send(model.output_activation(mb), a.peer, a.mb, v + 1, false, "send act"));
+        s.sends.push_back(post_message(model.output_activation(mb), true, a.peer, a.mb, v + 1,
+                                       false, "send act"));
         break;
       case Op::SendGrad:
         s.sends.push_back(
-            post_send(model.residual_grad(mb), a.peer, a.mb, v - 1, true, "send grad"));
+            post_message(model.residual_grad(mb), true, a.peer, a.mb, v - 1, true, "send grad"));
         break;
       case Op::F: {
         take_loss(model, mb);  // the slot's previous micro-batch
@@ -741,7 +724,8 @@ StepStats PipelineEngine::step(int64_t step, uint64_t seed, const BatchFn& batch
         ++next_f_;
         // From here until B nothing touches the residual gradient: receive into it now.
         if (grad_from_[k] >= 0) {
-          s.recv = post_recv(model.residual_grad(mb), grad_from_[k], a.mb, v, true, "recv grad");
+          s.recv = post_message(model.residual_grad(mb), false, grad_from_[k], a.mb, v, true,
+                                "recv grad");
           grad_posted_[k] = true;
         }
         break;

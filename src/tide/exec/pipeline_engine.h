@@ -225,10 +225,10 @@ class PipelineEngine {
  private:
   struct Transfer;
   struct Slot;
-  // Micro-batch mb's activation (grad = false) or gradient into virtual stage `consumer`,
-  // received from or sent to stage `peer`.
-  Transfer post_recv(Tensor buf, int peer, int mb, int consumer, bool grad, const char* what);
-  Transfer post_send(Tensor buf, int peer, int mb, int consumer, bool grad, const char* what);
+  // Micro-batch mb's activation (grad = false) or gradient into virtual stage `consumer`, sent
+  // to (send) or received from stage `peer`.
+  Transfer post_message(Tensor buf, bool send, int peer, int mb, int consumer, bool grad,
+                        const char* what);
   // On a device: the groups of the message streams this stage sends or receives on
   // (collective over pp_; the constructor).
   void make_message_streams();
