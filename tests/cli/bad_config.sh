@@ -76,11 +76,15 @@ expect_error "4 unknown config keys: .*'optimizer.params.lrr' (did you mean 'opt
 # Broken files inside a data directory.
 mkdir -p bad && cp data/train.bin data/val.bin data/tokenizer.json bad/
 echo '{"vocab_size": "many"}' > bad/meta.json
-# The CPU bf16 GEMM's environment variable (kernels/cpu/gemm_bf16.h): a bad value names the
-# choices. (It is read at the first bf16 product: the error comes from the first step.)
+# The CPU GEMMs' environment variables (kernels/cpu/gemm_bf16.h, gemm_f32.h): a bad value names
+# the choices. (Each is read at the first product it serves: the error comes from the first step.)
 export TIDE_CPU_BF16_GEMM=bogus
 expect_error "TIDE_CPU_BF16_GEMM='bogus': use amx, avx512bf16 or reference" \
   train "${tiny[@]}" bf16.enabled=true train_steps=1 out_dir=runs/gemm_env
 unset TIDE_CPU_BF16_GEMM
+export TIDE_CPU_F32_GEMM=bogus
+expect_error "TIDE_CPU_F32_GEMM='bogus': use avx512 or openblas" \
+  train "${tiny[@]}" train_steps=1 out_dir=runs/gemm_env_f32
+unset TIDE_CPU_F32_GEMM
 expect_error "bad/meta.json: unreadable: field .* re-create it with \`tide prepare" train "${tiny[@]}" data.dir=bad
 exit $fail

@@ -54,7 +54,7 @@ Problem make_problem(int64_t M, int64_t N, int64_t K, bool ta, bool tb, uint64_t
   return Problem{M, N, K, ta, tb, Mat(M * K, seed, da), Mat(K * N, seed + 1, db)};
 }
 
-Mat run_native(Bf16GemmPath path, const Problem& p, Bf16Epilogue e, const std::vector<float>& bias,
+Mat run_native(Bf16GemmPath path, const Problem& p, GemmEpilogue e, const std::vector<float>& bias,
                Mat C) {
   gemm_bf16(path, p.M, p.N, p.K, p.opa(), p.opb(), C.data(), C.dtype, p.N, e, bias.data());
   return C;
@@ -102,8 +102,8 @@ TEST_P(Bf16Gemm, MatchesExactSumsAndTheWideningReferenceOnOddShapes) {
         const std::vector<float> bias = Mat(N, seed + 7, DType::BF16).f;
         const Mat C0(M * N, seed + 9, dc);
         const int terms = da == DType::F32 || db == DType::F32 ? 3 : 1;
-        for (Bf16Epilogue e :
-             {Bf16Epilogue::kOverwrite, Bf16Epilogue::kAddBias, Bf16Epilogue::kAccumulate}) {
+        for (GemmEpilogue e :
+             {GemmEpilogue::kOverwrite, GemmEpilogue::kAddBias, GemmEpilogue::kAccumulate}) {
           const std::string what =
               "M=" + std::to_string(M) + " N=" + std::to_string(N) + " K=" + std::to_string(K) +
               " ta=" + std::to_string(p.ta) + " tb=" + std::to_string(p.tb) + " " + name(da) + "," +
@@ -113,17 +113,17 @@ TEST_P(Bf16Gemm, MatchesExactSumsAndTheWideningReferenceOnOddShapes) {
           std::vector<float> ref(M * N, 0.0f);
           for (int64_t i = 0; i < M; ++i)
             for (int64_t j = 0; j < N; ++j)
-              ref[i * N + j] = e == Bf16Epilogue::kAddBias      ? bias[j]
-                               : e == Bf16Epilogue::kAccumulate ? C0.f[i * N + j]
+              ref[i * N + j] = e == GemmEpilogue::kAddBias      ? bias[j]
+                               : e == GemmEpilogue::kAccumulate ? C0.f[i * N + j]
                                                                 : 0.0f;
           gemm(p.ta, p.tb, M, N, K, 1.0f, p.A.f.data(), p.lda(), p.B.f.data(), p.ldb(),
-               e == Bf16Epilogue::kOverwrite ? 0.0f : 1.0f, ref.data(), N);
+               e == GemmEpilogue::kOverwrite ? 0.0f : 1.0f, ref.data(), N);
           int64_t bad = 0, differ = 0;
           for (int64_t i = 0; i < M; ++i) {
             for (int64_t j = 0; j < N; ++j) {
               double exact = 0.0, mag = 0.0;
-              if (e == Bf16Epilogue::kAddBias) exact = bias[j], mag = std::fabs(exact);
-              if (e == Bf16Epilogue::kAccumulate) exact = C0.f[i * N + j], mag = std::fabs(exact);
+              if (e == GemmEpilogue::kAddBias) exact = bias[j], mag = std::fabs(exact);
+              if (e == GemmEpilogue::kAccumulate) exact = C0.f[i * N + j], mag = std::fabs(exact);
               for (int64_t k = 0; k < K; ++k) {
                 const double ab = p.a(i, k) * p.b(k, j);
                 exact += ab;
@@ -156,7 +156,7 @@ TEST_P(Bf16Gemm, ElementBitsIndependentOfShapeAndThreads) {
     const Problem p =
         make_problem(M, N, K, t & 1, t & 2, 500 + t, t & 4 ? DType::F32 : DType::BF16);
     const std::vector<uint16_t> whole =
-        run_native(path(), p, Bf16Epilogue::kOverwrite, none, Mat(M * N, 1, DType::BF16)).h;
+        run_native(path(), p, GemmEpilogue::kOverwrite, none, Mat(M * N, 1, DType::BF16)).h;
     // Rows [i0, i0+m) x columns [j0, j0+n) alone: the operands are views at an offset.
     for (auto [i0, m, j0, n] :
          {std::array<int64_t, 4>{5, 3, 17, 40}, {40, 35, 0, 1}, {0, 75, 61, 29}}) {
@@ -165,7 +165,7 @@ TEST_P(Bf16Gemm, ElementBitsIndependentOfShapeAndThreads) {
             (p.ta ? i0 : i0 * K) * static_cast<int64_t>(dtype_size(a.dtype));
       b.p = static_cast<const char*>(b.p) + (p.tb ? j0 * K : j0) * 2;
       std::vector<uint16_t> part(m * n);
-      gemm_bf16(path(), m, n, K, a, b, part.data(), DType::BF16, n, Bf16Epilogue::kOverwrite);
+      gemm_bf16(path(), m, n, K, a, b, part.data(), DType::BF16, n, GemmEpilogue::kOverwrite);
       int64_t differ = 0;
       for (int64_t i = 0; i < m; ++i)
         for (int64_t j = 0; j < n; ++j) differ += part[i * n + j] != whole[(i0 + i) * N + j0 + j];
@@ -174,7 +174,7 @@ TEST_P(Bf16Gemm, ElementBitsIndependentOfShapeAndThreads) {
     const int threads = omp_get_max_threads();
     omp_set_num_threads(1);
     const std::vector<uint16_t> one =
-        run_native(path(), p, Bf16Epilogue::kOverwrite, none, Mat(M * N, 1, DType::BF16)).h;
+        run_native(path(), p, GemmEpilogue::kOverwrite, none, Mat(M * N, 1, DType::BF16)).h;
     omp_set_num_threads(threads);
     EXPECT_EQ(one, whole) << "t=" << t << ": 1 thread against " << threads;
   }

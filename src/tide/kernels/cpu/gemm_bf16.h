@@ -26,6 +26,7 @@
 #include <string_view>
 
 #include "tide/core/dtype.h"
+#include "tide/kernels/cpu/gemm_packed.h"
 
 namespace tide::cpu {
 
@@ -50,25 +51,10 @@ void set_bf16_gemm_path(Bf16GemmPath p);
 // that the matmul ops took it).
 int64_t bf16_gemm_native_calls();
 
-// How gemm_bf16 writes each element of its output C from the f32 sum s of its products:
-//   kOverwrite:  C = s
-//   kAddBias:    C = bias[j] + s        (bias: N floats, one per column)
-//   kAccumulate: C = C + s
-// in f32, rounded to nearest-even once into a bf16 C, as the widening reference rounds
-// sgemm's f32 result.
-enum class Bf16Epilogue { kOverwrite, kAddBias, kAccumulate };
-
-// A factor of gemm_bf16, as gemm.h's arguments: op(A) is (M,K), A stored (M,K) with leading
-// dimension ld, or (K,M) when trans; op(B) is (K,N), B stored (K,N), or (N,K) when trans.
-// dtype bf16, or f32: an f32 factor enters as three bf16 terms per value (hi + mid + lo, exact
+// gemm_bf16's operands and epilogue are gemm_packed.h's GemmOperand and GemmEpilogue. A factor
+// may be bf16, or f32: an f32 factor enters as three bf16 terms per value (hi + mid + lo, exact
 // for normal values), so its products are those of the f32 values and the GEMM costs three
 // times the work (the head's f32 logits and their gradient, against bf16 weights).
-struct GemmOperand {
-  const void* p;
-  int64_t ld;
-  bool trans;
-  DType dtype;
-};
 
 // Whether gemm_bf16 takes factors of dtypes a and b and an output of dtype c: bf16 or f32
 // each, not both factors f32 (that is sgemm's work).
@@ -77,46 +63,27 @@ bool gemm_bf16_takes(DType a, DType b, DType c);
 // Row-major C(M,N) <- op(A) @ op(B) with `epilogue`, through `path` (a native one); C of
 // dtype c_dtype with leading dimension ldc.
 void gemm_bf16(Bf16GemmPath path, int64_t M, int64_t N, int64_t K, const GemmOperand& A,
-               const GemmOperand& B, void* C, DType c_dtype, int64_t ldc, Bf16Epilogue epilogue,
+               const GemmOperand& B, void* C, DType c_dtype, int64_t ldc, GemmEpilogue epilogue,
                const float* bias = nullptr);
 
 namespace bf16_detail {
 // The native paths' pieces (gemm_bf16_kernels.cpp, compiled for AMX or AVX-512 whatever -march
-// says; called only where bf16_gemm_path_supported said the CPU allows it). A packed tile is 512
-// bf16 (1 KiB):
+// says; called only where bf16_gemm_path_supported said the CPU allows it), gemm_packed.h's
+// PackTile and Kernel32x32. A chunk of a packed tile is 512 bf16 (1 KiB), 32 values of K:
 //   A tile: (16 rows, 32 k) row-major;  B tile: (16 k-pairs, 16 columns, 2), VNNI: element
 //   (k, j) of a chunk at [k/2][j][k%2], the layout TDPBF16PS reads (and a row of it, one
 //   k-pair of 16 columns, is vdpbf16ps's operand).
-// A row (column) tile of op(A) (op(B)) is kc such tiles, one per chunk of 32 in K, zero where
-// the rows, columns or K run out. An f32 operand's chunk is `terms` = 3 tiles, its hi, mid and lo
-// terms (a bf16 operand: terms = 1).
-using Operand = GemmOperand;
-// Row tile r0..r0+15 of op(A) (M rows, K columns) into kc * terms tiles at dst.
-void pack_a_tile(uint16_t* dst, const Operand& a, int64_t M, int64_t K, int64_t kc, int terms,
+// An f32 operand's chunk is `terms` = 3 such blocks, its hi, mid and lo terms (a bf16 operand:
+// terms = 1); the kernels take, per chunk, the terms in order (a one-term operand's block
+// against each).
+void pack_a_tile(uint16_t* dst, const GemmOperand& a, int64_t M, int64_t K, int64_t kc, int terms,
                  int64_t r0);
-// Column tile c0..c0+15 of op(B) (K rows, N columns) into kc * terms tiles at dst.
-void pack_b_tile(uint16_t* dst, const Operand& b, int64_t N, int64_t K, int64_t kc, int terms,
+void pack_b_tile(uint16_t* dst, const GemmOperand& b, int64_t N, int64_t K, int64_t kc, int terms,
                  int64_t c0);
-// The f32 (32,32) block c (row stride 32) = A panel @ B panel over chunks [k0, k1) of kc, added
-// to c's values when `accumulate` (a later block of K: f32 stored and reloaded exactly, so
-// blocking K does not change a bit): a is 2 row tiles of a_terms tiles per chunk (the second
-// row tile at a + kc*a_terms*512), b 2 column tiles likewise; per chunk the terms in order (a
-// one-term operand's tile against each). The AMX kernel needs begin_tiles() on its thread.
-using Kernel32x32 = void (*)(const uint16_t* a, int a_terms, const uint16_t* b, int b_terms,
-                             int64_t kc, int64_t k0, int64_t k1, bool accumulate, float* c);
 void kernel_32x32_amx(const uint16_t* a, int a_terms, const uint16_t* b, int b_terms, int64_t kc,
                       int64_t k0, int64_t k1, bool accumulate, float* c);
 void kernel_32x32_avx512(const uint16_t* a, int a_terms, const uint16_t* b, int b_terms, int64_t kc,
                          int64_t k0, int64_t k1, bool accumulate, float* c);
-// Writes the valid (m, n) corner of block s (row stride 32) into C at (i0, j0) (gemm_bf16's
-// epilogue).
-void store_block(const float* s, void* C, DType c_dtype, int64_t ldc, int64_t i0, int64_t j0,
-                 int64_t m, int64_t n, Bf16Epilogue e, const float* bias);
-// t = s transposed, both (32,32) f32 with row stride 32, 64-byte aligned.
-void transpose_block(const float* s, float* t);
-// Loads the AMX tile configuration on the calling thread / releases its tile state.
-void begin_tiles();
-void end_tiles();
 }  // namespace bf16_detail
 
 }  // namespace tide::cpu

@@ -21,21 +21,16 @@
 #include <cmath>
 #include <cstring>
 
+#include "tide/kernels/cpu/gemm_avx512.h"
 #include "tide/kernels/cpu/gemm_bf16.h"
 
-// GCC 12 warns "__Y is (may be) used uninitialized" inside its own _mm512_undefined_* helpers
-// (a known false positive of avx512fintrin.h), as in optim/adamw_avx512.cpp. This file is kept
-// out of the unity batches (CMakeLists.txt) so that neither this nor the target macros leak.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
-
-#define TIDE_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
 #define TIDE_AVX512BF16 __attribute__((target("avx512bf16,avx512f,avx512bw,avx512vl,avx512dq")))
 #define TIDE_AMX __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512dq")))
 
 namespace tide::cpu::bf16_detail {
+
+using packed_detail::lanes32;
+using packed_detail::transpose16x16;
 
 namespace {
 struct alignas(64) TileConfig {
@@ -66,37 +61,6 @@ TIDE_AVX512 inline __mmask32 lanes16(int64_t n) {
   if (n <= 0) return 0;
   return n >= 32 ? ~__mmask32{0} : (__mmask32{1} << n) - 1;
 }
-// The first n (0..16) f32 lanes.
-TIDE_AVX512 inline __mmask16 lanes32(int64_t n) {
-  if (n <= 0) return 0;
-  return n >= 16 ? __mmask16{0xffff} : static_cast<__mmask16>((1u << n) - 1);
-}
-
-// r[i] (16 x 32-bit) becomes column i of the matrix whose rows were r.
-TIDE_AVX512 inline void transpose16x16(__m512i r[16]) {
-  __m512i t[16];
-  for (int i = 0; i < 16; i += 2) {
-    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
-    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
-  }
-  for (int i = 0; i < 16; i += 4) {
-    r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
-    r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
-    r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
-    r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
-  }
-  for (int h = 0; h < 16; h += 8) {
-    for (int i = 0; i < 4; ++i) {
-      t[h + i] = _mm512_shuffle_i32x4(r[h + i], r[h + i + 4], 0x88);
-      t[h + i + 4] = _mm512_shuffle_i32x4(r[h + i], r[h + i + 4], 0xdd);
-    }
-  }
-  for (int i = 0; i < 8; ++i) {
-    r[i] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0x88);
-    r[i + 8] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0xdd);
-  }
-}
-
 // f32 -> bf16 of 16 lanes with tide::f32_to_bf16's recipe (nearest even, NaN kept quiet).
 TIDE_AVX512 inline __m256i to_bf16(__m512 x) {
   const __m512i u = _mm512_castps_si512(x);
@@ -128,7 +92,7 @@ TIDE_AVX512 inline void f32_terms(__m512 x, __m256i t[3]) {
 
 // The n (0..16) values at element offset `off` of an operand as its bf16 terms t[0..terms), zero
 // past n: bf16 values as stored (one term), f32 values split (f32_terms).
-TIDE_AVX512 inline void load16(const Operand& o, int64_t off, int64_t n, __m256i t[3]) {
+TIDE_AVX512 inline void load16(const GemmOperand& o, int64_t off, int64_t n, __m256i t[3]) {
   const __mmask16 m = lanes32(n);
   if (o.dtype == DType::BF16) {
     t[0] = _mm256_maskz_loadu_epi16(m, static_cast<const uint16_t*>(o.p) + off);
@@ -137,7 +101,7 @@ TIDE_AVX512 inline void load16(const Operand& o, int64_t off, int64_t n, __m256i
   f32_terms(_mm512_maskz_loadu_ps(m, static_cast<const float*>(o.p) + off), t);
 }
 // The same for n in 0..32.
-TIDE_AVX512 inline void load32(const Operand& o, int64_t off, int64_t n, __m512i t[3]) {
+TIDE_AVX512 inline void load32(const GemmOperand& o, int64_t off, int64_t n, __m512i t[3]) {
   if (o.dtype == DType::BF16) {
     t[0] = _mm512_maskz_loadu_epi16(lanes16(n), static_cast<const uint16_t*>(o.p) + off);
     return;
@@ -152,7 +116,7 @@ TIDE_AVX512 inline void load32(const Operand& o, int64_t off, int64_t n, __m512i
 // row k of the chunk starts at element offset row(k) (lanes j = 0..15); rows at and past
 // `krows` are zero, and so are lanes past `cols`.
 template <typename Row>
-TIDE_AVX512 inline void interleave_rows(__m512i v[3][16], const Operand& o, int terms, Row row,
+TIDE_AVX512 inline void interleave_rows(__m512i v[3][16], const GemmOperand& o, int terms, Row row,
                                         int64_t krows, int64_t cols) {
   const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8,
                                        23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
@@ -173,7 +137,7 @@ TIDE_AVX512 inline void store_tile(uint16_t* dst, const __m512i v[16]) {
 
 }  // namespace
 
-TIDE_AVX512 void pack_a_tile(uint16_t* dst, const Operand& a, int64_t M, int64_t K, int64_t kc,
+TIDE_AVX512 void pack_a_tile(uint16_t* dst, const GemmOperand& a, int64_t M, int64_t K, int64_t kc,
                              int terms, int64_t r0) {
   const int64_t rows = std::clamp<int64_t>(M - r0, 0, 16);
   for (int64_t c = 0; c < kc; ++c, dst += terms * kTile) {
@@ -196,7 +160,7 @@ TIDE_AVX512 void pack_a_tile(uint16_t* dst, const Operand& a, int64_t M, int64_t
   }
 }
 
-TIDE_AVX512 void pack_b_tile(uint16_t* dst, const Operand& b, int64_t N, int64_t K, int64_t kc,
+TIDE_AVX512 void pack_b_tile(uint16_t* dst, const GemmOperand& b, int64_t N, int64_t K, int64_t kc,
                              int terms, int64_t c0) {
   const int64_t cols = std::clamp<int64_t>(N - c0, 0, 16);
   for (int64_t c = 0; c < kc; ++c, dst += terms * kTile) {
@@ -215,61 +179,6 @@ TIDE_AVX512 void pack_b_tile(uint16_t* dst, const Operand& b, int64_t N, int64_t
     }
     for (int s = 0; s < terms; ++s) store_tile(dst + s * kTile, v[s]);
   }
-}
-
-TIDE_AVX512 void store_block(const float* s, void* C, DType c_dtype, int64_t ldc, int64_t i0,
-                             int64_t j0, int64_t m, int64_t n, Bf16Epilogue e, const float* bias) {
-  for (int64_t h = 0; h < n; h += 16) {
-    const __mmask16 mk = lanes32(n - h);
-    const __m512 b =
-        e == Bf16Epilogue::kAddBias ? _mm512_maskz_loadu_ps(mk, bias + j0 + h) : __m512{};
-    for (int64_t i = 0; i < m; ++i) {
-      const int64_t off = (i0 + i) * ldc + j0 + h;
-      __m512 v = _mm512_load_ps(s + i * 32 + h);
-      if (e == Bf16Epilogue::kAddBias) v = _mm512_add_ps(b, v);
-      if (c_dtype == DType::F32) {
-        float* c = static_cast<float*>(C) + off;
-        if (e == Bf16Epilogue::kAccumulate) v = _mm512_add_ps(_mm512_maskz_loadu_ps(mk, c), v);
-        _mm512_mask_storeu_ps(c, mk, v);
-        continue;
-      }
-      uint16_t* c = static_cast<uint16_t*>(C) + off;
-      if (e == Bf16Epilogue::kAccumulate)
-        v = _mm512_add_ps(from_bf16(_mm256_maskz_loadu_epi16(mk, c)), v);
-      _mm256_mask_storeu_epi16(c, mk, to_bf16(v));
-    }
-  }
-}
-
-TIDE_AVX512 void transpose_block(const float* s, float* t) {
-  for (int bi = 0; bi < 2; ++bi) {
-    for (int bj = 0; bj < 2; ++bj) {
-      __m512i v[16];
-      for (int i = 0; i < 16; ++i)
-        v[i] =
-            _mm512_load_si512(reinterpret_cast<const __m512i*>(s + (bi * 16 + i) * 32 + bj * 16));
-      transpose16x16(v);
-      for (int i = 0; i < 16; ++i)
-        _mm512_store_si512(reinterpret_cast<__m512i*>(t + (bj * 16 + i) * 32 + bi * 16), v[i]);
-    }
-  }
-}
-
-TIDE_AMX void begin_tiles() {
-  TileConfig cfg;
-  std::memset(&cfg, 0, sizeof cfg);
-  cfg.palette_id = 1;
-  for (int t = 0; t < 8; ++t) {
-    cfg.colsb[t] = 64;
-    cfg.rows[t] = 16;
-  }
-  // Not _tile_loadconfig: GCC 12's version tells the compiler it reads only 8 bytes, and the
-  // stores of colsb and rows were dropped (every tile instruction then faulted).
-  __asm__ volatile("ldtilecfg %0" : : "m"(cfg));
-}
-
-TIDE_AMX void end_tiles() {
-  _tile_release();
 }
 
 TIDE_AMX void kernel_32x32_amx(const uint16_t* a, int a_terms, const uint16_t* b, int b_terms,
@@ -360,3 +269,67 @@ TIDE_AVX512BF16 void kernel_32x32_avx512(const uint16_t* a, int a_terms, const u
 }
 
 }  // namespace tide::cpu::bf16_detail
+
+// gemm_packed.h's shared epilogue and the AMX tile state.
+namespace tide::cpu::packed_detail {
+
+using bf16_detail::from_bf16;
+using bf16_detail::TileConfig;
+using bf16_detail::to_bf16;
+
+TIDE_AVX512 void store_block(const float* s, void* C, DType c_dtype, int64_t ldc, int64_t i0,
+                             int64_t j0, int64_t m, int64_t n, GemmEpilogue e, const float* bias) {
+  for (int64_t h = 0; h < n; h += 16) {
+    const __mmask16 mk = lanes32(n - h);
+    const __m512 b =
+        e == GemmEpilogue::kAddBias ? _mm512_maskz_loadu_ps(mk, bias + j0 + h) : __m512{};
+    for (int64_t i = 0; i < m; ++i) {
+      const int64_t off = (i0 + i) * ldc + j0 + h;
+      __m512 v = _mm512_load_ps(s + i * 32 + h);
+      if (e == GemmEpilogue::kAddBias) v = _mm512_add_ps(b, v);
+      if (c_dtype == DType::F32) {
+        float* c = static_cast<float*>(C) + off;
+        if (e == GemmEpilogue::kAccumulate) v = _mm512_add_ps(_mm512_maskz_loadu_ps(mk, c), v);
+        _mm512_mask_storeu_ps(c, mk, v);
+        continue;
+      }
+      uint16_t* c = static_cast<uint16_t*>(C) + off;
+      if (e == GemmEpilogue::kAccumulate)
+        v = _mm512_add_ps(from_bf16(_mm256_maskz_loadu_epi16(mk, c)), v);
+      _mm256_mask_storeu_epi16(c, mk, to_bf16(v));
+    }
+  }
+}
+
+TIDE_AVX512 void transpose_block(const float* s, float* t) {
+  for (int bi = 0; bi < 2; ++bi) {
+    for (int bj = 0; bj < 2; ++bj) {
+      __m512i v[16];
+      for (int i = 0; i < 16; ++i)
+        v[i] =
+            _mm512_load_si512(reinterpret_cast<const __m512i*>(s + (bi * 16 + i) * 32 + bj * 16));
+      transpose16x16(v);
+      for (int i = 0; i < 16; ++i)
+        _mm512_store_si512(reinterpret_cast<__m512i*>(t + (bj * 16 + i) * 32 + bi * 16), v[i]);
+    }
+  }
+}
+
+TIDE_AMX void begin_tiles() {
+  TileConfig cfg;
+  std::memset(&cfg, 0, sizeof cfg);
+  cfg.palette_id = 1;
+  for (int t = 0; t < 8; ++t) {
+    cfg.colsb[t] = 64;
+    cfg.rows[t] = 16;
+  }
+  // Not _tile_loadconfig: GCC 12's version tells the compiler it reads only 8 bytes, and the
+  // stores of colsb and rows were dropped (every tile instruction then faulted).
+  __asm__ volatile("ldtilecfg %0" : : "m"(cfg));
+}
+
+TIDE_AMX void end_tiles() {
+  _tile_release();
+}
+
+}  // namespace tide::cpu::packed_detail

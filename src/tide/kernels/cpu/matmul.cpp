@@ -1,6 +1,7 @@
-// Linear layer out = inp @ weight^T + bias through OpenBLAS sgemm (tiled, see gemm.h). The
-// weight is (OC,C) row-major as in PyTorch, so every product is a plain row-major sgemm with
-// one transpose. Backward ops pass beta = 1 so that sgemm itself accumulates into the gradient.
+// Linear layer out = inp @ weight^T + bias through tide's own AVX-512 GEMM (gemm_f32.h, the
+// default on AMD) or OpenBLAS sgemm (tiled, see gemm.h). The weight is (OC,C) row-major as in
+// PyTorch, so every product is a plain row-major product with one transpose. Backward ops
+// accumulate into the gradient (sgemm's beta = 1).
 // With bf16 storage throughout, the *_native variants run the same products on the stored
 // bf16 values through gemm_bf16.h where the CPU has AMX.
 #include <algorithm>
@@ -9,6 +10,7 @@
 #include "tide/kernels/cpu/f32_buffer.h"
 #include "tide/kernels/cpu/gemm.h"
 #include "tide/kernels/cpu/gemm_bf16.h"
+#include "tide/kernels/cpu/gemm_f32.h"
 #include "tide/kernels/cpu/simd.h"
 
 namespace tide::cpu {
@@ -21,6 +23,11 @@ constexpr int kChannelBlock = 16;
 
 void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int64_t N,
                     int C, int OC) {
+  if (f32_gemm_path() == F32GemmPath::kAvx512) {
+    gemm_f32(N, OC, C, {inp, C, false, DType::F32}, {weight, C, true, DType::F32}, out, OC,
+             bias != nullptr ? GemmEpilogue::kAddBias : GemmEpilogue::kOverwrite, bias);
+    return;
+  }
   float beta = 0.0f;
   if (bias != nullptr) {
     // Start every row at the bias and let sgemm add the product (beta = 1).
@@ -35,13 +42,23 @@ void matmul_forward(float* out, const float* inp, const float* weight, const flo
 void matmul_backward_input(float* dinp, const float* dout, const float* weight, int64_t N, int C,
                            int OC) {
   // dinp(N,C) += dout(N,OC) @ weight(OC,C)
+  if (f32_gemm_path() == F32GemmPath::kAvx512) {
+    gemm_f32(N, C, OC, {dout, OC, false, DType::F32}, {weight, C, false, DType::F32}, dinp, C,
+             GemmEpilogue::kAccumulate);
+    return;
+  }
   gemm(false, false, N, C, OC, 1.0f, dout, OC, weight, C, 1.0f, dinp, C);
 }
 
 void matmul_backward_weight(float* dweight, float* dbias, const float* dout, const float* inp,
                             int64_t N, int C, int OC) {
   // dweight(OC,C) += dout(N,OC)^T @ inp(N,C)
-  gemm(true, false, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
+  if (f32_gemm_path() == F32GemmPath::kAvx512) {
+    gemm_f32(OC, C, N, {dout, OC, true, DType::F32}, {inp, C, false, DType::F32}, dweight, C,
+             GemmEpilogue::kAccumulate);
+  } else {
+    gemm(true, false, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
+  }
   if (dbias != nullptr) matmul_bias_gradient(dbias, dout, N, OC);
 }
 
@@ -91,7 +108,7 @@ bool matmul_forward_native(const Tensor& out, const Tensor& inp, const Tensor& w
   const F32Buffer bias_(bias);  // f32 or widened; the sum is added to it as sgemm's beta = 1
   gemm_bf16(bf16_gemm_path(), N, OC, C, {inp.data, C, false, inp.dtype},
             {weight.data, C, true, weight.dtype}, out.data, out.dtype, OC,
-            bias.defined() ? Bf16Epilogue::kAddBias : Bf16Epilogue::kOverwrite, bias_.get());
+            bias.defined() ? GemmEpilogue::kAddBias : GemmEpilogue::kOverwrite, bias_.get());
   return true;
 }
 
@@ -100,7 +117,7 @@ bool matmul_backward_input_native(const Tensor& dinp, const Tensor& dout, const 
   if (!native(dout, weight, dinp)) return false;
   gemm_bf16(bf16_gemm_path(), N, C, OC, {dout.data, OC, false, dout.dtype},
             {weight.data, C, false, weight.dtype}, dinp.data, dinp.dtype, C,
-            Bf16Epilogue::kAccumulate);
+            GemmEpilogue::kAccumulate);
   return true;
 }
 
@@ -109,7 +126,7 @@ bool matmul_backward_weight_native(const Tensor& dweight, const Tensor& dbias, c
   if (!native(dout, inp, dweight)) return false;
   gemm_bf16(bf16_gemm_path(), OC, C, N, {dout.data, OC, true, dout.dtype},
             {inp.data, C, false, inp.dtype}, dweight.data, dweight.dtype, C,
-            Bf16Epilogue::kAccumulate);
+            GemmEpilogue::kAccumulate);
   if (dbias.defined()) {  // the reference's column sums, on dout widened
     const F32Buffer dbias_(dbias), dout_(dout);
     matmul_bias_gradient(dbias_.get(), dout_.get(), N, OC);

@@ -1,0 +1,56 @@
+#pragma once
+// tide's own f32 GEMM for the CPU matmul ops, on AVX-512 FMA (gemm_packed.h's driver): each
+// operand packed once per call and shared by the threads, a microkernel of (8,32) blocks in 16
+// registers, products summed in k order.
+//
+// Why not OpenBLAS alone: tide calls single-threaded sgemm per fixed tile of C (gemm.h, for
+// bits that do not depend on the thread count), and every tile packs its operands again: 15%
+// of a GPT l6 training step went to OpenBLAS's packing copies on Zen 4, and a weight gradient
+// of few tiles leaves a core idle. This path packs each operand once and splits the larger
+// one's panels between the threads (bench/RESULTS.md, "An f32 GEMM of tide's own").
+//
+// Reproducibility: every output element is one FMA chain over k = 0..K-1 (f32 partial sums
+// stored and reloaded exactly between blocks of K), so its bits depend only on its row of op(A),
+// its column of op(B) and K; they differ from OpenBLAS's, whose kernel sums in another order.
+
+#include <cstdint>
+#include <string_view>
+
+#include "tide/kernels/cpu/gemm_packed.h"
+
+namespace tide::cpu {
+
+enum class F32GemmPath {
+  kOpenBlas,  // gemm.h: OpenBLAS sgemm per fixed tile of C, any CPU
+  kAvx512,    // gemm_f32: AVX-512 F/BW/VL/DQ
+};
+
+std::string_view f32_gemm_path_name(F32GemmPath p);
+bool f32_gemm_path_supported(F32GemmPath p);
+// The path the f32 matmul ops take: AVX-512 on an AMD CPU that has it (Zen 4 and later, where
+// it was measured faster), else OpenBLAS, unless the environment variable TIDE_CPU_F32_GEMM
+// ("avx512" or "openblas") chose one (an unknown or unsupported value is an error naming the
+// choices), or set_f32_gemm_path did.
+F32GemmPath f32_gemm_path();
+// Overrides the path for the whole process (tests, benchmarks); throws if p is not supported.
+void set_f32_gemm_path(F32GemmPath p);
+// How many products gemm_f32 has computed since the process started.
+int64_t f32_gemm_calls();
+
+// Row-major C(M,N) <- op(A) @ op(B) with `epilogue` (bias: N floats for kAddBias), every
+// matrix f32, C with leading dimension ldc. Only where f32_gemm_path_supported(kAvx512).
+void gemm_f32(int64_t M, int64_t N, int64_t K, const GemmOperand& A, const GemmOperand& B, float* C,
+              int64_t ldc, GemmEpilogue epilogue, const float* bias = nullptr);
+
+namespace f32_detail {
+// gemm_f32_kernels.cpp (AVX-512 by target attribute), gemm_packed.h's PackTile and Kernel32x32.
+// A chunk of a packed tile is 16 values of K for its 16 rows (columns), [k][lane]: 256 f32.
+void pack_a_tile(uint16_t* dst, const GemmOperand& a, int64_t M, int64_t K, int64_t kc, int terms,
+                 int64_t r0);
+void pack_b_tile(uint16_t* dst, const GemmOperand& b, int64_t N, int64_t K, int64_t kc, int terms,
+                 int64_t c0);
+void kernel_32x32(const uint16_t* a, int a_terms, const uint16_t* b, int b_terms, int64_t kc,
+                  int64_t k0, int64_t k1, bool accumulate, float* c);
+}  // namespace f32_detail
+
+}  // namespace tide::cpu
