@@ -4,7 +4,10 @@
 # stage) under pipeline parallelism, alone and with tensor parallelism, full recomputation and
 # ZeRO-R P_a (partition_activations, with and without cpu_checkpointing), and under the other
 # fixed schedules (interleaved, ZB-H1, ZB-V: slots and W stashes from the schedule, as the
-# engine sizes them): the estimate of stage 0 within 1% under (the startup line rounds to 0.1
+# engine sizes them), and with two data-parallel replicas under ZeRO stage 1 (1F1B and ZB-V,
+# each model in one chunk, small micro-batches: the tied embedding's gathered gradient chunks,
+# one and two on stage 0, are 13% and more of its memory; stage 2's buffers are made in the
+# first step, after the line this reads): the estimate of stage 0 within 1% under (the startup line rounds to 0.1
 # MiB) and 5% over the runtime's figure; with cpu_checkpointing the host checkpoints within
 # 0.1 MiB.
 set -uo pipefail
@@ -54,5 +57,7 @@ interleaved|2|pipeline.schedule=interleaved pipeline.virtual_stages=2 gradient_a
 zb_h1|2|pipeline.schedule=zb-h1 gradient_accumulation_steps=4
 zb_v|2|pipeline.schedule=zb-v
 zb_v_full|2|pipeline.schedule=zb-v $full
+pp2_dp2_zero1|4|zero_optimization.stage=1 chunk_size_mb=4 train_micro_batch_size_per_gpu=2
+zb_v_dp2_zero1|4|pipeline.schedule=zb-v zero_optimization.stage=1 chunk_size_mb=4 train_micro_batch_size_per_gpu=2
 EOF_RUNS
 exit $fail

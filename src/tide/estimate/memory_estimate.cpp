@@ -127,6 +127,27 @@ int64_t chunk_buffers(const TrainSetup& setup, const ChunkLayout& layout, StageE
   return b.bytes;
 }
 
+// The pipeline's kept buffers of the tied embedding's gathered gradient
+// (PipelineEngine::sum_tied_gradient): under ZeRO with dp > 1, the whole chunk holding each end
+// of the tie the model has (wte on the first virtual stage, its copy lm_head.weight on the
+// last), in the gradients' memory and dtype: ZeRO-Offload's f32 host slices, else the
+// gradients' precision on the compute tier. `host` says which.
+int64_t tied_gather_bytes(const TrainSetup& setup, const ChunkLayout& layout, bool& host) {
+  host = setup.offload != Offload::None;
+  if (setup.pp == 1 || setup.zero_stage == 0 || setup.dp() == 1 || !setup.model.tied_head())
+    return 0;
+  const size_t elem =
+      host ? sizeof(float) : dtype_size(dtype_of(grad_precision_of(setup, setup.zero_stage)));
+  int64_t bytes = 0;
+  for (const char* name : {"wte", "lm_head.weight"}) {
+    const int id = layout.index_of(name);
+    if (id < 0) continue;
+    const int64_t elems = layout.chunk_elems(layout.slot(id).chunk);
+    bytes += static_cast<int64_t>(Arena::aligned(static_cast<size_t>(elems) * elem));
+  }
+  return bytes;
+}
+
 // The models of one rank of stage `s`, as the runtime builds them, in its chunk order: one model
 // (one store) per stage; under zb-v two, virtual stages s and 2p-1-s of 2p, so that stage 0
 // holds the embedding and the final norm and head; interleaved v, virtual stages k p + s of v p.
@@ -263,6 +284,14 @@ MemoryEstimate estimate_memory(const TrainSetup& setup) {
       st.params += layouts[i].num_params();
       place_model_states(setup, layouts[i], st);
       buffers += chunk_buffers(setup, layouts[i], st) + gradient_sums_buffer(setup, layouts[i]);
+      bool tied_on_host = false;
+      const int64_t tied = tied_gather_bytes(setup, layouts[i], tied_on_host);
+      st.tied_gather_bytes += tied;
+      if (tied_on_host) {
+        st.host.temp_buffers += tied;
+      } else {
+        buffers += tied;
+      }
       st.largest_group_chunks =
           std::max(st.largest_group_chunks, largest_group_chunk_bytes(setup, layouts[i]));
     }

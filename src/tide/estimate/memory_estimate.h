@@ -17,7 +17,8 @@
 //                  chunks being written or reduce-scattered, stage 3's gathered parameter
 //                  chunks; zero_buffers.h replays the runtime's rules), the staging of
 //                  communication_data_type, the recomputation working set of one layer, and
-//                  on a device (cuda, sim) the per-tensor gradient sums' buffer of each store
+//                  on a device (cuda, sim) the per-tensor gradient sums' buffer of each store,
+//                  and under pipelining the tied embedding's gathered gradient chunks
 //   chunk_padding  what the chunk store allocates beyond the shares above: each chunk's
 //                  alignment padding (chunks are sliced across the Nd ranks, see
 //                  memory/chunk_layout.h), so model_states() + chunk_padding is exactly the
@@ -71,6 +72,10 @@ struct StageEstimate {
   // ZeRO >= 2's buffers held at once, and communication_data_type's staging at any stage
   // (zero_buffers.h).
   ZeroBufferPeak comm_buffers;
+  // The pipeline's kept buffers of the tied embedding's gathered gradient (ZeRO, dp > 1: a
+  // whole chunk per end of the tie on the stage), counted in temp_buffers (on the host under
+  // ZeRO-Offload).
+  int64_t tied_gather_bytes = 0;
   // Chunk bytes one parameter-group access needs on the compute tier, the largest (limit_fit.h).
   int64_t largest_group_chunks = 0;
   MemoryBreakdown device;

@@ -281,6 +281,7 @@ nlohmann::json options_table_json(const TrainSetup& setup, const MachineBudget& 
                           {"persistent", st.comm_buffers.persistent},
                           {"staging", st.comm_buffers.staging},
                           {"bytes", st.comm_buffers.bytes}}},
+                        {"tied_gather_bytes", st.tied_gather_bytes},
                         {"device", breakdown_json(st.device)},
                         {"host", breakdown_json(st.host)}});
     options.push_back({{"option", r.option.name},

@@ -192,6 +192,23 @@ PipelineEngine::PipelineEngine(std::vector<GPT*> models, std::shared_ptr<Process
   check_tp_group();
   check_device();
   build_stacks(zero, placement);
+  // The tied sum's gather buffers (sum_tied_gradient), made now.
+  const bool ties = (wte_id_ >= 0 && head_id_ >= 0) || tied_;
+  if (ties && stacks_[0]->sliced() && dp_->size() > 1) {
+    if (wte_id_ >= 0) size_tied_buffer(wte_chunk_, wte_id_, tied_wte_buf_);
+    if (head_id_ >= 0) size_tied_buffer(head_chunk_, head_id_, tied_head_buf_);
+  }
+}
+
+void PipelineEngine::size_tied_buffer(int chunk, int id, Arena& buf) {
+  const ChunkStore& st = models_[chunk]->store();
+  const int c = st.layout().slot(id).chunk;
+  const Tensor mine = stacks_[chunk]->grad(c);
+  const size_t bytes = Arena::aligned(st.layout().chunk_elems(c) * dtype_size(mine.dtype));
+  if (buf.capacity() >= bytes && buf.device() == mine.device) return;
+  if (buf.capacity() > 0) synchronize(models_[0]->op());  // the stream may still read it
+  buf = Arena("tied gradient", bytes,
+              mine.device.is_cpu() ? nullptr : models_[chunk]->activation_allocator());
 }
 
 namespace {
@@ -285,12 +302,7 @@ void PipelineEngine::sum_tied_gradient() {
       host_written |= mine.device.is_cpu();
       gathered = mine;
     } else {
-      const size_t bytes = Arena::aligned(n * dtype_size(mine.dtype));
-      if (buf.capacity() < bytes || buf.device() != mine.device) {  // the first step, or a move
-        synchronize(op);  // the stream may still read the buffer that goes
-        buf = Arena("tied gradient", bytes,
-                    mine.device.is_cpu() ? nullptr : models_[chunk]->activation_allocator());
-      }
+      size_tied_buffer(chunk, id, buf);  // sized already, unless auto placement moved it
       buf.reset();
       gathered = buf.alloc_tensor({n}, mine.dtype);
       collective_on_stream(op, *dp_, gathered,

@@ -198,9 +198,10 @@ class PipelineEngine {
     for (const auto& mb : mbs_) b += mb->host_checkpoints.capacity();
     return b;
   }
-  // Bytes of ZeRO's communication buffers (0 at stage 0, whose reductions work in place).
+  // Bytes of ZeRO's communication buffers (0 at stage 0, whose reductions work in place) and of
+  // the tied embedding's gathered gradient chunks (sum_tied_gradient).
   size_t comm_buffer_bytes() const {
-    size_t b = 0;
+    size_t b = tied_wte_buf_.capacity() + tied_head_buf_.capacity();
     for (const auto& s : stacks_) b += s->comm_buffer_bytes();
     return b;
   }
@@ -241,6 +242,10 @@ class PipelineEngine {
   // Sums wte's and lm_head.weight's reduced gradients into both copies (under ZeRO from the
   // owned slices: collective over dp and the tied group).
   void sum_tied_gradient();
+  // The buffer `buf` that tensor `id` of chunk `chunk` (an end of the tie) is gathered into
+  // under ZeRO with dp > 1: its whole chunk, in the gradients' memory and dtype. Sized at
+  // construction (tide estimate counts it) and again only where auto placement moved the chunk.
+  void size_tied_buffer(int chunk, int id, Arena& buf);
   // The policy stacks of every chunk's store, for the schedule's accesses.
   void build_stacks(const ZeroSettings& zero, const AutoPlacementSettings& placement);
   // Collective over dp: every member holds the same stage, schedule size and shapes.
@@ -269,8 +274,8 @@ class PipelineEngine {
   std::vector<GPT*> models_;  // per chunk
   std::shared_ptr<ProcessGroup> pp_;
   std::shared_ptr<ProcessGroup> tied_;  // the embedding's and the head's ranks, when they differ
-  // The tied sum's gathered chunks under ZeRO (wte's, lm_head's), kept for the next step: no
-  // allocation in a step after the first, and no host wait before a buffer goes.
+  // The tied sum's gathered chunks under ZeRO with dp > 1 (wte's, lm_head's), made with the
+  // engine and kept: no allocation in a step, and no host wait before a buffer goes.
   Arena tied_wte_buf_, tied_head_buf_;
   std::shared_ptr<ProcessGroup> dp_;  // the stage's data-parallel group (size 1: none)
   ProcessGroup* tp_ = nullptr;        // the models' tensor-parallel group (nullptr: none)
