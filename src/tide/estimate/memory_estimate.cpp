@@ -127,6 +127,17 @@ int64_t chunk_buffers(const TrainSetup& setup, const ChunkLayout& layout, StageE
   return b.bytes;
 }
 
+// ZeRO-Offload on a device with 16-bit parameters: a host copy of each owned parameter slice
+// in that dtype, what the update rounds the master into and copies up (OffloadPolicy's
+// staging; a converting copy through the host is no device copy).
+int64_t offload_staging_bytes(const TrainSetup& setup, const ChunkLayout& layout) {
+  if (!setup.on_device || setup.offload == Offload::None || setup.precision == Precision::FP32)
+    return 0;
+  int64_t elems = 0;
+  for (int c = 0; c < layout.num_chunks(); ++c) elems += layout.slice_elems(c);
+  return elems * bytes_per_param(setup.precision);
+}
+
 // The pipeline's kept buffers of the tied embedding's gathered gradient
 // (PipelineEngine::sum_tied_gradient): under ZeRO with dp > 1, the whole chunk holding each end
 // of the tie the model has (wte on the first virtual stage, its copy lm_head.weight on the
@@ -287,6 +298,7 @@ MemoryEstimate estimate_memory(const TrainSetup& setup) {
       bool tied_on_host = false;
       const int64_t tied = tied_gather_bytes(setup, layouts[i], tied_on_host);
       st.tied_gather_bytes += tied;
+      st.host.temp_buffers += offload_staging_bytes(setup, layouts[i]);
       if (tied_on_host) {
         st.host.temp_buffers += tied;
       } else {

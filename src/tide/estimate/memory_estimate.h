@@ -18,7 +18,8 @@
 //                  chunks; zero_buffers.h replays the runtime's rules), the staging of
 //                  communication_data_type, the recomputation working set of one layer, and
 //                  on a device (cuda, sim) the per-tensor gradient sums' buffer of each store,
-//                  and under pipelining the tied embedding's gathered gradient chunks
+//                  under pipelining the tied embedding's gathered gradient chunks, and on
+//                  the host under ZeRO-Offload on a device in 16 bits the parameters' staging
 //   chunk_padding  what the chunk store allocates beyond the shares above: each chunk's
 //                  alignment padding (chunks are sliced across the Nd ranks, see
 //                  memory/chunk_layout.h), so model_states() + chunk_padding is exactly the

@@ -12,6 +12,20 @@ namespace {
 double seconds(std::chrono::steady_clock::duration d) {
   return std::chrono::duration<double>(d).count();
 }
+
+// The n values of dtype `from` (2 bytes each) at the start of the f32 buffer h, widened to f32
+// in place: blocks from the last down, so that each block's f32 (bytes [4i, 4i + 64)) only
+// covers 16-bit values of blocks already read (indices >= 2i >= i + 16, or its own).
+void widen_in_place(float* h, int64_t n, DType from) {
+  constexpr int64_t kBlock = 16;
+  const auto* src = reinterpret_cast<const uint16_t*>(h);
+  for (int64_t i = (n - 1) / kBlock * kBlock; i >= 0; i -= kBlock) {
+    const int64_t m = std::min(kBlock, n - i);
+    uint16_t block[kBlock];
+    std::copy(src + i, src + i + m, block);
+    convert_elements(block, from, h + i, DType::F32, m);
+  }
+}
 }  // namespace
 
 OffloadPolicy::OffloadPolicy(ChunkStore& store, int dp_size, const OffloadSettings& settings,
@@ -26,11 +40,19 @@ OffloadPolicy::OffloadPolicy(ChunkStore& store, int dp_size, const OffloadSettin
              "ZeRO-Offload needs the fp32 master weights in their own chunks on the host: build "
              "the model with ModelOptions::store.separate_master = true");
   const int n = store_.layout().num_chunks();
+  // On a device with 16-bit parameters, a host copy of each owned parameter slice in that dtype
+  // (finish_update's staging for the copy up).
+  const bool staging = !op_.device.is_cpu() && store_.compute_dtype() != DType::F32;
   for (int c = 0; c < n; ++c) {
-    const size_t bytes = static_cast<size_t>(store_.layout().slice_elems(c)) * sizeof(float);
+    const int64_t elems = store_.layout().slice_elems(c);
+    const size_t bytes = static_cast<size_t>(elems) * sizeof(float);
     host_grad_.push_back(static_cast<float*>(
         grad_host_.allocate(bytes, fmt::format("offloaded gradient slice of chunk {}", c))));
     grad_bytes_ += bytes;
+    if (!staging) continue;
+    const size_t staged = static_cast<size_t>(elems) * dtype_size(store_.compute_dtype());
+    param_staging_.push_back(
+        grad_host_.allocate(staged, fmt::format("parameter staging slice of chunk {}", c)));
   }
   tensor_sums_.assign(static_cast<size_t>(store_.layout().num_tensors()), 0.0);
   grad_done_.assign(n, 0);
@@ -51,6 +73,9 @@ OffloadPolicy::~OffloadPolicy() {
   for (int c = 0; c < static_cast<int>(host_grad_.size()); ++c)
     grad_host_.free(host_grad_[c],
                     static_cast<size_t>(store_.layout().slice_elems(c)) * sizeof(float));
+  for (int c = 0; c < static_cast<int>(param_staging_.size()); ++c)
+    grad_host_.free(param_staging_[c], static_cast<size_t>(store_.layout().slice_elems(c)) *
+                                           dtype_size(store_.compute_dtype()));
 }
 
 void OffloadPolicy::worker_loop() {
@@ -86,12 +111,15 @@ void OffloadPolicy::run(const Job& j) {
   copy_span_[c].begin = Clock::now();
   const Tensor g = store_.slice(ChunkKind::GRAD, c);
   float* h = host_grad_[c];
-  // Down in the gradients' dtype (2 bytes per element in bf16), widened to f32 on the host (on
-  // a device by the copy on_reduced queued).
-  if (op_.device.is_cpu())
+  // Down in the gradients' dtype (2 bytes per element in bf16), widened to f32 on the host: on
+  // a device the copy on_reduced queued put them at the start of h as they are (a converting
+  // copy through the host is no device copy).
+  if (op_.device.is_cpu()) {
     convert_elements(g.data, g.dtype, h, DType::F32, g.numel());
-  else
+  } else {
     synchronize(j.ready);
+    if (g.dtype != DType::F32) widen_in_place(h, g.numel(), g.dtype);
+  }
   // The mean over ranks, rounded to the gradients' dtype: what ZeroPolicy::finish_gradients
   // writes without offload (it divides in that dtype), so that 16-bit gradients on a rank count
   // whose mean is inexact (3) give the same bits too.
@@ -166,7 +194,8 @@ void OffloadPolicy::on_reduced(int c) {
     // Down on the stream, queued after what wrote the slice (its reduction, the staging); a
     // delayed update still reading the host buffer finishes first.
     if (pending_) wait_done(adam_done_, c);
-    copy(op_, host_grad(c), store_.slice(ChunkKind::GRAD, c));
+    const Tensor g = store_.slice(ChunkKind::GRAD, c);
+    copy(op_, Tensor(host_grad_[c], g.shape, g.dtype), g);
     j.ready = record_event(op_);
   }
   push(j);
@@ -218,7 +247,18 @@ void OffloadPolicy::finish_update() {
   for (int c = 0; c < n; ++c) {
     wait_done(adam_done_, c);
     const Tensor m = store_.slice(ChunkKind::MASTER, c), p = store_.slice(ChunkKind::PARAM, c);
-    copy(op_, p, m);  // up in the compute dtype (on a device: queued on the stream)
+    if (op_.device.is_cpu() || p.dtype == DType::F32) {
+      copy(op_, p, m);  // up in the compute dtype (on a device: queued on the stream)
+    } else {
+      // 16-bit parameters on a device: a converting copy through the host is no device copy.
+      // The host rounds the master into the chunk's staging slice and the stream copies that up
+      // as it is (2 bytes per parameter). The copy is done before the next update rewrites the
+      // staging: that update waits for Adam, which waited for the next step's gradient copy
+      // down (run's j.ready), queued after this one.
+      const Tensor staged(param_staging_[c], p.shape, p.dtype);
+      convert_elements(m.data, DType::F32, staged.data, p.dtype, m.numel());
+      copy(op_, p, staged);
+    }
     counters_.bytes_to_compute += static_cast<uint64_t>(p.nbytes());
     counters_.moves_to_compute += 1;
   }

@@ -92,7 +92,8 @@ class OffloadPolicy final : public ReducedGradSink {
  public:
   // The store must keep a separate MASTER (StoreOptions::separate_master) sliced like ADAM_M and
   // ADAM_V. `dp_size`: N, the divisor of the mean. `threads`: OpenMP threads of the CPU Adam
-  // (0: OpenMP's default). Host gradient buffers (4 Psi/N bytes) come from `grad_host`.
+  // (0: OpenMP's default). Host gradient buffers (4 Psi/N bytes) come from `grad_host`, and
+  // on a device with 16-bit parameters their staging for the copy up (2 Psi/N bytes).
   // `op`: the context whose stream writes the store's GRAD and PARAM chunks (the model's). On a
   // device the slices go down and up as copies on its stream (the mover): a gradient slice is
   // queued for the host when its reduction is, and the offload thread waits for that copy; the
@@ -163,7 +164,10 @@ class OffloadPolicy final : public ReducedGradSink {
   // overwrites the master slices they read, waits for it.
   StreamEvent params_up_;
   size_t grad_bytes_ = 0;
-  std::vector<float*> host_grad_;    // per chunk: the owned slice, on the host
+  std::vector<float*> host_grad_;  // per chunk: the owned slice, on the host
+  // Per chunk on a device with 16-bit parameters: the owned parameter slice rounded on the
+  // host, what finish_update copies up (empty otherwise).
+  std::vector<void*> param_staging_;
   std::vector<double> tensor_sums_;  // per tensor id (with `tensor_sums`)
 
   // Shared with the offload thread (under mu_).

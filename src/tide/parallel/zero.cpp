@@ -127,11 +127,13 @@ void ZeroPolicy::start_gather(int c) {
   attach(ChunkKind::PARAM, c);
   gather_trace_[c] = AsyncTrace::start(store_.tracer(), "all-gather params", {{"chunk", c}});
   // On a device the gather writes a pool buffer that ops queued earlier may still read, and
-  // sends a slice AdamW may still be writing: the device's group orders it after them by an
+  // sends a slice the stream's copies may still be writing (the update's parameters, and
+  // offload_param's copy up in gather_source): the device's group orders it after them by an
   // event (prepare_collective waits the host only where the host runs the call).
   const Tensor whole = store_.chunk(ChunkKind::PARAM, c);
+  const Tensor source = gather_source(c);
   prepare_collective(op_, dp_, whole);
-  gather_work_[c] = dp_.all_gather_async(gather_source(c), whole);
+  gather_work_[c] = dp_.all_gather_async(source, whole);
   gathered_[c] = Gathered::IN_FLIGHT;
   const int64_t elems = store_.layout().chunk_elems(c);
   live_elems_ += elems;
@@ -144,10 +146,10 @@ Tensor ZeroPolicy::gather_source(int c) {
   if (slice.device == whole.device) return slice;
   // offload_param on a device: the slice is on the host, the gathered chunk on the device. A
   // collective moves one device's memory: the slice goes up into its part of the chunk first,
-  // which is then gathered in place.
+  // which is then gathered in place. No host wait: every writer of the host slice (the
+  // update's copy of the master, OffloadPolicy::finish_update) is a copy on the same stream.
   const Tensor mine = own_part(whole, store_.layout().slice_elems(c), dp_.rank());
   copy(op_, mine, slice);
-  synchronize(op_);
   return mine;
 }
 

@@ -118,6 +118,9 @@ TEST(SimDevice, MoverRefusesMemoryTheStreamCannotReach) {
 
 // A copy between float dtypes converts as convert_elements does (rounded to nearest-even), on the
 // CPU at once and on the simulated device on its stream; integers do not convert.
+// A converting copy: on the host between host buffers, on a device between device buffers
+// only (a kernel; CUDA's rule, which the simulated device keeps so that CI finds a converting
+// copy through the host).
 TEST(SimDevice, MoverCopiesConvertBetweenFloatDtypes) {
   std::vector<float> in(100);
   for (size_t i = 0; i < in.size(); ++i) in[i] = 1.0f / 3.0f * static_cast<float>(i) - 7.1f;
@@ -125,18 +128,30 @@ TEST(SimDevice, MoverCopiesConvertBetweenFloatDtypes) {
   convert_elements(in.data(), DType::F32, want.data(), DType::BF16, 100);
   SimAllocator memory(Device::sim(0));
   const OpContext sim = make_op_context(Device::sim(0), nullptr, 1);
-  Arena arena("convert", 1024, &memory);
-  const Tensor dev = arena.alloc_tensor({100}, DType::BF16);
+  Arena arena("convert", 4096, &memory);
+  const Tensor dev = arena.alloc_tensor({100}, DType::BF16), dev32 = arena.alloc_tensor({100});
   for (const OpContext& ctx : {OpContext{}, sim}) {
     std::vector<uint16_t> got(in.size());
     std::vector<float> back(in.size());
-    const Tensor mid = ctx.device.is_cpu() ? Tensor(got.data(), {100}, DType::BF16) : dev;
-    copy(ctx, mid, Tensor(in.data(), {100}));    // f32 -> bf16
-    copy(ctx, Tensor(back.data(), {100}), mid);  // bf16 -> f32 (exact)
+    const Tensor host_in(in.data(), {100}), host_back(back.data(), {100});
+    if (ctx.device.is_cpu()) {
+      const Tensor mid(got.data(), {100}, DType::BF16);
+      copy(ctx, mid, host_in);    // f32 -> bf16
+      copy(ctx, host_back, mid);  // bf16 -> f32 (exact)
+    } else {
+      copy(ctx, dev32, host_in);
+      copy(ctx, dev, dev32);  // f32 -> bf16 on the device
+      copy(ctx, dev32, dev);  // bf16 -> f32 (exact)
+      copy(ctx, host_back, dev32);
+    }
     synchronize(ctx);
     for (size_t i = 0; i < in.size(); ++i)
       EXPECT_EQ(back[i], bf16_to_f32(want[i])) << ctx.device.str() << " element " << i;
   }
+  EXPECT_NE(error_of([&] {
+              copy(sim, dev, Tensor(in.data(), {100}));
+            }).find("copy: converting f32 to bf16 on sim:0 needs both tensors there"),
+            std::string::npos);
   std::vector<int32_t> ints(100);
   EXPECT_NE(error_of([&] {
               copy(OpContext{}, Tensor(ints.data(), {100}, DType::I32), Tensor(in.data(), {100}));
