@@ -58,21 +58,28 @@ void place_model_states(const TrainSetup& setup, const ChunkLayout& layout, Stag
   param_home.param16 += share.param16;
   param_home.chunk_padding += pad_param;
 
-  if (!offload_opt || stage >= 2) {
-    // Stage >= 2 with offload streams the grad slice to the host during backward.
-    MemoryBreakdown& grad_home = offload_opt ? host : dev;
-    grad_home.grads += share.grads;
-    grad_home.chunk_padding += pad_grad;
-  } else {
-    // Stage 1 with offload: the full grads stay on the device (ZeRO-1 keeps them), and the
-    // reduced slice this rank owns is copied to the host for the CPU Adam.
-    dev.grads += share.grads;
-    dev.chunk_padding += pad_grad;
-    const int64_t part =
-        zero_model_states(psi, 2, dp, setup.precision, setup.optimizer, grads).grads;
-    host.grads += part;
+  // The gradients stay where ZeRO keeps them (whole chunks at stages 0-1, the owned slice at
+  // 2-3), on the compute tier.
+  dev.grads += share.grads;
+  dev.chunk_padding += pad_grad;
+  if (!offload_opt) return;
+  // ZeRO-Offload (OffloadPolicy): the owned slice goes down into an f32 host buffer, what the
+  // CPU Adam reads (DeepSpeed's CPU Adam reads f32 gradients too), and the master has chunks of
+  // its own on the host even in f32 training (StoreOptions::separate_master), 4 bytes per owned
+  // element as in mixed precision.
+  const ModelStateBytes f32_slice =
+      zero_model_states(psi, 2, dp, Precision::BF16, setup.optimizer, Precision::FP32);
+  const ModelStateBytes f32_kept =
+      chunked_model_states(layout, 2, Precision::BF16, setup.optimizer, Precision::FP32);
+  host.grads += f32_slice.grads;
+  host.chunk_padding += f32_kept.grads - f32_slice.grads;
+  if (share.master == 0) {
+    const ModelStateBytes mixed =
+        zero_model_states(psi, stage, dp, Precision::BF16, setup.optimizer, grads);
+    host.master += mixed.master;
     host.chunk_padding +=
-        chunked_model_states(layout, 2, setup.precision, setup.optimizer, grads).grads - part;
+        chunked_model_states(layout, stage, Precision::BF16, setup.optimizer, grads).master -
+        mixed.master;
   }
 }
 

@@ -132,10 +132,12 @@ TEST(Estimate, OffloadOptimizerMovesMasterAndAdamStatesToTheHost) {
   s.offload = Offload::Optimizer;
   const MemoryEstimate off = estimate_memory(s);
   EXPECT_EQ(off.device.optimizer_states(), 0);
-  EXPECT_EQ(off.device.grads, 0);
+  // The reduced slices stay on the GPU, and go down into f32 host buffers for the CPU Adam
+  // (OffloadPolicy; twice the bytes of the bf16 slices, as DeepSpeed's CPU Adam reads f32).
+  EXPECT_EQ(off.device.grads, on_gpu.device.grads);
   EXPECT_EQ(off.device.param16, on_gpu.device.param16);
   EXPECT_EQ(off.host_per_rank.optimizer_states(), on_gpu.device.optimizer_states());
-  EXPECT_EQ(off.host_per_rank.grads, on_gpu.device.grads);
+  EXPECT_EQ(off.host_per_rank.grads, 2 * on_gpu.device.grads);
   // One host holds the partitions of its 8 ranks.
   EXPECT_EQ(off.ranks_per_host, 8);
   EXPECT_EQ(off.host.total(), 8 * off.host_per_rank.total());
@@ -147,8 +149,9 @@ TEST(Estimate, OffloadAllKeepsNoParametersOnTheDevice) {
   s.zero_stage = 3;
   s.offload = Offload::All;
   const MemoryEstimate e = estimate_memory(s);
-  EXPECT_EQ(e.device.model_states(), 0);
-  EXPECT_EQ(e.device.chunk_padding, 0);
+  // Only the reduced gradient slices (stage 3) stay on the device.
+  EXPECT_EQ(e.device.model_states(), e.device.grads);
+  EXPECT_EQ(e.device.grads, (s.model.num_parameters() + 7) / 8 * 2);
   // The same whole-chunk communication buffers as without offload (zero_buffers.h).
   EXPECT_GT(e.device.temp_buffers, 0);
   EXPECT_EQ(e.host_per_rank.param16, (s.model.num_parameters() + 7) / 8 * 2);

@@ -9,6 +9,7 @@
 #include "tide/config/estimate_setup.h"
 #include "tide/estimate/memory_estimate.h"
 #include "tide/model/gpt.h"
+#include "tide/parallel/offload_policy.h"
 #include "tide/parallel/zero.h"
 
 using namespace tide;
@@ -123,6 +124,43 @@ TEST(EstimateAgreesWithRuntime, SixteenBitModelStates) {
         EXPECT_EQ(s.precision,
                   std::string(precision) == "bf16" ? Precision::BF16 : Precision::FP16);
         expect_agree(s, gpt, fmt::format("{} stage {}, dp {}", precision, stage, dp));
+      }
+}
+
+// ZeRO-Offload (stages 1-3, f32 and bf16), the store built as the Trainer builds it (a master
+// of its own beside the parameters even in f32: StoreOptions::separate_master) and its
+// OffloadPolicy (the f32 host gradient slices): their bytes are the estimate's model states and
+// padding, device and host together.
+TEST(EstimateAgreesWithRuntime, OffloadModelStates) {
+  for (const bool bf16 : {false, true})
+    for (int stage : {1, 2, 3})
+      for (int dp : {2, 3}) {
+        json config = small_config(0.02);
+        if (bf16) config["bf16"] = {{"enabled", true}};
+        config["zero_optimization"] = {{"stage", stage},
+                                       {"offload_optimizer", {{"device", "cpu"}}}};
+        const TrainConfig tc = parse_train_config(config);
+        ModelOptions o;
+        o.chunk_elems = chunk_elems_from_mib(tc.chunk_size_mb);
+        o.group_size = dp;
+        o.store.with_optimizer = true;
+        o.store.separate_master = true;
+        o.store.group_rank = dp - 1;
+        o.store.sliced_kinds = zero_sliced_kinds(stage);
+        o.store.compute_dtype = model_dtype(tc);
+        if (grad_dtype(tc) != model_dtype(tc)) o.store.grad_dtype = grad_dtype(tc);
+        GPT gpt(tc.model, tc.activation_policy, o);
+        HostAllocator host;
+        const OffloadPolicy offload(gpt.store(), dp, tc.zero.offload_optimizer, 1, host);
+        const MemoryEstimate e = estimate_memory(estimate_setup(config, dp, stage));
+        const std::string what =
+            fmt::format("{} offload stage {}, dp {}", bf16 ? "bf16" : "f32", stage, dp);
+        const int64_t estimated = e.device.model_states() + e.device.chunk_padding +
+                                  e.host_per_rank.model_states() + e.host_per_rank.chunk_padding;
+        EXPECT_GT(gpt.store().bytes(ChunkKind::MASTER), 0u) << what;
+        EXPECT_EQ(estimated,
+                  static_cast<int64_t>(gpt.store().total_bytes() + offload.grad_buffer_bytes()))
+            << what;
       }
 }
 
