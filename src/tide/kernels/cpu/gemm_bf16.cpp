@@ -17,7 +17,7 @@ namespace tide::cpu {
 
 namespace {
 
-std::atomic<int> g_path{-1};  // -1: not chosen yet
+packed_detail::PathChoice<Bf16GemmPath> g_path;
 std::atomic<int64_t> g_native_calls{0};
 
 // CPUID.(EAX=7,ECX=0):EDX bits 22 (AMX-BF16) and 24 (AMX-TILE); XCR0 bits 17-18 (the OS saves
@@ -123,19 +123,13 @@ bool bf16_gemm_path_supported(Bf16GemmPath p) {
 }
 
 Bf16GemmPath bf16_gemm_path() {
-  int p = g_path.load(std::memory_order_acquire);
-  if (p < 0) {
-    p = static_cast<int>(choose_path());
-    int expected = -1;
-    if (!g_path.compare_exchange_strong(expected, p)) p = expected;
-  }
-  return static_cast<Bf16GemmPath>(p);
+  return g_path.get(choose_path);
 }
 
 void set_bf16_gemm_path(Bf16GemmPath p) {
   TIDE_CHECK(bf16_gemm_path_supported(p), "bf16 GEMM path '{}' is not supported by this CPU",
              bf16_gemm_path_name(p));
-  g_path.store(static_cast<int>(p), std::memory_order_release);
+  g_path.set(p);
 }
 
 int64_t bf16_gemm_native_calls() {

@@ -76,14 +76,8 @@ namespace bf16_detail {
 // An f32 operand's chunk is `terms` = 3 such blocks, its hi, mid and lo terms (a bf16 operand:
 // terms = 1); the kernels take, per chunk, the terms in order (a one-term operand's block
 // against each).
-void pack_a_tile(uint16_t* dst, const GemmOperand& a, int64_t M, int64_t K, int64_t kc, int terms,
-                 int64_t r0);
-void pack_b_tile(uint16_t* dst, const GemmOperand& b, int64_t N, int64_t K, int64_t kc, int terms,
-                 int64_t c0);
-void kernel_32x32_amx(const uint16_t* a, int a_terms, const uint16_t* b, int b_terms, int64_t kc,
-                      int64_t k0, int64_t k1, bool accumulate, float* c);
-void kernel_32x32_avx512(const uint16_t* a, int a_terms, const uint16_t* b, int b_terms, int64_t kc,
-                         int64_t k0, int64_t k1, bool accumulate, float* c);
+packed_detail::PackTileFn pack_a_tile, pack_b_tile;
+packed_detail::Kernel32x32Fn kernel_32x32_amx, kernel_32x32_avx512;
 }  // namespace bf16_detail
 
 }  // namespace tide::cpu

@@ -11,7 +11,7 @@ namespace tide::cpu {
 
 namespace {
 
-std::atomic<int> g_f32_path{-1};  // -1: not chosen yet
+packed_detail::PathChoice<F32GemmPath> g_f32_path;
 std::atomic<int64_t> g_f32_calls{0};
 
 F32GemmPath parse_f32_path(std::string_view s) {
@@ -53,19 +53,13 @@ bool f32_gemm_path_supported(F32GemmPath p) {
 }
 
 F32GemmPath f32_gemm_path() {
-  int p = g_f32_path.load(std::memory_order_acquire);
-  if (p < 0) {
-    p = static_cast<int>(choose_f32_path());
-    int expected = -1;
-    if (!g_f32_path.compare_exchange_strong(expected, p)) p = expected;
-  }
-  return static_cast<F32GemmPath>(p);
+  return g_f32_path.get(choose_f32_path);
 }
 
 void set_f32_gemm_path(F32GemmPath p) {
   TIDE_CHECK(f32_gemm_path_supported(p), "f32 GEMM path '{}' is not supported by this CPU",
              f32_gemm_path_name(p));
-  g_f32_path.store(static_cast<int>(p), std::memory_order_release);
+  g_f32_path.set(p);
 }
 
 int64_t f32_gemm_calls() {

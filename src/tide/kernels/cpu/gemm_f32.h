@@ -45,12 +45,8 @@ void gemm_f32(int64_t M, int64_t N, int64_t K, const GemmOperand& A, const GemmO
 namespace f32_detail {
 // gemm_f32_kernels.cpp (AVX-512 by target attribute), gemm_packed.h's PackTile and Kernel32x32.
 // A chunk of a packed tile is 16 values of K for its 16 rows (columns), [k][lane]: 256 f32.
-void pack_a_tile(uint16_t* dst, const GemmOperand& a, int64_t M, int64_t K, int64_t kc, int terms,
-                 int64_t r0);
-void pack_b_tile(uint16_t* dst, const GemmOperand& b, int64_t N, int64_t K, int64_t kc, int terms,
-                 int64_t c0);
-void kernel_32x32(const uint16_t* a, int a_terms, const uint16_t* b, int b_terms, int64_t kc,
-                  int64_t k0, int64_t k1, bool accumulate, float* c);
+packed_detail::PackTileFn pack_a_tile, pack_b_tile;
+packed_detail::Kernel32x32Fn kernel_32x32;
 }  // namespace f32_detail
 
 }  // namespace tide::cpu

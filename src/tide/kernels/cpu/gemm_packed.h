@@ -43,10 +43,13 @@ namespace packed_detail {
 // tile c0..c0+15 of op(B) (K rows, N columns); both zero where the rows, columns or K run out.
 // kernel: the f32 (32,32) block c (row stride 32) = A panel @ B panel over chunks [k0, k1),
 // added to c's values when `accumulate`; a panel is two tiles, the second `kc * terms` chunks on.
-using PackTile = void (*)(uint16_t* dst, const GemmOperand& x, int64_t rows, int64_t K, int64_t kc,
-                          int terms, int64_t first);
-using Kernel32x32 = void (*)(const uint16_t* a, int a_terms, const uint16_t* b, int b_terms,
-                             int64_t kc, int64_t k0, int64_t k1, bool accumulate, float* c);
+// (The function types: a format's header declares its pieces with them.)
+using PackTileFn = void(uint16_t* dst, const GemmOperand& x, int64_t rows, int64_t K, int64_t kc,
+                        int terms, int64_t first);
+using Kernel32x32Fn = void(const uint16_t* a, int a_terms, const uint16_t* b, int b_terms,
+                           int64_t kc, int64_t k0, int64_t k1, bool accumulate, float* c);
+using PackTile = PackTileFn*;
+using Kernel32x32 = Kernel32x32Fn*;
 struct PackedFormat {
   int64_t chunk_k;  // values of K per 1 KiB chunk of a tile: 32 bf16 (16 rows x 32), 16 f32
   PackTile pack_a, pack_b;
@@ -68,6 +71,25 @@ void gemm_packed(const PackedFormat& f, const GemmOperand& a, int a_terms, const
 void store_block(const float* s, void* C, DType c_dtype, int64_t ldc, int64_t i0, int64_t j0,
                  int64_t m, int64_t n, GemmEpilogue e, const float* bias);
 void transpose_block(const float* s, float* t);
+// A path chosen once per process, on first use (`choose`), unless set() chose it before.
+template <typename Path>
+class PathChoice {
+ public:
+  Path get(Path (*choose)()) {
+    int p = v_.load(std::memory_order_acquire);
+    if (p < 0) {
+      p = static_cast<int>(choose());
+      int expected = -1;
+      if (!v_.compare_exchange_strong(expected, p)) p = expected;
+    }
+    return static_cast<Path>(p);
+  }
+  void set(Path p) { v_.store(static_cast<int>(p), std::memory_order_release); }
+
+ private:
+  std::atomic<int> v_{-1};  // -1: not chosen yet
+};
+
 // Whether the CPU has AVX-512 F, BW, VL and DQ (what gemm_avx512.h's pieces need); whether it
 // is an AMD CPU (the packed paths' defaults differ by vendor, as measured).
 bool cpu_has_avx512();
