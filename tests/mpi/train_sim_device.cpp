@@ -14,7 +14,8 @@
 //
 // Pipeline stages (one per rank, pipeline.stages = world): 1F1B and interleaved (two chunks per
 // rank) in f32, ZB-V (two chunks per rank, the tied embedding summed in place) in bf16 with
-// ZeRO-1, ZB-H1 with ZeRO-Offload (DPU) and ZB-H2 with auto placement: bitwise the CPU pipeline
+// ZeRO-1 and with ZeRO-Offload (the sum on the host's f32 slices), ZB-H1 with ZeRO-Offload
+// (DPU) and ZB-H2 with auto placement: bitwise the CPU pipeline
 // run, post-validation's snapshot and rollback included (each message over its stream's own
 // group, NCCL's matching, after the compute stream's event: the activation sent after the ops
 // that wrote it, the receive posted after the ops that read its buffer).
@@ -207,6 +208,7 @@ TEST(SimDevicePipeline, TrainsTheCpuPipelineBitwise) {
   for (const Case& k : std::vector<Case>{{"1f1b", "f32", 0, "", 7},
                                          {"interleaved", "f32", 0, "", 7},
                                          {"zb-v", "bf16", 1, "", 7},
+                                         {"zb-v", "bf16", 2, "offload", 14},
                                          {"zb-h1", "f32", 2, "offload", 14},
                                          {"zb-h2", "f32", 0, "auto", UINT64_MAX}}) {
     const std::string what =

@@ -331,12 +331,19 @@ void PipelineEngine::sum_tied_gradient() {
     const Tensor a = whole(wte_chunk_, wte_id_, tied_wte_buf_, wte_all);
     const Tensor b = whole(head_chunk_, head_id_, tied_head_buf_, head_all);
     // On a device an op (each element's f32 sum rounded once into the dtype: add_elements'
-    // bits); on the host, or with the copies on two tiers (auto placement), a CPU kernel.
-    if (!op.device.is_cpu() && a.device == op.device && b.device == op.device)
+    // bits). Both in host memory on a device run (ZeRO-Offload's f32 slices): the host adds
+    // once the stream has run what it queued, as a GPU needs (no CPU kernel runs on its
+    // stream). On the CPU, or with the copies on two tiers (auto placement; not on a GPU), a
+    // CPU kernel of the context.
+    const auto sum = [a, b] { add_elements(a.dtype, a.data, a.data, b.data, a.numel()); };
+    if (!op.device.is_cpu() && a.device == op.device && b.device == op.device) {
       residual_forward(op, a, a, b);
-    else
-      run_cpu_kernel_on(op, "the tied embedding's gradient sum",
-                        [a, b] { add_elements(a.dtype, a.data, a.data, b.data, a.numel()); });
+    } else if (!op.device.is_cpu() && a.device.is_cpu() && b.device.is_cpu()) {
+      synchronize(op);
+      sum();
+    } else {
+      run_cpu_kernel_on(op, "the tied embedding's gradient sum", sum);
+    }
     copy(op, b, a);
   } else {
     const Tensor mine = wte_id_ >= 0 ? whole(wte_chunk_, wte_id_, tied_wte_buf_, wte_all)
