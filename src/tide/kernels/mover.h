@@ -30,9 +30,11 @@ struct StreamEvent {
 
 // dst = src (same element count). Each tensor is on the host or on the context's device; on
 // the CPU context both are on the host. Float tensors of different dtypes (f32, bf16, f16) are
-// converted, rounded to nearest-even as convert_elements does; on a GPU both must then be on it.
+// converted, rounded to nearest-even as convert_elements does; on a device (a GPU, or sim:N,
+// which keeps the GPU's rule) both must then be on it.
 void copy(const OpContext& ctx, Tensor dst, Tensor src);
-// t = 0 (its bytes).
+// t = 0 (its bytes). A host tensor on a device's context is zeroed by the host after it waits
+// for the stream (no device memset writes pageable host memory).
 void fill_zero(const OpContext& ctx, Tensor t);
 
 StreamEvent record_event(const OpContext& ctx);
