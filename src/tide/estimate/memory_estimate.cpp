@@ -149,13 +149,13 @@ int64_t offload_staging_bytes(const TrainSetup& setup, const ChunkLayout& layout
 // (PipelineEngine::sum_tied_gradient): under ZeRO with dp > 1, the whole chunk holding each end
 // of the tie the model has (wte on the first virtual stage, its copy lm_head.weight on the
 // last), in the gradients' memory and dtype: ZeRO-Offload's f32 host slices, else the
-// gradients' precision on the compute tier. `host` says which.
-int64_t tied_gather_bytes(const TrainSetup& setup, const ChunkLayout& layout, bool& host) {
-  host = setup.offload != Offload::None;
+// gradients' precision on the compute tier.
+int64_t tied_gather_bytes(const TrainSetup& setup, const ChunkLayout& layout) {
   if (setup.pp == 1 || setup.zero_stage == 0 || setup.dp() == 1 || !setup.model.tied_head())
     return 0;
-  const size_t elem =
-      host ? sizeof(float) : dtype_size(dtype_of(grad_precision_of(setup, setup.zero_stage)));
+  const size_t elem = setup.offload != Offload::None
+                          ? sizeof(float)
+                          : dtype_size(dtype_of(grad_precision_of(setup, setup.zero_stage)));
   int64_t bytes = 0;
   for (const char* name : {"wte", "lm_head.weight"}) {
     const int id = layout.index_of(name);
@@ -302,15 +302,10 @@ MemoryEstimate estimate_memory(const TrainSetup& setup) {
       st.params += layouts[i].num_params();
       place_model_states(setup, layouts[i], st);
       buffers += chunk_buffers(setup, layouts[i], st) + gradient_sums_buffer(setup, layouts[i]);
-      bool tied_on_host = false;
-      const int64_t tied = tied_gather_bytes(setup, layouts[i], tied_on_host);
+      const int64_t tied = tied_gather_bytes(setup, layouts[i]);
       st.tied_gather_bytes += tied;
+      (setup.offload != Offload::None ? st.host.temp_buffers : buffers) += tied;
       st.host.temp_buffers += offload_staging_bytes(setup, layouts[i]);
-      if (tied_on_host) {
-        st.host.temp_buffers += tied;
-      } else {
-        buffers += tied;
-      }
       st.largest_group_chunks =
           std::max(st.largest_group_chunks, largest_group_chunk_bytes(setup, layouts[i]));
     }

@@ -247,7 +247,7 @@ void OffloadPolicy::finish_update() {
   for (int c = 0; c < n; ++c) {
     wait_done(adam_done_, c);
     const Tensor m = store_.slice(ChunkKind::MASTER, c), p = store_.slice(ChunkKind::PARAM, c);
-    if (op_.device.is_cpu() || p.dtype == DType::F32) {
+    if (param_staging_.empty()) {
       copy(op_, p, m);  // up in the compute dtype (on a device: queued on the stream)
     } else {
       // 16-bit parameters on a device: a converting copy through the host is no device copy.

@@ -73,8 +73,9 @@ int64_t block_panels(int64_t panels, int threads) {
 
 bool cpu_has_avx512() {
 #if defined(__x86_64__)
-  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+  static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+  return has;  // asked on every GEMM call (gemm_f32's check)
 #else
   return false;
 #endif

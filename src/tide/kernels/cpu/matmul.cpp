@@ -19,46 +19,40 @@ namespace {
 // Output channels per work item of the bias gradient (one cache line of each row: OC = 192
 // makes 12 items, enough to keep the threads even).
 constexpr int kChannelBlock = 16;
+
+// C(M,N) = op(A) @ op(B) with `e` (bias: N floats), all f32, through the f32 path this CPU
+// takes: tide's AVX-512 GEMM, or OpenBLAS's tiles, where the bias is every row's start and
+// sgemm adds the product (beta = 1).
+void f32_product(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
+                 const float* B, int64_t ldb, float* C, int64_t ldc, GemmEpilogue e,
+                 const float* bias = nullptr) {
+  if (f32_gemm_path() == F32GemmPath::kAvx512)
+    return gemm_f32(M, N, K, {A, lda, ta, DType::F32}, {B, ldb, tb, DType::F32}, C, ldc, e, bias);
+  if (e == GemmEpilogue::kAddBias) {
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < M; ++i) std::copy(bias, bias + N, C + i * ldc);
+  }
+  gemm(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, e == GemmEpilogue::kOverwrite ? 0.0f : 1.0f, C, ldc);
+}
 }  // namespace
 
 void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int64_t N,
                     int C, int OC) {
-  if (f32_gemm_path() == F32GemmPath::kAvx512) {
-    gemm_f32(N, OC, C, {inp, C, false, DType::F32}, {weight, C, true, DType::F32}, out, OC,
-             bias != nullptr ? GemmEpilogue::kAddBias : GemmEpilogue::kOverwrite, bias);
-    return;
-  }
-  float beta = 0.0f;
-  if (bias != nullptr) {
-    // Start every row at the bias and let sgemm add the product (beta = 1).
-#pragma omp parallel for schedule(static)
-    for (int64_t n = 0; n < N; ++n) std::copy(bias, bias + OC, out + n * OC);
-    beta = 1.0f;
-  }
-  // out(N,OC) = inp(N,C) @ weight(OC,C)^T
-  gemm(false, true, N, OC, C, 1.0f, inp, C, weight, C, beta, out, OC);
+  // out(N,OC) = inp(N,C) @ weight(OC,C)^T (+ bias)
+  f32_product(false, true, N, OC, C, inp, C, weight, C, out, OC,
+              bias != nullptr ? GemmEpilogue::kAddBias : GemmEpilogue::kOverwrite, bias);
 }
 
 void matmul_backward_input(float* dinp, const float* dout, const float* weight, int64_t N, int C,
                            int OC) {
   // dinp(N,C) += dout(N,OC) @ weight(OC,C)
-  if (f32_gemm_path() == F32GemmPath::kAvx512) {
-    gemm_f32(N, C, OC, {dout, OC, false, DType::F32}, {weight, C, false, DType::F32}, dinp, C,
-             GemmEpilogue::kAccumulate);
-    return;
-  }
-  gemm(false, false, N, C, OC, 1.0f, dout, OC, weight, C, 1.0f, dinp, C);
+  f32_product(false, false, N, C, OC, dout, OC, weight, C, dinp, C, GemmEpilogue::kAccumulate);
 }
 
 void matmul_backward_weight(float* dweight, float* dbias, const float* dout, const float* inp,
                             int64_t N, int C, int OC) {
   // dweight(OC,C) += dout(N,OC)^T @ inp(N,C)
-  if (f32_gemm_path() == F32GemmPath::kAvx512) {
-    gemm_f32(OC, C, N, {dout, OC, true, DType::F32}, {inp, C, false, DType::F32}, dweight, C,
-             GemmEpilogue::kAccumulate);
-  } else {
-    gemm(true, false, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
-  }
+  f32_product(true, false, OC, C, N, dout, OC, inp, C, dweight, C, GemmEpilogue::kAccumulate);
   if (dbias != nullptr) matmul_bias_gradient(dbias, dout, N, OC);
 }
 
