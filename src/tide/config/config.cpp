@@ -453,9 +453,10 @@ const std::vector<ConfigKey>& config_schema() {
       {"zero_optimization.offload_optimizer.pin_memory",
        {&TrainConfig::zero, &ZeroSettings::offload_optimizer, &OffloadSettings::pin_memory},
        T::BOOL,
-       false,
-       "with offload_optimizer cpu: page-locked host buffers for the copies on a GPU; a no-op "
-       "on CPU (accepted, changes nothing)"},
+       true,
+       "with offload_optimizer cpu on a GPU: the host ends of the copies (the gradient slices, "
+       "the parameters going up) in page-locked memory, so the copies overlap compute (false: "
+       "pageable, each copy blocks the host; DeepSpeed's default); nothing to pin on CPU"},
       {"zero_optimization.offload_optimizer.delayed_update",
        {&TrainConfig::zero, &ZeroSettings::offload_optimizer, &OffloadSettings::delayed_update},
        T::BOOL,
@@ -475,6 +476,11 @@ const std::vector<ConfigKey>& config_schema() {
        "none",
        "none or cpu (parameters on the host too, gathered per op into the compute tier on "
        "use; needs stage 3 and offload_optimizer cpu; any number of data-parallel ranks)"},
+      {"zero_optimization.offload_param.pin_memory", &TrainConfig::offload_param_pin_memory,
+       T::BOOL, true,
+       "with offload_param cpu on a GPU: the parameter slices in page-locked host memory, so "
+       "their gathers overlap compute (false: pageable, each copy blocks the host; DeepSpeed's "
+       "default); nothing to pin on CPU"},
       {"placement.device_memory_limit", &TrainConfig::device_memory_limit, T::INT, 0,
        "bytes the compute tier (the device; on CPU a budgeted host allocator standing in for "
        "it) may hold: parameters, gradients, ZeRO buffers and, without offload, the optimizer "
@@ -489,6 +495,10 @@ const std::vector<ConfigKey>& config_schema() {
        "chunks move between the compute tier and the host on demand within "
        "placement.device_memory_limit, farthest next use evicted first; "
        "docs/zero.md#patrickstar-automatic-placement)"},
+      {"placement.pin_memory", &TrainConfig::placement_pin_memory, T::BOOL, true,
+       "with placement.policy=auto on a GPU: the host tier's chunks in page-locked memory, so "
+       "their moves overlap compute, as PatrickStar keeps them (false: pageable, each move "
+       "blocks the host); nothing to pin on CPU"},
       {"activation_checkpointing.policy",
        {parse_activation_policy, &TrainConfig::activation_policy},
        T::STRING,

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "tide/core/error.h"
+#include "tide/core/sim_device.h"
 
 namespace tide {
 
@@ -38,6 +39,17 @@ void* HostAllocator::do_allocate(size_t bytes) {
 
 void HostAllocator::do_free(void* p, size_t bytes) {
   munmap(p, bytes);
+}
+
+void* SimPinnedAllocator::do_allocate(size_t bytes) {
+  void* p = HostAllocator::do_allocate(bytes);
+  if (p) sim_pin_host(p, bytes);
+  return p;
+}
+
+void SimPinnedAllocator::do_free(void* p, size_t bytes) {
+  sim_unpin_host(p);
+  HostAllocator::do_free(p, bytes);
 }
 
 }  // namespace tide

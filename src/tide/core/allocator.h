@@ -10,7 +10,9 @@
 //                      on CPU exactly as it will run against a GPU's memory.
 //   SimAllocator       memory of the simulated device (core/sim_device.h): host memory that
 //                      the host reaches only through the mover, tagged Device::sim(N)
-//   CudaAllocator      device memory (cudaMalloc): memory/allocator.h, in the CUDA module.
+//   SimPinnedAllocator page-locked host memory of the simulated device's driver (sim_device.h)
+//   CudaAllocator      device memory (cudaMalloc), and page-locked host memory (cudaHostAlloc):
+//                      memory/allocator.h, in the CUDA module.
 //
 // Memory comes back zero-filled from every allocator (chunks start as zero gradients).
 
@@ -96,6 +98,18 @@ class SimAllocator : public HostAllocator {
 
  private:
   Device device_;
+};
+
+// Host memory the simulated device copies to and from asynchronously, as a GPU copies
+// cudaHostAlloc's: registered as page-locked with the simulated driver (sim_device.h), so the
+// mover does not make its copies synchronous. make_host_allocator (memory/allocator.h) picks it.
+class SimPinnedAllocator : public HostAllocator {
+ public:
+  std::string name() const override { return "pinned host"; }
+
+ protected:
+  void* do_allocate(size_t bytes) override;
+  void do_free(void* p, size_t bytes) override;
 };
 
 }  // namespace tide

@@ -2,6 +2,8 @@
 
 #include <omp.h>
 
+#include <cstdint>
+#include <map>
 #include <utility>
 
 // Under ThreadSanitizer a stream's queue must not order more than the stream orders. Its mutex
@@ -150,6 +152,42 @@ void SimStream::loop(int threads) {
       if (!error_) error_ = std::current_exception();
     }
   }
+}
+
+namespace {
+
+struct PinnedRanges {
+  std::mutex m;
+  std::map<uintptr_t, size_t> blocks;  // start -> bytes
+};
+
+PinnedRanges& pinned_ranges() {
+  static PinnedRanges ranges;  // the process's, as the driver's are
+  return ranges;
+}
+
+}  // namespace
+
+void sim_pin_host(const void* p, size_t bytes) {
+  PinnedRanges& r = pinned_ranges();
+  std::lock_guard lock(r.m);
+  r.blocks[reinterpret_cast<uintptr_t>(p)] = bytes;
+}
+
+void sim_unpin_host(const void* p) {
+  PinnedRanges& r = pinned_ranges();
+  std::lock_guard lock(r.m);
+  r.blocks.erase(reinterpret_cast<uintptr_t>(p));
+}
+
+bool sim_host_is_pinned(const void* p, size_t bytes) {
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  PinnedRanges& r = pinned_ranges();
+  std::lock_guard lock(r.m);
+  auto it = r.blocks.upper_bound(a);  // the first block starting after p
+  if (it == r.blocks.begin()) return false;
+  --it;
+  return a + bytes <= it->first + it->second;
 }
 
 }  // namespace tide

@@ -14,6 +14,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <cstddef>
 #include <cstdint>
 #include <deque>
 #include <exception>
@@ -83,5 +84,17 @@ class SimStream {
   std::atomic<uint64_t> synchronizations_{0};
   std::thread worker_;
 };
+
+// The simulated driver's page-locked host memory. Why: a GPU copies between its memory and
+// page-locked host memory (cudaHostAlloc) asynchronously, but cudaMemcpyAsync through pageable
+// memory is synchronous for the host (the driver stages it), so a step whose host buffers are
+// pageable loses its overlap without any error. CUDA's driver keeps the pinned ranges for the
+// whole process; so do these functions for the simulated device: SimPinnedAllocator registers
+// its blocks, and the mover makes a copy through any other host memory synchronous (a counted
+// host wait), so that CI's wait counts find it.
+void sim_pin_host(const void* p, size_t bytes);
+void sim_unpin_host(const void* p);
+// Whether [p, p + bytes) lies in one registered block.
+bool sim_host_is_pinned(const void* p, size_t bytes);
 
 }  // namespace tide

@@ -136,9 +136,10 @@ int64_t chunk_buffers(const TrainSetup& setup, const ChunkLayout& layout, StageE
 
 // ZeRO-Offload on a device with 16-bit parameters: a host copy of each owned parameter slice
 // in that dtype, what the update rounds the master into and copies up (OffloadPolicy's
-// staging; a converting copy through the host is no device copy).
+// staging; a converting copy through the host is no device copy). Not with offload_param: its
+// parameter slices are on the host, which the update writes.
 int64_t offload_staging_bytes(const TrainSetup& setup, const ChunkLayout& layout) {
-  if (!setup.on_device || setup.offload == Offload::None || setup.precision == Precision::FP32)
+  if (!setup.on_device || setup.offload != Offload::Optimizer || setup.precision == Precision::FP32)
     return 0;
   int64_t elems = 0;
   for (int c = 0; c < layout.num_chunks(); ++c) elems += layout.slice_elems(c);

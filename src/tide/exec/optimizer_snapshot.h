@@ -18,11 +18,14 @@
 //
 // On a device the pieces are copies on the model's stream (the mover): AdamW, queued after
 // them, overwrites nothing before it is saved, and a restore is queued before the redo. The
-// copy is kept in host memory (12 bytes per parameter would double a GPU's optimizer state).
+// copy is kept in host memory (12 bytes per parameter would double a GPU's optimizer state),
+// page-locked there (make_host_allocator), so that the copies do not block the host.
 
+#include <memory>
 #include <span>
 #include <vector>
 
+#include "tide/core/arena.h"
 #include "tide/memory/chunk_store.h"
 
 namespace tide {
@@ -47,12 +50,14 @@ class OptimizerSnapshot {
 
  private:
   struct Range {
-    Tensor live;  // in the store (flat)
-    std::vector<std::byte> saved;
+    Tensor live;   // in the store (flat)
+    Tensor saved;  // its copy, in copies_
   };
   OpContext op_;
-  std::vector<Range> ranges_;  // per (store, kind, chunk)
-  size_t next_ = 0;            // ranges_[next_] is being copied from offset done_
+  std::unique_ptr<Allocator> host_;  // page-locked host memory on a device
+  Arena copies_;                     // from host_
+  std::vector<Range> ranges_;        // per (store, kind, chunk)
+  size_t next_ = 0;                  // ranges_[next_] is being copied from offset done_
   size_t done_ = 0;
 };
 

@@ -335,16 +335,20 @@ void PipelineEngine::sum_tied_gradient() {
     // once the stream has run what it queued, as a GPU needs (no CPU kernel runs on its
     // stream). On the CPU, or with the copies on two tiers (auto placement; not on a GPU), a
     // CPU kernel of the context.
+    // Then b = a: on the host too when both are there (a copy between two host buffers on a
+    // stream would block the host).
     const auto sum = [a, b] { add_elements(a.dtype, a.data, a.data, b.data, a.numel()); };
     if (!op.device.is_cpu() && a.device == op.device && b.device == op.device) {
       residual_forward(op, a, a, b);
+      copy(op, b, a);
     } else if (!op.device.is_cpu() && a.device.is_cpu() && b.device.is_cpu()) {
       synchronize(op);
       sum();
+      std::memcpy(b.data, a.data, a.nbytes());
     } else {
       run_cpu_kernel_on(op, "the tied embedding's gradient sum", sum);
+      copy(op, b, a);
     }
-    copy(op, b, a);
   } else {
     const Tensor mine = wte_id_ >= 0 ? whole(wte_chunk_, wte_id_, tied_wte_buf_, wte_all)
                                      : whole(head_chunk_, head_id_, tied_head_buf_, head_all);
@@ -816,7 +820,7 @@ StepStats PipelineEngine::step(int64_t step, uint64_t seed, const BatchFn& batch
   // On a device every chunk's sums are queued first and the host waits once for them all.
   const bool on_stream = stacks_[0]->sums_on_stream();
   if (on_stream) {
-    for (int c = 0; c < chunks_; ++c) stacks_[c]->queue_device_tensor_sums(sums[c]);
+    for (int c = 0; c < chunks_; ++c) stacks_[c]->queue_device_tensor_sums();
     synchronize(models_[0]->op());
   }
   for (int c = 0; c < chunks_; ++c) {
@@ -824,7 +828,7 @@ StepStats PipelineEngine::step(int64_t step, uint64_t seed, const BatchFn& batch
     if (c == wte_chunk_) fresh.push_back(wte_id_);
     if (c == head_chunk_) fresh.push_back(head_id_);
     if (on_stream)
-      stacks_[c]->host_tier_tensor_sums(sums[c]);
+      stacks_[c]->finish_tensor_sums(sums[c]);
     else
       stacks_[c]->tensor_sums(sums[c], fresh);
     for (size_t id = 0; id < sums[c].size(); ++id)

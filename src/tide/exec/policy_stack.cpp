@@ -1,5 +1,7 @@
 #include "tide/exec/policy_stack.h"
 
+#include <cstring>
+
 #include "tide/kernels/mover.h"
 #include "tide/model/param_groups.h"
 #include "tide/model/stream_collectives.h"
@@ -97,6 +99,7 @@ PolicyStack::PolicyStack(GPT& model, ProcessGroup& dp, const ZeroSettings& zero,
     : store_(model.store()),
       op_(model.op()),
       device_memory_(model.activation_allocator()),
+      host_staging_(model.host_staging_allocator()),
       dp_(dp),
       accesses_(std::move(accesses)),
       auto_(placement),
@@ -126,7 +129,8 @@ PolicyStack::PolicyStack(GPT& model, ProcessGroup& dp, const ZeroSettings& zero,
   // 3. The offload sink.
   offload_settings_ = zero.offload_optimizer;
   if (zero.offload_optimizer.enabled) {
-    offload_host_ = std::make_unique<HostAllocator>();
+    // The gradient slices down and the 16-bit staging up: page-locked on a device (pin_memory).
+    offload_host_ = make_host_allocator(op_.device, zero.offload_optimizer.pin_memory);
     offload_ = std::make_unique<OffloadPolicy>(store_, dp_.size(), zero.offload_optimizer, threads,
                                                *offload_host_, op_);
     offload_->sync_master();
@@ -204,21 +208,21 @@ void PolicyStack::tensor_sums(std::span<double> out, std::span<const int> fresh)
       tensor_grad_sums(lay, c, grad(c), grad_begin(c), out);
     return;
   }
-  queue_device_tensor_sums(out);
+  queue_device_tensor_sums();
   synchronize(op_);
-  host_tier_tensor_sums(out);
+  finish_tensor_sums(out);
 }
 
 bool PolicyStack::sums_on_stream() const {
   return !offload_ && !op_.device.is_cpu();
 }
 
-void PolicyStack::queue_device_tensor_sums(std::span<double> out) const {
+void PolicyStack::queue_device_tensor_sums() const {
   TIDE_ASSERT(sums_on_stream());
   const ChunkLayout& lay = store_.layout();
   // On a device the sums are taken where the gradients are, into a device buffer that comes
   // down in one copy (doubles travel as pairs of int32: the dtypes have no f64).
-  const int64_t n = static_cast<int64_t>(out.size());
+  const int64_t n = lay.num_tensors();
   if (!sums_.defined()) {
     const int64_t scratch = tensor_grad_scratch_doubles(lay);
     // Under auto placement from its buffers' allocator: room is made in the budget first.
@@ -226,17 +230,21 @@ void PolicyStack::queue_device_tensor_sums(std::span<double> out) const {
                         auto_ ? &auto_->buffer_allocator() : device_memory_);
     sums_ = sums_arena_.alloc_tensor({2 * n}, DType::I32);
     sums_scratch_ = sums_arena_.alloc_tensor({2 * scratch}, DType::I32);
+    sums_host_arena_ = Arena("gradient sums (host)", Arena::aligned(sums_.nbytes()), host_staging_);
+    sums_host_ = sums_host_arena_.alloc_tensor({2 * n}, DType::I32);
   }
   auto* dev = static_cast<double*>(sums_.data);
   for (int c = 0; c < lay.num_chunks(); ++c)
     if (grad(c).device == op_.device)
       tensor_grad_sums(op_, lay, c, grad(c), grad_begin(c), dev,
                        static_cast<double*>(sums_scratch_.data));
-  copy(op_, Tensor(out.data(), Shape{2 * n}, DType::I32), sums_);
+  copy(op_, sums_host_, sums_);
 }
 
-void PolicyStack::host_tier_tensor_sums(std::span<double> out) const {
+void PolicyStack::finish_tensor_sums(std::span<double> out) const {
   const ChunkLayout& lay = store_.layout();
+  TIDE_ASSERT(static_cast<int64_t>(out.size()) == lay.num_tensors());
+  std::memcpy(out.data(), sums_host_.data, sums_host_.nbytes());
   for (int c = 0; c < lay.num_chunks(); ++c)  // placement.policy=auto's chunks on the host tier
     if (grad(c).device != op_.device) tensor_grad_sums(lay, c, grad(c), grad_begin(c), out);
 }

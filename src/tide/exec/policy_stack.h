@@ -64,12 +64,13 @@ class PolicyStack {
   // backward (their gradients were changed since: the tied embedding's sum).
   void tensor_sums(std::span<double> out, std::span<const int> fresh = {}) const;
   // tensor_sums in two halves on a device without offload (sums_on_stream()), so that several
-  // stacks wait for their stream once: the device's sums queued on the stream into `out`
-  // (ready once the host has synchronised the stream), then, after that wait, the sums of
-  // chunks on the host tier (auto placement). tensor_sums is queue, wait, host.
+  // stacks wait for their stream once: the device's sums queued on the stream, down into a
+  // page-locked host buffer (GPT::host_staging_allocator), then, after the host has
+  // synchronised the stream, `out` from them and from the chunks on the host tier (auto
+  // placement). tensor_sums is queue, wait, finish.
   bool sums_on_stream() const;
-  void queue_device_tensor_sums(std::span<double> out) const;
-  void host_tier_tensor_sums(std::span<double> out) const;
+  void queue_device_tensor_sums() const;
+  void finish_tensor_sums(std::span<double> out) const;
 
   // True when the optimizer state is updated in place on the compute tier by adamw_step (what
   // optimizer post-validation can snapshot and roll back): not under offload or auto placement.
@@ -96,9 +97,10 @@ class PolicyStack {
   ChunkStore& store_;
   OpContext op_;              // the model's: where its gradients are summed and AdamW runs
   Allocator* device_memory_;  // the model's activation memory: the device's (nullptr: host)
+  Allocator* host_staging_;   // the model's page-locked host memory (nullptr: the host heap)
   // On a device: the per-tensor sums of squares, computed there (tensor_sums).
-  mutable Arena sums_arena_;
-  mutable Tensor sums_, sums_scratch_;
+  mutable Arena sums_arena_, sums_host_arena_;
+  mutable Tensor sums_, sums_scratch_, sums_host_;
   ProcessGroup& dp_;
   std::vector<ParamAccess> accesses_;
   // Destroyed in reverse: offload_ (joins its thread), zero_ and reduction_; auto_, which
@@ -107,7 +109,7 @@ class PolicyStack {
   int placed_ = 0;                            // the store's index in auto_
   std::unique_ptr<GradReduction> reduction_;  // stage 0
   std::unique_ptr<ZeroPolicy> zero_;          // stages 1-3
-  std::unique_ptr<HostAllocator> offload_host_;
+  std::unique_ptr<Allocator> offload_host_;
   std::unique_ptr<OffloadPolicy> offload_;
   OffloadSettings offload_settings_;
   bool delayed_ = false;  // this step's offloaded update runs during the next step (DPU)

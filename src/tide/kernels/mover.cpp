@@ -57,27 +57,46 @@ void copy(const OpContext& ctx, Tensor dst, Tensor src) {
     return convert();
   }
   if (ctx.device.is_cuda()) return ctx.cuda->copy_async(ctx, dst.data, src.data, bytes);
-  if (ctx.device.is_sim())
-    return ctx.sim->enqueue([dst, src, bytes] { std::memmove(dst.data, src.data, bytes); });
+  if (ctx.device.is_sim()) {
+    ctx.sim->enqueue([dst, src, bytes] { std::memmove(dst.data, src.data, bytes); });
+    // CUDA's rule: a copy through pageable host memory, or between two host buffers, returns
+    // only once it is done (sim_device.h's page-locked ranges).
+    auto pageable = [bytes](const Tensor& t) {
+      return t.device.is_cpu() && !sim_host_is_pinned(t.data, bytes);
+    };
+    if (pageable(dst) || pageable(src) || (dst.device.is_cpu() && src.device.is_cpu()))
+      ctx.sim->synchronize();
+    return;
+  }
   std::memmove(dst.data, src.data, bytes);
 }
 
-void fill_zero(const OpContext& ctx, Tensor t) {
+void fill_zero(const OpContext& ctx, std::span<const Tensor> tensors) {
   check_stream(ctx, "fill_zero");
-  check_reachable(ctx, t, "fill_zero", "t");
-  const size_t bytes = t.nbytes();
-  if (bytes == 0) return;
   // Host memory on a device's stream (auto placement's host tier): no device memset writes
-  // pageable host memory, so the host zeroes it once the stream has run what it queued (on
-  // the simulated device too, so that CI runs the GPU's order).
-  if (!ctx.device.is_cpu() && t.device.is_cpu()) {
-    synchronize(ctx);
-    std::memset(t.data, 0, bytes);
-    return;
+  // host memory, so the host zeroes it once the stream has run what it queued (on the
+  // simulated device too, so that CI runs the GPU's order): one wait for all of them.
+  bool host_waited = false;
+  for (const Tensor& t : tensors) {
+    check_reachable(ctx, t, "fill_zero", "t");
+    const size_t bytes = t.nbytes();
+    if (bytes == 0) continue;
+    if (!ctx.device.is_cpu() && t.device.is_cpu()) {
+      if (!host_waited) synchronize(ctx);
+      host_waited = true;
+      std::memset(t.data, 0, bytes);
+    } else if (ctx.device.is_cuda()) {
+      ctx.cuda->fill_zero_async(ctx, t.data, bytes);
+    } else if (ctx.device.is_sim()) {
+      ctx.sim->enqueue([t, bytes] { std::memset(t.data, 0, bytes); });
+    } else {
+      std::memset(t.data, 0, bytes);
+    }
   }
-  if (ctx.device.is_cuda()) return ctx.cuda->fill_zero_async(ctx, t.data, bytes);
-  if (ctx.device.is_sim()) return ctx.sim->enqueue([t, bytes] { std::memset(t.data, 0, bytes); });
-  std::memset(t.data, 0, bytes);
+}
+
+void fill_zero(const OpContext& ctx, Tensor t) {
+  fill_zero(ctx, std::span<const Tensor>(&t, 1));
 }
 
 StreamEvent record_event(const OpContext& ctx) {

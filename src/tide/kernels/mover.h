@@ -7,11 +7,14 @@
 //
 // On the CPU context everything happens at once and events are already done. On the simulated
 // device copies run on the stream's worker thread. On a GPU they are cudaMemcpyAsync /
-// cudaMemsetAsync on the context's stream (host memory should be pinned for the copy to
-// overlap compute). A copy is asynchronous: neither its source nor its destination may be
-// touched by the host until an event recorded after it has been waited for.
+// cudaMemsetAsync on the context's stream. A copy through pageable host memory (not from
+// make_host_allocator's pinned allocator), or between two host buffers, returns only once it
+// is done, on a GPU as on the simulated device, which keeps the rule (a counted host wait). A copy
+// is asynchronous: neither its source nor its destination may be touched by the host until an event
+// recorded after it has been waited for.
 
 #include <memory>
+#include <span>
 
 #include "tide/kernels/ops.h"
 
@@ -36,6 +39,8 @@ void copy(const OpContext& ctx, Tensor dst, Tensor src);
 // t = 0 (its bytes). A host tensor on a device's context is zeroed by the host after it waits
 // for the stream (no device memset writes pageable host memory).
 void fill_zero(const OpContext& ctx, Tensor t);
+// Each tensor = 0; the host tensors on a device's context after one wait for the stream.
+void fill_zero(const OpContext& ctx, std::span<const Tensor> tensors);
 
 StreamEvent record_event(const OpContext& ctx);
 // Work queued on ctx's stream after this call starts only once `event` is done (the event may

@@ -15,6 +15,15 @@ std::unique_ptr<Allocator> make_cuda_allocator(Device device, size_t limit_bytes
       .make_allocator(device, limit_bytes);
 }
 
+std::unique_ptr<Allocator> make_host_allocator(Device device, bool pinned) {
+  if (!pinned || device.is_cpu()) return std::make_unique<HostAllocator>();
+  if (device.is_sim()) return std::make_unique<SimPinnedAllocator>();
+  return cuda_module_table<CudaMemoryTable>(
+             "tide_cuda_memory",
+             fmt::format("pinned host memory for {} was asked for", device.str()))
+      .make_pinned_allocator();
+}
+
 DeviceMemoryInfo cuda_memory_info(Device device) {
   TIDE_CHECK(device.is_cuda(), "cuda_memory_info needs a CUDA device (got {})", device.str());
   size_t free_bytes = 0, total_bytes = 0;

@@ -14,6 +14,14 @@ namespace tide {
 // cannot be loaded.
 std::unique_ptr<Allocator> make_cuda_allocator(Device device, size_t limit_bytes = 0);
 
+// Host memory for buffers that `device`'s copies read or write (offload's slices, auto
+// placement's host tier, the checkpointed activations, the tokens going up): page-locked when
+// `pinned` and `device` is a GPU (cudaHostAlloc, from the CUDA module) or the simulated device
+// (SimPinnedAllocator), so that the copies overlap compute; plain host memory otherwise (on a
+// GPU cudaMemcpyAsync then returns only once its copy is done). Pinned memory is committed at
+// once and cannot be swapped: an allocation the host cannot pin fails with a tide::Error.
+std::unique_ptr<Allocator> make_host_allocator(Device device, bool pinned);
+
 // GPU `device`'s free and total bytes now (cudaMemGetInfo), from the CUDA module.
 struct DeviceMemoryInfo {
   int64_t free_bytes = 0;

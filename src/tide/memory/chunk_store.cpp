@@ -46,9 +46,10 @@ ChunkStore::ChunkStore(ChunkLayout layout, StoreOptions options)
       if (kind == ChunkKind::PARAM && !opt_.params_resident) continue;
       const bool offloaded_param =
           kind == ChunkKind::PARAM && sliced(kind) && opt_.param_slices != nullptr;
-      Allocator& a = optimizer_kind    ? *opt_.optimizer
-                     : offloaded_param ? *opt_.param_slices
-                                       : *opt_.compute;
+      Allocator& a = kind == ChunkKind::MASTER && opt_.master ? *opt_.master
+                     : optimizer_kind                         ? *opt_.optimizer
+                     : offloaded_param                        ? *opt_.param_slices
+                                                              : *opt_.compute;
       ch.alloc = &a;
       ch.bytes = chunk_bytes(ch.elems, t);
       ch.data = a.allocate(ch.bytes, fmt::format("{} chunk {}", chunk_kind_name(kind), c));
@@ -142,13 +143,15 @@ Device ChunkStore::device_of(ChunkKind k, int c) const {
 }
 
 void ChunkStore::zero(ChunkKind k, const OpContext& op) {
+  std::vector<Tensor> zeroed;  // zeroed together: one wait for those on the host tier
   for (int i = 0; i < static_cast<int>(chunks_[static_cast<int>(k)].size()); ++i) {
     const Chunk& c = chunks_[static_cast<int>(k)][i];
-    if (c.data) fill_zero(op, Tensor(c.data, Shape{c.elems}, c.dtype, device_of(k, i)));
+    if (c.data) zeroed.emplace_back(c.data, Shape{c.elems}, c.dtype, device_of(k, i));
     if (c.slice_home)
-      fill_zero(op, Tensor(c.slice_home, Shape{static_cast<int64_t>(c.bytes / dtype_size(c.dtype))},
-                           c.dtype, c.alloc->device()));
+      zeroed.emplace_back(c.slice_home, Shape{static_cast<int64_t>(c.bytes / dtype_size(c.dtype))},
+                          c.dtype, c.alloc->device());
   }
+  fill_zero(op, zeroed);
 }
 
 void ChunkStore::allocate_chunk(ChunkKind k, int c, Allocator& alloc) {

@@ -65,6 +65,9 @@ struct StoreOptions {
   // offload_param: the slices on the host; the policy gathers each chunk on use into a buffer
   // of the compute tier and frees it after use.
   Allocator* param_slices = nullptr;
+  // Where a separate MASTER goes (separate_master, or 16-bit parameters); nullptr: `optimizer`.
+  // ZeRO-Offload in f32: page-locked host memory, as the master is copied up as the parameters.
+  Allocator* master = nullptr;
   // false: PARAM chunks start unallocated; the placement policy's fetch() brings them in.
   // (A sliced PARAM kind starts with only this rank's slice; fetch() gathers the rest.)
   bool params_resident = true;

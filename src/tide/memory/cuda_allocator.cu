@@ -1,7 +1,11 @@
-// Device memory for chunks: cudaMalloc'd and zero-filled, counted like every allocator.
+// Device memory for chunks: cudaMalloc'd and zero-filled, counted like every allocator; and
+// page-locked host memory (cudaHostAlloc) for the host ends of the device's copies, which
+// cudaMemcpyAsync can then overlap with compute.
 // In the CUDA module (core/cuda_module.h); make_cuda_allocator (allocator.cpp) reaches it
 // through the memory floor's table.
 #include <cuda_runtime.h>
+
+#include <cstring>
 
 #include "tide/core/cuda_module.h"
 #include "tide/memory/allocator.h"
@@ -40,6 +44,30 @@ class CudaAllocator : public Allocator {
   Device device_;
 };
 
+// Portable: pinned for every GPU of the process, not only the current one.
+class CudaPinnedAllocator : public Allocator {
+ public:
+  Device device() const override { return Device::cpu(); }
+  Tier tier() const override { return Tier::HOST; }
+  std::string name() const override { return "pinned host"; }
+
+ protected:
+  void* do_allocate(size_t bytes) override {
+    void* p = nullptr;
+    if (cudaHostAlloc(&p, bytes, cudaHostAllocPortable) != cudaSuccess) {
+      cudaGetLastError();  // not sticky, but leave no error for the next call to find
+      return nullptr;
+    }
+    std::memset(p, 0, bytes);
+    return p;
+  }
+  void do_free(void* p, size_t) override { cudaFreeHost(p); }
+};
+
+std::unique_ptr<Allocator> make_pinned_allocator() {
+  return std::make_unique<CudaPinnedAllocator>();
+}
+
 std::unique_ptr<Allocator> make_allocator(Device device, size_t limit_bytes) {
   return std::make_unique<CudaAllocator>(device, limit_bytes);
 }
@@ -58,6 +86,6 @@ const char* memory_info(int device, size_t* free_bytes, size_t* total_bytes) {
 
 TIDE_CUDA_MODULE_ENTRY const tide::CudaMemoryTable* tide_cuda_memory() {
   static const tide::CudaMemoryTable table{sizeof(tide::CudaMemoryTable), &tide::make_allocator,
-                                           &tide::memory_info};
+                                           &tide::make_pinned_allocator, &tide::memory_info};
   return &table;
 }

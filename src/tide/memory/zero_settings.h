@@ -11,8 +11,10 @@ namespace tide {
 
 // zero_optimization.offload_optimizer.* (ZeRO-Offload: parallel/offload_policy.h, docs/zero.md).
 struct OffloadSettings {
-  bool enabled = false;     // device = "cpu": fp32 master weights and Adam m, v on the host
-  bool pin_memory = false;  // page-locked host buffers for the copies (GPU); a no-op on CPU
+  bool enabled = false;  // device = "cpu": fp32 master weights and Adam m, v on the host
+  // The host ends of the copies page-locked on a GPU (make_host_allocator), so they overlap
+  // compute. true, where DeepSpeed's default is false: pageable copies block the host.
+  bool pin_memory = true;
   // One-step delayed parameter update (DPU): after dpu_warmup_steps synchronous steps, step t's
   // CPU Adam runs during step t+1's forward and backward, which use the parameters of step t-1.
   // 200, not the paper's 40: on the default job a one-step delay that starts while the loss

@@ -23,7 +23,11 @@ GPT::GPT(const GPTConfig& config, ActivationPolicy policy, int64_t chunk_elems, 
       }()) {}
 
 GPT::GPT(const GPTConfig& config, ActivationPolicy policy, const ModelOptions& options)
-    : config_(config), pp_(options.pp), stage_(options.stage), activations_(options.activations) {
+    : config_(config),
+      pp_(options.pp),
+      stage_(options.stage),
+      activations_(options.activations),
+      host_staging_(options.host_staging) {
   env_.op = options.op;
   check_device(options);
   if (options.tp && options.tp->size() > 1) {
@@ -274,7 +278,7 @@ std::unique_ptr<MicroBatch> GPT::make_micro_batch(int B, int T, StashPool* stash
   mb->sized_for_training = training;
   mb->saved = Arena("activations", sizes.saved, activations_);
   if (env_.cpu_checkpointing)
-    mb->host_checkpoints = Arena("host checkpoints", sizes.host_checkpoints);
+    mb->host_checkpoints = Arena("host checkpoints", sizes.host_checkpoints, host_staging_);
   mb->workspace = Arena("workspace", sizes.workspace, activations_);
   // An evaluation micro-batch keeps nothing from F to B: no stash either.
   if (!stash && training) {
@@ -292,7 +296,7 @@ std::unique_ptr<MicroBatch> GPT::make_micro_batch(int B, int T, StashPool* stash
     mb->host_tokens = mb->tokens;
     mb->host_targets = mb->targets;
   } else {  // the host's side of the copies up (tokens, targets) and down (the losses)
-    mb->host = Arena("host batch", 3 * Arena::aligned(size_t{4} * B * T));
+    mb->host = Arena("host batch", 3 * Arena::aligned(size_t{4} * B * T), host_staging_);
     mb->host_tokens = mb->host.alloc_tensor({B, T}, DType::I32);
     mb->host_targets = mb->host.alloc_tensor({B, T}, DType::I32);
     if (has_head()) mb->host_losses = mb->host.alloc_tensor({B, T}, DType::F32);

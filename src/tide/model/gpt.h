@@ -81,6 +81,11 @@ struct ModelOptions {
   // parallelism is refused (its vocabulary-parallel ops are CPU kernels, vocab_parallel.h).
   OpContext op;
   Allocator* activations = nullptr;
+  // On a device: where the host ends of the model's copies live (the micro-batches' host
+  // tokens, targets and losses, cpu_checkpointing's pool, the policy stack's gradient sums):
+  // page-locked memory (make_host_allocator), so the copies overlap compute. nullptr: the host
+  // heap, where on a GPU each such copy blocks the host.
+  Allocator* host_staging = nullptr;
 };
 
 class GPT {
@@ -124,6 +129,7 @@ class GPT {
   // The context the model's ops run on and where its activations live (ModelOptions).
   const OpContext& op() const { return env_.op; }
   Allocator* activation_allocator() const { return activations_; }
+  Allocator* host_staging_allocator() const { return host_staging_; }
 
   // The stage boundaries of a micro-batch, each (B,T,C). input_activation: what the stage's
   // first transformer block reads (written by the embedding on stage 0; elsewhere fill it
@@ -199,6 +205,7 @@ class GPT {
   std::shared_ptr<ProcessGroup> tp_group_;  // kept alive for env_.tp
   std::shared_ptr<ProcessGroup> kv_group_;  // kept alive for env_.kv_group
   Allocator* activations_ = nullptr;        // ModelOptions::activations
+  Allocator* host_staging_ = nullptr;       // ModelOptions::host_staging
   BlockEnv env_;
   std::unique_ptr<ChunkStore> store_;
   Arena rope_;  // the Llama family: env_.rope_inv_freq, on the model's device

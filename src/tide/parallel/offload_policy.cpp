@@ -40,9 +40,10 @@ OffloadPolicy::OffloadPolicy(ChunkStore& store, int dp_size, const OffloadSettin
              "ZeRO-Offload needs the fp32 master weights in their own chunks on the host: build "
              "the model with ModelOptions::store.separate_master = true");
   const int n = store_.layout().num_chunks();
-  // On a device with 16-bit parameters, a host copy of each owned parameter slice in that dtype
-  // (finish_update's staging for the copy up).
-  const bool staging = !op_.device.is_cpu() && store_.compute_dtype() != DType::F32;
+  // On a device with 16-bit parameters there, a host copy of each owned parameter slice in that
+  // dtype (finish_update's staging for the copy up); offload_param's slices are on the host.
+  const bool staging = !op_.device.is_cpu() && store_.compute_dtype() != DType::F32 &&
+                       !store_.options().param_slices;
   for (int c = 0; c < n; ++c) {
     const int64_t elems = store_.layout().slice_elems(c);
     const size_t bytes = static_cast<size_t>(elems) * sizeof(float);
@@ -247,7 +248,14 @@ void OffloadPolicy::finish_update() {
   for (int c = 0; c < n; ++c) {
     wait_done(adam_done_, c);
     const Tensor m = store_.slice(ChunkKind::MASTER, c), p = store_.slice(ChunkKind::PARAM, c);
-    if (param_staging_.empty()) {
+    if (p.device.is_cpu() && !op_.device.is_cpu()) {
+      // offload_param on a device: the slice is host memory, which the host writes (a copy
+      // between two host buffers on a stream blocks the host). Every read of it queued so far
+      // (a gather up) came before the chunk's gradient copy down that its Adam waited for (the
+      // gradient is complete only after the chunk's last use), and the next reads are queued
+      // after this.
+      convert_elements(m.data, DType::F32, p.data, p.dtype, m.numel());
+    } else if (param_staging_.empty()) {
       copy(op_, p, m);  // up in the compute dtype (on a device: queued on the stream)
     } else {
       // 16-bit parameters on a device: a converting copy through the host is no device copy.

@@ -46,7 +46,8 @@
 // offload thread, and the copy/Adam seconds of the offload thread with the part of them that
 // ran before backward ended (hidden).
 //
-// pin_memory (OffloadSettings) is a no-op on CPU: the host buffers are ordinary host memory.
+// pin_memory (OffloadSettings): on a device the caller gives page-locked host memory for the
+// buffers the copies read and write (make_host_allocator); nothing to pin on the CPU.
 
 #include <chrono>
 #include <condition_variable>
@@ -93,7 +94,8 @@ class OffloadPolicy final : public ReducedGradSink {
   // The store must keep a separate MASTER (StoreOptions::separate_master) sliced like ADAM_M and
   // ADAM_V. `dp_size`: N, the divisor of the mean. `threads`: OpenMP threads of the CPU Adam
   // (0: OpenMP's default). Host gradient buffers (4 Psi/N bytes) come from `grad_host`, and
-  // on a device with 16-bit parameters their staging for the copy up (2 Psi/N bytes).
+  // on a device with 16-bit parameters there their staging for the copy up (2 Psi/N bytes;
+  // none with offload_param, whose slices are on the host: the update writes them there).
   // `op`: the context whose stream writes the store's GRAD and PARAM chunks (the model's). On a
   // device the slices go down and up as copies on its stream (the mover): a gradient slice is
   // queued for the host when its reduction is, and the offload thread waits for that copy; the

@@ -67,6 +67,7 @@ StepRunner::StepRunner(const TrainConfig& cfg, const Topology& mesh, const Optim
     if (memory_limit_ == 0 || memory_limit_ >= schedule.stages)
       schedule = pipeline::one_f_one_b(schedule.stages, schedule.microbatches);
   }
+  if (!op.device.is_cpu()) host_staging_ = make_host_allocator(op.device, /*pinned=*/true);
   std::vector<GPT*> models;
   for (int c = 0; c < schedule.chunks; ++c) {
     ModelOptions o;
@@ -76,6 +77,7 @@ StepRunner::StepRunner(const TrainConfig& cfg, const Topology& mesh, const Optim
     o.stage = schedule.virtual_stage(pp_->rank(), c);
     o.op = op;
     o.activations = activations;
+    o.host_staging = host_staging_.get();
     if (tp_->size() > 1) {
       o.tp = tp_;
       o.sequence_parallel = sequence_parallel;

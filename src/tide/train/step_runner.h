@@ -121,6 +121,9 @@ class StepRunner {
   std::shared_ptr<ProcessGroup> world_, pp_, dp_, tp_;  // pp_, dp_, tp_: the topology mesh's
   bool zero_sliced_ = false;                            // ZeRO-1..3
   bool collective_forward_ = false;  // ZeRO-3: a forward gathers parameters over dp
+  // On a device: page-locked host memory for the models' copy ends (ModelOptions::host_staging);
+  // declared first, as everything below holds some of it.
+  std::unique_ptr<Allocator> host_staging_;
   std::vector<std::unique_ptr<GPT>> chunks_;
   std::vector<std::unique_ptr<MicroBatch>> eval_mbs_;  // per chunk, one sequence
   // Declared after the evaluation micro-batches, so destroyed before them: its destructor

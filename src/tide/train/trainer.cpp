@@ -361,19 +361,28 @@ void Trainer::configure_store(StoreOptions& so) {
   so.compute = so.optimizer = compute_alloc_.get();
   if (cfg_.placement_policy == "auto") {
     // PatrickStar (auto_placement.h): every chunk starts on the host; the policy moves them
-    // into the budgeted compute tier on demand.
-    host_alloc_ = std::make_unique<HostAllocator>();
+    // into the budgeted compute tier on demand (page-locked on a device: each move is a copy).
+    host_alloc_ = make_host_allocator(op_.device, cfg_.placement_pin_memory);
     so.compute = so.optimizer = host_alloc_.get();
     return;
   }
   if (!offload) return;
   // ZeRO-Offload: fp32 master weights (their own copy, also in f32) and Adam m, v on the host.
+  // Only what a copy reads or writes is page-locked (the pin_memory keys): an f32 master goes
+  // up as the parameters (16-bit parameters go up from the OffloadPolicy's staging slices).
   host_alloc_ = std::make_unique<HostAllocator>();
   so.optimizer = host_alloc_.get();
   so.separate_master = true;
+  if (so.compute_dtype == DType::F32) {
+    master_alloc_ = make_host_allocator(op_.device, cfg_.zero.offload_optimizer.pin_memory);
+    so.master = master_alloc_.get();
+  }
   // offload_param (stage 3): this rank's parameter slices on the host too; the ZeRO-3 gathers
   // bring each block's chunks into the compute tier on use (prefetched ahead) and free them.
-  if (cfg_.offload_param == "cpu") so.param_slices = host_alloc_.get();
+  if (cfg_.offload_param == "cpu") {
+    param_slices_alloc_ = make_host_allocator(op_.device, cfg_.offload_param_pin_memory);
+    so.param_slices = param_slices_alloc_.get();
+  }
 }
 
 void Trainer::prepare_default_corpus() {
@@ -567,6 +576,13 @@ float Trainer::evaluate() {
   const int64_t n =
       std::min<int64_t>(cfg_.eval_sequences, static_cast<int64_t>(val_loader_->num_sequences()));
   return runner_->evaluate(*val_loader_, n);
+}
+
+size_t Trainer::host_tier_bytes() const {
+  size_t b = 0;
+  for (const auto* a : {host_alloc_.get(), master_alloc_.get(), param_slices_alloc_.get()})
+    if (a) b += a->allocated();
+  return b;
 }
 
 size_t Trainer::memory_bytes() const {

@@ -53,7 +53,8 @@ class Trainer {
   PipelineEngine& engine() { return runner_->engine(); }  // tests: set_gradient_hook
   // The allocators configure_store made (nullptr when the store uses its own).
   const Allocator* compute_allocator() const { return compute_alloc_.get(); }
-  const Allocator* host_allocator() const { return host_alloc_.get(); }
+  // Bytes of model states the host tier holds (the allocators above, host side; 0 without).
+  size_t host_tier_bytes() const;
   const TrainConfig& config() const { return cfg_; }
   int64_t step() const { return step_; }
   // True when, at the last step, some rank had been asked to stop (preemption.h); run() then
@@ -143,6 +144,9 @@ class Trainer {
   std::shared_ptr<ProcessGroup> world_;
   // Declared before the model, whose chunks they hold (nullptr: the store's own host memory).
   std::unique_ptr<Allocator> compute_alloc_, host_alloc_;
+  // ZeRO-Offload's f32 master and offload_param's slices: the host tier's copy ends, each
+  // page-locked on a device as its pin_memory key says (nullptr where unused).
+  std::unique_ptr<Allocator> master_alloc_, param_slices_alloc_;
   // The context the model's ops run on (device): the CPU's, or a stream of the simulated device
   // whose memory is compute_alloc_.
   OpContext op_;

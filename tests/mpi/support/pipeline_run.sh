@@ -2,9 +2,10 @@
 # pipeline_run.sh MPIEXEC TIDE SOURCE_DIR WORK_DIR: `tide train pipeline.stages=2` end to end on
 # 2 ranks (ZB-H1, dropout 0.1). The run logs its losses and validation losses, writes
 # metrics.jsonl, TensorBoard events and a trace of real steps, and its checkpoints as sharded
-# directories (one shard per stage); the 1-rank run (pp = 1) has the same losses to 4 decimals;
+# directories (one shard per stage); the 1-rank run (pp = 1) has the same losses to 1.5e-4 (the
+# corpus is the repository's docs, so a doc change moves the values);
 # resuming the periodic checkpoint under pp = 2 ends with the same losses as the uninterrupted
-# run (bitwise: the same log lines); resuming it on 1 rank too (to 4 decimals); `tide sample`
+# run (bitwise: the same log lines); resuming it on 1 rank too (to 1.5e-4); `tide sample`
 # and `tide export` read the final checkpoint. Then pp x dp = 2 x 2 (4 ranks) with zb-auto.
 set -uo pipefail
 mpiexec=$1 tide=$2 src=$3 dir=$4
@@ -33,9 +34,21 @@ grep -q '"name": "F"' a/trace.json && grep -q '"name": "W"' a/trace.json \
 # Loss and validation lines: "N loss" for steps 1-6, "N val" for steps 0, 3, 6.
 loss() { sed -n 's/^step \+\([0-9]\)\/6 | loss \([0-9.]*\).*/\1 \2/p; s/^step \+\([0-9]\) | val loss \([0-9.]*\).*/\1 val \2/p' "$1"; }
 [ "$(loss a.log | wc -l)" -eq 9 ] || { cat a.log; fail "no loss lines"; }
+# Runs that sum in another order agree to their printed 4 decimals up to one unit there (a
+# value on a rounding boundary): the same lines, each loss within 1.5e-4.
+close() {
+  local x y
+  x=$(cat "$1") y=$(cat "$2")
+  [ "$(wc -l <<< "$x")" -eq "$(wc -l <<< "$y")" ] || return 1
+  paste -d'|' <(echo "$x") <(echo "$y") | awk -F'|' '{
+    n = split($1, a, " "); m = split($2, b, " "); d = a[n] - b[m]
+    if (n != m || a[1] != b[1] || a[2] != b[2] && n == 3 || d > 1.5e-4 || d < -1.5e-4) bad = 1
+  } END { exit bad }'
+}
+near() { close <(loss "$1") <(loss "$2") || { diff <(loss "$1") <(loss "$2"); fail "$3"; }; }
 # One rank, the same global batch: the same losses to 4 decimals.
 timeout 300 "$tide" train "${common[@]}" out_dir=one > one.log 2>&1 || { cat one.log; fail "1-rank run"; }
-diff <(loss a.log) <(loss one.log) || fail "the 2-stage run's losses differ from one rank's"
+near a.log one.log "the 2-stage run's losses differ from one rank's"
 # Resumed under pp = 2: the same lines as the uninterrupted run from step 4 on.
 "${mpi[@]}" "$tide" train "${common[@]}" "${pp[@]}" out_dir=b checkpoint.resume=a/model_step3.ckpt \
   > b.log 2>&1 || { cat b.log; fail "resume under pp = 2"; }
@@ -44,7 +57,7 @@ diff <(late a.log) <(late b.log) || fail "the resumed run's losses differ"
 # Resumed on one rank (pp = 1) from the 2-stage checkpoint.
 timeout 300 "$tide" train "${common[@]}" out_dir=c checkpoint.resume=a/model_step3.ckpt \
   > c.log 2>&1 || { cat c.log; fail "resume on 1 rank"; }
-diff <(late a.log) <(late c.log) || fail "the 1-rank resume's losses differ"
+close <(late a.log) <(late c.log) || { diff <(late a.log) <(late c.log); fail "the 1-rank resume's losses differ"; }
 "$tide" sample --checkpoint a/model.ckpt --tokens 8 > sample.log 2>&1 \
   || { cat sample.log; fail "tide sample on a pipeline checkpoint"; }
 "$tide" export --checkpoint a/model.ckpt --out-dir hf > export.log 2>&1 \
@@ -61,7 +74,7 @@ grep -q "2 pipeline stages x 2 data-parallel replicas (ZeRO-1), schedule zb-auto
 [ -f d/model.ckpt/shard-00003-of-00004.safetensors ] || fail "d/model.ckpt is not 4 shards"
 timeout 300 "$tide" train "${common[@]}" gradient_accumulation_steps=8 out_dir=e > e.log 2>&1 \
   || { cat e.log; fail "1-rank run, accumulation 8"; }
-diff <(loss d.log) <(loss e.log) || fail "the 2 x 2 run's losses differ from one rank's"
+near d.log e.log "the 2 x 2 run's losses differ from one rank's"
 "$tide" sample --checkpoint d/model.ckpt --tokens 8 > sample_d.log 2>&1 \
   || { cat sample_d.log; fail "tide sample on a pp x dp checkpoint"; }
 echo "OK: zb-h1 on 2 stages = 1 rank, resumed on 2 stages and on 1 rank, sampled, exported; 2 x 2"

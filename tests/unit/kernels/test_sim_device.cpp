@@ -1,10 +1,12 @@
 // The simulated asynchronous device (core/sim_device.h) and the mover (kernels/mover.h):
 // streams run their work in order and later than the host asks, events order streams and the
 // host, errors raised on a stream reach the host at its next wait, and the mover refuses
-// memory its stream cannot reach.
+// memory its stream cannot reach. Host buffers are page-locked (SimPinnedAllocator) where a test
+// needs its copies asynchronous: through pageable memory a copy returns only once done.
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <thread>
@@ -28,6 +30,22 @@ void stall(const OpContext& ctx, std::atomic<bool>& released) {
   });
 }
 
+// Host memory the stream copies to and from asynchronously: `n` floats of `value`.
+class PinnedFloats {
+ public:
+  PinnedFloats(int64_t n, float value) : arena_("pinned", n * sizeof(float), &memory_) {
+    tensor_ = arena_.alloc_tensor({n});
+    std::fill_n(tensor_.f32(), n, value);
+  }
+  const Tensor& tensor() const { return tensor_; }
+  std::vector<float> values() const { return {tensor_.f32(), tensor_.f32() + tensor_.numel()}; }
+
+ private:
+  SimPinnedAllocator memory_;
+  Arena arena_;
+  Tensor tensor_;
+};
+
 }  // namespace
 
 TEST(SimDevice, OpsAreQueuedAndRunInOrder) {
@@ -37,19 +55,20 @@ TEST(SimDevice, OpsAreQueuedAndRunInOrder) {
   const Tensor x = arena.alloc_tensor({64}), y = arena.alloc_tensor({64}),
                z = arena.alloc_tensor({64});
   EXPECT_EQ(x.device, Device::sim(0));
-  std::vector<float> in(64, 2.0f), out(64, -1.0f);
+  const PinnedFloats in(64, 2.0f), out(64, -1.0f);
   std::atomic<bool> released{false};
   stall(ctx, released);
-  copy(ctx, x, Tensor(in.data(), {64}));
+  copy(ctx, x, in.tensor());
   residual_forward(ctx, y, x, x);  // y = 4
   residual_forward(ctx, z, y, x);  // z = 6: needs y first
-  copy(ctx, Tensor(out.data(), {64}), z);
+  copy(ctx, out.tensor(), z);
   const StreamEvent done = record_event(ctx);
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
   EXPECT_FALSE(done.sim->done()) << "the stream ran past a task that had not finished";
   released = true;
   synchronize(done);
-  for (float v : out) ASSERT_EQ(v, 6.0f);
+  for (float v : out.values()) ASSERT_EQ(v, 6.0f);
+  EXPECT_EQ(ctx.sim->synchronizations(), 0u) << "a copy through page-locked memory waited";
 }
 
 // Stream b waits for an event of stream a: its read sees a's write, though a ran late.
@@ -60,19 +79,19 @@ TEST(SimDevice, EventsOrderStreams) {
   ASSERT_NE(a.sim, b.sim);
   Arena arena("test", 2 * 256 * sizeof(float), &memory);
   const Tensor x = arena.alloc_tensor({256}), y = arena.alloc_tensor({256});
-  std::vector<float> in(256, 1.5f), out(256, 0.0f);
+  const PinnedFloats in(256, 1.5f), out(256, 0.0f);
   std::atomic<bool> released{false};
   stall(a, released);
-  copy(a, x, Tensor(in.data(), {256}));
+  copy(a, x, in.tensor());
   wait_event(b, record_event(a));
   gelu_forward(b, y, x);
-  copy(b, Tensor(out.data(), {256}), y);
+  copy(b, out.tensor(), y);
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
   released = true;
   synchronize(b);
   std::vector<float> ref(256);
-  gelu_forward(OpContext{}, Tensor(ref.data(), {256}), Tensor(in.data(), {256}));
-  EXPECT_EQ(out, ref);
+  gelu_forward(OpContext{}, Tensor(ref.data(), {256}), in.tensor());
+  EXPECT_EQ(out.values(), ref);
 }
 
 // A kernel's error on the stream (a target outside the vocabulary) reaches the host at its
@@ -83,15 +102,17 @@ TEST(SimDevice, StreamErrorsAreStickyAndReachTheHost) {
   Arena arena("test", 4096, &memory);
   const Tensor losses = arena.alloc_tensor({2}), logits = arena.alloc_tensor({2, 5});
   const Tensor targets = arena.alloc_tensor({2}, DType::I32);
-  std::vector<int32_t> bad = {1, 9};
-  std::vector<float> marker(2, 7.0f);
+  PinnedFloats bad(2, 0.0f);
+  const PinnedFloats marker(2, 7.0f);
+  const Tensor bad_ids = bad.tensor();
+  std::copy_n(std::vector<int32_t>{1, 9}.data(), 2, static_cast<int32_t*>(bad_ids.data));
   fill_zero(ctx, logits);
-  copy(ctx, targets, Tensor(bad.data(), {2}, DType::I32));
+  copy(ctx, targets, Tensor(bad_ids.data, {2}, DType::I32));
   crossentropy_forward(ctx, losses, logits, targets);  // queued: no error yet
-  copy(ctx, Tensor(marker.data(), {2}), losses);       // skipped after the error
+  copy(ctx, marker.tensor(), losses);                  // skipped after the error
   const std::string msg = error_of([&] { synchronize(ctx); });
   EXPECT_NE(msg.find("9"), std::string::npos) << msg;
-  EXPECT_EQ(marker, std::vector<float>(2, 7.0f));
+  EXPECT_EQ(marker.values(), std::vector<float>(2, 7.0f));
   // The error is sticky: a later wait on the same stream reports it again.
   EXPECT_FALSE(error_of([&] { synchronize(ctx); }).empty());
 }
@@ -159,6 +180,38 @@ TEST(SimDevice, MoverCopiesConvertBetweenFloatDtypes) {
             std::string::npos);
 }
 
+// CUDA's rule, kept: a copy through pageable host memory (or between two host buffers) returns
+// only once it is done, a host wait the stream counts; through page-locked memory it is queued.
+TEST(SimDevice, CopiesThroughPageableMemoryWaitForTheStream) {
+  SimAllocator memory(Device::sim(0));
+  const OpContext ctx = make_op_context(Device::sim(0), nullptr, 1);
+  Arena arena("test", 64 * sizeof(float), &memory);
+  const Tensor x = arena.alloc_tensor({64});
+  PinnedFloats pinned(64, 3.0f), other(64, 0.0f);
+  std::vector<float> pageable(64, 0.0f);
+  copy(ctx, x, pinned.tensor());
+  copy(ctx, pinned.tensor(), x);
+  EXPECT_EQ(ctx.sim->synchronizations(), 0u);
+  std::atomic<bool> released{false};
+  stall(ctx, released);
+  std::thread release([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    released = true;
+  });
+  copy(ctx, Tensor(pageable.data(), {64}), x);  // returns after the stall and the copy
+  EXPECT_TRUE(released.load());
+  EXPECT_EQ(pageable, std::vector<float>(64, 3.0f)) << "the copy had not run when it returned";
+  release.join();
+  EXPECT_EQ(ctx.sim->synchronizations(), 1u);
+  copy(ctx, x, Tensor(pageable.data(), {64}));
+  copy(ctx, other.tensor(), pinned.tensor());  // host to host, both page-locked
+  EXPECT_EQ(ctx.sim->synchronizations(), 3u);
+  // A range is page-locked only inside one allocation.
+  EXPECT_TRUE(sim_host_is_pinned(pinned.tensor().data, 64 * sizeof(float)));
+  EXPECT_FALSE(sim_host_is_pinned(pinned.tensor().data, 64 * sizeof(float) + 1));
+  EXPECT_FALSE(sim_host_is_pinned(pageable.data(), 4));
+}
+
 TEST(SimDevice, DevicesParse) {
   EXPECT_EQ(parse_device("sim"), Device::sim(0));
   EXPECT_EQ(parse_device("sim:3"), Device::sim(3));
@@ -177,11 +230,11 @@ TEST(SimDeviceRace, DISABLED_HostReadsBeforeTheWait) {
   const OpContext ctx = make_op_context(Device::sim(0), nullptr, 1);
   Arena arena("test", 1024 * sizeof(float), &memory);
   const Tensor x = arena.alloc_tensor({1024});
-  std::vector<float> out(1024, 0.0f);
+  const PinnedFloats out(1024, 0.0f);
   fill_zero(ctx, x);
-  copy(ctx, Tensor(out.data(), {1024}), x);
+  copy(ctx, out.tensor(), x);
   float sum = 0.0f;
-  for (float v : out) sum += v;  // no synchronize(ctx) before this read: the bug
+  for (int i = 0; i < 1024; ++i) sum += out.tensor().f32()[i];  // no synchronize(ctx): the bug
   synchronize(ctx);
   EXPECT_EQ(sum, 0.0f);
 }

@@ -86,7 +86,7 @@ TEST(SimTrainer, TrainsValidatesAndCheckpointsAsTheCpuRun) {
     std::vector<std::string> extra;
     if (precision == "bf16") extra.push_back("bf16.enabled=true");
     if (precision == "auto")
-      extra = {"placement.policy=auto", "placement.device_memory_limit=400000"};
+      extra = {"placement.policy=auto", "placement.device_memory_limit=120000"};
     if (precision == "offload")
       extra = {"zero_optimization.stage=1", "zero_optimization.offload_optimizer.device=cpu"};
     auto run = [&](const std::string& device, std::vector<float>& curve) {
@@ -173,6 +173,65 @@ TEST(SimTrainer, AStepDrainsTheDeviceOnceForTheNormAndAllocatesNothing) {
     run("cpu", cpu);
     EXPECT_EQ(run("sim", sim), 3u) << "ZeRO stage " << stage << ": waits in 3 steps";
     EXPECT_EQ(sim, cpu) << "ZeRO stage " << stage;
+  }
+  fs::remove_all(dir);
+}
+
+// The host ends of the copies are page-locked on a device (issue #27: "copies through pinned
+// host memory"). With the pin_memory keys at their defaults, ZeRO-Offload's steps (the gradient
+// slices down, the parameters up; the f32 master in f32, offload_param's slices in bf16) do not
+// make the host wait for the stream at all, and auto placement waits at most once per chunk
+// move (its source is freed after the copy), once per chunk updated on the host tier, and twice
+// per step: for the norm, and before the host zeroes the gradient chunks on the host tier. With a
+// key false each copy through the host memory it governs waits once more (sim_device.h keeps CUDA's
+// rule for pageable memory), and the model trained is the same.
+TEST(SimTrainer, PinnedHostMemoryKeepsTheCopiesOffTheHost) {
+  const std::string dir = sim_trainer_data();
+  struct Case {
+    std::string name;
+    std::vector<std::string> keys;
+    std::string pin_key;  // the key set false for the pageable run
+  };
+  const std::vector<Case> cases = {
+      {"f32 ZeRO-2 offload",
+       {"zero_optimization.stage=2", "zero_optimization.offload_optimizer.device=cpu"},
+       "zero_optimization.offload_optimizer.pin_memory"},
+      {"bf16 ZeRO-3 offload_param",
+       {"bf16.enabled=true", "zero_optimization.stage=3",
+        "zero_optimization.offload_optimizer.device=cpu",
+        "zero_optimization.offload_param.device=cpu"},
+       "zero_optimization.offload_param.pin_memory"},
+      {"bf16 auto placement",
+       {"bf16.enabled=true", "placement.policy=auto", "placement.device_memory_limit=90000"},
+       "placement.pin_memory"},
+  };
+  for (const Case& c : cases) {
+    struct Run {
+      uint64_t waits = 0, most = 0;  // in steps 2-4
+      std::vector<float> losses;
+    };
+    auto run = [&](bool pinned) {
+      std::vector<std::string> keys = c.keys;
+      keys.insert(keys.end(), {"device=sim", fmt::format("{}={}", c.pin_key, pinned)});
+      Trainer t(sim_trainer_config(dir, "pin_" + std::to_string(pinned), keys));
+      Run r;
+      r.losses.push_back(t.train_step().loss);  // the first step sets up
+      const uint64_t before = t.model().op().sim->synchronizations();
+      for (int s = 0; s < 3; ++s) {
+        const StepStats st = t.train_step();
+        r.losses.push_back(st.loss);
+        const PlacementStepCounters& p = st.placement;
+        if (t.config().placement_policy == "auto")
+          r.most += p.moves_to_host + p.moves_to_compute + p.updated_on_host + 2;
+      }
+      r.waits = t.model().op().sim->synchronizations() - before;
+      return r;
+    };
+    const Run pinned = run(true), pageable = run(false);
+    EXPECT_LE(pinned.waits, pinned.most) << c.name << ": host waits in 3 steps";
+    EXPECT_GT(pageable.waits, pinned.waits + 3)
+        << c.name << ": host waits with " << c.pin_key << " false";
+    EXPECT_EQ(pinned.losses, pageable.losses) << c.name;
   }
   fs::remove_all(dir);
 }
