@@ -178,7 +178,20 @@ void ChunkStore::free_chunk(ChunkKind k, int c) {
 }
 
 size_t ChunkStore::move_chunk(ChunkKind k, int c, Allocator& to, const OpContext& op) {
-  Chunk& ch = at(k, c);
+  const Chunk& ch = at(k, c);
+  if (ch.alloc == &to && ch.data) return 0;
+  check_movable(k, c, to);
+  Allocator& from = *ch.alloc;
+  const size_t bytes = ch.bytes;
+  void* old = move_chunk_into(
+      k, c, to.allocate(bytes, fmt::format("{} chunk {}", chunk_kind_name(k), c)), to, op);
+  synchronize(op);
+  from.free(old, bytes);
+  return bytes;
+}
+
+void ChunkStore::check_movable(ChunkKind k, int c, const Allocator& to) const {
+  const Chunk& ch = at(k, c);
   TIDE_CHECK(ch.data != nullptr, "{} chunk {} is not resident: there is nothing to move",
              chunk_kind_name(k), c);
   TIDE_CHECK(ch.alloc != nullptr,
@@ -188,21 +201,26 @@ size_t ChunkStore::move_chunk(ChunkKind k, int c, Allocator& to, const OpContext
              chunk_kind_name(k), c);
   TIDE_CHECK(!ch.slice_home, "{} chunk {} cannot move: a whole buffer is attached over its slice",
              chunk_kind_name(k), c);
-  if (ch.alloc == &to) return 0;
-  void* p = to.allocate(ch.bytes, fmt::format("{} chunk {}", chunk_kind_name(k), c));
+  TIDE_CHECK(ch.alloc != &to, "{} chunk {} is already in {} memory", chunk_kind_name(k), c,
+             to.name());
+}
+
+void* ChunkStore::move_chunk_into(ChunkKind k, int c, void* dst, Allocator& to,
+                                  const OpContext& op) {
+  check_movable(k, c, to);
+  Chunk& ch = at(k, c);
   const Shape shape{static_cast<int64_t>(ch.bytes / dtype_size(ch.dtype))};
-  copy(op, Tensor(p, shape, ch.dtype, to.device()),
+  copy(op, Tensor(dst, shape, ch.dtype, to.device()),
        Tensor(ch.data, shape, ch.dtype, ch.alloc->device()));
-  synchronize(op);
-  ch.alloc->free(ch.data, ch.bytes);
-  ch.data = p;
+  void* old = ch.data;
+  ch.data = dst;
   ch.alloc = &to;
   if (k == ChunkKind::PARAM && has(ChunkKind::MASTER)) {
     Chunk& m = at(ChunkKind::MASTER, c);
     if (m.alloc == nullptr && m.data != nullptr)  // f32 master weights: the same bytes
-      m.data = static_cast<char*>(p) + (m.begin - ch.begin) * 4;
+      m.data = static_cast<char*>(dst) + (m.begin - ch.begin) * 4;
   }
-  return ch.bytes;
+  return old;
 }
 
 void ChunkStore::attach_whole(ChunkKind k, int c, void* buffer, Device device) {

@@ -148,6 +148,10 @@ class ChunkStore {
   // `op`'s stream (ordered after the ops queued there), waited for before the old allocation
   // goes.
   size_t move_chunk(ChunkKind k, int c, Allocator& to, const OpContext& op = {});
+  // move_chunk into `dst` (chunk_info(k, c).bytes of `to`'s memory, given by the caller) without
+  // the wait: returns the memory the chunk left, which the copy may still be reading. The caller
+  // frees it after a wait for the stream, or reuses it for copies queued on the same stream.
+  void* move_chunk_into(ChunkKind k, int c, void* dst, Allocator& to, const OpContext& op = {});
   bool attached(ChunkKind k, int c) const { return chunk_info(k, c).slice_home != nullptr; }
 
   // Bytes held per kind (aliases count once) and in total.
@@ -189,11 +193,14 @@ class ChunkStore {
   int micro_batches() const { return micro_batches_; }
 
  private:
+  // Throws unless chunk c of kind k can move to `to` now (move_chunk's rules).
+  void check_movable(ChunkKind k, int c, const Allocator& to) const;
   // Where chunk c of kind k is as the ops see it (an attached buffer: its device; an aliased
   // f32 MASTER: where its PARAM is).
   Device device_of(ChunkKind k, int c) const;
   void set_state(int id, TensorState s);
   Chunk& at(ChunkKind k, int c) { return chunks_[static_cast<int>(k)][c]; }
+  const Chunk& at(ChunkKind k, int c) const { return chunks_[static_cast<int>(k)][c]; }
 
   ChunkLayout layout_;
   StoreOptions opt_;

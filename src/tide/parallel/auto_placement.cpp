@@ -4,6 +4,7 @@
 #include <chrono>
 
 #include "tide/core/byte_size.h"
+#include "tide/kernels/mover.h"
 
 namespace tide {
 
@@ -115,7 +116,10 @@ void AutoPlacement::replan(std::vector<PlacedAccess> accesses) {
   warm_up_ = true;  // the next step records the new order's non-model bytes
 }
 
-AutoPlacement::~AutoPlacement() = default;
+AutoPlacement::~AutoPlacement() {
+  release_cache(device_);
+  release_cache(host_);
+}
 
 PlacementPolicy& AutoPlacement::policy(int s, PlacementPolicy* inner) {
   TIDE_CHECK(s >= 0 && s < static_cast<int>(stores_.size()) && inner != nullptr,
@@ -188,8 +192,7 @@ int64_t AutoPlacement::next_use(int item, int pos) const {
 }
 
 size_t AutoPlacement::non_model_now() const {
-  const size_t buffers = device_.allocated() - on_device_bytes_;
-  return buffers + (activation_bytes_ ? activation_bytes_() : 0);
+  return buffer_bytes() + (activation_bytes_ ? activation_bytes_() : 0);
 }
 
 size_t AutoPlacement::non_model_at(int pos) const {
@@ -220,10 +223,15 @@ void AutoPlacement::move(int item, Allocator& to) {
   const TraceSpan span(st.tracer(), &to == &device_ ? "move to device" : "move to host", "memory",
                        {{"chunk", i.chunk}});
   const auto t0 = std::chrono::steady_clock::now();
-  const size_t bytes = st.move_chunk(i.kind, i.chunk, to, op_);
+  const Chunk ch = st.chunk_info(i.kind, i.chunk);
+  if (ch.alloc == &to) return;
+  void* left = st.move_chunk_into(i.kind, i.chunk, take_block(to, ch.bytes, item), to, op_);
+  BlockCache& from = cache_of(*ch.alloc);
+  from.blocks.emplace(ch.bytes, left);
+  from.bytes += ch.bytes;
   counters_.wait_seconds +=
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (bytes == 0) return;
+  const size_t bytes = ch.bytes;
   if (&to == &device_) {
     on_device_bytes_ += bytes;
     counters_.bytes_to_compute += bytes;
@@ -233,6 +241,32 @@ void AutoPlacement::move(int item, Allocator& to) {
     counters_.bytes_to_host += bytes;
     counters_.moves_to_host += 1;
   }
+}
+
+void* AutoPlacement::take_block(Allocator& tier, size_t bytes, int item) {
+  BlockCache& cache = cache_of(tier);
+  if (const auto it = cache.blocks.find(bytes); it != cache.blocks.end()) {
+    void* p = it->second;
+    cache.blocks.erase(it);
+    cache.bytes -= bytes;
+    return p;
+  }
+  // Blocks of other sizes may hold the budget's room: as many as it takes go back.
+  if (tier.available() < bytes) release_cache(tier);
+  const Item& i = items_[item];
+  return tier.allocate(bytes, fmt::format("{} chunk {}", chunk_kind_name(i.kind), i.chunk));
+}
+
+void AutoPlacement::release_cache(Allocator& tier) {
+  BlockCache& cache = cache_of(tier);
+  if (cache.blocks.empty()) return;
+  synchronize(op_);  // the moves that left them may still be copying
+  counters_.cache_releases += 1;
+  // All of them: freeing only what the allocation needs leaves the next one of the other size
+  // short again (the step alternates 16-bit parameter and gradient chunks with f32 optimizer
+  // ones), which waits more often.
+  for (const auto& [bytes, p] : cache.blocks) tier.free(p, bytes);
+  cache = {};
 }
 
 bool AutoPlacement::evict_one(int pos, const std::function<bool(int)>& pinned) {
@@ -338,10 +372,9 @@ bool AutoPlacement::make_resident(std::span<const int> need, int pos, bool allow
 }
 
 void AutoPlacement::make_room_for_buffer(size_t bytes) {
+  if (device_.available() < bytes) release_cache(device_);
   if (device_.available() >= bytes) return;
-  const size_t limit = budget_ > device_.allocated() - on_device_bytes_
-                           ? budget_ - (device_.allocated() - on_device_bytes_)
-                           : 0;
+  const size_t limit = budget_ > buffer_bytes() ? budget_ - buffer_bytes() : 0;
   // Never evicted now: the current access's items, chunks with tensors in use.
   auto pinned = [&](int item) {
     return std::find(current_need_.begin(), current_need_.end(), item) != current_need_.end() ||
@@ -350,7 +383,8 @@ void AutoPlacement::make_room_for_buffer(size_t bytes) {
   // The chunks may fill what the buffers leave of the budget, less this buffer; when nothing
   // can move, the allocation reports the shortfall, naming the buffer.
   while (on_device_bytes_ + bytes > limit)
-    if (!evict_one(pos_, pinned)) return;
+    if (!evict_one(pos_, pinned)) break;
+  if (device_.available() < bytes) release_cache(device_);  // what the evictions left
 }
 
 void AutoPlacement::begin_step() {

@@ -52,6 +52,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <span>
 #include <utility>
@@ -65,7 +66,10 @@ namespace tide {
 struct PlacementStepCounters {
   uint64_t bytes_to_host = 0, bytes_to_compute = 0;
   int moves_to_host = 0, moves_to_compute = 0;
-  int evictions = 0;           // moves to the host to make room
+  int evictions = 0;  // moves to the host to make room
+  // Host waits to free the compute tier's cached chunk memory: a move of a size the cache lacks
+  // while its blocks of the other size hold the budget (AutoPlacement::take_block).
+  int cache_releases = 0;
   double wait_seconds = 0;     // the compute blocked on moves
   int updated_on_compute = 0;  // chunks whose Adam ran on the compute tier
   int updated_on_host = 0;
@@ -76,6 +80,7 @@ struct PlacementStepCounters {
     moves_to_host += o.moves_to_host;
     moves_to_compute += o.moves_to_compute;
     evictions += o.evictions;
+    cache_releases += o.cache_releases;
     wait_seconds += o.wait_seconds;
     updated_on_compute += o.updated_on_compute;
     updated_on_host += o.updated_on_host;
@@ -182,6 +187,28 @@ class AutoPlacement {
   // communication are left, waits for one (settle()). False: nothing can move.
   bool evict_one(int pos, const std::function<bool(int)>& pinned);
   void move(int item, Allocator& to);
+  // Chunk memory a move left, kept for a later move of the same size into that tier. A move
+  // queues its copy and caches its source at once, without a wait: the memory is reused only as
+  // the target of a later move, a copy queued on the same stream after the copy that reads it,
+  // so no move waits for the stream, and once the cache holds the step's sizes none allocates.
+  // The device's cached bytes are in device_.allocated() (and its budget).
+  struct BlockCache {
+    std::multimap<size_t, void*> blocks;  // bytes -> memory
+    size_t bytes = 0;
+  };
+  BlockCache& cache_of(const Allocator& tier) {
+    return &tier == &device_ ? device_cache_ : host_cache_;
+  }
+  // `bytes` of `tier` for item `item`: cached, or allocated (the device's cache is given back
+  // first when the budget has no room for it).
+  void* take_block(Allocator& tier, size_t bytes, int item);
+  // Frees the tier's cached blocks once the stream is done with them (a host wait).
+  void release_cache(Allocator& tier);
+  // The compute tier's bytes that are neither chunk items nor cached: ZeRO's buffers, and the
+  // activations when they come from the compute tier.
+  size_t buffer_bytes() const {
+    return device_.allocated() - on_device_bytes_ - device_cache_.bytes;
+  }
   void record(int pos);
   // Store s is about to acquire tensors `ids` for `use`.
   void on_acquire(int s, std::span<const int> ids, Use use);
@@ -202,6 +229,7 @@ class AutoPlacement {
   int total_chunks_ = 0;
   size_t budget_ = 0;
   size_t on_device_bytes_ = 0;
+  BlockCache device_cache_, host_cache_;
 
   std::vector<PlacedAccess> accesses_;
   std::vector<std::vector<int>> uses_;  // per item: the positions that need it, ascending

@@ -316,4 +316,17 @@ TEST(ChunkStore, MoveChunkCopiesTheBytesAndFreesTheOldAllocation) {
   store.free_chunk(ChunkKind::GRAD, 0);
   EXPECT_NE(error_of([&] { store.move_chunk(ChunkKind::GRAD, 0, device); }).find("not resident"),
             std::string::npos);
+  EXPECT_EQ(device.allocated(), 0u) << "a refused move left memory allocated";
+
+  // move_chunk_into: into the caller's memory, leaving the old memory to the caller.
+  void* target = device.allocate(16 * 4, "a cached block");
+  void* home = store.slice(ChunkKind::ADAM_M, 0).data;
+  const size_t host_now = host.allocated();
+  EXPECT_EQ(store.move_chunk_into(ChunkKind::ADAM_M, 0, target, device), home);
+  EXPECT_EQ(store.slice(ChunkKind::ADAM_M, 0).data, target);
+  EXPECT_EQ(store.slice(ChunkKind::ADAM_M, 0).f32()[3], 7.0f);
+  EXPECT_EQ(host.allocated(), host_now);  // not freed: the caller's
+  EXPECT_EQ(static_cast<float*>(home)[3], 7.0f);
+  EXPECT_EQ(store.move_chunk_into(ChunkKind::ADAM_M, 0, home, host), target);  // back home
+  device.free(target, 16 * 4);
 }

@@ -180,9 +180,11 @@ TEST(SimTrainer, AStepDrainsTheDeviceOnceForTheNormAndAllocatesNothing) {
 // The host ends of the copies are page-locked on a device (issue #27: "copies through pinned
 // host memory"). With the pin_memory keys at their defaults, ZeRO-Offload's steps (the gradient
 // slices down, the parameters up; the f32 master in f32, offload_param's slices in bf16) do not
-// make the host wait for the stream at all, and auto placement waits at most once per chunk
-// move (its source is freed after the copy), once per chunk updated on the host tier, and twice
-// per step: for the norm, and before the host zeroes the gradient chunks on the host tier. With a
+// make the host wait for the stream at all, nor allocate device memory. Auto placement's moves
+// reuse the memory earlier moves left (AutoPlacement's block cache) without a wait: the host
+// waits once per chunk updated on the host tier, once per give-back of that cache (a move of a
+// size it lacks, the budget full), and twice per step (the norm; before the host zeroes the
+// gradient chunks on the host tier). With a
 // key false each copy through the host memory it governs waits once more (sim_device.h keeps CUDA's
 // rule for pageable memory), and the model trained is the same.
 TEST(SimTrainer, PinnedHostMemoryKeepsTheCopiesOffTheHost) {
@@ -208,6 +210,8 @@ TEST(SimTrainer, PinnedHostMemoryKeepsTheCopiesOffTheHost) {
   for (const Case& c : cases) {
     struct Run {
       uint64_t waits = 0, most = 0;  // in steps 2-4
+      uint64_t allocations = 0;      // of the compute tier in steps 2-4
+      int moves = 0;
       std::vector<float> losses;
     };
     auto run = [&](bool pinned) {
@@ -217,18 +221,28 @@ TEST(SimTrainer, PinnedHostMemoryKeepsTheCopiesOffTheHost) {
       Run r;
       r.losses.push_back(t.train_step().loss);  // the first step sets up
       const uint64_t before = t.model().op().sim->synchronizations();
+      const uint64_t allocated = t.compute_allocator()->allocations();
       for (int s = 0; s < 3; ++s) {
         const StepStats st = t.train_step();
         r.losses.push_back(st.loss);
         const PlacementStepCounters& p = st.placement;
+        r.moves += p.moves_to_host + p.moves_to_compute;
         if (t.config().placement_policy == "auto")
-          r.most += p.moves_to_host + p.moves_to_compute + p.updated_on_host + 2;
+          r.most += p.updated_on_host + p.cache_releases + 2;
       }
       r.waits = t.model().op().sim->synchronizations() - before;
+      r.allocations = t.compute_allocator()->allocations() - allocated;
       return r;
     };
     const Run pinned = run(true), pageable = run(false);
     EXPECT_LE(pinned.waits, pinned.most) << c.name << ": host waits in 3 steps";
+    if (c.pin_key != "placement.pin_memory") {
+      EXPECT_EQ(pinned.allocations, 0u) << c.name << ": device allocations in 3 steps";
+    } else {  // moves reuse the memory moves left, but for a switch of size
+      EXPECT_GT(pinned.moves, 30) << "the budget must make the chunks move";
+      EXPECT_LT(pinned.waits, pinned.moves / 4) << c.name << ": a move does not wait";
+      EXPECT_LT(pinned.allocations, static_cast<uint64_t>(pinned.moves / 2)) << c.name;
+    }
     EXPECT_GT(pageable.waits, pinned.waits + 3)
         << c.name << ": host waits with " << c.pin_key << " false";
     EXPECT_EQ(pinned.losses, pageable.losses) << c.name;
