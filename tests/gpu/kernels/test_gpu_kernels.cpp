@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,7 @@
 #include "tide/kernels/cuda/philox.cuh"
 #include "tide/kernels/mover.h"
 #include "tide/kernels/ops.h"
+#include "tide/memory/allocator.h"
 
 using namespace tide;
 using namespace tide::testing;
@@ -476,4 +478,41 @@ TEST(CudaMover, CopiesAndEventsOrderStreams) {
   EXPECT_EQ(zeros_back, std::vector<float>(n, 0.0f));
   TIDE_CUDA_CHECK(cudaFree(d_x));
   TIDE_CUDA_CHECK(cudaFree(d_y));
+}
+
+// make_host_allocator's page-locked memory (memory/allocator.h) is what the simulated device
+// assumes of a GPU: cudaMemcpyAsync through it returns at once, while through pageable memory it
+// returns only once the copy (after the work queued before it) is done. Behind the copies, a
+// (2048,2048) x (2048,2048) product holds the stream for a few milliseconds.
+TEST(CudaMover, PinnedCopiesAreQueuedAndPageableOnesWait) {
+  SKIP_WITHOUT_GPU();
+  const int64_t n = 2048;
+  const OpContext ctx = make_op_context(Device::cuda(0));
+  const std::unique_ptr<Allocator> pinned = make_host_allocator(ctx.device, /*pinned=*/true);
+  EXPECT_EQ(pinned->tier(), Tier::HOST);
+  const size_t bytes = n * n * sizeof(float);
+  void* host = pinned->allocate(bytes, "the download");
+  cudaPointerAttributes attr{};
+  TIDE_CUDA_CHECK(cudaPointerGetAttributes(&attr, host));
+  EXPECT_EQ(attr.type, cudaMemoryTypeHost) << "not page-locked";
+  std::vector<float> pageable(n * n);
+  TIDE_CUDA_CHECK(cudaPointerGetAttributes(&attr, pageable.data()));
+  EXPECT_EQ(attr.type, cudaMemoryTypeUnregistered);
+  float* d = nullptr;
+  TIDE_CUDA_CHECK(cudaMalloc(&d, 3 * bytes));
+  TIDE_CUDA_CHECK(cudaMemset(d, 0, 3 * bytes));
+  const Tensor a(d, {n, n}, DType::F32, ctx.device), w(d + n * n, {n, n}, DType::F32, ctx.device),
+      out(d + 2 * n * n, {n, n}, DType::F32, ctx.device);
+  auto stream_busy = [&](void* into) {
+    for (int i = 0; i < 8; ++i) matmul_forward(ctx, out, a, w, Tensor());
+    copy(ctx, Tensor(into, {n, n}), out);
+    return cudaStreamQuery(static_cast<cudaStream_t>(ctx.stream)) == cudaErrorNotReady;
+  };
+  EXPECT_TRUE(stream_busy(host)) << "a copy into page-locked memory waited for the stream";
+  synchronize(ctx);
+  EXPECT_FALSE(stream_busy(pageable.data())) << "a copy into pageable memory did not wait";
+  synchronize(ctx);
+  TIDE_CUDA_CHECK(cudaFree(d));
+  pinned->free(host, bytes);
+  EXPECT_EQ(pinned->allocated(), 0u);
 }
