@@ -495,10 +495,11 @@ const std::vector<ConfigKey>& config_schema() {
        "chunks move between the compute tier and the host on demand within "
        "placement.device_memory_limit, farthest next use evicted first; "
        "docs/zero.md#patrickstar-automatic-placement)"},
-      {"placement.pin_memory", &TrainConfig::placement_pin_memory, T::BOOL, true,
+      {"placement.pin_memory", &TrainConfig::placement_pin_memory, T::BOOL, false,
        "with placement.policy=auto on a GPU: the host tier's chunks in page-locked memory, so "
-       "their moves overlap compute, as PatrickStar keeps them (false: pageable, each move "
-       "blocks the host); nothing to pin on CPU"},
+       "their moves overlap compute; the host then keeps memory for every state (the largest "
+       "model is bound by the host alone: docs/zero.md#patrickstar-automatic-placement). "
+       "false: pageable, each move blocks the host; nothing to pin on CPU"},
       {"activation_checkpointing.policy",
        {parse_activation_policy, &TrainConfig::activation_policy},
        T::STRING,

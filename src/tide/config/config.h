@@ -146,7 +146,7 @@ struct TrainConfig {
   std::string placement_policy = "device";  // placement.policy: "device" or "auto"
   // placement.pin_memory, zero_optimization.offload_param.pin_memory: page-locked host tiers on
   // a GPU (make_host_allocator).
-  bool placement_pin_memory = true, offload_param_pin_memory = true;
+  bool placement_pin_memory = false, offload_param_pin_memory = true;
   ActivationPolicy activation_policy = ActivationPolicy::SAVE_ALL;
   double chunk_size_mb = 0;  // 0: smallest legal chunk (the largest tensor)
   // What `tide estimate` sizes and `tide train` cannot run yet (offload, tensor parallelism

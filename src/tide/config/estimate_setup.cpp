@@ -57,6 +57,7 @@ TrainSetup setup_from_train_config(const TrainConfig& c) {
   s.placement = parse_placement(c.placement_policy);
   s.device_memory_limit = c.device_memory_limit;
   s.on_device = on_device(c);
+  s.pinned_host_tier = s.on_device && c.placement_pin_memory;
   return s;
 }
 

@@ -47,6 +47,8 @@ class Allocator {
   virtual Device device() const = 0;  // the device ops dispatch on for this memory
   virtual Tier tier() const = 0;
   virtual std::string name() const = 0;
+  // Page-locked host memory, which a device copies to and from asynchronously.
+  virtual bool pinned() const { return false; }
   size_t limit() const { return limit_; }  // 0: no limit
   size_t allocated() const { return allocated_; }
   size_t peak() const { return peak_; }
@@ -106,6 +108,7 @@ class SimAllocator : public HostAllocator {
 class SimPinnedAllocator : public HostAllocator {
  public:
   std::string name() const override { return "pinned host"; }
+  bool pinned() const override { return true; }
 
  protected:
   void* do_allocate(size_t bytes) override;

@@ -49,6 +49,15 @@ void move_states(MemoryBreakdown& dev, MemoryBreakdown& host, int64_t bytes) {
   TIDE_ASSERT(bytes == 0);
 }
 
+// With a page-locked host tier the host keeps memory for every state: each chunk starts there,
+// and a move to the device leaves its host memory cached for its return (AutoPlacement).
+void keep_on_host(const MemoryBreakdown& dev, MemoryBreakdown& host) {
+  for (int64_t MemoryBreakdown::*kind :
+       {&MemoryBreakdown::adam_v, &MemoryBreakdown::adam_m, &MemoryBreakdown::master,
+        &MemoryBreakdown::chunk_padding, &MemoryBreakdown::grads, &MemoryBreakdown::param16})
+    host.*kind += dev.*kind;
+}
+
 }  // namespace
 
 void fit_device_limit(const TrainSetup& setup, MemoryEstimate& est) {
@@ -76,6 +85,7 @@ void fit_device_limit(const TrainSetup& setup, MemoryEstimate& est) {
     s.states_on_host = s.states - s.states_on_device;
     s.least_moved = s.states_on_host;
     move_states(st.device, st.host, s.states_on_host);
+    if (setup.pinned_host_tier) keep_on_host(st.device, st.host);
     if (st.stage == 0 || s.least_limit > binding.least_limit) binding = s;
   }
   binding.device_total = f.device_total;

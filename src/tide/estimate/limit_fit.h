@@ -15,7 +15,10 @@
 //                from the same memory before the first step (on the CPU only the bytes in
 //                use count against the budget, so there the least is an upper figure)
 //   on device  = min(states, limit - non_model) (0 when the limit is under non_model); the rest
-//                of the states is on the host: auto keeps every chunk item in exactly one place
+//                of the states is on the host: with a pageable host tier auto keeps every
+//                chunk item in one place; with placement.pin_memory on a device the host's
+//                memory holds all the states (every chunk starts there, and a move to the device
+//                leaves its page-locked host memory cached for the chunk's return)
 //   least      = non_model + the chunks of the access that needs the most (an op acquires one
 //                parameter group, model/param_groups.h: F and B need the group's PARAM chunks
 //                as this rank holds them, W its GRAD chunks; at ZeRO-3 on 2+ ranks F and B

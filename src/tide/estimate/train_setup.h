@@ -86,6 +86,9 @@ struct TrainSetup {
   // device: false on the CPU (cpu, auto), true on a device (cuda, sim), where the per-tensor
   // gradient sums keep a buffer of their own in device memory (exec/policy_stack.cpp).
   bool on_device = false;
+  // placement.pin_memory with auto on a device: the host keeps memory for every state
+  // (AutoPlacement's cache of page-locked blocks).
+  bool pinned_host_tier = false;
 
   int dp() const { return world_size / (tp * pp); }
   int seq() const { return seq_len > 0 ? seq_len : model.max_seq_len; }

@@ -50,6 +50,7 @@ class CudaPinnedAllocator : public Allocator {
   Device device() const override { return Device::cpu(); }
   Tier tier() const override { return Tier::HOST; }
   std::string name() const override { return "pinned host"; }
+  bool pinned() const override { return true; }
 
  protected:
   void* do_allocate(size_t bytes) override {

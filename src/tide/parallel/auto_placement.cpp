@@ -226,9 +226,16 @@ void AutoPlacement::move(int item, Allocator& to) {
   const Chunk ch = st.chunk_info(i.kind, i.chunk);
   if (ch.alloc == &to) return;
   void* left = st.move_chunk_into(i.kind, i.chunk, take_block(to, ch.bytes, item), to, op_);
-  BlockCache& from = cache_of(*ch.alloc);
-  from.blocks.emplace(ch.bytes, left);
-  from.bytes += ch.bytes;
+  if (ch.alloc == &host_ && !host_.pinned()) {
+    // Pageable host memory: the copy up returned once it had read it (the mover's rule), so
+    // it goes now, and the host keeps only the chunks it holds (the largest model is then
+    // bound by the GPU and the host together).
+    host_.free(left, ch.bytes);
+  } else {
+    BlockCache& from = cache_of(*ch.alloc);
+    from.blocks.emplace(ch.bytes, left);
+    from.bytes += ch.bytes;
+  }
   counters_.wait_seconds +=
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const size_t bytes = ch.bytes;

@@ -191,7 +191,10 @@ class AutoPlacement {
   // queues its copy and caches its source at once, without a wait: the memory is reused only as
   // the target of a later move, a copy queued on the same stream after the copy that reads it,
   // so no move waits for the stream, and once the cache holds the step's sizes none allocates.
-  // The device's cached bytes are in device_.allocated() (and its budget).
+  // The device's cached bytes are in device_.allocated() (and its budget). The host's are kept
+  // only when its memory is page-locked: then the host holds memory for every chunk (each
+  // starts there and the cache keeps what a move up left); pageable host memory is freed after
+  // the copy up, which returned once done.
   struct BlockCache {
     std::multimap<size_t, void*> blocks;  // bytes -> memory
     size_t bytes = 0;

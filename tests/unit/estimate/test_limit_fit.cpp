@@ -140,6 +140,13 @@ TEST(LimitFit, AutoSplitsTheStatesByHand) {
       EXPECT_LE(e.device.total(), s.device_memory_limit) << what;
       EXPECT_EQ(e.host_per_rank.total(), h.states - on_device) << what;
       EXPECT_EQ(e.host.total(), world * (h.states - on_device)) << what;  // 2 ranks a host
+      // A page-locked host tier on a device keeps memory for every state (each starts there;
+      // AutoPlacement caches what a chunk moved to the device left).
+      TrainSetup pinned = s;
+      pinned.on_device = pinned.pinned_host_tier = true;
+      const MemoryEstimate p = estimate_memory(pinned);
+      EXPECT_GT(p.limit.states_on_device, 0) << what;
+      EXPECT_EQ(p.host_per_rank.total() - p.host_per_rank.temp_buffers, h.states) << what;
       EXPECT_EQ(e.device.activations, dev.device.activations) << what;
       if (room == h.states / 2)  // Adam's states go first: v, then m
         EXPECT_EQ(e.host_per_rank.adam_v, dev.device.adam_v) << what;

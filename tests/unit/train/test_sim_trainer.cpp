@@ -178,15 +178,15 @@ TEST(SimTrainer, AStepDrainsTheDeviceOnceForTheNormAndAllocatesNothing) {
 }
 
 // The host ends of the copies are page-locked on a device (issue #27: "copies through pinned
-// host memory"). With the pin_memory keys at their defaults, ZeRO-Offload's steps (the gradient
-// slices down, the parameters up; the f32 master in f32, offload_param's slices in bf16) do not
-// make the host wait for the stream at all, nor allocate device memory. Auto placement's moves
-// reuse the memory earlier moves left (AutoPlacement's block cache) without a wait: the host
-// waits once per chunk updated on the host tier, once per give-back of that cache (a move of a
-// size it lacks, the budget full), and twice per step (the norm; before the host zeroes the
-// gradient chunks on the host tier). With a
-// key false each copy through the host memory it governs waits once more (sim_device.h keeps CUDA's
-// rule for pageable memory), and the model trained is the same.
+// host memory"). With the pin_memory keys true (offload's defaults), ZeRO-Offload's steps (the
+// gradient slices down, the parameters up; the f32 master in f32, offload_param's slices in
+// bf16) do not make the host wait for the stream at all, nor allocate device memory. Auto
+// placement's moves reuse the memory earlier moves left (AutoPlacement's block cache) without a
+// wait: the host waits once per chunk updated on the host tier, once per give-back of that
+// cache (a move of a size it lacks, the budget full), and twice per step (the norm; before the
+// host zeroes the gradient chunks on the host tier). With a key false each copy through the
+// host memory it governs waits once more (sim_device.h keeps CUDA's rule for pageable memory),
+// and the model trained is the same.
 TEST(SimTrainer, PinnedHostMemoryKeepsTheCopiesOffTheHost) {
   const std::string dir = sim_trainer_data();
   struct Case {
