@@ -258,7 +258,7 @@ void* AutoPlacement::take_block(Allocator& tier, size_t bytes, int item) {
     cache.bytes -= bytes;
     return p;
   }
-  // Blocks of other sizes may hold the budget's room: as many as it takes go back.
+  // Blocks of other sizes may hold the budget's room: they go back (release_cache says why all).
   if (tier.available() < bytes) release_cache(tier);
   const Item& i = items_[item];
   return tier.allocate(bytes, fmt::format("{} chunk {}", chunk_kind_name(i.kind), i.chunk));

@@ -361,7 +361,7 @@ void Trainer::configure_store(StoreOptions& so) {
   so.compute = so.optimizer = compute_alloc_.get();
   if (cfg_.placement_policy == "auto") {
     // PatrickStar (auto_placement.h): every chunk starts on the host; the policy moves them
-    // into the budgeted compute tier on demand (page-locked on a device: each move is a copy).
+    // into the budgeted compute tier on demand (page-locked on a device with placement.pin_memory).
     host_alloc_ = make_host_allocator(op_.device, cfg_.placement_pin_memory);
     so.compute = so.optimizer = host_alloc_.get();
     return;
