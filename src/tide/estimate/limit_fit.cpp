@@ -35,12 +35,15 @@ int64_t largest_group_chunk_bytes(const TrainSetup& setup, const ChunkLayout& la
 
 namespace {
 
-// Moves `bytes` of model states from `dev` to `host`, kind by kind in the order auto evicts
-// them during forward and backward (Adam's states are used last in the step).
+// The model states' kinds, in the order auto evicts them during forward and backward (Adam's
+// states are used last in the step).
+constexpr int64_t MemoryBreakdown::*kStateKinds[] = {
+    &MemoryBreakdown::adam_v,        &MemoryBreakdown::adam_m, &MemoryBreakdown::master,
+    &MemoryBreakdown::chunk_padding, &MemoryBreakdown::grads,  &MemoryBreakdown::param16};
+
+// Moves `bytes` of model states from `dev` to `host`, kind by kind in eviction order.
 void move_states(MemoryBreakdown& dev, MemoryBreakdown& host, int64_t bytes) {
-  for (int64_t MemoryBreakdown::*kind :
-       {&MemoryBreakdown::adam_v, &MemoryBreakdown::adam_m, &MemoryBreakdown::master,
-        &MemoryBreakdown::chunk_padding, &MemoryBreakdown::grads, &MemoryBreakdown::param16}) {
+  for (int64_t MemoryBreakdown::*kind : kStateKinds) {
     const int64_t n = std::min(bytes, dev.*kind);
     dev.*kind -= n;
     host.*kind += n;
@@ -52,10 +55,7 @@ void move_states(MemoryBreakdown& dev, MemoryBreakdown& host, int64_t bytes) {
 // With a page-locked host tier the host keeps memory for every state: each chunk starts there,
 // and a move to the device leaves its host memory cached for its return (AutoPlacement).
 void keep_on_host(const MemoryBreakdown& dev, MemoryBreakdown& host) {
-  for (int64_t MemoryBreakdown::*kind :
-       {&MemoryBreakdown::adam_v, &MemoryBreakdown::adam_m, &MemoryBreakdown::master,
-        &MemoryBreakdown::chunk_padding, &MemoryBreakdown::grads, &MemoryBreakdown::param16})
-    host.*kind += dev.*kind;
+  for (int64_t MemoryBreakdown::*kind : kStateKinds) host.*kind += dev.*kind;
 }
 
 }  // namespace
