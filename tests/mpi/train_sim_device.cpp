@@ -51,15 +51,15 @@ struct SimDpRun {
 SimDpRun sim_dp_run(const TrainConfig& cfg, std::shared_ptr<ProcessGroup> world) {
   Trainer t(cfg, world);
   SimDpRun r;
-  const SimStream* sim = t.model().op().sim.get();
+  const bool sim = t.model().op().device.is_sim();
   for (int s = 0; s < 8; ++s) {
-    if (sim && s == 1) r.host_waits = sim->synchronizations();  // step 1 sets up
+    if (sim && s == 1) r.host_waits = t.model().sim_host_waits();  // step 1 sets up
     const StepStats st = t.train_step();
     r.curve.push_back(st.loss);
     r.curve.push_back(static_cast<float>(st.grad_norm));
     r.moved += st.offload.bytes_to_host + st.placement.bytes_to_host;
   }
-  if (sim) r.host_waits = sim->synchronizations() - r.host_waits;
+  if (sim) r.host_waits = t.model().sim_host_waits() - r.host_waits;
   r.curve.push_back(t.evaluate());
   r.checkpoint = t.save("final.ckpt");
   return r;

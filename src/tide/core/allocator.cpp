@@ -16,8 +16,8 @@ void* Allocator::allocate(size_t bytes, const std::string& what) {
         "free; raise the memory budget or pick a policy that keeps less resident",
         name(), what, bytes / 1048576.0, (limit_ - allocated_) / 1048576.0, limit_ / 1048576.0));
   void* p = bytes ? do_allocate(bytes) : nullptr;
-  TIDE_CHECK(p != nullptr || bytes == 0, "could not allocate {:.2f} MiB of {} memory for {}",
-             bytes / 1048576.0, name(), what);
+  TIDE_CHECK(p != nullptr || bytes == 0, "could not allocate {:.2f} MiB of {} memory for {}{}{}",
+             bytes / 1048576.0, name(), what, advice_.empty() ? "" : "; ", advice_);
   allocated_ += bytes;
   ++allocations_;
   peak_ = std::max(peak_, allocated_);

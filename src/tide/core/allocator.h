@@ -55,6 +55,9 @@ class Allocator {
   // allocate() calls so far: a step that allocates nothing leaves it unchanged.
   uint64_t allocations() const { return allocations_; }
   size_t available() const { return limit_ ? limit_ - allocated_ : SIZE_MAX; }
+  // What an allocation that fails tells the user to do, after saying what failed (e.g. which
+  // config key gives pageable memory instead of page-locked).
+  void set_failure_advice(std::string advice) { advice_ = std::move(advice); }
 
  protected:
   virtual void* do_allocate(size_t bytes) = 0;  // nullptr when out of memory
@@ -64,6 +67,7 @@ class Allocator {
  private:
   size_t allocated_ = 0, peak_ = 0;
   uint64_t allocations_ = 0;
+  std::string advice_;
 };
 
 class HostAllocator : public Allocator {

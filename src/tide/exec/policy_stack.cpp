@@ -130,9 +130,10 @@ PolicyStack::PolicyStack(GPT& model, ProcessGroup& dp, const ZeroSettings& zero,
   offload_settings_ = zero.offload_optimizer;
   if (zero.offload_optimizer.enabled) {
     // The gradient slices down and the 16-bit staging up: page-locked on a device (pin_memory).
-    offload_host_ = make_host_allocator(op_.device, zero.offload_optimizer.pin_memory);
+    offload_host_ = make_host_allocator(op_.device, zero.offload_optimizer.pin_memory,
+                                        "zero_optimization.offload_optimizer.pin_memory");
     offload_ = std::make_unique<OffloadPolicy>(store_, dp_.size(), zero.offload_optimizer, threads,
-                                               *offload_host_, op_);
+                                               *offload_host_, op_, model.copies());
     offload_->sync_master();
     zero_->set_grad_sink(offload_.get());
   }

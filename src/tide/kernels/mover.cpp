@@ -99,6 +99,20 @@ void fill_zero(const OpContext& ctx, Tensor t) {
   fill_zero(ctx, std::span<const Tensor>(&t, 1));
 }
 
+OpContext make_copy_context(const OpContext& compute) {
+  check_stream(compute, "make_copy_context");
+  if (compute.device.is_cpu()) return compute;
+  OpContext ctx;
+  if (compute.device.is_sim()) {
+    ctx.device = compute.device;
+    ctx.sim = std::make_shared<SimStream>(compute.device, 1);  // conversions only: one thread
+  } else {
+    ctx = compute.cuda->make_context(compute.device.index, nullptr, /*copies_only=*/true);
+    ctx.cuda = compute.cuda;
+  }
+  return ctx;
+}
+
 StreamEvent record_event(const OpContext& ctx) {
   check_stream(ctx, "record_event");
   StreamEvent e;

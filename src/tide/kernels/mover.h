@@ -9,9 +9,14 @@
 // device copies run on the stream's worker thread. On a GPU they are cudaMemcpyAsync /
 // cudaMemsetAsync on the context's stream. A copy through pageable host memory (not from
 // make_host_allocator's pinned allocator), or between two host buffers, returns only once it
-// is done, on a GPU as on the simulated device, which keeps the rule (a counted host wait). A copy
-// is asynchronous: neither its source nor its destination may be touched by the host until an event
-// recorded after it has been waited for.
+// is done, on a GPU as on the simulated device, which keeps the rule (a counted host wait). A
+// copy is asynchronous: neither its source nor its destination may be touched by the host until
+// an event recorded after it has been waited for.
+//
+// Copies between host and device that should overlap the compute stream's ops go on a stream of
+// their own (make_copy_context), ordered with the compute stream by events both ways: the copy
+// stream waits for an event recorded after the ops that wrote its source, and the compute stream
+// waits for one recorded after the copy before it reads the destination or rewrites the source.
 
 #include <memory>
 #include <span>
@@ -41,6 +46,12 @@ void copy(const OpContext& ctx, Tensor dst, Tensor src);
 void fill_zero(const OpContext& ctx, Tensor t);
 // Each tensor = 0; the host tensors on a device's context after one wait for the stream.
 void fill_zero(const OpContext& ctx, std::span<const Tensor> tensors);
+
+// A context on `compute`'s device whose stream carries only the mover's work (copies, zeroing,
+// events), beside `compute`'s stream; ops do not run on it (on a GPU it has no cuBLAS handles).
+// CPU: `compute` itself, where everything happens at once. Sim: a new stream (worker thread).
+// CUDA: a new non-blocking stream on the same GPU.
+OpContext make_copy_context(const OpContext& compute);
 
 StreamEvent record_event(const OpContext& ctx);
 // Work queued on ctx's stream after this call starts only once `event` is done (the event may

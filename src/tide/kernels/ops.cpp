@@ -189,7 +189,7 @@ OpContext make_op_context(Device device, Arena* scratch, int threads) {
   }
   const auto& kernels = cuda_module_table<CudaKernelTable>(
       "tide_cuda_kernels", fmt::format("make_op_context: {} was asked for", device.str()));
-  OpContext ctx = kernels.make_context(device.index, scratch);
+  OpContext ctx = kernels.make_context(device.index, scratch, /*copies_only=*/false);
   ctx.cuda = &kernels;
   return ctx;
 }

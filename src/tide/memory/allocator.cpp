@@ -15,13 +15,22 @@ std::unique_ptr<Allocator> make_cuda_allocator(Device device, size_t limit_bytes
       .make_allocator(device, limit_bytes);
 }
 
-std::unique_ptr<Allocator> make_host_allocator(Device device, bool pinned) {
+std::unique_ptr<Allocator> make_host_allocator(Device device, bool pinned,
+                                               const std::string& off_key) {
   if (!pinned || device.is_cpu()) return std::make_unique<HostAllocator>();
-  if (device.is_sim()) return std::make_unique<SimPinnedAllocator>();
-  return cuda_module_table<CudaMemoryTable>(
-             "tide_cuda_memory",
-             fmt::format("pinned host memory for {} was asked for", device.str()))
-      .make_pinned_allocator();
+  std::unique_ptr<Allocator> a =
+      device.is_sim() ? std::make_unique<SimPinnedAllocator>()
+                      : cuda_module_table<CudaMemoryTable>(
+                            "tide_cuda_memory",
+                            fmt::format("pinned host memory for {} was asked for", device.str()))
+                            .make_pinned_allocator();
+  a->set_failure_advice(
+      "page-locked memory is committed at once and never swapped out: free host memory" +
+      (off_key.empty() ? std::string()
+                       : fmt::format(", or set {}=false for pageable memory (whose copies block "
+                                     "the host)",
+                                     off_key)));
+  return a;
 }
 
 DeviceMemoryInfo cuda_memory_info(Device device) {

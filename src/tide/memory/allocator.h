@@ -19,8 +19,11 @@ std::unique_ptr<Allocator> make_cuda_allocator(Device device, size_t limit_bytes
 // `pinned` and `device` is a GPU (cudaHostAlloc, from the CUDA module) or the simulated device
 // (SimPinnedAllocator), so that the copies overlap compute; plain host memory otherwise (on a
 // GPU cudaMemcpyAsync then returns only once its copy is done). Pinned memory is committed at
-// once and cannot be swapped: an allocation the host cannot pin fails with a tide::Error.
-std::unique_ptr<Allocator> make_host_allocator(Device device, bool pinned);
+// once and cannot be swapped: an allocation the host cannot pin fails with a tide::Error that
+// names `off_key`, the config key whose false gives pageable memory instead (none: the advice is
+// to free host memory).
+std::unique_ptr<Allocator> make_host_allocator(Device device, bool pinned,
+                                               const std::string& off_key = {});
 
 // GPU `device`'s free and total bytes now (cudaMemGetInfo), from the CUDA module.
 struct DeviceMemoryInfo {

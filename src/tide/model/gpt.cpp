@@ -5,6 +5,7 @@
 #include <map>
 #include <string>
 
+#include "tide/core/sim_device.h"
 #include "tide/core/trace.h"
 #include "tide/kernels/mover.h"
 #include "tide/kernels/rope_freq.h"
@@ -29,6 +30,7 @@ GPT::GPT(const GPTConfig& config, ActivationPolicy policy, const ModelOptions& o
       activations_(options.activations),
       host_staging_(options.host_staging) {
   env_.op = options.op;
+  copies_ = options.copies.device.is_cpu() ? options.op : options.copies;
   check_device(options);
   if (options.tp && options.tp->size() > 1) {
     tp_group_ = options.tp;
@@ -119,9 +121,16 @@ void GPT::make_kv_group(std::shared_ptr<ProcessGroup> given) {
   env_.kv_group = kv_group_.get();
 }
 
+uint64_t GPT::sim_host_waits() const {
+  if (!env_.op.sim) return 0;
+  const uint64_t op = env_.op.sim->synchronizations();
+  return copies_.sim == env_.op.sim ? op : op + copies_.sim->synchronizations();
+}
+
 GPT::~GPT() {
   try {
     synchronize(env_.op);
+    synchronize(copies_);
   } catch (const Error&) {  // an error the stream raised was reported at a wait, or is moot now
   }
 }
@@ -230,6 +239,10 @@ void GPT::init_weights(uint64_t seed) {
 
 void GPT::check_device(const ModelOptions& o) const {
   const Device d = o.op.device;
+  TIDE_CHECK(o.copies.device.is_cpu() || o.copies.device == d,
+             "the model's ops run on {} but ModelOptions::copies is a context for {}; make it "
+             "with make_copy_context(op)",
+             d.str(), o.copies.device.str());
   auto on = [&](const Allocator* a) { return a ? a->device() : Device::cpu(); };
   if (d.is_cpu()) {
     TIDE_CHECK(on(o.activations).is_cpu() && on(o.store.compute).is_cpu(),

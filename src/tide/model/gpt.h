@@ -80,6 +80,10 @@ struct ModelOptions {
   // host_targets, the per-position losses come back into host_losses. On a GPU tensor
   // parallelism is refused (its vocabulary-parallel ops are CPU kernels, vocab_parallel.h).
   OpContext op;
+  // On a device: the context of the copies between host and device that overlap `op`'s ops
+  // (make_copy_context: a stream of their own; ZeRO-Offload's gradient and parameter slices).
+  // Unset (a CPU context): `op`'s stream carries them too.
+  OpContext copies;
   Allocator* activations = nullptr;
   // On a device: where the host ends of the model's copies live (the micro-batches' host
   // tokens, targets and losses, cpu_checkpointing's pool, the policy stack's gradient sums):
@@ -128,6 +132,10 @@ class GPT {
   bool cpu_checkpointing() const { return env_.cpu_checkpointing; }
   // The context the model's ops run on and where its activations live (ModelOptions).
   const OpContext& op() const { return env_.op; }
+  const OpContext& copies() const { return copies_; }  // ModelOptions::copies, or op()
+  // On the simulated device: how often the host has waited for the streams of op() and
+  // copies() (SimStream::synchronizations); 0 elsewhere.
+  uint64_t sim_host_waits() const;
   Allocator* activation_allocator() const { return activations_; }
   Allocator* host_staging_allocator() const { return host_staging_; }
 
@@ -207,6 +215,7 @@ class GPT {
   Allocator* activations_ = nullptr;        // ModelOptions::activations
   Allocator* host_staging_ = nullptr;       // ModelOptions::host_staging
   BlockEnv env_;
+  OpContext copies_;
   std::unique_ptr<ChunkStore> store_;
   Arena rope_;  // the Llama family: env_.rope_inv_freq, on the model's device
   std::vector<std::unique_ptr<Block>> blocks_;

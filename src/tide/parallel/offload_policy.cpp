@@ -29,13 +29,19 @@ void widen_in_place(float* h, int64_t n, DType from) {
 }  // namespace
 
 OffloadPolicy::OffloadPolicy(ChunkStore& store, int dp_size, const OffloadSettings& settings,
-                             int threads, Allocator& grad_host, const OpContext& op)
+                             int threads, Allocator& grad_host, const OpContext& op,
+                             const OpContext& copies)
     : store_(store),
       dp_size_(dp_size),
       s_(settings),
       threads_(threads),
       grad_host_(grad_host),
-      op_(op) {
+      op_(op),
+      copies_(copies.device.is_cpu() ? op : copies) {
+  TIDE_CHECK(copies_.device == op_.device,
+             "ZeRO-Offload: the copy context is for {} but the model's ops run on {}; make it "
+             "with make_copy_context(op)",
+             copies_.device.str(), op_.device.str());
   TIDE_CHECK(store_.options().separate_master && store_.has(ChunkKind::MASTER),
              "ZeRO-Offload needs the fp32 master weights in their own chunks on the host: build "
              "the model with ModelOptions::store.separate_master = true");
@@ -71,6 +77,10 @@ OffloadPolicy::~OffloadPolicy() {
   }
   work_cv_.notify_all();
   worker_.join();
+  try {
+    synchronize(copies_);   // a failed step's copies may still use the host buffers
+  } catch (const Error&) {  // reported at the wait that found it, or moot now
+  }
   for (int c = 0; c < static_cast<int>(host_grad_.size()); ++c)
     grad_host_.free(host_grad_[c],
                     static_cast<size_t>(store_.layout().slice_elems(c)) * sizeof(float));
@@ -192,12 +202,14 @@ void OffloadPolicy::on_reduced(int c) {
   counters_.moves_to_host += 1;
   Job j{JobKind::GRAD, c, {}};
   if (!op_.device.is_cpu()) {
-    // Down on the stream, queued after what wrote the slice (its reduction, the staging); a
-    // delayed update still reading the host buffer finishes first.
+    // Down on the copy stream, queued after what op's stream wrote into the slice (its
+    // reduction, the staging); a delayed update still reading the host buffer finishes first.
+    // The slice is next written in the next step, after finish_gradients waited for this copy.
     if (pending_) wait_done(adam_done_, c);
     const Tensor g = store_.slice(ChunkKind::GRAD, c);
-    copy(op_, Tensor(host_grad_[c], g.shape, g.dtype), g);
-    j.ready = record_event(op_);
+    wait_event(copies_, record_event(op_));
+    copy(copies_, Tensor(host_grad_[c], g.shape, g.dtype), g);
+    j.ready = record_event(copies_);
   }
   push(j);
 }
@@ -244,6 +256,9 @@ void OffloadPolicy::start_update(const AdamWHyper& hyper, const AdamWStep& step)
 void OffloadPolicy::finish_update() {
   TIDE_ASSERT(pending_);
   const int n = store_.layout().num_chunks();
+  // The copies up overwrite PARAM slices that op's stream may still read (this step's forward,
+  // backward and gathers): they start after what it has queued.
+  if (!op_.device.is_cpu()) wait_event(copies_, record_event(op_));
   // Chunk c goes back to the compute tier while the offload thread updates chunk c+1.
   for (int c = 0; c < n; ++c) {
     wait_done(adam_done_, c);
@@ -256,7 +271,7 @@ void OffloadPolicy::finish_update() {
       // after this.
       convert_elements(m.data, DType::F32, p.data, p.dtype, m.numel());
     } else if (param_staging_.empty()) {
-      copy(op_, p, m);  // up in the compute dtype (on a device: queued on the stream)
+      copy(copies_, p, m);  // up in the compute dtype (on a device: queued on the stream)
     } else {
       // 16-bit parameters on a device: a converting copy through the host is no device copy.
       // The host rounds the master into the chunk's staging slice and the stream copies that up
@@ -265,12 +280,13 @@ void OffloadPolicy::finish_update() {
       // down (run's j.ready), queued after this one.
       const Tensor staged(param_staging_[c], p.shape, p.dtype);
       convert_elements(m.data, DType::F32, staged.data, p.dtype, m.numel());
-      copy(op_, p, staged);
+      copy(copies_, p, staged);
     }
     counters_.bytes_to_compute += static_cast<uint64_t>(p.nbytes());
     counters_.moves_to_compute += 1;
   }
-  params_up_ = record_event(op_);
+  params_up_ = record_event(copies_);
+  wait_event(op_, params_up_);  // op's next reads of the parameters
   pending_ = false;
   // Hidden: the part of Adam that ran inside this step's forward and backward (a delayed
   // update's Adam started in the previous step; a synchronous one after backward: none).

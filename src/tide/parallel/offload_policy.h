@@ -97,11 +97,14 @@ class OffloadPolicy final : public ReducedGradSink {
   // on a device with 16-bit parameters there their staging for the copy up (2 Psi/N bytes;
   // none with offload_param, whose slices are on the host: the update writes them there).
   // `op`: the context whose stream writes the store's GRAD and PARAM chunks (the model's). On a
-  // device the slices go down and up as copies on its stream (the mover): a gradient slice is
-  // queued for the host when its reduction is, and the offload thread waits for that copy; the
-  // parameters go up queued after Adam, and the next Adam of that chunk waits for them.
+  // device the slices go down and up as copies on `copies`'s stream (make_copy_context; op's
+  // when it is op itself), ordered with op's by events, so that they overlap op's work: a
+  // gradient slice is queued for the host when its reduction is (after an event of op's
+  // stream), and the offload thread waits for that copy; the parameters go up queued after
+  // Adam, op's stream waits for them before its next op, and the next Adam of that chunk waits
+  // for them too.
   OffloadPolicy(ChunkStore& store, int dp_size, const OffloadSettings& settings, int threads,
-                Allocator& grad_host, const OpContext& op = {});
+                Allocator& grad_host, const OpContext& op = {}, const OpContext& copies = {});
   ~OffloadPolicy() override;
   OffloadPolicy(const OffloadPolicy&) = delete;
   OffloadPolicy& operator=(const OffloadPolicy&) = delete;
@@ -162,8 +165,10 @@ class OffloadPolicy final : public ReducedGradSink {
   int threads_;
   Allocator& grad_host_;
   OpContext op_;
-  // On a device: the parameters' copies up (finish_update) are done; the next Adam, which
-  // overwrites the master slices they read, waits for it.
+  OpContext copies_;  // the slices' copies down and up (op_ on the CPU)
+  // On a device: the parameters' copies up (finish_update, on copies_) are done; op_'s stream
+  // waits for it before its next op, and the next Adam, which overwrites the master slices they
+  // read, before it starts.
   StreamEvent params_up_;
   size_t grad_bytes_ = 0;
   std::vector<float*> host_grad_;  // per chunk: the owned slice, on the host

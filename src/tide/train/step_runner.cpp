@@ -68,6 +68,7 @@ StepRunner::StepRunner(const TrainConfig& cfg, const Topology& mesh, const Optim
       schedule = pipeline::one_f_one_b(schedule.stages, schedule.microbatches);
   }
   if (!op.device.is_cpu()) host_staging_ = make_host_allocator(op.device, /*pinned=*/true);
+  copies_ = make_copy_context(op);
   std::vector<GPT*> models;
   for (int c = 0; c < schedule.chunks; ++c) {
     ModelOptions o;
@@ -76,6 +77,7 @@ StepRunner::StepRunner(const TrainConfig& cfg, const Topology& mesh, const Optim
     o.pp = schedule.virtual_stages();
     o.stage = schedule.virtual_stage(pp_->rank(), c);
     o.op = op;
+    o.copies = copies_;
     o.activations = activations;
     o.host_staging = host_staging_.get();
     if (tp_->size() > 1) {

@@ -124,6 +124,7 @@ class StepRunner {
   // On a device: page-locked host memory for the models' copy ends (ModelOptions::host_staging);
   // declared first, as everything below holds some of it.
   std::unique_ptr<Allocator> host_staging_;
+  OpContext copies_;  // the models' copy stream (ModelOptions::copies): make_copy_context(op)
   std::vector<std::unique_ptr<GPT>> chunks_;
   std::vector<std::unique_ptr<MicroBatch>> eval_mbs_;  // per chunk, one sequence
   // Declared after the evaluation micro-batches, so destroyed before them: its destructor

@@ -362,7 +362,8 @@ void Trainer::configure_store(StoreOptions& so) {
   if (cfg_.placement_policy == "auto") {
     // PatrickStar (auto_placement.h): every chunk starts on the host; the policy moves them
     // into the budgeted compute tier on demand (page-locked on a device with placement.pin_memory).
-    host_alloc_ = make_host_allocator(op_.device, cfg_.placement_pin_memory);
+    host_alloc_ =
+        make_host_allocator(op_.device, cfg_.placement_pin_memory, "placement.pin_memory");
     so.compute = so.optimizer = host_alloc_.get();
     return;
   }
@@ -374,13 +375,15 @@ void Trainer::configure_store(StoreOptions& so) {
   so.optimizer = host_alloc_.get();
   so.separate_master = true;
   if (so.compute_dtype == DType::F32) {
-    master_alloc_ = make_host_allocator(op_.device, cfg_.zero.offload_optimizer.pin_memory);
+    master_alloc_ = make_host_allocator(op_.device, cfg_.zero.offload_optimizer.pin_memory,
+                                        "zero_optimization.offload_optimizer.pin_memory");
     so.master = master_alloc_.get();
   }
   // offload_param (stage 3): this rank's parameter slices on the host too; the ZeRO-3 gathers
   // bring each block's chunks into the compute tier on use (prefetched ahead) and free them.
   if (cfg_.offload_param == "cpu") {
-    param_slices_alloc_ = make_host_allocator(op_.device, cfg_.offload_param_pin_memory);
+    param_slices_alloc_ = make_host_allocator(op_.device, cfg_.offload_param_pin_memory,
+                                              "zero_optimization.offload_param.pin_memory");
     so.param_slices = param_slices_alloc_.get();
   }
 }

@@ -516,3 +516,44 @@ TEST(CudaMover, PinnedCopiesAreQueuedAndPageableOnesWait) {
   pinned->free(host, bytes);
   EXPECT_EQ(pinned->allocated(), 0u);
 }
+
+// make_copy_context's stream runs beside the compute stream (ZeRO-Offload's copies, issue #27):
+// a download on it of memory the compute stream does not touch finishes while that stream is
+// still busy with products; one queued after an event of the compute stream waits for them.
+TEST(CudaMover, ACopyStreamRunsBesideTheComputeStream) {
+  SKIP_WITHOUT_GPU();
+  const int64_t n = 2048;
+  const OpContext ctx = make_op_context(Device::cuda(0));
+  const OpContext copies = make_copy_context(ctx);
+  EXPECT_NE(copies.stream, ctx.stream);
+  EXPECT_EQ(copies.device, ctx.device);
+  EXPECT_EQ(copies.handles->cublas, nullptr) << "a copy stream needs no cuBLAS handle";
+  const std::unique_ptr<Allocator> pinned = make_host_allocator(ctx.device, /*pinned=*/true);
+  const size_t bytes = n * n * sizeof(float);
+  auto* host = static_cast<float*>(pinned->allocate(bytes, "the download"));
+  float* d = nullptr;
+  TIDE_CUDA_CHECK(cudaMalloc(&d, 4 * bytes));
+  TIDE_CUDA_CHECK(cudaMemset(d, 0, 4 * bytes));
+  const Tensor a(d, {n, n}, DType::F32, ctx.device), w(d + n * n, {n, n}, DType::F32, ctx.device),
+      out(d + 2 * n * n, {n, n}, DType::F32, ctx.device),
+      other(d + 3 * n * n, {n, n}, DType::F32, ctx.device);
+  std::vector<float> ones(n * n, 1.0f);
+  copy(ctx, other, Tensor(ones.data(), {n, n}));  // pageable: returns once done
+  for (int i = 0; i < 8; ++i) matmul_forward(ctx, out, a, w, Tensor());
+  copy(copies, Tensor(host, {n, n}), other);
+  synchronize(copies);
+  EXPECT_EQ(cudaStreamQuery(static_cast<cudaStream_t>(ctx.stream)), cudaErrorNotReady)
+      << "the copy stream waited for the compute stream";
+  EXPECT_EQ(host[0], 1.0f);
+  EXPECT_EQ(host[n * n - 1], 1.0f);
+  for (int i = 0; i < 8; ++i) matmul_forward(ctx, out, a, w, Tensor());
+  wait_event(copies, record_event(ctx));
+  copy(copies, Tensor(host, {n, n}), out);
+  synchronize(copies);
+  EXPECT_EQ(cudaStreamQuery(static_cast<cudaStream_t>(ctx.stream)), cudaSuccess)
+      << "the copy did not wait for the compute stream's event";
+  EXPECT_EQ(host[0], 0.0f);  // 0 x 0
+  synchronize(ctx);
+  TIDE_CUDA_CHECK(cudaFree(d));
+  pinned->free(host, bytes);
+}

@@ -6,19 +6,25 @@
 // is the orchestration: every byte the host reads or writes went through the mover after the
 // wait that orders it (under ThreadSanitizer, scripts/tsan.sh, a missing wait is a data race).
 // ZeRO-Offload too (stage 1, one rank, with and without the one-step delayed update): the
-// gradient slices go down and the parameters up on the stream, while the offload thread runs
-// Adam on the host between its waits for those copies.
+// gradient slices go down and the parameters up on a copy stream of their own, ordered with the
+// compute stream by events, while the offload thread runs Adam on the host between its waits for
+// those copies.
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <chrono>
 #include <cstring>
+#include <future>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tide/comm/local_process_group.h"
+#include "tide/core/sim_device.h"
 #include "tide/exec/engine.h"
 #include "tide/kernels/mover.h"
+#include "tide/parallel/offload_policy.h"
 
 using namespace tide;
 
@@ -50,9 +56,11 @@ struct SimDevice {
   // One OpenMP thread on the stream: a worker team spinning between tiny kernels would starve
   // the host thread that queues them (the results do not depend on the thread count).
   OpContext op = make_op_context(Device::sim(0), nullptr, /*threads=*/1);
+  OpContext copies = make_copy_context(op);
   ModelOptions options(DType compute) {
     ModelOptions o;
     o.op = op;
+    o.copies = copies;
     o.activations = &memory;
     o.store.compute = &memory;
     o.store.optimizer = &memory;
@@ -176,6 +184,107 @@ TEST(SimEngine, OffloadTrainsTheCpuOffloadRunBitwise) {
     }
   }
   omp_set_num_threads(threads);
+}
+
+// A task that holds a stream until the test opens it (at the latest when it goes).
+class Gate {
+ public:
+  ~Gate() { open(); }
+  void close_on(SimStream& stream) {
+    stream.enqueue([f = opened_.get_future().share()] { f.wait(); });
+  }
+  void open() {
+    if (!open_) opened_.set_value();
+    open_ = true;
+  }
+
+ private:
+  std::promise<void> opened_;
+  bool open_ = false;
+};
+
+// ZeRO-Offload's copies run on a stream of their own, ordered by events (issue #27: "copies
+// run on their own stream through pinned host memory, ordered by events"), so that a gradient
+// slice going down overlaps the rest of backward on a GPU. Held open and shut by gates:
+//   1. a slice goes down only after what the compute stream queued before on_reduced (the
+//      gradients written behind a shut compute gate arrive, not the zeros before them);
+//   2. the parameters go up on the copy stream, and the compute stream's next op waits for them
+//      (a read queued after update() behind a shut copy gate sees the updated parameters);
+//   3. the compute stream does not wait behind the copies (with the copy stream shut, it runs
+//      what it was given, and the host slices still hold step 1's gradients).
+// Before a gate opens the test sleeps 50 ms, the time a copy (or read) that does not wait takes
+// to run; one that waits never fails the test, however slow the machine.
+TEST(SimEngine, OffloadCopiesRunOnTheirOwnStreamOrderedByEvents) {
+  SimDevice dev;
+  SimPinnedAllocator host;  // pageable host memory would make each copy wait for its stream
+  ModelOptions o = dev.options(DType::F32);
+  o.chunk_elems = 1024;
+  o.store.sliced_kinds = zero_sliced_kinds(1);
+  o.store.optimizer = &host;
+  o.store.separate_master = true;
+  GPT gpt(sim_engine_config(), ActivationPolicy::SAVE_ALL, o);
+  gpt.init_weights(11);
+  ChunkStore& store = gpt.store();
+  const int n = store.layout().num_chunks();
+  ASSERT_GT(n, 2);
+  OffloadPolicy policy(store, 1, OffloadSettings{.enabled = true}, 1, host, dev.op, dev.copies);
+  policy.sync_master();
+  auto value = [](int step, int c, int64_t i) { return 0.25f * step + 0.001f * c + 1e-6f * i; };
+  auto write_gradients = [&](int step) {  // on the compute stream, as backward writes them
+    for (int c = 0; c < n; ++c)
+      dev.op.sim->enqueue([g = store.slice(ChunkKind::GRAD, c), step, c, value] {
+        for (int64_t i = 0; i < g.numel(); ++i) g.f32()[i] = value(step, c, i);
+      });
+  };
+  auto host_gradients_of_step = [&](int step) {  // every host slice holds that step's values
+    for (int c = 0; c < n; ++c) {
+      const Tensor h = policy.host_grad(c);
+      for (int64_t i = 0; i < h.numel(); ++i)
+        if (h.f32()[i] != value(step, c, i)) return false;
+    }
+    return true;
+  };
+
+  // 1.
+  policy.begin_step(nullptr, AdamWStep{1, 1.0f});
+  Gate compute;
+  compute.close_on(*dev.op.sim);
+  write_gradients(1);
+  for (int c = n; c-- > 0;) policy.on_reduced(c);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  compute.open();
+  policy.finish_gradients();
+  EXPECT_TRUE(host_gradients_of_step(1)) << "a slice went down before its gradients were written";
+
+  // 2.
+  Gate up;
+  up.close_on(*dev.copies.sim);
+  policy.update(AdamWHyper{}, AdamWStep{1, 1.0f});
+  std::vector<std::vector<float>> read(n);
+  for (int c = 0; c < n; ++c)
+    dev.op.sim->enqueue([p = store.slice(ChunkKind::PARAM, c), &r = read[c]] {
+      r.assign(p.f32(), p.f32() + p.numel());
+    });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  up.open();
+  synchronize(dev.op);
+  for (int c = 0; c < n; ++c) {
+    const Tensor m = store.slice(ChunkKind::MASTER, c);
+    EXPECT_TRUE(read[c] == std::vector<float>(m.f32(), m.f32() + m.numel()))
+        << "chunk " << c << ": the compute stream read its parameters before they came up";
+  }
+
+  // 3.
+  policy.begin_step(nullptr, AdamWStep{2, 1.0f});
+  Gate down;
+  down.close_on(*dev.copies.sim);
+  write_gradients(2);
+  for (int c = n; c-- > 0;) policy.on_reduced(c);
+  synchronize(dev.op);  // returns while the copies wait behind the shut gate
+  EXPECT_TRUE(host_gradients_of_step(1)) << "the copies ran on the compute stream";
+  down.open();
+  policy.finish_gradients();
+  EXPECT_TRUE(host_gradients_of_step(2));
 }
 
 // An error inside a step (a token outside the vocabulary, raised by the embedding: at once on the

@@ -162,12 +162,12 @@ TEST(SimTrainer, AStepDrainsTheDeviceOnceForTheNormAndAllocatesNothing) {
                              {"device=" + device, fmt::format("zero_optimization.stage={}", stage),
                               "bf16.enabled=true"}));
       losses.push_back(t.train_step().loss);  // the first step sets up (buffers, uploads)
-      const uint64_t before = device == "sim" ? t.model().op().sim->synchronizations() : 0;
+      const uint64_t before = device == "sim" ? t.model().sim_host_waits() : 0;
       const uint64_t allocations = t.compute_allocator() ? t.compute_allocator()->allocations() : 0;
       for (int s = 0; s < 3; ++s) losses.push_back(t.train_step().loss);
       if (device == "sim")  // and no allocation of device memory after the first step
         EXPECT_EQ(t.compute_allocator()->allocations(), allocations) << "ZeRO stage " << stage;
-      return device == "sim" ? t.model().op().sim->synchronizations() - before : 0;
+      return device == "sim" ? t.model().sim_host_waits() - before : 0;
     };
     std::vector<float> cpu, sim;
     run("cpu", cpu);
@@ -220,7 +220,7 @@ TEST(SimTrainer, PinnedHostMemoryKeepsTheCopiesOffTheHost) {
       Trainer t(sim_trainer_config(dir, "pin_" + std::to_string(pinned), keys));
       Run r;
       r.losses.push_back(t.train_step().loss);  // the first step sets up
-      const uint64_t before = t.model().op().sim->synchronizations();
+      const uint64_t before = t.model().sim_host_waits();
       const uint64_t allocated = t.compute_allocator()->allocations();
       for (int s = 0; s < 3; ++s) {
         const StepStats st = t.train_step();
@@ -230,7 +230,7 @@ TEST(SimTrainer, PinnedHostMemoryKeepsTheCopiesOffTheHost) {
         if (t.config().placement_policy == "auto")
           r.most += p.updated_on_host + p.cache_releases + 2;
       }
-      r.waits = t.model().op().sim->synchronizations() - before;
+      r.waits = t.model().sim_host_waits() - before;
       r.allocations = t.compute_allocator()->allocations() - allocated;
       return r;
     };

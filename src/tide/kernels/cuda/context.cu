@@ -42,7 +42,20 @@ void* CudaHandles::scratch(size_t bytes) {
 
 namespace cuda {
 
-OpContext make_context(int device, Arena* scratch) {
+namespace {
+
+OpContext context_of(std::shared_ptr<CudaHandles> h, Arena* scratch) {
+  OpContext ctx;
+  ctx.device = Device::cuda(h->device);
+  ctx.scratch = scratch;
+  ctx.stream = h->stream;
+  ctx.handles = std::move(h);
+  return ctx;
+}
+
+}  // namespace
+
+OpContext make_context(int device, Arena* scratch, bool copies_only) {
   const int n = device_count();
   TIDE_CHECK(n > 0,
              "make_op_context: cuda:{} was asked for but no CUDA GPU is visible to this "
@@ -59,6 +72,7 @@ OpContext make_context(int device, Arena* scratch) {
   auto h = std::make_shared<CudaHandles>();
   h->device = device;
   TIDE_CUDA_CHECK(cudaStreamCreateWithFlags(&h->stream, cudaStreamNonBlocking));
+  if (copies_only) return context_of(std::move(h), scratch);
   TIDE_CUBLAS_CHECK(cublasCreate(&h->cublas));
   TIDE_CUBLAS_CHECK(cublasSetStream(h->cublas, h->stream));
   // Plain f32 GEMMs (no TF32): the CUDA results are compared with the CPU reference at f32
@@ -68,13 +82,7 @@ OpContext make_context(int device, Arena* scratch) {
   TIDE_CUDA_CHECK(cudaMalloc(&h->workspace, kWorkspaceBytes));
   h->workspace_bytes = kWorkspaceBytes;
   TIDE_CUBLAS_CHECK(cublasSetWorkspace(h->cublas, h->workspace, h->workspace_bytes));
-
-  OpContext ctx;
-  ctx.device = Device::cuda(device);
-  ctx.scratch = scratch;
-  ctx.stream = h->stream;
-  ctx.handles = std::move(h);
-  return ctx;
+  return context_of(std::move(h), scratch);
 }
 
 }  // namespace cuda

@@ -40,8 +40,9 @@ namespace tide::cuda {
 // (core/device_cuda.cu).
 int device_count();
 // make_op_context for Device::cuda(device) (context.cu): checks that the GPU is visible, sets
-// it current, creates the stream and the handles.
-OpContext make_context(int device, Arena* scratch);
+// it current, creates the stream and the handles. `copies_only` (make_copy_context): the stream
+// alone, without cuBLAS handles or their workspace.
+OpContext make_context(int device, Arena* scratch, bool copies_only);
 
 // The mover's CUDA half (mover.cu; kernels/mover.h): copies and zeroing queued on ctx's stream,
 // events on it, and the host's waits.
