@@ -83,7 +83,7 @@ expect_error "TIDE_CPU_BF16_GEMM='bogus': use amx, avx512bf16 or reference" \
   train "${tiny[@]}" bf16.enabled=true train_steps=1 out_dir=runs/gemm_env
 unset TIDE_CPU_BF16_GEMM
 export TIDE_CPU_F32_GEMM=bogus
-expect_error "TIDE_CPU_F32_GEMM='bogus': use avx512 or openblas" \
+expect_error "TIDE_CPU_F32_GEMM='bogus': use avx512, avx2 or openblas" \
   train "${tiny[@]}" train_steps=1 out_dir=runs/gemm_env_f32
 unset TIDE_CPU_F32_GEMM
 expect_error "bad/meta.json: unreadable: field .* re-create it with \`tide prepare" train "${tiny[@]}" data.dir=bad

@@ -146,8 +146,9 @@ Tensor ZeroPolicy::gather_source(int c) {
   if (slice.device == whole.device) return slice;
   // offload_param on a device: the slice is on the host, the gathered chunk on the device. A
   // collective moves one device's memory: the slice goes up into its part of the chunk first,
-  // which is then gathered in place. No host wait: every writer of the host slice (the
-  // update's copy of the master, OffloadPolicy::finish_update) is a copy on the same stream.
+  // which is then gathered in place. No host wait: the slice's one writer, the update
+  // (OffloadPolicy::finish_update), writes it on the host after Adam waited for the chunk's
+  // gradient copy down, which was queued after this step's last gather of it.
   const Tensor mine = own_part(whole, store_.layout().slice_elems(c), dp_.rank());
   copy(op_, mine, slice);
   return mine;

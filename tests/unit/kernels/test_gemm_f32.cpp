@@ -1,8 +1,9 @@
-// tide's own f32 GEMM (cpu/gemm_f32.h), where this CPU has AVX-512 (else skipped, saying why):
-// every element equal, bit for bit, to one scalar FMA chain over k in order (the kernel's stated
-// sum), on shapes that are not multiples of its tiles and with K over several blocks, in the
-// four transposes and the three epilogues; within the f32 error bound of the exact sum and of
-// OpenBLAS's; its bits independent of the thread count; and the matmul ops taking it.
+// tide's own f32 GEMM (cpu/gemm_f32.h), on AVX-512 and on AVX2 + FMA, each where this CPU has
+// it (else skipped, saying why): every element equal, bit for bit, to one scalar FMA chain over k
+// in order (the kernels' stated sum, so the two paths' bits are the same), on shapes that are not
+// multiples of its tiles and with K over several blocks, in the four transposes and the three
+// epilogues; within the f32 error bound of the exact sum and of OpenBLAS's; its bits independent of
+// the thread count; and the matmul ops taking it.
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -46,24 +47,34 @@ std::string what(const Problem& p, GemmEpilogue e) {
 
 }  // namespace
 
-class F32Gemm : public ::testing::Test {
+// Parameter: the path under test, set for the test's products (gemm_f32 follows the path).
+class F32Gemm : public ::testing::TestWithParam<F32GemmPath> {
  protected:
   void SetUp() override {
-    if (!f32_gemm_path_supported(F32GemmPath::kAvx512))
-      GTEST_SKIP() << "this CPU has no AVX-512 (F, BW, VL, DQ): the f32 GEMM runs OpenBLAS";
+    if (!f32_gemm_path_supported(GetParam()))
+      GTEST_SKIP() << "this CPU has no "
+                   << (GetParam() == F32GemmPath::kAvx512 ? "AVX-512 (F, BW, VL, DQ)"
+                                                          : "AVX2 and FMA");
     saved_ = f32_gemm_path();
+    set_f32_gemm_path(GetParam());
   }
   void TearDown() override {
-    if (f32_gemm_path_supported(F32GemmPath::kAvx512)) set_f32_gemm_path(saved_);
+    if (f32_gemm_path_supported(GetParam())) set_f32_gemm_path(saved_);
   }
   F32GemmPath saved_ = F32GemmPath::kOpenBlas;
 };
+
+INSTANTIATE_TEST_SUITE_P(Paths, F32Gemm,
+                         ::testing::Values(F32GemmPath::kAvx512, F32GemmPath::kAvx2),
+                         [](const auto& info) {
+                           return std::string(f32_gemm_path_name(info.param));
+                         });
 
 // Each element is s = fma(a_k, b_k, s) for k = 0..K-1 from s = 0, then bias + s or C + s: the
 // bits of that scalar chain. Every element is also within (K + 2) 2^-24 sum |a b| of the exact
 // sum (f32 accumulation), and so within twice that of OpenBLAS's result. K = 385 and 1000 cross
 // the kernel's blocks of 384 (f32 partial sums stored and reloaded).
-TEST_F(F32Gemm, EqualsTheScalarFmaChainAndTheExactSumsOnOddShapes) {
+TEST_P(F32Gemm, EqualsTheScalarFmaChainAndTheExactSumsOnOddShapes) {
   const std::vector<std::array<int64_t, 3>> shapes = {
       {1, 1, 1},     {1, 7, 3},      {17, 33, 31},  {70, 65, 33},  {33, 129, 64},
       {130, 47, 97}, {45, 300, 161}, {40, 50, 385}, {65, 17, 1000}};
@@ -121,7 +132,7 @@ TEST_F(F32Gemm, EqualsTheScalarFmaChainAndTheExactSumsOnOddShapes) {
 }
 
 // The same bits on one thread as on all of them (and with K over two blocks).
-TEST_F(F32Gemm, BitsIndependentOfTheThreadCount) {
+TEST_P(F32Gemm, BitsIndependentOfTheThreadCount) {
   for (int t = 0; t < 4; ++t) {
     const Problem p = make_problem(150, 260, 500, t & 1, t & 2, 700 + t);
     std::vector<float> all(p.M * p.N), one(p.M * p.N);
@@ -136,7 +147,7 @@ TEST_F(F32Gemm, BitsIndependentOfTheThreadCount) {
 
 // The f32 matmul ops take this path when it is chosen (the bias gradient stays the ops' own
 // column sums), and OpenBLAS's when that is.
-TEST_F(F32Gemm, MatmulOpsTakeThePathChosen) {
+TEST_P(F32Gemm, MatmulOpsTakeThePathChosen) {
   const int64_t N = 37, C = 40, OC = 50;
   std::vector<float> inp = tide::test::randn(N * C, 1), w = tide::test::randn(OC * C, 2),
                      bias = tide::test::randn(OC, 3), out(N * OC),
@@ -153,7 +164,7 @@ TEST_F(F32Gemm, MatmulOpsTakeThePathChosen) {
     matmul_backward_input(ctx, v(dinp, {N, C}), v(dout, {N, OC}), v(w, {OC, C}));
     matmul_backward_weight(ctx, v(dw, {OC, C}), v(dbias, {OC}), v(dout, {N, OC}), v(inp, {N, C}));
   };
-  set_f32_gemm_path(F32GemmPath::kAvx512);
+  set_f32_gemm_path(GetParam());
   EXPECT_EQ(calls_of(all_three), 3);
   set_f32_gemm_path(F32GemmPath::kOpenBlas);
   EXPECT_EQ(calls_of(all_three), 0);

@@ -81,6 +81,7 @@ packed_detail::PackedFormat format_of(Bf16GemmPath path) {
           bf16_detail::pack_a_tile,
           bf16_detail::pack_b_tile,
           amx ? bf16_detail::kernel_32x32_amx : bf16_detail::kernel_32x32_avx512,
+          packed_detail::store_block,
           amx,
           &g_native_calls};
 }

@@ -162,9 +162,9 @@ void gemm_packed(const PackedFormat& f, const GemmOperand& a, int a_terms, const
             const int64_t m = std::min<int64_t>(32, M - i0), n = std::min<int64_t>(32, N - j0);
             if (c_transposed) {
               transpose_block(c, st);
-              store_block(st, C, c_dtype, ldc, j0, i0, n, m, e, nullptr);
+              f.store(st, C, c_dtype, ldc, j0, i0, n, m, e, nullptr);
             } else {
-              store_block(c, C, c_dtype, ldc, i0, j0, m, n, e, bias);
+              f.store(c, C, c_dtype, ldc, i0, j0, m, n, e, bias);
             }
           }
         }

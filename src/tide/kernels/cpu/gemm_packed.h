@@ -48,12 +48,17 @@ using PackTileFn = void(uint16_t* dst, const GemmOperand& x, int64_t rows, int64
                         int terms, int64_t first);
 using Kernel32x32Fn = void(const uint16_t* a, int a_terms, const uint16_t* b, int b_terms,
                            int64_t kc, int64_t k0, int64_t k1, bool accumulate, float* c);
+// store: the valid (m, n) corner of the f32 block s (row stride 32) into C at (i0, j0), with the
+// epilogue (store_block below, or a format's own for CPUs without AVX-512).
+using StoreBlockFn = void(const float* s, void* C, DType c_dtype, int64_t ldc, int64_t i0,
+                          int64_t j0, int64_t m, int64_t n, GemmEpilogue e, const float* bias);
 using PackTile = PackTileFn*;
 using Kernel32x32 = Kernel32x32Fn*;
 struct PackedFormat {
   int64_t chunk_k;  // values of K per 1 KiB chunk of a tile: 32 bf16 (16 rows x 32), 16 f32
   PackTile pack_a, pack_b;
   Kernel32x32 kernel;
+  StoreBlockFn* store;
   bool amx_tiles;               // the kernel needs begin_tiles() on its thread (AMX)
   std::atomic<int64_t>* calls;  // counts the products this format computed
 };
@@ -65,11 +70,10 @@ void gemm_packed(const PackedFormat& f, const GemmOperand& a, int a_terms, const
                  int b_terms, int64_t M, int64_t N, int64_t K, void* C, DType c_dtype, int64_t ldc,
                  GemmEpilogue e, const float* bias, bool c_transposed);
 
-// The epilogue pieces every format shares (gemm_bf16_kernels.cpp, AVX-512): the valid (m, n)
-// corner of block s (row stride 32) into C at (i0, j0); t = s transposed, both (32,32) f32 with
-// row stride 32, 64-byte aligned.
-void store_block(const float* s, void* C, DType c_dtype, int64_t ldc, int64_t i0, int64_t j0,
-                 int64_t m, int64_t n, GemmEpilogue e, const float* bias);
+// The AVX-512 formats' epilogue pieces (gemm_bf16_kernels.cpp): StoreBlockFn for f32 or bf16
+// C; t = s transposed (c_transposed, AVX-512 formats only), both (32,32) f32 with row stride 32,
+// 64-byte aligned.
+StoreBlockFn store_block;
 void transpose_block(const float* s, float* t);
 // A path chosen once per process, on first use (`choose`), unless set() chose it before.
 template <typename Path>

@@ -1,5 +1,5 @@
-// Linear layer out = inp @ weight^T + bias through tide's own AVX-512 GEMM (gemm_f32.h, the
-// default on AMD) or OpenBLAS sgemm (tiled, see gemm.h). The weight is (OC,C) row-major as in
+// Linear layer out = inp @ weight^T + bias through tide's own AVX-512 or AVX2 GEMM (gemm_f32.h,
+// the default on AMD) or OpenBLAS sgemm (tiled, see gemm.h). The weight is (OC,C) row-major as in
 // PyTorch, so every product is a plain row-major product with one transpose. Backward ops
 // accumulate into the gradient (sgemm's beta = 1).
 // With bf16 storage throughout, the *_native variants run the same products on the stored
@@ -21,12 +21,12 @@ namespace {
 constexpr int kChannelBlock = 16;
 
 // C(M,N) = op(A) @ op(B) with `e` (bias: N floats), all f32, through the f32 path this CPU
-// takes: tide's AVX-512 GEMM, or OpenBLAS's tiles, where the bias is every row's start and
+// takes: tide's AVX-512 or AVX2 GEMM, or OpenBLAS's tiles, where the bias is every row's start and
 // sgemm adds the product (beta = 1).
 void f32_product(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
                  const float* B, int64_t ldb, float* C, int64_t ldc, GemmEpilogue e,
                  const float* bias = nullptr) {
-  if (f32_gemm_path() == F32GemmPath::kAvx512)
+  if (f32_gemm_path() != F32GemmPath::kOpenBlas)
     return gemm_f32(M, N, K, {A, lda, ta, DType::F32}, {B, ldb, tb, DType::F32}, C, ldc, e, bias);
   if (e == GemmEpilogue::kAddBias) {
 #pragma omp parallel for schedule(static)
