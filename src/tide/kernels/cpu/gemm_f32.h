@@ -15,6 +15,7 @@
 // its column of op(B) and K (the same on both instruction sets); they differ from OpenBLAS's,
 // whose kernel sums in another order.
 
+#include <algorithm>
 #include <cstdint>
 #include <string_view>
 
@@ -49,6 +50,28 @@ void gemm_f32(int64_t M, int64_t N, int64_t K, const GemmOperand& A, const GemmO
               int64_t ldc, GemmEpilogue epilogue, const float* bias = nullptr);
 
 namespace f32_detail {
+// Where the 16 lanes of a packed tile come from, for both instruction sets: lane 0's first value,
+// the stride between lanes (lanes_contiguous_in_k) or between values of k, and how many lanes
+// there are (16, or fewer at the end of op(A)'s rows or op(B)'s columns).
+struct TileSource {
+  const float* p;
+  int64_t ld;
+  bool lanes_contiguous_in_k;
+  int64_t lanes;
+};
+// Row tile r0..r0+15 of op(A) (M rows): A stored (M,K) has a row contiguous in k; stored (K,M),
+// a k row holds the 16 rows.
+inline TileSource a_tile_source(const GemmOperand& a, int64_t M, int64_t r0) {
+  const auto* A = static_cast<const float*>(a.p);
+  return {a.trans ? A + r0 : A + r0 * a.ld, a.ld, !a.trans, std::clamp<int64_t>(M - r0, 0, 16)};
+}
+// Column tile c0..c0+15 of op(B) (N columns): B stored (N,K) has a column contiguous in k;
+// stored (K,N), a k row holds the 16 columns.
+inline TileSource b_tile_source(const GemmOperand& b, int64_t N, int64_t c0) {
+  const auto* B = static_cast<const float*>(b.p);
+  return {b.trans ? B + c0 * b.ld : B + c0, b.ld, b.trans, std::clamp<int64_t>(N - c0, 0, 16)};
+}
+
 // gemm_f32_kernels.cpp (AVX-512 by target attribute), gemm_packed.h's PackTile and Kernel32x32.
 // A chunk of a packed tile is 16 values of K for its 16 rows (columns), [k][lane]: 256 f32.
 packed_detail::PackTileFn pack_a_tile, pack_b_tile;

@@ -24,6 +24,10 @@
 
 namespace tide::cpu::f32_avx2_detail {
 
+using f32_detail::a_tile_source;
+using f32_detail::b_tile_source;
+using f32_detail::TileSource;
+
 namespace {
 
 constexpr int64_t kChunk = 16;        // values of K per chunk
@@ -50,10 +54,11 @@ TIDE_AVX2 inline void transpose8x8(const float* src, int64_t ld, float* dst) {
   }
 }
 
-// Tile of 16 lanes x kc chunks at dst, zero where the lanes or K run out. `p` is lane 0's first
-// value, `ld` the stride between lanes (lanes_contiguous_in_k) or between values of k.
-TIDE_AVX2 void pack_tile(float* dst, const float* p, int64_t ld, bool lanes_contiguous_in_k,
-                         int64_t lanes, int64_t K, int64_t kc) {
+// Tile of 16 lanes x kc chunks at dst from `src` (gemm_f32.h), zero where the lanes or K run out.
+TIDE_AVX2 void pack_tile(float* dst, const TileSource& src, int64_t K, int64_t kc) {
+  const float* p = src.p;
+  const int64_t ld = src.ld, lanes = src.lanes;
+  const bool lanes_contiguous_in_k = src.lanes_contiguous_in_k;
   const int64_t kk = kc * kChunk;
   if (!lanes_contiguous_in_k) {
     for (int64_t k = 0; k < kk; ++k) {
@@ -118,20 +123,12 @@ TIDE_AVX2 inline __attribute__((always_inline)) void rows_by_16(const float* a, 
 
 TIDE_AVX2 void pack_a_tile(uint16_t* dst, const GemmOperand& a, int64_t M, int64_t K, int64_t kc,
                            int /*terms*/, int64_t r0) {
-  const auto* A = static_cast<const float*>(a.p);
-  const int64_t rows = std::clamp<int64_t>(M - r0, 0, 16);
-  // A stored (M,K): a row is contiguous in k. Stored (K,M): a k row holds the 16 rows.
-  pack_tile(reinterpret_cast<float*>(dst), a.trans ? A + r0 : A + r0 * a.ld, a.ld, !a.trans, rows,
-            K, kc);
+  pack_tile(reinterpret_cast<float*>(dst), a_tile_source(a, M, r0), K, kc);
 }
 
 TIDE_AVX2 void pack_b_tile(uint16_t* dst, const GemmOperand& b, int64_t N, int64_t K, int64_t kc,
                            int /*terms*/, int64_t c0) {
-  const auto* B = static_cast<const float*>(b.p);
-  const int64_t cols = std::clamp<int64_t>(N - c0, 0, 16);
-  // B stored (N,K): a column is contiguous in k. Stored (K,N): a k row holds the 16 columns.
-  pack_tile(reinterpret_cast<float*>(dst), b.trans ? B + c0 * b.ld : B + c0, b.ld, b.trans, cols, K,
-            kc);
+  pack_tile(reinterpret_cast<float*>(dst), b_tile_source(b, N, c0), K, kc);
 }
 
 TIDE_AVX2 void kernel_32x32(const uint16_t* a16, int /*a_terms*/, const uint16_t* b16,

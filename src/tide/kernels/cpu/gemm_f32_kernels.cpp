@@ -26,10 +26,11 @@ namespace {
 constexpr int64_t kChunk = 16;        // values of K per chunk
 constexpr int64_t kChunkElems = 256;  // f32 per chunk of a tile (1 KiB)
 
-// Tile of 16 lanes x kc chunks at dst. `p` is lane 0's first value, `ld` the stride between
-// lanes (lanes_contiguous_in_k) or between values of k (otherwise).
-TIDE_AVX512 void pack_tile(float* dst, const float* p, int64_t ld, bool lanes_contiguous_in_k,
-                           int64_t lanes, int64_t K, int64_t kc) {
+// Tile of 16 lanes x kc chunks at dst from `src` (gemm_f32.h).
+TIDE_AVX512 void pack_tile(float* dst, const TileSource& src, int64_t K, int64_t kc) {
+  const float* p = src.p;
+  const int64_t ld = src.ld, lanes = src.lanes;
+  const bool lanes_contiguous_in_k = src.lanes_contiguous_in_k;
   if (!lanes_contiguous_in_k) {
     const __mmask16 m = lanes32(lanes);
     for (int64_t k = 0; k < kc * kChunk; ++k)
@@ -53,20 +54,12 @@ TIDE_AVX512 void pack_tile(float* dst, const float* p, int64_t ld, bool lanes_co
 
 TIDE_AVX512 void pack_a_tile(uint16_t* dst, const GemmOperand& a, int64_t M, int64_t K, int64_t kc,
                              int /*terms*/, int64_t r0) {
-  const auto* A = static_cast<const float*>(a.p);
-  const int64_t rows = std::clamp<int64_t>(M - r0, 0, 16);
-  // A stored (M,K): a row is contiguous in k. Stored (K,M): a k row holds the 16 rows.
-  pack_tile(reinterpret_cast<float*>(dst), a.trans ? A + r0 : A + r0 * a.ld, a.ld, !a.trans, rows,
-            K, kc);
+  pack_tile(reinterpret_cast<float*>(dst), a_tile_source(a, M, r0), K, kc);
 }
 
 TIDE_AVX512 void pack_b_tile(uint16_t* dst, const GemmOperand& b, int64_t N, int64_t K, int64_t kc,
                              int /*terms*/, int64_t c0) {
-  const auto* B = static_cast<const float*>(b.p);
-  const int64_t cols = std::clamp<int64_t>(N - c0, 0, 16);
-  // B stored (N,K): a column is contiguous in k. Stored (K,N): a k row holds the 16 columns.
-  pack_tile(reinterpret_cast<float*>(dst), b.trans ? B + c0 * b.ld : B + c0, b.ld, b.trans, cols, K,
-            kc);
+  pack_tile(reinterpret_cast<float*>(dst), b_tile_source(b, N, c0), K, kc);
 }
 
 // The 16 accumulators stay in registers only when every loop over them is unrolled whole (as
