@@ -389,4 +389,19 @@ TEST(SimEngine, RefusesActivationsOffTheDevice) {
   }
 }
 
+// A copy context must be for the model's device (ModelOptions::copies, make_copy_context).
+TEST(SimEngine, RefusesACopyContextOfAnotherDevice) {
+  SimDevice dev;
+  ModelOptions o = dev.options(DType::F32);
+  o.copies = make_copy_context(make_op_context(Device::sim(1), nullptr, 1));
+  try {
+    GPT g(sim_engine_config(), ActivationPolicy::SAVE_ALL, o);
+    FAIL() << "a sim:0 model with a copy context for sim:1 was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "the model's ops run on sim:0 but ModelOptions::copies is a context for sim:1; make "
+              "it with make_copy_context(op)");
+  }
+}
+
 }  // namespace

@@ -23,15 +23,6 @@ F32GemmPath parse_f32_path(std::string_view s) {
       s);
 }
 
-bool cpu_has_avx2_fma() {
-#if defined(__x86_64__)
-  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  return has;
-#else
-  return false;
-#endif
-}
-
 F32GemmPath choose_f32_path() {
   if (const char* env = std::getenv("TIDE_CPU_F32_GEMM"); env != nullptr && *env != '\0') {
     const F32GemmPath p = parse_f32_path(env);
@@ -84,7 +75,7 @@ bool f32_gemm_path_supported(F32GemmPath p) {
     case F32GemmPath::kAvx512:
       return packed_detail::cpu_has_avx512();
     case F32GemmPath::kAvx2:
-      return cpu_has_avx2_fma();
+      return packed_detail::cpu_has_avx2_fma();
     case F32GemmPath::kOpenBlas:
       break;
   }

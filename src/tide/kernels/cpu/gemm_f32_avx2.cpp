@@ -84,8 +84,8 @@ TIDE_AVX2 void pack_tile(float* dst, const TileSource& src, int64_t K, int64_t k
       continue;
     }
     for (int64_t l = 0; l < 16; ++l) {
-      const float* src = p + l * ld + k0;
-      for (int64_t k = 0; k < kChunk; ++k) d[k * 16 + l] = l < lanes && k < n ? src[k] : 0.0f;
+      const float* lane = p + l * ld + k0;
+      for (int64_t k = 0; k < kChunk; ++k) d[k * 16 + l] = l < lanes && k < n ? lane[k] : 0.0f;
     }
   }
 }

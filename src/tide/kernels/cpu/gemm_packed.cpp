@@ -81,6 +81,15 @@ bool cpu_has_avx512() {
 #endif
 }
 
+bool cpu_has_avx2_fma() {
+#if defined(__x86_64__)
+  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return has;
+#else
+  return false;
+#endif
+}
+
 bool amd_cpu() {
 #if defined(__x86_64__)
   __builtin_cpu_init();

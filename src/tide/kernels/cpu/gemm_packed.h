@@ -94,9 +94,11 @@ class PathChoice {
   std::atomic<int> v_{-1};  // -1: not chosen yet
 };
 
-// Whether the CPU has AVX-512 F, BW, VL and DQ (what gemm_avx512.h's pieces need); whether it
-// is an AMD CPU (the packed paths' defaults differ by vendor, as measured).
+// Whether the CPU has AVX-512 F, BW, VL and DQ (what gemm_avx512.h's pieces need); AVX2 and FMA
+// (gemm_f32_avx2.cpp's); whether it is an AMD CPU (the packed paths' defaults differ by vendor,
+// as measured).
 bool cpu_has_avx512();
+bool cpu_has_avx2_fma();
 bool amd_cpu();
 // Loads the AMX tile configuration on the calling thread / releases its tile state.
 void begin_tiles();
