@@ -49,6 +49,7 @@ class DeviceRoutedGroup final : public ProcessGroup {
   bool orders_on_stream(const Tensor& buf) const override {
     return !buf.device.is_cpu() && device_->orders_on_stream(buf);
   }
+  void wait_on_device(const StreamEvent& event) override { device_->wait_on_device(event); }
   // Both groups' traffic together.
   CommCounters counters() const override;
   void reset_counters() override;

@@ -26,6 +26,13 @@ std::shared_ptr<ProcessGroup> ProcessGroup::new_group(const std::vector<int>& ra
   return split(0, static_cast<int>(it - ranks.begin()));
 }
 
+void ProcessGroup::wait_on_device(const StreamEvent& event) {
+  TIDE_FAIL(
+      "the {} group runs its calls on the host and cannot wait for a {} stream on the "
+      "device; wait for the event on the host before the call (model/stream_collectives.h)",
+      backend(), event.device.str());
+}
+
 namespace comm_check {
 
 void same_dtype_device(const Tensor& a, const Tensor& b, const char* who) {

@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "tide/core/stream_event.h"
 #include "tide/core/tensor.h"
 
 namespace tide {
@@ -129,6 +130,12 @@ class ProcessGroup {
     (void)buf;
     return false;
   }
+  // Where calls are ordered by the device's streams: the calls issued from now on also wait, on
+  // the device, for `event`, recorded on another stream of the device than the compute stream
+  // (the copy stream, which wrote a buffer the next call sends). The host goes on at once.
+  // Elsewhere an error: the host runs the call, so it waits for the event itself
+  // (model/stream_collectives.h).
+  virtual void wait_on_device(const StreamEvent& event);
 
   // Virtual for groups that delegate their calls to others (device_routed_group.h).
   virtual CommCounters counters() const {

@@ -54,6 +54,13 @@ SimCollectiveGroup::SimCollectiveGroup(std::shared_ptr<ProcessGroup> inner,
 
 SimCollectiveGroup::~SimCollectiveGroup() = default;  // ~SimStream runs what is queued
 
+void SimCollectiveGroup::wait_on_device(const StreamEvent& event) {
+  TIDE_CHECK(event.device == compute_->device(),
+             "wait_on_device: this group's calls run on {} but the event is on {}",
+             compute_->device().str(), event.device.str());
+  stream_->wait(event.sim);
+}
+
 WorkPtr SimCollectiveGroup::launch(std::initializer_list<const Tensor*> buffers, const char* who,
                                    uint64_t bytes, int peer, std::function<WorkPtr()> call,
                                    bool hold) {

@@ -37,6 +37,7 @@ class SimCollectiveGroup final : public ProcessGroup {
   int size() const override { return inner_->size(); }
   std::string backend() const override { return "sim"; }
   bool orders_on_stream(const Tensor&) const override { return true; }
+  void wait_on_device(const StreamEvent& event) override;
 
   WorkPtr all_reduce_async(Tensor buf, ReduceOp op) override;
   WorkPtr reduce_scatter_async(Tensor in, Tensor out, ReduceOp op) override;

@@ -121,8 +121,8 @@ PolicyStack::PolicyStack(GPT& model, ProcessGroup& dp, const ZeroSettings& zero,
     reduction_ = std::make_unique<GradReduction>(dp_, buffers, zero.comm_dtype, op_);
     inner = reduction_.get();
   } else {
-    zero_ = std::make_unique<ZeroPolicy>(store_, dp_, zero,
-                                         ParamGroups(model.all_block_groups()).ids, buffers, op_);
+    zero_ = std::make_unique<ZeroPolicy>(
+        store_, dp_, zero, ParamGroups(model.all_block_groups()).ids, buffers, op_, model.copies());
     inner = zero_.get();
   }
   store_.set_policy(auto_ ? &auto_->policy(placed_, inner) : inner);

@@ -21,20 +21,10 @@
 #include <memory>
 #include <span>
 
+#include "tide/core/stream_event.h"
 #include "tide/kernels/ops.h"
 
 namespace tide {
-
-class SimEvent;
-
-// A point in a context's stream (record_event): every operation queued before it has run once
-// it is done.
-struct StreamEvent {
-  Device device = Device::cpu();
-  std::shared_ptr<SimEvent> sim;  // the simulated device's event
-  std::shared_ptr<void> cuda;     // a cudaEvent_t, destroyed with the last copy
-  const CudaKernelTable* kernels = nullptr;
-};
 
 // dst = src (same element count). Each tensor is on the host or on the context's device; on
 // the CPU context both are on the host. Float tensors of different dtypes (f32, bf16, f16) are

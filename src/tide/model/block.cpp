@@ -92,18 +92,44 @@ void BlockEnv::tp_all_reduce(Tensor partial) const {
   collective_on_stream(op, *tp, partial, [&] { return tp->all_reduce_async(partial); });
 }
 
+Tensor BlockEnv::keep_input_slice(MicroBatch& mb, const Tensor& x) const {
+  const int64_t n = x.numel() / tp_size();
+  Arena& pool = cpu_checkpointing ? mb.host_checkpoints : mb.saved;
+  Tensor slice = pool.alloc_tensor({n}, x.dtype);
+  const size_t at = static_cast<size_t>(tp_rank() * n) * dtype_size(x.dtype);
+  const Tensor part(static_cast<char*>(x.data) + at, {n}, x.dtype, x.device);
+  if (slice.device == x.device) {
+    copy(op, slice, part);
+    return slice;
+  }
+  // Down on the copy stream, after the ops that wrote x, while the next block runs; the next
+  // write of x's buffer (the next block's output) waits for it on the stream.
+  wait_event(copies, record_event(op));
+  copy(copies, slice, part);
+  mb.checkpoint_down = record_event(copies);
+  return slice;
+}
+
+void BlockEnv::before_boundary_write(const MicroBatch& mb) const {
+  if (mb.checkpoint_down) wait_event(op, *mb.checkpoint_down);
+}
+
 void BlockEnv::tp_gather_slices(Tensor slice, Tensor whole) const {
   const Tensor flat = whole.view({whole.numel()});
-  Tensor mine = slice;
-  if (slice.device != whole.device) {  // a host slice (cpu_checkpointing) goes up first
-    const int64_t n = slice.numel();
-    mine = Tensor(static_cast<char*>(whole.data) + tp_rank() * n * dtype_size(whole.dtype), {n},
-                  whole.dtype, whole.device);
-    // No host wait: what writes the host slice again (the next forward's stash) is a copy
-    // queued on the stream after this one.
-    copy(op, mine, slice);
-  }
-  collective_on_stream(op, *tp, flat, [&] { return tp->all_gather_async(mine, flat); });
+  if (slice.device == whole.device)
+    return collective_on_stream(op, *tp, flat, [&] { return tp->all_gather_async(slice, flat); });
+  // A host slice (cpu_checkpointing) goes up into its part of `whole` first, on the copy stream
+  // after the ops queued so far (they may still use the memory) and after the slice's copy down
+  // (the same stream); the gather waits for it on the device. No host wait: what writes the
+  // host slice again (the next forward's copy down) is queued on the copy stream after this.
+  const int64_t n = slice.numel();
+  const Tensor mine(static_cast<char*>(whole.data) + tp_rank() * n * dtype_size(whole.dtype), {n},
+                    whole.dtype, whole.device);
+  wait_event(copies, record_event(op));
+  copy(copies, mine, slice);
+  prepare_collective(op, *tp, flat, record_event(copies));
+  WorkPtr work = tp->all_gather_async(mine, flat);
+  consume_collective(op, *tp, *work, flat);
 }
 
 // The rank-major permutation on the context: the CUDA kernel on a GPU

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -55,6 +56,9 @@ struct MicroBatch {
   // inputs go to instead of `saved` (ZeRO-R offloads activation checkpoints to CPU memory; on
   // a CPU build a separate arena with its own byte counter). Empty otherwise.
   Arena host_checkpoints;
+  // On a device: the copy down of the last block input's slice into host_checkpoints, which
+  // the next write of that input's buffer waits for (BlockEnv::before_boundary_write).
+  std::optional<StreamEvent> checkpoint_down;
   Arena workspace;               // temporaries of one block part (rewound after every F, B and W)
   StashPool* stash = nullptr;    // where B leaves W's inputs (shared by micro-batches)
   std::vector<int> stash_slot;   // per block: the slot held between its B and W, or -1
@@ -89,6 +93,9 @@ struct BlockEnv {
   const GPTConfig* config = nullptr;
   ActivationPolicy policy = ActivationPolicy::SAVE_ALL;
   OpContext op;
+  // The copy stream (ModelOptions::copies, or op): cpu_checkpointing's slices go down and up
+  // on it, beside the ops.
+  OpContext copies;
   ChunkStore* store = nullptr;
   ProcessGroup* tp = nullptr;
   // The Llama family with kv heads replicated over the tp ranks (n_kv_head < t, layout.h): the
@@ -132,8 +139,15 @@ struct BlockEnv {
   // On a device every tensor-parallel collective first waits for the stream (it reads what the
   // ops wrote); the ops queued after it read what it wrote.
   void tp_all_reduce(Tensor partial) const;
-  // ZeRO-R P_a: the block input (B,T,C) whole from the ranks' slices `slice` (this rank's part,
-  // on the device, or on the host under cpu_checkpointing).
+  // ZeRO-R P_a: rank r's contiguous elements [r n, (r+1) n) of the flattened block input `x`
+  // (n = B T C / t), kept from F to B in mb.saved, or under cpu_checkpointing in
+  // mb.host_checkpoints, copied down on the copy stream.
+  Tensor keep_input_slice(MicroBatch& mb, const Tensor& x) const;
+  // Before a block writes its output boundary: under P_a that is the buffer of the previous
+  // block's input (ping-pong), whose copy down the stream waits for (no host wait).
+  void before_boundary_write(const MicroBatch& mb) const;
+  // The block input (B,T,C) whole from the ranks' slices `slice` (this rank's part, on the
+  // device, or on the host under cpu_checkpointing: copied up on the copy stream first).
   void tp_gather_slices(Tensor slice, Tensor whole) const;
   // The partial sums `full` (B,T,C) of a row-parallel linear, or the partial gradient of a
   // column-parallel input, completed: under SP reduce-scattered into this rank's sequence

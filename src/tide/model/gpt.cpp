@@ -31,6 +31,7 @@ GPT::GPT(const GPTConfig& config, ActivationPolicy policy, const ModelOptions& o
       host_staging_(options.host_staging) {
   env_.op = options.op;
   copies_ = options.copies.device.is_cpu() ? options.op : options.copies;
+  env_.copies = copies_;
   check_device(options);
   if (options.tp && options.tp->size() > 1) {
     tp_group_ = options.tp;

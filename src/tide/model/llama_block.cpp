@@ -136,6 +136,7 @@ std::vector<Tensor> LlamaBlock::compute_forward(MicroBatch& mb, Tensor x, bool r
   if (!recompute) {  // a recomputation must not touch the block output (already consumed)
     use(DOWN);
     const Tensor down = row_parallel_forward(env_, mb, s[L_ACT], param(DOWN_W));  // (B,Ts,C)
+    env_.before_boundary_write(mb);
     residual_forward(op, mb.residual[layer_ + 1], s[L_RES2], down);
   }
   return s;
@@ -144,16 +145,8 @@ std::vector<Tensor> LlamaBlock::compute_forward(MicroBatch& mb, Tensor x, bool r
 void LlamaBlock::forward(MicroBatch& mb) {
   std::vector<Tensor> s = compute_forward(mb, mb.residual[layer_], /*recompute=*/false);
   if (!mb.training) return;
-  if (env_.partition_activations) {
-    // ZeRO-R P_a, as the GPT-2 block: keep rank r's contiguous elements [r n, (r+1) n) of the
-    // flattened input (n = B T C / t); the whole entry is overwritten two blocks later.
-    const Tensor x = mb.residual[layer_];
-    const int64_t n = x.numel() / env_.tp_size();
-    Arena& pool = env_.cpu_checkpointing ? mb.host_checkpoints : mb.saved;
-    s[L_XSLICE] = pool.alloc_tensor({n}, x.dtype);
-    const size_t at = static_cast<size_t>(env_.tp_rank() * n) * dtype_size(x.dtype);
-    copy(env_.op, s[L_XSLICE], Tensor(static_cast<char*>(x.data) + at, {n}, x.dtype, x.device));
-  }
+  // ZeRO-R P_a: keep a slice; the input's buffer takes the next block's output (ping-pong).
+  if (env_.partition_activations) s[L_XSLICE] = env_.keep_input_slice(mb, mb.residual[layer_]);
   mb.block_saved[layer_ + 1] = std::move(s);
 }
 

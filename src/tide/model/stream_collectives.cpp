@@ -13,6 +13,16 @@ void prepare_collective(const OpContext& op, const ProcessGroup& group, const Te
   if (!op.device.is_cpu() && host_waits_for(op, group, buf)) synchronize(op);
 }
 
+void prepare_collective(const OpContext& op, ProcessGroup& group, const Tensor& buf,
+                        const StreamEvent& written) {
+  prepare_collective(op, group, buf);
+  if (op.device.is_cpu()) return;
+  if (host_waits_for(op, group, buf))
+    synchronize(written);
+  else
+    group.wait_on_device(written);
+}
+
 void consume_collective(const OpContext& op, const ProcessGroup& group, Work& work,
                         const Tensor& buf) {
   if (host_waits_for(op, group, buf))

@@ -8,6 +8,7 @@
 // waits for the stream first, and for the call.
 
 #include "tide/comm/process_group.h"
+#include "tide/core/stream_event.h"
 #include "tide/kernels/ops.h"
 
 namespace tide {
@@ -19,6 +20,12 @@ bool host_waits_for(const OpContext& op, const ProcessGroup& group, const Tensor
 
 // Call before the collective: waits the host for the stream where the host runs the call.
 void prepare_collective(const OpContext& op, const ProcessGroup& group, const Tensor& buf);
+
+// The same, where the call also sends what another stream of the device wrote (the copy
+// stream's copy up), up to `written`: the device's group waits for that on the device too, so
+// the compute stream never waits for the copy; where the host runs the call, the host waits.
+void prepare_collective(const OpContext& op, ProcessGroup& group, const Tensor& buf,
+                        const StreamEvent& written);
 
 // Call after it: ops queued on `op` from now on see the call's result (the stream waits for
 // it on the device, or the host waited).

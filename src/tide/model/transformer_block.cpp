@@ -106,6 +106,7 @@ std::vector<Tensor> TransformerBlock::compute_forward(MicroBatch& mb, Tensor x, 
     use(FC2);
     Tensor fc2 = row_parallel_forward(mb, s[FCH_GELU], p(FC2_W), p(FC2_B));  // (B,Ts,C)
     dropout_forward(op, fc2, fc2, env_.seq_dropout(mb, layer_, MLP_RESID, C));
+    env_.before_boundary_write(mb);
     residual_forward(op, mb.residual[layer_ + 1], s[RES2], fc2);
   }
   return s;
@@ -114,16 +115,8 @@ std::vector<Tensor> TransformerBlock::compute_forward(MicroBatch& mb, Tensor x, 
 void TransformerBlock::forward(MicroBatch& mb) {
   std::vector<Tensor> s = compute_forward(mb, mb.residual[layer_], /*recompute=*/false);
   if (!mb.training) return;
-  if (env_.partition_activations) {
-    // Keep rank r's contiguous elements [r n, (r+1) n) of the flattened input (n = B T C / t;
-    // C divides over t with the heads); the whole entry is overwritten two blocks later.
-    const Tensor x = mb.residual[layer_];
-    const int64_t n = x.numel() / env_.tp_size();
-    Arena& pool = env_.cpu_checkpointing ? mb.host_checkpoints : mb.saved;
-    s[XSLICE] = pool.alloc_tensor({n}, x.dtype);
-    const size_t at = static_cast<size_t>(env_.tp_rank() * n) * dtype_size(x.dtype);
-    copy(env_.op, s[XSLICE], Tensor(static_cast<char*>(x.data) + at, {n}, x.dtype, x.device));
-  }
+  // ZeRO-R P_a: keep a slice; the input's buffer takes the next block's output (ping-pong).
+  if (env_.partition_activations) s[XSLICE] = env_.keep_input_slice(mb, mb.residual[layer_]);
   mb.block_saved[layer_ + 1] = std::move(s);
 }
 

@@ -36,11 +36,13 @@ void check_zero_settings(const ZeroSettings& s, const ChunkLayout& layout,
 }
 
 ZeroPolicy::ZeroPolicy(ChunkStore& store, ProcessGroup& dp, const ZeroSettings& settings,
-                       std::vector<std::vector<int>> group_params, Allocator& buffers, OpContext op)
+                       std::vector<std::vector<int>> group_params, Allocator& buffers, OpContext op,
+                       OpContext copies)
     : store_(store),
       dp_(dp),
       s_(settings),
       op_(std::move(op)),
+      copies_(copies.device.is_cpu() ? op_ : std::move(copies)),
       group_params_(std::move(group_params)),
       pool_(&buffers),
       staging_(buffers, settings.comm_dtype, op_),
@@ -51,10 +53,15 @@ ZeroPolicy::ZeroPolicy(ChunkStore& store, ProcessGroup& dp, const ZeroSettings& 
                  lay.group_size() == dp_.size() && store_.options().group_rank == dp_.rank(),
              "the chunk store is not sliced for ZeRO stage {} over {} ranks", s_.stage, dp_.size());
   check_zero_settings(s_, lay, group_params_);
+  TIDE_CHECK(copies_.device == op_.device,
+             "ZeroPolicy: the ops run on {} but the copy context is for {}; make it with "
+             "make_copy_context(op)",
+             op_.device.str(), copies_.device.str());
   for (const auto& ids : group_params_) group_chunks_.push_back(lay.chunks_of(ids));
   const int n = lay.num_chunks();
   param_buffer_.assign(n, -1);
   grad_buffer_.assign(n, -1);
+  copied_up_.resize(n);
   if (s_.stage == 3) {
     gathered_.assign(n, Gathered::NO);
     gather_work_.resize(n);
@@ -73,6 +80,10 @@ ZeroPolicy::~ZeroPolicy() {
   for (const Pending& p : reductions_) p.work->wait();
   for (const WorkPtr& w : gather_work_)
     if (w) w->wait();
+  if (copies_.stream != op_.stream || copies_.sim != op_.sim) try {
+      synchronize(copies_);   // a copy up may still write a pool buffer
+    } catch (const Error&) {  // a failed step's error, reported at the wait that found it
+    }
   for (int c = 0; c < store_.layout().num_chunks(); ++c)
     for (ChunkKind k : {ChunkKind::PARAM, ChunkKind::GRAD})
       if (store_.has(k) && store_.attached(k, c)) store_.detach_whole(k, c);
@@ -126,14 +137,8 @@ void ZeroPolicy::start_gather(int c) {
   TIDE_ASSERT(gathered_[c] == Gathered::NO);
   attach(ChunkKind::PARAM, c);
   gather_trace_[c] = AsyncTrace::start(store_.tracer(), "all-gather params", {{"chunk", c}});
-  // On a device the gather writes a pool buffer that ops queued earlier may still read, and
-  // sends a slice the stream's copies may still be writing (the update's parameters, and
-  // offload_param's copy up in gather_source): the device's group orders it after them by an
-  // event (prepare_collective waits the host only where the host runs the call).
   const Tensor whole = store_.chunk(ChunkKind::PARAM, c);
-  const Tensor source = gather_source(c);
-  prepare_collective(op_, dp_, whole);
-  gather_work_[c] = dp_.all_gather_async(source, whole);
+  gather_work_[c] = issue_gather(c, gather_source(c), whole);
   gathered_[c] = Gathered::IN_FLIGHT;
   const int64_t elems = store_.layout().chunk_elems(c);
   live_elems_ += elems;
@@ -146,19 +151,46 @@ Tensor ZeroPolicy::gather_source(int c) {
   if (slice.device == whole.device) return slice;
   // offload_param on a device: the slice is on the host, the gathered chunk on the device. A
   // collective moves one device's memory: the slice goes up into its part of the chunk first,
-  // which is then gathered in place. No host wait: the slice's one writer, the update
-  // (OffloadPolicy::finish_update), writes it on the host after Adam waited for the chunk's
-  // gradient copy down, which was queued after this step's last gather of it.
+  // which is then gathered in place. The copy runs on the copy stream, beside the ops, after
+  // what they queued so far (they may still read the pool buffer the chunk was given). No host
+  // wait: the slice's one writer, the update (OffloadPolicy::finish_update), writes it on the
+  // host after Adam waited for the chunk's gradient copy down, queued on the same copy stream
+  // after this step's last copy up of it.
   const Tensor mine = own_part(whole, store_.layout().slice_elems(c), dp_.rank());
-  copy(op_, mine, slice);
+  wait_event(copies_, record_event(op_));
+  copy(copies_, mine, slice);
+  copied_up_[c] = record_event(copies_);
   return mine;
+}
+
+WorkPtr ZeroPolicy::issue_gather(int c, const Tensor& source, const Tensor& whole) {
+  // On a device the gather writes a pool buffer that ops queued earlier may still read, and
+  // sends what the streams may still be writing (the update's parameters on op's stream,
+  // offload_param's copy up on the copy stream): the device's group orders it after both by
+  // events, and the host waits only where the host runs the call. A one-rank local group's
+  // gather is in place and moves nothing, so it is ordered after nothing.
+  if (!moves_nothing()) {
+    if (copied_up_[c])
+      prepare_collective(op_, dp_, whole, *copied_up_[c]);
+    else
+      prepare_collective(op_, dp_, whole);
+  }
+  return dp_.all_gather_async(source, whole);
+}
+
+void ZeroPolicy::finish_gather(int c, Work& w, const Tensor& whole) {
+  wait(w, whole, "wait all-gather", c);
+  // The ops read the copy up's bytes. A one-rank local group's gather moved nothing and waited
+  // for nothing, so they wait for the copy itself; elsewhere the gather came after it.
+  if (copied_up_[c] && moves_nothing()) wait_event(op_, *copied_up_[c]);
+  copied_up_[c].reset();
 }
 
 void ZeroPolicy::wait_gathered(int c) {
   if (!gathers_) return;  // one rank: its slice is the whole chunk, where the ops can read it
   if (gathered_[c] == Gathered::NO) start_gather(c);
   if (gathered_[c] == Gathered::IN_FLIGHT) {
-    wait(*gather_work_[c], store_.chunk(ChunkKind::PARAM, c), "wait all-gather", c);
+    finish_gather(c, *gather_work_[c], store_.chunk(ChunkKind::PARAM, c));
     gather_work_[c].reset();
     gather_trace_[c].finish();
     gathered_[c] = Gathered::YES;
@@ -380,7 +412,7 @@ void ZeroPolicy::after_update() {
   std::deque<Gather> gathers;
   int64_t gathering = 0;
   auto complete = [&](Gather& g) {
-    wait(*g.work, g.whole, "wait all-gather", g.chunk);
+    finish_gather(g.chunk, *g.work, g.whole);
     g.trace.finish();
   };
   for (int c = 0; c < lay.num_chunks(); ++c) {
@@ -397,9 +429,7 @@ void ZeroPolicy::after_update() {
     const Tensor mine =
         s_.stage == 3 ? gather_source(c) : own_part(whole, lay.slice_elems(c), dp_.rank());
     AsyncTrace trace = AsyncTrace::start(store_.tracer(), "all-gather params", {{"chunk", c}});
-    // On a device the gather reads what AdamW wrote: ordered after it by an event.
-    if (!moves_nothing()) prepare_collective(op_, dp_, whole);
-    gathers.push_back({c, elems, whole, dp_.all_gather_async(mine, whole), trace});
+    gathers.push_back({c, elems, whole, issue_gather(c, mine, whole), trace});
     gathering += elems;
     counters_.all_gathers += 1;
   }

@@ -39,6 +39,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <optional>
 #include <vector>
 
 #include "tide/comm/process_group.h"
@@ -84,9 +85,12 @@ class ZeroPolicy final : public PlacementPolicy {
   // (model/param_groups.h). Buffers come from `buffers` (the compute tier). The store must be
   // sliced as zero_sliced_kinds(settings.stage) says. `op`: where the model's ops write the
   // chunks (a device: the policy's own writes go through the mover on its stream, and each
-  // collective reads what the stream wrote only after the host has waited for it; stages 1-2).
+  // collective is ordered after what the stream wrote: model/stream_collectives.h). `copies`:
+  // the device's copy stream (make_copy_context), where offload_param's slices go up beside
+  // the ops; left on the CPU, they go up on op's stream.
   ZeroPolicy(ChunkStore& store, ProcessGroup& dp, const ZeroSettings& settings,
-             std::vector<std::vector<int>> group_params, Allocator& buffers, OpContext op = {});
+             std::vector<std::vector<int>> group_params, Allocator& buffers, OpContext op = {},
+             OpContext copies = {});
   ~ZeroPolicy() override;
 
   // A step of `accesses` begins (store.begin_step has run); they must outlive the step.
@@ -138,8 +142,13 @@ class ZeroPolicy final : public PlacementPolicy {
   // Stage 3: starts gathering chunk c into a buffer; wait_gathered(c) makes it usable.
   void start_gather(int c);
   // What chunk c's all-gather sends: the owned PARAM slice, or under offload_param on a device
-  // its copy in the gathered chunk's own part (attached first).
+  // its copy in the gathered chunk's own part (attached first), queued on the copy stream
+  // (copied_up_[c] is the event after it).
   Tensor gather_source(int c);
+  // Issues chunk c's all-gather of `source` into `whole`, ordered after the ops and the copy
+  // up that wrote what it sends; finish_gather(c, ...) makes the ops queued next see `whole`.
+  WorkPtr issue_gather(int c, const Tensor& source, const Tensor& whole);
+  void finish_gather(int c, Work& w, const Tensor& whole);
   void wait_gathered(int c);
   void release_gathered(int c);
   void prefetch_after(size_t pos);
@@ -159,6 +168,7 @@ class ZeroPolicy final : public PlacementPolicy {
   ProcessGroup& dp_;
   ZeroSettings s_;
   OpContext op_;
+  OpContext copies_;  // the copy stream, or op_
   std::vector<std::vector<int>> group_params_, group_chunks_;
   BufferPool pool_;
   CommStaging staging_;
@@ -177,6 +187,7 @@ class ZeroPolicy final : public PlacementPolicy {
   bool moves_nothing() const { return dp_.size() == 1 && dp_.backend() == "local"; }
   std::vector<Gathered> gathered_;  // stage 3, per chunk
   std::vector<WorkPtr> gather_work_;
+  std::vector<std::optional<StreamEvent>> copied_up_;  // per chunk, until its gather finishes
   std::vector<AsyncTrace> gather_trace_;
   std::vector<bool> persistent_;
   int64_t live_elems_ = 0;

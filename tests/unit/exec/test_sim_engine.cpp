@@ -21,10 +21,13 @@
 #include <vector>
 
 #include "tide/comm/local_process_group.h"
+#include "tide/comm/sim_collective_group.h"
 #include "tide/core/sim_device.h"
 #include "tide/exec/engine.h"
 #include "tide/kernels/mover.h"
+#include "tide/model/param_groups.h"
 #include "tide/parallel/offload_policy.h"
+#include "tide/parallel/zero.h"
 
 using namespace tide;
 
@@ -285,6 +288,59 @@ TEST(SimEngine, OffloadCopiesRunOnTheirOwnStreamOrderedByEvents) {
   down.open();
   policy.finish_gradients();
   EXPECT_TRUE(host_gradients_of_step(2));
+}
+
+// offload_param's slices go up on the copy stream too (issue #27), beside the ops: a gather the
+// step prefetches copies its host slice up behind a shut copy gate while the compute stream runs
+// on (an op queued after the prefetch finds the chunk's memory not yet written), and the ops
+// that read the chunk once it is waited for see the host slice (they wait for the copy, through
+// the gather). Both dp groups of a one-rank device run: the simulated device's collectives (the
+// gather ordered after the copy on the device) and the local group (the gather moves nothing;
+// the ops wait for the copy themselves).
+TEST(SimEngine, OffloadParamCopiesUpRunOnTheCopyStreamOrderedByEvents) {
+  for (bool device_group : {true, false}) {
+    const std::string what = device_group ? "sim group" : "local group";
+    SimDevice dev;
+    SimPinnedAllocator host;
+    ModelOptions o = dev.options(DType::F32);
+    o.chunk_elems = 1024;
+    o.store.sliced_kinds = zero_sliced_kinds(3);
+    o.store.optimizer = o.store.param_slices = &host;
+    o.store.separate_master = true;
+    GPT gpt(sim_engine_config(), ActivationPolicy::SAVE_ALL, o);
+    gpt.init_weights(11);
+    ChunkStore& store = gpt.store();
+    std::shared_ptr<ProcessGroup> dp = std::make_shared<LocalProcessGroup>();
+    if (device_group) dp = std::make_shared<SimCollectiveGroup>(dp, dev.op.sim);
+    ZeroSettings z;
+    z.stage = 3;
+    z.param_persistence_threshold = 0;  // every chunk gathered on use
+    const std::vector<std::vector<int>> groups = ParamGroups(gpt.all_block_groups()).ids;
+    ZeroPolicy policy(store, *dp, z, groups, dev.memory, dev.op, dev.copies);
+    const int c = store.layout().chunks_of(groups[0]).front();
+    const Tensor slice = store.slice(ChunkKind::PARAM, c);
+    const std::vector<float> expected(slice.f32(), slice.f32() + slice.numel());
+    auto read_on_compute = [&](std::vector<float>& into) {  // the chunk's memory, as an op
+      dev.op.sim->enqueue([&into, whole = store.chunk(ChunkKind::PARAM, c), n = slice.numel()] {
+        into.assign(whole.f32(), whole.f32() + n);
+      });
+    };
+
+    Gate up;
+    up.close_on(*dev.copies.sim);
+    const std::vector<ParamAccess> accesses = {{0, Use::FORWARD}};
+    policy.begin_step(accesses);  // prefetches group 0's chunks
+    std::vector<float> early, late;
+    read_on_compute(early);
+    synchronize(dev.op);  // returns while the copy waits behind the shut gate
+    EXPECT_NE(early, expected) << what << ": the copy up ran on the compute stream";
+    policy.on_acquire(store, groups[0], Use::FORWARD);
+    read_on_compute(late);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    up.open();
+    synchronize(dev.op);
+    EXPECT_EQ(late, expected) << what << ": the ops read the chunk before its copy up";
+  }
 }
 
 // An error inside a step (a token outside the vocabulary, raised by the embedding: at once on the

@@ -203,6 +203,14 @@ TEST(SimTrainer, PinnedHostMemoryKeepsTheCopiesOffTheHost) {
         "zero_optimization.offload_optimizer.device=cpu",
         "zero_optimization.offload_param.device=cpu"},
        "zero_optimization.offload_param.pin_memory"},
+      // Every chunk gathered on use, as a real model's are (this model's chunks are all under
+      // the default persistence threshold): a one-rank gather waits for nothing.
+      {"bf16 ZeRO-3 offload_param, no persistent chunks",
+       {"bf16.enabled=true", "zero_optimization.stage=3",
+        "zero_optimization.offload_optimizer.device=cpu",
+        "zero_optimization.offload_param.device=cpu",
+        "zero_optimization.stage3_param_persistence_threshold=0"},
+       "zero_optimization.offload_param.pin_memory"},
       {"bf16 auto placement",
        {"bf16.enabled=true", "placement.policy=auto", "placement.device_memory_limit=90000"},
        "placement.pin_memory"},

@@ -122,6 +122,13 @@ class NcclProcessGroup final : public ProcessGroup {
   int size() const override { return bootstrap_->size(); }
   std::string backend() const override { return "nccl"; }
   bool orders_on_stream(const Tensor&) const override { return true; }
+  void wait_on_device(const StreamEvent& event) override {
+    TIDE_CHECK(event.device == Device::cuda(device_),
+               "wait_on_device: this NCCL group runs on cuda:{} but the event is on {}", device_,
+               event.device.str());
+    TIDE_CUDA_OK(cudaSetDevice(device_));
+    TIDE_CUDA_OK(cudaStreamWaitEvent(stream_, static_cast<cudaEvent_t>(event.cuda.get()), 0));
+  }
   void set_compute_stream(cudaStream_t s) { compute_ = s; }
 
   WorkPtr all_reduce_async(Tensor buf, ReduceOp op) override {
