@@ -330,24 +330,34 @@ void PipelineEngine::sum_tied_gradient() {
   if (wte_id_ >= 0 && head_id_ >= 0) {
     const Tensor a = whole(wte_chunk_, wte_id_, tied_wte_buf_, wte_all);
     const Tensor b = whole(head_chunk_, head_id_, tied_head_buf_, head_all);
-    // On a device an op (each element's f32 sum rounded once into the dtype: add_elements'
-    // bits). Both in host memory on a device run (ZeRO-Offload's f32 slices): the host adds
-    // once the stream has run what it queued, as a GPU needs (no CPU kernel runs on its
-    // stream). On the CPU, or with the copies on two tiers (auto placement; not on a GPU), a
-    // CPU kernel of the context.
-    // Then b = a: on the host too when both are there (a copy between two host buffers on a
-    // stream would block the host).
-    const auto sum = [a, b] { add_elements(a.dtype, a.data, a.data, b.data, a.numel()); };
-    if (!op.device.is_cpu() && a.device == op.device && b.device == op.device) {
+    // Each element's f32 sum rounded once into the dtype (add_elements' bits, the same for
+    // a + b and b + a). On the CPU at once. On a device an op where both are in its memory;
+    // where one or both are in host memory (ZeRO-Offload's f32 slices, auto placement's host
+    // tier) the host adds once the stream has run what it queued, as a GPU needs (no CPU
+    // kernel runs on its stream): a copy on the device comes down into a host buffer first,
+    // and the sum goes back up. Then the other copy = the sum: on the host when both are there
+    // (a copy between two host buffers on a stream would block the host).
+    if (op.device.is_cpu()) {
+      add_elements(a.dtype, a.data, a.data, b.data, a.numel());
+      copy(op, b, a);
+    } else if (a.device == op.device && b.device == op.device) {
       residual_forward(op, a, a, b);
       copy(op, b, a);
-    } else if (!op.device.is_cpu() && a.device.is_cpu() && b.device.is_cpu()) {
+    } else if (a.device.is_cpu() && b.device.is_cpu()) {
       synchronize(op);
-      sum();
+      add_elements(a.dtype, a.data, a.data, b.data, a.numel());
       std::memcpy(b.data, a.data, a.nbytes());
     } else {
-      run_cpu_kernel_on(op, "the tied embedding's gradient sum", sum);
-      copy(op, b, a);
+      const Tensor on_host = a.device.is_cpu() ? a : b, on_device = a.device.is_cpu() ? b : a;
+      if (tied_host_buf_.capacity() < Arena::aligned(a.nbytes()))
+        tied_host_buf_ = Arena("tied gradient (host)", Arena::aligned(a.nbytes()),
+                               models_[0]->host_staging_allocator());
+      tied_host_buf_.reset();
+      const Tensor down = tied_host_buf_.alloc_tensor(a.shape, a.dtype);
+      copy(op, down, on_device);
+      synchronize(op);
+      add_elements(a.dtype, on_host.data, on_host.data, down.data, a.numel());
+      copy(op, on_device, on_host);
     }
   } else {
     const Tensor mine = wte_id_ >= 0 ? whole(wte_chunk_, wte_id_, tied_wte_buf_, wte_all)

@@ -277,6 +277,9 @@ class PipelineEngine {
   // The tied sum's gathered chunks under ZeRO with dp > 1 (wte's, lm_head's), made with the
   // engine and kept: no allocation in a step, and no host wait before a buffer goes.
   Arena tied_wte_buf_, tied_head_buf_;
+  // On a device, with one end of the tie on each tier (auto placement): the device's end,
+  // copied down for the host to add (made on first use and kept).
+  Arena tied_host_buf_;
   std::shared_ptr<ProcessGroup> dp_;  // the stage's data-parallel group (size 1: none)
   ProcessGroup* tp_ = nullptr;        // the models' tensor-parallel group (nullptr: none)
   // The ZeRO stage of the stores' slicing; placement.policy=auto's placement of every chunk's
