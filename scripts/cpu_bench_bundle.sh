@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # The CPU benchmarks that need more cores than the 2-core development VM, packed for the lent
-# GPU machine (16 cores, no network, none of tide's Debian libraries; its own run call, since
-# .gpu already takes most of the 64 MiB a call carries):
+# GPU machine (16 cores, no network, none of tide's Debian libraries; a run call of its own):
 #
 #   bash scripts/cpu_bench_bundle.sh   here: packs bench_dp, bench_gpt_cpu, bench/vs_torch.py
 #                                      and torch_gpt.py with every library they load (not libc)
 #                                      and a relocated copy of Debian's OpenMPI (mpirun, orted,
-#                                      its plugins and PMIx; OPAL_PREFIX) into .cpu/
-#                                      (git-ignored; under 64 MiB)
-#   bash .cpu/run.sh OUT [--quick]     there, from the repository root with .cpu carried: writes
-#                                      JSON lines into OUT and a summary OUT/cpu_bench.md
+#                                      its plugins and PMIx; OPAL_PREFIX) into .cpu/ and its
+#                                      archive .cpu.tar.gz (git-ignored; what a run call carries)
+#   tar xzf .cpu.tar.gz && bash .cpu/run.sh OUT [--quick]
+#                                      there, from the repository root with .cpu.tar.gz carried:
+#                                      writes JSON lines into OUT and a summary OUT/cpu_bench.md
 #
 # What run.sh measures (bench/RESULTS.md records it with the CPU's name):
 #   1. bench_dp on 4 ranks, one per core group (--bind-to core), pp 1 x dp 4 and pp 2 x dp 2:
@@ -123,8 +123,7 @@ PY
 exit $rc
 RUN
 chmod +x .cpu/run.sh
-git_ignore_dir .cpu
-check_carry_size .cpu
+pack_bundle .cpu
 if [ "${TIDE_CPU_BUNDLE_SELFTEST:-0}" = 1 ]; then
   # The system's OpenMPI and PMIx hidden: the bundle must bring its own.
   empty=$(mktemp -d)

@@ -4,10 +4,10 @@
 #   scripts/gpu_bundle.sh            builds test_gpu_* and libtide_cuda.so (the CUDA module the
 #                                    programs dlopen from their own folder, core/cuda_module.h)
 #                                    in ./build (nvcc must be here) and copies them, with every
-#                                    non-CUDA, non-libc library they load, into .gpu/
-#                                    (git-ignored; about 46 MB)
-# then on the GPU machine, from the repository root (.gpu carried along):
-#   cd .gpu && LD_LIBRARY_PATH=$PWD/lib:/usr/local/cuda/lib64 ./run_gpu_tests.sh
+#                                    non-CUDA, non-libc library they load, into .gpu/ and its
+#                                    archive .gpu.tar.gz (git-ignored; what a run call carries)
+# then on the GPU machine, from the repository root (.gpu.tar.gz carried along):
+#   tar xzf .gpu.tar.gz && cd .gpu && LD_LIBRARY_PATH=$PWD/lib:/usr/local/cuda/lib64 ./run_gpu_tests.sh
 # and the op benchmark beside its PyTorch peer (bench/gpu/ops.cpp, JSON lines):
 #   ./bench_gpu_ops && python3 ops_torch.py
 # The CUDA runtime, cuBLAS and NCCL come from the GPU machine (same major version as here).
@@ -38,5 +38,4 @@ done
 exit \$rc
 RUN
 chmod +x .gpu/run_gpu_tests.sh
-git_ignore_dir .gpu
-du -sh .gpu
+pack_bundle .gpu

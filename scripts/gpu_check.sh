@@ -4,11 +4,14 @@
 #   bash scripts/gpu_check.sh         here (nvcc needed, no GPU): builds the GPU test programs, the
 #                                     op benchmark, tide and the CUDA module (gpu_bundle.sh), and
 #                                     packs them with every library they load (not CUDA, not libc),
-#                                     the prepared default corpus and the runner into .gpu/
-#                                     (git-ignored; it must stay under the 64 MiB a run carries)
-#   bash .gpu/check.sh OUT            there, from the repository root with .gpu carried: runs the
-#                                     steps below and writes OUT/gpu_check.json and OUT/gpu_check.md
-#                                     (the summary to commit into bench/RESULTS.md) beside the logs
+#                                     the prepared default corpus and the runner into .gpu/ and
+#                                     its archive .gpu.tar.gz (git-ignored; with the working tree
+#                                     under the 64 MiB a run call carries: bundle_common.sh)
+#   tar xzf .gpu.tar.gz && bash .gpu/check.sh OUT
+#                                     there, from the repository root with .gpu.tar.gz carried:
+#                                     runs the steps below and writes OUT/gpu_check.json and
+#                                     OUT/gpu_check.md (the summary to commit into
+#                                     bench/RESULTS.md) beside the logs
 #
 # What the runner does, in a few minutes on one H100 or H200:
 #   1. every GPU test program, three times (run_gpu_tests.sh: GPU results must repeat bitwise);
@@ -37,9 +40,8 @@
 # Each step has a time limit, and the whole check a budget (CHECK_BUDGET_S, default 480 s: the
 # issue's 8 minutes): a step that hangs or would run past the budget is stopped (or skipped),
 # named in the summary as out of time, and the summary is still written.
-# With device time left after it: scripts/cpu_bench_bundle.sh's .cpu, in a run call of its own
-# (the machine's 16 cores for bench_dp's overlap under pp and vs_torch; .gpu and .cpu together
-# exceed the 64 MiB one call carries).
+# With device time left after it: scripts/cpu_bench_bundle.sh's .cpu.tar.gz, in a run call of its
+# own (the machine's 16 cores for bench_dp's overlap under pp and vs_torch).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/bundle_common.sh
@@ -333,4 +335,4 @@ sys.exit(0 if s["ok"] else 1)
 PY
 RUN
 chmod +x .gpu/check.sh
-check_carry_size .gpu
+pack_bundle .gpu
