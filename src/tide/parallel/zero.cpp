@@ -80,10 +80,10 @@ ZeroPolicy::~ZeroPolicy() {
   for (const Pending& p : reductions_) p.work->wait();
   for (const WorkPtr& w : gather_work_)
     if (w) w->wait();
-  if (copies_.stream != op_.stream || copies_.sim != op_.sim) try {
-      synchronize(copies_);   // a copy up may still write a pool buffer
-    } catch (const Error&) {  // a failed step's error, reported at the wait that found it
-    }
+  try {
+    synchronize(copies_);   // a copy up may still write a pool buffer
+  } catch (const Error&) {  // a failed step's error, reported at the wait that found it
+  }
   for (int c = 0; c < store_.layout().num_chunks(); ++c)
     for (ChunkKind k : {ChunkKind::PARAM, ChunkKind::GRAD})
       if (store_.has(k) && store_.attached(k, c)) store_.detach_whole(k, c);
