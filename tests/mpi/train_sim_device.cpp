@@ -12,16 +12,17 @@
 // parameters up as copies on the stream, the offload thread waiting for them). A Llama model
 // with offload (stage 2, DPU) and with auto placement (bf16, ZeRO-1, chunks moving) as well.
 //
-// Pipeline stages (one per rank, pipeline.stages = world): 1F1B and interleaved (two chunks per
-// rank) in f32, ZB-V (two chunks per rank, the tied embedding summed in place) in bf16 with
-// ZeRO-1 and with ZeRO-Offload (the sum on the host's f32 slices), ZB-H1 with ZeRO-Offload
-// (DPU), ZB-H2 with auto placement, and ZB-V in bf16 with auto placement on a budget that leaves
-// the two ends of the tie on different tiers in most steps (6 of 8 on 2 ranks, 8 on 3, counted
-// while writing the test: the device's end goes down for the host to add, as a GPU needs, where
-// the sum was a CPU kernel on the stream, which CUDA refuses): bitwise the CPU pipeline
-// run, post-validation's snapshot and rollback included (each message over its stream's own
-// group, NCCL's matching, after the compute stream's event: the activation sent after the ops
-// that wrote it, the receive posted after the ops that read its buffer).
+// Pipeline stages (one per rank, pipeline.stages = world): GPipe, 1F1B and interleaved (two chunks
+// per rank) in f32, zb-auto (scheduled from the traced first step) in bf16 with ZeRO-1, ZB-V (two
+// chunks per rank, the tied embedding summed in place) in bf16 with ZeRO-1 and with ZeRO-Offload
+// (the sum on the host's f32 slices), ZB-H1 with ZeRO-Offload (DPU), ZB-H2 with auto placement, and
+// ZB-V in bf16 with auto placement on a budget that leaves the two ends of the tie on different
+// tiers in most steps (6 of 8 on 2 ranks, 8 on 3, counted while writing the test: the device's end
+// goes down for the host to add, as a GPU needs, where the sum was a CPU kernel on the stream,
+// which CUDA refuses): bitwise the CPU pipeline run, post-validation's snapshot and rollback
+// included (each message over its stream's own group, NCCL's matching, after the compute stream's
+// event: the activation sent after the ops that wrote it, the receive posted after the ops that
+// read its buffer).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -209,7 +210,9 @@ TEST(SimDevicePipeline, TrainsTheCpuPipelineBitwise) {
     uint64_t max_host_waits;
     int64_t budget = 2000000;  // auto: placement.device_memory_limit (bytes)
   };
-  for (const Case& k : std::vector<Case>{{"1f1b", "f32", 0, "", 7},
+  for (const Case& k : std::vector<Case>{{"gpipe", "f32", 0, "", 7},
+                                         {"1f1b", "f32", 0, "", 7},
+                                         {"zb-auto", "bf16", 1, "", 7},
                                          {"interleaved", "f32", 0, "", 7},
                                          {"zb-v", "bf16", 1, "", 7},
                                          {"zb-v", "bf16", 2, "offload", 14},
