@@ -264,9 +264,9 @@ void PipelineEngine::build_stacks(const ZeroSettings& zero,
         for (const auto& mb : mbs_) b += mb->saved.used() + mb->workspace.used();
         return b;
       };
-    placement_ =
-        std::make_unique<AutoPlacement>(std::move(stores), *placement.device, *placement.host,
-                                        accesses, std::move(activations), models_[0]->op());
+    placement_ = std::make_unique<AutoPlacement>(std::move(stores), *placement.device,
+                                                 *placement.host, accesses, std::move(activations),
+                                                 models_[0]->op(), models_[0]->copies());
   }
   for (int c = 0; c < chunks_; ++c)
     stacks_.push_back(std::make_unique<PolicyStack>(*models_[c], *dp_, zero, placement_.get(), c,

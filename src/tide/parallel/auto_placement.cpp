@@ -61,11 +61,14 @@ class AutoPlacement::StorePolicy final : public PlacementPolicy {
 
 AutoPlacement::AutoPlacement(std::vector<PlacedStore> stores, Allocator& device, Allocator& host,
                              std::vector<PlacedAccess> accesses,
-                             std::function<size_t()> activation_bytes, const OpContext& op)
+                             std::function<size_t()> activation_bytes, const OpContext& op,
+                             const OpContext& copies)
     : stores_(std::move(stores)),
       device_(device),
       host_(host),
       op_(op),
+      copies_(copies.device.is_cpu() ? op : copies),
+      prefetching_(!op.device.is_cpu() && !copies.device.is_cpu() && host.pinned()),
       buffers_(std::make_unique<BufferAllocator>(*this, device)),
       activation_bytes_(std::move(activation_bytes)),
       budget_(device.limit()),
@@ -117,6 +120,7 @@ void AutoPlacement::replan(std::vector<PlacedAccess> accesses) {
 }
 
 AutoPlacement::~AutoPlacement() {
+  land_prefetches();
   release_cache(device_);
   release_cache(host_);
 }
@@ -217,7 +221,7 @@ void AutoPlacement::record(int pos) {
   recorded_[pos] = std::max(recorded_[pos], non_model_now());
 }
 
-void AutoPlacement::move(int item, Allocator& to) {
+void AutoPlacement::move(int item, Allocator& to, bool ahead) {
   const Item& i = items_[item];
   ChunkStore& st = store_of(item);
   const TraceSpan span(st.tracer(), &to == &device_ ? "move to device" : "move to host", "memory",
@@ -225,7 +229,17 @@ void AutoPlacement::move(int item, Allocator& to) {
   const auto t0 = std::chrono::steady_clock::now();
   const Chunk ch = st.chunk_info(i.kind, i.chunk);
   if (ch.alloc == &to) return;
-  void* left = st.move_chunk_into(i.kind, i.chunk, take_block(to, ch.bytes, item), to, op_);
+  void* target = take_block(to, ch.bytes, item);
+  // After what the ops queued so far: the chunk's writers, and the last readers of the target
+  // (the cache's memory is read last by a move, on this same stream).
+  if (copies_.sim != op_.sim || copies_.stream != op_.stream)
+    wait_event(copies_, record_event(op_));
+  void* left = st.move_chunk_into(i.kind, i.chunk, target, to, copies_);
+  const StreamEvent moved = record_event(copies_);
+  if (ahead)
+    prefetched_ = moved;
+  else
+    wait_event(op_, moved);
   if (ch.alloc == &host_ && !host_.pinned()) {
     // Pageable host memory: the copy up returned once it had read it (the mover's rule), so
     // it goes now, and the host keeps only the chunks it holds (the largest model is then
@@ -267,7 +281,7 @@ void* AutoPlacement::take_block(Allocator& tier, size_t bytes, int item) {
 void AutoPlacement::release_cache(Allocator& tier) {
   BlockCache& cache = cache_of(tier);
   if (cache.blocks.empty()) return;
-  synchronize(op_);  // the moves that left them may still be copying
+  synchronize(copies_);  // the moves that left them may still be copying
   counters_.cache_releases += 1;
   // All of them: freeing only what the allocation needs leaves the next one of the other size
   // short again (the step alternates 16-bit parameter and gradient chunks with f32 optimizer
@@ -276,7 +290,7 @@ void AutoPlacement::release_cache(Allocator& tier) {
   cache = {};
 }
 
-bool AutoPlacement::evict_one(int pos, const std::function<bool(int)>& pinned) {
+bool AutoPlacement::evict_one(int pos, const std::function<bool(int)>& pinned, bool ahead) {
   int victim = -1, busy_victim = -1;
   int64_t farthest = -1;
   for (int item = 0; item < num_items(); ++item) {
@@ -291,11 +305,11 @@ bool AutoPlacement::evict_one(int pos, const std::function<bool(int)>& pinned) {
     if (nu > farthest) farthest = nu, victim = item;
   }
   if (victim >= 0) {
-    move(victim, host_);
+    move(victim, host_, ahead);
     counters_.evictions += 1;
     return true;
   }
-  if (busy_victim < 0) return false;
+  if (busy_victim < 0 || ahead) return false;
   // Only chunks under communication are left: wait for one (it is movable next time).
   settle(busy_victim);
   return true;
@@ -401,6 +415,7 @@ void AutoPlacement::begin_step() {
 }
 
 void AutoPlacement::end_step() {
+  land_prefetches();
   in_step_ = false;
   warm_up_ = false;
   pos_ = -1;
@@ -408,6 +423,7 @@ void AutoPlacement::end_step() {
 }
 
 Tier AutoPlacement::prepare_update(int s, int c) {
+  land_prefetches();
   const int pos = static_cast<int>(accesses_.size()) + first_update_[s] + c;
   record(pos_);
   pos_ = pos;
@@ -434,6 +450,7 @@ void AutoPlacement::on_acquire(int s, std::span<const int> ids, Use use) {
         std::find(need.begin(), need.end(), item_index(s, k, c)) == need.end())
       need.push_back(item_index(s, k, c));
   }
+  land_prefetches();  // the previous access's ops are queued: this one's wait for the copies
   int pos = -1;
   if (in_step_ && pos_ + 1 < static_cast<int>(accesses_.size())) {
     pos = pos_ + 1;
@@ -448,6 +465,38 @@ void AutoPlacement::on_acquire(int s, std::span<const int> ids, Use use) {
   current_need_.clear();
   make_resident(need, pos, /*allow_fail=*/false);
   current_need_ = need;  // pinned while the inner policy attaches its buffers
+  prefetch_after(pos);
+}
+
+void AutoPlacement::prefetch_after(int pos) {
+  if (!prefetching_ || warm_up_ || pos < 0 || pos + 1 >= static_cast<int>(accesses_.size())) return;
+  const std::vector<int> next = needs_at(pos + 1);
+  size_t missing = 0;
+  for (int item : next) {
+    if (on_device(item)) continue;
+    if (attached(item) || busy(item) || !store_of(item).chunk_movable(items_[item].chunk)) return;
+    missing += item_bytes(item);
+  }
+  if (missing == 0) return;
+  const size_t limit = std::min(limit_at(pos), limit_at(pos + 1));
+  auto pinned = [&](int item) {
+    return std::find(next.begin(), next.end(), item) != next.end() ||
+           std::find(current_need_.begin(), current_need_.end(), item) != current_need_.end() ||
+           !store_of(item).chunk_movable(items_[item].chunk);
+  };
+  while (on_device_bytes_ + missing > limit)
+    if (!evict_one(pos + 1, pinned, /*ahead=*/true)) return;
+  for (int item : next) {
+    if (on_device(item)) continue;
+    move(item, device_, /*ahead=*/true);
+    counters_.prefetches += 1;
+  }
+}
+
+void AutoPlacement::land_prefetches() {
+  if (!prefetched_) return;
+  wait_event(op_, *prefetched_);
+  prefetched_.reset();
 }
 
 }  // namespace tide

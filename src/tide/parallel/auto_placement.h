@@ -46,14 +46,24 @@
 // on a GPU the first is the device Adam, the second the CPU Adam. Simple and always correct;
 // the cost is that a chunk updated on the host brings its PARAM and GRAD back with it.
 //
-// Counters per step (StepStats::placement): bytes and moves each way, evictions, the seconds
-// the compute waited on moves (synchronous copies on the CPU: their whole time), and the
-// chunks updated on each tier.
+// On a device every move is a copy on the copy stream (make_copy_context), after an event of the
+// compute stream (the ops that wrote the chunk, or last read the memory it goes to). The ops
+// that need a moved item wait for its copy on the device; the host does not. Prefetch (with
+// page-locked host memory, after the warm-up): once an access's items are in, the next
+// access's missing items move in too, evicting what that access's limit needs evicted (never an
+// item either access needs, one in use, attached or under communication), beside the ops of
+// this access; the compute stream waits for those copies when the next access begins, so no
+// host code that waits for it (the tied sum, Adam on the host tier) reads a chunk still moving.
+//
+// Counters per step (StepStats::placement): bytes and moves each way, evictions, prefetched
+// moves, the seconds the host spent on moves (synchronous copies on the CPU: their whole time),
+// and the chunks updated on each tier.
 
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <utility>
 #include <vector>
@@ -66,7 +76,8 @@ namespace tide {
 struct PlacementStepCounters {
   uint64_t bytes_to_host = 0, bytes_to_compute = 0;
   int moves_to_host = 0, moves_to_compute = 0;
-  int evictions = 0;  // moves to the host to make room
+  int evictions = 0;   // moves to the host to make room
+  int prefetches = 0;  // moves to the compute tier for the next access, ahead of it
   // Host waits to free the compute tier's cached chunk memory: a move of a size the cache lacks
   // while its blocks of the other size hold the budget (AutoPlacement::take_block).
   int cache_releases = 0;
@@ -80,6 +91,7 @@ struct PlacementStepCounters {
     moves_to_host += o.moves_to_host;
     moves_to_compute += o.moves_to_compute;
     evictions += o.evictions;
+    prefetches += o.prefetches;
     cache_releases += o.cache_releases;
     wait_seconds += o.wait_seconds;
     updated_on_compute += o.updated_on_compute;
@@ -114,10 +126,11 @@ class AutoPlacement {
   // `activation_bytes`: the activation bytes in use now. `op`: the models' context; on a device
   // the moves are the mover's copies on its stream (ChunkStore::move_chunk), and
   // `activation_bytes` is empty when the activations come from `device` itself (they are in its
-  // allocated bytes already).
+  // allocated bytes already). `copies`: the device's copy stream, which the moves run on (left
+  // on the CPU: op's stream, and nothing is prefetched).
   AutoPlacement(std::vector<PlacedStore> stores, Allocator& device, Allocator& host,
                 std::vector<PlacedAccess> accesses, std::function<size_t()> activation_bytes,
-                const OpContext& op = {});
+                const OpContext& op = {}, const OpContext& copies = {});
   ~AutoPlacement();
   // Store s's policy (ChunkStore::set_policy): it places before every access and delegates
   // every hook to `inner`, the engine's own policy of that store.
@@ -184,9 +197,16 @@ class AutoPlacement {
   bool make_resident(std::span<const int> need, int pos, bool allow_fail);
   // Frees room on the compute tier: moves to the host the item whose next use after `pos` is
   // farthest (not `pinned`, not attached, no communication in flight); when only items under
-  // communication are left, waits for one (settle()). False: nothing can move.
-  bool evict_one(int pos, const std::function<bool(int)>& pinned);
-  void move(int item, Allocator& to);
+  // communication are left, waits for one (settle()), unless `ahead` (a prefetch's eviction,
+  // which never waits). False: nothing can move.
+  bool evict_one(int pos, const std::function<bool(int)>& pinned, bool ahead = false);
+  // Moves `item` to tier `to` on the copy stream. The compute stream waits for the copy now, or
+  // with `ahead` (a prefetch's move) when the next access begins (land_prefetches).
+  void move(int item, Allocator& to, bool ahead = false);
+  // After the items of access `pos` are in: the next access's (see the top).
+  void prefetch_after(int pos);
+  // The compute stream waits for the prefetches' copies.
+  void land_prefetches();
   // Chunk memory a move left, kept for a later move of the same size into that tier. A move
   // queues its copy and caches its source at once, without a wait: the memory is reused only as
   // the target of a later move, a copy queued on the same stream after the copy that reads it,
@@ -223,6 +243,9 @@ class AutoPlacement {
   Allocator& device_;
   Allocator& host_;
   OpContext op_;
+  OpContext copies_;          // the moves' stream (op_ on the CPU)
+  bool prefetching_ = false;  // a device, page-locked host memory, a copy stream of its own
+  std::optional<StreamEvent> prefetched_;  // after the last prefetch's copies
   std::unique_ptr<BufferAllocator> buffers_;
   std::function<size_t()> activation_bytes_;
   std::vector<Item> items_;

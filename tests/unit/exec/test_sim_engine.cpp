@@ -411,7 +411,7 @@ TEST(SimEngine, AutoPlacementTrainsTheCpuRunBitwise) {
     auto sim_run = [&](size_t limit, SimRun& r, PlacementStepCounters& counters) {
       SimDevice dev;
       SimAllocator budget(Device::sim(0), limit);
-      HostAllocator host;
+      SimPinnedAllocator host;  // page-locked: the next access's chunks are prefetched
       ModelOptions o = placed(dev.options(dtype), host);
       o.activations = &budget;
       GPT model(sim_engine_config(), ActivationPolicy::SAVE_ALL, o);
@@ -426,6 +426,9 @@ TEST(SimEngine, AutoPlacementTrainsTheCpuRunBitwise) {
     EXPECT_GT(sim_counters.evictions, 0) << what << ": the budget must be too small for the model";
     EXPECT_GT(sim_counters.updated_on_host, 0)
         << what << ": " << sim_counters.updated_on_compute << " chunks updated on the device";
+    // 168 of 425 moves up in f32, 159 of 352 in bf16, when this was written.
+    EXPECT_GT(sim_counters.prefetches, sim_counters.moves_to_compute / 5)
+        << what << ": moves up ahead of their access";
     expect_same_run(cpu, sim, what);
   }
   omp_set_num_threads(threads);
