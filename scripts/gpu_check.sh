@@ -19,9 +19,9 @@
 #      steps: the losses within 1e-5 (relative), the final checkpoints (weights, master, Adam)
 #      within 1e-4 of each tensor's largest value (tools/compare_checkpoints.py);
 #   3. the same run on the GPU with ZeRO-3, ZeRO-Offload, offload_param and auto placement (with
-#      a limit, and with the default budget from the GPU's free memory): the
-#      losses within 1e-5 of step 2's GPU run; with DPU, of the CPU run with DPU; and the Llama
-#      family (grouped-query attention) against its CPU run;
+#      a limit, pageable and page-locked, and with the default budget from the GPU's free
+#      memory): the losses within 1e-5 of step 2's GPU run; with DPU, of the CPU run with DPU;
+#      and the Llama family (grouped-query attention) against its CPU run;
 #   4. bf16 on the GPU: step 2's run in bf16 against the CPU's bf16 run (losses within 1e-2:
 #      each side rounds its own f32 sums to bf16, so single roundings differ and the runs drift
 #      apart by far more than f32's), and the whole default job (its 150 steps) in bf16 against
@@ -134,10 +134,14 @@ tech() {
 offload=(zero_optimization.stage=2 zero_optimization.offload_optimizer.device=cpu)
 tech zero3 cuda zero_optimization.stage=3
 tech offload cuda "${offload[@]}"
+# No persistent chunks: every slice goes up on the copy stream as its gather is prefetched.
 tech offload_param cuda zero_optimization.stage=3 zero_optimization.offload_optimizer.device=cpu \
-  zero_optimization.offload_param.device=cpu
+  zero_optimization.offload_param.device=cpu zero_optimization.stage3_param_persistence_threshold=0
 # 72 MB: evictions every step on the simulated device (the default model's least is 45 MiB).
 tech auto cuda placement.policy=auto placement.device_memory_limit=72000000
+# The same with a page-locked host tier: the next access's chunks are prefetched.
+tech auto_pinned cuda placement.policy=auto placement.device_memory_limit=72000000 \
+  placement.pin_memory=true
 # No limit: auto's budget is the GPU's free memory less the margin (memory/allocator.h).
 tech auto_default cuda placement.policy=auto
 for dev in cpu cuda; do
@@ -231,7 +235,8 @@ cpu, cuda = losses("cpu"), losses("cuda")
 steps, worst = worst_of(cpu, cuda)
 techs = {}
 for name, ref in [("zero3", "cuda"), ("offload", "cuda"), ("offload_param", "cuda"),
-                  ("auto", "cuda"), ("auto_default", "cuda"), ("dpu", "tech_dpu_cpu"),
+                  ("auto", "cuda"), ("auto_pinned", "cuda"), ("auto_default", "cuda"),
+                  ("dpu", "tech_dpu_cpu"),
                   ("llama", "tech_llama_cpu")]:
     got = losses(f"tech_{name}_cuda")
     n, w = worst_of(losses(ref), got)
