@@ -250,9 +250,9 @@ TEST(SimDevicePipeline, TrainsTheCpuPipelineBitwise) {
     // buffer), nor around the tied embedding's collectives, nor for post-validation's copy; it
     // waits once for every chunk's norm sums, and where the tied sum writes host memory
     // (offload) for that. At most these in steps 2-8 on any rank, 2 or 3 stages (1F1B: 9 a
-    // step before, ZB-V 13). Not
-    // counted under auto placement: a chunk's move waits for the stream (ChunkStore), and which
-    // chunk moves depends on which reductions are still in flight.
+    // step before, ZB-V 13). Not counted under auto placement: a chunk updated on the host, a
+    // give-back of the move cache and the tied sum across tiers wait, and which chunks move
+    // depends on which reductions are still in flight.
     EXPECT_LE(sim.host_waits, k.max_host_waits) << what << ": host waits for the stream";
     // ZB-V's tight budget moves chunks every access: some come in ahead (6-280 per rank on 2
     // and 3 ranks when this was written; zb-h2's budget holds its chunks after the warm-up).
