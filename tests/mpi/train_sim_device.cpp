@@ -17,7 +17,7 @@
 // chunks per rank, the tied embedding summed in place) in bf16 with ZeRO-1 and with ZeRO-Offload
 // (the sum on the host's f32 slices), ZB-H1 with ZeRO-Offload (DPU), ZB-H2 with auto placement, and
 // ZB-V in bf16 with auto placement on a budget that leaves the two ends of the tie on different
-// tiers in most steps (6 of 8 on 2 ranks, 8 on 3, counted while writing the test: the device's end
+// tiers in most steps (6 of 8 on 2 ranks, 8 on 3; the test holds at least 4: the device's end
 // goes down for the host to add, as a GPU needs, where the sum was a CPU kernel on the stream,
 // which CUDA refuses): bitwise the CPU pipeline run, post-validation's snapshot and rollback
 // included (each message over its stream's own group, NCCL's matching, after the compute stream's
@@ -48,9 +48,10 @@ namespace {
 struct SimDpRun {
   std::vector<float> curve;  // per step: loss, gradient norm
   std::string checkpoint;
-  uint64_t moved = 0;       // bytes offload and auto placement moved to the host, all steps
-  uint64_t host_waits = 0;  // the host's waits for the device's stream in steps 2-8 (sim)
-  int prefetches = 0;       // auto placement's moves ahead of their access, all steps
+  uint64_t moved = 0;         // bytes offload and auto placement moved to the host, all steps
+  uint64_t host_waits = 0;    // the host's waits for the device's stream in steps 2-8 (sim)
+  int prefetches = 0;         // auto placement's moves ahead of their access, all steps
+  int tied_across_tiers = 0;  // steps whose tied sum found its ends on two tiers
 };
 
 SimDpRun sim_dp_run(const TrainConfig& cfg, std::shared_ptr<ProcessGroup> world) {
@@ -66,6 +67,7 @@ SimDpRun sim_dp_run(const TrainConfig& cfg, std::shared_ptr<ProcessGroup> world)
     r.prefetches += st.placement.prefetches;
   }
   if (sim) r.host_waits = t.model().sim_host_waits() - r.host_waits;
+  r.tied_across_tiers = t.engine().tied_sums_across_tiers();
   r.curve.push_back(t.evaluate());
   r.checkpoint = t.save("final.ckpt");
   return r;
@@ -256,8 +258,12 @@ TEST(SimDevicePipeline, TrainsTheCpuPipelineBitwise) {
     EXPECT_LE(sim.host_waits, k.max_host_waits) << what << ": host waits for the stream";
     // ZB-V's tight budget moves chunks every access: some come in ahead (6-280 per rank on 2
     // and 3 ranks when this was written; zb-h2's budget holds its chunks after the warm-up).
-    if (k.schedule == "zb-v" && k.policy == "auto")
+    if (k.schedule == "zb-v" && k.policy == "auto") {
       EXPECT_GT(sim.prefetches, 0) << what << ": no chunk moved in ahead of its access";
+      // Rank 0 holds both ends of the tie (the V's first and last chunk).
+      if (world->rank() == 0)
+        EXPECT_GE(sim.tied_across_tiers, 4) << what << ": the budget no longer splits the tie";
+    }
     // Each stage's shard (one replica: dp = 1).
     const std::string file = "/" + shard_file_name(world->rank(), world->size());
     expect_same_tensors(cpu.checkpoint + file, sim.checkpoint + file, what);

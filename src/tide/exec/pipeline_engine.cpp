@@ -358,6 +358,7 @@ void PipelineEngine::sum_tied_gradient() {
       synchronize(op);
       add_elements(a.dtype, on_host.data, on_host.data, down.data, a.numel());
       copy(op, on_device, on_host);
+      tied_sums_across_tiers_ += 1;
     }
   } else {
     const Tensor mine = wte_id_ >= 0 ? whole(wte_chunk_, wte_id_, tied_wte_buf_, wte_all)

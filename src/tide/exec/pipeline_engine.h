@@ -198,6 +198,9 @@ class PipelineEngine {
     for (const auto& mb : mbs_) b += mb->host_checkpoints.capacity();
     return b;
   }
+  // Steps whose tied sum found the two ends on different tiers (auto placement on a device: the
+  // device's end went down for the host to add).
+  int tied_sums_across_tiers() const { return tied_sums_across_tiers_; }
   // Bytes of ZeRO's communication buffers (0 at stage 0, whose reductions work in place) and of
   // the tied embedding's gathered gradient chunks (sum_tied_gradient).
   size_t comm_buffer_bytes() const {
@@ -280,6 +283,7 @@ class PipelineEngine {
   // On a device, with one end of the tie on each tier (auto placement): the device's end,
   // copied down for the host to add (made on first use and kept).
   Arena tied_host_buf_;
+  int tied_sums_across_tiers_ = 0;
   std::shared_ptr<ProcessGroup> dp_;  // the stage's data-parallel group (size 1: none)
   ProcessGroup* tp_ = nullptr;        // the models' tensor-parallel group (nullptr: none)
   // The ZeRO stage of the stores' slicing; placement.policy=auto's placement of every chunk's
