@@ -135,6 +135,11 @@ void wait_event(const OpContext& ctx, const StreamEvent& event) {
   if (event.cuda) ctx.cuda->wait_event(ctx, event.cuda.get());
 }
 
+void wait_stream(const OpContext& ctx, const OpContext& other) {
+  if (ctx.device == other.device && ctx.sim == other.sim && ctx.stream == other.stream) return;
+  wait_event(ctx, record_event(other));
+}
+
 void synchronize(const StreamEvent& event) {
   if (event.sim) event.sim->wait();
   if (event.cuda) event.kernels->synchronize_event(event.cuda.get());

@@ -47,6 +47,9 @@ StreamEvent record_event(const OpContext& ctx);
 // Work queued on ctx's stream after this call starts only once `event` is done (the event may
 // come from another stream of the same device).
 void wait_event(const OpContext& ctx, const StreamEvent& event);
+// The same for everything queued on `other`'s stream so far (an event recorded there now);
+// nothing where the two share a stream (the CPU, or a copy context that is `other`).
+void wait_stream(const OpContext& ctx, const OpContext& other);
 // The host waits for the event, or for everything queued on ctx's stream so far. Both rethrow
 // an error raised asynchronously on the stream (e.g. a token id outside the vocabulary).
 void synchronize(const StreamEvent& event);

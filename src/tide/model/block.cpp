@@ -104,7 +104,7 @@ Tensor BlockEnv::keep_input_slice(MicroBatch& mb, const Tensor& x) const {
   }
   // Down on the copy stream, after the ops that wrote x, while the next block runs; the next
   // write of x's buffer (the next block's output) waits for it on the stream.
-  wait_event(copies, record_event(op));
+  wait_stream(copies, op);
   copy(copies, slice, part);
   mb.checkpoint_down = record_event(copies);
   return slice;
@@ -125,7 +125,7 @@ void BlockEnv::tp_gather_slices(Tensor slice, Tensor whole) const {
   const int64_t n = slice.numel();
   const Tensor mine(static_cast<char*>(whole.data) + tp_rank() * n * dtype_size(whole.dtype), {n},
                     whole.dtype, whole.device);
-  wait_event(copies, record_event(op));
+  wait_stream(copies, op);
   copy(copies, mine, slice);
   prepare_collective(op, *tp, flat, record_event(copies));
   WorkPtr work = tp->all_gather_async(mine, flat);

@@ -232,8 +232,7 @@ void AutoPlacement::move(int item, Allocator& to, bool ahead) {
   void* target = take_block(to, ch.bytes, item);
   // After what the ops queued so far: the chunk's writers, and the last readers of the target
   // (the cache's memory is read last by a move, on this same stream).
-  if (copies_.sim != op_.sim || copies_.stream != op_.stream)
-    wait_event(copies_, record_event(op_));
+  wait_stream(copies_, op_);
   void* left = st.move_chunk_into(i.kind, i.chunk, target, to, copies_);
   const StreamEvent moved = record_event(copies_);
   if (ahead)
@@ -290,11 +289,18 @@ void AutoPlacement::release_cache(Allocator& tier) {
   cache = {};
 }
 
-bool AutoPlacement::evict_one(int pos, const std::function<bool(int)>& pinned, bool ahead) {
+bool AutoPlacement::held(int item, std::span<const int> keep) const {
+  auto in = [item](std::span<const int> items) {
+    return std::find(items.begin(), items.end(), item) != items.end();
+  };
+  return in(keep) || in(current_need_) || !store_of(item).chunk_movable(items_[item].chunk);
+}
+
+bool AutoPlacement::evict_one(int pos, std::span<const int> keep, bool ahead) {
   int victim = -1, busy_victim = -1;
   int64_t farthest = -1;
   for (int item = 0; item < num_items(); ++item) {
-    if (uses_[item].empty() || !on_device(item) || pinned(item)) continue;
+    if (uses_[item].empty() || !on_device(item) || held(item, keep)) continue;
     // A reduction in flight (its ZeRO-2/3 buffer attached): movable once it completes.
     if (busy(item)) {
       if (busy_victim < 0) busy_victim = item;
@@ -335,12 +341,6 @@ bool AutoPlacement::make_resident(std::span<const int> need, int pos, bool allow
   for (int item : need)
     if (!on_device(item)) missing += item_bytes(item);
   const size_t limit = limit_at(pos);
-  // Never evicted now: needed, or with tensors in use.
-  auto pinned = [&](int item) {
-    return needed(item) ||
-           std::find(current_need_.begin(), current_need_.end(), item) != current_need_.end() ||
-           !store_of(item).chunk_movable(items_[item].chunk);
-  };
   if (allow_fail) {        // all or nothing: the bytes that stay whatever is evicted must fit
     for (int item : need)  // ZeRO-3's persistent parameters stay gathered: their slice stays
       if (!on_device(item) && attached(item)) return false;
@@ -348,12 +348,12 @@ bool AutoPlacement::make_resident(std::span<const int> need, int pos, bool allow
     for (int item : need) fixed += item_bytes(item);
     for (int item = 0; item < num_items(); ++item)
       if (!uses_[item].empty() && on_device(item) && !needed(item) &&
-          (pinned(item) || busy(item) || attached(item)))
+          (held(item, need) || busy(item) || attached(item)))
         fixed += item_bytes(item);
     if (fixed > limit) return false;
   }
   while (on_device_bytes_ + missing > limit) {
-    if (evict_one(pos, pinned)) continue;
+    if (evict_one(pos, need)) continue;
     const std::string what = position_name(pos);
     // The non-model figure itself, not the part of the limit it takes (which is the whole limit
     // when the non-model memory alone is over it).
@@ -396,15 +396,10 @@ void AutoPlacement::make_room_for_buffer(size_t bytes) {
   if (device_.available() < bytes) release_cache(device_);
   if (device_.available() >= bytes) return;
   const size_t limit = budget_ > buffer_bytes() ? budget_ - buffer_bytes() : 0;
-  // Never evicted now: the current access's items, chunks with tensors in use.
-  auto pinned = [&](int item) {
-    return std::find(current_need_.begin(), current_need_.end(), item) != current_need_.end() ||
-           !store_of(item).chunk_movable(items_[item].chunk);
-  };
   // The chunks may fill what the buffers leave of the budget, less this buffer; when nothing
   // can move, the allocation reports the shortfall, naming the buffer.
   while (on_device_bytes_ + bytes > limit)
-    if (!evict_one(pos_, pinned)) break;
+    if (!evict_one(pos_, {})) break;
   if (device_.available() < bytes) release_cache(device_);  // what the evictions left
 }
 
@@ -479,13 +474,8 @@ void AutoPlacement::prefetch_after(int pos) {
   }
   if (missing == 0) return;
   const size_t limit = std::min(limit_at(pos), limit_at(pos + 1));
-  auto pinned = [&](int item) {
-    return std::find(next.begin(), next.end(), item) != next.end() ||
-           std::find(current_need_.begin(), current_need_.end(), item) != current_need_.end() ||
-           !store_of(item).chunk_movable(items_[item].chunk);
-  };
   while (on_device_bytes_ + missing > limit)
-    if (!evict_one(pos + 1, pinned, /*ahead=*/true)) return;
+    if (!evict_one(pos + 1, next, /*ahead=*/true)) return;
   for (int item : next) {
     if (on_device(item)) continue;
     move(item, device_, /*ahead=*/true);

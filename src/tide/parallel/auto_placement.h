@@ -195,11 +195,14 @@ class AutoPlacement {
   // Moves `need` in within the limit of position `pos`, evicting farthest next use first; with
   // `allow_fail`, returns false instead of failing when they cannot fit (nothing moved in).
   bool make_resident(std::span<const int> need, int pos, bool allow_fail);
+  // Never evicted now: an item of `keep` or of the current access, or one whose chunk has
+  // tensors in use.
+  bool held(int item, std::span<const int> keep) const;
   // Frees room on the compute tier: moves to the host the item whose next use after `pos` is
-  // farthest (not `pinned`, not attached, no communication in flight); when only items under
-  // communication are left, waits for one (settle()), unless `ahead` (a prefetch's eviction,
-  // which never waits). False: nothing can move.
-  bool evict_one(int pos, const std::function<bool(int)>& pinned, bool ahead = false);
+  // farthest (not held for `keep`, not attached, no communication in flight); when only items
+  // under communication are left, waits for one (settle()), unless `ahead` (a prefetch's
+  // eviction, which never waits). False: nothing can move.
+  bool evict_one(int pos, std::span<const int> keep, bool ahead = false);
   // Moves `item` to tier `to` on the copy stream. The compute stream waits for the copy now, or
   // with `ahead` (a prefetch's move) when the next access begins (land_prefetches).
   void move(int item, Allocator& to, bool ahead = false);

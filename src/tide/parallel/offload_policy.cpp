@@ -207,7 +207,7 @@ void OffloadPolicy::on_reduced(int c) {
     // The slice is next written in the next step, after finish_gradients waited for this copy.
     if (pending_) wait_done(adam_done_, c);
     const Tensor g = store_.slice(ChunkKind::GRAD, c);
-    wait_event(copies_, record_event(op_));
+    wait_stream(copies_, op_);
     copy(copies_, Tensor(host_grad_[c], g.shape, g.dtype), g);
     j.ready = record_event(copies_);
   }
@@ -258,7 +258,7 @@ void OffloadPolicy::finish_update() {
   const int n = store_.layout().num_chunks();
   // The copies up overwrite PARAM slices that op's stream may still read (this step's forward,
   // backward and gathers): they start after what it has queued.
-  if (!op_.device.is_cpu()) wait_event(copies_, record_event(op_));
+  wait_stream(copies_, op_);
   // Chunk c goes back to the compute tier while the offload thread updates chunk c+1.
   for (int c = 0; c < n; ++c) {
     wait_done(adam_done_, c);

@@ -157,7 +157,7 @@ Tensor ZeroPolicy::gather_source(int c) {
   // host after Adam waited for the chunk's gradient copy down, queued on the same copy stream
   // after this step's last copy up of it.
   const Tensor mine = own_part(whole, store_.layout().slice_elems(c), dp_.rank());
-  wait_event(copies_, record_event(op_));
+  wait_stream(copies_, op_);
   copy(copies_, mine, slice);
   copied_up_[c] = record_event(copies_);
   return mine;
