@@ -498,7 +498,7 @@ const std::vector<ConfigKey>& config_schema() {
       {"placement.pin_memory", &TrainConfig::placement_pin_memory, T::BOOL, false,
        "with placement.policy=auto on a GPU: the host tier's chunks in page-locked memory, so "
        "their moves overlap compute and the next access's chunks are prefetched; the host then "
-       "keeps memory for every state (the largest "
+       "keeps memory for every chunk that has been there, up to every state (the largest "
        "model is bound by the host alone: docs/zero.md#patrickstar-automatic-placement). "
        "false: pageable, each move blocks the host; nothing to pin on CPU"},
       {"activation_checkpointing.policy",

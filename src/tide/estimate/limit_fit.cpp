@@ -52,8 +52,9 @@ void move_states(MemoryBreakdown& dev, MemoryBreakdown& host, int64_t bytes) {
   TIDE_ASSERT(bytes == 0);
 }
 
-// With a page-locked host tier the host keeps memory for every state: each chunk starts there,
-// and a move to the device leaves its host memory cached for its return (AutoPlacement).
+// With a page-locked host tier the host keeps memory for every chunk that has been there (a move
+// to the device leaves its host memory cached for its return: AutoPlacement), counted as every
+// state: the upper figure.
 void keep_on_host(const MemoryBreakdown& dev, MemoryBreakdown& host) {
   for (int64_t MemoryBreakdown::*kind : kStateKinds) host.*kind += dev.*kind;
 }

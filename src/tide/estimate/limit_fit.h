@@ -17,8 +17,9 @@
 //   on device  = min(states, limit - non_model) (0 when the limit is under non_model); the rest
 //                of the states is on the host: with a pageable host tier auto keeps every
 //                chunk item in one place; with placement.pin_memory on a device the host's
-//                memory holds all the states (every chunk starts there, and a move to the device
-//                leaves its page-locked host memory cached for the chunk's return)
+//                memory is counted as all the states (a move to the device leaves its
+//                page-locked host memory cached for the chunk's return: the host keeps memory
+//                for every chunk that has been there)
 //   least      = non_model + the chunks of the access that needs the most (an op acquires one
 //                parameter group, model/param_groups.h: F and B need the group's PARAM chunks
 //                as this rank holds them, W its GRAD chunks; at ZeRO-3 on 2+ ranks F and B

@@ -86,8 +86,8 @@ struct TrainSetup {
   // device: false on the CPU (cpu, auto), true on a device (cuda, sim), where the per-tensor
   // gradient sums keep a buffer of their own in device memory (exec/policy_stack.cpp).
   bool on_device = false;
-  // placement.pin_memory with auto on a device: the host keeps memory for every state
-  // (AutoPlacement's cache of page-locked blocks).
+  // placement.pin_memory with auto on a device: the host keeps memory for every chunk that
+  // has been there, counted as every state (AutoPlacement's cache of page-locked blocks).
   bool pinned_host_tier = false;
 
   int dp() const { return world_size / (tp * pp); }

@@ -24,7 +24,7 @@ ChunkStore::ChunkStore(ChunkLayout layout, StoreOptions options)
              "chunk group rank {} is outside a group of {}", opt_.group_rank, N);
   if (!opt_.compute) opt_.compute = host_.get();
   if (!opt_.optimizer) opt_.optimizer = host_.get();
-  const bool alias_master = opt_.compute_dtype == DType::F32 && !opt_.separate_master;
+  const bool alias_master = master_aliases_param();
   for (int k = 0; k < kNumChunkKinds; ++k) {
     const auto kind = static_cast<ChunkKind>(k);
     const bool optimizer_kind = k >= static_cast<int>(ChunkKind::MASTER);
@@ -44,6 +44,10 @@ ChunkStore::ChunkStore(ChunkLayout layout, StoreOptions options)
         continue;  // filled in below, once PARAM chunks exist
       }
       if (kind == ChunkKind::PARAM && !opt_.params_resident) continue;
+      if (opt_.placed_kinds & kind_bit(kind)) {  // place_chunk() allocates it
+        ch.bytes = chunk_bytes(ch.elems, t);
+        continue;
+      }
       const bool offloaded_param =
           kind == ChunkKind::PARAM && sliced(kind) && opt_.param_slices != nullptr;
       Allocator& a = kind == ChunkKind::MASTER && opt_.master ? *opt_.master
@@ -58,12 +62,7 @@ ChunkStore::ChunkStore(ChunkLayout layout, StoreOptions options)
   if (opt_.with_optimizer && alias_master) {
     TIDE_CHECK(opt_.params_resident,
                "f32 master weights alias the parameters, which must then stay resident");
-    for (int c = 0; c < n; ++c) {
-      Chunk& m = at(ChunkKind::MASTER, c);
-      const Chunk& p = at(ChunkKind::PARAM, c);
-      m.alloc = nullptr;
-      m.data = static_cast<char*>(p.data) + (m.begin - p.begin) * 4;
-    }
+    for (int c = 0; c < n; ++c) follow_param(c);  // (a placed PARAM: once it is placed)
   }
   const int nt = layout_.num_tensors();
   states_.assign(nt, TensorState::HOLD);
@@ -215,12 +214,26 @@ void* ChunkStore::move_chunk_into(ChunkKind k, int c, void* dst, Allocator& to,
   void* old = ch.data;
   ch.data = dst;
   ch.alloc = &to;
-  if (k == ChunkKind::PARAM && has(ChunkKind::MASTER)) {
-    Chunk& m = at(ChunkKind::MASTER, c);
-    if (m.alloc == nullptr && m.data != nullptr)  // f32 master weights: the same bytes
-      m.data = static_cast<char*>(dst) + (m.begin - ch.begin) * 4;
-  }
+  if (k == ChunkKind::PARAM) follow_param(c);
   return old;
+}
+
+void ChunkStore::follow_param(int c) {
+  if (!has(ChunkKind::MASTER) || !master_aliases_param()) return;
+  Chunk& m = at(ChunkKind::MASTER, c);
+  const Chunk& p = at(ChunkKind::PARAM, c);
+  m.alloc = nullptr;
+  m.data = p.data ? static_cast<char*>(p.data) + (m.begin - p.begin) * 4 : nullptr;
+}
+
+void ChunkStore::place_chunk(ChunkKind k, int c, Allocator& alloc) {
+  Chunk& ch = at(k, c);
+  TIDE_CHECK((opt_.placed_kinds & kind_bit(k)) && ch.data == nullptr,
+             "{} chunk {} is not a placed chunk waiting for its tier (StoreOptions::placed_kinds)",
+             chunk_kind_name(k), c);
+  ch.alloc = &alloc;
+  ch.data = alloc.allocate(ch.bytes, fmt::format("{} chunk {}", chunk_kind_name(k), c));
+  if (k == ChunkKind::PARAM) follow_param(c);
 }
 
 void ChunkStore::attach_whole(ChunkKind k, int c, void* buffer, Device device) {

@@ -75,6 +75,11 @@ struct StoreOptions {
   // (ZeRO-Offload: the master weights live on the host tier, the parameters on the compute
   // tier); false: f32 MASTER aliases PARAM.
   bool separate_master = false;
+  // kind_bit()s whose chunks (this rank's part of each) start unallocated: a placement puts
+  // each on a tier with place_chunk() before anything reads it (placement.policy=auto starts
+  // every chunk where its first use wants it, so the host never holds all of them). An f32
+  // MASTER aliasing PARAM follows PARAM's placement.
+  unsigned placed_kinds = 0;
 };
 
 struct Chunk {
@@ -83,7 +88,9 @@ struct Chunk {
   int64_t elems = 0;     // elements held
   DType dtype = DType::F32;
   Allocator* alloc = nullptr;  // nullptr when aliasing another kind's chunk (MASTER == PARAM)
-  size_t bytes = 0;            // bytes allocated from `alloc` (0 for an alias)
+  // Bytes allocated from `alloc` (0 for an alias); for a placed kind's chunk not yet placed,
+  // the bytes it will take.
+  size_t bytes = 0;
   // A sliced kind's own slice stays where it was allocated (`slice_home`) while a policy's
   // whole-chunk buffer is attached over it (`data`): the ZeRO-3 gather target, the ZeRO-2/3
   // gradient accumulation buffer.
@@ -133,6 +140,13 @@ class ChunkStore {
   // `alloc`, or free it. A chunk with tensors in COMPUTE cannot be freed.
   void allocate_chunk(ChunkKind k, int c, Allocator& alloc);
   void free_chunk(ChunkKind k, int c);
+  // Allocates what this rank holds of chunk c of a placed kind (StoreOptions::placed_kinds;
+  // the whole chunk, or a sliced kind's own slice), zero-filled, from `alloc`; once.
+  void place_chunk(ChunkKind k, int c, Allocator& alloc);
+  // f32 training without a separate MASTER: MASTER is PARAM's bytes (no chunks of its own).
+  bool master_aliases_param() const {
+    return opt_.compute_dtype == DType::F32 && !opt_.separate_master;
+  }
   // For a sliced kind: make chunk c whole by showing the ops `buffer` (chunk_elems(c) elements
   // of k's dtype, owned by the caller) instead of the own slice, which stays allocated and is
   // what slice() returns; detach_whole() goes back to the slice. The caller fills the buffer.
@@ -199,6 +213,8 @@ class ChunkStore {
   // f32 MASTER: where its PARAM is).
   Device device_of(ChunkKind k, int c) const;
   void set_state(int id, TensorState s);
+  // An f32 MASTER aliasing PARAM points at PARAM chunk c's bytes again (after it moved).
+  void follow_param(int c);
   Chunk& at(ChunkKind k, int c) { return chunks_[static_cast<int>(k)][c]; }
   const Chunk& at(ChunkKind k, int c) const { return chunks_[static_cast<int>(k)][c]; }
 

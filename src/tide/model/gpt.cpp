@@ -181,16 +181,8 @@ void GPT::init_weights(uint64_t seed) {
   if (store_->has(ChunkKind::MASTER) &&
       (store_->compute_dtype() != DType::F32 || store_->options().separate_master))
     kinds.push_back(ChunkKind::MASTER);
-  // A device chunk is written through a host copy of it, sent up at the end (the allocation
-  // zeroed what no tensor covers).
-  std::map<std::pair<ChunkKind, int>, std::vector<std::byte>> staged;
-  auto host_data = [&](ChunkKind kind, const Chunk& ch, int c) -> void* {
-    if (store_->chunk(kind, c).device.is_cpu()) return ch.data;
-    std::vector<std::byte>& buf = staged[{kind, c}];
-    buf.resize(static_cast<size_t>(ch.elems) * dtype_size(ch.dtype));
-    return buf.data();
-  };
-  for (int id = 0; id < lay.num_tensors(); ++id) {
+  // Tensor `id`'s values into what `ch` (of chunk `data`, in host memory) holds of them.
+  auto write = [&](int id, const Chunk& ch, void* data) {
     const TensorSlot& s = lay.slot(id);
     const bool is_bias = s.name.ends_with(".bias");
     const bool is_norm = s.name.find(llama ? "norm" : "ln_") != std::string::npos ||
@@ -205,37 +197,47 @@ void GPT::init_weights(uint64_t seed) {
       const int64_t g = tp_global_index(config_, coords(), s.name, i);
       return g < 0 ? 0.0f : std * rng.normal(static_cast<uint64_t>(g));
     };
-    for (ChunkKind kind : kinds) {
-      const Chunk& ch = store_->chunk_info(kind, s.chunk);
-      TIDE_CHECK(ch.data != nullptr, "cannot initialise '{}': its chunk is not resident", s.name);
-      // The elements [lo, hi) of the tensor that this chunk holds: all of it, or under ZeRO
-      // the part inside this rank's slice.
-      const int64_t lo = std::clamp<int64_t>(ch.begin - s.offset, 0, s.numel);
-      const int64_t hi = std::clamp<int64_t>(ch.begin + ch.elems - s.offset, lo, s.numel);
-      const int64_t first = s.offset + lo - ch.begin;  // element lo's index in the chunk
-      void* data = host_data(kind, ch, s.chunk);
-      switch (ch.dtype) {
-        case DType::F32:
-          for (int64_t i = lo; i < hi; ++i) static_cast<float*>(data)[first + i - lo] = value(i);
-          break;
-        case DType::BF16:
-          for (int64_t i = lo; i < hi; ++i)
-            static_cast<uint16_t*>(data)[first + i - lo] = f32_to_bf16(value(i));
-          break;
-        case DType::F16:
-          for (int64_t i = lo; i < hi; ++i)
-            static_cast<uint16_t*>(data)[first + i - lo] = f32_to_f16(value(i));
-          break;
-        default:
-          TIDE_FAIL("cannot initialise '{}': parameters in {}", s.name, dtype_name(ch.dtype));
-      }
+    // The elements [lo, hi) of the tensor that this chunk holds: all of it, or under ZeRO
+    // the part inside this rank's slice.
+    const int64_t lo = std::clamp<int64_t>(ch.begin - s.offset, 0, s.numel);
+    const int64_t hi = std::clamp<int64_t>(ch.begin + ch.elems - s.offset, lo, s.numel);
+    const int64_t first = s.offset + lo - ch.begin;  // element lo's index in the chunk
+    switch (ch.dtype) {
+      case DType::F32:
+        for (int64_t i = lo; i < hi; ++i) static_cast<float*>(data)[first + i - lo] = value(i);
+        break;
+      case DType::BF16:
+        for (int64_t i = lo; i < hi; ++i)
+          static_cast<uint16_t*>(data)[first + i - lo] = f32_to_bf16(value(i));
+        break;
+      case DType::F16:
+        for (int64_t i = lo; i < hi; ++i)
+          static_cast<uint16_t*>(data)[first + i - lo] = f32_to_f16(value(i));
+        break;
+      default:
+        TIDE_FAIL("cannot initialise '{}': parameters in {}", s.name, dtype_name(ch.dtype));
     }
-  }
-  for (auto& [key, buf] : staged) {
-    const Tensor dst = store_->chunk(key.first, key.second);
-    copy(env_.op, dst, Tensor(buf.data(), dst.shape, dst.dtype));
-  }
-  if (!staged.empty()) synchronize(env_.op);  // before the host buffers go
+  };
+  std::vector<std::vector<int>> ids_of(lay.num_chunks());  // [c]: the tensors of chunk c
+  for (int id = 0; id < lay.num_tensors(); ++id) ids_of[lay.slot(id).chunk].push_back(id);
+  // A device chunk is written through a host copy of it, sent up before the next: the host
+  // holds one chunk at a time (zeroed, as the allocation zeroed what no tensor covers).
+  std::vector<std::byte> staged;
+  for (int c = 0; c < lay.num_chunks(); ++c)
+    for (ChunkKind kind : kinds) {
+      // What this rank owns: the whole chunk, or under ZeRO its slice (also where a gathered
+      // copy is attached over it, which the policy gathers again: sync_params).
+      const Chunk ch = store_->owned(kind, c);
+      TIDE_CHECK(ch.data != nullptr, "cannot initialise chunk {} ({}): it is not resident", c,
+                 chunk_kind_name(kind));
+      const Tensor dst = store_->sliced(kind) ? store_->slice(kind, c) : store_->chunk(kind, c);
+      const bool on_host = dst.device.is_cpu();
+      if (!on_host) staged.assign(dst.nbytes(), std::byte{0});
+      for (int id : ids_of[c]) write(id, ch, on_host ? ch.data : staged.data());
+      if (on_host) continue;
+      copy(env_.op, dst, Tensor(staged.data(), dst.shape, dst.dtype));
+      synchronize(env_.op);  // before the host copy is reused
+    }
 }
 
 void GPT::check_device(const ModelOptions& o) const {

@@ -12,6 +12,7 @@ std::unique_ptr<GPT> host_copy(const GPT& model) {
   mo.group_size = lay.group_size();    // the same padding of each chunk
   mo.store = model.store().options();  // the same dtypes and ZeRO slices, in host memory
   mo.store.compute = mo.store.optimizer = mo.store.param_slices = mo.store.master = nullptr;
+  mo.store.placed_kinds = 0;  // allocated now (the model's placement put its own chunks)
   mo.pp = model.pp();
   mo.stage = model.stage();
   mo.tp = model.tp_group_ptr();        // the same shards (nothing is communicated: no step runs)

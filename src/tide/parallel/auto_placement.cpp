@@ -78,6 +78,7 @@ AutoPlacement::AutoPlacement(std::vector<PlacedStore> stores, Allocator& device,
              "(placement.device_memory_limit > 0)");
   TIDE_CHECK(!stores_.empty(), "placement.policy=auto: no store to place");
   policies_.resize(stores_.size());
+  std::vector<int> unplaced;  // items of placed kinds (StoreOptions::placed_kinds)
   for (int s = 0; s < static_cast<int>(stores_.size()); ++s) {
     const ChunkStore& st = *stores_[s].store;
     // ZeRO-3 on 2 or more ranks: the gathers bring each group's parameters into buffers of the
@@ -89,13 +90,41 @@ AutoPlacement::AutoPlacement(std::vector<PlacedStore> stores, Allocator& device,
     for (ChunkKind k : kKinds)
       for (int c = 0; c < chunks_of(s); ++c) {
         items_.push_back({s, k, c});
-        if (!movable_kind(st, k, c)) continue;
-        TIDE_CHECK(st.resident(k, c) && st.chunk_info(k, c).alloc == &host_,
-                   "placement.policy=auto: {} chunk {} must start on the host tier",
+        if (!movable_kind(st, k)) continue;
+        const Chunk& ch = st.chunk_info(k, c);
+        if (!st.resident(k, c) && (st.options().placed_kinds & kind_bit(k))) {
+          unplaced.push_back(num_items() - 1);
+          continue;
+        }
+        TIDE_CHECK(st.resident(k, c) && (ch.alloc == &host_ || ch.alloc == &device_),
+                   "placement.policy=auto: {} chunk {} must start on the host or the compute "
+                   "tier, or be left for the placement (StoreOptions::placed_kinds)",
                    chunk_kind_name(k), c);
+        if (ch.alloc == &device_) on_device_bytes_ += ch.bytes;
       }
   }
   plan();
+  place_at_start(unplaced);
+}
+
+void AutoPlacement::place_at_start(std::vector<int> items) {
+  // Soonest first use first (Belady's choice for an empty device): the compute tier takes
+  // what fits its limit now (the budget less what is allocated already: the activation
+  // arenas), the host the rest. The warm-up then evicts as the step's non-model bytes grow.
+  auto first_use = [&](int item) {
+    return uses_[item].empty() ? INT64_MAX : int64_t{uses_[item].front()};
+  };
+  std::stable_sort(items.begin(), items.end(),
+                   [&](int a, int b) { return first_use(a) < first_use(b); });
+  const size_t limit = limit_at(-1);
+  for (int item : items) {
+    const Item& i = items_[item];
+    ChunkStore& st = store_of(item);
+    const size_t bytes = item_bytes(item);
+    const bool fits = on_device_bytes_ + bytes <= limit;
+    st.place_chunk(i.kind, i.chunk, fits ? device_ : host_);
+    if (fits) on_device_bytes_ += bytes;
+  }
 }
 
 void AutoPlacement::plan() {
@@ -136,10 +165,10 @@ Allocator& AutoPlacement::buffer_allocator() {
   return *buffers_;
 }
 
-bool AutoPlacement::movable_kind(const ChunkStore& st, ChunkKind k, int c) const {
+bool AutoPlacement::movable_kind(const ChunkStore& st, ChunkKind k) const {
   if (!st.has(k)) return false;
   // An f32 MASTER aliasing PARAM has no allocation of its own: it moves with PARAM.
-  return k != ChunkKind::MASTER || st.chunk_info(k, c).alloc != nullptr;
+  return k != ChunkKind::MASTER || !st.master_aliases_param();
 }
 
 bool AutoPlacement::on_device(int item) const {
@@ -172,12 +201,12 @@ std::vector<int> AutoPlacement::needs_at(int pos) const {
     const ChunkKind k = a.use == Use::WEIGHT ? ChunkKind::GRAD : ChunkKind::PARAM;
     if (k == ChunkKind::PARAM && gathered_params_[s]) return need;
     for (int c : stores_[s].group_chunks[a.group])
-      if (movable_kind(*stores_[s].store, k, c)) need.push_back(item_index(s, k, c));
+      if (movable_kind(*stores_[s].store, k)) need.push_back(item_index(s, k, c));
     return need;
   }
   const auto [s, c] = update_at(pos);
   for (ChunkKind k : kKinds)
-    if (movable_kind(*stores_[s].store, k, c)) need.push_back(item_index(s, k, c));
+    if (movable_kind(*stores_[s].store, k)) need.push_back(item_index(s, k, c));
   return need;
 }
 
@@ -441,7 +470,7 @@ void AutoPlacement::on_acquire(int s, std::span<const int> ids, Use use) {
   std::vector<int> need;
   for (int id : k == ChunkKind::PARAM && gathered_params_[s] ? std::span<const int>() : ids) {
     const int c = st.layout().slot(id).chunk;
-    if (movable_kind(st, k, c) &&
+    if (movable_kind(st, k) &&
         std::find(need.begin(), need.end(), item_index(s, k, c)) == need.end())
       need.push_back(item_index(s, k, c));
   }

@@ -10,8 +10,12 @@
 // host) wastes the device whenever activations are small; recording the non-model memory per
 // access in a warm-up step lets every later access use exactly what is left.
 //
-// Tiers: every chunk of every kind starts on the host (a HostAllocator); the compute tier is
-// the budgeted allocator of placement.device_memory_limit (on a GPU it would be the device).
+// Tiers: the compute tier is the budgeted allocator of placement.device_memory_limit (on a GPU
+// the device), the host tier a HostAllocator (page-locked with placement.pin_memory). A store
+// whose kinds are placed (StoreOptions::placed_kinds: tide train's) has its chunks allocated
+// here, soonest first use first on the compute tier while they fit its limit at the start,
+// the rest on the host: the host never holds every chunk, so the largest model is bound by
+// the device and the host together. Chunks allocated already may start on either tier.
 // The item that moves is what this rank holds of one chunk of one kind: the whole chunk, or a
 // sliced kind's own slice (ZeRO). An f32 MASTER aliases PARAM and moves with it. ZeRO-3 on 2 or
 // more ranks: F and B read the parameters the ZeRO-3 gathers put into buffers of the compute
@@ -121,13 +125,13 @@ struct PlacedAccess {
 class AutoPlacement {
  public:
   // `stores`: what shares the budget; `device`: the budgeted compute tier (its limit is the
-  // budget); `host`: where chunks start and are evicted to (the stores' allocator of every
-  // kind). `accesses`: the group accesses of every step, in order over all the stores.
-  // `activation_bytes`: the activation bytes in use now. `op`: the models' context; on a device
-  // the moves are the mover's copies on its stream (ChunkStore::move_chunk), and
-  // `activation_bytes` is empty when the activations come from `device` itself (they are in its
-  // allocated bytes already). `copies`: the device's copy stream, which the moves run on (left
-  // on the CPU: op's stream, and nothing is prefetched).
+  // budget); `host`: where chunks are evicted to (the stores' allocator of every kind). The
+  // stores' placed chunks are allocated now (see the top). `accesses`: the group accesses of every
+  // step, in order over all the stores. `activation_bytes`: the activation bytes in use now. `op`:
+  // the models' context; on a device the moves are the mover's copies on its stream
+  // (ChunkStore::move_chunk), and `activation_bytes` is empty when the activations come from
+  // `device` itself (they are in its allocated bytes already). `copies`: the device's copy stream,
+  // which the moves run on (left on the CPU: op's stream, and nothing is prefetched).
   AutoPlacement(std::vector<PlacedStore> stores, Allocator& device, Allocator& host,
                 std::vector<PlacedAccess> accesses, std::function<size_t()> activation_bytes,
                 const OpContext& op = {}, const OpContext& copies = {});
@@ -175,7 +179,7 @@ class AutoPlacement {
   int chunks_of(int s) const { return stores_[s].store->layout().num_chunks(); }
   ChunkStore& store_of(int item) const { return *stores_[items_[item].store].store; }
   int num_items() const { return static_cast<int>(items_.size()); }
-  bool movable_kind(const ChunkStore& st, ChunkKind k, int c) const;
+  bool movable_kind(const ChunkStore& st, ChunkKind k) const;
   bool on_device(int item) const;
   size_t item_bytes(int item) const;
   bool attached(int item) const;
@@ -215,9 +219,9 @@ class AutoPlacement {
   // the target of a later move, a copy queued on the same stream after the copy that reads it,
   // so no move waits for the stream, and once the cache holds the step's sizes none allocates.
   // The device's cached bytes are in device_.allocated() (and its budget). The host's are kept
-  // only when its memory is page-locked: then the host holds memory for every chunk (each
-  // starts there and the cache keeps what a move up left); pageable host memory is freed after
-  // the copy up, which returned once done.
+  // only when its memory is page-locked: then the host holds memory for every chunk that has
+  // been there (the cache keeps what a move up left); pageable host memory is freed after the
+  // copy up, which returned once done.
   struct BlockCache {
     std::multimap<size_t, void*> blocks;  // bytes -> memory
     size_t bytes = 0;
@@ -240,6 +244,8 @@ class AutoPlacement {
   void on_acquire(int s, std::span<const int> ids, Use use);
   // The uses of every item and an empty record for the step's accesses.
   void plan();
+  // Allocates the placed `items` (none resident yet) on their starting tiers.
+  void place_at_start(std::vector<int> items);
 
   std::vector<PlacedStore> stores_;
   std::vector<std::unique_ptr<StorePolicy>> policies_;  // [s], made by policy()

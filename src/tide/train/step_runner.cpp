@@ -91,13 +91,17 @@ StepRunner::StepRunner(const TrainConfig& cfg, const Topology& mesh, const Optim
     o.partition_activations = cfg.partition_activations;  // (one stage only: check_settings)
     o.cpu_checkpointing = cfg.cpu_checkpointing;
     chunks_.push_back(std::make_unique<GPT>(cfg.model, cfg.activation_policy, o));
-    chunks_.back()->init_weights(cfg.seed);
+    if (!store.placed_kinds) chunks_.back()->init_weights(cfg.seed);
     models.push_back(chunks_.back().get());
     eval_mbs_.push_back(
         chunks_.back()->make_micro_batch(1, cfg.seq_len, nullptr, /*training=*/false));
   }
   engine_ = std::make_unique<PipelineEngine>(models, pp_, std::move(schedule), cfg.micro_batch,
                                              cfg.seq_len, opt, dp_, zero_settings(cfg), placement);
+  if (store.placed_kinds) {  // the engine's placement has allocated the chunks: now they fill
+    for (const auto& c : chunks_) c->init_weights(cfg.seed);
+    engine_->sync_params();  // ZeRO-3's persistent chunks, gathered as the engine was built
+  }
   // Post-validation fills a pipeline's bubble with the update; one stage has none (engine.h).
   if (engine_->schedule().stages == 1) engine_->set_post_validation(false);
 }

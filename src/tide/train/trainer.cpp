@@ -360,11 +360,15 @@ void Trainer::configure_store(StoreOptions& so) {
   }
   so.compute = so.optimizer = compute_alloc_.get();
   if (cfg_.placement_policy == "auto") {
-    // PatrickStar (auto_placement.h): every chunk starts on the host; the policy moves them
-    // into the budgeted compute tier on demand (page-locked on a device with placement.pin_memory).
+    // PatrickStar (auto_placement.h): the placement allocates every chunk, on the budgeted
+    // compute tier while it fits and on the host (page-locked with placement.pin_memory) after,
+    // and moves them between the two on demand.
     host_alloc_ =
         make_host_allocator(op_.device, cfg_.placement_pin_memory, "placement.pin_memory");
     so.compute = so.optimizer = host_alloc_.get();
+    for (ChunkKind k : {ChunkKind::PARAM, ChunkKind::GRAD, ChunkKind::MASTER, ChunkKind::ADAM_M,
+                        ChunkKind::ADAM_V})
+      so.placed_kinds |= kind_bit(k);
     return;
   }
   if (!offload) return;

@@ -53,6 +53,8 @@ class Trainer {
   PipelineEngine& engine() { return runner_->engine(); }  // tests: set_gradient_hook
   // The allocators configure_store made (nullptr when the store uses its own).
   const Allocator* compute_allocator() const { return compute_alloc_.get(); }
+  // The host tier of placement.policy=auto (every kind), of ZeRO-Offload (its optimizer kinds).
+  const Allocator* host_allocator() const { return host_alloc_.get(); }
   // Bytes of model states the host tier holds (the allocators above, host side; 0 without).
   size_t host_tier_bytes() const;
   const TrainConfig& config() const { return cfg_; }

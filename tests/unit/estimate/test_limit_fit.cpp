@@ -140,8 +140,8 @@ TEST(LimitFit, AutoSplitsTheStatesByHand) {
       EXPECT_LE(e.device.total(), s.device_memory_limit) << what;
       EXPECT_EQ(e.host_per_rank.total(), h.states - on_device) << what;
       EXPECT_EQ(e.host.total(), world * (h.states - on_device)) << what;  // 2 ranks a host
-      // A page-locked host tier on a device keeps memory for every state (each starts there;
-      // AutoPlacement caches what a chunk moved to the device left).
+      // A page-locked host tier on a device is counted as every state (AutoPlacement caches
+      // what a chunk moved to the device left: the host keeps every chunk that has been there).
       TrainSetup pinned = s;
       pinned.on_device = pinned.pinned_host_tier = true;
       const MemoryEstimate p = estimate_memory(pinned);

@@ -194,6 +194,36 @@ TEST(ChunkStore, SlicedKindsHoldOnlyThisRanksSlice) {
   EXPECT_THROW(store.tensor(ChunkKind::ADAM_M, 0), Error);
 }
 
+// Placed kinds (auto placement's) start unallocated, and each chunk is allocated once where the
+// placement puts it: a sliced kind as its own slice, an f32 MASTER as PARAM's bytes.
+TEST(ChunkStore, PlacedKindsWaitForTheirTier) {
+  ChunkLayout lay = five_tensors();
+  lay.pack(16, /*group_size=*/2);  // chunks of 32 elements, slices of 16
+  BudgetedAllocator device(1 << 20);
+  HostAllocator host;
+  StoreOptions o;
+  o.group_rank = 1;
+  o.sliced_kinds = kind_bit(ChunkKind::ADAM_M);
+  o.compute = o.optimizer = &host;
+  o.placed_kinds = kind_bit(ChunkKind::PARAM) | kind_bit(ChunkKind::ADAM_M);
+  ChunkStore store(std::move(lay), o);
+  EXPECT_FALSE(store.resident(ChunkKind::PARAM, 0));
+  EXPECT_FALSE(store.resident(ChunkKind::MASTER, 0));  // aliases PARAM, not yet placed
+  EXPECT_FALSE(store.resident(ChunkKind::ADAM_M, 1));
+  EXPECT_TRUE(store.resident(ChunkKind::GRAD, 0));  // not placed: allocated at once
+  EXPECT_EQ(store.chunk_info(ChunkKind::ADAM_M, 1).bytes, 16u * 4);
+  EXPECT_EQ(store.total_bytes(), 2 * (2u * 32 * 4));  // GRAD and ADAM_V, whole chunks
+  store.place_chunk(ChunkKind::PARAM, 0, device);
+  store.place_chunk(ChunkKind::ADAM_M, 1, host);
+  EXPECT_EQ(device.allocated(), 32u * 4);
+  EXPECT_EQ(store.chunk_info(ChunkKind::PARAM, 0).alloc, &device);
+  EXPECT_EQ(store.chunk(ChunkKind::MASTER, 0).data, store.chunk(ChunkKind::PARAM, 0).data);
+  EXPECT_EQ(store.chunk(ChunkKind::ADAM_M, 1).numel(), 16);
+  EXPECT_EQ(store.chunk(ChunkKind::ADAM_M, 1).f32()[15], 0.0f);        // zero-filled
+  EXPECT_THROW(store.place_chunk(ChunkKind::PARAM, 0, host), Error);   // placed already
+  EXPECT_THROW(store.place_chunk(ChunkKind::GRAD, 0, device), Error);  // not a placed kind
+}
+
 TEST(ChunkStore, AcquireCountsUsersAndFetchesThroughThePolicy) {
   ChunkLayout lay = five_tensors();
   lay.pack(16);

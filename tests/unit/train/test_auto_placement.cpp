@@ -45,13 +45,18 @@ std::string write_data(const char* name) {
 }
 
 // Half of the model states plus the non-model bytes of a warm-up with room for everything.
-int64_t half_budget(const std::string& dir) {
+int64_t half_budget(const std::string& dir, const std::vector<std::string>& extra = {}) {
+  auto with_extra = [&] {
+    std::vector<std::string> o = overrides(dir, 1);
+    o.insert(o.end(), extra.begin(), extra.end());
+    return o;
+  };
   size_t states = 0;
   {
-    Trainer t(load_train_config("", overrides(dir, 1)));
+    Trainer t(load_train_config("", with_extra()));
     states = t.model().store().total_bytes();
   }
-  std::vector<std::string> o = overrides(dir, 1);
+  std::vector<std::string> o = with_extra();
   o.push_back("placement.policy=auto");
   o.push_back("placement.device_memory_limit=" + std::to_string(4 * states));
   Trainer t(load_train_config("", o));
@@ -163,6 +168,41 @@ TEST(AutoPlacementResume, ACheckpointResumesBitwise) {
   const std::vector<float> a = all_params(straight), b = all_params(resumed);
   ASSERT_EQ(a.size(), b.size());
   EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0);
+}
+
+// The placement allocates the chunks itself, soonest first use first on the compute tier, so
+// the host never holds all of them: at the start it holds exactly what the device's budget left
+// out, and over the steps it peaks below the model states (before, every chunk started on the
+// host: its peak was all of them). The estimate's host figure (pageable memory: the states the
+// device cannot keep) bounds the host's peak.
+TEST(AutoPlacementStart, TheHostHoldsOnlyWhatTheDeviceLeaves) {
+  const std::string dir = write_data("auto_start");
+  // Wider than the others' model: its states outweigh the activations, so half of them plus
+  // the non-model bytes leaves some on the host.
+  const std::vector<std::string> wide = {"model.n_embd=64"};
+  const int64_t budget = half_budget(dir, wide);
+  std::vector<std::string> o = overrides(dir, 3);
+  o.insert(o.end(), wide.begin(), wide.end());
+  o.push_back("placement.policy=auto");
+  o.push_back("placement.device_memory_limit=" + std::to_string(budget));
+  Trainer t(load_train_config("", o));
+  const AutoPlacement& placement = *t.engine().auto_placement();
+  const size_t states = t.model().store().total_bytes();
+  const size_t on_device = placement.compute_chunk_bytes();
+  const size_t on_host = t.host_allocator()->allocated();
+  EXPECT_GT(on_device, 0u) << "the compute tier is filled at the start";
+  EXPECT_LE(t.compute_allocator()->allocated(), static_cast<size_t>(budget));
+  EXPECT_EQ(on_host + on_device, states) << "every chunk is placed once";
+  for (int s = 0; s < 3; ++s) t.train_step();
+  const int64_t estimated_host =
+      estimate_memory(setup_from_train_config(load_train_config("", o))).host.total();
+  std::printf(
+      "[auto start] %zu B of states: %zu B on the device and %zu B on the host at the start; "
+      "host peak %zu B over 3 steps (estimate %lld B)\n",
+      states, on_device, on_host, t.host_allocator()->peak(),
+      static_cast<long long>(estimated_host));
+  EXPECT_LT(t.host_allocator()->peak(), states);
+  EXPECT_LE(t.host_allocator()->peak(), static_cast<size_t>(estimated_host));
 }
 
 // `tide estimate`'s least limit for auto (estimate/limit_fit.h: non-model bytes + the largest
