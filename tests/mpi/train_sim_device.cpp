@@ -17,7 +17,7 @@
 // chunks per rank, the tied embedding summed in place) in bf16 with ZeRO-1 and with ZeRO-Offload
 // (the sum on the host's f32 slices), ZB-H1 with ZeRO-Offload (DPU), ZB-H2 with auto placement, and
 // ZB-V in bf16 with auto placement on a budget that leaves the two ends of the tie on different
-// tiers in most steps (6 of 8 on 2 ranks, 8 on 3; the test holds at least 4: the device's end
+// tiers in most steps (7 of 8 on 2 ranks, 8 on 3; the test holds at least 4: the device's end
 // goes down for the host to add, as a GPU needs, where the sum was a CPU kernel on the stream,
 // which CUDA refuses): bitwise the CPU pipeline run, post-validation's snapshot and rollback
 // included (each message over its stream's own group, NCCL's matching, after the compute stream's
@@ -214,15 +214,16 @@ TEST(SimDevicePipeline, TrainsTheCpuPipelineBitwise) {
     uint64_t max_host_waits;
     int64_t budget = 2000000;  // auto: placement.device_memory_limit (bytes)
   };
-  for (const Case& k : std::vector<Case>{{"gpipe", "f32", 0, "", 7},
-                                         {"1f1b", "f32", 0, "", 7},
-                                         {"zb-auto", "bf16", 1, "", 7},
-                                         {"interleaved", "f32", 0, "", 7},
-                                         {"zb-v", "bf16", 1, "", 7},
-                                         {"zb-v", "bf16", 2, "offload", 14},
-                                         {"zb-h1", "f32", 2, "offload", 14},
-                                         {"zb-h2", "f32", 0, "auto", UINT64_MAX},
-                                         {"zb-v", "bf16", 0, "auto", UINT64_MAX, 550000}}) {
+  for (const Case& k :
+       std::vector<Case>{{"gpipe", "f32", 0, "", 7},
+                         {"1f1b", "f32", 0, "", 7},
+                         {"zb-auto", "bf16", 1, "", 7},
+                         {"interleaved", "f32", 0, "", 7},
+                         {"zb-v", "bf16", 1, "", 7},
+                         {"zb-v", "bf16", 2, "offload", 14},
+                         {"zb-h1", "f32", 2, "offload", 14},
+                         {"zb-h2", "f32", 0, "auto", UINT64_MAX},
+                         {"zb-v", "bf16", 0, "auto", UINT64_MAX, p == 2 ? 500000 : 550000}}) {
     const std::string what =
         fmt::format("{} {} ZeRO-{} {}", k.schedule, k.precision, k.zero, k.policy);
     auto config = [&](const std::string& device) {

@@ -26,8 +26,8 @@ void* Allocator::allocate(size_t bytes, const std::string& what) {
 
 void Allocator::free(void* p, size_t bytes) {
   if (!p) return;
-  do_free(p, bytes);
   allocated_ -= bytes;
+  do_free(p, bytes);  // last: an allocator may end its own life here (memory/chunk_heap.h)
 }
 
 // mmap: fresh pages are zero and only cost memory once touched, so a layout can be allocated

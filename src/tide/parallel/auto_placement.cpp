@@ -72,6 +72,7 @@ AutoPlacement::AutoPlacement(std::vector<PlacedStore> stores, Allocator& device,
       buffers_(std::make_unique<BufferAllocator>(*this, device)),
       activation_bytes_(std::move(activation_bytes)),
       budget_(device.limit()),
+      blocks_(new ChunkBlocks(device)),
       accesses_(std::move(accesses)) {
   TIDE_CHECK(budget_ > 0,
              "placement.policy=auto needs a compute tier with a byte limit "
@@ -91,16 +92,14 @@ AutoPlacement::AutoPlacement(std::vector<PlacedStore> stores, Allocator& device,
       for (int c = 0; c < chunks_of(s); ++c) {
         items_.push_back({s, k, c});
         if (!movable_kind(st, k)) continue;
-        const Chunk& ch = st.chunk_info(k, c);
         if (!st.resident(k, c) && (st.options().placed_kinds & kind_bit(k))) {
           unplaced.push_back(num_items() - 1);
           continue;
         }
-        TIDE_CHECK(st.resident(k, c) && (ch.alloc == &host_ || ch.alloc == &device_),
-                   "placement.policy=auto: {} chunk {} must start on the host or the compute "
-                   "tier, or be left for the placement (StoreOptions::placed_kinds)",
+        TIDE_CHECK(st.resident(k, c) && st.chunk_info(k, c).alloc == &host_,
+                   "placement.policy=auto: {} chunk {} must start on the host tier, or be left "
+                   "for the placement to allocate (StoreOptions::placed_kinds)",
                    chunk_kind_name(k), c);
-        if (ch.alloc == &device_) on_device_bytes_ += ch.bytes;
       }
   }
   plan();
@@ -120,10 +119,8 @@ void AutoPlacement::place_at_start(std::vector<int> items) {
   for (int item : items) {
     const Item& i = items_[item];
     ChunkStore& st = store_of(item);
-    const size_t bytes = item_bytes(item);
-    const bool fits = on_device_bytes_ + bytes <= limit;
-    st.place_chunk(i.kind, i.chunk, fits ? device_ : host_);
-    if (fits) on_device_bytes_ += bytes;
+    const bool fits = blocks_->used_bytes() + item_bytes(item) <= limit;
+    st.place_chunk(i.kind, i.chunk, fits ? static_cast<Allocator&>(*blocks_) : host_);
   }
 }
 
@@ -150,8 +147,12 @@ void AutoPlacement::replan(std::vector<PlacedAccess> accesses) {
 
 AutoPlacement::~AutoPlacement() {
   land_prefetches();
-  release_cache(device_);
-  release_cache(host_);
+  try {
+    synchronize(copies_);  // before the memory the moves left goes (an error is moot now)
+  } catch (const Error&) {
+  }
+  for (const auto& [bytes, p] : host_cache_.blocks) host_.free(p, bytes);
+  blocks_->release_free();
 }
 
 PlacementPolicy& AutoPlacement::policy(int s, PlacementPolicy* inner) {
@@ -173,7 +174,7 @@ bool AutoPlacement::movable_kind(const ChunkStore& st, ChunkKind k) const {
 
 bool AutoPlacement::on_device(int item) const {
   const Item& i = items_[item];
-  return store_of(item).chunk_info(i.kind, i.chunk).alloc == &device_;
+  return store_of(item).chunk_info(i.kind, i.chunk).alloc == blocks_.get();
 }
 
 size_t AutoPlacement::item_bytes(int item) const {
@@ -250,72 +251,73 @@ void AutoPlacement::record(int pos) {
   recorded_[pos] = std::max(recorded_[pos], non_model_now());
 }
 
-void AutoPlacement::move(int item, Allocator& to, bool ahead) {
+void AutoPlacement::move(int item, Tier to, bool ahead) {
   const Item& i = items_[item];
   ChunkStore& st = store_of(item);
-  const TraceSpan span(st.tracer(), &to == &device_ ? "move to device" : "move to host", "memory",
+  const bool up = to == Tier::COMPUTE;
+  Allocator& tier = up ? static_cast<Allocator&>(*blocks_) : host_;
+  const TraceSpan span(st.tracer(), up ? "move to device" : "move to host", "memory",
                        {{"chunk", i.chunk}});
   const auto t0 = std::chrono::steady_clock::now();
   const Chunk ch = st.chunk_info(i.kind, i.chunk);
-  if (ch.alloc == &to) return;
-  void* target = take_block(to, ch.bytes, item);
+  if (ch.alloc == &tier) return;
+  const std::string what = fmt::format("{} chunk {}", chunk_kind_name(i.kind), i.chunk);
+  // A move up has its room made first (room_for).
+  void* target = up ? blocks_->take(ch.bytes, what) : take_host_block(ch.bytes, what);
   // After what the ops queued so far: the chunk's writers, and the last readers of the target
-  // (the cache's memory is read last by a move, on this same stream).
+  // (memory a move left is read last by that move, on this same stream).
   wait_stream(copies_, op_);
-  void* left = st.move_chunk_into(i.kind, i.chunk, target, to, copies_);
+  void* left = st.move_chunk_into(i.kind, i.chunk, target, tier, copies_);
   const StreamEvent moved = record_event(copies_);
   if (ahead)
     prefetched_ = moved;
   else
     wait_event(op_, moved);
-  if (ch.alloc == &host_ && !host_.pinned()) {
+  if (!up) {
+    blocks_->free(left, ch.bytes);  // a free range for a later move
+  } else if (host_.pinned()) {
+    host_cache_.blocks.emplace(ch.bytes, left);
+    host_cache_.bytes += ch.bytes;
+  } else {
     // Pageable host memory: the copy up returned once it had read it (the mover's rule), so
     // it goes now, and the host keeps only the chunks it holds (the largest model is then
     // bound by the GPU and the host together).
     host_.free(left, ch.bytes);
-  } else {
-    BlockCache& from = cache_of(*ch.alloc);
-    from.blocks.emplace(ch.bytes, left);
-    from.bytes += ch.bytes;
   }
   counters_.wait_seconds +=
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  const size_t bytes = ch.bytes;
-  if (&to == &device_) {
-    on_device_bytes_ += bytes;
-    counters_.bytes_to_compute += bytes;
-    counters_.moves_to_compute += 1;
-  } else {
-    on_device_bytes_ -= bytes;
-    counters_.bytes_to_host += bytes;
-    counters_.moves_to_host += 1;
-  }
+  (up ? counters_.bytes_to_compute : counters_.bytes_to_host) += ch.bytes;
+  (up ? counters_.moves_to_compute : counters_.moves_to_host) += 1;
 }
 
-void* AutoPlacement::take_block(Allocator& tier, size_t bytes, int item) {
-  BlockCache& cache = cache_of(tier);
-  if (const auto it = cache.blocks.find(bytes); it != cache.blocks.end()) {
+void* AutoPlacement::take_host_block(size_t bytes, const std::string& what) {
+  if (const auto it = host_cache_.blocks.find(bytes); it != host_cache_.blocks.end()) {
     void* p = it->second;
-    cache.blocks.erase(it);
-    cache.bytes -= bytes;
+    host_cache_.blocks.erase(it);
+    host_cache_.bytes -= bytes;
     return p;
   }
-  // Blocks of other sizes may hold the budget's room: they go back (release_cache says why all).
-  if (tier.available() < bytes) release_cache(tier);
-  const Item& i = items_[item];
-  return tier.allocate(bytes, fmt::format("{} chunk {}", chunk_kind_name(i.kind), i.chunk));
+  return host_.allocate(bytes, what);
 }
 
-void AutoPlacement::release_cache(Allocator& tier) {
-  BlockCache& cache = cache_of(tier);
-  if (cache.blocks.empty()) return;
+bool AutoPlacement::release_free_blocks() {
+  if (!blocks_->has_free()) return false;
   synchronize(copies_);  // the moves that left them may still be copying
   counters_.cache_releases += 1;
-  // All of them: freeing only what the allocation needs leaves the next one of the other size
-  // short again (the step alternates 16-bit parameter and gradient chunks with f32 optimizer
-  // ones), which waits more often.
-  for (const auto& [bytes, p] : cache.blocks) tier.free(p, bytes);
-  cache = {};
+  blocks_->release_free();
+  return true;
+}
+
+bool AutoPlacement::room_for(int item, int pos, std::span<const int> keep, bool ahead) {
+  const size_t bytes = item_bytes(item);
+  while (!blocks_->can_take(bytes)) {
+    // Free blocks that do not fit the item go back to the budget first (a host wait); then
+    // chunks go, farthest next use first, until a block fits or the budget has the room.
+    if (evict_one(pos, keep, ahead, bytes)) continue;
+    if (!ahead && release_free_blocks()) continue;
+    if (!evict_one(pos, keep, ahead)) return false;
+  }
+  return true;
 }
 
 bool AutoPlacement::held(int item, std::span<const int> keep) const {
@@ -325,7 +327,7 @@ bool AutoPlacement::held(int item, std::span<const int> keep) const {
   return in(keep) || in(current_need_) || !store_of(item).chunk_movable(items_[item].chunk);
 }
 
-bool AutoPlacement::evict_one(int pos, std::span<const int> keep, bool ahead) {
+bool AutoPlacement::evict_one(int pos, std::span<const int> keep, bool ahead, size_t fits) {
   int victim = -1, busy_victim = -1;
   int64_t farthest = -1;
   for (int item = 0; item < num_items(); ++item) {
@@ -336,15 +338,18 @@ bool AutoPlacement::evict_one(int pos, std::span<const int> keep, bool ahead) {
       continue;
     }
     if (attached(item)) continue;  // ZeRO-3's gathered parameters
+    if (fits > 0 &&
+        !blocks_->holds(fits, store_of(item).chunk_info(items_[item].kind, items_[item].chunk).data))
+      continue;
     const int64_t nu = next_use(item, pos);
     if (nu > farthest) farthest = nu, victim = item;
   }
   if (victim >= 0) {
-    move(victim, host_, ahead);
+    move(victim, Tier::HOST, ahead);
     counters_.evictions += 1;
     return true;
   }
-  if (busy_victim < 0 || ahead) return false;
+  if (busy_victim < 0 || ahead || fits > 0) return false;
   // Only chunks under communication are left: wait for one (it is movable next time).
   settle(busy_victim);
   return true;
@@ -381,32 +386,9 @@ bool AutoPlacement::make_resident(std::span<const int> need, int pos, bool allow
         fixed += item_bytes(item);
     if (fixed > limit) return false;
   }
-  while (on_device_bytes_ + missing > limit) {
+  while (blocks_->used_bytes() + missing > limit) {
     if (evict_one(pos, need)) continue;
-    const std::string what = position_name(pos);
-    // The non-model figure itself, not the part of the limit it takes (which is the whole limit
-    // when the non-model memory alone is over it).
-    const size_t non_model = non_model_at(pos);
-    // Figures in the unit that fits each (a few KiB of chunks read "0.00 MiB" before).
-    const auto bytes = [](size_t b) { return format_bytes(static_cast<int64_t>(b)); };
-    TIDE_CHECK(
-        non_model<
-            budget_,
-            "placement.policy=auto: placement.device_memory_limit ({}) is below the non-model "
-            "memory alone: {} (activations, ZeRO's buffers) at {}{}; raise "
-            "placement.device_memory_limit (`tide estimate --config <this config> "
-            "--placement auto --device-memory-limit ...` prints the least limit for the "
-            "whole step), or lower the activations (activation_checkpointing.policy, "
-            "micro-batch size)",
-            bytes(budget_), bytes(non_model), what, missing> 0
-            ? fmt::format(", which also needs {} of chunks on the compute tier", bytes(missing))
-            : "");
-    TIDE_FAIL(
-        "placement.policy=auto: placement.device_memory_limit ({}) is too small: {} needs {} "
-        "of chunks on the compute tier besides {} of non-model memory (activations, ZeRO's "
-        "buffers) and {} of chunks that cannot move now; raise placement.device_memory_limit, "
-        "or lower chunk_size_mb or ZeRO's bucket sizes",
-        bytes(budget_), what, bytes(missing), bytes(non_model), bytes(on_device_bytes_));
+    fail_to_fit(pos, missing);
   }
   for (int item : need) {
     if (on_device(item)) continue;
@@ -416,20 +398,53 @@ bool AutoPlacement::make_resident(std::span<const int> need, int pos, bool allow
                "placement.policy=auto: {} chunk {} is needed on the compute tier but a buffer is "
                "attached over it",
                chunk_kind_name(items_[item].kind), items_[item].chunk);
-    move(item, device_);
+    if (room_for(item, pos, need)) {
+      move(item, Tier::COMPUTE);
+      continue;
+    }
+    if (allow_fail) return false;  // (prepare_update moves what came in back out)
+    fail_to_fit(pos, item_bytes(item));
   }
   return true;
 }
 
+void AutoPlacement::fail_to_fit(int pos, size_t missing) const {
+  const std::string what = position_name(pos);
+  // The non-model figure itself, not the part of the limit it takes (which is the whole limit
+  // when the non-model memory alone is over it).
+  const size_t non_model = non_model_at(pos);
+  // Figures in the unit that fits each (a few KiB of chunks read "0.00 MiB" before).
+  const auto bytes = [](size_t b) { return format_bytes(static_cast<int64_t>(b)); };
+  TIDE_CHECK(
+      non_model<budget_,
+                "placement.policy=auto: placement.device_memory_limit ({}) is below the non-model "
+                "memory alone: {} (activations, ZeRO's buffers) at {}{}; raise "
+                "placement.device_memory_limit (`tide estimate --config <this config> "
+                "--placement auto --device-memory-limit ...` prints the least limit for the "
+                "whole step), or lower the activations (activation_checkpointing.policy, "
+                "micro-batch size)",
+                bytes(budget_), bytes(non_model), what, missing> 0
+          ? fmt::format(", which also needs {} of chunks on the compute tier", bytes(missing))
+          : "");
+  TIDE_FAIL(
+      "placement.policy=auto: placement.device_memory_limit ({}) is too small: {} needs {} "
+      "of chunks on the compute tier besides {} of non-model memory (activations, ZeRO's "
+      "buffers) and {} of chunks that cannot move now; raise placement.device_memory_limit, "
+      "or lower chunk_size_mb or ZeRO's bucket sizes",
+      bytes(budget_), what, bytes(missing), bytes(non_model), bytes(blocks_->used_bytes()));
+}
+
 void AutoPlacement::make_room_for_buffer(size_t bytes) {
-  if (device_.available() < bytes) release_cache(device_);
   if (device_.available() >= bytes) return;
   const size_t limit = budget_ > buffer_bytes() ? budget_ - buffer_bytes() : 0;
   // The chunks may fill what the buffers leave of the budget, less this buffer; when nothing
   // can move, the allocation reports the shortfall, naming the buffer.
-  while (on_device_bytes_ + bytes > limit)
+  while (blocks_->used_bytes() + bytes > limit)
     if (!evict_one(pos_, {})) break;
-  if (device_.available() < bytes) release_cache(device_);  // what the evictions left
+  // The room is the budget's: the free blocks go back (after the evictions above, or more when
+  // the chunks' blocks were larger than their bytes).
+  while (device_.available() < bytes && (release_free_blocks() || evict_one(pos_, {}))) {
+  }
 }
 
 void AutoPlacement::begin_step() {
@@ -459,7 +474,7 @@ Tier AutoPlacement::prepare_update(int s, int c) {
     return Tier::COMPUTE;
   }
   for (int item : need)
-    if (on_device(item) && !attached(item)) move(item, host_);
+    if (on_device(item) && !attached(item)) move(item, Tier::HOST);
   counters_.updated_on_host += 1;
   return Tier::HOST;
 }
@@ -503,11 +518,12 @@ void AutoPlacement::prefetch_after(int pos) {
   }
   if (missing == 0) return;
   const size_t limit = std::min(limit_at(pos), limit_at(pos + 1));
-  while (on_device_bytes_ + missing > limit)
+  while (blocks_->used_bytes() + missing > limit)
     if (!evict_one(pos + 1, next, /*ahead=*/true)) return;
   for (int item : next) {
     if (on_device(item)) continue;
-    move(item, device_, /*ahead=*/true);
+    if (!room_for(item, pos + 1, next, /*ahead=*/true)) return;
+    move(item, Tier::COMPUTE, /*ahead=*/true);
     counters_.prefetches += 1;
   }
 }

@@ -72,6 +72,7 @@
 #include <utility>
 #include <vector>
 
+#include "tide/memory/chunk_blocks.h"
 #include "tide/memory/chunk_store.h"
 #include "tide/parallel/zero.h"
 
@@ -82,8 +83,8 @@ struct PlacementStepCounters {
   int moves_to_host = 0, moves_to_compute = 0;
   int evictions = 0;   // moves to the host to make room
   int prefetches = 0;  // moves to the compute tier for the next access, ahead of it
-  // Host waits to free the compute tier's cached chunk memory: a move of a size the cache lacks
-  // while its blocks of the other size hold the budget (AutoPlacement::take_block).
+  // Host waits to give the compute tier's free chunk memory back to the budget: a move or a
+  // buffer finding no free range that fits and no room in the budget (AutoPlacement::room_for).
   int cache_releases = 0;
   double wait_seconds = 0;     // the compute blocked on moves
   int updated_on_compute = 0;  // chunks whose Adam ran on the compute tier
@@ -158,8 +159,8 @@ class AutoPlacement {
   bool warmed_up() const { return !warm_up_; }
   // The largest non-model bytes the warm-up recorded for an access (0 before it ends).
   size_t recorded_non_model_bytes() const;
-  // Bytes of chunk items on the compute tier now.
-  size_t compute_chunk_bytes() const { return on_device_bytes_; }
+  // Bytes of chunk items on the compute tier now (their blocks may be larger).
+  size_t compute_chunk_bytes() const { return blocks_->allocated(); }
 
   // Makes `bytes` free on the compute tier (for a buffer), evicting as for an access.
   void make_room_for_buffer(size_t bytes);
@@ -199,6 +200,8 @@ class AutoPlacement {
   // Moves `need` in within the limit of position `pos`, evicting farthest next use first; with
   // `allow_fail`, returns false instead of failing when they cannot fit (nothing moved in).
   bool make_resident(std::span<const int> need, int pos, bool allow_fail);
+  // The error for a position that cannot get the `missing` bytes of its chunks in.
+  [[noreturn]] void fail_to_fit(int pos, size_t missing) const;
   // Never evicted now: an item of `keep` or of the current access, or one whose chunk has
   // tensors in use.
   bool held(int item, std::span<const int> keep) const;
@@ -206,39 +209,38 @@ class AutoPlacement {
   // farthest (not held for `keep`, not attached, no communication in flight); when only items
   // under communication are left, waits for one (settle()), unless `ahead` (a prefetch's
   // eviction, which never waits). False: nothing can move.
-  bool evict_one(int pos, std::span<const int> keep, bool ahead = false);
+  bool evict_one(int pos, std::span<const int> keep, bool ahead = false, size_t fits = 0);
   // Moves `item` to tier `to` on the copy stream. The compute stream waits for the copy now, or
   // with `ahead` (a prefetch's move) when the next access begins (land_prefetches).
-  void move(int item, Allocator& to, bool ahead = false);
+  void move(int item, Tier to, bool ahead = false);
   // After the items of access `pos` are in: the next access's (see the top).
   void prefetch_after(int pos);
   // The compute stream waits for the prefetches' copies.
   void land_prefetches();
-  // Chunk memory a move left, kept for a later move of the same size into that tier. A move
-  // queues its copy and caches its source at once, without a wait: the memory is reused only as
-  // the target of a later move, a copy queued on the same stream after the copy that reads it,
-  // so no move waits for the stream, and once the cache holds the step's sizes none allocates.
-  // The device's cached bytes are in device_.allocated() (and its budget). The host's are kept
-  // only when its memory is page-locked: then the host holds memory for every chunk that has
-  // been there (the cache keeps what a move up left); pageable host memory is freed after the
-  // copy up, which returned once done.
+  // The memory a move leaves is kept for a later move into that tier. A move queues its copy and
+  // keeps its source at once, without a wait: the memory is reused only as the target of a later
+  // move, a copy queued on the same stream after the copy that reads it, so no move waits for the
+  // stream, and once the step's moves have run once none allocates. On the compute tier it is a
+  // free block of ChunkBlocks (memory/chunk_blocks.h: a chunk takes the smallest that holds it,
+  // up to twice its bytes). On the host it is a block kept per size, only when the host's memory
+  // is page-locked: then the host holds memory for every chunk that has been there; pageable
+  // host memory is freed after the copy up, which returned once done.
   struct BlockCache {
     std::multimap<size_t, void*> blocks;  // bytes -> memory
     size_t bytes = 0;
   };
-  BlockCache& cache_of(const Allocator& tier) {
-    return &tier == &device_ ? device_cache_ : host_cache_;
-  }
-  // `bytes` of `tier` for item `item`: cached, or allocated (the device's cache is given back
-  // first when the budget has no room for it).
-  void* take_block(Allocator& tier, size_t bytes, int item);
-  // Frees the tier's cached blocks once the stream is done with them (a host wait).
-  void release_cache(Allocator& tier);
-  // The compute tier's bytes that are neither chunk items nor cached: ZeRO's buffers, and the
-  // activations when they come from the compute tier.
-  size_t buffer_bytes() const {
-    return device_.allocated() - on_device_bytes_ - device_cache_.bytes;
-  }
+  // `bytes` of the host tier for `what`: cached, or allocated.
+  void* take_host_block(size_t bytes, const std::string& what);
+  // Gives the free blocks back to the budget after a wait for the copies that read them
+  // (counted in cache_releases); false when there is none.
+  bool release_free_blocks();
+  // Makes a block for item `item` available at position `pos`: the free blocks given back, then
+  // evictions as evict_one(pos, keep, ahead) (with `ahead`, nothing that waits). False when
+  // nothing more can go.
+  bool room_for(int item, int pos, std::span<const int> keep, bool ahead = false);
+  // The compute tier's bytes that are not chunk blocks: ZeRO's buffers, and the activations when
+  // they come from the compute tier.
+  size_t buffer_bytes() const { return device_.allocated() - blocks_->block_bytes(); }
   void record(int pos);
   // Store s is about to acquire tensors `ids` for `use`.
   void on_acquire(int s, std::span<const int> ids, Use use);
@@ -263,8 +265,10 @@ class AutoPlacement {
   std::vector<bool> gathered_params_;  // [s]: ZeRO-3 on 2+ ranks: F and B read gathered buffers
   int total_chunks_ = 0;
   size_t budget_ = 0;
-  size_t on_device_bytes_ = 0;
-  BlockCache device_cache_, host_cache_;
+  // The compute tier's chunk memory, from `device_` (owned; ChunkBlocks::abandon lets it
+  // outlive this placement while the stores still hold chunks in it).
+  std::unique_ptr<ChunkBlocks, ChunkBlocks::Abandon> blocks_;
+  BlockCache host_cache_;
 
   std::vector<PlacedAccess> accesses_;
   std::vector<std::vector<int>> uses_;  // per item: the positions that need it, ascending

@@ -393,9 +393,20 @@ void ZeroPolicy::finish_gradients() {
       if (!persistent_[c] && gathered_[c] != Gathered::NO) release_gathered(c);
   const int N = dp_.size();
   if (N == 1 || sink_) return;
-  // The mean over ranks, divided as the process groups' ReduceOp::Avg divides.
-  for (int c = 0; c < store_.layout().num_chunks(); ++c)
-    divide_by(op_, store_.slice(ChunkKind::GRAD, c), static_cast<float>(N));
+  // The mean over ranks, divided as the process groups' ReduceOp::Avg divides. Under auto
+  // placement on a device a slice may be on the host tier: the host divides it, after one wait
+  // for the stream (the copy that moved it down may still be writing it).
+  bool waited = false;
+  for (int c = 0; c < store_.layout().num_chunks(); ++c) {
+    const Tensor g = store_.slice(ChunkKind::GRAD, c);
+    if (g.device.is_cpu() && !op_.device.is_cpu()) {
+      if (!waited) synchronize(op_);
+      waited = true;
+      divide_by(OpContext{}, g, static_cast<float>(N));
+      continue;
+    }
+    divide_by(op_, g, static_cast<float>(N));
+  }
 }
 
 // --- after the optimizer --------------------------------------------------------------------

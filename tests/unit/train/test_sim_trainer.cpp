@@ -6,6 +6,7 @@
 // run's, go on as the straight run.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <string>
@@ -181,10 +182,12 @@ TEST(SimTrainer, AStepDrainsTheDeviceOnceForTheNormAndAllocatesNothing) {
 // host memory"). With the pin_memory keys true (offload's defaults), ZeRO-Offload's steps (the
 // gradient slices down, the parameters up; the f32 master in f32, offload_param's slices in
 // bf16) do not make the host wait for the stream at all, nor allocate device memory. Auto
-// placement's moves reuse the memory earlier moves left (AutoPlacement's block cache) without a
-// wait: the host waits once per chunk updated on the host tier, once per give-back of that
-// cache (a move of a size it lacks, the budget full), and twice per step (the norm; before the
-// host zeroes the gradient chunks on the host tier). With a key false each copy through the
+// placement's moves reuse the memory earlier moves left (ChunkBlocks, memory/chunk_blocks.h)
+// without a wait or an allocation: the host waits once per chunk updated on the host tier, once
+// per give-back of the free blocks (a move no free block holds, the budget full), and twice per
+// step (the norm; before the host zeroes the gradient chunks on the host tier). In steps 2-4,
+// 348 moves wait 6 times and allocate nothing (with a block cache per exact size: 282 moves,
+// 51 waits, 114 allocations). With a key false each copy through the
 // host memory it governs waits once more (sim_device.h keeps CUDA's rule for pageable memory),
 // and the model trained is the same.
 TEST(SimTrainer, PinnedHostMemoryKeepsTheCopiesOffTheHost) {
@@ -244,12 +247,15 @@ TEST(SimTrainer, PinnedHostMemoryKeepsTheCopiesOffTheHost) {
     };
     const Run pinned = run(true), pageable = run(false);
     EXPECT_LE(pinned.waits, pinned.most) << c.name << ": host waits in 3 steps";
-    if (c.pin_key != "placement.pin_memory") {
-      EXPECT_EQ(pinned.allocations, 0u) << c.name << ": device allocations in 3 steps";
-    } else {  // moves reuse the memory moves left, but for a switch of size
+    EXPECT_EQ(pinned.allocations, 0u) << c.name << ": device allocations in 3 steps";
+    if (c.pin_key == "placement.pin_memory") {  // moves reuse the memory moves left (ChunkBlocks)
+      std::printf(
+          "[sim auto placement, pinned] steps 2-4: %d moves, %llu host waits (at most "
+          "%llu)\n",
+          pinned.moves, static_cast<unsigned long long>(pinned.waits),
+          static_cast<unsigned long long>(pinned.most));
       EXPECT_GT(pinned.moves, 30) << "the budget must make the chunks move";
       EXPECT_LT(pinned.waits, pinned.moves / 4) << c.name << ": a move does not wait";
-      EXPECT_LT(pinned.allocations, static_cast<uint64_t>(pinned.moves / 2)) << c.name;
     }
     EXPECT_GT(pageable.waits, pinned.waits + 3)
         << c.name << ": host waits with " << c.pin_key << " false";
