@@ -178,8 +178,7 @@ void GPT::init_weights(uint64_t seed) {
   // compute, or offload's host copy) in f32, so PARAM is MASTER rounded. Under ZeRO a kind may
   // hold only this rank's slice.
   std::vector<ChunkKind> kinds = {ChunkKind::PARAM};
-  if (store_->has(ChunkKind::MASTER) &&
-      (store_->compute_dtype() != DType::F32 || store_->options().separate_master))
+  if (store_->has(ChunkKind::MASTER) && !store_->master_aliases_param())
     kinds.push_back(ChunkKind::MASTER);
   // Tensor `id`'s values into what `ch` (of chunk `data`, in host memory) holds of them.
   auto write = [&](int id, const Chunk& ch, void* data) {

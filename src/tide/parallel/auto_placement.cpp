@@ -274,7 +274,7 @@ void AutoPlacement::move(int item, Tier to, bool ahead) {
   else
     wait_event(op_, moved);
   if (!up) {
-    blocks_->free(left, ch.bytes);  // a free range for a later move
+    blocks_->free(left, ch.bytes);  // a free block for a later move
   } else if (host_.pinned()) {
     host_cache_.blocks.emplace(ch.bytes, left);
     host_cache_.bytes += ch.bytes;
@@ -311,8 +311,8 @@ bool AutoPlacement::release_free_blocks() {
 bool AutoPlacement::room_for(int item, int pos, std::span<const int> keep, bool ahead) {
   const size_t bytes = item_bytes(item);
   while (!blocks_->can_take(bytes)) {
-    // Free blocks that do not fit the item go back to the budget first (a host wait); then
-    // chunks go, farthest next use first, until a block fits or the budget has the room.
+    // First a chunk whose block would serve goes (farthest next use first: no wait, no
+    // allocation), then the free blocks go back to the budget (a host wait), then any chunk.
     if (evict_one(pos, keep, ahead, bytes)) continue;
     if (!ahead && release_free_blocks()) continue;
     if (!evict_one(pos, keep, ahead)) return false;
@@ -339,7 +339,8 @@ bool AutoPlacement::evict_one(int pos, std::span<const int> keep, bool ahead, si
     }
     if (attached(item)) continue;  // ZeRO-3's gathered parameters
     if (fits > 0 &&
-        !blocks_->holds(fits, store_of(item).chunk_info(items_[item].kind, items_[item].chunk).data))
+        !blocks_->holds(fits,
+                        store_of(item).chunk_info(items_[item].kind, items_[item].chunk).data))
       continue;
     const int64_t nu = next_use(item, pos);
     if (nu > farthest) farthest = nu, victim = item;

@@ -84,7 +84,7 @@ struct PlacementStepCounters {
   int evictions = 0;   // moves to the host to make room
   int prefetches = 0;  // moves to the compute tier for the next access, ahead of it
   // Host waits to give the compute tier's free chunk memory back to the budget: a move or a
-  // buffer finding no free range that fits and no room in the budget (AutoPlacement::room_for).
+  // buffer finding no free block that holds it and no room in the budget (AutoPlacement::room_for).
   int cache_releases = 0;
   double wait_seconds = 0;     // the compute blocked on moves
   int updated_on_compute = 0;  // chunks whose Adam ran on the compute tier
@@ -206,9 +206,10 @@ class AutoPlacement {
   // tensors in use.
   bool held(int item, std::span<const int> keep) const;
   // Frees room on the compute tier: moves to the host the item whose next use after `pos` is
-  // farthest (not held for `keep`, not attached, no communication in flight); when only items
-  // under communication are left, waits for one (settle()), unless `ahead` (a prefetch's
-  // eviction, which never waits). False: nothing can move.
+  // farthest (not held for `keep`, not attached, no communication in flight; with `fits`, only
+  // one whose block would hold `fits` bytes); when only items under communication are left,
+  // waits for one (settle()), unless `ahead` (a prefetch's eviction, which never waits) or
+  // `fits`. False: nothing can move.
   bool evict_one(int pos, std::span<const int> keep, bool ahead = false, size_t fits = 0);
   // Moves `item` to tier `to` on the copy stream. The compute stream waits for the copy now, or
   // with `ahead` (a prefetch's move) when the next access begins (land_prefetches).
@@ -234,9 +235,9 @@ class AutoPlacement {
   // Gives the free blocks back to the budget after a wait for the copies that read them
   // (counted in cache_releases); false when there is none.
   bool release_free_blocks();
-  // Makes a block for item `item` available at position `pos`: the free blocks given back, then
-  // evictions as evict_one(pos, keep, ahead) (with `ahead`, nothing that waits). False when
-  // nothing more can go.
+  // Makes a block for item `item` available at position `pos`: an eviction of a chunk whose
+  // block holds it, else the free blocks given back (not `ahead`: that waits), else any eviction
+  // as evict_one(pos, keep, ahead). False when nothing more can go.
   bool room_for(int item, int pos, std::span<const int> keep, bool ahead = false);
   // The compute tier's bytes that are not chunk blocks: ZeRO's buffers, and the activations when
   // they come from the compute tier.
