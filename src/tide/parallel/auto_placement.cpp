@@ -151,7 +151,7 @@ AutoPlacement::~AutoPlacement() {
     synchronize(copies_);  // before the memory the moves left goes (an error is moot now)
   } catch (const Error&) {
   }
-  for (const auto& [bytes, p] : host_cache_.blocks) host_.free(p, bytes);
+  for (const auto& [bytes, p] : host_cache_) host_.free(p, bytes);
   blocks_->release_free();
 }
 
@@ -276,8 +276,7 @@ void AutoPlacement::move(int item, Tier to, bool ahead) {
   if (!up) {
     blocks_->free(left, ch.bytes);  // a free block for a later move
   } else if (host_.pinned()) {
-    host_cache_.blocks.emplace(ch.bytes, left);
-    host_cache_.bytes += ch.bytes;
+    host_cache_.emplace(ch.bytes, left);
   } else {
     // Pageable host memory: the copy up returned once it had read it (the mover's rule), so
     // it goes now, and the host keeps only the chunks it holds (the largest model is then
@@ -291,10 +290,9 @@ void AutoPlacement::move(int item, Tier to, bool ahead) {
 }
 
 void* AutoPlacement::take_host_block(size_t bytes, const std::string& what) {
-  if (const auto it = host_cache_.blocks.find(bytes); it != host_cache_.blocks.end()) {
+  if (const auto it = host_cache_.find(bytes); it != host_cache_.end()) {
     void* p = it->second;
-    host_cache_.blocks.erase(it);
-    host_cache_.bytes -= bytes;
+    host_cache_.erase(it);
     return p;
   }
   return host_.allocate(bytes, what);

@@ -226,10 +226,6 @@ class AutoPlacement {
   // up to twice its bytes). On the host it is a block kept per size, only when the host's memory
   // is page-locked: then the host holds memory for every chunk that has been there; pageable
   // host memory is freed after the copy up, which returned once done.
-  struct BlockCache {
-    std::multimap<size_t, void*> blocks;  // bytes -> memory
-    size_t bytes = 0;
-  };
   // `bytes` of the host tier for `what`: cached, or allocated.
   void* take_host_block(size_t bytes, const std::string& what);
   // Gives the free blocks back to the budget after a wait for the copies that read them
@@ -269,7 +265,7 @@ class AutoPlacement {
   // The compute tier's chunk memory, from `device_` (owned; ChunkBlocks::abandon lets it
   // outlive this placement while the stores still hold chunks in it).
   std::unique_ptr<ChunkBlocks, ChunkBlocks::Abandon> blocks_;
-  BlockCache host_cache_;
+  std::multimap<size_t, void*> host_cache_;  // bytes -> page-locked host memory (see above)
 
   std::vector<PlacedAccess> accesses_;
   std::vector<std::vector<int>> uses_;  // per item: the positions that need it, ascending
