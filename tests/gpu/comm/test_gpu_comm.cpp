@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <string>
 #include <vector>
 
 #include "tide/comm/distributed.h"
@@ -163,7 +164,8 @@ TEST_F(Nccl, WaitOnMakesAComputeStreamWaitForTheCollective) {
 
 // One GPU without mpirun or NCCL (tide train device=cuda at one rank with ZeRO, offload or auto
 // placement): the local group's reduce_scatter and all_gather are device copies, finished when
-// the call returns; a host buffer on either side is copied too.
+// the call returns. A host buffer on one side is refused with the rule every group keeps (input
+// and output on one device), before anything is copied.
 TEST(LocalGroupOnAGpu, CollectivesCopyDeviceBuffers) {
   if (!cuda_available()) GTEST_SKIP() << "no GPU";
   const Device dev = Device::cuda(0);
@@ -179,6 +181,12 @@ TEST(LocalGroupOnAGpu, CollectivesCopyDeviceBuffers) {
   g.all_gather(Tensor(b.get(), {k}, DType::F32, dev), Tensor(a.get(), {k}, DType::F32, dev));
   EXPECT_EQ(download<float>(a, k), h);
   std::vector<float> back(k, 0.0f);
-  g.all_gather(Tensor(a.get(), {k}, DType::F32, dev), Tensor(back.data(), {k}, DType::F32));
-  EXPECT_EQ(back, h);
+  try {
+    g.all_gather(Tensor(a.get(), {k}, DType::F32, dev), Tensor(back.data(), {k}, DType::F32));
+    ADD_FAILURE() << "a host output beside a device input was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("put both on the same device"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(back, std::vector<float>(k, 0.0f));
 }
