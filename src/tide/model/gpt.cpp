@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <map>
 #include <string>
 
+#include "tide/core/dtype.h"
 #include "tide/core/sim_device.h"
 #include "tide/core/trace.h"
 #include "tide/kernels/mover.h"
@@ -180,8 +182,10 @@ void GPT::init_weights(uint64_t seed) {
   std::vector<ChunkKind> kinds = {ChunkKind::PARAM};
   if (store_->has(ChunkKind::MASTER) && !store_->master_aliases_param())
     kinds.push_back(ChunkKind::MASTER);
-  // Tensor `id`'s values into what `ch` (of chunk `data`, in host memory) holds of them.
-  auto write = [&](int id, const Chunk& ch, void* data) {
+  // The values of tensor `id` that lie in [lo, lo + values.size()) of its chunk, into `values`.
+  // Each element is its own draw (Philox is counter-based), so the threads share the work and
+  // the values are those of one thread.
+  auto draw = [&](int id, int64_t lo, std::vector<float>& values) {
     const TensorSlot& s = lay.slot(id);
     const bool is_bias = s.name.ends_with(".bias");
     const bool is_norm = s.name.find(llama ? "norm" : "ln_") != std::string::npos ||
@@ -190,53 +194,68 @@ void GPT::init_weights(uint64_t seed) {
     // One RNG stream per tensor, keyed by its name's position: independent of chunking, so
     // each rank draws exactly the elements it holds.
     const PhiloxStream rng{seed, rng_stream_id(0x1417, static_cast<uint64_t>(stream_id(id)))};
-    auto value = [&](int64_t i) -> float {  // element i of the tensor
-      if (is_norm || is_bias) return (is_norm && !is_bias) ? 1.0f : 0.0f;
-      if (env_.tp_size() == 1) return std * rng.normal(static_cast<uint64_t>(i));
-      const int64_t g = tp_global_index(config_, coords(), s.name, i);
-      return g < 0 ? 0.0f : std * rng.normal(static_cast<uint64_t>(g));
-    };
-    // The elements [lo, hi) of the tensor that this chunk holds: all of it, or under ZeRO
-    // the part inside this rank's slice.
-    const int64_t lo = std::clamp<int64_t>(ch.begin - s.offset, 0, s.numel);
-    const int64_t hi = std::clamp<int64_t>(ch.begin + ch.elems - s.offset, lo, s.numel);
-    const int64_t first = s.offset + lo - ch.begin;  // element lo's index in the chunk
-    switch (ch.dtype) {
-      case DType::F32:
-        for (int64_t i = lo; i < hi; ++i) static_cast<float*>(data)[first + i - lo] = value(i);
-        break;
-      case DType::BF16:
-        for (int64_t i = lo; i < hi; ++i)
-          static_cast<uint16_t*>(data)[first + i - lo] = f32_to_bf16(value(i));
-        break;
-      case DType::F16:
-        for (int64_t i = lo; i < hi; ++i)
-          static_cast<uint16_t*>(data)[first + i - lo] = f32_to_f16(value(i));
-        break;
-      default:
-        TIDE_FAIL("cannot initialise '{}': parameters in {}", s.name, dtype_name(ch.dtype));
+    const int tp = env_.tp_size();
+    const RankCoords at = coords();
+    // The tensor's elements [a, b): the part inside [lo, lo + values.size()).
+    const int64_t a = std::clamp<int64_t>(lo - s.offset, 0, s.numel);
+    const int64_t b = std::clamp<int64_t>(lo + std::ssize(values) - s.offset, a, s.numel);
+    float* out = values.data() + (s.offset + a - lo);
+    if (is_norm || is_bias) {
+      std::fill(out, out + (b - a), (is_norm && !is_bias) ? 1.0f : 0.0f);
+      return;
+    }
+#pragma omp parallel for schedule(static) if (b - a > (1 << 16))
+    for (int64_t i = a; i < b; ++i) {
+      int64_t g = i;  // the whole tensor's element (-1: a vocabulary padding row, 0)
+      if (tp > 1) g = tp_global_index(config_, at, s.name, i);
+      out[i - a] = g < 0 ? 0.0f : std * rng.normal(static_cast<uint64_t>(g));
     }
   };
   std::vector<std::vector<int>> ids_of(lay.num_chunks());  // [c]: the tensors of chunk c
   for (int id = 0; id < lay.num_tensors(); ++id) ids_of[lay.slot(id).chunk].push_back(id);
-  // A device chunk is written through a host copy of it, sent up before the next: the host
-  // holds one chunk at a time (zeroed, as the allocation zeroed what no tensor covers).
+  // Each chunk's values are drawn once in f32 (zeros where no tensor lies, as the allocation
+  // zeroed them), over the elements this rank owns of it in any kind, and each kind takes its
+  // part rounded to its dtype. A device chunk is written through a host copy, sent up before
+  // the next: the host holds one chunk at a time.
+  std::vector<float> values;
   std::vector<std::byte> staged;
-  for (int c = 0; c < lay.num_chunks(); ++c)
+  for (int c = 0; c < lay.num_chunks(); ++c) {
+    // What this rank owns: the whole chunk, or under ZeRO its slice (also where a gathered copy
+    // is attached over it, which the policy gathers again: sync_params).
+    std::vector<Chunk> owned;
+    int64_t lo = INT64_MAX, hi = INT64_MIN;
     for (ChunkKind kind : kinds) {
-      // What this rank owns: the whole chunk, or under ZeRO its slice (also where a gathered
-      // copy is attached over it, which the policy gathers again: sync_params).
       const Chunk ch = store_->owned(kind, c);
       TIDE_CHECK(ch.data != nullptr, "cannot initialise chunk {} ({}): it is not resident", c,
                  chunk_kind_name(kind));
-      const Tensor dst = store_->sliced(kind) ? store_->slice(kind, c) : store_->chunk(kind, c);
+      TIDE_CHECK(is_float_dtype(ch.dtype), "cannot initialise chunk {} ({}): parameters in {}", c,
+                 chunk_kind_name(kind), dtype_name(ch.dtype));
+      owned.push_back(ch);
+      lo = std::min(lo, ch.begin);
+      hi = std::max(hi, ch.begin + ch.elems);
+    }
+    values.assign(static_cast<size_t>(hi - lo), 0.0f);
+    for (int id : ids_of[c]) draw(id, lo, values);
+    for (size_t k = 0; k < kinds.size(); ++k) {
+      const Chunk& ch = owned[k];
+      const Tensor dst =
+          store_->sliced(kinds[k]) ? store_->slice(kinds[k], c) : store_->chunk(kinds[k], c);
       const bool on_host = dst.device.is_cpu();
-      if (!on_host) staged.assign(dst.nbytes(), std::byte{0});
-      for (int id : ids_of[c]) write(id, ch, on_host ? ch.data : staged.data());
+      if (!on_host) staged.resize(dst.nbytes());
+      std::byte* out = on_host ? static_cast<std::byte*>(ch.data) : staged.data();
+      const float* in = values.data() + (ch.begin - lo);
+      const int64_t block = 1 << 20, blocks = (ch.elems + block - 1) / block;
+      const size_t width = dtype_size(ch.dtype);
+#pragma omp parallel for schedule(static)
+      for (int64_t j = 0; j < blocks; ++j) {
+        const int64_t first = j * block, n = std::min(block, ch.elems - first);
+        convert_elements(in + first, DType::F32, out + first * width, ch.dtype, n);
+      }
       if (on_host) continue;
       copy(env_.op, dst, Tensor(staged.data(), dst.shape, dst.dtype));
       synchronize(env_.op);  // before the host copy is reused
     }
+  }
 }
 
 void GPT::check_device(const ModelOptions& o) const {
