@@ -40,6 +40,9 @@
 # Each step has a time limit, and the whole check a budget (CHECK_BUDGET_S, default 480 s: the
 # issue's 8 minutes): a step that hangs or would run past the budget is stopped (or skipped),
 # named in the summary as out of time, and the summary is still written.
+# Also in the bundle: bench/gpu/step_profile.sh, where a step's time goes by part (a Chrome trace
+# as launched and with CUDA_LAUNCH_BLOCKING=1): `cd .gpu && bash step_profile.sh ./bench_gpt_gpu
+# OUT gpt2-124m 64`.
 # With device time left after it: scripts/cpu_bench_bundle.sh's .cpu.tar.gz, in a run call of its
 # own (the machine's 16 cores for bench_dp's overlap under pp and vs_torch).
 set -euo pipefail
@@ -55,6 +58,7 @@ if [ ! -f data/fortunes/train.bin ]; then
 fi
 cmake --build build -j "$(nproc)" --target bench_gpt_gpu
 cp build/tide build/bench/bench_gpt_gpu tools/compare_checkpoints.py bench/gpu/gpt_torch.py \
+  bench/gpu/step_profile.sh bench/gpu/step_profile.py \
   bench/torch_gpt.py .gpu/
 mkdir -p .gpu/data
 cp data/fortunes/train.bin data/fortunes/val.bin data/fortunes/tokenizer.json \
