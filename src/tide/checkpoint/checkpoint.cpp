@@ -10,6 +10,7 @@
 #include "tide/checkpoint/checkpoint_meta.h"
 #include "tide/checkpoint/safetensors.h"
 #include "tide/checkpoint/sharded_checkpoint.h"
+#include "tide/checkpoint/tensor_to_write.h"
 
 namespace tide {
 
@@ -62,16 +63,15 @@ CheckpointInfo info_of(const SafetensorsReader& r) {
 }  // namespace
 
 void save_checkpoint(const std::string& path, const ChunkStore& store, const CheckpointInfo& info,
-                     bool with_optimizer_state) {
+                     bool with_optimizer_state, const OpContext* copies) {
   TIDE_CHECK(
       !with_optimizer_state || (store.has(ChunkKind::ADAM_M) && store.has(ChunkKind::ADAM_V)),
       "cannot save the optimizer state to '{}': the model was built without one", path);
   const json meta = checkpoint_meta_json(info, with_optimizer_state);
   std::vector<SafetensorsTensor> tensors;
-  for (const Item& it : checkpoint_items(store, with_optimizer_state)) {
-    const Tensor t = store.tensor(it.kind, it.id);
-    tensors.push_back({it.name, t.dtype, t.shape, t.data});
-  }
+  const std::string subject = fmt::format("cannot write checkpoint '{}'", path);
+  for (const Item& it : checkpoint_items(store, with_optimizer_state))
+    tensors.push_back(tensor_to_write(it.name, store.tensor(it.kind, it.id), copies, subject));
   if (!is_sharded_checkpoint(path)) return write_safetensors(path, tensors, meta);
   // A sharded checkpoint there (an earlier run of this out_dir on another layout): the file is
   // written beside it and swapped in, so that one of the two is always there.
@@ -95,7 +95,7 @@ void save_checkpoint(const std::string& path, const GPT& model, const Checkpoint
                      bool with_optimizer_state) {
   CheckpointInfo with_shape = info;
   with_shape.config = model.config();
-  save_checkpoint(path, model.store(), with_shape, with_optimizer_state);
+  save_checkpoint(path, model.store(), with_shape, with_optimizer_state, &model.op());
 }
 
 CheckpointInfo read_checkpoint_info(const std::string& path) {

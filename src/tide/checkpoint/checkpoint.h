@@ -44,9 +44,11 @@ bool is_checkpoint_file(const std::string& path);
 void load_checkpoint(const std::string& path, GPT& model, bool with_optimizer_state = false);
 
 // The same on a bare chunk store whose layout is make_layout(config): what the GPT
-// versions call, and the way to save or load a store of another compute dtype.
+// versions call, and the way to save or load a store of another compute dtype. A store with
+// chunks in a device's memory is saved through `copies`, a context on that device (the model's
+// op()), one tensor at a time: the host never holds the states whole (tensor_to_write.h).
 void save_checkpoint(const std::string& path, const ChunkStore& store, const CheckpointInfo& info,
-                     bool with_optimizer_state = false);
+                     bool with_optimizer_state = false, const OpContext* copies = nullptr);
 void load_checkpoint(const std::string& path, ChunkStore& store, const GPTConfig& config,
                      bool with_optimizer_state = false);
 

@@ -178,8 +178,8 @@ void write_safetensors(const std::string& path, const std::vector<SafetensorsTen
       shape.push_back(t.shape.dims[d]);
     }
     const uint64_t nbytes = static_cast<uint64_t>(t.shape.numel()) * dtype_size(t.dtype);
-    TIDE_CHECK(t.data != nullptr || nbytes == 0, "cannot write '{}': tensor '{}' has no data", path,
-               shown(t.name));
+    TIDE_CHECK(t.data != nullptr || t.read || nbytes == 0,
+               "cannot write '{}': tensor '{}' has no data", path, shown(t.name));
     nlohmann::ordered_json entry = nlohmann::ordered_json::object();
     entry["dtype"] = safetensors_dtype_name(t.dtype);
     entry["shape"] = std::move(shape);
@@ -217,10 +217,17 @@ void write_safetensors(const std::string& path, const std::vector<SafetensorsTen
   write_all(tmp, text.data(), text.size(), path);
   XxhState hash;
   hash.update(text.data(), text.size());
+  std::vector<std::byte> staged;  // a tensor given by `read` (grows to the largest)
   for (const SafetensorsTensor& t : tensors) {
     const size_t n = static_cast<size_t>(t.shape.numel()) * dtype_size(t.dtype);
-    write_all(tmp, t.data, n, path);
-    hash.update(t.data, n);
+    const void* bytes = t.data;
+    if (bytes == nullptr && n > 0) {
+      if (staged.size() < n) staged.resize(n);
+      t.read(staged.data());
+      bytes = staged.data();
+    }
+    write_all(tmp, bytes, n, path);
+    hash.update(bytes, n);
   }
   // The checksum's digits go into the header written above (the data is not read twice).
   const std::string digits = hash.hex();

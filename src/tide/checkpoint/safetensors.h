@@ -23,6 +23,7 @@
 // any data; every problem is one tide::Error line naming the file and what is wrong.
 
 #include <cstdint>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <unordered_map>
@@ -32,12 +33,15 @@
 
 namespace tide {
 
-// One tensor to write: `data` points at shape.numel() * dtype_size(dtype) contiguous bytes.
+// One tensor to write: `data` points at shape.numel() * dtype_size(dtype) contiguous bytes in
+// host memory; or, with `data` null, `read` copies them into the host buffer it is given when
+// the writer reaches the tensor (a device tensor: the writer stages one tensor at a time).
 struct SafetensorsTensor {
   std::string name;
   DType dtype = DType::F32;
   Shape shape;
   const void* data = nullptr;
+  std::function<void(void* host)> read;
 };
 
 // The safetensors dtype name ("F32", "BF16", "F16", "I32", "U16").

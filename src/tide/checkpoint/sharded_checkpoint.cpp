@@ -22,6 +22,7 @@
 #include "tide/checkpoint/checkpoint.h"
 #include "tide/checkpoint/checkpoint_meta.h"
 #include "tide/checkpoint/safetensors.h"
+#include "tide/checkpoint/tensor_to_write.h"
 #include "tide/model/layout.h"
 
 namespace tide {
@@ -31,6 +32,15 @@ using ojson = nlohmann::ordered_json;
 namespace fs = std::filesystem;
 
 namespace {
+
+// Elements [lo, hi) of a store's tensor data, as held by `ch` (store.owned(kind, c)), on the
+// chunk's device.
+Tensor piece(const ChunkStore& store, ChunkKind kind, int c, const Chunk& ch, int64_t lo,
+             int64_t hi) {
+  const char* data =
+      static_cast<const char*>(ch.data) + (lo - ch.begin) * int64_t(dtype_size(ch.dtype));
+  return Tensor(const_cast<char*>(data), Shape{hi - lo}, ch.dtype, store.chunk(kind, c).device);
+}
 
 constexpr const char* kFormat = "tide-sharded";
 constexpr int kVersion = 1;
@@ -448,7 +458,7 @@ std::string uncommitted_checkpoint_message(const std::string& path) {
 
 void save_checkpoint_shard(const std::string& dir, const ChunkStore& store,
                            const CheckpointInfo& info, bool with_optimizer_state, int rank,
-                           int world) {
+                           int world, const OpContext* copies) {
   const ChunkLayout& layout = store.layout();
   const std::string subject = fmt::format("cannot save rank {}'s shard of '{}'", rank, dir);
   TIDE_CHECK(world >= 1 && world <= kMaxWorld && rank >= 0 && rank < world,
@@ -484,12 +494,8 @@ void save_checkpoint_shard(const std::string& dir, const ChunkStore& store,
     TIDE_CHECK(lo >= ch.begin && hi <= ch.begin + ch.elems,
                "{}: the store does not hold rank {}'s part of tensor '{}' ({})", subject, rank,
                s.name, chunk_kind_name(it.kind));
-    TIDE_CHECK(store.chunk(it.kind, s.chunk).device.is_cpu(),
-               "{}: {} chunk {} is in device memory; bring it to the host first", subject,
-               chunk_kind_name(it.kind), s.chunk);
-    const size_t esz = dtype_size(ch.dtype);
-    const char* data = static_cast<const char*>(ch.data) + (lo - ch.begin) * int64_t(esz);
-    tensors.push_back({it.name, ch.dtype, Shape{hi - lo}, data});
+    tensors.push_back(
+        tensor_to_write(it.name, piece(store, it.kind, s.chunk, ch, lo, hi), copies, subject));
     pieces[it.name] = {{"tensor", it.name}, {"begin", lo - s.offset}, {"end", hi - s.offset}};
   }
   const std::string path = (fs::path(partial_of(dir)) / shard_file_name(rank, world)).string();
@@ -499,7 +505,7 @@ void save_checkpoint_shard(const std::string& dir, const ChunkStore& store,
 
 void save_pipeline_stage_shard(const std::string& dir, const std::vector<const ChunkStore*>& stores,
                                const CheckpointInfo& info, bool with_optimizer_state, int rank,
-                               int world, int dp_rank, int dp) {
+                               int world, int dp_rank, int dp, const OpContext* copies) {
   const std::string subject =
       dp > 1 ? fmt::format("cannot save stage {} replica {}'s shard of '{}'", rank, dp_rank, dir)
              : fmt::format("cannot save stage {}'s shard of '{}'", rank, dir);
@@ -541,15 +547,13 @@ void save_pipeline_stage_shard(const std::string& dir, const std::vector<const C
                  "{}: the store holds a slice of its {} chunks that is not replica {}'s", subject,
                  chunk_kind_name(it.kind), dp_rank);
       const Chunk ch = store.owned(it.kind, s.chunk);
-      TIDE_CHECK(ch.data != nullptr && store.chunk(it.kind, s.chunk).device.is_cpu(),
-                 "{}: {} chunk {} is not resident in host memory", subject,
+      TIDE_CHECK(ch.data != nullptr, "{}: {} chunk {} is not resident", subject,
                  chunk_kind_name(it.kind), s.chunk);
       TIDE_CHECK(lo >= ch.begin && hi <= ch.begin + ch.elems,
                  "{}: the store does not hold replica {}'s part of tensor '{}' ({})", subject,
                  dp_rank, s.name, chunk_kind_name(it.kind));
-      const char* data =
-          static_cast<const char*>(ch.data) + (lo - ch.begin) * int64_t(dtype_size(ch.dtype));
-      tensors.push_back({it.name, ch.dtype, Shape{hi - lo}, data});
+      tensors.push_back(
+          tensor_to_write(it.name, piece(store, it.kind, s.chunk, ch, lo, hi), copies, subject));
       pieces[it.name] = {{"tensor", it.name}, {"begin", lo - s.offset}, {"end", hi - s.offset}};
     }
   }

@@ -238,30 +238,29 @@ void StepRunner::save(const std::string& path, const CheckpointInfo& info) const
   if (!save_is_collective() && world_->rank() != 0) return;
   std::vector<const ChunkStore*> stores;
   std::vector<std::unique_ptr<ChunkStore>> whole;
-  std::vector<std::unique_ptr<GPT>> twins;
   for (const auto& c : chunks_) {
-    // A device model's chunks are written from host copies (the writers read host memory).
-    std::unique_ptr<GPT> twin = host_copy(*c);
-    const GPT& host = twin ? *twin : *c;
-    if (gathered) {
-      whole.push_back(gather_tp_shards(host, /*with_optimizer_state=*/true,
-                                       zero_sliced_ ? dp_.get() : nullptr));
-      stores.push_back(whole.back().get());
-    } else {
-      stores.push_back(&host.store());
-      if (twin) twins.push_back(std::move(twin));
+    if (!gathered) {  // device chunks are copied to the host a tensor at a time (copies below)
+      stores.push_back(&c->store());
+      continue;
     }
+    // The tp gather reads host memory: a device model's chunks go through a host copy.
+    const std::unique_ptr<GPT> twin = host_copy(*c);
+    whole.push_back(gather_tp_shards(twin ? *twin : *c, /*with_optimizer_state=*/true,
+                                     zero_sliced_ ? dp_.get() : nullptr));
+    stores.push_back(whole.back().get());
   }
+  const OpContext* copies = gathered ? nullptr : &chunks_.front()->op();
   const bool writer = (slices || dp_->rank() == 0) && tp_->rank() == 0;
   if (one_file) {
-    if (world_->rank() == 0) save_checkpoint(path, *stores[0], info, /*with_optimizer_state=*/true);
+    if (world_->rank() == 0)
+      save_checkpoint(path, *stores[0], info, /*with_optimizer_state=*/true, copies);
     if (gathered) world_->barrier();  // the file is complete before any rank reads it
     return;
   }
   const int dp = slices ? dp_->size() : 1;
   if (writer)
     save_pipeline_stage_shard(path, stores, info, /*with_optimizer_state=*/true, pp_->rank(),
-                              pp_->size(), slices ? dp_->rank() : 0, dp);
+                              pp_->size(), slices ? dp_->rank() : 0, dp, copies);
   world_->barrier();  // every shard is written (a rank that failed ended the job)
   if (world_->rank() == 0) commit_sharded_checkpoint(path, pp_->size() * dp);
   world_->barrier();

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -144,6 +145,58 @@ TEST(SimTrainer, EndsSafelyRightAfterAStep) {
   for (int i = 0; i < 3; ++i) {
     Trainer t(sim_trainer_config(dir, "end_" + std::to_string(i), {"device=sim"}));
     t.train_step();
+  }
+  fs::remove_all(dir);
+}
+
+// The process's peak resident memory in KiB since the last reset_peak_rss() (Linux's VmHWM).
+int64_t peak_rss_kib() {
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);)
+    if (line.starts_with("VmHWM:")) return std::stoll(line.substr(6));
+  return -1;
+}
+bool reset_peak_rss() {
+  std::ofstream("/proc/self/clear_refs") << "5";  // resets VmHWM to the current VmRSS
+  return std::ifstream("/proc/self/status").good();
+}
+int64_t bytes_on_disk(const std::string& path) {
+  if (!fs::is_directory(path)) return static_cast<int64_t>(fs::file_size(path));
+  int64_t n = 0;
+  for (const auto& e : fs::recursive_directory_iterator(path))
+    if (e.is_regular_file()) n += static_cast<int64_t>(e.file_size());
+  return n;
+}
+
+// A device model's checkpoint is written a tensor at a time (checkpoint/tensor_to_write.h):
+// saving raises the host's resident memory by far less than the checkpoint's bytes (a host copy
+// of the model, as saves made before, raised it by every state: the file's bytes and the
+// gradients). All on the device, under auto placement (part on the host), and ZeRO-1's sharded
+// writer. The checkpoint is the CPU run's, bit for bit (TrainsValidatesAndCheckpointsAsTheCpuRun).
+TEST(SimTrainer, SavesWithoutAHostCopyOfTheModel) {
+  const std::string dir = sim_trainer_data();
+  const std::vector<std::string> wide = {"model.n_embd=256", "model.n_head=4", "threads=1"};
+  const std::vector<std::pair<std::string, std::vector<std::string>>> cases = {
+      {"device", {}},
+      {"auto", {"placement.policy=auto", "placement.device_memory_limit=12000000"}},
+      {"zero1", {"zero_optimization.stage=1"}}};
+  for (const auto& [name, keys] : cases) {
+    std::vector<std::string> e = wide;
+    e.insert(e.end(), keys.begin(), keys.end());
+    e.push_back("device=sim");
+    Trainer t(sim_trainer_config(dir, "rss_" + name, e));
+    t.train_step();
+    // The first save raises the resident memory once and for good (by 14 MB here on the device,
+    // 32 MB at n_embd 384; not yet understood: pages of the simulated device's memory read for
+    // the first time?): the saves after it are the ones measured.
+    t.save("first.ckpt");
+    ASSERT_TRUE(reset_peak_rss());
+    const int64_t before = peak_rss_kib();
+    const std::string ckpt = t.save("final.ckpt");
+    const int64_t grew = (peak_rss_kib() - before) * 1024, file = bytes_on_disk(ckpt);
+    EXPECT_GT(file, 16 << 20) << name << ": the model is too small to tell";
+    EXPECT_LT(grew, file / 4) << name << ": saving raised the peak resident memory by " << grew
+                              << " B, for a checkpoint of " << file << " B";
   }
   fs::remove_all(dir);
 }
