@@ -23,6 +23,7 @@
 #include "tide/checkpoint/checkpoint_meta.h"
 #include "tide/checkpoint/safetensors.h"
 #include "tide/checkpoint/tensor_to_write.h"
+#include "tide/kernels/mover.h"
 #include "tide/model/layout.h"
 
 namespace tide {
@@ -769,7 +770,7 @@ ShardedCheckpointInfo read_sharded_checkpoint_info(const std::string& dir, bool 
 }
 
 void load_into_store(const CheckpointSource& source, ChunkStore& store, const GPTConfig& config,
-                     bool with_optimizer_state) {
+                     bool with_optimizer_state, const OpContext* copies) {
   const CheckpointInfo& x = source.info();
   const std::string w = fmt::format("checkpoint '{}'", source.path());
   TIDE_CHECK(same_model_shape(x.config, config),
@@ -798,11 +799,11 @@ void load_into_store(const CheckpointSource& source, ChunkStore& store, const GP
     std::string name;  // the tensor read: the item's, or its master weights when widening
     DType dtype;       // the source's dtype of it
     int64_t lo, hi;
-    char* dst;
+    Tensor dst;  // in the store's dtype, on the chunk's device
   };
   const ChunkLayout& layout = store.layout();
   const std::vector<Item> items = items_of(layout, store.compute_dtype(), with_optimizer_state);
-  std::vector<Copy> copies;
+  std::vector<Copy> to_copy;
   for (const Item& it : items) {
     TIDE_CHECK(source.contains(it.name),
                "{} has no tensor '{}'; the checkpoint is damaged or not a {} model's", w, it.name,
@@ -817,26 +818,37 @@ void load_into_store(const CheckpointSource& source, ChunkStore& store, const GP
     const Chunk ch = store.owned(it.kind, s.chunk);
     TIDE_CHECK(ch.data != nullptr, "cannot load {}: {} chunk {} is not resident", w,
                chunk_kind_name(it.kind), s.chunk);
-    TIDE_CHECK(store.chunk(it.kind, s.chunk).device.is_cpu(),
-               "cannot load {}: {} chunk {} is in device memory; load into host memory first", w,
-               chunk_kind_name(it.kind), s.chunk);
+    const Device on = store.chunk(it.kind, s.chunk).device;
+    TIDE_CHECK(on.is_cpu() || (copies != nullptr && copies->device == on),
+               "cannot load {}: {} chunk {} is in {}'s memory and no context on that device was "
+               "given to copy it there; pass the model's (GPT::op())",
+               w, chunk_kind_name(it.kind), s.chunk, on.str());
     const int64_t lo = std::max(s.offset, ch.begin);
     const int64_t hi = std::min(s.offset + s.numel, ch.begin + ch.elems);
     if (lo >= hi) continue;
     char* dst = static_cast<char*>(ch.data) + (lo - ch.begin) * int64_t(dtype_size(ch.dtype));
-    copies.push_back({name, source.dtype(name), lo - s.offset, hi - s.offset, dst});
+    to_copy.push_back({name, source.dtype(name), lo - s.offset, hi - s.offset,
+                       Tensor(dst, {hi - lo}, ch.dtype, on)});
   }
   // Every file the copies need is opened and checked before the first byte is copied.
-  for (const Copy& c : copies) source.prepare(c.name, c.lo, c.hi);
-  std::vector<std::byte> narrow;
-  for (const Copy& c : copies) {
+  for (const Copy& c : to_copy) source.prepare(c.name, c.lo, c.hi);
+  // A piece read as it is stored (to be widened), and a device piece on its way there: the host
+  // holds one tensor at a time, not the model.
+  std::vector<std::byte> narrow, staged;
+  for (const Copy& c : to_copy) {
+    const bool on_host = c.dst.device.is_cpu();
+    if (!on_host) staged.resize(c.dst.nbytes());
+    void* into = on_host ? c.dst.data : staged.data();
     if (c.dtype == DType::F32 || !widens) {
-      source.read(c.name, c.lo, c.hi, c.dst);
-      continue;
+      source.read(c.name, c.lo, c.hi, into);
+    } else {
+      narrow.resize(static_cast<size_t>(c.hi - c.lo) * dtype_size(c.dtype));
+      source.read(c.name, c.lo, c.hi, narrow.data());
+      convert_elements(narrow.data(), c.dtype, into, DType::F32, c.hi - c.lo);
     }
-    narrow.resize(static_cast<size_t>(c.hi - c.lo) * dtype_size(c.dtype));
-    source.read(c.name, c.lo, c.hi, narrow.data());
-    convert_elements(narrow.data(), c.dtype, c.dst, DType::F32, c.hi - c.lo);
+    if (on_host) continue;
+    copy(*copies, c.dst, Tensor(staged.data(), c.dst.shape, c.dst.dtype));
+    synchronize(*copies);  // before the host buffer is reused
   }
 }
 

@@ -126,9 +126,10 @@ ShardedCheckpointInfo read_sharded_checkpoint_info(const std::string& dir, bool 
 // stage's (make_layout(config, {.pp, .stage}): lm_head.weight is read from wte); config must
 // have the checkpoint's shape and the store its compute dtype. Everything is checked before
 // anything is copied. (A tensor-parallel shard: tp_checkpoint.h, which loads the unsharded
-// tensors through this and keeps its shard.)
+// tensors through this and keeps its shard.) Chunks in a device's memory are written through
+// `copies`, a context on that device (the model's op()), one tensor at a time.
 void load_into_store(const CheckpointSource& source, ChunkStore& store, const GPTConfig& config,
-                     bool with_optimizer_state = false);
+                     bool with_optimizer_state = false, const OpContext* copies = nullptr);
 // load_into_store from the sharded checkpoint `dir`.
 void load_checkpoint_shard(const std::string& dir, ChunkStore& store, const GPTConfig& config,
                            bool with_optimizer_state = false);

@@ -148,7 +148,8 @@ std::unique_ptr<ChunkStore> unsharded_store(const GPT& model, bool with_optimize
 void load_checkpoint_any(const CheckpointSource& source, GPT& model, bool with_optimizer_state) {
   ProcessGroup* tp = model.tp_group();
   if (!tp || tp->size() == 1)
-    return load_into_store(source, model.store(), model.config(), with_optimizer_state);
+    return load_into_store(source, model.store(), model.config(), with_optimizer_state,
+                           &model.op());
   const std::unique_ptr<ChunkStore> whole = unsharded_store(model, with_optimizer_state);
   load_into_store(source, *whole, model.config(), with_optimizer_state);
   scatter_to_tp_shard(*whole, model, with_optimizer_state);

@@ -39,7 +39,9 @@ void save_checkpoint_tp(const std::string& path, const GPT& model, const Checkpo
 // Loads any checkpoint (a single file or a sharded directory, checkpoint_source.h) into this
 // rank's shards, or into the model's store without tp (the parameters, and with
 // `with_optimizer_state` Adam's moments; of a ZeRO-sliced kind only this rank's slice). The
-// checkpoint must have the model's shape; all of load_into_store's checks apply.
+// checkpoint must have the model's shape; all of load_into_store's checks apply. Without tp a
+// device model's chunks are written in place, a tensor at a time; with tp they must be in host
+// memory (a host copy of the model: host_twin.h).
 void load_checkpoint_any(const CheckpointSource& source, GPT& model, bool with_optimizer_state);
 void load_checkpoint_tp(const std::string& path, GPT& model, bool with_optimizer_state);
 

@@ -270,9 +270,15 @@ void StepRunner::load(const std::string& path) {
   // Any checkpoint (checkpoint_source.h); under tp every rank reads the stage's tensors whole
   // and keeps its shard's elements (under ZeRO-1/2 of the sliced kinds only its slice).
   const CheckpointSource source(path);
-  for (const auto& c : chunks_)
+  for (const auto& c : chunks_) {
+    if (tp_->size() == 1) {  // device chunks are written a tensor at a time (load_into_store)
+      load_checkpoint_any(source, *c, /*with_optimizer_state=*/true);
+      continue;
+    }
+    // The tp scatter writes host memory: a device model's chunks go through a host copy.
     with_host_chunks(
         *c, [&](GPT& m) { load_checkpoint_any(source, m, /*with_optimizer_state=*/true); });
+  }
   engine_->sync_params();  // ZeRO's whole copies and offload's master weights follow
 }
 
