@@ -96,6 +96,10 @@ TrainConfig run_config(const Args& a, const std::string& model, int B, const fs:
   return load_train_config("", o);
 }
 
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
@@ -132,13 +136,19 @@ json bench_model(const Args& a, const std::string& model) {
     std::vector<double> ms;
     std::vector<float> losses;
     try {
+      // Progress on stderr: a large model's set-up and steps take minutes, and a run stopped
+      // for time still says how far it got.
+      const auto built = std::chrono::steady_clock::now();
+      std::fprintf(stderr, "bench_gpt_gpu: %s B=%d: building the trainer\n", model.c_str(), B);
       t.emplace(run_config(a, model, B, dir, shard));
+      std::fprintf(stderr, "bench_gpt_gpu: %s B=%d: built in %.1f s\n", model.c_str(), B,
+                   seconds_since(built));
       for (int s = 0; s < a.warmup + a.steps; ++s) {
         const auto t0 = std::chrono::steady_clock::now();
         const StepStats st = t->train_step();  // ends with the loss read back: synchronised
-        const double dt =
-            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
-                .count();
+        const double dt = seconds_since(t0) * 1e3;
+        std::fprintf(stderr, "bench_gpt_gpu: %s B=%d: step %d of %d: %.1f ms\n", model.c_str(), B,
+                     s + 1, a.warmup + a.steps, dt);
         losses.push_back(st.loss);
         if (s >= a.warmup) ms.push_back(dt);
       }

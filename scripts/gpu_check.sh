@@ -31,7 +31,9 @@
 #      first line is the GPU's bf16 GEMM peak; then GPT-2 training throughput, tide
 #      (bench_gpt_gpu: the largest micro-batch that fits, T = 1024, bf16) beside PyTorch
 #      (gpt_torch.py: autocast, SDPA, torch.compile, fused AdamW) at the same micro-batch, with
-#      MFU against that peak. GPT_MODELS (default gpt2-124m) picks the presets;
+#      MFU against that peak. GPT_MODELS (default gpt2-124m) picks the presets; and where the
+#      first model's step goes (bench/gpu/step_profile.sh, as launched and with
+#      CUDA_LAUNCH_BLOCKING=1);
 #   6. the largest GPT that `tide estimate --max-model` fits on this GPU and 90% of the host's
 #      available memory under placement.policy=auto with full recomputation (GPT-2 1.5B's family,
 #      one sequence of 1024), trained for a step or two by bench_gpt_gpu: its TFLOP/s, or how it
@@ -40,9 +42,8 @@
 # Each step has a time limit, and the whole check a budget (CHECK_BUDGET_S, default 480 s: the
 # issue's 8 minutes): a step that hangs or would run past the budget is stopped (or skipped),
 # named in the summary as out of time, and the summary is still written.
-# Also in the bundle: bench/gpu/step_profile.sh, where a step's time goes by part (a Chrome trace
-# as launched and with CUDA_LAUNCH_BLOCKING=1): `cd .gpu && bash step_profile.sh ./bench_gpt_gpu
-# OUT gpt2-124m 64`.
+# step_profile.sh runs on its own too: `cd .gpu && bash step_profile.sh ./bench_gpt_gpu OUT
+# gpt2-124m 64`.
 # With device time left after it: scripts/cpu_bench_bundle.sh's .cpu.tar.gz, in a run call of its
 # own (the machine's 16 cores for bench_dp's overlap under pp and vs_torch).
 set -euo pipefail
@@ -194,6 +195,15 @@ print(json.loads(open(sys.argv[1]).readlines()[-1]).get("B", 0))' "$out/gpt_tide
     >>"$out/gpt_torch.jsonl" 2>>"$out/gpt_torch.log"
 done
 tail -n 2 "$out/gpt_tide.jsonl" "$out/gpt_torch.jsonl"
+# Where tide's step goes, the first model at its micro-batch (step_profile.sh: two traced steps
+# as launched and with CUDA_LAUNCH_BLOCKING=1, each summed by part).
+pB=$(python3 -c 'import json, sys
+print(json.loads(open(sys.argv[1]).readline()).get("B", 0))' "$out/gpt_tide.jsonl" 2>/dev/null)
+[ "${pB:-0}" -gt 0 ] 2>/dev/null || pB=8
+m=${GPT_MODELS:-gpt2-124m}
+bounded step_profile 90 bash step_profile.sh ./bench_gpt_gpu "$out/profile" "${m%% *}" "$pB" \
+  >"$out/step_profile.jsonl" 2>&1
+grep '^{"label"' "$out/step_profile.jsonl"
 
 echo "== 6. the largest GPT that fits this GPU and host under placement auto"
 gpu_mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | head -1)
@@ -286,6 +296,11 @@ timeouts = [l.strip() for l in open(f"{out}/timeouts.txt") if l.strip()]
 # Why cuDNN's fused attention was not used, as the runs logged it (nothing: it was).
 cudnn_notes = sorted({l.strip() for f in glob.glob(f"{out}/*.log")
                       for l in open(f, errors="replace") if "cuDNN fused attention not used" in l})
+try:  # step_profile.sh's summaries (its other lines: bench_gpt_gpu's, or an error's)
+    profile = [json.loads(l) for l in open(f"{out}/step_profile.jsonl", errors="replace")
+               if l.startswith('{"label"')]
+except (OSError, ValueError):
+    profile = []
 try:
     params = json.load(open(f"{out}/params.json"))
 except (OSError, ValueError):
@@ -303,6 +318,7 @@ s = {"gpu": gpu,
      "bench": {"ok": bench_rc == 0 and torch_rc == 0},
      "gpt_training": gpt,
      "largest": (lines("largest.jsonl") or [{}])[-1],
+     "step_profile": profile,
      "out_of_time": timeouts,
      "cudnn_attention_notes": cudnn_notes}
 # Without a GPU the GPU tests skip themselves and pass: that proves nothing.
@@ -335,6 +351,9 @@ md = [f"GPU check on {gpu}: {'PASSED' if s['ok'] else 'FAILED'}", "",
       f"parameters, {s['largest'].get('tflops')} TFLOP/s (MFU {s['largest'].get('mfu')}), "
       f"peak GPU {s['largest'].get('peak_device_bytes')} B"
       + (f"; error: {s['largest']['error']}" if s['largest'].get('error') else ""),
+      *[f"- where a step goes ({p['label']}): {p['step_ms']} ms a step; "
+        + ", ".join(f"{k} {v}" for k, v in p.items() if k not in ("label", "steps", "step_ms"))
+        for p in profile],
       "- cuDNN fused attention (16-bit, no dropout): "
       + ("; ".join(cudnn_notes) if cudnn_notes else "no run logged a decline"),
       *[f"- out of time: {t}" for t in timeouts]]
