@@ -8,8 +8,9 @@ set -uo pipefail
 bench=$1 src=$2
 fail=0
 py=${TIDE_PYTHON:-python3}
-shape=(--set model.n_layer=2 --set model.n_embd=64 --set model.n_head=4 --set model.vocab_size=512
-  --set threads=1 --T 32 --steps 3 --warmup 1)
+model=(--set model.n_layer=2 --set model.n_embd=64 --set model.n_head=4 --set model.vocab_size=512
+  --set threads=1 --T 32)
+shape=("${model[@]}" --steps 3 --warmup 1)
 out=$("$bench" --models custom "${shape[@]}" --B 0 --device sim --dtype bf16 \
   --set placement.device_memory_limit=4000000 --peak-tflops 1) ||
   { echo "FAIL: bench_gpt_gpu exited $?"; exit 1; }
@@ -49,5 +50,20 @@ PY
 else
   echo "gpt_torch.py: skipped (no torch in $py)"
 fi
+# step_profile.sh (gpu_check's "where a step goes") on the simulated device: one summary per
+# mode, the two layers found, the parts within the step.
+prof=$(mktemp -d)
+summaries=$(bash "$src/bench/gpu/step_profile.sh" "$bench" "$prof" custom 2 "${model[@]}" \
+  --device sim | grep '^{"label"') || { echo "FAIL: step_profile.sh"; fail=1; }
+"$py" - "$summaries" <<'PY' || fail=1
+import json, sys
+rows = [json.loads(l) for l in sys.argv[1].splitlines()]
+ok = ([r["label"] for r in rows] == ["custom B=2 async", "custom B=2 blocking"]
+      and all(r["steps"] == 2 and r["layers.count"] == 2 and r["layers.forward"] > 0
+              and 0 <= r["other"] <= r["step_ms"] for r in rows))
+print("step_profile: two summaries" if ok else f"FAIL: step_profile summaries {rows}")
+sys.exit(0 if ok else 1)
+PY
+rm -rf "$prof"
 [ $fail -eq 0 ] && echo "bench_gpt_gpu: ok"
 exit $fail
