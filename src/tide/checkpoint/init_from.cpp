@@ -13,6 +13,7 @@
 #include "tide/checkpoint/safetensors.h"
 #include "tide/checkpoint/sharded_checkpoint.h"
 #include "tide/core/dtype.h"
+#include "tide/kernels/mover.h"
 
 namespace tide {
 
@@ -97,7 +98,8 @@ void init_weights_from(const std::string& path, GPT& model) {
                "then `tide import --hf-dir HF --out FILE`) and init_from that file",
                path, dtype_name(store.compute_dtype()));
     check_init_from(path, model.config());
-    load_checkpoint_shard(path, store, model.config(), /*with_optimizer_state=*/false);
+    load_into_store(CheckpointSource(path), store, model.config(), /*with_optimizer_state=*/false,
+                    &model.op());
     return;
   }
   const SafetensorsReader r(path, "checkpoint");  // verifies the checksum
@@ -127,7 +129,9 @@ void init_weights_from(const std::string& path, GPT& model) {
   }
   std::vector<ChunkKind> kinds = {ChunkKind::PARAM};
   if (own_master) kinds.push_back(ChunkKind::MASTER);
-  std::vector<std::byte> raw;
+  // A piece read as it is stored (to be converted), and a device piece on its way there: the
+  // host holds one tensor at a time, not the model.
+  std::vector<std::byte> raw, staged;
   for (int id = 0; id < lay.num_tensors(); ++id) {
     const TensorSlot& s = lay.slot(id);
     const SafetensorsEntry& e = *src[id];
@@ -141,15 +145,21 @@ void init_weights_from(const std::string& path, GPT& model) {
       if (hi == lo) continue;
       const int64_t n = hi - lo;
       const size_t es = dtype_size(e.dtype);
-      char* dst = static_cast<char*>(ch.data) + (s.offset + lo - ch.begin) * dtype_size(ch.dtype);
-      if (e.dtype == ch.dtype) {  // straight into the chunk
-        r.read_bytes(e.name, static_cast<uint64_t>(lo) * es, static_cast<size_t>(n) * es, dst);
-        continue;
+      char* at = static_cast<char*>(ch.data) + (s.offset + lo - ch.begin) * dtype_size(ch.dtype);
+      const Tensor dst(at, {n}, ch.dtype, store.chunk(kind, s.chunk).device);
+      const bool on_host = dst.device.is_cpu();
+      if (!on_host) staged.resize(dst.nbytes());
+      void* into = on_host ? static_cast<void*>(at) : staged.data();
+      if (e.dtype == ch.dtype) {  // straight into the chunk (or its staging)
+        r.read_bytes(e.name, static_cast<uint64_t>(lo) * es, static_cast<size_t>(n) * es, into);
+      } else {  // converted through f32 (a 16-bit PARAM rounded once)
+        raw.resize(static_cast<size_t>(n) * es);
+        r.read_bytes(e.name, static_cast<uint64_t>(lo) * es, raw.size(), raw.data());
+        convert_elements(raw.data(), e.dtype, into, ch.dtype, n);
       }
-      // Converted through f32 (a 16-bit PARAM rounded once).
-      raw.resize(static_cast<size_t>(n) * es);
-      r.read_bytes(e.name, static_cast<uint64_t>(lo) * es, raw.size(), raw.data());
-      convert_elements(raw.data(), e.dtype, dst, ch.dtype, n);
+      if (on_host) continue;
+      copy(model.op(), dst, Tensor(staged.data(), dst.shape, dst.dtype));
+      synchronize(model.op());  // before the host buffer is reused
     }
   }
 }

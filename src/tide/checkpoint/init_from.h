@@ -50,7 +50,8 @@ void check_init_from(const std::string& path, const GPTConfig& config);
 // Overwrites the parameters `model` holds (all, or this rank's slice) with the checkpoint's
 // (its master weights when it has them, else its parameters, widened to f32); a 16-bit model's
 // master weights get those values and its parameters them rounded. A sharded checkpoint
-// initialises f32 models only. Everything is checked first.
+// initialises f32 models only. Everything is checked first. A device model's chunks are
+// written through its context (GPT::op()), one tensor at a time.
 void init_weights_from(const std::string& path, GPT& model);
 
 }  // namespace tide

@@ -1,10 +1,10 @@
 #pragma once
 // A device model's host twin: the same shape, pipeline stage, chunk layout (padding and ZeRO
-// slices) and dtypes, in host memory. Why: init_from and tensor parallelism's checkpoint gather
-// and scatter read and write host memory, and the host reaches a device model's chunks only
-// through the mover; so they run on the twin, and copy_chunks (memory/chunk_store.h) carries
-// the chunks across. It holds every state: plain saves and loads copy a tensor at a time instead
-// (checkpoint/tensor_to_write.h, load_into_store).
+// slices) and dtypes, in host memory. Why: tensor parallelism's checkpoint gather and scatter
+// read and write host memory, and the host reaches a device model's chunks only through the
+// mover; so they run on the twin, and copy_chunks (memory/chunk_store.h) carries the chunks
+// across. It holds every state: saves, loads and init_from without tp copy a tensor at a time
+// instead (checkpoint/tensor_to_write.h, load_into_store, init_weights_from).
 
 #include <functional>
 #include <memory>

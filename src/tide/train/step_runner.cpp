@@ -284,8 +284,8 @@ void StepRunner::load(const std::string& path) {
 
 void StepRunner::init_from(const std::string& path) {
   for (const auto& c : chunks_) {
-    if (tp_->size() == 1) {
-      with_host_chunks(*c, [&](GPT& m) { init_weights_from(path, m); });
+    if (tp_->size() == 1) {  // device chunks are written a tensor at a time
+      init_weights_from(path, *c);
       continue;
     }
     // The chunk's virtual stage unsharded (t = 1, parameters only), read as a run without tp

@@ -2,8 +2,8 @@
 // (every chunk, activation and stash in its memory, every op on its stream) and trains the CPU
 // run's model bit for bit, in f32 and bf16 with dropout and accumulation: the losses, the
 // gradient norms, the validation loss and the checkpoint it writes (weights and Adam state,
-// copied from the device a tensor at a time). A sim run resumed from its own checkpoint, and one resumed from a CPU
-// run's, go on as the straight run.
+// copied from the device a tensor at a time). A sim run resumed from its own checkpoint, and one
+// resumed from a CPU run's, go on as the straight run.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -171,14 +171,14 @@ int64_t bytes_on_disk(const std::string& path) {
 
 // A device model's checkpoint is written and read a tensor at a time (checkpoint/
 // tensor_to_write.h, load_into_store): saving raises the host's peak resident memory by far
-// less than the checkpoint's bytes, and so does resuming (a Trainer built and stepped once,
-// resumed against fresh). A host copy of the model, as before, raised each by every state:
-// 25 MB for a 19 MB checkpoint. All on the device, under auto placement (part on the host), and
-// ZeRO-1's sharded files. The resumed run takes the next step as the saved one does, to the bit.
-TEST(SimTrainer, SavesAndResumesWithoutAHostCopyOfTheModel) {
+// less than the checkpoint's bytes, and so do resuming and init_from (a Trainer built and
+// stepped once, against a fresh one). A host copy of the model, as before, raised each by every
+// state: 25 MB for a 19 MB checkpoint. All on the device, under auto placement (part on the host),
+// and ZeRO-1's sharded files. The resumed run takes the next step as the saved one does, and
+// init_from's first step is the CPU's, to the bit.
+TEST(SimTrainer, CheckpointsWithoutAHostCopyOfTheModel) {
   const std::string dir = sim_trainer_data();
-  const std::vector<std::string> wide = {"model.n_embd=256", "model.n_head=4", "threads=1",
-                                         "device=sim"};
+  const std::vector<std::string> wide = {"model.n_embd=256", "model.n_head=4", "threads=1"};
   const std::vector<std::pair<std::string, std::vector<std::string>>> cases = {
       {"device", {}},
       {"auto", {"placement.policy=auto", "placement.device_memory_limit=12000000"}},
@@ -193,9 +193,12 @@ TEST(SimTrainer, SavesAndResumesWithoutAHostCopyOfTheModel) {
   for (const auto& [name, keys] : cases) {
     std::vector<std::string> e = wide;
     e.insert(e.end(), keys.begin(), keys.end());
-    auto config = [&](const std::string& out, const std::string& resume) {
+    auto config = [&](const std::string& out, const std::string& resume,
+                      const std::string& init_from = "", const std::string& device = "sim") {
       std::vector<std::string> k = e;
       if (!resume.empty()) k.push_back("checkpoint.resume=" + resume);
+      if (!init_from.empty()) k.push_back("init_from=" + init_from);
+      k.push_back("device=" + device);
       return sim_trainer_config(dir, "rss_" + name + "_" + out, k);
     };
     Trainer t(config("run", ""));
@@ -223,6 +226,16 @@ TEST(SimTrainer, SavesAndResumesWithoutAHostCopyOfTheModel) {
         << name << ": built and stepped once, a resumed Trainer raised the peak resident memory "
         << "by " << resumed << " B, a fresh one by " << fresh << " B, for a checkpoint of " << file
         << " B";
+    // init_from reads the weights the same way (the parameters only: a host copy held every
+    // state still), and trains the CPU run's model.
+    float init_loss = 0;
+    const int64_t initialised =
+        growth([&] { init_loss = Trainer(config("init", "", ckpt)).train_step().loss; });
+    EXPECT_EQ(init_loss, Trainer(config("init_cpu", "", ckpt, "cpu")).train_step().loss)
+        << name << ": init_from's first loss on the CPU";
+    EXPECT_LT(initialised - fresh, 8 << 20)
+        << name << ": built and stepped once, a Trainer with init_from raised the peak resident "
+        << "memory by " << initialised << " B, a fresh one by " << fresh << " B";
   }
   fs::remove_all(dir);
 }
