@@ -190,7 +190,9 @@ TEST(SimTrainer, CheckpointsWithoutAHostCopyOfTheModel) {
     fn();
     return (peak_rss_kib() - before) * 1024;
   };
-  for (const auto& [name, keys] : cases) {
+  for (const auto& c : cases) {
+    const std::string& name = c.first;  // (clang 14 lambdas cannot capture structured bindings)
+    const std::vector<std::string>& keys = c.second;
     std::vector<std::string> e = wide;
     e.insert(e.end(), keys.begin(), keys.end());
     auto config = [&](const std::string& out, const std::string& resume,
