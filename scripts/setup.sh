@@ -16,7 +16,7 @@ packages=(build-essential cmake ninja-build pkg-config ccache
           libopenblas-dev libopenmpi-dev openmpi-bin
           libgtest-dev libgmock-dev nlohmann-json3-dev libcli11-dev libfmt-dev libxxhash-dev
           zlib1g-dev libpcre2-dev libutf8proc-dev
-          fortunes python3-numpy)
+          fortunes)
 start=$SECONDS
 bash scripts/install_missing.sh "${packages[@]}"
 packages_s=$((SECONDS - start))

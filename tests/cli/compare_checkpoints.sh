@@ -5,8 +5,12 @@
 # the key biases held apart (their gradient is zero: rounding noise that Adam scales up, 2e-4 of
 # their tensor between these two CPU runs, 2026-12-04); a run from another seed fails it, and so
 # do the key biases when held to the other tensors' bound.
+# Needs numpy in ${TIDE_PYTHON:-python3} (tools/requirements-test.txt); skips (77) without it.
 set -uo pipefail
 tide=$1 tools=$2 dir=$3
+py=${TIDE_PYTHON:-python3}
+"$py" -c "import numpy" 2>/dev/null ||
+  { echo "SKIPPED: $py has no numpy (pip install -r tools/requirements-test.txt)"; exit 77; }
 rm -rf "$dir" && mkdir -p "$dir" && cd "$dir" || exit 1
 for i in $(seq 1 400); do echo "line $i: the quick brown fox $((i * 7)) jumps over the lazy dog"; done \
   >text.txt
@@ -19,7 +23,7 @@ run() {  # name, then keys
 run one train_micro_batch_size_per_gpu=8
 run accumulated train_micro_batch_size_per_gpu=4 gradient_accumulation_steps=2
 run seed train_micro_batch_size_per_gpu=8 seed=7
-compare() { python3 "$tools/compare_checkpoints.py" one/model.ckpt "$@"; }
+compare() { "$py" "$tools/compare_checkpoints.py" one/model.ckpt "$@"; }
 fail=0
 compare accumulated/model.ckpt --tol 1e-4 || { echo "FAILED: accumulation against one micro-batch"; fail=1; }
 compare seed/model.ckpt --tol 1e-4 && { echo "FAILED: another seed passed"; fail=1; }
