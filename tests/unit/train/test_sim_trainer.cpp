@@ -158,9 +158,24 @@ int64_t peak_rss_kib() {
   return -1;
 }
 bool reset_peak_rss() {
-  std::ofstream("/proc/self/clear_refs") << "5";  // resets VmHWM to the current VmRSS
-  return std::ifstream("/proc/self/status").good();
+  std::ofstream f("/proc/self/clear_refs");
+  f << "5" << std::flush;  // resets VmHWM to the current VmRSS
+  return f.good();
 }
+// AddressSanitizer keeps freed memory resident (its quarantine) and hands out fresh memory
+// instead, so under it (scripts/sanitize.sh) the peak resident memory measures its allocator,
+// not tide's copies: the tests below check the rest there.
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kPeakMemoryMeasures = false;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+constexpr bool kPeakMemoryMeasures = false;
+#else
+constexpr bool kPeakMemoryMeasures = true;
+#endif
+#else
+constexpr bool kPeakMemoryMeasures = true;
+#endif
 int64_t bytes_on_disk(const std::string& path) {
   if (!fs::is_directory(path)) return static_cast<int64_t>(fs::file_size(path));
   int64_t n = 0;
@@ -213,8 +228,9 @@ TEST(SimTrainer, CheckpointsWithoutAHostCopyOfTheModel) {
     const int64_t saved = growth([&] { ckpt = t.save("final.ckpt"); });
     const int64_t file = bytes_on_disk(ckpt);
     EXPECT_GT(file, 16 << 20) << name << ": the model is too small to tell";
-    EXPECT_LT(saved, file / 4) << name << ": saving raised the peak resident memory by " << saved
-                               << " B, for a checkpoint of " << file << " B";
+    if (kPeakMemoryMeasures)
+      EXPECT_LT(saved, file / 4) << name << ": saving raised the peak resident memory by " << saved
+                                 << " B, for a checkpoint of " << file << " B";
     const float next = t.train_step().loss;
     // A Trainer built and stepped once, fresh and resumed: both have touched every state then.
     const int64_t fresh = growth([&] { Trainer(config("fresh", "")).train_step(); });
@@ -224,10 +240,11 @@ TEST(SimTrainer, CheckpointsWithoutAHostCopyOfTheModel) {
     EXPECT_EQ(resumed_next, next) << name << ": the resumed run's next loss";
     // Beyond a fresh Trainer: the reader's buffers, of fixed size (the checksum's 4 MiB) or of
     // one tensor (the largest here: 1 MiB), not of the model (the 19 MB of its checkpoint).
-    EXPECT_LT(resumed - fresh, 8 << 20)
-        << name << ": built and stepped once, a resumed Trainer raised the peak resident memory "
-        << "by " << resumed << " B, a fresh one by " << fresh << " B, for a checkpoint of " << file
-        << " B";
+    if (kPeakMemoryMeasures)
+      EXPECT_LT(resumed - fresh, 8 << 20)
+          << name << ": built and stepped once, a resumed Trainer raised the peak resident memory "
+          << "by " << resumed << " B, a fresh one by " << fresh << " B, for a checkpoint of "
+          << file << " B";
     // init_from reads the weights the same way (the parameters only: a host copy held every
     // state still), and trains the CPU run's model.
     float init_loss = 0;
@@ -235,9 +252,10 @@ TEST(SimTrainer, CheckpointsWithoutAHostCopyOfTheModel) {
         growth([&] { init_loss = Trainer(config("init", "", ckpt)).train_step().loss; });
     EXPECT_EQ(init_loss, Trainer(config("init_cpu", "", ckpt, "cpu")).train_step().loss)
         << name << ": init_from's first loss on the CPU";
-    EXPECT_LT(initialised - fresh, 8 << 20)
-        << name << ": built and stepped once, a Trainer with init_from raised the peak resident "
-        << "memory by " << initialised << " B, a fresh one by " << fresh << " B";
+    if (kPeakMemoryMeasures)
+      EXPECT_LT(initialised - fresh, 8 << 20)
+          << name << ": built and stepped once, a Trainer with init_from raised the peak resident "
+          << "memory by " << initialised << " B, a fresh one by " << fresh << " B";
   }
   fs::remove_all(dir);
 }
