@@ -11,7 +11,8 @@
 #                                     there, from the repository root with .gpu.tar.gz carried:
 #                                     runs the steps below and writes OUT/gpu_check.json and
 #                                     OUT/gpu_check.md (the summary to commit into
-#                                     bench/RESULTS.md) beside the logs
+#                                     bench/RESULTS.md) and OUT/logs.tar.gz (every log: what
+#                                     comes back from a lent machine is at most 8 files)
 #
 # What the runner does, in a few minutes on one H100 or H200:
 #   1. every GPU test program, three times (run_gpu_tests.sh: GPU results must repeat bitwise);
@@ -361,6 +362,12 @@ open(f"{out}/gpu_check.md", "w").write("\n".join(md) + "\n")
 print("\n".join(md))
 sys.exit(0 if s["ok"] else 1)
 PY
+rc=$?
+# A lent machine sends back at most 8 files: the summary, and the logs (every file under 3 MB,
+# not the checkpoints) as one archive in place of the rest.
+(cd "$out" && find . -type f -size -3M ! -name 'gpu_check.*' ! -name logs.tar.gz |
+  tar czf logs.tar.gz -T - && find . -mindepth 1 ! -name 'gpu_check.*' ! -name logs.tar.gz -delete)
+exit $rc
 RUN
 chmod +x .gpu/check.sh
 pack_bundle .gpu
