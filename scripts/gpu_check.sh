@@ -215,10 +215,12 @@ read -r L C H < <(python3 -c 'import json, sys
 rows = json.load(open(sys.argv[1]))["max_model"]
 r = [r for r in rows if r["option"].endswith("+auto") and r["recompute"] == "full" and r["found"]][0]
 m = r["model"]; print(m["n_layer"], m["n_embd"], m["n_head"])' "$out/largest_estimate.json" 2>>"$out/largest.log")
+# One timed step after one warm-up: what is left of the budget (about 200 s after the rest on an
+# H200, 2026-12-04) must hold the set-up of a 14B model, its host memory and two steps.
 : >"$out/largest.jsonl"
 if [ -n "${L:-}" ]; then
   echo "L=$L C=$C H=$H"
-  bounded largest 300 ./bench_gpt_gpu --models custom --B 1 --steps 2 --warmup 1 \
+  bounded largest 300 ./bench_gpt_gpu --models custom --B 1 --steps 1 --warmup 1 \
     --peak-tflops "$peak" --set "model.n_layer=$L" --set "model.n_embd=$C" --set "model.n_head=$H" \
     --set model.vocab_size=50257 --set placement.policy=auto \
     --set activation_checkpointing.policy=full >"$out/largest.jsonl" 2>>"$out/largest.log"
