@@ -220,9 +220,8 @@ TEST(SimTrainer, CheckpointsWithoutAHostCopyOfTheModel) {
     };
     Trainer t(config("run", ""));
     t.train_step();
-    // The first save raises the resident memory once and for good (by 14 MB here on the device,
-    // 32 MB at n_embd 384; not yet understood: pages of the simulated device's memory read for
-    // the first time?): the saves after it are the ones measured.
+    // The first save's first copy waits for the step's AdamW, still on the stream, whose first
+    // writes of Adam's m and v (12.5 MB here) land inside it: the saves after it are measured.
     t.save("first.ckpt");
     std::string ckpt;
     const int64_t saved = growth([&] { ckpt = t.save("final.ckpt"); });
