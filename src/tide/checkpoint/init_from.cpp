@@ -13,7 +13,7 @@
 #include "tide/checkpoint/safetensors.h"
 #include "tide/checkpoint/sharded_checkpoint.h"
 #include "tide/core/dtype.h"
-#include "tide/kernels/mover.h"
+#include "tide/kernels/host_upload.h"
 
 namespace tide {
 
@@ -129,9 +129,8 @@ void init_weights_from(const std::string& path, GPT& model) {
   }
   std::vector<ChunkKind> kinds = {ChunkKind::PARAM};
   if (own_master) kinds.push_back(ChunkKind::MASTER);
-  // A piece read as it is stored (to be converted), and a device piece on its way there: the
-  // host holds one tensor at a time, not the model.
-  std::vector<std::byte> raw, staged;
+  std::vector<std::byte> raw;  // a piece read as it is stored, to be converted
+  HostUpload upload;           // a device piece on its way there: one tensor at a time
   for (int id = 0; id < lay.num_tensors(); ++id) {
     const TensorSlot& s = lay.slot(id);
     const SafetensorsEntry& e = *src[id];
@@ -147,9 +146,7 @@ void init_weights_from(const std::string& path, GPT& model) {
       const size_t es = dtype_size(e.dtype);
       char* at = static_cast<char*>(ch.data) + (s.offset + lo - ch.begin) * dtype_size(ch.dtype);
       const Tensor dst(at, {n}, ch.dtype, store.chunk(kind, s.chunk).device);
-      const bool on_host = dst.device.is_cpu();
-      if (!on_host) staged.resize(dst.nbytes());
-      void* into = on_host ? static_cast<void*>(at) : staged.data();
+      void* into = upload.bytes_for(dst);
       if (e.dtype == ch.dtype) {  // straight into the chunk (or its staging)
         r.read_bytes(e.name, static_cast<uint64_t>(lo) * es, static_cast<size_t>(n) * es, into);
       } else {  // converted through f32 (a 16-bit PARAM rounded once)
@@ -157,9 +154,7 @@ void init_weights_from(const std::string& path, GPT& model) {
         r.read_bytes(e.name, static_cast<uint64_t>(lo) * es, raw.size(), raw.data());
         convert_elements(raw.data(), e.dtype, into, ch.dtype, n);
       }
-      if (on_host) continue;
-      copy(model.op(), dst, Tensor(staged.data(), dst.shape, dst.dtype));
-      synchronize(model.op());  // before the host buffer is reused
+      upload.send(model.op(), dst);
     }
   }
 }

@@ -23,7 +23,7 @@
 #include "tide/checkpoint/checkpoint_meta.h"
 #include "tide/checkpoint/safetensors.h"
 #include "tide/checkpoint/tensor_to_write.h"
-#include "tide/kernels/mover.h"
+#include "tide/kernels/host_upload.h"
 #include "tide/model/layout.h"
 
 namespace tide {
@@ -459,7 +459,7 @@ std::string uncommitted_checkpoint_message(const std::string& path) {
 
 void save_checkpoint_shard(const std::string& dir, const ChunkStore& store,
                            const CheckpointInfo& info, bool with_optimizer_state, int rank,
-                           int world, const OpContext* copies) {
+                           int world) {
   const ChunkLayout& layout = store.layout();
   const std::string subject = fmt::format("cannot save rank {}'s shard of '{}'", rank, dir);
   TIDE_CHECK(world >= 1 && world <= kMaxWorld && rank >= 0 && rank < world,
@@ -496,7 +496,7 @@ void save_checkpoint_shard(const std::string& dir, const ChunkStore& store,
                "{}: the store does not hold rank {}'s part of tensor '{}' ({})", subject, rank,
                s.name, chunk_kind_name(it.kind));
     tensors.push_back(
-        tensor_to_write(it.name, piece(store, it.kind, s.chunk, ch, lo, hi), copies, subject));
+        tensor_to_write(it.name, piece(store, it.kind, s.chunk, ch, lo, hi), nullptr, subject));
     pieces[it.name] = {{"tensor", it.name}, {"begin", lo - s.offset}, {"end", hi - s.offset}};
   }
   const std::string path = (fs::path(partial_of(dir)) / shard_file_name(rank, world)).string();
@@ -832,13 +832,10 @@ void load_into_store(const CheckpointSource& source, ChunkStore& store, const GP
   }
   // Every file the copies need is opened and checked before the first byte is copied.
   for (const Copy& c : to_copy) source.prepare(c.name, c.lo, c.hi);
-  // A piece read as it is stored (to be widened), and a device piece on its way there: the host
-  // holds one tensor at a time, not the model.
-  std::vector<std::byte> narrow, staged;
+  std::vector<std::byte> narrow;  // a piece read as it is stored, to be widened
+  HostUpload upload;              // a device piece on its way there: one tensor at a time
   for (const Copy& c : to_copy) {
-    const bool on_host = c.dst.device.is_cpu();
-    if (!on_host) staged.resize(c.dst.nbytes());
-    void* into = on_host ? c.dst.data : staged.data();
+    void* into = upload.bytes_for(c.dst);
     if (c.dtype == DType::F32 || !widens) {
       source.read(c.name, c.lo, c.hi, into);
     } else {
@@ -846,9 +843,7 @@ void load_into_store(const CheckpointSource& source, ChunkStore& store, const GP
       source.read(c.name, c.lo, c.hi, narrow.data());
       convert_elements(narrow.data(), c.dtype, into, DType::F32, c.hi - c.lo);
     }
-    if (on_host) continue;
-    copy(*copies, c.dst, Tensor(staged.data(), c.dst.shape, c.dst.dtype));
-    synchronize(*copies);  // before the host buffer is reused
+    if (!c.dst.device.is_cpu()) upload.send(*copies, c.dst);
   }
 }
 

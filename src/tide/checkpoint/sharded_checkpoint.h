@@ -87,10 +87,10 @@ struct ShardedCheckpointInfo {
 // a kind the store holds sliced must be rank `rank`'s slice (options().group_rank == rank); a
 // kind held whole contributes only rank `rank`'s slices, so the N shards never overlap. The
 // model shape is info.config (it must match the store's layout). Every chunk written must be
-// resident: in host memory, or in a device's with `copies` a context on it (save_checkpoint).
+// resident in host memory.
 void save_checkpoint_shard(const std::string& dir, const ChunkStore& store,
                            const CheckpointInfo& info, bool with_optimizer_state, int rank,
-                           int world, const OpContext* copies = nullptr);
+                           int world);
 
 // Pipeline parallelism: rank `rank` of a pipeline of `world` stages writes every tensor its
 // stage's stores (one per model chunk, each holding its tensors whole) hold, whole, to
@@ -102,8 +102,8 @@ void save_checkpoint_shard(const std::string& dir, const ChunkStore& store,
 // With data parallelism inside the stages (`dp` replicas, this one `dp_rank`; the stores'
 // layouts packed for dp), each replica writes the part of each tensor in its slices of the
 // chunks (ZeRO-1's optimizer-state slice, and that part of the whole parameters), to file
-// rank * dp + dp_rank of world * dp: commit_sharded_checkpoint(dir, world * dp). Device
-// chunks as save_checkpoint_shard.
+// rank * dp + dp_rank of world * dp: commit_sharded_checkpoint(dir, world * dp). A store with
+// chunks in a device's memory is saved through `copies` as save_checkpoint saves it.
 void save_pipeline_stage_shard(const std::string& dir, const std::vector<const ChunkStore*>& stores,
                                const CheckpointInfo& info, bool with_optimizer_state, int rank,
                                int world, int dp_rank = 0, int dp = 1,

@@ -9,6 +9,7 @@
 #include "tide/core/dtype.h"
 #include "tide/core/sim_device.h"
 #include "tide/core/trace.h"
+#include "tide/kernels/host_upload.h"
 #include "tide/kernels/mover.h"
 #include "tide/kernels/rope_freq.h"
 #include "tide/model/llama_blocks.h"
@@ -218,7 +219,7 @@ void GPT::init_weights(uint64_t seed) {
   // part rounded to its dtype. A device chunk is written through a host copy, sent up before
   // the next: the host holds one chunk at a time.
   std::vector<float> values;
-  std::vector<std::byte> staged;
+  HostUpload upload;
   for (int c = 0; c < lay.num_chunks(); ++c) {
     // What this rank owns: the whole chunk, or under ZeRO its slice (also where a gathered copy
     // is attached over it, which the policy gathers again: sync_params).
@@ -240,9 +241,7 @@ void GPT::init_weights(uint64_t seed) {
       const Chunk& ch = owned[k];
       const Tensor dst =
           store_->sliced(kinds[k]) ? store_->slice(kinds[k], c) : store_->chunk(kinds[k], c);
-      const bool on_host = dst.device.is_cpu();
-      if (!on_host) staged.resize(dst.nbytes());
-      std::byte* out = on_host ? static_cast<std::byte*>(ch.data) : staged.data();
+      auto* out = static_cast<std::byte*>(upload.bytes_for(dst));
       const float* in = values.data() + (ch.begin - lo);
       const int64_t block = 1 << 20, blocks = (ch.elems + block - 1) / block;
       const size_t width = dtype_size(ch.dtype);
@@ -251,9 +250,7 @@ void GPT::init_weights(uint64_t seed) {
         const int64_t first = j * block, n = std::min(block, ch.elems - first);
         convert_elements(in + first, DType::F32, out + first * width, ch.dtype, n);
       }
-      if (on_host) continue;
-      copy(env_.op, dst, Tensor(staged.data(), dst.shape, dst.dtype));
-      synchronize(env_.op);  // before the host copy is reused
+      upload.send(env_.op, dst);
     }
   }
 }
