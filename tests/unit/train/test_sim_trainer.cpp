@@ -259,6 +259,35 @@ TEST(SimTrainer, CheckpointsWithoutAHostCopyOfTheModel) {
   fs::remove_all(dir);
 }
 
+// A device model's store given to the checkpoint writer or reader without a context on its
+// device is a clear error, before anything is written: no file, and the model as it was.
+TEST(SimTrainer, ADeviceStoreWithoutItsContextIsAClearError) {
+  const std::string dir = sim_trainer_data();
+  Trainer t(sim_trainer_config(dir, "no_context", {"device=sim"}));
+  t.train_step();
+  const std::string ckpt = t.save("good.ckpt");  // through the model's context
+  const ChunkStore& store = t.model().store();
+  CheckpointInfo info;
+  info.config = t.model().config();
+  const std::string bad = dir + "/bad.ckpt";
+  const std::string save_error = test::error_of([&] { save_checkpoint(bad, store, info, true); });
+  EXPECT_NE(save_error.find("is in sim:0's memory and no context on that device was given"),
+            std::string::npos)
+      << save_error;
+  EXPECT_FALSE(fs::exists(bad));
+  const auto before = test::checkpoint_tensors(ckpt).at("h.0.mlp.c_fc.weight");
+  const std::string load_error = test::error_of([&] {
+    load_into_store(CheckpointSource(ckpt), t.model().store(), t.model().config(), true);
+  });
+  EXPECT_NE(load_error.find("is in sim:0's memory and no context on that device was given"),
+            std::string::npos)
+      << load_error;
+  t.save("after.ckpt");
+  EXPECT_EQ(test::checkpoint_tensors(dir + "/no_context/after.ckpt").at("h.0.mlp.c_fc.weight"),
+            before);
+  fs::remove_all(dir);
+}
+
 // A one-device step drains the device's queue once (issue #27: the host waits, the device
 // idles until it queues more): for the gradient norm. The losses come down without a wait of
 // their own (each read before its micro-batch's slot runs again, or after that one wait), and
